@@ -1,0 +1,58 @@
+package io.tokenspeed.core;
+
+import java.util.List;
+
+/**
+ * One cache group: an attention structure of the model with its own block granularity and bytes.
+ *
+ * <p>Block row {@code i} of a request covers tokens {@code [i*bg, (i+1)*bg)}. For a {@link
+ * GroupKind.StateCheckpoints state} group row {@code i} is the checkpoint taken at boundary {@code
+ * (i+1)*bg}. The granularity must divide the layout's page size; {@link CacheLayout} checks that.
+ *
+ * @param groupId position of the group in its layout, {@code 0..n-1}
+ * @param kind what the group keeps
+ * @param blockGranularity tokens per block ({@code bg})
+ * @param fields the block's tensor slices on one rank, in layout order
+ * @param sharding how blocks spread over attention-TP ranks
+ */
+public record CacheGroupSpec(
+    int groupId, GroupKind kind, int blockGranularity, List<CacheField> fields, Sharding sharding) {
+
+  public CacheGroupSpec {
+    if (groupId < 0) {
+      throw new IllegalArgumentException("group_id=" + groupId + " must be non-negative");
+    }
+    if (kind == null) {
+      throw new IllegalArgumentException("group " + groupId + " kind is missing");
+    }
+    if (blockGranularity < 1) {
+      throw new IllegalArgumentException(
+          "group " + groupId + " block_granularity=" + blockGranularity + " must be at least 1");
+    }
+    if (fields == null || fields.isEmpty()) {
+      throw new IllegalArgumentException("group " + groupId + " needs at least one field");
+    }
+    fields = List.copyOf(fields);
+    if (sharding == null) {
+      sharding = new Sharding.Replicated();
+    }
+    if (kind instanceof GroupKind.StateCheckpoints && sharding instanceof Sharding.PageCyclic) {
+      throw new IllegalArgumentException(
+          "group " + groupId + " kind=state cannot be page_cyclic: checkpoints are not paged");
+    }
+  }
+
+  /** Payload bytes of one block on one rank: the sum of the field sizes. */
+  public long bytesPerBlock() {
+    long total = 0;
+    for (CacheField f : fields) {
+      total = Math.addExact(total, f.bytesPerBlock());
+    }
+    return total;
+  }
+
+  /** Rows of this group needed to hold {@code numTokens} tokens: {@code ceil(numTokens / bg)}. */
+  public int rowsFor(int numTokens) {
+    return Math.ceilDiv(numTokens, blockGranularity);
+  }
+}
