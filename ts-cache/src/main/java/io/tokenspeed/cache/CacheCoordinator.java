@@ -1,0 +1,301 @@
+package io.tokenspeed.cache;
+
+import io.tokenspeed.core.CacheGroupSpec;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.PromptKeys;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The owner of the local cache of one rank: the Device and Host {@link TierCache}s, the {@link
+ * TailTable}, and the one matcher every decision goes through.
+ *
+ * <p>What it guarantees:
+ *
+ * <ul>
+ *   <li>Every hit — Device probe, Host extension, query planning with L3 existence assumptions,
+ *       admission — comes from the same {@link HybridMatcher}: a boundary counts only when every
+ *       group covers it (Full history below it, the window just below it, the state checkpoint at
+ *       it). A tail hint never makes a hit on its own.
+ *   <li>The Host extends the Device floor: the probe first matches the Device alone, then the
+ *       Device and Host together, so a Host row is only used above or beside what the Device holds.
+ *   <li>Admission is all-or-nothing: it pins what it reuses, allocates everything else, or takes
+ *       nothing and returns null. Published blocks are never handed out for writing; a partial
+ *       block at a tail is copied into a private block first (copy-on-write).
+ *   <li>Query planning allocates nothing.
+ * </ul>
+ *
+ * <p>Single-threaded: owned by the event loop. It holds no locks and must never be called from an
+ * I/O worker.
+ */
+public final class CacheCoordinator {
+
+  private final CacheLayout layout;
+  private final TierCache device;
+  private final TierCache host;
+  private final TailTable tails;
+
+  public CacheCoordinator(
+      CacheLayout layout, int deviceParents, int hostParents, int tailTableCapacity) {
+    this.layout = layout;
+    this.device = new TierCache(Tier.DEVICE, layout, deviceParents);
+    this.host = new TierCache(Tier.HOST, layout, hostParents);
+    this.tails = new TailTable(tailTableCapacity);
+  }
+
+  public CacheLayout layout() {
+    return layout;
+  }
+
+  /** The Device tier (L1). */
+  public TierCache device() {
+    return device;
+  }
+
+  /** The Host tier (L2). */
+  public TierCache host() {
+    return host;
+  }
+
+  /** The tier of the given kind. */
+  public TierCache tier(Tier tier) {
+    return tier == Tier.DEVICE ? device : host;
+  }
+
+  /** The local tail hints. */
+  public TailTable tails() {
+    return tails;
+  }
+
+  /**
+   * The boundaries a match considers in {@code [floor, max]}, ascending: {@code floor} itself (the
+   * caller's already covered fallback), every multiple of P above it, every recorded tail of this
+   * prompt, and the exact reusable bound when it lies in range and is not a multiple of P.
+   */
+  public int[] candidates(PromptKeys keys, int floor, int max) {
+    checkPrompt(keys);
+    if (floor < 0 || max < floor || max > keys.reusableBound()) {
+      throw new IllegalArgumentException(
+          "candidate range floor="
+              + floor
+              + " max="
+              + max
+              + " must satisfy 0 <= floor <= max <= reusable bound "
+              + keys.reusableBound());
+    }
+    int p = layout.prefixGranularity();
+    int[] hints = tails.hintsFor(keys, floor, max);
+    int bound = keys.reusableBound();
+    boolean boundIsTail = bound > floor && bound <= max && bound % p != 0;
+    int firstAligned = floor / p + 1;
+    int lastAligned = max / p;
+    int aligned = Math.max(0, lastAligned - firstAligned + 1);
+    int[] out = new int[1 + aligned + hints.length + (boundIsTail ? 1 : 0)];
+    int n = 0;
+    out[n++] = floor;
+    for (int k = firstAligned; k <= lastAligned; k++) {
+      out[n++] = k * p;
+    }
+    System.arraycopy(hints, 0, out, n, hints.length);
+    n += hints.length;
+    if (boundIsTail) {
+      out[n++] = bound;
+    }
+    java.util.Arrays.sort(out);
+    return distinct(out);
+  }
+
+  /**
+   * The Device hit, and its extension with Host blocks, for a request reusing at most {@code max}.
+   */
+  public Probe probe(PromptKeys keys, int max) {
+    int[] candidates = candidates(keys, 0, max);
+    int deviceHit = HybridMatcher.match(keys, candidates, device::contains);
+    int hostHit = HybridMatcher.match(keys, candidates, deviceOrHost());
+    return new Probe(deviceHit, Math.max(deviceHit, hostHit));
+  }
+
+  /**
+   * The longest candidate every group covers when the blocks in {@code assumed} are taken to exist
+   * (besides the Device and Host entries). Query planning passes L3 existence assumptions here;
+   * nothing is allocated or pinned.
+   */
+  public int matchAssuming(PromptKeys keys, int[] candidates, KeyPresence assumed) {
+    checkPrompt(keys);
+    return HybridMatcher.match(keys, candidates, deviceOrHost().or(assumed));
+  }
+
+  /** Every key the groups need at {@code boundary}, as the matcher checks them. */
+  public List<CacheKey> neededKeys(PromptKeys keys, int boundary) {
+    checkPrompt(keys);
+    return HybridMatcher.neededKeys(keys, boundary);
+  }
+
+  /**
+   * The keys needed at {@code boundary} that neither the Device nor the Host holds: exactly what a
+   * query to L3 asks for (the Host-suffix rule — what the Device holds below the split is never
+   * read again, and Host entries are not read twice).
+   */
+  public List<CacheKey> missingKeys(PromptKeys keys, int boundary) {
+    List<CacheKey> out = new ArrayList<>();
+    KeyPresence local = deviceOrHost();
+    for (CacheKey k : neededKeys(keys, boundary)) {
+      if (!local.has(k)) {
+        out.add(k);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Admits a request: matches the real Device and Host again, reuses at most {@code maxReuse}
+   * tokens, and allocates Device blocks for {@code newTokens} more. Returns null, changing no
+   * reference, when the Device cannot hold it even after evicting every cached block.
+   */
+  public Admission admit(PromptKeys keys, int maxReuse, int newTokens) {
+    if (newTokens < 1) {
+      throw new IllegalArgumentException("new_tokens=" + newTokens + " must be at least 1");
+    }
+    Probe probe = probe(keys, maxReuse);
+    int hit = probe.hostHit();
+    int end = hit + newTokens;
+    int groups = layout.numGroups();
+    List<RowPlan> plans = new ArrayList<>();
+    int[] needs = new int[groups];
+    int[][] tables = new int[groups][];
+    for (CacheGroupSpec g : layout.groups()) {
+      int gid = g.groupId();
+      boolean state = g.kind() instanceof GroupKind.StateCheckpoints;
+      tables[gid] = new int[state ? 2 : g.rowsFor(end)];
+      int rowsAtHit = g.rowsFor(hit);
+      boolean partialTail = !state && hit % g.blockGranularity() != 0;
+      boolean partialPlanned = false;
+      for (int row = HybridMatcher.firstNeededRow(g, hit); row < rowsAtHit; row++) {
+        CacheKey key = keys.keyOf(gid, row, hit);
+        int slot = state ? 0 : row;
+        int d = device.lookup(key);
+        boolean partial = partialTail && row == rowsAtHit - 1;
+        partialPlanned |= partial;
+        if (d != 0 && !partial) {
+          plans.add(new RowPlan(gid, slot, row, key, Tier.DEVICE, d, false, false));
+        } else {
+          int src = d != 0 ? d : host.lookup(key);
+          Tier srcTier = d != 0 ? Tier.DEVICE : Tier.HOST;
+          if (src == 0) {
+            throw new IllegalStateException(
+                "matched boundary " + hit + " but " + key + " is in neither tier");
+          }
+          plans.add(new RowPlan(gid, slot, row, key, srcTier, src, true, !partial));
+          needs[gid]++;
+        }
+      }
+      if (state) {
+        needs[gid]++; // the working slot
+      } else {
+        // rows from the one holding token `hit` on are written by this request
+        needs[gid] += tables[gid].length - hit / g.blockGranularity() - (partialPlanned ? 1 : 0);
+      }
+    }
+    for (RowPlan plan : plans) {
+      tier(plan.srcTier()).ref(plan.src());
+    }
+    int[][] fresh = device.allocate(needs);
+    if (fresh == null) {
+      for (RowPlan plan : plans) {
+        tier(plan.srcTier()).unref(plan.src());
+      }
+      return null;
+    }
+    int[] used = new int[groups];
+    List<BlockCopy> copies = new ArrayList<>();
+    for (RowPlan plan : plans) {
+      int g = plan.groupId();
+      if (!plan.copy()) {
+        tables[g][plan.slot()] = plan.src();
+        continue;
+      }
+      int dst = fresh[g][used[g]++];
+      tables[g][plan.slot()] = dst;
+      copies.add(
+          new BlockCopy(
+              g, plan.row(), plan.srcTier(), plan.src(), dst, plan.key(), plan.publish()));
+    }
+    for (CacheGroupSpec g : layout.groups()) {
+      int gid = g.groupId();
+      if (g.kind() instanceof GroupKind.StateCheckpoints) {
+        tables[gid][1] = fresh[gid][used[gid]++];
+      } else {
+        for (int row = hit / g.blockGranularity(); row < tables[gid].length; row++) {
+          if (tables[gid][row] == 0) {
+            tables[gid][row] = fresh[gid][used[gid]++];
+          }
+        }
+      }
+    }
+    return new Admission(hit, probe.deviceHit(), tables, List.copyOf(copies));
+  }
+
+  /**
+   * Called once the data plane has performed (or abandoned) an admission's copies: publishes each
+   * loaded Device block that is a plain copy of its key (when {@code completed}), and drops the
+   * references held on the sources.
+   */
+  public void finishCopies(Admission admission, boolean completed) {
+    for (BlockCopy c : admission.copies()) {
+      if (completed && c.publishOnComplete() && !device.contains(c.key())) {
+        device.publish(c.key(), c.dstBlock());
+      }
+      tier(c.srcTier()).unref(c.srcBlock());
+    }
+  }
+
+  /** Drops the request's references on its whole block table. */
+  public void release(Admission admission) {
+    for (int[] table : admission.tables()) {
+      for (int b : table) {
+        if (b != 0) {
+          device.unref(b);
+        }
+      }
+    }
+  }
+
+  /** Records that this replica published Host data under the tail ending at {@code boundary}. */
+  public void recordTail(PromptKeys keys, int boundary) {
+    checkPrompt(keys);
+    tails.record(keys, boundary);
+  }
+
+  private KeyPresence deviceOrHost() {
+    return key -> device.contains(key) || host.contains(key);
+  }
+
+  private void checkPrompt(PromptKeys keys) {
+    if (keys.layout() != layout && !keys.layout().equals(layout)) {
+      throw new IllegalArgumentException("prompt keys were made for another cache layout");
+    }
+  }
+
+  private static int[] distinct(int[] sorted) {
+    int n = 0;
+    for (int i = 0; i < sorted.length; i++) {
+      if (i == 0 || sorted[i] != sorted[i - 1]) {
+        sorted[n++] = sorted[i];
+      }
+    }
+    return java.util.Arrays.copyOf(sorted, n);
+  }
+
+  /** One reused row: pinned in place, or copied from {@code src} into a fresh Device block. */
+  private record RowPlan(
+      int groupId,
+      int slot,
+      int row,
+      CacheKey key,
+      Tier srcTier,
+      int src,
+      boolean copy,
+      boolean publish) {}
+}

@@ -1,0 +1,293 @@
+package io.tokenspeed.cache;
+
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.CacheLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * One tier (Device or Host) of the local cache: its {@link BlockPool}, a prefix index per group
+ * mapping {@link CacheKey}s to published blocks, and the LRU of published blocks nobody references.
+ *
+ * <p>A block is in exactly one of these states:
+ *
+ * <pre>
+ *   free ──acquire──▶ private (refs ≥ 1, unpublished, writable by its single owner)
+ *                       │ publish                      │ last unref
+ *                       ▼                              ▼
+ *                     published, refs ≥ 1  ◀──ref──  free
+ *                       │ last unref
+ *                       ▼
+ *                     cached (published, refs = 0, in the LRU) ──evict──▶ free
+ * </pre>
+ *
+ * <p>Published blocks are immutable: {@link #noteWrite} refuses them, and the invariant checker
+ * compares each published block's write count with the count it had when published. Eviction only
+ * ever takes cached blocks, oldest first, so a referenced block is never lost. Single-threaded.
+ */
+public final class TierCache {
+
+  private static final int NONE = 0;
+
+  private final Tier tier;
+  private final BlockPool pool;
+  private final List<Map<CacheKey, Integer>> indexes;
+  private final CacheKey[] keyOfBlock;
+  private final long[] writes;
+  private final long[] writesAtPublish;
+
+  // Intrusive doubly linked LRU over block ids; 0 is the sentinel.
+  private final int[] lruPrev;
+  private final int[] lruNext;
+  private int lruSize;
+
+  private long evictions;
+
+  TierCache(Tier tier, CacheLayout layout, int numParents) {
+    this.tier = tier;
+    this.pool = new BlockPool(tier, layout, numParents);
+    this.indexes = new ArrayList<>(layout.numGroups());
+    for (int g = 0; g < layout.numGroups(); g++) {
+      indexes.add(new HashMap<>());
+    }
+    int ids = pool.blockIdLimit();
+    this.keyOfBlock = new CacheKey[ids];
+    this.writes = new long[ids];
+    this.writesAtPublish = new long[ids];
+    this.lruPrev = new int[ids];
+    this.lruNext = new int[ids];
+  }
+
+  /** This tier. */
+  public Tier tier() {
+    return tier;
+  }
+
+  /** The block pool of this tier. */
+  public BlockPool pool() {
+    return pool;
+  }
+
+  /** The published block holding {@code key}, or 0. */
+  public int lookup(CacheKey key) {
+    Integer b = indexes.get(key.groupId()).get(key);
+    return b == null ? NONE : b;
+  }
+
+  /** True when {@code key} is published in this tier. */
+  public boolean contains(CacheKey key) {
+    return indexes.get(key.groupId()).containsKey(key);
+  }
+
+  /** The key a block is published under, or null for a private or free block. */
+  public CacheKey keyOf(int blockId) {
+    return keyOfBlock[blockId];
+  }
+
+  /** Number of published entries of group {@code g}. */
+  public int publishedCount(int groupId) {
+    return indexes.get(groupId).size();
+  }
+
+  /** Number of published blocks that nobody references (the eviction candidates). */
+  public int cachedCount() {
+    return lruSize;
+  }
+
+  /** Blocks evicted since start. */
+  public long evictions() {
+    return evictions;
+  }
+
+  /**
+   * Allocates {@code needs[g]} private blocks per group, each with one reference, evicting cached
+   * blocks oldest first when the pool is short. Returns null when even evicting every cached block
+   * cannot satisfy the request; blocks evicted on the way stay evicted (only cache is lost).
+   */
+  public int[][] allocate(int[] needs) {
+    int[][] out = new int[needs.length][];
+    for (int g = 0; g < needs.length; g++) {
+      if (needs[g] < 0) {
+        throw new IllegalArgumentException("needs[" + g + "]=" + needs[g] + " is negative");
+      }
+      out[g] = new int[needs[g]];
+    }
+    while (!pool.canAcquire(needs)) {
+      if (lruSize == 0) {
+        return null;
+      }
+      evict(lruNext[0]);
+    }
+    pool.tryAcquire(needs, out);
+    return out;
+  }
+
+  /** Adds a reference; a cached block leaves the LRU. */
+  public void ref(int blockId) {
+    if (pool.refCount(blockId) == 0) {
+      lruRemove(blockId);
+    }
+    pool.ref(blockId);
+  }
+
+  /**
+   * Drops a reference. A published block whose last reference goes becomes cached (newest in the
+   * LRU); a private block whose last reference goes is freed.
+   */
+  public void unref(int blockId) {
+    if (pool.unref(blockId) == 0) {
+      if (keyOfBlock[blockId] != null) {
+        lruAppend(blockId);
+      } else {
+        pool.free(blockId);
+      }
+    }
+  }
+
+  /**
+   * Publishes a private, referenced block under {@code key}. Returns false, changing nothing, when
+   * the key is already published (another request computed the same block first): the caller keeps
+   * its private copy, which is freed with its last reference.
+   */
+  public boolean publish(CacheKey key, int blockId) {
+    if (pool.groupOf(blockId) != key.groupId()) {
+      throw new IllegalArgumentException(
+          tier
+              + " block "
+              + blockId
+              + " belongs to group "
+              + pool.groupOf(blockId)
+              + ", key names group "
+              + key.groupId());
+    }
+    if (keyOfBlock[blockId] != null) {
+      throw new IllegalStateException(
+          tier + " block " + blockId + " is already published as " + keyOfBlock[blockId]);
+    }
+    if (pool.refCount(blockId) == 0) {
+      throw new IllegalStateException(tier + " block " + blockId + " has no owner to publish it");
+    }
+    Map<CacheKey, Integer> index = indexes.get(key.groupId());
+    if (index.containsKey(key)) {
+      return false;
+    }
+    index.put(key, blockId);
+    keyOfBlock[blockId] = key;
+    writesAtPublish[blockId] = writes[blockId];
+    return true;
+  }
+
+  /** Removes a cached (unreferenced, published) block from the index and frees it. */
+  public void evict(int blockId) {
+    CacheKey key = keyOfBlock[blockId];
+    if (key == null || pool.refCount(blockId) != 0) {
+      throw new IllegalStateException(
+          tier + " block " + blockId + " is not cached (key=" + key + ", refs>0 or private)");
+    }
+    lruRemove(blockId);
+    indexes.get(key.groupId()).remove(key);
+    keyOfBlock[blockId] = null;
+    pool.free(blockId);
+    evictions++;
+  }
+
+  /**
+   * Up to {@code limit} cached blocks, oldest first: what eviction would take next. The engine
+   * copies Device candidates to Host before they go (demotion).
+   */
+  public int[] evictionCandidates(int limit) {
+    int n = Math.min(limit, lruSize);
+    int[] out = new int[n];
+    int b = lruNext[0];
+    for (int i = 0; i < n; i++) {
+      out[i] = b;
+      b = lruNext[b];
+    }
+    return out;
+  }
+
+  /** Records that the owner is about to write the block; published blocks are immutable. */
+  public void noteWrite(int blockId) {
+    if (keyOfBlock[blockId] != null) {
+      throw new IllegalStateException(
+          tier + " block " + blockId + " is published as " + keyOfBlock[blockId] + ": read-only");
+    }
+    if (pool.refCount(blockId) != 1) {
+      throw new IllegalStateException(
+          tier
+              + " block "
+              + blockId
+              + " has ref_count="
+              + pool.refCount(blockId)
+              + ": only a single private owner may write it");
+    }
+    writes[blockId]++;
+  }
+
+  // ---- invariant checker access ----
+
+  List<Map<CacheKey, Integer>> indexes() {
+    return indexes;
+  }
+
+  boolean writtenSincePublish(int blockId) {
+    return writes[blockId] != writesAtPublish[blockId];
+  }
+
+  int[] lruOrder() {
+    int[] out = new int[lruSize];
+    int b = lruNext[0];
+    for (int i = 0; i < lruSize; i++) {
+      out[i] = b;
+      b = lruNext[b];
+    }
+    return out;
+  }
+
+  boolean lruConsistent() {
+    int forward = 0;
+    for (int b = lruNext[0]; b != 0 && forward <= lruSize; b = lruNext[b]) {
+      if (lruNext[lruPrev[b]] != b) {
+        return false;
+      }
+      forward++;
+    }
+    return forward == lruSize;
+  }
+
+  private void lruAppend(int b) {
+    int tail = lruPrev[0];
+    lruNext[tail] = b;
+    lruPrev[b] = tail;
+    lruNext[b] = 0;
+    lruPrev[0] = b;
+    lruSize++;
+  }
+
+  private void lruRemove(int b) {
+    int p = lruPrev[b];
+    int n = lruNext[b];
+    lruNext[p] = n;
+    lruPrev[n] = p;
+    lruPrev[b] = 0;
+    lruNext[b] = 0;
+    lruSize--;
+  }
+
+  @Override
+  public String toString() {
+    return tier
+        + "{held="
+        + pool.heldBlocks()
+        + ", cached="
+        + lruSize
+        + ", freeParents="
+        + pool.freeParents()
+        + ", published="
+        + Arrays.toString(indexes.stream().mapToInt(Map::size).toArray())
+        + "}";
+  }
+}
