@@ -31,7 +31,7 @@ final class CacheFixture {
     LIVE.get().add(this);
   }
 
-  /** Publishes each key in {@code tier} as a cached (unreferenced) block. */
+  /** Publishes each key in {@code tier} as a cached (unreferenced) block, never evicting. */
   void put(Tier tier, Collection<CacheKey> keys) {
     TierCache t = cache.tier(tier);
     int groups = cache.layout().numGroups();
@@ -41,10 +41,10 @@ final class CacheFixture {
       }
       int[] needs = new int[groups];
       needs[k.groupId()] = 1;
-      int[][] b = t.allocate(needs);
-      if (b == null) {
-        throw new IllegalStateException(tier + " is full while seeding " + k);
+      if (!t.pool().canAcquire(needs)) {
+        throw new IllegalStateException(tier + " is full while seeding " + k + ": size the test");
       }
+      int[][] b = t.allocate(needs);
       t.noteWrite(b[k.groupId()][0]);
       t.publish(k, b[k.groupId()][0]);
       t.unref(b[k.groupId()][0]);
