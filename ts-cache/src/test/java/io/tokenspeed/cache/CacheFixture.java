@@ -100,6 +100,12 @@ final class CacheFixture {
     return out;
   }
 
+  /** Checks the invariants now and stops tracking this fixture (for tests that make thousands). */
+  void checkAndForget() {
+    checkInvariants();
+    LIVE.get().remove(this);
+  }
+
   void checkInvariants() {
     CacheInvariants.check(cache, holders());
   }

@@ -95,6 +95,7 @@ class HybridMatcherPropertyTest {
           }
         }
         assertEquals(Set.copyOf(missing), Set.copyOf(f.cache.missingKeys(keys, b)), where);
+        f.checkAndForget();
       }
     }
     // The generator must exercise the interesting cases, or the comparison proves little.
