@@ -115,7 +115,7 @@ public final class CacheInvariants {
       } else {
         published++;
         require(
-            Integer.valueOf(id).equals(tier.indexes().get(key.groupId()).get(key)),
+            tier.indexes().get(key.groupId()).lookup(key) == id,
             t + ": block " + id + " is published as " + key + " but the index disagrees");
         require(!tier.writtenSincePublish(id), t + ": published block " + id + " was written");
       }
@@ -125,13 +125,16 @@ public final class CacheInvariants {
     }
     int indexed = 0;
     for (int g = 0; g < groups; g++) {
-      for (Map.Entry<CacheKey, Integer> e : tier.indexes().get(g).entrySet()) {
-        int b = e.getValue();
-        require(pool.isAllocated(b), t + ": index entry " + e.getKey() + " points at free " + b);
-        require(pool.groupOf(b) == g, t + ": index entry " + e.getKey() + " in wrong group");
-        require(e.getKey().equals(tier.keyOf(b)), t + ": index entry " + e.getKey() + " mismatch");
-        indexed++;
-      }
+      int group = g;
+      tier.indexes()
+          .get(g)
+          .forEach(
+              (key, b) -> {
+                require(pool.isAllocated(b), t + ": index entry " + key + " points at free " + b);
+                require(pool.groupOf(b) == group, t + ": index entry " + key + " in wrong group");
+                require(key.equals(tier.keyOf(b)), t + ": index entry " + key + " mismatch");
+              });
+      indexed += tier.indexes().get(g).size();
     }
     require(indexed == published, t + ": indexed=" + indexed + " published=" + published);
     for (HeldBlock h : expectedRefs.keySet()) {

@@ -4,13 +4,12 @@ import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 
 /**
- * One tier (Device or Host) of the local cache: its {@link BlockPool}, a prefix index per group
- * mapping {@link CacheKey}s to published blocks, and the LRU of published blocks nobody references.
+ * One tier (Device or Host) of the local cache: its {@link BlockPool}, a {@link PrefixCacheIndex}
+ * per group mapping {@link CacheKey}s to published blocks, and the LRU of published blocks nobody
+ * references.
  *
  * <p>A block is in exactly one of these states:
  *
@@ -30,11 +29,9 @@ import java.util.Map;
  */
 public final class TierCache {
 
-  private static final int NONE = 0;
-
   private final Tier tier;
   private final BlockPool pool;
-  private final List<Map<CacheKey, Integer>> indexes;
+  private final List<PrefixCacheIndex> indexes;
   private final CacheKey[] keyOfBlock;
   private final long[] writes;
   private final long[] writesAtPublish;
@@ -51,7 +48,7 @@ public final class TierCache {
     this.pool = new BlockPool(tier, layout, numParents);
     this.indexes = new ArrayList<>(layout.numGroups());
     for (int g = 0; g < layout.numGroups(); g++) {
-      indexes.add(new HashMap<>());
+      indexes.add(new PrefixCacheIndex(g));
     }
     int ids = pool.blockIdLimit();
     this.keyOfBlock = new CacheKey[ids];
@@ -73,13 +70,12 @@ public final class TierCache {
 
   /** The published block holding {@code key}, or 0. */
   public int lookup(CacheKey key) {
-    Integer b = indexes.get(key.groupId()).get(key);
-    return b == null ? NONE : b;
+    return indexes.get(key.groupId()).lookup(key);
   }
 
   /** True when {@code key} is published in this tier. */
   public boolean contains(CacheKey key) {
-    return indexes.get(key.groupId()).containsKey(key);
+    return indexes.get(key.groupId()).contains(key);
   }
 
   /** The key a block is published under, or null for a private or free block. */
@@ -170,11 +166,9 @@ public final class TierCache {
     if (pool.refCount(blockId) == 0) {
       throw new IllegalStateException(tier + " block " + blockId + " has no owner to publish it");
     }
-    Map<CacheKey, Integer> index = indexes.get(key.groupId());
-    if (index.containsKey(key)) {
+    if (!indexes.get(key.groupId()).putIfAbsent(key, blockId)) {
       return false;
     }
-    index.put(key, blockId);
     keyOfBlock[blockId] = key;
     writesAtPublish[blockId] = writes[blockId];
     return true;
@@ -229,7 +223,7 @@ public final class TierCache {
 
   // ---- invariant checker access ----
 
-  List<Map<CacheKey, Integer>> indexes() {
+  List<PrefixCacheIndex> indexes() {
     return indexes;
   }
 
@@ -287,7 +281,7 @@ public final class TierCache {
         + ", freeParents="
         + pool.freeParents()
         + ", published="
-        + Arrays.toString(indexes.stream().mapToInt(Map::size).toArray())
+        + Arrays.toString(indexes.stream().mapToInt(PrefixCacheIndex::size).toArray())
         + "}";
   }
 }

@@ -1,5 +1,8 @@
 package io.tokenspeed.core;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.util.HexFormat;
 
 /**
@@ -16,6 +19,8 @@ public record ContentHash(long w0, long w1, long w2, long w3) {
   public static final int BYTES = 32;
 
   private static final HexFormat HEX = HexFormat.of();
+  private static final VarHandle U64_BE =
+      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
 
   /** Wraps the first 32 bytes of {@code digest}. */
   public static ContentHash of(byte[] digest) {
@@ -61,17 +66,10 @@ public record ContentHash(long w0, long w1, long w2, long w3) {
   }
 
   private static long readLong(byte[] b, int off) {
-    long v = 0;
-    for (int i = 0; i < 8; i++) {
-      v = (v << 8) | (b[off + i] & 0xFFL);
-    }
-    return v;
+    return (long) U64_BE.get(b, off);
   }
 
   private static void writeLong(byte[] b, int off, long v) {
-    for (int i = 7; i >= 0; i--) {
-      b[off + i] = (byte) v;
-      v >>>= 8;
-    }
+    U64_BE.set(b, off, v);
   }
 }

@@ -1,6 +1,10 @@
 package io.tokenspeed.core;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.security.DigestException;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.List;
@@ -28,10 +32,14 @@ import java.util.List;
  */
 public final class PrefixHasher {
 
+  private static final VarHandle U32_LE =
+      MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
+
   private final int pageTokens;
   private final byte[] extraBytes;
   private final MessageDigest digest;
-  private byte[] scratch;
+  private final byte[] scratch;
+  private final byte[] out = new byte[ContentHash.BYTES];
 
   /**
    * @param pageTokens P, tokens per page
@@ -114,19 +122,39 @@ public final class PrefixHasher {
       pos += ContentHash.BYTES;
     }
     pos = putU32(buf, pos, count);
+    int negative = 0;
     for (int i = 0; i < count; i++) {
       int t = tokens[from + i];
-      if (t < 0) {
-        throw new IllegalArgumentException(
-            "token id=" + t + " at position " + (from + i) + " is out of range [0, 2^31)");
-      }
-      pos = putU32(buf, pos, t);
+      negative |= t;
+      U32_LE.set(buf, pos, t);
+      pos += 4;
+    }
+    if (negative < 0) {
+      rejectNegative(tokens, from, count);
     }
     digest.update(buf, 0, pos);
     if (extraBytes.length > 0) {
       digest.update(extraBytes);
     }
-    return ContentHash.of(digest.digest());
+    try {
+      digest.digest(out, 0, ContentHash.BYTES);
+    } catch (DigestException e) {
+      throw new IllegalStateException("SHA-256 digest of 32 bytes failed", e);
+    }
+    return ContentHash.of(out);
+  }
+
+  private static void rejectNegative(int[] tokens, int from, int count) {
+    for (int i = 0; i < count; i++) {
+      if (tokens[from + i] < 0) {
+        throw new IllegalArgumentException(
+            "token id="
+                + tokens[from + i]
+                + " at position "
+                + (from + i)
+                + " is out of range [0, 2^31)");
+      }
+    }
   }
 
   private static byte[] encodeExtraKeys(List<String> keys) {
@@ -154,10 +182,7 @@ public final class PrefixHasher {
   }
 
   private static int putU32(byte[] b, int pos, int v) {
-    b[pos] = (byte) v;
-    b[pos + 1] = (byte) (v >>> 8);
-    b[pos + 2] = (byte) (v >>> 16);
-    b[pos + 3] = (byte) (v >>> 24);
+    U32_LE.set(b, pos, v);
     return pos + 4;
   }
 }
