@@ -172,7 +172,7 @@ public final class CacheCoordinator {
       int rowsAtHit = g.rowsFor(hit);
       boolean partialTail = !state && hit % g.blockGranularity() != 0;
       boolean partialPlanned = false;
-      for (int row = HybridMatcher.firstNeededRow(g, hit); row < rowsAtHit; row++) {
+      for (int row = g.firstNeededRow(hit); row < rowsAtHit; row++) {
         CacheKey key = keys.keyOf(gid, row, hit);
         int slot = state ? 0 : row;
         int d = device.lookup(key);

@@ -12,9 +12,10 @@ import java.util.List;
  * The hybrid matcher: the longest candidate boundary that every cache group covers.
  *
  * <p>A group covers boundary {@code B} when every row it needs there is present (see {@link
- * #firstNeededRow}): Full history needs every row below B, a sliding window only the rows holding
- * tokens {@code [B-W+1, B-1]}, a state group only the checkpoint at B. Only Full history is
- * prefix-closed, so the answer is found as a monotone fixed point over the sorted candidates:
+ * CacheGroupSpec#firstNeededRow}): Full history needs every row below B, a sliding window only the
+ * rows holding tokens {@code [B-W+1, B-1]}, a state group only the checkpoint at B. Only Full
+ * history is prefix-closed, so the answer is found as a monotone fixed point over the sorted
+ * candidates:
  *
  * <pre>
  *   b := the largest candidate
@@ -35,23 +36,10 @@ final class HybridMatcher {
 
   private HybridMatcher() {}
 
-  /** First row group {@code g} needs at boundary {@code b}; the needed rows end at ceil(b/bg). */
-  static int firstNeededRow(CacheGroupSpec g, int b) {
-    int end = g.rowsFor(b);
-    return switch (g.kind()) {
-      case GroupKind.FullHistory f -> 0;
-      case GroupKind.SlidingWindow(int w) -> {
-        int lo = Math.max(0, b - w + 1);
-        yield lo > b - 1 ? end : lo / g.blockGranularity();
-      }
-      case GroupKind.StateCheckpoints s -> b == 0 ? 0 : end - 1;
-    };
-  }
-
   /** True when group {@code g} covers boundary {@code b}: every needed row is present. */
   static boolean covers(PromptKeys keys, CacheGroupSpec g, int b, KeyPresence presence) {
     int end = g.rowsFor(b);
-    for (int row = firstNeededRow(g, b); row < end; row++) {
+    for (int row = g.firstNeededRow(b); row < end; row++) {
       if (!presence.has(keys.keyOf(g.groupId(), row, b))) {
         return false;
       }
@@ -64,7 +52,7 @@ final class HybridMatcher {
     List<CacheKey> out = new ArrayList<>();
     for (CacheGroupSpec g : keys.layout().groups()) {
       int end = g.rowsFor(b);
-      for (int row = firstNeededRow(g, b); row < end; row++) {
+      for (int row = g.firstNeededRow(b); row < end; row++) {
         out.add(keys.keyOf(g.groupId(), row, b));
       }
     }

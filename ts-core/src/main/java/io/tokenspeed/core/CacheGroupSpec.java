@@ -55,4 +55,26 @@ public record CacheGroupSpec(
   public int rowsFor(int numTokens) {
     return Math.ceilDiv(numTokens, blockGranularity);
   }
+
+  /**
+   * The first row this group needs to cover boundary {@code b}; the needed rows run from here up to
+   * {@code rowsFor(b)} (exclusive). Full history needs every row below B; a sliding window of W
+   * tokens the rows holding tokens {@code [B-W+1, B-1]} (none when W = 1); a state group only the
+   * checkpoint at B, row {@code ceil(B/bg) - 1} (none when B = 0). Every matcher, query planner and
+   * key listing uses this one rule.
+   */
+  public int firstNeededRow(int b) {
+    if (b < 0) {
+      throw new IllegalArgumentException("boundary=" + b + " must be non-negative");
+    }
+    int end = rowsFor(b);
+    return switch (kind) {
+      case GroupKind.FullHistory f -> 0;
+      case GroupKind.SlidingWindow(int w) -> {
+        int lo = Math.max(0, b - w + 1);
+        yield lo > b - 1 ? end : lo / blockGranularity;
+      }
+      case GroupKind.StateCheckpoints s -> b == 0 ? 0 : end - 1;
+    };
+  }
 }

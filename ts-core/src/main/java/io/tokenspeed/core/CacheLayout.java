@@ -31,7 +31,8 @@ public record CacheLayout(int prefixGranularity, String dtype, List<CacheGroupSp
       throw new IllegalArgumentException("dtype=" + dtype + " must be non-empty");
     }
     if (groups == null || groups.isEmpty()) {
-      throw new IllegalArgumentException("a cache layout needs at least one group");
+      throw new IllegalArgumentException(
+          "groups=" + groups + ": a cache layout needs at least one group");
     }
     groups = List.copyOf(groups);
     for (int i = 0; i < groups.size(); i++) {

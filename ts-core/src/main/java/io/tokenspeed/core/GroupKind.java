@@ -24,19 +24,25 @@ public sealed interface GroupKind
     if (name == null) {
       throw new IllegalArgumentException("group kind is missing; allowed: full, swa, state");
     }
-    return switch (name) {
-      case "full" -> new FullHistory();
-      case "swa" -> {
-        if (windowTokens == null) {
-          throw new IllegalArgumentException("group kind=swa needs window_tokens");
-        }
-        yield new SlidingWindow(windowTokens);
-      }
-      case "state" -> new StateCheckpoints();
-      default ->
-          throw new IllegalArgumentException(
-              "group kind=" + name + " is unknown; allowed: full, swa, state");
-    };
+    GroupKind kind =
+        switch (name) {
+          case "full" -> new FullHistory();
+          case "swa" -> {
+            if (windowTokens == null) {
+              throw new IllegalArgumentException("group kind=swa needs window_tokens");
+            }
+            yield new SlidingWindow(windowTokens);
+          }
+          case "state" -> new StateCheckpoints();
+          default ->
+              throw new IllegalArgumentException(
+                  "group kind=" + name + " is unknown; allowed: full, swa, state");
+        };
+    if (windowTokens != null && !(kind instanceof SlidingWindow)) {
+      throw new IllegalArgumentException(
+          "window_tokens=" + windowTokens + " applies only to kind=swa, not kind=" + name);
+    }
+    return kind;
   }
 
   /** All KV of the prefix. */

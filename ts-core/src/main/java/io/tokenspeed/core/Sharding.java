@@ -22,24 +22,27 @@ public sealed interface Sharding
 
   /** Parses a sharding by name; {@code shardCount} is read only for {@code page_cyclic}. */
   static Sharding parse(String name, Integer shardCount) {
-    if (name == null) {
-      return new Replicated();
+    Sharding sharding =
+        switch (name == null ? "replicated" : name) {
+          case "replicated" -> new Replicated();
+          case "head_partitioned" -> new HeadPartitioned();
+          case "page_cyclic" -> {
+            if (shardCount == null) {
+              throw new IllegalArgumentException("sharding=page_cyclic needs shard_count");
+            }
+            yield new PageCyclic(shardCount);
+          }
+          default ->
+              throw new IllegalArgumentException(
+                  "sharding="
+                      + name
+                      + " is unknown; allowed: replicated, head_partitioned, page_cyclic");
+        };
+    if (shardCount != null && !(sharding instanceof PageCyclic)) {
+      throw new IllegalArgumentException(
+          "shard_count=" + shardCount + " applies only to sharding=page_cyclic, not " + name);
     }
-    return switch (name) {
-      case "replicated" -> new Replicated();
-      case "head_partitioned" -> new HeadPartitioned();
-      case "page_cyclic" -> {
-        if (shardCount == null) {
-          throw new IllegalArgumentException("sharding=page_cyclic needs shard_count");
-        }
-        yield new PageCyclic(shardCount);
-      }
-      default ->
-          throw new IllegalArgumentException(
-              "sharding="
-                  + name
-                  + " is unknown; allowed: replicated, head_partitioned, page_cyclic");
-    };
+    return sharding;
   }
 
   /** Every rank holds the whole block. */

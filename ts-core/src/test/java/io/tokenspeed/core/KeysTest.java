@@ -88,6 +88,13 @@ class KeysTest {
     assertTrue(e.getMessage().contains("window_tokens=0"), e.getMessage());
     e = assertThrows(IllegalArgumentException.class, () -> GroupKind.parse("mla", null));
     assertTrue(e.getMessage().contains("kind=mla"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> GroupKind.parse("full", 128));
+    assertTrue(
+        e.getMessage().contains("window_tokens=128 applies only to kind=swa"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Sharding.parse("replicated", 2));
+    assertTrue(e.getMessage().contains("shard_count=2"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Sharding.parse("rows", null));
+    assertTrue(e.getMessage().contains("sharding=rows"), e.getMessage());
     e =
         assertThrows(
             IllegalArgumentException.class, () -> PromptKeys.of(LAYOUT, new int[0], List.of()));

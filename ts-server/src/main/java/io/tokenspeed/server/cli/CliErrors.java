@@ -1,0 +1,62 @@
+package io.tokenspeed.server.cli;
+
+import java.io.PrintWriter;
+import java.io.UncheckedIOException;
+import picocli.CommandLine;
+import picocli.CommandLine.IExecutionExceptionHandler;
+import picocli.CommandLine.IParameterExceptionHandler;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.ParseResult;
+
+/**
+ * How the CLI reports failure: one line, {@code error: <message>}, on stderr.
+ *
+ * <ul>
+ *   <li>Usage errors (picocli's {@link ParameterException}, also thrown by commands for a bad flag
+ *       value) exit with {@value #EXIT_USAGE} and point at the command's {@code --help}.
+ *   <li>Invalid input ({@link IllegalArgumentException}, which includes configuration errors, and
+ *       I/O failures) exits with {@value #EXIT_INVALID_INPUT}. These messages already name the
+ *       field and the value; a stack trace would only hide them.
+ *   <li>Anything else is a bug: it exits with {@value #EXIT_INTERNAL} and prints the stack trace,
+ *       which is then worth having.
+ * </ul>
+ */
+final class CliErrors implements IParameterExceptionHandler, IExecutionExceptionHandler {
+
+  static final int EXIT_INVALID_INPUT = 1;
+  static final int EXIT_USAGE = CommandLine.ExitCode.USAGE;
+  static final int EXIT_INTERNAL = 70;
+
+  @Override
+  public int handleParseException(ParameterException ex, String[] args) {
+    CommandLine cmd = ex.getCommandLine();
+    cmd.getErr()
+        .println(
+            "error: "
+                + oneLine(ex.getMessage())
+                + " (see '"
+                + cmd.getCommandSpec().qualifiedName()
+                + " --help')");
+    cmd.getErr().flush();
+    return EXIT_USAGE;
+  }
+
+  @Override
+  public int handleExecutionException(Exception ex, CommandLine cmd, ParseResult parseResult) {
+    PrintWriter err = cmd.getErr();
+    if (ex instanceof IllegalArgumentException || ex instanceof UncheckedIOException) {
+      err.println("error: " + oneLine(ex.getMessage()));
+      err.flush();
+      return EXIT_INVALID_INPUT;
+    }
+    err.println("error: internal error, please report it: " + oneLine(String.valueOf(ex)));
+    ex.printStackTrace(err);
+    err.flush();
+    return EXIT_INTERNAL;
+  }
+
+  /** Messages may quote user input; keep the report on one line whatever it contains. */
+  static String oneLine(String message) {
+    return message == null ? "(no message)" : message.replaceAll("\\s*[\\r\\n]+\\s*", " ");
+  }
+}

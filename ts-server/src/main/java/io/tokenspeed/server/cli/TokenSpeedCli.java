@@ -1,0 +1,60 @@
+package io.tokenspeed.server.cli;
+
+import java.io.PrintWriter;
+import java.util.concurrent.Callable;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/**
+ * The {@code tokenspeed} command: the entry point of the executable jar and of {@code
+ * bin/tokenspeed}.
+ *
+ * <p>Exit codes: 0 success, 1 invalid input (a bad identity file, an impossible layout), 2 a usage
+ * error (an unknown option, a malformed flag value), 70 an internal error. Errors print one line,
+ * {@code error: <message>}, on stderr and never a stack trace unless the error is a bug ({@link
+ * CliErrors}).
+ */
+@Command(
+    name = "tokenspeed",
+    mixinStandardHelpOptions = true,
+    versionProvider = VersionProvider.class,
+    description = "LLM inference engine with an asynchronous global L3 KV cache.",
+    subcommands = {KeysCommand.class},
+    footer = {
+      "",
+      "Exit codes: 0 success, 1 invalid input, 2 usage error, 70 internal error.",
+      "Run 'tokenspeed COMMAND --help' for a command's options."
+    })
+public final class TokenSpeedCli implements Callable<Integer> {
+
+  @Spec private CommandSpec spec;
+
+  /** Builds the command line with the house error handling; {@code out}/{@code err} may be null. */
+  public static CommandLine commandLine(PrintWriter out, PrintWriter err) {
+    CommandLine cli = new CommandLine(new TokenSpeedCli());
+    if (out != null) {
+      cli.setOut(out);
+    }
+    if (err != null) {
+      cli.setErr(err);
+    }
+    CliErrors errors = new CliErrors();
+    cli.setParameterExceptionHandler(errors);
+    cli.setExecutionExceptionHandler(errors);
+    return cli;
+  }
+
+  public static void main(String[] args) {
+    System.exit(commandLine(null, null).execute(args));
+  }
+
+  @Override
+  public Integer call() {
+    throw new ParameterException(
+        spec.commandLine(),
+        "a command is required: one of " + String.join(", ", spec.subcommands().keySet()));
+  }
+}

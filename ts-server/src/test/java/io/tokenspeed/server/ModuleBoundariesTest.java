@@ -1,0 +1,249 @@
+package io.tokenspeed.server;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import javax.xml.XMLConstants;
+import javax.xml.parsers.DocumentBuilder;
+import javax.xml.parsers.DocumentBuilderFactory;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.w3c.dom.Element;
+import org.w3c.dom.Node;
+
+/**
+ * Keeps the module dependencies of architecture §2 pointing downward. Every module's pom.xml is
+ * read, each module's transitive closure of io.tokenspeed module dependencies is computed, and any
+ * reachable module a rule forbids is a violation, reported with the path that reaches it.
+ *
+ * <p>Test-scoped dependencies are exempt (a module's tests may use ts-testkit, which wires owners
+ * together); every other scope counts, and so does a dependency that only arrives transitively.
+ */
+class ModuleBoundariesTest {
+
+  /** The forbidden edges of architecture §2, as data. */
+  static final List<Rule> RULES =
+      List.of(
+          Rule.mayOnlyReach("ts-core"),
+          Rule.mayOnlyReach("ts-cache", "ts-core"),
+          Rule.mayOnlyReach("ts-l3", "ts-core"),
+          Rule.mustNotReach(
+              "ts-scheduler", "ts-l3", "ts-control", "ts-l3-redis", "ts-engine", "ts-server"),
+          Rule.mustNotReach(
+              "ts-control", "ts-scheduler", "ts-cache", "ts-l3", "ts-engine", "ts-server"));
+
+  private static final String GROUP_ID = "io.tokenspeed";
+
+  /**
+   * A module's allowed reach: either an allow-list ({@code only}) or a deny-list.
+   *
+   * @param module the artifactId the rule constrains
+   * @param only true: {@code modules} is all it may reach; false: what it must not reach
+   */
+  record Rule(String module, boolean only, Set<String> modules) {
+    static Rule mayOnlyReach(String module, String... allowed) {
+      return new Rule(module, true, Set.of(allowed));
+    }
+
+    static Rule mustNotReach(String module, String... forbidden) {
+      return new Rule(module, false, Set.of(forbidden));
+    }
+
+    boolean forbids(String target) {
+      return only != modules.contains(target);
+    }
+  }
+
+  /** {@code module} reaches {@code target}, which a rule forbids, along {@code path}. */
+  record Violation(String module, String target, List<String> path) {
+    @Override
+    public String toString() {
+      return module + " -> " + target + " via " + String.join(" > ", path);
+    }
+  }
+
+  /** Reads the reactor at {@code root}: artifactId to its non-test io.tokenspeed dependencies. */
+  static Map<String, List<String>> readReactor(Path root) throws Exception {
+    Map<String, List<String>> graph = new TreeMap<>();
+    readModules(root, graph);
+    return graph;
+  }
+
+  private static void readModules(Path dir, Map<String, List<String>> graph) throws Exception {
+    Element project = parse(dir.resolve("pom.xml"));
+    for (Element modules : children(project, "modules")) {
+      for (Element module : children(modules, "module")) {
+        Path moduleDir = dir.resolve(module.getTextContent().trim()).normalize();
+        Element pom = parse(moduleDir.resolve("pom.xml"));
+        String artifactId = text(pom, "artifactId");
+        List<String> deps = new ArrayList<>();
+        for (Element dependencies : children(pom, "dependencies")) {
+          for (Element dep : children(dependencies, "dependency")) {
+            String groupId = text(dep, "groupId");
+            boolean ours = GROUP_ID.equals(groupId) || "${project.groupId}".equals(groupId);
+            if (ours && !"test".equals(text(dep, "scope"))) {
+              deps.add(text(dep, "artifactId"));
+            }
+          }
+        }
+        graph.put(artifactId, deps);
+        readModules(moduleDir, graph);
+      }
+    }
+  }
+
+  /** Checks every rule against the transitive closure of its module. */
+  static List<Violation> check(Map<String, List<String>> graph, List<Rule> rules) {
+    List<Violation> out = new ArrayList<>();
+    for (Rule rule : rules) {
+      if (!graph.containsKey(rule.module())) {
+        continue;
+      }
+      for (Map.Entry<String, List<String>> reached : closure(graph, rule.module()).entrySet()) {
+        if (rule.forbids(reached.getKey())) {
+          out.add(new Violation(rule.module(), reached.getKey(), reached.getValue()));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Every module reachable from {@code start}, with a shortest path to it (breadth first). */
+  static Map<String, List<String>> closure(Map<String, List<String>> graph, String start) {
+    Map<String, List<String>> paths = new LinkedHashMap<>();
+    Deque<String> queue = new ArrayDeque<>(List.of(start));
+    paths.put(start, List.of(start));
+    while (!queue.isEmpty()) {
+      String at = queue.removeFirst();
+      for (String next : graph.getOrDefault(at, List.of())) {
+        if (!paths.containsKey(next)) {
+          List<String> path = new ArrayList<>(paths.get(at));
+          path.add(next);
+          paths.put(next, List.copyOf(path));
+          queue.addLast(next);
+        }
+      }
+    }
+    paths.remove(start);
+    return paths;
+  }
+
+  private static Element parse(Path pom) throws Exception {
+    DocumentBuilderFactory f = DocumentBuilderFactory.newInstance();
+    f.setFeature("http://apache.org/xml/features/disallow-doctype-decl", true);
+    f.setFeature(XMLConstants.FEATURE_SECURE_PROCESSING, true);
+    DocumentBuilder b = f.newDocumentBuilder();
+    return b.parse(pom.toFile()).getDocumentElement();
+  }
+
+  /**
+   * Direct child elements named {@code name} (never nested ones: dependencyManagement, plugins).
+   */
+  private static List<Element> children(Element parent, String name) {
+    List<Element> out = new ArrayList<>();
+    for (Node n = parent.getFirstChild(); n != null; n = n.getNextSibling()) {
+      if (n instanceof Element e && name.equals(e.getTagName())) {
+        out.add(e);
+      }
+    }
+    return out;
+  }
+
+  private static String text(Element parent, String name) {
+    List<Element> found = children(parent, name);
+    return found.isEmpty() ? null : found.getFirst().getTextContent().trim();
+  }
+
+  @Test
+  void shouldFindNoForbiddenEdgeWhenReadingTheReactor() throws Exception {
+    Map<String, List<String>> graph = readReactor(ReactorRoot.find());
+    assertTrue(graph.keySet().containsAll(List.of("ts-core", "ts-server")), graph::toString);
+    assertEquals(List.of(), check(graph, RULES));
+  }
+
+  @Test
+  void shouldReportExactlyTheForbiddenEdgesWhenSyntheticPomsBreakTheRules(@TempDir Path root)
+      throws Exception {
+    Files.writeString(
+        root.resolve("pom.xml"),
+        pom(
+            "tokenspeed-parent",
+            """
+            <modules><module>ts-core</module><module>ts-cache</module><module>ts-l3</module>
+              <module>ts-scheduler</module><module>ts-metrics</module><module>ts-control</module>
+              <module>ts-testkit</module></modules>
+            <dependencyManagement><dependencies>
+              <dependency><groupId>io.tokenspeed</groupId><artifactId>ts-server</artifactId></dependency>
+            </dependencies></dependencyManagement>
+            """));
+    module(root, "ts-core", "");
+    module(root, "ts-cache", dep("ts-core") + dep("ts-testkit", "test"));
+    module(root, "ts-l3", dep("ts-core") + dep("ts-cache"));
+    module(root, "ts-scheduler", dep("ts-core"));
+    module(root, "ts-metrics", dep("ts-scheduler"));
+    module(
+        root,
+        "ts-control",
+        dep("ts-core")
+            + "<dependency><groupId>${project.groupId}</groupId>"
+            + "<artifactId>ts-metrics</artifactId></dependency>");
+    module(root, "ts-testkit", dep("ts-scheduler") + dep("ts-l3") + dep("ts-control"));
+
+    List<String> violations =
+        check(readReactor(root), RULES).stream().map(Violation::toString).toList();
+
+    assertEquals(
+        List.of(
+            "ts-l3 -> ts-cache via ts-l3 > ts-cache",
+            "ts-control -> ts-scheduler via ts-control > ts-metrics > ts-scheduler"),
+        violations);
+  }
+
+  private static void module(Path root, String artifactId, String dependencies) throws IOException {
+    Path dir = Files.createDirectories(root.resolve(artifactId));
+    Files.writeString(
+        dir.resolve("pom.xml"),
+        pom(
+            artifactId,
+            "<dependencies>"
+                + dependencies
+                + "</dependencies>"
+                + "<build><plugins><plugin><artifactId>p</artifactId><dependencies>"
+                + dep("ts-server")
+                + "</dependencies></plugin></plugins></build>"));
+  }
+
+  private static String dep(String artifactId) {
+    return "<dependency><groupId>io.tokenspeed</groupId><artifactId>"
+        + artifactId
+        + "</artifactId></dependency>";
+  }
+
+  private static String dep(String artifactId, String scope) {
+    return dep(artifactId).replace("</dependency>", "<scope>" + scope + "</scope></dependency>");
+  }
+
+  private static String pom(String artifactId, String body) {
+    return """
+        <?xml version="1.0" encoding="UTF-8"?>
+        <project xmlns="http://maven.apache.org/POM/4.0.0">
+          <modelVersion>4.0.0</modelVersion>
+          <groupId>io.tokenspeed</groupId>
+          <artifactId>%s</artifactId>
+          %s
+        </project>
+        """
+        .formatted(artifactId, body);
+  }
+}

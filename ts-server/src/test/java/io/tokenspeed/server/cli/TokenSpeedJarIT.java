@@ -1,0 +1,95 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Runs the shaded jar as a separate JVM, the way {@code bin/tokenspeed} does, from an unrelated
+ * working directory: the jar must start on its own (manifest, shaded dependencies, resources) and
+ * print exactly what the in-process command prints.
+ */
+class TokenSpeedJarIT {
+
+  private static final long TIMEOUT_SECONDS = 120;
+
+  @TempDir Path workDir;
+
+  record Result(int exitCode, String out, String err) {}
+
+  private Result runJar(String... args) throws IOException, InterruptedException {
+    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
+    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
+    Path java = Path.of(System.getProperty("java.home"), "bin", "java");
+    List<String> command =
+        new ArrayList<>(List.of(java.toString(), "-jar", jar.toAbsolutePath().toString()));
+    command.addAll(List.of(args));
+    Path out = workDir.resolve("stdout");
+    Path err = workDir.resolve("stderr");
+    Process p =
+        new ProcessBuilder(command)
+            .directory(workDir.toFile())
+            .redirectOutput(out.toFile())
+            .redirectError(err.toFile())
+            .start();
+    if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
+      p.destroyForcibly();
+      throw new AssertionError("timed out: " + command);
+    }
+    return new Result(
+        p.exitValue(),
+        Files.readString(out, StandardCharsets.UTF_8),
+        Files.readString(err, StandardCharsets.UTF_8));
+  }
+
+  @Test
+  void shouldPrintTheSameKeysAsInProcessWhenRunAsJar() throws Exception {
+    String[] args = {
+      "keys",
+      "--identity",
+      KeysCommandTest.EXAMPLE.toAbsolutePath().toString(),
+      "--text",
+      "hello world, this is a prompt long enough for two pages of sixty-four tokens each, "
+          + "plus a tail that makes it longer than one hundred and twenty-eight bytes."
+    };
+    Result jar = runJar(args);
+    CliRun inProcess = CliRun.of(args);
+    assertEquals(0, jar.exitCode(), jar::toString);
+    assertEquals("", jar.err());
+    assertEquals(inProcess.out(), jar.out());
+    assertTrue(jar.out().startsWith("namespace tsl3-"), jar::out);
+    assertTrue(jar.out().contains("\"boundary\":128,"), jar::out);
+  }
+
+  @Test
+  void shouldExitTwoWithOneLineWhenJarGetsABadTokenList() throws Exception {
+    Result jar =
+        runJar(
+            "keys",
+            "--identity",
+            KeysCommandTest.EXAMPLE.toAbsolutePath().toString(),
+            "--tokens",
+            "1,x");
+    assertEquals(2, jar.exitCode(), jar::toString);
+    assertEquals("", jar.out());
+    assertEquals(1, jar.err().lines().count(), jar::err);
+    assertTrue(jar.err().startsWith("error: --tokens: token id=\"x\" at position 1"), jar::err);
+  }
+
+  @Test
+  void shouldPrintVersionWhenRunAsJar() throws Exception {
+    Result jar = runJar("--version");
+    assertEquals(0, jar.exitCode(), jar::toString);
+    assertEquals(
+        "tokenspeed " + VersionProvider.buildVersion(), jar.out().lines().findFirst().get());
+  }
+}
