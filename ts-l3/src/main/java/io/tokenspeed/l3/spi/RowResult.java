@@ -1,0 +1,50 @@
+package io.tokenspeed.l3.spi;
+
+/**
+ * What a store says about one object of a call. The executor, not the store, turns these into
+ * {@link io.tokenspeed.core.storage.KeyOutcome}s, retirement and health signals (architecture §8):
+ *
+ * <pre>
+ *   result                 meaning                                   retired?   outage?
+ *   Ok(bytes, existed)     exists / read bytes / created or existed  yes        no
+ *   Missing                not found, before any transfer            yes        no
+ *   Invalid(bytes)         exists but unusable (torn, wrong length)  yes        no
+ *   Rejected(code)         per-row refusal before any transfer       yes        no
+ *                          (e.g. no space for a PUT: re-offer later)
+ *   Unknown(code)          anything else: the store may still touch  NO         yes
+ *                          the buffer
+ * </pre>
+ */
+public sealed interface RowResult
+    permits RowResult.Ok,
+        RowResult.Missing,
+        RowResult.Invalid,
+        RowResult.Rejected,
+        RowResult.Unknown {
+
+  /**
+   * Success. For GET, {@code bytes} is what landed; for PUT, whether the object already existed.
+   */
+  record Ok(long bytes, boolean alreadyExisted) implements RowResult {
+    public Ok {
+      if (bytes < 0) {
+        throw new IllegalArgumentException("ok bytes=" + bytes + " must be >= 0");
+      }
+    }
+  }
+
+  /** The object does not exist; nothing was transferred. */
+  record Missing() implements RowResult {}
+
+  /** The object exists but cannot be used (short, long or torn); nothing usable landed. */
+  record Invalid(long bytes) implements RowResult {}
+
+  /** A retired per-row refusal (for example a PUT the store has no space for). */
+  record Rejected(int code) implements RowResult {}
+
+  /** A failure whose retirement is unknown: the row's buffer may still be in use. */
+  record Unknown(int code) implements RowResult {}
+
+  /** Shared instance of {@link Missing}. */
+  RowResult MISSING = new Missing();
+}
