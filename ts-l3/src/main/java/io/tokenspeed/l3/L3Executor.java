@@ -1,0 +1,659 @@
+package io.tokenspeed.l3;
+
+import io.tokenspeed.core.storage.JobRow;
+import io.tokenspeed.core.storage.KeyOutcome;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageDone;
+import io.tokenspeed.core.storage.StorageJob;
+import io.tokenspeed.core.storage.StorageKind;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.EnumMap;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.LongSupplier;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * The engine host's L3 executor (ts-l3): runs immutable storage jobs against a {@link Store} on
+ * bounded per-kind queues and workers, and hands back completion facts when the event loop polls.
+ *
+ * <h2>What it guarantees</h2>
+ *
+ * <ul>
+ *   <li><b>Never blocks the loop.</b> {@link #submit}, {@link #cancel} and {@link #poll} take one
+ *       short lock and never call the store. A full queue, the operation limit, a cooldown or
+ *       quarantine is answered at once with a rejection whose record is delivered by {@code poll}.
+ *   <li><b>Bounded.</b> Each kind has its own queue and workers, so slow PUTs cannot starve reads;
+ *       the total of queued jobs, running calls and undelivered results is capped.
+ *   <li><b>Workers never die silently and never call back.</b> Every outcome of a store call, an
+ *       exception included, becomes a fact in the completion list; an {@link Error} quarantines the
+ *       executor before it propagates. Workers touch only keys and Host byte ranges.
+ *   <li><b>Retirement is never guessed.</b> A result that cannot prove the store stopped touching
+ *       the buffers (an unknown code, or a failure of a store whose failures do not retire)
+ *       quarantines the executor: every later submission is rejected, and {@link #close()} keeps
+ *       the store (and so the registered Host memory) for the life of the process.
+ *   <li><b>Cancellation is immediate for queued jobs</b> (the job becomes inert and its record is
+ *       marked detached) and never interrupts a running call, whose record comes back detached.
+ *   <li><b>Operation ids are strictly increasing</b>; an id that is not larger than every earlier
+ *       one is refused.
+ * </ul>
+ *
+ * <h2>Threads</h2>
+ *
+ * <pre>
+ *   event loop ──submit/cancel/poll──▶ [lock] queues(QUERY|GET|PUT), live jobs, completions
+ *   ts-l3-get-N ──take──▶ store.get(...) (no lock held) ──▶ [lock] facts → completions
+ * </pre>
+ */
+public final class L3Executor {
+
+  private static final Logger LOG = Logger.getLogger(L3Executor.class.getName());
+
+  private enum Phase {
+    QUEUED,
+    RUNNING
+  }
+
+  private static final class Entry {
+    final StorageJob job;
+    final long payloadBytes;
+    final long submitNs;
+    final long healthEpoch;
+    final boolean probe;
+    Phase phase = Phase.QUEUED;
+    boolean detached;
+
+    Entry(StorageJob job, long submitNs, long healthEpoch, boolean probe) {
+      this.job = job;
+      this.payloadBytes = job.payloadBytes();
+      this.submitNs = submitNs;
+      this.healthEpoch = healthEpoch;
+      this.probe = probe;
+    }
+  }
+
+  private static final class KindState {
+    final StorageKind kind;
+    final int capacity;
+    final ArrayDeque<Entry> queue;
+    final Condition nonEmpty;
+    long queuedBytes;
+    int running;
+    long runningBytes;
+    long jobs;
+    long keys;
+    long okKeys;
+    long payloadBytes;
+    long queueNanos;
+    long backendNanos;
+
+    KindState(StorageKind kind, int capacity, Condition nonEmpty) {
+      this.kind = kind;
+      this.capacity = capacity;
+      this.queue = new ArrayDeque<>(Math.min(capacity, 1024));
+      this.nonEmpty = nonEmpty;
+    }
+  }
+
+  private record Completed(StorageDone done, long payloadBytes) {}
+
+  private final Store store;
+  private final L3ExecutorConfig config;
+  private final MemorySegment host;
+  private final LongSupplier nanoClock;
+  private final boolean storeFailuresRetire;
+  private final int maxKeyBytes;
+
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Map<StorageKind, KindState> kinds = new EnumMap<>(StorageKind.class);
+  private final Map<Long, Entry> live = new HashMap<>();
+  private final ArrayList<Completed> completions = new ArrayList<>();
+  private final HealthMonitor health;
+  private final Map<SubmitResult, Long> rejections = new EnumMap<>(SubmitResult.class);
+  private final List<Thread> workers = new ArrayList<>();
+
+  private long lastOperationId = -1;
+  private boolean closing;
+  private CloseReport closeReport;
+  private boolean quarantined;
+  private long unprovenRetirements;
+  private long backendCalls;
+  private long putsNewlyWritten;
+  private long putsAlreadyExisted;
+  private long workerFaults;
+
+  private L3Executor(
+      Store store, L3ExecutorConfig config, MemorySegment host, LongSupplier nanoClock) {
+    this.store = store;
+    this.config = config;
+    this.host = host;
+    this.nanoClock = nanoClock;
+    this.storeFailuresRetire = store.failuresRetire();
+    this.maxKeyBytes = store.maxKeyBytes();
+    this.health = new HealthMonitor(TimeUnit.MILLISECONDS.toNanos(config.healthCooldownMs()));
+    kinds.put(
+        StorageKind.QUERY,
+        new KindState(StorageKind.QUERY, config.queryQueueCapacity(), lock.newCondition()));
+    kinds.put(
+        StorageKind.GET,
+        new KindState(StorageKind.GET, config.getQueueCapacity(), lock.newCondition()));
+    kinds.put(
+        StorageKind.PUT,
+        new KindState(StorageKind.PUT, config.putQueueCapacity(), lock.newCondition()));
+  }
+
+  /**
+   * Registers {@code hostAllocation} with the store and starts the workers.
+   *
+   * @param store the backend; called only from worker threads after this returns
+   * @param config limits and worker counts
+   * @param hostAllocation the one shared Host allocation every job's ranges address
+   * @param nanoClock monotonic time for ages and the health cooldown ({@code System::nanoTime})
+   */
+  public static L3Executor start(
+      Store store, L3ExecutorConfig config, MemorySegment hostAllocation, LongSupplier nanoClock)
+      throws Exception {
+    if (hostAllocation == null || hostAllocation.byteSize() == 0) {
+      throw new IllegalArgumentException("the Host allocation is missing or empty");
+    }
+    store.registerHostBuffer(hostAllocation);
+    L3Executor ex = new L3Executor(store, config, hostAllocation, nanoClock);
+    ex.startWorkers(StorageKind.QUERY, config.queryWorkers());
+    ex.startWorkers(StorageKind.GET, config.getWorkers());
+    ex.startWorkers(StorageKind.PUT, config.putWorkers());
+    return ex;
+  }
+
+  private void startWorkers(StorageKind kind, int count) {
+    for (int i = 0; i < count; i++) {
+      KindState ks = kinds.get(kind);
+      Thread t =
+          Thread.ofPlatform()
+              .name("ts-l3-" + kind.name().toLowerCase() + "-" + i)
+              .daemon(true)
+              .unstarted(() -> workerLoop(ks));
+      workers.add(t);
+      t.start();
+    }
+  }
+
+  // ---------------------------------------------------------------- loop-facing API
+
+  /**
+   * Submits a job. Bad input (a key longer than the store allows, a range outside the Host
+   * allocation, a reused operation id) and a closed executor throw at once and submit nothing;
+   * runtime refusals are returned and their records delivered by {@link #poll()}.
+   */
+  public SubmitResult submit(StorageJob job) {
+    validate(job);
+    lock.lock();
+    try {
+      if (closing) {
+        throw new IllegalStateException(
+            "the L3 executor is closed; operation " + job.operationId() + " was not submitted");
+      }
+      if (job.operationId() <= lastOperationId) {
+        throw new IllegalArgumentException(
+            "operation_id="
+                + job.operationId()
+                + " is not larger than the last submitted id "
+                + lastOperationId
+                + ": operation ids are never reused");
+      }
+      lastOperationId = job.operationId();
+      long now = nanoClock.getAsLong();
+      KindState ks = kinds.get(job.kind());
+      SubmitResult refusal = null;
+      if (quarantined) {
+        refusal = SubmitResult.REJECTED_QUARANTINED;
+      } else if (live.size() + completions.size() >= config.maxOutstandingOperations()) {
+        refusal = SubmitResult.REJECTED_OPERATION_LIMIT;
+      } else if (ks.queue.size() >= ks.capacity) {
+        refusal = SubmitResult.REJECTED_QUEUE_FULL;
+      }
+      HealthMonitor.Admission admission =
+          refusal == null ? health.admit(now) : HealthMonitor.Admission.REJECT;
+      if (refusal == null && admission == HealthMonitor.Admission.REJECT) {
+        refusal = SubmitResult.REJECTED_UNHEALTHY;
+      }
+      if (refusal != null) {
+        rejections.merge(refusal, 1L, Long::sum);
+        completions.add(
+            new Completed(
+                new StorageDone(
+                    job.operationId(), job.kind(), ResultInterpreter.notRun(job), true, 0, false),
+                job.payloadBytes()));
+        return refusal;
+      }
+      boolean probe = admission == HealthMonitor.Admission.ADMIT_AS_PROBE;
+      Entry e = new Entry(job, now, health.epoch(), probe);
+      ks.queue.addLast(e);
+      ks.queuedBytes += e.payloadBytes;
+      live.put(job.operationId(), e);
+      ks.nonEmpty.signal();
+      return probe ? SubmitResult.QUEUED_AS_PROBE : SubmitResult.QUEUED;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Cancels an operation. A queued job is removed at once, without waiting for any worker, and its
+   * record (detached, retired, no evidence) is delivered by the next poll. A running job goes on;
+   * its record comes back detached. Returns false for an unknown or already finished id.
+   */
+  public boolean cancel(long operationId) {
+    lock.lock();
+    try {
+      Entry e = live.get(operationId);
+      if (e == null) {
+        return false;
+      }
+      if (e.phase == Phase.RUNNING) {
+        e.detached = true;
+        return true;
+      }
+      KindState ks = kinds.get(e.job.kind());
+      ks.queue.remove(e);
+      ks.queuedBytes -= e.payloadBytes;
+      live.remove(operationId);
+      if (e.probe) {
+        health.onProbeAbandoned(e.healthEpoch);
+      }
+      completions.add(
+          new Completed(
+              new StorageDone(
+                  operationId, e.job.kind(), ResultInterpreter.notRun(e.job), true, 0, true),
+              e.payloadBytes));
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * New completion records and the pressure snapshot, under one lock. Scans at most the live jobs
+   * (bounded by the operation limit) and never calls the store.
+   */
+  public L3Poll poll() {
+    lock.lock();
+    try {
+      List<StorageDone> out = new ArrayList<>(completions.size());
+      for (Completed c : completions) {
+        out.add(c.done());
+      }
+      completions.clear();
+      return new L3Poll(out, pressureLocked(nanoClock.getAsLong()));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private PressureSnapshot pressureLocked(long now) {
+    int queued = 0;
+    long queuedBytes = 0;
+    long oldest = Long.MAX_VALUE;
+    boolean any = false;
+    for (Entry e : live.values()) {
+      if (e.phase == Phase.QUEUED) {
+        queued++;
+        queuedBytes += e.payloadBytes;
+      }
+      if (!any || e.submitNs - oldest < 0) {
+        oldest = e.submitNs;
+        any = true;
+      }
+    }
+    return new PressureSnapshot(queued, queuedBytes, any ? Math.max(0, now - oldest) : 0);
+  }
+
+  // ---------------------------------------------------------------- workers
+
+  private void workerLoop(KindState ks) {
+    while (true) {
+      Entry e;
+      lock.lock();
+      try {
+        while (ks.queue.isEmpty() && !closing) {
+          ks.nonEmpty.awaitUninterruptibly();
+        }
+        if (ks.queue.isEmpty()) {
+          return; // closing, nothing left to run
+        }
+        e = ks.queue.pollFirst();
+        ks.queuedBytes -= e.payloadBytes;
+        e.phase = Phase.RUNNING;
+        ks.running++;
+        ks.runningBytes += e.payloadBytes;
+        ks.queueNanos += Math.max(0, nanoClock.getAsLong() - e.submitNs);
+      } finally {
+        lock.unlock();
+      }
+      runOne(ks, e);
+    }
+  }
+
+  private void runOne(KindState ks, Entry e) {
+    int[] owned = ResultInterpreter.ownedRows(e.job);
+    ResultInterpreter.Facts facts;
+    Error fatal = null;
+    boolean called = owned.length > 0;
+    long t0 = System.nanoTime();
+    try {
+      if (!called) {
+        facts =
+            new ResultInterpreter.Facts(
+                ResultInterpreter.notRun(e.job).stream().map(o -> KeyOutcome.OK).toList(),
+                true,
+                0,
+                false,
+                0,
+                0);
+      } else {
+        StoreResult result = call(e.job, owned);
+        facts = ResultInterpreter.interpret(e.job, owned, result, storeFailuresRetire);
+      }
+    } catch (Throwable t) {
+      facts = ResultInterpreter.failed(e.job, owned, storeFailuresRetire);
+      recordFault(e, t);
+      if (t instanceof Error err) {
+        fatal = err;
+      }
+    }
+    long backendNs = System.nanoTime() - t0;
+    complete(ks, e, facts, called, backendNs, fatal != null);
+    if (fatal != null) {
+      throw fatal;
+    }
+  }
+
+  private StoreResult call(StorageJob job, int[] owned) throws Exception {
+    List<String> keys = new ArrayList<>(owned.length);
+    for (int row : owned) {
+      keys.add(job.rows().get(row).key());
+    }
+    if (job.kind() == StorageKind.QUERY) {
+      return store.exists(keys);
+    }
+    List<MemorySegment> segments = new ArrayList<>(owned.length);
+    for (int row : owned) {
+      JobRow r = job.rows().get(row);
+      segments.add(host.asSlice(r.range().offset(), r.range().lengthBytes()));
+    }
+    return job.kind() == StorageKind.GET ? store.get(keys, segments) : store.put(keys, segments);
+  }
+
+  private void complete(
+      KindState ks,
+      Entry e,
+      ResultInterpreter.Facts facts,
+      boolean called,
+      long backendNs,
+      boolean fatal) {
+    lock.lock();
+    try {
+      long now = nanoClock.getAsLong();
+      live.remove(e.job.operationId());
+      ks.running--;
+      ks.runningBytes -= e.payloadBytes;
+      ks.jobs++;
+      ks.keys += e.job.rows().size();
+      ks.backendNanos += backendNs;
+      if (called) {
+        backendCalls++;
+      }
+      if (facts.outage()) {
+        health.onOutage(now);
+      } else {
+        health.onSuccess(e.healthEpoch);
+      }
+      if (!facts.retired() || fatal) {
+        if (!quarantined) {
+          LOG.log(
+              Level.SEVERE,
+              "L3 operation {0} ({1}) could not be proven retired: the executor is quarantined"
+                  + " and takes no more work until the process restarts",
+              new Object[] {e.job.operationId(), e.job.kind()});
+        }
+        quarantined = true;
+      }
+      if (!facts.retired()) {
+        unprovenRetirements++;
+      }
+      if (fatal) {
+        // This worker is about to die: nothing queued may wait for it.
+        for (KindState other : kinds.values()) {
+          while (!other.queue.isEmpty()) {
+            cancelQueuedLocked(other, other.queue.peekFirst());
+          }
+        }
+      }
+      StorageDone done =
+          new StorageDone(
+              e.job.operationId(),
+              e.job.kind(),
+              facts.outcomes(),
+              facts.retired(),
+              facts.bytes(),
+              e.detached);
+      ks.okKeys += done.okCount();
+      ks.payloadBytes += facts.bytes();
+      putsNewlyWritten += facts.newlyWritten();
+      putsAlreadyExisted += facts.alreadyExisted();
+      completions.add(new Completed(done, e.payloadBytes));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private final Map<String, Boolean> seenFaults = new HashMap<>();
+
+  private void recordFault(Entry e, Throwable t) {
+    lock.lock();
+    try {
+      workerFaults++;
+      String signature = t.getClass().getName() + ": " + t.getMessage();
+      if (seenFaults.size() < 1024 && seenFaults.putIfAbsent(signature, Boolean.TRUE) == null) {
+        LOG.log(
+            Level.WARNING,
+            "L3 " + e.job.kind() + " call failed (first occurrence of this error)",
+            t);
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // ---------------------------------------------------------------- validation
+
+  private void validate(StorageJob job) {
+    for (int i = 0; i < job.rows().size(); i++) {
+      JobRow r = job.rows().get(i);
+      int keyBytes =
+          r.key().length() * 3 <= maxKeyBytes
+              ? r.key().length()
+              : r.key().getBytes(StandardCharsets.UTF_8).length;
+      if (keyBytes > maxKeyBytes) {
+        throw new IllegalArgumentException(
+            "operation "
+                + job.operationId()
+                + " row "
+                + i
+                + " key of "
+                + keyBytes
+                + " bytes exceeds the "
+                + store.name()
+                + " store's limit of "
+                + maxKeyBytes);
+      }
+      if (r.range() != null && r.range().end() > host.byteSize()) {
+        throw new IllegalArgumentException(
+            "operation "
+                + job.operationId()
+                + " row "
+                + i
+                + " range [offset="
+                + r.range().offset()
+                + ", end="
+                + r.range().end()
+                + ") lies outside the Host allocation of "
+                + host.byteSize()
+                + " bytes");
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- state and shutdown
+
+  /** True once an unretired result stopped all new work. */
+  public boolean quarantined() {
+    lock.lock();
+    try {
+      return quarantined;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** The current counters and gauges. Reading them changes nothing (no probe is consumed). */
+  public L3Metrics metrics() {
+    lock.lock();
+    try {
+      Map<String, Long> rej = new HashMap<>();
+      rejections.forEach((k, v) -> rej.put(k.name(), v));
+      return new L3Metrics(
+          kindMetrics(StorageKind.QUERY),
+          kindMetrics(StorageKind.GET),
+          kindMetrics(StorageKind.PUT),
+          health.state().name(),
+          health.epoch(),
+          health.outages(),
+          unprovenRetirements,
+          quarantined,
+          backendCalls,
+          putsNewlyWritten,
+          putsAlreadyExisted,
+          rej,
+          workerFaults);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private L3Metrics.Kind kindMetrics(StorageKind kind) {
+    KindState ks = kinds.get(kind);
+    int completed = 0;
+    long completedBytes = 0;
+    for (Completed c : completions) {
+      if (c.done().kind() == kind) {
+        completed++;
+        completedBytes += c.payloadBytes();
+      }
+    }
+    return new L3Metrics.Kind(
+        ks.jobs,
+        ks.keys,
+        ks.okKeys,
+        ks.payloadBytes,
+        ks.queueNanos,
+        ks.backendNanos,
+        ks.queue.size(),
+        ks.queuedBytes,
+        ks.running,
+        ks.runningBytes,
+        completed,
+        completedBytes);
+  }
+
+  /**
+   * Stops taking work, cancels queued jobs (their detached records stay pollable), joins the
+   * workers until the configured deadline, then closes the store — unless some call is still
+   * running or some result was never proven retired. In that case the store is kept open for the
+   * life of the process and the report says a restart is required. Idempotent.
+   */
+  public CloseReport close() {
+    lock.lock();
+    try {
+      if (closeReport != null) {
+        return closeReport;
+      }
+      closing = true;
+      for (KindState ks : kinds.values()) {
+        while (!ks.queue.isEmpty()) {
+          Entry e = ks.queue.peekFirst();
+          cancelQueuedLocked(ks, e);
+        }
+        ks.nonEmpty.signalAll();
+      }
+    } finally {
+      lock.unlock();
+    }
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.closeJoinDeadlineMs());
+    int unjoined = 0;
+    for (Thread t : workers) {
+      long left = deadline - System.nanoTime();
+      try {
+        if (left > 0) {
+          t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
+        }
+      } catch (InterruptedException ie) {
+        Thread.currentThread().interrupt();
+      }
+      if (t.isAlive()) {
+        unjoined++;
+      }
+    }
+    lock.lock();
+    try {
+      int unproven = (int) unprovenRetirements;
+      boolean keep = unjoined > 0 || quarantined;
+      String message;
+      boolean storeClosed = false;
+      if (keep) {
+        message =
+            "L3 store "
+                + store.name()
+                + " left open: "
+                + unjoined
+                + " worker(s) still inside a store call and "
+                + unproven
+                + " job(s) never proven retired; restart the process to reclaim its memory";
+        LOG.severe(message);
+      } else {
+        try {
+          store.close();
+          storeClosed = true;
+          message = "L3 store " + store.name() + " closed";
+        } catch (Exception ex) {
+          message = "L3 store " + store.name() + " failed to close: " + ex;
+          LOG.log(Level.WARNING, message, ex);
+        }
+      }
+      closeReport = new CloseReport(storeClosed, keep, unjoined, unproven, message);
+      return closeReport;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void cancelQueuedLocked(KindState ks, Entry e) {
+    ks.queue.remove(e);
+    ks.queuedBytes -= e.payloadBytes;
+    live.remove(e.job.operationId());
+    completions.add(
+        new Completed(
+            new StorageDone(
+                e.job.operationId(), e.job.kind(), ResultInterpreter.notRun(e.job), true, 0, true),
+            e.payloadBytes));
+  }
+}

@@ -1,0 +1,175 @@
+package io.tokenspeed.l3;
+
+import io.tokenspeed.core.storage.JobRow;
+import io.tokenspeed.core.storage.KeyOutcome;
+import io.tokenspeed.core.storage.StorageJob;
+import io.tokenspeed.core.storage.StorageKind;
+import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.spi.StoreResult;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Turns what a store said about a job into the job's facts: per-key outcomes, retirement, bytes and
+ * whether the call signals an outage. This is the whole retirement contract of architecture §8 in
+ * one place:
+ *
+ * <pre>
+ *   store says                         QUERY            GET                 PUT
+ *   Ok(bytes)                          OK               OK if bytes = len,  OK (new or existed)
+ *                                                       else INVALID
+ *   Missing                            FAILED (absent)  MISSING             malformed
+ *   Invalid                            FAILED           INVALID             malformed
+ *   Rejected                           FAILED           FAILED              FAILED (re-offer)
+ *   Unknown                            FAILED, outage   FAILED, unretired,  FAILED, unretired,
+ *                                                       outage              outage
+ *   wrong row count / throws           all FAILED, outage; retired only if the store's failures
+ *                                      retire (QUERY always retires: it touches no payload)
+ * </pre>
+ *
+ * <p>Rows another rank owns are reported OK and retired with no bytes and no object evidence; they
+ * never reach the store.
+ */
+final class ResultInterpreter {
+
+  private ResultInterpreter() {}
+
+  /** The facts of one finished call. */
+  record Facts(
+      List<KeyOutcome> outcomes,
+      boolean retired,
+      long bytes,
+      boolean outage,
+      int alreadyExisted,
+      int newlyWritten) {}
+
+  /** Indexes of the rows this rank moves or asks about, in row order. */
+  static int[] ownedRows(StorageJob job) {
+    int[] idx = new int[job.rows().size()];
+    int n = 0;
+    for (int i = 0; i < job.rows().size(); i++) {
+      if (job.rows().get(i).owned()) {
+        idx[n++] = i;
+      }
+    }
+    return Arrays.copyOf(idx, n);
+  }
+
+  /** Facts when the store answered. */
+  static Facts interpret(
+      StorageJob job, int[] owned, StoreResult result, boolean storeFailuresRetire) {
+    if (result == null || result.rows().size() != owned.length) {
+      return failed(job, owned, storeFailuresRetire);
+    }
+    KeyOutcome[] outcomes = initialOutcomes(job);
+    boolean retired = result.retired() || job.kind() == StorageKind.QUERY;
+    boolean outage = !result.retired() && job.kind() != StorageKind.QUERY;
+    long bytes = 0;
+    int existed = 0;
+    int written = 0;
+    for (int i = 0; i < owned.length; i++) {
+      int row = owned[i];
+      JobRow jobRow = job.rows().get(row);
+      RowResult r = result.rows().get(i);
+      KeyOutcome outcome;
+      switch (job.kind()) {
+        case QUERY -> {
+          outcome = r instanceof RowResult.Ok ? KeyOutcome.OK : KeyOutcome.FAILED;
+          outage |= r instanceof RowResult.Unknown || r == null;
+        }
+        case GET -> {
+          switch (r) {
+            case RowResult.Ok ok -> {
+              if (ok.bytes() == jobRow.range().lengthBytes()) {
+                outcome = KeyOutcome.OK;
+                bytes += ok.bytes();
+              } else {
+                outcome = KeyOutcome.INVALID;
+              }
+            }
+            case RowResult.Missing m -> outcome = KeyOutcome.MISSING;
+            case RowResult.Invalid inv -> outcome = KeyOutcome.INVALID;
+            case RowResult.Rejected rej -> outcome = KeyOutcome.FAILED;
+            case RowResult.Unknown u -> {
+              outcome = KeyOutcome.FAILED;
+              retired = false;
+              outage = true;
+            }
+            case null -> {
+              outcome = KeyOutcome.FAILED;
+              retired &= storeFailuresRetire;
+              outage = true;
+            }
+          }
+        }
+        case PUT -> {
+          switch (r) {
+            case RowResult.Ok ok -> {
+              outcome = KeyOutcome.OK;
+              bytes += jobRow.range().lengthBytes();
+              if (ok.alreadyExisted()) {
+                existed++;
+              } else {
+                written++;
+              }
+            }
+            case RowResult.Rejected rej -> outcome = KeyOutcome.FAILED;
+            case RowResult.Unknown u -> {
+              outcome = KeyOutcome.FAILED;
+              retired = false;
+              outage = true;
+            }
+            case RowResult.Missing m -> {
+              outcome = KeyOutcome.FAILED; // a PUT cannot report a read failure: malformed
+              retired &= storeFailuresRetire;
+              outage = true;
+            }
+            case RowResult.Invalid inv -> {
+              outcome = KeyOutcome.FAILED;
+              retired &= storeFailuresRetire;
+              outage = true;
+            }
+            case null -> {
+              outcome = KeyOutcome.FAILED;
+              retired &= storeFailuresRetire;
+              outage = true;
+            }
+          }
+        }
+        default -> throw new IllegalStateException("unknown kind " + job.kind());
+      }
+      outcomes[row] = outcome;
+    }
+    if (!retired) {
+      bytes = 0; // nothing is proven to have landed
+    }
+    return new Facts(List.of(outcomes), retired, bytes, outage, existed, written);
+  }
+
+  /** Facts when the call threw or returned a malformed answer. */
+  static Facts failed(StorageJob job, int[] owned, boolean storeFailuresRetire) {
+    KeyOutcome[] outcomes = initialOutcomes(job);
+    for (int row : owned) {
+      outcomes[row] = KeyOutcome.FAILED;
+    }
+    boolean retired = job.kind() == StorageKind.QUERY || storeFailuresRetire || owned.length == 0;
+    return new Facts(List.of(outcomes), retired, 0, true, 0, 0);
+  }
+
+  /** Facts of a job that never reached the store (rejected, or cancelled while queued). */
+  static List<KeyOutcome> notRun(StorageJob job) {
+    List<KeyOutcome> out = new ArrayList<>(job.rows().size());
+    for (int i = 0; i < job.rows().size(); i++) {
+      out.add(KeyOutcome.FAILED);
+    }
+    return out;
+  }
+
+  /** Every row starts as another rank's: OK with no evidence; owned rows are overwritten. */
+  private static KeyOutcome[] initialOutcomes(StorageJob job) {
+    KeyOutcome[] outcomes = new KeyOutcome[job.rows().size()];
+    Arrays.fill(outcomes, KeyOutcome.OK);
+    return outcomes;
+  }
+}
