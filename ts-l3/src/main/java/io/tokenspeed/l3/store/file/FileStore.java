@@ -1,0 +1,529 @@
+package io.tokenspeed.l3.store.file;
+
+import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.FileSystemException;
+import java.nio.file.FileVisitResult;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.SimpleFileVisitor;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
+
+/**
+ * The embedded default L3: a directory shared by every process on one machine. Objects written by
+ * one process are read by any other that names the same root, after the writer has exited.
+ *
+ * <p><b>Where objects live.</b> A key is never used as a path: keys carry {@code |}, {@code _} and
+ * whatever else a caller chooses. An object is named by the SHA-256 of its key, under a directory
+ * of its namespace (the key's text before its first {@code _}) so that a namespace is deleted by
+ * removing one tree:
+ *
+ * <pre>
+ *   root/
+ *   +-- tsl3-3f2a...e1/                 namespace directory: the namespace itself when it is a
+ *   |   |                               plain name ([a-z0-9][a-z0-9-]*, at most 100 characters)
+ *   |   +-- 9c/                         first two hex digits of sha256(key)
+ *   |   |   +-- 9c0b...77               an object: the full sha256(key) in hex
+ *   |   |   +-- .tmp-9c0b...-4711-5e1f  a PUT in progress (process 4711); never read
+ *   |   +-- ...
+ *   +-- _5d41...0b/                     any other namespace: '_' + sha256(namespace) in hex
+ *   +-- _unscoped/                      keys without '_'
+ * </pre>
+ *
+ * <p>A plain name never starts with {@code _}, and {@code _unscoped} is not 65 characters long, so
+ * the three kinds of namespace directory cannot collide.
+ *
+ * <p><b>An object file</b> (big-endian, exactly {@code 24 + K + N} bytes):
+ *
+ * <pre>
+ *   0        4         6         8                  16         20         24            24+K
+ *   +--------+---------+---------+------------------+----------+----------+-------------+---------+
+ *   | magic  | version | key     | payload length N | payload  | header   | key         | payload |
+ *   | "TSL3" | = 1     | length K| (u64)            | CRC32C   | CRC32C   | (UTF-8,     | N bytes |
+ *   |        | (u16)   | (u16)   |                  |          |          |  K bytes)   |         |
+ *   +--------+---------+---------+------------------+----------+----------+-------------+---------+
+ *   the header CRC32C covers bytes [0, 20) and the key; the payload CRC32C covers the payload
+ * </pre>
+ *
+ * <p><b>What it guarantees.</b>
+ *
+ * <ul>
+ *   <li>PUT is create-only and atomic across threads and processes. The object is written to a
+ *       temporary file beside its final name (named with the writer's process id and a random
+ *       suffix), forced to the device when {@code fsync} is on, and published with a hard link,
+ *       which the kernel refuses when the name already exists. A complete object appears under its
+ *       name or nothing does; of several racing writers exactly one sees {@code
+ *       alreadyExisted=false} and the others {@code Ok(…, alreadyExisted=true)}; the first bytes
+ *       stay.
+ *   <li>GET is exact-length and verified. It reads the object straight into the destination segment
+ *       and answers {@code Ok} only when the header names this key with this format, the payload
+ *       length equals both the file's remaining length and the destination's {@code byteSize()},
+ *       and the payload checksum matches. A missing file is {@code Missing}. Anything else (another
+ *       length, a torn, truncated, extended or overwritten file, a file of another key) is {@code
+ *       Invalid(bytes)}, where {@code bytes} is how many payload bytes the file holds; it is never
+ *       {@code Ok}. A header or length failure leaves the destination untouched; a checksum failure
+ *       is found after the read, so the destination then holds unusable bytes under an {@code
+ *       Invalid} row.
+ *   <li>Every call retires. All I/O is synchronous, positional {@link FileChannel} reads and writes
+ *       on the calling thread; there is no memory mapping, no asynchronous channel and no
+ *       background thread. When a call returns or throws, nothing reads or writes a caller segment
+ *       any more ({@link #failuresRetire()} is true).
+ *   <li>Limits are checked before anything is written: a key longer than {@code maxKeyBytes} or a
+ *       source larger than {@code maxValueBytes} throws {@link IllegalArgumentException} naming the
+ *       size and the limit, and no row of that call is written.
+ *   <li>A call that returns or throws leaves no temporary file behind. Only a process killed in the
+ *       middle of a PUT can leave one; it is never read as an object, and {@link #deleteNamespace}
+ *       removes it with its namespace.
+ *   <li>Other I/O failures (no space, permissions, a dead disk) propagate as {@link IOException};
+ *       the executor turns them into facts.
+ * </ul>
+ *
+ * <p><b>Why it is built this way.</b> Hashed names make any key safe and spread objects over 256
+ * directories per namespace; the full key in the header catches a misplaced file or a hash
+ * collision. Hard links decide create-only in the kernel, so no lock file or cross-process lock
+ * exists that a crashed process could leave held; rename would silently replace an existing object.
+ * Forcing the temporary file before publishing means a crash cannot publish an object whose bytes
+ * never reached the device; the directory entry itself is not forced, because losing it in a power
+ * cut is only a miss. CRC32C is hardware-accelerated and catches files that were torn, decayed or
+ * damaged by something outside the store.
+ *
+ * <p>Where the file system refuses hard links, publication falls back to {@link Files#move} without
+ * {@code REPLACE_EXISTING}. The JDK checks for the target and then renames, which is not atomic
+ * against a concurrent writer of the same key: in that window a complete object may replace another
+ * complete object of the same key and both writers see {@code alreadyExisted=false}. Readers are
+ * unaffected (an open file keeps its bytes), and keys name content, so the replacement carries the
+ * same bytes.
+ *
+ * <p><b>What it must never do.</b> Modify or overwrite a published object file; use key text as a
+ * path; answer {@code Ok} without checking header, length and checksum; keep a channel or a caller
+ * segment past the call; touch anything outside its root.
+ */
+public final class FileStore implements Store {
+
+  /** Names of in-progress PUTs start with this; nothing else does. */
+  static final String TEMP_PREFIX = ".tmp-";
+
+  /** Directory of keys without a namespace separator. */
+  static final String UNSCOPED_DIRECTORY = "_unscoped";
+
+  private static final int MAX_PLAIN_NAME_CHARS = 100;
+  private static final int CREATE_ATTEMPTS = 3;
+  private static final HexFormat HEX = HexFormat.of();
+  private static final long PID = ProcessHandle.current().pid();
+
+  private final FileStoreSettings settings;
+  private final Path root;
+  private final boolean hardLinks;
+  private volatile boolean closed;
+
+  /** Opens (and creates when needed) the store directory of {@code settings}. */
+  public FileStore(FileStoreSettings settings) throws IOException {
+    this(settings, true);
+  }
+
+  /** {@code hardLinks=false} publishes with the move fallback (for tests of that path). */
+  FileStore(FileStoreSettings settings, boolean hardLinks) throws IOException {
+    if (settings == null) {
+      throw new IllegalArgumentException("file store settings are required");
+    }
+    this.settings = settings;
+    this.root = settings.root();
+    this.hardLinks = hardLinks;
+    Files.createDirectories(root);
+  }
+
+  @Override
+  public String name() {
+    return "file";
+  }
+
+  /** True: all I/O is synchronous inside the call, on the caller's thread. */
+  @Override
+  public boolean failuresRetire() {
+    return true;
+  }
+
+  @Override
+  public int maxKeyBytes() {
+    return settings.maxKeyBytes();
+  }
+
+  /** The settings this store was built with. */
+  public FileStoreSettings settings() {
+    return settings;
+  }
+
+  /** Where the object of {@code key} lives (whether or not it exists). */
+  public Path objectPath(String key) {
+    return place(key, 0).target();
+  }
+
+  @Override
+  public StoreResult exists(List<String> keys) throws IOException {
+    List<Placement> placements = place(keys);
+    List<RowResult> rows = new ArrayList<>(placements.size());
+    for (Placement p : placements) {
+      try {
+        long size =
+            Files.readAttributes(p.target(), BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
+                .size();
+        long headerBytes = ObjectFileDescriptor.headerBytes(p.key().length);
+        rows.add(new RowResult.Ok(Math.max(0, size - headerBytes), false));
+      } catch (NoSuchFileException e) {
+        rows.add(RowResult.MISSING);
+      }
+    }
+    return StoreResult.of(rows);
+  }
+
+  @Override
+  public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws IOException {
+    List<Placement> placements = place(keys);
+    checkSegments(keys, destinations, "destinations");
+    List<RowResult> rows = new ArrayList<>(placements.size());
+    for (int i = 0; i < placements.size(); i++) {
+      rows.add(getOne(placements.get(i), destinations.get(i)));
+    }
+    return StoreResult.of(rows);
+  }
+
+  private RowResult getOne(Placement p, MemorySegment destination) throws IOException {
+    FileChannel channel;
+    try {
+      channel = FileChannel.open(p.target(), StandardOpenOption.READ);
+    } catch (NoSuchFileException e) {
+      return RowResult.MISSING;
+    }
+    try (channel) {
+      int headerBytes = ObjectFileDescriptor.headerBytes(p.key().length);
+      long held = Math.max(0, channel.size() - headerBytes);
+      ByteBuffer header = ByteBuffer.allocate(headerBytes);
+      if (ObjectFileDescriptor.readFully(channel, header, 0) < headerBytes) {
+        return new RowResult.Invalid(held);
+      }
+      long declared = ObjectFileDescriptor.payloadBytes(header, p.key());
+      if (declared == ObjectFileDescriptor.NOT_VALID || declared != held) {
+        return new RowResult.Invalid(held);
+      }
+      if (declared != destination.byteSize()) {
+        return new RowResult.Invalid(declared);
+      }
+      long read = ObjectFileDescriptor.readFully(channel, destination, headerBytes);
+      if (read != declared) {
+        return new RowResult.Invalid(read);
+      }
+      if (ObjectFileDescriptor.crc32c(destination) != ObjectFileDescriptor.payloadCrc(header)) {
+        return new RowResult.Invalid(declared);
+      }
+      return new RowResult.Ok(declared, false);
+    }
+  }
+
+  @Override
+  public StoreResult put(List<String> keys, List<MemorySegment> sources) throws IOException {
+    List<Placement> placements = place(keys);
+    checkSegments(keys, sources, "sources");
+    for (int i = 0; i < sources.size(); i++) {
+      long size = sources.get(i).byteSize();
+      if (size > settings.maxValueBytes()) {
+        throw new IllegalArgumentException(
+            "value size="
+                + size
+                + " bytes of key #"
+                + i
+                + " exceeds max_value_bytes="
+                + settings.maxValueBytes());
+      }
+    }
+    List<RowResult> rows = new ArrayList<>(placements.size());
+    for (int i = 0; i < placements.size(); i++) {
+      rows.add(putOne(placements.get(i), sources.get(i)));
+    }
+    return StoreResult.of(rows);
+  }
+
+  private RowResult putOne(Placement p, MemorySegment source) throws IOException {
+    long length = source.byteSize();
+    if (Files.exists(p.target(), LinkOption.NOFOLLOW_LINKS)) {
+      return new RowResult.Ok(length, true);
+    }
+    ByteBuffer header =
+        ObjectFileDescriptor.encodeHeader(p.key(), length, ObjectFileDescriptor.crc32c(source));
+    Path temp =
+        p.target()
+            .resolveSibling(
+                TEMP_PREFIX
+                    + p.hashHex().substring(0, 16)
+                    + '-'
+                    + PID
+                    + '-'
+                    + Long.toHexString(ThreadLocalRandom.current().nextLong()));
+    boolean created;
+    try {
+      try (FileChannel channel = createTemporary(temp)) {
+        ObjectFileDescriptor.writeFully(channel, header);
+        ObjectFileDescriptor.writeFully(channel, source);
+        if (settings.fsync()) {
+          channel.force(true);
+        }
+      }
+      created = publish(temp, p.target());
+    } catch (Throwable t) {
+      try {
+        Files.deleteIfExists(temp);
+      } catch (IOException | RuntimeException cleanup) {
+        t.addSuppressed(cleanup);
+      }
+      throw t;
+    }
+    Files.deleteIfExists(temp);
+    return new RowResult.Ok(length, !created);
+  }
+
+  /**
+   * Creates the temporary file, creating its directories first; retries when a concurrent namespace
+   * deletion removes them in between.
+   */
+  private static FileChannel createTemporary(Path temp) throws IOException {
+    for (int attempt = 1; ; attempt++) {
+      Files.createDirectories(temp.getParent());
+      try {
+        return FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE);
+      } catch (NoSuchFileException e) {
+        if (attempt >= CREATE_ATTEMPTS) {
+          throw e;
+        }
+      }
+    }
+  }
+
+  /** Publishes {@code temp} as {@code target}; false when the target already existed. */
+  private boolean publish(Path temp, Path target) throws IOException {
+    if (hardLinks) {
+      try {
+        Files.createLink(target, temp);
+        return true;
+      } catch (FileAlreadyExistsException e) {
+        return false;
+      } catch (UnsupportedOperationException e) {
+        // the file system provider has no hard links: fall back to the move below
+      } catch (FileSystemException e) {
+        if (e.getClass() != FileSystemException.class) {
+          throw e; // NoSuchFile, AccessDenied, ...: a real failure, not a missing feature
+        }
+        // EPERM, ENOTSUP, EMLINK, EXDEV: this file system will not link it; move instead
+      }
+    }
+    try {
+      Files.move(temp, target);
+      return true;
+    } catch (FileAlreadyExistsException e) {
+      return false;
+    }
+  }
+
+  @Override
+  public long deleteNamespace(String namespace) throws IOException {
+    checkOpen();
+    if (namespace == null) {
+      throw new IllegalArgumentException("namespace=null must be a namespace name");
+    }
+    int separator = namespace.indexOf('_');
+    if (separator >= 0) {
+      return deleteMatching(namespace, separator);
+    }
+    Path directory = root.resolve(directoryOf(namespace));
+    long[] removed = {0};
+    Files.walkFileTree(
+        directory,
+        new SimpleFileVisitor<>() {
+          @Override
+          public FileVisitResult visitFile(Path file, BasicFileAttributes attrs)
+              throws IOException {
+            if (Files.deleteIfExists(file) && !isTemporary(file)) {
+              removed[0]++;
+            }
+            return FileVisitResult.CONTINUE;
+          }
+
+          @Override
+          public FileVisitResult visitFileFailed(Path file, IOException e) throws IOException {
+            if (e instanceof NoSuchFileException) {
+              return FileVisitResult.CONTINUE; // gone already (another deleter)
+            }
+            throw e;
+          }
+
+          @Override
+          public FileVisitResult postVisitDirectory(Path dir, IOException e) throws IOException {
+            if (e != null) {
+              throw e;
+            }
+            Files.deleteIfExists(dir);
+            return FileVisitResult.CONTINUE;
+          }
+        });
+    return removed[0];
+  }
+
+  /**
+   * Deletes the objects whose stored key starts with {@code namespace + "_"} when the namespace
+   * itself holds a {@code _}: they share a directory with other keys, so each header is read.
+   */
+  private long deleteMatching(String namespace, int separator) throws IOException {
+    Path directory = root.resolve(directoryOf(namespace.substring(0, separator)));
+    byte[] prefix = (namespace + "_").getBytes(StandardCharsets.UTF_8);
+    long[] removed = {0};
+    Files.walkFileTree(
+        directory,
+        new SimpleFileVisitor<>() {
+          @Override
+          public FileVisitResult visitFile(Path file, BasicFileAttributes attrs)
+              throws IOException {
+            if (!attrs.isRegularFile() || isTemporary(file)) {
+              return FileVisitResult.CONTINUE;
+            }
+            byte[] key;
+            try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ)) {
+              key = ObjectFileDescriptor.storedKey(channel);
+            } catch (NoSuchFileException e) {
+              return FileVisitResult.CONTINUE;
+            }
+            if (key != null
+                && key.length >= prefix.length
+                && Arrays.equals(key, 0, prefix.length, prefix, 0, prefix.length)
+                && Files.deleteIfExists(file)) {
+              removed[0]++;
+            }
+            return FileVisitResult.CONTINUE;
+          }
+
+          @Override
+          public FileVisitResult visitFileFailed(Path file, IOException e) throws IOException {
+            if (e instanceof NoSuchFileException) {
+              return FileVisitResult.CONTINUE;
+            }
+            throw e;
+          }
+        });
+    return removed[0];
+  }
+
+  /** Marks the store closed; it holds no open files between calls. */
+  @Override
+  public void close() {
+    closed = true;
+  }
+
+  private static boolean isTemporary(Path file) {
+    return file.getFileName().toString().startsWith(TEMP_PREFIX);
+  }
+
+  /** The namespace directory name of a namespace (see the class javadoc). */
+  static String directoryOf(String namespace) {
+    return isPlainName(namespace)
+        ? namespace
+        : "_" + HEX.formatHex(sha256(namespace.getBytes(StandardCharsets.UTF_8)));
+  }
+
+  private static boolean isPlainName(String name) {
+    if (name.isEmpty() || name.length() > MAX_PLAIN_NAME_CHARS) {
+      return false;
+    }
+    for (int i = 0; i < name.length(); i++) {
+      char c = name.charAt(i);
+      boolean plain = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (c == '-' && i > 0);
+      if (!plain) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private List<Placement> place(List<String> keys) {
+    checkOpen();
+    if (keys == null) {
+      throw new IllegalArgumentException("keys=null must be a list of keys");
+    }
+    List<Placement> placements = new ArrayList<>(keys.size());
+    for (int i = 0; i < keys.size(); i++) {
+      placements.add(place(keys.get(i), i));
+    }
+    return placements;
+  }
+
+  private Placement place(String key, int index) {
+    if (key == null || key.isEmpty()) {
+      throw new IllegalArgumentException("key #" + index + "=" + key + " must be non-empty");
+    }
+    byte[] bytes = key.getBytes(StandardCharsets.UTF_8);
+    if (bytes.length > settings.maxKeyBytes()) {
+      throw new IllegalArgumentException(
+          "key length="
+              + bytes.length
+              + " bytes of key #"
+              + index
+              + " exceeds max_key_bytes="
+              + settings.maxKeyBytes());
+    }
+    int separator = key.indexOf('_');
+    String namespaceDirectory =
+        separator < 0 ? UNSCOPED_DIRECTORY : directoryOf(key.substring(0, separator));
+    String hashHex = HEX.formatHex(sha256(bytes));
+    Path target =
+        root.resolve(namespaceDirectory).resolve(hashHex.substring(0, 2)).resolve(hashHex);
+    return new Placement(bytes, hashHex, target);
+  }
+
+  private void checkOpen() {
+    if (closed) {
+      throw new IllegalStateException("file store root=" + root + " is closed");
+    }
+  }
+
+  private static void checkSegments(List<String> keys, List<MemorySegment> segments, String what) {
+    if (segments == null || segments.size() != keys.size()) {
+      throw new IllegalArgumentException(
+          "keys="
+              + keys.size()
+              + " and "
+              + what
+              + "="
+              + (segments == null ? "null" : segments.size())
+              + " must have the same count");
+    }
+    for (int i = 0; i < segments.size(); i++) {
+      if (segments.get(i) == null) {
+        throw new IllegalArgumentException(what + " #" + i + " is null");
+      }
+    }
+  }
+
+  private static byte[] sha256(byte[] bytes) {
+    try {
+      return MessageDigest.getInstance("SHA-256").digest(bytes);
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("SHA-256 is not available in this JDK", e);
+    }
+  }
+
+  /** Where one key's object lives, with the key's UTF-8 bytes for the header. */
+  private record Placement(byte[] key, String hashHex, Path target) {}
+}

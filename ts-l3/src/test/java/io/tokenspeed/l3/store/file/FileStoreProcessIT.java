@@ -1,0 +1,144 @@
+package io.tokenspeed.l3.store.file;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.store.StoreTesting;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.time.Duration;
+import java.util.HashSet;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Set;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The file store across real operating-system processes: objects outlive their writer, and two
+ * processes racing to create the same keys leave exactly one intact object per key.
+ */
+class FileStoreProcessIT {
+
+  private static final Duration CHILD_TIMEOUT = Duration.ofSeconds(60);
+
+  @TempDir Path temp;
+
+  @Test
+  void shouldReadBackInAFreshProcessWhatAnExitedWriterPut() throws Exception {
+    Path root = temp.resolve("store");
+    int count = 8;
+    long seed = 0x5EED_0031L;
+    String label = "writer-then-reader";
+
+    ChildJvm.Finished writer;
+    try (ChildJvm child = ChildJvm.start(temp, "writer", args("put", root, label, count, seed))) {
+      writer = child.finish(CHILD_TIMEOUT);
+    }
+    assertEquals(0, writer.exitStatus(), writer.describe());
+    assertEquals(range(count), writer.numbers("created"), writer.describe());
+
+    ChildJvm.Finished reader;
+    try (ChildJvm child = ChildJvm.start(temp, "reader", args("get", root, label, count, seed))) {
+      reader = child.finish(CHILD_TIMEOUT);
+    }
+    assertEquals(0, reader.exitStatus(), reader.describe());
+    MessageDigest expected = MessageDigest.getInstance("SHA-256");
+    for (int i = 0; i < count; i++) {
+      expected.update(FileStoreChild.payload(seed, i, FileStoreChild.sizeOf(i)));
+    }
+    assertEquals(
+        List.of("digest " + HexFormat.of().formatHex(expected.digest())),
+        reader.lines(),
+        reader.describe());
+    assertEquals(List.of(), FileStoreTest.temporaryFiles(root));
+  }
+
+  @Test
+  void shouldLeaveOneIntactObjectPerKeyWhenTwoProcessesRaceToCreateTheSameKeys() throws Exception {
+    Path root = temp.resolve("store");
+    Path barrier = temp.resolve("go");
+    int count = 64;
+    long seedA = 0x5EED_00A1L;
+    long seedB = 0x5EED_00B2L;
+    String label = "race";
+
+    ChildJvm.Finished a;
+    ChildJvm.Finished b;
+    try (ChildJvm childA =
+            ChildJvm.start(temp, "a", args("race", root, label, count, seedA, barrier));
+        ChildJvm childB =
+            ChildJvm.start(temp, "b", args("race", root, label, count, seedB, barrier))) {
+      childA.awaitLine("ready", CHILD_TIMEOUT);
+      childB.awaitLine("ready", CHILD_TIMEOUT);
+      Files.createFile(barrier);
+      a = childA.finish(CHILD_TIMEOUT);
+      b = childB.finish(CHILD_TIMEOUT);
+    }
+    String both = a.describe() + "\n" + b.describe();
+    assertEquals(0, a.exitStatus(), both);
+    assertEquals(0, b.exitStatus(), both);
+
+    Set<Integer> createdByA = a.numbers("created");
+    Set<Integer> createdByB = b.numbers("created");
+    for (ChildJvm.Finished child : List.of(a, b)) {
+      Set<Integer> answered = new HashSet<>(child.numbers("created"));
+      answered.addAll(child.numbers("existed"));
+      assertEquals(range(count), answered, "every key answered Ok by " + child.name());
+    }
+    Set<Integer> createdTwice = new HashSet<>(createdByA);
+    createdTwice.retainAll(createdByB);
+    assertEquals(Set.of(), createdTwice, "keys both processes created\n" + both);
+    Set<Integer> created = new HashSet<>(createdByA);
+    created.addAll(createdByB);
+    assertEquals(range(count), created, "keys neither process created\n" + both);
+    assertEquals(count, createdByA.size() + createdByB.size());
+
+    try (FileStore store = new FileStore(FileStoreSettings.of(root));
+        Arena arena = Arena.ofConfined()) {
+      MemorySegment destination = arena.allocate(FileStoreChild.RACE_SIZE + 64L).asSlice(64);
+      for (int i = 0; i < count; i++) {
+        long seed = createdByA.contains(i) ? seedA : seedB;
+        RowResult row =
+            store
+                .get(
+                    List.of(StoreTesting.key(StoreTesting.namespace(label), i)),
+                    List.of(destination))
+                .rows()
+                .get(0);
+        assertEquals(new RowResult.Ok(FileStoreChild.RACE_SIZE, false), row, "key " + i);
+        assertArrayEquals(
+            FileStoreChild.payload(seed, i, FileStoreChild.RACE_SIZE),
+            destination.toArray(ValueLayout.JAVA_BYTE),
+            "key " + i + " holds the bytes of the process that created it");
+      }
+    }
+    assertEquals(List.of(), FileStoreTest.temporaryFiles(root));
+  }
+
+  private static List<String> args(String mode, Path root, String label, int count, long seed) {
+    return List.of(mode, root.toString(), label, Integer.toString(count), Long.toString(seed));
+  }
+
+  private static List<String> args(
+      String mode, Path root, String label, int count, long seed, Path barrier) {
+    return List.of(
+        mode,
+        root.toString(),
+        label,
+        Integer.toString(count),
+        Long.toString(seed),
+        barrier.toString());
+  }
+
+  private static Set<Integer> range(int count) {
+    return IntStream.range(0, count).boxed().collect(Collectors.toSet());
+  }
+}
