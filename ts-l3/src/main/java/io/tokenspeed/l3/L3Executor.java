@@ -113,6 +113,7 @@ public final class L3Executor {
   private final LongSupplier nanoClock;
   private final boolean storeFailuresRetire;
   private final int maxKeyBytes;
+  private final long maxValueBytes;
 
   private final ReentrantLock lock = new ReentrantLock();
   private final Map<StorageKind, KindState> kinds = new EnumMap<>(StorageKind.class);
@@ -140,6 +141,7 @@ public final class L3Executor {
     this.nanoClock = nanoClock;
     this.storeFailuresRetire = store.failuresRetire();
     this.maxKeyBytes = store.maxKeyBytes();
+    this.maxValueBytes = store.maxValueBytes();
     this.health = new HealthMonitor(TimeUnit.MILLISECONDS.toNanos(config.healthCooldownMs()));
     kinds.put(
         StorageKind.QUERY,
@@ -495,6 +497,19 @@ public final class L3Executor {
                 + store.name()
                 + " store's limit of "
                 + maxKeyBytes);
+      }
+      if (r.range() != null && r.range().lengthBytes() > maxValueBytes) {
+        throw new IllegalArgumentException(
+            "operation "
+                + job.operationId()
+                + " row "
+                + i
+                + " value of "
+                + r.range().lengthBytes()
+                + " bytes exceeds the "
+                + store.name()
+                + " store's limit of "
+                + maxValueBytes);
       }
       if (r.range() != null && r.range().end() > host.byteSize()) {
         throw new IllegalArgumentException(

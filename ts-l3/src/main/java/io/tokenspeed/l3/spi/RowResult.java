@@ -36,11 +36,17 @@ public sealed interface RowResult
   /** The object does not exist; nothing was transferred. */
   record Missing() implements RowResult {}
 
-  /** The object exists but cannot be used (short, long or torn); nothing usable landed. */
+  /**
+   * The object exists but cannot be used (short, long or torn); nothing usable landed. {@code
+   * bytes} is the payload length the object holds, as far as the store can tell.
+   */
   record Invalid(long bytes) implements RowResult {}
 
   /** A retired per-row refusal (for example a PUT the store has no space for). */
-  record Rejected(int code) implements RowResult {}
+  record Rejected(int code) implements RowResult {
+    /** The store has no space for a PUT (Mooncake's NO_AVAILABLE_HANDLE): re-offer it later. */
+    public static final int NO_SPACE = -200;
+  }
 
   /** A failure whose retirement is unknown: the row's buffer may still be in use. */
   record Unknown(int code) implements RowResult {}

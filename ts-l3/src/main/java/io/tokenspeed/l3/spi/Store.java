@@ -34,10 +34,18 @@ public interface Store extends AutoCloseable {
   /** Longest key this store accepts, in UTF-8 bytes. */
   int maxKeyBytes();
 
+  /**
+   * Largest object this store accepts, in bytes. The executor refuses a job with a longer Host
+   * range before it reaches the store. Default: no limit of the store's own.
+   */
+  default long maxValueBytes() {
+    return Long.MAX_VALUE;
+  }
+
   /** Registers the shared Host allocation once, before any call. Default: nothing to do. */
   default void registerHostBuffer(MemorySegment hostAllocation) throws Exception {}
 
-  /** Which keys exist: {@code Ok} or {@code Missing} per key. */
+  /** Which keys exist: {@code Ok(payload length, false)} or {@code Missing} per key. */
   StoreResult exists(List<String> keys) throws Exception;
 
   /** Reads each object into its destination segment. */
@@ -48,7 +56,8 @@ public interface Store extends AutoCloseable {
 
   /**
    * Deletes every object whose key starts with {@code namespace + "_"}; returns how many were
-   * removed, or -1 when the store cannot count them. An administrative call, never on the loop.
+   * removed, or -1 when the store cannot count them. Namespaces never contain {@code _} (see {@link
+   * io.tokenspeed.core.Namespace}). An administrative call, never on the loop.
    */
   long deleteNamespace(String namespace) throws Exception;
 

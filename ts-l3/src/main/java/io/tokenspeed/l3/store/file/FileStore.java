@@ -150,6 +150,11 @@ public final class FileStore implements Store {
   }
 
   @Override
+  public long maxValueBytes() {
+    return settings.maxValueBytes();
+  }
+
+  @Override
   public String name() {
     return "file";
   }

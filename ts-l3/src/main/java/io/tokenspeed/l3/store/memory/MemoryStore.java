@@ -58,7 +58,7 @@ public final class MemoryStore implements Store {
    * The {@link RowResult.Rejected} code of a PUT refused for lack of capacity. It is the value of
    * Mooncake's {@code NO_AVAILABLE_HANDLE}, so logs read the same whichever store refused.
    */
-  public static final int REJECTED_NO_SPACE = -200;
+  public static final int REJECTED_NO_SPACE = RowResult.Rejected.NO_SPACE;
 
   private final MemoryStoreSettings settings;
   private final ConcurrentHashMap<String, byte[]> objects = new ConcurrentHashMap<>();
@@ -94,6 +94,11 @@ public final class MemoryStore implements Store {
   }
 
   /** The settings this store was built with. */
+  @Override
+  public long maxValueBytes() {
+    return settings.maxValueBytes();
+  }
+
   public MemoryStoreSettings settings() {
     return settings;
   }
