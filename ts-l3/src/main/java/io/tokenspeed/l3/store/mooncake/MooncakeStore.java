@@ -1,0 +1,712 @@
+package io.tokenspeed.l3.store.mooncake;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.Lock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+
+/**
+ * The {@code mooncake} store: a Java FFM binding of Mooncake's C API ({@code store_c.h}) that moves
+ * object bytes straight between Mooncake and the one shared Host allocation, without a copy on the
+ * Java side.
+ *
+ * <h2>What it guarantees</h2>
+ *
+ * <ul>
+ *   <li><b>Zero copy, registered memory only.</b> The Host allocation is registered once ({@link
+ *       #registerHostBuffer}); every GET destination and PUT source must be a slice of it, checked
+ *       before any native call. A segment outside it is rejected with an exception and nothing is
+ *       submitted.
+ *   <li><b>Retirement is claimed only where the SDK proves it.</b> A row is retired when its answer
+ *       says the transfer completed (a GET byte count, a PUT {@code 0}) or when it is one of the
+ *       three codes Mooncake decides before submitting any transfer ({@code -704}, {@code -705},
+ *       {@code -200}); everything else is {@link RowResult.Unknown} with {@code retired=false},
+ *       which quarantines the job (table below, and {@link MooncakeCodes}).
+ *   <li><b>Create-only PUT.</b> {@code OBJECT_ALREADY_EXISTS} is idempotent success and is counted
+ *       apart from new writes ({@link MooncakeCounters}).
+ *   <li><b>Keys are validated before any native call</b>: non-empty, no NUL, at most {@link
+ *       MooncakeStoreSettings#maxKeyBytes()} UTF-8 bytes, passed as NUL-terminated UTF-8.
+ *   <li><b>Close never races a call.</b> Calls hold a read lock for the length of their downcall;
+ *       {@link #close} takes the write lock, so {@code mooncake_store_destroy} never frees a client
+ *       another thread is inside. Close runs once.
+ * </ul>
+ *
+ * <h2>The result contract</h2>
+ *
+ * <pre>
+ *   call    SDK answer per key                    row                            call retired?
+ *   GET     n &gt;= 0 and n == destination length   Ok(n, false)                   yes
+ *   GET     n &gt;= 0 and n != destination length   Invalid(n)                     yes
+ *   GET     -704 OBJECT_NOT_FOUND                 Missing                        yes
+ *   GET     any other negative                    Unknown(code)                  NO
+ *   PUT     0                                     Ok(length, false)              yes
+ *   PUT     -705 OBJECT_ALREADY_EXISTS            Ok(length, true)               yes
+ *   PUT     -200 NO_AVAILABLE_HANDLE              Rejected(-200)                 yes
+ *   PUT     any other negative                    Unknown(code)                  NO
+ *   QUERY   1 / 0                                 Ok(0, false) / Missing         yes
+ *   QUERY   any negative                          Unknown(code)                  yes (no payload)
+ *   any     top-level status != 0                 Unknown(status) on every row   NO (QUERY: yes)
+ *   any     malformed (see below)                 Unknown(MALFORMED_RESULT)      NO (QUERY: yes)
+ * </pre>
+ *
+ * <p>A QUERY never hands the SDK a payload buffer, so nothing it answers can leave a buffer in use;
+ * its Unknown rows still report an outage to the executor's health monitor.
+ *
+ * <h2>One batch call in memory</h2>
+ *
+ * Every batch call allocates its argument arrays in a confined arena that lives exactly as long as
+ * the call. The C API promises not to use them after it returns (its header: "All memory pointed to
+ * by the char* parameters will not be used after the C function returns"), so freeing them is safe
+ * even when the payload's retirement is unknown. Only the payload slices are shared with the SDK.
+ *
+ * <pre>
+ *   confined arena (per call)                       registered Host allocation (process-long)
+ *   keys     [ char* ][ char* ] ... [ char* ]       +-------------------------------------+
+ *              |        '--&gt; "ns_h2|g0|o0|r0\0"     |   ...  [ slice 0 ]  ...  [ slice 1 ] |
+ *              '--&gt; "ns_h1|g0|o0|r0\0"             +-----------^------------------^------+
+ *   buffers  [ void* ][ void* ] ... ------------------------------'------------------'
+ *   sizes    [ len 0 ][ len 1 ] ...
+ *   results  [ S ][ S ] ... [ S ][ S guard ]        S = sentinel (MALFORMED_RESULT / Long.MIN_VALUE)
+ *            `---- count rows -----'
+ * </pre>
+ *
+ * Results are prefilled with a sentinel and carry one guard row. After the call, a row still
+ * holding the sentinel was not written, and a guard row that changed means the SDK wrote past the
+ * count; both make the answer malformed, as does a value outside the documented set (a positive PUT
+ * code, a QUERY answer above 1, a GET code below the {@code int} range of Mooncake's error codes).
+ * A top-level status other than 0 means the C layer gave up on the whole call; its own wrapper also
+ * returns {@code -1} when it catches a C++ exception, which may happen after transfers were
+ * submitted, so it proves nothing.
+ *
+ * <h2>Why {@link #failuresRetire()} is false</h2>
+ *
+ * A failed SDK call does not say whether a transfer it started has finished: a transfer error, an
+ * RPC timeout, or an exception caught by the C layer can each leave RDMA or TCP I/O running against
+ * the Host allocation after the call returned. The adapter therefore never infers retirement from a
+ * failure, and a Java exception thrown once a native call has been submitted propagates unchanged
+ * rather than being turned into a retired result; the executor's quarantine is the only safe answer
+ * to it. Exceptions thrown by argument checks happen before any native call.
+ *
+ * <h2>What it must never do</h2>
+ *
+ * <ul>
+ *   <li>Report {@code retired=true} for a GET or PUT whose answer is not on a "yes" line of the
+ *       table above.
+ *   <li>Retry, re-read or re-check an object to repair an Unknown answer: an existence check does
+ *       not retire an in-flight transfer.
+ *   <li>Pass the SDK memory that is not a slice of the registered allocation, or a key it has not
+ *       validated.
+ *   <li>Unload the library or destroy the client while a call may be inside it.
+ * </ul>
+ *
+ * <p>{@link #deleteNamespace} removes the objects whose key starts with {@code namespace + "_"} by
+ * {@code mooncake_store_remove_by_regex} with the pattern {@code ^<escaped namespace>_} (ECMAScript
+ * syntax, searched anywhere in the key, hence the anchor). It does not force: objects under an
+ * active read lease are skipped by the master and survive, so the count may be lower than the
+ * number of matching objects.
+ *
+ * <p>Thread-safe: the executor's workers call one instance concurrently.
+ */
+public final class MooncakeStore implements Store {
+
+  private static final String REGEX_METACHARACTERS = "\\^$.|?*+()[]{}";
+  private static final long LONG_SENTINEL = Long.MIN_VALUE;
+  private static final int INT_SENTINEL = MooncakeCodes.MALFORMED_RESULT;
+
+  private final MooncakeStoreSettings settings;
+  private final MooncakeNative library;
+  private final MemorySegment client;
+
+  /** Read lock: one downcall on {@link #client}. Write lock: {@link #close}. */
+  private final ReentrantReadWriteLock lifecycle = new ReentrantReadWriteLock();
+
+  /** Guarded by {@link #lifecycle}: written under the write lock, read under either. */
+  private boolean closed;
+
+  private final Object registration = new Object();
+  private volatile MemorySegment registered;
+
+  private final AtomicLong putsNewlyWritten = new AtomicLong();
+  private final AtomicLong putsAlreadyExisted = new AtomicLong();
+  private final AtomicLong getsOk = new AtomicLong();
+  private final AtomicLong getsMissing = new AtomicLong();
+  private final AtomicLong getsInvalid = new AtomicLong();
+  private final AtomicLong existsOk = new AtomicLong();
+  private final AtomicLong existsMissing = new AtomicLong();
+  private final AtomicLong rejected = new AtomicLong();
+  private final AtomicLong unknown = new AtomicLong();
+  private final AtomicLong malformed = new AtomicLong();
+  private final AtomicLong nativeCalls = new AtomicLong();
+
+  private MooncakeStore(
+      MooncakeStoreSettings settings, MooncakeNative library, MemorySegment client) {
+    this.settings = settings;
+    this.library = library;
+    this.client = client;
+  }
+
+  /**
+   * Loads the library, creates a client and runs {@code mooncake_store_setup} with the settings.
+   *
+   * @throws IllegalArgumentException when the library cannot be loaded or lacks a function
+   * @throws IOException when the client cannot be created or setup fails (the client is destroyed)
+   */
+  public static MooncakeStore open(MooncakeStoreSettings settings) throws IOException {
+    MooncakeNative library = MooncakeNative.load(settings.libraryPath());
+    MemorySegment client = library.create();
+    if (client == null || client.address() == 0) {
+      throw new IOException(
+          "mooncake_store_create returned NULL (library_path=" + settings.libraryPath() + ")");
+    }
+    MooncakeStore store = new MooncakeStore(settings, library, client);
+    store.nativeCalls.incrementAndGet();
+    try {
+      store.setup();
+    } catch (IOException | RuntimeException | Error e) {
+      store.nativeCalls.incrementAndGet();
+      library.destroy(client);
+      throw e;
+    }
+    return store;
+  }
+
+  private void setup() throws IOException {
+    int status;
+    try (Arena arena = Arena.ofConfined()) {
+      nativeCalls.incrementAndGet();
+      status =
+          library.setup(
+              client,
+              arena.allocateFrom(settings.localHostname()),
+              arena.allocateFrom(settings.metadataServer()),
+              settings.globalSegmentSizeBytes(),
+              settings.localBufferSizeBytes(),
+              arena.allocateFrom(settings.protocol()),
+              arena.allocateFrom(settings.deviceName()),
+              arena.allocateFrom(settings.masterServerAddress()));
+    }
+    if (status != MooncakeCodes.OK) {
+      throw new IOException(
+          "mooncake_store_setup returned "
+              + MooncakeCodes.describe(status)
+              + " for master_server_address="
+              + settings.masterServerAddress()
+              + " metadata_server="
+              + settings.metadataServer()
+              + " protocol="
+              + settings.protocol()
+              + " local_hostname="
+              + settings.localHostname()
+              + " (the client was destroyed)");
+    }
+  }
+
+  @Override
+  public String name() {
+    return "mooncake";
+  }
+
+  /**
+   * False: a failed SDK call may leave a transfer running against the Host buffers (see the class
+   * comment).
+   */
+  @Override
+  public boolean failuresRetire() {
+    return false;
+  }
+
+  @Override
+  public int maxKeyBytes() {
+    return settings.maxKeyBytes();
+  }
+
+  /** The settings this store was opened with. */
+  public MooncakeStoreSettings settings() {
+    return settings;
+  }
+
+  /** A snapshot of the row and call counters. */
+  public MooncakeCounters counters() {
+    return new MooncakeCounters(
+        putsNewlyWritten.get(),
+        putsAlreadyExisted.get(),
+        getsOk.get(),
+        getsMissing.get(),
+        getsInvalid.get(),
+        existsOk.get(),
+        existsMissing.get(),
+        rejected.get(),
+        unknown.get(),
+        malformed.get(),
+        nativeCalls.get());
+  }
+
+  /**
+   * Registers the shared Host allocation with {@code mooncake_store_register_buffer}, once. Every
+   * later GET destination and PUT source must be a slice of it.
+   *
+   * @throws IllegalArgumentException when the allocation is not native memory or is empty
+   * @throws IllegalStateException when an allocation is already registered or the store is closed
+   * @throws IOException when the SDK refuses the registration
+   */
+  @Override
+  public void registerHostBuffer(MemorySegment hostAllocation) throws IOException {
+    if (hostAllocation == null || !hostAllocation.isNative() || hostAllocation.byteSize() == 0) {
+      throw new IllegalArgumentException(
+          "mooncake host allocation="
+              + hostAllocation
+              + " must be a non-empty native segment (off-heap memory the SDK can address)");
+    }
+    Lock lock = lifecycle.readLock();
+    lock.lock();
+    try {
+      requireOpen();
+      synchronized (registration) {
+        if (registered != null) {
+          throw new IllegalStateException(
+              "mooncake host allocation already registered at address=0x"
+                  + Long.toHexString(registered.address())
+                  + " length_bytes="
+                  + registered.byteSize());
+        }
+        nativeCalls.incrementAndGet();
+        int status = library.registerBuffer(client, hostAllocation, hostAllocation.byteSize());
+        if (status != MooncakeCodes.OK) {
+          throw new IOException(
+              "mooncake_store_register_buffer returned "
+                  + MooncakeCodes.describe(status)
+                  + " for length_bytes="
+                  + hostAllocation.byteSize());
+        }
+        registered = hostAllocation;
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public StoreResult exists(List<String> keys) {
+    byte[][] encoded = encodeKeys(keys);
+    int count = encoded.length;
+    if (count == 0) {
+      return StoreResult.of(List.of());
+    }
+    Lock lock = lifecycle.readLock();
+    lock.lock();
+    try (Arena arena = Arena.ofConfined()) {
+      requireOpen();
+      MemorySegment keyArray = keyArray(arena, encoded);
+      MemorySegment results = intResults(arena, count);
+      nativeCalls.incrementAndGet();
+      int status = library.batchIsExist(client, keyArray, count, results);
+      // A QUERY hands the SDK no payload buffer: whatever it answers, nothing stays in use.
+      return new StoreResult(decodeExists(status, results, count), true);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public StoreResult get(List<String> keys, List<MemorySegment> destinations) {
+    byte[][] encoded = encodeKeys(keys);
+    requirePayloads("destination", destinations, encoded.length, true);
+    int count = encoded.length;
+    if (count == 0) {
+      return StoreResult.of(List.of());
+    }
+    Lock lock = lifecycle.readLock();
+    lock.lock();
+    try (Arena arena = Arena.ofConfined()) {
+      requireOpen();
+      MemorySegment keyArray = keyArray(arena, encoded);
+      MemorySegment buffers = bufferArray(arena, destinations);
+      MemorySegment sizes = sizeArray(arena, destinations);
+      MemorySegment results = longResults(arena, count);
+      nativeCalls.incrementAndGet();
+      int status = library.batchGetInto(client, keyArray, buffers, sizes, count, results);
+      return decodeGet(status, results, destinations);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public StoreResult put(List<String> keys, List<MemorySegment> sources) {
+    byte[][] encoded = encodeKeys(keys);
+    requirePayloads("source", sources, encoded.length, false);
+    int count = encoded.length;
+    if (count == 0) {
+      return StoreResult.of(List.of());
+    }
+    Lock lock = lifecycle.readLock();
+    lock.lock();
+    try (Arena arena = Arena.ofConfined()) {
+      requireOpen();
+      MemorySegment keyArray = keyArray(arena, encoded);
+      MemorySegment buffers = bufferArray(arena, sources);
+      MemorySegment sizes = sizeArray(arena, sources);
+      MemorySegment results = intResults(arena, count);
+      nativeCalls.incrementAndGet();
+      int status = library.batchPutFrom(client, keyArray, buffers, sizes, count, results);
+      return decodePut(status, results, sources);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Removes every object whose key starts with {@code namespace + "_"} by {@code
+   * mooncake_store_remove_by_regex(client, "^<escaped namespace>_", force=0)}.
+   *
+   * @return how many objects the master removed (leased objects are skipped)
+   * @throws IOException when the SDK answers a negative code
+   */
+  @Override
+  public long deleteNamespace(String namespace) throws IOException {
+    byte[] utf8 = encodeKey("namespace", namespace);
+    String pattern = namespacePattern(namespace);
+    Lock lock = lifecycle.readLock();
+    lock.lock();
+    try (Arena arena = Arena.ofConfined()) {
+      requireOpen();
+      nativeCalls.incrementAndGet();
+      long removed = library.removeByRegex(client, arena.allocateFrom(pattern), 0);
+      if (removed < 0) {
+        throw new IOException(
+            "mooncake_store_remove_by_regex pattern="
+                + pattern
+                + " returned "
+                + MooncakeCodes.describe(removed)
+                + " (namespace of "
+                + utf8.length
+                + " bytes)");
+      }
+      return removed;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Unregisters the Host allocation and destroys the client, once; later calls do nothing. The
+   * executor calls this only after every call has retired; a store whose retirement is unknown is
+   * kept open for the life of the process.
+   *
+   * @throws IOException when unregistering failed (the client is destroyed all the same)
+   */
+  @Override
+  public void close() throws IOException {
+    Lock lock = lifecycle.writeLock();
+    lock.lock();
+    try {
+      if (closed) {
+        return;
+      }
+      closed = true;
+      int status = MooncakeCodes.OK;
+      MemorySegment host = registered;
+      try {
+        if (host != null) {
+          nativeCalls.incrementAndGet();
+          status = library.unregisterBuffer(client, host);
+        }
+      } finally {
+        nativeCalls.incrementAndGet();
+        library.destroy(client);
+      }
+      if (status != MooncakeCodes.OK) {
+        throw new IOException(
+            "mooncake_store_unregister_buffer returned "
+                + MooncakeCodes.describe(status)
+                + "; the client was destroyed");
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The removal pattern for a namespace: {@code ^}, the namespace with every ECMAScript and POSIX
+   * ERE metacharacter ({@code \ ^ $ . | ? * + ( ) [ ] { }}) escaped by a backslash, then {@code _}.
+   */
+  static String namespacePattern(String namespace) {
+    StringBuilder pattern = new StringBuilder(namespace.length() + 8).append('^');
+    for (int i = 0; i < namespace.length(); i++) {
+      char c = namespace.charAt(i);
+      if (REGEX_METACHARACTERS.indexOf(c) >= 0) {
+        pattern.append('\\');
+      }
+      pattern.append(c);
+    }
+    return pattern.append('_').toString();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Argument checks: every one runs before any native call.
+  // ---------------------------------------------------------------------------------------------
+
+  private void requireOpen() {
+    if (closed) {
+      throw new IllegalStateException("mooncake store is closed");
+    }
+  }
+
+  private byte[][] encodeKeys(List<String> keys) {
+    if (keys == null) {
+      throw new IllegalArgumentException("mooncake keys=null");
+    }
+    byte[][] encoded = new byte[keys.size()][];
+    for (int i = 0; i < encoded.length; i++) {
+      encoded[i] = encodeKey("key", keys.get(i));
+    }
+    return encoded;
+  }
+
+  private byte[] encodeKey(String what, String key) {
+    if (key == null || key.isEmpty()) {
+      throw new IllegalArgumentException("mooncake " + what + "='" + key + "' must be non-empty");
+    }
+    if (key.indexOf('\0') >= 0) {
+      throw new IllegalArgumentException(
+          "mooncake " + what + " must not contain NUL (it is passed as a C string)");
+    }
+    byte[] utf8 = key.getBytes(StandardCharsets.UTF_8);
+    if (utf8.length > settings.maxKeyBytes()) {
+      throw new IllegalArgumentException(
+          "mooncake "
+              + what
+              + " of "
+              + utf8.length
+              + " UTF-8 bytes exceeds max_key_bytes="
+              + settings.maxKeyBytes()
+              + " (allowed: [1, "
+              + settings.maxKeyBytes()
+              + "])");
+    }
+    return utf8;
+  }
+
+  private void requirePayloads(
+      String what, List<MemorySegment> segments, int count, boolean writable) {
+    if (segments == null || segments.size() != count) {
+      throw new IllegalArgumentException(
+          "mooncake "
+              + what
+              + " count="
+              + (segments == null ? "null" : segments.size())
+              + " must equal key count="
+              + count);
+    }
+    if (count == 0) {
+      return;
+    }
+    MemorySegment host = registered;
+    if (host == null) {
+      throw new IllegalStateException(
+          "mooncake host allocation is not registered; call registerHostBuffer first");
+    }
+    long base = host.address();
+    long length = host.byteSize();
+    for (int i = 0; i < count; i++) {
+      MemorySegment segment = segments.get(i);
+      if (segment == null || !segment.isNative() || segment.byteSize() == 0) {
+        throw new IllegalArgumentException(
+            "mooncake " + what + "[" + i + "]=" + segment + " must be a non-empty native slice");
+      }
+      long offset = segment.address() - base;
+      if (segment.address() < base || offset > length - segment.byteSize()) {
+        throw new IllegalArgumentException(
+            "mooncake "
+                + what
+                + "["
+                + i
+                + "] at address=0x"
+                + Long.toHexString(segment.address())
+                + " length_bytes="
+                + segment.byteSize()
+                + " lies outside the registered host allocation [0x"
+                + Long.toHexString(base)
+                + ", 0x"
+                + Long.toHexString(base + length)
+                + ")");
+      }
+      if (writable && segment.isReadOnly()) {
+        throw new IllegalArgumentException(
+            "mooncake " + what + "[" + i + "] is read-only; a GET writes into it");
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Argument arrays (confined arena, freed when the call returns).
+  // ---------------------------------------------------------------------------------------------
+
+  private static MemorySegment keyArray(Arena arena, byte[][] encoded) {
+    MemorySegment pointers = arena.allocate(ADDRESS, encoded.length);
+    for (int i = 0; i < encoded.length; i++) {
+      // allocate() zero-fills, so the byte after the key is the C string's NUL.
+      MemorySegment key = arena.allocate(encoded[i].length + 1L);
+      MemorySegment.copy(encoded[i], 0, key, JAVA_BYTE, 0, encoded[i].length);
+      pointers.setAtIndex(ADDRESS, i, key);
+    }
+    return pointers;
+  }
+
+  private static MemorySegment bufferArray(Arena arena, List<MemorySegment> segments) {
+    MemorySegment pointers = arena.allocate(ADDRESS, segments.size());
+    for (int i = 0; i < segments.size(); i++) {
+      pointers.setAtIndex(ADDRESS, i, segments.get(i));
+    }
+    return pointers;
+  }
+
+  private static MemorySegment sizeArray(Arena arena, List<MemorySegment> segments) {
+    MemorySegment sizes = arena.allocate(JAVA_LONG, segments.size());
+    for (int i = 0; i < segments.size(); i++) {
+      sizes.setAtIndex(JAVA_LONG, i, segments.get(i).byteSize());
+    }
+    return sizes;
+  }
+
+  /** {@code count} rows plus one guard row, all holding the sentinel. */
+  private static MemorySegment intResults(Arena arena, int count) {
+    MemorySegment results = arena.allocate(JAVA_INT, count + 1L);
+    for (int i = 0; i <= count; i++) {
+      results.setAtIndex(JAVA_INT, i, INT_SENTINEL);
+    }
+    return results;
+  }
+
+  /** {@code count} rows plus one guard row, all holding the sentinel. */
+  private static MemorySegment longResults(Arena arena, int count) {
+    MemorySegment results = arena.allocate(JAVA_LONG, count + 1L);
+    for (int i = 0; i <= count; i++) {
+      results.setAtIndex(JAVA_LONG, i, LONG_SENTINEL);
+    }
+    return results;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Decoding: the result contract of the class comment.
+  // ---------------------------------------------------------------------------------------------
+
+  /** Rows of a call whose top-level status was not 0: nothing per key is known. */
+  private List<RowResult> failedCall(int status, int count) {
+    boolean documented = status < 0 && status != INT_SENTINEL;
+    int code = documented ? status : MooncakeCodes.MALFORMED_RESULT;
+    (documented ? unknown : malformed).addAndGet(count);
+    List<RowResult> rows = new ArrayList<>(count);
+    for (int i = 0; i < count; i++) {
+      rows.add(new RowResult.Unknown(code));
+    }
+    return rows;
+  }
+
+  private RowResult malformedRow() {
+    malformed.incrementAndGet();
+    return new RowResult.Unknown(MooncakeCodes.MALFORMED_RESULT);
+  }
+
+  private List<RowResult> decodeExists(int status, MemorySegment results, int count) {
+    if (status != MooncakeCodes.OK) {
+      return failedCall(status, count);
+    }
+    boolean overrun = results.getAtIndex(JAVA_INT, count) != INT_SENTINEL;
+    List<RowResult> rows = new ArrayList<>(count);
+    for (int i = 0; i < count; i++) {
+      int answer = results.getAtIndex(JAVA_INT, i);
+      if (overrun || answer == INT_SENTINEL || answer > 1) {
+        rows.add(malformedRow());
+      } else if (answer == 1) {
+        existsOk.incrementAndGet();
+        rows.add(new RowResult.Ok(0, false));
+      } else if (answer == 0) {
+        existsMissing.incrementAndGet();
+        rows.add(RowResult.MISSING);
+      } else {
+        unknown.incrementAndGet();
+        rows.add(new RowResult.Unknown(answer));
+      }
+    }
+    return rows;
+  }
+
+  private StoreResult decodeGet(int status, MemorySegment results, List<MemorySegment> dsts) {
+    int count = dsts.size();
+    if (status != MooncakeCodes.OK) {
+      return new StoreResult(failedCall(status, count), false);
+    }
+    boolean overrun = results.getAtIndex(JAVA_LONG, count) != LONG_SENTINEL;
+    boolean retired = !overrun;
+    List<RowResult> rows = new ArrayList<>(count);
+    for (int i = 0; i < count; i++) {
+      long answer = results.getAtIndex(JAVA_LONG, i);
+      if (overrun || answer <= Integer.MIN_VALUE) {
+        rows.add(malformedRow());
+        retired = false;
+      } else if (answer >= 0) {
+        if (answer == dsts.get(i).byteSize()) {
+          getsOk.incrementAndGet();
+          rows.add(new RowResult.Ok(answer, false));
+        } else {
+          getsInvalid.incrementAndGet();
+          rows.add(new RowResult.Invalid(answer));
+        }
+      } else if (answer == MooncakeCodes.OBJECT_NOT_FOUND) {
+        getsMissing.incrementAndGet();
+        rows.add(RowResult.MISSING);
+      } else {
+        unknown.incrementAndGet();
+        rows.add(new RowResult.Unknown((int) answer));
+        retired = false;
+      }
+    }
+    return new StoreResult(rows, retired);
+  }
+
+  private StoreResult decodePut(int status, MemorySegment results, List<MemorySegment> srcs) {
+    int count = srcs.size();
+    if (status != MooncakeCodes.OK) {
+      return new StoreResult(failedCall(status, count), false);
+    }
+    boolean overrun = results.getAtIndex(JAVA_INT, count) != INT_SENTINEL;
+    boolean retired = !overrun;
+    List<RowResult> rows = new ArrayList<>(count);
+    for (int i = 0; i < count; i++) {
+      int answer = results.getAtIndex(JAVA_INT, i);
+      long length = srcs.get(i).byteSize();
+      if (overrun || answer == INT_SENTINEL || answer > 0) {
+        rows.add(malformedRow());
+        retired = false;
+      } else if (answer == MooncakeCodes.OK) {
+        putsNewlyWritten.incrementAndGet();
+        rows.add(new RowResult.Ok(length, false));
+      } else if (answer == MooncakeCodes.OBJECT_ALREADY_EXISTS) {
+        putsAlreadyExisted.incrementAndGet();
+        rows.add(new RowResult.Ok(length, true));
+      } else if (answer == MooncakeCodes.NO_AVAILABLE_HANDLE) {
+        rejected.incrementAndGet();
+        rows.add(new RowResult.Rejected(answer));
+      } else {
+        unknown.incrementAndGet();
+        rows.add(new RowResult.Unknown(answer));
+        retired = false;
+      }
+    }
+    return new StoreResult(rows, retired);
+  }
+}

@@ -1,0 +1,657 @@
+/*
+ * An in-memory stand-in for Mooncake's C API (mooncake-store/include/store_c.h), used only by
+ * ts-l3's tests. It exports the same function names and C signatures as the real library, so
+ * MooncakeStore binds it exactly as it binds libmooncake_store.so, and it adds test controls
+ * (stub_*) that inject return codes, force short reads, produce malformed batch answers and count
+ * calls.
+ *
+ * Behaviour of the data path, per key:
+ *   put_from   create-only: 0 when created, -705 (OBJECT_ALREADY_EXISTS) when present
+ *   get_into   the object's length when it fits the buffer, -704 (OBJECT_NOT_FOUND) when absent,
+ *              -600 (INVALID_PARAMS) when the buffer is too small
+ *   is_exist   1 or 0
+ * Every payload buffer must lie inside a registered buffer; a row that names one outside any
+ * registration reports -800 (TRANSFER_FAIL) and touches nothing. Objects live in one process-wide
+ * table shared by every handle, as a master's metadata is shared by its clients.
+ *
+ * All state is guarded by one mutex; the stub is for correctness tests, not for speed.
+ */
+#include <pthread.h>
+#include <regex.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STUB_NO_AVAILABLE_HANDLE (-200)
+#define STUB_INVALID_PARAMS (-600)
+#define STUB_OBJECT_NOT_FOUND (-704)
+#define STUB_OBJECT_ALREADY_EXISTS (-705)
+#define STUB_TRANSFER_FAIL (-800)
+#define STUB_HANDLE_MAGIC 0x4d4f4f4e43414b45ULL
+
+typedef void *mooncake_store_t;
+
+/* Opaque here: its layout differs between SDK releases, and the adapter always passes NULL. */
+struct mooncake_replicate_config;
+
+struct stub_handle {
+  uint64_t magic;
+};
+
+struct stub_object {
+  char *key;
+  unsigned char *bytes;
+  size_t length;
+};
+
+struct stub_region {
+  uintptr_t base;
+  size_t length;
+};
+
+enum stub_fn {
+  FN_CREATE,
+  FN_DESTROY,
+  FN_SETUP,
+  FN_HEALTH_CHECK,
+  FN_REGISTER_BUFFER,
+  FN_UNREGISTER_BUFFER,
+  FN_PUT_FROM,
+  FN_BATCH_PUT_FROM,
+  FN_GET_INTO,
+  FN_BATCH_GET_INTO,
+  FN_IS_EXIST,
+  FN_BATCH_IS_EXIST,
+  FN_REMOVE,
+  FN_REMOVE_BY_REGEX,
+  FN_REMOVE_ALL,
+  FN_COUNT
+};
+
+static const char *const FN_NAMES[FN_COUNT] = {
+    "create",         "destroy",        "setup",           "health_check",
+    "register_buffer", "unregister_buffer", "put_from",     "batch_put_from",
+    "get_into",       "batch_get_into", "is_exist",        "batch_is_exist",
+    "remove",         "remove_by_regex", "remove_all"};
+
+/* A scripted answer: the next `remaining` calls (or rows) answer `code`. */
+struct stub_injection {
+  int64_t code;
+  int remaining;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stub_object *objects;
+static size_t object_count;
+static size_t object_capacity;
+static struct stub_region regions[16];
+static size_t region_count;
+static long calls[FN_COUNT];
+static struct stub_injection call_injections[FN_COUNT];
+static struct stub_injection row_injections[FN_COUNT];
+static int malform_modes[FN_COUNT];
+static int create_null_remaining;
+static int short_read_remaining;
+static int64_t short_read_shortfall;
+static char last_setup[1024];
+
+static int fn_index(const char *name) {
+  if (name == NULL) {
+    return -1;
+  }
+  for (int i = 0; i < FN_COUNT; i++) {
+    if (strcmp(FN_NAMES[i], name) == 0) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+static int valid_handle(mooncake_store_t store) {
+  return store != NULL && ((struct stub_handle *)store)->magic == STUB_HANDLE_MAGIC;
+}
+
+/* Counts the call; returns 1 and sets *code when an injected top-level answer applies. */
+static int enter(enum stub_fn fn, int64_t *code) {
+  calls[fn]++;
+  if (call_injections[fn].remaining > 0) {
+    call_injections[fn].remaining--;
+    *code = call_injections[fn].code;
+    return 1;
+  }
+  return 0;
+}
+
+/* Returns 1 and sets *code when an injected per-row answer applies to the next row of fn. */
+static int row_injected(enum stub_fn fn, int64_t *code) {
+  if (row_injections[fn].remaining > 0) {
+    row_injections[fn].remaining--;
+    *code = row_injections[fn].code;
+    return 1;
+  }
+  return 0;
+}
+
+static int take_malform(enum stub_fn fn) {
+  int mode = malform_modes[fn];
+  malform_modes[fn] = 0;
+  return mode;
+}
+
+static struct stub_object *find(const char *key) {
+  for (size_t i = 0; i < object_count; i++) {
+    if (strcmp(objects[i].key, key) == 0) {
+      return &objects[i];
+    }
+  }
+  return NULL;
+}
+
+static void erase_at(size_t index) {
+  free(objects[index].key);
+  free(objects[index].bytes);
+  objects[index] = objects[object_count - 1];
+  object_count--;
+}
+
+static int inside_registered(const void *buffer, size_t size) {
+  uintptr_t start = (uintptr_t)buffer;
+  for (size_t i = 0; i < region_count; i++) {
+    if (start >= regions[i].base && size <= regions[i].length &&
+        start - regions[i].base <= regions[i].length - size) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int64_t put_one(const char *key, const void *buffer, size_t size) {
+  if (key == NULL || (buffer == NULL && size > 0)) {
+    return STUB_INVALID_PARAMS;
+  }
+  if (!inside_registered(buffer, size)) {
+    return STUB_TRANSFER_FAIL;
+  }
+  if (find(key) != NULL) {
+    return STUB_OBJECT_ALREADY_EXISTS;
+  }
+  if (object_count == object_capacity) {
+    size_t capacity = object_capacity == 0 ? 64 : object_capacity * 2;
+    struct stub_object *grown = realloc(objects, capacity * sizeof(*grown));
+    if (grown == NULL) {
+      return STUB_NO_AVAILABLE_HANDLE;
+    }
+    objects = grown;
+    object_capacity = capacity;
+  }
+  struct stub_object *object = &objects[object_count];
+  object->key = strdup(key);
+  object->bytes = malloc(size == 0 ? 1 : size);
+  if (object->key == NULL || object->bytes == NULL) {
+    free(object->key);
+    free(object->bytes);
+    return STUB_NO_AVAILABLE_HANDLE;
+  }
+  memcpy(object->bytes, buffer, size);
+  object->length = size;
+  object_count++;
+  return 0;
+}
+
+static int64_t get_one(const char *key, void *buffer, size_t size) {
+  if (key == NULL || (buffer == NULL && size > 0)) {
+    return STUB_INVALID_PARAMS;
+  }
+  if (!inside_registered(buffer, size)) {
+    return STUB_TRANSFER_FAIL;
+  }
+  struct stub_object *object = find(key);
+  if (object == NULL) {
+    return STUB_OBJECT_NOT_FOUND;
+  }
+  if (object->length > size) {
+    return STUB_INVALID_PARAMS;
+  }
+  int64_t reported = (int64_t)object->length;
+  size_t copied = object->length;
+  if (short_read_remaining > 0) {
+    short_read_remaining--;
+    reported = (int64_t)object->length - short_read_shortfall;
+    if (reported < 0) {
+      reported = 0;
+    }
+    copied = (size_t)reported < object->length ? (size_t)reported : object->length;
+  }
+  memcpy(buffer, object->bytes, copied);
+  return reported;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * store_c.h
+ * ------------------------------------------------------------------------------------------- */
+
+mooncake_store_t mooncake_store_create(void) {
+  pthread_mutex_lock(&lock);
+  calls[FN_CREATE]++;
+  struct stub_handle *handle = NULL;
+  if (create_null_remaining > 0) {
+    create_null_remaining--;
+  } else {
+    handle = malloc(sizeof(*handle));
+    if (handle != NULL) {
+      handle->magic = STUB_HANDLE_MAGIC;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return handle;
+}
+
+void mooncake_store_destroy(mooncake_store_t store) {
+  pthread_mutex_lock(&lock);
+  calls[FN_DESTROY]++;
+  if (valid_handle(store)) {
+    ((struct stub_handle *)store)->magic = 0;
+    free(store);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
+                         const char *metadata_server, uint64_t global_segment_size,
+                         uint64_t local_buffer_size, const char *protocol,
+                         const char *device_name, const char *master_server_addr) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_SETUP, &code)) {
+    code = valid_handle(store) ? 0 : -1;
+    snprintf(last_setup, sizeof(last_setup), "%s|%s|%llu|%llu|%s|%s|%s",
+             local_hostname ? local_hostname : "(null)",
+             metadata_server ? metadata_server : "(null)",
+             (unsigned long long)global_segment_size, (unsigned long long)local_buffer_size,
+             protocol ? protocol : "(null)", device_name ? device_name : "(null)",
+             master_server_addr ? master_server_addr : "(null)");
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+int mooncake_store_health_check(mooncake_store_t store) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_HEALTH_CHECK, &code)) {
+    code = valid_handle(store) ? 0 : -1;
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+int mooncake_store_register_buffer(mooncake_store_t store, void *buffer, size_t size) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_REGISTER_BUFFER, &code)) {
+    if (!valid_handle(store) || buffer == NULL || size == 0 ||
+        region_count == sizeof(regions) / sizeof(regions[0])) {
+      code = -1;
+    } else {
+      regions[region_count].base = (uintptr_t)buffer;
+      regions[region_count].length = size;
+      region_count++;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+int mooncake_store_unregister_buffer(mooncake_store_t store, void *buffer) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_UNREGISTER_BUFFER, &code)) {
+    code = -1;
+    if (valid_handle(store)) {
+      for (size_t i = 0; i < region_count; i++) {
+        if (regions[i].base == (uintptr_t)buffer) {
+          regions[i] = regions[region_count - 1];
+          region_count--;
+          code = 0;
+          break;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+int mooncake_store_put_from(mooncake_store_t store, const char *key, void *buffer, size_t size,
+                            const struct mooncake_replicate_config *config) {
+  (void)config;
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_PUT_FROM, &code)) {
+    code = valid_handle(store) ? put_one(key, buffer, size) : -1;
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+/*
+ * Malform modes, shared by the three batch functions (each arms one call):
+ *   1  leave the last row of results_out unwritten
+ *   2  also write one row past `count`
+ *   3  write a value outside the documented set into row 0
+ */
+int mooncake_store_batch_put_from(mooncake_store_t store, const char **keys, void **buffers,
+                                  const size_t *sizes, size_t count,
+                                  const struct mooncake_replicate_config *config,
+                                  int *results_out) {
+  (void)config;
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (enter(FN_BATCH_PUT_FROM, &code)) {
+    pthread_mutex_unlock(&lock);
+    return (int)code;
+  }
+  if (!valid_handle(store) || keys == NULL || buffers == NULL || sizes == NULL ||
+      results_out == NULL) {
+    pthread_mutex_unlock(&lock);
+    return -1;
+  }
+  int mode = take_malform(FN_BATCH_PUT_FROM);
+  size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
+  for (size_t i = 0; i < rows; i++) {
+    int64_t row = 0;
+    if (!row_injected(FN_BATCH_PUT_FROM, &row)) {
+      row = put_one(keys[i], buffers[i], sizes[i]);
+    }
+    results_out[i] = (int)row;
+  }
+  if (mode == 2) {
+    results_out[count] = 0;
+  } else if (mode == 3 && count > 0) {
+    results_out[0] = 7;
+  }
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+int64_t mooncake_store_get_into(mooncake_store_t store, const char *key, void *buffer,
+                                size_t size) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_GET_INTO, &code)) {
+    code = valid_handle(store) ? get_one(key, buffer, size) : -1;
+  }
+  pthread_mutex_unlock(&lock);
+  return code;
+}
+
+int mooncake_store_batch_get_into(mooncake_store_t store, const char **keys, void **buffers,
+                                  const size_t *sizes, size_t count, int64_t *results_out) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (enter(FN_BATCH_GET_INTO, &code)) {
+    pthread_mutex_unlock(&lock);
+    return (int)code;
+  }
+  if (!valid_handle(store) || keys == NULL || buffers == NULL || sizes == NULL ||
+      results_out == NULL) {
+    pthread_mutex_unlock(&lock);
+    return -1;
+  }
+  int mode = take_malform(FN_BATCH_GET_INTO);
+  size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
+  for (size_t i = 0; i < rows; i++) {
+    int64_t row = 0;
+    if (!row_injected(FN_BATCH_GET_INTO, &row)) {
+      row = get_one(keys[i], buffers[i], sizes[i]);
+    }
+    results_out[i] = row;
+  }
+  if (mode == 2) {
+    results_out[count] = 0;
+  } else if (mode == 3 && count > 0) {
+    results_out[0] = -((int64_t)1 << 40);
+  }
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+int mooncake_store_is_exist(mooncake_store_t store, const char *key) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_IS_EXIST, &code)) {
+    code = (valid_handle(store) && key != NULL) ? (find(key) != NULL) : -1;
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+int mooncake_store_batch_is_exist(mooncake_store_t store, const char **keys, size_t count,
+                                  int *results_out) {
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (enter(FN_BATCH_IS_EXIST, &code)) {
+    pthread_mutex_unlock(&lock);
+    return (int)code;
+  }
+  if (!valid_handle(store) || keys == NULL || results_out == NULL) {
+    pthread_mutex_unlock(&lock);
+    return -1;
+  }
+  int mode = take_malform(FN_BATCH_IS_EXIST);
+  size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
+  for (size_t i = 0; i < rows; i++) {
+    int64_t row = 0;
+    if (!row_injected(FN_BATCH_IS_EXIST, &row)) {
+      row = keys[i] == NULL ? STUB_INVALID_PARAMS : (find(keys[i]) != NULL);
+    }
+    results_out[i] = (int)row;
+  }
+  if (mode == 2) {
+    results_out[count] = 1;
+  } else if (mode == 3 && count > 0) {
+    results_out[0] = 2;
+  }
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+int mooncake_store_remove(mooncake_store_t store, const char *key, int force) {
+  (void)force;
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_REMOVE, &code)) {
+    code = -1;
+    if (valid_handle(store) && key != NULL) {
+      code = STUB_OBJECT_NOT_FOUND;
+      for (size_t i = 0; i < object_count; i++) {
+        if (strcmp(objects[i].key, key) == 0) {
+          erase_at(i);
+          code = 0;
+          break;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return (int)code;
+}
+
+/* POSIX extended expressions searched anywhere in the key, like the master's regex_search. */
+int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *pattern, int force) {
+  (void)force;
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (enter(FN_REMOVE_BY_REGEX, &code)) {
+    pthread_mutex_unlock(&lock);
+    return code;
+  }
+  if (!valid_handle(store) || pattern == NULL) {
+    pthread_mutex_unlock(&lock);
+    return -1;
+  }
+  regex_t compiled;
+  if (regcomp(&compiled, pattern, REG_EXTENDED | REG_NOSUB) != 0) {
+    pthread_mutex_unlock(&lock);
+    return STUB_INVALID_PARAMS;
+  }
+  int64_t removed = 0;
+  size_t i = 0;
+  while (i < object_count) {
+    if (regexec(&compiled, objects[i].key, 0, NULL, 0) == 0) {
+      erase_at(i);
+      removed++;
+    } else {
+      i++;
+    }
+  }
+  regfree(&compiled);
+  pthread_mutex_unlock(&lock);
+  return removed;
+}
+
+int64_t mooncake_store_remove_all(mooncake_store_t store, int force) {
+  (void)force;
+  pthread_mutex_lock(&lock);
+  int64_t code = 0;
+  if (!enter(FN_REMOVE_ALL, &code)) {
+    code = -1;
+    if (valid_handle(store)) {
+      code = (int64_t)object_count;
+      while (object_count > 0) {
+        erase_at(object_count - 1);
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return code;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Test controls
+ * ------------------------------------------------------------------------------------------- */
+
+/* Forgets every object, registration, scripted answer and counter. */
+void stub_reset(void) {
+  pthread_mutex_lock(&lock);
+  while (object_count > 0) {
+    erase_at(object_count - 1);
+  }
+  region_count = 0;
+  memset(calls, 0, sizeof(calls));
+  memset(call_injections, 0, sizeof(call_injections));
+  memset(row_injections, 0, sizeof(row_injections));
+  memset(malform_modes, 0, sizeof(malform_modes));
+  create_null_remaining = 0;
+  short_read_remaining = 0;
+  short_read_shortfall = 0;
+  last_setup[0] = '\0';
+  pthread_mutex_unlock(&lock);
+}
+
+/* The next `count` calls of `fn` (a name without the mooncake_store_ prefix) return `code`. */
+int stub_inject(const char *fn, int code, int count) {
+  int index = fn_index(fn);
+  if (index < 0) {
+    return -1;
+  }
+  pthread_mutex_lock(&lock);
+  call_injections[index].code = code;
+  call_injections[index].remaining = count;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+/* The next `count` rows of the batch function `fn` report `code` and touch nothing. */
+int stub_inject_rows(const char *fn, int64_t code, int count) {
+  int index = fn_index(fn);
+  if (index < 0) {
+    return -1;
+  }
+  pthread_mutex_lock(&lock);
+  row_injections[index].code = code;
+  row_injections[index].remaining = count;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+/*
+ * The next `count` successful reads report `shortfall_bytes` fewer bytes than the object holds
+ * and copy only that many; a negative shortfall reports more bytes than the object holds.
+ */
+void stub_short_reads(int count, int64_t shortfall_bytes) {
+  pthread_mutex_lock(&lock);
+  short_read_remaining = count;
+  short_read_shortfall = shortfall_bytes;
+  pthread_mutex_unlock(&lock);
+}
+
+/* Arms one malformed answer (modes above) for the next call of the batch function `fn`. */
+int stub_malform(const char *fn, int mode) {
+  int index = fn_index(fn);
+  if (index < 0) {
+    return -1;
+  }
+  pthread_mutex_lock(&lock);
+  malform_modes[index] = mode;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+/* The next `count` calls of mooncake_store_create return NULL. */
+void stub_create_null(int count) {
+  pthread_mutex_lock(&lock);
+  create_null_remaining = count;
+  pthread_mutex_unlock(&lock);
+}
+
+/* Calls of `fn` since the last reset; "*" sums every function. -1 for an unknown name. */
+long stub_calls(const char *fn) {
+  long total = 0;
+  pthread_mutex_lock(&lock);
+  if (fn != NULL && strcmp(fn, "*") == 0) {
+    for (int i = 0; i < FN_COUNT; i++) {
+      total += calls[i];
+    }
+  } else {
+    int index = fn_index(fn);
+    total = index < 0 ? -1 : calls[index];
+  }
+  pthread_mutex_unlock(&lock);
+  return total;
+}
+
+long stub_object_count(void) {
+  pthread_mutex_lock(&lock);
+  long count = (long)object_count;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+long stub_registered_count(void) {
+  pthread_mutex_lock(&lock);
+  long count = (long)region_count;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+/* 1 when an object with this exact key exists. */
+int stub_has(const char *key) {
+  pthread_mutex_lock(&lock);
+  int present = key != NULL && find(key) != NULL;
+  pthread_mutex_unlock(&lock);
+  return present;
+}
+
+/* Copies "host|metadata|segment|buffer|protocol|device|master" of the last setup into buf. */
+int stub_last_setup(char *buf, size_t buf_len) {
+  if (buf == NULL || buf_len == 0) {
+    return -1;
+  }
+  pthread_mutex_lock(&lock);
+  snprintf(buf, buf_len, "%s", last_setup);
+  pthread_mutex_unlock(&lock);
+  return 0;
+}

@@ -1,0 +1,130 @@
+package io.tokenspeed.l3.store.mooncake;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.core.storage.HostRange;
+import io.tokenspeed.core.storage.JobRow;
+import io.tokenspeed.core.storage.KeyOutcome;
+import io.tokenspeed.core.storage.StorageDone;
+import io.tokenspeed.core.storage.StorageJob;
+import io.tokenspeed.core.storage.StorageKind;
+import io.tokenspeed.l3.CloseReport;
+import io.tokenspeed.l3.L3Executor;
+import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.SubmitResult;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.List;
+import java.util.concurrent.locks.LockSupport;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The executor over the Mooncake binding, across the real native boundary (the in-memory stub): the
+ * specification's result codes end as the right facts, health and quarantine decisions.
+ */
+class MooncakeExecutorTest {
+
+  private static final String NS = "tsl3-" + "ab".repeat(32);
+
+  private Arena arena;
+  private MemorySegment host;
+  private L3Executor executor;
+  private long nextId = 1;
+
+  @BeforeEach
+  void start() throws Exception {
+    MooncakeStub.reset();
+    arena = Arena.ofShared();
+    host = arena.allocate(1 << 20, 4096);
+    for (int i = 0; i < 4096; i++) {
+      host.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 13));
+    }
+    executor =
+        L3Executor.start(
+            MooncakeStore.open(MooncakeStub.settings(256)),
+            new L3ExecutorConfig(1, 1, 1, 8, 8, 8, 64, 0, 2_000),
+            host,
+            System::nanoTime);
+  }
+
+  @AfterEach
+  void stop() {
+    if (executor != null) {
+      executor.close();
+    }
+    arena.close();
+  }
+
+  private StorageDone run(StorageKind kind, long offset, String... hashes) {
+    List<JobRow> rows =
+        java.util.Arrays.stream(hashes)
+            .map(h -> JobRow.owned(NS + "_" + h + "|g0|o0|r0", new HostRange(offset, 4096)))
+            .toList();
+    StorageJob job = new StorageJob(nextId++, kind, rows);
+    SubmitResult r = executor.submit(job);
+    assertTrue(r.accepted(), r.name());
+    long deadline = System.nanoTime() + 10_000_000_000L;
+    while (System.nanoTime() - deadline < 0) {
+      for (StorageDone d : executor.poll().completions()) {
+        if (d.operationId() == job.operationId()) {
+          return d;
+        }
+      }
+      LockSupport.parkNanos(200_000);
+    }
+    throw new AssertionError("no record for operation " + job.operationId());
+  }
+
+  @Test
+  void shouldRoundTripAndCountAlreadyExistingObjectsApart() {
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "aa").outcomes());
+    StorageDone again = run(StorageKind.PUT, 0, "aa"); // the stub answers -705
+    assertEquals(List.of(KeyOutcome.OK), again.outcomes());
+    assertEquals(1, executor.metrics().putsNewlyWritten());
+    assertEquals(1, executor.metrics().putsAlreadyExisted());
+    StorageDone get = run(StorageKind.GET, 65536, "aa");
+    assertEquals(4096, get.bytes());
+    assertEquals(-1L, host.asSlice(0, 4096).mismatch(host.asSlice(65536, 4096)));
+  }
+
+  @Test
+  void shouldTurnMissesAndNoSpaceIntoRetiredFactsWithoutAnOutage() {
+    assertEquals(List.of(KeyOutcome.MISSING), run(StorageKind.GET, 0, "nothing").outcomes());
+    MooncakeStub.injectRows("batch_put_from", MooncakeCodes.NO_AVAILABLE_HANDLE, 1);
+    StorageDone full = run(StorageKind.PUT, 0, "bb");
+    assertEquals(List.of(KeyOutcome.FAILED), full.outcomes());
+    assertTrue(full.retired());
+    assertEquals("HEALTHY", executor.metrics().healthState());
+    assertFalse(executor.quarantined());
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "bb").outcomes(), "re-offered");
+  }
+
+  @Test
+  void shouldTreatAShortReadAsAnInvalidObject() {
+    run(StorageKind.PUT, 0, "cc");
+    MooncakeStub.shortReads(1, 1);
+    StorageDone d = run(StorageKind.GET, 65536, "cc");
+    assertEquals(List.of(KeyOutcome.INVALID), d.outcomes());
+    assertTrue(d.retired());
+    assertFalse(executor.quarantined());
+  }
+
+  @Test
+  void shouldQuarantineOnAGenericNegativeTransferCode() {
+    run(StorageKind.PUT, 0, "dd");
+    MooncakeStub.injectRows("batch_get_into", -1, 1);
+    StorageDone d = run(StorageKind.GET, 65536, "dd");
+    assertEquals(List.of(KeyOutcome.FAILED), d.outcomes());
+    assertFalse(d.retired());
+    assertTrue(executor.quarantined());
+    CloseReport report = executor.close();
+    assertTrue(report.restartRequired(), report.message());
+    assertFalse(report.storeClosed(), "the client keeps its Host registration");
+    executor = null;
+  }
+}
