@@ -123,6 +123,9 @@ public final class L3Executor {
   private final Map<SubmitResult, Long> rejections = new EnumMap<>(SubmitResult.class);
   private final List<Thread> workers = new ArrayList<>();
 
+  /** Records produced so far; read without the lock by a caller that waits for news. */
+  private volatile long recordsProduced;
+
   private long lastOperationId = -1;
   private boolean closing;
   private CloseReport closeReport;
@@ -230,7 +233,7 @@ public final class L3Executor {
       }
       if (refusal != null) {
         rejections.merge(refusal, 1L, Long::sum);
-        completions.add(
+        addRecord(
             new Completed(
                 new StorageDone(
                     job.operationId(), job.kind(), ResultInterpreter.notRun(job), true, 0, false),
@@ -272,7 +275,7 @@ public final class L3Executor {
       if (e.probe) {
         health.onProbeAbandoned(e.healthEpoch);
       }
-      completions.add(
+      addRecord(
           new Completed(
               new StorageDone(
                   operationId, e.job.kind(), ResultInterpreter.notRun(e.job), true, 0, true),
@@ -452,10 +455,24 @@ public final class L3Executor {
       ks.payloadBytes += facts.bytes();
       putsNewlyWritten += facts.newlyWritten();
       putsAlreadyExisted += facts.alreadyExisted();
-      completions.add(new Completed(done, e.payloadBytes));
+      addRecord(new Completed(done, e.payloadBytes));
     } finally {
       lock.unlock();
     }
+  }
+
+  private void addRecord(Completed c) {
+    completions.add(c);
+    recordsProduced++; // written under the lock; volatile for lock-free readers
+  }
+
+  /**
+   * How many completion records the executor has produced so far (delivered or not). It changes
+   * exactly when a later {@link #poll()} has something new, and is read without the lock: a caller
+   * waiting for a completion can watch it instead of polling in a tight loop.
+   */
+  public long recordsProduced() {
+    return recordsProduced;
   }
 
   private final Map<String, Boolean> seenFaults = new HashMap<>();
@@ -665,7 +682,7 @@ public final class L3Executor {
     ks.queue.remove(e);
     ks.queuedBytes -= e.payloadBytes;
     live.remove(e.job.operationId());
-    completions.add(
+    addRecord(
         new Completed(
             new StorageDone(
                 e.job.operationId(), e.job.kind(), ResultInterpreter.notRun(e.job), true, 0, true),
