@@ -1,0 +1,86 @@
+package io.tokenspeed.core.storage;
+
+import io.tokenspeed.core.CacheKey;
+import java.util.List;
+
+/**
+ * The four Host-only storage commands a plan carries beside its Device copies. They are the same on
+ * every rank (every rank runs the same plan); each rank's data plane translates one into its own
+ * {@link StorageJob} once, with its rank in the object keys and its own Host byte ranges.
+ *
+ * <pre>
+ *   Query(op, keys)               existence check; reserves nothing
+ *   Get(op, keys, hostBlocks)     read each key into its Host destination block
+ *   Put(op, keys, hostBlocks)     create-only write of each Host source block
+ *   Cancel(op)                    names an existing operation; creates no ticket
+ * </pre>
+ */
+public sealed interface StorageOp
+    permits StorageOp.Query, StorageOp.Get, StorageOp.Put, StorageOp.Cancel {
+
+  /** The operation id (for Cancel: the id of the operation it cancels). */
+  long operationId();
+
+  /** Existence check of {@code keys}. */
+  record Query(long operationId, List<CacheKey> keys) implements StorageOp {
+    public Query {
+      keys = checkedKeys(operationId, keys);
+    }
+  }
+
+  /** Read {@code keys.get(i)} into Host block {@code hostBlocks.get(i)}. */
+  record Get(long operationId, List<CacheKey> keys, List<Integer> hostBlocks) implements StorageOp {
+    public Get {
+      keys = checkedKeys(operationId, keys);
+      hostBlocks = checkedBlocks(operationId, keys, hostBlocks);
+    }
+  }
+
+  /** Create-only write of Host block {@code hostBlocks.get(i)} under {@code keys.get(i)}. */
+  record Put(long operationId, List<CacheKey> keys, List<Integer> hostBlocks) implements StorageOp {
+    public Put {
+      keys = checkedKeys(operationId, keys);
+      hostBlocks = checkedBlocks(operationId, keys, hostBlocks);
+    }
+  }
+
+  /** Cancel the operation {@code operationId}. */
+  record Cancel(long operationId) implements StorageOp {
+    public Cancel {
+      if (operationId < 0) {
+        throw new IllegalArgumentException("operation_id=" + operationId + " must be >= 0");
+      }
+    }
+  }
+
+  private static List<CacheKey> checkedKeys(long operationId, List<CacheKey> keys) {
+    if (operationId < 0) {
+      throw new IllegalArgumentException("operation_id=" + operationId + " must be >= 0");
+    }
+    if (keys == null || keys.isEmpty()) {
+      throw new IllegalArgumentException("operation " + operationId + " has no keys");
+    }
+    return List.copyOf(keys);
+  }
+
+  private static List<Integer> checkedBlocks(
+      long operationId, List<CacheKey> keys, List<Integer> blocks) {
+    if (blocks == null || blocks.size() != keys.size()) {
+      throw new IllegalArgumentException(
+          "operation "
+              + operationId
+              + " has "
+              + keys.size()
+              + " keys but "
+              + (blocks == null ? 0 : blocks.size())
+              + " Host blocks");
+    }
+    for (int b : blocks) {
+      if (b <= 0) {
+        throw new IllegalArgumentException(
+            "operation " + operationId + " names Host block " + b + " (0 is the null block)");
+      }
+    }
+    return List.copyOf(blocks);
+  }
+}

@@ -1,0 +1,23 @@
+package io.tokenspeed.scheduler;
+
+/** Why a request's preparation did not ask L3; it goes straight to ordinary admission. */
+public enum Bypass {
+  /** The local Device/Host hit already covers the reusable bound. */
+  LOCAL_HIT,
+  /** The longest possible extension is below {@code min_extension_tokens}. */
+  SHORT_EXTENSION,
+  /** Every candidate boundary needs a key confirmed missing, or nothing is missing. */
+  NOTHING_TO_ASK,
+  /** No operation credit is free. */
+  NO_OPERATION_CREDITS,
+  /** No Host credit is free: a query would have nowhere to land. */
+  NO_HOST_CREDITS,
+  /** The pressure gate is closed. */
+  PRESSURE,
+  /** Storage permissions are off this round (frozen or idle). */
+  NOT_PERMITTED,
+  /** An unproven retirement quarantined L3 until restart. */
+  QUARANTINED,
+  /** The request already considered L3 once (storage_prepared). */
+  ALREADY_PREPARED
+}

@@ -1,0 +1,161 @@
+package io.tokenspeed.scheduler;
+
+/**
+ * The scheduler's read-only L3 contract: credits, deadlines, bounds and pressure watermarks. It
+ * tunes the one asynchronous path; nothing here selects another mode. Every default is a documented
+ * constant and every field is checked once, with the field, the value and the range.
+ *
+ * @param maxOperations operation credits: tickets alive at once (queries, reads, backups)
+ * @param maxHostBlocks Host credits: logical Host block references held by tickets, Ready holds and
+ *     quarantine, each charged as one LCM parent
+ * @param softDeadlineMs how long a request waits for QUERY and GET, from query issue
+ * @param readyHoldMs how long a finished read's Ready hold protects its blocks
+ * @param minExtensionTokens an L3 extension shorter than this bypasses L3
+ * @param lookaheadTokens how far beyond the local hit a query may look
+ * @param maxQueryKeys keys one query may ask for
+ * @param negativeMetadataCapacity confirmed-missing keys remembered (FIFO)
+ * @param backupCandidateCapacity non-owning backup candidates queued (drop-oldest)
+ * @param maxPutKeys keys one PUT operation may carry
+ * @param highQueuedJobs pressure closes at this many queued executor jobs
+ * @param lowQueuedJobs and reopens at or below this many
+ * @param highQueuedBytes pressure closes at this many queued payload bytes
+ * @param lowQueuedBytes and reopens at or below this many
+ * @param highOldestAgeMs pressure closes when the oldest job is this old
+ * @param lowOldestAgeMs and reopens at or below this age
+ */
+public record StorageConfig(
+    int maxOperations,
+    int maxHostBlocks,
+    long softDeadlineMs,
+    long readyHoldMs,
+    int minExtensionTokens,
+    int lookaheadTokens,
+    int maxQueryKeys,
+    int negativeMetadataCapacity,
+    int backupCandidateCapacity,
+    int maxPutKeys,
+    int highQueuedJobs,
+    int lowQueuedJobs,
+    long highQueuedBytes,
+    long lowQueuedBytes,
+    long highOldestAgeMs,
+    long lowOldestAgeMs) {
+
+  public static final int DEFAULT_MAX_OPERATIONS = 64;
+  public static final int DEFAULT_MAX_HOST_BLOCKS = 8192;
+  public static final long DEFAULT_SOFT_DEADLINE_MS = 200;
+  public static final long DEFAULT_READY_HOLD_MS = 1_000;
+  public static final int DEFAULT_MIN_EXTENSION_TOKENS = 256;
+  public static final int DEFAULT_LOOKAHEAD_TOKENS = 131_072;
+  public static final int DEFAULT_MAX_QUERY_KEYS = 4096;
+  public static final int DEFAULT_NEGATIVE_METADATA_CAPACITY = 16_384;
+  public static final int DEFAULT_BACKUP_CANDIDATE_CAPACITY = 4096;
+  public static final int DEFAULT_MAX_PUT_KEYS = 256;
+  public static final int DEFAULT_HIGH_QUEUED_JOBS = 192;
+  public static final int DEFAULT_LOW_QUEUED_JOBS = 64;
+  public static final long DEFAULT_HIGH_QUEUED_BYTES = 4L << 30;
+  public static final long DEFAULT_LOW_QUEUED_BYTES = 1L << 30;
+  public static final long DEFAULT_HIGH_OLDEST_AGE_MS = 2_000;
+  public static final long DEFAULT_LOW_OLDEST_AGE_MS = 500;
+
+  private static final long HOUR_MS = 3_600_000;
+
+  public StorageConfig {
+    range("max_operations", maxOperations, 1, 1 << 20);
+    range("max_host_blocks", maxHostBlocks, 1, Integer.MAX_VALUE);
+    range("soft_deadline_ms", softDeadlineMs, 1, HOUR_MS);
+    range("ready_hold_ms", readyHoldMs, 1, HOUR_MS);
+    range("min_extension_tokens", minExtensionTokens, 1, Integer.MAX_VALUE);
+    range("lookahead_tokens", lookaheadTokens, 1, Integer.MAX_VALUE);
+    range("max_query_keys", maxQueryKeys, 1, 1 << 24);
+    range("negative_metadata_capacity", negativeMetadataCapacity, 0, 1 << 24);
+    range("backup_candidate_capacity", backupCandidateCapacity, 0, 1 << 24);
+    range("max_put_keys", maxPutKeys, 1, 1 << 20);
+    range("high_queued_jobs", highQueuedJobs, 1, Integer.MAX_VALUE);
+    range("low_queued_jobs", lowQueuedJobs, 0, highQueuedJobs - 1L);
+    range("high_queued_bytes", highQueuedBytes, 1, Long.MAX_VALUE);
+    range("low_queued_bytes", lowQueuedBytes, 0, highQueuedBytes - 1);
+    range("high_oldest_age_ms", highOldestAgeMs, 1, HOUR_MS);
+    range("low_oldest_age_ms", lowOldestAgeMs, 0, highOldestAgeMs - 1);
+  }
+
+  /** The documented defaults. */
+  public static StorageConfig defaults() {
+    return new StorageConfig(
+        DEFAULT_MAX_OPERATIONS,
+        DEFAULT_MAX_HOST_BLOCKS,
+        DEFAULT_SOFT_DEADLINE_MS,
+        DEFAULT_READY_HOLD_MS,
+        DEFAULT_MIN_EXTENSION_TOKENS,
+        DEFAULT_LOOKAHEAD_TOKENS,
+        DEFAULT_MAX_QUERY_KEYS,
+        DEFAULT_NEGATIVE_METADATA_CAPACITY,
+        DEFAULT_BACKUP_CANDIDATE_CAPACITY,
+        DEFAULT_MAX_PUT_KEYS,
+        DEFAULT_HIGH_QUEUED_JOBS,
+        DEFAULT_LOW_QUEUED_JOBS,
+        DEFAULT_HIGH_QUEUED_BYTES,
+        DEFAULT_LOW_QUEUED_BYTES,
+        DEFAULT_HIGH_OLDEST_AGE_MS,
+        DEFAULT_LOW_OLDEST_AGE_MS);
+  }
+
+  /** Operation credits backups may hold: half, rounded down. */
+  public int backupOperationCredits() {
+    return maxOperations / 2;
+  }
+
+  /** Host credits backups may hold: half, rounded down. */
+  public int backupHostCredits() {
+    return maxHostBlocks / 2;
+  }
+
+  /** A copy with other credit limits (tests and tuning). */
+  public StorageConfig withCredits(int operations, int hostBlocks) {
+    return new StorageConfig(
+        operations,
+        hostBlocks,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs);
+  }
+
+  /** A copy with another minimum extension (tests and tuning). */
+  public StorageConfig withMinExtensionTokens(int tokens) {
+    return new StorageConfig(
+        maxOperations,
+        maxHostBlocks,
+        softDeadlineMs,
+        readyHoldMs,
+        tokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs);
+  }
+
+  private static void range(String field, long value, long min, long max) {
+    if (value < min || value > max) {
+      throw new IllegalArgumentException(
+          field + "=" + value + " must be in [" + min + ", " + max + "]");
+    }
+  }
+}

@@ -1,0 +1,77 @@
+package io.tokenspeed.scheduler;
+
+import java.util.EnumMap;
+import java.util.Map;
+
+/**
+ * The scheduler's L3 counters and gauges (values only; an exporter publishes them). Scheduler
+ * values are mirrored on every TP owner and must not be summed across owners. They never feed a
+ * decision.
+ */
+public final class StorageCounters {
+
+  /** Why a backup candidate key was dropped ({@code tokenspeed:l3_dropped_backup_keys}). */
+  public enum DropReason {
+    PRESSURE,
+    OVERFLOW,
+    UNAVAILABLE,
+    DISABLED,
+    CLEANUP
+  }
+
+  long softTimeouts;
+  long readyExpired;
+  long clientDetaches;
+  long pressureBypasses;
+  long queriesIssued;
+  long getsIssued;
+  long putsIssued;
+  long publishedBlocks;
+  long negativeFacts;
+  final Map<DropReason, Long> droppedBackupKeys = new EnumMap<>(DropReason.class);
+
+  void drop(DropReason reason, long keys) {
+    droppedBackupKeys.merge(reason, keys, Long::sum);
+  }
+
+  public long softTimeouts() {
+    return softTimeouts;
+  }
+
+  public long readyExpired() {
+    return readyExpired;
+  }
+
+  /** Waits ended by the request itself (abort, admission of a waiting request): neither counter. */
+  public long clientDetaches() {
+    return clientDetaches;
+  }
+
+  public long pressureBypasses() {
+    return pressureBypasses;
+  }
+
+  public long queriesIssued() {
+    return queriesIssued;
+  }
+
+  public long getsIssued() {
+    return getsIssued;
+  }
+
+  public long putsIssued() {
+    return putsIssued;
+  }
+
+  public long publishedBlocks() {
+    return publishedBlocks;
+  }
+
+  public long negativeFacts() {
+    return negativeFacts;
+  }
+
+  public long droppedBackupKeys(DropReason reason) {
+    return droppedBackupKeys.getOrDefault(reason, 0L);
+  }
+}

@@ -1,0 +1,785 @@
+package io.tokenspeed.scheduler;
+
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.HeldBlock;
+import io.tokenspeed.cache.Tier;
+import io.tokenspeed.cache.TierCache;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageKind;
+import io.tokenspeed.core.storage.StorageOp;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The scheduler's owner of everything L3: operation ids, tickets, credits, leases, Ready holds,
+ * quarantine, negative metadata, backup candidates, the pressure gate and soft deadlines.
+ *
+ * <h2>The ledger</h2>
+ *
+ * <pre>
+ *   ticket (one per operation id, ids monotonic, never reused — not even across clears)
+ *     QUERY   1 operation credit                          released when the agreed fact arrives
+ *     GET     1 operation credit + 1 Host credit / dest   released at retirement, or kept as a
+ *                                                           Ready hold on the published blocks
+ *     PUT     1 operation credit + 1 Host credit / source  released at retirement (backups: at most
+ *                                                           half of each budget, rounded down)
+ *     any     unretired on some owner -> QUARANTINED: never freed, published or repaired
+ * </pre>
+ *
+ * <p>Every Host reference a ticket holds is a real reference in the Host tier of the {@link
+ * CacheCoordinator}, and is charged one Host credit. Requests never hold Host references: they hold
+ * a {@link StorageLease} on a ticket. Closing the lease detaches the request; the ticket and its
+ * references live on until every owner reported retirement.
+ *
+ * <h2>What it must never do</h2>
+ *
+ * <ul>
+ *   <li>publish anything from a detached, failed or unretired read;
+ *   <li>allocate Host memory for a query (a query reserves nothing);
+ *   <li>let backups take the credits reads need (backups are capped at half);
+ *   <li>block: it is called on the event loop, owns no thread and takes no lock.
+ * </ul>
+ *
+ * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
+ * (insertion-ordered maps, no clocks of its own, no hashing of identities).
+ */
+public final class StorageTransferManager {
+
+  private enum Phase {
+    INFLIGHT,
+    READY,
+    QUARANTINED
+  }
+
+  private static final class Ticket {
+    final long id;
+    final StorageKind kind;
+    final List<CacheKey> keys;
+    final int[] hostBlocks; // GET destinations, PUT sources; 0 once released
+    final boolean backup;
+    Phase phase = Phase.INFLIGHT;
+    StorageLease lease;
+    long deadlineNs;
+    long readyUntilNs;
+    PromptKeys prompt;
+    int floor;
+    int[] candidates;
+    int boundary;
+
+    Ticket(long id, StorageKind kind, List<CacheKey> keys, int[] hostBlocks, boolean backup) {
+      this.id = id;
+      this.kind = kind;
+      this.keys = keys;
+      this.hostBlocks = hostBlocks;
+      this.backup = backup;
+    }
+
+    int heldRefs() {
+      int n = 0;
+      for (int b : hostBlocks) {
+        if (b != 0) {
+          n++;
+        }
+      }
+      return n;
+    }
+  }
+
+  /** The outcome of {@link #prepare}: a bypass, or a lease on the issued query. */
+  public record Preparation(Bypass bypass, StorageLease lease) {
+    public boolean waiting() {
+      return lease != null;
+    }
+  }
+
+  private final StorageConfig config;
+  private final CacheCoordinator cache;
+  private final TierCache host;
+  private final Map<Long, Ticket> tickets = new LinkedHashMap<>();
+  private final List<StorageOp> ops = new ArrayList<>();
+  private final List<Wakeup> wakeups = new ArrayList<>();
+  private final StorageCounters counters = new StorageCounters();
+
+  private final ArrayDeque<CacheKey> negativeFifo = new ArrayDeque<>();
+  private final Set<CacheKey> negative = new HashSet<>();
+  private final ArrayDeque<CacheKey> candidates = new ArrayDeque<>();
+  private final Set<CacheKey> candidateSet = new HashSet<>();
+  private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
+
+  private long nextOperationId;
+  private long nowNs;
+  private int opUsed;
+  private int hostUsed;
+  private int backupOpUsed;
+  private int backupHostUsed;
+  private boolean gateClosed;
+  private boolean quarantined;
+  private int quarantinedRefs;
+
+  public StorageTransferManager(StorageConfig config, CacheCoordinator cache) {
+    this.config = config;
+    this.cache = cache;
+    this.host = cache.host();
+  }
+
+  // ================================================================ read transaction
+
+  /**
+   * Considers L3 once for a request in Submitted: either a bypass (ordinary admission follows) or a
+   * query is issued and the returned lease belongs to the request's Prefetching state.
+   */
+  public Preparation prepare(long requestId, PromptKeys prompt, boolean permitted) {
+    if (quarantined) {
+      return new Preparation(Bypass.QUARANTINED, null);
+    }
+    if (!permitted) {
+      return new Preparation(Bypass.NOT_PERMITTED, null);
+    }
+    if (gateClosed) {
+      counters.pressureBypasses++;
+      return new Preparation(Bypass.PRESSURE, null);
+    }
+    int bound = prompt.reusableBound();
+    int local = cache.probe(prompt, bound).hostHit();
+    if (local >= bound) {
+      return new Preparation(Bypass.LOCAL_HIT, null);
+    }
+    int max = (int) Math.min(bound, (long) local + config.lookaheadTokens());
+    int[] cands = cache.candidates(prompt, local, max);
+    if (cands[cands.length - 1] - local < config.minExtensionTokens()) {
+      return new Preparation(Bypass.SHORT_EXTENSION, null);
+    }
+    List<CacheKey> ask = planQueryKeys(prompt, cands);
+    if (ask.isEmpty()) {
+      return new Preparation(Bypass.NOTHING_TO_ASK, null);
+    }
+    if (opUsed >= config.maxOperations()) {
+      return new Preparation(Bypass.NO_OPERATION_CREDITS, null);
+    }
+    if (hostUsed >= config.maxHostBlocks()) {
+      return new Preparation(Bypass.NO_HOST_CREDITS, null);
+    }
+    Ticket t = newTicket(StorageKind.QUERY, ask, new int[0], false);
+    t.prompt = prompt;
+    t.floor = local;
+    t.candidates = cands;
+    t.deadlineNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
+    t.lease = new StorageLease(this, requestId, t.id);
+    ops.add(new StorageOp.Query(t.id, ask));
+    counters.queriesIssued++;
+    return new Preparation(null, t.lease);
+  }
+
+  /**
+   * The keys a query asks for. The longest candidate boundary whose whole missing set fits the key
+   * budget comes first; each shorter fallback adds its distinct missing keys only when all of them
+   * fit. A boundary that needs a key confirmed missing is skipped. Only keys missing from both the
+   * Device and the Host count (the Host-suffix rule).
+   */
+  private List<CacheKey> planQueryKeys(PromptKeys prompt, int[] cands) {
+    LinkedHashSet<CacheKey> chosen = new LinkedHashSet<>();
+    for (int i = cands.length - 1; i >= 1; i--) {
+      List<CacheKey> missing = cache.missingKeys(prompt, cands[i]);
+      if (missing.isEmpty()) {
+        continue;
+      }
+      boolean known = false;
+      List<CacheKey> add = new ArrayList<>();
+      for (CacheKey k : missing) {
+        if (negative.contains(k)) {
+          known = true;
+          break;
+        }
+        if (!chosen.contains(k)) {
+          add.add(k);
+        }
+      }
+      if (known || chosen.size() + add.size() > config.maxQueryKeys()) {
+        continue;
+      }
+      chosen.addAll(add);
+    }
+    return new ArrayList<>(chosen);
+  }
+
+  private void onQueryDone(Ticket t, CompletionFact f) {
+    releaseTicket(t);
+    StorageLease lease = t.lease;
+    if (lease == null || !lease.live()) {
+      return;
+    }
+    if (f.detached() || gateClosed || quarantined) {
+      wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+      return;
+    }
+    Set<CacheKey> exists = new HashSet<>();
+    for (int i = 0; i < t.keys.size(); i++) {
+      if (f.ok(i)) {
+        exists.add(t.keys.get(i));
+      }
+    }
+    int[] cands = t.candidates;
+    while (cands.length > 1) {
+      int boundary = cache.matchAssuming(t.prompt, cands, exists::contains);
+      if (boundary <= t.floor) {
+        break;
+      }
+      if (reserve(t, lease, boundary)) {
+        return;
+      }
+      cands = below(cands, boundary); // shortage: try the next shorter boundary
+    }
+    wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+  }
+
+  /**
+   * Reserves Host destinations for the keys missing at {@code boundary} and issues the GET. Warm
+   * dependencies (blocks of the boundary already on the Host) are pinned only while allocating, so
+   * the allocation cannot evict them, and count against the credit check with the destinations.
+   */
+  private boolean reserve(Ticket query, StorageLease lease, int boundary) {
+    List<CacheKey> dest = cache.missingKeys(query.prompt, boundary);
+    if (dest.isEmpty()) {
+      return false;
+    }
+    List<Integer> warm = new ArrayList<>();
+    for (CacheKey k : cache.neededKeys(query.prompt, boundary)) {
+      int b = host.lookup(k);
+      if (b != 0) {
+        warm.add(b);
+      }
+    }
+    if (opUsed + 1 > config.maxOperations()
+        || (long) hostUsed + dest.size() + warm.size() > config.maxHostBlocks()) {
+      return false;
+    }
+    int[] needs = new int[cache.layout().numGroups()];
+    for (CacheKey k : dest) {
+      needs[k.groupId()]++;
+    }
+    for (int b : warm) {
+      host.ref(b);
+    }
+    int[][] fresh = host.allocate(needs);
+    for (int b : warm) {
+      host.unref(b);
+    }
+    if (fresh == null) {
+      return false;
+    }
+    int[] used = new int[needs.length];
+    int[] blocks = new int[dest.size()];
+    for (int i = 0; i < dest.size(); i++) {
+      int g = dest.get(i).groupId();
+      blocks[i] = fresh[g][used[g]++];
+    }
+    Ticket get = newTicket(StorageKind.GET, dest, blocks, false);
+    get.prompt = query.prompt;
+    get.boundary = boundary;
+    get.deadlineNs = query.deadlineNs; // the soft deadline runs from query issue
+    get.lease = lease;
+    query.lease = null;
+    lease.moveTo(get.id);
+    ops.add(new StorageOp.Get(get.id, dest, Arrays.stream(blocks).boxed().toList()));
+    counters.getsIssued++;
+    return true;
+  }
+
+  private void onGetDone(Ticket t, CompletionFact f) {
+    StorageLease lease = t.lease;
+    boolean attached = lease != null && lease.live() && !f.detached();
+    if (!f.retired()) {
+      quarantine(t);
+      if (lease != null && lease.live()) {
+        wake(lease, Wakeup.Reason.READ_FAILED, false);
+      }
+      return;
+    }
+    int published = 0;
+    for (int i = 0; i < t.keys.size(); i++) {
+      CacheKey k = t.keys.get(i);
+      if (f.objectFailure(i)) {
+        rememberNegative(k);
+      }
+      int b = t.hostBlocks[i];
+      if (attached && f.ok(i) && host.publish(k, b)) {
+        published++; // keep the reference: it becomes the Ready hold
+      } else {
+        releaseRef(t, i);
+      }
+    }
+    counters.publishedBlocks += published;
+    if (!attached) {
+      releaseTicket(t);
+      return;
+    }
+    boolean complete = published == t.keys.size();
+    if (complete && !t.prompt.aligned(t.boundary)) {
+      cache.recordTail(t.prompt, t.boundary);
+    }
+    if (published == 0) {
+      releaseTicket(t);
+      wake(lease, Wakeup.Reason.READ_FAILED, false);
+      return;
+    }
+    t.phase = Phase.READY;
+    t.readyUntilNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
+    wakeups.add(new Wakeup(lease.requestId(), Wakeup.Reason.READ_COMPLETE, lease));
+  }
+
+  // ================================================================ write transaction
+
+  /**
+   * Offers a newly published Host block for backup. Candidates are non-owning: the block may be
+   * evicted while queued, in which case dispatch skips it.
+   */
+  public void offerBackup(CacheKey key) {
+    if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0) {
+      counters.drop(StorageCounters.DropReason.DISABLED, 1);
+      return;
+    }
+    if (gateClosed) {
+      counters.drop(StorageCounters.DropReason.PRESSURE, 1);
+      return;
+    }
+    if (candidateSet.contains(key) || pendingPutKeys.containsKey(key)) {
+      return; // coalesced with a queued candidate or a pending PUT: not a loss
+    }
+    if (config.backupCandidateCapacity() == 0) {
+      counters.drop(StorageCounters.DropReason.OVERFLOW, 1);
+      return;
+    }
+    if (candidates.size() == config.backupCandidateCapacity()) {
+      candidateSet.remove(candidates.pollFirst());
+      counters.drop(StorageCounters.DropReason.OVERFLOW, 1);
+    }
+    candidates.addLast(key);
+    candidateSet.add(key);
+  }
+
+  /** Turns queued candidates into create-only PUTs while backup credits last. */
+  private void dispatchBackups() {
+    while (!candidates.isEmpty()
+        && backupOpUsed < config.backupOperationCredits()
+        && opUsed < config.maxOperations()) {
+      List<CacheKey> keys = new ArrayList<>();
+      List<Integer> blocks = new ArrayList<>();
+      while (!candidates.isEmpty()
+          && keys.size() < config.maxPutKeys()
+          && backupHostUsed + keys.size() < config.backupHostCredits()
+          && hostUsed + keys.size() < config.maxHostBlocks()) {
+        CacheKey k = candidates.pollFirst();
+        candidateSet.remove(k);
+        int b = host.lookup(k);
+        if (b == 0) {
+          counters.drop(StorageCounters.DropReason.UNAVAILABLE, 1);
+          continue;
+        }
+        host.ref(b);
+        keys.add(k);
+        blocks.add(b);
+      }
+      if (keys.isEmpty()) {
+        return; // credits are short: candidates wait for them
+      }
+      Ticket t =
+          newTicket(
+              StorageKind.PUT, keys, blocks.stream().mapToInt(Integer::intValue).toArray(), true);
+      for (CacheKey k : keys) {
+        pendingPutKeys.merge(k, 1, Integer::sum);
+      }
+      ops.add(new StorageOp.Put(t.id, keys, blocks));
+      counters.putsIssued++;
+    }
+  }
+
+  private void onPutDone(Ticket t, CompletionFact f) {
+    for (CacheKey k : t.keys) {
+      pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
+    }
+    if (!f.retired()) {
+      quarantine(t);
+      return;
+    }
+    List<CacheKey> reoffer = new ArrayList<>();
+    for (int i = 0; i < t.keys.size(); i++) {
+      releaseRef(t, i);
+      if (!f.ok(i)) {
+        reoffer.add(t.keys.get(i)); // a retired refusal: the page is offered again later
+      }
+    }
+    releaseTicket(t);
+    for (CacheKey k : reoffer) {
+      offerBackup(k);
+    }
+  }
+
+  // ================================================================ the round
+
+  /**
+   * The agreed tick, applied first every round (before cancellations and completions): soft
+   * deadlines end waits, Ready holds expire.
+   */
+  public void onTick(long tickNs) {
+    this.nowNs = tickNs;
+    for (Ticket t : new ArrayList<>(tickets.values())) {
+      if (t.phase == Phase.INFLIGHT
+          && t.lease != null
+          && t.lease.live()
+          && tickNs - t.deadlineNs >= 0) {
+        counters.softTimeouts++;
+        StorageLease lease = t.lease;
+        detach(t);
+        wake(lease, Wakeup.Reason.SOFT_TIMEOUT, false);
+      } else if (t.phase == Phase.READY && tickNs - t.readyUntilNs >= 0) {
+        counters.readyExpired++;
+        if (t.lease != null) {
+          t.lease.endedByManager();
+        }
+        releaseReady(t);
+      }
+    }
+  }
+
+  /**
+   * The MAX-reduced pressure of the round. The gate closes when any observation reaches its high
+   * watermark and reopens only when all are at or below their low ones. Closing detaches requests
+   * still waiting on a QUERY and drops queued backup candidates; submitted GETs and PUTs go on and
+   * Ready results stay usable.
+   */
+  public void onPressure(PressureSnapshot p) {
+    long ageMs = TimeUnit.NANOSECONDS.toMillis(p.oldestAgeNs());
+    if (!gateClosed) {
+      if (p.queuedJobs() >= config.highQueuedJobs()
+          || p.queuedPayloadBytes() >= config.highQueuedBytes()
+          || ageMs >= config.highOldestAgeMs()) {
+        gateClosed = true;
+        for (Ticket t : new ArrayList<>(tickets.values())) {
+          if (t.kind == StorageKind.QUERY && t.lease != null && t.lease.live()) {
+            StorageLease lease = t.lease;
+            detach(t);
+            wake(lease, Wakeup.Reason.PRESSURE, false);
+          }
+        }
+        counters.drop(StorageCounters.DropReason.PRESSURE, candidates.size());
+        candidates.clear();
+        candidateSet.clear();
+      }
+    } else if (p.queuedJobs() <= config.lowQueuedJobs()
+        && p.queuedPayloadBytes() <= config.lowQueuedBytes()
+        && ageMs <= config.lowOldestAgeMs()) {
+      gateClosed = false;
+    }
+  }
+
+  /**
+   * One agreed completion fact. Unknown or finished operations, masks of the wrong length and
+   * contradictory rows are protocol errors, raised before anything changes.
+   */
+  public void onCompletion(CompletionFact f) {
+    Ticket t = tickets.get(f.operationId());
+    if (t == null || t.phase != Phase.INFLIGHT) {
+      throw new ProtocolError("completion for unknown or finished operation " + f.operationId());
+    }
+    if (f.numKeys() != t.keys.size()
+        || f.ok().length() > t.keys.size()
+        || f.objectFailure().length() > t.keys.size()) {
+      throw new ProtocolError(
+          "operation "
+              + f.operationId()
+              + " has "
+              + t.keys.size()
+              + " keys but the fact carries a mask of "
+              + f.numKeys());
+    }
+    if (f.ok().intersects(f.objectFailure())) {
+      throw new ProtocolError(
+          "operation " + f.operationId() + " reports success and object failure on one key");
+    }
+    if (t.kind != StorageKind.GET && !f.objectFailure().isEmpty()) {
+      throw new ProtocolError(
+          "operation " + f.operationId() + " (" + t.kind + ") reports object failures");
+    }
+    switch (t.kind) {
+      case QUERY -> onQueryDone(t, f);
+      case GET -> onGetDone(t, f);
+      case PUT -> onPutDone(t, f);
+    }
+  }
+
+  /** Issues this round's backup PUTs (when permitted) and returns every storage op, in order. */
+  public List<StorageOp> drainOps(boolean permitted) {
+    if (permitted && !gateClosed && !quarantined) {
+      dispatchBackups();
+    }
+    List<StorageOp> out = List.copyOf(ops);
+    ops.clear();
+    return out;
+  }
+
+  /** Requests whose L3 wait ended since the last call, in the order it happened. */
+  public List<Wakeup> drainWakeups() {
+    List<Wakeup> out = List.copyOf(wakeups);
+    wakeups.clear();
+    return out;
+  }
+
+  // ================================================================ administration
+
+  /**
+   * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
+   * operation — waits end, Ready holds are released, queued candidates and negative metadata are
+   * dropped — without waiting for any I/O. In-flight tickets stay charged until their facts arrive;
+   * quarantined references stay until restart. Operation ids keep increasing.
+   */
+  public void rejectAll() {
+    for (Ticket t : new ArrayList<>(tickets.values())) {
+      switch (t.phase) {
+        case INFLIGHT -> {
+          if (t.lease != null && t.lease.live()) {
+            StorageLease lease = t.lease;
+            detach(t);
+            wake(lease, Wakeup.Reason.CLEARED, false);
+          }
+        }
+        case READY -> {
+          if (t.lease != null) {
+            t.lease.endedByManager();
+          }
+          releaseReady(t);
+        }
+        case QUARANTINED -> {}
+      }
+    }
+    counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
+    candidates.clear();
+    candidateSet.clear();
+    negative.clear();
+    negativeFifo.clear();
+  }
+
+  // ================================================================ leases
+
+  void onLeaseClosed(StorageLease lease) {
+    Ticket t = tickets.get(lease.operationId());
+    if (t == null || t.lease != lease) {
+      return;
+    }
+    switch (t.phase) {
+      case INFLIGHT -> {
+        counters.clientDetaches++;
+        detach(t);
+      }
+      case READY -> releaseReady(t);
+      case QUARANTINED -> t.lease = null;
+    }
+  }
+
+  /** Detaches the request and asks the executor to drop the job if it is still queued. */
+  private void detach(Ticket t) {
+    StorageLease lease = t.lease;
+    t.lease = null;
+    if (lease != null) {
+      lease.endedByManager();
+    }
+    ops.add(new StorageOp.Cancel(t.id));
+  }
+
+  private void wake(StorageLease lease, Wakeup.Reason reason, boolean ready) {
+    lease.endedByManager();
+    wakeups.add(new Wakeup(lease.requestId(), reason, ready ? lease : null));
+  }
+
+  // ================================================================ ledger
+
+  private Ticket newTicket(StorageKind kind, List<CacheKey> keys, int[] blocks, boolean backup) {
+    Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup);
+    tickets.put(t.id, t);
+    opUsed++;
+    hostUsed += blocks.length;
+    if (backup) {
+      backupOpUsed++;
+      backupHostUsed += blocks.length;
+    }
+    return t;
+  }
+
+  private void releaseRef(Ticket t, int i) {
+    int b = t.hostBlocks[i];
+    if (b != 0) {
+      host.unref(b);
+      t.hostBlocks[i] = 0;
+      hostUsed--;
+      if (t.backup) {
+        backupHostUsed--;
+      }
+    }
+  }
+
+  private void releaseReady(Ticket t) {
+    for (int i = 0; i < t.hostBlocks.length; i++) {
+      releaseRef(t, i);
+    }
+    t.lease = null;
+    releaseTicket(t);
+  }
+
+  private void releaseTicket(Ticket t) {
+    if (t.heldRefs() != 0) {
+      throw new IllegalStateException("ticket " + t.id + " released with Host references held");
+    }
+    if (tickets.remove(t.id) != null) {
+      opUsed--;
+      if (t.backup) {
+        backupOpUsed--;
+      }
+    }
+  }
+
+  private void quarantine(Ticket t) {
+    t.phase = Phase.QUARANTINED;
+    quarantined = true;
+    quarantinedRefs += t.heldRefs();
+  }
+
+  private void rememberNegative(CacheKey k) {
+    counters.negativeFacts++;
+    if (config.negativeMetadataCapacity() == 0 || !negative.add(k)) {
+      return;
+    }
+    negativeFifo.addLast(k);
+    if (negativeFifo.size() > config.negativeMetadataCapacity()) {
+      negative.remove(negativeFifo.pollFirst());
+    }
+  }
+
+  private static int[] below(int[] cands, int boundary) {
+    int n = 0;
+    while (n < cands.length && cands[n] < boundary) {
+      n++;
+    }
+    return Arrays.copyOf(cands, n);
+  }
+
+  // ================================================================ observation
+
+  public StorageCounters counters() {
+    return counters;
+  }
+
+  /** True while the pressure gate is closed (a mirrored gauge). */
+  public boolean gateClosed() {
+    return gateClosed;
+  }
+
+  /** True once an unproven retirement stopped new L3 work until restart. */
+  public boolean quarantined() {
+    return quarantined;
+  }
+
+  /** Operation credits in use. */
+  public int operationsInUse() {
+    return opUsed;
+  }
+
+  /** Host credits in use. */
+  public int hostCreditsInUse() {
+    return hostUsed;
+  }
+
+  /** Ready holds alive (a gauge). */
+  public int readyHolds() {
+    return (int) tickets.values().stream().filter(t -> t.phase == Phase.READY).count();
+  }
+
+  /** Host references held by quarantined tickets (a gauge). */
+  public int quarantinedRefs() {
+    return quarantinedRefs;
+  }
+
+  /** Backup candidates queued. */
+  public int queuedCandidates() {
+    return candidates.size();
+  }
+
+  /** True when {@code key} is in the negative metadata. */
+  public boolean knownMissing(CacheKey key) {
+    return negative.contains(key);
+  }
+
+  /** The next operation id that will be issued. */
+  public long nextOperationId() {
+    return nextOperationId;
+  }
+
+  /** Every Host reference tickets hold, for the cache's invariant checker. */
+  public List<HeldBlock> heldHostBlocks() {
+    List<HeldBlock> out = new ArrayList<>();
+    for (Ticket t : tickets.values()) {
+      for (int b : t.hostBlocks) {
+        if (b != 0) {
+          out.add(new HeldBlock(Tier.HOST, b));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Checks the ledger: credits conserved, caps respected, leases consistent. */
+  public void checkInvariants() {
+    int ops = 0;
+    int hostRefs = 0;
+    int backupOps = 0;
+    int backupRefs = 0;
+    int quarantinedNow = 0;
+    for (Ticket t : tickets.values()) {
+      ops++;
+      hostRefs += t.heldRefs();
+      if (t.backup) {
+        backupOps++;
+        backupRefs += t.heldRefs();
+      }
+      if (t.phase == Phase.QUARANTINED) {
+        quarantinedNow += t.heldRefs();
+      }
+      if (t.lease != null && t.lease.operationId() != t.id) {
+        throw new AssertionError("ticket " + t.id + " holds the lease of " + t.lease);
+      }
+      if (t.phase == Phase.READY && t.heldRefs() == 0) {
+        throw new AssertionError("Ready ticket " + t.id + " holds nothing");
+      }
+    }
+    check(ops == opUsed, "operation credits " + opUsed + " but " + ops + " tickets");
+    check(hostRefs == hostUsed, "Host credits " + hostUsed + " but " + hostRefs + " references");
+    check(backupOps == backupOpUsed, "backup operations " + backupOpUsed + " vs " + backupOps);
+    check(
+        backupRefs == backupHostUsed,
+        "backup Host credits " + backupHostUsed + " vs " + backupRefs);
+    check(opUsed <= config.maxOperations(), "operation credits overdrawn: " + opUsed);
+    check(hostUsed <= config.maxHostBlocks(), "Host credits overdrawn: " + hostUsed);
+    check(backupOpUsed <= config.backupOperationCredits(), "backups overdrew operations");
+    check(backupHostUsed <= config.backupHostCredits(), "backups overdrew Host credits");
+    check(
+        quarantinedNow == quarantinedRefs,
+        "quarantined refs " + quarantinedRefs + " vs " + quarantinedNow);
+    check(candidates.size() == candidateSet.size(), "candidate index out of step");
+    check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
+    check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
+  }
+
+  private static void check(boolean ok, String message) {
+    if (!ok) {
+      throw new AssertionError("storage ledger broken: " + message);
+    }
+  }
+}

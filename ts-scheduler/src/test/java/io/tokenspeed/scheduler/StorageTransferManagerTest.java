@@ -1,0 +1,396 @@
+package io.tokenspeed.scheduler;
+
+import static io.tokenspeed.scheduler.StmFixture.allOk;
+import static io.tokenspeed.scheduler.StmFixture.fact;
+import static io.tokenspeed.scheduler.StmFixture.only;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.HeldBlock;
+import io.tokenspeed.cache.Tier;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageOp;
+import java.util.BitSet;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+class StorageTransferManagerTest {
+
+  private static final long MS = 1_000_000L;
+
+  private StmFixture f;
+  private List<HeldBlock> extraHolders = List.of();
+
+  @AfterEach
+  void invariants() {
+    if (f != null) {
+      f.checkInvariants(extraHolders);
+    }
+  }
+
+  private StorageOp.Query query(StorageTransferManager.Preparation p) {
+    assertTrue(p.waiting(), "expected a query, got " + p.bypass());
+    return (StorageOp.Query) only(f.drain(), StorageOp.Query.class);
+  }
+
+  @Test
+  void shouldRestoreAPrefixThroughQueryGetAndReady() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 1);
+    f.put(Tier.DEVICE, f.cache.neededKeys(p, 64)); // the Device already holds the first page
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation prep = f.stm.prepare(7, p, true);
+    StorageOp.Query q = query(prep);
+    for (CacheKey k : q.keys()) {
+      assertFalse(f.cache.device().contains(k), "never ask for what the Device holds: " + k);
+    }
+    assertEquals(0, f.cache.host().pool().heldBlocks(), "a query reserves nothing");
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    assertEquals(f.cache.missingKeys(p, 299).size(), g.keys().size());
+    assertEquals(prep.lease().operationId(), g.operationId(), "the lease moved to the GET");
+    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    List<Wakeup> w = f.stm.drainWakeups();
+    assertEquals(1, w.size());
+    assertEquals(Wakeup.Reason.READ_COMPLETE, w.get(0).reason());
+    StorageLease ready = w.get(0).ready();
+    assertNotNull(ready);
+    assertEquals(299, f.cache.probe(p, 299).hostHit(), "the exact tail is now a Host hit");
+    assertEquals(1, f.stm.readyHolds());
+    Admission a = f.cache.admit(p, 299, 1); // ordinary admission takes the Host sources
+    assertEquals(299, a.hit());
+    ready.close();
+    assertEquals(0, f.stm.readyHolds());
+    assertEquals(0, f.stm.hostCreditsInUse());
+    f.cache.finishCopies(a, true);
+    f.cache.release(a);
+  }
+
+  @Test
+  void shouldPublishOnlyTheLegalPrefixOfPartialResults() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 2);
+    // The Host already has what 256 needs beyond the rows a read for 299 brings: its checkpoint
+    // and the window row holding tokens [160, 192).
+    f.put(Tier.HOST, List.of(p.checkpointKey(2, 256), p.keyOf(1, 5, 256)));
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    Set<CacheKey> ok = new HashSet<>(g.keys());
+    ok.remove(p.checkpointKey(2, 299)); // the prompt-end checkpoint failed on some owner
+    f.stm.onCompletion(fact(g.operationId(), g.keys(), ok, true));
+    Wakeup w = f.stm.drainWakeups().get(0);
+    assertEquals(Wakeup.Reason.READ_COMPLETE, w.reason());
+    assertFalse(f.cache.host().contains(p.checkpointKey(2, 299)), "failed rows never publish");
+    assertEquals(256, f.cache.probe(p, 299).hostHit(), "a shorter legal prefix");
+    w.ready().close();
+  }
+
+  @Test
+  void shouldNeverPublishALateCompletionOfADetachedRead() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 3);
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
+    StorageOp.Query q = query(prep);
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS); // deadline from query issue
+    Wakeup w = f.stm.drainWakeups().get(0);
+    assertEquals(Wakeup.Reason.SOFT_TIMEOUT, w.reason());
+    assertNull(w.ready());
+    assertFalse(prep.lease().live());
+    assertEquals(
+        g.operationId(),
+        ((StorageOp.Cancel) only(f.drain(), StorageOp.Cancel.class)).operationId());
+    assertTrue(f.stm.hostCreditsInUse() > 0, "native I/O stays charged until retirement");
+    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    assertEquals(0, f.cache.probe(p, 299).hostHit(), "a detached read publishes nothing");
+    assertEquals(0, f.stm.hostCreditsInUse());
+    assertEquals(1, f.stm.counters().softTimeouts());
+    assertEquals(0, f.stm.counters().clientDetaches());
+  }
+
+  @Test
+  void shouldExpireWhileTheQueryIsQueuedAndKeepItsCreditUntilTheFact() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 4);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS - 1);
+    assertTrue(f.stm.drainWakeups().isEmpty());
+    f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS);
+    assertEquals(Wakeup.Reason.SOFT_TIMEOUT, f.stm.drainWakeups().get(0).reason());
+    assertEquals(1, f.stm.operationsInUse());
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    assertTrue(
+        f.drain().stream().noneMatch(StorageOp.Get.class::isInstance),
+        "no GET for a request that stopped waiting");
+    assertEquals(0, f.stm.operationsInUse());
+  }
+
+  @Test
+  void shouldExpireAReadyHoldOnItsOwn() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 5);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    f.stm.onTick(10 * MS);
+    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    StorageLease ready = f.stm.drainWakeups().get(0).ready();
+    f.stm.onTick(10 * MS + StorageConfig.DEFAULT_READY_HOLD_MS * MS);
+    assertFalse(ready.live());
+    assertEquals(1, f.stm.counters().readyExpired());
+    assertEquals(0, f.stm.counters().softTimeouts(), "different counters");
+    assertEquals(0, f.stm.hostCreditsInUse());
+    assertEquals(299, f.cache.probe(p, 299).hostHit(), "the blocks stay cached, only unprotected");
+    ready.close(); // idempotent
+  }
+
+  @Test
+  void shouldQuarantineAnUnretiredReadForever() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 6);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    BitSet ok = new BitSet();
+    ok.set(0, g.keys().size());
+    f.stm.onCompletion(
+        new CompletionFact(g.operationId(), g.keys().size(), ok, new BitSet(), false, false));
+    assertEquals(Wakeup.Reason.READ_FAILED, f.stm.drainWakeups().get(0).reason());
+    assertEquals(0, f.cache.probe(p, 299).hostHit(), "never published");
+    assertEquals(g.keys().size(), f.stm.quarantinedRefs());
+    assertTrue(f.stm.quarantined());
+    assertEquals(Bypass.QUARANTINED, f.stm.prepare(2, f.prompt(300, 7), true).bypass());
+    f.stm.rejectAll();
+    assertEquals(g.keys().size(), f.stm.hostCreditsInUse(), "a clear never frees quarantine");
+  }
+
+  @Test
+  void shouldRememberConfirmedMissingObjectsAndSkipTheirBoundaries() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 8);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    CacheKey lost = p.checkpointKey(2, 299);
+    int idx = g.keys().indexOf(lost);
+    BitSet ok = new BitSet();
+    ok.set(0, g.keys().size());
+    ok.clear(idx);
+    BitSet failed = new BitSet();
+    failed.set(idx);
+    f.stm.onCompletion(
+        new CompletionFact(g.operationId(), g.keys().size(), ok, failed, true, false));
+    assertTrue(f.stm.knownMissing(lost));
+    Wakeup w = f.stm.drainWakeups().get(0);
+    w.ready().close();
+    StorageOp.Query again = query(f.stm.prepare(2, p, true));
+    assertFalse(again.keys().contains(lost), "a confirmed-missing key is not asked again");
+  }
+
+  @Test
+  void shouldShortenTheRestoreWhenAWarmBlockIsEvictedBetweenQueryAndGet() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 9);
+    f.put(Tier.HOST, f.cache.neededKeys(p, 128));
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.cache.host().evict(f.cache.host().lookup(p.keyOf(0, 5, 128))); // row 5 lies in page 1
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    List<StorageOp> ops = f.drain();
+    if (!ops.isEmpty()) {
+      StorageOp.Get g = (StorageOp.Get) only(ops, StorageOp.Get.class);
+      f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+      Wakeup w = f.stm.drainWakeups().get(0);
+      if (w.ready() != null) {
+        w.ready().close();
+      }
+    }
+    assertTrue(f.cache.probe(p, 299).hostHit() < 128, "eviction can only shorten the restore");
+  }
+
+  @Test
+  void shouldBypassWhenTheLocalHitCoversTheBoundOrTheExtensionIsShort() {
+    f = new StmFixture(StorageConfig.defaults(), 64, 256);
+    PromptKeys p = f.prompt(300, 10);
+    f.put(Tier.HOST, f.cache.neededKeys(p, 299));
+    assertEquals(Bypass.LOCAL_HIT, f.stm.prepare(1, p, true).bypass());
+    PromptKeys q = f.prompt(200, 11);
+    assertEquals(Bypass.SHORT_EXTENSION, f.stm.prepare(2, q, true).bypass(), "199 < 256 tokens");
+    assertEquals(Bypass.NOT_PERMITTED, f.stm.prepare(3, q, false).bypass());
+    assertTrue(f.drain().isEmpty());
+  }
+
+  @Test
+  void shouldShrinkTheReservationToTheCreditsAndThenRejectNewQueries() {
+    // 299 needs 19 full rows, 4 window rows and a checkpoint (24); 256 needs 16 + 3 + 1 = 20.
+    f = new StmFixture(StmFixture.config().withCredits(8, 20), 64, 256);
+    PromptKeys p = f.prompt(300, 12);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    assertEquals(20, g.keys().size(), "shortened from 299 to 256 to fit the Host credits");
+    assertEquals(20, f.stm.hostCreditsInUse());
+    assertEquals(
+        Bypass.NO_HOST_CREDITS,
+        f.stm.prepare(2, f.prompt(300, 13), true).bypass(),
+        "Host-credit exhaustion rejects a new query before any backend work");
+    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    assertEquals(256, f.cache.probe(p, 299).hostHit());
+    f.stm.drainWakeups().get(0).ready().close();
+  }
+
+  @Test
+  void shouldBackUpPublishedBlocksAndSkipEvictedCandidates() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(128, 14);
+    List<CacheKey> keys = f.cache.neededKeys(p, 64);
+    f.put(Tier.HOST, keys);
+    for (CacheKey k : keys) {
+      f.stm.offerBackup(k);
+    }
+    f.stm.offerBackup(keys.get(0)); // coalesced, not a loss
+    f.cache.host().evict(f.cache.host().lookup(keys.get(1)));
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(keys.size() - 1, put.keys().size());
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.UNAVAILABLE));
+    assertEquals(0, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.OVERFLOW));
+    for (int b : put.hostBlocks()) {
+      assertEquals(1, f.cache.host().pool().refCount(b), "sources are pinned while the PUT runs");
+    }
+    BitSet ok = new BitSet();
+    ok.set(1, put.keys().size()); // row 0 refused for lack of space: offered again
+    f.stm.onCompletion(
+        new CompletionFact(put.operationId(), put.keys().size(), ok, new BitSet(), true, false));
+    assertEquals(1, f.stm.queuedCandidates());
+    StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(put.keys().get(0)), retry.keys());
+    f.stm.onCompletion(allOk(retry.operationId(), 1));
+  }
+
+  @Test
+  void shouldNeverLetBackupsTakeTheCreditsReadsNeed() {
+    f = new StmFixture(StmFixture.config().withCredits(4, 1000), 64, 512);
+    for (int i = 0; i < 8; i++) {
+      PromptKeys p = f.prompt(64, 100 + i);
+      List<CacheKey> keys = f.cache.neededKeys(p, 64);
+      f.put(Tier.HOST, keys);
+      keys.forEach(f.stm::offerBackup);
+      assertFalse(f.drain().isEmpty() && f.stm.operationsInUse() > 2, "at most half");
+    }
+    assertEquals(2, f.stm.operationsInUse(), "backups stop at half of the operation credits");
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, f.prompt(300, 15), true));
+    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    assertEquals(
+        1, f.drain().stream().filter(StorageOp.Get.class::isInstance).count(), "reads still fit");
+    f.stm.rejectAll();
+  }
+
+  @Test
+  void shouldAdmitReadsButNoBackupsWithOneCreditAndRejectCandidatesWithoutAWriteBudget() {
+    f = new StmFixture(StmFixture.config().withCredits(1, 1000), 64, 256);
+    PromptKeys p = f.prompt(128, 16);
+    List<CacheKey> keys = f.cache.neededKeys(p, 64);
+    f.put(Tier.HOST, keys);
+    f.stm.offerBackup(keys.get(0));
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.DISABLED));
+    assertEquals(0, f.stm.queuedCandidates(), "a zero write budget rejects at once");
+    f.stm.onTick(0);
+    assertTrue(f.stm.prepare(1, f.prompt(300, 17), true).waiting(), "a read still fits");
+    f.stm.rejectAll();
+  }
+
+  @Test
+  void shouldCloseThePressureGateAndReopenOnlyBelowEveryLowWatermark() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation waiting = f.stm.prepare(1, f.prompt(300, 18), true);
+    query(waiting);
+    PromptKeys p = f.prompt(128, 19);
+    List<CacheKey> keys = f.cache.neededKeys(p, 64);
+    f.put(Tier.HOST, keys);
+    f.stm.offerBackup(keys.get(0));
+    f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0));
+    assertTrue(f.stm.gateClosed());
+    assertEquals(Wakeup.Reason.PRESSURE, f.stm.drainWakeups().get(0).reason());
+    assertFalse(waiting.lease().live());
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.PRESSURE));
+    assertEquals(Bypass.PRESSURE, f.stm.prepare(2, f.prompt(300, 20), true).bypass());
+    f.stm.offerBackup(keys.get(1));
+    assertEquals(2, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.PRESSURE));
+    f.stm.onPressure(
+        new PressureSnapshot(
+            StorageConfig.DEFAULT_LOW_QUEUED_JOBS, StorageConfig.DEFAULT_HIGH_QUEUED_BYTES - 1, 0));
+    assertTrue(f.stm.gateClosed(), "bytes are still above their low watermark");
+    f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_LOW_QUEUED_JOBS, 0, 0));
+    assertFalse(f.stm.gateClosed());
+    assertEquals(1, f.stm.counters().pressureBypasses());
+    f.drain().stream()
+        .filter(StorageOp.Query.class::isInstance)
+        .forEach(
+            o -> f.stm.onCompletion(allOk(o.operationId(), ((StorageOp.Query) o).keys().size())));
+  }
+
+  @Test
+  void shouldRaiseProtocolErrorsForImpossibleFacts() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, f.prompt(300, 21), true));
+    int n = q.keys().size();
+    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(999, 1)));
+    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(q.operationId(), n + 1)));
+    BitSet both = new BitSet();
+    both.set(0);
+    assertThrows(
+        ProtocolError.class,
+        () -> f.stm.onCompletion(new CompletionFact(q.operationId(), n, both, both, true, false)));
+    assertThrows(
+        ProtocolError.class,
+        () ->
+            f.stm.onCompletion(
+                new CompletionFact(q.operationId(), n, new BitSet(), both, true, false)),
+        "a QUERY cannot report object failures");
+    assertEquals(1, f.stm.operationsInUse(), "nothing changed");
+    f.stm.onCompletion(allOk(q.operationId(), n));
+    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(q.operationId(), n)), "twice");
+    f.stm.rejectAll();
+    f.drain().stream()
+        .filter(StorageOp.Get.class::isInstance)
+        .forEach(
+            o -> f.stm.onCompletion(allOk(o.operationId(), ((StorageOp.Get) o).keys().size())));
+  }
+
+  @Test
+  void shouldKeepOperationIdsIncreasingAcrossClears() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    f.stm.onTick(0);
+    StorageOp.Query a = query(f.stm.prepare(1, f.prompt(300, 22), true));
+    f.stm.rejectAll();
+    assertEquals(Wakeup.Reason.CLEARED, f.stm.drainWakeups().get(0).reason());
+    f.drain();
+    StorageOp.Query b = query(f.stm.prepare(2, f.prompt(300, 23), true));
+    assertTrue(b.operationId() > a.operationId());
+    f.stm.onCompletion(allOk(a.operationId(), a.keys().size()));
+    f.stm.rejectAll();
+    f.stm.onCompletion(allOk(b.operationId(), b.keys().size()));
+  }
+}
