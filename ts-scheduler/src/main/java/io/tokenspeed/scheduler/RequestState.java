@@ -1,0 +1,47 @@
+package io.tokenspeed.scheduler;
+
+import io.tokenspeed.cache.Admission;
+
+/**
+ * The request FSM. Only {@link Prefilling} and {@link Decoding} own Device blocks; {@link
+ * Prefetching} owns a storage lease and nothing on the Device, and is never a forward candidate.
+ *
+ * <pre>
+ *   Bootstrapping ─ack─▶ Submitted ─admit─▶ Prefilling ─prompt done─▶ Decoding ─▶ Finished
+ *        │                   │ prepare L3                                   ▲
+ *        └─prepare─▶ Prefetching(continuation) ─ completion / deadline ─────┘ (resumes continuation)
+ * </pre>
+ */
+public sealed interface RequestState
+    permits RequestState.Bootstrapping,
+        RequestState.Submitted,
+        RequestState.Prefetching,
+        RequestState.Prefilling,
+        RequestState.Decoding,
+        RequestState.Finished {
+
+  /** Where a Prefetching request resumes. */
+  enum Continuation {
+    BOOTSTRAPPING,
+    SUBMITTED
+  }
+
+  /** PD: waiting for the peer's bootstrap acknowledgement. */
+  record Bootstrapping(AdmissionResources resources) implements RequestState {}
+
+  /** Waiting for ordinary admission. */
+  record Submitted(AdmissionResources resources) implements RequestState {}
+
+  /** Waiting for L3 (QUERY/GET); owns the lease, no Device pages, no slot. */
+  record Prefetching(Continuation continuation, StorageLease lease, AdmissionResources resources)
+      implements RequestState {}
+
+  /** Admitted: computing the prompt from {@code computed} on. */
+  record Prefilling(Admission admission, int computed) implements RequestState {}
+
+  /** Generating tokens. */
+  record Decoding(Admission admission, int generated) implements RequestState {}
+
+  /** Done; every resource released. */
+  record Finished(String reason) implements RequestState {}
+}

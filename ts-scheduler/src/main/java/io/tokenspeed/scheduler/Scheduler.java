@@ -1,0 +1,401 @@
+package io.tokenspeed.scheduler;
+
+import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.BlockCopy;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.StorageOp;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The request scheduler: one instance per rank, single-threaded and deterministic — every rank fed
+ * the same agreed {@link RoundInput}s produces the same {@link ExecutionPlan}s.
+ *
+ * <p>A round: apply the agreed tick, pressure, cancellations and completion facts (in that order);
+ * resume requests whose L3 wait ended; let each new request consider L3 once (bypass or
+ * Prefetching); admit waiting requests through the ordinary matcher; build the forward batch within
+ * the token budget; emit the storage commands.
+ *
+ * <p>Admission policy of this version: a request is admitted only when the Device can hold its
+ * whole prompt and its generation limit, so a running request never needs more blocks and is never
+ * retracted. Prefill is chunked by the per-round token budget.
+ */
+public final class Scheduler {
+
+  /** Limits of the base scheduler. */
+  public record Config(int tokenBudget, int maxRunning) {
+    public Config {
+      if (tokenBudget < 1) {
+        throw new IllegalArgumentException("token_budget=" + tokenBudget + " must be >= 1");
+      }
+      if (maxRunning < 1) {
+        throw new IllegalArgumentException("max_running=" + maxRunning + " must be >= 1");
+      }
+    }
+  }
+
+  private static final class Request {
+    final long id;
+    final PromptKeys prompt;
+    final int maxNewTokens;
+    final boolean pd;
+    RequestState state;
+    boolean cancelAfterBootstrap;
+    boolean copiesPending;
+
+    Request(long id, PromptKeys prompt, int maxNewTokens, boolean pd, RequestState state) {
+      this.id = id;
+      this.prompt = prompt;
+      this.maxNewTokens = maxNewTokens;
+      this.pd = pd;
+      this.state = state;
+    }
+  }
+
+  private final CacheCoordinator cache;
+  private final StorageTransferManager storage; // null: storage disabled
+  private final Config config;
+  private final Map<Long, Request> requests = new LinkedHashMap<>();
+  private long round;
+
+  public Scheduler(CacheCoordinator cache, StorageTransferManager storage, Config config) {
+    this.cache = cache;
+    this.storage = storage;
+    this.config = config;
+  }
+
+  // ---------------------------------------------------------------- frontend
+
+  /** A new request; PD-prefill requests wait for their bootstrap acknowledgement. */
+  public void submit(long id, PromptKeys prompt, int maxNewTokens, boolean pd) {
+    if (requests.containsKey(id)) {
+      throw new IllegalArgumentException("request id=" + id + " is already known");
+    }
+    if (maxNewTokens < 1) {
+      throw new IllegalArgumentException("max_new_tokens=" + maxNewTokens + " must be >= 1");
+    }
+    RequestState s =
+        pd
+            ? new RequestState.Bootstrapping(AdmissionResources.FRESH)
+            : new RequestState.Submitted(AdmissionResources.FRESH);
+    requests.put(id, new Request(id, prompt, maxNewTokens, pd, s));
+  }
+
+  /** The PD peer acknowledged: the continuation moves on without ending an L3 wait. */
+  public void onBootstrapAck(long id) {
+    Request r = requests.get(id);
+    if (r == null) {
+      return;
+    }
+    switch (r.state) {
+      case RequestState.Bootstrapping b -> {
+        if (r.cancelAfterBootstrap) {
+          finish(r, "cancelled");
+        } else {
+          transition(r, new RequestState.Submitted(b.resources()));
+        }
+      }
+      case RequestState.Prefetching p ->
+          transition(
+              r,
+              new RequestState.Prefetching(
+                  RequestState.Continuation.SUBMITTED, p.lease(), p.resources()));
+      default -> {}
+    }
+  }
+
+  /** The state of a request (tests and observability). */
+  public RequestState state(long id) {
+    Request r = requests.get(id);
+    return r == null ? null : r.state;
+  }
+
+  // ---------------------------------------------------------------- the round
+
+  /** Runs one round on agreed inputs and returns its plan. */
+  public ExecutionPlan round(RoundInput in) {
+    round++;
+    if (storage != null) {
+      storage.onTick(in.tickNs());
+      storage.onPressure(in.pressure());
+    }
+    for (long id : in.cancellations()) {
+      cancel(id);
+    }
+    if (storage != null) {
+      List<CompletionFact> facts = new ArrayList<>(in.completions());
+      facts.sort(Comparator.comparingLong(CompletionFact::operationId));
+      for (CompletionFact f : facts) {
+        storage.onCompletion(f);
+      }
+      for (Wakeup w : storage.drainWakeups()) {
+        resume(w);
+      }
+    }
+    prepareNewRequests(in.storagePermitted());
+    List<BlockCopy> copies = new ArrayList<>();
+    List<ExecutionPlan.ForwardItem> forward = new ArrayList<>();
+    if (in.forwardPermitted()) {
+      admit(copies);
+      batch(forward);
+    }
+    List<StorageOp> ops = storage == null ? List.of() : storage.drainOps(in.storagePermitted());
+    return new ExecutionPlan(round, forward, copies, ops);
+  }
+
+  private void prepareNewRequests(boolean permitted) {
+    if (storage == null) {
+      return;
+    }
+    for (Request r : requests.values()) {
+      AdmissionResources res;
+      RequestState.Continuation cont;
+      switch (r.state) {
+        case RequestState.Submitted s -> {
+          res = s.resources();
+          cont = RequestState.Continuation.SUBMITTED;
+        }
+        case RequestState.Bootstrapping b -> {
+          res = b.resources();
+          cont = RequestState.Continuation.BOOTSTRAPPING;
+        }
+        default -> {
+          continue;
+        }
+      }
+      if (res.storagePrepared()) {
+        continue;
+      }
+      StorageTransferManager.Preparation p = storage.prepare(r.id, r.prompt, permitted);
+      if (p.waiting()) {
+        transition(r, new RequestState.Prefetching(cont, p.lease(), res.prepared()));
+      } else if (p.bypass() != Bypass.NOT_PERMITTED) {
+        transition(r, withResources(cont, res.prepared()));
+      }
+    }
+  }
+
+  private void resume(Wakeup w) {
+    Request r = requests.get(w.requestId());
+    if (r == null || !(r.state instanceof RequestState.Prefetching p)) {
+      if (w.ready() != null) {
+        w.ready().close(); // nobody waits for it any more
+      }
+      return;
+    }
+    AdmissionResources res = w.ready() != null ? p.resources().withReady(w.ready()) : p.resources();
+    transition(r, withResources(p.continuation(), res));
+  }
+
+  private static RequestState withResources(
+      RequestState.Continuation cont, AdmissionResources res) {
+    return cont == RequestState.Continuation.SUBMITTED
+        ? new RequestState.Submitted(res)
+        : new RequestState.Bootstrapping(res);
+  }
+
+  private void admit(List<BlockCopy> copies) {
+    int running = 0;
+    for (Request r : requests.values()) {
+      if (r.state instanceof RequestState.Prefilling || r.state instanceof RequestState.Decoding) {
+        running++;
+      }
+    }
+    for (Request r : requests.values()) {
+      if (running >= config.maxRunning()) {
+        return;
+      }
+      if (!(r.state instanceof RequestState.Submitted s)) {
+        continue;
+      }
+      if (storage != null && !s.resources().storagePrepared()) {
+        continue; // considers L3 first (next round when storage is not permitted now)
+      }
+      int bound = r.prompt.reusableBound();
+      int hit = cache.probe(r.prompt, bound).hostHit();
+      int newTokens = r.prompt.numTokens() - hit + r.maxNewTokens;
+      Admission a = cache.admit(r.prompt, bound, newTokens);
+      if (a == null) {
+        return; // the Device is full: first come, first served
+      }
+      if (s.resources().readyHold() != null) {
+        s.resources().readyHold().close(); // admission acquired the Host sources
+      }
+      copies.addAll(a.copies());
+      r.copiesPending = true;
+      transition(r, new RequestState.Prefilling(a, a.hit()));
+      running++;
+    }
+  }
+
+  private void batch(List<ExecutionPlan.ForwardItem> forward) {
+    int budget = config.tokenBudget();
+    for (Request r : requests.values()) {
+      if (budget == 0) {
+        return;
+      }
+      switch (r.state) {
+        case RequestState.Decoding d -> {
+          forward.add(
+              new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens() + d.generated(), 1, true));
+          budget--;
+        }
+        case RequestState.Prefilling p -> {
+          int n = Math.min(budget, r.prompt.numTokens() - p.computed());
+          forward.add(new ExecutionPlan.ForwardItem(r.id, p.computed(), n, false));
+          budget -= n;
+        }
+        default -> {}
+      }
+    }
+  }
+
+  /**
+   * The tail of the round: the plan's copies and forward ran. Prefill progresses, decode steps
+   * count, finished requests release their blocks.
+   */
+  public void onForwardDone(ExecutionPlan plan) {
+    for (Request r : requests.values()) {
+      if (r.copiesPending && (r.state instanceof RequestState.Prefilling p)) {
+        cache.finishCopies(p.admission(), true);
+        r.copiesPending = false;
+      }
+    }
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      Request r = requests.get(item.requestId());
+      if (r == null) {
+        continue;
+      }
+      switch (r.state) {
+        case RequestState.Prefilling p -> {
+          int computed = p.computed() + item.numTokens();
+          transition(
+              r,
+              computed == r.prompt.numTokens()
+                  ? new RequestState.Decoding(p.admission(), 0)
+                  : new RequestState.Prefilling(p.admission(), computed));
+        }
+        case RequestState.Decoding d -> {
+          int generated = d.generated() + 1;
+          if (generated >= r.maxNewTokens) {
+            finish(r, "length");
+          } else {
+            transition(r, new RequestState.Decoding(d.admission(), generated));
+          }
+        }
+        default -> {}
+      }
+    }
+    requests.values().removeIf(r -> r.state instanceof RequestState.Finished);
+  }
+
+  // ---------------------------------------------------------------- cancellation
+
+  /**
+   * Client cancellation at the loop head. A fused request in Submitted or Prefetching aborts at
+   * once (it owns no forward resources). A PD request detaches L3 but keeps its transport fence: it
+   * ends when its bootstrap completes.
+   */
+  private void cancel(long id) {
+    Request r = requests.get(id);
+    if (r == null) {
+      return;
+    }
+    switch (r.state) {
+      case RequestState.Prefetching p -> {
+        p.lease().close();
+        if (r.pd) {
+          r.cancelAfterBootstrap = true;
+          transition(r, withResources(p.continuation(), p.resources()));
+          if (r.state instanceof RequestState.Submitted) {
+            finish(r, "cancelled");
+          }
+        } else {
+          finish(r, "cancelled");
+        }
+      }
+      case RequestState.Bootstrapping b -> {
+        r.cancelAfterBootstrap = true;
+        if (b.resources().readyHold() != null) {
+          b.resources().readyHold().close();
+        }
+      }
+      default -> finish(r, "cancelled");
+    }
+  }
+
+  private void finish(Request r, String reason) {
+    switch (r.state) {
+      case RequestState.Submitted s -> closeHold(s.resources());
+      case RequestState.Bootstrapping b -> closeHold(b.resources());
+      case RequestState.Prefetching p -> {
+        p.lease().close();
+        closeHold(p.resources());
+      }
+      case RequestState.Prefilling p -> release(r, p.admission());
+      case RequestState.Decoding d -> release(r, d.admission());
+      case RequestState.Finished f -> {}
+    }
+    transition(r, new RequestState.Finished(reason));
+  }
+
+  private void release(Request r, Admission a) {
+    if (r.copiesPending) {
+      cache.finishCopies(a, false);
+      r.copiesPending = false;
+    }
+    cache.release(a);
+  }
+
+  private static void closeHold(AdmissionResources res) {
+    if (res.readyHold() != null) {
+      res.readyHold().close();
+    }
+  }
+
+  /** The one transition method: every state change goes through here. */
+  private void transition(Request r, RequestState next) {
+    if (r.state instanceof RequestState.Finished) {
+      throw new IllegalStateException("request " + r.id + " is finished; cannot become " + next);
+    }
+    r.state = next;
+  }
+
+  /** Every cache reference admitted requests hold (their block tables and pending copy sources). */
+  public List<io.tokenspeed.cache.HeldBlock> heldBlocks() {
+    List<io.tokenspeed.cache.HeldBlock> out = new ArrayList<>();
+    for (Request r : requests.values()) {
+      Admission a =
+          switch (r.state) {
+            case RequestState.Prefilling p -> p.admission();
+            case RequestState.Decoding d -> d.admission();
+            default -> null;
+          };
+      if (a == null) {
+        continue;
+      }
+      for (int[] table : a.tables()) {
+        for (int b : table) {
+          if (b != 0) {
+            out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.DEVICE, b));
+          }
+        }
+      }
+      if (r.copiesPending) {
+        for (BlockCopy c : a.copies()) {
+          out.add(new io.tokenspeed.cache.HeldBlock(c.srcTier(), c.srcBlock()));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Requests known (not finished). */
+  public int size() {
+    return requests.size();
+  }
+}

@@ -1,0 +1,212 @@
+package io.tokenspeed.scheduler;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cache.Tier;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageOp;
+import java.util.ArrayList;
+import java.util.BitSet;
+import java.util.List;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+class SchedulerTest {
+
+  private static final long MS = 1_000_000L;
+
+  private StmFixture f;
+  private Scheduler s;
+  private long now;
+
+  @AfterEach
+  void invariants() {
+    if (f != null) {
+      f.checkInvariants(s.heldBlocks()); // tickets and admitted requests hold every reference
+    }
+  }
+
+  private void setUp(boolean storage) {
+    f = new StmFixture(StmFixture.config(), 256, 256);
+    s = new Scheduler(f.cache, storage ? f.stm : null, new Scheduler.Config(128, 8));
+  }
+
+  private ExecutionPlan round(List<Long> cancels, List<CompletionFact> facts, boolean permitted) {
+    now += MS;
+    ExecutionPlan p =
+        s.round(new RoundInput(now, PressureSnapshot.IDLE, cancels, facts, permitted, permitted));
+    s.onForwardDone(p);
+    return p;
+  }
+
+  private ExecutionPlan round() {
+    return round(List.of(), List.of(), true);
+  }
+
+  private static CompletionFact ok(StorageOp op) {
+    int n =
+        switch (op) {
+          case StorageOp.Query q -> q.keys().size();
+          case StorageOp.Get g -> g.keys().size();
+          case StorageOp.Put p -> p.keys().size();
+          case StorageOp.Cancel c -> throw new AssertionError();
+        };
+    BitSet b = new BitSet();
+    b.set(0, n);
+    return new CompletionFact(op.operationId(), n, b, new BitSet(), true, false);
+  }
+
+  private static <T extends StorageOp> T one(ExecutionPlan p, Class<T> kind) {
+    return kind.cast(StmFixture.only(p.storage(), kind));
+  }
+
+  @Test
+  void shouldChunkPrefillDecodeAndReleaseWithoutStorage() {
+    setUp(false);
+    PromptKeys p = f.prompt(300, 1);
+    s.submit(1, p, 3, false);
+    ExecutionPlan first = round();
+    assertEquals(List.of(new ExecutionPlan.ForwardItem(1, 0, 128, false)), first.forward());
+    assertEquals(new ExecutionPlan.ForwardItem(1, 128, 128, false), round().forward().get(0));
+    assertEquals(new ExecutionPlan.ForwardItem(1, 256, 44, false), round().forward().get(0));
+    assertInstanceOf(RequestState.Decoding.class, s.state(1));
+    for (int i = 0; i < 3; i++) {
+      assertTrue(round().forward().get(0).decode());
+    }
+    assertNull(s.state(1), "finished and forgotten");
+    assertEquals(0, f.cache.device().pool().heldBlocks(), "every block released");
+  }
+
+  @Test
+  void shouldRestoreFromL3WhilePrefetchingOwnsNoDevicePages() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 2);
+    s.submit(1, p, 1, false);
+    ExecutionPlan r1 = round();
+    StorageOp.Query q = one(r1, StorageOp.Query.class);
+    assertInstanceOf(RequestState.Prefetching.class, s.state(1));
+    assertTrue(r1.forward().isEmpty(), "never a forward candidate");
+    assertEquals(0, f.cache.device().pool().heldBlocks(), "no Device pages while prefetching");
+    ExecutionPlan r2 = round(List.of(), List.of(ok(q)), true);
+    StorageOp.Get g = one(r2, StorageOp.Get.class);
+    assertEquals(0, f.cache.device().pool().heldBlocks());
+    ExecutionPlan r3 = round(List.of(), List.of(ok(g)), true);
+    assertEquals(299, ((RequestState.Decoding) s.state(1)).admission().hit(), "restored prefix");
+    assertEquals(new ExecutionPlan.ForwardItem(1, 299, 1, false), r3.forward().get(0));
+    assertTrue(r3.deviceCopies().stream().allMatch(c -> c.srcTier() == Tier.HOST));
+    assertEquals(f.cache.neededKeys(p, 299).size(), r3.deviceCopies().size());
+    assertEquals(0, f.stm.readyHolds(), "admission took the Host sources and closed the hold");
+    round();
+    assertNull(s.state(1));
+  }
+
+  @Test
+  void shouldFallBackToLocalAdmissionAfterTheSoftDeadlineAndNeverAskTwice() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 3);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    now += StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
+    ExecutionPlan late = round();
+    assertEquals(new ExecutionPlan.ForwardItem(1, 0, 128, false), late.forward().get(0));
+    assertEquals(q.operationId(), one(late, StorageOp.Cancel.class).operationId());
+    round(List.of(), List.of(ok(q)), true);
+    assertTrue(f.cache.host().pool().heldBlocks() == 0, "a detached query reserves nothing");
+    assertEquals(1, f.stm.counters().queriesIssued(), "storage_prepared: one attempt only");
+  }
+
+  @Test
+  void shouldUpdateTheContinuationOnBootstrapAckWithoutEndingTheWait() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 4);
+    s.submit(1, p, 1, true);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    RequestState.Prefetching before = (RequestState.Prefetching) s.state(1);
+    assertEquals(RequestState.Continuation.BOOTSTRAPPING, before.continuation());
+    s.onBootstrapAck(1);
+    RequestState.Prefetching after = (RequestState.Prefetching) s.state(1);
+    assertEquals(RequestState.Continuation.SUBMITTED, after.continuation());
+    assertTrue(after.lease().live(), "the L3 wait goes on");
+    StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
+    round(List.of(), List.of(ok(g)), true);
+    assertInstanceOf(RequestState.Decoding.class, s.state(1));
+    round();
+  }
+
+  @Test
+  void shouldAbortAFusedPrefetchingRequestAtOnceAndDetachAPdOne() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 5), 1, false);
+    s.submit(2, f.prompt(300, 6), 1, true);
+    ExecutionPlan r1 = round();
+    List<StorageOp.Query> qs = r1.storage().stream().map(StorageOp.Query.class::cast).toList();
+    ExecutionPlan r2 = round(List.of(1L, 2L), List.of(), true);
+    assertNull(s.state(1), "fused: aborted at once");
+    assertInstanceOf(RequestState.Bootstrapping.class, s.state(2), "PD keeps its fence");
+    assertEquals(2, r2.storage().stream().filter(StorageOp.Cancel.class::isInstance).count());
+    assertEquals(0, f.stm.counters().softTimeouts());
+    assertEquals(2, f.stm.counters().clientDetaches());
+    s.onBootstrapAck(2);
+    round(List.of(), qs.stream().map(SchedulerTest::ok).toList(), true);
+    assertNull(s.state(2));
+  }
+
+  @Test
+  void shouldServiceCompletionsAndExpiryInFrozenRounds() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 7), 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    s.submit(2, f.prompt(300, 8), 1, false);
+    ExecutionPlan frozen = round(List.of(), List.of(ok(q)), false);
+    assertTrue(frozen.forward().isEmpty());
+    assertTrue(
+        frozen.storage().stream().allMatch(o -> o instanceof StorageOp.Get),
+        "the completion still flowed; no new query in a frozen round");
+    assertEquals(
+        AdmissionResources.FRESH,
+        ((RequestState.Submitted) s.state(2)).resources(),
+        "request 2 considers L3 when storage is permitted again");
+    f.stm.rejectAll();
+    round(List.of(), List.of(ok(frozen.storage().get(0))), true);
+  }
+
+  @Test
+  void shouldPlanIdenticallyOnTwoRanksFedTheSameInputs() {
+    List<String> a = transcript();
+    List<String> b = transcript();
+    assertEquals(a, b);
+    assertTrue(a.size() > 10);
+  }
+
+  private List<String> transcript() {
+    StmFixture fx = new StmFixture(StmFixture.config(), 256, 256);
+    Scheduler sch = new Scheduler(fx.cache, fx.stm, new Scheduler.Config(96, 4));
+    List<String> out = new ArrayList<>();
+    List<CompletionFact> facts = new ArrayList<>();
+    long t = 0;
+    for (int i = 0; i < 6; i++) {
+      sch.submit(i, fx.prompt(150 + 40 * i, i % 3), 2, i % 2 == 1);
+    }
+    for (int r = 0; r < 40; r++) {
+      t += MS;
+      if (r == 3) {
+        sch.onBootstrapAck(1);
+      }
+      ExecutionPlan plan =
+          sch.round(new RoundInput(t, PressureSnapshot.IDLE, List.of(), facts, true, true));
+      sch.onForwardDone(plan);
+      out.add(plan.toString());
+      facts = new ArrayList<>();
+      for (StorageOp op : plan.storage()) {
+        if (!(op instanceof StorageOp.Cancel)) {
+          facts.add(ok(op));
+        }
+      }
+    }
+    return out;
+  }
+}
