@@ -20,14 +20,20 @@ import java.util.Map;
  * Prefetching); admit waiting requests through the ordinary matcher; build the forward batch within
  * the token budget; emit the storage commands.
  *
- * <p>Admission policy of this version: a request is admitted only when the Device can hold its
- * whole prompt and its generation limit, so a running request never needs more blocks and is never
- * retracted. Prefill is chunked by the per-round token budget.
+ * <p>Admission allocates the whole prompt plus a headroom of decode tokens; prefill is chunked by
+ * the per-round token budget; decoding grows the block table row by row. When the Device cannot
+ * grow a running request, the most recently admitted other request is retracted: its blocks go
+ * back, it waits again (without a fresh L3 preparation) and its headroom doubles, so it is less
+ * likely to be retracted again. A request larger than the Device can ever hold is refused at
+ * submission.
  */
 public final class Scheduler {
 
   /** Limits of the base scheduler. */
-  public record Config(int tokenBudget, int maxRunning) {
+  public record Config(int tokenBudget, int maxRunning, int headroomTokens) {
+    /** Decode tokens allocated at admission before the first growth. */
+    public static final int DEFAULT_HEADROOM_TOKENS = 16;
+
     public Config {
       if (tokenBudget < 1) {
         throw new IllegalArgumentException("token_budget=" + tokenBudget + " must be >= 1");
@@ -35,6 +41,13 @@ public final class Scheduler {
       if (maxRunning < 1) {
         throw new IllegalArgumentException("max_running=" + maxRunning + " must be >= 1");
       }
+      if (headroomTokens < 1) {
+        throw new IllegalArgumentException("headroom_tokens=" + headroomTokens + " must be >= 1");
+      }
+    }
+
+    public Config(int tokenBudget, int maxRunning) {
+      this(tokenBudget, maxRunning, DEFAULT_HEADROOM_TOKENS);
     }
   }
 
@@ -46,6 +59,10 @@ public final class Scheduler {
     RequestState state;
     boolean cancelAfterBootstrap;
     boolean copiesPending;
+    RequestBlocks blocks;
+    long admittedSeq;
+    int headroomTokens;
+    int retractions;
 
     Request(long id, PromptKeys prompt, int maxNewTokens, boolean pd, RequestState state) {
       this.id = id;
@@ -60,12 +77,51 @@ public final class Scheduler {
   private final StorageTransferManager storage; // null: storage disabled
   private final Config config;
   private final Map<Long, Request> requests = new LinkedHashMap<>();
+  private final int maxRequestTokens;
   private long round;
+  private long admissions;
+  private long retractions;
 
   public Scheduler(CacheCoordinator cache, StorageTransferManager storage, Config config) {
     this.cache = cache;
     this.storage = storage;
     this.config = config;
+    this.maxRequestTokens = singleRequestLimit(cache);
+  }
+
+  /**
+   * The most tokens one request can ever hold: every group's rows for them (each group packing its
+   * own blocks into parents) plus the state slots must fit the Device's parents at once.
+   */
+  static int singleRequestLimit(CacheCoordinator cache) {
+    var pool = cache.device().pool();
+    int lo = 0;
+    int hi = Integer.MAX_VALUE / 2;
+    while (lo < hi) {
+      int mid = lo + (hi - lo + 1) / 2;
+      long parents = 0;
+      for (var g : cache.layout().groups()) {
+        int rows =
+            g.kind() instanceof io.tokenspeed.core.GroupKind.StateCheckpoints ? 2 : g.rowsFor(mid);
+        parents += Math.ceilDiv(rows, pool.childrenPerParent(g.groupId()));
+      }
+      if (parents <= pool.numParents()) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+
+  /** The single-request limit in tokens (prompt plus generation). */
+  public int maxRequestTokens() {
+    return maxRequestTokens;
+  }
+
+  /** Retractions since start. */
+  public long retractions() {
+    return retractions;
   }
 
   // ---------------------------------------------------------------- frontend
@@ -78,11 +134,28 @@ public final class Scheduler {
     if (maxNewTokens < 1) {
       throw new IllegalArgumentException("max_new_tokens=" + maxNewTokens + " must be >= 1");
     }
+    long total = (long) prompt.numTokens() + maxNewTokens;
+    if (total > maxRequestTokens) {
+      throw new IllegalArgumentException(
+          "request id="
+              + id
+              + " needs "
+              + total
+              + " tokens (prompt "
+              + prompt.numTokens()
+              + " + max_new_tokens "
+              + maxNewTokens
+              + "); the Device holds at most "
+              + maxRequestTokens
+              + " tokens of one request in every cache group");
+    }
     RequestState s =
         pd
             ? new RequestState.Bootstrapping(AdmissionResources.FRESH)
             : new RequestState.Submitted(AdmissionResources.FRESH);
-    requests.put(id, new Request(id, prompt, maxNewTokens, pd, s));
+    Request r = new Request(id, prompt, maxNewTokens, pd, s);
+    r.headroomTokens = config.headroomTokens();
+    requests.put(id, r);
   }
 
   /** The PD peer acknowledged: the continuation moves on without ending an L3 wait. */
@@ -217,7 +290,7 @@ public final class Scheduler {
       }
       int bound = r.prompt.reusableBound();
       int hit = cache.probe(r.prompt, bound).hostHit();
-      int newTokens = r.prompt.numTokens() - hit + r.maxNewTokens;
+      int newTokens = r.prompt.numTokens() - hit + Math.min(r.headroomTokens, r.maxNewTokens);
       Admission a = cache.admit(r.prompt, bound, newTokens);
       if (a == null) {
         return; // the Device is full: first come, first served
@@ -227,6 +300,8 @@ public final class Scheduler {
       }
       copies.addAll(a.copies());
       r.copiesPending = true;
+      r.blocks = new RequestBlocks(cache.layout(), cache.device(), a);
+      r.admittedSeq = ++admissions;
       transition(r, new RequestState.Prefilling(a, a.hit()));
       running++;
     }
@@ -234,12 +309,15 @@ public final class Scheduler {
 
   private void batch(List<ExecutionPlan.ForwardItem> forward) {
     int budget = config.tokenBudget();
-    for (Request r : requests.values()) {
+    for (Request r : new ArrayList<>(requests.values())) {
       if (budget == 0) {
         return;
       }
       switch (r.state) {
         case RequestState.Decoding d -> {
+          if (!grow(r, r.prompt.numTokens() + d.generated() + 1)) {
+            continue; // retracted itself: waits again
+          }
           forward.add(
               new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens() + d.generated(), 1, true));
           budget--;
@@ -252,6 +330,48 @@ public final class Scheduler {
         default -> {}
       }
     }
+  }
+
+  /**
+   * Grows {@code r}'s table to {@code numTokens}, retracting the most recently admitted other
+   * running requests while the Device is short. Returns false when {@code r} itself had to go.
+   */
+  private boolean grow(Request r, int numTokens) {
+    while (!r.blocks.ensureCapacity(numTokens)) {
+      Request victim = null;
+      for (Request o : requests.values()) {
+        if (o != r
+            && o.blocks != null
+            && (o.state instanceof RequestState.Prefilling
+                || o.state instanceof RequestState.Decoding)
+            && (victim == null || o.admittedSeq > victim.admittedSeq)) {
+          victim = o;
+        }
+      }
+      retract(victim != null ? victim : r);
+      if (victim == null) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Gives a running request's blocks back and puts it in the waiting queue again. It never starts a
+   * fresh L3 preparation (its storage_prepared bit stays set); its headroom doubles.
+   */
+  private void retract(Request r) {
+    if (r.copiesPending) {
+      RequestState.Prefilling p = (RequestState.Prefilling) r.state;
+      cache.finishCopies(p.admission(), false);
+      r.copiesPending = false;
+    }
+    r.blocks.release();
+    r.blocks = null;
+    r.retractions++;
+    retractions++;
+    r.headroomTokens = (int) Math.min((long) r.headroomTokens * 2, r.maxNewTokens);
+    transition(r, new RequestState.Submitted(new AdmissionResources(true, null)));
   }
 
   /**
@@ -273,6 +393,8 @@ public final class Scheduler {
       switch (r.state) {
         case RequestState.Prefilling p -> {
           int computed = p.computed() + item.numTokens();
+          r.blocks.publishComputed(r.prompt, computed);
+          r.blocks.slideWindows(computed);
           transition(
               r,
               computed == r.prompt.numTokens()
@@ -348,7 +470,8 @@ public final class Scheduler {
       cache.finishCopies(a, false);
       r.copiesPending = false;
     }
-    cache.release(a);
+    r.blocks.release();
+    r.blocks = null;
   }
 
   private static void closeHold(AdmissionResources res) {
@@ -369,16 +492,11 @@ public final class Scheduler {
   public List<io.tokenspeed.cache.HeldBlock> heldBlocks() {
     List<io.tokenspeed.cache.HeldBlock> out = new ArrayList<>();
     for (Request r : requests.values()) {
-      Admission a =
-          switch (r.state) {
-            case RequestState.Prefilling p -> p.admission();
-            case RequestState.Decoding d -> d.admission();
-            default -> null;
-          };
-      if (a == null) {
+      if (r.blocks == null) {
         continue;
       }
-      for (int[] table : a.tables()) {
+      Admission a = r.blocks.admission;
+      for (int[] table : r.blocks.rows()) {
         for (int b : table) {
           if (b != 0) {
             out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.DEVICE, b));

@@ -78,7 +78,11 @@ class SchedulerTest {
       assertTrue(round().forward().get(0).decode());
     }
     assertNull(s.state(1), "finished and forgotten");
-    assertEquals(0, f.cache.device().pool().heldBlocks(), "every block released");
+    assertEquals(
+        f.cache.device().cachedCount(),
+        f.cache.device().pool().heldBlocks(),
+        "every reference released; computed pages stay cached");
+    assertTrue(f.cache.device().contains(p.keyOf(0, 15, 256)), "full pages were published");
   }
 
   @Test
@@ -208,5 +212,50 @@ class SchedulerTest {
       }
     }
     return out;
+  }
+
+  @Test
+  void shouldRetractTheLatestRequestWhenTheDeviceRunsOutAndFinishEveryone() {
+    f = new StmFixture(StmFixture.config(), 24, 64);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(256, 4, 16));
+    for (int i = 0; i < 3; i++) {
+      s.submit(i, f.prompt(200, 30 + i), 450, false);
+    }
+    int rounds = 0;
+    while (s.size() > 0 && rounds++ < 5_000) {
+      round();
+      f.checkInvariants(s.heldBlocks());
+    }
+    assertEquals(0, s.size(), "everyone finished");
+    assertTrue(s.retractions() > 0, "the Device was too small for all three at once");
+  }
+
+  @Test
+  void shouldRefuseARequestLargerThanTheDeviceCanHold() {
+    f = new StmFixture(StmFixture.config(), 8, 8);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(64, 4));
+    int limit = s.maxRequestTokens();
+    assertTrue(limit > 0);
+    IllegalArgumentException e =
+        org.junit.jupiter.api.Assertions.assertThrows(
+            IllegalArgumentException.class, () -> s.submit(1, f.prompt(limit, 1), 1, false));
+    assertTrue(e.getMessage().contains("at most " + limit), e.getMessage());
+    s.submit(2, f.prompt(limit - 1, 1), 1, false);
+  }
+
+  @Test
+  void shouldReleaseEverythingWhenARunningRequestIsCancelled() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 40), 50, false);
+    s.submit(2, f.prompt(300, 41), 50, false);
+    round();
+    while (!(s.state(1) instanceof RequestState.Prefilling)
+        && !(s.state(1) instanceof RequestState.Decoding)) {
+      now += StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
+      round();
+    }
+    round(List.of(1L), List.of(), true);
+    assertNull(s.state(1));
+    f.stm.rejectAll();
   }
 }
