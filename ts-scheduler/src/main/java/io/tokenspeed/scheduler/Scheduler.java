@@ -512,6 +512,67 @@ public final class Scheduler {
     return out;
   }
 
+  /**
+   * Checks the scheduler's own invariants: exactly the admitted states (Prefilling, Decoding) own
+   * Device blocks — never a request in Prefetching, Submitted or Bootstrapping — and only waiting
+   * states own leases.
+   */
+  public void checkInvariants() {
+    for (Request r : requests.values()) {
+      boolean admitted =
+          r.state instanceof RequestState.Prefilling || r.state instanceof RequestState.Decoding;
+      if (admitted != (r.blocks != null)) {
+        throw new AssertionError(
+            "request "
+                + r.id
+                + " in "
+                + r.state.getClass().getSimpleName()
+                + " owns blocks="
+                + (r.blocks != null));
+      }
+      if (r.state instanceof RequestState.Prefetching p && !p.lease().live()) {
+        throw new AssertionError("request " + r.id + " waits on a dead lease " + p.lease());
+      }
+    }
+  }
+
+  /**
+   * Newly published Host blocks (a D2H completion agreed by every owner): each becomes a backup
+   * candidate. The Host entry never waits for L3.
+   */
+  public void onHostPublished(List<io.tokenspeed.core.CacheKey> keys) {
+    if (storage != null) {
+      for (io.tokenspeed.core.CacheKey k : keys) {
+        storage.offerBackup(k);
+      }
+    }
+  }
+
+  /**
+   * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
+   * operation (waits end, Ready holds go) without draining any I/O, then drops every cached Device
+   * and Host block nobody references.
+   */
+  public void clearAll() {
+    if (storage != null) {
+      storage.rejectAll();
+      for (Wakeup w : storage.drainWakeups()) {
+        resume(w);
+      }
+    }
+    clearDevice();
+    for (int b : cache.host().evictionCandidates(Integer.MAX_VALUE)) {
+      cache.host().evict(b);
+    }
+  }
+
+  /** An L1-only clear: cached Device blocks go; Host-only storage I/O is left alone. */
+  public void clearDevice() {
+    for (int b : cache.device().evictionCandidates(Integer.MAX_VALUE)) {
+      cache.device().evict(b);
+    }
+  }
+
   /** Requests known (not finished). */
   public int size() {
     return requests.size();
