@@ -77,6 +77,10 @@ public final class Scheduler {
   private final StorageTransferManager storage; // null: storage disabled
   private final Config config;
   private final Map<Long, Request> requests = new LinkedHashMap<>();
+
+  /** Requests that have not considered L3 yet, in arrival order (a round scans only these). */
+  private final Map<Long, Request> unprepared = new LinkedHashMap<>();
+
   private final int maxRequestTokens;
   private long round;
   private long admissions;
@@ -156,6 +160,9 @@ public final class Scheduler {
     Request r = new Request(id, prompt, maxNewTokens, pd, s);
     r.headroomTokens = config.headroomTokens();
     requests.put(id, r);
+    if (storage != null) {
+      unprepared.put(id, r);
+    }
   }
 
   /** The PD peer acknowledged: the continuation moves on without ending an L3 wait. */
@@ -224,7 +231,7 @@ public final class Scheduler {
     if (storage == null) {
       return;
     }
-    for (Request r : requests.values()) {
+    for (Request r : new ArrayList<>(unprepared.values())) {
       AdmissionResources res;
       RequestState.Continuation cont;
       switch (r.state) {
@@ -237,13 +244,18 @@ public final class Scheduler {
           cont = RequestState.Continuation.BOOTSTRAPPING;
         }
         default -> {
+          unprepared.remove(r.id);
           continue;
         }
       }
       if (res.storagePrepared()) {
+        unprepared.remove(r.id);
         continue;
       }
       StorageTransferManager.Preparation p = storage.prepare(r.id, r.prompt, permitted);
+      if (p.bypass() != Bypass.NOT_PERMITTED) {
+        unprepared.remove(r.id);
+      }
       if (p.waiting()) {
         transition(r, new RequestState.Prefetching(cont, p.lease(), res.prepared()));
       } else if (p.bypass() != Bypass.NOT_PERMITTED) {
@@ -413,6 +425,7 @@ public final class Scheduler {
       }
     }
     requests.values().removeIf(r -> r.state instanceof RequestState.Finished);
+    unprepared.values().removeIf(r -> r.state instanceof RequestState.Finished);
   }
 
   // ---------------------------------------------------------------- cancellation

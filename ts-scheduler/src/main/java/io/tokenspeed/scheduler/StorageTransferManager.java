@@ -14,7 +14,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
-import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -118,6 +117,10 @@ public final class StorageTransferManager {
 
   private long nextOperationId;
   private long nowNs;
+
+  /** No deadline or Ready expiry falls before this tick: {@link #onTick} skips its scan. */
+  private long nextTimerNs = Long.MAX_VALUE;
+
   private int opUsed;
   private int hostUsed;
   private int backupOpUsed;
@@ -174,42 +177,22 @@ public final class StorageTransferManager {
     t.floor = local;
     t.candidates = cands;
     t.deadlineNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
+    armTimer(t.deadlineNs);
     t.lease = new StorageLease(this, requestId, t.id);
     ops.add(new StorageOp.Query(t.id, ask));
     counters.queriesIssued++;
     return new Preparation(null, t.lease);
   }
 
-  /**
-   * The keys a query asks for. The longest candidate boundary whose whole missing set fits the key
-   * budget comes first; each shorter fallback adds its distinct missing keys only when all of them
-   * fit. A boundary that needs a key confirmed missing is skipped. Only keys missing from both the
-   * Device and the Host count (the Host-suffix rule).
-   */
+  /** The keys a query asks for: see {@link QueryPlanner}. */
   private List<CacheKey> planQueryKeys(PromptKeys prompt, int[] cands) {
-    LinkedHashSet<CacheKey> chosen = new LinkedHashSet<>();
-    for (int i = cands.length - 1; i >= 1; i--) {
-      List<CacheKey> missing = cache.missingKeys(prompt, cands[i]);
-      if (missing.isEmpty()) {
-        continue;
-      }
-      boolean known = false;
-      List<CacheKey> add = new ArrayList<>();
-      for (CacheKey k : missing) {
-        if (negative.contains(k)) {
-          known = true;
-          break;
-        }
-        if (!chosen.contains(k)) {
-          add.add(k);
-        }
-      }
-      if (known || chosen.size() + add.size() > config.maxQueryKeys()) {
-        continue;
-      }
-      chosen.addAll(add);
-    }
-    return new ArrayList<>(chosen);
+    TierCache device = cache.device();
+    return QueryPlanner.plan(
+        prompt,
+        cands,
+        k -> device.contains(k) || host.contains(k),
+        negative,
+        config.maxQueryKeys());
   }
 
   private void onQueryDone(Ticket t, CompletionFact f) {
@@ -334,6 +317,7 @@ public final class StorageTransferManager {
     }
     t.phase = Phase.READY;
     t.readyUntilNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
+    armTimer(t.readyUntilNs);
     wakeups.add(new Wakeup(lease.requestId(), Wakeup.Reason.READ_COMPLETE, lease));
   }
 
@@ -432,6 +416,10 @@ public final class StorageTransferManager {
    */
   public void onTick(long tickNs) {
     this.nowNs = tickNs;
+    if (nextTimerNs == Long.MAX_VALUE || tickNs - nextTimerNs < 0) {
+      return; // nothing is due: no scan
+    }
+    nextTimerNs = Long.MAX_VALUE;
     for (Ticket t : new ArrayList<>(tickets.values())) {
       if (t.phase == Phase.INFLIGHT
           && t.lease != null
@@ -447,7 +435,17 @@ public final class StorageTransferManager {
           t.lease.endedByManager();
         }
         releaseReady(t);
+      } else if (t.phase == Phase.INFLIGHT && t.lease != null && t.lease.live()) {
+        armTimer(t.deadlineNs);
+      } else if (t.phase == Phase.READY) {
+        armTimer(t.readyUntilNs);
       }
+    }
+  }
+
+  private void armTimer(long atNs) {
+    if (nextTimerNs == Long.MAX_VALUE || atNs - nextTimerNs < 0) {
+      nextTimerNs = atNs;
     }
   }
 
