@@ -258,4 +258,35 @@ class SchedulerTest {
     assertNull(s.state(1));
     f.stm.rejectAll();
   }
+
+  @Test
+  void shouldReleaseTheReadyHoldWhenASubmittedRequestIsCancelled() {
+    f = new StmFixture(StmFixture.config(), 16, 256);
+    s = new Scheduler(f.cache, f.stm, new Scheduler.Config(128, 8));
+    s.submit(9, f.prompt(200, 50), 200, false); // will occupy the Device
+    s.submit(1, f.prompt(300, 51), 1, false);
+    ExecutionPlan r1 = round();
+    List<StorageOp.Query> qs = r1.storage().stream().map(StorageOp.Query.class::cast).toList();
+    assertEquals(2, qs.size());
+    // Nothing exists for request 9 (first query); everything for request 1.
+    CompletionFact none =
+        new CompletionFact(
+            qs.get(0).operationId(),
+            qs.get(0).keys().size(),
+            new BitSet(),
+            new BitSet(),
+            true,
+            false);
+    ExecutionPlan r2 = round(List.of(), List.of(none, ok(qs.get(1))), true);
+    assertInstanceOf(RequestState.Prefilling.class, s.state(9));
+    StorageOp.Get g = one(r2, StorageOp.Get.class);
+    round(List.of(), List.of(ok(g)), true);
+    RequestState.Submitted waiting = assertInstanceOf(RequestState.Submitted.class, s.state(1));
+    assertTrue(waiting.resources().readyHold().live(), "Ready, but the Device is busy");
+    assertEquals(1, f.stm.readyHolds());
+    round(List.of(1L), List.of(), true);
+    assertNull(s.state(1));
+    assertEquals(0, f.stm.readyHolds(), "the hold went with the request");
+    assertEquals(0, f.stm.hostCreditsInUse());
+  }
 }
