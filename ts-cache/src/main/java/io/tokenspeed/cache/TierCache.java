@@ -42,6 +42,7 @@ public final class TierCache {
   private int lruSize;
 
   private long evictions;
+  private long publications;
 
   TierCache(Tier tier, CacheLayout layout, int numParents) {
     this.tier = tier;
@@ -91,6 +92,11 @@ public final class TierCache {
   /** Number of published blocks that nobody references (the eviction candidates). */
   public int cachedCount() {
     return lruSize;
+  }
+
+  /** Blocks published since start: changes exactly when a new entry may make a new hit. */
+  public long publications() {
+    return publications;
   }
 
   /** Blocks evicted since start. */
@@ -171,6 +177,7 @@ public final class TierCache {
     }
     keyOfBlock[blockId] = key;
     writesAtPublish[blockId] = writes[blockId];
+    publications++;
     return true;
   }
 

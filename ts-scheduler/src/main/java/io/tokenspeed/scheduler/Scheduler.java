@@ -83,6 +83,7 @@ public final class Scheduler {
 
   private final int maxRequestTokens;
   private long round;
+  private long seenPublications = -1;
   private long admissions;
   private long retractions;
 
@@ -215,6 +216,7 @@ public final class Scheduler {
       for (Wakeup w : storage.drainWakeups()) {
         resume(w);
       }
+      endWaitsCoveredLocally();
     }
     prepareNewRequests(in.storagePermitted());
     List<BlockCopy> copies = new ArrayList<>();
@@ -260,6 +262,27 @@ public final class Scheduler {
         transition(r, new RequestState.Prefetching(cont, p.lease(), res.prepared()));
       } else if (p.bypass() != Bypass.NOT_PERMITTED) {
         transition(r, withResources(cont, res.prepared()));
+      }
+    }
+  }
+
+  /**
+   * Another request's local publication may satisfy a wait before the remote operation completes.
+   * Checked only in rounds after something new was published.
+   */
+  private void endWaitsCoveredLocally() {
+    long published = cache.device().publications() + cache.host().publications();
+    if (published == seenPublications) {
+      return;
+    }
+    seenPublications = published;
+    for (Request r : requests.values()) {
+      if (r.state instanceof RequestState.Prefetching p) {
+        int wanted = storage.wantedBoundary(p.lease());
+        if (wanted > 0 && cache.probe(r.prompt, wanted).hostHit() >= wanted) {
+          storage.satisfiedLocally(p.lease());
+          transition(r, withResources(p.continuation(), p.resources()));
+        }
       }
     }
   }

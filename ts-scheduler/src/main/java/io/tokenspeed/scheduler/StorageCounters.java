@@ -22,6 +22,7 @@ public final class StorageCounters {
   long softTimeouts;
   long readyExpired;
   long clientDetaches;
+  long satisfiedLocally;
   long pressureBypasses;
   long queriesIssued;
   long getsIssued;
@@ -45,6 +46,11 @@ public final class StorageCounters {
   /** Waits ended by the request itself (abort, admission of a waiting request): neither counter. */
   public long clientDetaches() {
     return clientDetaches;
+  }
+
+  /** Waits ended early because another request's local publication covered them. */
+  public long satisfiedLocally() {
+    return satisfiedLocally;
   }
 
   public long pressureBypasses() {

@@ -568,6 +568,31 @@ public final class StorageTransferManager {
 
   // ================================================================ leases
 
+  /**
+   * The boundary a waiting request hopes to restore: the longest candidate of its query, or the
+   * boundary its GET reads. 0 when the lease is no longer waiting.
+   */
+  public int wantedBoundary(StorageLease lease) {
+    Ticket t = tickets.get(lease.operationId());
+    if (t == null || t.lease != lease || t.phase != Phase.INFLIGHT) {
+      return 0;
+    }
+    return t.kind == StorageKind.QUERY ? t.candidates[t.candidates.length - 1] : t.boundary;
+  }
+
+  /**
+   * Ends a wait because local data now covers what the request wanted (another request's
+   * publication): the request detaches like a client detach, and the ticket lives on until its
+   * facts arrive.
+   */
+  public void satisfiedLocally(StorageLease lease) {
+    Ticket t = tickets.get(lease.operationId());
+    if (t != null && t.lease == lease && t.phase == Phase.INFLIGHT) {
+      counters.satisfiedLocally++;
+      detach(t);
+    }
+  }
+
   void onLeaseClosed(StorageLease lease) {
     Ticket t = tickets.get(lease.operationId());
     if (t == null || t.lease != lease) {

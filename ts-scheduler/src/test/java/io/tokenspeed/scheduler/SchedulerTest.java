@@ -289,4 +289,20 @@ class SchedulerTest {
     assertEquals(0, f.stm.readyHolds(), "the hold went with the request");
     assertEquals(0, f.stm.hostCreditsInUse());
   }
+
+  @Test
+  void shouldEndAWaitWhenAnotherRequestsPublicationCoversIt() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 60);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    f.put(Tier.HOST, f.cache.neededKeys(p, 299)); // another request published the prefix
+    ExecutionPlan r = round();
+    assertEquals(q.operationId(), one(r, StorageOp.Cancel.class).operationId());
+    assertEquals(
+        299, ((RequestState.Decoding) s.state(1)).admission().hit(), "admitted on the local hit");
+    assertEquals(1, f.stm.counters().satisfiedLocally());
+    round(List.of(), List.of(ok(q)), true);
+    round();
+  }
 }
