@@ -3,13 +3,15 @@ package io.tokenspeed.scheduler;
 import io.tokenspeed.cache.Admission;
 
 /**
- * The request FSM. Only {@link Prefilling} and {@link Decoding} own Device blocks; {@link
- * Prefetching} owns a storage lease and nothing on the Device, and is never a forward candidate.
+ * The request FSM. Only {@link Prefilling}, {@link PrefillDone} and {@link Decoding} own Device
+ * blocks; {@link Prefetching} owns a storage lease and nothing on the Device, and is never a
+ * forward candidate.
  *
  * <pre>
- *   Bootstrapping ─ack─▶ Submitted ─admit─▶ Prefilling ─prompt done─▶ Decoding ─▶ Finished
- *        │                   │ prepare L3                                   ▲
- *        └─prepare─▶ Prefetching(continuation) ─ completion / deadline ─────┘ (resumes continuation)
+ *   Bootstrapping ─ack─▶ Submitted ─admit─▶ Prefilling ─▶ PrefillDone ─▶ Decoding ─▶ Finished
+ *        │                 │   ▲                 │                          │
+ *        │       prepare L3│   └── Retracted ◀───┴────── Device short ──────┘
+ *        └──────▶ Prefetching(continuation) ── completion / deadline ──▶ continuation
  * </pre>
  */
 public sealed interface RequestState
@@ -17,7 +19,9 @@ public sealed interface RequestState
         RequestState.Submitted,
         RequestState.Prefetching,
         RequestState.Prefilling,
+        RequestState.PrefillDone,
         RequestState.Decoding,
+        RequestState.Retracted,
         RequestState.Finished {
 
   /** Where a Prefetching request resumes. */
@@ -38,6 +42,12 @@ public sealed interface RequestState
 
   /** Admitted: computing the prompt from {@code computed} on. */
   record Prefilling(Admission admission, int computed) implements RequestState {}
+
+  /** The prompt is computed; the first decode step comes next. */
+  record PrefillDone(Admission admission) implements RequestState {}
+
+  /** Gave its blocks back because the Device ran short; waits for admission again. */
+  record Retracted(AdmissionResources resources) implements RequestState {}
 
   /** Generating tokens. */
   record Decoding(Admission admission, int generated) implements RequestState {}

@@ -309,7 +309,7 @@ public final class Scheduler {
   private void admit(List<BlockCopy> copies) {
     int running = 0;
     for (Request r : requests.values()) {
-      if (r.state instanceof RequestState.Prefilling || r.state instanceof RequestState.Decoding) {
+      if (admitted(r.state)) {
         running++;
       }
     }
@@ -317,10 +317,15 @@ public final class Scheduler {
       if (running >= config.maxRunning()) {
         return;
       }
-      if (!(r.state instanceof RequestState.Submitted s)) {
-        continue;
+      AdmissionResources resources;
+      switch (r.state) {
+        case RequestState.Submitted s -> resources = s.resources();
+        case RequestState.Retracted rt -> resources = rt.resources();
+        default -> {
+          continue;
+        }
       }
-      if (storage != null && !s.resources().storagePrepared()) {
+      if (storage != null && !resources.storagePrepared()) {
         continue; // considers L3 first (next round when storage is not permitted now)
       }
       int bound = r.prompt.reusableBound();
@@ -330,8 +335,8 @@ public final class Scheduler {
       if (a == null) {
         return; // the Device is full: first come, first served
       }
-      if (s.resources().readyHold() != null) {
-        s.resources().readyHold().close(); // admission acquired the Host sources
+      if (resources.readyHold() != null) {
+        resources.readyHold().close(); // admission acquired the Host sources
       }
       copies.addAll(a.copies());
       r.copiesPending = true;
@@ -357,6 +362,13 @@ public final class Scheduler {
               new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens() + d.generated(), 1, true));
           budget--;
         }
+        case RequestState.PrefillDone pd -> {
+          if (!grow(r, r.prompt.numTokens() + 1)) {
+            continue;
+          }
+          forward.add(new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens(), 1, true));
+          budget--;
+        }
         case RequestState.Prefilling p -> {
           int n = Math.min(budget, r.prompt.numTokens() - p.computed());
           forward.add(new ExecutionPlan.ForwardItem(r.id, p.computed(), n, false));
@@ -377,8 +389,7 @@ public final class Scheduler {
       for (Request o : requests.values()) {
         if (o != r
             && o.blocks != null
-            && (o.state instanceof RequestState.Prefilling
-                || o.state instanceof RequestState.Decoding)
+            && admitted(o.state)
             && (victim == null || o.admittedSeq > victim.admittedSeq)) {
           victim = o;
         }
@@ -397,8 +408,7 @@ public final class Scheduler {
    */
   private void retract(Request r) {
     if (r.copiesPending) {
-      RequestState.Prefilling p = (RequestState.Prefilling) r.state;
-      cache.finishCopies(p.admission(), false);
+      cache.finishCopies(r.blocks.admission, false);
       r.copiesPending = false;
     }
     r.blocks.release();
@@ -406,7 +416,7 @@ public final class Scheduler {
     r.retractions++;
     retractions++;
     r.headroomTokens = (int) Math.min((long) r.headroomTokens * 2, r.maxNewTokens);
-    transition(r, new RequestState.Submitted(new AdmissionResources(true, null)));
+    transition(r, new RequestState.Retracted(new AdmissionResources(true, null)));
   }
 
   /**
@@ -433,22 +443,30 @@ public final class Scheduler {
           transition(
               r,
               computed == r.prompt.numTokens()
-                  ? new RequestState.Decoding(p.admission(), 0)
+                  ? new RequestState.PrefillDone(p.admission())
                   : new RequestState.Prefilling(p.admission(), computed));
         }
-        case RequestState.Decoding d -> {
-          int generated = d.generated() + 1;
-          if (generated >= r.maxNewTokens) {
-            finish(r, "length");
-          } else {
-            transition(r, new RequestState.Decoding(d.admission(), generated));
-          }
-        }
+        case RequestState.PrefillDone pd -> step(r, pd.admission(), 1);
+        case RequestState.Decoding d -> step(r, d.admission(), d.generated() + 1);
         default -> {}
       }
     }
     requests.values().removeIf(r -> r.state instanceof RequestState.Finished);
     unprepared.values().removeIf(r -> r.state instanceof RequestState.Finished);
+  }
+
+  private void step(Request r, Admission a, int generated) {
+    if (generated >= r.maxNewTokens) {
+      finish(r, "length");
+    } else {
+      transition(r, new RequestState.Decoding(a, generated));
+    }
+  }
+
+  private static boolean admitted(RequestState s) {
+    return s instanceof RequestState.Prefilling
+        || s instanceof RequestState.PrefillDone
+        || s instanceof RequestState.Decoding;
   }
 
   // ---------------------------------------------------------------- cancellation
@@ -494,7 +512,9 @@ public final class Scheduler {
         p.lease().close();
         closeHold(p.resources());
       }
+      case RequestState.Retracted rt -> closeHold(rt.resources());
       case RequestState.Prefilling p -> release(r, p.admission());
+      case RequestState.PrefillDone pd -> release(r, pd.admission());
       case RequestState.Decoding d -> release(r, d.admission());
       case RequestState.Finished f -> {}
     }
@@ -555,9 +575,7 @@ public final class Scheduler {
    */
   public void checkInvariants() {
     for (Request r : requests.values()) {
-      boolean admitted =
-          r.state instanceof RequestState.Prefilling || r.state instanceof RequestState.Decoding;
-      if (admitted != (r.blocks != null)) {
+      if (admitted(r.state) != (r.blocks != null)) {
         throw new AssertionError(
             "request "
                 + r.id

@@ -73,7 +73,7 @@ class SchedulerTest {
     assertEquals(List.of(new ExecutionPlan.ForwardItem(1, 0, 128, false)), first.forward());
     assertEquals(new ExecutionPlan.ForwardItem(1, 128, 128, false), round().forward().get(0));
     assertEquals(new ExecutionPlan.ForwardItem(1, 256, 44, false), round().forward().get(0));
-    assertInstanceOf(RequestState.Decoding.class, s.state(1));
+    assertInstanceOf(RequestState.PrefillDone.class, s.state(1));
     for (int i = 0; i < 3; i++) {
       assertTrue(round().forward().get(0).decode());
     }
@@ -99,7 +99,7 @@ class SchedulerTest {
     StorageOp.Get g = one(r2, StorageOp.Get.class);
     assertEquals(0, f.cache.device().pool().heldBlocks());
     ExecutionPlan r3 = round(List.of(), List.of(ok(g)), true);
-    assertEquals(299, ((RequestState.Decoding) s.state(1)).admission().hit(), "restored prefix");
+    assertEquals(299, ((RequestState.PrefillDone) s.state(1)).admission().hit(), "restored prefix");
     assertEquals(new ExecutionPlan.ForwardItem(1, 299, 1, false), r3.forward().get(0));
     assertTrue(r3.deviceCopies().stream().allMatch(c -> c.srcTier() == Tier.HOST));
     assertEquals(f.cache.neededKeys(p, 299).size(), r3.deviceCopies().size());
@@ -137,7 +137,7 @@ class SchedulerTest {
     assertTrue(after.lease().live(), "the L3 wait goes on");
     StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
     round(List.of(), List.of(ok(g)), true);
-    assertInstanceOf(RequestState.Decoding.class, s.state(1));
+    assertInstanceOf(RequestState.PrefillDone.class, s.state(1));
     round();
   }
 
@@ -222,12 +222,17 @@ class SchedulerTest {
       s.submit(i, f.prompt(200, 30 + i), 450, false);
     }
     int rounds = 0;
+    boolean sawRetracted = false;
     while (s.size() > 0 && rounds++ < 5_000) {
       round();
       f.checkInvariants(s.heldBlocks());
+      for (long id = 0; id < 3; id++) {
+        sawRetracted |= s.state(id) instanceof RequestState.Retracted;
+      }
     }
     assertEquals(0, s.size(), "everyone finished");
     assertTrue(s.retractions() > 0, "the Device was too small for all three at once");
+    assertTrue(sawRetracted, "a victim went through Retracted");
   }
 
   @Test
@@ -250,6 +255,7 @@ class SchedulerTest {
     s.submit(2, f.prompt(300, 41), 50, false);
     round();
     while (!(s.state(1) instanceof RequestState.Prefilling)
+        && !(s.state(1) instanceof RequestState.PrefillDone)
         && !(s.state(1) instanceof RequestState.Decoding)) {
       now += StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
       round();
@@ -300,9 +306,28 @@ class SchedulerTest {
     ExecutionPlan r = round();
     assertEquals(q.operationId(), one(r, StorageOp.Cancel.class).operationId());
     assertEquals(
-        299, ((RequestState.Decoding) s.state(1)).admission().hit(), "admitted on the local hit");
+        299,
+        ((RequestState.PrefillDone) s.state(1)).admission().hit(),
+        "admitted on the local hit");
     assertEquals(1, f.stm.counters().satisfiedLocally());
     round(List.of(), List.of(ok(q)), true);
     round();
+  }
+
+  @Test
+  void shouldLeaveStorageAloneOnAnL1OnlyClear() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 70);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    f.put(Tier.DEVICE, f.cache.neededKeys(f.prompt(128, 71), 64));
+    s.clearDevice();
+    assertEquals(0, f.cache.device().cachedCount(), "cached Device blocks went");
+    assertInstanceOf(RequestState.Prefetching.class, s.state(1), "the L3 wait goes on");
+    assertEquals(1, f.stm.operationsInUse());
+    StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
+    round(List.of(), List.of(ok(g)), true);
+    round();
+    assertNull(s.state(1));
   }
 }
