@@ -195,10 +195,7 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
 
     @Override
     void close() {
-      for (StatefulRedisConnection<String, byte[]> c : connections) {
-        c.closeAsync();
-      }
-      client.shutdown(Duration.ZERO, SHUTDOWN_TIMEOUT);
+      client.shutdown(Duration.ZERO, SHUTDOWN_TIMEOUT); // closes every connection it opened
     }
   }
 
@@ -323,7 +320,7 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
     @Override
     void close() {
       for (StatefulRedisClusterConnection<String, byte[]> c : connections) {
-        c.closeAsync();
+        c.close(); // with its node links
       }
       client.shutdown(Duration.ZERO, SHUTDOWN_TIMEOUT);
     }

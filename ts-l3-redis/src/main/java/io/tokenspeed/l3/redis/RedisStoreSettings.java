@@ -19,7 +19,7 @@ import java.util.Locale;
  *   password            required with a username; null = no AUTH            null
  *   tls                 TLS with full peer verification (JDK trust store);  false
  *                       must agree with a rediss:// scheme
- *   connect_timeout_ms  [10, 600000]: TCP connect, handshake, startup check  2000
+ *   connect_timeout_ms  [10, 600000]: TCP connect, handshake, startup check  5000
  *   command_timeout_ms  [10, 600000]: one whole store call                  2000
  *   connections         [1, 64] multiplexed connections, used round-robin    4
  *   max_value_bytes     [1, 512 MiB] (Redis's proto-max-bulk-len default)    64 MiB
@@ -51,8 +51,12 @@ public record RedisStoreSettings(
     long maxValueBytes,
     int maxKeyBytes) {
 
-  /** Default connect (and startup check) timeout: 2 s. */
-  public static final long DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
+  /**
+   * Default startup bound: 5 s for connecting, the handshake and the startup checks together. The
+   * first store of a JVM also loads and warms up the client (about a second on a small machine),
+   * which counts against it.
+   */
+  public static final long DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
   /** Default bound on one store call: 2 s, far above a 1 MiB round trip on any network. */
   public static final long DEFAULT_COMMAND_TIMEOUT_MS = 2_000;
