@@ -108,7 +108,6 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
 
   static final class Standalone extends RedisLinks {
     private final RedisClient client;
-    private final List<StatefulRedisConnection<String, byte[]>> connections;
     private final List<RedisClusterAsyncCommands<String, byte[]>> commands;
 
     private Standalone(
@@ -117,7 +116,6 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
         List<StatefulRedisConnection<String, byte[]>> connections) {
       super(settings);
       this.client = client;
-      this.connections = List.copyOf(connections);
       List<RedisClusterAsyncCommands<String, byte[]>> async = new ArrayList<>();
       for (StatefulRedisConnection<String, byte[]> c : connections) {
         async.add(c.async());

@@ -84,7 +84,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *       the socket buffer into the destination. Lettuce decodes a reply even when its command
  *       already timed out, so before a failed call throws it abandons every decoder; abandoning
  *       takes the decoder's lock, so when the call throws no copy is in progress and none can start
- *       ({@code lateReplies} counts the replies dropped that way).
+ *       ({@code lateReplies} counts the replies dropped that way). A destination of a confined
+ *       arena, which the event loop may not touch, is staged in a private array instead and copied
+ *       in by the calling thread after the call succeeded.
  *   <li><b>QUERY</b> hands the client no segment at all.
  * </ul>
  *
@@ -98,7 +100,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * instead of waiting for the command timeout, and the client reconnects in the background with a
  * delay doubling from 1 ms to one second. Commands in flight when a connection drops fail; they are
  * never replayed onto the new connection. A server restarted on the same address is picked up
- * without any action here.
+ * without any action here. In a cluster, the link to every master is opened at startup (Lettuce
+ * would open it on the first command for one of its slots, and that command would be rejected).
+ * Lettuce's own logs (reconnections, topology refreshes) go through SLF4J.
  *
  * <h2>Namespace deletion</h2>
  *
