@@ -27,8 +27,9 @@ import org.w3c.dom.Node;
  * read, each module's transitive closure of io.tokenspeed module dependencies is computed, and any
  * reachable module a rule forbids is a violation, reported with the path that reaches it.
  *
- * <p>Test-scoped dependencies are exempt (a module's tests may use ts-testkit, which wires owners
- * together); every other scope counts, and so does a dependency that only arrives transitively.
+ * <p>Test-scoped dependencies are exempt (a module's tests may use ts-testkit); every other scope
+ * counts, and so does a dependency that only arrives transitively. The test-only modules ({@link
+ * #TEST_ONLY}) are the other way round: no module may reach them outside test scope.
  */
 class ModuleBoundariesTest {
 
@@ -38,10 +39,15 @@ class ModuleBoundariesTest {
           Rule.mayOnlyReach("ts-core"),
           Rule.mayOnlyReach("ts-cache", "ts-core"),
           Rule.mayOnlyReach("ts-l3", "ts-core"),
+          Rule.mayOnlyReach("ts-l3-redis", "ts-core", "ts-l3"),
+          Rule.mayOnlyReach("ts-testkit", "ts-core"),
           Rule.mustNotReach(
               "ts-scheduler", "ts-l3", "ts-control", "ts-l3-redis", "ts-engine", "ts-server"),
           Rule.mustNotReach(
               "ts-control", "ts-scheduler", "ts-cache", "ts-l3", "ts-engine", "ts-server"));
+
+  /** Modules that others may use in test scope only: no module reaches them otherwise. */
+  static final Set<String> TEST_ONLY = Set.of("ts-testkit");
 
   private static final String GROUP_ID = "io.tokenspeed";
 
@@ -119,6 +125,19 @@ class ModuleBoundariesTest {
     return out;
   }
 
+  /** Every module that reaches a test-only module outside test scope. */
+  static List<Violation> checkTestOnly(Map<String, List<String>> graph, Set<String> testOnly) {
+    List<Violation> out = new ArrayList<>();
+    for (String module : graph.keySet()) {
+      for (Map.Entry<String, List<String>> reached : closure(graph, module).entrySet()) {
+        if (testOnly.contains(reached.getKey())) {
+          out.add(new Violation(module, reached.getKey(), reached.getValue()));
+        }
+      }
+    }
+    return out;
+  }
+
   /** Every module reachable from {@code start}, with a shortest path to it (breadth first). */
   static Map<String, List<String>> closure(Map<String, List<String>> graph, String start) {
     Map<String, List<String>> paths = new LinkedHashMap<>();
@@ -170,6 +189,7 @@ class ModuleBoundariesTest {
     Map<String, List<String>> graph = readReactor(ReactorRoot.find());
     assertTrue(graph.keySet().containsAll(List.of("ts-core", "ts-server")), graph::toString);
     assertEquals(List.of(), check(graph, RULES));
+    assertEquals(List.of(), checkTestOnly(graph, TEST_ONLY));
   }
 
   @Test
@@ -182,7 +202,7 @@ class ModuleBoundariesTest {
             """
             <modules><module>ts-core</module><module>ts-cache</module><module>ts-l3</module>
               <module>ts-scheduler</module><module>ts-metrics</module><module>ts-control</module>
-              <module>ts-testkit</module></modules>
+              <module>ts-testkit</module><module>ts-engine</module></modules>
             <dependencyManagement><dependencies>
               <dependency><groupId>io.tokenspeed</groupId><artifactId>ts-server</artifactId></dependency>
             </dependencies></dependencyManagement>
@@ -199,15 +219,25 @@ class ModuleBoundariesTest {
             + "<dependency><groupId>${project.groupId}</groupId>"
             + "<artifactId>ts-metrics</artifactId></dependency>");
     module(root, "ts-testkit", dep("ts-scheduler") + dep("ts-l3") + dep("ts-control"));
+    module(root, "ts-engine", dep("ts-testkit"));
 
-    List<String> violations =
-        check(readReactor(root), RULES).stream().map(Violation::toString).toList();
+    Map<String, List<String>> graph = readReactor(root);
+    List<String> violations = check(graph, RULES).stream().map(Violation::toString).toList();
 
     assertEquals(
         List.of(
             "ts-l3 -> ts-cache via ts-l3 > ts-cache",
+            "ts-testkit -> ts-scheduler via ts-testkit > ts-scheduler",
+            "ts-testkit -> ts-l3 via ts-testkit > ts-l3",
+            "ts-testkit -> ts-control via ts-testkit > ts-control",
+            "ts-testkit -> ts-cache via ts-testkit > ts-l3 > ts-cache",
+            "ts-testkit -> ts-metrics via ts-testkit > ts-control > ts-metrics",
             "ts-control -> ts-scheduler via ts-control > ts-metrics > ts-scheduler"),
         violations);
+    // ts-cache uses ts-testkit in test scope only, which is allowed; ts-engine does not
+    assertEquals(
+        List.of("ts-engine -> ts-testkit via ts-engine > ts-testkit"),
+        checkTestOnly(graph, TEST_ONLY).stream().map(Violation::toString).toList());
   }
 
   private static void module(Path root, String artifactId, String dependencies) throws IOException {
