@@ -97,14 +97,21 @@ final class Mesh implements AutoCloseable {
    */
   static Mesh open(ControlConfig config, ServerSocketChannel listener) throws MeshException {
     ServerSocketChannel server = listener;
+    if (server == null) {
+      InetSocketAddress address = config.addresses().get(config.rank());
+      try {
+        server = ServerSocketChannel.open();
+        server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
+        server.bind(address, config.worldSize() * 2);
+      } catch (IOException e) {
+        closeQuietly(null, server, null);
+        throw new MeshException(
+            Reason.IO, -1, 0, "rank " + config.rank() + " could not listen on " + address, e);
+      }
+    }
     Selector selector = null;
     Mesh mesh = null;
     try {
-      if (server == null) {
-        server = ServerSocketChannel.open();
-        server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
-        server.bind(config.addresses().get(config.rank()), config.worldSize() * 2);
-      }
       selector = Selector.open();
       mesh = new Mesh(config, server, selector);
       mesh.connectAll(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.connectTimeoutMs()));
@@ -112,16 +119,7 @@ final class Mesh implements AutoCloseable {
     } catch (IOException e) {
       closeQuietly(mesh, server, selector);
       throw new MeshException(
-          Reason.IO,
-          -1,
-          0,
-          "rank "
-              + config.rank()
-              + " could not listen on "
-              + config.addresses().get(config.rank())
-              + ": "
-              + e,
-          e);
+          Reason.IO, -1, 0, "rank " + config.rank() + " failed to set up the mesh: " + e, e);
     } catch (MeshException | RuntimeException e) {
       closeQuietly(mesh, server, selector);
       throw e;

@@ -245,6 +245,25 @@ class MeshFailureTest {
   }
 
   @Test
+  void shouldFailWithATimeoutWhenAConnectedPeerNeverSendsItsHandshake() throws Exception {
+    ExecutorService threads = Executors.newSingleThreadExecutor();
+    try {
+      ServerSocketChannel[] listener = new ServerSocketChannel[1];
+      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 1_000);
+      try (Socket s = new Socket()) {
+        s.connect(listener[0].getLocalAddress());
+        MeshException e = assertInstanceOf(MeshException.class, failureOf(rank0));
+        assertEquals(Reason.TIMEOUT, e.reason());
+        assertTrue(
+            e.getMessage().endsWith("sent no handshake within connect_timeout_ms=1000"),
+            e.getMessage());
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  @Test
   void shouldFailWithATimeoutNamingTheRankWhenAPeerNeverConnects() throws Exception {
     ExecutorService threads = Executors.newSingleThreadExecutor();
     try {

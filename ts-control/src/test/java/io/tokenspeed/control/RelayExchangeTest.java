@@ -488,6 +488,8 @@ class RelayExchangeTest {
       long seed, int worldSize, int rounds) throws Exception {
     Scenario scenario = new Scenario(seed, worldSize, rounds);
     assertTrue(scenario.totalCompletions() > rounds, "the scenario carries completions");
+    assertTrue(scenario.maxOwnerSpread() >= 20, "some owner reports many rounds late");
+    assertTrue(scenario.maxPendingOperations() >= 5, "operations wait on late owners");
     try (Cluster cluster = Cluster.start(worldSize)) {
       List<Outcome<List<AgreedRound>>> outcomes =
           cluster.run(

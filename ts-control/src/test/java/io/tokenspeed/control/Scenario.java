@@ -39,6 +39,7 @@ final class Scenario {
   private final List<AgreedRound> expected;
   private int maxPendingOperations;
   private long maxPendingKeys;
+  private int maxOwnerSpread;
 
   Scenario(long seed, int worldSize, int rounds) {
     this.seed = seed;
@@ -83,6 +84,7 @@ final class Scenario {
         ops.put(op, owners);
         lastRound.put(op, last);
         firstRound.put(op, first);
+        maxOwnerSpread = Math.max(maxOwnerSpread, last - first);
       }
       long leaderClock = n == 1 ? rnd.nextLong() : clockNs[0][n - 2] + rnd.nextLong(1_000_000);
       for (int r = 0; r < worldSize; r++) {
@@ -203,6 +205,11 @@ final class Scenario {
   /** The most keys pending after any round. */
   long maxPendingKeys() {
     return maxPendingKeys;
+  }
+
+  /** The most rounds between an operation's first and last owner report. */
+  int maxOwnerSpread() {
+    return maxOwnerSpread;
   }
 
   /** Total agreed completions over the run. */

@@ -41,7 +41,13 @@ class ModuleBoundariesTest {
           Rule.mustNotReach(
               "ts-scheduler", "ts-l3", "ts-control", "ts-l3-redis", "ts-engine", "ts-server"),
           Rule.mustNotReach(
-              "ts-control", "ts-scheduler", "ts-cache", "ts-l3", "ts-engine", "ts-server"));
+              "ts-control",
+              "ts-scheduler",
+              "ts-cache",
+              "ts-l3",
+              "ts-l3-redis",
+              "ts-engine",
+              "ts-server"));
 
   private static final String GROUP_ID = "io.tokenspeed";
 
