@@ -40,7 +40,7 @@ public record ControlConfig(
    */
   public static final long DEFAULT_CONNECT_TIMEOUT_MS = 120_000;
 
-  /** Default {@code maxFrameBytes}: 16 MiB, about 600,000 single-key completion records. */
+  /** Default {@code maxFrameBytes}: 16 MiB, about 670,000 single-key completion records. */
   public static final int DEFAULT_MAX_FRAME_BYTES = 16 << 20;
 
   /** Default {@code maxPendingOperations}: 65,536, far above any operation-credit setting. */
@@ -65,6 +65,11 @@ public record ControlConfig(
               + (addresses == null ? "none" : addresses.size() + " entries")
               + ", must have 1.."
               + MAX_WORLD_SIZE);
+    }
+    for (int r = 0; r < addresses.size(); r++) {
+      if (addresses.get(r) == null) {
+        throw new IllegalArgumentException("addresses[" + r + "] is missing");
+      }
     }
     addresses = List.copyOf(addresses);
     if (rank < 0 || rank >= addresses.size()) {

@@ -111,7 +111,7 @@ public sealed interface Frame {
     }
 
     /** An error report: the reason replaces the records. */
-    static Report error(
+    static Report ofError(
         int rank, long round, long clockNs, PressureSnapshot pressure, String error) {
       return new Report(rank, round, clockNs, pressure, error, List.of(), List.of());
     }

@@ -234,7 +234,7 @@ public final class FrameDecoder {
     } catch (CharacterCodingException e) {
       return bad("error reason is not valid UTF-8");
     }
-    return new Decoded.Ok(Frame.Report.error(rank, round, clockNs, pressure, reason));
+    return new Decoded.Ok(Frame.Report.ofError(rank, round, clockNs, pressure, reason));
   }
 
   private static Decoded okReport(

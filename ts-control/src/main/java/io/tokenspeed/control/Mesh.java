@@ -165,6 +165,12 @@ final class Mesh implements AutoCloseable {
         ch.close();
         throw e;
       }
+      try {
+        checkShared(theirs, theirs.rank(), from);
+      } catch (MeshException e) {
+        ch.close();
+        throw e;
+      }
       if (theirs.rank() <= config.rank() || peers[theirs.rank()] != null) {
         ch.close();
         throw handshake(
@@ -178,7 +184,6 @@ final class Mesh implements AutoCloseable {
                 + " expects only ranks above it, once each");
       }
       add(theirs.rank(), ch);
-      check(theirs, theirs.rank(), from);
     }
     for (Peer p : peerList) {
       p.channel.configureBlocking(false);
@@ -326,7 +331,18 @@ final class Mesh implements AutoCloseable {
     };
   }
 
+  /** Checks a dialed peer's handshake: the shared settings, then its rank. */
   private void check(Frame.Hello theirs, int peer, String from) throws MeshException {
+    checkShared(theirs, peer, from);
+    if (theirs.rank() != peer) {
+      throw handshake(
+          peer,
+          "handshake with rank " + peer + " at " + from + ": the peer says rank=" + theirs.rank());
+    }
+  }
+
+  /** Checks the settings every rank must share: replica, world size and the agreement limits. */
+  private void checkShared(Frame.Hello theirs, int peer, String from) throws MeshException {
     String prefix = "handshake with rank " + peer + " at " + from + ": ";
     if (theirs.replicaId() != config.replicaId()) {
       throw handshake(
@@ -342,9 +358,6 @@ final class Mesh implements AutoCloseable {
     if (theirs.worldSize() != config.worldSize()) {
       throw handshake(
           peer, prefix + "world_size=" + theirs.worldSize() + ", expected " + config.worldSize());
-    }
-    if (theirs.rank() != peer) {
-      throw handshake(peer, prefix + "the peer says rank=" + theirs.rank());
     }
     if (theirs.maxFrameBytes() != config.maxFrameBytes()
         || theirs.maxPendingOperations() != config.maxPendingOperations()

@@ -174,7 +174,7 @@ public final class RelayExchange implements AutoCloseable {
               + " bytes, more than max_frame_bytes="
               + config.maxFrameBytes();
     }
-    return Frame.Report.error(
+    return Frame.Report.ofError(
         rank, n, local.clockNs(), local.pressure(), FrameEncoder.clipReason(error));
   }
 

@@ -265,9 +265,9 @@ class FrameCodecTest {
 
   @Test
   void shouldRejectErrorReportsWhenTheReasonIsEmptyOrNotUtf8() {
-    byte[] b = Frames.encode(Frame.Report.error(1, 1, 0, PressureSnapshot.IDLE, "ab"));
+    byte[] b = Frames.encode(Frame.Report.ofError(1, 1, 0, PressureSnapshot.IDLE, "ab"));
     assertEquals(
-        Frame.Report.error(1, 1, 0, PressureSnapshot.IDLE, "ab"),
+        Frame.Report.ofError(1, 1, 0, PressureSnapshot.IDLE, "ab"),
         ((Decoded.Ok) DECODER.decode(b)).frame());
     byte[] utf8 = b.clone();
     utf8[55] = (byte) 0xc0; // an overlong encoding's lead byte
@@ -289,7 +289,7 @@ class FrameCodecTest {
     assertTrue(bytes <= FrameDescriptor.MAX_ERROR_BYTES, "" + bytes);
     assertTrue(clipped.endsWith("\uD83D\uDE00..."));
     assertEquals("short", FrameEncoder.clipReason("short"));
-    byte[] b = Frames.encode(Frame.Report.error(0, 1, 0, PressureSnapshot.IDLE, clipped));
+    byte[] b = Frames.encode(Frame.Report.ofError(0, 1, 0, PressureSnapshot.IDLE, clipped));
     assertInstanceOf(Decoded.Ok.class, DECODER.decode(b));
   }
 

@@ -59,7 +59,7 @@ final class Frames {
             rnd.nextLong(Long.MAX_VALUE));
     if (pick == 1) {
       String reason = randomText(rnd, 1 + rnd.nextInt(60));
-      return Frame.Report.error(rank, round, clock, p, reason);
+      return Frame.Report.ofError(rank, round, clock, p, reason);
     }
     List<FrontendMessage> frontend = new ArrayList<>();
     int numFrontend = rnd.nextInt(3) == 0 ? rnd.nextInt(4) : 0;

@@ -182,11 +182,15 @@ class MeshFailureTest {
   }
 
   private static byte[] hello(int version, int rank) {
+    return hello(version, rank, 2);
+  }
+
+  private static byte[] hello(int version, int rank, int worldSize) {
     byte[] bytes =
         FrameEncoder.encode(
             new Frame.Hello(
                 7,
-                2,
+                worldSize,
                 rank,
                 ControlConfig.DEFAULT_MAX_FRAME_BYTES,
                 ControlConfig.DEFAULT_MAX_PENDING_OPERATIONS,
@@ -222,6 +226,27 @@ class MeshFailureTest {
         s.connect(listener[0].getLocalAddress());
         s.getOutputStream().write(hello(2, 1));
         assertHandshake(failureOf(rank0), "version=2, this build speaks 1");
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  @Test
+  void shouldRefuseAPeerWhoseRankLiesBeyondThisWorld() throws Exception {
+    ExecutorService threads = Executors.newSingleThreadExecutor();
+    try {
+      ServerSocketChannel[] listener = new ServerSocketChannel[1];
+      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 10_000);
+      try (Socket s = new Socket()) {
+        s.connect(listener[0].getLocalAddress());
+        s.getOutputStream().write(hello(1, 5, 6));
+        assertHandshake(failureOf(rank0), "world_size=6, expected 2");
+        byte[] answer = s.getInputStream().readNBytes(48);
+        Frame.Hello theirs =
+            (Frame.Hello) ((Decoded.Ok) new FrameDecoder(4096).decode(answer)).frame();
+        assertEquals(0, theirs.rank());
+        assertEquals(2, theirs.worldSize());
       }
     } finally {
       threads.shutdownNow();
