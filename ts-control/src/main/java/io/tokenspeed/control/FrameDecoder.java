@@ -27,13 +27,13 @@ import java.util.zip.CRC32C;
  * Reads frames written in the layout of {@link FrameDescriptor} and rejects everything else with a
  * {@link Malformed} value.
  *
- * <p>What it guarantees: for any bytes at all, {@link #decode} returns — it never throws, never
- * allocates more than the input's length (every count and length is checked against the bytes that
- * remain before anything is built), and never hands out a frame that the record constructors would
- * refuse. Checks run from cheap to expensive: header fields, the declared length against the limit
- * and the bytes present, the checksum, then every body field (ranges, enum ordinals, counts,
- * per-key masks, trailing bytes). The transport reads a header first and calls {@link #checkHeader}
- * so that a hostile length is refused before a body buffer is allocated.
+ * <p>What it guarantees: for any bytes at all, {@link #decode} returns — it never throws, its
+ * allocations stay proportional to the input's length (every count and length is checked against
+ * the bytes that remain before anything is built), and it never hands out a frame that the record
+ * constructors would refuse. Checks run from cheap to expensive: header fields, the declared length
+ * against the limit and the bytes present, the checksum, then every body field (ranges, enum
+ * ordinals, counts, per-key masks, trailing bytes). The transport reads a header first and calls
+ * {@link #checkHeader} so that a hostile length is refused before a body buffer is allocated.
  *
  * <p>Instances hold only the limit and are safe to share.
  */

@@ -29,9 +29,13 @@ import org.junit.jupiter.params.provider.MethodSource;
 
 class AgreementTest {
 
-  @SafeVarargs
-  private static List<List<StorageDone>> round(List<StorageDone>... byRank) {
-    return List.of(byRank);
+  private static List<List<StorageDone>> round(List<StorageDone> rank0, List<StorageDone> rank1) {
+    return List.of(rank0, rank1);
+  }
+
+  private static List<List<StorageDone>> round(
+      List<StorageDone> rank0, List<StorageDone> rank1, List<StorageDone> rank2) {
+    return List.of(rank0, rank1, rank2);
   }
 
   @Test

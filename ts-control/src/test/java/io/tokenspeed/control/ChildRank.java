@@ -144,11 +144,15 @@ final class ChildRank implements AutoCloseable {
   }
 
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     release();
     if (process.isAlive()) {
       process.destroyForcibly();
-      process.waitFor(10, TimeUnit.SECONDS);
+      try {
+        process.waitFor(10, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
     }
   }
 

@@ -71,7 +71,7 @@ class ControlProcessIT {
     }
   }
 
-  private static void closeAll(List<ChildRank> children) throws InterruptedException {
+  private static void closeAll(List<ChildRank> children) {
     for (ChildRank c : children) {
       c.close();
     }
@@ -139,6 +139,7 @@ class ControlProcessIT {
       for (int r = 0; r < 2; r++) {
         ChildRank c = children.get(r);
         String line = c.awaitLine("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
+        System.out.println("survivor " + r + ": " + line);
         Matcher m = ERROR.matcher(line);
         assertTrue(m.matches(), line);
         assertTrue(m.group(1).equals("DISCONNECTED") || m.group(1).equals("TIMEOUT"), c.describe());
@@ -168,6 +169,7 @@ class ControlProcessIT {
       children.get(1).freeze();
       ChildRank survivor = children.get(0);
       String line = survivor.awaitLine("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
+      System.out.println("survivor 0: " + line);
       Matcher m = ERROR.matcher(line);
       assertTrue(m.matches(), line);
       assertEquals("TIMEOUT", m.group(1), line);
