@@ -50,15 +50,16 @@ public final class SchedulerRoundHarness {
     long now = 0;
     ExecutionPlan first = s.round(RoundInput.tick(now));
     if (storage) { // the filler asks L3 first: nothing exists, so it is admitted next round
-      java.util.List<io.tokenspeed.scheduler.CompletionFact> facts = new java.util.ArrayList<>();
+      java.util.List<io.tokenspeed.core.storage.AgreedCompletion> facts =
+          new java.util.ArrayList<>();
       for (var op : first.storage()) {
         if (op instanceof io.tokenspeed.core.storage.StorageOp.Query q) {
           facts.add(
-              new io.tokenspeed.scheduler.CompletionFact(
+              new io.tokenspeed.core.storage.AgreedCompletion(
                   q.operationId(),
-                  q.keys().size(),
-                  new java.util.BitSet(),
-                  new java.util.BitSet(),
+                  io.tokenspeed.core.storage.StorageKind.QUERY,
+                  java.util.Collections.nCopies(
+                      q.keys().size(), io.tokenspeed.core.storage.KeyOutcome.FAILED),
                   true,
                   false));
         }

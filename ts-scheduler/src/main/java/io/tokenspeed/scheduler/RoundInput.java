@@ -1,5 +1,7 @@
 package io.tokenspeed.scheduler;
 
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import java.util.List;
 
@@ -19,12 +21,28 @@ public record RoundInput(
     long tickNs,
     PressureSnapshot pressure,
     List<Long> cancellations,
-    List<CompletionFact> completions,
+    List<AgreedCompletion> completions,
     boolean forwardPermitted,
     boolean storagePermitted) {
   public RoundInput {
     cancellations = List.copyOf(cancellations);
     completions = List.copyOf(completions);
+  }
+
+  /**
+   * The scheduler's view of an agreed round. New requests are submitted by the caller before the
+   * round (so a request created and cancelled in one round is cancelled); the cancellations and
+   * completions apply inside it, after the tick.
+   */
+  public static RoundInput of(
+      AgreedRound round, boolean forwardPermitted, boolean storagePermitted) {
+    return new RoundInput(
+        round.tickNs(),
+        round.pressure(),
+        round.cancellations(),
+        round.completions(),
+        forwardPermitted,
+        storagePermitted);
   }
 
   /** An ordinary round with nothing but a tick. */

@@ -208,9 +208,10 @@ public final class Scheduler {
       cancel(id);
     }
     if (storage != null) {
-      List<CompletionFact> facts = new ArrayList<>(in.completions());
-      facts.sort(Comparator.comparingLong(CompletionFact::operationId));
-      for (CompletionFact f : facts) {
+      List<io.tokenspeed.core.storage.AgreedCompletion> facts = new ArrayList<>(in.completions());
+      facts.sort(
+          Comparator.comparingLong(io.tokenspeed.core.storage.AgreedCompletion::operationId));
+      for (io.tokenspeed.core.storage.AgreedCompletion f : facts) {
         storage.onCompletion(f);
       }
       for (Wakeup w : storage.drainWakeups()) {

@@ -6,6 +6,7 @@ import io.tokenspeed.cache.Tier;
 import io.tokenspeed.cache.TierCache;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.core.storage.StorageOp;
@@ -195,7 +196,7 @@ public final class StorageTransferManager {
         config.maxQueryKeys());
   }
 
-  private void onQueryDone(Ticket t, CompletionFact f) {
+  private void onQueryDone(Ticket t, AgreedCompletion f) {
     releaseTicket(t);
     StorageLease lease = t.lease;
     if (lease == null || !lease.live()) {
@@ -278,7 +279,7 @@ public final class StorageTransferManager {
     return true;
   }
 
-  private void onGetDone(Ticket t, CompletionFact f) {
+  private void onGetDone(Ticket t, AgreedCompletion f) {
     StorageLease lease = t.lease;
     boolean attached = lease != null && lease.live() && !f.detached();
     if (!f.retired()) {
@@ -387,7 +388,7 @@ public final class StorageTransferManager {
     }
   }
 
-  private void onPutDone(Ticket t, CompletionFact f) {
+  private void onPutDone(Ticket t, AgreedCompletion f) {
     for (CacheKey k : t.keys) {
       pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
     }
@@ -481,17 +482,21 @@ public final class StorageTransferManager {
   }
 
   /**
-   * One agreed completion fact. Unknown or finished operations, masks of the wrong length and
-   * contradictory rows are protocol errors, raised before anything changes.
+   * One agreed completion fact. Unknown or finished operations, a kind that differs from the
+   * ticket's and masks of the wrong length are protocol errors, raised before anything changes.
+   * (Success together with an object failure on one key, or object failures on a QUERY or PUT,
+   * cannot be represented by {@link AgreedCompletion}; the control plane rejects such reports.)
    */
-  public void onCompletion(CompletionFact f) {
+  public void onCompletion(AgreedCompletion f) {
     Ticket t = tickets.get(f.operationId());
     if (t == null || t.phase != Phase.INFLIGHT) {
       throw new ProtocolError("completion for unknown or finished operation " + f.operationId());
     }
-    if (f.numKeys() != t.keys.size()
-        || f.ok().length() > t.keys.size()
-        || f.objectFailure().length() > t.keys.size()) {
+    if (f.kind() != t.kind) {
+      throw new ProtocolError(
+          "operation " + f.operationId() + " is a " + t.kind + " but the fact says " + f.kind());
+    }
+    if (f.numKeys() != t.keys.size()) {
       throw new ProtocolError(
           "operation "
               + f.operationId()
@@ -499,14 +504,6 @@ public final class StorageTransferManager {
               + t.keys.size()
               + " keys but the fact carries a mask of "
               + f.numKeys());
-    }
-    if (f.ok().intersects(f.objectFailure())) {
-      throw new ProtocolError(
-          "operation " + f.operationId() + " reports success and object failure on one key");
-    }
-    if (t.kind != StorageKind.GET && !f.objectFailure().isEmpty()) {
-      throw new ProtocolError(
-          "operation " + f.operationId() + " (" + t.kind + ") reports object failures");
     }
     switch (t.kind) {
       case QUERY -> onQueryDone(t, f);

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
@@ -73,7 +74,7 @@ class SchedulerPropertyTest {
       if (!known.isEmpty() && rnd.nextInt(8) == 0) {
         cancels.add(known.get(rnd.nextInt(known.size())));
       }
-      List<CompletionFact> facts = new ArrayList<>();
+      List<AgreedCompletion> facts = new ArrayList<>();
       List<Long> ids = new ArrayList<>(pending.keySet());
       java.util.Collections.shuffle(ids, rnd);
       for (long id : ids.subList(0, draining ? ids.size() : rnd.nextInt(ids.size() + 1))) {
@@ -95,7 +96,7 @@ class SchedulerPropertyTest {
             failed.set(i);
           }
         }
-        facts.add(new CompletionFact(id, keys.size(), ok, failed, true, detached));
+        facts.add(Facts.of(op, ok, failed, true, detached));
       }
       now += rnd.nextInt(60) * MS;
       boolean frozen = !draining && rnd.nextInt(10) == 0;
@@ -138,7 +139,7 @@ class SchedulerPropertyTest {
       s.onBootstrapAck(id);
     }
     for (int i = 0; i < 2_000 && (s.size() > 0 || !pending.isEmpty()); i++) {
-      List<CompletionFact> facts = new ArrayList<>();
+      List<AgreedCompletion> facts = new ArrayList<>();
       for (var e : pending.entrySet()) {
         int n =
             switch (e.getValue()) {
@@ -151,7 +152,7 @@ class SchedulerPropertyTest {
         if (e.getValue() instanceof StorageOp.Put) {
           ok.set(0, n); // a refused PUT row is offered again: let the drain end
         }
-        facts.add(new CompletionFact(e.getKey(), n, ok, new BitSet(), true, false));
+        facts.add(Facts.of(e.getValue(), ok, new BitSet(), true, false));
       }
       pending.clear();
       now += 50 * MS;

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
@@ -35,7 +36,7 @@ class SchedulerTest {
     s = new Scheduler(f.cache, storage ? f.stm : null, new Scheduler.Config(128, 8));
   }
 
-  private ExecutionPlan round(List<Long> cancels, List<CompletionFact> facts, boolean permitted) {
+  private ExecutionPlan round(List<Long> cancels, List<AgreedCompletion> facts, boolean permitted) {
     now += MS;
     ExecutionPlan p =
         s.round(new RoundInput(now, PressureSnapshot.IDLE, cancels, facts, permitted, permitted));
@@ -47,17 +48,8 @@ class SchedulerTest {
     return round(List.of(), List.of(), true);
   }
 
-  private static CompletionFact ok(StorageOp op) {
-    int n =
-        switch (op) {
-          case StorageOp.Query q -> q.keys().size();
-          case StorageOp.Get g -> g.keys().size();
-          case StorageOp.Put p -> p.keys().size();
-          case StorageOp.Cancel c -> throw new AssertionError();
-        };
-    BitSet b = new BitSet();
-    b.set(0, n);
-    return new CompletionFact(op.operationId(), n, b, new BitSet(), true, false);
+  private static AgreedCompletion ok(StorageOp op) {
+    return Facts.allOk(op);
   }
 
   private static <T extends StorageOp> T one(ExecutionPlan p, Class<T> kind) {
@@ -190,7 +182,7 @@ class SchedulerTest {
     StmFixture fx = new StmFixture(StmFixture.config(), 256, 256);
     Scheduler sch = new Scheduler(fx.cache, fx.stm, new Scheduler.Config(96, 4));
     List<String> out = new ArrayList<>();
-    List<CompletionFact> facts = new ArrayList<>();
+    List<AgreedCompletion> facts = new ArrayList<>();
     long t = 0;
     for (int i = 0; i < 6; i++) {
       sch.submit(i, fx.prompt(150 + 40 * i, i % 3), 2, i % 2 == 1);
@@ -275,14 +267,7 @@ class SchedulerTest {
     List<StorageOp.Query> qs = r1.storage().stream().map(StorageOp.Query.class::cast).toList();
     assertEquals(2, qs.size());
     // Nothing exists for request 9 (first query); everything for request 1.
-    CompletionFact none =
-        new CompletionFact(
-            qs.get(0).operationId(),
-            qs.get(0).keys().size(),
-            new BitSet(),
-            new BitSet(),
-            true,
-            false);
+    AgreedCompletion none = Facts.of(qs.get(0), new BitSet(), new BitSet(), true, false);
     ExecutionPlan r2 = round(List.of(), List.of(none, ok(qs.get(1))), true);
     assertInstanceOf(RequestState.Prefilling.class, s.state(9));
     StorageOp.Get g = one(r2, StorageOp.Get.class);

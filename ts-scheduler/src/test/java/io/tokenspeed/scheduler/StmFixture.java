@@ -11,6 +11,7 @@ import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
 import java.util.BitSet;
@@ -96,20 +97,25 @@ final class StmFixture {
   }
 
   /** An agreed fact where the keys in {@code okKeys} succeeded. */
-  static CompletionFact fact(long op, List<CacheKey> keys, Set<CacheKey> okKeys, boolean retired) {
+  static AgreedCompletion fact(StorageOp op, Set<CacheKey> okKeys, boolean retired) {
+    List<CacheKey> keys =
+        switch (op) {
+          case StorageOp.Query q -> q.keys();
+          case StorageOp.Get g -> g.keys();
+          case StorageOp.Put p -> p.keys();
+          case StorageOp.Cancel c -> throw new IllegalArgumentException("no keys");
+        };
     BitSet ok = new BitSet();
     for (int i = 0; i < keys.size(); i++) {
       if (okKeys.contains(keys.get(i))) {
         ok.set(i);
       }
     }
-    return new CompletionFact(op, keys.size(), ok, new BitSet(), retired, false);
+    return Facts.of(op, ok, new BitSet(), retired, false);
   }
 
-  static CompletionFact allOk(long op, int n) {
-    BitSet ok = new BitSet();
-    ok.set(0, n);
-    return new CompletionFact(op, n, ok, new BitSet(), true, false);
+  static AgreedCompletion allOk(StorageOp op) {
+    return Facts.allOk(op);
   }
 
   void checkInvariants(Collection<HeldBlock> otherHolders) {

@@ -130,7 +130,7 @@ final class StmSimulation {
         before.add(k);
       }
     }
-    f.stm.onCompletion(new CompletionFact(id, keys.size(), ok, failed, retired, detached));
+    f.stm.onCompletion(Facts.of(op, ok, failed, retired, detached));
     if (op instanceof StorageOp.Get) {
       readsCompleted++;
       for (int i = 0; i < keys.size(); i++) {
@@ -221,7 +221,7 @@ final class StmSimulation {
               case StorageOp.Put p -> p.keys().size();
               case StorageOp.Cancel c -> 0;
             };
-        f.stm.onCompletion(new CompletionFact(id, n, new BitSet(), new BitSet(), true, true));
+        f.stm.onCompletion(Facts.of(op, new BitSet(), new BitSet(), true, true));
       }
       collect();
     }

@@ -16,6 +16,7 @@ import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.BitSet;
 import java.util.HashSet;
@@ -55,11 +56,11 @@ class StorageTransferManagerTest {
       assertFalse(f.cache.device().contains(k), "never ask for what the Device holds: " + k);
     }
     assertEquals(0, f.cache.host().pool().heldBlocks(), "a query reserves nothing");
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     assertEquals(f.cache.missingKeys(p, 299).size(), g.keys().size());
     assertEquals(prep.lease().operationId(), g.operationId(), "the lease moved to the GET");
-    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    f.stm.onCompletion(allOk(g));
     List<Wakeup> w = f.stm.drainWakeups();
     assertEquals(1, w.size());
     assertEquals(Wakeup.Reason.READ_COMPLETE, w.get(0).reason());
@@ -85,11 +86,11 @@ class StorageTransferManagerTest {
     f.put(Tier.HOST, List.of(p.checkpointKey(2, 256), p.keyOf(1, 5, 256)));
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     Set<CacheKey> ok = new HashSet<>(g.keys());
     ok.remove(p.checkpointKey(2, 299)); // the prompt-end checkpoint failed on some owner
-    f.stm.onCompletion(fact(g.operationId(), g.keys(), ok, true));
+    f.stm.onCompletion(fact(g, ok, true));
     Wakeup w = f.stm.drainWakeups().get(0);
     assertEquals(Wakeup.Reason.READ_COMPLETE, w.reason());
     assertFalse(f.cache.host().contains(p.checkpointKey(2, 299)), "failed rows never publish");
@@ -104,7 +105,7 @@ class StorageTransferManagerTest {
     f.stm.onTick(0);
     StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
     StorageOp.Query q = query(prep);
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS); // deadline from query issue
     Wakeup w = f.stm.drainWakeups().get(0);
@@ -115,7 +116,7 @@ class StorageTransferManagerTest {
         g.operationId(),
         ((StorageOp.Cancel) only(f.drain(), StorageOp.Cancel.class)).operationId());
     assertTrue(f.stm.hostCreditsInUse() > 0, "native I/O stays charged until retirement");
-    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    f.stm.onCompletion(allOk(g));
     assertEquals(0, f.cache.probe(p, 299).hostHit(), "a detached read publishes nothing");
     assertEquals(0, f.stm.hostCreditsInUse());
     assertEquals(1, f.stm.counters().softTimeouts());
@@ -133,7 +134,7 @@ class StorageTransferManagerTest {
     f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS);
     assertEquals(Wakeup.Reason.SOFT_TIMEOUT, f.stm.drainWakeups().get(0).reason());
     assertEquals(1, f.stm.operationsInUse());
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     assertTrue(
         f.drain().stream().noneMatch(StorageOp.Get.class::isInstance),
         "no GET for a request that stopped waiting");
@@ -146,10 +147,10 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 5);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     f.stm.onTick(10 * MS);
-    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    f.stm.onCompletion(allOk(g));
     StorageLease ready = f.stm.drainWakeups().get(0).ready();
     f.stm.onTick(10 * MS + StorageConfig.DEFAULT_READY_HOLD_MS * MS);
     assertFalse(ready.live());
@@ -166,12 +167,11 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 6);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     BitSet ok = new BitSet();
     ok.set(0, g.keys().size());
-    f.stm.onCompletion(
-        new CompletionFact(g.operationId(), g.keys().size(), ok, new BitSet(), false, false));
+    f.stm.onCompletion(Facts.of(g, ok, new BitSet(), false, false));
     assertEquals(Wakeup.Reason.READ_FAILED, f.stm.drainWakeups().get(0).reason());
     assertEquals(0, f.cache.probe(p, 299).hostHit(), "never published");
     assertEquals(g.keys().size(), f.stm.quarantinedRefs());
@@ -187,7 +187,7 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 8);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     CacheKey lost = p.checkpointKey(2, 299);
     int idx = g.keys().indexOf(lost);
@@ -196,8 +196,7 @@ class StorageTransferManagerTest {
     ok.clear(idx);
     BitSet failed = new BitSet();
     failed.set(idx);
-    f.stm.onCompletion(
-        new CompletionFact(g.operationId(), g.keys().size(), ok, failed, true, false));
+    f.stm.onCompletion(Facts.of(g, ok, failed, true, false));
     assertTrue(f.stm.knownMissing(lost));
     Wakeup w = f.stm.drainWakeups().get(0);
     w.ready().close();
@@ -215,7 +214,7 @@ class StorageTransferManagerTest {
     assertTrue(q.keys().contains(p.checkpointKey(2, 299)));
     assertFalse(q.keys().contains(p.keyOf(0, 5, 128)), "row 5 was local when the query left");
     f.cache.host().evict(f.cache.host().lookup(p.keyOf(0, 5, 128))); // row 5 lies in page 1
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     assertTrue(
         f.drain().stream().noneMatch(StorageOp.Get.class::isInstance),
         "every boundary above the floor now needs row 5, which nobody asked for");
@@ -243,7 +242,7 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 12);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     assertEquals(20, g.keys().size(), "shortened from 299 to 256 to fit the Host credits");
     assertEquals(20, f.stm.hostCreditsInUse());
@@ -251,7 +250,7 @@ class StorageTransferManagerTest {
         Bypass.NO_HOST_CREDITS,
         f.stm.prepare(2, f.prompt(300, 13), true).bypass(),
         "Host-credit exhaustion rejects a new query before any backend work");
-    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    f.stm.onCompletion(allOk(g));
     assertEquals(256, f.cache.probe(p, 299).hostHit());
     f.stm.drainWakeups().get(0).ready().close();
   }
@@ -276,12 +275,11 @@ class StorageTransferManagerTest {
     }
     BitSet ok = new BitSet();
     ok.set(1, put.keys().size()); // row 0 refused for lack of space: offered again
-    f.stm.onCompletion(
-        new CompletionFact(put.operationId(), put.keys().size(), ok, new BitSet(), true, false));
+    f.stm.onCompletion(Facts.of(put, ok, new BitSet(), true, false));
     assertEquals(1, f.stm.queuedCandidates());
     StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
     assertEquals(List.of(put.keys().get(0)), retry.keys());
-    f.stm.onCompletion(allOk(retry.operationId(), 1));
+    f.stm.onCompletion(allOk(retry));
   }
 
   @Test
@@ -297,7 +295,7 @@ class StorageTransferManagerTest {
     assertEquals(2, f.stm.operationsInUse(), "backups stop at half of the operation credits");
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, f.prompt(300, 15), true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     assertEquals(
         1, f.drain().stream().filter(StorageOp.Get.class::isInstance).count(), "reads still fit");
     f.stm.rejectAll();
@@ -344,8 +342,7 @@ class StorageTransferManagerTest {
     assertEquals(1, f.stm.counters().pressureBypasses());
     f.drain().stream()
         .filter(StorageOp.Query.class::isInstance)
-        .forEach(
-            o -> f.stm.onCompletion(allOk(o.operationId(), ((StorageOp.Query) o).keys().size())));
+        .forEach(o -> f.stm.onCompletion(allOk(o)));
   }
 
   @Test
@@ -354,27 +351,39 @@ class StorageTransferManagerTest {
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, f.prompt(300, 21), true));
     int n = q.keys().size();
-    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(999, 1)));
-    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(q.operationId(), n + 1)));
-    BitSet both = new BitSet();
-    both.set(0);
+    BitSet all = new BitSet();
+    all.set(0, n + 1);
     assertThrows(
         ProtocolError.class,
-        () -> f.stm.onCompletion(new CompletionFact(q.operationId(), n, both, both, true, false)));
+        () ->
+            f.stm.onCompletion(Facts.of(StorageKind.QUERY, 999, 1, all, new BitSet(), true, false)),
+        "unknown operation");
     assertThrows(
         ProtocolError.class,
         () ->
             f.stm.onCompletion(
-                new CompletionFact(q.operationId(), n, new BitSet(), both, true, false)),
-        "a QUERY cannot report object failures");
+                Facts.of(
+                    StorageKind.QUERY, q.operationId(), n + 1, all, new BitSet(), true, false)),
+        "mask of the wrong length");
+    assertThrows(
+        ProtocolError.class,
+        () ->
+            f.stm.onCompletion(
+                Facts.of(StorageKind.GET, q.operationId(), n, all, new BitSet(), true, false)),
+        "a GET fact for a QUERY operation");
+    BitSet both = new BitSet();
+    both.set(0);
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> Facts.of(StorageKind.QUERY, q.operationId(), n, new BitSet(), both, true, false),
+        "a QUERY cannot even carry an object failure");
     assertEquals(1, f.stm.operationsInUse(), "nothing changed");
-    f.stm.onCompletion(allOk(q.operationId(), n));
-    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(q.operationId(), n)), "twice");
+    f.stm.onCompletion(allOk(q));
+    assertThrows(ProtocolError.class, () -> f.stm.onCompletion(allOk(q)), "twice");
     f.stm.rejectAll();
     f.drain().stream()
         .filter(StorageOp.Get.class::isInstance)
-        .forEach(
-            o -> f.stm.onCompletion(allOk(o.operationId(), ((StorageOp.Get) o).keys().size())));
+        .forEach(o -> f.stm.onCompletion(allOk(o)));
   }
 
   @Test
@@ -387,9 +396,9 @@ class StorageTransferManagerTest {
     f.drain();
     StorageOp.Query b = query(f.stm.prepare(2, f.prompt(300, 23), true));
     assertTrue(b.operationId() > a.operationId());
-    f.stm.onCompletion(allOk(a.operationId(), a.keys().size()));
+    f.stm.onCompletion(allOk(a));
     f.stm.rejectAll();
-    f.stm.onCompletion(allOk(b.operationId(), b.keys().size()));
+    f.stm.onCompletion(allOk(b));
   }
 
   @Test
@@ -398,12 +407,12 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 30);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
-    f.stm.onCompletion(allOk(q.operationId(), q.keys().size()));
+    f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0));
     assertTrue(f.stm.gateClosed());
     assertTrue(f.drain().stream().noneMatch(StorageOp.Cancel.class::isInstance), "GET goes on");
-    f.stm.onCompletion(allOk(g.operationId(), g.keys().size()));
+    f.stm.onCompletion(allOk(g));
     Wakeup w = f.stm.drainWakeups().get(0);
     assertEquals(Wakeup.Reason.READ_COMPLETE, w.reason(), "a submitted GET still publishes");
     assertEquals(299, f.cache.probe(p, 299).hostHit(), "and its Ready result is usable");

@@ -1,0 +1,160 @@
+package io.tokenspeed.control;
+
+import java.net.InetSocketAddress;
+import java.util.List;
+
+/**
+ * One rank's control-plane settings: where every cache-owning rank of the replica listens, which of
+ * them this rank is, and the bounds of the exchange and of the agreement window.
+ *
+ * <p>Three settings must be equal on every rank, because the agreement's verdicts depend on them:
+ * {@code maxFrameBytes}, {@code maxPendingOperations} and {@code maxPendingKeys}. The handshake
+ * exchanges and compares them, together with the replica id, the world size and the protocol
+ * version. The timeouts are local and may differ.
+ *
+ * @param replicaId the replica (DP rank) whose owners form this mesh; every peer must name the same
+ * @param rank this rank's index into {@code addresses} (the attention-TP rank); rank 0 leads
+ * @param addresses where each rank listens, indexed by rank; the size is the world size
+ * @param roundTimeoutMs how long one exchange waits for a silent peer before it fails, naming it;
+ *     it must exceed the largest skew between ranks entering a round (a forward pass included)
+ * @param connectTimeoutMs how long mesh setup waits for every peer to connect and shake hands
+ * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included
+ * @param maxPendingOperations the most operations the agreement may retain with partial reports
+ * @param maxPendingKeys the most keys, summed over those operations, it may retain
+ */
+public record ControlConfig(
+    long replicaId,
+    int rank,
+    List<InetSocketAddress> addresses,
+    long roundTimeoutMs,
+    long connectTimeoutMs,
+    int maxFrameBytes,
+    int maxPendingOperations,
+    long maxPendingKeys) {
+
+  /** Default {@code roundTimeoutMs}: 30 s, well beyond a long forward pass. */
+  public static final long DEFAULT_ROUND_TIMEOUT_MS = 30_000;
+
+  /**
+   * Default {@code connectTimeoutMs}: 120 s, for ranks of one replica starting at different times.
+   */
+  public static final long DEFAULT_CONNECT_TIMEOUT_MS = 120_000;
+
+  /** Default {@code maxFrameBytes}: 16 MiB, about 670,000 single-key completion records. */
+  public static final int DEFAULT_MAX_FRAME_BYTES = 16 << 20;
+
+  /** Default {@code maxPendingOperations}: 65,536, far above any operation-credit setting. */
+  public static final int DEFAULT_MAX_PENDING_OPERATIONS = 65_536;
+
+  /** Default {@code maxPendingKeys}: 4,194,304. */
+  public static final long DEFAULT_MAX_PENDING_KEYS = 4L << 20;
+
+  /** The largest supported world size (ranks of one replica in one mesh). */
+  public static final int MAX_WORLD_SIZE = 1024;
+
+  /** The smallest {@code maxFrameBytes} accepted: room for a handshake and an error report. */
+  public static final int MIN_MAX_FRAME_BYTES = 4096;
+
+  public ControlConfig {
+    if (replicaId < 0) {
+      throw new IllegalArgumentException("replica_id=" + replicaId + " must be >= 0");
+    }
+    if (addresses == null || addresses.isEmpty() || addresses.size() > MAX_WORLD_SIZE) {
+      throw new IllegalArgumentException(
+          "addresses has "
+              + (addresses == null ? "none" : addresses.size() + " entries")
+              + ", must have 1.."
+              + MAX_WORLD_SIZE);
+    }
+    for (int r = 0; r < addresses.size(); r++) {
+      if (addresses.get(r) == null) {
+        throw new IllegalArgumentException("addresses[" + r + "] is missing");
+      }
+    }
+    addresses = List.copyOf(addresses);
+    if (rank < 0 || rank >= addresses.size()) {
+      throw new IllegalArgumentException(
+          "rank=" + rank + " must be in [0, " + addresses.size() + ")");
+    }
+    if (roundTimeoutMs < 1) {
+      throw new IllegalArgumentException("round_timeout_ms=" + roundTimeoutMs + " must be >= 1");
+    }
+    if (connectTimeoutMs < 1) {
+      throw new IllegalArgumentException(
+          "connect_timeout_ms=" + connectTimeoutMs + " must be >= 1");
+    }
+    if (maxFrameBytes < MIN_MAX_FRAME_BYTES) {
+      throw new IllegalArgumentException(
+          "max_frame_bytes=" + maxFrameBytes + " must be >= " + MIN_MAX_FRAME_BYTES);
+    }
+    if (maxPendingOperations < 1) {
+      throw new IllegalArgumentException(
+          "max_pending_operations=" + maxPendingOperations + " must be >= 1");
+    }
+    if (maxPendingKeys < 1) {
+      throw new IllegalArgumentException("max_pending_keys=" + maxPendingKeys + " must be >= 1");
+    }
+  }
+
+  /** Settings with every default, for rank {@code rank} of the ranks at {@code addresses}. */
+  public static ControlConfig of(long replicaId, int rank, List<InetSocketAddress> addresses) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        DEFAULT_ROUND_TIMEOUT_MS,
+        DEFAULT_CONNECT_TIMEOUT_MS,
+        DEFAULT_MAX_FRAME_BYTES,
+        DEFAULT_MAX_PENDING_OPERATIONS,
+        DEFAULT_MAX_PENDING_KEYS);
+  }
+
+  /** The number of ranks in the mesh. */
+  public int worldSize() {
+    return addresses.size();
+  }
+
+  /** True for the TP leader (rank 0), whose clock is the tick and whose frontend rides along. */
+  public boolean leader() {
+    return rank == 0;
+  }
+
+  /** These settings with {@code roundTimeoutMs} and {@code connectTimeoutMs} replaced. */
+  public ControlConfig withTimeouts(long roundTimeoutMs, long connectTimeoutMs) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys);
+  }
+
+  /** These settings with the agreement window replaced. */
+  public ControlConfig withWindow(int maxPendingOperations, long maxPendingKeys) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys);
+  }
+
+  /** These settings with {@code maxFrameBytes} replaced. */
+  public ControlConfig withMaxFrameBytes(int maxFrameBytes) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys);
+  }
+}

@@ -1,0 +1,124 @@
+package io.tokenspeed.control;
+
+import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageDone;
+import java.util.List;
+
+/**
+ * A message of the control protocol, as {@link FrameEncoder} writes it and {@link FrameDecoder}
+ * reads it back. The byte layout is drawn in {@link FrameDescriptor}.
+ */
+public sealed interface Frame {
+
+  /**
+   * The handshake, sent both ways when a connection opens. Each side checks every field against its
+   * own settings; a disagreement is a {@link MeshException.Reason#HANDSHAKE} error.
+   *
+   * @param replicaId the sender's replica id
+   * @param worldSize the sender's number of ranks
+   * @param rank the sender's rank
+   * @param maxFrameBytes the sender's frame limit (must be equal everywhere)
+   * @param maxPendingOperations the sender's window limit on operations (must be equal)
+   * @param maxPendingKeys the sender's window limit on keys (must be equal)
+   */
+  record Hello(
+      long replicaId,
+      int worldSize,
+      int rank,
+      int maxFrameBytes,
+      int maxPendingOperations,
+      long maxPendingKeys)
+      implements Frame {
+
+    public Hello {
+      if (replicaId < 0
+          || worldSize < 1
+          || worldSize > ControlConfig.MAX_WORLD_SIZE
+          || rank < 0
+          || rank >= worldSize
+          || maxFrameBytes < ControlConfig.MIN_MAX_FRAME_BYTES
+          || maxPendingOperations < 1
+          || maxPendingKeys < 1) {
+        throw new IllegalArgumentException(
+            "hello replica_id="
+                + replicaId
+                + " world_size="
+                + worldSize
+                + " rank="
+                + rank
+                + " max_frame_bytes="
+                + maxFrameBytes
+                + " max_pending_operations="
+                + maxPendingOperations
+                + " max_pending_keys="
+                + maxPendingKeys
+                + " is out of range");
+      }
+    }
+
+    /** This rank's handshake under {@code config}. */
+    static Hello of(ControlConfig config) {
+      return new Hello(
+          config.replicaId(),
+          config.worldSize(),
+          config.rank(),
+          config.maxFrameBytes(),
+          config.maxPendingOperations(),
+          config.maxPendingKeys());
+    }
+  }
+
+  /**
+   * One rank's contribution to one round of the relay exchange. A valid report carries the rank's
+   * clock, pressure, newly completed storage records and (the leader only) frontend messages; an
+   * error report carries the reason its local poll or records were invalid, and nothing else but
+   * the clock and pressure.
+   *
+   * @param rank the sender's rank
+   * @param round the exchange round, counting from 1
+   * @param clockNs the sender's monotonic clock when it entered the round
+   * @param pressure the sender's executor pressure observations
+   * @param error null for a valid report; otherwise why the local report was invalid
+   * @param frontend the leader's frontend messages (empty on other ranks and in error reports)
+   * @param completions the sender's newly completed storage records (empty in error reports)
+   */
+  record Report(
+      int rank,
+      long round,
+      long clockNs,
+      PressureSnapshot pressure,
+      String error,
+      List<FrontendMessage> frontend,
+      List<StorageDone> completions)
+      implements Frame {
+
+    public Report {
+      if (rank < 0 || round < 1 || pressure == null || frontend == null || completions == null) {
+        throw new IllegalArgumentException(
+            "report rank=" + rank + " round=" + round + " is incomplete");
+      }
+      frontend = List.copyOf(frontend);
+      completions = List.copyOf(completions);
+      if (error != null && error.isEmpty()) {
+        throw new IllegalArgumentException(
+            "error report of rank " + rank + " round " + round + " must give a reason");
+      }
+      if (error != null && (!frontend.isEmpty() || !completions.isEmpty())) {
+        throw new IllegalArgumentException(
+            "error report of rank " + rank + " round " + round + " must carry no records");
+      }
+    }
+
+    /** An error report: the reason replaces the records. */
+    static Report ofError(
+        int rank, long round, long clockNs, PressureSnapshot pressure, String error) {
+      return new Report(rank, round, clockNs, pressure, error, List.of(), List.of());
+    }
+
+    /** True for an error report. */
+    boolean failed() {
+      return error != null;
+    }
+  }
+}

@@ -1,0 +1,97 @@
+package io.tokenspeed.control;
+
+/**
+ * The control protocol's wire format, version {@value #VERSION}. Every integer is big-endian;
+ * {@code u} types are unsigned, {@code i} types two's complement.
+ *
+ * <pre>
+ * Frame
+ *   0        4        6     7     8              12                 12+N       16+N
+ *   +--------+--------+-----+-----+--------------+------------------+----------+
+ *   | magic  |version |type |flags| body length  |       body       |  CRC32C  |
+ *   | "TSCP" |  u16   | u8  | u8  |   u32  = N   |     N bytes      |   u32    |
+ *   +--------+--------+-----+-----+--------------+------------------+----------+
+ *   type: 1 HELLO, 2 REPORT. flags: 0 (reserved). CRC32C covers bytes [0, 12+N).
+ *   16+N must not exceed the receiver's max_frame_bytes; a larger length is rejected from the
+ *   header alone, before anything is allocated.
+ *
+ * HELLO body (32 bytes)
+ *   0 i64 replica_id   8 i32 world_size   12 i32 rank   16 i32 max_frame_bytes
+ *  20 i32 max_pending_operations          24 i64 max_pending_keys
+ *
+ * REPORT body
+ *   0 i32 rank            4 i64 round          12 i64 clock_ns
+ *  20 i32 queued_jobs    24 i64 queued_payload_bytes                 32 i64 oldest_age_ns
+ *  40 u8  status: 0 OK, 1 ERROR
+ *  status ERROR:
+ *  41 u16 M, then M bytes of UTF-8: the reason (M <= 4096). The body ends there.
+ *  status OK:
+ *  41 i32 F = frontend message count, then F times:
+ *       u8 kind (0 NEW_REQUEST, 1 CANCEL) | i64 request_id | i32 P | P payload bytes (P = 0 for CANCEL)
+ *     i32 C = completion record count, then C times:
+ *       +------------+------+-------+-----------+----------+---------+-------------+-------------+
+ *       |operation_id| kind | flags |   bytes   | num_keys | ok mask | object mask |invalid mask |
+ *       |    i64     |  u8  |  u8   |    i64    |  i32 = K | ceil(K/8) bytes each, bit i of key i|
+ *       +------------+------+-------+-----------+----------+---------+-------------+-------------+
+ *       kind: 0 QUERY, 1 GET, 2 PUT. flags: bit 0 retired, bit 1 detached, others 0.
+ *       Key i is bit (i mod 8) of byte (i div 8). Per key: ok = OK; object = MISSING or INVALID,
+ *       invalid = INVALID; none set = FAILED. ok and object never both set; invalid implies
+ *       object; object only for GET; bits at and beyond K are 0.
+ *  The body ends exactly after the last record.
+ * </pre>
+ *
+ * <p>A valid report's body is {@code 49 + sum(13 + P)} over its frontend messages {@code + sum(22 +
+ * 3*ceil(K/8))} over its completion records, and framing adds 16 bytes (an idle round's frame is 65
+ * bytes): its size follows the completions, never the model's heads or the number of ranks.
+ */
+public final class FrameDescriptor {
+
+  /** "TSCP". */
+  public static final int MAGIC = 0x54534350;
+
+  /** The protocol version this build speaks; a frame with another version is rejected. */
+  public static final int VERSION = 1;
+
+  /** Frame type of the handshake. */
+  public static final int TYPE_HELLO = 1;
+
+  /** Frame type of a round's report. */
+  public static final int TYPE_REPORT = 2;
+
+  /** Bytes before the body: magic, version, type, flags, body length. */
+  public static final int HEADER_BYTES = 12;
+
+  /** Bytes after the body: the checksum. */
+  public static final int TRAILER_BYTES = 4;
+
+  /** Header plus trailer. */
+  public static final int FRAMING_BYTES = HEADER_BYTES + TRAILER_BYTES;
+
+  /** The body of a HELLO frame. */
+  public static final int HELLO_BODY_BYTES = 32;
+
+  /** Report body bytes before the status-dependent part. */
+  static final int REPORT_FIXED_BYTES = 41;
+
+  /** The longest reason an error report carries, in UTF-8 bytes; longer reasons are cut. */
+  public static final int MAX_ERROR_BYTES = 4096;
+
+  /** Bytes of a frontend message before its payload. */
+  static final int FRONTEND_FIXED_BYTES = 13;
+
+  /** Bytes of a completion record before its masks. */
+  static final int COMPLETION_FIXED_BYTES = 22;
+
+  static final int STATUS_OK = 0;
+  static final int STATUS_ERROR = 1;
+
+  static final int FLAG_RETIRED = 1;
+  static final int FLAG_DETACHED = 2;
+
+  private FrameDescriptor() {}
+
+  /** Bytes of one mask of {@code numKeys} keys. */
+  static long maskBytes(long numKeys) {
+    return (numKeys + 7) >>> 3;
+  }
+}

@@ -1,0 +1,249 @@
+package io.tokenspeed.control;
+
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.storage.AgreedCompletion;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageDone;
+import java.nio.channels.ServerSocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The replica's relay exchange: once per round, every cache-owning rank contributes one report and
+ * receives everyone's, and every rank turns the same gathered reports into the same {@link
+ * AgreedRound}.
+ *
+ * <pre>
+ *   rank r, round n                                      (every rank, every round: idle and
+ *   ---------------                                       frozen rounds included)
+ *   LocalReport ──validate──► REPORT frame  ─┐
+ *        │  invalid                          ├─ all-gather over the mesh ─► reports[0..W-1]
+ *        └────────────────► ERROR report   ─┘                                  │
+ *                                                                             ▼
+ *   any ERROR report? ── yes ─► ProtocolException (same round, same message, every rank)
+ *        │ no
+ *        ▼
+ *   tick = reports[0].clock (must not go backwards)     pressure = MAX over reports
+ *   frontend = reports[0].frontend (others must send none)
+ *   completions = Agreement.apply(records by rank)      ─► AgreedRound n
+ * </pre>
+ *
+ * <p><b>Why one exchange per round.</b> A collective entered only on some data-dependent path is
+ * how multi-rank caches deadlock. Here the exchange is unconditional: the loop calls {@link
+ * #exchange} exactly once per round whether it has completions or not, so every rank enters the
+ * same collective the same number of times. The report carries facts (records keyed by operation id
+ * and rank), never counts that assume ranks move in lockstep.
+ *
+ * <p><b>Why every rank agrees.</b> Each rank decodes the same bytes — its own frame included — and
+ * feeds them to its own {@link Agreement} in rank order. The tick, pressure, frontend messages,
+ * completions and any {@link ProtocolException} are therefore identical on every rank. A local
+ * report that fails validation (a poll error, a record contradicting the window, frontend messages
+ * from a rank other than the leader, a report larger than a frame) is not withheld: it is sent as
+ * an error report, so that every rank raises the same error in the same round instead of one rank
+ * leaving the collective.
+ *
+ * <p><b>Failure.</b> The first {@link ControlPlaneException} ends the exchange: later calls throw
+ * it again. Sockets stay open until {@link #close()}.
+ *
+ * <p>Single-threaded: one event loop thread calls {@link #exchange}; nothing here is thread-safe.
+ */
+public final class RelayExchange implements AutoCloseable {
+
+  private final ControlConfig config;
+  private final Mesh mesh;
+  private final FrameDecoder decoder;
+  private final Agreement agreement;
+  private long round;
+  private long lastTickNs;
+  private ControlPlaneException failure;
+  private boolean closed;
+
+  private RelayExchange(ControlConfig config, Mesh mesh) {
+    this.config = config;
+    this.mesh = mesh;
+    this.decoder = new FrameDecoder(config.maxFrameBytes());
+    this.agreement =
+        new Agreement(config.worldSize(), config.maxPendingOperations(), config.maxPendingKeys());
+  }
+
+  /**
+   * Joins the mesh: listens on this rank's configured address, connects to every other rank and
+   * checks their handshakes. Blocks until all ranks are connected or {@code connectTimeoutMs}
+   * passes.
+   */
+  public static RelayExchange connect(ControlConfig config) throws MeshException {
+    return new RelayExchange(config, Mesh.open(config, null));
+  }
+
+  /**
+   * Like {@link #connect(ControlConfig)}, but listens on {@code listener}, already bound (for
+   * example to port 0, with the chosen port handed to the peers). The mesh takes ownership of it.
+   */
+  public static RelayExchange connect(ControlConfig config, ServerSocketChannel listener)
+      throws MeshException {
+    return new RelayExchange(config, Mesh.open(config, listener));
+  }
+
+  /** This rank's settings. */
+  public ControlConfig config() {
+    return config;
+  }
+
+  /** The last round this exchange entered (0 before the first). */
+  public long round() {
+    return round;
+  }
+
+  /** Operations some but not all owners have reported so far. */
+  public int pendingOperations() {
+    return agreement.pendingOperations();
+  }
+
+  /** Keys of those operations. */
+  public long pendingKeys() {
+    return agreement.pendingKeys();
+  }
+
+  /**
+   * Runs one round: contributes {@code local}, gathers every rank's report and returns the agreed
+   * round. Call it exactly once per event-loop round, idle and frozen rounds included.
+   *
+   * @throws ProtocolException when any rank's report was invalid or the reports contradict each
+   *     other (identically on every rank)
+   * @throws MeshException when a peer is silent past the round timeout, disconnects or sends a
+   *     malformed frame
+   */
+  public AgreedRound exchange(LocalReport local) throws ControlPlaneException {
+    if (closed) {
+      throw new IllegalStateException("rank " + config.rank() + "'s relay exchange is closed");
+    }
+    if (failure != null) {
+      throw failure;
+    }
+    long n = ++round;
+    try {
+      byte[] own = FrameEncoder.encode(ownReport(n, local), config.maxFrameBytes());
+      byte[][] frames = mesh.allGather(n, own);
+      Frame.Report[] reports = new Frame.Report[frames.length];
+      for (int r = 0; r < frames.length; r++) {
+        reports[r] = decodeReport(n, r, frames[r]);
+      }
+      return agree(n, reports);
+    } catch (ControlPlaneException e) {
+      failure = e;
+      throw e;
+    }
+  }
+
+  /** This rank's report for round {@code n}, or an error report when {@code local} is invalid. */
+  private Frame.Report ownReport(long n, LocalReport local) {
+    int rank = config.rank();
+    String error = null;
+    if (local.pollError() != null) {
+      error = "local poll failed: " + local.pollError();
+    } else if (!config.leader() && !local.frontend().isEmpty()) {
+      error =
+          "rank "
+              + rank
+              + " is not the TP leader but brought "
+              + local.frontend().size()
+              + " frontend messages";
+    } else {
+      error = agreement.checkLocal(rank, local.completions());
+    }
+    if (error == null) {
+      Frame.Report report =
+          new Frame.Report(
+              rank,
+              n,
+              local.clockNs(),
+              local.pressure(),
+              null,
+              local.frontend(),
+              local.completions());
+      long length = FrameEncoder.encodedLength(report);
+      if (length <= config.maxFrameBytes()) {
+        return report;
+      }
+      error =
+          "report of "
+              + local.completions().size()
+              + " records is "
+              + length
+              + " bytes, more than max_frame_bytes="
+              + config.maxFrameBytes();
+    }
+    return Frame.Report.ofError(
+        rank, n, local.clockNs(), local.pressure(), FrameEncoder.clipReason(error));
+  }
+
+  private Frame.Report decodeReport(long n, int rank, byte[] frame) throws MeshException {
+    Decoded decoded = decoder.decode(frame);
+    if (!(decoded instanceof Decoded.Ok(Frame.Report report))) {
+      if (rank == config.rank()) {
+        throw new IllegalStateException(
+            "rank " + rank + " cannot decode its own frame: " + decoded);
+      }
+      throw new MeshException(
+          MeshException.Reason.MALFORMED_FRAME,
+          rank,
+          n,
+          "rank " + rank + " sent a malformed frame in round " + n + ": " + decoded);
+    }
+    if (report.rank() != rank || report.round() != n) {
+      throw new MeshException(
+          MeshException.Reason.DESYNC,
+          rank,
+          n,
+          "the connection of rank "
+              + rank
+              + " carried the report of rank "
+              + report.rank()
+              + " for round "
+              + report.round()
+              + " while this rank is in round "
+              + n);
+    }
+    return report;
+  }
+
+  private AgreedRound agree(long n, Frame.Report[] reports) throws ProtocolException {
+    List<String> errors = new ArrayList<>();
+    for (Frame.Report r : reports) {
+      if (r.failed()) {
+        errors.add("rank " + r.rank() + ": " + r.error());
+      } else if (r.rank() != 0 && !r.frontend().isEmpty()) {
+        errors.add("rank " + r.rank() + ": frontend messages from a rank other than the leader");
+      }
+    }
+    if (!errors.isEmpty()) {
+      throw new ProtocolException(n, "invalid report from " + String.join("; ", errors));
+    }
+    Frame.Report leader = reports[0];
+    long tickNs = leader.clockNs();
+    if (n > 1 && tickNs - lastTickNs < 0) {
+      throw new ProtocolException(
+          n, "the leader's clock went backwards from " + lastTickNs + " to " + tickNs);
+    }
+    PressureSnapshot pressure = leader.pressure();
+    List<List<StorageDone>> byRank = new ArrayList<>(reports.length);
+    for (Frame.Report r : reports) {
+      pressure = pressure.max(r.pressure());
+      byRank.add(r.completions());
+    }
+    List<AgreedCompletion> completions = agreement.apply(n, byRank);
+    lastTickNs = tickNs;
+    List<FrontendMessage> frontend = leader.frontend();
+    return new AgreedRound(n, tickNs, pressure, frontend, completions);
+  }
+
+  /** Closes the connections; peers still in the mesh see this rank leave. */
+  @Override
+  public void close() {
+    if (!closed) {
+      closed = true;
+      mesh.close();
+    }
+  }
+}

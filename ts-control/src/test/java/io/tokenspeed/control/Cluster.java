@@ -1,0 +1,136 @@
+package io.tokenspeed.control;
+
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.UnaryOperator;
+
+/**
+ * Ranks of one replica as threads of this JVM, over real loopback TCP: each rank listens on an
+ * ephemeral port bound before anyone connects, and every wait on a rank is bounded.
+ */
+final class Cluster implements AutoCloseable {
+
+  /** What one rank does with its exchange. */
+  @FunctionalInterface
+  interface RankBody<T> {
+    T run(int rank, RelayExchange exchange) throws Exception;
+  }
+
+  /** What one rank's body returned, or what it threw. */
+  record Outcome<T>(T value, Throwable error) {
+    T get() {
+      if (error != null) {
+        throw new AssertionError("rank failed: " + error, error);
+      }
+      return value;
+    }
+  }
+
+  static final Duration WAIT = Duration.ofSeconds(60);
+
+  final List<RelayExchange> ranks;
+  private final ExecutorService threads;
+
+  private Cluster(List<RelayExchange> ranks, ExecutorService threads) {
+    this.ranks = ranks;
+    this.threads = threads;
+  }
+
+  /** Listeners bound to loopback port 0, one per rank. */
+  static List<ServerSocketChannel> listeners(int worldSize) throws IOException {
+    List<ServerSocketChannel> out = new ArrayList<>();
+    for (int r = 0; r < worldSize; r++) {
+      out.add(
+          ServerSocketChannel.open()
+              .bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)));
+    }
+    return out;
+  }
+
+  static List<InetSocketAddress> addresses(List<ServerSocketChannel> listeners) throws IOException {
+    List<InetSocketAddress> out = new ArrayList<>();
+    for (ServerSocketChannel l : listeners) {
+      out.add((InetSocketAddress) l.getLocalAddress());
+    }
+    return out;
+  }
+
+  /**
+   * Configs for {@code worldSize} ranks on loopback with short timeouts, adjusted by {@code tweak}.
+   */
+  static List<ControlConfig> configs(
+      List<InetSocketAddress> addresses, UnaryOperator<ControlConfig> tweak) {
+    List<ControlConfig> out = new ArrayList<>();
+    for (int r = 0; r < addresses.size(); r++) {
+      out.add(tweak.apply(ControlConfig.of(7, r, addresses).withTimeouts(20_000, 20_000)));
+    }
+    return out;
+  }
+
+  static Cluster start(int worldSize) throws Exception {
+    return start(worldSize, UnaryOperator.identity());
+  }
+
+  /** Connects {@code worldSize} ranks, each on its own thread, and waits for all of them. */
+  static Cluster start(int worldSize, UnaryOperator<ControlConfig> tweak) throws Exception {
+    List<ServerSocketChannel> listeners = listeners(worldSize);
+    List<ControlConfig> configs = configs(addresses(listeners), tweak);
+    ExecutorService threads = Executors.newFixedThreadPool(worldSize);
+    List<Future<RelayExchange>> futures = new ArrayList<>();
+    for (int r = 0; r < worldSize; r++) {
+      ControlConfig c = configs.get(r);
+      ServerSocketChannel l = listeners.get(r);
+      futures.add(threads.submit(() -> RelayExchange.connect(c, l)));
+    }
+    List<RelayExchange> ranks = new ArrayList<>();
+    try {
+      for (Future<RelayExchange> f : futures) {
+        ranks.add(f.get(WAIT.toMillis(), TimeUnit.MILLISECONDS));
+      }
+    } catch (ExecutionException | TimeoutException e) {
+      ranks.forEach(RelayExchange::close);
+      threads.shutdownNow();
+      throw e;
+    }
+    return new Cluster(List.copyOf(ranks), threads);
+  }
+
+  /** Runs {@code body} on every rank at once and waits (bounded) for every rank to finish. */
+  <T> List<Outcome<T>> run(RankBody<T> body) throws Exception {
+    List<Future<T>> futures = new ArrayList<>();
+    for (int r = 0; r < ranks.size(); r++) {
+      int rank = r;
+      futures.add(threads.submit(() -> body.run(rank, ranks.get(rank))));
+    }
+    List<Outcome<T>> out = new ArrayList<>();
+    long deadlineNs = System.nanoTime() + WAIT.toNanos();
+    for (Future<T> f : futures) {
+      try {
+        out.add(new Outcome<>(f.get(deadlineNs - System.nanoTime(), TimeUnit.NANOSECONDS), null));
+      } catch (ExecutionException e) {
+        out.add(new Outcome<>(null, e.getCause()));
+      } catch (TimeoutException e) {
+        close();
+        throw new AssertionError("a rank did not finish within " + WAIT, e);
+      }
+    }
+    return out;
+  }
+
+  @Override
+  public void close() {
+    ranks.forEach(RelayExchange::close);
+    threads.shutdownNow();
+  }
+}

@@ -1,0 +1,532 @@
+package io.tokenspeed.control;
+
+import static io.tokenspeed.control.Records.get;
+import static io.tokenspeed.control.Records.ok;
+import static io.tokenspeed.control.Records.put;
+import static io.tokenspeed.core.storage.KeyOutcome.FAILED;
+import static io.tokenspeed.core.storage.KeyOutcome.INVALID;
+import static io.tokenspeed.core.storage.KeyOutcome.MISSING;
+import static io.tokenspeed.core.storage.KeyOutcome.OK;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.control.Cluster.Outcome;
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.LoopHeadFeedback;
+import io.tokenspeed.core.storage.AgreedCompletion;
+import io.tokenspeed.core.storage.KeyOutcome;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageDone;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/** Ranks as threads of this JVM over real loopback TCP. */
+class RelayExchangeTest {
+
+  /** rank -> round -> records that rank reports in that round. */
+  private static final class Schedule {
+    final Map<Integer, Map<Integer, List<StorageDone>>> byRank = new HashMap<>();
+
+    Schedule at(int rank, int round, StorageDone... records) {
+      byRank
+          .computeIfAbsent(rank, r -> new HashMap<>())
+          .computeIfAbsent(round, n -> new ArrayList<>())
+          .addAll(List.of(records));
+      return this;
+    }
+
+    LocalReport report(int rank, int round) {
+      List<StorageDone> records =
+          byRank.getOrDefault(rank, Map.of()).getOrDefault(round, List.of());
+      return LocalReport.of(1_000L * round + rank, PressureSnapshot.IDLE, records);
+    }
+  }
+
+  /** Runs {@code rounds} rounds of {@code schedule} on {@code worldSize} ranks. */
+  private static List<List<AgreedRound>> run(int worldSize, int rounds, Schedule schedule)
+      throws Exception {
+    try (Cluster cluster = Cluster.start(worldSize)) {
+      List<Outcome<List<AgreedRound>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                List<AgreedRound> out = new ArrayList<>();
+                for (int n = 1; n <= rounds; n++) {
+                  out.add(x.exchange(schedule.report(rank, n)));
+                }
+                return out;
+              });
+      List<List<AgreedRound>> perRank = new ArrayList<>();
+      for (Outcome<List<AgreedRound>> o : outcomes) {
+        perRank.add(o.get());
+      }
+      for (int r = 1; r < worldSize; r++) {
+        assertEquals(perRank.getFirst(), perRank.get(r), "rank " + r + " agreed differently");
+      }
+      return perRank;
+    }
+  }
+
+  private static List<Long> ids(AgreedRound round) {
+    return round.completions().stream().map(AgreedCompletion::operationId).toList();
+  }
+
+  @ParameterizedTest(name = "ranks={0}")
+  @ValueSource(ints = {2, 4})
+  void shouldAgreeEachOperationWhenItsLastOwnerReportsWhenOwnersCompleteOutOfOrder(int worldSize)
+      throws Exception {
+    Schedule s =
+        new Schedule()
+            .at(0, 1, get(3, OK, OK))
+            .at(0, 2, get(1, OK))
+            .at(0, 3, get(2, OK, OK, OK))
+            .at(1, 1, get(2, OK, FAILED, OK))
+            .at(1, 2, get(3, MISSING, OK))
+            .at(1, 3, get(1, OK));
+    if (worldSize == 4) {
+      s.at(2, 1, get(1, OK), get(2, OK, OK, INVALID), get(3, OK, OK))
+          .at(3, 1, get(1, OK))
+          .at(3, 2, get(3, OK, OK), get(2, OK, OK, MISSING));
+    }
+    List<AgreedRound> rounds = run(worldSize, 4, s).getFirst();
+
+    assertEquals(List.of(), ids(rounds.get(0)));
+    assertEquals(List.of(3L), ids(rounds.get(1)));
+    assertEquals(List.of(1L, 2L), ids(rounds.get(2)));
+    assertEquals(List.of(), ids(rounds.get(3)));
+    assertEquals(List.of(MISSING, OK), rounds.get(1).completions().getFirst().outcomes());
+    List<KeyOutcome> op2 = rounds.get(2).completions().get(1).outcomes();
+    assertEquals(worldSize == 4 ? List.of(OK, FAILED, INVALID) : List.of(OK, FAILED, OK), op2);
+  }
+
+  @Test
+  void shouldRetainPartialRecordsWhenOneRankReportsRoundsAfterTheOthers() throws Exception {
+    Schedule s = new Schedule();
+    for (int r = 0; r < 3; r++) {
+      s.at(r, 1, get(10, OK, OK)).at(r, 2, put(11, OK));
+    }
+    s.at(3, 2, put(11, FAILED)).at(3, 8, Records.unretired(get(10, OK, MISSING)));
+    try (Cluster cluster = Cluster.start(4)) {
+      List<Outcome<List<String>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                List<String> trace = new ArrayList<>();
+                for (int n = 1; n <= 9; n++) {
+                  AgreedRound a = x.exchange(s.report(rank, n));
+                  trace.add(n + ":" + ids(a) + " pending=" + x.pendingOperations());
+                }
+                return trace;
+              });
+      List<String> expected =
+          List.of(
+              "1:[] pending=1",
+              "2:[11] pending=1",
+              "3:[] pending=1",
+              "4:[] pending=1",
+              "5:[] pending=1",
+              "6:[] pending=1",
+              "7:[] pending=1",
+              "8:[10] pending=0",
+              "9:[] pending=0");
+      for (Outcome<List<String>> o : outcomes) {
+        assertEquals(expected, o.get());
+      }
+    }
+    List<AgreedRound> rounds = run(4, 8, s).getFirst();
+    AgreedCompletion late = rounds.get(7).completions().getFirst();
+    assertEquals(List.of(OK, MISSING), late.outcomes());
+    assertEquals(false, late.retired());
+    assertEquals(List.of(FAILED), rounds.get(1).completions().getFirst().outcomes());
+  }
+
+  @ParameterizedTest(name = "ranks={0}")
+  @ValueSource(ints = {2, 4})
+  void shouldRaiseTheSameProtocolErrorOnEveryRankWhenOneReportIsInvalid(int worldSize)
+      throws Exception {
+    try (Cluster cluster = Cluster.start(worldSize)) {
+      List<Outcome<Long>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                for (int n = 1; n <= 5; n++) {
+                  List<StorageDone> records =
+                      rank == 1 && n == 3 ? List.of(get(5, OK), get(5, OK)) : List.of();
+                  x.exchange(LocalReport.of(n, PressureSnapshot.IDLE, records));
+                }
+                return x.round();
+              });
+      assertSameErrorEverywhere(outcomes, 3, "rank 1: operation 5 appears twice in one report");
+    }
+  }
+
+  /**
+   * Every rank failed with an equal ProtocolException in {@code round}, containing {@code text}.
+   */
+  private static <T> void assertSameErrorEverywhere(
+      List<Outcome<T>> outcomes, long round, String text) {
+    Set<String> messages = new HashSet<>();
+    for (Outcome<T> o : outcomes) {
+      ProtocolException e = assertInstanceOf(ProtocolException.class, o.error(), "" + o);
+      assertEquals(round, e.round());
+      messages.add(e.getMessage());
+    }
+    assertEquals(1, messages.size(), messages.toString());
+    String message = messages.iterator().next();
+    assertTrue(message.contains(text), message);
+  }
+
+  @Test
+  void shouldListEveryFailedRankInRankOrderWhenSeveralPollsFailInOneRound() throws Exception {
+    try (Cluster cluster = Cluster.start(4)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(LocalReport.idle(1));
+                x.exchange(
+                    rank >= 2
+                        ? LocalReport.pollFailed(2, "store said " + rank)
+                        : LocalReport.idle(2));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes,
+          2,
+          "invalid report from rank 2: local poll failed: store said 2; "
+              + "rank 3: local poll failed: store said 3");
+    }
+  }
+
+  @Test
+  void shouldRethrowTheSameErrorWhenCalledAgainAfterAFailure() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<Boolean>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                ProtocolException first = null;
+                try {
+                  x.exchange(LocalReport.pollFailed(1, "broken"));
+                } catch (ProtocolException e) {
+                  first = e;
+                }
+                try {
+                  x.exchange(LocalReport.idle(2));
+                } catch (ProtocolException e) {
+                  assertSame(first, e);
+                  return true;
+                }
+                return false;
+              });
+      for (Outcome<Boolean> o : outcomes) {
+        assertTrue(o.get());
+      }
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorWhenOwnersReportDifferentKeyCountsInOneRound() throws Exception {
+    try (Cluster cluster = Cluster.start(3)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                StorageDone d = rank == 2 ? get(9, OK, OK, OK) : get(9, OK, OK);
+                x.exchange(LocalReport.of(1, PressureSnapshot.IDLE, List.of(d)));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes, 1, "operation 9 has 3 keys on rank 2 but 2 on rank 0: per-key masks");
+    }
+  }
+
+  @Test
+  void shouldReportLocallyWhenARecordContradictsAnEarlierOwnerRecord() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(
+                    LocalReport.of(
+                        1, PressureSnapshot.IDLE, rank == 0 ? List.of(get(4, OK)) : List.of()));
+                x.exchange(
+                    LocalReport.of(
+                        2, PressureSnapshot.IDLE, rank == 1 ? List.of(put(4, OK)) : List.of()));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes,
+          2,
+          "invalid report from rank 1: operation 4 is PUT on rank 1 but GET on rank 0");
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorNamingTheLimitWhenTheWindowOverflows() throws Exception {
+    try (Cluster cluster = Cluster.start(2, c -> c.withWindow(2, 100))) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(
+                    LocalReport.of(
+                        1,
+                        PressureSnapshot.IDLE,
+                        rank == 0 ? List.of(get(1, OK), get(2, OK)) : List.of()));
+                x.exchange(
+                    LocalReport.of(
+                        2,
+                        PressureSnapshot.IDLE,
+                        rank == 0 ? List.of(get(3, OK)) : List.of(get(1, OK))));
+                x.exchange(
+                    LocalReport.of(
+                        3, PressureSnapshot.IDLE, rank == 0 ? List.of(get(4, OK)) : List.of()));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes, 3, "3 operations await owner reports, more than max_pending_operations=2");
+    }
+    try (Cluster cluster = Cluster.start(2, c -> c.withWindow(100, 4))) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(
+                    LocalReport.of(
+                        1,
+                        PressureSnapshot.IDLE,
+                        rank == 1 ? List.of(get(1, ok(3)), get(2, ok(2))) : List.of()));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes, 1, "5 keys of partially reported operations exceed max_pending_keys=4");
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorWhenALocalReportDoesNotFitInAFrame() throws Exception {
+    try (Cluster cluster = Cluster.start(2, c -> c.withMaxFrameBytes(4096))) {
+      List<StorageDone> many = new ArrayList<>();
+      for (int i = 0; i < 300; i++) {
+        many.add(get(i, OK));
+      }
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(LocalReport.of(1, PressureSnapshot.IDLE, rank == 1 ? many : List.of()));
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes, 1, "report of 300 records is 7565 bytes, more than max_frame_bytes=4096");
+    }
+  }
+
+  @Test
+  void shouldTakeTheLeadersClockAndMaxPressureWhenRanksDiffer() throws Exception {
+    try (Cluster cluster = Cluster.start(3)) {
+      List<Outcome<AgreedRound>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                PressureSnapshot p =
+                    switch (rank) {
+                      case 0 -> new PressureSnapshot(1, 500, 7);
+                      case 1 -> new PressureSnapshot(9, 100, 3);
+                      default -> new PressureSnapshot(2, 200, 40);
+                    };
+                LocalReport local =
+                    new LocalReport(-5_000 + rank * 777_777, p, List.of(), List.of(), null);
+                if (rank == 0) {
+                  local =
+                      local.withFrontend(
+                          List.of(
+                              FrontendMessage.newRequest(3, new byte[] {1, 2}),
+                              FrontendMessage.cancel(2)));
+                }
+                return x.exchange(local);
+              });
+      for (Outcome<AgreedRound> o : outcomes) {
+        AgreedRound a = o.get();
+        assertEquals(-5_000, a.tickNs());
+        assertEquals(new PressureSnapshot(9, 500, 40), a.pressure());
+        assertEquals(List.of(2L), a.cancellations());
+        assertEquals(FrontendMessage.newRequest(3, new byte[] {1, 2}), a.newRequests().getFirst());
+      }
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorWhenARankOtherThanTheLeaderBringsFrontendMessages() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                LocalReport local = LocalReport.idle(1);
+                x.exchange(
+                    rank == 1 ? local.withFrontend(List.of(FrontendMessage.cancel(1))) : local);
+                return null;
+              });
+      assertSameErrorEverywhere(
+          outcomes, 1, "rank 1 is not the TP leader but brought 1 frontend messages");
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorWhenTheLeadersClockGoesBackwards() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(LocalReport.idle(Long.MAX_VALUE - 10));
+                x.exchange(LocalReport.idle(Long.MIN_VALUE + 10)); // wraps: still forward
+                x.exchange(LocalReport.idle(rank == 0 ? Long.MIN_VALUE : 0));
+                return null;
+              });
+      assertSameErrorEverywhere(outcomes, 3, "the leader's clock went backwards");
+    }
+  }
+
+  /**
+   * The loop-head contract end to end: a cancellation that arrives in the same round as its read's
+   * completion detaches the read first, so the read never publishes.
+   */
+  @Test
+  void shouldNotPublishAReadWhenItsCancellationArrivesInTheSameRound() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<List<String>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                // A toy scheduler: operation 40 reads for request 7, operation 41 for request 8.
+                Map<Long, Long> requestOf = new HashMap<>(Map.of(40L, 7L, 41L, 8L));
+                List<String> published = new ArrayList<>();
+                LoopHeadFeedback head =
+                    new LoopHeadFeedback() {
+                      @Override
+                      public void onTick(long round, long tickNs, PressureSnapshot pressure) {}
+
+                      @Override
+                      public void onNewRequest(FrontendMessage message) {}
+
+                      @Override
+                      public void onCancel(long requestId) {
+                        requestOf.values().removeIf(id -> id == requestId);
+                      }
+
+                      @Override
+                      public void onCompletion(AgreedCompletion c) {
+                        Long request = requestOf.remove(c.operationId());
+                        if (request != null && c.retired() && !c.detached()) {
+                          published.add("op " + c.operationId() + " for request " + request);
+                        }
+                      }
+                    };
+                LocalReport local =
+                    LocalReport.of(1, PressureSnapshot.IDLE, List.of(get(40, OK), get(41, OK)));
+                if (rank == 0) {
+                  local = local.withFrontend(List.of(FrontendMessage.cancel(7)));
+                }
+                x.exchange(local).applyTo(head);
+                return published;
+              });
+      for (Outcome<List<String>> o : outcomes) {
+        assertEquals(List.of("op 41 for request 8"), o.get());
+      }
+    }
+  }
+
+  @Test
+  void shouldDeliverTheTickEveryRoundWhenRoundsAreIdle() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<List<Long>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                List<Long> ticks = new ArrayList<>();
+                for (int n = 1; n <= 200; n++) {
+                  AgreedRound a = x.exchange(LocalReport.idle(n * 10L + rank));
+                  assertEquals(n, a.round());
+                  assertTrue(a.completions().isEmpty() && a.frontend().isEmpty());
+                  ticks.add(a.tickNs());
+                }
+                return ticks;
+              });
+      for (Outcome<List<Long>> o : outcomes) {
+        List<Long> ticks = o.get();
+        assertEquals(200, ticks.size());
+        for (int n = 1; n <= 200; n++) {
+          assertEquals(n * 10L, ticks.get(n - 1));
+        }
+      }
+    }
+  }
+
+  @Test
+  void shouldAgreeAtOnceWhenTheReplicaHasOneOwner() throws Exception {
+    try (Cluster cluster = Cluster.start(1)) {
+      RelayExchange x = cluster.ranks.getFirst();
+      AgreedRound a =
+          x.exchange(
+              LocalReport.of(5, PressureSnapshot.IDLE, List.of(get(2, MISSING), get(1, OK))));
+      assertEquals(List.of(1L, 2L), ids(a));
+      assertEquals(5, a.tickNs());
+    }
+  }
+
+  static Stream<Arguments> randomRuns() {
+    return Stream.of(
+        Arguments.of(101L, 2, 3000), Arguments.of(202L, 4, 2000), Arguments.of(303L, 3, 1500));
+  }
+
+  @ParameterizedTest(name = "seed={0} ranks={1} rounds={2}")
+  @MethodSource("randomRuns")
+  void shouldAgreeIdenticallyOnEveryRankWhenRunningSeededRandomRounds(
+      long seed, int worldSize, int rounds) throws Exception {
+    Scenario scenario = new Scenario(seed, worldSize, rounds);
+    assertTrue(scenario.totalCompletions() > rounds, "the scenario carries completions");
+    assertTrue(scenario.maxOwnerSpread() >= 20, "some owner reports many rounds late");
+    assertTrue(scenario.maxPendingOperations() >= 5, "operations wait on late owners");
+    try (Cluster cluster = Cluster.start(worldSize)) {
+      List<Outcome<List<AgreedRound>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                List<AgreedRound> out = new ArrayList<>(rounds);
+                for (int n = 1; n <= rounds; n++) {
+                  out.add(x.exchange(scenario.report(rank, n)));
+                }
+                assertEquals(0, x.pendingOperations());
+                return out;
+              });
+      String expectedDigest = scenario.expectedDigest();
+      for (int r = 0; r < worldSize; r++) {
+        List<AgreedRound> agreed = outcomes.get(r).get();
+        for (int n = 0; n < rounds; n++) {
+          assertEquals(
+              scenario.expected().get(n), agreed.get(n), "rank " + r + " round " + (n + 1));
+        }
+        Scenario.Digest d = new Scenario.Digest();
+        agreed.forEach(d::add);
+        assertEquals(expectedDigest, d.hex(), "rank " + r);
+      }
+    }
+  }
+
+  @Test
+  void shouldKeepEveryRankAliveWhenNothingIsAgreedForManyRounds() throws Exception {
+    // A read pending on one owner for 500 rounds does not hold back later operations.
+    Schedule s = new Schedule().at(0, 1, get(1, OK)).at(1, 500, get(1, OK));
+    for (int n = 2; n < 500; n++) {
+      s.at(0, n, get(n, OK)).at(1, n, get(n, FAILED));
+    }
+    List<AgreedRound> rounds = run(2, 500, s).getFirst();
+    for (int n = 2; n < 500; n++) {
+      assertEquals(List.of((long) n), ids(rounds.get(n - 1)));
+    }
+    assertEquals(List.of(1L), ids(rounds.get(499)));
+    assertNotNull(rounds.get(499).completions().getFirst());
+  }
+}

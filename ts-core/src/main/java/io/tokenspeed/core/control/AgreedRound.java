@@ -1,0 +1,93 @@
+package io.tokenspeed.core.control;
+
+import io.tokenspeed.core.storage.AgreedCompletion;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The output of one relay exchange, identical on every cache-owning rank of a replica: the round's
+ * tick (the TP leader's monotonic clock), the MAX-reduced pressure, the leader's frontend messages,
+ * and the operations that every owner has now reported, reduced to their agreed facts.
+ *
+ * <p>Apply it with {@link #applyTo(LoopHeadFeedback)}, which fixes the loop-head order (tick, then
+ * frontend messages, then completions). A round with nothing but a tick is normal: the exchange
+ * runs in idle and frozen rounds too, so time and cancellations keep flowing.
+ *
+ * @param round the exchange's round number, counting from 1
+ * @param tickNs the agreed tick: the leader's monotonic clock when it entered this round
+ * @param pressure the component-wise maximum of every owner's pressure observations
+ * @param frontend the leader's frontend messages, in the order it drained them
+ * @param completions agreed completion facts, in strictly ascending operation id
+ */
+public record AgreedRound(
+    long round,
+    long tickNs,
+    PressureSnapshot pressure,
+    List<FrontendMessage> frontend,
+    List<AgreedCompletion> completions) {
+
+  public AgreedRound {
+    if (round < 1) {
+      throw new IllegalArgumentException("round=" + round + " must be >= 1");
+    }
+    if (pressure == null || frontend == null || completions == null) {
+      throw new IllegalArgumentException("round " + round + " is incomplete");
+    }
+    frontend = List.copyOf(frontend);
+    completions = List.copyOf(completions);
+    for (int i = 1; i < completions.size(); i++) {
+      long previous = completions.get(i - 1).operationId();
+      long next = completions.get(i).operationId();
+      if (next <= previous) {
+        throw new IllegalArgumentException(
+            "round "
+                + round
+                + " completions must ascend by operation id: "
+                + previous
+                + " then "
+                + next);
+      }
+    }
+  }
+
+  /** The request ids the client cancelled this round, in the leader's order. */
+  public List<Long> cancellations() {
+    List<Long> ids = new ArrayList<>();
+    for (FrontendMessage m : frontend) {
+      if (m.kind() == FrontendMessage.Kind.CANCEL) {
+        ids.add(m.requestId());
+      }
+    }
+    return List.copyOf(ids);
+  }
+
+  /** The new requests of this round, in the leader's order. */
+  public List<FrontendMessage> newRequests() {
+    List<FrontendMessage> out = new ArrayList<>();
+    for (FrontendMessage m : frontend) {
+      if (m.kind() == FrontendMessage.Kind.NEW_REQUEST) {
+        out.add(m);
+      }
+    }
+    return List.copyOf(out);
+  }
+
+  /**
+   * Feeds this round to the loop head in the contract's order: {@link LoopHeadFeedback#onTick}
+   * first, then every frontend message in the leader's order, then every completion in ascending
+   * operation id.
+   */
+  public void applyTo(LoopHeadFeedback head) {
+    head.onTick(round, tickNs, pressure);
+    for (FrontendMessage m : frontend) {
+      switch (m.kind()) {
+        case NEW_REQUEST -> head.onNewRequest(m);
+        case CANCEL -> head.onCancel(m.requestId());
+      }
+    }
+    for (AgreedCompletion c : completions) {
+      head.onCompletion(c);
+    }
+  }
+}
