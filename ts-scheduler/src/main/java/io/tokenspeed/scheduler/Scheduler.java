@@ -189,6 +189,12 @@ public final class Scheduler {
     }
   }
 
+  /** The decode headroom a request is admitted with next (doubles at every retraction). */
+  public int headroomTokens(long id) {
+    Request r = requests.get(id);
+    return r == null ? 0 : r.headroomTokens;
+  }
+
   /** The state of a request (tests and observability). */
   public RequestState state(long id) {
     Request r = requests.get(id);

@@ -215,16 +215,19 @@ class SchedulerTest {
     }
     int rounds = 0;
     boolean sawRetracted = false;
+    int maxHeadroomSeen = 0;
     while (s.size() > 0 && rounds++ < 5_000) {
       round();
       f.checkInvariants(s.heldBlocks());
       for (long id = 0; id < 3; id++) {
         sawRetracted |= s.state(id) instanceof RequestState.Retracted;
+        maxHeadroomSeen = Math.max(maxHeadroomSeen, s.headroomTokens(id));
       }
     }
     assertEquals(0, s.size(), "everyone finished");
     assertTrue(s.retractions() > 0, "the Device was too small for all three at once");
     assertTrue(sawRetracted, "a victim went through Retracted");
+    assertTrue(maxHeadroomSeen > 16, "re-admission escalates the headroom: " + maxHeadroomSeen);
   }
 
   @Test

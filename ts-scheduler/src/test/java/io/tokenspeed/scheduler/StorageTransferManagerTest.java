@@ -418,4 +418,65 @@ class StorageTransferManagerTest {
     assertEquals(299, f.cache.probe(p, 299).hostHit(), "and its Ready result is usable");
     w.ready().close();
   }
+
+  @Test
+  void shouldRecordATailHintOnlyAfterAnAttachedRetiredReadPublishedIt() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 31); // reusable bound 299 is a tail
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    assertEquals(0, f.cache.tails().size(), "no hint before the read published");
+    f.stm.onCompletion(allOk(g));
+    assertEquals(1, f.cache.tails().size());
+    f.stm.drainWakeups().get(0).ready().close();
+
+    PromptKeys other = f.prompt(300, 32);
+    StorageTransferManager.Preparation prep = f.stm.prepare(2, other, true);
+    StorageOp.Query q2 = query(prep);
+    f.stm.onCompletion(allOk(q2));
+    StorageOp.Get g2 = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    prep.lease().close(); // detached before the read retired
+    f.drain();
+    f.stm.onCompletion(allOk(g2));
+    assertEquals(1, f.cache.tails().size(), "a detached read records no hint");
+  }
+
+  @Test
+  void shouldCoalesceACandidateWithAPendingPutWithoutCountingALoss() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 33), 64);
+    f.put(Tier.HOST, keys);
+    f.stm.offerBackup(keys.get(0));
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.offerBackup(keys.get(0)); // already in flight
+    assertEquals(0, f.stm.queuedCandidates());
+    for (StorageCounters.DropReason r : StorageCounters.DropReason.values()) {
+      assertEquals(0, f.stm.counters().droppedBackupKeys(r), r.name());
+    }
+    f.stm.onCompletion(allOk(put));
+    assertTrue(f.drain().isEmpty());
+  }
+
+  @Test
+  void shouldDropTheOldestCandidateOnOverflowAndCountIt() {
+    StorageConfig small =
+        new StorageConfig(
+            64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
+            500);
+    f = new StmFixture(small, 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 34), 64);
+    f.put(Tier.HOST, keys);
+    f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0));
+    f.stm.onPressure(PressureSnapshot.IDLE); // open again; nothing was queued
+    for (int i = 0; i < 3; i++) {
+      f.stm.offerBackup(keys.get(i));
+    }
+    assertEquals(2, f.stm.queuedCandidates());
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.OVERFLOW));
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(keys.get(1), keys.get(2)), put.keys(), "the oldest went");
+    f.stm.onCompletion(allOk(put));
+  }
 }

@@ -1,0 +1,34 @@
+package io.tokenspeed.scheduler;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.api.Test;
+
+class StorageConfigTest {
+
+  @Test
+  void shouldHalveCreditsForBackupsRoundingDown() {
+    StorageConfig c = StorageConfig.defaults().withCredits(5, 7);
+    assertEquals(2, c.backupOperationCredits());
+    assertEquals(3, c.backupHostCredits());
+    assertEquals(0, StorageConfig.defaults().withCredits(1, 7).backupOperationCredits());
+  }
+
+  @Test
+  void shouldNameTheFieldTheValueAndTheRangeWhenAValueIsBad() {
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class, () -> StorageConfig.defaults().withCredits(0, 10));
+    assertTrue(e.getMessage().contains("max_operations=0 must be in [1, "), e.getMessage());
+    e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () ->
+                new StorageConfig(
+                    64, 8192, 200, 1000, 256, 131072, 4096, 16, 4096, 256, 100, 100, 10, 5, 2000,
+                    500));
+    assertTrue(e.getMessage().contains("low_queued_jobs=100 must be in [0, 99]"), e.getMessage());
+  }
+}
