@@ -30,9 +30,16 @@ import java.util.Map;
 public final class Scheduler {
 
   /** Limits of the base scheduler. */
-  public record Config(int tokenBudget, int maxRunning, int headroomTokens) {
+  public record Config(
+      int tokenBudget, int maxRunning, int headroomTokens, int demoteBelowFreeParents) {
     /** Decode tokens allocated at admission before the first growth. */
     public static final int DEFAULT_HEADROOM_TOKENS = 16;
+
+    /** Cached Device blocks move to the Host while fewer Device parents than this are free. */
+    public static final int DEFAULT_DEMOTE_BELOW_FREE_PARENTS = 0;
+
+    /** Most demotions planned in one round. */
+    public static final int MAX_DEMOTIONS_PER_ROUND = 64;
 
     public Config {
       if (tokenBudget < 1) {
@@ -44,6 +51,14 @@ public final class Scheduler {
       if (headroomTokens < 1) {
         throw new IllegalArgumentException("headroom_tokens=" + headroomTokens + " must be >= 1");
       }
+      if (demoteBelowFreeParents < 0) {
+        throw new IllegalArgumentException(
+            "demote_below_free_parents=" + demoteBelowFreeParents + " must be >= 0");
+      }
+    }
+
+    public Config(int tokenBudget, int maxRunning, int headroomTokens) {
+      this(tokenBudget, maxRunning, headroomTokens, DEFAULT_DEMOTE_BELOW_FREE_PARENTS);
     }
 
     public Config(int tokenBudget, int maxRunning) {
@@ -80,6 +95,9 @@ public final class Scheduler {
 
   /** Requests that have not considered L3 yet, in arrival order (a round scans only these). */
   private final Map<Long, Request> unprepared = new LinkedHashMap<>();
+
+  /** Demotions planned and not yet completed (their references are held here). */
+  private final List<ExecutionPlan.Demotion> demoting = new ArrayList<>();
 
   private final int maxRequestTokens;
   private long round;
@@ -228,12 +246,14 @@ public final class Scheduler {
     prepareNewRequests(in.storagePermitted());
     List<BlockCopy> copies = new ArrayList<>();
     List<ExecutionPlan.ForwardItem> forward = new ArrayList<>();
+    List<ExecutionPlan.Demotion> demotions = new ArrayList<>();
     if (in.forwardPermitted()) {
       admit(copies);
       batch(forward);
+      demote(demotions);
     }
     List<StorageOp> ops = storage == null ? List.of() : storage.drainOps(in.storagePermitted());
-    return new ExecutionPlan(round, forward, copies, ops);
+    return new ExecutionPlan(round, forward, copies, demotions, ops);
   }
 
   private void prepareNewRequests(boolean permitted) {
@@ -387,6 +407,53 @@ public final class Scheduler {
   }
 
   /**
+   * While the Device is short of free parents, copies its oldest cached blocks to the Host. The
+   * Device source is pinned until the copy completes; a key the Host already holds needs no copy.
+   */
+  private void demote(List<ExecutionPlan.Demotion> out) {
+    var device = cache.device();
+    var host = cache.host();
+    if (device.pool().freeParents() >= config.demoteBelowFreeParents()) {
+      return;
+    }
+    for (int b : device.evictionCandidates(Config.MAX_DEMOTIONS_PER_ROUND)) {
+      io.tokenspeed.core.CacheKey key = device.keyOf(b);
+      if (host.contains(key)) {
+        continue;
+      }
+      int[] needs = new int[cache.layout().numGroups()];
+      needs[key.groupId()] = 1;
+      int[][] dst = host.allocate(needs);
+      if (dst == null) {
+        return; // the Host is full of referenced blocks: try again next round
+      }
+      device.ref(b);
+      ExecutionPlan.Demotion d = new ExecutionPlan.Demotion(key, b, dst[key.groupId()][0]);
+      demoting.add(d);
+      out.add(d);
+    }
+  }
+
+  /**
+   * A demotion's D2H copy completed (on every owner): the Host entry is published, the Device
+   * source is freed at once, and the key becomes a backup candidate. Nothing waits for L3.
+   */
+  private void onDemoted(ExecutionPlan.Demotion d) {
+    var device = cache.device();
+    var host = cache.host();
+    host.noteWrite(d.hostBlock());
+    boolean published = host.publish(d.key(), d.hostBlock());
+    host.unref(d.hostBlock()); // cached if published, freed if another copy won
+    device.unref(d.deviceBlock());
+    if (device.keyOf(d.deviceBlock()) != null && device.pool().refCount(d.deviceBlock()) == 0) {
+      device.evict(d.deviceBlock());
+    }
+    if (published && storage != null) {
+      storage.offerBackup(d.key());
+    }
+  }
+
+  /**
    * Grows {@code r}'s table to {@code numTokens}, retracting the most recently admitted other
    * running requests while the Device is short. Returns false when {@code r} itself had to go.
    */
@@ -431,6 +498,11 @@ public final class Scheduler {
    * count, finished requests release their blocks.
    */
   public void onForwardDone(ExecutionPlan plan) {
+    for (ExecutionPlan.Demotion d : plan.demotions()) {
+      if (demoting.remove(d)) {
+        onDemoted(d);
+      }
+    }
     for (Request r : requests.values()) {
       if (r.copiesPending && (r.state instanceof RequestState.Prefilling p)) {
         cache.finishCopies(p.admission(), true);
@@ -554,6 +626,10 @@ public final class Scheduler {
   /** Every cache reference admitted requests hold (their block tables and pending copy sources). */
   public List<io.tokenspeed.cache.HeldBlock> heldBlocks() {
     List<io.tokenspeed.cache.HeldBlock> out = new ArrayList<>();
+    for (ExecutionPlan.Demotion d : demoting) {
+      out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.DEVICE, d.deviceBlock()));
+      out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.HOST, d.hostBlock()));
+    }
     for (Request r : requests.values()) {
       if (r.blocks == null) {
         continue;

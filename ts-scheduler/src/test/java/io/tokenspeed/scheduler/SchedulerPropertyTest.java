@@ -43,7 +43,9 @@ class SchedulerPropertyTest {
             StmFixture.config().withCredits(2 + rnd.nextInt(10), 16 + rnd.nextInt(200)),
             24 + rnd.nextInt(40),
             24 + rnd.nextInt(64));
-    Scheduler s = new Scheduler(f.cache, f.stm, new Scheduler.Config(64 + rnd.nextInt(200), 4));
+    Scheduler s =
+        new Scheduler(
+            f.cache, f.stm, new Scheduler.Config(64 + rnd.nextInt(200), 4, 16, rnd.nextInt(12)));
     Map<Long, StorageOp> pending = new LinkedHashMap<>();
     Set<Long> cancelledOps = new HashSet<>();
     List<Long> known = new ArrayList<>();

@@ -318,4 +318,32 @@ class SchedulerTest {
     round();
     assertNull(s.state(1));
   }
+
+  @Test
+  void shouldDemoteCachedDeviceBlocksToTheHostAndOfferThemForBackup() {
+    f = new StmFixture(StmFixture.config(), 24, 256);
+    s = new Scheduler(f.cache, f.stm, new Scheduler.Config(512, 4, 16, 1_000));
+    PromptKeys p = f.prompt(300, 80);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    BitSet none = new BitSet();
+    round(List.of(), List.of(Facts.of(q, none, none, true, false)), true); // L3 had nothing
+    List<ExecutionPlan.Demotion> demoted = new ArrayList<>();
+    List<StorageOp.Put> puts = new ArrayList<>();
+    for (int i = 0; i < 5; i++) {
+      ExecutionPlan plan = round();
+      demoted.addAll(plan.demotions());
+      plan.storage().stream()
+          .filter(StorageOp.Put.class::isInstance)
+          .forEach(o -> puts.add((StorageOp.Put) o));
+      f.checkInvariants(s.heldBlocks());
+    }
+    assertTrue(demoted.size() > 0, "computed pages were demoted");
+    for (ExecutionPlan.Demotion d : demoted) {
+      assertTrue(f.cache.host().contains(d.key()), "published on the Host: " + d.key());
+      assertTrue(!f.cache.device().contains(d.key()), "and the Device source freed at once");
+    }
+    assertTrue(puts.stream().mapToInt(x -> x.keys().size()).sum() > 0, "and backed up");
+    puts.forEach(x -> f.stm.onCompletion(Facts.allOk(x)));
+  }
 }
