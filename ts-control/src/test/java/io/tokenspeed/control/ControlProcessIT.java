@@ -3,6 +3,7 @@ package io.tokenspeed.control;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.testkit.ChildJvm;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -24,12 +25,12 @@ class ControlProcessIT {
   @TempDir Path work;
 
   /** Starts {@code worldSize} children, hands them each other's ports, waits until connected. */
-  private List<ChildRank> start(
+  private List<ChildJvm> start(
       int worldSize, long seed, int rounds, long roundTimeoutMs, boolean endless) throws Exception {
     return start(worldSize, seed, rounds, roundTimeoutMs, endless, List.of());
   }
 
-  private List<ChildRank> start(
+  private List<ChildJvm> start(
       int worldSize,
       long seed,
       int rounds,
@@ -37,7 +38,7 @@ class ControlProcessIT {
       boolean endless,
       List<String> extra)
       throws Exception {
-    List<ChildRank> children = new ArrayList<>();
+    List<ChildJvm> children = new ArrayList<>();
     try {
       for (int r = 0; r < worldSize; r++) {
         List<String> args =
@@ -53,26 +54,26 @@ class ControlProcessIT {
         children.add(ChildRank.start(work, r, args));
       }
       List<String> ports = new ArrayList<>();
-      for (ChildRank c : children) {
-        ports.add(c.awaitLine("port ", WAIT).substring(5));
+      for (ChildJvm c : children) {
+        ports.add(c.awaitLineStartingWith("port ", WAIT).substring(5));
       }
-      for (ChildRank c : children) {
+      for (ChildJvm c : children) {
         c.send("ports " + String.join(",", ports));
       }
-      for (ChildRank c : children) {
-        c.awaitLine("connected", WAIT);
+      for (ChildJvm c : children) {
+        c.awaitLineStartingWith("connected", WAIT);
       }
       return children;
     } catch (Throwable t) {
-      for (ChildRank c : children) {
+      for (ChildJvm c : children) {
         c.close();
       }
       throw t;
     }
   }
 
-  private static void closeAll(List<ChildRank> children) {
-    for (ChildRank c : children) {
+  private static void closeAll(List<ChildJvm> children) throws InterruptedException {
+    for (ChildJvm c : children) {
       c.close();
     }
   }
@@ -85,15 +86,15 @@ class ControlProcessIT {
     assertTrue(scenario.maxOwnerSpread() >= 20, "some owner reports many rounds late");
     assertTrue(scenario.maxPendingOperations() >= 5, "operations wait on late owners");
     String expected = scenario.expectedDigest();
-    List<ChildRank> children = start(worldSize, seed, rounds, 20_000, false);
+    List<ChildJvm> children = start(worldSize, seed, rounds, 20_000, false);
     try {
-      for (ChildRank c : children) {
-        assertEquals("pending 0", c.awaitLine("pending ", WAIT), c.describe());
-        assertEquals("digest " + expected, c.awaitLine("digest ", WAIT), c.describe());
+      for (ChildJvm c : children) {
+        assertEquals("pending 0", c.awaitLineStartingWith("pending ", WAIT), c.describe());
+        assertEquals("digest " + expected, c.awaitLineStartingWith("digest ", WAIT), c.describe());
       }
-      for (ChildRank c : children) {
-        c.release();
-        assertEquals(0, c.finish(WAIT), c.describe());
+      for (ChildJvm c : children) {
+        c.endInput();
+        assertEquals(0, c.finish(WAIT).exitStatus(), c.describe());
       }
     } finally {
       closeAll(children);
@@ -105,11 +106,11 @@ class ControlProcessIT {
   void shouldRaiseTheSameProtocolErrorInEveryProcessWhenOneRanksPollFails(int worldSize)
       throws Exception {
     int poisoned = worldSize - 1;
-    List<ChildRank> children = start(worldSize, 45, 400, 20_000, false, List.of(poisoned + "@250"));
+    List<ChildJvm> children = start(worldSize, 45, 400, 20_000, false, List.of(poisoned + "@250"));
     try {
       List<String> verdicts = new ArrayList<>();
-      for (ChildRank c : children) {
-        verdicts.add(c.awaitLine("protocol ", WAIT));
+      for (ChildJvm c : children) {
+        verdicts.add(c.awaitLineStartingWith("protocol ", WAIT));
       }
       String expected =
           "protocol round=250 protocol error in round 250: invalid report from rank "
@@ -117,9 +118,9 @@ class ControlProcessIT {
               + ": local poll failed: injected poll failure on rank "
               + poisoned;
       assertEquals(java.util.Collections.nCopies(worldSize, expected), verdicts);
-      for (ChildRank c : children) {
-        c.release();
-        assertEquals(3, c.finish(WAIT), c.describe());
+      for (ChildJvm c : children) {
+        c.endInput();
+        assertEquals(3, c.finish(WAIT).exitStatus(), c.describe());
       }
     } finally {
       closeAll(children);
@@ -129,16 +130,16 @@ class ControlProcessIT {
   @Test
   void shouldFailNamingTheKilledRankWhenARankProcessDiesMidRun() throws Exception {
     long roundTimeoutMs = 3_000;
-    List<ChildRank> children = start(3, 43, 300, roundTimeoutMs, true);
+    List<ChildJvm> children = start(3, 43, 300, roundTimeoutMs, true);
     try {
-      for (ChildRank c : children) {
-        c.awaitLine("round 400", WAIT);
+      for (ChildJvm c : children) {
+        c.awaitLineStartingWith("round 400", WAIT);
       }
       long killedAtNs = System.nanoTime();
       children.get(2).kill();
       for (int r = 0; r < 2; r++) {
-        ChildRank c = children.get(r);
-        String line = c.awaitLine("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
+        ChildJvm c = children.get(r);
+        String line = c.awaitLineStartingWith("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
         System.out.println("survivor " + r + ": " + line);
         Matcher m = ERROR.matcher(line);
         assertTrue(m.matches(), line);
@@ -150,8 +151,8 @@ class ControlProcessIT {
       long elapsedMs = (System.nanoTime() - killedAtNs) / 1_000_000;
       assertTrue(elapsedMs < roundTimeoutMs + 10_000, "survivors took " + elapsedMs + " ms");
       for (int r = 0; r < 2; r++) {
-        children.get(r).release();
-        assertEquals(3, children.get(r).finish(WAIT), children.get(r).describe());
+        children.get(r).endInput();
+        assertEquals(3, children.get(r).finish(WAIT).exitStatus(), children.get(r).describe());
       }
     } finally {
       closeAll(children);
@@ -161,14 +162,15 @@ class ControlProcessIT {
   @Test
   void shouldTimeOutNamingTheFrozenRankWhenARankProcessStopsAnswering() throws Exception {
     long roundTimeoutMs = 2_000;
-    List<ChildRank> children = start(2, 44, 200, roundTimeoutMs, true);
+    List<ChildJvm> children = start(2, 44, 200, roundTimeoutMs, true);
     try {
-      for (ChildRank c : children) {
-        c.awaitLine("round 300", WAIT);
+      for (ChildJvm c : children) {
+        c.awaitLineStartingWith("round 300", WAIT);
       }
       children.get(1).freeze();
-      ChildRank survivor = children.get(0);
-      String line = survivor.awaitLine("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
+      ChildJvm survivor = children.get(0);
+      String line =
+          survivor.awaitLineStartingWith("error ", Duration.ofMillis(roundTimeoutMs + 10_000));
       System.out.println("survivor 0: " + line);
       Matcher m = ERROR.matcher(line);
       assertTrue(m.matches(), line);
@@ -180,8 +182,8 @@ class ControlProcessIT {
           m.group(5).startsWith("rank 1 sent no complete frame within round_timeout_ms=2000"),
           line);
       children.get(1).kill();
-      survivor.release();
-      assertEquals(3, survivor.finish(WAIT), survivor.describe());
+      survivor.endInput();
+      assertEquals(3, survivor.finish(WAIT).exitStatus(), survivor.describe());
     } finally {
       closeAll(children);
     }

@@ -16,12 +16,12 @@ import io.lettuce.core.resource.DefaultClientResources;
 import io.lettuce.core.resource.Delay;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreArguments;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -273,10 +273,8 @@ public final class RedisStore implements Store {
   @Override
   public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws IOException {
     checkKeys(keys);
-    checkSegments(keys, destinations, "destinations");
-    for (int i = 0; i < destinations.size(); i++) {
-      checkValueSize(destinations.get(i).byteSize(), i, "destination");
-    }
+    StoreArguments.checkSegments(keys, destinations, "destinations");
+    StoreArguments.checkValueSizes(destinations, "destination", settings.maxValueBytes());
     int n = keys.size();
     long deadlineNs = System.nanoTime() + commandTimeoutNs;
     List<SegmentReplyDecoder> decoders = new ArrayList<>(n);
@@ -351,14 +349,14 @@ public final class RedisStore implements Store {
   @Override
   public StoreResult put(List<String> keys, List<MemorySegment> sources) throws IOException {
     checkKeys(keys);
-    checkSegments(keys, sources, "sources");
+    StoreArguments.checkSegments(keys, sources, "sources");
     for (int i = 0; i < sources.size(); i++) {
       long size = sources.get(i).byteSize();
       if (size < 1) {
         throw new IllegalArgumentException(
             "value size=0 bytes of key #" + i + " must be at least 1 byte");
       }
-      checkValueSize(size, i, "value");
+      StoreArguments.checkValueSize(size, i, "value", settings.maxValueBytes());
     }
     int n = keys.size();
     // Private copies first: Lettuce encodes on its event loop, possibly after this call failed.
@@ -612,59 +610,7 @@ public final class RedisStore implements Store {
 
   private void checkKeys(List<String> keys) {
     checkOpen();
-    if (keys == null) {
-      throw new IllegalArgumentException("keys=null must be a list of keys");
-    }
-    for (int i = 0; i < keys.size(); i++) {
-      String key = keys.get(i);
-      if (key == null || key.isEmpty()) {
-        throw new IllegalArgumentException("key #" + i + "=" + key + " must be non-empty");
-      }
-      int bytes =
-          key.length() * 3 <= settings.maxKeyBytes()
-              ? key.length()
-              : key.getBytes(StandardCharsets.UTF_8).length;
-      if (bytes > settings.maxKeyBytes()) {
-        throw new IllegalArgumentException(
-            "key length="
-                + bytes
-                + " bytes of key #"
-                + i
-                + " exceeds max_key_bytes="
-                + settings.maxKeyBytes());
-      }
-    }
-  }
-
-  private void checkValueSize(long size, int index, String what) {
-    if (size > settings.maxValueBytes()) {
-      throw new IllegalArgumentException(
-          what
-              + " size="
-              + size
-              + " bytes of key #"
-              + index
-              + " exceeds max_value_bytes="
-              + settings.maxValueBytes());
-    }
-  }
-
-  private static void checkSegments(List<String> keys, List<MemorySegment> segments, String what) {
-    if (segments == null || segments.size() != keys.size()) {
-      throw new IllegalArgumentException(
-          "keys="
-              + keys.size()
-              + " and "
-              + what
-              + "="
-              + (segments == null ? "null" : segments.size())
-              + " must have the same count");
-    }
-    for (int i = 0; i < segments.size(); i++) {
-      if (segments.get(i) == null) {
-        throw new IllegalArgumentException(what + " #" + i + " is null");
-      }
-    }
+    StoreArguments.checkKeys(keys, settings.maxKeyBytes());
   }
 
   private void checkOpen() {

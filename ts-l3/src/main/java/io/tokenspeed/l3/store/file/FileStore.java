@@ -2,6 +2,7 @@ package io.tokenspeed.l3.store.file;
 
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreArguments;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -201,7 +202,7 @@ public final class FileStore implements Store {
   @Override
   public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws IOException {
     List<Placement> placements = place(keys);
-    checkSegments(keys, destinations, "destinations");
+    StoreArguments.checkSegments(keys, destinations, "destinations");
     List<RowResult> rows = new ArrayList<>(placements.size());
     for (int i = 0; i < placements.size(); i++) {
       rows.add(getOne(placements.get(i), destinations.get(i)));
@@ -244,19 +245,8 @@ public final class FileStore implements Store {
   @Override
   public StoreResult put(List<String> keys, List<MemorySegment> sources) throws IOException {
     List<Placement> placements = place(keys);
-    checkSegments(keys, sources, "sources");
-    for (int i = 0; i < sources.size(); i++) {
-      long size = sources.get(i).byteSize();
-      if (size > settings.maxValueBytes()) {
-        throw new IllegalArgumentException(
-            "value size="
-                + size
-                + " bytes of key #"
-                + i
-                + " exceeds max_value_bytes="
-                + settings.maxValueBytes());
-      }
-    }
+    StoreArguments.checkSegments(keys, sources, "sources");
+    StoreArguments.checkValueSizes(sources, "value", settings.maxValueBytes());
     List<RowResult> rows = new ArrayList<>(placements.size());
     for (int i = 0; i < placements.size(); i++) {
       rows.add(putOne(placements.get(i), sources.get(i)));
@@ -464,9 +454,8 @@ public final class FileStore implements Store {
 
   private List<Placement> place(List<String> keys) {
     checkOpen();
-    if (keys == null) {
-      throw new IllegalArgumentException("keys=null must be a list of keys");
-    }
+    // The whole list is checked before any key is hashed; place(key, index) serves objectPath too.
+    StoreArguments.checkKeys(keys, settings.maxKeyBytes());
     List<Placement> placements = new ArrayList<>(keys.size());
     for (int i = 0; i < keys.size(); i++) {
       placements.add(place(keys.get(i), i));
@@ -475,19 +464,7 @@ public final class FileStore implements Store {
   }
 
   private Placement place(String key, int index) {
-    if (key == null || key.isEmpty()) {
-      throw new IllegalArgumentException("key #" + index + "=" + key + " must be non-empty");
-    }
-    byte[] bytes = key.getBytes(StandardCharsets.UTF_8);
-    if (bytes.length > settings.maxKeyBytes()) {
-      throw new IllegalArgumentException(
-          "key length="
-              + bytes.length
-              + " bytes of key #"
-              + index
-              + " exceeds max_key_bytes="
-              + settings.maxKeyBytes());
-    }
+    byte[] bytes = StoreArguments.keyBytes(key, index, settings.maxKeyBytes());
     int separator = key.indexOf('_');
     String namespaceDirectory =
         separator < 0 ? UNSCOPED_DIRECTORY : directoryOf(key.substring(0, separator));
@@ -500,24 +477,6 @@ public final class FileStore implements Store {
   private void checkOpen() {
     if (closed) {
       throw new IllegalStateException("file store root=" + root + " is closed");
-    }
-  }
-
-  private static void checkSegments(List<String> keys, List<MemorySegment> segments, String what) {
-    if (segments == null || segments.size() != keys.size()) {
-      throw new IllegalArgumentException(
-          "keys="
-              + keys.size()
-              + " and "
-              + what
-              + "="
-              + (segments == null ? "null" : segments.size())
-              + " must have the same count");
-    }
-    for (int i = 0; i < segments.size(); i++) {
-      if (segments.get(i) == null) {
-        throw new IllegalArgumentException(what + " #" + i + " is null");
-      }
     }
   }
 

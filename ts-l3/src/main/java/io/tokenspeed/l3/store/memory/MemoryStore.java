@@ -2,10 +2,10 @@ package io.tokenspeed.l3.store.memory;
 
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreArguments;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -93,12 +93,12 @@ public final class MemoryStore implements Store {
     return settings.maxKeyBytes();
   }
 
-  /** The settings this store was built with. */
   @Override
   public long maxValueBytes() {
     return settings.maxValueBytes();
   }
 
+  /** The settings this store was built with. */
   public MemoryStoreSettings settings() {
     return settings;
   }
@@ -111,7 +111,7 @@ public final class MemoryStore implements Store {
   @Override
   public StoreResult exists(List<String> keys) {
     checkOpen();
-    checkKeys(keys);
+    StoreArguments.checkKeys(keys, settings.maxKeyBytes());
     List<RowResult> rows = new ArrayList<>(keys.size());
     for (String key : keys) {
       byte[] object = objects.get(key);
@@ -123,8 +123,8 @@ public final class MemoryStore implements Store {
   @Override
   public StoreResult get(List<String> keys, List<MemorySegment> destinations) {
     checkOpen();
-    checkKeys(keys);
-    checkSegments(keys, destinations, "destinations");
+    StoreArguments.checkKeys(keys, settings.maxKeyBytes());
+    StoreArguments.checkSegments(keys, destinations, "destinations");
     List<RowResult> rows = new ArrayList<>(keys.size());
     for (int i = 0; i < keys.size(); i++) {
       byte[] object = objects.get(keys.get(i));
@@ -144,20 +144,9 @@ public final class MemoryStore implements Store {
   @Override
   public StoreResult put(List<String> keys, List<MemorySegment> sources) {
     checkOpen();
-    checkKeys(keys);
-    checkSegments(keys, sources, "sources");
-    for (int i = 0; i < sources.size(); i++) {
-      long size = sources.get(i).byteSize();
-      if (size > settings.maxValueBytes()) {
-        throw new IllegalArgumentException(
-            "value size="
-                + size
-                + " bytes of key #"
-                + i
-                + " exceeds max_value_bytes="
-                + settings.maxValueBytes());
-      }
-    }
+    StoreArguments.checkKeys(keys, settings.maxKeyBytes());
+    StoreArguments.checkSegments(keys, sources, "sources");
+    StoreArguments.checkValueSizes(sources, "value", settings.maxValueBytes());
     List<RowResult> rows = new ArrayList<>(keys.size());
     for (int i = 0; i < keys.size(); i++) {
       rows.add(putOne(keys.get(i), sources.get(i)));
@@ -228,46 +217,6 @@ public final class MemoryStore implements Store {
   private void checkOpen() {
     if (closed) {
       throw new IllegalStateException("memory store is closed");
-    }
-  }
-
-  private void checkKeys(List<String> keys) {
-    if (keys == null) {
-      throw new IllegalArgumentException("keys=null must be a list of keys");
-    }
-    for (int i = 0; i < keys.size(); i++) {
-      String key = keys.get(i);
-      if (key == null || key.isEmpty()) {
-        throw new IllegalArgumentException("key #" + i + "=" + key + " must be non-empty");
-      }
-      int length = key.getBytes(StandardCharsets.UTF_8).length;
-      if (length > settings.maxKeyBytes()) {
-        throw new IllegalArgumentException(
-            "key length="
-                + length
-                + " bytes of key #"
-                + i
-                + " exceeds max_key_bytes="
-                + settings.maxKeyBytes());
-      }
-    }
-  }
-
-  private static void checkSegments(List<String> keys, List<MemorySegment> segments, String what) {
-    if (segments == null || segments.size() != keys.size()) {
-      throw new IllegalArgumentException(
-          "keys="
-              + keys.size()
-              + " and "
-              + what
-              + "="
-              + (segments == null ? "null" : segments.size())
-              + " must have the same count");
-    }
-    for (int i = 0; i < segments.size(); i++) {
-      if (segments.get(i) == null) {
-        throw new IllegalArgumentException(what + " #" + i + " is null");
-      }
     }
   }
 }

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.store.StoreTesting;
+import io.tokenspeed.testkit.ChildJvm;
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -39,14 +41,14 @@ class FileStoreProcessIT {
     String label = "writer-then-reader";
 
     ChildJvm.Finished writer;
-    try (ChildJvm child = ChildJvm.start(temp, "writer", args("put", root, label, count, seed))) {
+    try (ChildJvm child = child("writer", args("put", root, label, count, seed))) {
       writer = child.finish(CHILD_TIMEOUT);
     }
     assertEquals(0, writer.exitStatus(), writer.describe());
     assertEquals(range(count), writer.numbers("created"), writer.describe());
 
     ChildJvm.Finished reader;
-    try (ChildJvm child = ChildJvm.start(temp, "reader", args("get", root, label, count, seed))) {
+    try (ChildJvm child = child("reader", args("get", root, label, count, seed))) {
       reader = child.finish(CHILD_TIMEOUT);
     }
     assertEquals(0, reader.exitStatus(), reader.describe());
@@ -72,10 +74,8 @@ class FileStoreProcessIT {
 
     ChildJvm.Finished a;
     ChildJvm.Finished b;
-    try (ChildJvm childA =
-            ChildJvm.start(temp, "a", args("race", root, label, count, seedA, barrier));
-        ChildJvm childB =
-            ChildJvm.start(temp, "b", args("race", root, label, count, seedB, barrier))) {
+    try (ChildJvm childA = child("a", args("race", root, label, count, seedA, barrier));
+        ChildJvm childB = child("b", args("race", root, label, count, seedB, barrier))) {
       childA.awaitLine("ready", CHILD_TIMEOUT);
       childB.awaitLine("ready", CHILD_TIMEOUT);
       Files.createFile(barrier);
@@ -121,6 +121,15 @@ class FileStoreProcessIT {
       }
     }
     assertEquals(List.of(), FileStoreTest.temporaryFiles(root));
+  }
+
+  /** A {@link FileStoreChild} in its own JVM; {@code temp} receives its standard error. */
+  private ChildJvm child(String name, List<String> args) throws IOException {
+    return ChildJvm.launch(FileStoreChild.class)
+        .args(args)
+        .maxHeap("128m")
+        .classpathFirst(FileStore.class)
+        .start(temp, name);
   }
 
   private static List<String> args(String mode, Path root, String label, int count, long seed) {
