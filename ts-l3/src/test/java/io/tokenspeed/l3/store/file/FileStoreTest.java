@@ -94,7 +94,7 @@ class FileStoreTest extends StoreContractTest {
       case EMPTY_FILE -> truncate(file, 0);
       case APPEND_ONE_BYTE ->
           Files.write(file, new byte[] {1}, StandardOpenOption.WRITE, StandardOpenOption.APPEND);
-      case OVERWRITE_MAGIC -> write(file, ObjectFileDescriptor.MAGIC_OFFSET, "XXXX".getBytes());
+      case OVERWRITE_MAGIC -> write(file, ObjectFileDescriptor.MAGIC_OFFSET, "ZZZZ".getBytes());
       case OVERWRITE_VERSION -> write(file, ObjectFileDescriptor.VERSION_OFFSET, new byte[] {0, 2});
       case OVERWRITE_PAYLOAD_LENGTH ->
           write(
