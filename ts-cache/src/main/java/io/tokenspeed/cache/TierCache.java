@@ -44,6 +44,11 @@ public final class TierCache {
   private long evictions;
   private long publications;
 
+  /** The most recent publications, for owners that react to new entries (a bounded ring). */
+  private static final int RECENT_CAPACITY = 4096;
+
+  private final CacheKey[] recent = new CacheKey[RECENT_CAPACITY];
+
   TierCache(Tier tier, CacheLayout layout, int numParents) {
     this.tier = tier;
     this.pool = new BlockPool(tier, layout, numParents);
@@ -97,6 +102,21 @@ public final class TierCache {
   /** Blocks published since start: changes exactly when a new entry may make a new hit. */
   public long publications() {
     return publications;
+  }
+
+  /**
+   * The keys published after the {@code mark}-th publication, oldest first, or null when more than
+   * the ring holds were published since (the caller then rescans what it cares about).
+   */
+  public List<CacheKey> publishedSince(long mark) {
+    if (mark < 0 || publications - mark > RECENT_CAPACITY) {
+      return null;
+    }
+    List<CacheKey> out = new ArrayList<>((int) (publications - mark));
+    for (long i = mark; i < publications; i++) {
+      out.add(recent[(int) (i % RECENT_CAPACITY)]);
+    }
+    return out;
   }
 
   /** Blocks evicted since start. */
@@ -177,6 +197,7 @@ public final class TierCache {
     }
     keyOfBlock[blockId] = key;
     writesAtPublish[blockId] = writes[blockId];
+    recent[(int) (publications % RECENT_CAPACITY)] = key;
     publications++;
     return true;
   }

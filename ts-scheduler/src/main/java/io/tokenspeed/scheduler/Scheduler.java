@@ -101,7 +101,11 @@ public final class Scheduler {
 
   private final int maxRequestTokens;
   private long round;
-  private long seenPublications = -1;
+  private final Map<io.tokenspeed.core.CacheKey, List<Request>> sentinelIndex =
+      new java.util.HashMap<>();
+  private boolean sentinelsDirty = true;
+  private long seenDevicePublications = -1;
+  private long seenHostPublications = -1;
   private long admissions;
   private long retractions;
 
@@ -232,6 +236,9 @@ public final class Scheduler {
       cancel(id);
     }
     if (storage != null) {
+      if (!in.completions().isEmpty()) {
+        sentinelsDirty = true; // a query may have become a GET for another boundary
+      }
       List<io.tokenspeed.core.storage.AgreedCompletion> facts = new ArrayList<>(in.completions());
       facts.sort(
           Comparator.comparingLong(io.tokenspeed.core.storage.AgreedCompletion::operationId));
@@ -295,15 +302,48 @@ public final class Scheduler {
 
   /**
    * Another request's local publication may satisfy a wait before the remote operation completes.
-   * Checked only in rounds after something new was published.
+   * Each waiting request is indexed by its sentinel — the last row the first group needs at the
+   * boundary it wants — and only a request whose sentinel was just published gets a full probe. A
+   * round without new publications costs nothing; one with them costs a lookup per new block. The
+   * index is rebuilt only after rounds that changed who waits for what.
    */
   private void endWaitsCoveredLocally() {
-    long published = cache.device().publications() + cache.host().publications();
-    if (published == seenPublications) {
+    long device = cache.device().publications();
+    long host = cache.host().publications();
+    if (device == seenDevicePublications && host == seenHostPublications) {
       return;
     }
-    seenPublications = published;
-    for (Request r : requests.values()) {
+    List<io.tokenspeed.core.CacheKey> d = cache.device().publishedSince(seenDevicePublications);
+    List<io.tokenspeed.core.CacheKey> h = cache.host().publishedSince(seenHostPublications);
+    seenDevicePublications = device;
+    seenHostPublications = host;
+    if (sentinelsDirty) {
+      sentinelIndex.clear();
+      for (Request r : requests.values()) {
+        if (r.state instanceof RequestState.Prefetching p) {
+          int wanted = storage.wantedBoundary(p.lease());
+          io.tokenspeed.core.CacheKey key = wanted > 0 ? sentinel(r.prompt, wanted) : null;
+          if (key != null) {
+            sentinelIndex.computeIfAbsent(key, k -> new ArrayList<>(1)).add(r);
+          }
+        }
+      }
+      sentinelsDirty = false;
+    }
+    java.util.Set<Request> candidates = new java.util.LinkedHashSet<>();
+    if (d == null || h == null) {
+      sentinelIndex.values().forEach(candidates::addAll); // more news than the rings hold
+    } else {
+      for (List<io.tokenspeed.core.CacheKey> keys : List.of(d, h)) {
+        for (io.tokenspeed.core.CacheKey k : keys) {
+          List<Request> waiting = sentinelIndex.get(k);
+          if (waiting != null) {
+            candidates.addAll(waiting);
+          }
+        }
+      }
+    }
+    for (Request r : candidates) {
       if (r.state instanceof RequestState.Prefetching p) {
         int wanted = storage.wantedBoundary(p.lease());
         if (wanted > 0 && cache.probe(r.prompt, wanted).hostHit() >= wanted) {
@@ -312,6 +352,17 @@ public final class Scheduler {
         }
       }
     }
+  }
+
+  /** The last row the first group with any needed row needs at {@code boundary}. */
+  private io.tokenspeed.core.CacheKey sentinel(PromptKeys prompt, int boundary) {
+    for (var g : cache.layout().groups()) {
+      int end = g.rowsFor(boundary);
+      if (g.firstNeededRow(boundary) < end) {
+        return prompt.keyOf(g.groupId(), end - 1, boundary);
+      }
+    }
+    return null;
   }
 
   private void resume(Wakeup w) {
@@ -619,6 +670,9 @@ public final class Scheduler {
   private void transition(Request r, RequestState next) {
     if (r.state instanceof RequestState.Finished) {
       throw new IllegalStateException("request " + r.id + " is finished; cannot become " + next);
+    }
+    if (r.state instanceof RequestState.Prefetching || next instanceof RequestState.Prefetching) {
+      sentinelsDirty = true;
     }
     r.state = next;
   }
