@@ -231,6 +231,7 @@ public final class Scheduler {
     if (storage != null) {
       storage.onTick(in.tickNs());
       storage.onPressure(in.pressure());
+      storage.beginRound(in.storagePermitted());
     }
     for (long id : in.cancellations()) {
       cancel(id);

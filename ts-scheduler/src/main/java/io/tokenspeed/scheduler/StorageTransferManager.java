@@ -57,6 +57,8 @@ public final class StorageTransferManager {
 
   private enum Phase {
     INFLIGHT,
+    /** A query whose facts arrived in a round without storage permission: GET waits for one. */
+    PARKED,
     READY,
     QUARANTINED
   }
@@ -75,6 +77,7 @@ public final class StorageTransferManager {
     int floor;
     int[] candidates;
     int boundary;
+    Set<CacheKey> exists;
 
     Ticket(long id, StorageKind kind, List<CacheKey> keys, int[] hostBlocks, boolean backup) {
       this.id = id;
@@ -127,6 +130,10 @@ public final class StorageTransferManager {
   private int backupOpUsed;
   private int backupHostUsed;
   private boolean gateClosed;
+
+  /** Whether this round may start new storage work (false in frozen and idle rounds). */
+  private boolean permitted = true;
+
   private boolean quarantined;
   private int quarantinedRefs;
 
@@ -197,13 +204,12 @@ public final class StorageTransferManager {
   }
 
   private void onQueryDone(Ticket t, AgreedCompletion f) {
-    releaseTicket(t);
     StorageLease lease = t.lease;
-    if (lease == null || !lease.live()) {
-      return;
-    }
-    if (f.detached() || gateClosed || quarantined) {
-      wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+    if (lease == null || !lease.live() || f.detached() || gateClosed || quarantined) {
+      releaseTicket(t);
+      if (lease != null && lease.live()) {
+        wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+      }
       return;
     }
     Set<CacheKey> exists = new HashSet<>();
@@ -212,6 +218,17 @@ public final class StorageTransferManager {
         exists.add(t.keys.get(i));
       }
     }
+    if (!permitted) {
+      t.phase = Phase.PARKED; // no new storage work this round: reserve when it is permitted
+      t.exists = exists;
+      return;
+    }
+    releaseTicket(t);
+    reserveOrWake(t, lease, exists);
+  }
+
+  /** Runs the reservation of a finished query (now, or when a parked query may proceed). */
+  private void reserveOrWake(Ticket t, StorageLease lease, Set<CacheKey> exists) {
     int[] cands = t.candidates;
     while (cands.length > 1) {
       int boundary = cache.matchAssuming(t.prompt, cands, exists::contains);
@@ -412,6 +429,27 @@ public final class StorageTransferManager {
   // ================================================================ the round
 
   /**
+   * Whether this round may start new storage work; set at the loop head, before completions. Frozen
+   * and idle rounds still take completions, deadlines and cancellations, but a finished query
+   * reserves nothing and issues no GET until a permitted round.
+   */
+  public void beginRound(boolean storagePermitted) {
+    this.permitted = storagePermitted;
+    if (!storagePermitted || gateClosed || quarantined) {
+      return;
+    }
+    for (Ticket t : new ArrayList<>(tickets.values())) {
+      if (t.phase == Phase.PARKED) {
+        StorageLease lease = t.lease;
+        Set<CacheKey> exists = t.exists;
+        t.phase = Phase.INFLIGHT;
+        releaseTicket(t);
+        reserveOrWake(t, lease, exists);
+      }
+    }
+  }
+
+  /**
    * The agreed tick, applied first every round (before cancellations and completions): soft
    * deadlines end waits, Ready holds expire.
    */
@@ -422,7 +460,12 @@ public final class StorageTransferManager {
     }
     nextTimerNs = Long.MAX_VALUE;
     for (Ticket t : new ArrayList<>(tickets.values())) {
-      if (t.phase == Phase.INFLIGHT
+      if (t.phase == Phase.PARKED && tickNs - t.deadlineNs >= 0) {
+        counters.softTimeouts++;
+        StorageLease lease = t.lease;
+        releaseParked(t);
+        wake(lease, Wakeup.Reason.SOFT_TIMEOUT, false);
+      } else if (t.phase == Phase.INFLIGHT
           && t.lease != null
           && t.lease.live()
           && tickNs - t.deadlineNs >= 0) {
@@ -436,7 +479,8 @@ public final class StorageTransferManager {
           t.lease.endedByManager();
         }
         releaseReady(t);
-      } else if (t.phase == Phase.INFLIGHT && t.lease != null && t.lease.live()) {
+      } else if ((t.phase == Phase.INFLIGHT && t.lease != null && t.lease.live())
+          || t.phase == Phase.PARKED) {
         armTimer(t.deadlineNs);
       } else if (t.phase == Phase.READY) {
         armTimer(t.readyUntilNs);
@@ -464,7 +508,11 @@ public final class StorageTransferManager {
           || ageMs >= config.highOldestAgeMs()) {
         gateClosed = true;
         for (Ticket t : new ArrayList<>(tickets.values())) {
-          if (t.kind == StorageKind.QUERY && t.lease != null && t.lease.live()) {
+          if (t.phase == Phase.PARKED) {
+            StorageLease lease = t.lease;
+            releaseParked(t);
+            wake(lease, Wakeup.Reason.PRESSURE, false);
+          } else if (t.kind == StorageKind.QUERY && t.lease != null && t.lease.live()) {
             StorageLease lease = t.lease;
             detach(t);
             wake(lease, Wakeup.Reason.PRESSURE, false);
@@ -547,6 +595,11 @@ public final class StorageTransferManager {
             wake(lease, Wakeup.Reason.CLEARED, false);
           }
         }
+        case PARKED -> {
+          StorageLease lease = t.lease;
+          releaseParked(t);
+          wake(lease, Wakeup.Reason.CLEARED, false);
+        }
         case READY -> {
           if (t.lease != null) {
             t.lease.endedByManager();
@@ -571,7 +624,7 @@ public final class StorageTransferManager {
    */
   public int wantedBoundary(StorageLease lease) {
     Ticket t = tickets.get(lease.operationId());
-    if (t == null || t.lease != lease || t.phase != Phase.INFLIGHT) {
+    if (t == null || t.lease != lease || (t.phase != Phase.INFLIGHT && t.phase != Phase.PARKED)) {
       return 0;
     }
     return t.kind == StorageKind.QUERY ? t.candidates[t.candidates.length - 1] : t.boundary;
@@ -587,6 +640,10 @@ public final class StorageTransferManager {
     if (t != null && t.lease == lease && t.phase == Phase.INFLIGHT) {
       counters.satisfiedLocally++;
       detach(t);
+    } else if (t != null && t.lease == lease && t.phase == Phase.PARKED) {
+      counters.satisfiedLocally++;
+      releaseParked(t);
+      lease.endedByManager();
     }
   }
 
@@ -600,9 +657,20 @@ public final class StorageTransferManager {
         counters.clientDetaches++;
         detach(t);
       }
+      case PARKED -> {
+        counters.clientDetaches++;
+        releaseParked(t);
+      }
       case READY -> releaseReady(t);
       case QUARANTINED -> t.lease = null;
     }
+  }
+
+  /** Ends a parked query: its I/O is over, so the ticket goes at once. */
+  private void releaseParked(Ticket t) {
+    t.lease = null;
+    t.exists = null;
+    releaseTicket(t);
   }
 
   /** Detaches the request and asks the executor to drop the job if it is still queued. */

@@ -159,15 +159,23 @@ class SchedulerTest {
     s.submit(2, f.prompt(300, 8), 1, false);
     ExecutionPlan frozen = round(List.of(), List.of(ok(q)), false);
     assertTrue(frozen.forward().isEmpty());
-    assertTrue(
-        frozen.storage().stream().allMatch(o -> o instanceof StorageOp.Get),
-        "the completion still flowed; no new query in a frozen round");
+    assertTrue(frozen.storage().isEmpty(), "no new storage work in a frozen round");
+    assertEquals(1, f.stm.operationsInUse(), "the finished query waits, charged, for permission");
+    assertEquals(0, f.cache.host().pool().heldBlocks(), "and reserves nothing meanwhile");
     assertEquals(
         AdmissionResources.FRESH,
         ((RequestState.Submitted) s.state(2)).resources(),
         "request 2 considers L3 when storage is permitted again");
+    ExecutionPlan thawed = round();
+    StorageOp.Get g =
+        (StorageOp.Get)
+            thawed.storage().stream().filter(StorageOp.Get.class::isInstance).findFirst().get();
+    assertInstanceOf(RequestState.Prefetching.class, s.state(1), "its wait went on");
+    round(List.of(), List.of(ok(g)), true);
     f.stm.rejectAll();
-    round(List.of(), List.of(ok(frozen.storage().get(0))), true);
+    thawed.storage().stream()
+        .filter(StorageOp.Query.class::isInstance)
+        .forEach(o -> f.stm.onCompletion(Facts.allOk(o)));
   }
 
   @Test

@@ -479,4 +479,24 @@ class StorageTransferManagerTest {
     assertEquals(List.of(keys.get(1), keys.get(2)), put.keys(), "the oldest went");
     f.stm.onCompletion(allOk(put));
   }
+
+  @Test
+  void shouldHoldAFinishedQueryThroughFrozenRoundsAndTimeItOutThere() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 35);
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
+    StorageOp.Query q = query(prep);
+    f.stm.beginRound(false); // frozen
+    f.stm.onCompletion(allOk(q));
+    assertTrue(f.stm.drainOps(false).isEmpty(), "no GET without storage permission");
+    assertTrue(prep.lease().live(), "the request still waits");
+    assertEquals(1, f.stm.operationsInUse());
+    assertEquals(0, f.cache.host().pool().heldBlocks(), "nothing reserved while parked");
+    f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS);
+    assertEquals(Wakeup.Reason.SOFT_TIMEOUT, f.stm.drainWakeups().get(0).reason());
+    assertEquals(0, f.stm.operationsInUse(), "a parked query has no I/O left: it goes at once");
+    f.stm.beginRound(true);
+    assertTrue(f.drain().isEmpty());
+  }
 }
