@@ -134,6 +134,9 @@ public final class StorageTransferManager {
   /** Whether this round may start new storage work (false in frozen and idle rounds). */
   private boolean permitted = true;
 
+  /** Parked queries: a permitted round's start scans the tickets only when there are some. */
+  private int parked;
+
   private boolean quarantined;
   private int quarantinedRefs;
 
@@ -221,6 +224,7 @@ public final class StorageTransferManager {
     if (!permitted) {
       t.phase = Phase.PARKED; // no new storage work this round: reserve when it is permitted
       t.exists = exists;
+      parked++;
       return;
     }
     releaseTicket(t);
@@ -435,7 +439,7 @@ public final class StorageTransferManager {
    */
   public void beginRound(boolean storagePermitted) {
     this.permitted = storagePermitted;
-    if (!storagePermitted || gateClosed || quarantined) {
+    if (!storagePermitted || gateClosed || quarantined || parked == 0) {
       return;
     }
     for (Ticket t : new ArrayList<>(tickets.values())) {
@@ -443,6 +447,7 @@ public final class StorageTransferManager {
         StorageLease lease = t.lease;
         Set<CacheKey> exists = t.exists;
         t.phase = Phase.INFLIGHT;
+        parked--;
         releaseTicket(t);
         reserveOrWake(t, lease, exists);
       }
@@ -670,6 +675,7 @@ public final class StorageTransferManager {
   private void releaseParked(Ticket t) {
     t.lease = null;
     t.exists = null;
+    parked--;
     releaseTicket(t);
   }
 
@@ -861,6 +867,9 @@ public final class StorageTransferManager {
         quarantinedNow == quarantinedRefs,
         "quarantined refs " + quarantinedRefs + " vs " + quarantinedNow);
     check(candidates.size() == candidateSet.size(), "candidate index out of step");
+    check(
+        parked == tickets.values().stream().filter(t -> t.phase == Phase.PARKED).count(),
+        "parked count out of step: " + parked);
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
   }
