@@ -1,7 +1,6 @@
 package io.tokenspeed.l3;
 
 import io.tokenspeed.core.storage.JobRow;
-import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
 import io.tokenspeed.core.storage.StorageJob;
@@ -356,14 +355,7 @@ public final class L3Executor {
     long t0 = System.nanoTime();
     try {
       if (!called) {
-        facts =
-            new ResultInterpreter.Facts(
-                ResultInterpreter.notRun(e.job).stream().map(o -> KeyOutcome.OK).toList(),
-                true,
-                0,
-                false,
-                0,
-                0);
+        facts = ResultInterpreter.nothingOwned(e.job);
       } else {
         StoreResult result = call(e.job, owned);
         facts = ResultInterpreter.interpret(e.job, owned, result, storeFailuresRetire);
@@ -475,14 +467,14 @@ public final class L3Executor {
     return recordsProduced;
   }
 
-  private final Map<String, Boolean> seenFaults = new HashMap<>();
+  private final java.util.Set<String> seenFaults = new java.util.HashSet<>();
 
   private void recordFault(Entry e, Throwable t) {
     lock.lock();
     try {
       workerFaults++;
       String signature = t.getClass().getName() + ": " + t.getMessage();
-      if (seenFaults.size() < 1024 && seenFaults.putIfAbsent(signature, Boolean.TRUE) == null) {
+      if (seenFaults.size() < 1024 && seenFaults.add(signature)) {
         LOG.log(
             Level.WARNING,
             "L3 " + e.job.kind() + " call failed (first occurrence of this error)",

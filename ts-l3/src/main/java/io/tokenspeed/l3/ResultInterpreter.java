@@ -157,6 +157,11 @@ final class ResultInterpreter {
     return new Facts(List.of(outcomes), retired, 0, true, 0, 0);
   }
 
+  /** Facts of a job none of whose rows this rank owns: retired successes, no bytes, no call. */
+  static Facts nothingOwned(StorageJob job) {
+    return new Facts(List.of(initialOutcomes(job)), true, 0, false, 0, 0);
+  }
+
   /** Facts of a job that never reached the store (rejected, or cancelled while queued). */
   static List<KeyOutcome> notRun(StorageJob job) {
     List<KeyOutcome> out = new ArrayList<>(job.rows().size());

@@ -17,7 +17,5 @@ public enum Bypass {
   /** Storage permissions are off this round (frozen or idle). */
   NOT_PERMITTED,
   /** An unproven retirement quarantined L3 until restart. */
-  QUARANTINED,
-  /** The request already considered L3 once (storage_prepared). */
-  ALREADY_PREPARED
+  QUARANTINED
 }

@@ -24,7 +24,6 @@ final class RequestBlocks {
   private final CacheLayout layout;
   private final TierCache device;
   private final int[][] rows;
-  private final int[] length;
   final Admission admission;
 
   RequestBlocks(CacheLayout layout, TierCache device, Admission admission) {
@@ -32,10 +31,8 @@ final class RequestBlocks {
     this.device = device;
     this.admission = admission;
     this.rows = new int[layout.numGroups()][];
-    this.length = new int[layout.numGroups()];
     for (int g = 0; g < rows.length; g++) {
       rows[g] = admission.tables()[g].clone();
-      length[g] = rows[g].length;
     }
   }
 
@@ -48,7 +45,7 @@ final class RequestBlocks {
     boolean any = false;
     for (CacheGroupSpec g : layout.groups()) {
       if (!(g.kind() instanceof GroupKind.StateCheckpoints)) {
-        needs[g.groupId()] = Math.max(0, g.rowsFor(numTokens) - length[g.groupId()]);
+        needs[g.groupId()] = Math.max(0, g.rowsFor(numTokens) - rows[g.groupId()].length);
         any |= needs[g.groupId()] > 0;
       }
     }
@@ -61,10 +58,10 @@ final class RequestBlocks {
     }
     for (int g = 0; g < rows.length; g++) {
       if (needs[g] > 0) {
-        int[] grown = Arrays.copyOf(rows[g], length[g] + needs[g]);
-        System.arraycopy(fresh[g], 0, grown, length[g], needs[g]);
+        int old = rows[g].length;
+        int[] grown = Arrays.copyOf(rows[g], old + needs[g]);
+        System.arraycopy(fresh[g], 0, grown, old, needs[g]);
         rows[g] = grown;
-        length[g] = grown.length;
       }
     }
     return true;

@@ -77,7 +77,6 @@ public final class Scheduler {
     RequestBlocks blocks;
     long admittedSeq;
     int headroomTokens;
-    int retractions;
 
     Request(long id, PromptKeys prompt, int maxNewTokens, boolean pd, RequestState state) {
       this.id = id;
@@ -533,13 +532,7 @@ public final class Scheduler {
    * fresh L3 preparation (its storage_prepared bit stays set); its headroom doubles.
    */
   private void retract(Request r) {
-    if (r.copiesPending) {
-      cache.finishCopies(r.blocks.admission, false);
-      r.copiesPending = false;
-    }
-    r.blocks.release();
-    r.blocks = null;
-    r.retractions++;
+    release(r);
     retractions++;
     r.headroomTokens = (int) Math.min((long) r.headroomTokens * 2, r.maxNewTokens);
     transition(r, new RequestState.Retracted(new AdmissionResources(true, null)));
@@ -644,17 +637,18 @@ public final class Scheduler {
         closeHold(p.resources());
       }
       case RequestState.Retracted rt -> closeHold(rt.resources());
-      case RequestState.Prefilling p -> release(r, p.admission());
-      case RequestState.PrefillDone pd -> release(r, pd.admission());
-      case RequestState.Decoding d -> release(r, d.admission());
+      case RequestState.Prefilling p -> release(r);
+      case RequestState.PrefillDone pd -> release(r);
+      case RequestState.Decoding d -> release(r);
       case RequestState.Finished f -> {}
     }
     transition(r, new RequestState.Finished(reason));
   }
 
-  private void release(Request r, Admission a) {
+  /** Gives back every block an admitted request holds (abandoning copies still pending). */
+  private void release(Request r) {
     if (r.copiesPending) {
-      cache.finishCopies(a, false);
+      cache.finishCopies(r.blocks.admission, false);
       r.copiesPending = false;
     }
     r.blocks.release();

@@ -138,7 +138,6 @@ public final class StorageTransferManager {
   private int parked;
 
   private boolean quarantined;
-  private int quarantinedRefs;
 
   public StorageTransferManager(StorageConfig config, CacheCoordinator cache) {
     this.config = config;
@@ -211,7 +210,7 @@ public final class StorageTransferManager {
     if (lease == null || !lease.live() || f.detached() || gateClosed || quarantined) {
       releaseTicket(t);
       if (lease != null && lease.live()) {
-        wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+        wake(lease, Wakeup.Reason.NOTHING_RESTORED);
       }
       return;
     }
@@ -244,7 +243,7 @@ public final class StorageTransferManager {
       }
       cands = below(cands, boundary); // shortage: try the next shorter boundary
     }
-    wake(lease, Wakeup.Reason.NOTHING_RESTORED, false);
+    wake(lease, Wakeup.Reason.NOTHING_RESTORED);
   }
 
   /**
@@ -306,7 +305,7 @@ public final class StorageTransferManager {
     if (!f.retired()) {
       quarantine(t);
       if (lease != null && lease.live()) {
-        wake(lease, Wakeup.Reason.READ_FAILED, false);
+        wake(lease, Wakeup.Reason.READ_FAILED);
       }
       return;
     }
@@ -334,7 +333,7 @@ public final class StorageTransferManager {
     }
     if (published == 0) {
       releaseTicket(t);
-      wake(lease, Wakeup.Reason.READ_FAILED, false);
+      wake(lease, Wakeup.Reason.READ_FAILED);
       return;
     }
     t.phase = Phase.READY;
@@ -469,7 +468,7 @@ public final class StorageTransferManager {
         counters.softTimeouts++;
         StorageLease lease = t.lease;
         releaseParked(t);
-        wake(lease, Wakeup.Reason.SOFT_TIMEOUT, false);
+        wake(lease, Wakeup.Reason.SOFT_TIMEOUT);
       } else if (t.phase == Phase.INFLIGHT
           && t.lease != null
           && t.lease.live()
@@ -477,7 +476,7 @@ public final class StorageTransferManager {
         counters.softTimeouts++;
         StorageLease lease = t.lease;
         detach(t);
-        wake(lease, Wakeup.Reason.SOFT_TIMEOUT, false);
+        wake(lease, Wakeup.Reason.SOFT_TIMEOUT);
       } else if (t.phase == Phase.READY && tickNs - t.readyUntilNs >= 0) {
         counters.readyExpired++;
         if (t.lease != null) {
@@ -516,11 +515,11 @@ public final class StorageTransferManager {
           if (t.phase == Phase.PARKED) {
             StorageLease lease = t.lease;
             releaseParked(t);
-            wake(lease, Wakeup.Reason.PRESSURE, false);
+            wake(lease, Wakeup.Reason.PRESSURE);
           } else if (t.kind == StorageKind.QUERY && t.lease != null && t.lease.live()) {
             StorageLease lease = t.lease;
             detach(t);
-            wake(lease, Wakeup.Reason.PRESSURE, false);
+            wake(lease, Wakeup.Reason.PRESSURE);
           }
         }
         counters.drop(StorageCounters.DropReason.PRESSURE, candidates.size());
@@ -597,13 +596,13 @@ public final class StorageTransferManager {
           if (t.lease != null && t.lease.live()) {
             StorageLease lease = t.lease;
             detach(t);
-            wake(lease, Wakeup.Reason.CLEARED, false);
+            wake(lease, Wakeup.Reason.CLEARED);
           }
         }
         case PARKED -> {
           StorageLease lease = t.lease;
           releaseParked(t);
-          wake(lease, Wakeup.Reason.CLEARED, false);
+          wake(lease, Wakeup.Reason.CLEARED);
         }
         case READY -> {
           if (t.lease != null) {
@@ -689,9 +688,10 @@ public final class StorageTransferManager {
     ops.add(new StorageOp.Cancel(t.id));
   }
 
-  private void wake(StorageLease lease, Wakeup.Reason reason, boolean ready) {
+  /** Ends a wait that leaves nothing to hold (every reason but a completed read). */
+  private void wake(StorageLease lease, Wakeup.Reason reason) {
     lease.endedByManager();
-    wakeups.add(new Wakeup(lease.requestId(), reason, ready ? lease : null));
+    wakeups.add(new Wakeup(lease.requestId(), reason, null));
   }
 
   // ================================================================ ledger
@@ -743,7 +743,6 @@ public final class StorageTransferManager {
   private void quarantine(Ticket t) {
     t.phase = Phase.QUARANTINED;
     quarantined = true;
-    quarantinedRefs += t.heldRefs();
   }
 
   private void rememberNegative(CacheKey k) {
@@ -798,7 +797,13 @@ public final class StorageTransferManager {
 
   /** Host references held by quarantined tickets (a gauge). */
   public int quarantinedRefs() {
-    return quarantinedRefs;
+    int n = 0;
+    for (Ticket t : tickets.values()) {
+      if (t.phase == Phase.QUARANTINED) {
+        n += t.heldRefs();
+      }
+    }
+    return n;
   }
 
   /** Backup candidates queued. */
@@ -835,16 +840,12 @@ public final class StorageTransferManager {
     int hostRefs = 0;
     int backupOps = 0;
     int backupRefs = 0;
-    int quarantinedNow = 0;
     for (Ticket t : tickets.values()) {
       ops++;
       hostRefs += t.heldRefs();
       if (t.backup) {
         backupOps++;
         backupRefs += t.heldRefs();
-      }
-      if (t.phase == Phase.QUARANTINED) {
-        quarantinedNow += t.heldRefs();
       }
       if (t.lease != null && t.lease.operationId() != t.id) {
         throw new AssertionError("ticket " + t.id + " holds the lease of " + t.lease);
@@ -863,9 +864,6 @@ public final class StorageTransferManager {
     check(hostUsed <= config.maxHostBlocks(), "Host credits overdrawn: " + hostUsed);
     check(backupOpUsed <= config.backupOperationCredits(), "backups overdrew operations");
     check(backupHostUsed <= config.backupHostCredits(), "backups overdrew Host credits");
-    check(
-        quarantinedNow == quarantinedRefs,
-        "quarantined refs " + quarantinedRefs + " vs " + quarantinedNow);
     check(candidates.size() == candidateSet.size(), "candidate index out of step");
     check(
         parked == tickets.values().stream().filter(t -> t.phase == Phase.PARKED).count(),
