@@ -7,22 +7,19 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.testkit.ChildJvm;
+import io.tokenspeed.testkit.CreateRace;
 import io.tokenspeed.testkit.RedisCluster;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.time.Duration;
-import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Set;
-import java.util.stream.Collectors;
-import java.util.stream.IntStream;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -96,8 +93,7 @@ class RedisStoreProcessIT {
     long seedA = 0x5EED_00A1L;
     long seedB = 0x5EED_00B2L;
 
-    ChildJvm.Finished a;
-    ChildJvm.Finished b;
+    CreateRace.Outcome race;
     try (ChildJvm childA =
             ChildJvm.start(
                 temp,
@@ -126,26 +122,13 @@ class RedisStoreProcessIT {
                     "" + seedB,
                     "0",
                     barrier.toString()))) {
-      childA.awaitLine("ready", CHILD_TIMEOUT);
-      childB.awaitLine("ready", CHILD_TIMEOUT);
-      Files.createFile(barrier);
-      a = childA.finish(CHILD_TIMEOUT);
-      b = childB.finish(CHILD_TIMEOUT);
+      race = CreateRace.run(childA, childB, barrier, CHILD_TIMEOUT);
     }
-    String both = a.describe() + "\n" + b.describe();
-    assertEquals(0, a.exitStatus(), both);
-    assertEquals(0, b.exitStatus(), both);
-
-    Set<Integer> createdByA = a.numbers("created");
-    Set<Integer> createdByB = b.numbers("created");
-    for (ChildJvm.Finished child : List.of(a, b)) {
-      Set<Integer> answered = new HashSet<>(child.numbers("created"));
-      answered.addAll(child.numbers("existed"));
-      assertEquals(range(count), answered, "every key answered Ok by " + child.name());
-    }
-    Set<Integer> createdTwice = new HashSet<>(createdByA);
-    createdTwice.retainAll(createdByB);
-    assertEquals(Set.of(), createdTwice, "keys both processes created\n" + both);
+    race.verify(count);
+    ChildJvm.Finished a = race.a();
+    ChildJvm.Finished b = race.b();
+    String both = race.describe();
+    Set<Integer> createdByA = race.createdByA();
     assertEquals(
         count,
         Long.parseLong(a.value("puts-newly")) + Long.parseLong(b.value("puts-newly")),
@@ -201,9 +184,5 @@ class RedisStoreProcessIT {
       digest.update(RedisStoreChild.payload(seed, i, RedisStoreChild.sizeOf(i)));
     }
     return HexFormat.of().formatHex(digest.digest());
-  }
-
-  private static Set<Integer> range(int count) {
-    return IntStream.range(0, count).boxed().collect(Collectors.toSet());
   }
 }

@@ -6,15 +6,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.store.StoreTesting;
 import io.tokenspeed.testkit.ChildJvm;
+import io.tokenspeed.testkit.CreateRace;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.time.Duration;
-import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Set;
@@ -72,34 +71,13 @@ class FileStoreProcessIT {
     long seedB = 0x5EED_00B2L;
     String label = "race";
 
-    ChildJvm.Finished a;
-    ChildJvm.Finished b;
+    CreateRace.Outcome race;
     try (ChildJvm childA = child("a", args("race", root, label, count, seedA, barrier));
         ChildJvm childB = child("b", args("race", root, label, count, seedB, barrier))) {
-      childA.awaitLine("ready", CHILD_TIMEOUT);
-      childB.awaitLine("ready", CHILD_TIMEOUT);
-      Files.createFile(barrier);
-      a = childA.finish(CHILD_TIMEOUT);
-      b = childB.finish(CHILD_TIMEOUT);
+      race = CreateRace.run(childA, childB, barrier, CHILD_TIMEOUT);
     }
-    String both = a.describe() + "\n" + b.describe();
-    assertEquals(0, a.exitStatus(), both);
-    assertEquals(0, b.exitStatus(), both);
-
-    Set<Integer> createdByA = a.numbers("created");
-    Set<Integer> createdByB = b.numbers("created");
-    for (ChildJvm.Finished child : List.of(a, b)) {
-      Set<Integer> answered = new HashSet<>(child.numbers("created"));
-      answered.addAll(child.numbers("existed"));
-      assertEquals(range(count), answered, "every key answered Ok by " + child.name());
-    }
-    Set<Integer> createdTwice = new HashSet<>(createdByA);
-    createdTwice.retainAll(createdByB);
-    assertEquals(Set.of(), createdTwice, "keys both processes created\n" + both);
-    Set<Integer> created = new HashSet<>(createdByA);
-    created.addAll(createdByB);
-    assertEquals(range(count), created, "keys neither process created\n" + both);
-    assertEquals(count, createdByA.size() + createdByB.size());
+    race.verify(count);
+    Set<Integer> createdByA = race.createdByA();
 
     try (FileStore store = new FileStore(FileStoreSettings.of(root));
         Arena arena = Arena.ofConfined()) {
