@@ -159,8 +159,25 @@ public final class CacheCoordinator {
       throw new IllegalArgumentException("new_tokens=" + newTokens + " must be at least 1");
     }
     Probe probe = probe(keys, maxReuse);
+    return admitProbed(keys, probe, probe.hostHit() + newTokens);
+  }
+
+  /**
+   * Like {@link #admit}, with Device blocks for every token up to {@code endTokens} (at least one
+   * token past the reused prefix): the caller sizes the table in absolute tokens without probing
+   * first.
+   */
+  public Admission admitUpTo(PromptKeys keys, int maxReuse, int endTokens) {
+    Probe probe = probe(keys, maxReuse);
+    if (endTokens <= probe.hostHit()) {
+      throw new IllegalArgumentException(
+          "end_tokens=" + endTokens + " must exceed the reused prefix " + probe.hostHit());
+    }
+    return admitProbed(keys, probe, endTokens);
+  }
+
+  private Admission admitProbed(PromptKeys keys, Probe probe, int end) {
     int hit = probe.hostHit();
-    int end = hit + newTokens;
     int groups = layout.numGroups();
     List<RowPlan> plans = new ArrayList<>();
     int[] needs = new int[groups];

@@ -194,4 +194,17 @@ class AdmissionTest {
     assertArrayEquals(new int[] {0, 64, 128, 192, 256, 299}, f.cache.candidates(keys, 0, 299));
     assertArrayEquals(new int[] {100, 128, 192}, f.cache.candidates(keys, 100, 200));
   }
+
+  @Test
+  void shouldSizeTheTableInAbsoluteTokensWhenAdmittingUpTo() {
+    CacheFixture f = new CacheFixture(MIXED, 64, 8);
+    PromptKeys keys = PromptKeys.of(MIXED, PROMPT, List.of());
+    f.put(Tier.DEVICE, needed(f, keys, 128));
+    Admission a = f.adopt(f.cache.admitUpTo(keys, keys.reusableBound(), 316));
+    assertEquals(128, a.hit());
+    assertEquals(20, a.tables()[0].length, "316 tokens at bg 16");
+    assertThrows(
+        IllegalArgumentException.class, () -> f.cache.admitUpTo(keys, keys.reusableBound(), 128));
+    f.release(a);
+  }
 }

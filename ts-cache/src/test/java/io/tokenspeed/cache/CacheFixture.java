@@ -52,7 +52,11 @@ final class CacheFixture {
   }
 
   Admission admit(io.tokenspeed.core.PromptKeys keys, int maxReuse, int newTokens) {
-    Admission a = cache.admit(keys, maxReuse, newTokens);
+    return adopt(cache.admit(keys, maxReuse, newTokens));
+  }
+
+  /** Tracks an admission made directly on the coordinator (null passes through). */
+  Admission adopt(Admission a) {
     if (a != null) {
       admitted.add(a);
       copiesPending.add(a);

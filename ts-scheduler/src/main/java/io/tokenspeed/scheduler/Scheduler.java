@@ -407,9 +407,8 @@ public final class Scheduler {
         continue; // considers L3 first (next round when storage is not permitted now)
       }
       int bound = r.prompt.reusableBound();
-      int hit = cache.probe(r.prompt, bound).hostHit();
-      int newTokens = r.prompt.numTokens() - hit + Math.min(r.headroomTokens, r.maxNewTokens);
-      Admission a = cache.admit(r.prompt, bound, newTokens);
+      int end = r.prompt.numTokens() + Math.min(r.headroomTokens, r.maxNewTokens);
+      Admission a = cache.admitUpTo(r.prompt, bound, end);
       if (a == null) {
         return; // the Device is full: first come, first served
       }
