@@ -426,7 +426,7 @@ public final class Scheduler {
 
   private void batch(List<ExecutionPlan.ForwardItem> forward) {
     int budget = config.tokenBudget();
-    for (Request r : new ArrayList<>(requests.values())) {
+    for (Request r : requests.values()) {
       if (budget == 0) {
         return;
       }
