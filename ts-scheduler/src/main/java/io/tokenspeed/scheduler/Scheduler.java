@@ -71,6 +71,7 @@ public final class Scheduler {
     final PromptKeys prompt;
     final int maxNewTokens;
     final boolean pd;
+    final long arrival;
     RequestState state;
     boolean cancelAfterBootstrap;
     boolean copiesPending;
@@ -78,8 +79,15 @@ public final class Scheduler {
     long admittedSeq;
     int headroomTokens;
 
-    Request(long id, PromptKeys prompt, int maxNewTokens, boolean pd, RequestState state) {
+    Request(
+        long id,
+        PromptKeys prompt,
+        int maxNewTokens,
+        boolean pd,
+        long arrival,
+        RequestState state) {
       this.id = id;
+      this.arrival = arrival;
       this.prompt = prompt;
       this.maxNewTokens = maxNewTokens;
       this.pd = pd;
@@ -94,6 +102,14 @@ public final class Scheduler {
 
   /** Requests that have not considered L3 yet, in arrival order (a round scans only these). */
   private final Map<Long, Request> unprepared = new LinkedHashMap<>();
+
+  /** Requests waiting for admission (Submitted, Retracted), in arrival order. */
+  private final java.util.TreeMap<Long, Request> waiting = new java.util.TreeMap<>();
+
+  /** Admitted requests (Prefilling, PrefillDone, Decoding), in arrival order. */
+  private final java.util.TreeMap<Long, Request> running = new java.util.TreeMap<>();
+
+  private long arrivals;
 
   /** Demotions planned and not yet completed (their references are held here). */
   private final List<ExecutionPlan.Demotion> demoting = new ArrayList<>();
@@ -179,9 +195,10 @@ public final class Scheduler {
         pd
             ? new RequestState.Bootstrapping(AdmissionResources.FRESH)
             : new RequestState.Submitted(AdmissionResources.FRESH);
-    Request r = new Request(id, prompt, maxNewTokens, pd, s);
+    Request r = new Request(id, prompt, maxNewTokens, pd, arrivals++, s);
     r.headroomTokens = config.headroomTokens();
     requests.put(id, r);
+    index(r);
     if (storage != null) {
       unprepared.put(id, r);
     }
@@ -385,14 +402,8 @@ public final class Scheduler {
   }
 
   private void admit(List<BlockCopy> copies) {
-    int running = 0;
-    for (Request r : requests.values()) {
-      if (admitted(r.state)) {
-        running++;
-      }
-    }
-    for (Request r : requests.values()) {
-      if (running >= config.maxRunning()) {
+    for (Request r : new ArrayList<>(waiting.values())) {
+      if (running.size() >= config.maxRunning()) {
         return;
       }
       AdmissionResources resources;
@@ -420,13 +431,12 @@ public final class Scheduler {
       r.blocks = new RequestBlocks(cache.layout(), cache.device(), a);
       r.admittedSeq = ++admissions;
       transition(r, new RequestState.Prefilling(a, a.hit()));
-      running++;
     }
   }
 
   private void batch(List<ExecutionPlan.ForwardItem> forward) {
     int budget = config.tokenBudget();
-    for (Request r : requests.values()) {
+    for (Request r : new ArrayList<>(running.values())) {
       if (budget == 0) {
         return;
       }
@@ -510,7 +520,7 @@ public final class Scheduler {
   private boolean grow(Request r, int numTokens) {
     while (!r.blocks.ensureCapacity(numTokens)) {
       Request victim = null;
-      for (Request o : requests.values()) {
+      for (Request o : running.values()) {
         if (o != r
             && o.blocks != null
             && admitted(o.state)
@@ -547,7 +557,7 @@ public final class Scheduler {
         onDemoted(d);
       }
     }
-    for (Request r : requests.values()) {
+    for (Request r : running.values()) {
       if (r.copiesPending && (r.state instanceof RequestState.Prefilling p)) {
         cache.finishCopies(p.admission(), true);
         r.copiesPending = false;
@@ -574,8 +584,6 @@ public final class Scheduler {
         default -> {}
       }
     }
-    requests.values().removeIf(r -> r.state instanceof RequestState.Finished);
-    unprepared.values().removeIf(r -> r.state instanceof RequestState.Finished);
   }
 
   private void step(Request r, Admission a, int generated) {
@@ -642,6 +650,8 @@ public final class Scheduler {
       case RequestState.Finished f -> {}
     }
     transition(r, new RequestState.Finished(reason));
+    requests.remove(r.id); // finished requests are forgotten at once
+    unprepared.remove(r.id);
   }
 
   /** Gives back every block an admitted request holds (abandoning copies still pending). */
@@ -669,6 +679,23 @@ public final class Scheduler {
       sentinelsDirty = true;
     }
     r.state = next;
+    index(r);
+  }
+
+  /** Keeps the waiting and running indexes in step with the request's state. */
+  private void index(Request r) {
+    boolean isWaiting =
+        r.state instanceof RequestState.Submitted || r.state instanceof RequestState.Retracted;
+    if (isWaiting) {
+      waiting.put(r.arrival, r);
+    } else {
+      waiting.remove(r.arrival);
+    }
+    if (admitted(r.state)) {
+      running.put(r.arrival, r);
+    } else {
+      running.remove(r.arrival);
+    }
   }
 
   /** Every cache reference admitted requests hold (their block tables and pending copy sources). */
@@ -705,6 +732,22 @@ public final class Scheduler {
    * states own leases.
    */
   public void checkInvariants() {
+    int waitingStates = 0;
+    int runningStates = 0;
+    for (Request r : requests.values()) {
+      boolean isWaiting =
+          r.state instanceof RequestState.Submitted || r.state instanceof RequestState.Retracted;
+      waitingStates += isWaiting ? 1 : 0;
+      runningStates += admitted(r.state) ? 1 : 0;
+      if ((waiting.get(r.arrival) == r) != isWaiting
+          || (running.get(r.arrival) == r) != admitted(r.state)) {
+        throw new AssertionError("request " + r.id + " is misfiled for " + r.state);
+      }
+    }
+    if (waiting.size() != waitingStates || running.size() != runningStates) {
+      throw new AssertionError(
+          "indexes hold " + waiting.size() + " waiting and " + running.size() + " running");
+    }
     for (Request r : requests.values()) {
       if (admitted(r.state) != (r.blocks != null)) {
         throw new AssertionError(
