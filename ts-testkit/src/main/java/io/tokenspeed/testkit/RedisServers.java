@@ -1,6 +1,5 @@
 package io.tokenspeed.testkit;
 
-import java.io.File;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.InetAddress;
@@ -24,9 +23,10 @@ import java.util.concurrent.locks.LockSupport;
  * Cluster of masters, on free loopback ports.
  *
  * <ul>
- *   <li><b>Never skipped.</b> When {@code redis-server} is not installed, every start fails with a
- *       message that says how to install it ({@value #INSTALL_HINT}); a live test does not silently
- *       pass on a machine without the server.
+ *   <li><b>Never skipped.</b> When no {@code redis-server} is installed, the embedded Redis 6.2
+ *       server of the test-scope artifact is used (see {@link RedisBinary}); where that does not
+ *       exist either, every start fails with a message that says how to install one ({@value
+ *       #INSTALL_HINT}): a live test does not silently pass on a machine without the server.
  *   <li><b>Stopped by pid.</b> Each server is a foreground child process; {@link RedisServer#kill}
  *       sends SIGKILL to that pid. A JVM shutdown hook kills whatever a test left running, so a
  *       failed test does not leak servers (a JVM that is itself killed with SIGKILL cannot).
@@ -39,10 +39,10 @@ import java.util.concurrent.locks.LockSupport;
  * </ul>
  *
  * <p>A cluster is formed with plain commands rather than {@code redis-cli --cluster create}, which
- * waits in one-second steps: each master adds its slot range ({@code CLUSTER ADDSLOTSRANGE}) and a
- * distinct config epoch, the first meets the others, and the harness polls {@code CLUSTER INFO}
- * every 20 ms. A cluster master refuses writes for two seconds after its start (Redis's writable
- * delay), so forming a cluster takes a little over two seconds.
+ * waits in one-second steps: each master adds its slot range ({@code CLUSTER ADDSLOTS}, which Redis
+ * 6.2 has too) and a distinct config epoch, the first meets the others, and the harness polls
+ * {@code CLUSTER INFO} every 20 ms. A cluster master refuses writes for two seconds after its start
+ * (Redis's writable delay), so forming a cluster takes a little over two seconds.
  *
  * <pre>
  *   port P, cluster bus P + 10000 (both probed free)
@@ -97,32 +97,12 @@ public final class RedisServers {
   private RedisServers() {}
 
   /**
-   * The {@code redis-server} executable on {@code PATH}; fails with {@value #INSTALL_HINT} when
-   * there is none.
+   * The {@code redis-server} executable: {@code $TOKENSPEED_REDIS_SERVER}, else the one on {@code
+   * PATH}, else the embedded server (see {@link RedisBinary}); fails with {@value #INSTALL_HINT}
+   * when there is none.
    */
   public static Path requireBinary() {
-    return requireBinary("redis-server", System.getenv("PATH"));
-  }
-
-  /** {@link #requireBinary()} for any name and search path (for tests of the message). */
-  static Path requireBinary(String name, String searchPath) {
-    if (searchPath != null) {
-      for (String entry : searchPath.split(File.pathSeparator)) {
-        if (entry.isEmpty()) {
-          continue;
-        }
-        Path candidate = Path.of(entry, name);
-        if (Files.isRegularFile(candidate) && Files.isExecutable(candidate)) {
-          return candidate;
-        }
-      }
-    }
-    throw new IllegalStateException(
-        name
-            + " is not installed (not found on PATH="
-            + searchPath
-            + "); the live Redis tests need it: "
-            + INSTALL_HINT);
+    return RedisBinary.require();
   }
 
   /** Starts a standalone server on a free loopback port, working in a new directory under dir. */
@@ -163,9 +143,13 @@ public final class RedisServers {
       for (int i = 0; i < masters; i++) {
         int first = i * SLOTS / masters;
         int last = (i + 1) * SLOTS / masters - 1;
-        nodes
-            .get(i)
-            .command("CLUSTER", "ADDSLOTSRANGE", Integer.toString(first), Integer.toString(last));
+        List<String> addSlots = new ArrayList<>(last - first + 3);
+        addSlots.add("CLUSTER");
+        addSlots.add("ADDSLOTS");
+        for (int slot = first; slot <= last; slot++) {
+          addSlots.add(Integer.toString(slot));
+        }
+        nodes.get(i).command(addSlots.toArray(String[]::new));
         nodes.get(i).command("CLUSTER", "SET-CONFIG-EPOCH", Integer.toString(i + 1));
       }
       for (int i = 1; i < masters; i++) {
