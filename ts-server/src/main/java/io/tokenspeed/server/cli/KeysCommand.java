@@ -34,7 +34,7 @@ import picocli.CommandLine.Spec;
     versionProvider = VersionProvider.class,
     sortOptions = false,
     customSynopsis = {
-      "Usage: tokenspeed keys (--identity=FILE | IDENTITY FLAGS)",
+      "tokenspeed keys (--identity=FILE | IDENTITY FLAGS)",
       "                       (--text=STRING | --tokens=ID,ID,...)",
       "                       [--rank=N] [--extra-key=KEY]... [--vocab-size=N]",
       ""

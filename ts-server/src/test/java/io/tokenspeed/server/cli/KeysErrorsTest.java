@@ -242,6 +242,8 @@ class KeysErrorsTest {
     CliRun help = CliRun.of("keys", "--help");
     assertEquals(0, help.exitCode());
     assertTrue(help.out().contains("--identity=FILE"), help::toString);
+    assertTrue(help.out().startsWith("Usage: tokenspeed keys (--identity"), help::toString);
+    assertFalse(help.out().contains("Usage: Usage:"), help::toString);
     CliRun version = CliRun.of("--version");
     assertEquals(0, version.exitCode());
     assertEquals("tokenspeed " + VersionProvider.buildVersion(), version.outLines().getFirst());
