@@ -49,9 +49,13 @@ class L3ExecutorTest {
     arena.close();
   }
 
+  /**
+   * A config whose join deadline is far beyond any scheduling delay: tests that are about the
+   * deadline set their own, the others must not depend on how fast a loaded machine joins.
+   */
   private L3ExecutorConfig config(int workers, int queue, int maxOutstanding, long cooldownMs) {
     return new L3ExecutorConfig(
-        workers, workers, workers, queue, queue, queue, maxOutstanding, cooldownMs, 2_000);
+        workers, workers, workers, queue, queue, queue, maxOutstanding, cooldownMs, 60_000);
   }
 
   private void start(ScriptedStore s, L3ExecutorConfig c) throws Exception {
