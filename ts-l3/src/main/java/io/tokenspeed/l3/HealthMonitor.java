@@ -18,6 +18,19 @@ package io.tokenspeed.l3;
  * the probe. Misses, retired GET misses and retired PUT rejections are not outages; the executor
  * only reports exceptions, unretired results and unknown native failures as such.
  *
+ * <pre>
+ *   finished call                                 reached backend?   tells the monitor
+ *   outage signal                                 yes                onOutage (new epoch)
+ *   success, miss, retired rejection              yes                onSuccess(epoch)
+ *   configuration failure (permission, creds)     yes                onSuccess(epoch): the
+ *                                                                    backend answered; no outage
+ *   nothing owned on this rank                    no                 nothing: never a probe,
+ *                                                                    never heals
+ *   cancelled while queued (a probe)              no                 onProbeAbandoned
+ *   queued when an outage was recorded            no                 nothing: rejected by the
+ *                                                                    executor, never run
+ * </pre>
+ *
  * <p>Guarded by the executor's lock.
  */
 final class HealthMonitor {
@@ -61,7 +74,10 @@ final class HealthMonitor {
     };
   }
 
-  /** A call admitted at {@code callEpoch} finished without an outage signal. */
+  /**
+   * A call admitted at {@code callEpoch} reached the backend and finished without an outage signal.
+   * Never called for a job that made no store call.
+   */
   void onSuccess(long callEpoch) {
     if (callEpoch == epoch && state != State.COOLDOWN) {
       state = State.HEALTHY;

@@ -6,6 +6,7 @@ import io.tokenspeed.core.storage.StorageDone;
 import io.tokenspeed.core.storage.StorageJob;
 import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
@@ -13,8 +14,10 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.EnumMap;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
@@ -47,6 +50,34 @@ import java.util.logging.Logger;
  *       one is refused.
  * </ul>
  *
+ * <h2>Health</h2>
+ *
+ * <ul>
+ *   <li><b>Cooldown rejects work, then exactly one recovery probe.</b> An outage signal (see {@link
+ *       ResultInterpreter}) starts a cooldown under a new health epoch. Jobs still queued at that
+ *       moment do not reach the backend: they complete at once as rejected (FAILED, retired, no
+ *       object evidence, not detached), exactly like a submission refused during the cooldown.
+ *       Calls already running go on; their successes are older than the outage and heal nothing.
+ *   <li><b>Only a job that reaches the backend is a probe or ends an outage.</b> A job none of
+ *       whose rows this rank owns makes no store call: it is admitted without consulting health (it
+ *       is no backend work, so neither a cooldown nor a probe concerns it) and its retired, empty
+ *       success says nothing about the backend.
+ *   <li><b>A configuration failure is not an outage.</b> A store that throws {@link
+ *       StoreConfigurationException} (a permission or credential the backend refused before any
+ *       transfer) fails the job's rows as retired, without object evidence; health is untouched
+ *       apart from the backend having answered. Each distinct message is logged once, naming the
+ *       store, and {@link L3Metrics#configurationFailures()} counts them.
+ * </ul>
+ *
+ * <h2>Close</h2>
+ *
+ * {@link #close()} runs once, however many threads call it (later callers wait for the first and
+ * get its report). The store is kept when a call is still inside it after the join deadline
+ * (counted by running calls, not by live threads: an idle worker never holds the store, whatever
+ * the deadline) or when a job's retirement was never proven. The report counts every such job:
+ * unretired results, GET/PUT calls still running at the deadline, and a call ended by an {@link
+ * Error}.
+ *
  * <h2>Threads</h2>
  *
  * <pre>
@@ -71,6 +102,9 @@ public final class L3Executor {
     final boolean probe;
     Phase phase = Phase.QUEUED;
     boolean detached;
+
+    /** Already counted among the unproven retirements (by close, while it was still running). */
+    boolean countedUnproven;
 
     Entry(StorageJob job, long submitNs, long healthEpoch, boolean probe) {
       this.job = job;
@@ -134,6 +168,12 @@ public final class L3Executor {
   private long putsNewlyWritten;
   private long putsAlreadyExisted;
   private long workerFaults;
+  private long configurationFailures;
+  private String lastConfigurationFailure = "";
+  private long queuedRejectedByOutage;
+  private boolean diedOfError;
+  private final Set<String> seenConfigurationFailures = new HashSet<>();
+  private final Condition closeDone = lock.newCondition();
 
   private L3Executor(
       Store store, L3ExecutorConfig config, MemorySegment host, LongSupplier nanoClock) {
@@ -225,8 +265,14 @@ public final class L3Executor {
       } else if (ks.queue.size() >= ks.capacity) {
         refusal = SubmitResult.REJECTED_QUEUE_FULL;
       }
-      HealthMonitor.Admission admission =
-          refusal == null ? health.admit(now) : HealthMonitor.Admission.REJECT;
+      HealthMonitor.Admission admission;
+      if (refusal != null) {
+        admission = HealthMonitor.Admission.REJECT;
+      } else if (!reachesBackend(job)) {
+        admission = HealthMonitor.Admission.ADMIT; // no backend work: never a probe
+      } else {
+        admission = health.admit(now);
+      }
       if (refusal == null && admission == HealthMonitor.Admission.REJECT) {
         refusal = SubmitResult.REJECTED_UNHEALTHY;
       }
@@ -303,6 +349,16 @@ public final class L3Executor {
     }
   }
 
+  /** Whether the job makes a store call on this rank: it owns at least one row. */
+  private static boolean reachesBackend(StorageJob job) {
+    for (JobRow r : job.rows()) {
+      if (r.owned()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   private PressureSnapshot pressureLocked(long now) {
     int queued = 0;
     long queuedBytes = 0;
@@ -351,6 +407,7 @@ public final class L3Executor {
     int[] owned = ResultInterpreter.ownedRows(e.job);
     ResultInterpreter.Facts facts;
     Error fatal = null;
+    String configurationFailure = null;
     boolean called = owned.length > 0;
     long t0 = System.nanoTime();
     try {
@@ -360,15 +417,20 @@ public final class L3Executor {
         StoreResult result = call(e.job, owned);
         facts = ResultInterpreter.interpret(e.job, owned, result, storeFailuresRetire);
       }
+    } catch (StoreConfigurationException c) {
+      facts = ResultInterpreter.configurationFailure(e.job, owned);
+      configurationFailure = String.valueOf(c.getMessage());
     } catch (Throwable t) {
-      facts = ResultInterpreter.failed(e.job, owned, storeFailuresRetire);
       recordFault(e, t);
       if (t instanceof Error err) {
         fatal = err;
+        facts = ResultInterpreter.fatal(e.job, owned);
+      } else {
+        facts = ResultInterpreter.failed(e.job, owned, storeFailuresRetire);
       }
     }
     long backendNs = System.nanoTime() - t0;
-    complete(ks, e, facts, called, backendNs, fatal != null);
+    complete(ks, e, facts, called, backendNs, fatal != null, configurationFailure);
     if (fatal != null) {
       throw fatal;
     }
@@ -396,7 +458,8 @@ public final class L3Executor {
       ResultInterpreter.Facts facts,
       boolean called,
       long backendNs,
-      boolean fatal) {
+      boolean fatal,
+      String configurationFailure) {
     lock.lock();
     try {
       long now = nanoClock.getAsLong();
@@ -409,10 +472,17 @@ public final class L3Executor {
       if (called) {
         backendCalls++;
       }
+      if (configurationFailure != null) {
+        recordConfigurationFailureLocked(e, configurationFailure);
+      }
       if (facts.outage()) {
         health.onOutage(now);
-      } else {
-        health.onSuccess(e.healthEpoch);
+        rejectQueuedAfterOutageLocked();
+      } else if (called) {
+        health.onSuccess(e.healthEpoch); // only a call that reached the backend heals
+      }
+      if (fatal) {
+        diedOfError = true;
       }
       if (!facts.retired() || fatal) {
         if (!quarantined) {
@@ -424,8 +494,9 @@ public final class L3Executor {
         }
         quarantined = true;
       }
-      if (!facts.retired()) {
+      if (!facts.retired() && !e.countedUnproven) {
         unprovenRetirements++;
+        e.countedUnproven = true;
       }
       if (fatal) {
         // This worker is about to die: nothing queued may wait for it.
@@ -465,6 +536,50 @@ public final class L3Executor {
    */
   public long recordsProduced() {
     return recordsProduced;
+  }
+
+  /**
+   * The outage just recorded also stops the jobs still waiting in a queue: they were admitted
+   * before it and must not reach the backend during the cooldown. Each completes now as rejected
+   * (FAILED, retired, no object evidence, not detached), as a submission refused during the
+   * cooldown would. Jobs with nothing owned stay: they make no store call.
+   */
+  private void rejectQueuedAfterOutageLocked() {
+    for (KindState ks : kinds.values()) {
+      var it = ks.queue.iterator();
+      while (it.hasNext()) {
+        Entry q = it.next();
+        if (!reachesBackend(q.job)) {
+          continue;
+        }
+        it.remove();
+        ks.queuedBytes -= q.payloadBytes;
+        live.remove(q.job.operationId());
+        queuedRejectedByOutage++;
+        addRecord(
+            new Completed(
+                new StorageDone(
+                    q.job.operationId(),
+                    q.job.kind(),
+                    ResultInterpreter.notRun(q.job),
+                    true,
+                    0,
+                    q.detached),
+                q.payloadBytes));
+      }
+    }
+  }
+
+  private void recordConfigurationFailureLocked(Entry e, String message) {
+    configurationFailures++;
+    lastConfigurationFailure = message;
+    if (seenConfigurationFailures.size() < 1024 && seenConfigurationFailures.add(message)) {
+      LOG.log(
+          Level.SEVERE,
+          "L3 store {0} refused {1} operation {2} because of its configuration (not an outage:"
+              + " no cooldown; every such job fails until the configuration is fixed): {3}",
+          new Object[] {store.name(), e.job.kind(), e.job.operationId(), message});
+    }
   }
 
   private final java.util.Set<String> seenFaults = new java.util.HashSet<>();
@@ -568,7 +683,10 @@ public final class L3Executor {
           putsNewlyWritten,
           putsAlreadyExisted,
           rej,
-          workerFaults);
+          workerFaults,
+          configurationFailures,
+          lastConfigurationFailure,
+          queuedRejectedByOutage);
     } finally {
       lock.unlock();
     }
@@ -603,12 +721,17 @@ public final class L3Executor {
    * Stops taking work, cancels queued jobs (their detached records stay pollable), joins the
    * workers until the configured deadline, then closes the store — unless some call is still
    * running or some result was never proven retired. In that case the store is kept open for the
-   * life of the process and the report says a restart is required. Idempotent.
+   * life of the process and the report says a restart is required, counting every job whose
+   * retirement is unproven (a GET or PUT still inside the store counts). Runs once: concurrent and
+   * later calls wait for the first and return its report.
    */
   public CloseReport close() {
     lock.lock();
     try {
-      if (closeReport != null) {
+      if (closing) {
+        while (closeReport == null) {
+          closeDone.awaitUninterruptibly();
+        }
         return closeReport;
       }
       closing = true;
@@ -623,24 +746,35 @@ public final class L3Executor {
       lock.unlock();
     }
     long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.closeJoinDeadlineMs());
-    int unjoined = 0;
     for (Thread t : workers) {
       long left = deadline - System.nanoTime();
+      if (left <= 0 || runningCalls() == 0) {
+        break; // past the deadline, or nothing left inside the store: idle workers never hold it
+      }
       try {
-        if (left > 0) {
-          t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
-        }
+        t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
       } catch (InterruptedException ie) {
         Thread.currentThread().interrupt();
-      }
-      if (t.isAlive()) {
-        unjoined++;
+        break;
       }
     }
     lock.lock();
     try {
+      int inside = 0;
+      for (Entry e : live.values()) {
+        if (e.phase != Phase.RUNNING) {
+          continue;
+        }
+        inside++;
+        if (e.job.kind() != StorageKind.QUERY && !e.countedUnproven) {
+          // still touching its Host ranges as far as anyone can tell
+          e.countedUnproven = true;
+          unprovenRetirements++;
+          quarantined = true;
+        }
+      }
       int unproven = (int) unprovenRetirements;
-      boolean keep = unjoined > 0 || quarantined;
+      boolean keep = inside > 0 || quarantined;
       String message;
       boolean storeClosed = false;
       if (keep) {
@@ -648,10 +782,12 @@ public final class L3Executor {
             "L3 store "
                 + store.name()
                 + " left open: "
-                + unjoined
+                + inside
                 + " worker(s) still inside a store call and "
                 + unproven
-                + " job(s) never proven retired; restart the process to reclaim its memory";
+                + " job(s) never proven retired"
+                + (diedOfError ? "; a worker died of an Error inside a store call" : "")
+                + "; restart the process to reclaim its memory";
         LOG.severe(message);
       } else {
         try {
@@ -663,8 +799,22 @@ public final class L3Executor {
           LOG.log(Level.WARNING, message, ex);
         }
       }
-      closeReport = new CloseReport(storeClosed, keep, unjoined, unproven, message);
+      closeReport = new CloseReport(storeClosed, keep, inside, unproven, message);
+      closeDone.signalAll();
       return closeReport;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private int runningCalls() {
+    lock.lock();
+    try {
+      int running = 0;
+      for (KindState ks : kinds.values()) {
+        running += ks.running;
+      }
+      return running;
     } finally {
       lock.unlock();
     }

@@ -18,7 +18,12 @@ import java.util.Map;
  * @param putsNewlyWritten PUT rows the store created
  * @param putsAlreadyExisted PUT rows that found the object already there (idempotent success)
  * @param rejections submissions rejected, by {@link SubmitResult} name
- * @param workerFaults throwables caught around store calls
+ * @param workerFaults throwables caught around store calls (configuration failures excluded)
+ * @param configurationFailures store calls the backend refused because of the deployment's
+ *     configuration ({@link io.tokenspeed.l3.spi.StoreConfigurationException}); never outages
+ * @param lastConfigurationFailure the message of the latest of them, or empty
+ * @param queuedRejectedByOutage queued jobs completed as rejected, without a store call, because an
+ *     outage was recorded before a worker took them
  */
 public record L3Metrics(
     Kind query,
@@ -33,10 +38,14 @@ public record L3Metrics(
     long putsNewlyWritten,
     long putsAlreadyExisted,
     Map<String, Long> rejections,
-    long workerFaults) {
+    long workerFaults,
+    long configurationFailures,
+    String lastConfigurationFailure,
+    long queuedRejectedByOutage) {
 
   public L3Metrics {
     rejections = Map.copyOf(rejections);
+    lastConfigurationFailure = lastConfigurationFailure == null ? "" : lastConfigurationFailure;
   }
 
   /**

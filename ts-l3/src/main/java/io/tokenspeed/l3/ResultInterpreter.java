@@ -17,16 +17,28 @@ import java.util.List;
  *
  * <pre>
  *   store says                         QUERY            GET                 PUT
- *   Ok(bytes)                          OK               OK if bytes = len,  OK (new or existed)
- *                                                       else INVALID
+ *   Ok(bytes)                          OK               OK if bytes = len;  OK (new or existed)
+ *                                                       INVALID if bytes
+ *                                                       &lt; len; malformed if
+ *                                                       bytes &gt; len
  *   Missing                            FAILED (absent)  MISSING             malformed
  *   Invalid                            FAILED           INVALID             malformed
  *   Rejected                           FAILED           FAILED              FAILED (re-offer)
  *   Unknown                            FAILED, outage   FAILED, unretired,  FAILED, unretired,
  *                                                       outage              outage
+ *   malformed row                      -                FAILED, outage; retired only if the
+ *                                                       store's failures retire
+ *   throws StoreConfigurationException all FAILED, retired, no evidence, NOT an outage
+ *                                      (a configuration failure: counted and logged instead)
  *   wrong row count / throws           all FAILED, outage; retired only if the store's failures
  *                                      retire (QUERY always retires: it touches no payload)
+ *   throws an Error                    all FAILED, outage; never retired except QUERY (the
+ *                                      executor quarantines: the worker dies mid-call)
  * </pre>
+ *
+ * <p>A GET answer longer than its destination cannot have landed in it: the store wrote past the
+ * buffer or answered out of contract. It is malformed, not an object fact, so it proves no
+ * retirement and names no invalid object.
  *
  * <p>Rows another rank owns are reported OK and retired with no bytes and no object evidence; they
  * never reach the store.
@@ -81,11 +93,16 @@ final class ResultInterpreter {
         case GET -> {
           switch (r) {
             case RowResult.Ok ok -> {
-              if (ok.bytes() == jobRow.range().lengthBytes()) {
+              long length = jobRow.range().lengthBytes();
+              if (ok.bytes() == length) {
                 outcome = KeyOutcome.OK;
                 bytes += ok.bytes();
-              } else {
+              } else if (ok.bytes() < length) {
                 outcome = KeyOutcome.INVALID;
+              } else {
+                outcome = KeyOutcome.FAILED; // more than the destination holds: malformed
+                retired &= storeFailuresRetire;
+                outage = true;
               }
             }
             case RowResult.Missing m -> outcome = KeyOutcome.MISSING;
@@ -155,6 +172,27 @@ final class ResultInterpreter {
     }
     boolean retired = job.kind() == StorageKind.QUERY || storeFailuresRetire || owned.length == 0;
     return new Facts(List.of(outcomes), retired, 0, true, 0, 0);
+  }
+
+  /**
+   * Facts when the store refused the call for a configuration reason ({@link
+   * io.tokenspeed.l3.spi.StoreConfigurationException}): owned rows FAILED, retired (the refusal
+   * came before any transfer), no bytes, no object evidence, and no outage.
+   */
+  static Facts configurationFailure(StorageJob job, int[] owned) {
+    KeyOutcome[] outcomes = initialOutcomes(job);
+    for (int row : owned) {
+      outcomes[row] = KeyOutcome.FAILED;
+    }
+    return new Facts(List.of(outcomes), true, 0, false, 0, 0);
+  }
+
+  /**
+   * Facts when the store call threw an {@link Error}: the worker dies, so nothing proves that the
+   * store stopped touching the buffers; only a QUERY, which hands it none, retires.
+   */
+  static Facts fatal(StorageJob job, int[] owned) {
+    return failed(job, owned, false);
   }
 
   /** Facts of a job none of whose rows this rank owns: retired successes, no bytes, no call. */

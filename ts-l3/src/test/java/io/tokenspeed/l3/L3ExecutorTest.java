@@ -2,6 +2,7 @@ package io.tokenspeed.l3;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -13,6 +14,7 @@ import io.tokenspeed.core.storage.StorageDone;
 import io.tokenspeed.core.storage.StorageJob;
 import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -47,9 +49,13 @@ class L3ExecutorTest {
     arena.close();
   }
 
+  /**
+   * A config whose join deadline is far beyond any scheduling delay: tests that are about the
+   * deadline set their own, the others must not depend on how fast a loaded machine joins.
+   */
   private L3ExecutorConfig config(int workers, int queue, int maxOutstanding, long cooldownMs) {
     return new L3ExecutorConfig(
-        workers, workers, workers, queue, queue, queue, maxOutstanding, cooldownMs, 2_000);
+        workers, workers, workers, queue, queue, queue, maxOutstanding, cooldownMs, 60_000);
   }
 
   private void start(ScriptedStore s, L3ExecutorConfig c) throws Exception {
@@ -525,5 +531,228 @@ class L3ExecutorTest {
     assertEquals(List.of(KeyOutcome.FAILED), d.outcomes(), "the fact still comes back");
     assertTrue(executor.quarantined(), "a dying worker stops new work instead of vanishing");
     assertEquals(SubmitResult.REJECTED_QUARANTINED, executor.submit(query("ns_next")));
+  }
+
+  // ---------------------------------------------------------------- configuration failures
+
+  @Test
+  void shouldCountAConfigurationFailureWithoutCoolingDownWhenTheStoreRefusesEveryCall()
+      throws Exception {
+    ScriptedStore s = new ScriptedStore(false, 256); // failures of this store do not retire
+    start(s, config(1, 4, 100, 1_000));
+    String refusal = "scripted store refused command=SET for user=limited (NOPERM)";
+    s.script(
+        (op, keys, segs) -> {
+          throw new StoreConfigurationException(refusal, null);
+        });
+    int jobs = 30;
+    for (int i = 0; i < jobs; i++) {
+      StorageKind kind = StorageKind.values()[i % 3];
+      StorageJob job =
+          kind == StorageKind.QUERY ? query("ns_q" + i) : rw(kind, 0, 64, "ns_" + i, "ns_b" + i);
+      assertEquals(SubmitResult.QUEUED, executor.submit(job), "job " + i + " is never refused");
+      StorageDone d = await(job.operationId());
+      assertTrue(d.outcomes().stream().allMatch(o -> o == KeyOutcome.FAILED), d.toString());
+      assertTrue(d.retired(), "a refusal happens before any transfer: " + d);
+      assertEquals(0, d.bytes());
+    }
+    L3Metrics m = executor.metrics();
+    assertEquals(jobs, s.calls.get(), "every job reached the store");
+    assertEquals(jobs, m.backendCalls());
+    assertEquals(jobs, m.configurationFailures());
+    assertEquals(refusal, m.lastConfigurationFailure());
+    assertEquals("HEALTHY", m.healthState());
+    assertEquals(0, m.healthEpoch());
+    assertEquals(0, m.outages());
+    assertEquals(0, m.workerFaults(), "a configuration failure is not a fault");
+    assertFalse(m.quarantined());
+    assertEquals(0, m.unprovenRetirements());
+    assertTrue(executor.close().storeClosed());
+    executor = null;
+  }
+
+  // ---------------------------------------------------------------- health: probes and cooldown
+
+  @Test
+  void shouldNotLetAJobThatOwnsNoRowsBeTheProbeOrEndAnOutage() throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    start(s, config(1, 4, 100, 1_000));
+    s.script(
+        (op, keys, segs) -> {
+          throw new IOException("down");
+        });
+    await(submitted(query("ns_fail")));
+    assertEquals("COOLDOWN", executor.metrics().healthState());
+    clock.advanceMs(1_000); // the cooldown is over: the next backend job is the probe
+    s.script(null);
+    int callsBefore = s.calls.get();
+    StorageJob elsewhere =
+        new StorageJob(nextId++, StorageKind.GET, List.of(JobRow.notOwned("ns_other_rank")));
+    assertEquals(SubmitResult.QUEUED, executor.submit(elsewhere), "nothing to do is no probe");
+    StorageDone d = await(elsewhere.operationId());
+    assertEquals(List.of(KeyOutcome.OK), d.outcomes());
+    assertTrue(d.retired());
+    assertEquals(callsBefore, s.calls.get(), "it never reached the store");
+    L3Metrics m = executor.metrics();
+    assertEquals("COOLDOWN", m.healthState(), "a job without a store call heals nothing");
+    assertEquals(1, m.healthEpoch());
+    StorageJob probe = query("ns_probe");
+    assertEquals(SubmitResult.QUEUED_AS_PROBE, executor.submit(probe), "the probe is still free");
+    await(probe.operationId());
+    assertEquals(callsBefore + 1, s.calls.get());
+    assertEquals("HEALTHY", executor.metrics().healthState(), "the real probe heals");
+  }
+
+  @Test
+  void shouldRejectJobsQueuedBeforeAnOutageInsteadOfRunningThemDuringTheCooldown()
+      throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    start(s, config(1, 8, 100, 60_000));
+    var entered = new java.util.concurrent.CountDownLatch(1);
+    var release = new java.util.concurrent.CountDownLatch(1);
+    s.script(holding("ns_fail", entered, release, "ns_fail"));
+    long failing = submitted(rw(StorageKind.GET, 0, 64, "ns_fail"));
+    entered.await(); // the only GET worker is inside the store
+    List<Long> queued = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      queued.add(submitted(rw(StorageKind.GET, 64L * (i + 1), 64, "ns_queued" + i)));
+    }
+    assertEquals(3, executor.metrics().get().queuedJobs());
+    release.countDown(); // the running call fails: an outage
+    assertEquals(List.of(KeyOutcome.FAILED), await(failing).outcomes());
+    for (long id : queued) {
+      StorageDone d = await(id);
+      assertEquals(List.of(KeyOutcome.FAILED), d.outcomes(), "no object evidence: " + d);
+      assertTrue(d.retired(), d.toString());
+      assertFalse(d.detached(), "rejected, not cancelled: " + d);
+      assertEquals(0, d.bytes());
+    }
+    L3Metrics m = executor.metrics();
+    assertEquals(1, s.calls.get(), "no queued job reached the backend during the cooldown");
+    assertEquals(1, m.healthEpoch(), "one outage, one epoch");
+    assertEquals(1, m.outages());
+    assertEquals(3, m.queuedRejectedByOutage());
+    assertEquals("COOLDOWN", m.healthState());
+    assertEquals(0, m.get().queuedJobs());
+  }
+
+  // ---------------------------------------------------------------- close
+
+  @Test
+  void shouldCloseTheStoreExactlyOnceWhenManyThreadsRaceClose() throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    // a join deadline far beyond any scheduling delay: it is not what this test is about
+    start(s, new L3ExecutorConfig(1, 1, 1, 4, 4, 4, 100, 1_000, 600_000));
+    s.gate();
+    long running = submitted(rw(StorageKind.GET, 0, 64, "ns_running"));
+    s.awaitEntered(1); // the first close waits for this call; the others must wait for it
+    int threads = 8;
+    List<Thread> closers = new ArrayList<>();
+    CloseReport[] reports = new CloseReport[threads];
+    for (int i = 0; i < threads; i++) {
+      int slot = i;
+      Thread t = Thread.ofPlatform().start(() -> reports[slot] = executor.close());
+      closers.add(t);
+    }
+    Awaits.until(
+        "every closer waits inside close",
+        () -> closers.stream().allMatch(L3ExecutorTest::waitsInsideClose));
+    s.openGate();
+    for (Thread t : closers) {
+      t.join(10_000);
+      assertFalse(t.isAlive(), "a closer returned");
+    }
+    assertEquals(1, s.closes.get(), "the store is closed exactly once");
+    for (CloseReport r : reports) {
+      assertSame(reports[0], r, "every caller gets the one report");
+    }
+    assertTrue(reports[0].storeClosed(), reports[0].message());
+    assertFalse(await(running).detached());
+    assertSame(reports[0], executor.close(), "a later close returns the same report");
+    executor = null;
+  }
+
+  /**
+   * Whether {@code t} is parked inside {@link L3Executor#close} (joining or awaiting), not lock.
+   */
+  private static boolean waitsInsideClose(Thread t) {
+    Thread.State state = t.getState();
+    if (state != Thread.State.WAITING && state != Thread.State.TIMED_WAITING) {
+      return false;
+    }
+    boolean inClose = false;
+    boolean parkedForLock = false;
+    boolean parkedInClose = false;
+    for (StackTraceElement f : t.getStackTrace()) {
+      String m = f.getMethodName();
+      if (f.getClassName().equals(L3Executor.class.getName()) && m.equals("close")) {
+        inClose = true;
+      }
+      if (m.equals("lock") && f.getClassName().contains("ReentrantLock")) {
+        parkedForLock = true;
+      }
+      if (m.equals("join") || m.equals("awaitUninterruptibly")) {
+        parkedInClose = true;
+      }
+    }
+    return inClose && parkedInClose && !parkedForLock;
+  }
+
+  @Test
+  void shouldCloseTheStoreOfAnIdleExecutorWhenTheJoinDeadlineIsZero() throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    store = s;
+    executor =
+        L3Executor.start(s, new L3ExecutorConfig(8, 8, 8, 4, 4, 4, 100, 1_000, 0), host, clock);
+    await(submitted(query("ns_once")));
+    CloseReport r = executor.close();
+    assertTrue(r.storeClosed(), r.message());
+    assertFalse(r.restartRequired(), r.message());
+    assertEquals(0, r.unjoinedWorkers(), r.message());
+    assertEquals(0, r.quarantinedJobs(), r.message());
+    assertTrue(s.closed.get());
+    executor = null;
+  }
+
+  @Test
+  void shouldCountAJobHungInsideTheStoreAsNeverProvenRetiredInTheCloseReport() throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    store = s;
+    executor =
+        L3Executor.start(s, new L3ExecutorConfig(1, 1, 1, 4, 4, 4, 100, 1_000, 50), host, clock);
+    s.gate();
+    long hung = submitted(rw(StorageKind.GET, 0, 64, "ns_hung"));
+    s.awaitEntered(1); // inside the store until the test opens the gate
+    CloseReport r = executor.close();
+    assertTrue(r.restartRequired(), r.message());
+    assertFalse(r.storeClosed());
+    assertEquals(1, r.unjoinedWorkers(), r.message());
+    assertEquals(1, r.quarantinedJobs(), r.message());
+    assertTrue(r.message().contains("1 job(s) never proven retired"), r.message());
+    assertEquals(1, executor.metrics().unprovenRetirements());
+    assertTrue(executor.quarantined());
+    s.openGate();
+    await(hung); // its late record still comes back, and is not counted twice
+    assertEquals(1, executor.metrics().unprovenRetirements());
+    assertFalse(s.closed.get(), "the store stays open for the life of the process");
+    executor = null;
+  }
+
+  @Test
+  void shouldCountAJobEndedByAnErrorAsNeverProvenRetiredInTheCloseReport() throws Exception {
+    ScriptedStore s = new ScriptedStore(true, 256);
+    start(s, config(1, 4, 100, 0));
+    s.script(
+        (op, keys, segs) -> {
+          throw new StackOverflowError("simulated");
+        });
+    StorageDone d = await(submitted(rw(StorageKind.PUT, 0, 64, "ns_err")));
+    assertFalse(d.retired(), "a worker that died mid-call proves nothing: " + d);
+    CloseReport r = executor.close();
+    assertTrue(r.restartRequired(), r.message());
+    assertEquals(1, r.quarantinedJobs(), r.message());
+    assertTrue(r.message().contains("Error"), r.message());
+    assertEquals(1, executor.metrics().unprovenRetirements());
+    executor = null;
   }
 }

@@ -40,14 +40,24 @@ class ResultInterpreterTest {
             true,
             false,
             0),
+        // more bytes than the destination holds is malformed, not an invalid object
         Arguments.of(
             StorageKind.GET,
             new RowResult.Ok(101, false),
             true,
             false,
-            KeyOutcome.INVALID,
-            true,
+            KeyOutcome.FAILED,
             false,
+            true,
+            0),
+        Arguments.of(
+            StorageKind.GET,
+            new RowResult.Ok(101, false),
+            true,
+            true,
+            KeyOutcome.FAILED,
+            true,
+            true,
             0),
         Arguments.of(
             StorageKind.GET, RowResult.MISSING, true, false, KeyOutcome.MISSING, true, false, 0),
@@ -176,5 +186,17 @@ class ResultInterpreterTest {
         Arguments.of(StorageKind.GET, true, true),
         Arguments.of(StorageKind.PUT, false, false),
         Arguments.of(StorageKind.QUERY, false, true));
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @org.junit.jupiter.params.provider.EnumSource(StorageKind.class)
+  void shouldFailAConfigurationRefusalRetiredWithoutEvidenceOrOutage(StorageKind kind) {
+    StorageJob job = job(kind);
+    ResultInterpreter.Facts f =
+        ResultInterpreter.configurationFailure(job, ResultInterpreter.ownedRows(job));
+    assertEquals(List.of(KeyOutcome.FAILED), f.outcomes(), "FAILED: no object evidence");
+    assertEquals(true, f.retired(), "refused before any transfer");
+    assertEquals(false, f.outage(), "a configuration failure is not an outage");
+    assertEquals(0, f.bytes());
   }
 }

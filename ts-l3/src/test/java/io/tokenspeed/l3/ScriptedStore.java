@@ -29,6 +29,7 @@ final class ScriptedStore implements Store {
   final AtomicInteger calls = new AtomicInteger();
   final List<List<String>> seenKeys = Collections.synchronizedList(new ArrayList<>());
   final AtomicBoolean closed = new AtomicBoolean();
+  final AtomicInteger closes = new AtomicInteger();
   private final boolean failuresRetire;
   private final int maxKeyBytes;
   private volatile Script script;
@@ -112,6 +113,7 @@ final class ScriptedStore implements Store {
 
   @Override
   public void close() {
+    closes.incrementAndGet();
     closed.set(true);
   }
 

@@ -17,6 +17,7 @@ import io.lettuce.core.resource.Delay;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreArguments;
+import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.io.InterruptedIOException;
@@ -54,7 +55,11 @@ import java.util.concurrent.atomic.AtomicLong;
  *   PUT     SET key value NX       OK                           Ok(length, false)  newly written
  *                                  nil (key exists)             Ok(length, true)   already existed
  *                                  OOM (server full)            Rejected(NO_SPACE): re-offer later
- *   any     timeout, lost connection, NOPERM, other error       the call throws IOException
+ *   any     NOPERM, WRONGPASS, NOAUTH (refused by ACL or         the call throws
+ *           credentials, before the command ran)                StoreConfigurationException:
+ *                                                               not an outage; the message names
+ *                                                               the user and the refused command
+ *   any     timeout, lost connection, other error               the call throws IOException
  * </pre>
  *
  * <p>Keys are the tsl3 object keys themselves ({@code tsl3-<ns>_<hash>|g0|o0|r0}); they carry no
@@ -93,6 +98,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * Argument errors (a key or value over its limit, mismatched lists) throw before any command is
  * sent. A failed call's references are therefore released by the executor, never quarantined, and
  * its keys carry no object evidence: the health monitor sees an outage and the next probe decides.
+ * A refusal by ACL or credentials is the exception: it throws {@link StoreConfigurationException},
+ * which the executor counts and logs as a configuration failure without any cooldown, because no
+ * probe can repair an ACL (a cooldown would only repeat: probe, refusal, cooldown).
  *
  * <h2>Outages</h2>
  *
@@ -573,26 +581,57 @@ public final class RedisStore implements Store {
               + " still pending)",
           cause);
     }
+    String user = settings.username().isEmpty() ? "default" : settings.username();
     if (cause instanceof RedisCommandExecutionException && serverMessage.startsWith("NOPERM")) {
       String namespace = namespaceOf(keys.isEmpty() ? "" : keys.getFirst());
-      String user = settings.username().isEmpty() ? "default" : settings.username();
-      return new IOException(
+      String command = commandOf(op);
+      return new StoreConfigurationException(
           what
+              + " at "
+              + where
               + " refused: redis user="
               + user
-              + " may not access keys of namespace "
+              + " may not run command="
+              + command
+              + " on keys of namespace "
               + namespace
               + " ("
               + serverMessage
-              + "); its ACL key pattern must cover ~"
+              + "); its ACL must allow +"
+              + command.toLowerCase(java.util.Locale.ROOT)
+              + " and its key pattern must cover ~"
               + namespace
               + "_*; check the deployment namespace and the user's ACL",
+          cause);
+    }
+    if (cause instanceof RedisCommandExecutionException
+        && (serverMessage.startsWith("WRONGPASS") || serverMessage.startsWith("NOAUTH"))) {
+      return new StoreConfigurationException(
+          what
+              + " at "
+              + where
+              + " refused: the server does not accept redis user="
+              + user
+              + " for command="
+              + commandOf(op)
+              + " ("
+              + serverMessage
+              + "); check the store's username and password",
           cause);
     }
     if (cause instanceof RedisCommandExecutionException) {
       return new IOException(what + " at " + where + " failed: " + serverMessage, cause);
     }
     return new IOException(what + " at " + where + " failed: " + RedisLinks.messages(cause), cause);
+  }
+
+  /** The Redis command a store operation sends per key. */
+  private static String commandOf(String op) {
+    return switch (op) {
+      case "QUERY" -> "STRLEN";
+      case "PUT" -> "SET";
+      default -> op; // GET, SCAN, UNLINK
+    };
   }
 
   private static boolean isServerError(Throwable error, String code) {

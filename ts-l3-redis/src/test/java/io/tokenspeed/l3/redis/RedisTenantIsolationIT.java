@@ -169,7 +169,11 @@ class RedisTenantIsolationIT {
       assertUntouched(host.asSlice((512 << 10) + (long) i * SIZE, SIZE));
     }
     assertFalse(ex.metrics().quarantined());
-    assertEquals(1, ex.metrics().workerFaults());
+    // an ACL refusal is a configuration failure: counted, never a fault or an outage
+    assertEquals(1, ex.metrics().configurationFailures());
+    assertEquals(0, ex.metrics().workerFaults());
+    assertEquals(0, ex.metrics().outages());
+    assertEquals("HEALTHY", ex.metrics().healthState());
     ex.close();
   }
 

@@ -18,7 +18,19 @@ import java.util.List;
  *   <li>Each call returns one row per key in key order. A call may also throw; {@link
  *       #failuresRetire()} then says whether the store has stopped touching the buffers.
  *   <li>{@link #exists} touches no payload buffer, so its failure never retains buffers.
+ *   <li>A call the backend refused because of the deployment's configuration (a permission or a
+ *       credential, before any transfer) throws {@link StoreConfigurationException}. The executor
+ *       then fails the call's rows as retired, without object evidence and without reporting an
+ *       outage: a cooldown cannot repair a configuration.
  * </ul>
+ *
+ * <pre>
+ *   a call ...                               rows              retired?            outage?
+ *   returns a StoreResult                    per RowResult     per result          per row
+ *   throws StoreConfigurationException       all FAILED        yes                 no
+ *   throws anything else, or is malformed    all FAILED        failuresRetire()    yes
+ *                                                              (QUERY: yes)
+ * </pre>
  */
 public interface Store extends AutoCloseable {
 

@@ -92,8 +92,13 @@ import java.util.concurrent.ThreadLocalRandom;
  *   <li>A call that returns or throws leaves no temporary file behind. Only a process killed in the
  *       middle of a PUT can leave one; it is never read as an object, and {@link #deleteNamespace}
  *       removes it with its namespace.
- *   <li>Other I/O failures (no space, permissions, a dead disk) propagate as {@link IOException};
- *       the executor turns them into facts.
+ *   <li>A PUT the file system has no room for (no space on the device, a quota, a file-size limit)
+ *       is a retired per-row refusal, {@code Rejected(NO_SPACE)}, exactly like Mooncake's {@code
+ *       -200} and Redis's {@code OOM}: its temporary file is removed, nothing is published, the
+ *       page may be re-offered later, and the executor sees no outage (reads go on). The rows after
+ *       it are still tried: a smaller object may fit.
+ *   <li>Other I/O failures (permissions, a dead disk) propagate as {@link IOException}; the
+ *       executor turns them into facts.
  * </ul>
  *
  * <p><b>Why it is built this way.</b> Hashed names make any key safe and spread objects over 256
@@ -281,16 +286,46 @@ public final class FileStore implements Store {
       }
       created = publish(temp, p.target());
     } catch (Throwable t) {
+      boolean removed = true;
       try {
         Files.deleteIfExists(temp);
       } catch (IOException | RuntimeException cleanup) {
         t.addSuppressed(cleanup);
+        removed = false;
+      }
+      if (removed && t instanceof IOException io && isOutOfSpace(io)) {
+        return new RowResult.Rejected(RowResult.Rejected.NO_SPACE);
       }
       throw t;
     }
     Files.deleteIfExists(temp);
     return new RowResult.Ok(length, !created);
   }
+
+  /**
+   * Whether {@code e} is the file system refusing more bytes: no space on the device ({@code
+   * ENOSPC}), a quota ({@code EDQUOT}) or a file-size limit ({@code EFBIG}). The JDK reports these
+   * only through the operating system's text, so they are recognized by it ({@code strerror} of
+   * glibc and musl, which agree on these three).
+   */
+  static boolean isOutOfSpace(IOException e) {
+    String text = e instanceof FileSystemException fs ? fs.getReason() : null;
+    if (text == null) {
+      text = e.getMessage();
+    }
+    if (text == null) {
+      return false;
+    }
+    for (String reason : OUT_OF_SPACE) {
+      if (text.contains(reason)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static final List<String> OUT_OF_SPACE =
+      List.of("No space left on device", "Disk quota exceeded", "File too large");
 
   /**
    * Creates the temporary file, creating its directories first; retries when a concurrent namespace

@@ -13,7 +13,8 @@ package io.tokenspeed.l3.store.mooncake;
  * <pre>
  *   code                          where        read as                           retired?
  *   n &gt;= 0, n == length          GET row      Ok(n)                             yes
- *   n &gt;= 0, n != length          GET row      Invalid(n)                        yes
+ *   0 &lt;= n &lt; length              GET row      Invalid(n) (short read)           yes
+ *   n &gt; length                   GET row      Unknown(MALFORMED_RESULT)         NO
  *   OBJECT_NOT_FOUND       -704   GET row      Missing (metadata miss)           yes
  *   OK                        0   PUT row      Ok(length, alreadyExisted=false)  yes
  *   OBJECT_ALREADY_EXISTS  -705   PUT row      Ok(length, alreadyExisted=true)   yes

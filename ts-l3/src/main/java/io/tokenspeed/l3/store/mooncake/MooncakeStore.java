@@ -49,7 +49,8 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * <pre>
  *   call    SDK answer per key                    row                            call retired?
  *   GET     n &gt;= 0 and n == destination length   Ok(n, false)                   yes
- *   GET     n &gt;= 0 and n != destination length   Invalid(n)                     yes
+ *   GET     0 &lt;= n &lt; destination length        Invalid(n)  (short read)       yes
+ *   GET     n &gt; destination length              Unknown(MALFORMED_RESULT)      NO
  *   GET     -704 OBJECT_NOT_FOUND                 Missing                        yes
  *   GET     any other negative                    Unknown(code)                  NO
  *   PUT     0                                     Ok(length, false)              yes
@@ -86,8 +87,9 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * Results are prefilled with a sentinel and carry one guard row. After the call, a row still
  * holding the sentinel was not written, and a guard row that changed means the SDK wrote past the
  * count; both make the answer malformed, as does a value outside the documented set (a positive PUT
- * code, a QUERY answer above 1, a GET code below the {@code int} range of Mooncake's error codes).
- * A top-level status other than 0 means the C layer gave up on the whole call; its own wrapper also
+ * code, a QUERY answer above 1, a GET code below the {@code int} range of Mooncake's error codes, a
+ * GET byte count larger than its destination: bytes that cannot have landed in the buffer). A
+ * top-level status other than 0 means the C layer gave up on the whole call; its own wrapper also
  * returns {@code -1} when it catches a C++ exception, which may happen after transfers were
  * submitted, so it proves nothing.
  *
@@ -655,8 +657,8 @@ public final class MooncakeStore implements Store {
     List<RowResult> rows = new ArrayList<>(count);
     for (int i = 0; i < count; i++) {
       long answer = results.getAtIndex(JAVA_LONG, i);
-      if (overrun || answer <= Integer.MIN_VALUE) {
-        rows.add(malformedRow());
+      if (overrun || answer <= Integer.MIN_VALUE || answer > dsts.get(i).byteSize()) {
+        rows.add(malformedRow()); // a read longer than its destination broke the contract
         retired = false;
       } else if (answer >= 0) {
         if (answer == dsts.get(i).byteSize()) {

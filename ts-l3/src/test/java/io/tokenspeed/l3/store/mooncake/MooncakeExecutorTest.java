@@ -115,6 +115,21 @@ class MooncakeExecutorTest {
   }
 
   @Test
+  void shouldQuarantineAReadLongerThanItsDestination() {
+    run(StorageKind.PUT, 0, "ee");
+    MooncakeStub.shortReads(1, -5); // the SDK answers 4,101 bytes for a 4,096-byte destination
+    StorageDone d = run(StorageKind.GET, 65536, "ee");
+    assertEquals(List.of(KeyOutcome.FAILED), d.outcomes(), "no INVALID object evidence");
+    assertFalse(d.retired());
+    assertEquals(0, d.bytes());
+    assertTrue(executor.quarantined());
+    CloseReport report = executor.close();
+    assertTrue(report.restartRequired(), report.message());
+    assertEquals(1, report.quarantinedJobs(), report.message());
+    executor = null;
+  }
+
+  @Test
   void shouldQuarantineOnAGenericNegativeTransferCode() {
     run(StorageKind.PUT, 0, "dd");
     MooncakeStub.injectRows("batch_get_into", -1, 1);

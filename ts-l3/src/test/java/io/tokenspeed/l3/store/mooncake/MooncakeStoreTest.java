@@ -136,13 +136,18 @@ class MooncakeStoreTest {
   }
 
   @Test
-  void shouldReportInvalidAndRetiredWhenReadIsLongerThanTheDestination() {
+  void shouldReportMalformedAndUnretiredWhenReadIsLongerThanTheDestination() {
     putOne(key("a"), 0, 4096);
     MooncakeStub.shortReads(1, -5);
 
     StoreResult get = store.get(List.of(key("a")), List.of(host.asSlice(8192, 4096)));
 
-    assertEquals(StoreResult.of(List.of(new RowResult.Invalid(4101))), get);
+    // 4,101 bytes cannot have landed in 4,096: a malformed answer proves no retirement
+    assertEquals(
+        new StoreResult(List.of(new RowResult.Unknown(MooncakeCodes.MALFORMED_RESULT)), false),
+        get);
+    assertEquals(0, store.counters().getsInvalid(), "no object evidence");
+    assertTrue(store.counters().malformed() > 0);
   }
 
   @ParameterizedTest(name = "code {0}")
