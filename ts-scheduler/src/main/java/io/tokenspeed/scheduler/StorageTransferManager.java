@@ -50,6 +50,28 @@ import java.util.concurrent.TimeUnit;
  *   <li>block: it is called on the event loop, owns no thread and takes no lock.
  * </ul>
  *
+ * <h2>Generations</h2>
+ *
+ * <p>A full clear, namespace rotation or weight update ({@link #rejectAll}) starts a new
+ * generation. Every ticket remembers the generation it was issued in, and nothing of an earlier one
+ * reaches the current state: its facts never enter the negative metadata, its refused PUT rows are
+ * never offered again, and the Host blocks its PUTs still pin (in flight or quarantined) become
+ * <em>unmatchable</em>:
+ *
+ * <pre>
+ *   published, pinned by an old PUT ──clear──▶ unmatchable (still published, still pinned:
+ *                                                 the native I/O may read it; never freed)
+ *       │ the PUT retires (its last reference)       │ quarantined: stays until restart
+ *       ▼                                            ▼
+ *     evicted at once: never cached, never matched   never matched, never backed up
+ * </pre>
+ *
+ * <p>The Host tier can only drop an unreferenced block from its index, so an unmatchable block
+ * stays in the index while the old ticket holds it; {@link #reusableBound} caps every match of a
+ * prompt below the first boundary that needs one (the scheduler's admission, local-satisfaction
+ * probes and this manager's own preparation all go through it), and {@link #offerBackup} refuses
+ * it. While no such block exists the cap costs nothing.
+ *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
  */
@@ -69,6 +91,7 @@ public final class StorageTransferManager {
     final List<CacheKey> keys;
     final int[] hostBlocks; // GET destinations, PUT sources; 0 once released
     final boolean backup;
+    final long generation;
     Phase phase = Phase.INFLIGHT;
     StorageLease lease;
     long deadlineNs;
@@ -79,8 +102,15 @@ public final class StorageTransferManager {
     int boundary;
     Set<CacheKey> exists;
 
-    Ticket(long id, StorageKind kind, List<CacheKey> keys, int[] hostBlocks, boolean backup) {
+    Ticket(
+        long id,
+        StorageKind kind,
+        List<CacheKey> keys,
+        int[] hostBlocks,
+        boolean backup,
+        long generation) {
       this.id = id;
+      this.generation = generation;
       this.kind = kind;
       this.keys = keys;
       this.hostBlocks = hostBlocks;
@@ -118,6 +148,15 @@ public final class StorageTransferManager {
   private final ArrayDeque<CacheKey> candidates = new ArrayDeque<>();
   private final Set<CacheKey> candidateSet = new HashSet<>();
   private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
+
+  /**
+   * Host blocks of an earlier generation still pinned by its PUT tickets: key to block. Published
+   * (the tier cannot unpublish a referenced block) but never matched, backed up or freed early.
+   */
+  private final Map<CacheKey, Integer> unmatchable = new LinkedHashMap<>();
+
+  /** Advanced by every full clear; tickets of an earlier generation touch nothing current. */
+  private long generation;
 
   private long nextOperationId;
   private long nowNs;
@@ -162,7 +201,7 @@ public final class StorageTransferManager {
       counters.pressureBypasses++;
       return new Preparation(Bypass.PRESSURE, null);
     }
-    int bound = prompt.reusableBound();
+    int bound = reusableBound(prompt, prompt.reusableBound());
     int local = cache.probe(prompt, bound).hostHit();
     if (local >= bound) {
       return new Preparation(Bypass.LOCAL_HIT, null);
@@ -312,8 +351,8 @@ public final class StorageTransferManager {
     int published = 0;
     for (int i = 0; i < t.keys.size(); i++) {
       CacheKey k = t.keys.get(i);
-      if (f.objectFailure(i)) {
-        rememberNegative(k);
+      if (f.objectFailure(i) && t.generation == generation) {
+        rememberNegative(k); // a fact from before a clear is about a namespace no longer asked
       }
       int b = t.hostBlocks[i];
       if (attached && f.ok(i) && host.publish(k, b)) {
@@ -357,6 +396,10 @@ public final class StorageTransferManager {
       counters.drop(StorageCounters.DropReason.PRESSURE, 1);
       return;
     }
+    if (unmatchable.containsKey(key)) {
+      counters.drop(StorageCounters.DropReason.CLEANUP, 1); // an earlier generation's block
+      return;
+    }
     if (candidateSet.contains(key) || pendingPutKeys.containsKey(key)) {
       return; // coalesced with a queued candidate or a pending PUT: not a loss
     }
@@ -390,6 +433,10 @@ public final class StorageTransferManager {
           counters.drop(StorageCounters.DropReason.UNAVAILABLE, 1);
           continue;
         }
+        if (unmatchable.containsKey(k)) {
+          counters.drop(StorageCounters.DropReason.CLEANUP, 1);
+          continue;
+        }
         host.ref(b);
         keys.add(k);
         blocks.add(b);
@@ -409,8 +456,11 @@ public final class StorageTransferManager {
   }
 
   private void onPutDone(Ticket t, AgreedCompletion f) {
-    for (CacheKey k : t.keys) {
-      pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
+    boolean current = t.generation == generation;
+    if (current) { // a clear forgot the earlier generation's pending keys
+      for (CacheKey k : t.keys) {
+        pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
+      }
     }
     if (!f.retired()) {
       quarantine(t);
@@ -419,25 +469,53 @@ public final class StorageTransferManager {
     List<CacheKey> reoffer = new ArrayList<>();
     for (int i = 0; i < t.keys.size(); i++) {
       releaseRef(t, i);
-      if (!f.ok(i)) {
+      if (!f.ok(i) && current) {
         reoffer.add(t.keys.get(i)); // a retired refusal: the page is offered again later
       }
     }
     releaseTicket(t);
+    if (!current) {
+      evictUnmatchable(); // its sources are free of I/O now: they leave the index at once
+    }
     for (CacheKey k : reoffer) {
       offerBackup(k);
+    }
+  }
+
+  /**
+   * Evicts the unmatchable blocks no ticket references any more, and forgets entries whose block
+   * already left the index. Quarantined sources stay (their references never go).
+   */
+  private void evictUnmatchable() {
+    var it = unmatchable.entrySet().iterator();
+    while (it.hasNext()) {
+      var e = it.next();
+      int b = e.getValue();
+      if (!e.getKey().equals(host.keyOf(b))) {
+        it.remove();
+      } else if (host.pool().refCount(b) == 0) {
+        host.evict(b);
+        it.remove();
+      }
     }
   }
 
   // ================================================================ the round
 
   /**
-   * Whether this round may start new storage work; set at the loop head, before completions. Frozen
-   * and idle rounds still take completions, deadlines and cancellations, but a finished query
-   * reserves nothing and issues no GET until a permitted round.
+   * Whether this round may start new storage work; set at the loop head after the tick and the
+   * cancellations and before completions, so a parked query of a request cancelled this round never
+   * becomes a GET. Frozen and idle rounds still take completions, deadlines and cancellations, but
+   * a finished query reserves nothing and issues no GET until a permitted round; their cleanup
+   * discards queued backup candidates (counted as {@code cleanup}), as pressure closure does.
    */
   public void beginRound(boolean storagePermitted) {
     this.permitted = storagePermitted;
+    if (!storagePermitted && !candidates.isEmpty()) {
+      counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
+      candidates.clear();
+      candidateSet.clear();
+    }
     if (!storagePermitted || gateClosed || quarantined || parked == 0) {
       return;
     }
@@ -585,11 +663,14 @@ public final class StorageTransferManager {
 
   /**
    * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
-   * operation — waits end, Ready holds are released, queued candidates and negative metadata are
-   * dropped — without waiting for any I/O. In-flight tickets stay charged until their facts arrive;
-   * quarantined references stay until restart. Operation ids keep increasing.
+   * operation — waits end, Ready holds are released, queued candidates, pending PUT keys and
+   * negative metadata are dropped — without waiting for any I/O, and starts a new generation.
+   * In-flight tickets stay charged until their facts arrive; quarantined references stay until
+   * restart. Host blocks that PUTs (in flight or quarantined) still pin become unmatchable: never
+   * matched or backed up again, evicted when their PUT retires. Operation ids keep increasing.
    */
   public void rejectAll() {
+    generation++;
     for (Ticket t : new ArrayList<>(tickets.values())) {
       switch (t.phase) {
         case INFLIGHT -> {
@@ -612,12 +693,49 @@ public final class StorageTransferManager {
         }
         case QUARANTINED -> {}
       }
+      if (t.kind == StorageKind.PUT) {
+        for (int b : t.hostBlocks) {
+          CacheKey k = b == 0 ? null : host.keyOf(b);
+          if (k != null) {
+            unmatchable.put(k, b);
+          }
+        }
+      }
     }
     counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
     candidates.clear();
     candidateSet.clear();
+    pendingPutKeys.clear();
     negative.clear();
     negativeFifo.clear();
+  }
+
+  /**
+   * The most of {@code prompt} a match may reuse, at most {@code bound}: {@code bound} itself
+   * unless an unmatchable block of an earlier generation lies below it, then the longest candidate
+   * boundary below the first one that needs such a block. Every boundary a match up to the result
+   * considers needs none of them (a window or checkpoint group is not prefix-closed, so the cap is
+   * the first boundary that needs one, not the last). Costs nothing while there are none; with
+   * some, a walk over the prompt's candidate boundaries.
+   */
+  public int reusableBound(PromptKeys prompt, int bound) {
+    if (unmatchable.isEmpty() || bound <= 0) {
+      return bound;
+    }
+    int[] cands = cache.candidates(prompt, 0, Math.min(bound, prompt.reusableBound()));
+    int last = 0;
+    for (int c : cands) {
+      if (c == 0) {
+        continue;
+      }
+      for (CacheKey k : cache.neededKeys(prompt, c)) {
+        if (unmatchable.containsKey(k)) {
+          return last;
+        }
+      }
+      last = c;
+    }
+    return bound;
   }
 
   // ================================================================ leases
@@ -697,7 +815,7 @@ public final class StorageTransferManager {
   // ================================================================ ledger
 
   private Ticket newTicket(StorageKind kind, List<CacheKey> keys, int[] blocks, boolean backup) {
-    Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup);
+    Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup, generation);
     tickets.put(t.id, t);
     opUsed++;
     hostUsed += blocks.length;
@@ -811,6 +929,26 @@ public final class StorageTransferManager {
     return candidates.size();
   }
 
+  /** True when {@code key} is a Host block of an earlier generation that no match may use. */
+  public boolean unmatchable(CacheKey key) {
+    return unmatchable.containsKey(key);
+  }
+
+  /** The generation: how many full clears this manager has seen. */
+  public long generation() {
+    return generation;
+  }
+
+  /** True while {@code requestId} holds a live lease on any ticket (tests and observability). */
+  boolean holdsLease(long requestId) {
+    for (Ticket t : tickets.values()) {
+      if (t.lease != null && t.lease.live() && t.lease.requestId() == requestId) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** True when {@code key} is in the negative metadata. */
   public boolean knownMissing(CacheKey key) {
     return negative.contains(key);
@@ -870,6 +1008,13 @@ public final class StorageTransferManager {
         "parked count out of step: " + parked);
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
+    for (var e : unmatchable.entrySet()) {
+      int b = e.getValue();
+      check(
+          e.getKey().equals(host.keyOf(b)) && host.pool().refCount(b) > 0,
+          "unmatchable " + e.getKey() + " is no longer a pinned published block " + b);
+      check(!candidateSet.contains(e.getKey()), "unmatchable " + e.getKey() + " is a candidate");
+    }
   }
 
   private static void check(boolean ok, String message) {
