@@ -791,6 +791,15 @@ public final class Scheduler {
     return out;
   }
 
+  /** Each admitted request's Device block table, by request id (the invariant checkers). */
+  Map<Long, int[][]> deviceTables() {
+    Map<Long, int[][]> out = new LinkedHashMap<>();
+    for (Request r : running.values()) {
+      out.put(r.id, r.blocks.rows());
+    }
+    return out;
+  }
+
   /**
    * Checks the scheduler's own invariants: exactly the admitted states (Prefilling, Decoding) own
    * Device blocks — never a request in Prefetching, Submitted or Bootstrapping — and only waiting
