@@ -80,14 +80,6 @@ class SchedulerPropertyTest {
 
   @AfterAll
   static void shortSequencesExercisedEverySituation() {
-    System.err.printf(
-        "coverage: inBatch=%d clearsWithPuts=%d oldFacts=%d oldHost=%d bootCancels=%d cancelWithFact=%d%n",
-        SHORT.retractionsInBatch,
-        SHORT.clearsWithPutsInFlight,
-        SHORT.oldFactsAfterClear,
-        SHORT.oldHostBlocksAfterClear,
-        SHORT.bootstrappingCancels,
-        SHORT.cancelsWithTheirQueryFact);
     if (SHORT.sequences < shortSeeds().count()) {
       return; // a filtered run: the sums would not mean anything
     }
