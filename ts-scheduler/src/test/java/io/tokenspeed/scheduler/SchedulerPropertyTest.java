@@ -46,6 +46,7 @@ class SchedulerPropertyTest {
     long oldFactsAfterClear;
     long bootstrappingCancels;
     long cancelsWithTheirQueryFact;
+    long cancelsOfParkedQueries;
     long oldHostBlocksAfterClear;
     long sequences;
   }
@@ -97,6 +98,9 @@ class SchedulerPropertyTest {
     assertTrue(
         SHORT.bootstrappingCancels >= 500,
         "Bootstrapping PD cancels: " + SHORT.bootstrappingCancels);
+    assertTrue(
+        SHORT.cancelsOfParkedQueries >= 10,
+        "cancels of parked queries: " + SHORT.cancelsOfParkedQueries);
     assertTrue(
         SHORT.cancelsWithTheirQueryFact >= 200,
         "cancels in the round their query completed: " + SHORT.cancelsWithTheirQueryFact);
@@ -218,10 +222,18 @@ class SchedulerPropertyTest {
         }
         (old ? oldEvidence : currentEvidence).addAll(e.getValue());
       }
+      Map<StorageLease, Long> cancelledWaits = new HashMap<>();
       for (long id : cancels) {
         RequestState st = s.state(id);
         if (st instanceof RequestState.Bootstrapping) {
           cov.bootstrappingCancels++;
+        }
+        if (st instanceof RequestState.Prefetching p) {
+          long op = p.lease().operationId();
+          cancelledWaits.put(p.lease(), op);
+          if (!pending.containsKey(op) && facts.stream().noneMatch(x -> x.operationId() == op)) {
+            cov.cancelsOfParkedQueries++; // its query's facts came in an earlier, frozen round
+          }
         }
         if (st instanceof RequestState.Prefetching p
             && facts.stream().anyMatch(x -> x.operationId() == p.lease().operationId())) {
@@ -233,6 +245,12 @@ class SchedulerPropertyTest {
       assertEquals(generationBefore, f.stm.generation());
       oldHost.entrySet().removeIf(e -> !e.getValue().equals(f.cache.host().keyOf(e.getKey())));
       checkPlan(s, f, plan, cancels, oldHost);
+      for (var e : cancelledWaits.entrySet()) {
+        assertEquals(
+            e.getValue(),
+            e.getKey().operationId(),
+            "the wait of a request cancelled in plan " + plan.round() + " moved on to a GET");
+      }
       for (StorageOp op : plan.storage()) {
         if (op instanceof StorageOp.Cancel c) {
           cancelledOps.add(c.operationId());
