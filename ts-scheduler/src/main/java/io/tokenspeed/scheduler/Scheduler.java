@@ -441,9 +441,6 @@ public final class Scheduler {
         continue; // considers L3 first (next round when storage is not permitted now)
       }
       int bound = r.prompt.reusableBound();
-      if (storage != null) {
-        bound = storage.reusableBound(r.prompt, bound); // nothing of an earlier generation
-      }
       int end = r.prompt.numTokens() + Math.min(r.headroomTokens, r.maxNewTokens);
       Admission a = cache.admitUpTo(r.prompt, bound, end);
       if (a == null) {
@@ -635,7 +632,9 @@ public final class Scheduler {
       switch (r.state) {
         case RequestState.Prefilling p -> {
           int computed = p.computed() + item.numTokens();
-          r.blocks.publishComputed(r.prompt, computed);
+          if (cache.isCurrent(p.admission())) { // admitted before a full clear: publishes nothing
+            r.blocks.publishComputed(r.prompt, computed);
+          }
           r.blocks.slideWindows(computed);
           transition(
               r,
@@ -852,9 +851,13 @@ public final class Scheduler {
 
   /**
    * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
-   * operation (waits end, Ready holds go, Host blocks still pinned by PUTs become unmatchable until
-   * they retire) without draining any I/O, voids demotions in flight (their copies publish nothing
-   * and offer no backup), then drops every cached Device and Host block nobody references.
+   * operation (waits end, Ready holds go, Host blocks still pinned by PUTs leave the index and are
+   * freed when they retire) without draining any I/O, voids demotions in flight (their copies
+   * publish nothing and offer no backup), then clears the cache ({@link CacheCoordinator#clear}):
+   * cached Device and Host blocks are dropped, and every block still held — by a running request, a
+   * copy in flight or a storage ticket — is unpublished, so no request admitted from now on can
+   * match anything from before. Running requests keep their blocks and go on; what they compute
+   * from now on is not published (their admission predates the clear).
    */
   public void clearAll() {
     voidedDemotions.addAll(demoting);
@@ -864,10 +867,7 @@ public final class Scheduler {
         resume(w);
       }
     }
-    clearDevice();
-    for (int b : cache.host().evictionCandidates(Integer.MAX_VALUE)) {
-      cache.host().evict(b);
-    }
+    cache.clear();
   }
 
   /** An L1-only clear: cached Device blocks go; Host-only storage I/O is left alone. */

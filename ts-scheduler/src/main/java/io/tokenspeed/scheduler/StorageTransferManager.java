@@ -55,22 +55,20 @@ import java.util.concurrent.TimeUnit;
  * <p>A full clear, namespace rotation or weight update ({@link #rejectAll}) starts a new
  * generation. Every ticket remembers the generation it was issued in, and nothing of an earlier one
  * reaches the current state: its facts never enter the negative metadata, its refused PUT rows are
- * never offered again, and the Host blocks its PUTs still pin (in flight or quarantined) become
- * <em>unmatchable</em>:
+ * never offered again, and the Host blocks its PUTs still hold (in flight or quarantined) are
+ * unpublished at once ({@link TierCache#unpublish}):
  *
  * <pre>
- *   published, pinned by an old PUT ──clear──▶ unmatchable (still published, still pinned:
- *                                                 the native I/O may read it; never freed)
- *       │ the PUT retires (its last reference)       │ quarantined: stays until restart
+ *   published, a PUT's source ──clear──▶ withdrawn: in no index (never matched, looked up or
+ *                                          backed up), still allocated and referenced, read-only
+ *       │ the PUT retires (its last reference)       │ quarantined: the reference never goes
  *       ▼                                            ▼
- *     evicted at once: never cached, never matched   never matched, never backed up
+ *     freed                                          allocated until restart
  * </pre>
  *
- * <p>The Host tier can only drop an unreferenced block from its index, so an unmatchable block
- * stays in the index while the old ticket holds it; {@link #reusableBound} caps every match of a
- * prompt below the first boundary that needs one (the scheduler's admission, local-satisfaction
- * probes and this manager's own preparation all go through it), and {@link #offerBackup} refuses
- * it. While no such block exists the cap costs nothing.
+ * <p>So the rule costs nothing on the read path: admission, preparation and backup dispatch look in
+ * the index, and a withdrawn block is not there. The rest of a full clear (cached blocks, running
+ * requests' rows, copies in flight) is {@link CacheCoordinator#clear}.
  *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
@@ -149,12 +147,6 @@ public final class StorageTransferManager {
   private final Set<CacheKey> candidateSet = new HashSet<>();
   private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
 
-  /**
-   * Host blocks of an earlier generation still pinned by its PUT tickets: key to block. Published
-   * (the tier cannot unpublish a referenced block) but never matched, backed up or freed early.
-   */
-  private final Map<CacheKey, Integer> unmatchable = new LinkedHashMap<>();
-
   /** Advanced by every full clear; tickets of an earlier generation touch nothing current. */
   private long generation;
 
@@ -201,7 +193,7 @@ public final class StorageTransferManager {
       counters.pressureBypasses++;
       return new Preparation(Bypass.PRESSURE, null);
     }
-    int bound = reusableBound(prompt, prompt.reusableBound());
+    int bound = prompt.reusableBound();
     int local = cache.probe(prompt, bound).hostHit();
     if (local >= bound) {
       return new Preparation(Bypass.LOCAL_HIT, null);
@@ -396,10 +388,6 @@ public final class StorageTransferManager {
       counters.drop(StorageCounters.DropReason.PRESSURE, 1);
       return;
     }
-    if (unmatchable.containsKey(key)) {
-      counters.drop(StorageCounters.DropReason.CLEANUP, 1); // an earlier generation's block
-      return;
-    }
     if (candidateSet.contains(key) || pendingPutKeys.containsKey(key)) {
       return; // coalesced with a queued candidate or a pending PUT: not a loss
     }
@@ -431,10 +419,6 @@ public final class StorageTransferManager {
         int b = host.lookup(k);
         if (b == 0) {
           counters.drop(StorageCounters.DropReason.UNAVAILABLE, 1);
-          continue;
-        }
-        if (unmatchable.containsKey(k)) {
-          counters.drop(StorageCounters.DropReason.CLEANUP, 1);
           continue;
         }
         host.ref(b);
@@ -473,30 +457,9 @@ public final class StorageTransferManager {
         reoffer.add(t.keys.get(i)); // a retired refusal: the page is offered again later
       }
     }
-    releaseTicket(t);
-    if (!current) {
-      evictUnmatchable(); // its sources are free of I/O now: they leave the index at once
-    }
+    releaseTicket(t); // an earlier generation's sources were withdrawn: freed by releaseRef
     for (CacheKey k : reoffer) {
       offerBackup(k);
-    }
-  }
-
-  /**
-   * Evicts the unmatchable blocks no ticket references any more, and forgets entries whose block
-   * already left the index. Quarantined sources stay (their references never go).
-   */
-  private void evictUnmatchable() {
-    var it = unmatchable.entrySet().iterator();
-    while (it.hasNext()) {
-      var e = it.next();
-      int b = e.getValue();
-      if (!e.getKey().equals(host.keyOf(b))) {
-        it.remove();
-      } else if (host.pool().refCount(b) == 0) {
-        host.evict(b);
-        it.remove();
-      }
     }
   }
 
@@ -666,8 +629,9 @@ public final class StorageTransferManager {
    * operation — waits end, Ready holds are released, queued candidates, pending PUT keys and
    * negative metadata are dropped — without waiting for any I/O, and starts a new generation.
    * In-flight tickets stay charged until their facts arrive; quarantined references stay until
-   * restart. Host blocks that PUTs (in flight or quarantined) still pin become unmatchable: never
-   * matched or backed up again, evicted when their PUT retires. Operation ids keep increasing.
+   * restart. Host blocks that PUTs (in flight or quarantined) still hold are unpublished at once:
+   * in no index any more (never matched or backed up again), still allocated for the native I/O,
+   * freed when their PUT retires (never, when quarantined). Operation ids keep increasing.
    */
   public void rejectAll() {
     generation++;
@@ -695,9 +659,8 @@ public final class StorageTransferManager {
       }
       if (t.kind == StorageKind.PUT) {
         for (int b : t.hostBlocks) {
-          CacheKey k = b == 0 ? null : host.keyOf(b);
-          if (k != null) {
-            unmatchable.put(k, b);
+          if (b != 0) {
+            host.unpublish(b); // withdrawn: the native I/O may still read it
           }
         }
       }
@@ -708,34 +671,6 @@ public final class StorageTransferManager {
     pendingPutKeys.clear();
     negative.clear();
     negativeFifo.clear();
-  }
-
-  /**
-   * The most of {@code prompt} a match may reuse, at most {@code bound}: {@code bound} itself
-   * unless an unmatchable block of an earlier generation lies below it, then the longest candidate
-   * boundary below the first one that needs such a block. Every boundary a match up to the result
-   * considers needs none of them (a window or checkpoint group is not prefix-closed, so the cap is
-   * the first boundary that needs one, not the last). Costs nothing while there are none; with
-   * some, a walk over the prompt's candidate boundaries.
-   */
-  public int reusableBound(PromptKeys prompt, int bound) {
-    if (unmatchable.isEmpty() || bound <= 0) {
-      return bound;
-    }
-    int[] cands = cache.candidates(prompt, 0, Math.min(bound, prompt.reusableBound()));
-    int last = 0;
-    for (int c : cands) {
-      if (c == 0) {
-        continue;
-      }
-      for (CacheKey k : cache.neededKeys(prompt, c)) {
-        if (unmatchable.containsKey(k)) {
-          return last;
-        }
-      }
-      last = c;
-    }
-    return bound;
   }
 
   // ================================================================ leases
@@ -929,11 +864,6 @@ public final class StorageTransferManager {
     return candidates.size();
   }
 
-  /** True when {@code key} is a Host block of an earlier generation that no match may use. */
-  public boolean unmatchable(CacheKey key) {
-    return unmatchable.containsKey(key);
-  }
-
   /** The generation: how many full clears this manager has seen. */
   public long generation() {
     return generation;
@@ -1008,12 +938,23 @@ public final class StorageTransferManager {
         "parked count out of step: " + parked);
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
-    for (var e : unmatchable.entrySet()) {
-      int b = e.getValue();
-      check(
-          e.getKey().equals(host.keyOf(b)) && host.pool().refCount(b) > 0,
-          "unmatchable " + e.getKey() + " is no longer a pinned published block " + b);
-      check(!candidateSet.contains(e.getKey()), "unmatchable " + e.getKey() + " is a candidate");
+    for (Ticket t : tickets.values()) {
+      if (t.generation != generation) {
+        for (int b : t.hostBlocks) {
+          check(
+              b == 0 || host.keyOf(b) == null,
+              "ticket "
+                  + t.id
+                  + " of generation "
+                  + t.generation
+                  + " holds Host block "
+                  + b
+                  + " published as "
+                  + (b == 0 ? null : host.keyOf(b))
+                  + " in generation "
+                  + generation);
+        }
+      }
     }
   }
 

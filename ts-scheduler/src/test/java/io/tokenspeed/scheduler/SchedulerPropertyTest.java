@@ -48,6 +48,7 @@ class SchedulerPropertyTest {
     long cancelsWithTheirQueryFact;
     long cancelsOfParkedQueries;
     long oldHostBlocksAfterClear;
+    long withdrawnDeviceBlocksAtClear;
     long sequences;
   }
 
@@ -96,6 +97,10 @@ class SchedulerPropertyTest {
         SHORT.oldHostBlocksAfterClear >= 500,
         "old Host blocks pinned past a clear: " + SHORT.oldHostBlocksAfterClear);
     assertTrue(
+        SHORT.withdrawnDeviceBlocksAtClear >= 10_000,
+        "Device blocks of running requests withdrawn by a clear: "
+            + SHORT.withdrawnDeviceBlocksAtClear);
+    assertTrue(
         SHORT.bootstrappingCancels >= 500,
         "Bootstrapping PD cancels: " + SHORT.bootstrappingCancels);
     assertTrue(
@@ -136,6 +141,8 @@ class SchedulerPropertyTest {
     int finished = 0;
     Map<Long, Long> opGeneration = new HashMap<>();
     Map<Integer, CacheKey> oldHost = new HashMap<>();
+    // per request running at the last clear: the withdrawn Device blocks its table held then
+    Map<Long, Set<Integer>> oldDevice = new HashMap<>();
     Set<CacheKey> oldEvidence = new HashSet<>();
     Set<CacheKey> currentEvidence = new HashSet<>();
     for (int round = 0; round < rounds; round++) {
@@ -204,16 +211,38 @@ class SchedulerPropertyTest {
         if (pending.values().stream().anyMatch(StorageOp.Put.class::isInstance)) {
           cov.clearsWithPutsInFlight++;
         }
-        s.clearAll();
-        currentEvidence.clear();
-        oldHost.clear();
         var host = f.cache.host();
+        var device = f.cache.device();
+        Map<Integer, CacheKey> publishedBefore = new HashMap<>();
         for (int b = 1; b < host.pool().blockIdLimit(); b++) {
           if (host.pool().isAllocated(b) && host.keyOf(b) != null) {
-            oldHost.put(b, host.keyOf(b)); // published before the clear and still there
+            publishedBefore.put(b, host.keyOf(b));
+          }
+        }
+        s.clearAll();
+        for (int g = 0; g < f.cache.layout().numGroups(); g++) {
+          assertEquals(0, host.publishedCount(g), "Host index after a clear, group " + g);
+          assertEquals(0, device.publishedCount(g), "Device index after a clear, group " + g);
+        }
+        currentEvidence.clear();
+        oldHost.clear();
+        for (var e : publishedBefore.entrySet()) {
+          if (host.isWithdrawn(e.getKey())) {
+            oldHost.put(e.getKey(), e.getValue()); // published before the clear and still held
           }
         }
         cov.oldHostBlocksAfterClear += oldHost.size();
+        cov.withdrawnDeviceBlocksAtClear += device.withdrawnCount();
+        oldDevice.clear();
+        for (var e : s.deviceTables().entrySet()) {
+          for (int[] row : e.getValue()) {
+            for (int b : row) {
+              if (b != 0 && device.isWithdrawn(b)) {
+                oldDevice.computeIfAbsent(e.getKey(), k -> new HashSet<>()).add(b);
+              }
+            }
+          }
+        }
       }
       for (var e : failedByGeneration.entrySet()) {
         boolean old = e.getKey() != f.stm.generation();
@@ -243,8 +272,8 @@ class SchedulerPropertyTest {
       long generationBefore = f.stm.generation();
       ExecutionPlan plan = s.round(new RoundInput(now, pressure, cancels, facts, !frozen, !frozen));
       assertEquals(generationBefore, f.stm.generation());
-      oldHost.entrySet().removeIf(e -> !e.getValue().equals(f.cache.host().keyOf(e.getKey())));
-      checkPlan(s, f, plan, cancels, oldHost);
+      oldHost.keySet().removeIf(b -> !f.cache.host().isWithdrawn(b));
+      checkPlan(s, f, plan, cancels, oldHost, oldDevice);
       for (var e : cancelledWaits.entrySet()) {
         assertEquals(
             e.getValue(),
@@ -265,7 +294,7 @@ class SchedulerPropertyTest {
             "a fact of an earlier generation is negative metadata: " + k);
       }
       s.onForwardDone(plan);
-      oldHost.entrySet().removeIf(e -> !e.getValue().equals(f.cache.host().keyOf(e.getKey())));
+      oldHost.keySet().removeIf(b -> !f.cache.host().isWithdrawn(b));
       for (long id : new ArrayList<>(known)) {
         if (s.state(id) == null) {
           known.remove(id);
@@ -342,7 +371,8 @@ class SchedulerPropertyTest {
       StmFixture f,
       ExecutionPlan plan,
       List<Long> cancels,
-      Map<Integer, CacheKey> oldHost) {
+      Map<Integer, CacheKey> oldHost,
+      Map<Long, Set<Integer>> oldDevice) {
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       RequestState st = s.state(item.requestId());
       assertTrue(
@@ -360,7 +390,18 @@ class SchedulerPropertyTest {
             continue;
           }
           tabled.add(b);
-          if (f.cache.device().keyOf(b) == null) {
+          if (f.cache.device().isWithdrawn(b)) {
+            // unpublished by a clear: only a request that held it then may hold it now
+            assertTrue(
+                oldDevice.getOrDefault(e.getKey(), Set.of()).contains(b),
+                "plan "
+                    + plan.round()
+                    + ": request "
+                    + e.getKey()
+                    + " holds Device block "
+                    + b
+                    + " withdrawn by a clear it did not hold it across");
+          } else if (f.cache.device().keyOf(b) == null) {
             Long other = owner.put(b, e.getKey());
             assertTrue(
                 other == null || other.equals(e.getKey()),

@@ -2,8 +2,11 @@ package io.tokenspeed.scheduler;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.PromptKeys;
@@ -110,33 +113,47 @@ final class StmSimulation {
     if (pending.values().stream().anyMatch(StorageOp.Put.class::isInstance)) {
       clearsWithPutsInFlight++;
     }
+    var host = f.cache.host();
+    Map<Integer, CacheKey> before = new HashMap<>();
+    for (int b = 1; b < host.pool().blockIdLimit(); b++) {
+      if (host.pool().isAllocated(b) && host.keyOf(b) != null) {
+        before.put(b, host.keyOf(b));
+      }
+    }
     f.stm.rejectAll();
-    for (int b : f.cache.host().evictionCandidates(Integer.MAX_VALUE)) {
-      f.cache.host().evict(b);
+    for (HeldBlock h : f.stm.heldHostBlocks()) {
+      assertNull(host.keyOf(h.blockId()), "a ticket's block is published after rejectAll: " + h);
+    }
+    f.cache.clear(); // the rest of the scheduler's full clear
+    for (int g = 0; g < f.cache.layout().numGroups(); g++) {
+      assertEquals(0, host.publishedCount(g), "the Host index after a clear, group " + g);
     }
     transcript.add("clear");
     currentEvidence.clear();
     oldHost.clear();
-    var host = f.cache.host();
-    for (int b = 1; b < host.pool().blockIdLimit(); b++) {
-      if (host.pool().isAllocated(b) && host.keyOf(b) != null) {
-        oldHost.put(b, host.keyOf(b)); // pinned by an old PUT: must not be matched any more
+    for (var e : before.entrySet()) {
+      if (host.isWithdrawn(e.getKey())) {
+        oldHost.put(e.getKey(), e.getValue()); // still held by an old PUT: never findable again
       }
     }
     oldHostBlocks += oldHost.size();
   }
 
-  /** Nothing of an earlier generation is matchable or remembered as negative. */
+  /** Nothing of an earlier generation is in the index or remembered as negative. */
   private void checkGenerations() {
-    oldHost.entrySet().removeIf(e -> !e.getValue().equals(f.cache.host().keyOf(e.getKey())));
+    var host = f.cache.host();
+    oldHost.keySet().removeIf(b -> !host.isWithdrawn(b)); // freed: its id may be reused
+    for (var e : oldHost.entrySet()) {
+      assertNotEquals(
+          e.getKey(), host.lookup(e.getValue()), "the index finds old block " + e.getKey());
+      assertNull(host.keyOf(e.getKey()), "old block " + e.getKey() + " is published");
+    }
     if (!oldHost.isEmpty()) {
-      Set<CacheKey> old = new HashSet<>(oldHost.values());
       for (PromptKeys p : prompts) {
-        int cap = f.stm.reusableBound(p, p.reusableBound());
-        for (int c : f.cache.candidates(p, 0, cap)) {
-          for (CacheKey k : f.cache.neededKeys(p, c)) {
-            assertFalse(old.contains(k), "boundary " + c + " <= " + cap + " needs old " + k);
-          }
+        int hit = f.cache.probe(p, p.reusableBound()).hostHit();
+        for (CacheKey k : f.cache.neededKeys(p, hit)) {
+          int b = host.lookup(k);
+          assertFalse(oldHost.containsKey(b), "a match to " + hit + " uses old block " + b);
         }
       }
     }

@@ -549,9 +549,13 @@ class StorageTransferManagerTest {
     f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), false, false)); // unretired
     assertTrue(f.stm.quarantined());
     f.stm.rejectAll();
-    assertEquals(0, f.stm.reusableBound(p, p.reusableBound()), "nothing of it is matchable");
+    assertEquals(0, f.cache.probe(p, p.reusableBound()).hostHit(), "nothing of it is matchable");
+    for (CacheKey k : keys) {
+      assertFalse(f.cache.host().contains(k), "not in the index: " + k);
+    }
     for (int b : put.hostBlocks()) {
       assertTrue(f.cache.host().pool().isAllocated(b), "never freed: " + b);
+      assertTrue(f.cache.host().isWithdrawn(b), "withdrawn, still referenced: " + b);
     }
     assertEquals(put.hostBlocks().size(), f.stm.quarantinedRefs());
   }
