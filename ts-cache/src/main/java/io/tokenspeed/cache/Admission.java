@@ -21,5 +21,8 @@ import java.util.List;
  * @param deviceHit the part of it that was already on the Device
  * @param tables per group the Device block of each row (0 for a hole)
  * @param copies Host→Device loads and Device→Device copy-on-write copies to perform
+ * @param clearEpoch the coordinator's count of full clears when it admitted: an admission made
+ *     before a clear publishes nothing after it (see {@link CacheCoordinator#clear})
  */
-public record Admission(int hit, int deviceHit, int[][] tables, List<BlockCopy> copies) {}
+public record Admission(
+    int hit, int deviceHit, int[][] tables, List<BlockCopy> copies, long clearEpoch) {}

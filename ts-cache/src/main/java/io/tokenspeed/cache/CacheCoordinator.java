@@ -25,6 +25,11 @@ import java.util.List;
  *       nothing and returns null. Published blocks are never handed out for writing; a partial
  *       block at a tail is copied into a private block first (copy-on-write).
  *   <li>Query planning allocates nothing.
+ *   <li>After a full {@link #clear} nothing from before it can be found: every index of both tiers
+ *       is empty and the tail hints are gone. A block somebody still holds (a PUT's source, a
+ *       quarantined reference, a running request's row, a copy's source) is withdrawn rather than
+ *       freed — it keeps its memory for its holders and is freed with their last reference — and an
+ *       admission made before the clear publishes nothing after it.
  * </ul>
  *
  * <p>Single-threaded: owned by the event loop. It holds no locks and must never be called from an
@@ -36,6 +41,9 @@ public final class CacheCoordinator {
   private final TierCache device;
   private final TierCache host;
   private final TailTable tails;
+
+  /** Full clears so far; an admission remembers the count it was made under. */
+  private long clears;
 
   public CacheCoordinator(
       CacheLayout layout, int deviceParents, int hostParents, int tailTableCapacity) {
@@ -251,7 +259,7 @@ public final class CacheCoordinator {
         }
       }
     }
-    return new Admission(hit, probe.deviceHit(), tables, List.copyOf(copies));
+    return new Admission(hit, probe.deviceHit(), tables, List.copyOf(copies), clears);
   }
 
   /**
@@ -260,8 +268,9 @@ public final class CacheCoordinator {
    * references held on the sources.
    */
   public void finishCopies(Admission admission, boolean completed) {
+    boolean publish = completed && isCurrent(admission);
     for (BlockCopy c : admission.copies()) {
-      if (completed && c.publishOnComplete() && !device.contains(c.key())) {
+      if (publish && c.publishOnComplete() && !device.contains(c.key())) {
         device.publish(c.key(), c.dstBlock());
       }
       tier(c.srcTier()).unref(c.srcBlock());
@@ -277,6 +286,35 @@ public final class CacheCoordinator {
         }
       }
     }
+  }
+
+  /**
+   * A full clear (a cache reset, namespace rotation or weight update): afterwards no probe, match
+   * or admission finds anything published before it. In both tiers every cached block is evicted
+   * and every block still referenced — by a storage ticket (a PUT's source, a quarantined
+   * reference), by a running request's table or by a copy in flight — is unpublished: withdrawn
+   * from its index but left allocated for its holders, who keep using it, and freed with their last
+   * reference. The tail hints are forgotten. Admissions made before the clear publish nothing after
+   * it ({@link #isCurrent}). Costs a walk over both tiers' block ids; it allocates nothing.
+   */
+  public void clear() {
+    clears++;
+    device.unpublishAll();
+    host.unpublishAll();
+    tails.clear();
+  }
+
+  /** Full clears so far. */
+  public long clears() {
+    return clears;
+  }
+
+  /**
+   * True when {@code admission} was made after the last full clear; only such an admission may
+   * publish what it loads or computes (an older one's rows are its own until released).
+   */
+  public boolean isCurrent(Admission admission) {
+    return admission.clearEpoch() == clears;
   }
 
   /** Records that this replica published Host data under the tail ending at {@code boundary}. */

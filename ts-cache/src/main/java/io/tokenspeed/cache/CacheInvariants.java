@@ -18,7 +18,9 @@ import java.util.Set;
  *       published block is in the index;
  *   <li>a block is in the LRU exactly when it is published and unreferenced; an unpublished block
  *       is never unreferenced;
- *   <li>no published block was written after publication.
+ *   <li>a withdrawn block (unpublished while referenced) is allocated, in no index, referenced, and
+ *       counted; a free or published block is never withdrawn;
+ *   <li>no published or withdrawn block was written after publication.
  * </ul>
  */
 public final class CacheInvariants {
@@ -98,9 +100,11 @@ public final class CacheInvariants {
     }
     require(tier.lruConsistent(), t + ": LRU links are broken");
     int published = 0;
+    int withdrawn = 0;
     for (int id = 1; id < pool.blockIdLimit(); id++) {
       if (!pool.isAllocated(id)) {
         require(tier.keyOf(id) == null, t + ": free block " + id + " is still published");
+        require(!tier.isWithdrawn(id), t + ": free block " + id + " is still withdrawn");
         require(!lru.contains(id), t + ": free block " + id + " is in the LRU");
         continue;
       }
@@ -110,7 +114,12 @@ public final class CacheInvariants {
           refs == expected,
           t + ": block " + id + " has ref_count=" + refs + " but " + expected + " holder refs");
       CacheKey key = tier.keyOf(id);
-      if (key == null) {
+      if (tier.isWithdrawn(id)) {
+        withdrawn++;
+        require(key == null, t + ": withdrawn block " + id + " is still published as " + key);
+        require(refs > 0, t + ": withdrawn block " + id + " is allocated with no holder (leak)");
+        require(!tier.writtenSincePublish(id), t + ": withdrawn block " + id + " was written");
+      } else if (key == null) {
         require(refs > 0, t + ": private block " + id + " is allocated with no owner (leak)");
       } else {
         published++;
@@ -137,6 +146,9 @@ public final class CacheInvariants {
       indexed += tier.indexes().get(g).size();
     }
     require(indexed == published, t + ": indexed=" + indexed + " published=" + published);
+    require(
+        withdrawn == tier.withdrawnCount(),
+        t + ": withdrawn=" + tier.withdrawnCount() + " counted=" + withdrawn);
     for (HeldBlock h : expectedRefs.keySet()) {
       if (h.tier() == t) {
         require(pool.isAllocated(h.blockId()), t + ": a holder names free block " + h.blockId());

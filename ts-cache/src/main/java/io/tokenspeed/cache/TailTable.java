@@ -71,6 +71,12 @@ public final class TailTable {
     }
   }
 
+  /** Forgets every tail (a full clear: the data they were recorded under is gone). */
+  public void clear() {
+    byBase.clear();
+    fifo.clear();
+  }
+
   /** Tails of this prompt in {@code (floor, max]} that were recorded, ascending. */
   public int[] hintsFor(PromptKeys keys, int floor, int max) {
     if (fifo.isEmpty()) {

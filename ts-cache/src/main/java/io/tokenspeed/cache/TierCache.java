@@ -18,14 +18,26 @@ import java.util.List;
  *                       │ publish                      │ last unref
  *                       ▼                              ▼
  *                     published, refs ≥ 1  ◀──ref──  free
- *                       │ last unref
+ *                       │ last unref      │ unpublish
+ *                       ▼                 ▼
+ *                     cached             withdrawn (refs ≥ 1, in no index, read-only,
+ *                       │ evict            never published again) ──last unref──▶ free
+ *                       │ (or unpublish)
  *                       ▼
- *                     cached (published, refs = 0, in the LRU) ──evict──▶ free
+ *                     free
  * </pre>
  *
  * <p>Published blocks are immutable: {@link #noteWrite} refuses them, and the invariant checker
  * compares each published block's write count with the count it had when published. Eviction only
- * ever takes cached blocks, oldest first, so a referenced block is never lost. Single-threaded.
+ * ever takes cached blocks, oldest first, so a referenced block is never lost.
+ *
+ * <p>{@link #unpublish} is how a full clear makes a block nobody may find again without taking it
+ * from its holders: a referenced block leaves its index at once (no probe, match, admission or
+ * lookup can see it) but keeps its allocation and its references, so native I/O still reading it or
+ * a running request still attending to it keep valid memory; it is freed by its last {@link
+ * #unref}, exactly as a private block is, and never if its last reference is never dropped
+ * (quarantine). A withdrawn block stays read-only: its bytes are what was published, and it may
+ * still be shared. Single-threaded.
  */
 public final class TierCache {
 
@@ -35,6 +47,11 @@ public final class TierCache {
   private final CacheKey[] keyOfBlock;
   private final long[] writes;
   private final long[] writesAtPublish;
+
+  /** Per block id: published once, then unpublished while referenced (see the class essay). */
+  private final boolean[] withdrawn;
+
+  private int withdrawnBlocks;
 
   // Intrusive doubly linked LRU over block ids; 0 is the sentinel.
   private final int[] lruPrev;
@@ -60,6 +77,7 @@ public final class TierCache {
     this.keyOfBlock = new CacheKey[ids];
     this.writes = new long[ids];
     this.writesAtPublish = new long[ids];
+    this.withdrawn = new boolean[ids];
     this.lruPrev = new int[ids];
     this.lruNext = new int[ids];
   }
@@ -92,6 +110,19 @@ public final class TierCache {
   /** Number of published entries of group {@code g}. */
   public int publishedCount(int groupId) {
     return indexes.get(groupId).size();
+  }
+
+  /**
+   * True when the block was unpublished while referenced: allocated, in no index, read-only, freed
+   * with its last reference.
+   */
+  public boolean isWithdrawn(int blockId) {
+    return blockId > 0 && blockId < withdrawn.length && withdrawn[blockId];
+  }
+
+  /** Number of withdrawn blocks (allocated only for the holders they still have). */
+  public int withdrawnCount() {
+    return withdrawnBlocks;
   }
 
   /** Number of published blocks that nobody references (the eviction candidates). */
@@ -164,6 +195,10 @@ public final class TierCache {
       if (keyOfBlock[blockId] != null) {
         lruAppend(blockId);
       } else {
+        if (withdrawn[blockId]) {
+          withdrawn[blockId] = false;
+          withdrawnBlocks--;
+        }
         pool.free(blockId);
       }
     }
@@ -188,6 +223,10 @@ public final class TierCache {
     if (keyOfBlock[blockId] != null) {
       throw new IllegalStateException(
           tier + " block " + blockId + " is already published as " + keyOfBlock[blockId]);
+    }
+    if (withdrawn[blockId]) {
+      throw new IllegalStateException(
+          tier + " block " + blockId + " was unpublished: it is never published again");
     }
     if (pool.refCount(blockId) == 0) {
       throw new IllegalStateException(tier + " block " + blockId + " has no owner to publish it");
@@ -217,6 +256,49 @@ public final class TierCache {
   }
 
   /**
+   * Removes a published block from its index so that no lookup, probe, match or admission can find
+   * it again, and returns true; does nothing and returns false for a block that is not published
+   * (private, already withdrawn, or free), so unpublishing twice is harmless. A cached block
+   * (nobody references it) is evicted: freed at once. A referenced block keeps its allocation and
+   * every reference and becomes withdrawn: read-only, never published again, freed by its last
+   * {@link #unref} (never, if that reference is never dropped).
+   */
+  public boolean unpublish(int blockId) {
+    if (!pool.isAllocated(blockId) || keyOfBlock[blockId] == null) {
+      return false;
+    }
+    if (pool.refCount(blockId) == 0) {
+      evict(blockId);
+      return true;
+    }
+    CacheKey key = keyOfBlock[blockId];
+    indexes.get(key.groupId()).remove(key);
+    keyOfBlock[blockId] = null;
+    withdrawn[blockId] = true;
+    withdrawnBlocks++;
+    return true;
+  }
+
+  /**
+   * Unpublishes every published block of this tier (a full clear): cached blocks are freed,
+   * referenced ones withdrawn. Afterwards every index of the tier is empty. Returns how many blocks
+   * were withdrawn (the rest were evicted). Costs a walk over the block ids.
+   */
+  public int unpublishAll() {
+    int withdrawnNow = 0;
+    for (int b = 1; b < keyOfBlock.length; b++) {
+      if (keyOfBlock[b] != null) {
+        boolean referenced = pool.refCount(b) > 0;
+        unpublish(b);
+        if (referenced) {
+          withdrawnNow++;
+        }
+      }
+    }
+    return withdrawnNow;
+  }
+
+  /**
    * Up to {@code limit} cached blocks, oldest first: what eviction would take next. The engine
    * copies Device candidates to Host before they go (demotion).
    */
@@ -233,6 +315,10 @@ public final class TierCache {
 
   /** Records that the owner is about to write the block; published blocks are immutable. */
   public void noteWrite(int blockId) {
+    if (withdrawn[blockId]) {
+      throw new IllegalStateException(
+          tier + " block " + blockId + " was published and withdrawn: read-only");
+    }
     if (keyOfBlock[blockId] != null) {
       throw new IllegalStateException(
           tier + " block " + blockId + " is published as " + keyOfBlock[blockId] + ": read-only");
@@ -306,6 +392,8 @@ public final class TierCache {
         + pool.heldBlocks()
         + ", cached="
         + lruSize
+        + ", withdrawn="
+        + withdrawnBlocks
         + ", freeParents="
         + pool.freeParents()
         + ", published="

@@ -1,6 +1,7 @@
 package io.tokenspeed.cache;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.CacheGroupSpec;
@@ -18,13 +19,22 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Seeded random sequences of admissions, copy completions, publications, demotions, evictions and
- * releases over small pools, with every invariant checked after every step and nothing held at the
- * end.
+ * Seeded random sequences of admissions, copy completions, publications, demotions, evictions,
+ * releases and full clears over small pools, with every invariant checked after every step and
+ * nothing held at the end. After a clear every index is empty, and from then on no index entry ever
+ * names a block that was allocated at the clear (those are withdrawn until their holders let go).
  */
 class CacheOperationSequenceTest {
 
   private static final int STEPS = 400;
+
+  private static final java.util.concurrent.atomic.AtomicInteger WITHDRAWN_AT_CLEARS =
+      new java.util.concurrent.atomic.AtomicInteger();
+
+  @org.junit.jupiter.api.AfterAll
+  static void clearsMetHeldBlocks() {
+    assertTrue(WITHDRAWN_AT_CLEARS.get() > 0, "some clear found referenced blocks to withdraw");
+  }
 
   static LongStream seeds() {
     return LongStream.rangeClosed(1, 12).map(i -> 0xCAFE_0000L + i * 104_729);
@@ -60,7 +70,33 @@ class CacheOperationSequenceTest {
     List<Admission> pending = new ArrayList<>();
     int admitted = 0;
     int reused = 0;
+    int clears = 0;
+    int withdrawnAtClears = 0;
+    Map<Tier, java.util.Set<Integer>> old = new java.util.EnumMap<>(Tier.class);
+    for (Tier t : Tier.values()) {
+      old.put(t, new java.util.HashSet<>());
+    }
+    Random clearRnd = new Random(~seed); // its own stream: the other operations stay as they were
     for (int step = 0; step < STEPS; step++) {
+      // clears in the first quarter: the rest of the sequence shows reuse growing back
+      if (step == STEPS / 8 || (step < STEPS / 4 && clearRnd.nextInt(40) == 0)) {
+        f.cache.clear();
+        clears++;
+        for (Tier t : Tier.values()) {
+          TierCache tier = f.cache.tier(t);
+          for (int g = 0; g < layout.numGroups(); g++) {
+            assertEquals(0, tier.publishedCount(g), t + " index after a clear, step " + step);
+          }
+          withdrawnAtClears += tier.withdrawnCount();
+          for (int b = 1; b < tier.pool().blockIdLimit(); b++) {
+            if (tier.pool().isAllocated(b)) {
+              old.get(t).add(b);
+            }
+          }
+        }
+        f.checkInvariants();
+        continue;
+      }
       int op = rnd.nextInt(10);
       if (op < 3) {
         PromptKeys keys = prompts.get(rnd.nextInt(prompts.size()));
@@ -94,6 +130,14 @@ class CacheOperationSequenceTest {
         f.cache.host().evict(f.cache.host().evictionCandidates(1)[0]);
       }
       f.checkInvariants();
+      for (Tier t : Tier.values()) {
+        TierCache tier = f.cache.tier(t);
+        // a block freed since the clear may be allocated anew: only withdrawn ones stay old
+        old.get(t).removeIf(b -> !tier.pool().isAllocated(b) || !tier.isWithdrawn(b));
+        for (int b : old.get(t)) {
+          assertNull(tier.keyOf(b), t + " block " + b + " from before a clear is published");
+        }
+      }
     }
     for (Admission a : new ArrayList<>(live.keySet())) {
       f.release(a);
@@ -104,6 +148,8 @@ class CacheOperationSequenceTest {
       assertEquals(tier.cachedCount(), tier.pool().heldBlocks(), t + ": only cached blocks remain");
     }
     assertTrue(admitted > STEPS / 20, "admitted " + admitted);
+    assertTrue(clears > 0, "the sequence clears");
+    WITHDRAWN_AT_CLEARS.addAndGet(withdrawnAtClears);
     assertTrue(
         reused > 0,
         "some admissions reused a prefix: admitted="
@@ -123,6 +169,9 @@ class CacheOperationSequenceTest {
 
   /** The forward wrote the fresh rows: publish those that lie in full pages of the prompt. */
   private static void computeAndPublish(CacheFixture f, Admission a, PromptKeys keys, Random rnd) {
+    if (!f.cache.isCurrent(a)) {
+      return; // admitted before a full clear: what it computes is its own
+    }
     TierCache device = f.cache.device();
     int p = keys.layout().prefixGranularity();
     int computedEnd = keys.numTokens();

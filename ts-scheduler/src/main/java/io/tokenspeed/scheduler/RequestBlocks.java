@@ -99,7 +99,10 @@ final class RequestBlocks {
       int bg = g.blockGranularity();
       for (int i = 0; i < r.length && (i + 1) * bg <= alignedEnd; i++) {
         int b = r[i];
-        if (b != 0 && device.keyOf(b) == null && device.pool().refCount(b) == 1) {
+        if (b != 0
+            && device.keyOf(b) == null
+            && !device.isWithdrawn(b)
+            && device.pool().refCount(b) == 1) {
           CacheKey key = prompt.keyOf(g.groupId(), i, alignedEnd);
           device.noteWrite(b);
           device.publish(key, b);

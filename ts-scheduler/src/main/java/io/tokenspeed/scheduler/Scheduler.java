@@ -15,10 +15,12 @@ import java.util.Map;
  * The request scheduler: one instance per rank, single-threaded and deterministic — every rank fed
  * the same agreed {@link RoundInput}s produces the same {@link ExecutionPlan}s.
  *
- * <p>A round: apply the agreed tick, pressure, cancellations and completion facts (in that order);
- * resume requests whose L3 wait ended; let each new request consider L3 once (bypass or
- * Prefetching); admit waiting requests through the ordinary matcher; build the forward batch within
- * the token budget; emit the storage commands.
+ * <p>A round: apply the agreed tick, pressure and cancellations, then open the round's storage
+ * permission (a parked query may become a GET only now, after the cancellations), then apply the
+ * completion facts; resume requests whose L3 wait ended; let each new request consider L3 once
+ * (bypass or Prefetching); admit waiting requests through the ordinary matcher; build the forward
+ * batch within the token budget; emit the storage commands. A cancelled request starts no storage
+ * work: a PD request cancelled while Bootstrapping never considers L3.
  *
  * <p>Admission allocates the whole prompt plus a headroom of decode tokens; prefill is chunked by
  * the per-round token budget; decoding grows the block table row by row. When the Device cannot
@@ -26,6 +28,12 @@ import java.util.Map;
  * back, it waits again (without a fresh L3 preparation) and its headroom doubles, so it is less
  * likely to be retracted again. A request larger than the Device can ever hold is refused at
  * submission.
+ *
+ * <p>The plan is what the Device runs, so it never names a request that is not running at its end.
+ * A retraction inside the batch can hit a request the batch already planned (the victim is the most
+ * recently admitted, the batch walks arrival order): its forward item and its admission's pending
+ * copies leave the plan with it, and its tokens go back to the budget. Without that, the block the
+ * victim freed would be written by two requests of one plan.
  */
 public final class Scheduler {
 
@@ -124,6 +132,16 @@ public final class Scheduler {
   private long admissions;
   private long retractions;
 
+  /** The plan under construction (the batch step): a retraction withdraws its victim from it. */
+  private List<ExecutionPlan.ForwardItem> planForward;
+
+  private List<BlockCopy> planCopies;
+  private int budgetLeft;
+  private long retractionsInBatch;
+
+  /** Demotions planned before the last full clear: their copies publish nothing. */
+  private final java.util.Set<ExecutionPlan.Demotion> voidedDemotions = new java.util.HashSet<>();
+
   public Scheduler(CacheCoordinator cache, StorageTransferManager storage, Config config) {
     this.cache = cache;
     this.storage = storage;
@@ -164,6 +182,11 @@ public final class Scheduler {
   /** Retractions since start. */
   public long retractions() {
     return retractions;
+  }
+
+  /** Retractions of a request the same round's batch had already planned (tests, observability). */
+  public long retractionsInBatch() {
+    return retractionsInBatch;
   }
 
   // ---------------------------------------------------------------- frontend
@@ -247,12 +270,12 @@ public final class Scheduler {
     if (storage != null) {
       storage.onTick(in.tickNs());
       storage.onPressure(in.pressure());
-      storage.beginRound(in.storagePermitted());
     }
     for (long id : in.cancellations()) {
       cancel(id);
     }
     if (storage != null) {
+      storage.beginRound(in.storagePermitted()); // after the cancellations: see the class essay
       if (!in.completions().isEmpty()) {
         sentinelsDirty = true; // a query may have become a GET for another boundary
       }
@@ -273,7 +296,7 @@ public final class Scheduler {
     List<ExecutionPlan.Demotion> demotions = new ArrayList<>();
     if (in.forwardPermitted()) {
       admit(copies);
-      batch(forward);
+      batch(forward, copies);
       demote(demotions);
     }
     List<StorageOp> ops = storage == null ? List.of() : storage.drainOps(in.storagePermitted());
@@ -301,7 +324,7 @@ public final class Scheduler {
           continue;
         }
       }
-      if (res.storagePrepared()) {
+      if (res.storagePrepared() || r.cancelAfterBootstrap) {
         unprepared.remove(r.id);
         continue;
       }
@@ -434,35 +457,69 @@ public final class Scheduler {
     }
   }
 
-  private void batch(List<ExecutionPlan.ForwardItem> forward) {
-    int budget = config.tokenBudget();
-    for (Request r : new ArrayList<>(running.values())) {
-      if (budget == 0) {
-        return;
-      }
-      switch (r.state) {
-        case RequestState.Decoding d -> {
-          if (!grow(r, r.prompt.numTokens() + d.generated() + 1)) {
-            continue; // retracted itself: waits again
+  /**
+   * Builds the forward batch in arrival order within the token budget. A growth may retract a
+   * request planned earlier in this walk; {@link #retract} then withdraws it from the plan (see the
+   * class essay), so every item left names a request that is running when the plan is returned.
+   */
+  private void batch(List<ExecutionPlan.ForwardItem> forward, List<BlockCopy> copies) {
+    planForward = forward;
+    planCopies = copies;
+    budgetLeft = config.tokenBudget();
+    try {
+      for (Request r : new ArrayList<>(running.values())) {
+        if (budgetLeft == 0) {
+          return;
+        }
+        switch (r.state) {
+          case RequestState.Decoding d -> {
+            if (!grow(r, r.prompt.numTokens() + d.generated() + 1)) {
+              continue; // retracted itself: waits again
+            }
+            forward.add(
+                new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens() + d.generated(), 1, true));
+            budgetLeft--;
           }
-          forward.add(
-              new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens() + d.generated(), 1, true));
-          budget--;
-        }
-        case RequestState.PrefillDone pd -> {
-          if (!grow(r, r.prompt.numTokens() + 1)) {
-            continue;
+          case RequestState.PrefillDone pd -> {
+            if (!grow(r, r.prompt.numTokens() + 1)) {
+              continue;
+            }
+            forward.add(new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens(), 1, true));
+            budgetLeft--;
           }
-          forward.add(new ExecutionPlan.ForwardItem(r.id, r.prompt.numTokens(), 1, true));
-          budget--;
+          case RequestState.Prefilling p -> {
+            int n = Math.min(budgetLeft, r.prompt.numTokens() - p.computed());
+            forward.add(new ExecutionPlan.ForwardItem(r.id, p.computed(), n, false));
+            budgetLeft -= n;
+          }
+          default -> {} // retracted earlier in this walk
         }
-        case RequestState.Prefilling p -> {
-          int n = Math.min(budget, r.prompt.numTokens() - p.computed());
-          forward.add(new ExecutionPlan.ForwardItem(r.id, p.computed(), n, false));
-          budget -= n;
-        }
-        default -> {}
       }
+    } finally {
+      planForward = null;
+      planCopies = null;
+    }
+  }
+
+  /**
+   * Takes a request about to be retracted out of the plan being built: its forward item (its tokens
+   * go back to the budget) and the pending copies of an admission made this round.
+   */
+  private void withdrawFromPlan(Request r) {
+    if (planForward == null) {
+      return;
+    }
+    for (int i = 0; i < planForward.size(); i++) {
+      ExecutionPlan.ForwardItem item = planForward.get(i);
+      if (item.requestId() == r.id) {
+        planForward.remove(i);
+        budgetLeft += item.numTokens();
+        retractionsInBatch++;
+        break;
+      }
+    }
+    if (r.copiesPending) {
+      planCopies.removeAll(r.blocks.admission.copies());
     }
   }
 
@@ -501,8 +558,11 @@ public final class Scheduler {
   private void onDemoted(ExecutionPlan.Demotion d) {
     var device = cache.device();
     var host = cache.host();
-    host.noteWrite(d.hostBlock());
-    boolean published = host.publish(d.key(), d.hostBlock());
+    boolean voided = voidedDemotions.remove(d); // planned before a full clear: publishes nothing
+    if (!voided) {
+      host.noteWrite(d.hostBlock());
+    }
+    boolean published = !voided && host.publish(d.key(), d.hostBlock());
     host.unref(d.hostBlock()); // cached if published, freed if another copy won
     device.unref(d.deviceBlock());
     if (device.keyOf(d.deviceBlock()) != null && device.pool().refCount(d.deviceBlock()) == 0) {
@@ -541,6 +601,7 @@ public final class Scheduler {
    * fresh L3 preparation (its storage_prepared bit stays set); its headroom doubles.
    */
   private void retract(Request r) {
+    withdrawFromPlan(r);
     release(r);
     retractions++;
     r.headroomTokens = (int) Math.min((long) r.headroomTokens * 2, r.maxNewTokens);
@@ -571,7 +632,9 @@ public final class Scheduler {
       switch (r.state) {
         case RequestState.Prefilling p -> {
           int computed = p.computed() + item.numTokens();
-          r.blocks.publishComputed(r.prompt, computed);
+          if (cache.isCurrent(p.admission())) { // admitted before a full clear: publishes nothing
+            r.blocks.publishComputed(r.prompt, computed);
+          }
           r.blocks.slideWindows(computed);
           transition(
               r,
@@ -626,7 +689,8 @@ public final class Scheduler {
         }
       }
       case RequestState.Bootstrapping b -> {
-        r.cancelAfterBootstrap = true;
+        r.cancelAfterBootstrap = true; // no L3 preparation any more: see prepareNewRequests
+        unprepared.remove(r.id);
         if (b.resources().readyHold() != null) {
           b.resources().readyHold().close();
         }
@@ -726,6 +790,15 @@ public final class Scheduler {
     return out;
   }
 
+  /** Each admitted request's Device block table, by request id (the invariant checkers). */
+  Map<Long, int[][]> deviceTables() {
+    Map<Long, int[][]> out = new LinkedHashMap<>();
+    for (Request r : running.values()) {
+      out.put(r.id, r.blocks.rows());
+    }
+    return out;
+  }
+
   /**
    * Checks the scheduler's own invariants: exactly the admitted states (Prefilling, Decoding) own
    * Device blocks — never a request in Prefetching, Submitted or Bootstrapping — and only waiting
@@ -778,20 +851,23 @@ public final class Scheduler {
 
   /**
    * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
-   * operation (waits end, Ready holds go) without draining any I/O, then drops every cached Device
-   * and Host block nobody references.
+   * operation (waits end, Ready holds go, Host blocks still pinned by PUTs leave the index and are
+   * freed when they retire) without draining any I/O, voids demotions in flight (their copies
+   * publish nothing and offer no backup), then clears the cache ({@link CacheCoordinator#clear}):
+   * cached Device and Host blocks are dropped, and every block still held — by a running request, a
+   * copy in flight or a storage ticket — is unpublished, so no request admitted from now on can
+   * match anything from before. Running requests keep their blocks and go on; what they compute
+   * from now on is not published (their admission predates the clear).
    */
   public void clearAll() {
+    voidedDemotions.addAll(demoting);
     if (storage != null) {
       storage.rejectAll();
       for (Wakeup w : storage.drainWakeups()) {
         resume(w);
       }
     }
-    clearDevice();
-    for (int b : cache.host().evictionCandidates(Integer.MAX_VALUE)) {
-      cache.host().evict(b);
-    }
+    cache.clear();
   }
 
   /** An L1-only clear: cached Device blocks go; Host-only storage I/O is left alone. */

@@ -50,6 +50,26 @@ import java.util.concurrent.TimeUnit;
  *   <li>block: it is called on the event loop, owns no thread and takes no lock.
  * </ul>
  *
+ * <h2>Generations</h2>
+ *
+ * <p>A full clear, namespace rotation or weight update ({@link #rejectAll}) starts a new
+ * generation. Every ticket remembers the generation it was issued in, and nothing of an earlier one
+ * reaches the current state: its facts never enter the negative metadata, its refused PUT rows are
+ * never offered again, and the Host blocks its PUTs still hold (in flight or quarantined) are
+ * unpublished at once ({@link TierCache#unpublish}):
+ *
+ * <pre>
+ *   published, a PUT's source ──clear──▶ withdrawn: in no index (never matched, looked up or
+ *                                          backed up), still allocated and referenced, read-only
+ *       │ the PUT retires (its last reference)       │ quarantined: the reference never goes
+ *       ▼                                            ▼
+ *     freed                                          allocated until restart
+ * </pre>
+ *
+ * <p>So the rule costs nothing on the read path: admission, preparation and backup dispatch look in
+ * the index, and a withdrawn block is not there. The rest of a full clear (cached blocks, running
+ * requests' rows, copies in flight) is {@link CacheCoordinator#clear}.
+ *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
  */
@@ -69,6 +89,7 @@ public final class StorageTransferManager {
     final List<CacheKey> keys;
     final int[] hostBlocks; // GET destinations, PUT sources; 0 once released
     final boolean backup;
+    final long generation;
     Phase phase = Phase.INFLIGHT;
     StorageLease lease;
     long deadlineNs;
@@ -79,8 +100,15 @@ public final class StorageTransferManager {
     int boundary;
     Set<CacheKey> exists;
 
-    Ticket(long id, StorageKind kind, List<CacheKey> keys, int[] hostBlocks, boolean backup) {
+    Ticket(
+        long id,
+        StorageKind kind,
+        List<CacheKey> keys,
+        int[] hostBlocks,
+        boolean backup,
+        long generation) {
       this.id = id;
+      this.generation = generation;
       this.kind = kind;
       this.keys = keys;
       this.hostBlocks = hostBlocks;
@@ -118,6 +146,9 @@ public final class StorageTransferManager {
   private final ArrayDeque<CacheKey> candidates = new ArrayDeque<>();
   private final Set<CacheKey> candidateSet = new HashSet<>();
   private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
+
+  /** Advanced by every full clear; tickets of an earlier generation touch nothing current. */
+  private long generation;
 
   private long nextOperationId;
   private long nowNs;
@@ -312,8 +343,8 @@ public final class StorageTransferManager {
     int published = 0;
     for (int i = 0; i < t.keys.size(); i++) {
       CacheKey k = t.keys.get(i);
-      if (f.objectFailure(i)) {
-        rememberNegative(k);
+      if (f.objectFailure(i) && t.generation == generation) {
+        rememberNegative(k); // a fact from before a clear is about a namespace no longer asked
       }
       int b = t.hostBlocks[i];
       if (attached && f.ok(i) && host.publish(k, b)) {
@@ -409,8 +440,11 @@ public final class StorageTransferManager {
   }
 
   private void onPutDone(Ticket t, AgreedCompletion f) {
-    for (CacheKey k : t.keys) {
-      pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
+    boolean current = t.generation == generation;
+    if (current) { // a clear forgot the earlier generation's pending keys
+      for (CacheKey k : t.keys) {
+        pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
+      }
     }
     if (!f.retired()) {
       quarantine(t);
@@ -419,11 +453,11 @@ public final class StorageTransferManager {
     List<CacheKey> reoffer = new ArrayList<>();
     for (int i = 0; i < t.keys.size(); i++) {
       releaseRef(t, i);
-      if (!f.ok(i)) {
+      if (!f.ok(i) && current) {
         reoffer.add(t.keys.get(i)); // a retired refusal: the page is offered again later
       }
     }
-    releaseTicket(t);
+    releaseTicket(t); // an earlier generation's sources were withdrawn: freed by releaseRef
     for (CacheKey k : reoffer) {
       offerBackup(k);
     }
@@ -432,12 +466,19 @@ public final class StorageTransferManager {
   // ================================================================ the round
 
   /**
-   * Whether this round may start new storage work; set at the loop head, before completions. Frozen
-   * and idle rounds still take completions, deadlines and cancellations, but a finished query
-   * reserves nothing and issues no GET until a permitted round.
+   * Whether this round may start new storage work; set at the loop head after the tick and the
+   * cancellations and before completions, so a parked query of a request cancelled this round never
+   * becomes a GET. Frozen and idle rounds still take completions, deadlines and cancellations, but
+   * a finished query reserves nothing and issues no GET until a permitted round; their cleanup
+   * discards queued backup candidates (counted as {@code cleanup}), as pressure closure does.
    */
   public void beginRound(boolean storagePermitted) {
     this.permitted = storagePermitted;
+    if (!storagePermitted && !candidates.isEmpty()) {
+      counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
+      candidates.clear();
+      candidateSet.clear();
+    }
     if (!storagePermitted || gateClosed || quarantined || parked == 0) {
       return;
     }
@@ -585,11 +626,15 @@ public final class StorageTransferManager {
 
   /**
    * A full cache clear, namespace rotation or weight update: rejects every outstanding storage
-   * operation — waits end, Ready holds are released, queued candidates and negative metadata are
-   * dropped — without waiting for any I/O. In-flight tickets stay charged until their facts arrive;
-   * quarantined references stay until restart. Operation ids keep increasing.
+   * operation — waits end, Ready holds are released, queued candidates, pending PUT keys and
+   * negative metadata are dropped — without waiting for any I/O, and starts a new generation.
+   * In-flight tickets stay charged until their facts arrive; quarantined references stay until
+   * restart. Host blocks that PUTs (in flight or quarantined) still hold are unpublished at once:
+   * in no index any more (never matched or backed up again), still allocated for the native I/O,
+   * freed when their PUT retires (never, when quarantined). Operation ids keep increasing.
    */
   public void rejectAll() {
+    generation++;
     for (Ticket t : new ArrayList<>(tickets.values())) {
       switch (t.phase) {
         case INFLIGHT -> {
@@ -612,10 +657,18 @@ public final class StorageTransferManager {
         }
         case QUARANTINED -> {}
       }
+      if (t.kind == StorageKind.PUT) {
+        for (int b : t.hostBlocks) {
+          if (b != 0) {
+            host.unpublish(b); // withdrawn: the native I/O may still read it
+          }
+        }
+      }
     }
     counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
     candidates.clear();
     candidateSet.clear();
+    pendingPutKeys.clear();
     negative.clear();
     negativeFifo.clear();
   }
@@ -697,7 +750,7 @@ public final class StorageTransferManager {
   // ================================================================ ledger
 
   private Ticket newTicket(StorageKind kind, List<CacheKey> keys, int[] blocks, boolean backup) {
-    Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup);
+    Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup, generation);
     tickets.put(t.id, t);
     opUsed++;
     hostUsed += blocks.length;
@@ -811,6 +864,21 @@ public final class StorageTransferManager {
     return candidates.size();
   }
 
+  /** The generation: how many full clears this manager has seen. */
+  public long generation() {
+    return generation;
+  }
+
+  /** True while {@code requestId} holds a live lease on any ticket (tests and observability). */
+  boolean holdsLease(long requestId) {
+    for (Ticket t : tickets.values()) {
+      if (t.lease != null && t.lease.live() && t.lease.requestId() == requestId) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** True when {@code key} is in the negative metadata. */
   public boolean knownMissing(CacheKey key) {
     return negative.contains(key);
@@ -870,6 +938,24 @@ public final class StorageTransferManager {
         "parked count out of step: " + parked);
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
+    for (Ticket t : tickets.values()) {
+      if (t.generation != generation) {
+        for (int b : t.hostBlocks) {
+          check(
+              b == 0 || host.keyOf(b) == null,
+              "ticket "
+                  + t.id
+                  + " of generation "
+                  + t.generation
+                  + " holds Host block "
+                  + b
+                  + " published as "
+                  + (b == 0 ? null : host.keyOf(b))
+                  + " in generation "
+                  + generation);
+        }
+      }
+    }
   }
 
   private static void check(boolean ok, String message) {

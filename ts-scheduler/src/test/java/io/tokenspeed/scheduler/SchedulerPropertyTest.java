@@ -10,6 +10,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
 import java.util.BitSet;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -17,6 +18,7 @@ import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import java.util.stream.LongStream;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -25,23 +27,107 @@ import org.junit.jupiter.params.provider.MethodSource;
  * cancellations, storage completions in any order (with failures and detachments), deadlines,
  * pressure, frozen rounds, clears — with every invariant checked after every round and nothing held
  * once everything drains.
+ *
+ * <p>Besides the ledger and the cache, every round checks what a plan promises: forward items only
+ * for requests running at the plan's end; no unpublished Device block in two requests' tables and
+ * every copy destination in a running request's table; after a clear no Host block of an earlier
+ * generation is copied from or backed up, and no fact of an earlier generation is negative
+ * metadata; a request cancelled in a round holds no lease at its end. Coverage counters, summed
+ * over the short sequences, make sure these situations really happened.
  */
 class SchedulerPropertyTest {
 
   private static final long MS = 1_000_000L;
 
+  /** What the sequences exercised (summed over the seeds of the short-sequence test). */
+  static final class Coverage {
+    long retractionsInBatch;
+    long clearsWithPutsInFlight;
+    long oldFactsAfterClear;
+    long bootstrappingCancels;
+    long cancelsWithTheirQueryFact;
+    long cancelsOfParkedQueries;
+    long oldHostBlocksAfterClear;
+    long withdrawnDeviceBlocksAtClear;
+    long sequences;
+  }
+
+  private static final Coverage SHORT = new Coverage();
+
   static LongStream seeds() {
     return LongStream.rangeClosed(1, 10).map(i -> 0x5C4ED_000L + i * 6_151);
+  }
+
+  static LongStream shortSeeds() {
+    if (System.getProperty("onlySeed") != null) {
+      return LongStream.of(Long.getLong("onlySeed"));
+    }
+    return LongStream.rangeClosed(1, 1_000).map(i -> 0x5EED_0000L + i * 7_727);
   }
 
   @ParameterizedTest(name = "seed={0}")
   @MethodSource("seeds")
   void shouldKeepEveryInvariantAcrossRandomRounds(long seed) {
+    run(seed, 600, 450, 100, 8, false, new Coverage());
+  }
+
+  @ParameterizedTest(name = "seed={0}")
+  @MethodSource("shortSeeds")
+  void shouldKeepEveryInvariantAcrossShortSequences(long seed) {
+    run(seed, 40, 30, 8, 3, true, SHORT);
+    synchronized (SHORT) {
+      SHORT.sequences++;
+    }
+  }
+
+  @AfterAll
+  static void shortSequencesExercisedEverySituation() {
+    if (SHORT.sequences < shortSeeds().count()) {
+      return; // a filtered run: the sums would not mean anything
+    }
+    assertTrue(
+        SHORT.retractionsInBatch >= 40, "retractions within a batch: " + SHORT.retractionsInBatch);
+    assertTrue(
+        SHORT.clearsWithPutsInFlight >= 100,
+        "clears with PUTs in flight: " + SHORT.clearsWithPutsInFlight);
+    assertTrue(
+        SHORT.oldFactsAfterClear >= 500,
+        "facts of an earlier generation: " + SHORT.oldFactsAfterClear);
+    assertTrue(
+        SHORT.oldHostBlocksAfterClear >= 500,
+        "old Host blocks pinned past a clear: " + SHORT.oldHostBlocksAfterClear);
+    assertTrue(
+        SHORT.withdrawnDeviceBlocksAtClear >= 10_000,
+        "Device blocks of running requests withdrawn by a clear: "
+            + SHORT.withdrawnDeviceBlocksAtClear);
+    assertTrue(
+        SHORT.bootstrappingCancels >= 500,
+        "Bootstrapping PD cancels: " + SHORT.bootstrappingCancels);
+    assertTrue(
+        SHORT.cancelsOfParkedQueries >= 10,
+        "cancels of parked queries: " + SHORT.cancelsOfParkedQueries);
+    assertTrue(
+        SHORT.cancelsWithTheirQueryFact >= 200,
+        "cancels in the round their query completed: " + SHORT.cancelsWithTheirQueryFact);
+  }
+
+  /**
+   * One seeded sequence. {@code tight}: a small Device and long generations, so growth retracts
+   * within the batch; every arrival is a burst of two (one often a PD request).
+   */
+  private static void run(
+      long seed,
+      int rounds,
+      int drainAt,
+      int clearOneIn,
+      int cancelOneIn,
+      boolean tight,
+      Coverage cov) {
     Random rnd = new Random(seed);
     StmFixture f =
         new StmFixture(
             StmFixture.config().withCredits(2 + rnd.nextInt(10), 16 + rnd.nextInt(200)),
-            24 + rnd.nextInt(40),
+            tight ? 12 + rnd.nextInt(10) : 24 + rnd.nextInt(40),
             24 + rnd.nextInt(64));
     Scheduler s =
         new Scheduler(
@@ -53,14 +139,20 @@ class SchedulerPropertyTest {
     long now = 0;
     long nextId = 1;
     int finished = 0;
-    for (int round = 0; round < 600; round++) {
-      boolean draining = round >= 450;
-      if (!draining && rnd.nextInt(3) == 0) {
+    Map<Long, Long> opGeneration = new HashMap<>();
+    Map<Integer, CacheKey> oldHost = new HashMap<>();
+    // per request running at the last clear: the withdrawn Device blocks its table held then
+    Map<Long, Set<Integer>> oldDevice = new HashMap<>();
+    Set<CacheKey> oldEvidence = new HashSet<>();
+    Set<CacheKey> currentEvidence = new HashSet<>();
+    for (int round = 0; round < rounds; round++) {
+      boolean draining = round >= drainAt;
+      for (int a = 0; a < (tight ? 2 : 1) && !draining && rnd.nextInt(3) == 0; a++) {
         long id = nextId++;
-        boolean isPd = rnd.nextInt(4) == 0;
+        boolean isPd = rnd.nextInt(tight ? 2 : 4) == 0;
         int len = 40 + rnd.nextInt(300);
         try {
-          s.submit(id, f.prompt(len, rnd.nextInt(4)), 1 + rnd.nextInt(40), isPd);
+          s.submit(id, f.prompt(len, rnd.nextInt(4)), 1 + rnd.nextInt(tight ? 120 : 40), isPd);
           known.add(id);
           if (isPd) {
             pd.add(id);
@@ -73,10 +165,12 @@ class SchedulerPropertyTest {
         s.onBootstrapAck(pd.remove(rnd.nextInt(pd.size())));
       }
       List<Long> cancels = new ArrayList<>();
-      if (!known.isEmpty() && rnd.nextInt(8) == 0) {
+      if (!known.isEmpty() && rnd.nextInt(cancelOneIn) == 0) {
         cancels.add(known.get(rnd.nextInt(known.size())));
       }
       List<AgreedCompletion> facts = new ArrayList<>();
+      Map<Long, Integer> factsByGeneration = new HashMap<>();
+      Map<Long, List<CacheKey>> failedByGeneration = new HashMap<>();
       List<Long> ids = new ArrayList<>(pending.keySet());
       java.util.Collections.shuffle(ids, rnd);
       for (long id : ids.subList(0, draining ? ids.size() : rnd.nextInt(ids.size() + 1))) {
@@ -99,6 +193,13 @@ class SchedulerPropertyTest {
           }
         }
         facts.add(Facts.of(op, ok, failed, true, detached));
+        // The fact's generation and GET failures: sorted once this round's clear is decided.
+        long gen = opGeneration.remove(id);
+        factsByGeneration.merge(gen, 1, Integer::sum);
+        List<CacheKey> evidence = failedByGeneration.computeIfAbsent(gen, g -> new ArrayList<>());
+        for (int i = failed.nextSetBit(0); i >= 0; i = failed.nextSetBit(i + 1)) {
+          evidence.add(keys.get(i));
+        }
       }
       now += rnd.nextInt(60) * MS;
       boolean frozen = !draining && rnd.nextInt(10) == 0;
@@ -106,18 +207,94 @@ class SchedulerPropertyTest {
           !draining && rnd.nextInt(12) == 0
               ? new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0)
               : PressureSnapshot.IDLE;
-      if (!draining && rnd.nextInt(100) == 0) {
+      if (!draining && rnd.nextInt(clearOneIn) == 0) {
+        if (pending.values().stream().anyMatch(StorageOp.Put.class::isInstance)) {
+          cov.clearsWithPutsInFlight++;
+        }
+        var host = f.cache.host();
+        var device = f.cache.device();
+        Map<Integer, CacheKey> publishedBefore = new HashMap<>();
+        for (int b = 1; b < host.pool().blockIdLimit(); b++) {
+          if (host.pool().isAllocated(b) && host.keyOf(b) != null) {
+            publishedBefore.put(b, host.keyOf(b));
+          }
+        }
         s.clearAll();
+        for (int g = 0; g < f.cache.layout().numGroups(); g++) {
+          assertEquals(0, host.publishedCount(g), "Host index after a clear, group " + g);
+          assertEquals(0, device.publishedCount(g), "Device index after a clear, group " + g);
+        }
+        currentEvidence.clear();
+        oldHost.clear();
+        for (var e : publishedBefore.entrySet()) {
+          if (host.isWithdrawn(e.getKey())) {
+            oldHost.put(e.getKey(), e.getValue()); // published before the clear and still held
+          }
+        }
+        cov.oldHostBlocksAfterClear += oldHost.size();
+        cov.withdrawnDeviceBlocksAtClear += device.withdrawnCount();
+        oldDevice.clear();
+        for (var e : s.deviceTables().entrySet()) {
+          for (int[] row : e.getValue()) {
+            for (int b : row) {
+              if (b != 0 && device.isWithdrawn(b)) {
+                oldDevice.computeIfAbsent(e.getKey(), k -> new HashSet<>()).add(b);
+              }
+            }
+          }
+        }
       }
+      for (var e : failedByGeneration.entrySet()) {
+        boolean old = e.getKey() != f.stm.generation();
+        if (old) {
+          cov.oldFactsAfterClear += factsByGeneration.get(e.getKey());
+        }
+        (old ? oldEvidence : currentEvidence).addAll(e.getValue());
+      }
+      Map<StorageLease, Long> cancelledWaits = new HashMap<>();
+      for (long id : cancels) {
+        RequestState st = s.state(id);
+        if (st instanceof RequestState.Bootstrapping) {
+          cov.bootstrappingCancels++;
+        }
+        if (st instanceof RequestState.Prefetching p) {
+          long op = p.lease().operationId();
+          cancelledWaits.put(p.lease(), op);
+          if (!pending.containsKey(op) && facts.stream().noneMatch(x -> x.operationId() == op)) {
+            cov.cancelsOfParkedQueries++; // its query's facts came in an earlier, frozen round
+          }
+        }
+        if (st instanceof RequestState.Prefetching p
+            && facts.stream().anyMatch(x -> x.operationId() == p.lease().operationId())) {
+          cov.cancelsWithTheirQueryFact++;
+        }
+      }
+      long generationBefore = f.stm.generation();
       ExecutionPlan plan = s.round(new RoundInput(now, pressure, cancels, facts, !frozen, !frozen));
+      assertEquals(generationBefore, f.stm.generation());
+      oldHost.keySet().removeIf(b -> !f.cache.host().isWithdrawn(b));
+      checkPlan(s, f, plan, cancels, oldHost, oldDevice);
+      for (var e : cancelledWaits.entrySet()) {
+        assertEquals(
+            e.getValue(),
+            e.getKey().operationId(),
+            "the wait of a request cancelled in plan " + plan.round() + " moved on to a GET");
+      }
       for (StorageOp op : plan.storage()) {
         if (op instanceof StorageOp.Cancel c) {
           cancelledOps.add(c.operationId());
         } else {
           pending.put(op.operationId(), op);
+          opGeneration.put(op.operationId(), f.stm.generation());
         }
       }
+      for (CacheKey k : oldEvidence) {
+        assertTrue(
+            !f.stm.knownMissing(k) || currentEvidence.contains(k),
+            "a fact of an earlier generation is negative metadata: " + k);
+      }
       s.onForwardDone(plan);
+      oldHost.keySet().removeIf(b -> !f.cache.host().isWithdrawn(b));
       for (long id : new ArrayList<>(known)) {
         if (s.state(id) == null) {
           known.remove(id);
@@ -140,7 +317,7 @@ class SchedulerPropertyTest {
     for (long id : new ArrayList<>(pd)) {
       s.onBootstrapAck(id);
     }
-    for (int i = 0; i < 2_000 && (s.size() > 0 || !pending.isEmpty()); i++) {
+    for (int i = 0; i < 5_000 && (s.size() > 0 || !pending.isEmpty()); i++) {
       List<AgreedCompletion> facts = new ArrayList<>();
       for (var e : pending.entrySet()) {
         int n =
@@ -169,12 +346,103 @@ class SchedulerPropertyTest {
       s.checkInvariants();
       f.checkInvariants(s.heldBlocks());
     }
-    assertEquals(0, s.size(), "every request finished");
+    assertEquals(
+        0,
+        s.size(),
+        () ->
+            "every request finished: "
+                + known.stream().map(id -> id + "=" + s.state(id)).toList()
+                + " pd="
+                + pd);
     assertEquals(f.stm.quarantinedRefs(), f.stm.hostCreditsInUse(), "no Host reference leaked");
     assertEquals(
         f.cache.device().cachedCount(),
         f.cache.device().pool().heldBlocks(),
         "no Device reference leaked");
     assertTrue(finished > 0 || nextId == 1, "requests went through");
+    synchronized (cov) {
+      cov.retractionsInBatch += s.retractionsInBatch();
+    }
+  }
+
+  /** What every plan promises, checked when the round returns it. */
+  private static void checkPlan(
+      Scheduler s,
+      StmFixture f,
+      ExecutionPlan plan,
+      List<Long> cancels,
+      Map<Integer, CacheKey> oldHost,
+      Map<Long, Set<Integer>> oldDevice) {
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      RequestState st = s.state(item.requestId());
+      assertTrue(
+          st instanceof RequestState.Prefilling
+              || st instanceof RequestState.PrefillDone
+              || st instanceof RequestState.Decoding,
+          "plan " + plan.round() + " forwards " + item + " for a request in " + st);
+    }
+    Map<Integer, Long> owner = new HashMap<>();
+    Set<Integer> tabled = new HashSet<>();
+    for (var e : s.deviceTables().entrySet()) {
+      for (int[] row : e.getValue()) {
+        for (int b : row) {
+          if (b == 0) {
+            continue;
+          }
+          tabled.add(b);
+          if (f.cache.device().isWithdrawn(b)) {
+            // unpublished by a clear: only a request that held it then may hold it now
+            assertTrue(
+                oldDevice.getOrDefault(e.getKey(), Set.of()).contains(b),
+                "plan "
+                    + plan.round()
+                    + ": request "
+                    + e.getKey()
+                    + " holds Device block "
+                    + b
+                    + " withdrawn by a clear it did not hold it across");
+          } else if (f.cache.device().keyOf(b) == null) {
+            Long other = owner.put(b, e.getKey());
+            assertTrue(
+                other == null || other.equals(e.getKey()),
+                "plan "
+                    + plan.round()
+                    + ": Device block "
+                    + b
+                    + " is in the tables of requests "
+                    + other
+                    + " and "
+                    + e.getKey());
+          }
+        }
+      }
+    }
+    for (var c : plan.deviceCopies()) {
+      assertTrue(tabled.contains(c.dstBlock()), "copy into a block no running request owns: " + c);
+      assertTrue(
+          c.srcTier() != io.tokenspeed.cache.Tier.HOST || !oldHost.containsKey(c.srcBlock()),
+          "plan "
+              + plan.round()
+              + " copies Host block "
+              + c.srcBlock()
+              + " of an earlier generation");
+    }
+    for (StorageOp op : plan.storage()) {
+      if (op instanceof StorageOp.Put put) {
+        for (int b : put.hostBlocks()) {
+          assertTrue(!oldHost.containsKey(b), "plan " + plan.round() + " backs up old block " + b);
+        }
+      }
+    }
+    for (long id : cancels) {
+      RequestState st = s.state(id);
+      assertTrue(
+          st == null || st instanceof RequestState.Bootstrapping,
+          "request " + id + " was cancelled but is " + st);
+      assertTrue(!f.stm.holdsLease(id), "cancelled request " + id + " holds a lease");
+      if (st instanceof RequestState.Bootstrapping b && b.resources().readyHold() != null) {
+        assertTrue(!b.resources().readyHold().live(), "cancelled request " + id + " holds Ready");
+      }
+    }
   }
 }

@@ -354,4 +354,128 @@ class SchedulerTest {
     assertTrue(puts.stream().mapToInt(x -> x.keys().size()).sum() > 0, "and backed up");
     puts.forEach(x -> f.stm.onCompletion(Facts.allOk(x)));
   }
+
+  // ---------------------------------------------------------------- regressions
+
+  /** One Full-history group, bg 16: one block per parent, so the Device counts blocks. */
+  private static StmFixture fullHistoryOnly(int deviceParents) {
+    return new StmFixture(
+        new io.tokenspeed.core.CacheLayout(
+            64,
+            "bf16",
+            List.of(
+                new io.tokenspeed.core.CacheGroupSpec(
+                    0,
+                    new io.tokenspeed.core.GroupKind.FullHistory(),
+                    16,
+                    List.of(new io.tokenspeed.core.CacheField("kv", 64)),
+                    null))),
+        StmFixture.config(),
+        deviceParents,
+        64);
+  }
+
+  @Test
+  void shouldNotForwardRequestRetractedInSameRound() {
+    // A (arrival 0) keeps decode headroom; B (arrival 1) runs out first on a full Device. The
+    // batch walks A first (a forward item), then B's growth retracts A, the latest other admitted.
+    f = fullHistoryOnly(16);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(256, 4, 16));
+    s.submit(1, f.prompt(100, 90), 40, false); // 116 tokens -> 8 blocks, room up to 128
+    s.submit(2, f.prompt(112, 91), 40, false); // 128 tokens -> 8 blocks, grows at 129
+    boolean retractedInBatch = false;
+    for (int i = 0; i < 40 && !retractedInBatch; i++) {
+      now += MS;
+      long before = s.retractions();
+      ExecutionPlan plan =
+          s.round(new RoundInput(now, PressureSnapshot.IDLE, List.of(), List.of(), true, true));
+      retractedInBatch = s.retractions() > before;
+      for (ExecutionPlan.ForwardItem item : plan.forward()) {
+        RequestState st = s.state(item.requestId());
+        assertTrue(
+            st instanceof RequestState.Prefilling
+                || st instanceof RequestState.PrefillDone
+                || st instanceof RequestState.Decoding,
+            "plan " + plan.round() + " forwards " + item + " while the request is " + st);
+      }
+      s.onForwardDone(plan);
+      f.checkInvariants(s.heldBlocks());
+    }
+    assertTrue(retractedInBatch, "the scenario retracts inside a batch");
+    assertInstanceOf(RequestState.Retracted.class, s.state(1));
+    while (s.size() > 0) {
+      round();
+    }
+  }
+
+  @Test
+  void shouldNotMatchOrBackUpHostBlocksPinnedByAnInFlightPutAfterAClear() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 92);
+    List<io.tokenspeed.core.CacheKey> keys = f.cache.neededKeys(p, 256);
+    f.put(Tier.HOST, keys);
+    s.onHostPublished(keys);
+    List<StorageOp.Put> puts =
+        round().storage().stream()
+            .filter(StorageOp.Put.class::isInstance)
+            .map(StorageOp.Put.class::cast)
+            .toList();
+    assertTrue(!puts.isEmpty(), "the old-generation blocks are being backed up");
+    s.clearAll(); // a weight update: nothing from before may be matched or written again
+    s.submit(1, p, 1, false);
+    List<Integer> old = puts.stream().flatMap(x -> x.hostBlocks().stream()).toList();
+    for (int r = 0; r < 6; r++) {
+      List<AgreedCompletion> facts = new ArrayList<>();
+      if (r == 1) {
+        for (StorageOp.Put put : puts) { // refused: a retired failure
+          facts.add(Facts.of(put, new BitSet(), new BitSet(), true, false));
+        }
+      }
+      ExecutionPlan plan = round(List.of(), facts, true);
+      for (var c : plan.deviceCopies()) {
+        assertTrue(
+            c.srcTier() != Tier.HOST || !old.contains(c.srcBlock()),
+            "round " + r + " copies old-generation Host block " + c.srcBlock());
+      }
+      for (StorageOp op : plan.storage()) {
+        assertTrue(!(op instanceof StorageOp.Put), "round " + r + " backs up again: " + op);
+        if (op instanceof StorageOp.Query q) {
+          f.stm.onCompletion(Facts.of(q, new BitSet(), new BitSet(), true, false));
+        }
+      }
+    }
+    for (io.tokenspeed.core.CacheKey k : keys) {
+      assertTrue(!f.cache.host().contains(k), "evicted once the PUT retired: " + k);
+    }
+    while (s.size() > 0) {
+      round();
+    }
+  }
+
+  @Test
+  void shouldStartNoStorageWorkForPdRequestCancelledWhileBootstrapping() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 93), 1, true);
+    ExecutionPlan plan = round(List.of(1L), List.of(), true);
+    assertTrue(plan.storage().isEmpty(), "a cancelled request starts no storage work: " + plan);
+    assertInstanceOf(RequestState.Bootstrapping.class, s.state(1), "PD keeps its fence");
+    assertEquals(0, f.stm.operationsInUse(), "and holds no operation credit");
+    s.onBootstrapAck(1);
+    assertNull(s.state(1));
+  }
+
+  @Test
+  void shouldApplyCancellationsBeforeAParkedQueryBecomesAGet() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 94), 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    round(List.of(), List.of(ok(q)), false); // frozen: the finished query parks
+    ExecutionPlan plan = round(List.of(1L), List.of(), true);
+    assertTrue(
+        plan.storage().stream().noneMatch(StorageOp.Get.class::isInstance),
+        "no GET for a request cancelled in the same round: " + plan.storage());
+    assertNull(s.state(1));
+    assertEquals(0, f.cache.host().pool().heldBlocks(), "no Host destination was reserved");
+    assertEquals(0, f.stm.operationsInUse());
+  }
 }

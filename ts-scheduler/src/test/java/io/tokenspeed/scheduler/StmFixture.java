@@ -53,7 +53,11 @@ final class StmFixture {
   final List<StorageOp> issued = new ArrayList<>();
 
   StmFixture(StorageConfig config, int deviceParents, int hostParents) {
-    cache = new CacheCoordinator(layout(), deviceParents, hostParents, 64);
+    this(layout(), config, deviceParents, hostParents);
+  }
+
+  StmFixture(CacheLayout layout, StorageConfig config, int deviceParents, int hostParents) {
+    cache = new CacheCoordinator(layout, deviceParents, hostParents, 64);
     stm = new StorageTransferManager(config, cache);
   }
 

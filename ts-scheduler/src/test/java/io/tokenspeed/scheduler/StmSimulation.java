@@ -2,8 +2,11 @@ package io.tokenspeed.scheduler;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.PromptKeys;
@@ -11,6 +14,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
 import java.util.BitSet;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -23,6 +27,12 @@ import java.util.Set;
  * failures, timeouts, cancellations, evictions, backups, pressure changes and clears, checking the
  * ledger and the cache after every step. Returns the transcript of everything it emitted, so two
  * runs can be compared byte for byte.
+ *
+ * <p>A clear here is a full one: the manager rejects everything and the cached Host blocks go, as
+ * {@link Scheduler#clearAll} does. After every step it checks that nothing of an earlier generation
+ * is matchable (every match the manager allows for a known prompt avoids the blocks that survived a
+ * clear), backed up again, or remembered as negative, and that a closed lease leaves its request
+ * holding nothing.
  */
 final class StmSimulation {
 
@@ -41,6 +51,13 @@ final class StmSimulation {
   private long nextRequest = 1;
   int readsCompleted;
   int published;
+  int clearsWithPutsInFlight;
+  int oldFacts;
+  int oldHostBlocks;
+  private final Map<Long, Long> opGeneration = new HashMap<>();
+  private final Map<Integer, CacheKey> oldHost = new HashMap<>();
+  private final Set<CacheKey> oldEvidence = new HashSet<>();
+  private final Set<CacheKey> currentEvidence = new HashSet<>();
 
   StmSimulation(long seed) {
     rnd = new Random(seed);
@@ -78,8 +95,7 @@ final class StmSimulation {
       } else if (op < 95) {
         pressure();
       } else if (op < 97) {
-        f.stm.rejectAll();
-        transcript.add("clear");
+        clear();
       } else {
         now += 2_000 * MS;
         f.stm.onTick(now);
@@ -87,9 +103,65 @@ final class StmSimulation {
       collect();
       f.checkInvariants(List.of());
       assertEquals(0, f.cache.device().pool().heldBlocks(), "storage never takes Device blocks");
+      checkGenerations();
     }
     quiesce();
     return transcript;
+  }
+
+  private void clear() {
+    if (pending.values().stream().anyMatch(StorageOp.Put.class::isInstance)) {
+      clearsWithPutsInFlight++;
+    }
+    var host = f.cache.host();
+    Map<Integer, CacheKey> before = new HashMap<>();
+    for (int b = 1; b < host.pool().blockIdLimit(); b++) {
+      if (host.pool().isAllocated(b) && host.keyOf(b) != null) {
+        before.put(b, host.keyOf(b));
+      }
+    }
+    f.stm.rejectAll();
+    for (HeldBlock h : f.stm.heldHostBlocks()) {
+      assertNull(host.keyOf(h.blockId()), "a ticket's block is published after rejectAll: " + h);
+    }
+    f.cache.clear(); // the rest of the scheduler's full clear
+    for (int g = 0; g < f.cache.layout().numGroups(); g++) {
+      assertEquals(0, host.publishedCount(g), "the Host index after a clear, group " + g);
+    }
+    transcript.add("clear");
+    currentEvidence.clear();
+    oldHost.clear();
+    for (var e : before.entrySet()) {
+      if (host.isWithdrawn(e.getKey())) {
+        oldHost.put(e.getKey(), e.getValue()); // still held by an old PUT: never findable again
+      }
+    }
+    oldHostBlocks += oldHost.size();
+  }
+
+  /** Nothing of an earlier generation is in the index or remembered as negative. */
+  private void checkGenerations() {
+    var host = f.cache.host();
+    oldHost.keySet().removeIf(b -> !host.isWithdrawn(b)); // freed: its id may be reused
+    for (var e : oldHost.entrySet()) {
+      assertNotEquals(
+          e.getKey(), host.lookup(e.getValue()), "the index finds old block " + e.getKey());
+      assertNull(host.keyOf(e.getKey()), "old block " + e.getKey() + " is published");
+    }
+    if (!oldHost.isEmpty()) {
+      for (PromptKeys p : prompts) {
+        int hit = f.cache.probe(p, p.reusableBound()).hostHit();
+        for (CacheKey k : f.cache.neededKeys(p, hit)) {
+          int b = host.lookup(k);
+          assertFalse(oldHost.containsKey(b), "a match to " + hit + " uses old block " + b);
+        }
+      }
+    }
+    for (CacheKey k : oldEvidence) {
+      assertTrue(
+          !f.stm.knownMissing(k) || currentEvidence.contains(k),
+          "a fact of an earlier generation is negative metadata: " + k);
+    }
   }
 
   private void prepare() {
@@ -134,6 +206,11 @@ final class StmSimulation {
       }
     }
     f.stm.onCompletion(Facts.of(op, ok, failed, retired, detached));
+    boolean old = opGeneration.remove(id) != f.stm.generation();
+    oldFacts += old ? 1 : 0;
+    for (int i = failed.nextSetBit(0); i >= 0; i = failed.nextSetBit(i + 1)) {
+      (old ? oldEvidence : currentEvidence).add(keys.get(i));
+    }
     if (op instanceof StorageOp.Get) {
       readsCompleted++;
       for (int i = 0; i < keys.size(); i++) {
@@ -155,6 +232,7 @@ final class StmSimulation {
     StorageLease l = leases.remove(rnd.nextInt(leases.size()));
     transcript.add("close " + l);
     l.close();
+    assertFalse(f.stm.holdsLease(l.requestId()), "a closed lease leaves its request nothing");
   }
 
   private void offer() {
@@ -197,6 +275,12 @@ final class StmSimulation {
         cancelled.add(c.operationId());
       } else {
         pending.put(op.operationId(), op);
+        opGeneration.put(op.operationId(), f.stm.generation());
+        if (op instanceof StorageOp.Put put) {
+          for (int b : put.hostBlocks()) {
+            assertFalse(oldHost.containsKey(b), "an earlier generation's block is backed up: " + b);
+          }
+        }
       }
     }
     for (Wakeup w : f.stm.drainWakeups()) {

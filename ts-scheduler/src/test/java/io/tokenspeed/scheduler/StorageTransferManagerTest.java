@@ -499,4 +499,79 @@ class StorageTransferManagerTest {
     f.stm.beginRound(true);
     assertTrue(f.drain().isEmpty());
   }
+
+  // ---------------------------------------------------------------- regressions
+
+  @Test
+  void shouldNotRememberNegativeFactsOfAGetIssuedBeforeAClear() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 40);
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onCompletion(allOk(q));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    f.stm.rejectAll(); // empties the negative metadata
+    f.drain();
+    BitSet missing = new BitSet();
+    missing.set(0, g.keys().size());
+    f.stm.onCompletion(Facts.of(g, new BitSet(), missing, true, false));
+    for (CacheKey k : g.keys()) {
+      assertFalse(f.stm.knownMissing(k), "a fact from before the clear came back: " + k);
+    }
+    assertTrue(query(f.stm.prepare(2, p, true)).keys().containsAll(g.keys()), "asked again");
+    f.stm.rejectAll();
+  }
+
+  @Test
+  void shouldNotReofferAPutRefusedBeforeAClear() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 41), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.rejectAll();
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false)); // refused
+    assertEquals(0, f.stm.queuedCandidates(), "an old-generation block is not offered again");
+    assertTrue(f.drain().isEmpty());
+    for (CacheKey k : keys) {
+      assertFalse(f.cache.host().contains(k), "unpublished at retirement: " + k);
+    }
+  }
+
+  @Test
+  void shouldKeepQuarantinedPutSourcesUnmatchableButAllocatedAfterAClear() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(128, 42);
+    List<CacheKey> keys = f.cache.neededKeys(p, 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), false, false)); // unretired
+    assertTrue(f.stm.quarantined());
+    f.stm.rejectAll();
+    assertEquals(0, f.cache.probe(p, p.reusableBound()).hostHit(), "nothing of it is matchable");
+    for (CacheKey k : keys) {
+      assertFalse(f.cache.host().contains(k), "not in the index: " + k);
+    }
+    for (int b : put.hostBlocks()) {
+      assertTrue(f.cache.host().pool().isAllocated(b), "never freed: " + b);
+      assertTrue(f.cache.host().isWithdrawn(b), "withdrawn, still referenced: " + b);
+    }
+    assertEquals(put.hostBlocks().size(), f.stm.quarantinedRefs());
+  }
+
+  @Test
+  void shouldDiscardQueuedBackupCandidatesInAFrozenRound() {
+    f = new StmFixture(StmFixture.config().withCredits(2, 1000), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 43), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    assertEquals(keys.size(), f.stm.queuedCandidates());
+    f.stm.beginRound(false);
+    assertEquals(0, f.stm.queuedCandidates(), "frozen-round cleanup discards queued work");
+    assertEquals(
+        keys.size(), f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.CLEANUP));
+    f.stm.beginRound(true);
+    assertTrue(f.drain().isEmpty());
+  }
 }
