@@ -3,6 +3,7 @@ package io.tokenspeed.bench;
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.RelayExchange;
+import io.tokenspeed.control.ReplicaSecret;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -14,6 +15,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Optional;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -27,11 +29,11 @@ import org.HdrHistogram.Histogram;
  *
  * <p>Every rank reports the same {@code R} single-key GET records each round, so every operation
  * completes in the round it is reported and the window stays empty: a round with {@code R} records
- * encodes, sends, decodes and reduces {@code R} records on every rank. The record lists are built
- * once, before timing, and reported again every round (the agreement keeps no memory of completed
- * operation ids, so the work per round is that of fresh ids). Round kinds alternate in blocks of
- * {@value #BLOCK} rounds so that machine noise hits all of them alike. Rank 0's time inside {@link
- * RelayExchange#exchange} is recorded per round, in HdrHistogram.
+ * encodes, sends, decodes and reduces {@code R} records on every rank. Each round's records carry
+ * fresh operation ids (the agreement refuses an id reported again after it was agreed); they are
+ * renumbered before the timer starts. Round kinds alternate in blocks of {@value #BLOCK} rounds so
+ * that machine noise hits all of them alike. Rank 0's time inside {@link RelayExchange#exchange} is
+ * recorded per round, in HdrHistogram.
  *
  * <pre>
  *   ./mvnw -q -pl ts-core,ts-control,ts-cache,ts-l3,ts-bench -am package -DskipTests
@@ -103,6 +105,17 @@ public final class ControlExchangeHarness {
     return List.copyOf(out);
   }
 
+  /** {@code records} with operation ids {@code base}, {@code base + 1}, ... */
+  private static List<StorageDone> renumbered(List<StorageDone> records, long base) {
+    List<StorageDone> out = new ArrayList<>(records.size());
+    for (int i = 0; i < records.size(); i++) {
+      StorageDone d = records.get(i);
+      out.add(
+          new StorageDone(base + i, d.kind(), d.outcomes(), d.retired(), d.bytes(), d.detached()));
+    }
+    return out;
+  }
+
   private static List<Cell> run(int ranks, int rounds) throws Exception {
     List<ServerSocketChannel> listeners = new ArrayList<>();
     List<InetSocketAddress> addresses = new ArrayList<>();
@@ -122,6 +135,7 @@ public final class ControlExchangeHarness {
       histograms[i] = new Histogram(TimeUnit.SECONDS.toNanos(10), 3);
     }
     int total = WARMUP_ROUNDS + rounds * RECORDS.length;
+    ReplicaSecret secret = ReplicaSecret.generate();
     ExecutorService threads = Executors.newFixedThreadPool(ranks);
     try {
       List<Future<Void>> futures = new ArrayList<>();
@@ -131,17 +145,25 @@ public final class ControlExchangeHarness {
             threads.submit(
                 () -> {
                   ControlConfig config =
-                      ControlConfig.of(1, rank, addresses).withTimeouts(30_000, 30_000);
+                      ControlConfig.of(1, rank, addresses, secret).withTimeouts(30_000, 30_000);
                   try (RelayExchange x = RelayExchange.connect(config, listeners.get(rank))) {
+                    long nextOperationId = 0;
+                    int previousKind = -1;
                     for (int n = 0; n < total; n++) {
                       int kind = (n / BLOCK) % RECORDS.length;
-                      LocalReport local = LocalReport.of(n, PressureSnapshot.IDLE, lists.get(kind));
+                      // Operation ids are never reported again once agreed: each round's are new.
+                      List<StorageDone> records = renumbered(lists.get(kind), nextOperationId);
+                      nextOperationId += records.size();
+                      LocalReport local = LocalReport.of(n, PressureSnapshot.IDLE, records);
                       long t0 = System.nanoTime();
-                      AgreedRound a = x.exchange(local);
+                      Optional<AgreedRound> a = x.exchange(local);
                       long t = System.nanoTime() - t0;
-                      if (a.completions().size() != RECORDS[kind]) {
+                      // Rounds arrive one exchange late: this one is the previous round's.
+                      if (previousKind >= 0
+                          && a.orElseThrow().completions().size() != RECORDS[previousKind]) {
                         throw new IllegalStateException("round " + n + " agreed " + a);
                       }
+                      previousKind = kind;
                       if (rank == 0 && n >= WARMUP_ROUNDS) {
                         histograms[kind].recordValue(t);
                       }

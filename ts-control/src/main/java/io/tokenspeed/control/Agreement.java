@@ -11,6 +11,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * Owner agreement on storage completion facts: the window of operations that some but not all
@@ -37,9 +38,16 @@ import java.util.Set;
  * #checkLocal} applies the same checks to this rank's own records against the window, so that an
  * invalid local report can join the exchange as an error instead.
  *
- * <p>Single-threaded: owned by the event loop thread. Duplicate detection covers the window only:
- * an operation id reported again after it was agreed starts a new window entry (operation ids are
- * never reused by the scheduler, so this cannot happen in a correct engine).
+ * <p><b>Never agreed twice.</b> An operation reported again after it was agreed is a protocol error
+ * (locally, before the exchange, for this rank's own records). The agreed operation ids are kept as
+ * a floor below which every id counts as agreed, plus the agreed ids above it; the floor advances
+ * over each contiguous run. Operation ids are dense (one per ticket, never reused), so the ids
+ * above the floor are about as many as the operations in flight. Should they ever exceed {@link
+ * #agreedMemory} (ids skipped for good), the floor moves up to the oldest of them, and a first
+ * report of a skipped id below it is refused as a late duplicate — an error, never a second
+ * agreement.
+ *
+ * <p>Single-threaded: owned by the event loop thread.
  */
 public final class Agreement {
 
@@ -48,6 +56,9 @@ public final class Agreement {
   private final long maxPendingKeys;
   private final Map<Long, Pending> pending = new HashMap<>();
   private long pendingKeys;
+  private final int agreedMemory;
+  private final TreeSet<Long> agreedAbove = new TreeSet<>();
+  private long agreedFloor;
 
   /** Records of one operation reported by some owners so far. */
   private static final class Pending {
@@ -94,6 +105,31 @@ public final class Agreement {
     this.worldSize = worldSize;
     this.maxPendingOperations = maxPendingOperations;
     this.maxPendingKeys = maxPendingKeys;
+    this.agreedMemory = (int) Math.min(1 << 22, Math.max(1 << 16, 4L * maxPendingOperations));
+  }
+
+  /** How many agreed ids above the floor are remembered before the floor moves up. */
+  int agreedMemory() {
+    return agreedMemory;
+  }
+
+  /** True when {@code operationId} has been agreed (or lies below the remembered floor). */
+  public boolean agreed(long operationId) {
+    return operationId < agreedFloor || agreedAbove.contains(operationId);
+  }
+
+  private void rememberAgreed(long operationId) {
+    if (operationId < agreedFloor) {
+      return;
+    }
+    agreedAbove.add(operationId);
+    while (agreedAbove.size() > agreedMemory) {
+      agreedFloor = agreedAbove.pollFirst() + 1;
+    }
+    while (!agreedAbove.isEmpty() && agreedAbove.first() == agreedFloor) {
+      agreedAbove.pollFirst();
+      agreedFloor++;
+    }
   }
 
   /** Operations some but not all owners have reported. */
@@ -121,6 +157,9 @@ public final class Agreement {
       long op = d.operationId();
       if (!seen.add(op)) {
         return "operation " + op + " appears twice in one report";
+      }
+      if (agreed(op)) {
+        return "operation " + op + " was already agreed; rank " + rank + " reports it again";
       }
       if (d.outcomes().size() > maxPendingKeys) {
         return "operation "
@@ -158,6 +197,10 @@ public final class Agreement {
     for (int rank = 0; rank < worldSize; rank++) {
       for (StorageDone d : byRank.get(rank)) {
         long op = d.operationId();
+        if (agreed(op)) {
+          throw new ProtocolException(
+              round, "operation " + op + " was already agreed; rank " + rank + " reports it again");
+        }
         Pending p = pending.get(op);
         if (p == null) {
           p = new Pending(op, d.kind(), d.outcomes().size(), worldSize);
@@ -181,6 +224,7 @@ public final class Agreement {
       for (Pending p : complete) {
         pending.remove(p.operationId);
         pendingKeys -= p.numKeys;
+        rememberAgreed(p.operationId);
         out.add(reduce(p.operationId, p.kind, Arrays.asList(p.byRank)));
       }
     }

@@ -5,19 +5,24 @@ import java.util.List;
 
 /**
  * One rank's control-plane settings: where every cache-owning rank of the replica listens, which of
- * them this rank is, and the bounds of the exchange and of the agreement window.
+ * them this rank is, the replica's shared secret, and the bounds of the exchange and of the
+ * agreement window.
  *
  * <p>Three settings must be equal on every rank, because the agreement's verdicts depend on them:
  * {@code maxFrameBytes}, {@code maxPendingOperations} and {@code maxPendingKeys}. The handshake
  * exchanges and compares them, together with the replica id, the world size and the protocol
- * version. The timeouts are local and may differ.
+ * version, and each side proves that it holds the same {@link ReplicaSecret}. The timeouts are
+ * local and may differ.
  *
  * @param replicaId the replica (DP rank) whose owners form this mesh; every peer must name the same
  * @param rank this rank's index into {@code addresses} (the attention-TP rank); rank 0 leads
  * @param addresses where each rank listens, indexed by rank; the size is the world size
+ * @param secret the replica's shared secret, proven (never sent) in every handshake
  * @param roundTimeoutMs how long one exchange waits for a silent peer before it fails, naming it;
  *     it must exceed the largest skew between ranks entering a round (a forward pass included)
  * @param connectTimeoutMs how long mesh setup waits for every peer to connect and shake hands
+ * @param handshakeTimeoutMs how long an accepted connection may take to complete its handshake
+ *     before it is closed as not a peer (setup itself goes on until {@code connectTimeoutMs})
  * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included
  * @param maxPendingOperations the most operations the agreement may retain with partial reports
  * @param maxPendingKeys the most keys, summed over those operations, it may retain
@@ -26,8 +31,10 @@ public record ControlConfig(
     long replicaId,
     int rank,
     List<InetSocketAddress> addresses,
+    ReplicaSecret secret,
     long roundTimeoutMs,
     long connectTimeoutMs,
+    long handshakeTimeoutMs,
     int maxFrameBytes,
     int maxPendingOperations,
     long maxPendingKeys) {
@@ -39,6 +46,12 @@ public record ControlConfig(
    * Default {@code connectTimeoutMs}: 120 s, for ranks of one replica starting at different times.
    */
   public static final long DEFAULT_CONNECT_TIMEOUT_MS = 120_000;
+
+  /**
+   * Default {@code handshakeTimeoutMs}: 5 s. A peer sends its HELLO right after connecting, so only
+   * something that is not a peer (a health check, a port scan) stays silent that long.
+   */
+  public static final long DEFAULT_HANDSHAKE_TIMEOUT_MS = 5_000;
 
   /** Default {@code maxFrameBytes}: 16 MiB, about 670,000 single-key completion records. */
   public static final int DEFAULT_MAX_FRAME_BYTES = 16 << 20;
@@ -76,12 +89,25 @@ public record ControlConfig(
       throw new IllegalArgumentException(
           "rank=" + rank + " must be in [0, " + addresses.size() + ")");
     }
+    if (secret == null) {
+      throw new IllegalArgumentException(
+          "secret is missing: every rank of a replica needs the replica's secret"
+              + " (ReplicaSecret.fromEnvironment reads "
+              + ReplicaSecret.FILE_ENV
+              + " or "
+              + ReplicaSecret.ENV
+              + ")");
+    }
     if (roundTimeoutMs < 1) {
       throw new IllegalArgumentException("round_timeout_ms=" + roundTimeoutMs + " must be >= 1");
     }
     if (connectTimeoutMs < 1) {
       throw new IllegalArgumentException(
           "connect_timeout_ms=" + connectTimeoutMs + " must be >= 1");
+    }
+    if (handshakeTimeoutMs < 1) {
+      throw new IllegalArgumentException(
+          "handshake_timeout_ms=" + handshakeTimeoutMs + " must be >= 1");
     }
     if (maxFrameBytes < MIN_MAX_FRAME_BYTES) {
       throw new IllegalArgumentException(
@@ -97,13 +123,16 @@ public record ControlConfig(
   }
 
   /** Settings with every default, for rank {@code rank} of the ranks at {@code addresses}. */
-  public static ControlConfig of(long replicaId, int rank, List<InetSocketAddress> addresses) {
+  public static ControlConfig of(
+      long replicaId, int rank, List<InetSocketAddress> addresses, ReplicaSecret secret) {
     return new ControlConfig(
         replicaId,
         rank,
         addresses,
+        secret,
         DEFAULT_ROUND_TIMEOUT_MS,
         DEFAULT_CONNECT_TIMEOUT_MS,
+        DEFAULT_HANDSHAKE_TIMEOUT_MS,
         DEFAULT_MAX_FRAME_BYTES,
         DEFAULT_MAX_PENDING_OPERATIONS,
         DEFAULT_MAX_PENDING_KEYS);
@@ -125,8 +154,25 @@ public record ControlConfig(
         replicaId,
         rank,
         addresses,
+        secret,
         roundTimeoutMs,
         connectTimeoutMs,
+        handshakeTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys);
+  }
+
+  /** These settings with {@code handshakeTimeoutMs} replaced. */
+  public ControlConfig withHandshakeTimeout(long handshakeTimeoutMs) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        secret,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
         maxPendingKeys);
@@ -138,8 +184,10 @@ public record ControlConfig(
         replicaId,
         rank,
         addresses,
+        secret,
         roundTimeoutMs,
         connectTimeoutMs,
+        handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
         maxPendingKeys);
@@ -151,8 +199,25 @@ public record ControlConfig(
         replicaId,
         rank,
         addresses,
+        secret,
         roundTimeoutMs,
         connectTimeoutMs,
+        handshakeTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys);
+  }
+
+  /** These settings with another {@code secret}. */
+  public ControlConfig withSecret(ReplicaSecret secret) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        secret,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
         maxPendingKeys);

@@ -12,8 +12,11 @@ import java.util.List;
 public sealed interface Frame {
 
   /**
-   * The handshake, sent both ways when a connection opens. Each side checks every field against its
-   * own settings; a disagreement is a {@link MeshException.Reason#HANDSHAKE} error.
+   * The handshake's first message, sent both ways when a connection opens: the dialer sends its
+   * own, the acceptor checks it and only then answers with its own. Each side checks every field
+   * against its own settings; a disagreement is a {@link MeshException.Reason#HANDSHAKE} error. The
+   * nonce is fresh per connection; both sides' proofs of the replica secret ({@link Proof}) cover
+   * both HELLOs, so a proof cannot be replayed on another connection.
    *
    * @param replicaId the sender's replica id
    * @param worldSize the sender's number of ranks
@@ -21,6 +24,7 @@ public sealed interface Frame {
    * @param maxFrameBytes the sender's frame limit (must be equal everywhere)
    * @param maxPendingOperations the sender's window limit on operations (must be equal)
    * @param maxPendingKeys the sender's window limit on keys (must be equal)
+   * @param nonce 32 random bytes of the sender's, fresh for this connection
    */
   record Hello(
       long replicaId,
@@ -28,7 +32,8 @@ public sealed interface Frame {
       int rank,
       int maxFrameBytes,
       int maxPendingOperations,
-      long maxPendingKeys)
+      long maxPendingKeys,
+      Bytes32 nonce)
       implements Frame {
 
     public Hello {
@@ -39,7 +44,8 @@ public sealed interface Frame {
           || rank >= worldSize
           || maxFrameBytes < ControlConfig.MIN_MAX_FRAME_BYTES
           || maxPendingOperations < 1
-          || maxPendingKeys < 1) {
+          || maxPendingKeys < 1
+          || nonce == null) {
         throw new IllegalArgumentException(
             "hello replica_id="
                 + replicaId
@@ -57,15 +63,55 @@ public sealed interface Frame {
       }
     }
 
-    /** This rank's handshake under {@code config}. */
-    static Hello of(ControlConfig config) {
+    /** This rank's handshake under {@code config}, with a fresh nonce. */
+    static Hello of(ControlConfig config, Bytes32 nonce) {
       return new Hello(
           config.replicaId(),
           config.worldSize(),
           config.rank(),
           config.maxFrameBytes(),
           config.maxPendingOperations(),
-          config.maxPendingKeys());
+          config.maxPendingKeys(),
+          nonce);
+    }
+  }
+
+  /**
+   * The handshake's second message, sent both ways after the HELLOs: an HMAC-SHA256 under the
+   * replica secret over a role label and both HELLO frames as sent (see {@link ReplicaSecret}). The
+   * dialer proves first; the acceptor proves only after it checked the dialer's proof.
+   *
+   * @param mac the 32-byte HMAC
+   */
+  record Proof(Bytes32 mac) implements Frame {
+    public Proof {
+      if (mac == null) {
+        throw new IllegalArgumentException("proof without a mac");
+      }
+    }
+  }
+
+  /**
+   * A rank's last word after its exchange failed: the newest round it gathered completely. Every
+   * survivor sends one to every peer it still has a connection with and settles on the smallest
+   * round of those it hears from (see {@link RelayExchange}).
+   *
+   * @param rank the sender's rank
+   * @param gatheredRound the newest round whose every report the sender holds (0 for none)
+   * @param blamedRank the rank whose failure stopped the sender, or -1
+   */
+  record Final(int rank, long gatheredRound, int blamedRank) implements Frame {
+    public Final {
+      if (rank < 0 || gatheredRound < 0 || blamedRank < -1) {
+        throw new IllegalArgumentException(
+            "final rank="
+                + rank
+                + " gathered_round="
+                + gatheredRound
+                + " blamed_rank="
+                + blamedRank
+                + " is out of range");
+      }
     }
   }
 

@@ -77,7 +77,7 @@ public final class FrameDecoder {
     }
     int type = Byte.toUnsignedInt(h.get());
     int flags = Byte.toUnsignedInt(h.get());
-    if (type != FrameDescriptor.TYPE_HELLO && type != FrameDescriptor.TYPE_REPORT) {
+    if (type < FrameDescriptor.TYPE_HELLO || type > FrameDescriptor.TYPE_FINAL) {
       return new Malformed(Reason.BAD_TYPE, "type=" + type);
     }
     if (flags != 0) {
@@ -88,9 +88,16 @@ public final class FrameDecoder {
       return new Malformed(
           Reason.TOO_LARGE, "body_length=" + body + " exceeds max_frame_bytes=" + maxFrameBytes);
     }
-    if (type == FrameDescriptor.TYPE_HELLO && body != HELLO_BODY_BYTES) {
+    int fixed =
+        switch (type) {
+          case FrameDescriptor.TYPE_HELLO -> HELLO_BODY_BYTES;
+          case FrameDescriptor.TYPE_PROOF -> FrameDescriptor.PROOF_BODY_BYTES;
+          case FrameDescriptor.TYPE_FINAL -> FrameDescriptor.FINAL_BODY_BYTES;
+          default -> -1;
+        };
+    if (fixed >= 0 && body != fixed) {
       return new Malformed(
-          Reason.BAD_LENGTH, "hello body_length=" + body + ", must be " + HELLO_BODY_BYTES);
+          Reason.BAD_LENGTH, typeName(type) + " body_length=" + body + ", must be " + fixed);
     }
     return null;
   }
@@ -141,7 +148,40 @@ public final class FrameDecoder {
     }
     ByteBuffer body = ByteBuffer.wrap(bytes, offset + HEADER_BYTES, total - FRAMING_BYTES).slice();
     int type = Byte.toUnsignedInt(bytes[offset + 6]);
-    return type == FrameDescriptor.TYPE_HELLO ? hello(body) : report(body);
+    return switch (type) {
+      case FrameDescriptor.TYPE_HELLO -> hello(body);
+      case FrameDescriptor.TYPE_PROOF -> new Decoded.Ok(new Frame.Proof(Bytes32.read(body)));
+      case FrameDescriptor.TYPE_FINAL -> finalFrame(body);
+      default -> report(body);
+    };
+  }
+
+  /** The frame type declared by a header that {@link #checkHeader} accepted. */
+  public static int frameType(byte[] bytes, int offset) {
+    return Byte.toUnsignedInt(bytes[offset + 6]);
+  }
+
+  /** A frame type's name for messages. */
+  static String typeName(int type) {
+    return switch (type) {
+      case FrameDescriptor.TYPE_HELLO -> "hello";
+      case FrameDescriptor.TYPE_REPORT -> "report";
+      case FrameDescriptor.TYPE_PROOF -> "proof";
+      case FrameDescriptor.TYPE_FINAL -> "final";
+      default -> "type " + type;
+    };
+  }
+
+  private static Decoded finalFrame(ByteBuffer b) {
+    int rank = b.getInt();
+    long gathered = b.getLong();
+    int blamed = b.getInt();
+    if (rank < 0 || rank >= ControlConfig.MAX_WORLD_SIZE || gathered < 0 || blamed < -1) {
+      return new Malformed(
+          Reason.BAD_FIELD,
+          "final rank=" + rank + " gathered_round=" + gathered + " blamed_rank=" + blamed);
+    }
+    return new Decoded.Ok(new Frame.Final(rank, gathered, blamed));
   }
 
   private static Decoded hello(ByteBuffer b) {
@@ -151,6 +191,7 @@ public final class FrameDecoder {
     int maxFrame = b.getInt();
     int maxOps = b.getInt();
     long maxKeys = b.getLong();
+    Bytes32 nonce = Bytes32.read(b);
     if (replicaId < 0
         || worldSize < 1
         || worldSize > ControlConfig.MAX_WORLD_SIZE
@@ -174,7 +215,8 @@ public final class FrameDecoder {
               + " max_pending_keys="
               + maxKeys);
     }
-    return new Decoded.Ok(new Frame.Hello(replicaId, worldSize, rank, maxFrame, maxOps, maxKeys));
+    return new Decoded.Ok(
+        new Frame.Hello(replicaId, worldSize, rank, maxFrame, maxOps, maxKeys, nonce));
   }
 
   private static Decoded report(ByteBuffer b) {

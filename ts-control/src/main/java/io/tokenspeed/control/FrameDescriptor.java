@@ -11,13 +11,24 @@ package io.tokenspeed.control;
  *   | magic  |version |type |flags| body length  |       body       |  CRC32C  |
  *   | "TSCP" |  u16   | u8  | u8  |   u32  = N   |     N bytes      |   u32    |
  *   +--------+--------+-----+-----+--------------+------------------+----------+
- *   type: 1 HELLO, 2 REPORT. flags: 0 (reserved). CRC32C covers bytes [0, 12+N).
+ *   type: 1 HELLO, 2 REPORT, 3 PROOF, 4 FINAL. flags: 0 (reserved). CRC32C covers [0, 12+N).
  *   16+N must not exceed the receiver's max_frame_bytes; a larger length is rejected from the
  *   header alone, before anything is allocated.
  *
- * HELLO body (32 bytes)
+ * HELLO body (64 bytes)
  *   0 i64 replica_id   8 i32 world_size   12 i32 rank   16 i32 max_frame_bytes
  *  20 i32 max_pending_operations          24 i64 max_pending_keys
+ *  32 32 bytes nonce (fresh per connection)
+ *
+ * PROOF body (32 bytes)
+ *   0 32 bytes HMAC-SHA256(replica secret, label | dialer's HELLO frame | acceptor's HELLO frame)
+ *     label: "TSCP2 dialer" or "TSCP2 acceptor" (ASCII)
+ *
+ * FINAL body (16 bytes)
+ *   0 i32 rank          4 i64 gathered_round          12 i32 blamed_rank (-1: none)
+ *
+ * A connection carries HELLO and PROOF both ways (dialer first each time), then REPORTs, one per
+ * round each way, and at most one FINAL each way after a failure; nothing else.
  *
  * REPORT body
  *   0 i32 rank            4 i64 round          12 i64 clock_ns
@@ -50,13 +61,19 @@ public final class FrameDescriptor {
   public static final int MAGIC = 0x54534350;
 
   /** The protocol version this build speaks; a frame with another version is rejected. */
-  public static final int VERSION = 1;
+  public static final int VERSION = 2;
 
   /** Frame type of the handshake. */
   public static final int TYPE_HELLO = 1;
 
   /** Frame type of a round's report. */
   public static final int TYPE_REPORT = 2;
+
+  /** Frame type of the handshake's proof of the replica secret. */
+  public static final int TYPE_PROOF = 3;
+
+  /** Frame type of a failed rank's last word. */
+  public static final int TYPE_FINAL = 4;
 
   /** Bytes before the body: magic, version, type, flags, body length. */
   public static final int HEADER_BYTES = 12;
@@ -68,7 +85,13 @@ public final class FrameDescriptor {
   public static final int FRAMING_BYTES = HEADER_BYTES + TRAILER_BYTES;
 
   /** The body of a HELLO frame. */
-  public static final int HELLO_BODY_BYTES = 32;
+  public static final int HELLO_BODY_BYTES = 64;
+
+  /** The body of a PROOF frame. */
+  public static final int PROOF_BODY_BYTES = 32;
+
+  /** The body of a FINAL frame. */
+  public static final int FINAL_BODY_BYTES = 16;
 
   /** Report body bytes before the status-dependent part. */
   static final int REPORT_FIXED_BYTES = 41;

@@ -56,6 +56,17 @@ public final class FrameEncoder {
             .putInt(h.maxFrameBytes())
             .putInt(h.maxPendingOperations())
             .putLong(h.maxPendingKeys());
+        h.nonce().write(buf);
+      }
+      case Frame.Proof p -> {
+        buf.put((byte) FrameDescriptor.TYPE_PROOF).put((byte) 0);
+        buf.putInt(FrameDescriptor.PROOF_BODY_BYTES);
+        p.mac().write(buf);
+      }
+      case Frame.Final f -> {
+        buf.put((byte) FrameDescriptor.TYPE_FINAL).put((byte) 0);
+        buf.putInt(FrameDescriptor.FINAL_BODY_BYTES);
+        buf.putInt(f.rank()).putLong(f.gatheredRound()).putInt(f.blamedRank());
       }
       case Frame.Report r -> {
         buf.put((byte) FrameDescriptor.TYPE_REPORT).put((byte) 0);
@@ -86,6 +97,8 @@ public final class FrameEncoder {
   private static long bodyLength(Frame frame) {
     return switch (frame) {
       case Frame.Hello h -> HELLO_BODY_BYTES;
+      case Frame.Proof p -> FrameDescriptor.PROOF_BODY_BYTES;
+      case Frame.Final f -> FrameDescriptor.FINAL_BODY_BYTES;
       case Frame.Report r -> reportBodyLength(r);
     };
   }

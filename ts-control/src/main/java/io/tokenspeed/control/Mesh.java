@@ -1,12 +1,10 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.control.MeshException.Reason;
-import java.io.DataInputStream;
+import java.io.EOFException;
 import java.io.IOException;
-import java.io.InputStream;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
-import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
@@ -15,20 +13,35 @@ import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
- * The TCP mesh among a replica's cache-owning ranks: one connection per pair of ranks, and an
- * all-gather of one frame per rank per round.
+ * The TCP mesh among a replica's cache-owning ranks: one connection per pair of ranks, an
+ * all-gather of one frame per rank per round, and the survivors' last word after a failure.
  *
  * <p><b>Setup.</b> Each rank listens on its configured address. A rank dials every lower rank and
  * accepts every higher one, so each pair has exactly one connection and no two ranks wait on each
- * other in a cycle (rank 0 only accepts). On every connection both sides send a {@link Frame.Hello}
- * and check the other's against their own settings — protocol version, replica id, world size, the
- * rank expected at that address, and the limits that must be equal everywhere — and fail with
- * {@link Reason#HANDSHAKE} naming the field when one disagrees. The acceptor answers before it
- * checks, so that both ends of a bad connection report the mismatch.
+ * other in a cycle (rank 0 only accepts). Dialing and accepting run at the same time (accepting on
+ * a setup thread), and dialing retries until {@code connectTimeoutMs}, so ranks may start in any
+ * order. Each connection runs the handshake drawn in {@link ReplicaSecret}: HELLOs both ways, the
+ * acceptor checking the dialer's before it answers, then proofs of the replica secret both ways,
+ * the dialer's first.
+ *
+ * <p><b>What is not a peer is ignored.</b> The acceptor handles every connection without blocking
+ * and gives each at most {@code handshakeTimeoutMs}. A connection that sends garbage, another
+ * protocol version, another replica's or world's HELLO, a rank that is not expected or already
+ * joined, a wrong proof, or nothing at all is closed and logged (WARNING, naming the remote address
+ * and the reason), and accepting goes on until every higher rank joined or {@code connectTimeoutMs}
+ * passes; that timeout's message lists the refused connections. A health check that connects and
+ * closes is one such connection. The dialer, which reaches a configured address, fails instead,
+ * naming the rank it expected there and what that address did.
  *
  * <p><b>The all-gather.</b> One thread (the event loop) writes its frame to every peer and reads
  * exactly one frame from every peer, all non-blocking under one selector, until all are done or the
@@ -40,10 +53,29 @@ import java.util.concurrent.TimeUnit;
  *
  * <p><b>Failures</b> name the peer: a deadline that passes with frames missing is {@link
  * Reason#TIMEOUT} naming the silent ranks; end of stream or a reset is {@link Reason#DISCONNECTED};
- * a header the decoder refuses is {@link Reason#MALFORMED_FRAME}. The mesh keeps its sockets open
- * after a failure until {@link #close()}, so that the owner decides when peers see this rank leave.
+ * a header the decoder refuses is {@link Reason#MALFORMED_FRAME}; a peer's FINAL where its report
+ * was due is {@link Reason#PEER_STOPPED}. After a failure the owner calls {@link #settle}: every
+ * survivor sends its newest gathered round to every peer it still reaches and collects theirs,
+ * within {@code roundTimeoutMs}. The mesh keeps its sockets open until {@link #close()}, so that
+ * the owner decides when peers see this rank leave.
  */
 final class Mesh implements AutoCloseable {
+
+  private static final Logger LOG = Logger.getLogger(Mesh.class.getName());
+
+  /** The label of the dialer's proof. */
+  static final String DIALER_LABEL = "TSCP2 dialer";
+
+  /** The label of the acceptor's proof. */
+  static final String ACCEPTOR_LABEL = "TSCP2 acceptor";
+
+  /** The largest frame a connection may send before it is a peer: a HELLO. */
+  static final int MAX_HANDSHAKE_FRAME =
+      FrameDescriptor.FRAMING_BYTES
+          + Math.max(FrameDescriptor.HELLO_BODY_BYTES, FrameDescriptor.PROOF_BODY_BYTES);
+
+  /** At most this many refusals are quoted in a setup timeout's message. */
+  private static final int QUOTED_REFUSALS = 4;
 
   private static final long DIAL_RETRY_MS = 20;
 
@@ -58,25 +90,28 @@ final class Mesh implements AutoCloseable {
   private static final class Peer {
     final int rank;
     final SocketChannel channel;
+    final FrameReader reader;
     SelectionKey key;
     ByteBuffer out;
-    final byte[] header = new byte[FrameDescriptor.HEADER_BYTES];
-    final ByteBuffer headerIn = ByteBuffer.wrap(header);
     byte[] frame;
-    ByteBuffer frameIn;
     boolean sent;
     boolean received;
 
-    Peer(int rank, SocketChannel channel) {
+    /** End of stream, a reset or garbage was seen: nothing more is written or read. */
+    boolean dead;
+
+    /** The peer's FINAL, once it arrived. */
+    Frame.Final last;
+
+    Peer(int rank, SocketChannel channel, FrameReader reader) {
       this.rank = rank;
       this.channel = channel;
+      this.reader = reader;
     }
 
     void startRound(byte[] own) {
       out = ByteBuffer.wrap(own);
-      headerIn.clear();
       frame = null;
-      frameIn = null;
       sent = false;
       received = false;
     }
@@ -102,7 +137,7 @@ final class Mesh implements AutoCloseable {
       try {
         server = ServerSocketChannel.open();
         server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
-        server.bind(address, config.worldSize() * 2);
+        server.bind(address, Math.max(64, config.worldSize() * 2));
       } catch (IOException e) {
         closeQuietly(null, server, null);
         throw new MeshException(
@@ -144,46 +179,45 @@ final class Mesh implements AutoCloseable {
   }
 
   private void connectAll(long deadlineNs) throws IOException, MeshException {
-    Frame.Hello own = Frame.Hello.of(config);
-    byte[] hello = FrameEncoder.encode(own, config.maxFrameBytes());
-    for (int peer = 0; peer < config.rank(); peer++) {
-      SocketChannel ch = dial(peer, deadlineNs);
-      add(peer, ch);
-      writeBlocking(ch, hello);
-      Frame.Hello theirs = readHello(ch, peer, deadlineNs);
-      check(theirs, peer, config.addresses().get(peer).toString());
-    }
     int higher = config.worldSize() - 1 - config.rank();
-    for (int accepted = 0; accepted < higher; accepted++) {
-      SocketChannel ch = accept(deadlineNs);
-      String from = String.valueOf(ch.getRemoteAddress());
-      Frame.Hello theirs;
-      try {
-        theirs = readHello(ch, -1, deadlineNs);
-        writeBlocking(ch, hello);
-      } catch (MeshException | IOException e) {
-        ch.close();
-        throw e;
+    Acceptor acceptor = null;
+    Thread acceptThread = null;
+    if (higher > 0) {
+      acceptor = new Acceptor(deadlineNs);
+      acceptThread =
+          Thread.ofPlatform()
+              .daemon()
+              .name("ts-control-accept-rank" + config.rank())
+              .start(acceptor::run);
+    }
+    try {
+      for (int peer = 0; peer < config.rank(); peer++) {
+        SocketChannel ch = dial(peer, deadlineNs);
+        try {
+          shakeHandsAsDialer(ch, peer, deadlineNs);
+        } catch (MeshException | IOException | RuntimeException e) {
+          ch.close();
+          throw e;
+        }
+        add(peer, ch);
       }
-      try {
-        checkShared(theirs, theirs.rank(), from);
-      } catch (MeshException e) {
-        ch.close();
-        throw e;
+    } catch (MeshException | IOException | RuntimeException e) {
+      if (acceptor != null) {
+        acceptor.stop();
+        join(acceptThread);
+        acceptor.closeJoined();
       }
-      if (theirs.rank() <= config.rank() || peers[theirs.rank()] != null) {
-        ch.close();
-        throw handshake(
-            theirs.rank(),
-            "a connection from "
-                + from
-                + " says rank="
-                + theirs.rank()
-                + ", but rank "
-                + config.rank()
-                + " expects only ranks above it, once each");
+      throw e;
+    }
+    if (acceptor != null) {
+      join(acceptThread);
+      if (acceptor.failure != null) {
+        acceptor.closeJoined();
+        throw acceptor.failure;
       }
-      add(theirs.rank(), ch);
+      for (Map.Entry<Integer, SocketChannel> e : acceptor.joined.entrySet()) {
+        add(e.getKey(), e.getValue());
+      }
     }
     for (Peer p : peerList) {
       p.channel.configureBlocking(false);
@@ -193,8 +227,18 @@ final class Mesh implements AutoCloseable {
     listener.close();
   }
 
+  private void join(Thread t) throws MeshException {
+    try {
+      t.join();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new MeshException(
+          Reason.IO, -1, 0, "rank " + config.rank() + " was interrupted while connecting");
+    }
+  }
+
   private void add(int rank, SocketChannel ch) {
-    Peer p = new Peer(rank, ch);
+    Peer p = new Peer(rank, ch, new FrameReader(decoder, config.maxFrameBytes()));
     peers[rank] = p;
     peerList.add(p);
   }
@@ -247,142 +291,507 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  private SocketChannel accept(long deadlineNs) throws IOException, MeshException {
-    long leftMs = TimeUnit.NANOSECONDS.toMillis(deadlineNs - System.nanoTime());
-    if (leftMs > 0) {
-      listener.socket().setSoTimeout((int) Math.min(Integer.MAX_VALUE, leftMs));
-      try {
-        Socket s = listener.socket().accept();
-        SocketChannel ch = s.getChannel();
-        ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-        return ch;
-      } catch (SocketTimeoutException e) {
-        // fall through to the timeout below
-      }
-    }
-    List<Integer> missing = new ArrayList<>();
-    for (int r = config.rank() + 1; r < config.worldSize(); r++) {
-      if (peers[r] == null) {
-        missing.add(r);
-      }
-    }
-    throw new MeshException(
-        Reason.TIMEOUT,
-        missing.getFirst(),
-        0,
-        "rank "
-            + config.rank()
-            + " heard nothing from rank"
-            + (missing.size() == 1 ? " " : "s ")
-            + missing
-            + " within connect_timeout_ms="
-            + config.connectTimeoutMs());
-  }
-
-  private static void writeBlocking(SocketChannel ch, byte[] bytes) throws IOException {
-    ByteBuffer b = ByteBuffer.wrap(bytes);
-    while (b.hasRemaining()) {
-      ch.write(b);
-    }
-  }
-
-  /** Reads one HELLO frame on a blocking channel; {@code peer} is -1 when not yet known. */
-  private Frame.Hello readHello(SocketChannel ch, int peer, long deadlineNs)
+  /**
+   * The dialer's side of the handshake on a blocking channel: HELLO out, HELLO in (checked), proof
+   * out, proof in (checked). Every failure names {@code peer} and its address.
+   */
+  private void shakeHandsAsDialer(SocketChannel ch, int peer, long deadlineNs)
       throws IOException, MeshException {
-    String who = peer < 0 ? "a connecting peer at " + ch.getRemoteAddress() : "rank " + peer;
-    byte[] bytes = new byte[FrameDescriptor.FRAMING_BYTES + FrameDescriptor.HELLO_BODY_BYTES];
-    Socket socket = ch.socket();
+    String at = "rank " + peer + " at " + config.addresses().get(peer);
+    byte[] helloD =
+        FrameEncoder.encode(Frame.Hello.of(config, Bytes32.random()), config.maxFrameBytes());
+    writeBlocking(ch, helloD, peer, at, "sending its handshake");
+    byte[] helloA =
+        readHandshakeFrame(
+            ch,
+            FrameDescriptor.TYPE_HELLO,
+            peer,
+            at,
+            deadlineNs,
+            "closed the connection without answering this rank's handshake: it refused it"
+                + " (another replica_id, world_size, protocol version or limit; "
+                + "rank "
+                + peer
+                + "'s log names the field)");
+    Frame.Hello theirs = (Frame.Hello) decodeHandshake(helloA, peer, at);
+    checkShared(theirs, peer, at);
+    if (theirs.rank() != peer) {
+      throw handshake(peer, "handshake with " + at + ": the peer says rank=" + theirs.rank());
+    }
+    Frame.Proof mine = new Frame.Proof(config.secret().mac(DIALER_LABEL, helloD, helloA));
+    writeBlocking(
+        ch, FrameEncoder.encode(mine, config.maxFrameBytes()), peer, at, "sending its proof");
+    byte[] proofA =
+        readHandshakeFrame(
+            ch,
+            FrameDescriptor.TYPE_PROOF,
+            peer,
+            at,
+            deadlineNs,
+            "closed the connection after this rank's proof of the replica secret: the two ranks"
+                + " were not started with the same secret");
+    Frame.Proof theirProof = (Frame.Proof) decodeHandshake(proofA, peer, at);
+    Bytes32 expected = config.secret().mac(ACCEPTOR_LABEL, helloD, helloA);
+    if (!ReplicaSecret.sameMac(expected, theirProof.mac())) {
+      throw handshake(
+          peer,
+          "the process at "
+              + config.addresses().get(peer)
+              + " answering as rank "
+              + peer
+              + " could not prove the replica secret (an impostor, or a rank started with another"
+              + " secret); rank "
+              + config.rank()
+              + " does not join it");
+    }
+  }
+
+  private void writeBlocking(SocketChannel ch, byte[] bytes, int peer, String at, String doing)
+      throws MeshException {
+    ByteBuffer b = ByteBuffer.wrap(bytes);
     try {
-      long leftMs = TimeUnit.NANOSECONDS.toMillis(deadlineNs - System.nanoTime());
+      while (b.hasRemaining()) {
+        ch.write(b);
+      }
+    } catch (IOException e) {
+      throw new MeshException(
+          Reason.DISCONNECTED,
+          peer,
+          0,
+          "rank " + config.rank() + " lost the connection to " + at + " while " + doing + ": " + e,
+          e);
+    }
+  }
+
+  /** Reads one handshake frame of {@code type} on a blocking channel, within the deadline. */
+  private byte[] readHandshakeFrame(
+      SocketChannel ch, int type, int peer, String at, long deadlineNs, String onEof)
+      throws IOException, MeshException {
+    FrameReader reader = new FrameReader(decoder, MAX_HANDSHAKE_FRAME);
+    long leftMs = TimeUnit.NANOSECONDS.toMillis(deadlineNs - System.nanoTime());
+    try {
       if (leftMs <= 0) {
         throw new SocketTimeoutException();
       }
-      socket.setSoTimeout((int) Math.min(Integer.MAX_VALUE, leftMs));
-      InputStream in = socket.getInputStream();
-      DataInputStream data = new DataInputStream(in);
-      data.readFully(bytes, 0, FrameDescriptor.HEADER_BYTES);
-      Decoded.Malformed header = decoder.checkHeader(bytes, 0, FrameDescriptor.HEADER_BYTES);
-      if (header != null) {
-        throw handshake(peer, who + " sent a handshake this rank cannot read: " + header);
+      ch.socket().setSoTimeout((int) Math.min(Integer.MAX_VALUE, leftMs));
+      var in = java.nio.channels.Channels.newChannel(ch.socket().getInputStream());
+      byte[] frame = null;
+      while (frame == null) {
+        frame = reader.read(in);
       }
-      if (FrameDecoder.frameLength(bytes, 0) != bytes.length) {
-        throw handshake(peer, who + " sent a report where a handshake was due");
+      ch.socket().setSoTimeout(0);
+      if (FrameDecoder.frameType(frame, 0) != type) {
+        throw handshake(
+            peer,
+            at
+                + " sent a "
+                + FrameDecoder.typeName(FrameDecoder.frameType(frame, 0))
+                + " frame where its "
+                + FrameDecoder.typeName(type)
+                + " was due");
       }
-      data.readFully(
-          bytes, FrameDescriptor.HEADER_BYTES, bytes.length - FrameDescriptor.HEADER_BYTES);
-      socket.setSoTimeout(0);
+      return frame;
     } catch (SocketTimeoutException e) {
       throw new MeshException(
           Reason.TIMEOUT,
           peer,
           0,
-          who + " sent no handshake within connect_timeout_ms=" + config.connectTimeoutMs(),
+          at
+              + " sent no "
+              + FrameDecoder.typeName(type)
+              + " within connect_timeout_ms="
+              + config.connectTimeoutMs(),
           e);
-    } catch (java.io.EOFException e) {
+    } catch (EOFException e) {
+      throw new MeshException(Reason.HANDSHAKE, peer, 0, at + " " + onEof, e);
+    } catch (FrameReader.BadHeader e) {
+      throw handshake(peer, at + " sent a handshake this rank cannot read: " + e.getMessage());
+    } catch (IOException e) {
       throw new MeshException(
-          Reason.HANDSHAKE, peer, 0, who + " closed the connection during the handshake", e);
+          Reason.DISCONNECTED,
+          peer,
+          0,
+          at + " " + onEof.replaceFirst("^closed", "reset") + " (" + e + ")",
+          e);
     }
-    return switch (decoder.decode(bytes)) {
-      case Decoded.Ok(Frame.Hello h) -> h;
-      case Decoded.Ok(Frame.Report r) ->
-          throw handshake(peer, who + " sent a report where a handshake was due");
+  }
+
+  private Frame decodeHandshake(byte[] frame, int peer, String at) throws MeshException {
+    return switch (decoder.decode(frame)) {
+      case Decoded.Ok(Frame f) -> f;
       case Decoded.Malformed m ->
-          throw handshake(peer, who + " sent a handshake this rank cannot read: " + m);
+          throw handshake(peer, at + " sent a handshake this rank cannot read: " + m);
     };
   }
 
-  /** Checks a dialed peer's handshake: the shared settings, then its rank. */
-  private void check(Frame.Hello theirs, int peer, String from) throws MeshException {
-    checkShared(theirs, peer, from);
-    if (theirs.rank() != peer) {
-      throw handshake(
-          peer,
-          "handshake with rank " + peer + " at " + from + ": the peer says rank=" + theirs.rank());
-    }
-  }
-
-  /** Checks the settings every rank must share: replica, world size and the agreement limits. */
-  private void checkShared(Frame.Hello theirs, int peer, String from) throws MeshException {
-    String prefix = "handshake with rank " + peer + " at " + from + ": ";
+  /**
+   * Why {@code theirs} cannot be a peer of this rank, or null: the settings every rank must share
+   * (replica, world size and the agreement limits).
+   */
+  private String sharedMismatch(Frame.Hello theirs) {
     if (theirs.replicaId() != config.replicaId()) {
-      throw handshake(
-          peer,
-          prefix
-              + "replica_id="
-              + theirs.replicaId()
-              + ", rank "
-              + config.rank()
-              + " has replica_id="
-              + config.replicaId());
+      return "replica_id="
+          + theirs.replicaId()
+          + ", rank "
+          + config.rank()
+          + " has replica_id="
+          + config.replicaId();
     }
     if (theirs.worldSize() != config.worldSize()) {
-      throw handshake(
-          peer, prefix + "world_size=" + theirs.worldSize() + ", expected " + config.worldSize());
+      return "world_size=" + theirs.worldSize() + ", expected " + config.worldSize();
     }
     if (theirs.maxFrameBytes() != config.maxFrameBytes()
         || theirs.maxPendingOperations() != config.maxPendingOperations()
         || theirs.maxPendingKeys() != config.maxPendingKeys()) {
-      throw handshake(
-          peer,
-          prefix
-              + "max_frame_bytes="
-              + theirs.maxFrameBytes()
-              + " max_pending_operations="
-              + theirs.maxPendingOperations()
-              + " max_pending_keys="
-              + theirs.maxPendingKeys()
-              + ", expected "
-              + config.maxFrameBytes()
-              + " "
-              + config.maxPendingOperations()
-              + " "
-              + config.maxPendingKeys()
-              + " (these must be equal on every rank)");
+      return "max_frame_bytes="
+          + theirs.maxFrameBytes()
+          + " max_pending_operations="
+          + theirs.maxPendingOperations()
+          + " max_pending_keys="
+          + theirs.maxPendingKeys()
+          + ", expected "
+          + config.maxFrameBytes()
+          + " "
+          + config.maxPendingOperations()
+          + " "
+          + config.maxPendingKeys()
+          + " (these must be equal on every rank)";
+    }
+    return null;
+  }
+
+  private void checkShared(Frame.Hello theirs, int peer, String at) throws MeshException {
+    String mismatch = sharedMismatch(theirs);
+    if (mismatch != null) {
+      throw handshake(peer, "handshake with " + at + ": " + mismatch);
     }
   }
 
   private MeshException handshake(int peer, String message) {
     return new MeshException(Reason.HANDSHAKE, peer, 0, message);
+  }
+
+  /**
+   * Accepts the higher ranks' connections without blocking on any one of them. Runs on its own
+   * setup thread; its results ({@link #joined}, {@link #failure}) are read after that thread ends.
+   */
+  private final class Acceptor {
+    final long deadlineNs;
+    final Map<Integer, SocketChannel> joined = new TreeMap<>();
+    final List<String> refusals = new ArrayList<>();
+    int refused;
+    MeshException failure;
+    private final Selector accepting;
+    private volatile boolean stopped;
+
+    Acceptor(long deadlineNs) throws IOException {
+      this.deadlineNs = deadlineNs;
+      this.accepting = Selector.open();
+    }
+
+    void stop() {
+      stopped = true;
+      accepting.wakeup();
+    }
+
+    void closeJoined() {
+      for (SocketChannel ch : joined.values()) {
+        try {
+          ch.close();
+        } catch (IOException ignored) {
+          // Setup failed anyway.
+        }
+      }
+    }
+
+    void run() {
+      Map<SelectionKey, Handshake> open = new HashMap<>();
+      try {
+        listener.configureBlocking(false);
+        listener.register(accepting, SelectionKey.OP_ACCEPT);
+        int higher = config.worldSize() - 1 - config.rank();
+        while (joined.size() < higher && !stopped) {
+          long now = System.nanoTime();
+          if (now - deadlineNs >= 0) {
+            failure = setupTimeout();
+            break;
+          }
+          long wakeNs = deadlineNs;
+          for (Handshake h : open.values()) {
+            if (h.deadlineNs - wakeNs < 0) {
+              wakeNs = h.deadlineNs;
+            }
+          }
+          accepting.select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(wakeNs - now + 999_999)));
+          for (SelectionKey k : accepting.selectedKeys()) {
+            if (!k.isValid()) {
+              continue;
+            }
+            if (k.isAcceptable()) {
+              acceptAll(open);
+            } else {
+              Handshake h = (Handshake) k.attachment();
+              step(h, open);
+            }
+          }
+          accepting.selectedKeys().clear();
+          long after = System.nanoTime();
+          for (Iterator<Handshake> it = open.values().iterator(); it.hasNext(); ) {
+            Handshake h = it.next();
+            if (after - h.deadlineNs >= 0) {
+              it.remove();
+              refuse(
+                  h,
+                  "no complete handshake within handshake_timeout_ms="
+                      + config.handshakeTimeoutMs()
+                      + (h.stage == Handshake.Stage.READ_HELLO ? " (sent no HELLO)" : ""));
+            }
+          }
+        }
+      } catch (IOException | RuntimeException e) {
+        failure =
+            new MeshException(
+                Reason.IO, -1, 0, "rank " + config.rank() + " failed to accept peers: " + e, e);
+      } finally {
+        for (Handshake h : open.values()) {
+          refuse(h, "setup finished before it completed a handshake");
+        }
+        try {
+          accepting.close();
+          listener.configureBlocking(true);
+        } catch (IOException ignored) {
+          // The listener is closed right after setup.
+        }
+      }
+    }
+
+    private void acceptAll(Map<SelectionKey, Handshake> open) throws IOException {
+      SocketChannel ch;
+      while ((ch = listener.accept()) != null) {
+        String from;
+        try {
+          ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+          ch.configureBlocking(false);
+          from = String.valueOf(ch.getRemoteAddress());
+        } catch (IOException e) {
+          ch.close();
+          continue;
+        }
+        long now = System.nanoTime();
+        long deadline = now + TimeUnit.MILLISECONDS.toNanos(config.handshakeTimeoutMs());
+        if (deadline - deadlineNs > 0) {
+          deadline = deadlineNs;
+        }
+        Handshake h = new Handshake(ch, from, deadline);
+        h.key = ch.register(accepting, SelectionKey.OP_READ, h);
+        open.put(h.key, h);
+      }
+    }
+
+    private void step(Handshake h, Map<SelectionKey, Handshake> open) {
+      try {
+        if (h.advance()) {
+          open.remove(h.key);
+          h.key.cancel();
+          if (joined.containsKey(h.theirs.rank())) {
+            refuse(h, "rank " + h.theirs.rank() + " has already joined");
+          } else {
+            joined.put(h.theirs.rank(), h.ch);
+            LOG.log(
+                Level.FINE,
+                "rank {0} accepted rank {1} from {2}",
+                new Object[] {config.rank(), h.theirs.rank(), h.from});
+          }
+        }
+      } catch (Refusal r) {
+        open.remove(h.key);
+        refuse(h, r.getMessage());
+      } catch (IOException e) {
+        open.remove(h.key);
+        refuse(h, "the connection failed during the handshake: " + e);
+      }
+    }
+
+    private void refuse(Handshake h, String reason) {
+      h.close();
+      refused++;
+      String line =
+          "rank "
+              + config.rank()
+              + " refused a connection from "
+              + h.from
+              + (h.theirs == null ? "" : " claiming rank " + h.theirs.rank())
+              + ": "
+              + reason;
+      if (refusals.size() < QUOTED_REFUSALS) {
+        refusals.add(line);
+      }
+      LOG.warning(line);
+    }
+
+    private MeshException setupTimeout() {
+      List<Integer> missing = new ArrayList<>();
+      for (int r = config.rank() + 1; r < config.worldSize(); r++) {
+        if (!joined.containsKey(r)) {
+          missing.add(r);
+        }
+      }
+      StringBuilder m =
+          new StringBuilder("rank ")
+              .append(config.rank())
+              .append(" heard nothing from rank")
+              .append(missing.size() == 1 ? " " : "s ")
+              .append(missing)
+              .append(" within connect_timeout_ms=")
+              .append(config.connectTimeoutMs());
+      if (refused > 0) {
+        m.append("; it refused ").append(refused).append(" connection(s): ");
+        m.append(String.join("; ", refusals));
+      }
+      return new MeshException(Reason.TIMEOUT, missing.getFirst(), 0, m.toString());
+    }
+  }
+
+  /** Why an accepted connection is not a peer. */
+  private static final class Refusal extends Exception {
+    Refusal(String reason) {
+      super(reason, null, false, false);
+    }
+  }
+
+  /** The acceptor's side of one connection's handshake, advanced without blocking. */
+  private final class Handshake {
+    enum Stage {
+      READ_HELLO,
+      WRITE_HELLO,
+      READ_PROOF,
+      WRITE_PROOF
+    }
+
+    final SocketChannel ch;
+    final String from;
+    final long deadlineNs;
+    final FrameReader reader = new FrameReader(decoder, MAX_HANDSHAKE_FRAME);
+    SelectionKey key;
+    Stage stage = Stage.READ_HELLO;
+    ByteBuffer out;
+    byte[] helloD;
+    byte[] helloA;
+    Frame.Hello theirs;
+
+    Handshake(SocketChannel ch, String from, long deadlineNs) {
+      this.ch = ch;
+      this.from = from;
+      this.deadlineNs = deadlineNs;
+    }
+
+    /** Moves the handshake as far as the socket allows; true once the peer has joined. */
+    boolean advance() throws IOException, Refusal {
+      while (true) {
+        switch (stage) {
+          case READ_HELLO -> {
+            byte[] f = readFrame(FrameDescriptor.TYPE_HELLO);
+            if (f == null) {
+              return false;
+            }
+            Frame.Hello h = (Frame.Hello) decode(f);
+            String mismatch = sharedMismatch(h);
+            if (mismatch != null) {
+              throw new Refusal(mismatch);
+            }
+            if (h.rank() <= config.rank()) {
+              throw new Refusal(
+                  "rank="
+                      + h.rank()
+                      + ", but rank "
+                      + config.rank()
+                      + " accepts only ranks above it (lower ranks are dialed)");
+            }
+            theirs = h;
+            helloD = f;
+            helloA =
+                FrameEncoder.encode(
+                    Frame.Hello.of(config, Bytes32.random()), config.maxFrameBytes());
+            out = ByteBuffer.wrap(helloA);
+            stage = Stage.WRITE_HELLO;
+          }
+          case WRITE_HELLO -> {
+            if (!flush()) {
+              return false;
+            }
+            stage = Stage.READ_PROOF;
+          }
+          case READ_PROOF -> {
+            byte[] f = readFrame(FrameDescriptor.TYPE_PROOF);
+            if (f == null) {
+              return false;
+            }
+            Frame.Proof p = (Frame.Proof) decode(f);
+            Bytes32 expected = config.secret().mac(DIALER_LABEL, helloD, helloA);
+            if (!ReplicaSecret.sameMac(expected, p.mac())) {
+              throw new Refusal(
+                  "its proof of the replica secret is wrong (not a rank of this replica, or"
+                      + " started with another secret)");
+            }
+            Frame.Proof mine = new Frame.Proof(config.secret().mac(ACCEPTOR_LABEL, helloD, helloA));
+            out = ByteBuffer.wrap(FrameEncoder.encode(mine, config.maxFrameBytes()));
+            stage = Stage.WRITE_PROOF;
+          }
+          case WRITE_PROOF -> {
+            return flush();
+          }
+        }
+      }
+    }
+
+    private byte[] readFrame(int type) throws IOException, Refusal {
+      key.interestOps(SelectionKey.OP_READ);
+      byte[] f;
+      try {
+        f = reader.read(ch);
+      } catch (EOFException e) {
+        throw new Refusal(
+            "it closed the connection"
+                + (stage == Stage.READ_HELLO && !reader.midFrame()
+                    ? " without sending anything"
+                    : " during the handshake"));
+      } catch (FrameReader.BadHeader e) {
+        throw new Refusal("it sent bytes that are not a handshake: " + e.getMessage());
+      }
+      if (f != null && FrameDecoder.frameType(f, 0) != type) {
+        throw new Refusal(
+            "it sent a "
+                + FrameDecoder.typeName(FrameDecoder.frameType(f, 0))
+                + " frame where a "
+                + FrameDecoder.typeName(type)
+                + " was due");
+      }
+      return f;
+    }
+
+    private Frame decode(byte[] f) throws Refusal {
+      return switch (decoder.decode(f)) {
+        case Decoded.Ok(Frame frame) -> frame;
+        case Decoded.Malformed m -> throw new Refusal("it sent an unreadable handshake: " + m);
+      };
+    }
+
+    private boolean flush() throws IOException {
+      ch.write(out);
+      if (out.hasRemaining()) {
+        key.interestOps(SelectionKey.OP_WRITE);
+        return false;
+      }
+      return true;
+    }
+
+    void close() {
+      try {
+        ch.close();
+      } catch (IOException ignored) {
+        // Nothing more to say to it.
+      }
+    }
   }
 
   /**
@@ -417,16 +826,7 @@ final class Mesh implements AutoCloseable {
       if (leftNs <= 0) {
         throw timeout(round);
       }
-      try {
-        selector.select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leftNs + 999_999)));
-      } catch (IOException e) {
-        throw new MeshException(Reason.IO, -1, round, "selector failed in round " + round, e);
-      }
-      if (Thread.interrupted()) {
-        Thread.currentThread().interrupt();
-        throw new MeshException(
-            Reason.IO, -1, round, "rank " + config.rank() + " interrupted in round " + round);
-      }
+      select(leftNs, round);
       var ready = selector.selectedKeys();
       if (!ready.isEmpty()) {
         for (SelectionKey k : ready) {
@@ -442,6 +842,19 @@ final class Mesh implements AutoCloseable {
     return frames;
   }
 
+  private void select(long leftNs, long round) throws MeshException {
+    try {
+      selector.select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leftNs + 999_999)));
+    } catch (IOException e) {
+      throw new MeshException(Reason.IO, -1, round, "selector failed in round " + round, e);
+    }
+    if (Thread.interrupted()) {
+      Thread.currentThread().interrupt();
+      throw new MeshException(
+          Reason.IO, -1, round, "rank " + config.rank() + " interrupted in round " + round);
+    }
+  }
+
   /** Moves what can move now on {@code p}'s connection; returns how many directions finished. */
   private int transfer(Peer p, long round) throws MeshException {
     int done = 0;
@@ -453,41 +866,170 @@ final class Mesh implements AutoCloseable {
           done++;
         }
       }
-      if (!p.received && read(p, round)) {
-        p.received = true;
-        done++;
+      if (!p.received) {
+        byte[] f = p.reader.read(p.channel);
+        if (f != null) {
+          int type = FrameDecoder.frameType(f, 0);
+          if (type == FrameDescriptor.TYPE_FINAL) {
+            p.last = finalOf(p, f, round);
+            throw new MeshException(
+                Reason.PEER_STOPPED,
+                p.rank,
+                round,
+                "rank "
+                    + p.rank
+                    + " stopped in round "
+                    + round
+                    + (p.last.blamedRank() >= 0 ? " after losing rank " + p.last.blamedRank() : "")
+                    + " (it gathered up to round "
+                    + p.last.gatheredRound()
+                    + "); this is rank "
+                    + config.rank()
+                    + " of replica "
+                    + config.replicaId());
+          }
+          if (type != FrameDescriptor.TYPE_REPORT) {
+            p.dead = true;
+            throw new MeshException(
+                Reason.MALFORMED_FRAME,
+                p.rank,
+                round,
+                "rank "
+                    + p.rank
+                    + " sent a "
+                    + FrameDecoder.typeName(type)
+                    + " frame in round "
+                    + round
+                    + " where its report was due");
+          }
+          p.frame = f;
+          p.received = true;
+          done++;
+        }
       }
+    } catch (EOFException e) {
+      p.dead = true;
+      throw disconnected(p, round, "end of stream", null);
+    } catch (FrameReader.BadHeader e) {
+      p.dead = true;
+      throw new MeshException(
+          Reason.MALFORMED_FRAME,
+          p.rank,
+          round,
+          "rank " + p.rank + " sent a malformed frame header in round " + round + ": " + e);
     } catch (IOException e) {
+      p.dead = true;
       throw disconnected(p, round, e.toString(), e);
     }
     return done;
   }
 
-  /** Reads toward one frame without reading past it; true when the frame is complete. */
-  private boolean read(Peer p, long round) throws IOException, MeshException {
-    if (p.frameIn == null) {
-      if (p.channel.read(p.headerIn) < 0) {
-        throw disconnected(p, round, "end of stream", null);
-      }
-      if (p.headerIn.hasRemaining()) {
-        return false;
-      }
-      Decoded.Malformed bad = decoder.checkHeader(p.header, 0, p.header.length);
-      if (bad != null) {
-        throw new MeshException(
-            Reason.MALFORMED_FRAME,
-            p.rank,
-            round,
-            "rank " + p.rank + " sent a malformed frame header in round " + round + ": " + bad);
-      }
-      p.frame = new byte[FrameDecoder.frameLength(p.header, 0)];
-      System.arraycopy(p.header, 0, p.frame, 0, p.header.length);
-      p.frameIn = ByteBuffer.wrap(p.frame, p.header.length, p.frame.length - p.header.length);
+  private Frame.Final finalOf(Peer p, byte[] f, long round) throws MeshException {
+    if (decoder.decode(f) instanceof Decoded.Ok(Frame.Final last) && last.rank() == p.rank) {
+      return last;
     }
-    if (p.frameIn.hasRemaining() && p.channel.read(p.frameIn) < 0) {
-      throw disconnected(p, round, "end of stream", null);
+    p.dead = true;
+    throw new MeshException(
+        Reason.MALFORMED_FRAME,
+        p.rank,
+        round,
+        "rank " + p.rank + " sent an unreadable final frame in round " + round);
+  }
+
+  /**
+   * The survivors' last word after a failure in round {@code round}: sends this rank's newest
+   * gathered round (after the rest of its current frame, so that no peer sees a torn frame) to
+   * every peer whose connection still works, and reads every such peer's own, skipping reports
+   * still in flight, until each has answered, died, or {@code roundTimeoutMs} passed.
+   *
+   * @param skipSilent when the failure was a timeout: do not wait for the answer of the peers whose
+   *     report this round never arrived (they are written to, but their silence is already known)
+   * @return the gathered round of every peer that answered, by rank
+   */
+  Map<Integer, Long> settle(long round, long gatheredRound, int blamedRank, boolean skipSilent) {
+    Map<Integer, Long> heard = new TreeMap<>();
+    byte[] last =
+        FrameEncoder.encode(
+            new Frame.Final(config.rank(), gatheredRound, Math.max(-1, blamedRank)),
+            config.maxFrameBytes());
+    List<Peer> live = new ArrayList<>();
+    for (Peer p : peerList) {
+      if (p.dead || p.key == null || !p.key.isValid()) {
+        continue;
+      }
+      ByteBuffer rest = p.out == null || p.sent ? ByteBuffer.allocate(0) : p.out.slice();
+      ByteBuffer out = ByteBuffer.allocate(rest.remaining() + last.length);
+      out.put(rest).put(last).flip();
+      p.out = out;
+      p.sent = false;
+      boolean silent = skipSilent && !p.received;
+      p.received = p.last != null || silent;
+      live.add(p);
     }
-    return !p.frameIn.hasRemaining();
+    long deadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.roundTimeoutMs());
+    while (true) {
+      boolean pending = false;
+      for (Peer p : live) {
+        if (p.dead) {
+          continue;
+        }
+        settleStep(p, round);
+        if (p.dead) {
+          continue;
+        }
+        int ops = (p.sent ? 0 : SelectionKey.OP_WRITE) | (p.received ? 0 : SelectionKey.OP_READ);
+        p.key.interestOps(ops);
+        pending |= ops != 0;
+      }
+      long leftNs = deadlineNs - System.nanoTime();
+      if (!pending || leftNs <= 0) {
+        break;
+      }
+      try {
+        selector.select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leftNs + 999_999)));
+      } catch (IOException e) {
+        break;
+      }
+      selector.selectedKeys().clear();
+      if (Thread.currentThread().isInterrupted()) {
+        break;
+      }
+    }
+    for (Peer p : live) {
+      if (p.last != null) {
+        heard.put(p.rank, p.last.gatheredRound());
+      }
+      if (p.key.isValid()) {
+        p.key.interestOps(0);
+      }
+    }
+    return heard;
+  }
+
+  private void settleStep(Peer p, long round) {
+    try {
+      if (!p.sent) {
+        p.channel.write(p.out);
+        p.sent = !p.out.hasRemaining();
+      }
+      while (!p.received) {
+        byte[] f = p.reader.read(p.channel);
+        if (f == null) {
+          return;
+        }
+        int type = FrameDecoder.frameType(f, 0);
+        if (type == FrameDescriptor.TYPE_FINAL) {
+          p.last = finalOf(p, f, round);
+          p.received = true;
+        } else if (type != FrameDescriptor.TYPE_REPORT) {
+          p.dead = true;
+          return;
+        }
+        // A report still in flight (this round's or the next): skipped.
+      }
+    } catch (IOException | FrameReader.BadHeader | MeshException e) {
+      p.dead = true;
+    }
   }
 
   private MeshException disconnected(Peer p, long round, String what, Throwable cause) {
@@ -538,9 +1080,28 @@ final class Mesh implements AutoCloseable {
             + config.replicaId());
   }
 
+  /**
+   * Closes every connection: output first (peers read what was sent, then end of stream), then
+   * whatever the peer still sends is drained without waiting, so that closing does not reset a
+   * connection whose peer has not yet read this rank's last frames.
+   */
   @Override
   public void close() {
+    ByteBuffer sink = ByteBuffer.allocate(8192);
     for (Peer p : peerList) {
+      try {
+        if (p.channel.isOpen() && p.channel.isConnected()) {
+          p.channel.shutdownOutput();
+          if (!p.channel.isBlocking()) {
+            sink.clear();
+            while (p.channel.read(sink) > 0) {
+              sink.clear();
+            }
+          }
+        }
+      } catch (IOException ignored) {
+        // Best effort: the peer sees end of stream or a reset either way.
+      }
       try {
         p.channel.close();
       } catch (IOException ignored) {

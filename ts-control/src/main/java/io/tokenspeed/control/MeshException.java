@@ -18,6 +18,8 @@ public final class MeshException extends ControlPlaneException {
     MALFORMED_FRAME,
     /** A peer's frame was valid but belongs to another round or rank. */
     DESYNC,
+    /** A peer sent its final frame where its report was due: it failed and stopped. */
+    PEER_STOPPED,
     /** A local socket error (binding, accepting, selecting). */
     IO
   }

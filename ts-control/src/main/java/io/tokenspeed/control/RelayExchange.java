@@ -8,6 +8,8 @@ import io.tokenspeed.core.storage.StorageDone;
 import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 
 /**
  * The replica's relay exchange: once per round, every cache-owning rank contributes one report and
@@ -43,6 +45,29 @@ import java.util.List;
  * an error report, so that every rank raises the same error in the same round instead of one rank
  * leaving the collective.
  *
+ * <p><b>A round is delivered one exchange late.</b> The call that gathers round n returns round
+ * n-1, so that no rank applies a round that another rank might not apply. Round n's frames from
+ * every rank prove that every rank gathered round n-1 (a rank starts round n only after it gathered
+ * n-1), so when a rank returns round n-1, every rank holds it. If a rank failed while gathering
+ * round n, the survivors settle: each sends its newest gathered round to every peer it still
+ * reaches (see {@link Mesh#settle}) and stops at the smallest round among itself and those it heard
+ * from — its own when it heard from none. That is either the round it last returned or the one it
+ * held back, which the exception then carries ({@link ControlPlaneException#finalRound()}) for the
+ * caller to apply before it stops:
+ *
+ * <pre>
+ *   gathered G (every rank's G is within one of every other's), returned G-1
+ *   settle:  S = min(G over this rank and the peers that answered)     S is G-1 or G
+ *   S = G  ─►  finalRound() = round G (held back until now)      lastAppliedRound() = G
+ *   S = G-1 ─► finalRound() empty                                lastAppliedRound() = G-1
+ * </pre>
+ *
+ * Every survivor that hears from another survivor computes the same S, including a rank that was
+ * frozen past the timeout and resumes: it finds its peers' FINAL frames in its sockets and stops at
+ * their round. A protocol error is gathered identically everywhere, so it needs no settling: every
+ * rank stops having applied round n-1. A loop that ends on its own (an agreed stop) runs one more
+ * exchange with an idle report to receive its last round.
+ *
  * <p><b>Failure.</b> The first {@link ControlPlaneException} ends the exchange: later calls throw
  * it again. Sockets stay open until {@link #close()}.
  *
@@ -56,6 +81,8 @@ public final class RelayExchange implements AutoCloseable {
   private final Agreement agreement;
   private long round;
   private long lastTickNs;
+  private AgreedRound held;
+  private long delivered;
   private ControlPlaneException failure;
   private boolean closed;
 
@@ -95,6 +122,11 @@ public final class RelayExchange implements AutoCloseable {
     return round;
   }
 
+  /** The last round {@link #exchange} returned (0 before it returned one). */
+  public long deliveredRound() {
+    return delivered;
+  }
+
   /** Operations some but not all owners have reported so far. */
   public int pendingOperations() {
     return agreement.pendingOperations();
@@ -106,15 +138,17 @@ public final class RelayExchange implements AutoCloseable {
   }
 
   /**
-   * Runs one round: contributes {@code local}, gathers every rank's report and returns the agreed
-   * round. Call it exactly once per event-loop round, idle and frozen rounds included.
+   * Runs one round: contributes {@code local}, gathers every rank's report, and returns the round
+   * before it — the newest round that every rank is known to hold (empty on the first call). Call
+   * it exactly once per event-loop round, idle and frozen rounds included, and apply what it
+   * returns.
    *
    * @throws ProtocolException when any rank's report was invalid or the reports contradict each
    *     other (identically on every rank)
-   * @throws MeshException when a peer is silent past the round timeout, disconnects or sends a
-   *     malformed frame
+   * @throws MeshException when a peer is silent past the round timeout, disconnects, stops or sends
+   *     a malformed frame; the survivors have settled on their last round by then
    */
-  public AgreedRound exchange(LocalReport local) throws ControlPlaneException {
+  public Optional<AgreedRound> exchange(LocalReport local) throws ControlPlaneException {
     if (closed) {
       throw new IllegalStateException("rank " + config.rank() + "'s relay exchange is closed");
     }
@@ -122,6 +156,7 @@ public final class RelayExchange implements AutoCloseable {
       throw failure;
     }
     long n = ++round;
+    AgreedRound agreed;
     try {
       byte[] own = FrameEncoder.encode(ownReport(n, local), config.maxFrameBytes());
       byte[][] frames = mesh.allGather(n, own);
@@ -129,11 +164,37 @@ public final class RelayExchange implements AutoCloseable {
       for (int r = 0; r < frames.length; r++) {
         reports[r] = decodeReport(n, r, frames[r]);
       }
-      return agree(n, reports);
-    } catch (ControlPlaneException e) {
-      failure = e;
+      agreed = agree(n, reports);
+    } catch (ProtocolException e) {
+      // Gathered identically everywhere: every rank stops having applied round n-1.
+      stop(e, held);
+      throw e;
+    } catch (MeshException e) {
+      long gathered = n - 1;
+      Map<Integer, Long> heard =
+          mesh.settle(n, gathered, e.peerRank(), e.reason() == MeshException.Reason.TIMEOUT);
+      long settled = gathered;
+      for (long theirs : heard.values()) {
+        settled = Math.min(settled, theirs);
+      }
+      stop(e, settled == gathered ? held : null);
       throw e;
     }
+    AgreedRound out = held;
+    held = agreed;
+    if (out != null) {
+      delivered = out.round();
+    }
+    return Optional.ofNullable(out);
+  }
+
+  private void stop(ControlPlaneException e, AgreedRound last) {
+    if (last != null) {
+      delivered = last.round();
+    }
+    held = null;
+    e.stopAt(last, delivered);
+    failure = e;
   }
 
   /** This rank's report for round {@code n}, or an error report when {@code local} is invalid. */

@@ -86,6 +86,46 @@ class AgreementTest {
     assertEquals("protocol error in round 2: operation 1 reported twice by rank 0", e.getMessage());
   }
 
+  /** Regression: every owner re-reporting an agreed operation used to agree it a second time. */
+  @Test
+  void shouldNeverAgreeAnOperationTwiceWhenEveryOwnerReportsItAgain() throws Exception {
+    Agreement a = new Agreement(2, 10, 100);
+    assertEquals(1, a.apply(1, round(List.of(get(1, OK)), List.of(get(1, OK)))).size());
+    assertTrue(a.agreed(1));
+    assertEquals(
+        "operation 1 was already agreed; rank 1 reports it again",
+        a.checkLocal(1, List.of(get(1, OK))));
+    ProtocolException e =
+        assertThrows(
+            ProtocolException.class,
+            () -> a.apply(2, round(List.of(get(1, OK)), List.of(get(1, OK)))));
+    assertEquals(
+        "protocol error in round 2: operation 1 was already agreed; rank 0 reports it again",
+        e.getMessage());
+  }
+
+  /** Agreed ids are remembered as a floor plus the ids above it, out of order included. */
+  @Test
+  void shouldRememberAgreedIdsOutOfOrderAndForgetNothingBelowTheFloor() throws Exception {
+    Agreement a = new Agreement(1, 10, 100);
+    SplittableRandom rnd = new SplittableRandom(7);
+    List<Long> ids = new ArrayList<>(LongStream.range(0, 5_000).boxed().toList());
+    Collections.shuffle(ids, new java.util.Random(rnd.nextLong()));
+    int round = 1;
+    for (int i = 0; i < ids.size(); i += 50) {
+      List<StorageDone> batch = new ArrayList<>();
+      for (long id : ids.subList(i, Math.min(ids.size(), i + 50))) {
+        assertFalse(a.agreed(id));
+        batch.add(get(id, OK));
+      }
+      a.apply(round++, List.of(batch));
+    }
+    for (long id = 0; id < 5_000; id++) {
+      assertTrue(a.agreed(id), "id " + id);
+    }
+    assertFalse(a.agreed(5_000));
+  }
+
   @Test
   void shouldRefuseWhenOwnersDisagreeOnKindOrKeyCount() throws Exception {
     Agreement a = new Agreement(2, 10, 100);

@@ -15,13 +15,21 @@ final class ChildRank {
 
   private ChildRank() {}
 
-  static ChildJvm start(Path workDir, int rank, List<String> args) throws IOException {
+  /** Starts rank {@code rank}, handing it {@code secret} through its environment. */
+  static ChildJvm start(Path workDir, int rank, List<String> args, ReplicaSecret secret)
+      throws IOException {
+    return start(workDir, "rank" + rank, args, secret);
+  }
+
+  static ChildJvm start(Path workDir, String name, List<String> args, ReplicaSecret secret)
+      throws IOException {
     return ChildJvm.launch(ControlChild.class)
         .args(args)
+        .env(ReplicaSecret.ENV, secret.toHex())
         .maxHeap("128m")
         .classpathFirst(RelayExchange.class, StorageDone.class)
         .openInput()
         .failOn("error ", "protocol ")
-        .start(workDir, "rank" + rank);
+        .start(workDir, name);
   }
 }

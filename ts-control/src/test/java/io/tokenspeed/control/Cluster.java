@@ -1,5 +1,6 @@
 package io.tokenspeed.control;
 
+import io.tokenspeed.core.control.AgreedRound;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -13,6 +14,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.function.IntFunction;
 import java.util.function.UnaryOperator;
 
 /**
@@ -67,13 +69,15 @@ final class Cluster implements AutoCloseable {
   }
 
   /**
-   * Configs for {@code worldSize} ranks on loopback with short timeouts, adjusted by {@code tweak}.
+   * Configs for ranks at {@code addresses} with one new replica secret and short timeouts, adjusted
+   * by {@code tweak}.
    */
   static List<ControlConfig> configs(
       List<InetSocketAddress> addresses, UnaryOperator<ControlConfig> tweak) {
+    ReplicaSecret secret = ReplicaSecret.generate();
     List<ControlConfig> out = new ArrayList<>();
     for (int r = 0; r < addresses.size(); r++) {
-      out.add(tweak.apply(ControlConfig.of(7, r, addresses).withTimeouts(20_000, 20_000)));
+      out.add(tweak.apply(ControlConfig.of(7, r, addresses, secret).withTimeouts(20_000, 20_000)));
     }
     return out;
   }
@@ -126,6 +130,30 @@ final class Cluster implements AutoCloseable {
       }
     }
     return out;
+  }
+
+  /**
+   * Runs {@code rounds} rounds with {@code reportOf(n)} and one more idle exchange to receive the
+   * last round (rounds arrive one exchange late); returns rounds 1..{@code rounds} in order.
+   */
+  static List<AgreedRound> rounds(RelayExchange x, IntFunction<LocalReport> reportOf, int rounds)
+      throws ControlPlaneException {
+    List<AgreedRound> out = new ArrayList<>(rounds);
+    long clockNs = 0;
+    for (int n = 1; n <= rounds + 1; n++) {
+      LocalReport local = n <= rounds ? reportOf.apply(n) : LocalReport.idle(clockNs + 1);
+      clockNs = local.clockNs();
+      x.exchange(local).ifPresent(out::add);
+    }
+    if (out.size() != rounds || (rounds > 0 && out.getLast().round() != rounds)) {
+      throw new AssertionError("expected rounds 1.." + rounds + ", got " + out.size());
+    }
+    return out;
+  }
+
+  /** One round with {@code local}, received through a second, idle exchange. */
+  static AgreedRound oneRound(RelayExchange x, LocalReport local) throws ControlPlaneException {
+    return rounds(x, n -> local, 1).getFirst();
   }
 
   @Override

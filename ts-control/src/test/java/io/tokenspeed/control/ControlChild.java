@@ -9,6 +9,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 
@@ -23,10 +24,14 @@ import java.util.concurrent.locks.LockSupport;
  * {@code port N}; it reads one line {@code ports P0,P1,...} naming every rank's port; it joins the
  * mesh ({@code connected}), runs the seeded {@link Scenario}'s rounds (printing {@code round N}
  * every 100 rounds) and prints {@code digest HEX} of its agreed rounds. With {@code endless=true}
- * it then keeps exchanging idle rounds until the exchange fails. On failure it prints {@code error
- * REASON peer=P round=N waited_ms=W MESSAGE} (or {@code protocol round=N MESSAGE}), keeps its
- * sockets open until its standard input ends, and exits with status 3. With {@code
- * poison_rank@round}, that rank's poll fails in that round.
+ * it then keeps exchanging idle rounds until the exchange fails. The replica secret comes from the
+ * environment ({@link ReplicaSecret#fromEnvironment()}). Rounds arrive one exchange late (see
+ * {@link RelayExchange}): after its scenario's rounds the child runs one more idle exchange to
+ * receive the last one. On failure it prints {@code error REASON peer=P round=N waited_ms=W
+ * applied=A MESSAGE} (or {@code protocol round=N applied=A MESSAGE}), where A is the last round it
+ * applied (the exception's final round included), keeps its sockets open until its standard input
+ * ends, and exits with status 3. With {@code poison_rank@round}, that rank's poll fails in that
+ * round.
  */
 public final class ControlChild {
 
@@ -66,31 +71,53 @@ public final class ControlChild {
       throw new IllegalStateException("got " + addresses.size() + " ports for " + worldSize);
     }
     ControlConfig config =
-        ControlConfig.of(7, rank, addresses).withTimeouts(roundTimeoutMs, 30_000);
+        ControlConfig.of(7, rank, addresses, ReplicaSecret.fromEnvironment())
+            .withTimeouts(roundTimeoutMs, 30_000)
+            .withHandshakeTimeout(2_000);
     Scenario scenario = new Scenario(seed, worldSize, rounds);
 
-    RelayExchange x = RelayExchange.connect(config, listener);
+    RelayExchange x;
+    try {
+      x = RelayExchange.connect(config, listener);
+    } catch (MeshException e) {
+      say(
+          "error "
+              + e.reason()
+              + " peer="
+              + e.peerRank()
+              + " round=0 waited_ms=0 applied="
+              + e.lastAppliedRound()
+              + " "
+              + e.getMessage());
+      System.exit(3);
+      return;
+    }
     say("connected");
     long startNs = 0;
+    Scenario.Digest digest = new Scenario.Digest();
     try {
-      Scenario.Digest digest = new Scenario.Digest();
       long tickNs = 0;
-      for (int n = 1; n <= rounds; n++) {
+      for (int n = 1; n <= rounds + 1; n++) {
         startNs = System.nanoTime();
         LocalReport local =
-            rank == poisonRank && n == poisonRound
-                ? LocalReport.pollFailed(n, "injected poll failure on rank " + rank)
-                : scenario.report(rank, n);
-        AgreedRound a = x.exchange(local);
-        digest.add(a);
-        tickNs = a.tickNs();
+            n > rounds
+                ? LocalReport.idle(tickNs + 1_000)
+                : rank == poisonRank && n == poisonRound
+                    ? LocalReport.pollFailed(n, "injected poll failure on rank " + rank)
+                    : scenario.report(rank, n);
+        Optional<AgreedRound> a = x.exchange(local);
+        if (a.isPresent()) {
+          digest.add(a.get());
+          tickNs = Math.max(tickNs, a.get().tickNs());
+        }
+        tickNs = Math.max(tickNs, local.clockNs());
         if (n % 100 == 0) {
           say("round " + n);
         }
       }
       say("pending " + x.pendingOperations());
       say("digest " + digest.hex());
-      for (long n = rounds + 1; endless; n++) {
+      for (long n = rounds + 2; endless; n++) {
         startNs = System.nanoTime();
         tickNs += 1_000;
         x.exchange(LocalReport.idle(tickNs));
@@ -110,11 +137,19 @@ public final class ControlChild {
               + e.round()
               + " waited_ms="
               + waitedMs
+              + " applied="
+              + e.lastAppliedRound()
               + " "
               + e.getMessage());
       holdUntilStdinEnds(in, x);
     } catch (ProtocolException e) {
-      say("protocol round=" + e.round() + " " + e.getMessage());
+      say(
+          "protocol round="
+              + e.round()
+              + " applied="
+              + e.lastAppliedRound()
+              + " "
+              + e.getMessage());
       holdUntilStdinEnds(in, x);
     }
     x.close();

@@ -137,11 +137,11 @@ class FrameCodecTest {
     magic[0] = 'X';
     assertRejected(magic, Reason.BAD_MAGIC, "magic=0x58534350");
     byte[] version = b.clone();
-    ByteBuffer.wrap(version).putShort(4, (short) 2);
-    assertRejected(Frames.withCrc(version), Reason.UNSUPPORTED_VERSION, "version=2");
+    ByteBuffer.wrap(version).putShort(4, (short) 1);
+    assertRejected(Frames.withCrc(version), Reason.UNSUPPORTED_VERSION, "version=1");
     byte[] type = b.clone();
-    type[6] = 3;
-    assertRejected(type, Reason.BAD_TYPE, "type=3");
+    type[6] = 5;
+    assertRejected(type, Reason.BAD_TYPE, "type=5");
     byte[] flags = b.clone();
     flags[7] = 1;
     assertRejected(flags, Reason.BAD_TYPE, "flags=1");
@@ -154,9 +154,17 @@ class FrameCodecTest {
     byte[] shorter = b.clone();
     ByteBuffer.wrap(shorter).putInt(8, b.length - 16 - 1);
     assertRejected(shorter, Reason.TRAILING_BYTES, "declares 64 bytes, 65 present");
-    byte[] hello = Frames.encode(new Frame.Hello(1, 2, 1, ControlConfig.MIN_MAX_FRAME_BYTES, 1, 1));
+    byte[] hello =
+        Frames.encode(
+            new Frame.Hello(1, 2, 1, ControlConfig.MIN_MAX_FRAME_BYTES, 1, 1, Bytes32.random()));
     ByteBuffer.wrap(hello).putInt(8, 31);
     assertRejected(hello, Reason.BAD_LENGTH, "hello body_length=31");
+    byte[] proof = Frames.encode(new Frame.Proof(Bytes32.random()));
+    ByteBuffer.wrap(proof).putInt(8, 33);
+    assertRejected(proof, Reason.BAD_LENGTH, "proof body_length=33");
+    byte[] last = Frames.encode(new Frame.Final(1, 5, -1));
+    ByteBuffer.wrap(last).putInt(8, 12);
+    assertRejected(last, Reason.BAD_LENGTH, "final body_length=12");
     byte[] crc = b.clone();
     crc[30] ^= 0x10;
     assertRejected(crc, Reason.BAD_CHECKSUM, "crc32c=");

@@ -36,9 +36,21 @@ final class Frames {
     return FrameEncoder.encode(f, MAX);
   }
 
-  /** A random valid frame: a hello, an error report or a report with random records. */
+  /**
+   * A random valid frame: a hello, a proof, a final, an error report or a report with random
+   * records.
+   */
   static Frame randomFrame(SplittableRandom rnd) {
-    int pick = rnd.nextInt(10);
+    int pick = rnd.nextInt(12);
+    if (pick == 10) {
+      return new Frame.Proof(new Bytes32(rnd.nextLong(), rnd.nextLong(), rnd.nextLong(), 0));
+    }
+    if (pick == 11) {
+      return new Frame.Final(
+          rnd.nextInt(ControlConfig.MAX_WORLD_SIZE),
+          rnd.nextLong(Long.MAX_VALUE),
+          rnd.nextInt(ControlConfig.MAX_WORLD_SIZE + 1) - 1);
+    }
     if (pick == 0) {
       int worldSize = 1 + rnd.nextInt(ControlConfig.MAX_WORLD_SIZE);
       return new Frame.Hello(
@@ -47,7 +59,8 @@ final class Frames {
           rnd.nextInt(worldSize),
           ControlConfig.MIN_MAX_FRAME_BYTES + rnd.nextInt(1 << 24),
           1 + rnd.nextInt(Integer.MAX_VALUE - 1),
-          1 + rnd.nextLong(Long.MAX_VALUE - 1));
+          1 + rnd.nextLong(Long.MAX_VALUE - 1),
+          new Bytes32(rnd.nextLong(), rnd.nextLong(), rnd.nextLong(), rnd.nextLong()));
     }
     int rank = rnd.nextInt(ControlConfig.MAX_WORLD_SIZE);
     long round = 1 + rnd.nextLong(Long.MAX_VALUE - 1);

@@ -7,28 +7,67 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.control.Cluster.Outcome;
 import io.tokenspeed.control.MeshException.Reason;
-import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.control.AgreedRound;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.OutputStream;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.function.UnaryOperator;
+import java.util.logging.Handler;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
 import java.util.zip.CRC32C;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
-/** Silent, departed, misconfigured and hostile peers, over real loopback TCP. */
+/** Silent, departed, misconfigured, stray and hostile peers, over real loopback TCP. */
 class MeshFailureTest {
 
   private static final long ROUND_TIMEOUT_MS = 1_500;
+
+  /** WARNING lines of the mesh (refused connections), captured per test. */
+  private final List<String> warnings = new CopyOnWriteArrayList<>();
+
+  private final Handler capture =
+      new Handler() {
+        @Override
+        public void publish(LogRecord r) {
+          warnings.add(r.getMessage());
+        }
+
+        @Override
+        public void flush() {}
+
+        @Override
+        public void close() {}
+      };
+
+  @BeforeEach
+  void captureWarnings() {
+    Logger.getLogger(Mesh.class.getName()).addHandler(capture);
+  }
+
+  @AfterEach
+  void stopCapturing() {
+    Logger.getLogger(Mesh.class.getName()).removeHandler(capture);
+  }
+
+  private String refusals() {
+    return String.join("\n", warnings);
+  }
 
   @Test
   void shouldFailWithATimeoutNamingTheSilentRankWhenARankStopsExchanging() throws Exception {
@@ -56,14 +95,18 @@ class MeshFailureTest {
                               "rank 2 sent no complete frame within round_timeout_ms=1500 in"
                                   + " round 6"),
                       e.getMessage());
+                  // Both survivors gathered round 5 and heard each other: round 5 is the last.
+                  assertEquals(5, e.finalRound().orElseThrow().round());
+                  assertEquals(5, e.lastAppliedRound());
                   return waitedMs;
                 }
                 return -1L;
               });
       for (int r = 0; r < 2; r++) {
         long waitedMs = outcomes.get(r).get();
+        // The round timeout, then at most one more for settling with the silent rank.
         assertTrue(
-            waitedMs >= ROUND_TIMEOUT_MS - 5 && waitedMs < ROUND_TIMEOUT_MS + 5_000,
+            waitedMs >= ROUND_TIMEOUT_MS - 5 && waitedMs < 2 * ROUND_TIMEOUT_MS + 10_000,
             "rank " + r + " waited " + waitedMs + " ms");
       }
     }
@@ -90,6 +133,7 @@ class MeshFailureTest {
         assertEquals(1, e.peerRank());
         assertEquals(4, e.round());
         assertTrue(e.getMessage().startsWith("rank 1 disconnected in round 4"), e.getMessage());
+        assertEquals(3, e.lastAppliedRound(), e.getMessage());
       }
     }
   }
@@ -99,7 +143,7 @@ class MeshFailureTest {
       throws Exception {
     List<ServerSocketChannel> listeners = Cluster.listeners(2);
     List<ControlConfig> configs =
-        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(5_000, 5_000));
+        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(5_000, 2_000));
     ExecutorService threads = Executors.newFixedThreadPool(2);
     try {
       List<Future<RelayExchange>> futures = new ArrayList<>();
@@ -109,12 +153,7 @@ class MeshFailureTest {
               () -> RelayExchange.connect(rank1.apply(configs.get(1)), listeners.get(1))));
       List<Throwable> errors = new ArrayList<>();
       for (Future<RelayExchange> f : futures) {
-        try {
-          f.get(30, TimeUnit.SECONDS).close();
-          errors.add(null);
-        } catch (java.util.concurrent.ExecutionException e) {
-          errors.add(e.getCause());
-        }
+        errors.add(failureOf(f));
       }
       return errors;
     } finally {
@@ -128,8 +167,17 @@ class MeshFailureTest {
     assertTrue(e.getMessage().contains(text), e.getMessage());
   }
 
+  /** The acceptor refused the dialer, logged why, and then timed out waiting for a real peer. */
+  private void assertRefusedThenTimedOut(Throwable t, String reason) {
+    MeshException e = assertInstanceOf(MeshException.class, t, String.valueOf(t));
+    assertEquals(Reason.TIMEOUT, e.reason(), e.getMessage());
+    assertTrue(e.getMessage().contains("refused 1 connection(s)"), e.getMessage());
+    assertTrue(e.getMessage().contains(reason), e.getMessage());
+    assertTrue(refusals().contains(reason), refusals());
+  }
+
   @Test
-  void shouldRefuseBothEndsWhenReplicaIdsDiffer() throws Exception {
+  void shouldRefuseADialerOfAnotherReplicaBeforeRevealingItsOwnHandshake() throws Exception {
     List<Throwable> errors =
         connectMismatched(
             c ->
@@ -137,35 +185,36 @@ class MeshFailureTest {
                     8,
                     c.rank(),
                     c.addresses(),
+                    c.secret(),
                     c.roundTimeoutMs(),
                     c.connectTimeoutMs(),
+                    c.handshakeTimeoutMs(),
                     c.maxFrameBytes(),
                     c.maxPendingOperations(),
                     c.maxPendingKeys()));
-    assertHandshake(errors.get(0), "replica_id=8, rank 0 has replica_id=7");
-    assertHandshake(errors.get(1), "replica_id=7, rank 1 has replica_id=8");
+    assertRefusedThenTimedOut(errors.get(0), "replica_id=8, rank 0 has replica_id=7");
+    assertHandshake(errors.get(1), "closed the connection without answering this rank's handshake");
+    assertTrue(errors.get(1).getMessage().startsWith("rank 0 at "), errors.get(1).getMessage());
   }
 
   @Test
-  void shouldRefuseBothEndsWhenSharedLimitsDiffer() throws Exception {
+  void shouldRefuseADialerWhoseSharedLimitsDiffer() throws Exception {
     List<Throwable> errors = connectMismatched(c -> c.withWindow(10, 10));
-    assertHandshake(errors.get(0), "(these must be equal on every rank)");
-    assertHandshake(
-        errors.get(1), "max_pending_operations=" + ControlConfig.DEFAULT_MAX_PENDING_OPERATIONS);
+    assertRefusedThenTimedOut(errors.get(0), "(these must be equal on every rank)");
+    assertHandshake(errors.get(1), "rank 0's log names the field");
   }
 
   @Test
-  void shouldRefuseBothEndsWhenWorldSizesDiffer() throws Exception {
+  void shouldRefuseADialerWhoseWorldSizeDiffers() throws Exception {
     List<Throwable> errors =
         connectMismatched(
             c -> {
               List<InetSocketAddress> three = new ArrayList<>(c.addresses());
               three.add(new InetSocketAddress("127.0.0.1", 1));
-              return ControlConfig.of(7, 1, three).withTimeouts(5_000, 3_000);
+              return ControlConfig.of(7, 1, three, c.secret()).withTimeouts(5_000, 3_000);
             });
-    assertHandshake(errors.get(0), "world_size=3, expected 2");
-    // Rank 1 of three refuses rank 0's answer as well.
-    assertHandshake(errors.get(1), "world_size=2, expected 3");
+    assertRefusedThenTimedOut(errors.get(0), "world_size=3, expected 2");
+    assertHandshake(errors.get(1), "closed the connection without answering");
   }
 
   /** Rank 0 of two, waiting for rank 1; returns the listener's address and the pending connect. */
@@ -177,27 +226,8 @@ class MeshFailureTest {
     listeners.get(1).close();
     listener[0] = listeners.get(0);
     ControlConfig c =
-        Cluster.configs(addresses, x -> x.withTimeouts(5_000, connectTimeoutMs)).getFirst();
+        Cluster.configs(addresses, x -> x.withTimeouts(1_000, connectTimeoutMs)).getFirst();
     return threads.submit(() -> RelayExchange.connect(c, listeners.get(0)));
-  }
-
-  private static byte[] hello(int version, int rank) {
-    return hello(version, rank, 2);
-  }
-
-  private static byte[] hello(int version, int rank, int worldSize) {
-    byte[] bytes =
-        FrameEncoder.encode(
-            new Frame.Hello(
-                7,
-                worldSize,
-                rank,
-                ControlConfig.DEFAULT_MAX_FRAME_BYTES,
-                ControlConfig.DEFAULT_MAX_PENDING_OPERATIONS,
-                ControlConfig.DEFAULT_MAX_PENDING_KEYS),
-            ControlConfig.DEFAULT_MAX_FRAME_BYTES);
-    ByteBuffer.wrap(bytes).putShort(4, (short) version);
-    return withCrc(bytes);
   }
 
   static byte[] withCrc(byte[] bytes) {
@@ -216,16 +246,142 @@ class MeshFailureTest {
     }
   }
 
-  @Test
-  void shouldRefuseAPeerThatSpeaksAnotherProtocolVersion() throws Exception {
-    ExecutorService threads = Executors.newSingleThreadExecutor();
+  /** What a connection that is not a peer does to rank 0 during setup. */
+  enum Stray {
+    GARBAGE("it sent bytes that are not a handshake: BAD_MAGIC"),
+    OTHER_VERSION("UNSUPPORTED_VERSION: version=1, this build speaks 2"),
+    OTHER_REPLICA("replica_id=9, rank 0 has replica_id=7"),
+    LOWER_RANK("rank=0, but rank 0 accepts only ranks above it"),
+    REPORT_INSTEAD_OF_HELLO("where a hello was due"),
+    HUGE_LENGTH("bytes where at most"),
+    CONNECT_AND_CLOSE("it closed the connection without sending anything"),
+    SILENT("setup finished before it completed a handshake"),
+    MADE_UP_PROOF("its proof of the replica secret is wrong"),
+    OTHER_SECRET("its proof of the replica secret is wrong");
+
+    final String logged;
+
+    Stray(String logged) {
+      this.logged = logged;
+    }
+  }
+
+  /** Plays {@code stray} against rank 0 at {@code address}; returns a connection to keep open. */
+  private static RawPeer play(Stray stray, InetSocketAddress address) throws Exception {
+    RawPeer p = RawPeer.dial(address);
+    switch (stray) {
+      case GARBAGE -> p.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n".getBytes());
+      case OTHER_VERSION -> {
+        byte[] hello = RawPeer.encode(RawPeer.hello(1, 2));
+        ByteBuffer.wrap(hello).putShort(4, (short) 1);
+        p.send(withCrc(hello));
+      }
+      case OTHER_REPLICA -> {
+        Frame.Hello h = RawPeer.hello(1, 2);
+        p.send(
+            RawPeer.encode(
+                new Frame.Hello(
+                    9,
+                    2,
+                    1,
+                    h.maxFrameBytes(),
+                    h.maxPendingOperations(),
+                    h.maxPendingKeys(),
+                    h.nonce())));
+      }
+      case LOWER_RANK -> p.send(RawPeer.encode(RawPeer.hello(0, 2)));
+      case REPORT_INSTEAD_OF_HELLO -> p.send(RawPeer.report(1, 1));
+      case HUGE_LENGTH -> {
+        byte[] header = java.util.Arrays.copyOf(RawPeer.report(1, 1), 12);
+        ByteBuffer.wrap(header).putInt(8, 1 << 20);
+        p.send(header);
+      }
+      case CONNECT_AND_CLOSE -> p.close();
+      case SILENT -> {
+        return p; // connected, says nothing, and stays connected through the setup
+      }
+      case MADE_UP_PROOF -> {
+        assertNotNullFrame(p.sendHello(RawPeer.hello(1, 2)));
+        // Rank 0 never reveals its proof to a dialer that could not prove the secret.
+        assertEquals(null, p.sendMadeUpProof(), "rank 0 answered a made-up proof");
+      }
+      case OTHER_SECRET -> {
+        assertNotNullFrame(p.sendHello(RawPeer.hello(1, 2)));
+        assertEquals(null, p.sendProof(ReplicaSecret.generate()), "rank 0 accepted another secret");
+      }
+    }
+    if (stray != Stray.CONNECT_AND_CLOSE) {
+      assertTrue(p.closedByPeer(), stray + ": rank 0 kept the connection");
+      p.close();
+    }
+    return null;
+  }
+
+  private static void assertNotNullFrame(byte[] f) {
+    assertTrue(f != null, "rank 0 closed instead of answering a valid HELLO");
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @EnumSource(Stray.class)
+  void shouldIgnoreAStrayConnectionAndJoinTheRealPeerWhenSomethingElseConnectsFirst(Stray stray)
+      throws Exception {
+    List<ServerSocketChannel> listeners = Cluster.listeners(2);
+    // A long handshake timeout: the real rank must join while the silent stray still holds on.
+    List<ControlConfig> configs =
+        Cluster.configs(
+            Cluster.addresses(listeners),
+            c -> c.withTimeouts(5_000, 20_000).withHandshakeTimeout(60_000));
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    RawPeer kept = null;
     try {
-      ServerSocketChannel[] listener = new ServerSocketChannel[1];
-      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 10_000);
-      try (Socket s = new Socket()) {
-        s.connect(listener[0].getLocalAddress());
-        s.getOutputStream().write(hello(2, 1));
-        assertHandshake(failureOf(rank0), "version=2, this build speaks 1");
+      Future<RelayExchange> rank0 =
+          threads.submit(() -> RelayExchange.connect(configs.get(0), listeners.get(0)));
+      kept = play(stray, configs.get(0).addresses().get(0));
+      Future<RelayExchange> rank1 =
+          threads.submit(() -> RelayExchange.connect(configs.get(1), listeners.get(1)));
+      try (RelayExchange x0 = rank0.get(30, TimeUnit.SECONDS);
+          RelayExchange x1 = rank1.get(30, TimeUnit.SECONDS)) {
+        Future<List<AgreedRound>> r1 =
+            threads.submit(() -> Cluster.rounds(x1, LocalReport::idle, 3));
+        List<AgreedRound> r0 = Cluster.rounds(x0, LocalReport::idle, 3);
+        assertEquals(r0, r1.get(30, TimeUnit.SECONDS));
+        assertEquals(3, r0.size());
+      }
+      if (kept != null) {
+        assertTrue(kept.closedByPeer(), "the silent stray was left connected");
+      }
+      assertTrue(refusals().contains(stray.logged), refusals());
+      assertTrue(refusals().contains("rank 0 refused a connection from /127.0.0.1:"), refusals());
+    } finally {
+      if (kept != null) {
+        kept.close();
+      }
+      threads.shutdownNow();
+    }
+  }
+
+  @Test
+  void shouldRefuseARankStartedWithAnotherSecretAndThenJoinTheRealRank() throws Exception {
+    List<ServerSocketChannel> listeners = Cluster.listeners(2);
+    List<ControlConfig> configs =
+        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(5_000, 20_000));
+    ServerSocketChannel impostorListener = Cluster.listeners(1).getFirst();
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    try {
+      Future<RelayExchange> rank0 =
+          threads.submit(() -> RelayExchange.connect(configs.get(0), listeners.get(0)));
+      ControlConfig impostor = configs.get(1).withSecret(ReplicaSecret.generate());
+      Throwable refused =
+          failureOf(threads.submit(() -> RelayExchange.connect(impostor, impostorListener)));
+      assertHandshake(refused, "closed the connection after this rank's proof");
+      assertTrue(refused.getMessage().startsWith("rank 0 at "), refused.getMessage());
+      assertTrue(refusals().contains("its proof of the replica secret is wrong"), refusals());
+      Future<RelayExchange> rank1 =
+          threads.submit(() -> RelayExchange.connect(configs.get(1), listeners.get(1)));
+      try (RelayExchange x0 = rank0.get(30, TimeUnit.SECONDS);
+          RelayExchange x1 = rank1.get(30, TimeUnit.SECONDS)) {
+        Future<AgreedRound> r1 = threads.submit(() -> Cluster.oneRound(x1, LocalReport.idle(1)));
+        assertEquals(Cluster.oneRound(x0, LocalReport.idle(1)), r1.get(30, TimeUnit.SECONDS));
       }
     } finally {
       threads.shutdownNow();
@@ -233,58 +389,29 @@ class MeshFailureTest {
   }
 
   @Test
-  void shouldRefuseAPeerWhoseRankLiesBeyondThisWorld() throws Exception {
-    ExecutorService threads = Executors.newSingleThreadExecutor();
-    try {
-      ServerSocketChannel[] listener = new ServerSocketChannel[1];
-      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 10_000);
-      try (Socket s = new Socket()) {
-        s.connect(listener[0].getLocalAddress());
-        s.getOutputStream().write(hello(1, 5, 6));
-        assertHandshake(failureOf(rank0), "world_size=6, expected 2");
-        byte[] answer = s.getInputStream().readNBytes(48);
-        Frame.Hello theirs =
-            (Frame.Hello) ((Decoded.Ok) new FrameDecoder(4096).decode(answer)).frame();
-        assertEquals(0, theirs.rank());
-        assertEquals(2, theirs.worldSize());
+  void shouldNotJoinAnAcceptorThatCannotProveTheSecret() throws Exception {
+    try (ServerSocket fake = new ServerSocket(0, 4, java.net.InetAddress.getLoopbackAddress())) {
+      fake.setSoTimeout(30_000);
+      ServerSocketChannel own = Cluster.listeners(1).getFirst();
+      List<InetSocketAddress> addresses =
+          List.of(
+              new InetSocketAddress(fake.getInetAddress(), fake.getLocalPort()),
+              Cluster.addresses(List.of(own)).getFirst());
+      ControlConfig rank1 = Cluster.configs(addresses, c -> c.withTimeouts(5_000, 10_000)).get(1);
+      ExecutorService threads = Executors.newSingleThreadExecutor();
+      try {
+        Future<RelayExchange> joining = threads.submit(() -> RelayExchange.connect(rank1, own));
+        try (Socket s = fake.accept();
+            RawPeer acceptor = RawPeer.accepted(s)) {
+          assertNotNullFrame(acceptor.readFrame()); // rank 1's HELLO
+          acceptor.send(RawPeer.encode(RawPeer.hello(0, 2)));
+          assertNotNullFrame(acceptor.readFrame()); // rank 1's proof
+          acceptor.send(RawPeer.encode(new Frame.Proof(Bytes32.random())));
+          assertHandshake(failureOf(joining), "could not prove the replica secret");
+        }
+      } finally {
+        threads.shutdownNow();
       }
-    } finally {
-      threads.shutdownNow();
-    }
-  }
-
-  @Test
-  void shouldRefuseAPeerThatSendsGarbageInsteadOfAHandshake() throws Exception {
-    ExecutorService threads = Executors.newSingleThreadExecutor();
-    try {
-      ServerSocketChannel[] listener = new ServerSocketChannel[1];
-      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 10_000);
-      try (Socket s = new Socket()) {
-        s.connect(listener[0].getLocalAddress());
-        s.getOutputStream().write("GET / HTTP/1.1\r\nHost: x\r\n\r\n".getBytes());
-        assertHandshake(failureOf(rank0), "cannot read: BAD_MAGIC");
-      }
-    } finally {
-      threads.shutdownNow();
-    }
-  }
-
-  @Test
-  void shouldFailWithATimeoutWhenAConnectedPeerNeverSendsItsHandshake() throws Exception {
-    ExecutorService threads = Executors.newSingleThreadExecutor();
-    try {
-      ServerSocketChannel[] listener = new ServerSocketChannel[1];
-      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 1_000);
-      try (Socket s = new Socket()) {
-        s.connect(listener[0].getLocalAddress());
-        MeshException e = assertInstanceOf(MeshException.class, failureOf(rank0));
-        assertEquals(Reason.TIMEOUT, e.reason());
-        assertTrue(
-            e.getMessage().endsWith("sent no handshake within connect_timeout_ms=1000"),
-            e.getMessage());
-      }
-    } finally {
-      threads.shutdownNow();
     }
   }
 
@@ -310,23 +437,22 @@ class MeshFailureTest {
   }
 
   /**
-   * A fake rank 1 that shakes hands correctly, then sends {@code round1} in round 1; returns what
+   * A raw rank 1 that shakes hands correctly, then sends {@code round1} in round 1; returns what
    * rank 0's first exchange threw.
    */
   private static MeshException afterHandshakeRank1Sends(byte[] round1) throws Exception {
+    List<ServerSocketChannel> listeners = Cluster.listeners(2);
+    List<ControlConfig> configs =
+        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(1_000, 10_000));
+    listeners.get(1).close();
     ExecutorService threads = Executors.newSingleThreadExecutor();
     try {
-      ServerSocketChannel[] listener = new ServerSocketChannel[1];
-      Future<RelayExchange> rank0 = lonelyRankZero(threads, listener, 10_000);
-      try (Socket s = new Socket()) {
-        s.connect(listener[0].getLocalAddress());
-        OutputStream out = s.getOutputStream();
-        out.write(hello(1, 1));
-        InputStream in = s.getInputStream();
-        in.readNBytes(FrameDescriptor.FRAMING_BYTES + FrameDescriptor.HELLO_BODY_BYTES);
+      Future<RelayExchange> rank0 =
+          threads.submit(() -> RelayExchange.connect(configs.get(0), listeners.get(0)));
+      try (RawPeer p =
+          RawPeer.join(configs.get(0).addresses().get(0), 1, 2, configs.get(0).secret())) {
         try (RelayExchange x = rank0.get(30, TimeUnit.SECONDS)) {
-          out.write(round1);
-          out.flush();
+          p.send(round1);
           return assertThrows(MeshException.class, () -> x.exchange(LocalReport.idle(1)));
         }
       }
@@ -335,15 +461,9 @@ class MeshFailureTest {
     }
   }
 
-  private static byte[] report(int rank, long round) {
-    return FrameEncoder.encode(
-        new Frame.Report(rank, round, 0, PressureSnapshot.IDLE, null, List.of(), List.of()),
-        ControlConfig.DEFAULT_MAX_FRAME_BYTES);
-  }
-
   @Test
   void shouldRefuseAHugeDeclaredLengthBeforeAllocatingWhenAPeerSendsIt() throws Exception {
-    byte[] header = report(1, 1);
+    byte[] header = RawPeer.report(1, 1);
     ByteBuffer.wrap(header).putInt(8, 0x7fff_fff0);
     MeshException e = afterHandshakeRank1Sends(java.util.Arrays.copyOf(header, 12));
     assertEquals(Reason.MALFORMED_FRAME, e.reason());
@@ -353,7 +473,7 @@ class MeshFailureTest {
 
   @Test
   void shouldRefuseAFrameWithABadChecksumWhenAPeerSendsIt() throws Exception {
-    byte[] frame = report(1, 1);
+    byte[] frame = RawPeer.report(1, 1);
     frame[20] ^= 1;
     MeshException e = afterHandshakeRank1Sends(frame);
     assertEquals(Reason.MALFORMED_FRAME, e.reason());
@@ -362,10 +482,99 @@ class MeshFailureTest {
 
   @Test
   void shouldRefuseAReportOfAnotherRoundWhenAPeerIsOutOfStep() throws Exception {
-    MeshException e = afterHandshakeRank1Sends(report(1, 2));
+    MeshException e = afterHandshakeRank1Sends(RawPeer.report(1, 2));
     assertEquals(Reason.DESYNC, e.reason());
     assertEquals(1, e.peerRank());
     assertTrue(
         e.getMessage().contains("for round 2 while this rank is in round 1"), e.getMessage());
+  }
+
+  @Test
+  void shouldRefuseAHandshakeFrameInARoundWhenAPeerSendsIt() throws Exception {
+    MeshException e = afterHandshakeRank1Sends(RawPeer.encode(new Frame.Proof(Bytes32.random())));
+    assertEquals(Reason.MALFORMED_FRAME, e.reason());
+    assertTrue(e.getMessage().contains("sent a proof frame in round 1"), e.getMessage());
+  }
+
+  /**
+   * Rank 2 (raw) sends its report of round 4 to rank 0 only and dies: rank 0 gathered round 4 and
+   * rank 1 did not. The survivors settle on round 3, the newest round both hold, whichever of them
+   * had already returned it: neither applies a round the other does not.
+   */
+  @Test
+  void shouldStopEverySurvivorAtTheSameRoundWhenADyingRankReachedOnlySomePeers() throws Exception {
+    List<ServerSocketChannel> listeners = Cluster.listeners(3);
+    List<ControlConfig> configs =
+        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(10_000, 20_000));
+    listeners.get(2).close();
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    try {
+      List<Future<RelayExchange>> connecting = new ArrayList<>();
+      for (int r = 0; r < 2; r++) {
+        ControlConfig c = configs.get(r);
+        ServerSocketChannel l = listeners.get(r);
+        connecting.add(threads.submit(() -> RelayExchange.connect(c, l)));
+      }
+      ReplicaSecret secret = configs.getFirst().secret();
+      try (RawPeer to0 = RawPeer.join(configs.get(0).addresses().get(0), 2, 3, secret);
+          RawPeer to1 = RawPeer.join(configs.get(0).addresses().get(1), 2, 3, secret)) {
+        List<RelayExchange> xs = new ArrayList<>();
+        for (Future<RelayExchange> f : connecting) {
+          xs.add(f.get(30, TimeUnit.SECONDS));
+        }
+        List<Future<ControlPlaneException>> survivors = new ArrayList<>();
+        for (RelayExchange x : xs) {
+          survivors.add(
+              threads.submit(
+                  () -> {
+                    for (long n = 1; ; n++) {
+                      try {
+                        x.exchange(LocalReport.idle(n));
+                      } catch (ControlPlaneException e) {
+                        return e;
+                      }
+                    }
+                  }));
+        }
+        for (long n = 1; n <= 3; n++) {
+          to0.send(RawPeer.report(2, n));
+          to1.send(RawPeer.report(2, n));
+          assertNotNullFrame(to0.readFrame());
+          assertNotNullFrame(to1.readFrame());
+        }
+        to0.send(RawPeer.report(2, 4)); // rank 1 never receives round 4 from rank 2
+        assertNotNullFrame(to0.readFrame());
+        assertNotNullFrame(to1.readFrame());
+        to0.close();
+        to1.close();
+        List<Long> applied = new ArrayList<>();
+        for (Future<ControlPlaneException> f : survivors) {
+          ControlPlaneException e = f.get(60, TimeUnit.SECONDS);
+          MeshException m = assertInstanceOf(MeshException.class, e);
+          assertEquals(2, m.peerRank(), m.getMessage());
+          applied.add(e.lastAppliedRound());
+        }
+        assertEquals(List.of(3L, 3L), applied);
+        for (RelayExchange x : xs) {
+          x.close();
+        }
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  @Test
+  void shouldReportNoFinalRoundWhenSetupFails() throws Exception {
+    ExecutorService threads = Executors.newSingleThreadExecutor();
+    try {
+      ServerSocketChannel[] listener = new ServerSocketChannel[1];
+      MeshException e =
+          assertInstanceOf(MeshException.class, failureOf(lonelyRankZero(threads, listener, 300)));
+      assertEquals(Optional.empty(), e.finalRound());
+      assertEquals(-1, e.lastAppliedRound());
+    } finally {
+      threads.shutdownNow();
+    }
   }
 }

@@ -63,11 +63,7 @@ class RelayExchangeTest {
       List<Outcome<List<AgreedRound>>> outcomes =
           cluster.run(
               (rank, x) -> {
-                List<AgreedRound> out = new ArrayList<>();
-                for (int n = 1; n <= rounds; n++) {
-                  out.add(x.exchange(schedule.report(rank, n)));
-                }
-                return out;
+                return Cluster.rounds(x, n -> schedule.report(rank, n), rounds);
               });
       List<List<AgreedRound>> perRank = new ArrayList<>();
       for (Outcome<List<AgreedRound>> o : outcomes) {
@@ -123,10 +119,17 @@ class RelayExchangeTest {
       List<Outcome<List<String>>> outcomes =
           cluster.run(
               (rank, x) -> {
+                // Round n arrives with exchange n+1; the window is read right after exchange n.
                 List<String> trace = new ArrayList<>();
-                for (int n = 1; n <= 9; n++) {
-                  AgreedRound a = x.exchange(s.report(rank, n));
-                  trace.add(n + ":" + ids(a) + " pending=" + x.pendingOperations());
+                List<Integer> pendingAfter = new ArrayList<>();
+                for (int n = 1; n <= 10; n++) {
+                  LocalReport local = n <= 9 ? s.report(rank, n) : LocalReport.idle(100_000);
+                  java.util.Optional<AgreedRound> a = x.exchange(local);
+                  if (a.isPresent()) {
+                    long k = a.get().round();
+                    trace.add(k + ":" + ids(a.get()) + " pending=" + pendingAfter.get((int) k - 1));
+                  }
+                  pendingAfter.add(x.pendingOperations());
                 }
                 return trace;
               });
@@ -185,6 +188,28 @@ class RelayExchangeTest {
     assertEquals(1, messages.size(), messages.toString());
     String message = messages.iterator().next();
     assertTrue(message.contains(text), message);
+  }
+
+  @Test
+  void shouldRaiseTheSameErrorWhenOwnersReportAnAgreedOperationAgain() throws Exception {
+    try (Cluster cluster = Cluster.start(2)) {
+      List<Outcome<Long>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(LocalReport.of(1, PressureSnapshot.IDLE, List.of(get(5, OK))));
+                // Operation 5 was agreed in round 1; both owners report it again in round 2.
+                x.exchange(LocalReport.of(2, PressureSnapshot.IDLE, List.of(get(5, OK))));
+                return x.round();
+              });
+      assertSameErrorEverywhere(
+          outcomes, 2, "rank 0: operation 5 was already agreed; rank 0 reports it again");
+      for (Outcome<Long> o : outcomes) {
+        ProtocolException e = (ProtocolException) o.error();
+        assertTrue(e.finalRound().isPresent(), e.getMessage());
+        assertEquals(List.of(5L), ids(e.finalRound().get()), "round 1 agreed operation 5 once");
+        assertEquals(1, e.lastAppliedRound());
+      }
+    }
   }
 
   @Test
@@ -349,7 +374,7 @@ class RelayExchangeTest {
                               FrontendMessage.newRequest(3, new byte[] {1, 2}),
                               FrontendMessage.cancel(2)));
                 }
-                return x.exchange(local);
+                return Cluster.oneRound(x, local);
               });
       for (Outcome<AgreedRound> o : outcomes) {
         AgreedRound a = o.get();
@@ -431,7 +456,7 @@ class RelayExchangeTest {
                 if (rank == 0) {
                   local = local.withFrontend(List.of(FrontendMessage.cancel(7)));
                 }
-                x.exchange(local).applyTo(head);
+                Cluster.oneRound(x, local).applyTo(head);
                 return published;
               });
       for (Outcome<List<String>> o : outcomes) {
@@ -447,11 +472,16 @@ class RelayExchangeTest {
           cluster.run(
               (rank, x) -> {
                 List<Long> ticks = new ArrayList<>();
-                for (int n = 1; n <= 200; n++) {
-                  AgreedRound a = x.exchange(LocalReport.idle(n * 10L + rank));
-                  assertEquals(n, a.round());
-                  assertTrue(a.completions().isEmpty() && a.frontend().isEmpty());
-                  ticks.add(a.tickNs());
+                for (int n = 1; n <= 201; n++) {
+                  java.util.Optional<AgreedRound> a = x.exchange(LocalReport.idle(n * 10L + rank));
+                  // Round n-1 arrives with exchange n: every rank is known to hold it by then.
+                  assertEquals(n == 1, a.isEmpty());
+                  if (a.isPresent()) {
+                    assertEquals(n - 1, a.get().round());
+                    assertEquals(n - 1, x.deliveredRound());
+                    assertTrue(a.get().completions().isEmpty() && a.get().frontend().isEmpty());
+                    ticks.add(a.get().tickNs());
+                  }
                 }
                 return ticks;
               });
@@ -470,8 +500,8 @@ class RelayExchangeTest {
     try (Cluster cluster = Cluster.start(1)) {
       RelayExchange x = cluster.ranks.getFirst();
       AgreedRound a =
-          x.exchange(
-              LocalReport.of(5, PressureSnapshot.IDLE, List.of(get(2, MISSING), get(1, OK))));
+          Cluster.oneRound(
+              x, LocalReport.of(5, PressureSnapshot.IDLE, List.of(get(2, MISSING), get(1, OK))));
       assertEquals(List.of(1L, 2L), ids(a));
       assertEquals(5, a.tickNs());
     }
@@ -494,10 +524,7 @@ class RelayExchangeTest {
       List<Outcome<List<AgreedRound>>> outcomes =
           cluster.run(
               (rank, x) -> {
-                List<AgreedRound> out = new ArrayList<>(rounds);
-                for (int n = 1; n <= rounds; n++) {
-                  out.add(x.exchange(scenario.report(rank, n)));
-                }
+                List<AgreedRound> out = Cluster.rounds(x, n -> scenario.report(rank, n), rounds);
                 assertEquals(0, x.pendingOperations());
                 return out;
               });

@@ -85,6 +85,7 @@ public final class ChildJvm implements AutoCloseable {
     private String maxHeap = "256m";
     private boolean openInput;
     private List<String> failurePrefixes = List.of();
+    private final java.util.Map<String, String> environment = new java.util.TreeMap<>();
 
     private Launch(Class<?> mainClass) {
       this.mainClass = mainClass;
@@ -123,6 +124,15 @@ public final class ChildJvm implements AutoCloseable {
       return this;
     }
 
+    /**
+     * Sets an environment variable of the child (for secrets, which must not appear on a command
+     * line that other users of the host can read).
+     */
+    public Launch env(String name, String value) {
+      environment.put(name, value);
+      return this;
+    }
+
     /** Starts the child; {@code workDir} receives its standard error as {@code name.stderr}. */
     public ChildJvm start(Path workDir, String name) throws IOException {
       List<Class<?>> leading = new ArrayList<>(List.of(mainClass));
@@ -135,6 +145,7 @@ public final class ChildJvm implements AutoCloseable {
       command.addAll(args);
       Path stderr = workDir.resolve(name + ".stderr");
       ProcessBuilder builder = new ProcessBuilder(command).redirectError(stderr.toFile());
+      builder.environment().putAll(environment);
       if (!openInput) {
         builder.redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));
       }
@@ -281,6 +292,19 @@ public final class ChildJvm implements AutoCloseable {
     if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
       throw new IllegalStateException("kill -STOP " + pid() + " failed");
     }
+  }
+
+  /** Lets a frozen child run again (SIGCONT). */
+  public void resume() throws IOException, InterruptedException {
+    Process cont = new ProcessBuilder("kill", "-CONT", Long.toString(pid())).start();
+    if (!cont.waitFor(10, TimeUnit.SECONDS) || cont.exitValue() != 0) {
+      throw new IllegalStateException("kill -CONT " + pid() + " failed");
+    }
+  }
+
+  /** The child's standard error so far (for log lines it wrote there). */
+  public String stderrSoFar() {
+    return stderrText();
   }
 
   /** Kills the child at once (SIGKILL) and waits for it to go. */
