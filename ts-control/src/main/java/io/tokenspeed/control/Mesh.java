@@ -613,7 +613,6 @@ final class Mesh implements AutoCloseable {
     }
 
     private void refuse(Handshake h, String reason) {
-      h.close();
       refused++;
       String line =
           "rank "
@@ -627,6 +626,7 @@ final class Mesh implements AutoCloseable {
         refusals.add(line);
       }
       LOG.warning(line);
+      h.close();
     }
 
     private MeshException setupTimeout() {
