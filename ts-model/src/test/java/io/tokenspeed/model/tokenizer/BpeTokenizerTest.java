@@ -156,7 +156,7 @@ class BpeTokenizerTest {
   }
 
   @Test
-  void shouldEncodeLongPromptsWithoutSpacesQuickly() {
+  void shouldEncodeLongPromptsQuickly() {
     Random random = new Random(42);
     StringBuilder cjk = new StringBuilder();
     for (int i = 0; i < 60_000; i++) {
@@ -167,7 +167,13 @@ class BpeTokenizerTest {
     while (mixed.length() < 120_000) {
       mixed.append(words[random.nextInt(words.length)]);
     }
-    for (String text : List.of(cjk.toString(), mixed.toString(), "a".repeat(100_000))) {
+    for (String text :
+        List.of(
+            cjk.toString(),
+            mixed.toString(),
+            "a".repeat(100_000),
+            " ".repeat(100_000) + "x",
+            " \n".repeat(50_000))) {
       long startNs = System.nanoTime();
       int[] ids = TOKENIZER.encode(text);
       long elapsedMs = (System.nanoTime() - startNs) / 1_000_000;
