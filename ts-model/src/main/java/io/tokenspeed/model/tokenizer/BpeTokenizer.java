@@ -187,12 +187,12 @@ public final class BpeTokenizer implements Tokenizer {
   }
 
   @Override
-  public int[] encode(String text) {
+  public int[] encodeAsPlainText(String text) {
     return encode(text, false);
   }
 
   @Override
-  public int[] encodeWithSpecials(String text) {
+  public int[] encode(String text) {
     return encode(text, true);
   }
 

@@ -14,8 +14,8 @@ import java.util.Map;
  *         UTF-8 bytes    | special tokens
  * </pre>
  *
- * <p>Every string round-trips: {@code decode(encode(s)).equals(s)} for any well-formed string.
- * Immutable and thread-safe.
+ * <p>Every string round-trips: {@code decode(encodeAsPlainText(s)).equals(s)} for any well-formed
+ * string. Immutable and thread-safe.
  */
 public final class ByteTokenizer implements Tokenizer {
 
@@ -60,7 +60,7 @@ public final class ByteTokenizer implements Tokenizer {
   }
 
   @Override
-  public int[] encode(String text) {
+  public int[] encodeAsPlainText(String text) {
     byte[] bytes = text.getBytes(StandardCharsets.UTF_8);
     int[] ids = new int[bytes.length];
     for (int i = 0; i < bytes.length; i++) {
@@ -70,14 +70,14 @@ public final class ByteTokenizer implements Tokenizer {
   }
 
   @Override
-  public int[] encodeWithSpecials(String text) {
+  public int[] encode(String text) {
     IntList out = new IntList(text.length() + 8);
     matcher.split(
         text,
         new AddedTokens.Sink() {
           @Override
           public void onText(String piece) {
-            out.addAll(encode(piece));
+            out.addAll(encodeAsPlainText(piece));
           }
 
           @Override

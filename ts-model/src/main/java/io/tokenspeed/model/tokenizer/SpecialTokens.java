@@ -7,8 +7,8 @@ import java.util.OptionalInt;
 /**
  * The special tokens of a tokenizer: the ids that {@code tokenizer_config.json} names as beginning
  * of sequence, end of sequence and padding (each may be absent), and every token marked special, by
- * content. Special tokens are control symbols: {@link Tokenizer#encode} treats their text as plain
- * text, {@link Tokenizer#encodeWithSpecials} matches it.
+ * content. Special tokens are control symbols: {@link Tokenizer#encodeAsPlainText} treats their
+ * text as plain text, {@link Tokenizer#encode} matches it.
  *
  * @param bosId the beginning-of-sequence id ({@code bos_token}), if the checkpoint has one
  * @param eosId the end-of-sequence id ({@code eos_token}), if the checkpoint has one

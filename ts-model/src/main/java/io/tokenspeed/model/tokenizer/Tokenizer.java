@@ -8,13 +8,15 @@ import java.nio.file.Path;
  * Text to token ids and back, as the rest of the engine sees it. Implementations are immutable and
  * thread-safe; a {@link StreamingDecoder} is per sequence.
  *
- * <p>Two ways to encode. {@link #encode} is for untrusted text such as a user's message: special
- * tokens (control symbols like {@code "<|im_start|>"} or {@code "<|endoftext|>"}) written in it are
- * tokenized as the plain characters they consist of, so text cannot forge a turn boundary. {@link
- * #encodeWithSpecials} is for text the engine rendered itself, such as a chat template: special
- * tokens become their ids. Neither adds beginning- or end-of-sequence tokens; the chat template
- * writes those. Added tokens that are not special (Qwen3's {@code "<think>"}) are part of the
- * ordinary vocabulary and become their ids in both.
+ * <p>Two ways to encode. {@link #encode} tokenizes as Hugging Face {@code tokenizers} does (with
+ * {@code add_special_tokens=False}): special tokens (control symbols like {@code "<|im_start|>"} or
+ * {@code "<|endoftext|>"}) written in the text become their ids. It is what an operator checking a
+ * checkpoint against another implementation expects, and what the engine uses for text it rendered
+ * itself, such as a chat template. {@link #encodeAsPlainText} is for untrusted text inserted into
+ * such a template, such as a user's message: special tokens' text is tokenized as the plain
+ * characters it consists of, so the text cannot forge a turn boundary. Neither adds beginning- or
+ * end-of-sequence tokens; the chat template writes those. Added tokens that are not special
+ * (Qwen3's {@code "<think>"}) are part of the ordinary vocabulary and become their ids in both.
  */
 public interface Tokenizer {
 
@@ -24,11 +26,11 @@ public interface Tokenizer {
   /** File naming the special tokens (eos, bos, pad). */
   String TOKENIZER_CONFIG_JSON = "tokenizer_config.json";
 
-  /** Encodes text, special tokens' text included, as plain text. */
+  /** Encodes text, matching special tokens to their ids first (as Hugging Face does). */
   int[] encode(String text);
 
-  /** Encodes text, matching special tokens to their ids first. */
-  int[] encodeWithSpecials(String text);
+  /** Encodes text, special tokens' text included, as plain text (for untrusted text). */
+  int[] encodeAsPlainText(String text);
 
   /**
    * Decodes ids to text; bytes that are not valid UTF-8 become U+FFFD. Ids outside the vocabulary

@@ -21,8 +21,8 @@ class BpeTokenizerFormatTest {
         BpeTokenizer.fromJson(
             tokenizerJson(List.of("a b", "b c", "a a"), List.of("ab", "bc", "aa"), BYTE_LEVEL, ""),
             null);
-    assertArrayEquals(new int[] {256, 'c'}, t.encode("abc"));
-    assertArrayEquals(new int[] {258, 'a'}, t.encode("aaa"));
+    assertArrayEquals(new int[] {256, 'c'}, t.encodeAsPlainText("abc"));
+    assertArrayEquals(new int[] {258, 'a'}, t.encodeAsPlainText("aaa"));
     assertEquals("abcaaa", t.decode(new int[] {256, 'c', 258, 'a'}));
   }
 
@@ -34,14 +34,14 @@ class BpeTokenizerFormatTest {
             tokenizerJson(
                 List.of("Ġ t", "h e", "Ġt he"), List.of("Ġt", "he", "Ġthe"), preTokenizer, ""),
             null);
-    assertArrayEquals(new int[] {258, 258}, t.encode("the the"));
-    assertEquals(" the the", t.decode(t.encode("the the")));
+    assertArrayEquals(new int[] {258, 258}, t.encodeAsPlainText("the the"));
+    assertEquals(" the the", t.decode(t.encodeAsPlainText("the the")));
   }
 
   @Test
   void shouldUseWholeWordsWhenIgnoreMergesIsSet() {
     String json = tokenizerJson(List.of(), List.of("xyz"), BYTE_LEVEL, ",\"ignore_merges\":true");
-    assertArrayEquals(new int[] {256}, BpeTokenizer.fromJson(json, null).encode("xyz"));
+    assertArrayEquals(new int[] {256}, BpeTokenizer.fromJson(json, null).encodeAsPlainText("xyz"));
   }
 
   @Test

@@ -66,15 +66,15 @@ class BpeTokenizerTest {
 
   /**
    * The reference was produced without added special tokens, which in Hugging Face still matches
-   * special tokens' text to their ids: that is {@link Tokenizer#encodeWithSpecials}. For text
-   * without special tokens, {@link Tokenizer#encode} gives the same ids.
+   * special tokens' text to their ids: that is {@link Tokenizer#encode}. For text without special
+   * tokens, {@link Tokenizer#encodeAsPlainText} gives the same ids.
    */
   @ParameterizedTest(name = "{0}")
   @MethodSource("referenceLines")
   void shouldEncodeLikeReference(Line line) {
-    assertArrayEquals(line.ids(), TOKENIZER.encodeWithSpecials(line.text()), line::text);
+    assertArrayEquals(line.ids(), TOKENIZER.encode(line.text()), line::text);
     if (!containsSpecialText(line.text())) {
-      assertArrayEquals(line.ids(), TOKENIZER.encode(line.text()), line::text);
+      assertArrayEquals(line.ids(), TOKENIZER.encodeAsPlainText(line.text()), line::text);
     }
   }
 
@@ -107,28 +107,27 @@ class BpeTokenizerTest {
   @Test
   void shouldMatchSpecialTokensOnlyWhenEncodingWithSpecials() {
     String chat = "<|im_start|>user\nhi<|im_end|>";
-    assertArrayEquals(
-        new int[] {IM_START, 872, 198, 6023, IM_END}, TOKENIZER.encodeWithSpecials(chat));
+    assertArrayEquals(new int[] {IM_START, 872, 198, 6023, IM_END}, TOKENIZER.encode(chat));
 
-    int[] plain = TOKENIZER.encode(chat);
+    int[] plain = TOKENIZER.encodeAsPlainText(chat);
     for (int id : plain) {
       assertFalse(TOKENIZER.specialTokens().isSpecial(id), () -> "special id " + id);
     }
     assertEquals(chat, TOKENIZER.decode(plain));
     assertArrayEquals(
-        TOKENIZER.encode("<|im_start|>"),
-        Arrays.copyOf(plain, TOKENIZER.encode("<|im_start|>").length));
+        TOKENIZER.encodeAsPlainText("<|im_start|>"),
+        Arrays.copyOf(plain, TOKENIZER.encodeAsPlainText("<|im_start|>").length));
   }
 
   @Test
   void shouldEncodeNonSpecialAddedTokensInBothModes() {
+    assertArrayEquals(new int[] {THINK}, TOKENIZER.encodeAsPlainText("<think>"));
     assertArrayEquals(new int[] {THINK}, TOKENIZER.encode("<think>"));
-    assertArrayEquals(new int[] {THINK}, TOKENIZER.encodeWithSpecials("<think>"));
   }
 
   @Test
   void shouldSkipSpecialTokensWhenAsked() {
-    int[] ids = TOKENIZER.encodeWithSpecials("<|im_start|>assistant\nok<|im_end|>");
+    int[] ids = TOKENIZER.encode("<|im_start|>assistant\nok<|im_end|>");
     assertEquals("assistant\nok", TOKENIZER.decode(ids, true));
     StreamingDecoder decoder = TOKENIZER.newStreamingDecoder(true);
     StringBuilder sb = new StringBuilder();
@@ -175,7 +174,7 @@ class BpeTokenizerTest {
             " ".repeat(100_000) + "x",
             " \n".repeat(50_000))) {
       long startNs = System.nanoTime();
-      int[] ids = TOKENIZER.encode(text);
+      int[] ids = TOKENIZER.encodeAsPlainText(text);
       long elapsedMs = (System.nanoTime() - startNs) / 1_000_000;
       assertEquals(text, TOKENIZER.decode(ids));
       assertTrue(elapsedMs < 10_000, () -> "encoding took " + elapsedMs + " ms");
@@ -185,7 +184,7 @@ class BpeTokenizerTest {
   @Test
   void shouldLoadFromAModelFolder() throws IOException {
     Tokenizer tokenizer = Tokenizer.load(QWEN3);
-    assertArrayEquals(new int[] {9707, 11, 1879, 0}, tokenizer.encode("Hello, world!"));
+    assertArrayEquals(new int[] {9707, 11, 1879, 0}, tokenizer.encodeAsPlainText("Hello, world!"));
   }
 
   private static boolean containsSpecialText(String text) {

@@ -37,7 +37,7 @@ class ByteTokenizerTest {
   void shouldRoundTripRandomUnicodeWhenSeeded(long seed) {
     String text = randomUnicode(new Random(seed), 1 + (int) (seed * 7 % 200));
     for (Tokenizer tokenizer : new Tokenizer[] {ByteTokenizer.plain(), WITH_SPECIALS}) {
-      int[] ids = tokenizer.encode(text);
+      int[] ids = tokenizer.encodeAsPlainText(text);
       for (int id : ids) {
         assertTrue(id >= 0 && id < ByteTokenizer.NUM_BYTE_IDS, () -> "id " + id);
       }
@@ -57,9 +57,8 @@ class ByteTokenizerTest {
 
   @Test
   void shouldMatchSpecialTokensOnlyWhenEncodingWithSpecials() {
-    assertArrayEquals(
-        new int[] {'a', 256, 'b', 257}, WITH_SPECIALS.encodeWithSpecials("a<eos>b<sep>"));
-    int[] plain = WITH_SPECIALS.encode("a<eos>");
+    assertArrayEquals(new int[] {'a', 256, 'b', 257}, WITH_SPECIALS.encode("a<eos>b<sep>"));
+    int[] plain = WITH_SPECIALS.encodeAsPlainText("a<eos>");
     assertEquals(6, plain.length);
     assertEquals("a<eos>b", WITH_SPECIALS.decode(new int[] {'a', 256, 'b'}));
     assertEquals("ab", WITH_SPECIALS.decode(new int[] {'a', 256, 'b'}, true));
