@@ -88,6 +88,9 @@ public final class ModelConfigs {
   private static DecoderDims dims(ConfigFields f) {
     int hidden = f.requireInt("hidden_size");
     int heads = f.requireInt("num_attention_heads");
+    if (hidden < 1) {
+      throw new IllegalArgumentException("hidden_size=" + hidden + " must be at least 1");
+    }
     if (heads < 1) {
       throw new IllegalArgumentException("num_attention_heads=" + heads + " must be at least 1");
     }
