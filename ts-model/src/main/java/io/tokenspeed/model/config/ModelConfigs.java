@@ -129,7 +129,7 @@ public final class ModelConfigs {
   private static double ropeTheta(ConfigFields f) {
     Map<String, Object> params = f.optObject("rope_parameters");
     Map<String, Object> scaling = f.optObject("rope_scaling");
-    for (Map<String, Object> m : new Map[] {params, scaling}) {
+    for (Map<String, Object> m : java.util.Arrays.asList(params, scaling)) {
       if (m == null) {
         continue;
       }

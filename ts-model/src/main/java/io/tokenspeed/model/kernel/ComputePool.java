@@ -23,9 +23,6 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class ComputePool implements AutoCloseable {
 
-  /** Below this many items a call runs on the caller alone: hand-off would cost more. */
-  public static final int DEFAULT_MIN_ITEMS_PER_THREAD = 1;
-
   private final int threads;
   private final ExecutorService workers;
 
