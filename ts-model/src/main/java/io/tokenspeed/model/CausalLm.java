@@ -1,0 +1,413 @@
+package io.tokenspeed.model;
+
+import io.tokenspeed.core.CacheField;
+import io.tokenspeed.core.CacheGroupSpec;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.Sharding;
+import io.tokenspeed.model.checkpoint.Checkpoint;
+import io.tokenspeed.model.checkpoint.CheckpointException;
+import io.tokenspeed.model.checkpoint.Tensor;
+import io.tokenspeed.model.checkpoint.WeightSource;
+import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.LlamaConfig;
+import io.tokenspeed.model.config.ModelConfig;
+import io.tokenspeed.model.config.ModelConfigs;
+import io.tokenspeed.model.config.Qwen2Config;
+import io.tokenspeed.model.config.Qwen3Config;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.kernel.Rope;
+import io.tokenspeed.model.kv.KvCache;
+import io.tokenspeed.model.layer.Attention;
+import io.tokenspeed.model.layer.BatchMetadata;
+import io.tokenspeed.model.layer.CachedLayer;
+import io.tokenspeed.model.layer.DecoderBlock;
+import io.tokenspeed.model.layer.Embedding;
+import io.tokenspeed.model.layer.LmHead;
+import io.tokenspeed.model.layer.RmsNorm;
+import io.tokenspeed.model.layer.SwiGluMlp;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * A decoder-only causal language model loaded from a Hugging Face folder, computed on the CPU.
+ *
+ * <p>What it guarantees: the weights stay memory-mapped in the {@link Checkpoint} (closed with this
+ * model); the layer structure and every tensor shape were checked against {@code config.json} at
+ * load, and every tensor of the checkpoint is used; the cache layout it reports is the one its
+ * forward pass reads and writes; and a forward pass computes each token's logits bit-identically
+ * whatever else is in the batch, however the prompt was chunked, on however many threads, and in
+ * whichever physical blocks its KV lives (each kernel states its part of that contract).
+ *
+ * <p>What it must never do: allocate, free or choose cache blocks, or decide what is cached. A
+ * forward pass is handed block tables into a {@link KvCache} and writes exactly the slots of the
+ * tokens it computes.
+ *
+ * <pre>
+ *   tokens → Embedding → [DecoderBlock × L: RMSNorm → Attention(paged KV) → +x → RMSNorm → SwiGLU → +x]
+ *          → RMSNorm (rows that need logits) → LmHead → logits
+ * </pre>
+ */
+public final class CausalLm implements AutoCloseable {
+
+  /** Element type of the KV the forward pass stores. */
+  public static final String KV_DTYPE = "float32";
+
+  private final ModelConfig config;
+  private final Checkpoint checkpoint;
+  private final ModelIdentity identity;
+  private final Embedding embedding;
+  private final List<DecoderBlock> blocks;
+  private final RmsNorm finalNorm;
+  private final LmHead lmHead;
+  private final List<GroupKind> groupKinds;
+
+  private CausalLm(
+      ModelConfig config,
+      Checkpoint checkpoint,
+      ModelIdentity identity,
+      Embedding embedding,
+      List<DecoderBlock> blocks,
+      RmsNorm finalNorm,
+      LmHead lmHead,
+      List<GroupKind> groupKinds) {
+    this.config = config;
+    this.checkpoint = checkpoint;
+    this.identity = identity;
+    this.embedding = embedding;
+    this.blocks = List.copyOf(blocks);
+    this.finalNorm = finalNorm;
+    this.lmHead = lmHead;
+    this.groupKinds = List.copyOf(groupKinds);
+  }
+
+  /** Loads {@code folder} with the folder name as model id and the default weight version. */
+  public static CausalLm load(Path folder) {
+    Path name = folder.toAbsolutePath().normalize().getFileName();
+    return load(
+        folder, name == null ? "model" : name.toString(), ModelIdentity.DEFAULT_WEIGHT_VERSION);
+  }
+
+  /**
+   * Loads {@code folder}: opens and validates the checkpoint, parses the config, builds the layers.
+   *
+   * @throws CheckpointException naming the file (and tensor) at fault
+   */
+  public static CausalLm load(Path folder, String modelId, String weightVersion) {
+    Checkpoint ckpt = Checkpoint.open(folder);
+    try {
+      ModelConfig config;
+      try {
+        config = ModelConfigs.parse(ckpt.config());
+      } catch (IllegalArgumentException e) {
+        throw new CheckpointException(
+            folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
+      }
+      WeightSource weights = new WeightSource(ckpt, config.architecture());
+      CausalLm model =
+          switch (config) {
+            case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
+            case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
+            case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
+          };
+      weights.requireAllTaken();
+      return model;
+    } catch (RuntimeException e) {
+      ckpt.close();
+      throw e;
+    }
+  }
+
+  private static CausalLm buildDecoder(
+      ModelConfig config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+    DecoderDims d = config.dims();
+    int hidden = d.hiddenSize();
+    int qWidth = d.numHeads() * d.headDim();
+    int kvWidth = d.numKvHeads() * d.headDim();
+    float eps = (float) d.rmsNormEps();
+    Tensor embed = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
+    Rope rope = new Rope(d.ropeTheta(), d.headDim());
+    float scale = (float) (1.0 / Math.sqrt(d.headDim()));
+    Map<GroupKind, Integer> groups = new LinkedHashMap<>();
+    List<DecoderBlock> blocks = new ArrayList<>();
+    for (int l = 0; l < d.numLayers(); l++) {
+      String p = "model.layers." + l + ".";
+      String a = p + "self_attn.";
+      int group = groups.computeIfAbsent(new GroupKind.FullHistory(), k -> groups.size());
+      Attention attention =
+          new Attention(
+              l,
+              group,
+              w.take(a + "q_proj.weight", qWidth, hidden),
+              w.take(a + "k_proj.weight", kvWidth, hidden),
+              w.take(a + "v_proj.weight", kvWidth, hidden),
+              w.take(a + "o_proj.weight", hidden, qWidth),
+              config.qkvBias() ? w.take(a + "q_proj.bias", qWidth).toFloatArray() : null,
+              config.qkvBias() ? w.take(a + "k_proj.bias", kvWidth).toFloatArray() : null,
+              config.qkvBias() ? w.take(a + "v_proj.bias", kvWidth).toFloatArray() : null,
+              config.outputBias() ? w.take(a + "o_proj.bias", hidden).toFloatArray() : null,
+              config.qkNorm() ? norm(w, a + "q_norm.weight", d.headDim(), eps) : null,
+              config.qkNorm() ? norm(w, a + "k_norm.weight", d.headDim(), eps) : null,
+              rope,
+              d.numHeads(),
+              d.numKvHeads(),
+              d.headDim(),
+              scale);
+      SwiGluMlp mlp =
+          new SwiGluMlp(
+              w.take(p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
+              w.take(p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
+              w.take(p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+      blocks.add(
+          new DecoderBlock(
+              l,
+              norm(w, p + "input_layernorm.weight", hidden, eps),
+              attention,
+              norm(w, p + "post_attention_layernorm.weight", hidden, eps),
+              mlp));
+    }
+    RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
+    LmHead head =
+        d.tieWordEmbeddings()
+            ? new LmHead(embed, true)
+            : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false);
+    ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
+    return new CausalLm(
+        config,
+        ckpt,
+        identity,
+        new Embedding(embed, 1f),
+        blocks,
+        finalNorm,
+        head,
+        new ArrayList<>(groups.keySet()));
+  }
+
+  private static RmsNorm norm(WeightSource w, String name, int width, float eps) {
+    return new RmsNorm(w.take(name, width).toFloatArray(), eps, false);
+  }
+
+  public ModelConfig config() {
+    return config;
+  }
+
+  /** Model id, checkpoint revision (weight fingerprint) and weight version. */
+  public ModelIdentity identity() {
+    return identity;
+  }
+
+  public Checkpoint checkpoint() {
+    return checkpoint;
+  }
+
+  public List<DecoderBlock> blocks() {
+    return blocks;
+  }
+
+  public int vocabSize() {
+    return lmHead.vocabSize();
+  }
+
+  /** The layers that keep cache state, in layer order. */
+  public List<CachedLayer> cachedLayers() {
+    List<CachedLayer> out = new ArrayList<>();
+    for (DecoderBlock b : blocks) {
+      out.add(b.attention());
+    }
+    return out;
+  }
+
+  /**
+   * The cache layout this model's forward pass uses: one group per distinct {@link GroupKind} of
+   * its cached layers (in order of first appearance), each block of {@code blockGranularity} tokens
+   * holding every layer's fields in layer order, float32, head-partitioned across attention-TP
+   * ranks.
+   *
+   * <pre>
+   *   Llama/Qwen2/Qwen3:  group 0 Full history, bg tokens per block
+   *     block = | layers.0.k | layers.0.v | layers.1.k | layers.1.v | ... |
+   *     each field = numKvHeads · bg · headDim · 4 bytes
+   * </pre>
+   */
+  public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
+    List<CacheGroupSpec> specs = new ArrayList<>();
+    for (int g = 0; g < groupKinds.size(); g++) {
+      List<CacheField> fields = new ArrayList<>();
+      for (CachedLayer layer : cachedLayers()) {
+        if (layer.cacheGroup() == g) {
+          fields.addAll(layer.cacheFields(blockGranularity));
+        }
+      }
+      specs.add(
+          new CacheGroupSpec(
+              g, groupKinds.get(g), blockGranularity, fields, new Sharding.HeadPartitioned()));
+    }
+    return new CacheLayout(prefixGranularity, KV_DTYPE, specs);
+  }
+
+  /**
+   * Computes one batch: writes the KV of every token it computes into the slots its request's block
+   * tables give, and returns logits (every chunk token or the last, per request).
+   *
+   * @throws IllegalArgumentException when a request's tokens, positions or block tables do not fit
+   *     the model or the pools
+   */
+  public ForwardResult forward(ForwardBatch batch, KvCache kv, ComputePool pool) {
+    checkLayout(kv);
+    List<ForwardRequest> requests = batch.requests();
+    int numTokens = batch.numTokens();
+    int hidden = config.dims().hiddenSize();
+    int[] tokens = new int[numTokens];
+    int[] positions = new int[numTokens];
+    int[] tokenRequest = new int[numTokens];
+    int[][][] tables = new int[requests.size()][][];
+    int row = 0;
+    for (int r = 0; r < requests.size(); r++) {
+      ForwardRequest req = requests.get(r);
+      validate(r, req, kv);
+      tables[r] = req.blockTables();
+      for (int i = 0; i < req.numTokens(); i++) {
+        tokens[row] = req.tokenIds()[i];
+        positions[row] = req.startPosition() + i;
+        tokenRequest[row] = r;
+        row++;
+      }
+    }
+    BatchMetadata meta = new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv);
+    float[] x = new float[numTokens * hidden];
+    embedding.lookup(tokens, x);
+    for (DecoderBlock block : blocks) {
+      block.forward(meta, x, hidden);
+    }
+    int logitRows = 0;
+    for (ForwardRequest req : requests) {
+      logitRows += req.numLogitRows();
+    }
+    float[] h = new float[logitRows * hidden];
+    int dst = 0;
+    int src = 0;
+    for (ForwardRequest req : requests) {
+      int first = req.allLogits() ? src : src + req.numTokens() - 1;
+      int count = req.numLogitRows();
+      System.arraycopy(x, first * hidden, h, dst * hidden, count * hidden);
+      dst += count;
+      src += req.numTokens();
+    }
+    finalNorm.apply(pool, h, logitRows, h);
+    int vocab = vocabSize();
+    float[] logits = new float[logitRows * vocab];
+    lmHead.apply(pool, h, logitRows, logits);
+    List<float[]> perRequest = new ArrayList<>(requests.size());
+    int at = 0;
+    for (ForwardRequest req : requests) {
+      int n = req.numLogitRows() * vocab;
+      float[] l = new float[n];
+      System.arraycopy(logits, at, l, 0, n);
+      perRequest.add(l);
+      at += n;
+    }
+    return new ForwardResult(vocab, perRequest);
+  }
+
+  private void checkLayout(KvCache kv) {
+    CacheLayout have = kv.layout();
+    if (have.numGroups() != groupKinds.size()) {
+      throw new IllegalArgumentException(
+          "kv cache groups=" + have.numGroups() + " but the model needs " + groupKinds.size());
+    }
+    CacheLayout want = cacheLayout(have.prefixGranularity(), have.group(0).blockGranularity());
+    for (int g = 0; g < have.numGroups(); g++) {
+      CacheGroupSpec h = have.group(g);
+      CacheLayout wantG = cacheLayout(have.prefixGranularity(), h.blockGranularity());
+      CacheGroupSpec w = wantG.group(g);
+      if (!h.kind().equals(w.kind()) || !h.fields().equals(w.fields())) {
+        throw new IllegalArgumentException(
+            "kv cache group " + g + " spec=" + h + " does not match the model's " + w);
+      }
+    }
+    if (!have.dtype().equals(want.dtype())) {
+      throw new IllegalArgumentException(
+          "kv cache dtype=" + have.dtype() + " but the model stores " + want.dtype());
+    }
+  }
+
+  private void validate(int r, ForwardRequest req, KvCache kv) {
+    DecoderDims d = config.dims();
+    int end = req.startPosition() + req.numTokens();
+    if (end > d.maxPositionEmbeddings()) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " ends at position="
+              + end
+              + " beyond max_position_embeddings="
+              + d.maxPositionEmbeddings());
+    }
+    for (int id : req.tokenIds()) {
+      if (id < 0 || id >= d.vocabSize()) {
+        throw new IllegalArgumentException(
+            "request " + r + " token id=" + id + " outside [0, " + d.vocabSize() + ")");
+      }
+    }
+    if (req.blockTables().length != kv.layout().numGroups()) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " has block tables="
+              + req.blockTables().length
+              + " but the layout has groups="
+              + kv.layout().numGroups());
+    }
+    for (int g = 0; g < kv.layout().numGroups(); g++) {
+      int[] table = req.blockTables()[g];
+      int rows = kv.layout().group(g).rowsFor(end);
+      if (table.length < rows) {
+        throw new IllegalArgumentException(
+            "request "
+                + r
+                + " group "
+                + g
+                + " block table has rows="
+                + table.length
+                + " but tokens up to position "
+                + end
+                + " need "
+                + rows);
+      }
+      int numBlocks = kv.pool(g).numBlocks();
+      Set<Integer> seen = new HashSet<>();
+      for (int i = 0; i < rows; i++) {
+        int id = table[i];
+        if (id < 1 || id >= numBlocks) {
+          throw new IllegalArgumentException(
+              "request "
+                  + r
+                  + " group "
+                  + g
+                  + " row "
+                  + i
+                  + " block id="
+                  + id
+                  + " outside [1, "
+                  + numBlocks
+                  + ")");
+        }
+        if (!seen.add(id)) {
+          throw new IllegalArgumentException(
+              "request " + r + " group " + g + " row " + i + " repeats block id=" + id);
+        }
+      }
+    }
+  }
+
+  /** Unmaps the checkpoint; the model must not be used afterwards. */
+  @Override
+  public void close() {
+    checkpoint.close();
+  }
+}

@@ -1,0 +1,31 @@
+package io.tokenspeed.model;
+
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Logits of a forward pass, per request in batch order: {@code [rows][vocabSize]} flattened, where
+ * rows is every token of the chunk or just the last (see {@link ForwardRequest#allLogits()}).
+ */
+public record ForwardResult(int vocabSize, List<float[]> logits) {
+
+  public ForwardResult {
+    logits = List.copyOf(logits);
+  }
+
+  /** The logits of request {@code request}, flattened {@code [rows][vocab]}. */
+  public float[] logits(int request) {
+    return logits.get(request);
+  }
+
+  /** Row {@code row} of request {@code request}'s logits. */
+  public float[] row(int request, int row) {
+    return Arrays.copyOfRange(logits.get(request), row * vocabSize, (row + 1) * vocabSize);
+  }
+
+  /** The last row of request {@code request}: the logits that pick its next token. */
+  public float[] last(int request) {
+    float[] l = logits.get(request);
+    return Arrays.copyOfRange(l, l.length - vocabSize, l.length);
+  }
+}

@@ -1,0 +1,159 @@
+package io.tokenspeed.model.layer;
+
+import io.tokenspeed.core.CacheField;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.model.checkpoint.Tensor;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PagedAttention;
+import io.tokenspeed.model.kernel.Rope;
+import io.tokenspeed.model.kv.PagedKvPool;
+import java.util.List;
+
+/**
+ * Full-history causal self-attention with GQA, optional q/k/v/o biases (Qwen2: q/k/v), optional
+ * per-head QK-norm before RoPE (Qwen3), and RoPE.
+ *
+ * <pre>
+ *   q = h·Wqᵀ (+bq)   [T][H·d]      k = h·Wkᵀ (+bk)   [T][Hkv·d]     v = h·Wvᵀ (+bv)
+ *   q, k ← RMSNorm per head (QK-norm, when present)
+ *   q, k ← RoPE at each token's position
+ *   K/V of the batch → paged pool (block table, position)    then attention over positions 0..p
+ *   out = attn·Woᵀ (+bo)
+ * </pre>
+ *
+ * <p>Its cache group is Full history: it writes two fields per block, {@code layers.L.k} and {@code
+ * layers.L.v}, each {@code numKvHeads × bg × headDim} float32 values. Biases and QK-norm weights
+ * are {@code null} when absent.
+ *
+ * @param layerIndex the decoder layer this attention belongs to
+ * @param cacheGroup the cache group id assigned by the model
+ * @param q query projection {@code [H·d][hidden]}
+ * @param k key projection {@code [Hkv·d][hidden]}
+ * @param v value projection {@code [Hkv·d][hidden]}
+ * @param o output projection {@code [hidden][H·d]}
+ * @param qBias query bias or null
+ * @param kBias key bias or null
+ * @param vBias value bias or null
+ * @param oBias output bias or null
+ * @param qNorm per-head query RMSNorm (width d) or null
+ * @param kNorm per-head key RMSNorm (width d) or null
+ * @param rope rotary embedding of width d
+ * @param numHeads query heads H
+ * @param numKvHeads key/value heads Hkv
+ * @param headDim d
+ * @param scale score multiplier, usually {@code 1/sqrt(d)}
+ */
+public record Attention(
+    int layerIndex,
+    int cacheGroup,
+    Tensor q,
+    Tensor k,
+    Tensor v,
+    Tensor o,
+    float[] qBias,
+    float[] kBias,
+    float[] vBias,
+    float[] oBias,
+    RmsNorm qNorm,
+    RmsNorm kNorm,
+    Rope rope,
+    int numHeads,
+    int numKvHeads,
+    int headDim,
+    float scale)
+    implements Layer, CachedLayer {
+
+  public Attention {
+    if (numHeads < 1 || numKvHeads < 1 || numHeads % numKvHeads != 0) {
+      throw new IllegalArgumentException(
+          "layer " + layerIndex + " num_heads=" + numHeads + " num_kv_heads=" + numKvHeads);
+    }
+    if (q.dim(0) != numHeads * headDim
+        || k.dim(0) != numKvHeads * headDim
+        || v.dim(0) != numKvHeads * headDim
+        || o.dim(1) != numHeads * headDim) {
+      throw new IllegalArgumentException(
+          "layer " + layerIndex + " projection shapes disagree with heads");
+    }
+    if (rope.headDim() != headDim) {
+      throw new IllegalArgumentException(
+          "layer " + layerIndex + " rope head_dim=" + rope.headDim() + " head_dim=" + headDim);
+    }
+    if ((qNorm == null) != (kNorm == null)) {
+      throw new IllegalArgumentException(
+          "layer " + layerIndex + " needs both q_norm and k_norm or neither");
+    }
+  }
+
+  @Override
+  public GroupKind cacheKind() {
+    return new GroupKind.FullHistory();
+  }
+
+  /** Name of this layer's K field in its group's blocks. */
+  public String keyField() {
+    return "layers." + layerIndex + ".k";
+  }
+
+  /** Name of this layer's V field in its group's blocks. */
+  public String valueField() {
+    return "layers." + layerIndex + ".v";
+  }
+
+  @Override
+  public List<CacheField> cacheFields(int blockTokens) {
+    long bytes = (long) numKvHeads * blockTokens * headDim * Float.BYTES;
+    return List.of(new CacheField(keyField(), bytes), new CacheField(valueField(), bytes));
+  }
+
+  /**
+   * Attention of the batch's rows {@code h} ({@code [T][hidden]}, already normalized) into {@code
+   * out} ({@code [T][hidden]}), storing the rows' K/V in the pool on the way.
+   */
+  public void forward(BatchMetadata batch, float[] h, float[] out) {
+    ComputePool pool = batch.pool();
+    int t = batch.numTokens();
+    float[] qs = new float[t * numHeads * headDim];
+    float[] ks = new float[t * numKvHeads * headDim];
+    float[] vs = new float[t * numKvHeads * headDim];
+    MatMul.apply(pool, h, t, q, qBias, qs);
+    MatMul.apply(pool, h, t, k, kBias, ks);
+    MatMul.apply(pool, h, t, v, vBias, vs);
+    if (qNorm != null) {
+      qNorm.apply(pool, qs, t * numHeads, qs);
+      kNorm.apply(pool, ks, t * numKvHeads, ks);
+    }
+    float[] cos = new float[t * headDim / 2];
+    float[] sin = new float[t * headDim / 2];
+    rope.table(batch.positions(), cos, sin);
+    rope.apply(pool, qs, t, numHeads, cos, sin);
+    rope.apply(pool, ks, t, numKvHeads, cos, sin);
+
+    PagedKvPool kvPool = batch.kv().pool(cacheGroup);
+    PagedAttention.LayerKv layerKv =
+        new PagedAttention.LayerKv(
+            kvPool.memory(),
+            kvPool.bytesPerBlock(),
+            kvPool.fieldOffset(keyField()),
+            kvPool.fieldOffset(valueField()),
+            kvPool.spec().blockGranularity(),
+            numKvHeads,
+            headDim);
+    int[][] tables = batch.tablesOfGroup(cacheGroup);
+    PagedAttention.write(pool, layerKv, ks, vs, t, batch.positions(), batch.tokenRequest(), tables);
+    float[] attn = new float[t * numHeads * headDim];
+    PagedAttention.attend(
+        pool,
+        layerKv,
+        qs,
+        t,
+        numHeads,
+        scale,
+        batch.positions(),
+        batch.tokenRequest(),
+        tables,
+        attn);
+    MatMul.apply(pool, attn, t, o, oBias, out);
+  }
+}
