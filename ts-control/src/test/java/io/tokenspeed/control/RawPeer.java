@@ -9,6 +9,8 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.util.List;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLSocket;
 
 /**
  * A hand-driven end of one mesh connection over a plain blocking socket, for tests that play a
@@ -34,6 +36,25 @@ final class RawPeer implements AutoCloseable {
     Socket s = new Socket();
     s.connect(address, 10_000);
     s.setTcpNoDelay(true);
+    return new RawPeer(s);
+  }
+
+  /**
+   * Connects to {@code address} as a TLS 1.3 client with the key and trust material of {@code
+   * context}, and completes the client's side of the TLS handshake.
+   */
+  static RawPeer dialTls(InetSocketAddress address, SSLContext context) throws IOException {
+    SSLSocket s = (SSLSocket) context.getSocketFactory().createSocket();
+    try {
+      s.setEnabledProtocols(new String[] {ControlTls.PROTOCOL});
+      s.connect(address, 10_000);
+      s.setTcpNoDelay(true);
+      s.setSoTimeout(30_000);
+      s.startHandshake();
+    } catch (IOException e) {
+      s.close();
+      throw e;
+    }
     return new RawPeer(s);
   }
 
@@ -119,10 +140,26 @@ final class RawPeer implements AutoCloseable {
   /** The whole dialer handshake as rank {@code rank} of {@code worldSize} under {@code secret}. */
   static RawPeer join(InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret)
       throws IOException {
-    RawPeer p = dial(address);
-    if (p.sendHello(hello(rank, worldSize)) == null || p.sendProof(secret) == null) {
+    return joinOver(dial(address), address, rank, worldSize, secret);
+  }
+
+  /** {@link #join} over TLS with the key and trust material of {@code context}. */
+  static RawPeer joinTls(
+      InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret, SSLContext context)
+      throws IOException {
+    return joinOver(dialTls(address, context), address, rank, worldSize, secret);
+  }
+
+  private static RawPeer joinOver(
+      RawPeer p, InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret)
+      throws IOException {
+    try {
+      if (p.sendHello(hello(rank, worldSize)) == null || p.sendProof(secret) == null) {
+        throw new IOException("the acceptor at " + address + " refused the handshake");
+      }
+    } catch (IOException e) {
       p.close();
-      throw new IOException("the acceptor at " + address + " refused the handshake");
+      throw e;
     }
     return p;
   }
