@@ -122,6 +122,15 @@ public final class Agreement {
     if (operationId < agreedFloor) {
       return;
     }
+    if (operationId == agreedFloor) {
+      // The common case (ids agreed in order): the floor moves, the set is not touched.
+      agreedFloor++;
+      while (!agreedAbove.isEmpty() && agreedAbove.first() == agreedFloor) {
+        agreedAbove.pollFirst();
+        agreedFloor++;
+      }
+      return;
+    }
     agreedAbove.add(operationId);
     while (agreedAbove.size() > agreedMemory) {
       agreedFloor = agreedAbove.pollFirst() + 1;

@@ -763,7 +763,6 @@ final class Mesh implements AutoCloseable {
     }
 
     private void refuse(Handshake h, String reason) {
-      h.close();
       refused++;
       String line =
           "rank "
@@ -777,6 +776,7 @@ final class Mesh implements AutoCloseable {
         refusals.add(line);
       }
       LOG.warning(line);
+      h.close();
     }
 
     private MeshException setupTimeout() {

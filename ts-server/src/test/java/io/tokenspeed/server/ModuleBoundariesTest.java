@@ -40,6 +40,7 @@ class ModuleBoundariesTest {
           Rule.mayOnlyReach("ts-core"),
           Rule.mayOnlyReach("ts-cache", "ts-core"),
           Rule.mayOnlyReach("ts-l3", "ts-core"),
+          Rule.mayOnlyReach("ts-model", "ts-core"),
           Rule.mayOnlyReach("ts-l3-redis", "ts-core", "ts-l3"),
           Rule.mayOnlyReach("ts-testkit", "ts-core"),
           Rule.mustNotReach(
