@@ -549,6 +549,9 @@ final class Mesh implements AutoCloseable {
     waits.interestOps(ops);
     waits.selector().select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leftNs + 999_999)));
     waits.selector().selectedKeys().clear();
+    if (Thread.currentThread().isInterrupted()) {
+      throw new java.io.InterruptedIOException("interrupted while shaking hands");
+    }
   }
 
   private MeshException tlsFailed(int peer, String at, SSLException e) {

@@ -19,6 +19,10 @@ import javax.net.ssl.SSLSocket;
 final class RawPeer implements AutoCloseable {
 
   final Socket socket;
+
+  /** The TCP socket under {@link #socket} (the same socket when there is no TLS). */
+  private Socket raw;
+
   private final DataInputStream in;
   private final OutputStream out;
   private byte[] dialerHello;
@@ -44,18 +48,26 @@ final class RawPeer implements AutoCloseable {
    * context}, and completes the client's side of the TLS handshake.
    */
   static RawPeer dialTls(InetSocketAddress address, SSLContext context) throws IOException {
-    SSLSocket s = (SSLSocket) context.getSocketFactory().createSocket();
+    Socket tcp = new Socket();
+    SSLSocket s;
     try {
+      tcp.connect(address, 10_000);
+      tcp.setTcpNoDelay(true);
+      s =
+          (SSLSocket)
+              context
+                  .getSocketFactory()
+                  .createSocket(tcp, address.getHostString(), address.getPort(), true);
       s.setEnabledProtocols(new String[] {ControlTls.PROTOCOL});
-      s.connect(address, 10_000);
-      s.setTcpNoDelay(true);
       s.setSoTimeout(30_000);
       s.startHandshake();
     } catch (IOException e) {
-      s.close();
+      tcp.close();
       throw e;
     }
-    return new RawPeer(s);
+    RawPeer p = new RawPeer(s);
+    p.raw = tcp;
+    return p;
   }
 
   /** Wraps a socket a fake acceptor accepted. */
@@ -162,6 +174,11 @@ final class RawPeer implements AutoCloseable {
       throw e;
     }
     return p;
+  }
+
+  /** Closes the TCP socket as a killed process would: no TLS close_notify. */
+  void kill() throws IOException {
+    (raw == null ? socket : raw).close();
   }
 
   @Override
