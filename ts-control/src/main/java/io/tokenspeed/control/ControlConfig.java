@@ -26,6 +26,7 @@ import java.util.List;
  * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included
  * @param maxPendingOperations the most operations the agreement may retain with partial reports
  * @param maxPendingKeys the most keys, summed over those operations, it may retain
+ * @param tls mutual TLS on every mesh connection, or null for plain TCP (see {@link ControlTls})
  */
 public record ControlConfig(
     long replicaId,
@@ -37,7 +38,8 @@ public record ControlConfig(
     long handshakeTimeoutMs,
     int maxFrameBytes,
     int maxPendingOperations,
-    long maxPendingKeys) {
+    long maxPendingKeys,
+    ControlTls tls) {
 
   /** Default {@code roundTimeoutMs}: 30 s, well beyond a long forward pass. */
   public static final long DEFAULT_ROUND_TIMEOUT_MS = 30_000;
@@ -122,6 +124,32 @@ public record ControlConfig(
     }
   }
 
+  /** Settings over plain TCP (no {@code tls}). */
+  public ControlConfig(
+      long replicaId,
+      int rank,
+      List<InetSocketAddress> addresses,
+      ReplicaSecret secret,
+      long roundTimeoutMs,
+      long connectTimeoutMs,
+      long handshakeTimeoutMs,
+      int maxFrameBytes,
+      int maxPendingOperations,
+      long maxPendingKeys) {
+    this(
+        replicaId,
+        rank,
+        addresses,
+        secret,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        handshakeTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys,
+        null);
+  }
+
   /** Settings with every default, for rank {@code rank} of the ranks at {@code addresses}. */
   public static ControlConfig of(
       long replicaId, int rank, List<InetSocketAddress> addresses, ReplicaSecret secret) {
@@ -135,7 +163,8 @@ public record ControlConfig(
         DEFAULT_HANDSHAKE_TIMEOUT_MS,
         DEFAULT_MAX_FRAME_BYTES,
         DEFAULT_MAX_PENDING_OPERATIONS,
-        DEFAULT_MAX_PENDING_KEYS);
+        DEFAULT_MAX_PENDING_KEYS,
+        null);
   }
 
   /** The number of ranks in the mesh. */
@@ -160,7 +189,8 @@ public record ControlConfig(
         handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
-        maxPendingKeys);
+        maxPendingKeys,
+        tls);
   }
 
   /** These settings with {@code handshakeTimeoutMs} replaced. */
@@ -175,7 +205,8 @@ public record ControlConfig(
         handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
-        maxPendingKeys);
+        maxPendingKeys,
+        tls);
   }
 
   /** These settings with the agreement window replaced. */
@@ -190,7 +221,8 @@ public record ControlConfig(
         handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
-        maxPendingKeys);
+        maxPendingKeys,
+        tls);
   }
 
   /** These settings with {@code maxFrameBytes} replaced. */
@@ -205,7 +237,8 @@ public record ControlConfig(
         handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
-        maxPendingKeys);
+        maxPendingKeys,
+        tls);
   }
 
   /** These settings with another {@code secret}. */
@@ -220,6 +253,23 @@ public record ControlConfig(
         handshakeTimeoutMs,
         maxFrameBytes,
         maxPendingOperations,
-        maxPendingKeys);
+        maxPendingKeys,
+        tls);
+  }
+
+  /** These settings with mutual TLS on the mesh ({@code tls}), or plain TCP when null. */
+  public ControlConfig withTls(ControlTls tls) {
+    return new ControlConfig(
+        replicaId,
+        rank,
+        addresses,
+        secret,
+        roundTimeoutMs,
+        connectTimeoutMs,
+        handshakeTimeoutMs,
+        maxFrameBytes,
+        maxPendingOperations,
+        maxPendingKeys,
+        tls);
   }
 }

@@ -9,7 +9,8 @@ import java.nio.channels.ReadableByteChannel;
  * Reads whole frames from a non-blocking channel, one at a time, never past the end of the frame it
  * is reading: a header first, checked by {@link FrameDecoder#checkHeader} before a body buffer of
  * the declared length is allocated, then exactly that many bytes. Whatever the peer sent after the
- * frame stays in the socket for the next read.
+ * frame stays where it was for the next read: in the socket, or, when the channel is a {@link
+ * TlsLink}, decrypted in the link, which serves it before it reads the socket again.
  */
 final class FrameReader {
 

@@ -12,6 +12,7 @@ import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
+import java.security.GeneralSecurityException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -21,6 +22,8 @@ import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.logging.Level;
 import java.util.logging.Logger;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
 
 /**
  * The TCP mesh among a replica's cache-owning ranks: one connection per pair of ranks, an
@@ -50,6 +53,13 @@ import java.util.logging.Logger;
  * leaves its next frame in the socket for the next round. A peer can be at most one round ahead: it
  * cannot finish a round without this rank's frame of that round. Buffers are bounded: a header's
  * declared length is checked against {@code maxFrameBytes} before the body buffer is allocated.
+ *
+ * <p><b>TLS.</b> With {@link ControlConfig#tls()} set, every connection is a {@link TlsLink} (TLS
+ * 1.3, both certificates verified against the trust store) and the handshake above runs inside it;
+ * otherwise a {@link Link.Plain} hands every call straight to the socket. Either way the loops
+ * below read and write through the link, and since a TLS link may hold a peer's next frame already
+ * decrypted, a loop asks {@link Link#hasBufferedInput} before it waits for {@code OP_READ}. A stray
+ * whose TLS handshake fails is refused and logged like any other.
  *
  * <p><b>Failures</b> name the peer: a deadline that passes with frames missing is {@link
  * Reason#TIMEOUT} naming the silent ranks; end of stream or a reset is {@link Reason#DISCONNECTED};
@@ -81,6 +91,10 @@ final class Mesh implements AutoCloseable {
 
   private final ControlConfig config;
   private final FrameDecoder decoder;
+
+  /** The context of every connection's TLS engine; null for plain TCP. */
+  private final SSLContext tls;
+
   private final ServerSocketChannel listener;
   private final Selector selector;
   private final Peer[] peers;
@@ -89,6 +103,7 @@ final class Mesh implements AutoCloseable {
   /** One connection to another rank and its per-round transfer state. */
   private static final class Peer {
     final int rank;
+    final Link link;
     final SocketChannel channel;
     final FrameReader reader;
     SelectionKey key;
@@ -103,9 +118,10 @@ final class Mesh implements AutoCloseable {
     /** The peer's FINAL, once it arrived. */
     Frame.Final last;
 
-    Peer(int rank, SocketChannel channel, FrameReader reader) {
+    Peer(int rank, Link link, FrameReader reader) {
       this.rank = rank;
-      this.channel = channel;
+      this.link = link;
+      this.channel = link.channel();
       this.reader = reader;
     }
 
@@ -117,8 +133,10 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  private Mesh(ControlConfig config, ServerSocketChannel listener, Selector selector) {
+  private Mesh(
+      ControlConfig config, SSLContext tls, ServerSocketChannel listener, Selector selector) {
     this.config = config;
+    this.tls = tls;
     this.decoder = new FrameDecoder(config.maxFrameBytes());
     this.listener = listener;
     this.selector = selector;
@@ -131,6 +149,21 @@ final class Mesh implements AutoCloseable {
    * on each connection, all within {@code connectTimeoutMs}.
    */
   static Mesh open(ControlConfig config, ServerSocketChannel listener) throws MeshException {
+    SSLContext tls = null;
+    if (config.tls() != null) {
+      try {
+        tls = config.tls().load();
+        TlsLink.engine(tls, false); // fails now, not per connection, if TLS 1.3 is unsupported
+      } catch (IOException | GeneralSecurityException | RuntimeException e) {
+        closeQuietly(null, listener, null);
+        throw new MeshException(
+            Reason.IO,
+            -1,
+            0,
+            "rank " + config.rank() + " could not set up TLS (" + config.tls() + "): " + e,
+            e);
+      }
+    }
     ServerSocketChannel server = listener;
     if (server == null) {
       InetSocketAddress address = config.addresses().get(config.rank());
@@ -148,7 +181,7 @@ final class Mesh implements AutoCloseable {
     Mesh mesh = null;
     try {
       selector = Selector.open();
-      mesh = new Mesh(config, server, selector);
+      mesh = new Mesh(config, tls, server, selector);
       mesh.connectAll(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.connectTimeoutMs()));
       return mesh;
     } catch (IOException e) {
@@ -193,13 +226,15 @@ final class Mesh implements AutoCloseable {
     try {
       for (int peer = 0; peer < config.rank(); peer++) {
         SocketChannel ch = dial(peer, deadlineNs);
+        Link link;
         try {
-          shakeHandsAsDialer(ch, peer, deadlineNs);
+          link = link(ch, true);
+          shakeHandsAsDialer(link, peer, deadlineNs);
         } catch (MeshException | IOException | RuntimeException e) {
           ch.close();
           throw e;
         }
-        add(peer, ch);
+        add(peer, link);
       }
     } catch (MeshException | IOException | RuntimeException e) {
       if (acceptor != null) {
@@ -215,7 +250,7 @@ final class Mesh implements AutoCloseable {
         acceptor.closeJoined();
         throw acceptor.failure;
       }
-      for (Map.Entry<Integer, SocketChannel> e : acceptor.joined.entrySet()) {
+      for (Map.Entry<Integer, Link> e : acceptor.joined.entrySet()) {
         add(e.getKey(), e.getValue());
       }
     }
@@ -237,8 +272,20 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  private void add(int rank, SocketChannel ch) {
-    Peer p = new Peer(rank, ch, new FrameReader(decoder, config.maxFrameBytes()));
+  /**
+   * The link over {@code ch}: plain, or TLS as the dialer ({@code dialer}) or the acceptor. A TLS
+   * link needs a non-blocking channel.
+   */
+  private Link link(SocketChannel ch, boolean dialer) throws IOException {
+    if (tls == null) {
+      return new Link.Plain(ch);
+    }
+    ch.configureBlocking(false);
+    return dialer ? TlsLink.dialer(tls, ch) : TlsLink.acceptor(tls, ch);
+  }
+
+  private void add(int rank, Link link) {
+    Peer p = new Peer(rank, link, new FrameReader(decoder, config.maxFrameBytes()));
     peers[rank] = p;
     peerList.add(p);
   }
@@ -292,18 +339,32 @@ final class Mesh implements AutoCloseable {
   }
 
   /**
-   * The dialer's side of the handshake on a blocking channel: HELLO out, HELLO in (checked), proof
-   * out, proof in (checked). Every failure names {@code peer} and its address.
+   * The dialer's side of the handshake: HELLO out, HELLO in (checked), proof out, proof in
+   * (checked). Every failure names {@code peer} and its address. A plain link's channel is
+   * blocking; a TLS link's is not, and waits on a selector of its own until the deadline.
    */
-  private void shakeHandsAsDialer(SocketChannel ch, int peer, long deadlineNs)
+  private void shakeHandsAsDialer(Link link, int peer, long deadlineNs)
+      throws IOException, MeshException {
+    if (link instanceof Link.Plain) {
+      shakeHandsAsDialer(link, null, peer, deadlineNs);
+      return;
+    }
+    try (Selector waits = Selector.open()) {
+      shakeHandsAsDialer(link, link.channel().register(waits, 0), peer, deadlineNs);
+    }
+  }
+
+  /** The dialer's handshake; {@code waits} is the TLS link's key, null for a plain link. */
+  private void shakeHandsAsDialer(Link link, SelectionKey waits, int peer, long deadlineNs)
       throws IOException, MeshException {
     String at = "rank " + peer + " at " + config.addresses().get(peer);
     byte[] helloD =
         FrameEncoder.encode(Frame.Hello.of(config, Bytes32.random()), config.maxFrameBytes());
-    writeBlocking(ch, helloD, peer, at, "sending its handshake");
+    writeHandshake(link, waits, helloD, peer, at, "sending its handshake", deadlineNs);
     byte[] helloA =
         readHandshakeFrame(
-            ch,
+            link,
+            waits,
             FrameDescriptor.TYPE_HELLO,
             peer,
             at,
@@ -319,11 +380,18 @@ final class Mesh implements AutoCloseable {
       throw handshake(peer, "handshake with " + at + ": the peer says rank=" + theirs.rank());
     }
     Frame.Proof mine = new Frame.Proof(config.secret().mac(DIALER_LABEL, helloD, helloA));
-    writeBlocking(
-        ch, FrameEncoder.encode(mine, config.maxFrameBytes()), peer, at, "sending its proof");
+    writeHandshake(
+        link,
+        waits,
+        FrameEncoder.encode(mine, config.maxFrameBytes()),
+        peer,
+        at,
+        "sending its proof",
+        deadlineNs);
     byte[] proofA =
         readHandshakeFrame(
-            ch,
+            link,
+            waits,
             FrameDescriptor.TYPE_PROOF,
             peer,
             at,
@@ -346,13 +414,49 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  private void writeBlocking(SocketChannel ch, byte[] bytes, int peer, String at, String doing)
+  private void writeHandshake(
+      Link link,
+      SelectionKey waits,
+      byte[] bytes,
+      int peer,
+      String at,
+      String doing,
+      long deadlineNs)
       throws MeshException {
     ByteBuffer b = ByteBuffer.wrap(bytes);
     try {
-      while (b.hasRemaining()) {
-        ch.write(b);
+      if (waits == null) {
+        SocketChannel ch = link.channel();
+        while (b.hasRemaining()) {
+          ch.write(b);
+        }
+        return;
       }
+      while (!link.send(b)) {
+        awaitLink(link, waits, SelectionKey.OP_WRITE, deadlineNs);
+      }
+    } catch (SocketTimeoutException e) {
+      throw new MeshException(
+          Reason.TIMEOUT,
+          peer,
+          0,
+          at
+              + " did not complete the TLS handshake within connect_timeout_ms="
+              + config.connectTimeoutMs(),
+          e);
+    } catch (SSLException e) {
+      throw tlsFailed(peer, at, e);
+    } catch (EOFException e) {
+      throw new MeshException(
+          Reason.HANDSHAKE,
+          peer,
+          0,
+          at
+              + " closed the connection during the TLS handshake (it does not speak TLS, or it"
+              + " refused this rank's certificate; rank "
+              + peer
+              + "'s log says why)",
+          e);
     } catch (IOException e) {
       throw new MeshException(
           Reason.DISCONNECTED,
@@ -363,9 +467,12 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  /** Reads one handshake frame of {@code type} on a blocking channel, within the deadline. */
+  /**
+   * Reads one handshake frame of {@code type} within the deadline: on a blocking channel, or on a
+   * TLS link waiting on {@code waits}.
+   */
   private byte[] readHandshakeFrame(
-      SocketChannel ch, int type, int peer, String at, long deadlineNs, String onEof)
+      Link link, SelectionKey waits, int type, int peer, String at, long deadlineNs, String onEof)
       throws IOException, MeshException {
     FrameReader reader = new FrameReader(decoder, MAX_HANDSHAKE_FRAME);
     long leftMs = TimeUnit.NANOSECONDS.toMillis(deadlineNs - System.nanoTime());
@@ -373,13 +480,20 @@ final class Mesh implements AutoCloseable {
       if (leftMs <= 0) {
         throw new SocketTimeoutException();
       }
-      ch.socket().setSoTimeout((int) Math.min(Integer.MAX_VALUE, leftMs));
-      var in = java.nio.channels.Channels.newChannel(ch.socket().getInputStream());
       byte[] frame = null;
-      while (frame == null) {
-        frame = reader.read(in);
+      if (waits == null) {
+        SocketChannel ch = link.channel();
+        ch.socket().setSoTimeout((int) Math.min(Integer.MAX_VALUE, leftMs));
+        var in = java.nio.channels.Channels.newChannel(ch.socket().getInputStream());
+        while (frame == null) {
+          frame = reader.read(in);
+        }
+        ch.socket().setSoTimeout(0);
+      } else {
+        while ((frame = reader.read(link)) == null) {
+          awaitLink(link, waits, SelectionKey.OP_READ, deadlineNs);
+        }
       }
-      ch.socket().setSoTimeout(0);
       if (FrameDecoder.frameType(frame, 0) != type) {
         throw handshake(
             peer,
@@ -406,6 +520,8 @@ final class Mesh implements AutoCloseable {
       throw new MeshException(Reason.HANDSHAKE, peer, 0, at + " " + onEof, e);
     } catch (FrameReader.BadHeader e) {
       throw handshake(peer, at + " sent a handshake this rank cannot read: " + e.getMessage());
+    } catch (SSLException e) {
+      throw tlsFailed(peer, at, e);
     } catch (IOException e) {
       throw new MeshException(
           Reason.DISCONNECTED,
@@ -414,6 +530,38 @@ final class Mesh implements AutoCloseable {
           at + " " + onEof.replaceFirst("^closed", "reset") + " (" + e + ")",
           e);
     }
+  }
+
+  /**
+   * Waits, within the deadline, until {@code link} can move toward what the caller {@code wanted}
+   * (or returns at once when what it would wait for is already buffered).
+   */
+  private static void awaitLink(Link link, SelectionKey waits, int wanted, long deadlineNs)
+      throws IOException {
+    int ops = link.interestOps(wanted);
+    if ((ops & SelectionKey.OP_READ) != 0 && link.hasBufferedInput()) {
+      return;
+    }
+    long leftNs = deadlineNs - System.nanoTime();
+    if (leftNs <= 0) {
+      throw new SocketTimeoutException("the deadline passed");
+    }
+    waits.interestOps(ops);
+    waits.selector().select(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leftNs + 999_999)));
+    waits.selector().selectedKeys().clear();
+    if (Thread.currentThread().isInterrupted()) {
+      throw new java.io.InterruptedIOException("interrupted while shaking hands");
+    }
+  }
+
+  private MeshException tlsFailed(int peer, String at, SSLException e) {
+    return handshake(
+        peer,
+        "the TLS handshake with "
+            + at
+            + " failed: "
+            + e.getMessage()
+            + " (each rank needs a certificate issued by the CA in the other's trust store)");
   }
 
   private Frame decodeHandshake(byte[] frame, int peer, String at) throws MeshException {
@@ -477,7 +625,7 @@ final class Mesh implements AutoCloseable {
    */
   private final class Acceptor {
     final long deadlineNs;
-    final Map<Integer, SocketChannel> joined = new TreeMap<>();
+    final Map<Integer, Link> joined = new TreeMap<>();
     final List<String> refusals = new ArrayList<>();
     int refused;
     MeshException failure;
@@ -495,9 +643,9 @@ final class Mesh implements AutoCloseable {
     }
 
     void closeJoined() {
-      for (SocketChannel ch : joined.values()) {
+      for (Link link : joined.values()) {
         try {
-          ch.close();
+          link.close();
         } catch (IOException ignored) {
           // Setup failed anyway.
         }
@@ -569,10 +717,12 @@ final class Mesh implements AutoCloseable {
       SocketChannel ch;
       while ((ch = listener.accept()) != null) {
         String from;
+        Link link;
         try {
           ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
           ch.configureBlocking(false);
           from = String.valueOf(ch.getRemoteAddress());
+          link = link(ch, false);
         } catch (IOException e) {
           ch.close();
           continue;
@@ -582,7 +732,7 @@ final class Mesh implements AutoCloseable {
         if (deadline - deadlineNs > 0) {
           deadline = deadlineNs;
         }
-        Handshake h = new Handshake(ch, from, deadline);
+        Handshake h = new Handshake(link, from, deadline);
         h.key = ch.register(accepting, SelectionKey.OP_READ, h);
         open.put(h.key, h);
       }
@@ -596,7 +746,7 @@ final class Mesh implements AutoCloseable {
           if (joined.containsKey(h.theirs.rank())) {
             refuse(h, "rank " + h.theirs.rank() + " has already joined");
           } else {
-            joined.put(h.theirs.rank(), h.ch);
+            joined.put(h.theirs.rank(), h.link);
             LOG.log(
                 Level.FINE,
                 "rank {0} accepted rank {1} from {2}",
@@ -606,6 +756,9 @@ final class Mesh implements AutoCloseable {
       } catch (Refusal r) {
         open.remove(h.key);
         refuse(h, r.getMessage());
+      } catch (SSLException e) {
+        open.remove(h.key);
+        refuse(h, "its TLS handshake failed: " + e.getMessage());
       } catch (IOException e) {
         open.remove(h.key);
         refuse(h, "the connection failed during the handshake: " + e);
@@ -668,6 +821,7 @@ final class Mesh implements AutoCloseable {
       WRITE_PROOF
     }
 
+    final Link link;
     final SocketChannel ch;
     final String from;
     final long deadlineNs;
@@ -679,8 +833,9 @@ final class Mesh implements AutoCloseable {
     byte[] helloA;
     Frame.Hello theirs;
 
-    Handshake(SocketChannel ch, String from, long deadlineNs) {
-      this.ch = ch;
+    Handshake(Link link, String from, long deadlineNs) {
+      this.link = link;
+      this.ch = link.channel();
       this.from = from;
       this.deadlineNs = deadlineNs;
     }
@@ -745,10 +900,11 @@ final class Mesh implements AutoCloseable {
     }
 
     private byte[] readFrame(int type) throws IOException, Refusal {
-      key.interestOps(SelectionKey.OP_READ);
       byte[] f;
       try {
-        f = reader.read(ch);
+        while ((f = reader.read(link)) == null && link.hasBufferedInput()) {
+          // A TLS link decrypted more than the read took: read on before waiting.
+        }
       } catch (EOFException e) {
         throw new Refusal(
             "it closed the connection"
@@ -758,7 +914,9 @@ final class Mesh implements AutoCloseable {
       } catch (FrameReader.BadHeader e) {
         throw new Refusal("it sent bytes that are not a handshake: " + e.getMessage());
       }
-      if (f != null && FrameDecoder.frameType(f, 0) != type) {
+      if (f == null) {
+        key.interestOps(link.interestOps(SelectionKey.OP_READ));
+      } else if (FrameDecoder.frameType(f, 0) != type) {
         throw new Refusal(
             "it sent a "
                 + FrameDecoder.typeName(FrameDecoder.frameType(f, 0))
@@ -777,9 +935,8 @@ final class Mesh implements AutoCloseable {
     }
 
     private boolean flush() throws IOException {
-      ch.write(out);
-      if (out.hasRemaining()) {
-        key.interestOps(SelectionKey.OP_WRITE);
+      if (!link.send(out)) {
+        key.interestOps(link.interestOps(SelectionKey.OP_WRITE));
         return false;
       }
       return true;
@@ -787,7 +944,7 @@ final class Mesh implements AutoCloseable {
 
     void close() {
       try {
-        ch.close();
+        link.close();
       } catch (IOException ignored) {
         // Nothing more to say to it.
       }
@@ -816,15 +973,28 @@ final class Mesh implements AutoCloseable {
       open -= transfer(p, round);
     }
     while (open > 0) {
+      boolean buffered = false;
       for (Peer p : peerList) {
-        int ops = (p.sent ? 0 : SelectionKey.OP_WRITE) | (p.received ? 0 : SelectionKey.OP_READ);
+        int ops =
+            p.link.interestOps(
+                (p.sent ? 0 : SelectionKey.OP_WRITE) | (p.received ? 0 : SelectionKey.OP_READ));
         if (p.key.interestOps() != ops) {
           p.key.interestOps(ops);
         }
+        buffered |= !p.received && p.link.hasBufferedInput();
       }
       long leftNs = deadlineNs - System.nanoTime();
       if (leftNs <= 0) {
         throw timeout(round);
+      }
+      if (buffered) {
+        // A TLS link already holds some of a peer's frame: read it before waiting on the socket.
+        for (Peer p : peerList) {
+          if (!p.received && p.link.hasBufferedInput()) {
+            open -= transfer(p, round);
+          }
+        }
+        continue;
       }
       select(leftNs, round);
       var ready = selector.selectedKeys();
@@ -859,15 +1029,12 @@ final class Mesh implements AutoCloseable {
   private int transfer(Peer p, long round) throws MeshException {
     int done = 0;
     try {
-      if (!p.sent) {
-        p.channel.write(p.out);
-        if (!p.out.hasRemaining()) {
-          p.sent = true;
-          done++;
-        }
+      if (!p.sent && p.link.send(p.out)) {
+        p.sent = true;
+        done++;
       }
       if (!p.received) {
-        byte[] f = p.reader.read(p.channel);
+        byte[] f = p.reader.read(p.link);
         if (f != null) {
           int type = FrameDecoder.frameType(f, 0);
           if (type == FrameDescriptor.TYPE_FINAL) {
@@ -978,7 +1145,7 @@ final class Mesh implements AutoCloseable {
           continue;
         }
         int ops = (p.sent ? 0 : SelectionKey.OP_WRITE) | (p.received ? 0 : SelectionKey.OP_READ);
-        p.key.interestOps(ops);
+        p.key.interestOps(p.link.interestOps(ops));
         pending |= ops != 0;
       }
       long leftNs = deadlineNs - System.nanoTime();
@@ -1009,11 +1176,10 @@ final class Mesh implements AutoCloseable {
   private void settleStep(Peer p, long round) {
     try {
       if (!p.sent) {
-        p.channel.write(p.out);
-        p.sent = !p.out.hasRemaining();
+        p.sent = p.link.send(p.out);
       }
       while (!p.received) {
-        byte[] f = p.reader.read(p.channel);
+        byte[] f = p.reader.read(p.link);
         if (f == null) {
           return;
         }
@@ -1081,9 +1247,10 @@ final class Mesh implements AutoCloseable {
   }
 
   /**
-   * Closes every connection: output first (peers read what was sent, then end of stream), then
-   * whatever the peer still sends is drained without waiting, so that closing does not reset a
-   * connection whose peer has not yet read this rank's last frames.
+   * Closes every connection: output first (peers read what was sent, a TLS peer then this rank's
+   * close_notify, then end of stream), then whatever the peer still sends is drained without
+   * waiting, so that closing does not reset a connection whose peer has not yet read this rank's
+   * last frames.
    */
   @Override
   public void close() {
@@ -1091,6 +1258,7 @@ final class Mesh implements AutoCloseable {
     for (Peer p : peerList) {
       try {
         if (p.channel.isOpen() && p.channel.isConnected()) {
+          p.link.closeOutbound();
           p.channel.shutdownOutput();
           if (!p.channel.isBlocking()) {
             sink.clear();

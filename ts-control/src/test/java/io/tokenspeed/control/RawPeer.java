@@ -9,6 +9,8 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.util.List;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLSocket;
 
 /**
  * A hand-driven end of one mesh connection over a plain blocking socket, for tests that play a
@@ -17,6 +19,10 @@ import java.util.List;
 final class RawPeer implements AutoCloseable {
 
   final Socket socket;
+
+  /** The TCP socket under {@link #socket} (the same socket when there is no TLS). */
+  private Socket raw;
+
   private final DataInputStream in;
   private final OutputStream out;
   private byte[] dialerHello;
@@ -35,6 +41,33 @@ final class RawPeer implements AutoCloseable {
     s.connect(address, 10_000);
     s.setTcpNoDelay(true);
     return new RawPeer(s);
+  }
+
+  /**
+   * Connects to {@code address} as a TLS 1.3 client with the key and trust material of {@code
+   * context}, and completes the client's side of the TLS handshake.
+   */
+  static RawPeer dialTls(InetSocketAddress address, SSLContext context) throws IOException {
+    Socket tcp = new Socket();
+    SSLSocket s;
+    try {
+      tcp.connect(address, 10_000);
+      tcp.setTcpNoDelay(true);
+      s =
+          (SSLSocket)
+              context
+                  .getSocketFactory()
+                  .createSocket(tcp, address.getHostString(), address.getPort(), true);
+      s.setEnabledProtocols(new String[] {ControlTls.PROTOCOL});
+      s.setSoTimeout(30_000);
+      s.startHandshake();
+    } catch (IOException e) {
+      tcp.close();
+      throw e;
+    }
+    RawPeer p = new RawPeer(s);
+    p.raw = tcp;
+    return p;
   }
 
   /** Wraps a socket a fake acceptor accepted. */
@@ -119,12 +152,33 @@ final class RawPeer implements AutoCloseable {
   /** The whole dialer handshake as rank {@code rank} of {@code worldSize} under {@code secret}. */
   static RawPeer join(InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret)
       throws IOException {
-    RawPeer p = dial(address);
-    if (p.sendHello(hello(rank, worldSize)) == null || p.sendProof(secret) == null) {
+    return joinOver(dial(address), address, rank, worldSize, secret);
+  }
+
+  /** {@link #join} over TLS with the key and trust material of {@code context}. */
+  static RawPeer joinTls(
+      InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret, SSLContext context)
+      throws IOException {
+    return joinOver(dialTls(address, context), address, rank, worldSize, secret);
+  }
+
+  private static RawPeer joinOver(
+      RawPeer p, InetSocketAddress address, int rank, int worldSize, ReplicaSecret secret)
+      throws IOException {
+    try {
+      if (p.sendHello(hello(rank, worldSize)) == null || p.sendProof(secret) == null) {
+        throw new IOException("the acceptor at " + address + " refused the handshake");
+      }
+    } catch (IOException e) {
       p.close();
-      throw new IOException("the acceptor at " + address + " refused the handshake");
+      throw e;
     }
     return p;
+  }
+
+  /** Closes the TCP socket as a killed process would: no TLS close_notify. */
+  void kill() throws IOException {
+    (raw == null ? socket : raw).close();
   }
 
   @Override
