@@ -985,6 +985,14 @@ final class Mesh implements AutoCloseable {
       }
       long leftNs = deadlineNs - System.nanoTime();
       if (leftNs <= 0) {
+        // One last read of whatever has arrived: a rank that was descheduled (or frozen) past its
+        // deadline must not call a peer silent whose frame is waiting in the socket.
+        for (Peer p : peerList) {
+          open -= transfer(p, round);
+        }
+        if (open == 0) {
+          break;
+        }
         throw timeout(round);
       }
       if (buffered) {
@@ -1107,13 +1115,16 @@ final class Mesh implements AutoCloseable {
    * The survivors' last word after a failure in round {@code round}: sends this rank's newest
    * gathered round (after the rest of its current frame, so that no peer sees a torn frame) to
    * every peer whose connection still works, and reads every such peer's own, skipping reports
-   * still in flight, until each has answered, died, or {@code roundTimeoutMs} passed.
+   * still in flight, until each has answered, died, or twice {@code roundTimeoutMs} passed.
    *
-   * @param skipSilent when the failure was a timeout: do not wait for the answer of the peers whose
-   *     report this round never arrived (they are written to, but their silence is already known)
+   * <p>It waits for every peer, the silent ones included: a peer that was silent in this round may
+   * itself have failed one round earlier with a smaller gathered round, and its FINAL, sent at most
+   * one round timeout after this rank's failure, must lower this rank's last round too. Twice the
+   * round timeout leaves a margin over that bound.
+   *
    * @return the gathered round of every peer that answered, by rank
    */
-  Map<Integer, Long> settle(long round, long gatheredRound, int blamedRank, boolean skipSilent) {
+  Map<Integer, Long> settle(long round, long gatheredRound, int blamedRank) {
     Map<Integer, Long> heard = new TreeMap<>();
     byte[] last =
         FrameEncoder.encode(
@@ -1129,11 +1140,11 @@ final class Mesh implements AutoCloseable {
       out.put(rest).put(last).flip();
       p.out = out;
       p.sent = false;
-      boolean silent = skipSilent && !p.received;
-      p.received = p.last != null || silent;
+      p.received = p.last != null;
       live.add(p);
     }
-    long deadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.roundTimeoutMs());
+    long deadlineNs =
+        System.nanoTime() + 2 * TimeUnit.MILLISECONDS.toNanos(config.roundTimeoutMs());
     while (true) {
       boolean pending = false;
       for (Peer p : live) {

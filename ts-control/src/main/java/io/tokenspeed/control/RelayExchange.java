@@ -171,8 +171,7 @@ public final class RelayExchange implements AutoCloseable {
       throw e;
     } catch (MeshException e) {
       long gathered = n - 1;
-      Map<Integer, Long> heard =
-          mesh.settle(n, gathered, e.peerRank(), e.reason() == MeshException.Reason.TIMEOUT);
+      Map<Integer, Long> heard = mesh.settle(n, gathered, e.peerRank());
       long settled = gathered;
       for (long theirs : heard.values()) {
         settled = Math.min(settled, theirs);
