@@ -1,0 +1,174 @@
+package io.tokenspeed.model.sampling;
+
+import java.util.Objects;
+import java.util.OptionalLong;
+import java.util.Set;
+import java.util.function.LongSupplier;
+
+/**
+ * How a request's tokens are chosen and when its sequence ends. The names follow vLLM's and the
+ * OpenAI API's request fields ({@code temperature}, {@code top_k}, {@code top_p}, {@code min_p},
+ * {@code seed}, {@code max_tokens}, {@code stop_token_ids}, {@code ignore_eos}); {@link Sampler}
+ * says in which order the filters apply.
+ *
+ * <p>A request without a seed is given one by the engine at admission ({@link #withSeedIfAbsent}),
+ * and the engine reports it: replaying the request with that seed gives the same tokens.
+ *
+ * @param temperature divides the logits before the softmax; {@code 0} is greedy (argmax, lowest id
+ *     on ties) and ignores the filters; finite and {@code >= 0}
+ * @param topK keep the {@code topK} most likely tokens; {@code 0} or {@code -1} is off; {@code >=
+ *     -1}
+ * @param topP keep the smallest set of most likely tokens whose probability reaches {@code topP}
+ *     (at least one); {@code 1} is off; in {@code (0, 1]}
+ * @param minP keep tokens whose probability is at least {@code minP} times the most likely token's;
+ *     {@code 0} is off; in {@code [0, 1]}
+ * @param seed the seed of the request's draws; empty until the engine assigns one
+ * @param maxTokens the most tokens to generate, the stop token included; {@code >= 1}
+ * @param stopTokenIds ids that end the sequence when sampled; each {@code >= 0}
+ * @param ignoreEos if {@code false}, the tokenizer's end-of-sequence id also ends the sequence
+ */
+public record SamplingParams(
+    double temperature,
+    int topK,
+    double topP,
+    double minP,
+    OptionalLong seed,
+    int maxTokens,
+    Set<Integer> stopTokenIds,
+    boolean ignoreEos) {
+
+  /** Default {@code temperature}: sample from the model's distribution unchanged. */
+  public static final double DEFAULT_TEMPERATURE = 1.0;
+
+  /** Default {@code top_k}: off. */
+  public static final int DEFAULT_TOP_K = 0;
+
+  /** Default {@code top_p}: off. */
+  public static final double DEFAULT_TOP_P = 1.0;
+
+  /** Default {@code min_p}: off. */
+  public static final double DEFAULT_MIN_P = 0.0;
+
+  /** Default {@code max_tokens}, as vLLM's {@code SamplingParams}. */
+  public static final int DEFAULT_MAX_TOKENS = 16;
+
+  /** Default {@code ignore_eos}: the end-of-sequence token ends the sequence. */
+  public static final boolean DEFAULT_IGNORE_EOS = false;
+
+  public SamplingParams {
+    if (!(temperature >= 0) || !Double.isFinite(temperature)) {
+      throw new IllegalArgumentException(
+          "temperature=" + temperature + " must be finite and >= 0 (0 = greedy)");
+    }
+    if (topK < -1) {
+      throw new IllegalArgumentException("topK=" + topK + " must be >= -1 (0 or -1 = off)");
+    }
+    if (!(topP > 0 && topP <= 1)) {
+      throw new IllegalArgumentException("topP=" + topP + " must be in (0, 1] (1 = off)");
+    }
+    if (!(minP >= 0 && minP <= 1)) {
+      throw new IllegalArgumentException("minP=" + minP + " must be in [0, 1] (0 = off)");
+    }
+    Objects.requireNonNull(seed, "seed");
+    if (maxTokens < 1) {
+      throw new IllegalArgumentException("maxTokens=" + maxTokens + " must be >= 1");
+    }
+    Objects.requireNonNull(stopTokenIds, "stopTokenIds");
+    for (Integer id : stopTokenIds) {
+      if (id == null || id < 0) {
+        throw new IllegalArgumentException("stopTokenIds contains " + id + ": each must be >= 0");
+      }
+    }
+    stopTokenIds = Set.copyOf(stopTokenIds);
+  }
+
+  /** Every setting at its default, no seed, no stop token ids. */
+  public static SamplingParams defaults() {
+    return new SamplingParams(
+        DEFAULT_TEMPERATURE,
+        DEFAULT_TOP_K,
+        DEFAULT_TOP_P,
+        DEFAULT_MIN_P,
+        OptionalLong.empty(),
+        DEFAULT_MAX_TOKENS,
+        Set.of(),
+        DEFAULT_IGNORE_EOS);
+  }
+
+  /** Greedy decoding of at most {@code maxTokens} tokens. */
+  public static SamplingParams greedy(int maxTokens) {
+    return defaults().withTemperature(0).withMaxTokens(maxTokens);
+  }
+
+  /** Whether this is greedy decoding ({@code temperature == 0}). */
+  public boolean isGreedy() {
+    return temperature == 0;
+  }
+
+  /** Whether top-k is on ({@code topK > 0}). */
+  public boolean isTopKOn() {
+    return topK > 0;
+  }
+
+  /** Whether top-p is on ({@code topP < 1}). */
+  public boolean isTopPOn() {
+    return topP < 1;
+  }
+
+  /** Whether min-p is on ({@code minP > 0}). */
+  public boolean isMinPOn() {
+    return minP > 0;
+  }
+
+  /** These params with the seed the request gave, or else one drawn from {@code engineSeeds}. */
+  public SamplingParams withSeedIfAbsent(LongSupplier engineSeeds) {
+    return seed.isPresent() ? this : withSeed(engineSeeds.getAsLong());
+  }
+
+  public SamplingParams withSeed(long newSeed) {
+    return new SamplingParams(
+        temperature,
+        topK,
+        topP,
+        minP,
+        OptionalLong.of(newSeed),
+        maxTokens,
+        stopTokenIds,
+        ignoreEos);
+  }
+
+  public SamplingParams withTemperature(double newTemperature) {
+    return new SamplingParams(
+        newTemperature, topK, topP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withTopK(int newTopK) {
+    return new SamplingParams(
+        temperature, newTopK, topP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withTopP(double newTopP) {
+    return new SamplingParams(
+        temperature, topK, newTopP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withMinP(double newMinP) {
+    return new SamplingParams(
+        temperature, topK, topP, newMinP, seed, maxTokens, stopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withMaxTokens(int newMaxTokens) {
+    return new SamplingParams(
+        temperature, topK, topP, minP, seed, newMaxTokens, stopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withStopTokenIds(Set<Integer> newStopTokenIds) {
+    return new SamplingParams(
+        temperature, topK, topP, minP, seed, maxTokens, newStopTokenIds, ignoreEos);
+  }
+
+  public SamplingParams withIgnoreEos(boolean newIgnoreEos) {
+    return new SamplingParams(
+        temperature, topK, topP, minP, seed, maxTokens, stopTokenIds, newIgnoreEos);
+  }
+}
