@@ -16,6 +16,7 @@ public final class ModelConfigs {
   public static final Map<String, String> SUPPORTED =
       new TreeMap<>(
           Map.of(
+              "Gemma3ForCausalLM", "gemma3_text",
               "LlamaForCausalLM", "llama",
               "MistralForCausalLM", "mistral",
               "Qwen2ForCausalLM", "qwen2",
@@ -65,6 +66,9 @@ public final class ModelConfigs {
               + architecture
               + "], which needs model_type="
               + expectedType);
+    }
+    if (modelType.equals("gemma3_text")) {
+      return Gemma3ConfigReader.read(f);
     }
     String act = f.optString("hidden_act", "silu");
     if (!act.equals("silu")) {
