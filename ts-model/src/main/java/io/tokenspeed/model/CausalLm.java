@@ -235,6 +235,8 @@ public final class CausalLm implements AutoCloseable {
    *   Llama/Qwen2/Qwen3:  group 0 Full history, bg tokens per block
    *     block = | layers.0.k | layers.0.v | layers.1.k | layers.1.v | ... |
    *     each field = numKvHeads · bg · headDim · 4 bytes
+   *   Gemma 3:  group 0 SWA window W (the sliding layers' k/v), group 1 Full history (the global
+   *             layers' k/v), numbered by first appearance
    * </pre>
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {

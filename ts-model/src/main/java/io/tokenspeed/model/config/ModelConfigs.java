@@ -7,8 +7,9 @@ import java.util.TreeMap;
 /**
  * Reads a parsed {@code config.json} into the record of its architecture. The architecture comes
  * from {@code architectures} (exactly one entry) and must agree with {@code model_type}. Fields
- * this engine cannot honour yet (sliding windows, RoPE scaling, non-SiLU activations, MLP biases)
- * are rejected here, by name, rather than silently computed wrong.
+ * this engine cannot honour yet (sliding windows outside Gemma 3, RoPE scaling, non-SiLU
+ * activations outside Gemma 3, MLP biases) are rejected here, by name, rather than silently
+ * computed wrong.
  */
 public final class ModelConfigs {
 
