@@ -10,6 +10,7 @@ import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.Gemma3Config;
 import io.tokenspeed.model.config.LlamaConfig;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
@@ -24,6 +25,7 @@ import io.tokenspeed.model.layer.CachedLayer;
 import io.tokenspeed.model.layer.DecoderBlock;
 import io.tokenspeed.model.layer.Embedding;
 import io.tokenspeed.model.layer.LmHead;
+import io.tokenspeed.model.layer.ResidualBlock;
 import io.tokenspeed.model.layer.RmsNorm;
 import io.tokenspeed.model.layer.SwiGluMlp;
 import java.nio.file.Path;
@@ -62,17 +64,17 @@ public final class CausalLm implements AutoCloseable {
   private final Checkpoint checkpoint;
   private final ModelIdentity identity;
   private final Embedding embedding;
-  private final List<DecoderBlock> blocks;
+  private final List<ResidualBlock> blocks;
   private final RmsNorm finalNorm;
   private final LmHead lmHead;
   private final List<GroupKind> groupKinds;
 
-  private CausalLm(
+  CausalLm(
       ModelConfig config,
       Checkpoint checkpoint,
       ModelIdentity identity,
       Embedding embedding,
-      List<DecoderBlock> blocks,
+      List<? extends ResidualBlock> blocks,
       RmsNorm finalNorm,
       LmHead lmHead,
       List<GroupKind> groupKinds) {
@@ -111,6 +113,7 @@ public final class CausalLm implements AutoCloseable {
       WeightSource weights = new WeightSource(ckpt, config.architecture());
       CausalLm model =
           switch (config) {
+            case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, weightVersion);
             case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
@@ -205,7 +208,7 @@ public final class CausalLm implements AutoCloseable {
     return checkpoint;
   }
 
-  public List<DecoderBlock> blocks() {
+  public List<ResidualBlock> blocks() {
     return blocks;
   }
 
@@ -216,8 +219,8 @@ public final class CausalLm implements AutoCloseable {
   /** The layers that keep cache state, in layer order. */
   public List<CachedLayer> cachedLayers() {
     List<CachedLayer> out = new ArrayList<>();
-    for (DecoderBlock b : blocks) {
-      out.add(b.attention());
+    for (ResidualBlock b : blocks) {
+      out.addAll(b.cachedLayers());
     }
     return out;
   }
@@ -232,6 +235,8 @@ public final class CausalLm implements AutoCloseable {
    *   Llama/Qwen2/Qwen3:  group 0 Full history, bg tokens per block
    *     block = | layers.0.k | layers.0.v | layers.1.k | layers.1.v | ... |
    *     each field = numKvHeads · bg · headDim · 4 bytes
+   *   Gemma 3:  group 0 SWA window W (the sliding layers' k/v), group 1 Full history (the global
+   *             layers' k/v), numbered by first appearance
    * </pre>
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
@@ -281,7 +286,7 @@ public final class CausalLm implements AutoCloseable {
     BatchMetadata meta = new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv);
     float[] x = new float[numTokens * hidden];
     embedding.lookup(tokens, x);
-    for (DecoderBlock block : blocks) {
+    for (ResidualBlock block : blocks) {
       block.forward(meta, x, hidden);
     }
     int logitRows = 0;
@@ -380,9 +385,13 @@ public final class CausalLm implements AutoCloseable {
                 + rows);
       }
       int numBlocks = kv.pool(g).numBlocks();
+      int firstRead = firstRowRead(kv.layout().group(g), req.startPosition());
       Set<Integer> seen = new HashSet<>();
       for (int i = 0; i < rows; i++) {
         int id = table[i];
+        if (id == 0 && i < firstRead) {
+          continue;
+        }
         if (id < 1 || id >= numBlocks) {
           throw new IllegalArgumentException(
               "request "
@@ -403,6 +412,17 @@ public final class CausalLm implements AutoCloseable {
         }
       }
     }
+  }
+
+  /**
+   * The first block-table row a chunk starting at {@code start} reads: 0, except in a sliding
+   * window group, whose rows entirely left of position {@code start - W + 1} may be holes.
+   */
+  private static int firstRowRead(CacheGroupSpec group, int start) {
+    if (group.kind() instanceof GroupKind.SlidingWindow w) {
+      return Math.max(0, start - w.windowTokens() + 1) / group.blockGranularity();
+    }
+    return 0;
   }
 
   /** Unmaps the checkpoint; the model must not be used afterwards. */

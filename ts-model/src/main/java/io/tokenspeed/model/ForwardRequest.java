@@ -12,7 +12,9 @@ import java.util.Arrays;
  * </pre>
  *
  * A decode step is a chunk of one token. The block tables must cover every row up to the chunk's
- * last token with real blocks (ids 1 .. numBlocks-1, no repeats); entries past that are ignored.
+ * last token with real blocks (ids 1 .. numBlocks-1, no repeats); entries past that are ignored. In
+ * a sliding-window group, rows entirely left of the chunk's first window (tokens {@code <
+ * startPosition - W + 1}) may be holes (0): they are never read.
  *
  * @param tokenIds the tokens computed in this step (at least one)
  * @param startPosition tokens of this request whose KV is already in the blocks

@@ -35,6 +35,7 @@ class ForwardExactnessTest {
   void load() {
     models.add(CausalLm.load(Fixtures.folder("llama")));
     models.add(CausalLm.load(Fixtures.folder("qwen2")));
+    models.add(CausalLm.load(Fixtures.folder("gemma3")));
     oneThread = ComputePool.ofThreads(1);
     allCores = ComputePool.ofThreads(Math.max(3, Runtime.getRuntime().availableProcessors()));
   }
@@ -47,7 +48,10 @@ class ForwardExactnessTest {
   }
 
   Stream<Arguments> cases() {
-    return Stream.of(Arguments.of(0, "llama", 11L), Arguments.of(1, "qwen2", 23L));
+    return Stream.of(
+        Arguments.of(0, "llama", 11L),
+        Arguments.of(1, "qwen2", 23L),
+        Arguments.of(2, "gemma3", 31L));
   }
 
   /** Prompt tokens and their greedy continuation, as one row per computed token. */

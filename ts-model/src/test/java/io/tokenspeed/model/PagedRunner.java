@@ -19,7 +19,7 @@ public final class PagedRunner implements AutoCloseable {
   private final Arena arena = Arena.ofShared();
   private final KvCache kv;
   private final int blockTokens;
-  private final List<Integer> free = new ArrayList<>();
+  private final List<List<Integer>> free = new ArrayList<>();
 
   /**
    * @param seed {@code < 0}: blocks handed out in ascending order; else shuffled with this seed
@@ -29,11 +29,15 @@ public final class PagedRunner implements AutoCloseable {
     this.blockTokens = blockTokens;
     CacheLayout layout = model.cacheLayout(blockTokens * 4, blockTokens);
     kv = KvCache.allocate(layout, numBlocks, arena);
-    for (int b = 1; b < numBlocks; b++) {
-      free.add(b);
-    }
-    if (seed >= 0) {
-      Collections.shuffle(free, new Random(seed));
+    for (int g = 0; g < layout.numGroups(); g++) {
+      List<Integer> ids = new ArrayList<>();
+      for (int b = 1; b < numBlocks; b++) {
+        ids.add(b);
+      }
+      if (seed >= 0) {
+        Collections.shuffle(ids, new Random(seed + g));
+      }
+      free.add(ids);
     }
   }
 
@@ -41,16 +45,20 @@ public final class PagedRunner implements AutoCloseable {
     return kv;
   }
 
-  /** A block table of {@code rows} fresh blocks (one group). */
+  /** Block tables of {@code rows} fresh blocks, one per cache group. */
   public int[][] table(int rows) {
-    if (rows > free.size()) {
-      throw new IllegalStateException("out of blocks: rows=" + rows + " free=" + free.size());
+    int[][] t = new int[free.size()][rows];
+    for (int g = 0; g < free.size(); g++) {
+      List<Integer> ids = free.get(g);
+      if (rows > ids.size()) {
+        throw new IllegalStateException(
+            "group " + g + " out of blocks: rows=" + rows + " free=" + ids.size());
+      }
+      for (int i = 0; i < rows; i++) {
+        t[g][i] = ids.removeFirst();
+      }
     }
-    int[] t = new int[rows];
-    for (int i = 0; i < rows; i++) {
-      t[i] = free.removeFirst();
-    }
-    return new int[][] {t};
+    return t;
   }
 
   /** Rows a request of {@code tokens} tokens needs. */

@@ -4,7 +4,7 @@ package io.tokenspeed.model.config;
  * A validated {@code config.json}, one record per architecture. The switch over this family in the
  * model builder has no default: a new architecture breaks the build until it is wired.
  */
-public sealed interface ModelConfig permits LlamaConfig, Qwen2Config, Qwen3Config {
+public sealed interface ModelConfig permits LlamaConfig, Qwen2Config, Qwen3Config, Gemma3Config {
 
   /** The {@code architectures[0]} entry, e.g. {@code LlamaForCausalLM}. */
   String architecture();

@@ -7,8 +7,9 @@ import java.util.TreeMap;
 /**
  * Reads a parsed {@code config.json} into the record of its architecture. The architecture comes
  * from {@code architectures} (exactly one entry) and must agree with {@code model_type}. Fields
- * this engine cannot honour yet (sliding windows, RoPE scaling, non-SiLU activations, MLP biases)
- * are rejected here, by name, rather than silently computed wrong.
+ * this engine cannot honour yet (sliding windows outside Gemma 3, RoPE scaling, non-SiLU
+ * activations outside Gemma 3, MLP biases) are rejected here, by name, rather than silently
+ * computed wrong.
  */
 public final class ModelConfigs {
 
@@ -16,6 +17,7 @@ public final class ModelConfigs {
   public static final Map<String, String> SUPPORTED =
       new TreeMap<>(
           Map.of(
+              "Gemma3ForCausalLM", "gemma3_text",
               "LlamaForCausalLM", "llama",
               "MistralForCausalLM", "mistral",
               "Qwen2ForCausalLM", "qwen2",
@@ -65,6 +67,9 @@ public final class ModelConfigs {
               + architecture
               + "], which needs model_type="
               + expectedType);
+    }
+    if (modelType.equals("gemma3_text")) {
+      return Gemma3ConfigReader.read(f);
     }
     String act = f.optString("hidden_act", "silu");
     if (!act.equals("silu")) {

@@ -3,7 +3,9 @@ package io.tokenspeed.model.kernel;
 /**
  * Elementwise activations. {@code silu(x) = x / (1 + e^{-x})} with {@link StrictMath#exp}, so the
  * value depends only on {@code x} (never on JIT state); SwiGLU multiplies it by the up projection.
- * Exactness: elementwise, each element by one thread.
+ * GeGLU does the same with the tanh approximation of GELU, {@code 0.5·x·(1 + tanh(√(2/π)·(x +
+ * 0.044715·x³)))}, evaluated in float with {@link StrictMath#tanh}. Exactness: elementwise, each
+ * element by one thread.
  */
 public final class Activations {
   private Activations() {}
@@ -22,6 +24,29 @@ public final class Activations {
         (from, to) -> {
           for (int i = from; i < to; i++) {
             out[i] = silu(gate[i]) * up[i];
+          }
+        });
+  }
+
+  private static final float GELU_BETA = (float) Math.sqrt(2.0 / Math.PI);
+  private static final float GELU_KAPPA = 0.044715f;
+
+  /** GELU, tanh approximation. */
+  public static float geluTanh(float x) {
+    float inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
+    return 0.5f * x * (1.0f + (float) StrictMath.tanh(inner));
+  }
+
+  /**
+   * {@code out[i] = geluTanh(gate[i]) * up[i]} for {@code i < n}; {@code out} may alias either
+   * input.
+   */
+  public static void geGlu(ComputePool pool, float[] gate, float[] up, float[] out, int n) {
+    pool.parallelFor(
+        n,
+        (from, to) -> {
+          for (int i = from; i < to; i++) {
+            out[i] = geluTanh(gate[i]) * up[i];
           }
         });
   }

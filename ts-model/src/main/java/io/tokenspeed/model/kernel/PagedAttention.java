@@ -118,6 +118,43 @@ public final class PagedAttention {
       int[] tokenRequest,
       int[][] blockTables,
       float[] out) {
+    attend(pool, kv, q, tokens, numHeads, scale, 0f, 0, positions, tokenRequest, blockTables, out);
+  }
+
+  /**
+   * Like {@link #attend(ComputePool, LayerKv, float[], int, int, float, int[], int[], int[][],
+   * float[])}, optionally within a sliding window and with soft-capped scores.
+   *
+   * <pre>
+   *   windowTokens = W > 0:  token at p reads positions lo .. p, lo = max(0, p - W + 1)
+   *
+   *   rows:   | hole | hole | blk | blk | blk |      (bg = 4, W = 6, p = 13)
+   *   tokens:  0..3   4..7   8..11 12..15
+   *                             ^lo=8     ^p=13      rows left of row(lo) are never read
+   *
+   *   softcap = c > 0:       score = c · tanh(score / c)   (before the softmax)
+   * </pre>
+   *
+   * <p>Rows entirely left of {@code lo} are never read, so they may be holes (null block 0). The
+   * window only narrows the ascending walk; the arithmetic of the positions read is that of the
+   * full walk, so exactness holds as stated in the class comment.
+   *
+   * @param softcap 0 for none, else the cap {@code c}
+   * @param windowTokens 0 for the full history, else the window {@code W} (current token included)
+   */
+  public static void attend(
+      ComputePool pool,
+      LayerKv kv,
+      float[] q,
+      int tokens,
+      int numHeads,
+      float scale,
+      float softcap,
+      int windowTokens,
+      int[] positions,
+      int[] tokenRequest,
+      int[][] blockTables,
+      float[] out) {
     int hd = kv.headDim();
     int group = numHeads / kv.numKvHeads();
     int width = numHeads * hd;
@@ -126,7 +163,7 @@ public final class PagedAttention {
     for (int t = 0; t < tokens; t++) {
       maxCtx = Math.max(maxCtx, positions[t] + 1);
     }
-    int scratchLength = maxCtx;
+    int scratchLength = windowTokens > 0 ? Math.min(maxCtx, windowTokens) : maxCtx;
     pool.parallelFor(
         tokens * numHeads,
         (from, to) -> {
@@ -136,20 +173,30 @@ public final class PagedAttention {
             int h = item % numHeads;
             int kvHead = h / group;
             int[] table = blockTables[tokenRequest[t]];
-            int ctx = positions[t] + 1;
+            int end = positions[t] + 1;
+            int lo = windowTokens > 0 ? Math.max(0, end - windowTokens) : 0;
+            int n = end - lo;
             int qOff = t * width + h * hd;
-            for (int j = 0; j < ctx; j++) {
+            for (int i = 0; i < n; i++) {
+              int j = lo + i;
               int block = table[j / bg];
-              scores[j] =
+              float s =
                   VectorMath.dot(q, qOff, kv.memory(), kv.kAt(block, j % bg, kvHead), hd) * scale;
+              scores[i] = softcap > 0f ? softcap(s, softcap) : s;
             }
-            Softmax.inPlace(scores, 0, ctx);
+            Softmax.inPlace(scores, 0, n);
             java.util.Arrays.fill(out, qOff, qOff + hd, 0f);
-            for (int j = 0; j < ctx; j++) {
+            for (int i = 0; i < n; i++) {
+              int j = lo + i;
               int block = table[j / bg];
-              VectorMath.axpy(scores[j], kv.memory(), kv.vAt(block, j % bg, kvHead), out, qOff, hd);
+              VectorMath.axpy(scores[i], kv.memory(), kv.vAt(block, j % bg, kvHead), out, qOff, hd);
             }
           }
         });
+  }
+
+  /** {@code cap · tanh(x / cap)} in float, with {@link StrictMath#tanh}. */
+  public static float softcap(float x, float cap) {
+    return (float) StrictMath.tanh(x / cap) * cap;
   }
 }

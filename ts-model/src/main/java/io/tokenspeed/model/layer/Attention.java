@@ -43,6 +43,7 @@ import java.util.List;
  * @param numKvHeads key/value heads Hkv
  * @param headDim d
  * @param scale score multiplier, usually {@code 1/sqrt(d)}
+ * @param logitSoftcap 0, or the cap {@code c} of scores soft-capped to {@code c·tanh(s/c)} (Gemma)
  */
 public record Attention(
     int layerIndex,
@@ -61,8 +62,49 @@ public record Attention(
     int numHeads,
     int numKvHeads,
     int headDim,
-    float scale)
+    float scale,
+    float logitSoftcap)
     implements Layer, CachedLayer {
+
+  /** Attention without soft-capping. */
+  public Attention(
+      int layerIndex,
+      int cacheGroup,
+      Tensor q,
+      Tensor k,
+      Tensor v,
+      Tensor o,
+      float[] qBias,
+      float[] kBias,
+      float[] vBias,
+      float[] oBias,
+      RmsNorm qNorm,
+      RmsNorm kNorm,
+      Rope rope,
+      int numHeads,
+      int numKvHeads,
+      int headDim,
+      float scale) {
+    this(
+        layerIndex,
+        cacheGroup,
+        q,
+        k,
+        v,
+        o,
+        qBias,
+        kBias,
+        vBias,
+        oBias,
+        qNorm,
+        kNorm,
+        rope,
+        numHeads,
+        numKvHeads,
+        headDim,
+        scale,
+        0f);
+  }
 
   public Attention {
     if (numHeads < 1 || numKvHeads < 1 || numHeads % numKvHeads != 0) {
@@ -112,6 +154,14 @@ public record Attention(
    * out} ({@code [T][hidden]}), storing the rows' K/V in the pool on the way.
    */
   public void forward(BatchMetadata batch, float[] h, float[] out) {
+    forwardWithin(batch, h, out, 0);
+  }
+
+  /**
+   * {@link #forward} reading only the last {@code windowTokens} positions of each token (0: all),
+   * for {@link SlidingAttention}.
+   */
+  void forwardWithin(BatchMetadata batch, float[] h, float[] out, int windowTokens) {
     ComputePool pool = batch.pool();
     int t = batch.numTokens();
     float[] qs = new float[t * numHeads * headDim];
@@ -150,6 +200,8 @@ public record Attention(
         t,
         numHeads,
         scale,
+        logitSoftcap,
+        windowTokens,
         batch.positions(),
         batch.tokenRequest(),
         tables,

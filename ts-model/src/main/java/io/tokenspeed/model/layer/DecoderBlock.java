@@ -1,14 +1,23 @@
 package io.tokenspeed.model.layer;
 
+import java.util.List;
+
 /**
  * One pre-norm decoder block: {@code x += attn(norm1(x)); x += mlp(norm2(x))}. Architectures with
  * other arrangements (Gemma's sandwich norms, hybrid mixers) get their own composition of the same
  * layer kinds.
  */
 public record DecoderBlock(
-    int index, RmsNorm inputNorm, Attention attention, RmsNorm postAttentionNorm, SwiGluMlp mlp) {
+    int index, RmsNorm inputNorm, Attention attention, RmsNorm postAttentionNorm, SwiGluMlp mlp)
+    implements ResidualBlock {
+
+  @Override
+  public List<CachedLayer> cachedLayers() {
+    return List.of(attention);
+  }
 
   /** Runs the block over the batch's residual rows {@code x} ({@code [T][hidden]}) in place. */
+  @Override
   public void forward(BatchMetadata batch, float[] x, int hidden) {
     int t = batch.numTokens();
     float[] h = new float[t * hidden];

@@ -1,0 +1,121 @@
+package io.tokenspeed.model;
+
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.model.checkpoint.Checkpoint;
+import io.tokenspeed.model.checkpoint.Tensor;
+import io.tokenspeed.model.checkpoint.WeightSource;
+import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.Gemma3Config;
+import io.tokenspeed.model.kernel.Rope;
+import io.tokenspeed.model.layer.Attention;
+import io.tokenspeed.model.layer.CachedLayer;
+import io.tokenspeed.model.layer.Embedding;
+import io.tokenspeed.model.layer.GeGluMlp;
+import io.tokenspeed.model.layer.LmHead;
+import io.tokenspeed.model.layer.RmsNorm;
+import io.tokenspeed.model.layer.SandwichBlock;
+import io.tokenspeed.model.layer.SlidingAttention;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Composes a Gemma 3 text model from its config and checkpoint.
+ *
+ * <pre>
+ *   tokens → Embedding × sqrt(hidden)
+ *     → [SandwichBlock × L: norm → (SlidingAttention W | Attention) → norm → +x
+ *                           → norm → GeGLU → norm → +x]
+ *     → norm → tied LmHead (→ soft-cap) → logits
+ *
+ *   every norm scales by (1 + w); QK-norm per head; scores × query_pre_attn_scalar^-1/2
+ *   sliding layers: RoPE base rope_local_base_freq, SWA group;  global: rope_theta, Full group
+ * </pre>
+ *
+ * Groups are numbered by first appearance, so with the usual pattern (five sliding layers, then a
+ * global one) group 0 is the SWA group and group 1 the Full group.
+ */
+final class Gemma3Builder {
+  private Gemma3Builder() {}
+
+  static CausalLm build(
+      Gemma3Config config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+    DecoderDims d = config.dims();
+    int hidden = d.hiddenSize();
+    int qWidth = d.numHeads() * d.headDim();
+    int kvWidth = d.numKvHeads() * d.headDim();
+    float eps = (float) d.rmsNormEps();
+    Tensor embed = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
+    Rope globalRope = new Rope(d.ropeTheta(), d.headDim());
+    Rope localRope = new Rope(config.ropeLocalTheta(), d.headDim());
+    float scale = (float) (1.0 / Math.sqrt(config.queryPreAttnScalar()));
+    float softcap = (float) config.attnLogitSoftcap();
+    GroupKind swa = new GroupKind.SlidingWindow(config.slidingWindow());
+    GroupKind full = new GroupKind.FullHistory();
+    Map<GroupKind, Integer> groups = new LinkedHashMap<>();
+    List<SandwichBlock> blocks = new ArrayList<>();
+    for (int l = 0; l < d.numLayers(); l++) {
+      String p = "model.layers." + l + ".";
+      String a = p + "self_attn.";
+      boolean sliding = config.isSliding(l);
+      int group = groups.computeIfAbsent(sliding ? swa : full, k -> groups.size());
+      Attention attention =
+          new Attention(
+              l,
+              group,
+              w.take(a + "q_proj.weight", qWidth, hidden),
+              w.take(a + "k_proj.weight", kvWidth, hidden),
+              w.take(a + "v_proj.weight", kvWidth, hidden),
+              w.take(a + "o_proj.weight", hidden, qWidth),
+              null,
+              null,
+              null,
+              null,
+              norm(w, a + "q_norm.weight", d.headDim(), eps),
+              norm(w, a + "k_norm.weight", d.headDim(), eps),
+              sliding ? localRope : globalRope,
+              d.numHeads(),
+              d.numKvHeads(),
+              d.headDim(),
+              scale,
+              softcap);
+      CachedLayer mixer =
+          sliding ? new SlidingAttention(config.slidingWindow(), attention) : attention;
+      GeGluMlp mlp =
+          new GeGluMlp(
+              w.take(p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
+              w.take(p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
+              w.take(p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+      blocks.add(
+          new SandwichBlock(
+              l,
+              norm(w, p + "input_layernorm.weight", hidden, eps),
+              mixer,
+              norm(w, p + "post_attention_layernorm.weight", hidden, eps),
+              norm(w, p + "pre_feedforward_layernorm.weight", hidden, eps),
+              mlp,
+              norm(w, p + "post_feedforward_layernorm.weight", hidden, eps)));
+    }
+    RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
+    float finalCap = (float) config.finalLogitSoftcap();
+    LmHead head =
+        d.tieWordEmbeddings()
+            ? new LmHead(embed, true, finalCap)
+            : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false, finalCap);
+    float embedScale = (float) Math.sqrt(hidden);
+    return new CausalLm(
+        config,
+        ckpt,
+        new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion),
+        new Embedding(embed, embedScale),
+        blocks,
+        finalNorm,
+        head,
+        new ArrayList<>(groups.keySet()));
+  }
+
+  private static RmsNorm norm(WeightSource w, String name, int width, float eps) {
+    return new RmsNorm(w.take(name, width).toFloatArray(), eps, true);
+  }
+}
