@@ -10,7 +10,9 @@ import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.JambaConfig;
 import io.tokenspeed.model.config.LlamaConfig;
+import io.tokenspeed.model.config.MambaConfig;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.config.Qwen2Config;
@@ -24,6 +26,7 @@ import io.tokenspeed.model.layer.CachedLayer;
 import io.tokenspeed.model.layer.DecoderBlock;
 import io.tokenspeed.model.layer.Embedding;
 import io.tokenspeed.model.layer.LmHead;
+import io.tokenspeed.model.layer.ResidualBlock;
 import io.tokenspeed.model.layer.RmsNorm;
 import io.tokenspeed.model.layer.SwiGluMlp;
 import java.nio.file.Path;
@@ -62,17 +65,17 @@ public final class CausalLm implements AutoCloseable {
   private final Checkpoint checkpoint;
   private final ModelIdentity identity;
   private final Embedding embedding;
-  private final List<DecoderBlock> blocks;
+  private final List<ResidualBlock> blocks;
   private final RmsNorm finalNorm;
   private final LmHead lmHead;
   private final List<GroupKind> groupKinds;
 
-  private CausalLm(
+  CausalLm(
       ModelConfig config,
       Checkpoint checkpoint,
       ModelIdentity identity,
       Embedding embedding,
-      List<DecoderBlock> blocks,
+      List<? extends ResidualBlock> blocks,
       RmsNorm finalNorm,
       LmHead lmHead,
       List<GroupKind> groupKinds) {
@@ -114,6 +117,8 @@ public final class CausalLm implements AutoCloseable {
             case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
+            case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, weightVersion);
+            case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, weightVersion);
           };
       weights.requireAllTaken();
       return model;
@@ -205,7 +210,7 @@ public final class CausalLm implements AutoCloseable {
     return checkpoint;
   }
 
-  public List<DecoderBlock> blocks() {
+  public List<ResidualBlock> blocks() {
     return blocks;
   }
 
@@ -216,8 +221,8 @@ public final class CausalLm implements AutoCloseable {
   /** The layers that keep cache state, in layer order. */
   public List<CachedLayer> cachedLayers() {
     List<CachedLayer> out = new ArrayList<>();
-    for (DecoderBlock b : blocks) {
-      out.add(b.attention());
+    for (ResidualBlock b : blocks) {
+      out.add(b.mixer());
     }
     return out;
   }
@@ -232,6 +237,12 @@ public final class CausalLm implements AutoCloseable {
    *   Llama/Qwen2/Qwen3:  group 0 Full history, bg tokens per block
    *     block = | layers.0.k | layers.0.v | layers.1.k | layers.1.v | ... |
    *     each field = numKvHeads · bg · headDim · 4 bytes
+   *
+   *   Mamba: group 0 State checkpoints, one checkpoint slot per page (bg = P), replicated
+   *     slot  = | layers.0.conv | layers.0.ssm | layers.1.conv | layers.1.ssm | ... |
+   *     conv  = innerSize · (convKernel-1) · 4 bytes,  ssm = innerSize · stateSize · 4 bytes
+   *   Jamba: the State group of its Mamba layers and the Full group of its attention layers,
+   *     numbered by the first layer of each kind
    * </pre>
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
@@ -243,9 +254,14 @@ public final class CausalLm implements AutoCloseable {
           fields.addAll(layer.cacheFields(blockGranularity));
         }
       }
+      boolean state = groupKinds.get(g) instanceof GroupKind.StateCheckpoints;
       specs.add(
           new CacheGroupSpec(
-              g, groupKinds.get(g), blockGranularity, fields, new Sharding.HeadPartitioned()));
+              g,
+              groupKinds.get(g),
+              state ? prefixGranularity : blockGranularity,
+              fields,
+              state ? new Sharding.Replicated() : new Sharding.HeadPartitioned()));
     }
     return new CacheLayout(prefixGranularity, KV_DTYPE, specs);
   }
@@ -261,7 +277,7 @@ public final class CausalLm implements AutoCloseable {
     checkLayout(kv);
     List<ForwardRequest> requests = batch.requests();
     int numTokens = batch.numTokens();
-    int hidden = config.dims().hiddenSize();
+    int hidden = config.hiddenSize();
     int[] tokens = new int[numTokens];
     int[] positions = new int[numTokens];
     int[] tokenRequest = new int[numTokens];
@@ -281,7 +297,7 @@ public final class CausalLm implements AutoCloseable {
     BatchMetadata meta = new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv);
     float[] x = new float[numTokens * hidden];
     embedding.lookup(tokens, x);
-    for (DecoderBlock block : blocks) {
+    for (ResidualBlock block : blocks) {
       block.forward(meta, x, hidden);
     }
     int logitRows = 0;
@@ -325,7 +341,10 @@ public final class CausalLm implements AutoCloseable {
       CacheGroupSpec h = have.group(g);
       CacheLayout wantG = cacheLayout(have.prefixGranularity(), h.blockGranularity());
       CacheGroupSpec w = wantG.group(g);
-      if (!h.kind().equals(w.kind()) || !h.fields().equals(w.fields())) {
+      if (!h.kind().equals(w.kind())
+          || !h.fields().equals(w.fields())
+          || (h.kind() instanceof GroupKind.StateCheckpoints
+              && h.blockGranularity() != have.prefixGranularity())) {
         throw new IllegalArgumentException(
             "kv cache group " + g + " spec=" + h + " does not match the model's " + w);
       }
@@ -337,21 +356,20 @@ public final class CausalLm implements AutoCloseable {
   }
 
   private void validate(int r, ForwardRequest req, KvCache kv) {
-    DecoderDims d = config.dims();
     int end = req.startPosition() + req.numTokens();
-    if (end > d.maxPositionEmbeddings()) {
+    if (end > config.maxPositionEmbeddings()) {
       throw new IllegalArgumentException(
           "request "
               + r
               + " ends at position="
               + end
               + " beyond max_position_embeddings="
-              + d.maxPositionEmbeddings());
+              + config.maxPositionEmbeddings());
     }
     for (int id : req.tokenIds()) {
-      if (id < 0 || id >= d.vocabSize()) {
+      if (id < 0 || id >= config.vocabSize()) {
         throw new IllegalArgumentException(
-            "request " + r + " token id=" + id + " outside [0, " + d.vocabSize() + ")");
+            "request " + r + " token id=" + id + " outside [0, " + config.vocabSize() + ")");
       }
     }
     if (req.blockTables().length != kv.layout().numGroups()) {
@@ -365,6 +383,10 @@ public final class CausalLm implements AutoCloseable {
     }
     for (int g = 0; g < kv.layout().numGroups(); g++) {
       int[] table = req.blockTables()[g];
+      if (kv.layout().group(g).kind() instanceof GroupKind.StateCheckpoints) {
+        validateStateTable(r, g, req, table, kv);
+        continue;
+      }
       int rows = kv.layout().group(g).rowsFor(end);
       if (table.length < rows) {
         throw new IllegalArgumentException(
@@ -401,6 +423,61 @@ public final class CausalLm implements AutoCloseable {
           throw new IllegalArgumentException(
               "request " + r + " group " + g + " row " + i + " repeats block id=" + id);
         }
+      }
+    }
+  }
+
+  /**
+   * A state table (one slot per page, row i = the checkpoint at boundary (i+1)·P): the input row
+   * {@code ceil(start/P) - 1} (when start &gt; 0) and the working row {@code ceil(end/P) - 1} must
+   * hold real slots; the rows of boundaries the chunk crosses may be 0 (no checkpoint wanted).
+   */
+  private static void validateStateTable(
+      int r, int g, ForwardRequest req, int[] table, KvCache kv) {
+    int page = kv.layout().group(g).blockGranularity();
+    int start = req.startPosition();
+    int end = start + req.numTokens();
+    int inputRow = start == 0 ? -1 : Math.ceilDiv(start, page) - 1;
+    int workingRow = Math.ceilDiv(end, page) - 1;
+    if (table.length <= workingRow) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " group "
+              + g
+              + " state table has rows="
+              + table.length
+              + " but tokens up to position "
+              + end
+              + " need "
+              + (workingRow + 1));
+    }
+    int numSlots = kv.pool(g).numBlocks();
+    Set<Integer> seen = new HashSet<>();
+    for (int i = Math.max(0, inputRow); i <= workingRow; i++) {
+      int id = table[i];
+      boolean required = i == inputRow || i == workingRow;
+      if (id == 0 && !required) {
+        continue;
+      }
+      if (id < 1 || id >= numSlots) {
+        throw new IllegalArgumentException(
+            "request "
+                + r
+                + " group "
+                + g
+                + " state row "
+                + i
+                + " slot id="
+                + id
+                + " outside [1, "
+                + numSlots
+                + ")"
+                + (required ? " (input or working checkpoint)" : ""));
+      }
+      if (!seen.add(id)) {
+        throw new IllegalArgumentException(
+            "request " + r + " group " + g + " state row " + i + " repeats slot id=" + id);
       }
     }
   }

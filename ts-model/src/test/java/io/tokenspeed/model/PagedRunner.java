@@ -19,7 +19,7 @@ public final class PagedRunner implements AutoCloseable {
   private final Arena arena = Arena.ofShared();
   private final KvCache kv;
   private final int blockTokens;
-  private final List<Integer> free = new ArrayList<>();
+  private final List<List<Integer>> free = new ArrayList<>();
 
   /**
    * @param seed {@code < 0}: blocks handed out in ascending order; else shuffled with this seed
@@ -29,11 +29,15 @@ public final class PagedRunner implements AutoCloseable {
     this.blockTokens = blockTokens;
     CacheLayout layout = model.cacheLayout(blockTokens * 4, blockTokens);
     kv = KvCache.allocate(layout, numBlocks, arena);
-    for (int b = 1; b < numBlocks; b++) {
-      free.add(b);
-    }
-    if (seed >= 0) {
-      Collections.shuffle(free, new Random(seed));
+    for (int g = 0; g < layout.numGroups(); g++) {
+      List<Integer> ids = new ArrayList<>();
+      for (int b = 1; b < numBlocks; b++) {
+        ids.add(b);
+      }
+      if (seed >= 0) {
+        Collections.shuffle(ids, new Random(seed + g));
+      }
+      free.add(ids);
     }
   }
 
@@ -41,16 +45,31 @@ public final class PagedRunner implements AutoCloseable {
     return kv;
   }
 
-  /** A block table of {@code rows} fresh blocks (one group). */
+  /**
+   * Block tables of fresh blocks covering {@code rows} rows of {@code blockTokens} tokens: one
+   * table per group, each sized by its own granularity (a State group: one slot per page).
+   */
   public int[][] table(int rows) {
-    if (rows > free.size()) {
-      throw new IllegalStateException("out of blocks: rows=" + rows + " free=" + free.size());
+    int[][] tables = new int[free.size()][];
+    for (int g = 0; g < free.size(); g++) {
+      int bg = kv.layout().group(g).blockGranularity();
+      int n = Math.ceilDiv(rows * blockTokens, bg);
+      List<Integer> ids = free.get(g);
+      if (n > ids.size()) {
+        throw new IllegalStateException(
+            "out of blocks in group " + g + ": rows=" + n + " free=" + ids.size());
+      }
+      tables[g] = new int[n];
+      for (int i = 0; i < n; i++) {
+        tables[g][i] = ids.removeFirst();
+      }
     }
-    int[] t = new int[rows];
-    for (int i = 0; i < rows; i++) {
-      t[i] = free.removeFirst();
-    }
-    return new int[][] {t};
+    return tables;
+  }
+
+  /** A fresh block of group {@code group}. */
+  public int block(int group) {
+    return free.get(group).removeFirst();
   }
 
   /** Rows a request of {@code tokens} tokens needs. */

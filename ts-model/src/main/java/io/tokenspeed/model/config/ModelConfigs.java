@@ -17,6 +17,8 @@ public final class ModelConfigs {
       new TreeMap<>(
           Map.of(
               "LlamaForCausalLM", "llama",
+              "MambaForCausalLM", "mamba",
+              "JambaForCausalLM", "jamba",
               "MistralForCausalLM", "mistral",
               "Qwen2ForCausalLM", "qwen2",
               "Qwen3ForCausalLM", "qwen3"));
@@ -66,6 +68,9 @@ public final class ModelConfigs {
               + "], which needs model_type="
               + expectedType);
     }
+    if (modelType.equals("mamba")) {
+      return MambaConfig.from(f);
+    }
     String act = f.optString("hidden_act", "silu");
     if (!act.equals("silu")) {
       throw new IllegalArgumentException("hidden_act=" + act + " is not supported; allowed: silu");
@@ -81,6 +86,7 @@ public final class ModelConfigs {
           new LlamaConfig(architecture, modelType, dims, f.optBool("attention_bias", false));
       case "qwen2" -> new Qwen2Config(dims);
       case "qwen3" -> new Qwen3Config(dims, f.optBool("attention_bias", false));
+      case "jamba" -> JambaConfig.from(f, dims);
       default -> throw new IllegalStateException("model_type=" + modelType + " not wired");
     };
   }

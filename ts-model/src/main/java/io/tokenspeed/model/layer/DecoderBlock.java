@@ -6,9 +6,16 @@ package io.tokenspeed.model.layer;
  * layer kinds.
  */
 public record DecoderBlock(
-    int index, RmsNorm inputNorm, Attention attention, RmsNorm postAttentionNorm, SwiGluMlp mlp) {
+    int index, RmsNorm inputNorm, Attention attention, RmsNorm postAttentionNorm, SwiGluMlp mlp)
+    implements ResidualBlock {
+
+  @Override
+  public CachedLayer mixer() {
+    return attention;
+  }
 
   /** Runs the block over the batch's residual rows {@code x} ({@code [T][hidden]}) in place. */
+  @Override
   public void forward(BatchMetadata batch, float[] x, int hidden) {
     int t = batch.numTokens();
     float[] h = new float[t * hidden];

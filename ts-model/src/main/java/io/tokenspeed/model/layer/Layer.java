@@ -9,4 +9,5 @@ package io.tokenspeed.model.layer;
  * <p>Switches over this family have no {@code default}: a new kind (sliding-window attention, a
  * Mamba mixer, a GELU MLP) breaks the build where it must be handled.
  */
-public sealed interface Layer permits Embedding, RmsNorm, Attention, SwiGluMlp, LmHead {}
+public sealed interface Layer
+    permits Embedding, RmsNorm, Attention, SwiGluMlp, LmHead, MambaMixer {}
