@@ -54,7 +54,13 @@ import java.util.Set;
  * <pre>
  *   tokens → Embedding → [DecoderBlock × L: RMSNorm → Attention(paged KV) → +x → RMSNorm → SwiGLU → +x]
  *          → RMSNorm (rows that need logits) → LmHead → logits
+ *   Mamba:  [MambaBlock × L: RMSNorm → MambaMixer(state checkpoints) → +x]
+ *   Jamba:  [HybridBlock × L: RMSNorm → Attention | MambaMixer → +x → RMSNorm → SwiGLU → +x]
  * </pre>
+ *
+ * <p>Recurrent mixers keep their state in the State group's checkpoint slots, read and written
+ * through the request's state table (see {@code SelectiveScan}); like KV blocks, the forward pass
+ * never chooses those slots.
  */
 public final class CausalLm implements AutoCloseable {
 
