@@ -11,7 +11,9 @@ import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.Gemma3Config;
+import io.tokenspeed.model.config.JambaConfig;
 import io.tokenspeed.model.config.LlamaConfig;
+import io.tokenspeed.model.config.MambaConfig;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.config.Qwen2Config;
@@ -53,7 +55,13 @@ import java.util.Set;
  * <pre>
  *   tokens → Embedding → [DecoderBlock × L: RMSNorm → Attention(paged KV) → +x → RMSNorm → SwiGLU → +x]
  *          → RMSNorm (rows that need logits) → LmHead → logits
+ *   Mamba:  [MambaBlock × L: RMSNorm → MambaMixer(state checkpoints) → +x]
+ *   Jamba:  [HybridBlock × L: RMSNorm → Attention | MambaMixer → +x → RMSNorm → SwiGLU → +x]
  * </pre>
+ *
+ * <p>Recurrent mixers keep their state in the State group's checkpoint slots, read and written
+ * through the request's state table (see {@code SelectiveScan}); like KV blocks, the forward pass
+ * never chooses those slots.
  */
 public final class CausalLm implements AutoCloseable {
 
@@ -117,6 +125,8 @@ public final class CausalLm implements AutoCloseable {
             case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
             case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
+            case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, weightVersion);
+            case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, weightVersion);
           };
       weights.requireAllTaken();
       return model;
@@ -220,7 +230,7 @@ public final class CausalLm implements AutoCloseable {
   public List<CachedLayer> cachedLayers() {
     List<CachedLayer> out = new ArrayList<>();
     for (ResidualBlock b : blocks) {
-      out.addAll(b.cachedLayers());
+      out.add(b.mixer());
     }
     return out;
   }
@@ -237,6 +247,12 @@ public final class CausalLm implements AutoCloseable {
    *     each field = numKvHeads · bg · headDim · 4 bytes
    *   Gemma 3:  group 0 SWA window W (the sliding layers' k/v), group 1 Full history (the global
    *             layers' k/v), numbered by first appearance
+   *
+   *   Mamba: group 0 State checkpoints, one checkpoint slot per page (bg = P), replicated
+   *     slot  = | layers.0.conv | layers.0.ssm | layers.1.conv | layers.1.ssm | ... |
+   *     conv  = innerSize · (convKernel-1) · 4 bytes,  ssm = innerSize · stateSize · 4 bytes
+   *   Jamba: the State group of its Mamba layers and the Full group of its attention layers,
+   *     numbered by the first layer of each kind
    * </pre>
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
@@ -248,9 +264,14 @@ public final class CausalLm implements AutoCloseable {
           fields.addAll(layer.cacheFields(blockGranularity));
         }
       }
+      boolean state = groupKinds.get(g) instanceof GroupKind.StateCheckpoints;
       specs.add(
           new CacheGroupSpec(
-              g, groupKinds.get(g), blockGranularity, fields, new Sharding.HeadPartitioned()));
+              g,
+              groupKinds.get(g),
+              state ? prefixGranularity : blockGranularity,
+              fields,
+              state ? new Sharding.Replicated() : new Sharding.HeadPartitioned()));
     }
     return new CacheLayout(prefixGranularity, KV_DTYPE, specs);
   }
@@ -266,7 +287,7 @@ public final class CausalLm implements AutoCloseable {
     checkLayout(kv);
     List<ForwardRequest> requests = batch.requests();
     int numTokens = batch.numTokens();
-    int hidden = config.dims().hiddenSize();
+    int hidden = config.hiddenSize();
     int[] tokens = new int[numTokens];
     int[] positions = new int[numTokens];
     int[] tokenRequest = new int[numTokens];
@@ -330,7 +351,10 @@ public final class CausalLm implements AutoCloseable {
       CacheGroupSpec h = have.group(g);
       CacheLayout wantG = cacheLayout(have.prefixGranularity(), h.blockGranularity());
       CacheGroupSpec w = wantG.group(g);
-      if (!h.kind().equals(w.kind()) || !h.fields().equals(w.fields())) {
+      if (!h.kind().equals(w.kind())
+          || !h.fields().equals(w.fields())
+          || (h.kind() instanceof GroupKind.StateCheckpoints
+              && h.blockGranularity() != have.prefixGranularity())) {
         throw new IllegalArgumentException(
             "kv cache group " + g + " spec=" + h + " does not match the model's " + w);
       }
@@ -342,21 +366,20 @@ public final class CausalLm implements AutoCloseable {
   }
 
   private void validate(int r, ForwardRequest req, KvCache kv) {
-    DecoderDims d = config.dims();
     int end = req.startPosition() + req.numTokens();
-    if (end > d.maxPositionEmbeddings()) {
+    if (end > config.maxPositionEmbeddings()) {
       throw new IllegalArgumentException(
           "request "
               + r
               + " ends at position="
               + end
               + " beyond max_position_embeddings="
-              + d.maxPositionEmbeddings());
+              + config.maxPositionEmbeddings());
     }
     for (int id : req.tokenIds()) {
-      if (id < 0 || id >= d.vocabSize()) {
+      if (id < 0 || id >= config.vocabSize()) {
         throw new IllegalArgumentException(
-            "request " + r + " token id=" + id + " outside [0, " + d.vocabSize() + ")");
+            "request " + r + " token id=" + id + " outside [0, " + config.vocabSize() + ")");
       }
     }
     if (req.blockTables().length != kv.layout().numGroups()) {
@@ -370,6 +393,10 @@ public final class CausalLm implements AutoCloseable {
     }
     for (int g = 0; g < kv.layout().numGroups(); g++) {
       int[] table = req.blockTables()[g];
+      if (kv.layout().group(g).kind() instanceof GroupKind.StateCheckpoints) {
+        validateStateTable(r, g, req, table, kv);
+        continue;
+      }
       int rows = kv.layout().group(g).rowsFor(end);
       if (table.length < rows) {
         throw new IllegalArgumentException(
@@ -423,6 +450,61 @@ public final class CausalLm implements AutoCloseable {
       return Math.max(0, start - w.windowTokens() + 1) / group.blockGranularity();
     }
     return 0;
+  }
+
+  /**
+   * A state table (one slot per page, row i = the checkpoint at boundary (i+1)·P): the input row
+   * {@code ceil(start/P) - 1} (when start &gt; 0) and the working row {@code ceil(end/P) - 1} must
+   * hold real slots; the rows of boundaries the chunk crosses may be 0 (no checkpoint wanted).
+   */
+  private static void validateStateTable(
+      int r, int g, ForwardRequest req, int[] table, KvCache kv) {
+    int page = kv.layout().group(g).blockGranularity();
+    int start = req.startPosition();
+    int end = start + req.numTokens();
+    int inputRow = start == 0 ? -1 : Math.ceilDiv(start, page) - 1;
+    int workingRow = Math.ceilDiv(end, page) - 1;
+    if (table.length <= workingRow) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " group "
+              + g
+              + " state table has rows="
+              + table.length
+              + " but tokens up to position "
+              + end
+              + " need "
+              + (workingRow + 1));
+    }
+    int numSlots = kv.pool(g).numBlocks();
+    Set<Integer> seen = new HashSet<>();
+    for (int i = Math.max(0, inputRow); i <= workingRow; i++) {
+      int id = table[i];
+      boolean required = i == inputRow || i == workingRow;
+      if (id == 0 && !required) {
+        continue;
+      }
+      if (id < 1 || id >= numSlots) {
+        throw new IllegalArgumentException(
+            "request "
+                + r
+                + " group "
+                + g
+                + " state row "
+                + i
+                + " slot id="
+                + id
+                + " outside [1, "
+                + numSlots
+                + ")"
+                + (required ? " (input or working checkpoint)" : ""));
+      }
+      if (!seen.add(id)) {
+        throw new IllegalArgumentException(
+            "request " + r + " group " + g + " state row " + i + " repeats slot id=" + id);
+      }
+    }
   }
 
   /** Unmaps the checkpoint; the model must not be used afterwards. */

@@ -45,20 +45,31 @@ public final class PagedRunner implements AutoCloseable {
     return kv;
   }
 
-  /** Block tables of {@code rows} fresh blocks, one per cache group. */
+  /**
+   * Block tables of fresh blocks covering {@code rows} rows of {@code blockTokens} tokens: one
+   * table per group, each sized by its own granularity (a State group: one slot per page).
+   */
   public int[][] table(int rows) {
-    int[][] t = new int[free.size()][rows];
+    int[][] tables = new int[free.size()][];
     for (int g = 0; g < free.size(); g++) {
+      int bg = kv.layout().group(g).blockGranularity();
+      int n = Math.ceilDiv(rows * blockTokens, bg);
       List<Integer> ids = free.get(g);
-      if (rows > ids.size()) {
+      if (n > ids.size()) {
         throw new IllegalStateException(
-            "group " + g + " out of blocks: rows=" + rows + " free=" + ids.size());
+            "out of blocks in group " + g + ": rows=" + n + " free=" + ids.size());
       }
-      for (int i = 0; i < rows; i++) {
-        t[g][i] = ids.removeFirst();
+      tables[g] = new int[n];
+      for (int i = 0; i < n; i++) {
+        tables[g][i] = ids.removeFirst();
       }
     }
-    return t;
+    return tables;
+  }
+
+  /** A fresh block of group {@code group}. */
+  public int block(int group) {
+    return free.get(group).removeFirst();
   }
 
   /** Rows a request of {@code tokens} tokens needs. */

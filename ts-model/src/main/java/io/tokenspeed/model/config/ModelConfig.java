@@ -4,7 +4,8 @@ package io.tokenspeed.model.config;
  * A validated {@code config.json}, one record per architecture. The switch over this family in the
  * model builder has no default: a new architecture breaks the build until it is wired.
  */
-public sealed interface ModelConfig permits LlamaConfig, Qwen2Config, Qwen3Config, Gemma3Config {
+public sealed interface ModelConfig
+    permits LlamaConfig, Qwen2Config, Qwen3Config, Gemma3Config, MambaConfig, JambaConfig {
 
   /** The {@code architectures[0]} entry, e.g. {@code LlamaForCausalLM}. */
   String architecture();
@@ -23,4 +24,19 @@ public sealed interface ModelConfig permits LlamaConfig, Qwen2Config, Qwen3Confi
 
   /** Whether queries and keys are RMS-normalized per head before RoPE. */
   boolean qkNorm();
+
+  /** Rows of the embedding and of the LM head. */
+  default int vocabSize() {
+    return dims().vocabSize();
+  }
+
+  /** Width of the residual stream. */
+  default int hiddenSize() {
+    return dims().hiddenSize();
+  }
+
+  /** Longest sequence accepted ({@link Integer#MAX_VALUE}: no limit, as for recurrent models). */
+  default int maxPositionEmbeddings() {
+    return dims().maxPositionEmbeddings();
+  }
 }

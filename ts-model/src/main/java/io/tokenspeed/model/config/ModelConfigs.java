@@ -19,6 +19,8 @@ public final class ModelConfigs {
           Map.of(
               "Gemma3ForCausalLM", "gemma3_text",
               "LlamaForCausalLM", "llama",
+              "MambaForCausalLM", "mamba",
+              "JambaForCausalLM", "jamba",
               "MistralForCausalLM", "mistral",
               "Qwen2ForCausalLM", "qwen2",
               "Qwen3ForCausalLM", "qwen3"));
@@ -71,6 +73,9 @@ public final class ModelConfigs {
     if (modelType.equals("gemma3_text")) {
       return Gemma3ConfigReader.read(f);
     }
+    if (modelType.equals("mamba")) {
+      return MambaConfig.from(f);
+    }
     String act = f.optString("hidden_act", "silu");
     if (!act.equals("silu")) {
       throw new IllegalArgumentException("hidden_act=" + act + " is not supported; allowed: silu");
@@ -86,6 +91,7 @@ public final class ModelConfigs {
           new LlamaConfig(architecture, modelType, dims, f.optBool("attention_bias", false));
       case "qwen2" -> new Qwen2Config(dims);
       case "qwen3" -> new Qwen3Config(dims, f.optBool("attention_bias", false));
+      case "jamba" -> JambaConfig.from(f, dims);
       default -> throw new IllegalStateException("model_type=" + modelType + " not wired");
     };
   }

@@ -38,7 +38,7 @@ import java.util.List;
  * @param oBias output bias or null
  * @param qNorm per-head query RMSNorm (width d) or null
  * @param kNorm per-head key RMSNorm (width d) or null
- * @param rope rotary embedding of width d
+ * @param rope rotary embedding of width d, or null for attention without positions (Jamba)
  * @param numHeads query heads H
  * @param numKvHeads key/value heads Hkv
  * @param headDim d
@@ -118,7 +118,7 @@ public record Attention(
       throw new IllegalArgumentException(
           "layer " + layerIndex + " projection shapes disagree with heads");
     }
-    if (rope.headDim() != headDim) {
+    if (rope != null && rope.headDim() != headDim) {
       throw new IllegalArgumentException(
           "layer " + layerIndex + " rope head_dim=" + rope.headDim() + " head_dim=" + headDim);
     }
@@ -174,11 +174,13 @@ public record Attention(
       qNorm.apply(pool, qs, t * numHeads, qs);
       kNorm.apply(pool, ks, t * numKvHeads, ks);
     }
-    float[] cos = new float[t * headDim / 2];
-    float[] sin = new float[t * headDim / 2];
-    rope.table(batch.positions(), cos, sin);
-    rope.apply(pool, qs, t, numHeads, cos, sin);
-    rope.apply(pool, ks, t, numKvHeads, cos, sin);
+    if (rope != null) {
+      float[] cos = new float[t * headDim / 2];
+      float[] sin = new float[t * headDim / 2];
+      rope.table(batch.positions(), cos, sin);
+      rope.apply(pool, qs, t, numHeads, cos, sin);
+      rope.apply(pool, ks, t, numKvHeads, cos, sin);
+    }
 
     PagedKvPool kvPool = batch.kv().pool(cacheGroup);
     PagedAttention.LayerKv layerKv =

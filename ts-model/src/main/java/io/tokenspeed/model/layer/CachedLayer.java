@@ -10,7 +10,7 @@ import java.util.List;
  * cache layout from these statements: layers with equal kinds share a group, and a group's block
  * holds every such layer's fields in layer order.
  */
-public sealed interface CachedLayer permits Attention, SlidingAttention {
+public sealed interface CachedLayer permits Attention, SlidingAttention, MambaMixer {
 
   /** What this layer's group keeps. */
   GroupKind cacheKind();

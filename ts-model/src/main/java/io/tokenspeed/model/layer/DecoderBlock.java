@@ -1,7 +1,5 @@
 package io.tokenspeed.model.layer;
 
-import java.util.List;
-
 /**
  * One pre-norm decoder block: {@code x += attn(norm1(x)); x += mlp(norm2(x))}. Architectures with
  * other arrangements (Gemma's sandwich norms, hybrid mixers) get their own composition of the same
@@ -12,8 +10,8 @@ public record DecoderBlock(
     implements ResidualBlock {
 
   @Override
-  public List<CachedLayer> cachedLayers() {
-    return List.of(attention);
+  public CachedLayer mixer() {
+    return attention;
   }
 
   /** Runs the block over the batch's residual rows {@code x} ({@code [T][hidden]}) in place. */

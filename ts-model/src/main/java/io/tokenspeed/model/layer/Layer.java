@@ -10,4 +10,11 @@ package io.tokenspeed.model.layer;
  * Mamba mixer, a GELU MLP) breaks the build where it must be handled.
  */
 public sealed interface Layer
-    permits Embedding, RmsNorm, Attention, SwiGluMlp, LmHead, SlidingAttention, GeGluMlp {}
+    permits Embedding,
+        RmsNorm,
+        Attention,
+        SwiGluMlp,
+        LmHead,
+        SlidingAttention,
+        GeGluMlp,
+        MambaMixer {}

@@ -1,20 +1,20 @@
 package io.tokenspeed.model.layer;
 
-import java.util.List;
-
 /**
- * One step of the residual stream: reads the batch's rows {@code x}, adds its layers' outputs to
- * them in place. A model is an embedding, a list of these and a head; each architecture's
- * arrangement of norms and mixers is one implementation.
+ * One block of a model's residual stack: it reads the batch's residual rows {@code x} and adds its
+ * layers' outputs to them in place, and owns exactly one cached mixer (attention, sliding-window
+ * attention or a recurrent mixer) whose state the cache layout derives. A model is an embedding, a
+ * list of these and a head; each architecture's arrangement of norms and mixers is one
+ * implementation.
  */
-public sealed interface ResidualBlock permits DecoderBlock, SandwichBlock {
+public sealed interface ResidualBlock permits DecoderBlock, SandwichBlock, MambaBlock, HybridBlock {
 
-  /** The decoder layer index. */
+  /** Position of the block in the stack (the decoder layer index). */
   int index();
 
-  /** Runs the block over the batch's residual rows {@code x} ({@code [T][hidden]}) in place. */
-  void forward(BatchMetadata batch, float[] x, int hidden);
+  /** The block's layer that keeps cache state. */
+  CachedLayer mixer();
 
-  /** The layers of this block that keep cache state, in order. */
-  List<CachedLayer> cachedLayers();
+  /** Runs the block over the residual rows {@code x} ({@code [T][hidden]}) in place. */
+  void forward(BatchMetadata batch, float[] x, int hidden);
 }

@@ -1,7 +1,5 @@
 package io.tokenspeed.model.layer;
 
-import java.util.List;
-
 /**
  * A decoder block with norms on both sides of each sublayer (Gemma 2/3):
  *
@@ -59,7 +57,7 @@ public record SandwichBlock(
   }
 
   @Override
-  public List<CachedLayer> cachedLayers() {
-    return List.of(attention);
+  public CachedLayer mixer() {
+    return attention;
   }
 }
