@@ -8,6 +8,7 @@ import io.tokenspeed.core.Sharding;
 import io.tokenspeed.model.checkpoint.Checkpoint;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.checkpoint.Tensor;
+import io.tokenspeed.model.checkpoint.TensorShape;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.Gemma3Config;
@@ -119,21 +120,42 @@ public final class CausalLm implements AutoCloseable {
             folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
       }
       WeightSource weights = new WeightSource(ckpt, config.architecture());
-      CausalLm model =
-          switch (config) {
-            case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, weightVersion);
-            case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
-            case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
-            case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, weightVersion);
-            case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, weightVersion);
-            case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, weightVersion);
-          };
+      CausalLm model = build(config, weights, ckpt, modelId, weightVersion);
       weights.requireAllTaken();
       return model;
     } catch (RuntimeException e) {
       ckpt.close();
       throw e;
     }
+  }
+
+  /**
+   * The tensors a checkpoint for {@code config} must hold, in the order the builder asks for them:
+   * the builder itself runs against a {@link WeightSource#planning planning} source, so this list
+   * is, by construction, the one {@link #load} checks a folder against.
+   */
+  public static List<TensorShape> expectedTensors(ModelConfig config) {
+    try (WeightSource plan = WeightSource.planning(config.architecture())) {
+      build(config, plan, null, "plan", ModelIdentity.DEFAULT_WEIGHT_VERSION);
+      return plan.taken();
+    }
+  }
+
+  private static CausalLm build(
+      ModelConfig config, WeightSource weights, Checkpoint ckpt, String modelId, String version) {
+    return switch (config) {
+      case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, version);
+      case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, version);
+      case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, version);
+      case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, version);
+      case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, version);
+      case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, version);
+    };
+  }
+
+  /** The checkpoint revision; a planning pass (no checkpoint) gets an all-zero placeholder. */
+  static String revisionOf(Checkpoint ckpt) {
+    return ckpt == null ? "0".repeat(64) : ckpt.fingerprint();
   }
 
   private static CausalLm buildDecoder(
@@ -189,7 +211,7 @@ public final class CausalLm implements AutoCloseable {
         d.tieWordEmbeddings()
             ? new LmHead(embed, true)
             : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false);
-    ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
+    ModelIdentity identity = new ModelIdentity(modelId, revisionOf(ckpt), weightVersion);
     return new CausalLm(
         config,
         ckpt,

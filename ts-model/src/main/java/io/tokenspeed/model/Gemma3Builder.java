@@ -107,7 +107,7 @@ final class Gemma3Builder {
     return new CausalLm(
         config,
         ckpt,
-        new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion),
+        new ModelIdentity(modelId, CausalLm.revisionOf(ckpt), weightVersion),
         new Embedding(embed, embedScale),
         blocks,
         finalNorm,

@@ -53,7 +53,7 @@ final class RecurrentModels {
     return new CausalLm(
         c,
         ckpt,
-        new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion),
+        new ModelIdentity(modelId, CausalLm.revisionOf(ckpt), weightVersion),
         new Embedding(embed, 1f),
         blocks,
         finalNorm,
@@ -123,7 +123,7 @@ final class RecurrentModels {
     return new CausalLm(
         c,
         ckpt,
-        new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion),
+        new ModelIdentity(modelId, CausalLm.revisionOf(ckpt), weightVersion),
         new Embedding(embed, 1f),
         blocks,
         finalNorm,

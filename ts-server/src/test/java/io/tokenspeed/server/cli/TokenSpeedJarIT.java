@@ -27,11 +27,17 @@ class TokenSpeedJarIT {
   record Result(int exitCode, String out, String err) {}
 
   private Result runJar(String... args) throws IOException, InterruptedException {
+    return runJar(List.of(), args);
+  }
+
+  private Result runJar(List<String> jvmOptions, String... args)
+      throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
     Path java = Path.of(System.getProperty("java.home"), "bin", "java");
-    List<String> command =
-        new ArrayList<>(List.of(java.toString(), "-jar", jar.toAbsolutePath().toString()));
+    List<String> command = new ArrayList<>(List.of(java.toString()));
+    command.addAll(jvmOptions);
+    command.addAll(List.of("-jar", jar.toAbsolutePath().toString()));
     command.addAll(List.of(args));
     Path out = workDir.resolve("stdout");
     Path err = workDir.resolve("stderr");
@@ -91,5 +97,51 @@ class TokenSpeedJarIT {
     assertEquals(0, jar.exitCode(), jar::toString);
     assertEquals(
         "tokenspeed " + VersionProvider.buildVersion(), jar.out().lines().findFirst().get());
+  }
+
+  /** What bin/tokenspeed adds for commands that run a model. */
+  private static final List<String> VECTOR = List.of("--add-modules", "jdk.incubator.vector");
+
+  @org.junit.jupiter.params.ParameterizedTest(name = "{0}")
+  @org.junit.jupiter.params.provider.ValueSource(
+      strings = {"llama", "qwen2", "gemma3", "mamba", "jamba"})
+  void shouldScoreAFixtureToItsReferenceLogitsWhenRunAsJar(String fixture) throws Exception {
+    Path dir = ModelFixtures.extract(fixture, workDir.resolve("models"));
+    int[] ids = ModelFixtures.ids(dir, 0);
+    float[] want = ModelFixtures.logits(dir, 0);
+    Path out = workDir.resolve("logits.safetensors");
+    Result jar =
+        runJar(
+            VECTOR,
+            "score",
+            "--model",
+            dir.toString(),
+            "--tokens",
+            ModelFixtures.tokenList(ids),
+            "--logits-out",
+            out.toString());
+    assertEquals(0, jar.exitCode(), jar::toString);
+    assertTrue(
+        jar.err().lines().allMatch(l -> l.startsWith("WARNING: Using incubator modules")),
+        jar::err);
+    float[] got = ModelFixtures.readLogits(out).values();
+    assertEquals(want.length, got.length);
+    for (int i = 0; i < want.length; i++) {
+      assertEquals(want[i], got[i], ScoreCommandTest.TOLERANCE, fixture + " logit " + i);
+    }
+    ScoreCommandTest.checkLines(jar.out().lines().toList(), ids, got, want.length / ids.length, 5);
+  }
+
+  @Test
+  void shouldNameTheMissingVectorModuleWhenJarRunsScoreWithoutIt() throws Exception {
+    Path dir = ModelFixtures.extract("llama", workDir.resolve("models"));
+    Result jar = runJar("score", "--model", dir.toString(), "--tokens", "1,2");
+    assertEquals(1, jar.exitCode(), jar::toString);
+    assertEquals("", jar.out());
+    assertEquals(1, jar.err().lines().count(), jar::err);
+    assertTrue(
+        jar.err()
+            .startsWith("error: score needs the JVM option --add-modules jdk.incubator.vector"),
+        jar::err);
   }
 }
