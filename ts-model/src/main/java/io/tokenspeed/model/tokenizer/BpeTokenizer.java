@@ -113,6 +113,15 @@ public final class BpeTokenizer implements Tokenizer {
     this.specialTokens = specialTokens;
   }
 
+  /** One JSON document of a tokenizer folder, read by the module's strict JSON reader. */
+  private static Object parseJson(String text, String file) {
+    try {
+      return io.tokenspeed.model.checkpoint.Json.parse(text);
+    } catch (IllegalArgumentException e) {
+      throw new TokenizerFormatException(file + ": " + e.getMessage());
+    }
+  }
+
   /**
    * Builds a tokenizer from the text of a {@code tokenizer.json} and, if not null, of a {@code
    * tokenizer_config.json} (for bos, eos and pad).
@@ -120,7 +129,8 @@ public final class BpeTokenizer implements Tokenizer {
    * @throws TokenizerFormatException if either is malformed or uses an unsupported component
    */
   public static BpeTokenizer fromJson(String tokenizerJson, String tokenizerConfigJson) {
-    Map<String, Object> root = asObject(Json.parse(tokenizerJson), "tokenizer.json");
+    Map<String, Object> root =
+        asObject(parseJson(tokenizerJson, "tokenizer.json"), "tokenizer.json");
     Map<String, Object> modelJson = requireObject(root, "model", "tokenizer.json");
     String modelType = optString(modelJson, "type", "model");
     if (modelType == null && modelJson.containsKey("merges")) {
@@ -618,7 +628,8 @@ public final class BpeTokenizer implements Tokenizer {
       return new SpecialTokens(
           OptionalInt.empty(), OptionalInt.empty(), OptionalInt.empty(), specialByContent);
     }
-    Map<String, Object> config = asObject(Json.parse(configJson), "tokenizer_config.json");
+    Map<String, Object> config =
+        asObject(parseJson(configJson, "tokenizer_config.json"), "tokenizer_config.json");
     OptionalInt[] ids = new OptionalInt[3];
     String[] fields = {"bos_token", "eos_token", "pad_token"};
     for (int i = 0; i < fields.length; i++) {

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.model.checkpoint.Json;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.URISyntaxException;
