@@ -179,97 +179,90 @@ public record ControlConfig(
 
   /** These settings with {@code roundTimeoutMs} and {@code connectTimeoutMs} replaced. */
   public ControlConfig withTimeouts(long roundTimeoutMs, long connectTimeoutMs) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(
+        d -> {
+          d.roundTimeoutMs = roundTimeoutMs;
+          d.connectTimeoutMs = connectTimeoutMs;
+        });
   }
 
   /** These settings with {@code handshakeTimeoutMs} replaced. */
   public ControlConfig withHandshakeTimeout(long handshakeTimeoutMs) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(d -> d.handshakeTimeoutMs = handshakeTimeoutMs);
   }
 
   /** These settings with the agreement window replaced. */
   public ControlConfig withWindow(int maxPendingOperations, long maxPendingKeys) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(
+        d -> {
+          d.maxPendingOperations = maxPendingOperations;
+          d.maxPendingKeys = maxPendingKeys;
+        });
   }
 
   /** These settings with {@code maxFrameBytes} replaced. */
   public ControlConfig withMaxFrameBytes(int maxFrameBytes) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(d -> d.maxFrameBytes = maxFrameBytes);
   }
 
   /** These settings with another {@code secret}. */
   public ControlConfig withSecret(ReplicaSecret secret) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(d -> d.secret = secret);
   }
 
   /** These settings with mutual TLS on the mesh ({@code tls}), or plain TCP when null. */
   public ControlConfig withTls(ControlTls tls) {
-    return new ControlConfig(
-        replicaId,
-        rank,
-        addresses,
-        secret,
-        roundTimeoutMs,
-        connectTimeoutMs,
-        handshakeTimeoutMs,
-        maxFrameBytes,
-        maxPendingOperations,
-        maxPendingKeys,
-        tls);
+    return with(d -> d.tls = tls);
+  }
+
+  /** A copy with the changes {@code change} makes to a draft of these settings, validated anew. */
+  private ControlConfig with(java.util.function.Consumer<Draft> change) {
+    Draft d = new Draft(this);
+    change.accept(d);
+    return d.build();
+  }
+
+  /** The components of a config being changed by one of the {@code with} methods. */
+  private static final class Draft {
+    final long replicaId;
+    final int rank;
+    final List<InetSocketAddress> addresses;
+    ReplicaSecret secret;
+    long roundTimeoutMs;
+    long connectTimeoutMs;
+    long handshakeTimeoutMs;
+    int maxFrameBytes;
+    int maxPendingOperations;
+    long maxPendingKeys;
+    ControlTls tls;
+
+    Draft(ControlConfig c) {
+      replicaId = c.replicaId;
+      rank = c.rank;
+      addresses = c.addresses;
+      secret = c.secret;
+      roundTimeoutMs = c.roundTimeoutMs;
+      connectTimeoutMs = c.connectTimeoutMs;
+      handshakeTimeoutMs = c.handshakeTimeoutMs;
+      maxFrameBytes = c.maxFrameBytes;
+      maxPendingOperations = c.maxPendingOperations;
+      maxPendingKeys = c.maxPendingKeys;
+      tls = c.tls;
+    }
+
+    ControlConfig build() {
+      return new ControlConfig(
+          replicaId,
+          rank,
+          addresses,
+          secret,
+          roundTimeoutMs,
+          connectTimeoutMs,
+          handshakeTimeoutMs,
+          maxFrameBytes,
+          maxPendingOperations,
+          maxPendingKeys,
+          tls);
+    }
   }
 }
