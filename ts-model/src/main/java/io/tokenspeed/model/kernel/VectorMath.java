@@ -92,7 +92,7 @@ public final class VectorMath {
     }
   }
 
-  private static float sumLanes(FloatVector v) {
+  static float sumLanes(FloatVector v) {
     float s = 0f;
     for (int l = 0; l < SPECIES.length(); l++) {
       s += v.lane(l);
