@@ -158,12 +158,59 @@ public final class CausalLm implements AutoCloseable {
     return ckpt == null ? "0".repeat(64) : ckpt.fingerprint();
   }
 
+  /**
+   * One attention layer's projections under {@code a} (such as {@code model.layers.3.self_attn.}):
+   * q, k, v and o, with the q/k/v biases and the output bias when the architecture has them.
+   */
+  static Attention attention(
+      WeightSource w,
+      String a,
+      int layer,
+      int group,
+      DecoderDims d,
+      boolean qkvBias,
+      boolean outputBias,
+      RmsNorm qNorm,
+      RmsNorm kNorm,
+      Rope rope,
+      float scale,
+      float softcap) {
+    int hidden = d.hiddenSize();
+    int qWidth = d.numHeads() * d.headDim();
+    int kvWidth = d.numKvHeads() * d.headDim();
+    return new Attention(
+        layer,
+        group,
+        w.take(a + "q_proj.weight", qWidth, hidden),
+        w.take(a + "k_proj.weight", kvWidth, hidden),
+        w.take(a + "v_proj.weight", kvWidth, hidden),
+        w.take(a + "o_proj.weight", hidden, qWidth),
+        qkvBias ? w.take(a + "q_proj.bias", qWidth).toFloatArray() : null,
+        qkvBias ? w.take(a + "k_proj.bias", kvWidth).toFloatArray() : null,
+        qkvBias ? w.take(a + "v_proj.bias", kvWidth).toFloatArray() : null,
+        outputBias ? w.take(a + "o_proj.bias", hidden).toFloatArray() : null,
+        qNorm,
+        kNorm,
+        rope,
+        d.numHeads(),
+        d.numKvHeads(),
+        d.headDim(),
+        scale,
+        softcap);
+  }
+
+  /** The LM head: the embedding when tied, else {@code lm_head.weight}; soft-capped when > 0. */
+  static LmHead lmHead(
+      WeightSource w, Tensor embed, boolean tied, int vocabSize, int hidden, float softcap) {
+    return tied
+        ? new LmHead(embed, true, softcap)
+        : new LmHead(w.take("lm_head.weight", vocabSize, hidden), false, softcap);
+  }
+
   private static CausalLm buildDecoder(
       ModelConfig config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
-    int qWidth = d.numHeads() * d.headDim();
-    int kvWidth = d.numKvHeads() * d.headDim();
     float eps = (float) d.rmsNormEps();
     Tensor embed = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
     Rope rope = new Rope(d.ropeTheta(), d.headDim());
@@ -175,24 +222,19 @@ public final class CausalLm implements AutoCloseable {
       String a = p + "self_attn.";
       int group = groups.computeIfAbsent(new GroupKind.FullHistory(), k -> groups.size());
       Attention attention =
-          new Attention(
+          attention(
+              w,
+              a,
               l,
               group,
-              w.take(a + "q_proj.weight", qWidth, hidden),
-              w.take(a + "k_proj.weight", kvWidth, hidden),
-              w.take(a + "v_proj.weight", kvWidth, hidden),
-              w.take(a + "o_proj.weight", hidden, qWidth),
-              config.qkvBias() ? w.take(a + "q_proj.bias", qWidth).toFloatArray() : null,
-              config.qkvBias() ? w.take(a + "k_proj.bias", kvWidth).toFloatArray() : null,
-              config.qkvBias() ? w.take(a + "v_proj.bias", kvWidth).toFloatArray() : null,
-              config.outputBias() ? w.take(a + "o_proj.bias", hidden).toFloatArray() : null,
+              d,
+              config.qkvBias(),
+              config.outputBias(),
               config.qkNorm() ? norm(w, a + "q_norm.weight", d.headDim(), eps) : null,
               config.qkNorm() ? norm(w, a + "k_norm.weight", d.headDim(), eps) : null,
               rope,
-              d.numHeads(),
-              d.numKvHeads(),
-              d.headDim(),
-              scale);
+              scale,
+              0f);
       SwiGluMlp mlp =
           new SwiGluMlp(
               w.take(p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
@@ -207,10 +249,7 @@ public final class CausalLm implements AutoCloseable {
               mlp));
     }
     RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
-    LmHead head =
-        d.tieWordEmbeddings()
-            ? new LmHead(embed, true)
-            : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false);
+    LmHead head = lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f);
     ModelIdentity identity = new ModelIdentity(modelId, revisionOf(ckpt), weightVersion);
     return new CausalLm(
         config,

@@ -43,8 +43,6 @@ final class Gemma3Builder {
       Gemma3Config config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
-    int qWidth = d.numHeads() * d.headDim();
-    int kvWidth = d.numKvHeads() * d.headDim();
     float eps = (float) d.rmsNormEps();
     Tensor embed = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
     Rope globalRope = new Rope(d.ropeTheta(), d.headDim());
@@ -61,23 +59,17 @@ final class Gemma3Builder {
       boolean sliding = config.isSliding(l);
       int group = groups.computeIfAbsent(sliding ? swa : full, k -> groups.size());
       Attention attention =
-          new Attention(
+          CausalLm.attention(
+              w,
+              a,
               l,
               group,
-              w.take(a + "q_proj.weight", qWidth, hidden),
-              w.take(a + "k_proj.weight", kvWidth, hidden),
-              w.take(a + "v_proj.weight", kvWidth, hidden),
-              w.take(a + "o_proj.weight", hidden, qWidth),
-              null,
-              null,
-              null,
-              null,
+              d,
+              false,
+              false,
               norm(w, a + "q_norm.weight", d.headDim(), eps),
               norm(w, a + "k_norm.weight", d.headDim(), eps),
               sliding ? localRope : globalRope,
-              d.numHeads(),
-              d.numKvHeads(),
-              d.headDim(),
               scale,
               softcap);
       CachedLayer mixer =
@@ -99,10 +91,7 @@ final class Gemma3Builder {
     }
     RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
     float finalCap = (float) config.finalLogitSoftcap();
-    LmHead head =
-        d.tieWordEmbeddings()
-            ? new LmHead(embed, true, finalCap)
-            : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false, finalCap);
+    LmHead head = CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, finalCap);
     float embedScale = (float) Math.sqrt(hidden);
     return new CausalLm(
         config,

@@ -8,7 +8,6 @@ import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.JambaConfig;
 import io.tokenspeed.model.config.MambaConfig;
 import io.tokenspeed.model.config.MixerDims;
-import io.tokenspeed.model.layer.Attention;
 import io.tokenspeed.model.layer.CachedLayer;
 import io.tokenspeed.model.layer.Embedding;
 import io.tokenspeed.model.layer.HybridBlock;
@@ -46,10 +45,7 @@ final class RecurrentModels {
       blocks.add(new MambaBlock(l, norm(w, p + "norm.weight", hidden, eps), mixer));
     }
     RmsNorm finalNorm = norm(w, "backbone.norm_f.weight", hidden, eps);
-    LmHead head =
-        c.tieWordEmbeddings()
-            ? new LmHead(embed, true)
-            : new LmHead(w.take("lm_head.weight", c.vocabSize(), hidden), false);
+    LmHead head = CausalLm.lmHead(w, embed, c.tieWordEmbeddings(), c.vocabSize(), hidden, 0f);
     return new CausalLm(
         c,
         ckpt,
@@ -67,8 +63,6 @@ final class RecurrentModels {
     DecoderDims d = c.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
-    int qWidth = d.numHeads() * d.headDim();
-    int kvWidth = d.numKvHeads() * d.headDim();
     float scale = (float) (1.0 / Math.sqrt(d.headDim()));
     Tensor embed = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
     Map<GroupKind, Integer> groups = new LinkedHashMap<>();
@@ -79,25 +73,7 @@ final class RecurrentModels {
       if (c.attentionLayers().get(l)) {
         int group = groups.computeIfAbsent(new GroupKind.FullHistory(), k -> groups.size());
         String a = p + "self_attn.";
-        mixer =
-            new Attention(
-                l,
-                group,
-                w.take(a + "q_proj.weight", qWidth, hidden),
-                w.take(a + "k_proj.weight", kvWidth, hidden),
-                w.take(a + "v_proj.weight", kvWidth, hidden),
-                w.take(a + "o_proj.weight", hidden, qWidth),
-                null,
-                null,
-                null,
-                null,
-                null,
-                null,
-                null,
-                d.numHeads(),
-                d.numKvHeads(),
-                d.headDim(),
-                scale);
+        mixer = CausalLm.attention(w, a, l, group, d, false, false, null, null, null, scale, 0f);
       } else {
         int group = groups.computeIfAbsent(new GroupKind.StateCheckpoints(), k -> groups.size());
         mixer = mixer(w, p + "mamba.", l, group, c.mixer(), hidden, eps);
@@ -116,10 +92,7 @@ final class RecurrentModels {
               mlp));
     }
     RmsNorm finalNorm = norm(w, "model.final_layernorm.weight", hidden, eps);
-    LmHead head =
-        d.tieWordEmbeddings()
-            ? new LmHead(embed, true)
-            : new LmHead(w.take("lm_head.weight", d.vocabSize(), hidden), false);
+    LmHead head = CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f);
     return new CausalLm(
         c,
         ckpt,

@@ -66,46 +66,6 @@ public record Attention(
     float logitSoftcap)
     implements Layer, CachedLayer {
 
-  /** Attention without soft-capping. */
-  public Attention(
-      int layerIndex,
-      int cacheGroup,
-      Tensor q,
-      Tensor k,
-      Tensor v,
-      Tensor o,
-      float[] qBias,
-      float[] kBias,
-      float[] vBias,
-      float[] oBias,
-      RmsNorm qNorm,
-      RmsNorm kNorm,
-      Rope rope,
-      int numHeads,
-      int numKvHeads,
-      int headDim,
-      float scale) {
-    this(
-        layerIndex,
-        cacheGroup,
-        q,
-        k,
-        v,
-        o,
-        qBias,
-        kBias,
-        vBias,
-        oBias,
-        qNorm,
-        kNorm,
-        rope,
-        numHeads,
-        numKvHeads,
-        headDim,
-        scale,
-        0f);
-  }
-
   public Attention {
     if (numHeads < 1 || numKvHeads < 1 || numHeads % numKvHeads != 0) {
       throw new IllegalArgumentException(

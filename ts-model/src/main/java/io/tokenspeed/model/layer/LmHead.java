@@ -25,11 +25,6 @@ public record LmHead(Tensor weight, boolean tied, float softcap) implements Laye
     }
   }
 
-  /** A head without soft-capping. */
-  public LmHead(Tensor weight, boolean tied) {
-    this(weight, tied, 0f);
-  }
-
   public int vocabSize() {
     return weight.dim(0);
   }
