@@ -503,70 +503,10 @@ class MeshFailureTest {
    */
   @Test
   void shouldStopEverySurvivorAtTheSameRoundWhenADyingRankReachedOnlySomePeers() throws Exception {
-    List<ServerSocketChannel> listeners = Cluster.listeners(3);
-    List<ControlConfig> configs =
-        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(10_000, 20_000));
-    listeners.get(2).close();
-    ExecutorService threads = Executors.newFixedThreadPool(2);
-    try {
-      List<Future<RelayExchange>> connecting = new ArrayList<>();
-      for (int r = 0; r < 2; r++) {
-        ControlConfig c = configs.get(r);
-        ServerSocketChannel l = listeners.get(r);
-        connecting.add(threads.submit(() -> RelayExchange.connect(c, l)));
-      }
-      ReplicaSecret secret = configs.getFirst().secret();
-      try (RawPeer to0 = RawPeer.join(configs.get(0).addresses().get(0), 2, 3, secret);
-          RawPeer to1 = RawPeer.join(configs.get(0).addresses().get(1), 2, 3, secret)) {
-        List<RelayExchange> xs = new ArrayList<>();
-        for (Future<RelayExchange> f : connecting) {
-          xs.add(f.get(30, TimeUnit.SECONDS));
-        }
-        List<Future<ControlPlaneException>> survivors = new ArrayList<>();
-        for (RelayExchange x : xs) {
-          survivors.add(
-              threads.submit(
-                  () -> {
-                    for (long n = 1; ; n++) {
-                      try {
-                        x.exchange(LocalReport.idle(n));
-                      } catch (ControlPlaneException e) {
-                        return e;
-                      }
-                    }
-                  }));
-        }
-        for (long n = 1; n <= 3; n++) {
-          to0.send(RawPeer.report(2, n));
-          to1.send(RawPeer.report(2, n));
-          assertNotNullFrame(to0.readFrame());
-          assertNotNullFrame(to1.readFrame());
-        }
-        to0.send(RawPeer.report(2, 4)); // rank 1 never receives round 4 from rank 2
-        assertNotNullFrame(to0.readFrame());
-        assertNotNullFrame(to1.readFrame());
-        to0.close();
-        to1.close();
-        List<Long> applied = new ArrayList<>();
-        for (Future<ControlPlaneException> f : survivors) {
-          ControlPlaneException e = f.get(60, TimeUnit.SECONDS);
-          MeshException m = assertInstanceOf(MeshException.class, e);
-          // Either this survivor saw rank 2 go, or the other survivor's FINAL came first.
-          assertTrue(
-              m.peerRank() == 2
-                  || (m.reason() == Reason.PEER_STOPPED
-                      && m.getMessage().contains("after losing rank 2")),
-              m.getMessage());
-          applied.add(e.lastAppliedRound());
-        }
-        assertEquals(List.of(3L, 3L), applied);
-        for (RelayExchange x : xs) {
-          x.close();
-        }
-      }
-    } finally {
-      threads.shutdownNow();
-    }
+    List<Long> applied =
+        DyingRank.run(
+            UnaryOperator.identity(), (peer, secret) -> RawPeer.join(peer, 2, 3, secret), false);
+    assertEquals(List.of(3L, 3L), applied);
   }
 
   @Test

@@ -1,7 +1,6 @@
 package io.tokenspeed.control;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -148,73 +147,11 @@ class MeshTlsTest {
   @Test
   void shouldStopEverySurvivorAtTheSameRoundWhenADyingRankReachedOnlySomePeersOverTls()
       throws Exception {
-    List<ServerSocketChannel> listeners = Cluster.listeners(3);
-    List<ControlConfig> configs =
-        Cluster.configs(
-            Cluster.addresses(listeners), c -> overTls().apply(c.withTimeouts(10_000, 20_000)));
-    listeners.get(2).close();
-    ExecutorService threads = Executors.newFixedThreadPool(2);
     SSLContext rankContext = certs.rankContext();
-    try {
-      List<Future<RelayExchange>> connecting = new ArrayList<>();
-      for (int r = 0; r < 2; r++) {
-        ControlConfig c = configs.get(r);
-        ServerSocketChannel l = listeners.get(r);
-        connecting.add(threads.submit(() -> RelayExchange.connect(c, l)));
-      }
-      ReplicaSecret secret = configs.getFirst().secret();
-      List<InetSocketAddress> at = configs.getFirst().addresses();
-      try (RawPeer to0 = RawPeer.joinTls(at.get(0), 2, 3, secret, rankContext);
-          RawPeer to1 = RawPeer.joinTls(at.get(1), 2, 3, secret, rankContext)) {
-        List<RelayExchange> xs = new ArrayList<>();
-        for (Future<RelayExchange> f : connecting) {
-          xs.add(f.get(30, TimeUnit.SECONDS));
-        }
-        List<Future<ControlPlaneException>> survivors = new ArrayList<>();
-        for (RelayExchange x : xs) {
-          survivors.add(
-              threads.submit(
-                  () -> {
-                    for (long n = 1; ; n++) {
-                      try {
-                        x.exchange(LocalReport.idle(n));
-                      } catch (ControlPlaneException e) {
-                        return e;
-                      }
-                    }
-                  }));
-        }
-        for (long n = 1; n <= 3; n++) {
-          to0.send(RawPeer.report(2, n));
-          to1.send(RawPeer.report(2, n));
-          assertNotNull(to0.readFrame());
-          assertNotNull(to1.readFrame());
-        }
-        to0.send(RawPeer.report(2, 4)); // rank 1 never receives round 4 from rank 2
-        assertNotNull(to0.readFrame());
-        assertNotNull(to1.readFrame());
-        to0.kill(); // a killed process sends no close_notify
-        to1.kill();
-        List<Long> applied = new ArrayList<>();
-        for (Future<ControlPlaneException> f : survivors) {
-          ControlPlaneException e = f.get(60, TimeUnit.SECONDS);
-          MeshException m = assertInstanceOf(MeshException.class, e);
-          // Either this survivor saw rank 2 go, or the other survivor's FINAL came first.
-          assertTrue(
-              m.peerRank() == 2
-                  || (m.reason() == MeshException.Reason.PEER_STOPPED
-                      && m.getMessage().contains("after losing rank 2")),
-              m.getMessage());
-          applied.add(e.lastAppliedRound());
-        }
-        assertEquals(List.of(3L, 3L), applied);
-        for (RelayExchange x : xs) {
-          x.close();
-        }
-      }
-    } finally {
-      threads.shutdownNow();
-    }
+    List<Long> applied =
+        DyingRank.run(
+            overTls(), (peer, secret) -> RawPeer.joinTls(peer, 2, 3, secret, rankContext), true);
+    assertEquals(List.of(3L, 3L), applied);
   }
 
   @Test
