@@ -5,10 +5,13 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.checkpoint.Checkpoint;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.checkpoint.TensorShape;
 import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.io.IOException;
@@ -22,6 +25,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Random;
+import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorSpecies;
@@ -44,6 +48,13 @@ import org.HdrHistogram.Histogram;
  * (only the chunk's last row gets logits). Attention FLOPs (QKᵀ and PV, causal) are {@code
  * 2·heads·headDim·layers·T·(T+1)} and are reported apart.
  *
+ * <p><b>Prefill matmuls alone.</b> For each model, every 2-D weight of decoder layer 0 (q, k, v, o,
+ * gate, up, down), packed as the model packs it, multiplied by {@code --chunk} random rows with
+ * {@code MatMul.apply} on the same pool: two untimed calls, then {@code --matmul-repeats} timed
+ * calls of the whole set. GFLOP/s = {@code 2·rows·Σ out·in} per set over the time of the set; every
+ * layer of these models has the same shapes, so this is the rate of the prefill's matrix multiplies
+ * without the attention, norms and activations between them.
+ *
  * <p><b>Decode.</b> B requests (1 and 16 by default) each prefill {@code --decode-prompt} tokens,
  * take 4 untimed decode steps, then {@code --decode-steps} timed steps of one token per request per
  * step (greedy: the next token is the argmax of the step's logits), all B in one forward batch.
@@ -54,7 +65,7 @@ import org.HdrHistogram.Histogram;
  *     -cp ts-bench/target/benchmarks.jar io.tokenspeed.bench.ModelCpuHarness \
  *     [--model synthetic:llama-100m=1024,8192,32768] [--model synthetic:qwen2-0.5b=1024,8192] \
  *     [--chunk 512] [--warmup 1024] [--decode-prompt 128] [--decode-steps 32] [--batches 1,16] \
- *     [--peak-iterations 40000000] [--peak-repeats 5] [--threads N]
+ *     [--peak-iterations 40000000] [--peak-repeats 5] [--threads N] [--matmul-repeats 10]
  * </pre>
  *
  * Without {@code --model} it runs llama-100m and qwen2-0.5b at 1024 and 8192 tokens. Output is
@@ -191,6 +202,48 @@ public final class ModelCpuHarness {
   }
 
   // ---------------------------------------------------------------- model runs
+
+  private record MatmulRow(String model, int rows, long weights, double seconds, int repeats) {
+    double gflops() {
+      return 2.0 * rows * weights * repeats / seconds / 1e9;
+    }
+  }
+
+  /** The layer-0 matrices of {@code folder}'s checkpoint times {@code rows} random rows. */
+  private static MatmulRow matmuls(
+      String name, Path folder, int rows, int repeats, ComputePool pool) {
+    try (Checkpoint ckpt = Checkpoint.open(folder)) {
+      List<PackedMatrix> ws = new ArrayList<>();
+      for (var t : ckpt.tensors().entrySet()) {
+        if (t.getKey().contains("layers.0.") && t.getValue().rank() == 2) {
+          ws.add(PackedMatrix.of(t.getValue()));
+        }
+      }
+      SplittableRandom rnd = new SplittableRandom(rows);
+      long weights = 0;
+      List<float[]> xs = new ArrayList<>();
+      List<float[]> ys = new ArrayList<>();
+      for (PackedMatrix w : ws) {
+        weights += (long) w.dim(0) * w.dim(1);
+        float[] x = new float[rows * w.dim(1)];
+        for (int i = 0; i < x.length; i++) {
+          x[i] = (float) rnd.nextDouble(-1, 1);
+        }
+        xs.add(x);
+        ys.add(new float[rows * w.dim(0)]);
+      }
+      long start = 0;
+      for (int rep = -2; rep < repeats; rep++) {
+        if (rep == 0) {
+          start = System.nanoTime();
+        }
+        for (int i = 0; i < ws.size(); i++) {
+          MatMul.apply(pool, xs.get(i), rows, ws.get(i), null, ys.get(i));
+        }
+      }
+      return new MatmulRow(name, rows, weights, (System.nanoTime() - start) / 1e9, repeats);
+    }
+  }
 
   private record PrefillRow(
       String model,
@@ -345,6 +398,7 @@ public final class ModelCpuHarness {
     int decodePrompt = 128;
     int decodeSteps = 32;
     int[] batches = {1, 16};
+    int matmulRepeats = 10;
     long peakIterations = 40_000_000L;
     int peakRepeats = 5;
     int threads = Runtime.getRuntime().availableProcessors();
@@ -367,6 +421,7 @@ public final class ModelCpuHarness {
         case "--decode-prompt" -> decodePrompt = Integer.parseInt(v);
         case "--decode-steps" -> decodeSteps = Integer.parseInt(v);
         case "--batches" -> batches = ints(v);
+        case "--matmul-repeats" -> matmulRepeats = Integer.parseInt(v);
         case "--peak-iterations" -> peakIterations = Long.parseLong(v);
         case "--peak-repeats" -> peakRepeats = Integer.parseInt(v);
         case "--threads" -> threads = Integer.parseInt(v);
@@ -399,6 +454,7 @@ public final class ModelCpuHarness {
     double peakBefore = peak(threads, peakIterations, peakRepeats);
     System.out.printf(Locale.ROOT, "peak before models: %.1f GFLOP/s%n", peakBefore);
 
+    List<MatmulRow> matmuls = new ArrayList<>();
     List<PrefillRow> prefills = new ArrayList<>();
     List<DecodeRow> decodes = new ArrayList<>();
     Map<String, DecoderDims> dims = new LinkedHashMap<>();
@@ -424,6 +480,16 @@ public final class ModelCpuHarness {
               (System.nanoTime() - t0) / 1e9,
               w,
               (long) d.vocabSize() * d.hiddenSize());
+          MatmulRow mr = matmuls(name, folder, chunk, matmulRepeats, pool);
+          matmuls.add(mr);
+          System.out.printf(
+              Locale.ROOT,
+              "%s: layer-0 matmuls x %d rows, %d repeats in %.2f s: %.1f GFLOP/s%n",
+              name,
+              chunk,
+              matmulRepeats,
+              mr.seconds(),
+              mr.gflops());
           int maxT = Math.max(warmup, Arrays.stream(e.getValue()).max().orElse(0));
           int decodeBlocks =
               Arrays.stream(batches).max().orElse(1)
@@ -496,6 +562,23 @@ public final class ModelCpuHarness {
         peakAfter,
         peak);
 
+    System.out.println("### Prefill matmuls alone (F32, layer 0's matrices × " + chunk + " rows)");
+    System.out.println();
+    System.out.println("| model | rows | weights | repeats | s | GFLOP/s | % of peak |");
+    System.out.println("|---|---:|---:|---:|---:|---:|---:|");
+    for (MatmulRow r : matmuls) {
+      System.out.printf(
+          Locale.ROOT,
+          "| %s | %d | %,d | %d | %.2f | %.1f | %.1f%% |%n",
+          r.model().substring(SyntheticCheckpoints.PREFIX.length()),
+          r.rows(),
+          r.weights(),
+          r.repeats(),
+          r.seconds(),
+          r.gflops(),
+          100 * r.gflops() / peak);
+    }
+    System.out.println();
     System.out.println("### Prefill (F32, chunks of " + chunk + " tokens)");
     System.out.println();
     System.out.println(

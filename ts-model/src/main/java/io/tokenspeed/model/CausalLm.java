@@ -20,6 +20,7 @@ import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.config.Qwen2Config;
 import io.tokenspeed.model.config.Qwen3Config;
 import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kernel.Rope;
 import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.layer.Attention;
@@ -181,10 +182,10 @@ public final class CausalLm implements AutoCloseable {
     return new Attention(
         layer,
         group,
-        w.take(a + "q_proj.weight", qWidth, hidden),
-        w.take(a + "k_proj.weight", kvWidth, hidden),
-        w.take(a + "v_proj.weight", kvWidth, hidden),
-        w.take(a + "o_proj.weight", hidden, qWidth),
+        matrix(w, a + "q_proj.weight", qWidth, hidden),
+        matrix(w, a + "k_proj.weight", kvWidth, hidden),
+        matrix(w, a + "v_proj.weight", kvWidth, hidden),
+        matrix(w, a + "o_proj.weight", hidden, qWidth),
         qkvBias ? w.take(a + "q_proj.bias", qWidth).toFloatArray() : null,
         qkvBias ? w.take(a + "k_proj.bias", kvWidth).toFloatArray() : null,
         qkvBias ? w.take(a + "v_proj.bias", kvWidth).toFloatArray() : null,
@@ -199,12 +200,20 @@ public final class CausalLm implements AutoCloseable {
         softcap);
   }
 
+  /**
+   * The weight matrix {@code name} of shape {@code [out][in]}, for {@link
+   * io.tokenspeed.model.kernel.MatMul}.
+   */
+  static PackedMatrix matrix(WeightSource w, String name, int out, int in) {
+    return PackedMatrix.of(w.take(name, out, in));
+  }
+
   /** The LM head: the embedding when tied, else {@code lm_head.weight}; soft-capped when > 0. */
   static LmHead lmHead(
       WeightSource w, Tensor embed, boolean tied, int vocabSize, int hidden, float softcap) {
     return tied
-        ? new LmHead(embed, true, softcap)
-        : new LmHead(w.take("lm_head.weight", vocabSize, hidden), false, softcap);
+        ? new LmHead(PackedMatrix.of(embed), true, softcap)
+        : new LmHead(matrix(w, "lm_head.weight", vocabSize, hidden), false, softcap);
   }
 
   private static CausalLm buildDecoder(
@@ -237,9 +246,9 @@ public final class CausalLm implements AutoCloseable {
               0f);
       SwiGluMlp mlp =
           new SwiGluMlp(
-              w.take(p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+              matrix(w, p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
+              matrix(w, p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
+              matrix(w, p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
       blocks.add(
           new DecoderBlock(
               l,

@@ -76,9 +76,9 @@ final class Gemma3Builder {
           sliding ? new SlidingAttention(config.slidingWindow(), attention) : attention;
       GeGluMlp mlp =
           new GeGluMlp(
-              w.take(p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+              CausalLm.matrix(w, p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
+              CausalLm.matrix(w, p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
+              CausalLm.matrix(w, p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
       blocks.add(
           new SandwichBlock(
               l,

@@ -80,9 +80,10 @@ final class RecurrentModels {
       }
       SwiGluMlp mlp =
           new SwiGluMlp(
-              w.take(p + "feed_forward.gate_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "feed_forward.up_proj.weight", d.intermediateSize(), hidden),
-              w.take(p + "feed_forward.down_proj.weight", hidden, d.intermediateSize()));
+              CausalLm.matrix(w, p + "feed_forward.gate_proj.weight", d.intermediateSize(), hidden),
+              CausalLm.matrix(w, p + "feed_forward.up_proj.weight", d.intermediateSize(), hidden),
+              CausalLm.matrix(
+                  w, p + "feed_forward.down_proj.weight", hidden, d.intermediateSize()));
       blocks.add(
           new HybridBlock(
               l,
@@ -118,18 +119,18 @@ final class RecurrentModels {
         layer,
         group,
         m,
-        w.take(p + "in_proj.weight", 2 * di, hidden),
+        CausalLm.matrix(w, p + "in_proj.weight", 2 * di, hidden),
         w.take(p + "conv1d.weight", di, 1, m.convKernel()).toFloatArray(),
         m.convBias() ? w.take(p + "conv1d.bias", di).toFloatArray() : null,
-        w.take(p + "x_proj.weight", rank + 2 * n, di),
+        CausalLm.matrix(w, p + "x_proj.weight", rank + 2 * n, di),
         m.innerNorms() ? norm(w, p + "dt_layernorm.weight", rank, eps) : null,
         m.innerNorms() ? norm(w, p + "b_layernorm.weight", n, eps) : null,
         m.innerNorms() ? norm(w, p + "c_layernorm.weight", n, eps) : null,
-        w.take(p + "dt_proj.weight", di, rank),
+        CausalLm.matrix(w, p + "dt_proj.weight", di, rank),
         w.take(p + "dt_proj.bias", di).toFloatArray(),
         a,
         w.take(p + "D", di).toFloatArray(),
-        w.take(p + "out_proj.weight", hidden, di));
+        CausalLm.matrix(w, p + "out_proj.weight", hidden, di));
   }
 
   private static RmsNorm norm(WeightSource w, String name, int width, float eps) {

@@ -1,63 +1,70 @@
 package io.tokenspeed.model.kernel;
 
-import io.tokenspeed.model.checkpoint.DType;
-import io.tokenspeed.model.checkpoint.Tensor;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
- * {@code y = x · Wᵀ (+ b)}: {@code x} is {@code [rows][in]} on the heap, {@code W} a mapped weight
- * {@code [out][in]} (F32, BF16 or F16), {@code y} is {@code [rows][out]}.
+ * {@code y = x · Wᵀ (+ b)}: {@code x} is {@code [rows][in]} on the heap, {@code W} a {@link
+ * PackedMatrix} {@code [out][in]}, {@code y} is {@code [rows][out]}.
  *
- * <p>Exactness: {@code y[t][o]} is bit-identical to {@link VectorMath#dot}{@code (x[t], W[o])}
- * (then {@code + b[o]}). It does not depend on the other rows of {@code x} (other requests, other
- * tokens of the chunk), on the thread count, or on whether the weight was widened from BF16/F16 or
- * read as F32.
- *
- * <p>Why it is still fast: a single dot is one FMA dependency chain, so it runs at the FMA latency,
- * not its throughput, and reloads its weight vector for every token. This kernel computes a tile of
- * up to 4 tokens × 4 weight rows at once. Each of the 16 outputs keeps its own vector accumulator
- * and sees exactly the dot's operations in the dot's order:
+ * <p>Exactness: every output is one sequential chain of fused multiply-adds over the inputs, in
+ * input order, then the bias:
  *
  * <pre>
- *   for i = 0, L, 2L, ... below loopBound(in):           (L = lanes of VectorMath.SPECIES)
- *     w0..w3 = W[o..o+3][i..i+L)                         loaded once, used by 4 tokens
- *     u      = x[t+j][i..i+L)                            loaded once, used by 4 weight rows
- *     acc[j][r] = fma(u, w_r, acc[j][r])                 16 independent chains
- *   y[t+j][o+r] = tail(sumLanes(acc[j][r]))              the dot's lane sum and scalar tail
+ *   s = +0.0
+ *   s = fma(x[t][k], W[o][k], s)     for k = 0, 1, ..., in-1
+ *   y[t][o] = s (+ b[o])
  * </pre>
  *
- * Interleaving independent accumulators changes only which instruction issues when, never an
- * operand of any output's own sequence, so the values are those of the one-chain dot ({@code
- * MatMulExactnessTest} compares them bit for bit with a copy of the one-dot kernel).
+ * That is exactly {@code Math.fma} in a scalar loop. It depends on nothing but row {@code t} of
+ * {@code x} and row {@code o} of {@code W}: not on the other rows of {@code x} (other requests,
+ * other tokens of the chunk, how a prompt was chunked), the thread count, the vector width of the
+ * machine, or whether the weight was stored as BF16, F16 or F32 ({@code MatMulExactnessTest}
+ * compares with that scalar loop bit for bit).
  *
- * <p>Threading: the weight rows are split into contiguous ranges of whole 4-row blocks, one range
- * per thread. A thread widens (or copies, for F32) each 4-row block once into a scratch array and
- * runs it against every token, so each weight byte is read from memory once per call. A step of
- * fewer than 4 tokens with F32 weights (decode) runs the one-chain dot straight on the mapped rows:
- * measured, four interleaved mapped streams were slower there than one.
+ * <p>Why it is fast: the vector lanes run over outputs, not over inputs. A tile of 6 tokens × 1
+ * panel ({@link PackedMatrix#PANEL} outputs, four vectors) keeps 24 vector accumulators in
+ * registers; each input step loads four weight vectors once for the six tokens and broadcasts one
+ * input of each token once for the four vectors:
+ *
+ * <pre>
+ *   for k in 0 .. in-1:
+ *     w0..w3 = panel[k][0 .. 4L)                      (L = lanes; one contiguous 4L-float row)
+ *     for j in 0..5:  a = broadcast(x[t+j][k])
+ *                     acc[j][v] = fma(a, w_v, acc[j][v])     v = 0..3: 24 independent chains
+ *   y[t+j][o+vL .. o+vL+L) = acc[j][v]
+ * </pre>
+ *
+ * Lane {@code l} of {@code acc[j][v]} is the chain of output {@code o+vL+l} for token {@code t+j},
+ * and a lane-wise fused multiply-add is the scalar one, so the vector code computes exactly the
+ * scalar chains above. Rows left over after the 6-token tiles run one at a time (decode steps of
+ * one token take that path); the padded columns of the last panel go to a scratch tile and are
+ * dropped.
+ *
+ * <p>Threading: the work is panels (× token slices when there are fewer panels than threads), split
+ * into contiguous ranges, so a thread streams its own panels and every weight byte is read from
+ * memory about once per call.
  */
 public final class MatMul {
-  /** Weight rows per tile (and per unit of the thread split). */
-  static final int ROW_BLOCK = 4;
-
   /** Tokens per tile. */
-  static final int TOKEN_BLOCK = 4;
+  static final int TOKEN_TILE = 6;
 
   private static final VectorSpecies<Float> SPECIES = VectorMath.SPECIES;
   private static final int L = SPECIES.length();
+  private static final ByteOrder NATIVE = ByteOrder.nativeOrder();
+  private static final long VECTOR_BYTES = (long) L * Float.BYTES;
+  private static final long STEP_BYTES = (long) PackedMatrix.PANEL * Float.BYTES;
 
   private MatMul() {}
 
   /** Computes {@code y[t*out + o]} for {@code t < rows}, {@code o < out}. */
   public static void apply(
-      ComputePool pool, float[] x, int rows, Tensor w, float[] bias, float[] y) {
-    if (w.rank() != 2) {
-      throw new IllegalArgumentException("weight " + w.name() + " rank=" + w.rank() + " must be 2");
-    }
+      ComputePool pool, float[] x, int rows, PackedMatrix w, float[] bias, float[] y) {
     int out = w.dim(0);
     int in = w.dim(1);
-    if (x.length < (long) rows * in || y.length < (long) rows * out) {
+    if (rows < 0 || x.length < (long) rows * in || y.length < (long) rows * out) {
       throw new IllegalArgumentException(
           "matmul "
               + w.name()
@@ -72,165 +79,216 @@ public final class MatMul {
       throw new IllegalArgumentException(
           "matmul " + w.name() + " bias.length=" + bias.length + " out=" + out);
     }
-    if (rows <= 0) {
+    if (rows == 0) {
       return;
     }
-    int blocks = (out + ROW_BLOCK - 1) / ROW_BLOCK;
-    boolean mapped = w.dtype() == DType.F32 && rows < TOKEN_BLOCK;
+    MemorySegment b = w.panelsOn(pool);
+    int panels = w.panels();
+    int slices = tokenSlices(pool.threads(), panels, rows);
     pool.parallelFor(
-        blocks,
+        panels * slices,
         (from, to) -> {
-          float[] wBlock = mapped ? null : new float[ROW_BLOCK * in];
-          for (int blk = from; blk < to; blk++) {
-            int o = blk * ROW_BLOCK;
-            int n = Math.min(ROW_BLOCK, out - o);
-            if (mapped) {
-              for (int r = 0; r < n; r++) {
-                for (int t = 0; t < rows; t++) {
-                  float d = VectorMath.dot(x, t * in, w.data(), (long) (o + r) * in * 4, in);
-                  y[t * out + o + r] = bias == null ? d : d + bias[o + r];
-                }
-              }
-              continue;
-            }
-            w.readFloats((long) o * in, wBlock, 0, n * in);
-            if (n == ROW_BLOCK) {
-              int t = 0;
-              for (; t + TOKEN_BLOCK <= rows; t += TOKEN_BLOCK) {
-                tile4x4(x, t, in, wBlock, o, out, bias, y);
-              }
-              for (; t < rows; t++) {
-                tile1x4(x, t, in, wBlock, o, out, bias, y);
-              }
-            } else {
-              for (int r = 0; r < n; r++) {
-                float b = bias == null ? 0f : bias[o + r];
-                for (int t = 0; t < rows; t++) {
-                  float d = VectorMath.dot(x, t * in, wBlock, r * in, in);
-                  y[t * out + o + r] = bias == null ? d : d + b;
-                }
-              }
-            }
+          float[] scratch = new float[TOKEN_TILE * PackedMatrix.PANEL];
+          for (int item = from; item < to; item++) {
+            int p = item / slices;
+            int s = item % slices;
+            int t0 = (int) ((long) rows * s / slices);
+            int t1 = (int) ((long) rows * (s + 1) / slices);
+            panel(
+                x, t0, t1, in, b, w.panelOffset(p), p * PackedMatrix.PANEL, out, bias, y, scratch);
           }
         });
   }
 
-  /** Tokens {@code t..t+3} against the 4 rows in {@code wb}, written to columns {@code o..o+3}. */
-  private static void tile4x4(
-      float[] x, int t, int in, float[] wb, int o, int out, float[] bias, float[] y) {
-    int x0 = t * in;
-    int x1 = x0 + in;
-    int x2 = x1 + in;
-    int x3 = x2 + in;
-    int w1 = in;
-    int w2 = 2 * in;
-    int w3 = 3 * in;
-    FloatVector a00 = FloatVector.zero(SPECIES);
-    FloatVector a01 = a00;
-    FloatVector a02 = a00;
-    FloatVector a03 = a00;
-    FloatVector a10 = a00;
-    FloatVector a11 = a00;
-    FloatVector a12 = a00;
-    FloatVector a13 = a00;
-    FloatVector a20 = a00;
-    FloatVector a21 = a00;
-    FloatVector a22 = a00;
-    FloatVector a23 = a00;
-    FloatVector a30 = a00;
-    FloatVector a31 = a00;
-    FloatVector a32 = a00;
-    FloatVector a33 = a00;
-    int bound = SPECIES.loopBound(in);
-    for (int i = 0; i < bound; i += L) {
-      FloatVector v0 = FloatVector.fromArray(SPECIES, wb, i);
-      FloatVector v1 = FloatVector.fromArray(SPECIES, wb, w1 + i);
-      FloatVector v2 = FloatVector.fromArray(SPECIES, wb, w2 + i);
-      FloatVector v3 = FloatVector.fromArray(SPECIES, wb, w3 + i);
-      FloatVector u = FloatVector.fromArray(SPECIES, x, x0 + i);
-      a00 = u.fma(v0, a00);
-      a01 = u.fma(v1, a01);
-      a02 = u.fma(v2, a02);
-      a03 = u.fma(v3, a03);
-      u = FloatVector.fromArray(SPECIES, x, x1 + i);
-      a10 = u.fma(v0, a10);
-      a11 = u.fma(v1, a11);
-      a12 = u.fma(v2, a12);
-      a13 = u.fma(v3, a13);
-      u = FloatVector.fromArray(SPECIES, x, x2 + i);
-      a20 = u.fma(v0, a20);
-      a21 = u.fma(v1, a21);
-      a22 = u.fma(v2, a22);
-      a23 = u.fma(v3, a23);
-      u = FloatVector.fromArray(SPECIES, x, x3 + i);
-      a30 = u.fma(v0, a30);
-      a31 = u.fma(v1, a31);
-      a32 = u.fma(v2, a32);
-      a33 = u.fma(v3, a33);
+  /** Token slices per panel: enough work items for every thread, tiles of whole 6-token runs. */
+  private static int tokenSlices(int threads, int panels, int rows) {
+    if (panels >= threads) {
+      return 1;
     }
-    int y0 = t * out + o;
-    int y1 = y0 + out;
-    int y2 = y1 + out;
-    int y3 = y2 + out;
-    y[y0] = finish(a00, x, x0, wb, 0, bound, in, bias, o);
-    y[y0 + 1] = finish(a01, x, x0, wb, w1, bound, in, bias, o + 1);
-    y[y0 + 2] = finish(a02, x, x0, wb, w2, bound, in, bias, o + 2);
-    y[y0 + 3] = finish(a03, x, x0, wb, w3, bound, in, bias, o + 3);
-    y[y1] = finish(a10, x, x1, wb, 0, bound, in, bias, o);
-    y[y1 + 1] = finish(a11, x, x1, wb, w1, bound, in, bias, o + 1);
-    y[y1 + 2] = finish(a12, x, x1, wb, w2, bound, in, bias, o + 2);
-    y[y1 + 3] = finish(a13, x, x1, wb, w3, bound, in, bias, o + 3);
-    y[y2] = finish(a20, x, x2, wb, 0, bound, in, bias, o);
-    y[y2 + 1] = finish(a21, x, x2, wb, w1, bound, in, bias, o + 1);
-    y[y2 + 2] = finish(a22, x, x2, wb, w2, bound, in, bias, o + 2);
-    y[y2 + 3] = finish(a23, x, x2, wb, w3, bound, in, bias, o + 3);
-    y[y3] = finish(a30, x, x3, wb, 0, bound, in, bias, o);
-    y[y3 + 1] = finish(a31, x, x3, wb, w1, bound, in, bias, o + 1);
-    y[y3 + 2] = finish(a32, x, x3, wb, w2, bound, in, bias, o + 2);
-    y[y3 + 3] = finish(a33, x, x3, wb, w3, bound, in, bias, o + 3);
+    int wanted = (threads + panels - 1) / panels;
+    return Math.max(1, Math.min(wanted, rows / TOKEN_TILE));
   }
 
-  /** Token {@code t} against the 4 rows in {@code wb}: four independent chains. */
-  private static void tile1x4(
-      float[] x, int t, int in, float[] wb, int o, int out, float[] bias, float[] y) {
-    int x0 = t * in;
-    int w1 = in;
-    int w2 = 2 * in;
-    int w3 = 3 * in;
-    FloatVector a0 = FloatVector.zero(SPECIES);
-    FloatVector a1 = a0;
-    FloatVector a2 = a0;
-    FloatVector a3 = a0;
-    int bound = SPECIES.loopBound(in);
-    for (int i = 0; i < bound; i += L) {
-      FloatVector u = FloatVector.fromArray(SPECIES, x, x0 + i);
-      a0 = u.fma(FloatVector.fromArray(SPECIES, wb, i), a0);
-      a1 = u.fma(FloatVector.fromArray(SPECIES, wb, w1 + i), a1);
-      a2 = u.fma(FloatVector.fromArray(SPECIES, wb, w2 + i), a2);
-      a3 = u.fma(FloatVector.fromArray(SPECIES, wb, w3 + i), a3);
-    }
-    int y0 = t * out + o;
-    y[y0] = finish(a0, x, x0, wb, 0, bound, in, bias, o);
-    y[y0 + 1] = finish(a1, x, x0, wb, w1, bound, in, bias, o + 1);
-    y[y0 + 2] = finish(a2, x, x0, wb, w2, bound, in, bias, o + 2);
-    y[y0 + 3] = finish(a3, x, x0, wb, w3, bound, in, bias, o + 3);
-  }
-
-  /** The rest of {@link VectorMath#dot} after its vector loop: lane sum, scalar tail, bias. */
-  private static float finish(
-      FloatVector acc,
+  /** Tokens {@code t0..t1-1} against the panel at byte {@code pOff}, outputs {@code o0..}. */
+  private static void panel(
       float[] x,
-      int xOff,
-      float[] wb,
-      int wOff,
-      int bound,
+      int t0,
+      int t1,
       int in,
+      MemorySegment b,
+      long pOff,
+      int o0,
+      int out,
       float[] bias,
-      int o) {
-    float s = VectorMath.sumLanes(acc);
-    for (int i = bound; i < in; i++) {
-      s = Math.fma(x[xOff + i], wb[wOff + i], s);
+      float[] y,
+      float[] scratch) {
+    int n = Math.min(PackedMatrix.PANEL, out - o0);
+    boolean whole = n == PackedMatrix.PANEL;
+    int t = t0;
+    while (t < t1) {
+      int tile = t1 - t >= TOKEN_TILE ? TOKEN_TILE : 1;
+      if (whole) {
+        if (tile == TOKEN_TILE) {
+          tile6(x, t * in, in, b, pOff, y, t * out + o0, out);
+        } else {
+          tile1(x, t * in, in, b, pOff, y, t * out + o0, out);
+        }
+      } else {
+        if (tile == TOKEN_TILE) {
+          tile6(x, t * in, in, b, pOff, scratch, 0, PackedMatrix.PANEL);
+        } else {
+          tile1(x, t * in, in, b, pOff, scratch, 0, PackedMatrix.PANEL);
+        }
+        for (int j = 0; j < tile; j++) {
+          System.arraycopy(scratch, j * PackedMatrix.PANEL, y, (t + j) * out + o0, n);
+        }
+      }
+      if (bias != null) {
+        for (int j = 0; j < tile; j++) {
+          int row = (t + j) * out;
+          for (int c = o0; c < o0 + n; c++) {
+            y[row + c] = y[row + c] + bias[c];
+          }
+        }
+      }
+      t += tile;
     }
-    return bias == null ? s : s + bias[o];
+  }
+
+  /**
+   * Rows {@code x[xOff..]} (stride {@code in}) ×6 against one panel, into {@code y[yOff..]} (stride
+   * {@code yStride}).
+   */
+  private static void tile6(
+      float[] x, int xOff, int in, MemorySegment b, long pOff, float[] y, int yOff, int yStride) {
+    FloatVector zero = FloatVector.zero(SPECIES);
+    FloatVector c00 = zero;
+    FloatVector c01 = zero;
+    FloatVector c02 = zero;
+    FloatVector c03 = zero;
+    FloatVector c10 = zero;
+    FloatVector c11 = zero;
+    FloatVector c12 = zero;
+    FloatVector c13 = zero;
+    FloatVector c20 = zero;
+    FloatVector c21 = zero;
+    FloatVector c22 = zero;
+    FloatVector c23 = zero;
+    FloatVector c30 = zero;
+    FloatVector c31 = zero;
+    FloatVector c32 = zero;
+    FloatVector c33 = zero;
+    FloatVector c40 = zero;
+    FloatVector c41 = zero;
+    FloatVector c42 = zero;
+    FloatVector c43 = zero;
+    FloatVector c50 = zero;
+    FloatVector c51 = zero;
+    FloatVector c52 = zero;
+    FloatVector c53 = zero;
+    int x0 = xOff;
+    int x1 = xOff + 1 * in;
+    int x2 = xOff + 2 * in;
+    int x3 = xOff + 3 * in;
+    int x4 = xOff + 4 * in;
+    int x5 = xOff + 5 * in;
+    long at = pOff;
+    for (int k = 0; k < in; k++, at += STEP_BYTES) {
+      FloatVector b0 = FloatVector.fromMemorySegment(SPECIES, b, at, NATIVE);
+      FloatVector b1 = FloatVector.fromMemorySegment(SPECIES, b, at + VECTOR_BYTES, NATIVE);
+      FloatVector b2 = FloatVector.fromMemorySegment(SPECIES, b, at + 2 * VECTOR_BYTES, NATIVE);
+      FloatVector b3 = FloatVector.fromMemorySegment(SPECIES, b, at + 3 * VECTOR_BYTES, NATIVE);
+      FloatVector a0 = FloatVector.broadcast(SPECIES, x[x0 + k]);
+      c00 = a0.fma(b0, c00);
+      c01 = a0.fma(b1, c01);
+      c02 = a0.fma(b2, c02);
+      c03 = a0.fma(b3, c03);
+      FloatVector a1 = FloatVector.broadcast(SPECIES, x[x1 + k]);
+      c10 = a1.fma(b0, c10);
+      c11 = a1.fma(b1, c11);
+      c12 = a1.fma(b2, c12);
+      c13 = a1.fma(b3, c13);
+      FloatVector a2 = FloatVector.broadcast(SPECIES, x[x2 + k]);
+      c20 = a2.fma(b0, c20);
+      c21 = a2.fma(b1, c21);
+      c22 = a2.fma(b2, c22);
+      c23 = a2.fma(b3, c23);
+      FloatVector a3 = FloatVector.broadcast(SPECIES, x[x3 + k]);
+      c30 = a3.fma(b0, c30);
+      c31 = a3.fma(b1, c31);
+      c32 = a3.fma(b2, c32);
+      c33 = a3.fma(b3, c33);
+      FloatVector a4 = FloatVector.broadcast(SPECIES, x[x4 + k]);
+      c40 = a4.fma(b0, c40);
+      c41 = a4.fma(b1, c41);
+      c42 = a4.fma(b2, c42);
+      c43 = a4.fma(b3, c43);
+      FloatVector a5 = FloatVector.broadcast(SPECIES, x[x5 + k]);
+      c50 = a5.fma(b0, c50);
+      c51 = a5.fma(b1, c51);
+      c52 = a5.fma(b2, c52);
+      c53 = a5.fma(b3, c53);
+    }
+    int y0 = yOff;
+    c00.intoArray(y, y0);
+    c01.intoArray(y, y0 + 1 * L);
+    c02.intoArray(y, y0 + 2 * L);
+    c03.intoArray(y, y0 + 3 * L);
+    int y1 = yOff + 1 * yStride;
+    c10.intoArray(y, y1);
+    c11.intoArray(y, y1 + 1 * L);
+    c12.intoArray(y, y1 + 2 * L);
+    c13.intoArray(y, y1 + 3 * L);
+    int y2 = yOff + 2 * yStride;
+    c20.intoArray(y, y2);
+    c21.intoArray(y, y2 + 1 * L);
+    c22.intoArray(y, y2 + 2 * L);
+    c23.intoArray(y, y2 + 3 * L);
+    int y3 = yOff + 3 * yStride;
+    c30.intoArray(y, y3);
+    c31.intoArray(y, y3 + 1 * L);
+    c32.intoArray(y, y3 + 2 * L);
+    c33.intoArray(y, y3 + 3 * L);
+    int y4 = yOff + 4 * yStride;
+    c40.intoArray(y, y4);
+    c41.intoArray(y, y4 + 1 * L);
+    c42.intoArray(y, y4 + 2 * L);
+    c43.intoArray(y, y4 + 3 * L);
+    int y5 = yOff + 5 * yStride;
+    c50.intoArray(y, y5);
+    c51.intoArray(y, y5 + 1 * L);
+    c52.intoArray(y, y5 + 2 * L);
+    c53.intoArray(y, y5 + 3 * L);
+  }
+
+  /**
+   * Rows {@code x[xOff..]} (stride {@code in}) ×1 against one panel, into {@code y[yOff..]} (stride
+   * {@code yStride}).
+   */
+  private static void tile1(
+      float[] x, int xOff, int in, MemorySegment b, long pOff, float[] y, int yOff, int yStride) {
+    FloatVector zero = FloatVector.zero(SPECIES);
+    FloatVector c00 = zero;
+    FloatVector c01 = zero;
+    FloatVector c02 = zero;
+    FloatVector c03 = zero;
+    int x0 = xOff;
+    long at = pOff;
+    for (int k = 0; k < in; k++, at += STEP_BYTES) {
+      FloatVector b0 = FloatVector.fromMemorySegment(SPECIES, b, at, NATIVE);
+      FloatVector b1 = FloatVector.fromMemorySegment(SPECIES, b, at + VECTOR_BYTES, NATIVE);
+      FloatVector b2 = FloatVector.fromMemorySegment(SPECIES, b, at + 2 * VECTOR_BYTES, NATIVE);
+      FloatVector b3 = FloatVector.fromMemorySegment(SPECIES, b, at + 3 * VECTOR_BYTES, NATIVE);
+      FloatVector a0 = FloatVector.broadcast(SPECIES, x[x0 + k]);
+      c00 = a0.fma(b0, c00);
+      c01 = a0.fma(b1, c01);
+      c02 = a0.fma(b2, c02);
+      c03 = a0.fma(b3, c03);
+    }
+    int y0 = yOff;
+    c00.intoArray(y, y0);
+    c01.intoArray(y, y0 + 1 * L);
+    c02.intoArray(y, y0 + 2 * L);
+    c03.intoArray(y, y0 + 3 * L);
   }
 }

@@ -2,9 +2,9 @@ package io.tokenspeed.model.layer;
 
 import io.tokenspeed.core.CacheField;
 import io.tokenspeed.core.GroupKind;
-import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kernel.PagedAttention;
 import io.tokenspeed.model.kernel.Rope;
 import io.tokenspeed.model.kv.PagedKvPool;
@@ -48,10 +48,10 @@ import java.util.List;
 public record Attention(
     int layerIndex,
     int cacheGroup,
-    Tensor q,
-    Tensor k,
-    Tensor v,
-    Tensor o,
+    PackedMatrix q,
+    PackedMatrix k,
+    PackedMatrix v,
+    PackedMatrix o,
     float[] qBias,
     float[] kBias,
     float[] vBias,

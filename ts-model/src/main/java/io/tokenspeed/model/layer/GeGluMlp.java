@@ -1,15 +1,15 @@
 package io.tokenspeed.model.layer;
 
-import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.kernel.Activations;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 
 /**
- * The gated MLP {@code down(gelu_tanh(gate(x)) ⊙ up(x))} (Gemma), weights mapped: gate and up are
+ * The gated MLP {@code down(gelu_tanh(gate(x)) ⊙ up(x))} (Gemma), weights packed: gate and up are
  * {@code [intermediate][hidden]}, down is {@code [hidden][intermediate]}.
  */
-public record GeGluMlp(Tensor gate, Tensor up, Tensor down) implements Layer {
+public record GeGluMlp(PackedMatrix gate, PackedMatrix up, PackedMatrix down) implements Layer {
 
   public GeGluMlp {
     if (gate.dim(0) != up.dim(0)

@@ -1,7 +1,7 @@
 package io.tokenspeed.model.layer;
 
 /**
- * The layer kinds a model composes from its config. Each is a small record of mapped weights and
+ * The layer kinds a model composes from its config. Each is a small record of weights and
  * hyperparameters with a {@code forward}-style method over a batch of token rows; the math lives in
  * the kernels ({@code io.tokenspeed.model.kernel}), which own the reduction order. Layers that keep
  * state across steps are {@link CachedLayer}s and state the cache group kind they need.

@@ -1,23 +1,24 @@
 package io.tokenspeed.model.layer;
 
-import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kernel.PagedAttention;
 
 /**
  * Logits {@code h · Wᵀ} over the vocabulary. {@code tied} says the matrix is the embedding's
- * ({@code tie_word_embeddings}); the bytes are the same mapped tensor either way.
+ * ({@code tie_word_embeddings}); either way it is multiplied in its packed form ({@link
+ * PackedMatrix}).
  *
  * @param weight {@code [vocab][hidden]}
  * @param tied whether {@code weight} is the embedding matrix
  * @param softcap 0, or the cap {@code c} of logits soft-capped to {@code c·tanh(l/c)} (elementwise)
  */
-public record LmHead(Tensor weight, boolean tied, float softcap) implements Layer {
+public record LmHead(PackedMatrix weight, boolean tied, float softcap) implements Layer {
 
   public LmHead {
-    if (weight == null || weight.rank() != 2) {
-      throw new IllegalArgumentException("lm head weight=" + weight + " must be a matrix");
+    if (weight == null) {
+      throw new IllegalArgumentException("lm head weight is missing");
     }
     if (!(softcap >= 0f) || Float.isInfinite(softcap)) {
       throw new IllegalArgumentException(

@@ -2,10 +2,10 @@ package io.tokenspeed.model.layer;
 
 import io.tokenspeed.core.CacheField;
 import io.tokenspeed.core.GroupKind;
-import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.config.MixerDims;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kernel.SelectiveScan;
 import io.tokenspeed.model.kv.PagedKvPool;
 import java.util.List;
@@ -48,18 +48,18 @@ public record MambaMixer(
     int layerIndex,
     int cacheGroup,
     MixerDims dims,
-    Tensor inProj,
+    PackedMatrix inProj,
     float[] convWeight,
     float[] convBias,
-    Tensor xProj,
+    PackedMatrix xProj,
     RmsNorm dtNorm,
     RmsNorm bNorm,
     RmsNorm cNorm,
-    Tensor dtProj,
+    PackedMatrix dtProj,
     float[] dtBias,
     float[] a,
     float[] d,
-    Tensor outProj)
+    PackedMatrix outProj)
     implements Layer, CachedLayer {
 
   public MambaMixer {

@@ -1,15 +1,15 @@
 package io.tokenspeed.model.layer;
 
-import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.kernel.Activations;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
+import io.tokenspeed.model.kernel.PackedMatrix;
 
 /**
- * The gated MLP {@code down(silu(gate(x)) ⊙ up(x))}, weights mapped: gate and up are {@code
+ * The gated MLP {@code down(silu(gate(x)) ⊙ up(x))}, weights packed: gate and up are {@code
  * [intermediate][hidden]}, down is {@code [hidden][intermediate]}.
  */
-public record SwiGluMlp(Tensor gate, Tensor up, Tensor down) implements Layer {
+public record SwiGluMlp(PackedMatrix gate, PackedMatrix up, PackedMatrix down) implements Layer {
 
   public SwiGluMlp {
     if (gate.dim(0) != up.dim(0)
