@@ -82,7 +82,7 @@ public final class MatMul {
     if (rows == 0) {
       return;
     }
-    MemorySegment b = w.panelsOn(pool);
+    MemorySegment[] b = w.panelsOn(pool);
     int panels = w.panels();
     int slices = tokenSlices(pool.threads(), panels, rows);
     pool.parallelFor(
@@ -94,8 +94,7 @@ public final class MatMul {
             int s = item % slices;
             int t0 = (int) ((long) rows * s / slices);
             int t1 = (int) ((long) rows * (s + 1) / slices);
-            panel(
-                x, t0, t1, in, b, w.panelOffset(p), p * PackedMatrix.PANEL, out, bias, y, scratch);
+            panel(x, t0, t1, in, b[p], p * PackedMatrix.PANEL, out, bias, y, scratch);
           }
         });
   }
@@ -109,14 +108,13 @@ public final class MatMul {
     return Math.max(1, Math.min(wanted, rows / TOKEN_TILE));
   }
 
-  /** Tokens {@code t0..t1-1} against the panel at byte {@code pOff}, outputs {@code o0..}. */
+  /** Tokens {@code t0..t1-1} against the panel {@code b} of outputs {@code o0..}. */
   private static void panel(
       float[] x,
       int t0,
       int t1,
       int in,
       MemorySegment b,
-      long pOff,
       int o0,
       int out,
       float[] bias,
@@ -129,15 +127,15 @@ public final class MatMul {
       int tile = t1 - t >= TOKEN_TILE ? TOKEN_TILE : 1;
       if (whole) {
         if (tile == TOKEN_TILE) {
-          tile6(x, t * in, in, b, pOff, y, t * out + o0, out);
+          tile6(x, t * in, in, b, y, t * out + o0, out);
         } else {
-          tile1(x, t * in, in, b, pOff, y, t * out + o0, out);
+          tile1(x, t * in, in, b, y, t * out + o0, out);
         }
       } else {
         if (tile == TOKEN_TILE) {
-          tile6(x, t * in, in, b, pOff, scratch, 0, PackedMatrix.PANEL);
+          tile6(x, t * in, in, b, scratch, 0, PackedMatrix.PANEL);
         } else {
-          tile1(x, t * in, in, b, pOff, scratch, 0, PackedMatrix.PANEL);
+          tile1(x, t * in, in, b, scratch, 0, PackedMatrix.PANEL);
         }
         for (int j = 0; j < tile; j++) {
           System.arraycopy(scratch, j * PackedMatrix.PANEL, y, (t + j) * out + o0, n);
@@ -160,7 +158,7 @@ public final class MatMul {
    * {@code yStride}).
    */
   private static void tile6(
-      float[] x, int xOff, int in, MemorySegment b, long pOff, float[] y, int yOff, int yStride) {
+      float[] x, int xOff, int in, MemorySegment b, float[] y, int yOff, int yStride) {
     FloatVector zero = FloatVector.zero(SPECIES);
     FloatVector c00 = zero;
     FloatVector c01 = zero;
@@ -192,7 +190,7 @@ public final class MatMul {
     int x3 = xOff + 3 * in;
     int x4 = xOff + 4 * in;
     int x5 = xOff + 5 * in;
-    long at = pOff;
+    long at = 0;
     for (int k = 0; k < in; k++, at += STEP_BYTES) {
       FloatVector b0 = FloatVector.fromMemorySegment(SPECIES, b, at, NATIVE);
       FloatVector b1 = FloatVector.fromMemorySegment(SPECIES, b, at + VECTOR_BYTES, NATIVE);
@@ -266,14 +264,14 @@ public final class MatMul {
    * {@code yStride}).
    */
   private static void tile1(
-      float[] x, int xOff, int in, MemorySegment b, long pOff, float[] y, int yOff, int yStride) {
+      float[] x, int xOff, int in, MemorySegment b, float[] y, int yOff, int yStride) {
     FloatVector zero = FloatVector.zero(SPECIES);
     FloatVector c00 = zero;
     FloatVector c01 = zero;
     FloatVector c02 = zero;
     FloatVector c03 = zero;
     int x0 = xOff;
-    long at = pOff;
+    long at = 0;
     for (int k = 0; k < in; k++, at += STEP_BYTES) {
       FloatVector b0 = FloatVector.fromMemorySegment(SPECIES, b, at, NATIVE);
       FloatVector b1 = FloatVector.fromMemorySegment(SPECIES, b, at + VECTOR_BYTES, NATIVE);

@@ -36,7 +36,7 @@ public final class PackedMatrix {
   private final int out;
   private final int in;
   private final int panels;
-  private volatile MemorySegment packed;
+  private volatile MemorySegment[] packed;
 
   private PackedMatrix(Tensor source) {
     if (source.rank() != 2) {
@@ -77,14 +77,9 @@ public final class PackedMatrix {
     return panels;
   }
 
-  /** Byte offset of panel {@code p} in {@link #panelsOn}'s segment. */
-  long panelOffset(int p) {
-    return (long) p * in * PANEL * Float.BYTES;
-  }
-
-  /** The packed panels, packing them on {@code pool} the first time. */
-  MemorySegment panelsOn(ComputePool pool) {
-    MemorySegment s = packed;
+  /** The packed panels, one segment each, packing them on {@code pool} the first time. */
+  MemorySegment[] panelsOn(ComputePool pool) {
+    MemorySegment[] s = packed;
     if (s == null) {
       synchronized (this) {
         s = packed;
@@ -97,12 +92,17 @@ public final class PackedMatrix {
     return s;
   }
 
-  private MemorySegment pack(ComputePool pool) {
-    long bytes = (long) panels * in * PANEL * Float.BYTES;
-    MemorySegment seg = Arena.ofAuto().allocate(Math.max(bytes, Float.BYTES), 64);
+  /**
+   * Each thread allocates and fills the panels of its own range, so the fresh pages are first
+   * touched (zeroed by the allocation) in parallel too.
+   */
+  private MemorySegment[] pack(ComputePool pool) {
+    long panelBytes = Math.max((long) in * PANEL * Float.BYTES, Float.BYTES);
+    MemorySegment[] segs = new MemorySegment[panels];
     pool.parallelFor(
         panels,
         (from, to) -> {
+          MemorySegment range = Arena.ofAuto().allocate(panelBytes * (to - from), 64);
           float[] row = new float[in];
           float[] panel = new float[in * PANEL];
           for (int p = from; p < to; p++) {
@@ -115,10 +115,11 @@ public final class PackedMatrix {
                 panel[k * PANEL + c] = row[k];
               }
             }
-            MemorySegment.copy(panel, 0, seg, ValueLayout.JAVA_FLOAT, panelOffset(p), panel.length);
+            segs[p] = range.asSlice(panelBytes * (p - from), panelBytes);
+            MemorySegment.copy(panel, 0, segs[p], ValueLayout.JAVA_FLOAT, 0, panel.length);
           }
         });
-    return seg;
+    return segs;
   }
 
   @Override
