@@ -1,6 +1,7 @@
 package io.tokenspeed.model.kernel;
 
 import java.lang.foreign.MemorySegment;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Causal attention over KV held in paged blocks, for a batch that mixes prefill chunks and decode
@@ -11,21 +12,51 @@ import java.lang.foreign.MemorySegment;
  *     row = p / bg, slot = p mod bg, block = blockTable[r][row]     (physical id, any order)
  *     K/V of t live at block·bytesPerBlock + field + (kvHead·bg + slot)·headDim·4
  *   query head h reads kvHead = h / (numHeads / numKvHeads)  (GQA)
- *   scores_j = (q · k_j) · scale     for j = 0 .. p   (positions, ascending)
- *   out = Σ_j softmax(scores)_j · v_j                  (j ascending)
+ *   out = Σ_j softmax(scores)_j · v_j   over positions j = lo .. p  (lo = 0 without a window)
  * </pre>
  *
  * <p>{@link #write} stores the batch's new K/V first; {@link #attend} then lets each token see
  * every position up to its own, so a chunk's tokens see the chunk's earlier tokens and the
  * request's earlier chunks alike.
  *
- * <p>Exactness: one (token, head) pair is computed by one thread: scores in ascending position
- * order with {@link VectorMath#dot}, {@link Softmax#inPlace}, then the weighted sum of values in
- * ascending position order, one fused multiply-add per element and position. Physical block ids
- * only change where bytes are read, never the order, and a token's result reads nothing of other
- * requests: it is bit-identical whatever the chunking, batch, thread count or block placement.
+ * <p>Exactness: every output element is one fixed sequence of float operations on its query, the
+ * K/V at positions {@code lo..p}, the scale, the cap and the window, and nothing else:
+ *
+ * <pre>
+ *   s_j    = 0;  s_j = fma(q[d], k_j[d], s_j)   d = 0 .. hd−1        one chain per score
+ *   s_j    = s_j · scale;   s_j = softcap(s_j, c)  when c > 0
+ *   m      = max over j of s_j                                        (any order: same value)
+ *   e_j    = FastExp.exp(s_j − m)
+ *   part_l = 0;  part_l = part_l + e_j   j ≡ l (mod 16), j ascending   16 partial sums
+ *   sum    = 0;  sum = sum + part_l      l = 0 .. 15
+ *   acc[d] = 0;  acc[d] = fma(e_j, v_j[d], acc[d])   j = lo .. p ascending
+ *   out[d] = acc[d] / sum
+ *
+ *   positions:  0 ······ 15 | 16 ····· 31 | 32 ····· 47 | …    groups of 16 absolute positions,
+ *   lane l:     0 ······ 15 |  0 ····· 15 |  0 ····· 15 |      whatever the block size
+ *                     lo = 21 ┘                   └ p = 44
+ *   part_5 = e_21 + e_37,  part_12 = e_28 + e_44,  part_0 = e_32,  part_13 = e_29  …
+ * </pre>
+ *
+ * <p>The work ({@link AttentionTile}) is split into items of one KV head and a run of up to 64
+ * queries: tokens of one request at consecutive positions, times the query heads of that KV head.
+ * Threads claim items from a shared counter. An item transposes each span of keys once and scores
+ * all its queries against it, a vector lane being one (query, position) pair, then accumulates
+ * values with a lane per (query, dimension) — sharing loads between tokens and GQA heads but never
+ * an operation. Chunking, batch neighbours, thread count and physical block ids change which item a
+ * query lands in and where bytes are read, not the sequence above, so a token's output is
+ * bit-identical whatever they are.
  */
 public final class PagedAttention {
+  /** The softmax sum keeps one partial sum per absolute position mod GROUP. */
+  static final int GROUP = 16;
+
+  /** Queries an item aims for: tokens × the query heads of one KV head. */
+  private static final int TILE_QUERIES = 64;
+
+  /** Bound on an item's score scratch (queries × positions), in floats. */
+  private static final int TILE_SCORES = 1 << 20;
+
   private PagedAttention() {}
 
   /**
@@ -136,8 +167,8 @@ public final class PagedAttention {
    * </pre>
    *
    * <p>Rows entirely left of {@code lo} are never read, so they may be holes (null block 0). The
-   * window only narrows the ascending walk; the arithmetic of the positions read is that of the
-   * full walk, so exactness holds as stated in the class comment.
+   * window only moves {@code lo} in the sequence of the class comment, so exactness holds as stated
+   * there.
    *
    * @param softcap 0 for none, else the cap {@code c}
    * @param windowTokens 0 for the full history, else the window {@code W} (current token included)
@@ -155,44 +186,70 @@ public final class PagedAttention {
       int[] tokenRequest,
       int[][] blockTables,
       float[] out) {
-    int hd = kv.headDim();
-    int group = numHeads / kv.numKvHeads();
-    int width = numHeads * hd;
-    int bg = kv.blockTokens();
-    int maxCtx = 0;
-    for (int t = 0; t < tokens; t++) {
-      maxCtx = Math.max(maxCtx, positions[t] + 1);
+    if (tokens == 0) {
+      return;
     }
-    int scratchLength = windowTokens > 0 ? Math.min(maxCtx, windowTokens) : maxCtx;
+    int group = numHeads / kv.numKvHeads();
+    Tiles tiles = Tiles.of(tokens, group, windowTokens, positions, tokenRequest);
+    int items = tiles.count() * kv.numKvHeads();
+    AtomicInteger claimed = new AtomicInteger();
     pool.parallelFor(
-        tokens * numHeads,
+        Math.min(pool.threads(), items),
         (from, to) -> {
-          float[] scores = new float[scratchLength];
-          for (int item = from; item < to; item++) {
-            int t = item / numHeads;
-            int h = item % numHeads;
-            int kvHead = h / group;
-            int[] table = blockTables[tokenRequest[t]];
-            int end = positions[t] + 1;
-            int lo = windowTokens > 0 ? Math.max(0, end - windowTokens) : 0;
-            int n = end - lo;
-            int qOff = t * width + h * hd;
-            for (int i = 0; i < n; i++) {
-              int j = lo + i;
-              int block = table[j / bg];
-              float s =
-                  VectorMath.dot(q, qOff, kv.memory(), kv.kAt(block, j % bg, kvHead), hd) * scale;
-              scores[i] = softcap > 0f ? softcap(s, softcap) : s;
-            }
-            Softmax.inPlace(scores, 0, n);
-            java.util.Arrays.fill(out, qOff, qOff + hd, 0f);
-            for (int i = 0; i < n; i++) {
-              int j = lo + i;
-              int block = table[j / bg];
-              VectorMath.axpy(scores[i], kv.memory(), kv.vAt(block, j % bg, kvHead), out, qOff, hd);
-            }
+          AttentionTile tile = new AttentionTile(kv, tiles.maxTokens() * group, tiles.maxColumns());
+          for (int i = claimed.getAndIncrement(); i < items; i = claimed.getAndIncrement()) {
+            int item = items - 1 - i;
+            int start = tiles.start()[item / kv.numKvHeads()];
+            tile.attend(
+                q,
+                out,
+                start,
+                tiles.length()[item / kv.numKvHeads()],
+                item % kv.numKvHeads(),
+                group,
+                numHeads,
+                scale,
+                softcap,
+                windowTokens,
+                positions,
+                blockTables[tokenRequest[start]]);
           }
         });
+  }
+
+  /**
+   * The batch cut into runs of at most {@code maxTokens} tokens, each of one request at consecutive
+   * positions, and the widest score row among them.
+   */
+  private record Tiles(int[] start, int[] length, int count, int maxTokens, int maxColumns) {
+
+    static Tiles of(int tokens, int group, int windowTokens, int[] positions, int[] tokenRequest) {
+      int context = 0;
+      for (int t = 0; t < tokens; t++) {
+        context = Math.max(context, positions[t] + 1);
+      }
+      int span = windowTokens > 0 ? Math.min(context, windowTokens + TILE_QUERIES) : context;
+      int queries = Math.min(TILE_QUERIES, Math.max(1, TILE_SCORES / span));
+      int maxTokens = Math.max(1, queries / group);
+      int[] start = new int[tokens];
+      int[] length = new int[tokens];
+      int count = 0;
+      int maxColumns = 0;
+      for (int t = 0; t < tokens; ) {
+        int first = t++;
+        while (t < tokens
+            && t - first < maxTokens
+            && tokenRequest[t] == tokenRequest[first]
+            && positions[t] == positions[t - 1] + 1) {
+          t++;
+        }
+        start[count] = first;
+        length[count++] = t - first;
+        int lo = windowTokens > 0 ? Math.max(0, positions[first] - windowTokens + 1) : 0;
+        maxColumns = Math.max(maxColumns, AttentionTile.rowLength(lo, positions[t - 1]));
+      }
+      return new Tiles(start, length, count, maxTokens, maxColumns);
+    }
   }
 
   /** {@code cap · tanh(x / cap)} in float, with {@link StrictMath#tanh}. */
