@@ -42,6 +42,9 @@ final class AttentionTile {
   /** Positions per step of the score pass: two vectors. */
   private static final int CHUNK = 2 * L;
 
+  /** Positions per span of the value pass: every query block takes a span before the next. */
+  private static final int VALUE_SPAN = 256;
+
   /** Columns of a score row are a multiple of this. */
   private static final int COLUMN_ALIGN = Math.max(CHUNK, PagedAttention.GROUP);
 
@@ -82,7 +85,7 @@ final class AttentionTile {
     this.scores = new float[maxPadded * maxRowLength];
     this.keys = new float[hd * CHUNK];
     this.rowAt = new long[maxRowLength];
-    this.acc = new float[4 * hd];
+    this.acc = new float[maxPadded * hd];
     this.qOff = new int[maxPadded];
     this.lo = new int[maxPadded];
     this.hi = new int[maxPadded];
@@ -131,11 +134,15 @@ final class AttentionTile {
     for (int i = 0; i < queries; i++) {
       softmaxRow(i);
     }
-    for (int qb = 0; qb < queries; qb += 4) {
-      weightedValues(qb);
-      for (int i = qb; i < Math.min(qb + 4, queries); i++) {
-        divide(out, qOff[i], i - qb, sums[i]);
+    Arrays.fill(acc, 0, padded * hd, 0f);
+    for (int from = lo[0]; from <= hi[queries - 1]; from += VALUE_SPAN) {
+      int to = Math.min(from + VALUE_SPAN - 1, hi[queries - 1]);
+      for (int qb = 0; qb < queries; qb += 4) {
+        weightedValues(qb, from, to);
       }
+    }
+    for (int i = 0; i < queries; i++) {
+      divide(out, qOff[i], i, sums[i]);
     }
   }
 
@@ -543,14 +550,13 @@ final class AttentionTile {
   }
 
   /**
-   * {@code acc[r][d]} for queries {@code qb..qb+3} (r = query − qb): Σ over the query's positions
-   * ascending of weight · V. Columns read by all four run in one pass; the rest per query, before
-   * and after it, so that each query's chain stays ascending and never reads outside its range.
+   * Adds positions {@code from..to} to {@code acc[i][d]} for queries {@code qb..qb+3}: weight · V,
+   * positions ascending. Positions all four read run in one pass; the rest per query, before and
+   * after it, so that each query's chain stays ascending and never reads outside its range.
    */
-  private void weightedValues(int qb) {
-    Arrays.fill(acc, 0f);
+  private void weightedValues(int qb, int from, int to) {
     if (qb + 1 == padded) {
-      valuesOf(qb, 0, 0, 0, 0, lo[qb], hi[qb]);
+      valuesOf(qb, 0, 0, 0, 0, Math.max(lo[qb], from), Math.min(hi[qb], to));
       return;
     }
     int common = lo[qb];
@@ -562,16 +568,16 @@ final class AttentionTile {
     int distinct = Math.min(4, queries - qb);
     if (common > commonEnd) {
       for (int r = 0; r < distinct; r++) {
-        valuesOf(qb, r, r, r, r, lo[qb + r], hi[qb + r]);
+        valuesOf(qb, r, r, r, r, Math.max(lo[qb + r], from), Math.min(hi[qb + r], to));
       }
       return;
     }
     for (int r = 0; r < distinct; r++) {
-      valuesOf(qb, r, r, r, r, lo[qb + r], common - 1);
+      valuesOf(qb, r, r, r, r, Math.max(lo[qb + r], from), Math.min(common - 1, to));
     }
-    valuesOf(qb, 0, 1, 2, 3, common, commonEnd);
+    valuesOf(qb, 0, 1, 2, 3, Math.max(common, from), Math.min(commonEnd, to));
     for (int r = 0; r < distinct; r++) {
-      valuesOf(qb, r, r, r, r, commonEnd + 1, hi[qb + r]);
+      valuesOf(qb, r, r, r, r, Math.max(commonEnd + 1, from), Math.min(hi[qb + r], to));
     }
   }
 
@@ -587,20 +593,24 @@ final class AttentionTile {
     int w1 = (qb + r1) * rowLength - base;
     int w2 = (qb + r2) * rowLength - base;
     int w3 = (qb + r3) * rowLength - base;
+    int x0 = (qb + r0) * hd;
+    int x1 = (qb + r1) * hd;
+    int x2 = (qb + r2) * hd;
+    int x3 = (qb + r3) * hd;
     boolean single = r0 == r1 && r1 == r2 && r2 == r3;
     int d = 0;
     for (; d + 4 * L <= hd; d += 4 * L) {
       if (single) {
-        valuesOne(w0, r0 * hd + d, d, from, to);
+        valuesOne(w0, x0 + d, d, from, to);
       } else {
-        values4(w0, w1, w2, w3, r0 * hd + d, r1 * hd + d, r2 * hd + d, r3 * hd + d, d, from, to);
+        values4(w0, w1, w2, w3, x0 + d, x1 + d, x2 + d, x3 + d, d, from, to);
       }
     }
     for (; d + L <= hd; d += L) {
-      values1(w0, w1, w2, w3, r0 * hd + d, r1 * hd + d, r2 * hd + d, r3 * hd + d, d, from, to);
+      values1(w0, w1, w2, w3, x0 + d, x1 + d, x2 + d, x3 + d, d, from, to);
     }
     for (; d < hd; d++) {
-      valuesScalar(w0, w1, w2, w3, r0 * hd + d, r1 * hd + d, r2 * hd + d, r3 * hd + d, d, from, to);
+      valuesScalar(w0, w1, w2, w3, x0 + d, x1 + d, x2 + d, x3 + d, d, from, to);
     }
   }
 
@@ -733,9 +743,9 @@ final class AttentionTile {
     acc[x3] = a3;
   }
 
-  /** {@code out[o+d] = acc[r][d] / sum}. */
-  private void divide(float[] out, int o, int r, float sum) {
-    int x = r * hd;
+  /** {@code out[o+d] = acc[i][d] / sum}. */
+  private void divide(float[] out, int o, int i, float sum) {
+    int x = i * hd;
     int d = 0;
     for (; d + L <= hd; d += L) {
       FloatVector.fromArray(SPECIES, acc, x + d).div(sum).intoArray(out, o + d);

@@ -34,7 +34,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  *   positions:  0 ······ 15 | 16 ····· 31 | 32 ····· 47 | …    groups of 16 absolute positions,
  *   lane l:     0 ······ 15 |  0 ····· 15 |  0 ····· 15 |      whatever the block size
- *                     lo = 21 ┘                   └ p = 44
+ *                         lo = 21 ┘                 └ p = 44
  *   part_5 = e_21 + e_37,  part_12 = e_28 + e_44,  part_0 = e_32,  part_13 = e_29  …
  * </pre>
  *
