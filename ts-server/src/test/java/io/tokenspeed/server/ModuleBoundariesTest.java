@@ -45,6 +45,7 @@ class ModuleBoundariesTest {
           Rule.mayOnlyReach("ts-testkit", "ts-core"),
           Rule.mustNotReach(
               "ts-scheduler", "ts-l3", "ts-control", "ts-l3-redis", "ts-engine", "ts-server"),
+          Rule.mustNotReach("ts-engine", "ts-server", "ts-bench"),
           Rule.mustNotReach(
               "ts-control",
               "ts-scheduler",
