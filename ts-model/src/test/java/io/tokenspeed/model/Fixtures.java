@@ -43,6 +43,37 @@ public final class Fixtures {
     }
   }
 
+  /**
+   * Copies fixture {@code name} (config, weights, reference) out of the test resources into {@code
+   * dir/name}: what other modules use, where the resources are inside this module's test-jar.
+   */
+  public static Path extract(String name, Path dir) {
+    try {
+      Path dst = Files.createDirectories(dir.resolve(name));
+      for (String f : new String[] {"config.json", "model.safetensors", "reference.safetensors"}) {
+        String resource = "/fixtures/hf/" + name + "/" + f;
+        try (java.io.InputStream in = Fixtures.class.getResourceAsStream(resource)) {
+          if (in == null) {
+            throw new IllegalStateException(resource + " is missing from the test resources");
+          }
+          Files.copy(in, dst.resolve(f));
+        }
+      }
+      return dst;
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** {@code greedy_<prompt>} and {@code ids_<prompt>} of an extracted fixture folder. */
+  public static int[] referenceInts(Path extracted, String tensor) {
+    try (Arena arena = Arena.ofConfined()) {
+      return SafetensorsFile.open(extracted.resolve("reference.safetensors"), arena)
+          .tensor(tensor)
+          .toIntArray();
+    }
+  }
+
   /** The reference outputs of a fixture, read with the engine's own safetensors reader. */
   public static final class Reference implements AutoCloseable {
     private final Arena arena = Arena.ofShared();

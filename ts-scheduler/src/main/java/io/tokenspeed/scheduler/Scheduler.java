@@ -790,6 +790,43 @@ public final class Scheduler {
     return out;
   }
 
+  /**
+   * A copy of an admitted request's Device block tables (per group, the block of each row; 0 for a
+   * hole), or null when the request is not admitted. The engine hands them to the forward pass.
+   */
+  public int[][] blockTables(long id) {
+    Request r = requests.get(id);
+    if (r == null || r.blocks == null) {
+      return null;
+    }
+    int[][] rows = r.blocks.rows();
+    int[][] out = new int[rows.length][];
+    for (int g = 0; g < rows.length; g++) {
+      out[g] = rows[g].clone();
+    }
+    return out;
+  }
+
+  /**
+   * The admission a running request was admitted with (its reused boundary and the Device part of
+   * it), or null when it is not admitted.
+   */
+  public Admission admission(long id) {
+    Request r = requests.get(id);
+    return r == null || r.blocks == null ? null : r.blocks.admission;
+  }
+
+  /**
+   * Ends a request whose generation the engine finished (a stop token, its token limit): between
+   * rounds, after {@link #onForwardDone}; its blocks go back at once. Unknown ids are ignored.
+   */
+  public void complete(long id) {
+    Request r = requests.get(id);
+    if (r != null) {
+      finish(r, "stop");
+    }
+  }
+
   /** Each admitted request's Device block table, by request id (the invariant checkers). */
   Map<Long, int[][]> deviceTables() {
     Map<Long, int[][]> out = new LinkedHashMap<>();

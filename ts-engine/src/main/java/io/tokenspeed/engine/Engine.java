@@ -1,0 +1,482 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.BlockCopy;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.Tier;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.CopyFence;
+import io.tokenspeed.engine.memory.DeviceHandle;
+import io.tokenspeed.engine.memory.DevicePools;
+import io.tokenspeed.engine.memory.HostCacheStorage;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.sampling.FinishReason;
+import io.tokenspeed.model.sampling.Sampler;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.SamplingState;
+import io.tokenspeed.scheduler.ExecutionPlan;
+import io.tokenspeed.scheduler.RequestState;
+import io.tokenspeed.scheduler.RoundInput;
+import io.tokenspeed.scheduler.Scheduler;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * One engine replica (TP = 1, without L3): the Device and Host KV tiers, the copy thread between
+ * them, and the event loop that runs the scheduler's plans on the model.
+ *
+ * <p>A round of the loop thread (architecture §4, without the relay exchange and storage):
+ *
+ * <pre>
+ *   1. intake      new requests (checked, then submitted to the scheduler) and cancellations
+ *   2. plan        scheduler.round(tick, cancellations): forward batch, Device copies, demotions
+ *   3. dispatch    H2D loads, copy-on-write and D2H demotions to the copy thread, in plan order;
+ *                  the forward waits for their fence (a storage completion never stands in for it)
+ *   4. forward     the model over the Device pools, through each request's block tables
+ *   5. commit      scheduler.onForwardDone: prefill progress, publication, demoted blocks to Host
+ *   6. sample      the next token of every request whose known tokens are all computed; stop
+ *                  tokens and token limits end requests (their blocks go back at once)
+ *   7. resume      a request retracted after it generated tokens is resubmitted with its prompt and
+ *                  those tokens, so it resumes by recomputing them exactly
+ * </pre>
+ *
+ * <p>Rounds run while requests are active and, once they are not, until the background work is
+ * done: a round after a request ends, and rounds while demotions are planned, so cached Device
+ * blocks move to the Host even when no request arrives.
+ *
+ * <p>The scheduler and cache are owned by the loop thread; callers only touch the bounded intake
+ * queue and the cancellation queue, and read their {@link RequestHandle}.
+ */
+public final class Engine implements AutoCloseable {
+  private static final long IDLE_WAIT_MS = 20;
+
+  private final CausalLm model;
+  private final EngineConfig config;
+  private final CacheLayout layout;
+  private final OptionalInt eosId;
+  private final DevicePools device;
+  private final HostCacheStorage host;
+  private final DeviceHandle copies;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final ComputePool pool;
+  private final Sampler sampler;
+  private final ArrayBlockingQueue<Active> intake;
+  private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
+  private final AtomicLong ids = new AtomicLong();
+  private final AtomicLong seeds = new AtomicLong(0x5eed);
+  private final Map<Long, Active> active = new LinkedHashMap<>();
+  private final EngineObserver observer;
+  private final Thread loop;
+  private volatile boolean closing;
+  private volatile Throwable fatal;
+  private volatile long rounds;
+
+  /** An idle round is due: a request ended or demotions are in progress (background work). */
+  private boolean housekeeping;
+
+  /** One request the loop serves. */
+  private static final class Active {
+    final long id;
+    final RequestHandle handle;
+    final int promptTokens;
+    final SamplingState sampling;
+    final long submittedNs;
+    int[] tokens;
+    int known;
+    long admittedNs;
+    long firstTokenNs;
+    long lastTokenNs;
+    int reusedDevice = -1;
+    int reusedHost;
+
+    Active(long id, RequestHandle handle, int[] prompt, SamplingState sampling, long nowNs) {
+      this.id = id;
+      this.handle = handle;
+      this.promptTokens = prompt.length;
+      this.sampling = sampling;
+      this.submittedNs = nowNs;
+      this.tokens = Arrays.copyOf(prompt, prompt.length + sampling.params().maxTokens());
+      this.known = prompt.length;
+    }
+
+    int generated() {
+      return known - promptTokens;
+    }
+  }
+
+  private Engine(CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
+    this.model = model;
+    this.config = config;
+    this.eosId = eosId;
+    this.observer = observer;
+    this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
+    for (var g : layout.groups()) {
+      if (g.kind() instanceof GroupKind.StateCheckpoints) {
+        throw new IllegalArgumentException(
+            "model "
+                + model.identity().modelId()
+                + " has a State cache group (recurrent layers); the engine serves attention"
+                + " models (Full history and sliding-window groups) only");
+      }
+    }
+    this.device = new DevicePools(layout, config.deviceParents());
+    this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
+    this.copies = new DeviceHandle(device, host);
+    this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
+    this.scheduler =
+        new Scheduler(
+            cache,
+            null,
+            new Scheduler.Config(
+                config.tokenBudget(),
+                config.maxRunning(),
+                Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
+                config.demoteBelowFreeParents()));
+    this.pool = ComputePool.ofThreads(config.computeThreads());
+    this.sampler = new Sampler(model.vocabSize());
+    this.intake = new ArrayBlockingQueue<>(config.maxQueued());
+    this.loop = new Thread(this::run, "ts-engine-loop");
+    this.loop.setDaemon(true);
+  }
+
+  /**
+   * Starts an engine serving {@code model}. The model stays the caller's: closing the engine does
+   * not close it.
+   *
+   * @param eosId the tokenizer's end-of-sequence id, if any (a stop token unless ignore_eos)
+   */
+  public static Engine start(CausalLm model, EngineConfig config, OptionalInt eosId) {
+    return start(model, config, eosId, EngineObserver.NONE);
+  }
+
+  /** {@link #start} with a hook the loop thread runs after every round (tests check invariants). */
+  static Engine start(
+      CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
+    Engine e = new Engine(model, config, eosId, observer);
+    e.loop.start();
+    return e;
+  }
+
+  /** The cache layout the engine's tiers use. */
+  public CacheLayout layout() {
+    return layout;
+  }
+
+  /** The most tokens (prompt plus max_tokens) one request may need. */
+  public int maxRequestTokens() {
+    return scheduler.maxRequestTokens();
+  }
+
+  /**
+   * Submits a prompt. Bad input (an empty prompt, a token id outside the vocabulary, a prompt plus
+   * max_tokens over the single-request limit) ends the returned handle with an error at once; the
+   * engine goes on serving the others.
+   *
+   * @throws IllegalStateException when the engine is closed or its intake queue is full
+   */
+  public RequestHandle submit(int[] prompt, SamplingParams params) {
+    if (closing) {
+      throw new IllegalStateException("engine is closed");
+    }
+    long id = ids.incrementAndGet();
+    RequestHandle handle = new RequestHandle(id, this);
+    String error = check(prompt, params);
+    if (error != null) {
+      handle.end(new GenerationResult(id, new int[0], "error", error, null));
+      return handle;
+    }
+    SamplingParams resolved = params.withSeedIfAbsent(seeds::incrementAndGet);
+    Active a =
+        new Active(id, handle, prompt, new SamplingState(resolved, eosId), System.nanoTime());
+    if (!intake.offer(a)) {
+      throw new IllegalStateException(
+          "engine intake is full (max_queued=" + config.maxQueued() + ")");
+    }
+    return handle;
+  }
+
+  private String check(int[] prompt, SamplingParams params) {
+    if (prompt == null || prompt.length == 0) {
+      return "prompt is empty: at least one token is needed";
+    }
+    if (params == null) {
+      return "sampling params are required";
+    }
+    for (int i = 0; i < prompt.length; i++) {
+      if (prompt[i] < 0 || prompt[i] >= model.vocabSize()) {
+        return "prompt token "
+            + i
+            + " id="
+            + prompt[i]
+            + " is outside the vocabulary [0, "
+            + model.vocabSize()
+            + ")";
+      }
+    }
+    long need = (long) prompt.length + params.maxTokens();
+    if (need > maxRequestTokens()) {
+      return "prompt of "
+          + prompt.length
+          + " tokens + max_tokens "
+          + params.maxTokens()
+          + " = "
+          + need
+          + " exceeds the single-request limit of "
+          + maxRequestTokens()
+          + " tokens (what the Device holds of one request in every cache group)";
+    }
+    return null;
+  }
+
+  void cancel(long id) {
+    cancels.add(id);
+  }
+
+  /** Rounds run so far (tests, observability). */
+  public long rounds() {
+    return rounds;
+  }
+
+  // ---------------------------------------------------------------- the loop
+
+  private void run() {
+    try {
+      while (!closing || !active.isEmpty() || !intake.isEmpty()) {
+        if (closing) {
+          for (Active a : new ArrayList<>(intake)) {
+            intake.remove(a);
+            a.handle.end(result(a, "cancelled", "engine closed"));
+          }
+          for (Long id : active.keySet()) {
+            cancels.add(id);
+          }
+        }
+        if (active.isEmpty() && intake.isEmpty() && cancels.isEmpty() && !housekeeping) {
+          Active next = intake.poll(IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
+          if (next == null) {
+            continue;
+          }
+          admitToScheduler(next);
+        }
+        round();
+      }
+    } catch (Throwable t) {
+      fatal = t;
+      for (Active a : active.values()) {
+        a.handle.end(result(a, "error", "engine loop failed: " + t));
+      }
+      for (Active a : intake) {
+        a.handle.end(result(a, "error", "engine loop failed: " + t));
+      }
+    }
+  }
+
+  private void admitToScheduler(Active a) {
+    try {
+      scheduler.submit(
+          a.id,
+          PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of()),
+          a.sampling.params().maxTokens() - a.generated(),
+          false);
+      active.put(a.id, a);
+    } catch (IllegalArgumentException e) {
+      a.handle.end(result(a, "error", e.getMessage()));
+    }
+  }
+
+  private void round() throws InterruptedException {
+    for (Active a; (a = intake.poll()) != null; ) {
+      admitToScheduler(a);
+    }
+    List<Long> cancelled = new ArrayList<>();
+    for (Long id; (id = cancels.poll()) != null; ) {
+      cancelled.add(id);
+    }
+    long now = System.nanoTime();
+    ExecutionPlan plan =
+        scheduler.round(
+            new RoundInput(now, PressureSnapshot.IDLE, cancelled, List.of(), true, false));
+    rounds++;
+    housekeeping = !plan.demotions().isEmpty() || !cancelled.isEmpty();
+    for (long id : cancelled) {
+      Active a = active.remove(id);
+      if (a != null) {
+        a.handle.end(result(a, "cancelled", null));
+      }
+    }
+    noteAdmissions(now);
+    CopyFence fence = copies.submit(transfers(plan));
+    fence.await();
+    if (fence.failure() != null) {
+      throw new IllegalStateException("a Device/Host copy failed", fence.failure());
+    }
+    ForwardResult out = plan.forward().isEmpty() ? null : forward(plan);
+    scheduler.onForwardDone(plan);
+    if (out != null) {
+      sample(plan, out);
+    }
+    resumeRetracted();
+    observer.afterRound(this);
+  }
+
+  /** The plan's Device work, in plan order: loads and copy-on-write, then demotions. */
+  private static List<BlockTransfer> transfers(ExecutionPlan plan) {
+    List<BlockTransfer> ops = new ArrayList<>();
+    for (BlockCopy c : plan.deviceCopies()) {
+      ops.add(
+          c.srcTier() == Tier.HOST
+              ? new BlockTransfer.Load(c.groupId(), c.srcBlock(), c.dstBlock())
+              : new BlockTransfer.DeviceCopy(c.groupId(), c.srcBlock(), c.dstBlock()));
+    }
+    for (ExecutionPlan.Demotion d : plan.demotions()) {
+      ops.add(new BlockTransfer.Store(d.key().groupId(), d.deviceBlock(), d.hostBlock()));
+    }
+    return ops;
+  }
+
+  private void noteAdmissions(long now) {
+    for (Active a : active.values()) {
+      if (a.admittedNs == 0) {
+        Admission adm = scheduler.admission(a.id);
+        if (adm != null) {
+          a.admittedNs = now;
+          if (a.reusedDevice < 0) {
+            a.reusedDevice = adm.deviceHit();
+            a.reusedHost = adm.hit() - adm.deviceHit();
+          }
+        }
+      }
+    }
+  }
+
+  private ForwardResult forward(ExecutionPlan plan) {
+    List<ForwardRequest> reqs = new ArrayList<>(plan.forward().size());
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      Active a = active.get(item.requestId());
+      int[] ids =
+          Arrays.copyOfRange(a.tokens, item.startToken(), item.startToken() + item.numTokens());
+      int[][] tables = device.modelTables(scheduler.blockTables(item.requestId()));
+      reqs.add(new ForwardRequest(ids, item.startToken(), tables, false));
+    }
+    return model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+  }
+
+  private void sample(ExecutionPlan plan, ForwardResult out) {
+    long now = System.nanoTime();
+    List<ExecutionPlan.ForwardItem> items = plan.forward();
+    for (int i = 0; i < items.size(); i++) {
+      ExecutionPlan.ForwardItem item = items.get(i);
+      Active a = active.get(item.requestId());
+      if (a == null || item.startToken() + item.numTokens() != a.known) {
+        continue; // a prefill chunk before the prompt's end: nothing to sample yet
+      }
+      float[] logits = out.last(i);
+      observer.onLogits(a.id, a.generated(), logits);
+      int token = a.sampling.sample(sampler, logits, 0);
+      Optional<FinishReason> done = a.sampling.onToken(token);
+      a.tokens[a.known++] = token;
+      if (a.firstTokenNs == 0) {
+        a.firstTokenNs = now;
+      }
+      a.lastTokenNs = now;
+      a.handle.emit(token);
+      if (done.isPresent()) {
+        housekeeping = true;
+        scheduler.complete(a.id);
+        active.remove(a.id);
+        a.handle.end(result(a, done.get().wireName(), null));
+      }
+    }
+  }
+
+  /**
+   * A request the scheduler retracted after it generated tokens restarts from its prompt; those
+   * tokens must be computed again before the next, so it is resubmitted with them as its prompt.
+   * The forward pass is exact whatever the chunking, so the resumed sequence is the one it would
+   * have produced.
+   */
+  private void resumeRetracted() {
+    for (Active a : new ArrayList<>(active.values())) {
+      if (a.generated() > 0 && scheduler.state(a.id) instanceof RequestState.Retracted) {
+        scheduler.complete(a.id);
+        active.remove(a.id);
+        admitToScheduler(a);
+      }
+    }
+  }
+
+  private GenerationResult result(Active a, String reason, String error) {
+    int n = a.generated();
+    long tpot = n >= 2 && a.firstTokenNs != 0 ? (a.lastTokenNs - a.firstTokenNs) / (n - 1) : 0;
+    RequestMetrics m =
+        new RequestMetrics(
+            a.admittedNs == 0 ? 0 : a.admittedNs - a.submittedNs,
+            a.firstTokenNs == 0 ? 0 : a.firstTokenNs - a.submittedNs,
+            tpot,
+            a.promptTokens,
+            Math.max(0, a.reusedDevice),
+            a.reusedHost);
+    return new GenerationResult(
+        a.id, Arrays.copyOfRange(a.tokens, a.promptTokens, a.known), reason, error, m);
+  }
+
+  // ---------------------------------------------------------------- for tests
+
+  Scheduler scheduler() {
+    return scheduler;
+  }
+
+  CacheCoordinator cache() {
+    return cache;
+  }
+
+  DevicePools device() {
+    return device;
+  }
+
+  /** Requests the loop serves right now. */
+  int activeCount() {
+    return active.size();
+  }
+
+  /** The failure that stopped the loop, or null. */
+  Throwable fatal() {
+    return fatal;
+  }
+
+  /**
+   * Stops accepting requests, cancels those in flight (their handles end with {@code cancelled}),
+   * waits for the loop, then frees the tiers and the copy thread.
+   */
+  @Override
+  public void close() {
+    closing = true;
+    try {
+      loop.join(TimeUnit.SECONDS.toMillis(30));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    copies.close();
+    pool.close();
+    device.close();
+    host.close();
+  }
+}

@@ -1,0 +1,20 @@
+package io.tokenspeed.engine;
+
+/**
+ * What the loop thread tells an observer (tests and diagnostics): every round's end, and the logits
+ * each sampled token was drawn from. It runs on the loop thread and must not block or keep the
+ * array.
+ */
+interface EngineObserver {
+  /** After a round: the scheduler, cache and tiers are between rounds and may be checked. */
+  default void afterRound(Engine engine) {}
+
+  /**
+   * The logits row the request's token {@code step} (0 = the first generated token) was sampled
+   * from.
+   */
+  default void onLogits(long requestId, int step, float[] logits) {}
+
+  /** An observer that does nothing. */
+  EngineObserver NONE = new EngineObserver() {};
+}

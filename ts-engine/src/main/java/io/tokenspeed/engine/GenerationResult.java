@@ -1,0 +1,25 @@
+package io.tokenspeed.engine;
+
+import java.util.Optional;
+
+/**
+ * How a request ended.
+ *
+ * @param requestId the engine's id
+ * @param tokens every generated token id, in order
+ * @param finishReason {@code stop}, {@code length}, {@code cancelled} or {@code error}
+ * @param error the message of a rejected or failed request, else null
+ * @param metrics the request's figures (null for a request rejected at intake)
+ */
+public record GenerationResult(
+    long requestId, int[] tokens, String finishReason, String error, RequestMetrics metrics) {
+
+  public GenerationResult {
+    tokens = tokens.clone();
+  }
+
+  /** The error, when the request was rejected or failed. */
+  public Optional<String> failure() {
+    return Optional.ofNullable(error);
+  }
+}
