@@ -1,0 +1,347 @@
+package io.tokenspeed.engine.memory;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.LongConsumer;
+
+/**
+ * The copy engine between the Device and Host tiers (the HostCacheExecutor): one platform thread,
+ * {@value #THREAD_NAME}, runs submitted batches of {@link BlockTransfer}s strictly in submission
+ * order, and each batch's {@link CopyFence} completes when it has run.
+ *
+ * <pre>
+ *   event loop:  submit(b1) submit(b2) ... poll completedSequence() ... submit(bn)
+ *   ts-copy:          [ b1 copies ][ b2 copies ] ...                       [ bn ]
+ *   fences:                       ^ 1 done      ^ 2 done
+ * </pre>
+ *
+ * <p>Both tiers' segments and geometry are bound once, here, and every op is checked against them
+ * at {@link #submit}, so the copy thread only moves bytes ({@link MemorySegment#copy}). A copy that
+ * throws completes its fence with that failure and every later fence with a failure too: nothing
+ * after a failed copy runs, and no fence waits forever. The queue is bounded: {@link #submit}
+ * throws rather than blocks when {@code maxPendingBatches} batches are pending.
+ *
+ * <p>The handle borrows the tiers: close it before closing them.
+ */
+public final class DeviceHandle implements AutoCloseable {
+
+  /** Default bound on batches submitted and not yet done. */
+  public static final int DEFAULT_MAX_PENDING_BATCHES = 1024;
+
+  /** Name of the copy thread. */
+  public static final String THREAD_NAME = "ts-copy";
+
+  /** One resolved copy: a byte range of one segment into a byte range of another. */
+  private record Copy(
+      MemorySegment src, long srcOffset, MemorySegment dst, long dstOffset, long bytes) {}
+
+  private record Batch(CopyFence fence, List<Copy> copies) {}
+
+  /** The first failed batch and what it threw. */
+  private record Failure(long sequence, Throwable cause) {}
+
+  private final TierMemory device;
+  private final TierMemory host;
+  private final MemorySegment deviceBlocks;
+  private final MemorySegment hostBlocks;
+  private final BlockGeometry geometry;
+  private final int maxPendingBatches;
+  private final LongConsumer beforeBatch;
+  private final Thread thread;
+
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Condition work = lock.newCondition();
+  private final Condition progress = lock.newCondition();
+
+  // Guarded by lock.
+  private final ArrayDeque<Batch> queue = new ArrayDeque<>();
+  private long submittedSequence;
+  private int pending;
+
+  // Written under lock; read without it to reject a closed handle before validating.
+  private volatile boolean closing;
+
+  // Written by the copy thread (completedSequence also by submit, under the lock when idle).
+  private volatile long completedSequence;
+  private volatile long copiedBytes;
+  private volatile Failure failure;
+
+  /** A handle with at most {@link #DEFAULT_MAX_PENDING_BATCHES} pending batches. */
+  public DeviceHandle(DevicePools device, HostCacheStorage host) {
+    this(device, host, DEFAULT_MAX_PENDING_BATCHES);
+  }
+
+  /**
+   * Binds both tiers and starts the copy thread.
+   *
+   * @throws IllegalArgumentException when a tier is missing or freed, their geometries differ, or
+   *     {@code maxPendingBatches < 1}
+   */
+  public DeviceHandle(DevicePools device, HostCacheStorage host, int maxPendingBatches) {
+    this(device, host, maxPendingBatches, sequence -> {});
+  }
+
+  /** As the public constructor, with {@code beforeBatch} run on the copy thread before a batch. */
+  DeviceHandle(
+      DevicePools device, HostCacheStorage host, int maxPendingBatches, LongConsumer beforeBatch) {
+    if (device == null || host == null) {
+      throw new IllegalArgumentException(
+          "device=" + device + " and host=" + host + " tiers are required");
+    }
+    if (maxPendingBatches < 1) {
+      throw new IllegalArgumentException(
+          "max_pending_batches=" + maxPendingBatches + " must be at least 1");
+    }
+    this.device = device.memory();
+    this.host = host.memory();
+    if (!this.device.geometry().equals(this.host.geometry())) {
+      throw new IllegalArgumentException(
+          "Device geometry "
+              + this.device.geometry()
+              + " differs from Host geometry "
+              + this.host.geometry()
+              + ": both tiers must serve the same cache layout");
+    }
+    this.deviceBlocks = checkAlive(this.device);
+    this.hostBlocks = checkAlive(this.host);
+    this.geometry = this.device.geometry();
+    this.maxPendingBatches = maxPendingBatches;
+    this.beforeBatch = beforeBatch;
+    this.thread = Thread.ofPlatform().name(THREAD_NAME).daemon(true).unstarted(this::runCopies);
+    thread.start();
+  }
+
+  private static MemorySegment checkAlive(TierMemory tier) {
+    MemorySegment blocks = tier.segment();
+    if (!blocks.scope().isAlive()) {
+      throw new IllegalArgumentException(tier.tierName() + " tier memory is already freed");
+    }
+    return blocks;
+  }
+
+  /**
+   * Queues {@code ops} as one batch, to run after every batch submitted before it. An empty batch
+   * submitted while nothing is pending is done at once. Once a batch has failed ({@link
+   * #failure()}), no later batch runs: each one's fence completes with a failure.
+   *
+   * @throws IllegalArgumentException naming the op when an op's group or a block id is not one of
+   *     the tiers'
+   * @throws IllegalStateException after {@link #close()}, or when {@code maxPendingBatches} batches
+   *     are pending
+   */
+  public CopyFence submit(List<BlockTransfer> ops) {
+    if (ops == null) {
+      throw new IllegalArgumentException("a list of block transfers is required");
+    }
+    if (closing) {
+      throw closed(ops);
+    }
+    List<Copy> copies = new ArrayList<>(ops.size());
+    for (BlockTransfer op : ops) {
+      copies.add(resolve(op));
+    }
+    lock.lock();
+    try {
+      if (closing) {
+        throw closed(ops);
+      }
+      if (pending >= maxPendingBatches) {
+        throw new IllegalStateException(
+            "copy queue is full: "
+                + pending
+                + " batches pending (max_pending_batches="
+                + maxPendingBatches
+                + ")");
+      }
+      CopyFence fence = new CopyFence(this, ++submittedSequence);
+      Failure failed = failure;
+      if (pending == 0 && (copies.isEmpty() || failed != null)) {
+        if (failed != null) {
+          fence.fail(notRun(fence.sequence(), failed));
+        }
+        completedSequence = fence.sequence();
+        progress.signalAll();
+      } else {
+        queue.addLast(new Batch(fence, List.copyOf(copies)));
+        pending++;
+        work.signal();
+      }
+      return fence;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private static IllegalStateException closed(List<BlockTransfer> ops) {
+    return new IllegalStateException(
+        "DeviceHandle is closed: a batch of " + ops.size() + " transfers is rejected");
+  }
+
+  private Copy resolve(BlockTransfer op) {
+    if (op == null) {
+      throw new IllegalArgumentException("a block transfer is null");
+    }
+    try {
+      return switch (op) {
+        case BlockTransfer.Load l ->
+            copy(host, hostBlocks, l.hostBlock(), device, deviceBlocks, l.deviceBlock(), l);
+        case BlockTransfer.Store s ->
+            copy(device, deviceBlocks, s.deviceBlock(), host, hostBlocks, s.hostBlock(), s);
+        case BlockTransfer.DeviceCopy d ->
+            copy(device, deviceBlocks, d.srcBlock(), device, deviceBlocks, d.dstBlock(), d);
+      };
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException(op + ": " + e.getMessage(), e);
+    }
+  }
+
+  private Copy copy(
+      TierMemory srcTier,
+      MemorySegment src,
+      int srcBlock,
+      TierMemory dstTier,
+      MemorySegment dst,
+      int dstBlock,
+      BlockTransfer op) {
+    int g = op.groupId();
+    return new Copy(
+        src,
+        srcTier.offsetOf(g, srcBlock),
+        dst,
+        dstTier.offsetOf(g, dstBlock),
+        geometry.bytesPerBlock(g));
+  }
+
+  /** Highest sequence whose batch is done (run or failed); 0 before the first. */
+  public long completedSequence() {
+    return completedSequence;
+  }
+
+  /** Bytes copied so far. */
+  public long copiedBytes() {
+    return copiedBytes;
+  }
+
+  /** What the first failed batch threw; null while every batch has succeeded. */
+  public Throwable failure() {
+    Failure f = failure;
+    return f == null ? null : f.cause();
+  }
+
+  void awaitCompleted(long sequence) throws InterruptedException {
+    if (completedSequence >= sequence) {
+      return;
+    }
+    lock.lockInterruptibly();
+    try {
+      while (completedSequence < sequence) {
+        progress.await();
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  boolean awaitCompleted(long sequence, long nanos) throws InterruptedException {
+    if (completedSequence >= sequence) {
+      return true;
+    }
+    lock.lockInterruptibly();
+    try {
+      long left = nanos;
+      while (completedSequence < sequence) {
+        if (left <= 0) {
+          return false;
+        }
+        left = progress.awaitNanos(left);
+      }
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void runCopies() {
+    while (true) {
+      Batch batch;
+      lock.lock();
+      try {
+        while (queue.isEmpty() && !closing) {
+          work.awaitUninterruptibly();
+        }
+        batch = queue.pollFirst();
+      } finally {
+        lock.unlock();
+      }
+      if (batch == null) {
+        return;
+      }
+      long sequence = batch.fence().sequence();
+      Failure failed = failure;
+      if (failed == null) {
+        try {
+          beforeBatch.accept(sequence);
+          for (Copy c : batch.copies()) {
+            MemorySegment.copy(c.src(), c.srcOffset(), c.dst(), c.dstOffset(), c.bytes());
+            copiedBytes += c.bytes();
+          }
+        } catch (Throwable t) {
+          failure = new Failure(sequence, t);
+          batch.fence().fail(t);
+        }
+      } else {
+        batch.fence().fail(notRun(sequence, failed));
+      }
+      lock.lock();
+      try {
+        completedSequence = sequence;
+        pending--;
+        progress.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+  }
+
+  private static IllegalStateException notRun(long sequence, Failure failed) {
+    return new IllegalStateException(
+        "copy batch " + sequence + " did not run: batch " + failed.sequence() + " failed",
+        failed.cause());
+  }
+
+  /**
+   * Stops accepting batches, lets the copy thread finish every batch already submitted, and waits
+   * for it to end. Later calls return at once.
+   *
+   * @throws IllegalStateException when called on the copy thread itself
+   */
+  @Override
+  public void close() {
+    if (Thread.currentThread() == thread) {
+      throw new IllegalStateException("DeviceHandle cannot be closed from its own copy thread");
+    }
+    lock.lock();
+    try {
+      closing = true;
+      work.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    boolean interrupted = false;
+    while (true) {
+      try {
+        thread.join();
+        break;
+      } catch (InterruptedException e) {
+        interrupted = true;
+      }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}

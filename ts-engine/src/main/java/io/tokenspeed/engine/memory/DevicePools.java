@@ -1,0 +1,143 @@
+package io.tokenspeed.engine.memory;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.model.kv.KvCache;
+import io.tokenspeed.model.kv.PagedKvPool;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The Device tier: one {@link TierMemory} in the cache's LCM parents, and the model's {@link
+ * KvCache} as a view of the same bytes. On these machines the Device is CPU memory; a GPU pool
+ * implements the same surface.
+ *
+ * <p>The model's pool of group {@code g} reads block {@code i} at {@code i * bpb(g)} of its segment
+ * and never touches block 0. Each pool's segment therefore starts {@code bpb(g)} bytes before the
+ * tier's blocks, inside a leading pad of the largest block size (rounded up to the alignment), so
+ * that model block {@code i >= 1} lies at tier offset {@code (i - 1) * bpb(g)}:
+ *
+ * <pre>
+ *   allocation:  [ pad ............ | parent 0 | parent 1 | ... ]
+ *   pool g:              [ null (0) | 1 | 2 | ...               ]    numBlocks_g = 1 + numParents * k_g
+ *   cache block b of g at tier offset off(b) = byteOffset(g, b)  ↦  model block 1 + off(b) / bpb(g)
+ * </pre>
+ *
+ * <p>Since {@code parentBytes} is a multiple of every {@code bpb(g)}, that index is {@code 1 + p *
+ * k_g + child}: exactly the cache block's bytes, and 0 stays the null block.
+ */
+public final class DevicePools implements AutoCloseable {
+
+  /** The tier name errors give. */
+  public static final String TIER_NAME = "Device";
+
+  private final CacheLayout layout;
+  private final TierMemory memory;
+  private final KvCache kvCache;
+
+  /**
+   * Allocates {@code numParents} parents of {@code layout}'s geometry and binds the model's pools
+   * to them.
+   *
+   * @throws IllegalArgumentException when the layout's LCM is too large, {@code numParents < 1}, or
+   *     the tier does not fit the block id space
+   */
+  public DevicePools(CacheLayout layout, int numParents) {
+    BlockGeometry geometry = BlockGeometry.of(layout);
+    long pad =
+        Math.ceilDiv(geometry.maxBytesPerBlock(), TierMemory.ALIGNMENT) * TierMemory.ALIGNMENT;
+    TierMemory tier = TierMemory.allocate(TIER_NAME, geometry, numParents, pad);
+    try {
+      List<PagedKvPool> pools = new ArrayList<>();
+      for (int g = 0; g < layout.numGroups(); g++) {
+        long bpb = geometry.bytesPerBlock(g);
+        int numBlocks = 1 + numParents * geometry.childrenPerParent(g);
+        pools.add(
+            new PagedKvPool(
+                layout.group(g),
+                numBlocks,
+                tier.allocation().asSlice(pad - bpb, bpb + tier.byteSize())));
+      }
+      this.kvCache = new KvCache(layout, pools);
+    } catch (RuntimeException e) {
+      tier.close();
+      throw e;
+    }
+    this.layout = layout;
+    this.memory = tier;
+  }
+
+  /** The layout the pools serve. */
+  public CacheLayout layout() {
+    return layout;
+  }
+
+  /** The tier's geometry. */
+  public BlockGeometry geometry() {
+    return memory.geometry();
+  }
+
+  /** Number of LCM parents. */
+  public int numParents() {
+    return memory.numParents();
+  }
+
+  /** The tier's memory, addressed by cache block ids. */
+  public TierMemory memory() {
+    return memory;
+  }
+
+  /** The model's view of the same memory, addressed by {@link #modelBlock model block} indices. */
+  public KvCache kvCache() {
+    return kvCache;
+  }
+
+  /**
+   * The model's block index of cache block {@code blockId} of group {@code groupId}; 0 (the null
+   * block) stays 0.
+   *
+   * @throws IllegalArgumentException when the id is no block of the group in this tier
+   */
+  public int modelBlock(int groupId, int blockId) {
+    long bpb = memory.geometry().bytesPerBlock(groupId);
+    if (blockId == 0) {
+      return 0;
+    }
+    return (int) (1 + memory.offsetOf(groupId, blockId) / bpb);
+  }
+
+  /**
+   * Per group, the cache block table {@code cacheTables[g]} translated entry by entry through
+   * {@link #modelBlock}, into new arrays.
+   *
+   * @throws IllegalArgumentException when there is not one table per group or an entry is no block
+   *     of its group
+   */
+  public int[][] modelTables(int[][] cacheTables) {
+    int groups = memory.geometry().numGroups();
+    if (cacheTables == null || cacheTables.length != groups) {
+      throw new IllegalArgumentException(
+          "block tables for "
+              + (cacheTables == null ? "no" : String.valueOf(cacheTables.length))
+              + " groups, but the layout has groups="
+              + groups);
+    }
+    int[][] out = new int[groups][];
+    for (int g = 0; g < groups; g++) {
+      int[] table = cacheTables[g];
+      if (table == null) {
+        throw new IllegalArgumentException("block table of group " + g + " is missing");
+      }
+      out[g] = new int[table.length];
+      for (int i = 0; i < table.length; i++) {
+        out[g][i] = modelBlock(g, table[i]);
+      }
+    }
+    return out;
+  }
+
+  /** Frees the tier; the model's pools become inaccessible. Later calls do nothing. */
+  @Override
+  public void close() {
+    memory.close();
+  }
+}
