@@ -3,7 +3,6 @@ package io.tokenspeed.engine;
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.BlockCopy;
 import io.tokenspeed.cache.CacheCoordinator;
-import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.PromptKeys;
@@ -341,13 +340,10 @@ public final class Engine implements AutoCloseable {
   private static List<BlockTransfer> transfers(ExecutionPlan plan) {
     List<BlockTransfer> ops = new ArrayList<>();
     for (BlockCopy c : plan.deviceCopies()) {
-      ops.add(
-          c.srcTier() == Tier.HOST
-              ? new BlockTransfer.Load(c.groupId(), c.srcBlock(), c.dstBlock())
-              : new BlockTransfer.DeviceCopy(c.groupId(), c.srcBlock(), c.dstBlock()));
+      ops.add(BlockTransfer.of(c));
     }
     for (ExecutionPlan.Demotion d : plan.demotions()) {
-      ops.add(new BlockTransfer.Store(d.key().groupId(), d.deviceBlock(), d.hostBlock()));
+      ops.add(BlockTransfer.of(d));
     }
     return ops;
   }

@@ -62,10 +62,12 @@ class EngineTest {
     final Map<Long, List<float[]>> logits = new ConcurrentHashMap<>();
     final List<Throwable> broken = new CopyOnWriteArrayList<>();
     volatile int deviceCached = -1;
+    volatile int hostCached = -1;
 
     @Override
     public void afterRound(Engine e) {
       deviceCached = e.cache().device().cachedCount();
+      hostCached = e.cache().host().cachedCount();
       try {
         e.scheduler().checkInvariants();
         CacheInvariants.check(e.cache(), e.scheduler().heldBlocks());
@@ -185,7 +187,7 @@ class EngineTest {
         Engine.start(models.get(fixture), alwaysDemote(256), OptionalInt.empty(), rec2)) {
       Run first = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-      while (rec2.deviceCached != 0 && System.nanoTime() < deadline) {
+      while ((rec2.deviceCached != 0 || rec2.hostCached <= 0) && System.nanoTime() < deadline) {
         Thread.sleep(2); // idle rounds demote every cached Device block
       }
       Run again = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
