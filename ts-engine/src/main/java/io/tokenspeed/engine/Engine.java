@@ -87,6 +87,7 @@ public final class Engine implements AutoCloseable {
   private volatile boolean closing;
   private volatile Throwable fatal;
   private volatile long rounds;
+  private volatile EngineStats stats = EngineStats.NONE;
 
   /** An idle round is due: a request ended or demotions are in progress (background work). */
   private boolean housekeeping;
@@ -254,6 +255,11 @@ public final class Engine implements AutoCloseable {
     return rounds;
   }
 
+  /** The figures of the latest round. */
+  public EngineStats stats() {
+    return stats;
+  }
+
   // ---------------------------------------------------------------- the loop
 
   private void run() {
@@ -333,6 +339,15 @@ public final class Engine implements AutoCloseable {
       sample(plan, out);
     }
     resumeRetracted();
+    stats =
+        new EngineStats(
+            rounds,
+            active.size(),
+            cache.device().cachedCount(),
+            cache.host().cachedCount(),
+            cache.device().pool().freeParents(),
+            scheduler.retractions(),
+            copies.copiedBytes());
     observer.afterRound(this);
   }
 

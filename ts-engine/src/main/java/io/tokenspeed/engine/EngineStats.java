@@ -1,0 +1,25 @@
+package io.tokenspeed.engine;
+
+/**
+ * A snapshot the loop publishes after every round (observability; safe to read from any thread).
+ *
+ * @param rounds rounds run so far
+ * @param activeRequests requests the loop serves
+ * @param deviceCachedBlocks published Device blocks no request holds (reusable, evictable)
+ * @param hostCachedBlocks published Host blocks no operation holds
+ * @param deviceFreeParents free Device LCM parents
+ * @param retractions requests retracted for lack of Device memory since start
+ * @param copiedBytes bytes the copy thread moved between the tiers since start
+ */
+public record EngineStats(
+    long rounds,
+    int activeRequests,
+    int deviceCachedBlocks,
+    int hostCachedBlocks,
+    int deviceFreeParents,
+    long retractions,
+    long copiedBytes) {
+
+  /** Before the first round. */
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0);
+}
