@@ -3,6 +3,7 @@ package io.tokenspeed.engine;
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.BlockCopy;
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.PromptKeys;
@@ -106,6 +107,11 @@ public final class Engine implements AutoCloseable {
     long lastTokenNs;
     int reusedDevice = -1;
     int reusedHost;
+    PromptKeys keys;
+    Admission admission;
+
+    /** Whether the State groups' running state lives in the working slot (after a forward). */
+    boolean stateInWorkingSlot;
 
     Active(long id, RequestHandle handle, int[] prompt, SamplingState sampling, long nowNs) {
       this.id = id;
@@ -128,15 +134,6 @@ public final class Engine implements AutoCloseable {
     this.eosId = eosId;
     this.observer = observer;
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
-    for (var g : layout.groups()) {
-      if (g.kind() instanceof GroupKind.StateCheckpoints) {
-        throw new IllegalArgumentException(
-            "model "
-                + model.identity().modelId()
-                + " has a State cache group (recurrent layers); the engine serves attention"
-                + " models (Full history and sliding-window groups) only");
-      }
-    }
     this.device = new DevicePools(layout, config.deviceParents());
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
     this.copies = new DeviceHandle(device, host);
@@ -296,11 +293,8 @@ public final class Engine implements AutoCloseable {
 
   private void admitToScheduler(Active a) {
     try {
-      scheduler.submit(
-          a.id,
-          PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of()),
-          a.sampling.params().maxTokens() - a.generated(),
-          false);
+      a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
+      scheduler.submit(a.id, a.keys, a.sampling.params().maxTokens() - a.generated(), false);
       active.put(a.id, a);
     } catch (IllegalArgumentException e) {
       a.handle.end(result(a, "error", e.getMessage()));
@@ -328,11 +322,7 @@ public final class Engine implements AutoCloseable {
       }
     }
     noteAdmissions(now);
-    CopyFence fence = copies.submit(transfers(plan));
-    fence.await();
-    if (fence.failure() != null) {
-      throw new IllegalStateException("a Device/Host copy failed", fence.failure());
-    }
+    awaitCopies(transfers(plan));
     ForwardResult out = plan.forward().isEmpty() ? null : forward(plan);
     scheduler.onForwardDone(plan);
     if (out != null) {
@@ -378,16 +368,140 @@ public final class Engine implements AutoCloseable {
     }
   }
 
-  private ForwardResult forward(ExecutionPlan plan) {
+  private ForwardResult forward(ExecutionPlan plan) throws InterruptedException {
     List<ForwardRequest> reqs = new ArrayList<>(plan.forward().size());
+    List<Checkpoint> checkpoints = new ArrayList<>();
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       Active a = active.get(item.requestId());
-      int[] ids =
-          Arrays.copyOfRange(a.tokens, item.startToken(), item.startToken() + item.numTokens());
-      int[][] tables = device.modelTables(scheduler.blockTables(item.requestId()));
-      reqs.add(new ForwardRequest(ids, item.startToken(), tables, false));
+      int start = item.startToken();
+      int end = start + item.numTokens();
+      int[][] tables = scheduler.blockTables(a.id);
+      Admission adm = scheduler.admission(a.id);
+      if (adm != a.admission) {
+        a.admission = adm;
+        a.stateInWorkingSlot = false;
+      }
+      for (var g : layout.groups()) {
+        if (g.kind() instanceof GroupKind.StateCheckpoints) {
+          int gid = g.groupId();
+          tables[gid] = stateTable(a, gid, tables[gid], start, end, checkpoints);
+        }
+      }
+      int[] ids = Arrays.copyOfRange(a.tokens, start, end);
+      reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
     }
-    return model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+    ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      active.get(item.requestId()).stateInWorkingSlot = true;
+    }
+    publishCheckpoints(checkpoints);
+    return out;
+  }
+
+  /**
+   * A State checkpoint a forward materializes at an aligned boundary of the prompt's full pages, to
+   * publish after it: written by the model straight into {@code block}, or copied there from the
+   * working slot ({@code copyFrom}) when the boundary is where the chunk ends.
+   */
+  private record Checkpoint(int groupId, int block, CacheKey key, int copyFrom) {}
+
+  /**
+   * The model's table of a State group for one chunk, built from the scheduler's two slots [input
+   * checkpoint, working block]. The model ({@code SelectiveScan}) reads the state at row
+   * ceil(start/P)−1, writes the state after every boundary B = (i+1)·P it crosses to row i unless
+   * that row is a hole, and the running state to row ceil(end/P)−1:
+   *
+   * <pre>
+   *   row ceil(start/P)−1   the running state: the input checkpoint before the request's first
+   *                         forward, the working slot after it
+   *   row ceil(end/P)−1     the working slot (a checkpoint ending the chunk is copied out of it
+   *                         afterwards: the working slot goes on changing)
+   *   row i, B = (i+1)·P    a fresh block when B is an aligned boundary of the prompt's full pages
+   *   crossed in the chunk  whose checkpoint the Device lacks (published after the forward; when
+   *                         it is also the input row, the running state is copied in first); else
+   *                         a hole
+   * </pre>
+   *
+   * A published block is never written: when the model would write the row it reads and that row
+   * holds the published input checkpoint, the chunk runs from a copy in the working slot.
+   */
+  private int[] stateTable(
+      Active a, int g, int[] slots, int start, int end, List<Checkpoint> checkpoints)
+      throws InterruptedException {
+    int p = layout.prefixGranularity();
+    int working = slots[1];
+    int inRow = start == 0 ? -1 : Math.ceilDiv(start, p) - 1;
+    int workRow = Math.ceilDiv(end, p) - 1;
+    int current = inRow < 0 ? 0 : a.stateInWorkingSlot ? working : slots[0];
+    if (inRow >= 0 && current == 0) {
+      throw new IllegalStateException(
+          "request " + a.id + " resumes at " + start + " without an input checkpoint");
+    }
+    int[] t = new int[workRow + 1];
+    t[workRow] = working;
+    List<BlockTransfer> before = new ArrayList<>();
+    boolean inputPlaced = false;
+    int limit = cache.isCurrent(a.admission) ? a.keys.numFullPages() * p : 0;
+    for (int b = (start / p + 1) * p; b <= Math.min(end, limit); b += p) {
+      CacheKey key = a.keys.checkpointKey(g, b);
+      if (cache.device().contains(key)) {
+        continue;
+      }
+      int[] needs = new int[layout.numGroups()];
+      needs[g] = 1;
+      int[][] fresh = cache.device().allocate(needs);
+      if (fresh == null) {
+        continue; // no room for a copy: this checkpoint is simply not published
+      }
+      int block = fresh[g][0];
+      int row = b / p - 1;
+      if (row == workRow) {
+        checkpoints.add(new Checkpoint(g, block, key, working));
+        continue;
+      }
+      if (row == inRow) {
+        before.add(new BlockTransfer.DeviceCopy(g, current, block)); // read there, then written
+        inputPlaced = true;
+      }
+      t[row] = block;
+      checkpoints.add(new Checkpoint(g, block, key, 0));
+    }
+    if (inRow >= 0 && !inputPlaced) {
+      int boundary = (inRow + 1) * p;
+      if (current != working && boundary > start && boundary <= end) {
+        before.add(new BlockTransfer.DeviceCopy(g, current, working));
+        current = working;
+      }
+      t[inRow] = current;
+    }
+    awaitCopies(before);
+    return t;
+  }
+
+  private void publishCheckpoints(List<Checkpoint> checkpoints) throws InterruptedException {
+    List<BlockTransfer> copyOps = new ArrayList<>();
+    for (Checkpoint c : checkpoints) {
+      if (c.copyFrom() != 0) {
+        copyOps.add(new BlockTransfer.DeviceCopy(c.groupId(), c.copyFrom(), c.block()));
+      }
+    }
+    awaitCopies(copyOps);
+    for (Checkpoint c : checkpoints) {
+      cache.device().noteWrite(c.block());
+      cache.device().publish(c.key(), c.block());
+      cache.device().unref(c.block());
+    }
+  }
+
+  private void awaitCopies(List<BlockTransfer> ops) throws InterruptedException {
+    if (ops.isEmpty()) {
+      return;
+    }
+    CopyFence f = copies.submit(ops);
+    f.await();
+    if (f.failure() != null) {
+      throw new IllegalStateException("a Device copy failed", f.failure());
+    }
   }
 
   private void sample(ExecutionPlan plan, ForwardResult out) {

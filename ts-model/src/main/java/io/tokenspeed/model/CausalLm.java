@@ -525,7 +525,9 @@ public final class CausalLm implements AutoCloseable {
   /**
    * A state table (one slot per page, row i = the checkpoint at boundary (i+1)·P): the input row
    * {@code ceil(start/P) - 1} (when start &gt; 0) and the working row {@code ceil(end/P) - 1} must
-   * hold real slots; the rows of boundaries the chunk crosses may be 0 (no checkpoint wanted).
+   * hold real slots; the rows of boundaries the chunk crosses may be 0 (no checkpoint wanted). No
+   * slot appears twice, except that the working row may name the input row's slot: the chunk then
+   * resumes and goes on in place (each channel's state is read whole before it is written).
    */
   private static void validateStateTable(
       int r, int g, ForwardRequest req, int[] table, KvCache kv) {
@@ -570,7 +572,8 @@ public final class CausalLm implements AutoCloseable {
                 + ")"
                 + (required ? " (input or working checkpoint)" : ""));
       }
-      if (!seen.add(id)) {
+      boolean resumesInPlace = i == workingRow && inputRow >= 0 && id == table[inputRow];
+      if (!seen.add(id) && !resumesInPlace) {
         throw new IllegalArgumentException(
             "request " + r + " group " + g + " state row " + i + " repeats slot id=" + id);
       }
