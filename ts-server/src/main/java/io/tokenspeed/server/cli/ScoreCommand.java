@@ -7,25 +7,18 @@ import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
-import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.synthetic.SafetensorsWriter;
-import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
-import io.tokenspeed.model.tokenizer.BpeTokenizer;
-import io.tokenspeed.model.tokenizer.ByteTokenizer;
-import java.io.IOException;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
-import java.util.Locale;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
@@ -90,12 +83,7 @@ final class ScoreCommand implements Callable<Integer> {
 
   @Spec private CommandSpec spec;
 
-  @Option(
-      names = "--model",
-      paramLabel = "DIR|synthetic:NAME",
-      required = true,
-      description = "Model folder, or synthetic:NAME / synthetic:CONFIG.json.")
-  private String model;
+  @Mixin private ModelOptions modelOptions;
 
   @Option(
       names = "--tokens",
@@ -123,24 +111,6 @@ final class ScoreCommand implements Callable<Integer> {
       description = "Write every position's logits as safetensors (tensor logits, F32 [n, vocab]).")
   private Path logitsOut;
 
-  @Option(
-      names = "--seed",
-      paramLabel = "N",
-      description = "Weight seed of a synthetic model (default: 0).")
-  private long seed = SyntheticCheckpoints.DEFAULT_SEED;
-
-  @Option(
-      names = "--dtype",
-      paramLabel = "f32|bf16",
-      description = "Weight type of a synthetic model (default: f32).")
-  private String dtype = "f32";
-
-  @Option(
-      names = "--threads",
-      paramLabel = "N",
-      description = "Compute threads (default: one per core).")
-  private Integer threads;
-
   @Override
   public Integer call() {
     if (text != null && tokens != null) {
@@ -152,50 +122,17 @@ final class ScoreCommand implements Callable<Integer> {
     if (top < 1) {
       throw usage("--top=" + top + " must be at least 1");
     }
-    if (threads != null && threads < 1) {
-      throw usage("--threads=" + threads + " must be at least 1");
-    }
-    DType weightType =
-        switch (dtype.toLowerCase(Locale.ROOT)) {
-          case "f32" -> DType.F32;
-          case "bf16" -> DType.BF16;
-          default -> throw usage("--dtype=" + dtype + " is not supported; allowed: f32, bf16");
-        };
-    int[] ids = null;
-    if (tokens != null) {
-      try {
-        ids = PromptTokens.fromList(tokens, null);
-      } catch (IllegalArgumentException e) {
-        throw usage(e.getMessage());
-      }
-    }
-    if (ModuleLayer.boot().findModule("jdk.incubator.vector").isEmpty()) {
-      throw new IllegalArgumentException(
-          "score needs the JVM option --add-modules jdk.incubator.vector (bin/tokenspeed adds it)");
-    }
-    Path folder = folder(weightType);
-    try (CausalLm lm = load(folder)) {
+    modelOptions.checkThreads();
+    DType weightType = modelOptions.weightType();
+    int[] ids = tokens == null ? null : modelOptions.parseTokens(tokens);
+    modelOptions.requireVectorModule();
+    Path folder = modelOptions.folder(weightType);
+    try (CausalLm lm = modelOptions.load(folder)) {
       int vocab = lm.vocabSize();
       if (ids == null) {
-        ids = tokenize(folder);
+        ids = modelOptions.tokenize(folder, modelOptions.tokenizer(folder), "--text", text);
       }
-      for (int i = 0; i < ids.length; i++) {
-        if (ids[i] >= vocab) {
-          throw new IllegalArgumentException(
-              (tokens != null ? "--tokens" : "--text")
-                  + ": token id="
-                  + ids[i]
-                  + " at position "
-                  + i
-                  + " is out of range [0, "
-                  + vocab
-                  + ") for --model="
-                  + model
-                  + " (vocab_size="
-                  + vocab
-                  + ")");
-        }
-      }
+      modelOptions.checkVocab(ids, vocab, tokens != null ? "--tokens" : "--text");
       if (logitsOut != null && (long) ids.length * vocab > Integer.MAX_VALUE - 8) {
         throw new IllegalArgumentException(
             "--logits-out="
@@ -209,63 +146,6 @@ final class ScoreCommand implements Callable<Integer> {
       score(lm, ids);
     }
     return 0;
-  }
-
-  private Path folder(DType weightType) {
-    if (SyntheticCheckpoints.isSynthetic(model)) {
-      try {
-        return SyntheticCheckpoints.materialize(model, seed, weightType);
-      } catch (IllegalArgumentException e) {
-        throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
-      }
-    }
-    Path dir = Path.of(model);
-    if (!Files.isDirectory(dir)) {
-      throw new IllegalArgumentException(
-          "--model=" + model + " is not a directory (nor synthetic:NAME)");
-    }
-    return dir;
-  }
-
-  private CausalLm load(Path folder) {
-    try {
-      return CausalLm.load(folder);
-    } catch (CheckpointException e) {
-      throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
-    }
-  }
-
-  private int[] tokenize(Path folder) {
-    PrintWriter err = spec.commandLine().getErr();
-    Path tokenizerJson = folder.resolve("tokenizer.json");
-    int[] ids;
-    if (Files.isRegularFile(tokenizerJson)) {
-      Path configJson = folder.resolve("tokenizer_config.json");
-      try {
-        String cfg =
-            Files.isRegularFile(configJson)
-                ? Files.readString(configJson, StandardCharsets.UTF_8)
-                : null;
-        ids =
-            BpeTokenizer.fromJson(Files.readString(tokenizerJson, StandardCharsets.UTF_8), cfg)
-                .encode(text);
-      } catch (IOException e) {
-        throw new UncheckedIOException("cannot read " + tokenizerJson + ": " + e.getMessage(), e);
-      }
-      err.println("note: --text tokenized with " + tokenizerJson);
-    } else {
-      ids = ByteTokenizer.plain().encode(text);
-      err.println(
-          "note: --text: "
-              + folder
-              + " has no tokenizer.json; using the byte tokenizer (one token per UTF-8 byte)");
-    }
-    err.flush();
-    if (ids.length == 0) {
-      throw new IllegalArgumentException(
-          "--text=\"" + text + "\" gives no tokens: a prompt needs at least one");
-    }
-    return ids;
   }
 
   private void score(CausalLm lm, int[] ids) {
@@ -285,8 +165,7 @@ final class ScoreCommand implements Callable<Integer> {
     float[] all = logitsOut == null ? null : new float[ids.length * vocab];
     PrintWriter out = spec.commandLine().getOut();
     try (Arena arena = Arena.ofShared();
-        ComputePool pool =
-            threads == null ? ComputePool.ofCores() : ComputePool.ofThreads(threads)) {
+        ComputePool pool = modelOptions.computePool()) {
       KvCache kv = KvCache.allocate(layout, numBlocks, arena);
       for (int start = 0; start < ids.length; start += CHUNK_TOKENS) {
         int end = Math.min(ids.length, start + CHUNK_TOKENS);

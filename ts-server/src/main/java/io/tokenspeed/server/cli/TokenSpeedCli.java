@@ -22,7 +22,7 @@ import picocli.CommandLine.Spec;
     mixinStandardHelpOptions = true,
     versionProvider = VersionProvider.class,
     description = "LLM inference engine with an asynchronous global L3 KV cache.",
-    subcommands = {KeysCommand.class, ScoreCommand.class},
+    subcommands = {KeysCommand.class, ScoreCommand.class, GenerateCommand.class},
     footer = {
       "",
       "Exit codes: 0 success, 1 invalid input, 2 usage error, 70 internal error.",

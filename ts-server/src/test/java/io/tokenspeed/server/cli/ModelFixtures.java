@@ -50,6 +50,15 @@ final class ModelFixtures {
     }
   }
 
+  /** {@code greedy_<prompt>} of an extracted fixture: the ids transformers generated greedily. */
+  static int[] greedy(Path fixture, int prompt) {
+    try (Arena arena = Arena.ofConfined()) {
+      return SafetensorsFile.open(fixture.resolve("reference.safetensors"), arena)
+          .tensor("greedy_" + prompt)
+          .toIntArray();
+    }
+  }
+
   /** {@code logits_<prompt>} of an extracted fixture, flattened [positions][vocab]. */
   static float[] logits(Path fixture, int prompt) {
     try (Arena arena = Arena.ofConfined()) {

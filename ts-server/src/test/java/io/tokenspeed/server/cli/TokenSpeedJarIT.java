@@ -3,12 +3,14 @@ package io.tokenspeed.server.cli;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -32,6 +34,11 @@ class TokenSpeedJarIT {
 
   private Result runJar(List<String> jvmOptions, String... args)
       throws IOException, InterruptedException {
+    return runJar(jvmOptions, Map.of(), args);
+  }
+
+  private Result runJar(List<String> jvmOptions, Map<String, String> env, String... args)
+      throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
     Path java = Path.of(System.getProperty("java.home"), "bin", "java");
@@ -41,12 +48,13 @@ class TokenSpeedJarIT {
     command.addAll(List.of(args));
     Path out = workDir.resolve("stdout");
     Path err = workDir.resolve("stderr");
-    Process p =
+    ProcessBuilder builder =
         new ProcessBuilder(command)
             .directory(workDir.toFile())
             .redirectOutput(out.toFile())
-            .redirectError(err.toFile())
-            .start();
+            .redirectError(err.toFile());
+    builder.environment().putAll(env);
+    Process p = builder.start();
     if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
       p.destroyForcibly();
       throw new AssertionError("timed out: " + command);
@@ -143,5 +151,46 @@ class TokenSpeedJarIT {
         jar.err()
             .startsWith("error: score needs the JVM option --add-modules jdk.incubator.vector"),
         jar::err);
+  }
+
+  @Test
+  void shouldStreamGeneratedTextAndASummaryWhenJarRunsGenerate() throws Exception {
+    String model = TinyLlama.model(workDir.resolve("configs"));
+    Path synthetic = workDir.resolve("synthetic");
+    String[] args = {
+      "generate",
+      "--model",
+      model,
+      "--prompt",
+      "Hello",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "12",
+      "--threads",
+      "1"
+    };
+    Result jar = runJar(VECTOR, Map.of(SyntheticCheckpoints.DIR_ENV, synthetic.toString()), args);
+    assertEquals(0, jar.exitCode(), jar::toString);
+    List<String> err =
+        jar.err().lines().filter(l -> !l.startsWith("WARNING: Using incubator modules")).toList();
+    assertTrue(err.getFirst().startsWith("note: --prompt: "), jar::err);
+    assertTrue(err.getLast().startsWith("generated 12 tokens (finish: length) | TTFT "), jar::err);
+    assertTrue(
+        err.getLast().endsWith("reused prefix: device 0, host 0 of 5 prompt tokens"), jar::err);
+    String before = System.getProperty(SyntheticCheckpoints.DIR_PROPERTY);
+    System.setProperty(SyntheticCheckpoints.DIR_PROPERTY, synthetic.toString());
+    try {
+      CliRun inProcess = CliRun.of(args);
+      assertEquals(0, inProcess.exitCode(), inProcess::toString);
+      assertEquals(inProcess.out(), jar.out(), "the jar streams what the in-process run prints");
+      assertTrue(jar.out().endsWith(System.lineSeparator()), jar::out);
+    } finally {
+      if (before == null) {
+        System.clearProperty(SyntheticCheckpoints.DIR_PROPERTY);
+      } else {
+        System.setProperty(SyntheticCheckpoints.DIR_PROPERTY, before);
+      }
+    }
   }
 }

@@ -1,0 +1,205 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.ByteTokenizer;
+import java.nio.file.Path;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * {@code tokenspeed generate} run in-process: greedy decoding through the engine reproduces the ids
+ * transformers generated for ts-model's fixtures, {@code --json} is one object with the same ids
+ * and the request's figures, text streams on a synthetic model, and a sampling seed replays.
+ */
+class GenerateCommandTest {
+
+  private static final JsonMapper JSON = new JsonMapper();
+
+  @TempDir Path tmp;
+
+  private String syntheticDirBefore;
+
+  @BeforeEach
+  void useTemporarySyntheticDir() {
+    syntheticDirBefore = System.getProperty(SyntheticCheckpoints.DIR_PROPERTY);
+    System.setProperty(SyntheticCheckpoints.DIR_PROPERTY, tmp.resolve("synthetic").toString());
+  }
+
+  @AfterEach
+  void restoreSyntheticDir() {
+    if (syntheticDirBefore == null) {
+      System.clearProperty(SyntheticCheckpoints.DIR_PROPERTY);
+    } else {
+      System.setProperty(SyntheticCheckpoints.DIR_PROPERTY, syntheticDirBefore);
+    }
+  }
+
+  private CliRun greedy(Path fixture, String... extra) {
+    int[] ids = ModelFixtures.ids(fixture, 0);
+    int steps = ModelFixtures.greedy(fixture, 0).length;
+    List<String> args =
+        Stream.concat(
+                Stream.of(
+                    "generate",
+                    "--model",
+                    fixture.toString(),
+                    "--tokens",
+                    ModelFixtures.tokenList(ids),
+                    "--temperature",
+                    "0",
+                    "--max-tokens",
+                    Integer.toString(steps),
+                    "--ignore-eos",
+                    "--threads",
+                    "2"),
+                Stream.of(extra))
+            .toList();
+    return CliRun.of(args.toArray(String[]::new));
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @ValueSource(strings = {"llama", "qwen2", "gemma3"})
+  void shouldStreamTheReferenceGreedyIds(String name) {
+    Path fixture = ModelFixtures.extract(name, tmp);
+    int[] want = ModelFixtures.greedy(fixture, 0);
+    CliRun run = greedy(fixture);
+    assertEquals(0, run.exitCode(), run::toString);
+    assertEquals(1, run.outLines().size(), run::toString);
+    int[] got =
+        Stream.of(run.outLines().getFirst().split(" ")).mapToInt(Integer::parseInt).toArray();
+    assertArrayEquals(want, got, run::toString);
+    String summary = run.err().lines().reduce((a, b) -> b).orElseThrow();
+    assertTrue(
+        summary.startsWith("generated " + want.length + " tokens (finish: length) | TTFT "),
+        run::toString);
+    assertTrue(summary.contains("tokens/s"), summary);
+    assertTrue(
+        summary.endsWith(
+            "reused prefix: device 0, host 0 of "
+                + ModelFixtures.ids(fixture, 0).length
+                + " prompt tokens"),
+        summary);
+  }
+
+  @Test
+  void shouldPrintOneJsonObjectWithTheIdsAndFigures() throws Exception {
+    Path fixture = ModelFixtures.extract("qwen2", tmp);
+    int[] want = ModelFixtures.greedy(fixture, 0);
+    CliRun run = greedy(fixture, "--json");
+    assertEquals(0, run.exitCode(), run::toString);
+    assertEquals("", run.err(), run::toString);
+    assertEquals(1, run.outLines().size(), run::toString);
+    JsonNode node = JSON.readTree(run.out());
+    int[] got = new int[node.get("tokens").size()];
+    for (int i = 0; i < got.length; i++) {
+      got[i] = node.get("tokens").get(i).asInt();
+    }
+    assertArrayEquals(want, got);
+    assertEquals("length", node.get("finish_reason").asText());
+    assertEquals(ModelFixtures.ids(fixture, 0).length, node.get("prompt_tokens").asInt());
+    assertEquals(ByteTokenizer.plain().decode(want), node.get("text").asText());
+    double ttft = node.get("ttft_ms").asDouble();
+    assertTrue(ttft > 0, "ttft_ms=" + ttft);
+    assertTrue(node.get("queue_ms").asDouble() <= ttft, run::out);
+    assertTrue(node.get("tpot_ms").asDouble() > 0, run::out);
+    assertEquals(0, node.get("reused_device_tokens").asInt());
+    assertEquals(0, node.get("reused_host_tokens").asInt());
+  }
+
+  @Test
+  void shouldStreamTheByteTokenizersTextOfASyntheticModel() throws Exception {
+    String model = TinyLlama.model(tmp);
+    String[] common = {
+      "generate",
+      "--model",
+      model,
+      "--prompt",
+      "héllo ✓",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "24"
+    };
+    CliRun json =
+        CliRun.of(Stream.concat(Stream.of(common), Stream.of("--json")).toArray(String[]::new));
+    assertEquals(0, json.exitCode(), json::toString);
+    JsonNode node = JSON.readTree(json.out());
+    int[] ids = new int[node.get("tokens").size()];
+    for (int i = 0; i < ids.length; i++) {
+      ids[i] = node.get("tokens").get(i).asInt();
+    }
+    assertEquals(24, ids.length, json::toString);
+    String text = ByteTokenizer.plain().decode(ids);
+    assertEquals(text, node.get("text").asText());
+
+    CliRun run = CliRun.of(common);
+    assertEquals(0, run.exitCode(), run::toString);
+    assertEquals(text + System.lineSeparator(), run.out(), run::toString);
+    List<String> err = run.err().lines().toList();
+    assertTrue(err.getFirst().startsWith("note: --prompt: "), run::err);
+    assertTrue(err.getFirst().contains("byte tokenizer"), run::err);
+    assertTrue(err.getLast().startsWith("generated 24 tokens (finish: length) | TTFT "), run::err);
+    assertTrue(
+        err.getLast()
+            .endsWith(
+                " of "
+                    + "héllo ✓".getBytes(java.nio.charset.StandardCharsets.UTF_8).length
+                    + " prompt tokens"),
+        run::err);
+  }
+
+  private int[] sampled(String model, long seed) throws Exception {
+    CliRun run =
+        CliRun.of(
+            "generate",
+            "--model",
+            model,
+            "--tokens",
+            "1,2,3,4",
+            "--max-tokens",
+            "16",
+            "--temperature",
+            "1.5",
+            "--top-k",
+            "50",
+            "--sampling-seed",
+            Long.toString(seed),
+            "--json");
+    assertEquals(0, run.exitCode(), run::toString);
+    JsonNode tokens = JSON.readTree(run.out()).get("tokens");
+    int[] ids = new int[tokens.size()];
+    for (int i = 0; i < ids.length; i++) {
+      ids[i] = tokens.get(i).asInt();
+    }
+    return ids;
+  }
+
+  @Test
+  void shouldReplayASamplingSeed() throws Exception {
+    String model = TinyLlama.model(tmp);
+    int[] first = sampled(model, 7);
+    assertEquals(16, first.length);
+    assertArrayEquals(first, sampled(model, 7), "the same seed samples the same ids");
+    Set<String> others = new HashSet<>();
+    for (long seed = 8; seed < 11; seed++) {
+      others.add(java.util.Arrays.toString(sampled(model, seed)));
+    }
+    others.add(java.util.Arrays.toString(first));
+    assertNotEquals(1, others.size(), "four seeds all sampled " + others);
+  }
+}
