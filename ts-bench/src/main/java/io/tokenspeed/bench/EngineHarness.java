@@ -1,0 +1,696 @@
+package io.tokenspeed.bench;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineStats;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestHandle;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.kv.KvCache;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.OptionalInt;
+import java.util.Random;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The engine's time to first token on a repeated long prompt (cold, full Host hit, full Device hit)
+ * and its decode time per output token against the bare forward pass, in one run.
+ *
+ * <p><b>memcpy.</b> {@code MemorySegment.copy} between two off-heap segments of {@code --copy-mib}
+ * MiB, in pieces of the layout's bytes per block at consecutive offsets (the copy thread's unit),
+ * after one untimed pass; GB/s (10⁹ bytes) of the best of {@code --copy-repeats}.
+ *
+ * <p><b>TTFT.</b> Every engine has P = 64, 16-token blocks, a 512-token budget and one request of a
+ * seeded random prompt of {@code --prompt} tokens with {@code max_tokens} 1; TTFT is the engine's
+ * {@code RequestMetrics.ttftNs} (submission to the first token). A throwaway engine first serves a
+ * cold {@code --warmup}-token request with 8 output tokens (JIT). Engine A never demotes and its
+ * Device holds two such requests: the prompt cold, then again (a full Device hit). Engine B demotes
+ * every cached Device block ({@code demoteBelowFreeParents = deviceParents}): the prompt cold,
+ * then, once {@code stats()} shows Host blocks and no cached Device block, again (a full Host hit:
+ * the reused tokens are loaded by H2D). The hit is at most {@code ⌊(T−1)/P⌋·P} tokens, so the hit
+ * requests still compute the last {@code T − hit} tokens over the cached prefix; that forward is
+ * timed apart through the bare {@code CausalLm.forward} on a {@code KvCache} of the same shape (its
+ * KV contents are zeros: the work does not depend on them), one untimed call then {@code
+ * --tail-repeats} timed.
+ *
+ * <p><b>Decode.</b> For each batch B: B seeded random prompts of {@code --decode-prompt} tokens,
+ * greedy, {@code --decode-tokens} output tokens. Bare: each prompt prefilled alone on a {@code
+ * KvCache}, then {@code decode-tokens − 1} steps of one token per request, all B in one forward
+ * batch, argmax per request; ms per step over those steps. Engine: one engine whose budget takes
+ * every prompt in one round and that never demotes; a cold 256-token request with one output token
+ * is submitted first and the B requests 50 ms later, while the loop computes its prefill, so that
+ * the next round admits all of them together (they then decode in lockstep: the output reports the
+ * spread of their first-token times). The engine's time per output token is {@code
+ * RequestMetrics.tpotNs} (first to last token over {@code decode-tokens − 1}), the median over the
+ * B requests. The two alternate {@code --repeats} times per batch and the best of each is compared:
+ * the loop's overhead per step is engine / bare − 1.
+ *
+ * <pre>
+ *   ./mvnw -q -B -pl ts-bench -am package -DskipTests
+ *   java --add-modules jdk.incubator.vector --enable-native-access=ALL-UNNAMED \
+ *     -cp ts-bench/target/benchmarks.jar io.tokenspeed.bench.EngineHarness \
+ *     [--model synthetic:llama-100m] [--prompt 8192] [--warmup 1024] [--seed 42] \
+ *     [--copy-mib 256] [--copy-repeats 5] [--tail-repeats 3] [--decode-prompt 128] \
+ *     [--decode-tokens 64] [--batches 1,16] [--repeats 2] [--threads N]
+ * </pre>
+ *
+ * Output is Markdown on stdout.
+ */
+public final class EngineHarness {
+
+  private static final int P = 64;
+  private static final int BG = 16;
+  private static final int TOKEN_BUDGET = 512;
+  private static final int HEADROOM_TOKENS = 64;
+  private static final int BLOCKER_TOKENS = 256;
+  private static final long BLOCKER_LEAD_MS = 50;
+  private static final long STATE_TIMEOUT_NS = TimeUnit.SECONDS.toNanos(120);
+
+  private EngineHarness() {}
+
+  // ---------------------------------------------------------------- memcpy
+
+  private record CopyRun(long pieceBytes, long pieces, double[] gbps) {
+    double best() {
+      return Arrays.stream(gbps).max().orElse(0);
+    }
+  }
+
+  private static CopyRun memcpy(long totalBytes, long pieceBytes, int repeats) {
+    long pieces = totalBytes / pieceBytes;
+    long bytes = pieces * pieceBytes;
+    double[] gbps = new double[repeats];
+    try (Arena arena = Arena.ofConfined()) {
+      MemorySegment src = arena.allocate(bytes, 64);
+      MemorySegment dst = arena.allocate(bytes, 64);
+      src.fill((byte) 1);
+      for (int r = -1; r < repeats; r++) {
+        long t0 = System.nanoTime();
+        for (long i = 0; i < pieces; i++) {
+          MemorySegment.copy(src, i * pieceBytes, dst, i * pieceBytes, pieceBytes);
+        }
+        long ns = System.nanoTime() - t0;
+        if (r >= 0) {
+          gbps[r] = (double) bytes / ns;
+        }
+      }
+      if (dst.get(ValueLayout.JAVA_BYTE, bytes - 1) != 1) {
+        throw new IllegalStateException("memcpy check failed");
+      }
+    }
+    return new CopyRun(pieceBytes, pieces, gbps);
+  }
+
+  // ---------------------------------------------------------------- engine requests
+
+  private static EngineConfig config(
+      int deviceParents, double hostRatio, int budget, int maxRunning, int demote, int threads) {
+    return new EngineConfig(
+        P, BG, deviceParents, hostRatio, budget, maxRunning, demote, threads, 1024);
+  }
+
+  private static RequestMetrics serve(Engine e, int[] prompt, int maxTokens, String what)
+      throws Exception {
+    GenerationResult r = e.submit(prompt, SamplingParams.greedy(maxTokens)).result().get();
+    if (r.failure().isPresent()) {
+      throw new IllegalStateException(what + " failed: " + r.error());
+    }
+    if (r.tokens().length != maxTokens) {
+      throw new IllegalStateException(
+          what + ": " + r.tokens().length + " tokens, expected " + maxTokens);
+    }
+    return r.metrics();
+  }
+
+  /** Waits until every cached Device block of {@code e} has moved to the Host. */
+  private static EngineStats awaitDemoted(Engine e) throws InterruptedException {
+    long deadline = System.nanoTime() + STATE_TIMEOUT_NS;
+    while (true) {
+      EngineStats s = e.stats();
+      if (s.hostCachedBlocks() > 0 && s.deviceCachedBlocks() == 0) {
+        return s;
+      }
+      if (System.nanoTime() > deadline) {
+        throw new IllegalStateException("the Device blocks were not demoted in time: " + s);
+      }
+      Thread.sleep(2);
+    }
+  }
+
+  private record TtftRow(String engine, String request, RequestMetrics m) {}
+
+  // ---------------------------------------------------------------- bare forward
+
+  /** A KV cache of one group with sequential block tables handed out from block 1. */
+  private static final class Kv implements AutoCloseable {
+    final Arena arena = Arena.ofShared();
+    final KvCache cache;
+    final int numBlocks;
+    int next = 1;
+
+    Kv(CacheLayout layout, int numBlocks) {
+      this.cache = KvCache.allocate(layout, numBlocks, arena);
+      this.numBlocks = numBlocks;
+    }
+
+    int[][] table(int tokens) {
+      int rows = Math.ceilDiv(tokens, BG);
+      if (next + rows > numBlocks) {
+        throw new IllegalStateException("out of blocks: need " + rows + " from " + next);
+      }
+      int[] t = new int[rows];
+      for (int i = 0; i < rows; i++) {
+        t[i] = next++;
+      }
+      return new int[][] {t};
+    }
+
+    @Override
+    public void close() {
+      arena.close();
+    }
+  }
+
+  /**
+   * ns of each timed forward of {@code prompt[from..]} over a cache holding {@code from} tokens.
+   */
+  private static long[] tailForward(
+      CausalLm model, CacheLayout layout, int[] prompt, int from, int repeats, ComputePool pool) {
+    try (Kv kv = new Kv(layout, Math.ceilDiv(prompt.length, BG) + 1)) {
+      int[][] table = kv.table(prompt.length);
+      int[] ids = Arrays.copyOfRange(prompt, from, prompt.length);
+      long[] ns = new long[repeats];
+      for (int r = -1; r < repeats; r++) {
+        long t0 = System.nanoTime();
+        ForwardResult out =
+            model.forward(
+                ForwardBatch.of(new ForwardRequest(ids, from, table, false)), kv.cache, pool);
+        int token = argmax(out.last(0));
+        long t = System.nanoTime() - t0;
+        if (token < 0) {
+          throw new IllegalStateException("no token");
+        }
+        if (r >= 0) {
+          ns[r] = t;
+        }
+      }
+      return ns;
+    }
+  }
+
+  private static int argmax(float[] v) {
+    int best = 0;
+    for (int i = 1; i < v.length; i++) {
+      if (v[i] > v[best]) {
+        best = i;
+      }
+    }
+    return best;
+  }
+
+  /** Bare decode: returns ms per step and fills {@code tokens[b]} with each request's output. */
+  private static double bareDecode(
+      CausalLm model,
+      CacheLayout layout,
+      int[][] prompts,
+      int outTokens,
+      int[][] tokens,
+      ComputePool pool) {
+    int batch = prompts.length;
+    int perRequest = prompts[0].length + outTokens;
+    try (Kv kv = new Kv(layout, batch * Math.ceilDiv(perRequest, BG) + 1)) {
+      int[][][] tables = new int[batch][][];
+      int[] next = new int[batch];
+      for (int b = 0; b < batch; b++) {
+        tables[b] = kv.table(perRequest);
+        ForwardResult r =
+            model.forward(
+                ForwardBatch.of(new ForwardRequest(prompts[b], 0, tables[b], false)),
+                kv.cache,
+                pool);
+        next[b] = argmax(r.last(0));
+        tokens[b][0] = next[b];
+      }
+      int steps = outTokens - 1;
+      long t0 = System.nanoTime();
+      for (int s = 0; s < steps; s++) {
+        ForwardRequest[] reqs = new ForwardRequest[batch];
+        for (int b = 0; b < batch; b++) {
+          reqs[b] =
+              new ForwardRequest(new int[] {next[b]}, prompts[b].length + s, tables[b], false);
+        }
+        ForwardResult r = model.forward(ForwardBatch.of(reqs), kv.cache, pool);
+        for (int b = 0; b < batch; b++) {
+          next[b] = argmax(r.last(b));
+          tokens[b][s + 1] = next[b];
+        }
+      }
+      return (System.nanoTime() - t0) / 1e6 / steps;
+    }
+  }
+
+  private record EngineDecode(
+      double medianMs, double minMs, double maxMs, double firstTokenSpreadMs, boolean matches) {}
+
+  private static EngineDecode engineDecode(
+      Engine e, int[][] prompts, int outTokens, int[][] bareTokens, int[] blocker)
+      throws Exception {
+    int batch = prompts.length;
+    long[] submitted = new long[batch];
+    List<RequestHandle> hs = new ArrayList<>();
+    RequestHandle gate = e.submit(blocker, SamplingParams.greedy(1));
+    Thread.sleep(BLOCKER_LEAD_MS); // the loop has taken the blocker into a round and is computing
+    for (int b = 0; b < batch; b++) {
+      submitted[b] = System.nanoTime();
+      hs.add(e.submit(prompts[b], SamplingParams.greedy(outTokens)));
+    }
+    if (gate.result().get().failure().isPresent()) {
+      throw new IllegalStateException("blocker request failed: " + gate.result().get().error());
+    }
+    double[] tpot = new double[batch];
+    long firstMin = Long.MAX_VALUE;
+    long firstMax = Long.MIN_VALUE;
+    boolean matches = true;
+    for (int b = 0; b < batch; b++) {
+      GenerationResult r = hs.get(b).result().get();
+      if (r.failure().isPresent() || r.tokens().length != outTokens) {
+        throw new IllegalStateException(
+            "decode request " + b + ": " + r.finishReason() + " " + r.error());
+      }
+      tpot[b] = r.metrics().tpotNs() / 1e6;
+      long first = submitted[b] + r.metrics().ttftNs();
+      firstMin = Math.min(firstMin, first);
+      firstMax = Math.max(firstMax, first);
+      matches &= Arrays.equals(r.tokens(), bareTokens[b]);
+    }
+    double[] sorted = tpot.clone();
+    Arrays.sort(sorted);
+    double median =
+        batch % 2 == 1 ? sorted[batch / 2] : (sorted[batch / 2 - 1] + sorted[batch / 2]) / 2;
+    return new EngineDecode(
+        median, sorted[0], sorted[batch - 1], (firstMax - firstMin) / 1e6, matches);
+  }
+
+  private record DecodeRow(int batch, double[] bareMs, EngineDecode[] engine) {
+    double bestBare() {
+      return Arrays.stream(bareMs).min().orElse(0);
+    }
+
+    double bestEngine() {
+      return Arrays.stream(engine).mapToDouble(EngineDecode::medianMs).min().orElse(0);
+    }
+  }
+
+  // ---------------------------------------------------------------- main
+
+  private static String cpuModel() {
+    try {
+      for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"))) {
+        if (line.startsWith("model name")) {
+          return line.substring(line.indexOf(':') + 1).trim();
+        }
+      }
+    } catch (IOException | RuntimeException e) {
+      // not Linux: fall through
+    }
+    return System.getProperty("os.arch");
+  }
+
+  private static int[] randomTokens(int n, int vocab, long seed) {
+    Random r = new Random(seed);
+    int[] ids = new int[n];
+    for (int i = 0; i < n; i++) {
+      ids[i] = r.nextInt(vocab);
+    }
+    return ids;
+  }
+
+  private static String ms(long ns) {
+    return String.format(Locale.ROOT, "%.1f", ns / 1e6);
+  }
+
+  private static String met(boolean ok) {
+    return ok ? "met" : "**not met**";
+  }
+
+  public static void main(String[] args) throws Exception {
+    String modelName = "synthetic:llama-100m";
+    int promptTokens = 8192;
+    int warmup = 1024;
+    long seed = 42;
+    int copyMib = 256;
+    int copyRepeats = 5;
+    int tailRepeats = 3;
+    int decodePrompt = 128;
+    int decodeTokens = 64;
+    int[] batches = {1, 16};
+    int repeats = 2;
+    int threads = Runtime.getRuntime().availableProcessors();
+    for (int i = 0; i < args.length; i++) {
+      String a = args[i];
+      String v = i + 1 < args.length ? args[++i] : null;
+      if (v == null) {
+        throw new IllegalArgumentException(a + " needs a value");
+      }
+      switch (a) {
+        case "--model" -> modelName = v;
+        case "--prompt" -> promptTokens = Integer.parseInt(v);
+        case "--warmup" -> warmup = Integer.parseInt(v);
+        case "--seed" -> seed = Long.parseLong(v);
+        case "--copy-mib" -> copyMib = Integer.parseInt(v);
+        case "--copy-repeats" -> copyRepeats = Integer.parseInt(v);
+        case "--tail-repeats" -> tailRepeats = Integer.parseInt(v);
+        case "--decode-prompt" -> decodePrompt = Integer.parseInt(v);
+        case "--decode-tokens" -> decodeTokens = Integer.parseInt(v);
+        case "--batches" -> batches = ints(v);
+        case "--repeats" -> repeats = Integer.parseInt(v);
+        case "--threads" -> threads = Integer.parseInt(v);
+        default -> throw new IllegalArgumentException("unknown flag " + a);
+      }
+    }
+    if (decodeTokens < 2) {
+      throw new IllegalArgumentException("--decode-tokens must be >= 2");
+    }
+
+    System.out.printf(
+        Locale.ROOT,
+        "JDK %s (%s), CPU %s, %d cores visible, %d compute threads%n",
+        Runtime.version(),
+        System.getProperty("java.vm.name"),
+        cpuModel(),
+        Runtime.getRuntime().availableProcessors(),
+        threads);
+    System.out.println("args: " + String.join(" ", args));
+
+    long t0 = System.nanoTime();
+    Path folder =
+        SyntheticCheckpoints.materialize(modelName, SyntheticCheckpoints.DEFAULT_SEED, DType.F32);
+    try (CausalLm model = CausalLm.load(folder);
+        ComputePool pool = ComputePool.ofThreads(threads)) {
+      CacheLayout layout = model.cacheLayout(P, BG);
+      if (layout.numGroups() != 1) {
+        throw new IllegalArgumentException("expected one cache group, got " + layout.numGroups());
+      }
+      long bpb = layout.group(0).bytesPerBlock();
+      int vocab = model.vocabSize();
+      System.out.printf(
+          Locale.ROOT,
+          "%s: materialized and loaded in %.1f s; P %d, blocks of %d tokens, %,d bytes per block%n",
+          modelName,
+          (System.nanoTime() - t0) / 1e9,
+          P,
+          BG,
+          bpb);
+
+      // (1) memcpy bandwidth
+      CopyRun copy = memcpy((long) copyMib << 20, bpb, copyRepeats);
+      System.out.printf(Locale.ROOT, "memcpy: best %.2f GB/s%n", copy.best());
+
+      // JIT warm-up on a throwaway engine
+      int[] prompt = randomTokens(promptTokens, vocab, seed);
+      int requestBlocks = Math.ceilDiv(promptTokens + HEADROOM_TOKENS, BG);
+      int deviceParents = 2 * requestBlocks;
+      long w0 = System.nanoTime();
+      try (Engine w =
+          Engine.start(
+              model,
+              config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads),
+              OptionalInt.empty())) {
+        serve(w, randomTokens(warmup, vocab, seed + 1), 8, "warm-up");
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "warm-up: cold %d-token request, 8 tokens, %.1f s%n",
+          warmup,
+          (System.nanoTime() - w0) / 1e9);
+
+      // (2) TTFT
+      int expectedHit = ((promptTokens - 1) / P) * P;
+      List<TtftRow> ttft = new ArrayList<>();
+      int maxRequestTokens;
+      try (Engine a =
+          Engine.start(
+              model,
+              config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads),
+              OptionalInt.empty())) {
+        maxRequestTokens = a.maxRequestTokens();
+        ttft.add(new TtftRow("A (demote 0)", "cold", serve(a, prompt, 1, "A cold")));
+        System.out.println("engine A: cold done");
+        ttft.add(new TtftRow("A (demote 0)", "repeat: Device hit", serve(a, prompt, 1, "A hit")));
+      }
+      EngineStats demoted;
+      long demoteWaitNs;
+      try (Engine b =
+          Engine.start(
+              model,
+              config(deviceParents, 1.0, TOKEN_BUDGET, 16, deviceParents, threads),
+              OptionalInt.empty())) {
+        ttft.add(new TtftRow("B (demote all)", "cold", serve(b, prompt, 1, "B cold")));
+        System.out.println("engine B: cold done");
+        long d0 = System.nanoTime();
+        demoted = awaitDemoted(b);
+        demoteWaitNs = System.nanoTime() - d0;
+        ttft.add(new TtftRow("B (demote all)", "repeat: Host hit", serve(b, prompt, 1, "B hit")));
+      }
+      long[] tail = tailForward(model, layout, prompt, expectedHit, tailRepeats, pool);
+      System.out.println("tail forward done");
+
+      // (3) decode
+      int maxBatch = Arrays.stream(batches).max().orElse(1);
+      int decodeParents =
+          maxBatch * Math.ceilDiv(decodePrompt + decodeTokens + HEADROOM_TOKENS, BG) * 2;
+      List<DecodeRow> decodes = new ArrayList<>();
+      try (Engine c =
+          Engine.start(
+              model,
+              config(
+                  decodeParents,
+                  1.0,
+                  Math.max(TOKEN_BUDGET, maxBatch * decodePrompt + P),
+                  maxBatch,
+                  0,
+                  threads),
+              OptionalInt.empty())) {
+        for (int batch : batches) {
+          int[][] prompts = new int[batch][];
+          for (int i = 0; i < batch; i++) {
+            prompts[i] = randomTokens(decodePrompt, vocab, 1_000L + i);
+          }
+          double[] bare = new double[repeats];
+          EngineDecode[] eng = new EngineDecode[repeats];
+          for (int r = 0; r < repeats; r++) {
+            int[][] tokens = new int[batch][decodeTokens];
+            bare[r] = bareDecode(model, layout, prompts, decodeTokens, tokens, pool);
+            int[] blocker = randomTokens(BLOCKER_TOKENS, vocab, 5_000L + decodes.size() * 100 + r);
+            eng[r] = engineDecode(c, prompts, decodeTokens, tokens, blocker);
+            System.out.printf(
+                Locale.ROOT,
+                "decode batch %d repeat %d: bare %.2f ms/step, engine %.2f ms/token%n",
+                batch,
+                r,
+                bare[r],
+                eng[r].medianMs());
+          }
+          decodes.add(new DecodeRow(batch, bare, eng));
+        }
+      }
+
+      // ---------------------------------------------------------------- tables
+      System.out.println();
+      System.out.printf(
+          Locale.ROOT,
+          "### memcpy (MemorySegment.copy, off-heap to off-heap, %d MiB in pieces of one block)%n%n",
+          copyMib);
+      System.out.println("| piece bytes | pieces | repeats GB/s | best GB/s |");
+      System.out.println("|---:|---:|---|---:|");
+      StringBuilder reps = new StringBuilder();
+      for (double g : copy.gbps()) {
+        reps.append(reps.isEmpty() ? "" : ", ").append(String.format(Locale.ROOT, "%.2f", g));
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "| %,d | %,d | %s | %.2f |%n%n",
+          copy.pieceBytes(),
+          copy.pieces(),
+          reps,
+          copy.best());
+
+      System.out.printf(
+          Locale.ROOT,
+          "### TTFT (%s, %d-token prompt, seed %d, max_tokens 1, budget %d, Device %d parents"
+              + " = %,d bytes, single-request limit %d tokens)%n%n",
+          modelName,
+          promptTokens,
+          seed,
+          TOKEN_BUDGET,
+          deviceParents,
+          deviceParents * bpb,
+          maxRequestTokens);
+      System.out.println(
+          "| engine | request | reused Device tokens | reused Host tokens | expected hit |"
+              + " queue ms | TTFT ms |");
+      System.out.println("|---|---|---:|---:|---:|---:|---:|");
+      for (TtftRow r : ttft) {
+        boolean hit = !r.request().equals("cold");
+        System.out.printf(
+            Locale.ROOT,
+            "| %s | %s | %d | %d | %d | %s | %s |%n",
+            r.engine(),
+            r.request(),
+            r.m().reusedDeviceTokens(),
+            r.m().reusedHostTokens(),
+            hit ? expectedHit : 0,
+            ms(r.m().queueNs()),
+            ms(r.m().ttftNs()));
+      }
+      System.out.println();
+      System.out.printf(
+          Locale.ROOT,
+          "Engine B before the Host hit (after %.1f ms of waiting): %d Host blocks cached, %d"
+              + " Device blocks cached, %,d bytes copied by the copy thread so far.%n%n",
+          demoteWaitNs / 1e6,
+          demoted.hostCachedBlocks(),
+          demoted.deviceCachedBlocks(),
+          demoted.copiedBytes());
+
+      RequestMetrics coldA = ttft.get(0).m();
+      RequestMetrics devHit = ttft.get(1).m();
+      RequestMetrics coldB = ttft.get(2).m();
+      RequestMetrics hostHit = ttft.get(3).m();
+      long h2dBytes = (long) hostHit.reusedHostTokens() / BG * bpb;
+      double h2dMs = h2dBytes / copy.best() / 1e6;
+      long tailBest = Arrays.stream(tail).min().orElse(0);
+      double tailMs = tailBest / 1e6;
+      double hostMs = hostHit.ttftNs() / 1e6;
+      double coldOverHost = (double) coldB.ttftNs() / hostHit.ttftNs();
+      double hostOverH2d = hostMs / h2dMs;
+      StringBuilder tails = new StringBuilder();
+      for (long t : tail) {
+        tails.append(tails.isEmpty() ? "" : ", ").append(ms(t));
+      }
+
+      System.out.println("### Host hit and Device hit against the same-run baselines");
+      System.out.println();
+      System.out.println("| figure | value | target |");
+      System.out.println("|---|---:|---|");
+      System.out.printf(
+          Locale.ROOT,
+          "| cold TTFT, engine B / engine A (ms) | %s / %s | |%n",
+          ms(coldB.ttftNs()),
+          ms(coldA.ttftNs()));
+      System.out.printf(Locale.ROOT, "| Host-hit TTFT (ms) | %.1f | |%n", hostMs);
+      System.out.printf(Locale.ROOT, "| Device-hit TTFT (ms) | %s | |%n", ms(devHit.ttftNs()));
+      System.out.printf(
+          Locale.ROOT,
+          "| cold (B) / Host hit | %.1f× | ≥ 20×: %s |%n",
+          coldOverHost,
+          met(coldOverHost >= 20));
+      System.out.printf(
+          Locale.ROOT,
+          "| cold (B) / Device hit | %.1f× | |%n",
+          (double) coldB.ttftNs() / devHit.ttftNs());
+      System.out.printf(
+          Locale.ROOT,
+          "| H2D bytes (%d reused Host tokens / %d × %,d bytes per block) | %,d | |%n",
+          hostHit.reusedHostTokens(),
+          BG,
+          bpb,
+          h2dBytes);
+      System.out.printf(
+          Locale.ROOT,
+          "| their time at the measured memcpy bandwidth (%.2f GB/s), ms | %.1f | |%n",
+          copy.best(),
+          h2dMs);
+      System.out.printf(
+          Locale.ROOT,
+          "| Host-hit TTFT / H2D time | %.2f× | ≤ 1.5×: %s |%n",
+          hostOverH2d,
+          met(hostOverH2d <= 1.5));
+      System.out.printf(
+          Locale.ROOT,
+          "| bare forward of the last %d prompt tokens over the %d cached, ms (best of: %s) |"
+              + " %.1f | |%n",
+          promptTokens - expectedHit,
+          expectedHit,
+          tails,
+          tailMs);
+      System.out.printf(
+          Locale.ROOT,
+          "| Host-hit TTFT / (H2D time + that forward) | %.2f× | |%n",
+          hostMs / (h2dMs + tailMs));
+      System.out.printf(
+          Locale.ROOT,
+          "| Host-hit TTFT − H2D time − that forward (ms) | %.1f | |%n",
+          hostMs - h2dMs - tailMs);
+      System.out.printf(
+          Locale.ROOT,
+          "| Device-hit TTFT / that forward | %.2f× | |%n%n",
+          devHit.ttftNs() / 1e6 / tailMs);
+
+      System.out.printf(
+          Locale.ROOT,
+          "### Decode (%s, prompt %d tokens per request, %d output tokens = %d steps, greedy)%n%n",
+          modelName,
+          decodePrompt,
+          decodeTokens,
+          decodeTokens - 1);
+      System.out.println(
+          "| batch | repeat | bare ms/step | engine TPOT ms (median of requests) | engine TPOT"
+              + " min–max ms | first-token spread ms | tokens = bare |");
+      System.out.println("|---:|---:|---:|---:|---:|---:|---|");
+      for (DecodeRow d : decodes) {
+        for (int r = 0; r < d.bareMs().length; r++) {
+          EngineDecode e = d.engine()[r];
+          System.out.printf(
+              Locale.ROOT,
+              "| %d | %d | %.2f | %.2f | %.2f–%.2f | %.2f | %s |%n",
+              d.batch(),
+              r,
+              d.bareMs()[r],
+              e.medianMs(),
+              e.minMs(),
+              e.maxMs(),
+              e.firstTokenSpreadMs(),
+              e.matches() ? "yes" : "no");
+        }
+      }
+      System.out.println();
+      System.out.println(
+          "| batch | best bare ms/step | best engine ms/token | loop overhead per step | target |");
+      System.out.println("|---:|---:|---:|---:|---|");
+      for (DecodeRow d : decodes) {
+        double overhead = d.bestEngine() / d.bestBare() - 1;
+        System.out.printf(
+            Locale.ROOT,
+            "| %d | %.2f | %.2f | %+.1f%% | < 5%%: %s |%n",
+            d.batch(),
+            d.bestBare(),
+            d.bestEngine(),
+            100 * overhead,
+            met(overhead < 0.05));
+      }
+    }
+  }
+
+  private static int[] ints(String csv) {
+    return Arrays.stream(csv.split(",")).map(String::trim).mapToInt(Integer::parseInt).toArray();
+  }
+}
