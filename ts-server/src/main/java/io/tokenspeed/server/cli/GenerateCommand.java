@@ -68,8 +68,8 @@ import picocli.CommandLine.Spec;
       "",
       "--model takes a Hugging Face folder (config.json, model.safetensors) or synthetic:NAME,"
           + " a model with seeded random weights generated on first use (presets: qwen2-0.5b,"
-          + " gemma3-270m, llama-100m; or synthetic:PATH to a config.json of one's own). Models"
-          + " with recurrent layers (jamba-tiny, Mamba) are not served by the engine yet."
+          + " gemma3-270m, jamba-tiny, llama-100m; or synthetic:PATH to a config.json of one's"
+          + " own)."
     },
     footer = {
       "",

@@ -80,12 +80,6 @@ class GenerateErrorsTest {
             List.of("--device-tokens", "64", "--max-tokens", "1000"),
             "prompt of 3 tokens + max_tokens 1000 = 1003 exceeds the single-request limit of"),
         of(
-            "recurrent model",
-            1,
-            List.of("--model", "{mamba}", "--tokens", "1,2,3"),
-            "--model=",
-            "State cache group (recurrent layers)"),
-        of(
             "unknown synthetic preset",
             1,
             List.of("--model", "synthetic:gpt5", "--tokens", "1"),
@@ -96,11 +90,8 @@ class GenerateErrorsTest {
   @MethodSource("cases")
   void shouldExitWithOneNamedErrorLine(Case c) {
     Path llama = ModelFixtures.extract("llama", tmp);
-    Path mamba = ModelFixtures.extract("mamba", tmp);
     String[] args =
-        c.args().stream()
-            .map(a -> a.replace(LLAMA, llama.toString()).replace("{mamba}", mamba.toString()))
-            .toArray(String[]::new);
+        c.args().stream().map(a -> a.replace(LLAMA, llama.toString())).toArray(String[]::new);
     CliRun run = CliRun.of(args);
     assertEquals(c.exitCode(), run.exitCode(), run::toString);
     assertEquals("", run.out(), run::toString);
