@@ -191,7 +191,8 @@ public final class Engine implements AutoCloseable {
    */
   public RequestHandle submit(int[] prompt, SamplingParams params) {
     if (closing) {
-      throw new IllegalStateException("engine is closed");
+      throw new IllegalStateException(
+          fatal == null ? "engine is closed" : "engine stopped after a failure: " + fatal);
     }
     long id = ids.incrementAndGet();
     RequestHandle handle = new RequestHandle(id, this);
@@ -282,6 +283,7 @@ public final class Engine implements AutoCloseable {
       }
     } catch (Throwable t) {
       fatal = t;
+      closing = true; // refuse new work: nothing would serve it
       for (Active a : active.values()) {
         a.handle.end(result(a, "error", "engine loop failed: " + t));
       }
