@@ -167,9 +167,23 @@ public final class Engine implements AutoCloseable {
   /** {@link #start} with a hook the loop thread runs after every round (tests check invariants). */
   static Engine start(
       CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    Engine e = new Engine(model, config, eosId, observer);
-    e.loop.start();
+    Engine e = paused(model, config, eosId, observer);
+    e.resume();
     return e;
+  }
+
+  /**
+   * An engine whose loop has not started: requests submitted now wait in the intake queue, and the
+   * first round after {@link #resume} takes them all (tests that need them in one round).
+   */
+  static Engine paused(
+      CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
+    return new Engine(model, config, eosId, observer);
+  }
+
+  /** Starts the loop of a {@link #paused} engine. */
+  void resume() {
+    loop.start();
   }
 
   /** The cache layout the engine's tiers use. */

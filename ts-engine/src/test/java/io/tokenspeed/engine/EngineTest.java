@@ -227,11 +227,12 @@ class EngineTest {
             .noneMatch(g -> g.kind() instanceof io.tokenspeed.core.GroupKind.StateCheckpoints);
     for (int deviceParents : new int[] {512, tight}) {
       Recorder r2 = new Recorder();
-      try (Engine e = Engine.start(model, small(deviceParents), OptionalInt.empty(), r2)) {
+      try (Engine e = Engine.paused(model, small(deviceParents), OptionalInt.empty(), r2)) {
         List<RequestHandle> hs = new ArrayList<>();
         for (int[] p : prompts) {
           hs.add(e.submit(p, SamplingParams.greedy(40)));
         }
+        e.resume(); // the first round sees every request
         for (int i = 0; i < hs.size(); i++) {
           assertSame(
               alone.get(i),
