@@ -203,7 +203,7 @@ public final class EngineHarness {
         ForwardResult out =
             model.forward(
                 ForwardBatch.of(new ForwardRequest(ids, from, table, false)), kv.cache, pool);
-        int token = argmax(out.last(0));
+        int token = ModelCpuHarness.argmax(out.last(0));
         long t = System.nanoTime() - t0;
         if (token < 0) {
           throw new IllegalStateException("no token");
@@ -214,16 +214,6 @@ public final class EngineHarness {
       }
       return ns;
     }
-  }
-
-  private static int argmax(float[] v) {
-    int best = 0;
-    for (int i = 1; i < v.length; i++) {
-      if (v[i] > v[best]) {
-        best = i;
-      }
-    }
-    return best;
   }
 
   /** Bare decode: returns ms per step and fills {@code tokens[b]} with each request's output. */
@@ -246,7 +236,7 @@ public final class EngineHarness {
                 ForwardBatch.of(new ForwardRequest(prompts[b], 0, tables[b], false)),
                 kv.cache,
                 pool);
-        next[b] = argmax(r.last(0));
+        next[b] = ModelCpuHarness.argmax(r.last(0));
         tokens[b][0] = next[b];
       }
       int steps = outTokens - 1;
@@ -259,7 +249,7 @@ public final class EngineHarness {
         }
         ForwardResult r = model.forward(ForwardBatch.of(reqs), kv.cache, pool);
         for (int b = 0; b < batch; b++) {
-          next[b] = argmax(r.last(b));
+          next[b] = ModelCpuHarness.argmax(r.last(b));
           tokens[b][s + 1] = next[b];
         }
       }

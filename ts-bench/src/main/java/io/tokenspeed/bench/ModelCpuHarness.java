@@ -328,7 +328,8 @@ public final class ModelCpuHarness {
     return ns;
   }
 
-  private static int argmax(float[] v) {
+  /** The first index of the largest value (greedy decoding in the harnesses). */
+  static int argmax(float[] v) {
     int best = 0;
     for (int i = 1; i < v.length; i++) {
       if (v[i] > v[best]) {
