@@ -47,8 +47,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * <pre>
  *   1. intake      new requests (checked, then submitted to the scheduler) and cancellations
  *   2. plan        scheduler.round(tick, cancellations): forward batch, Device copies, demotions
- *   3. dispatch    H2D loads, copy-on-write and D2H demotions to the copy thread, in plan order;
- *                  the forward waits for their fence (a storage completion never stands in for it)
+ *   3. dispatch    H2D loads and copy-on-write to the copy thread in plan order; the forward waits
+ *                  for their fence (a storage completion never stands in for it); then the D2H
+ *                  demotions, which copy while the forward computes (commit waits for them)
  *   4. forward     the model over the Device pools, through each request's block tables
  *   5. commit      scheduler.onForwardDone: prefill progress, publication, demoted blocks to Host
  *   6. sample      the next token of every request whose known tokens are all computed; stop
@@ -338,8 +339,21 @@ public final class Engine implements AutoCloseable {
       }
     }
     noteAdmissions(now);
-    awaitCopies(transfers(plan));
+    List<BlockTransfer> loads = new ArrayList<>();
+    for (BlockCopy c : plan.deviceCopies()) {
+      loads.add(BlockTransfer.of(c));
+    }
+    awaitCopies(loads);
+    // demotions copy cached blocks no request reads, so they run while the forward computes
+    List<BlockTransfer> stores = new ArrayList<>();
+    for (ExecutionPlan.Demotion d : plan.demotions()) {
+      stores.add(BlockTransfer.of(d));
+    }
+    CopyFence demoted = stores.isEmpty() ? null : copies.submit(stores);
     ForwardResult out = plan.forward().isEmpty() ? null : forward(plan);
+    if (demoted != null) {
+      awaitFence(demoted);
+    }
     scheduler.onForwardDone(plan);
     if (out != null) {
       sample(plan, out);
@@ -355,18 +369,6 @@ public final class Engine implements AutoCloseable {
             scheduler.retractions(),
             copies.copiedBytes());
     observer.afterRound(this);
-  }
-
-  /** The plan's Device work, in plan order: loads and copy-on-write, then demotions. */
-  private static List<BlockTransfer> transfers(ExecutionPlan plan) {
-    List<BlockTransfer> ops = new ArrayList<>();
-    for (BlockCopy c : plan.deviceCopies()) {
-      ops.add(BlockTransfer.of(c));
-    }
-    for (ExecutionPlan.Demotion d : plan.demotions()) {
-      ops.add(BlockTransfer.of(d));
-    }
-    return ops;
   }
 
   private void noteAdmissions(long now) {
@@ -513,10 +515,13 @@ public final class Engine implements AutoCloseable {
     if (ops.isEmpty()) {
       return;
     }
-    CopyFence f = copies.submit(ops);
+    awaitFence(copies.submit(ops));
+  }
+
+  private static void awaitFence(CopyFence f) throws InterruptedException {
     f.await();
     if (f.failure() != null) {
-      throw new IllegalStateException("a Device copy failed", f.failure());
+      throw new IllegalStateException("a Device/Host copy failed", f.failure());
     }
   }
 
