@@ -13,7 +13,6 @@ import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.kernel.ComputePool;
-import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.io.IOException;
@@ -159,42 +158,12 @@ public final class EngineHarness {
 
   // ---------------------------------------------------------------- bare forward
 
-  /** A KV cache of one group with sequential block tables handed out from block 1. */
-  private static final class Kv implements AutoCloseable {
-    final Arena arena = Arena.ofShared();
-    final KvCache cache;
-    final int numBlocks;
-    int next = 1;
-
-    Kv(CacheLayout layout, int numBlocks) {
-      this.cache = KvCache.allocate(layout, numBlocks, arena);
-      this.numBlocks = numBlocks;
-    }
-
-    int[][] table(int tokens) {
-      int rows = Math.ceilDiv(tokens, BG);
-      if (next + rows > numBlocks) {
-        throw new IllegalStateException("out of blocks: need " + rows + " from " + next);
-      }
-      int[] t = new int[rows];
-      for (int i = 0; i < rows; i++) {
-        t[i] = next++;
-      }
-      return new int[][] {t};
-    }
-
-    @Override
-    public void close() {
-      arena.close();
-    }
-  }
-
   /**
    * ns of each timed forward of {@code prompt[from..]} over a cache holding {@code from} tokens.
    */
   private static long[] tailForward(
       CausalLm model, CacheLayout layout, int[] prompt, int from, int repeats, ComputePool pool) {
-    try (Kv kv = new Kv(layout, Math.ceilDiv(prompt.length, BG) + 1)) {
+    try (BenchKv kv = new BenchKv(layout, Math.ceilDiv(prompt.length, BG) + 1)) {
       int[][] table = kv.table(prompt.length);
       int[] ids = Arrays.copyOfRange(prompt, from, prompt.length);
       long[] ns = new long[repeats];
@@ -226,7 +195,7 @@ public final class EngineHarness {
       ComputePool pool) {
     int batch = prompts.length;
     int perRequest = prompts[0].length + outTokens;
-    try (Kv kv = new Kv(layout, batch * Math.ceilDiv(perRequest, BG) + 1)) {
+    try (BenchKv kv = new BenchKv(layout, batch * Math.ceilDiv(perRequest, BG) + 1)) {
       int[][][] tables = new int[batch][][];
       int[] next = new int[batch];
       for (int b = 0; b < batch; b++) {

@@ -1,6 +1,5 @@
 package io.tokenspeed.bench;
 
-import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
@@ -12,10 +11,8 @@ import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
 import io.tokenspeed.model.kernel.PackedMatrix;
-import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.io.IOException;
-import java.lang.foreign.Arena;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -259,43 +256,6 @@ public final class ModelCpuHarness {
       String model, int batch, int steps, double seconds, Histogram stepNs, double weightBytes) {}
 
   /** A KV cache with sequential block tables handed out from block 1. */
-  private static final class Kv implements AutoCloseable {
-    final Arena arena = Arena.ofShared();
-    final KvCache cache;
-    int next = 1;
-    final int numBlocks;
-
-    Kv(CausalLm model, int numBlocks) {
-      CacheLayout layout = model.cacheLayout(PREFIX_GRANULARITY, BLOCK_TOKENS);
-      if (layout.numGroups() != 1) {
-        throw new IllegalArgumentException("expected one cache group, got " + layout.numGroups());
-      }
-      this.cache = KvCache.allocate(layout, numBlocks, arena);
-      this.numBlocks = numBlocks;
-    }
-
-    int[][] table(int tokens) {
-      int rows = Math.ceilDiv(tokens, BLOCK_TOKENS);
-      if (next + rows > numBlocks) {
-        throw new IllegalStateException("out of blocks: need " + rows + " from " + next);
-      }
-      int[] t = new int[rows];
-      for (int i = 0; i < rows; i++) {
-        t[i] = next++;
-      }
-      return new int[][] {t};
-    }
-
-    void reset() {
-      next = 1;
-    }
-
-    @Override
-    public void close() {
-      arena.close();
-    }
-  }
-
   private static int[] randomTokens(int n, int vocab, long seed) {
     Random r = new Random(seed);
     int[] ids = new int[n];
@@ -307,7 +267,7 @@ public final class ModelCpuHarness {
 
   /** Prefills {@code ids}; returns nanoseconds of each chunk. */
   private static long[] prefill(
-      CausalLm model, Kv kv, int[] ids, int[][] table, int chunk, ComputePool pool) {
+      CausalLm model, BenchKv kv, int[] ids, int[][] table, int chunk, ComputePool pool) {
     int chunks = Math.ceilDiv(ids.length, chunk);
     long[] ns = new long[chunks];
     for (int c = 0; c < chunks; c++) {
@@ -340,7 +300,7 @@ public final class ModelCpuHarness {
   }
 
   private static DecodeRow decode(
-      String name, CausalLm model, Kv kv, int batch, int prompt, int steps, ComputePool pool) {
+      String name, CausalLm model, BenchKv kv, int batch, int prompt, int steps, ComputePool pool) {
     kv.reset();
     int vocab = model.vocabSize();
     int total = prompt + DECODE_WARM_STEPS + steps;
@@ -495,8 +455,10 @@ public final class ModelCpuHarness {
           int decodeBlocks =
               Arrays.stream(batches).max().orElse(1)
                   * Math.ceilDiv(decodePrompt + DECODE_WARM_STEPS + decodeSteps, BLOCK_TOKENS);
-          try (Kv kv =
-              new Kv(model, Math.max(Math.ceilDiv(maxT, BLOCK_TOKENS), decodeBlocks) + 1)) {
+          try (BenchKv kv =
+              new BenchKv(
+                  model.cacheLayout(PREFIX_GRANULARITY, BLOCK_TOKENS),
+                  Math.max(Math.ceilDiv(maxT, BLOCK_TOKENS), decodeBlocks) + 1)) {
             kv.reset();
             long w0 = System.nanoTime();
             prefill(
