@@ -88,7 +88,7 @@ public final class Engine implements AutoCloseable {
   private final Thread loop;
   private volatile boolean closing;
   private volatile Throwable fatal;
-  private volatile long rounds;
+  private long rounds; // the loop thread's; others read stats()
   private volatile EngineStats stats = EngineStats.NONE;
 
   /** An idle round is due: a request ended or demotions are in progress (background work). */
@@ -261,11 +261,6 @@ public final class Engine implements AutoCloseable {
 
   void cancel(long id) {
     cancels.add(id);
-  }
-
-  /** Rounds run so far (tests, observability). */
-  public long rounds() {
-    return rounds;
   }
 
   /** The figures of the latest round. */
@@ -594,18 +589,9 @@ public final class Engine implements AutoCloseable {
     return cache;
   }
 
-  DevicePools device() {
-    return device;
-  }
-
   /** Requests the loop serves right now. */
   int activeCount() {
     return active.size();
-  }
-
-  /** The failure that stopped the loop, or null. */
-  Throwable fatal() {
-    return fatal;
   }
 
   /**

@@ -73,19 +73,6 @@ public record EngineConfig(
         1024);
   }
 
-  public EngineConfig withTokenBudget(int budget) {
-    return new EngineConfig(
-        prefixGranularity,
-        blockGranularity,
-        deviceParents,
-        hostRatio,
-        budget,
-        maxRunning,
-        demoteBelowFreeParents,
-        computeThreads,
-        maxQueued);
-  }
-
   public EngineConfig withComputeThreads(int threads) {
     return new EngineConfig(
         prefixGranularity,
@@ -96,19 +83,6 @@ public record EngineConfig(
         maxRunning,
         demoteBelowFreeParents,
         threads,
-        maxQueued);
-  }
-
-  public EngineConfig withMaxRunning(int running) {
-    return new EngineConfig(
-        prefixGranularity,
-        blockGranularity,
-        deviceParents,
-        hostRatio,
-        tokenBudget,
-        running,
-        demoteBelowFreeParents,
-        computeThreads,
         maxQueued);
   }
 }

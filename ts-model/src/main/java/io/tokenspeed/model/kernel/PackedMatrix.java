@@ -54,11 +54,6 @@ public final class PackedMatrix {
     return new PackedMatrix(w);
   }
 
-  /** The mapped tensor this matrix packs. */
-  public Tensor source() {
-    return source;
-  }
-
   public String name() {
     return source.name();
   }
