@@ -274,13 +274,10 @@ public final class Engine implements AutoCloseable {
     try {
       while (!closing || !active.isEmpty() || !intake.isEmpty()) {
         if (closing) {
-          for (Active a : new ArrayList<>(intake)) {
-            intake.remove(a);
+          for (Active a; (a = intake.poll()) != null; ) {
             a.handle.end(result(a, "cancelled", "engine closed"));
           }
-          for (Long id : active.keySet()) {
-            cancels.add(id);
-          }
+          cancels.addAll(active.keySet()); // one round ends them all
         }
         if (active.isEmpty() && intake.isEmpty() && cancels.isEmpty() && !housekeeping) {
           Active next = intake.poll(IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
