@@ -94,6 +94,8 @@ public final class Engine implements AutoCloseable {
   /** An idle round is due: a request ended or demotions are in progress (background work). */
   private boolean housekeeping;
 
+  private long endedRequests;
+
   /** One request the loop serves. */
   private static final class Active {
     final long id;
@@ -306,7 +308,7 @@ public final class Engine implements AutoCloseable {
       scheduler.submit(a.id, a.keys, a.sampling.params().maxTokens() - a.generated(), false);
       active.put(a.id, a);
     } catch (IllegalArgumentException e) {
-      a.handle.end(result(a, "error", e.getMessage()));
+      end(a, result(a, "error", e.getMessage()));
     }
   }
 
@@ -319,15 +321,20 @@ public final class Engine implements AutoCloseable {
       cancelled.add(id);
     }
     long now = System.nanoTime();
+    long evictedBefore = scheduler.redundantEvictions();
     ExecutionPlan plan =
         scheduler.round(
             new RoundInput(now, PressureSnapshot.IDLE, cancelled, List.of(), true, false));
     rounds++;
-    housekeeping = !plan.demotions().isEmpty() || !cancelled.isEmpty();
+    // a round that demoted or freed blocks may have left more for the next one
+    housekeeping =
+        !plan.demotions().isEmpty()
+            || scheduler.redundantEvictions() != evictedBefore
+            || !cancelled.isEmpty();
     for (long id : cancelled) {
       Active a = active.remove(id);
       if (a != null) {
-        a.handle.end(result(a, "cancelled", null));
+        end(a, result(a, "cancelled", null));
       }
     }
     noteAdmissions(now);
@@ -355,11 +362,13 @@ public final class Engine implements AutoCloseable {
         new EngineStats(
             rounds,
             active.size(),
+            endedRequests,
             cache.device().cachedCount(),
             cache.host().cachedCount(),
             cache.device().pool().freeParents(),
             scheduler.retractions(),
-            copies.copiedBytes());
+            copies.copiedBytes(),
+            copies.copyNanos());
     observer.afterRound(this);
   }
 
@@ -540,7 +549,7 @@ public final class Engine implements AutoCloseable {
         housekeeping = true;
         scheduler.complete(a.id);
         active.remove(a.id);
-        a.handle.end(result(a, done.get().wireName(), null));
+        end(a, result(a, done.get().wireName(), null));
       }
     }
   }
@@ -559,6 +568,12 @@ public final class Engine implements AutoCloseable {
         admitToScheduler(a);
       }
     }
+  }
+
+  /** Ends a request the loop served (counted in {@link EngineStats#endedRequests()}). */
+  private void end(Active a, GenerationResult r) {
+    endedRequests++;
+    a.handle.end(r);
   }
 
   private GenerationResult result(Active a, String reason, String error) {

@@ -5,21 +5,26 @@ package io.tokenspeed.engine;
  *
  * @param rounds rounds run so far
  * @param activeRequests requests the loop serves
+ * @param endedRequests requests the loop ended since start (finished, cancelled, or rejected when
+ *     it took them in)
  * @param deviceCachedBlocks published Device blocks no request holds (reusable, evictable)
  * @param hostCachedBlocks published Host blocks no operation holds
  * @param deviceFreeParents free Device LCM parents
  * @param retractions requests retracted for lack of Device memory since start
  * @param copiedBytes bytes the copy thread moved between the tiers since start
+ * @param copyNanos nanoseconds the copy thread spent moving them
  */
 public record EngineStats(
     long rounds,
     int activeRequests,
+    long endedRequests,
     int deviceCachedBlocks,
     int hostCachedBlocks,
     int deviceFreeParents,
     long retractions,
-    long copiedBytes) {
+    long copiedBytes,
+    long copyNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

@@ -104,6 +104,10 @@ class EngineWorkloadTest {
         Thread.sleep(5);
       }
       assertEquals(0, e.activeCount(), "requests still served");
+      while (e.stats().endedRequests() < jobs.size() && System.nanoTime() < deadline) {
+        Thread.sleep(5); // the last round publishes its stats after it ends its requests
+      }
+      assertEquals(jobs.size(), e.stats().endedRequests(), "the loop ended each request once");
       assertTrue(rec.broken.isEmpty(), () -> "seed=" + seed + " " + rec.broken);
     }
     Map<Integer, int[]> alone = new HashMap<>();

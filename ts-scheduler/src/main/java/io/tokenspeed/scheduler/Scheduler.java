@@ -131,6 +131,7 @@ public final class Scheduler {
   private long seenHostPublications = -1;
   private long admissions;
   private long retractions;
+  private long redundantEvictions;
 
   /** The plan under construction (the batch step): a retraction withdraws its victim from it. */
   private List<ExecutionPlan.ForwardItem> planForward;
@@ -182,6 +183,14 @@ public final class Scheduler {
   /** Retractions since start. */
   public long retractions() {
     return retractions;
+  }
+
+  /**
+   * Cached Device blocks freed since start, while the Device was short of free parents, because the
+   * Host already held their keys (a demotion without a copy).
+   */
+  public long redundantEvictions() {
+    return redundantEvictions;
   }
 
   /** Retractions of a request the same round's batch had already planned (tests, observability). */
@@ -525,7 +534,10 @@ public final class Scheduler {
 
   /**
    * While the Device is short of free parents, copies its oldest cached blocks to the Host. The
-   * Device source is pinned until the copy completes; a key the Host already holds needs no copy.
+   * Device source is pinned until the copy completes and freed then. A block whose key the Host
+   * already holds needs no copy: it is freed at once, until the Device has its free parents again
+   * (left cached, it would stay at the head of the eviction order and keep every younger block from
+   * being demoted).
    */
   private void demote(List<ExecutionPlan.Demotion> out) {
     var device = cache.device();
@@ -536,6 +548,10 @@ public final class Scheduler {
     for (int b : device.evictionCandidates(Config.MAX_DEMOTIONS_PER_ROUND)) {
       io.tokenspeed.core.CacheKey key = device.keyOf(b);
       if (host.contains(key)) {
+        if (device.pool().freeParents() < config.demoteBelowFreeParents()) {
+          device.evict(b);
+          redundantEvictions++;
+        }
         continue;
       }
       int[] needs = new int[cache.layout().numGroups()];

@@ -355,6 +355,35 @@ class SchedulerTest {
     puts.forEach(x -> f.stm.onCompletion(Facts.allOk(x)));
   }
 
+  @Test
+  void shouldFreeHostBackedDeviceBlocksSoThatYoungerOnesAreDemoted() {
+    // the oldest cached Device blocks (more than one round's demotions) already have Host copies:
+    // they are freed without a copy, and the younger blocks behind them are demoted
+    f = new StmFixture(fullHistoryOnly(1).cache.layout(), StmFixture.config(), 256, 256);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(512, 4, 16, 256));
+    List<io.tokenspeed.core.CacheKey> old = f.cache.neededKeys(f.prompt(2048, 93), 2048);
+    List<io.tokenspeed.core.CacheKey> young = f.cache.neededKeys(f.prompt(512, 94), 512);
+    assertTrue(old.size() > Scheduler.Config.MAX_DEMOTIONS_PER_ROUND, "old: " + old.size());
+    f.put(Tier.HOST, old);
+    f.put(Tier.DEVICE, old);
+    f.put(Tier.DEVICE, young);
+    List<ExecutionPlan.Demotion> demoted = new ArrayList<>();
+    for (int i = 0; i < 10; i++) {
+      demoted.addAll(round().demotions());
+      f.checkInvariants(s.heldBlocks());
+    }
+    assertEquals(old.size(), s.redundantEvictions(), "each Host-backed block freed once");
+    assertEquals(
+        young, demoted.stream().map(ExecutionPlan.Demotion::key).toList(), "young demoted");
+    for (io.tokenspeed.core.CacheKey k : old) {
+      assertTrue(!f.cache.device().contains(k) && f.cache.host().contains(k), "old " + k);
+    }
+    for (io.tokenspeed.core.CacheKey k : young) {
+      assertTrue(!f.cache.device().contains(k) && f.cache.host().contains(k), "young " + k);
+    }
+    assertEquals(0, f.cache.device().cachedCount());
+  }
+
   // ---------------------------------------------------------------- regressions
 
   /** One Full-history group, bg 16: one block per parent, so the Device counts blocks. */

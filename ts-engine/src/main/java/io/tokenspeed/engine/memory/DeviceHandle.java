@@ -68,6 +68,7 @@ public final class DeviceHandle implements AutoCloseable {
   // Written by the copy thread (completedSequence also by submit, under the lock when idle).
   private volatile long completedSequence;
   private volatile long copiedBytes;
+  private volatile long copyNanos;
   private volatile Failure failure;
 
   /** A handle with at most {@link #DEFAULT_MAX_PENDING_BATCHES} pending batches. */
@@ -226,6 +227,11 @@ public final class DeviceHandle implements AutoCloseable {
     return copiedBytes;
   }
 
+  /** Nanoseconds the copy thread spent in its copies, failed ones included (idle time excluded). */
+  public long copyNanos() {
+    return copyNanos;
+  }
+
   /** What the first failed batch threw; null while every batch has succeeded. */
   public Throwable failure() {
     Failure f = failure;
@@ -285,9 +291,14 @@ public final class DeviceHandle implements AutoCloseable {
       if (failed == null) {
         try {
           beforeBatch.accept(sequence);
-          for (Copy c : batch.copies()) {
-            MemorySegment.copy(c.src(), c.srcOffset(), c.dst(), c.dstOffset(), c.bytes());
-            copiedBytes += c.bytes();
+          long t0 = System.nanoTime();
+          try {
+            for (Copy c : batch.copies()) {
+              MemorySegment.copy(c.src(), c.srcOffset(), c.dst(), c.dstOffset(), c.bytes());
+              copiedBytes += c.bytes();
+            }
+          } finally {
+            copyNanos += System.nanoTime() - t0;
           }
         } catch (Throwable t) {
           failure = new Failure(sequence, t);

@@ -238,6 +238,7 @@ class DeviceHandleTest {
       }
       assertArrayEquals(payload, MemoryFixtures.bytes(device.memory().block(1, 6)));
       assertEquals(10 * 160, handle.copiedBytes());
+      assertTrue(handle.copyNanos() > 0, "ten batches copied bytes: their time is counted");
       handle.close();
     }
   }
