@@ -95,6 +95,7 @@ public final class Engine implements AutoCloseable {
   private boolean housekeeping;
 
   private long endedRequests;
+  private long imageBlocks;
 
   /** One request the loop serves. */
   private static final class Active {
@@ -115,6 +116,12 @@ public final class Engine implements AutoCloseable {
 
     /** Whether the State groups' running state lives in the working slot (after a forward). */
     boolean stateInWorkingSlot;
+
+    /** Leading tokens whose KV the request's Device blocks hold (reused, loaded or computed). */
+    int kvTokens;
+
+    /** Tokens the forward computed for it so far. */
+    long computedTokens;
 
     Active(long id, RequestHandle handle, int[] prompt, SamplingState sampling, long nowNs) {
       this.id = id;
@@ -339,10 +346,12 @@ public final class Engine implements AutoCloseable {
     }
     noteAdmissions(now);
     List<BlockTransfer> loads = new ArrayList<>();
+    List<ImagePage> images = saveRetractedImages(loads); // first: before anything writes them
     for (BlockCopy c : plan.deviceCopies()) {
       loads.add(BlockTransfer.of(c));
     }
     awaitCopies(loads);
+    publishImages(images);
     // demotions copy cached blocks no request reads, so they run while the forward computes
     List<BlockTransfer> stores = new ArrayList<>();
     for (ExecutionPlan.Demotion d : plan.demotions()) {
@@ -367,9 +376,76 @@ public final class Engine implements AutoCloseable {
             cache.host().cachedCount(),
             cache.device().pool().freeParents(),
             scheduler.retractions(),
+            imageBlocks,
             copies.copiedBytes(),
             copies.copyNanos());
     observer.afterRound(this);
+  }
+
+  /** A page block of a retracted request's image, copied to a private Host block. */
+  private record ImagePage(CacheKey key, int hostBlock) {}
+
+  /**
+   * The images of the requests this round retracted: every full page of their computed KV (groups
+   * with history or a window; a State group's running state lies between checkpoints and is not
+   * kept) that the Host lacks goes by D2H into a fresh Host block, to be published under its
+   * content key once copied. A resumed request then finds those pages on the Host and loads them by
+   * H2D like any Host hit, computing only its partial last page again. Adds the copies to {@code
+   * ops} (which must run before this round's Device copies and forward: the retracted blocks may
+   * already belong to another request). A Host without room keeps fewer pages: those are
+   * recomputed.
+   */
+  private List<ImagePage> saveRetractedImages(List<BlockTransfer> ops) {
+    List<ImagePage> pages = new ArrayList<>();
+    int p = layout.prefixGranularity();
+    for (Scheduler.RetractedBlocks rb : scheduler.retractedThisRound()) {
+      Active a = active.get(rb.requestId());
+      if (a == null) {
+        continue;
+      }
+      int boundary = a.kvTokens / p * p;
+      a.kvTokens = 0;
+      a.admission = null;
+      if (boundary == 0) {
+        continue;
+      }
+      PromptKeys keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, boundary), List.of());
+      for (var g : layout.groups()) {
+        if (g.kind() instanceof GroupKind.StateCheckpoints) {
+          continue;
+        }
+        int gid = g.groupId();
+        int[] row = rb.rows()[gid];
+        for (int r = g.firstNeededRow(boundary); r < g.rowsFor(boundary) && r < row.length; r++) {
+          CacheKey key = keys.keyOf(gid, r, boundary);
+          if (row[r] == 0 || cache.host().contains(key)) {
+            continue;
+          }
+          int[] needs = new int[layout.numGroups()];
+          needs[gid] = 1;
+          int[][] dst = cache.host().allocate(needs);
+          if (dst == null) {
+            return pages; // the Host is full of referenced blocks
+          }
+          ops.add(new BlockTransfer.Store(gid, row[r], dst[gid][0]));
+          pages.add(new ImagePage(key, dst[gid][0]));
+        }
+      }
+    }
+    return pages;
+  }
+
+  private void publishImages(List<ImagePage> pages) {
+    List<CacheKey> published = new ArrayList<>();
+    for (ImagePage page : pages) {
+      cache.host().noteWrite(page.hostBlock());
+      if (cache.host().publish(page.key(), page.hostBlock())) {
+        published.add(page.key());
+      }
+      cache.host().unref(page.hostBlock()); // cached if published, freed if another copy won
+    }
+    imageBlocks += published.size();
+    scheduler.onHostPublished(published);
   }
 
   private void noteAdmissions(long now) {
@@ -399,6 +475,7 @@ public final class Engine implements AutoCloseable {
       if (adm != a.admission) {
         a.admission = adm;
         a.stateInWorkingSlot = false;
+        a.kvTokens = adm.hit(); // on the Device once this round's loads are done
       }
       for (var g : layout.groups()) {
         if (g.kind() instanceof GroupKind.StateCheckpoints) {
@@ -411,7 +488,10 @@ public final class Engine implements AutoCloseable {
     }
     ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
-      active.get(item.requestId()).stateInWorkingSlot = true;
+      Active a = active.get(item.requestId());
+      a.stateInWorkingSlot = true;
+      a.kvTokens = Math.max(a.kvTokens, item.startToken() + item.numTokens());
+      a.computedTokens += item.numTokens();
     }
     publishCheckpoints(checkpoints);
     return out;
@@ -586,7 +666,8 @@ public final class Engine implements AutoCloseable {
             tpot,
             a.promptTokens,
             Math.max(0, a.reusedDevice),
-            a.reusedHost);
+            a.reusedHost,
+            a.computedTokens);
     return new GenerationResult(
         a.id, Arrays.copyOfRange(a.tokens, a.promptTokens, a.known), reason, error, m);
   }
@@ -604,6 +685,11 @@ public final class Engine implements AutoCloseable {
   /** Requests the loop serves right now. */
   int activeCount() {
     return active.size();
+  }
+
+  /** The ids of the requests the loop serves right now (on the loop thread, between rounds). */
+  List<Long> activeIds() {
+    return List.copyOf(active.keySet());
   }
 
   /**

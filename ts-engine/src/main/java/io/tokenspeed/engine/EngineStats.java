@@ -11,6 +11,7 @@ package io.tokenspeed.engine;
  * @param hostCachedBlocks published Host blocks no operation holds
  * @param deviceFreeParents free Device LCM parents
  * @param retractions requests retracted for lack of Device memory since start
+ * @param imageBlocks blocks of retracted requests' computed pages saved to the Host since start
  * @param copiedBytes bytes the copy thread moved between the tiers since start
  * @param copyNanos nanoseconds the copy thread spent moving them
  */
@@ -22,9 +23,10 @@ public record EngineStats(
     int hostCachedBlocks,
     int deviceFreeParents,
     long retractions,
+    long imageBlocks,
     long copiedBytes,
     long copyNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

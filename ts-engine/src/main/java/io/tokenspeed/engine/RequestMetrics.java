@@ -9,6 +9,8 @@ package io.tokenspeed.engine;
  * @param promptTokens tokens of the prompt
  * @param reusedDeviceTokens prompt tokens whose KV was already on the Device at admission
  * @param reusedHostTokens prompt tokens whose KV was loaded from the Host at admission
+ * @param computedTokens tokens the forward computed for it: prefill chunks and decode steps,
+ *     including whatever it computed again after a retraction
  */
 public record RequestMetrics(
     long queueNs,
@@ -16,4 +18,5 @@ public record RequestMetrics(
     long tpotNs,
     int promptTokens,
     int reusedDeviceTokens,
-    int reusedHostTokens) {}
+    int reusedHostTokens,
+    long computedTokens) {}

@@ -9,7 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.cache.CacheInvariants;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.Fixtures;
+import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -33,12 +35,16 @@ import org.junit.jupiter.params.provider.ValueSource;
  * The engine against the Hugging Face fixtures and against itself, bit for bit: the greedy ids
  * transformers produced; then the same prompt cold, on a full Device hit, on a Host hit after its
  * blocks were demoted and loaded back into other Device blocks, batched with other requests, and
- * after retraction — the token ids and the logits every token was drawn from must be identical. The
- * cache's and scheduler's invariants are checked after every round.
+ * after retraction — the token ids and the logits every token was drawn from must be identical; the
+ * same for a synthetic Jamba-style hybrid with seeded weights and prompts. The cache's and
+ * scheduler's invariants are checked after every round.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class EngineTest {
   private static final String[] FIXTURES = {"llama", "qwen2", "gemma3", "mamba", "jamba"};
+
+  /** The synthetic Jamba-style hybrid (seeded weights; prompts are seeded random ids). */
+  private static final String SYNTHETIC_HYBRID = "synthetic:jamba-tiny";
 
   private final Map<String, CausalLm> models = new ConcurrentHashMap<>();
   private final Map<String, Path> folders = new ConcurrentHashMap<>();
@@ -50,6 +56,13 @@ class EngineTest {
       folders.put(f, folder);
       models.put(f, CausalLm.load(folder));
     }
+    Path hybrid =
+        SyntheticCheckpoints.materialize(
+            SYNTHETIC_HYBRID,
+            SyntheticCheckpoints.DEFAULT_SEED,
+            DType.F32,
+            dir.resolve("synthetic"));
+    models.put(SYNTHETIC_HYBRID, CausalLm.load(hybrid));
   }
 
   @AfterAll
@@ -61,6 +74,7 @@ class EngineTest {
   static final class Recorder implements EngineObserver {
     final Map<Long, List<float[]>> logits = new ConcurrentHashMap<>();
     final List<Throwable> broken = new CopyOnWriteArrayList<>();
+    final Map<Long, int[][]> tables = new ConcurrentHashMap<>(); // each request's last tables
     volatile int deviceCached = -1;
     volatile int hostCached = -1;
 
@@ -68,6 +82,12 @@ class EngineTest {
     public void afterRound(Engine e) {
       deviceCached = e.cache().device().cachedCount();
       hostCached = e.cache().host().cachedCount();
+      for (long id : e.activeIds()) {
+        int[][] t = e.scheduler().blockTables(id);
+        if (t != null) {
+          tables.put(id, t);
+        }
+      }
       try {
         e.scheduler().checkInvariants();
         CacheInvariants.check(e.cache(), e.scheduler().heldBlocks());
@@ -139,8 +159,24 @@ class EngineTest {
     return out.stream();
   }
 
-  private int[] prompt(String fixture, int p) {
-    return Fixtures.referenceInts(folders.get(fixture), "ids_" + p);
+  /** The fixtures' prompts and as many of the synthetic hybrid's. */
+  static Stream<Arguments> allPrompts() {
+    List<Arguments> out = new ArrayList<>(fixturePrompts().toList());
+    for (int p = 0; p < Fixtures.PROMPTS; p++) {
+      out.add(Arguments.of(SYNTHETIC_HYBRID, p));
+    }
+    return out.stream();
+  }
+
+  /** A fixture's reference prompt; for the synthetic hybrid, seeded ids of 23, 64 or 133 tokens. */
+  private int[] prompt(String model, int p) {
+    if (model.equals(SYNTHETIC_HYBRID)) {
+      int[] lengths = {23, 64, 133};
+      return new SplittableRandom(p)
+          .ints(lengths[p % lengths.length], 0, models.get(model).vocabSize())
+          .toArray();
+    }
+    return Fixtures.referenceInts(folders.get(model), "ids_" + p);
   }
 
   @ParameterizedTest(name = "{0} prompt {1}")
@@ -158,7 +194,7 @@ class EngineTest {
   }
 
   @ParameterizedTest(name = "{0} prompt {1}")
-  @MethodSource("fixturePrompts")
+  @MethodSource("allPrompts")
   void shouldGiveIdenticalOutputOnAFullDeviceHit(String fixture, int p) throws Exception {
     Recorder rec = new Recorder();
     try (Engine e = Engine.start(models.get(fixture), small(256), OptionalInt.empty(), rec)) {
@@ -174,7 +210,7 @@ class EngineTest {
   }
 
   @ParameterizedTest(name = "{0}")
-  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba", SYNTHETIC_HYBRID})
   void shouldGiveIdenticalOutputOnAHostHitAfterDeviceEviction(String fixture) throws Exception {
     Recorder rec = new Recorder();
     int[] prompt = prompt(fixture, 2); // 133 tokens
@@ -194,6 +230,13 @@ class EngineTest {
       Run again = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
       assertSame(cold, first, fixture + " demoting engine, cold");
       assertSame(cold, again, fixture + " host hit");
+      int[][] before = rec2.tables.get(first.result().requestId());
+      int[][] after = rec2.tables.get(again.result().requestId());
+      for (int g = 0; g < before.length; g++) {
+        assertTrue(
+            !java.util.Arrays.equals(before[g], after[g]),
+            "group " + g + " went back into the very same Device blocks");
+      }
       assertEquals(0, again.result().metrics().reusedDeviceTokens(), "nothing left on Device");
       assertEquals(
           (prompt.length - 1) / 4 * 4,
@@ -204,7 +247,7 @@ class EngineTest {
   }
 
   @ParameterizedTest(name = "{0}")
-  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba", SYNTHETIC_HYBRID})
   void shouldGiveEachRequestItsAloneOutputWhenBatchedOrRetracted(String fixture) throws Exception {
     CausalLm model = models.get(fixture);
     SplittableRandom rnd = new SplittableRandom(fixture.hashCode());
@@ -219,13 +262,19 @@ class EngineTest {
         alone.add(await(e.submit(p, SamplingParams.greedy(40)), rec));
       }
     }
-    int tight = 2 * parentsFor(model, small(2), 130);
-    // two requests at a time, each growing as it decodes: the attention models retract here (a
-    // Mamba request never grows: its State group keeps two slots)
-    boolean attentionOnly =
+    int single = parentsFor(model, small(2), 130); // every request fits alone
+    long retracted = 0;
+    // two requests at a time, each growing as it decodes: models with attention layers retract
+    // here (a Mamba request never grows: its State group keeps two slots)
+    List<io.tokenspeed.core.GroupKind> kinds =
         model.cacheLayout(4, 2).groups().stream()
-            .noneMatch(g -> g.kind() instanceof io.tokenspeed.core.GroupKind.StateCheckpoints);
-    for (int deviceParents : new int[] {512, tight}) {
+            .map(io.tokenspeed.core.CacheGroupSpec::kind)
+            .toList();
+    boolean hasState =
+        kinds.stream().anyMatch(k -> k instanceof io.tokenspeed.core.GroupKind.StateCheckpoints);
+    boolean hasAttention =
+        kinds.stream().anyMatch(k -> !(k instanceof io.tokenspeed.core.GroupKind.StateCheckpoints));
+    for (int deviceParents : new int[] {512, 2 * single, single}) {
       Recorder r2 = new Recorder();
       try (Engine e = Engine.paused(model, small(deviceParents), OptionalInt.empty(), r2)) {
         List<RequestHandle> hs = new ArrayList<>();
@@ -233,17 +282,39 @@ class EngineTest {
           hs.add(e.submit(p, SamplingParams.greedy(40)));
         }
         e.resume(); // the first round sees every request
+        long computed = 0;
+        long needed = 0;
         for (int i = 0; i < hs.size(); i++) {
+          Run got = await(hs.get(i), r2);
           assertSame(
-              alone.get(i),
-              await(hs.get(i), r2),
-              fixture + " batched, device=" + deviceParents + " request " + i);
+              alone.get(i), got, fixture + " batched, device=" + deviceParents + " request " + i);
+          computed += got.result().metrics().computedTokens();
+          needed += prompts.get(i).length + got.tokens().length - 1;
         }
-        if (deviceParents == tight && attentionOnly) {
-          assertTrue(e.scheduler().retractions() > 0, "the small Device retracted nothing");
+        long retractions = e.scheduler().retractions();
+        retracted += retractions;
+        if (retractions > 0) {
+          assertTrue(e.stats().imageBlocks() > 0, "retracted requests saved their pages");
+          if (!hasState) {
+            // each resumption loads its saved full pages: at most its partial page (< P = 4
+            // tokens) and the token after it are computed again (a hybrid resumes from its last
+            // State checkpoint instead)
+            assertTrue(
+                computed - needed <= retractions * 4,
+                "computed "
+                    + computed
+                    + " for "
+                    + needed
+                    + " with "
+                    + retractions
+                    + " retractions");
+          }
         }
         assertTrue(r2.broken.isEmpty(), () -> r2.broken.toString());
       }
+    }
+    if (hasAttention) {
+      assertTrue(retracted > 0, "the small Devices retracted nothing");
     }
   }
 

@@ -132,6 +132,7 @@ public final class Scheduler {
   private long admissions;
   private long retractions;
   private long redundantEvictions;
+  private final List<RetractedBlocks> retractedThisRound = new ArrayList<>();
 
   /** The plan under construction (the batch step): a retraction withdraws its victim from it. */
   private List<ExecutionPlan.ForwardItem> planForward;
@@ -184,6 +185,20 @@ public final class Scheduler {
   public long retractions() {
     return retractions;
   }
+
+  /**
+   * The Device blocks each request retracted in the last {@link #round} held, per group and row (0
+   * for a hole), as they were before the retraction released them. The blocks may already belong to
+   * another request of that round's plan, but nothing has written them yet: a caller that copies
+   * them out before it runs the plan's Device copies and forward reads the retracted request's
+   * bytes.
+   */
+  public List<RetractedBlocks> retractedThisRound() {
+    return List.copyOf(retractedThisRound);
+  }
+
+  /** A retracted request's block table at the moment of its retraction. */
+  public record RetractedBlocks(long requestId, int[][] rows) {}
 
   /**
    * Cached Device blocks freed since start, while the Device was short of free parents, because the
@@ -276,6 +291,7 @@ public final class Scheduler {
   /** Runs one round on agreed inputs and returns its plan. */
   public ExecutionPlan round(RoundInput in) {
     round++;
+    retractedThisRound.clear();
     if (storage != null) {
       storage.onTick(in.tickNs());
       storage.onPressure(in.pressure());
@@ -618,6 +634,12 @@ public final class Scheduler {
    */
   private void retract(Request r) {
     withdrawFromPlan(r);
+    int[][] rows = r.blocks.rows();
+    int[][] held = new int[rows.length][];
+    for (int g = 0; g < rows.length; g++) {
+      held[g] = rows[g].clone();
+    }
+    retractedThisRound.add(new RetractedBlocks(r.id, held));
     release(r);
     retractions++;
     r.headroomTokens = (int) Math.min((long) r.headroomTokens * 2, r.maxNewTokens);

@@ -349,6 +349,7 @@ final class GenerateCommand implements Callable<Integer> {
     node.put("tpot_ms", m.tpotNs() / 1e6);
     node.put("reused_device_tokens", m.reusedDeviceTokens());
     node.put("reused_host_tokens", m.reusedHostTokens());
+    node.put("computed_tokens", m.computedTokens());
     return node.toString();
   }
 

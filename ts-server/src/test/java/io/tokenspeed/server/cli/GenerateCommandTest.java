@@ -119,6 +119,10 @@ class GenerateCommandTest {
     assertTrue(node.get("tpot_ms").asDouble() > 0, run::out);
     assertEquals(0, node.get("reused_device_tokens").asInt());
     assertEquals(0, node.get("reused_host_tokens").asInt());
+    assertEquals(
+        node.get("prompt_tokens").asInt() + want.length - 1,
+        node.get("computed_tokens").asLong(),
+        "cold: the prompt, then one decode step per later token");
   }
 
   @Test
