@@ -96,6 +96,8 @@ public final class Engine implements AutoCloseable {
 
   private long endedRequests;
   private long imageBlocks;
+  private long roundNanos;
+  private long forwardNanos;
 
   /** One request the loop serves. */
   private static final class Active {
@@ -320,6 +322,7 @@ public final class Engine implements AutoCloseable {
   }
 
   private void round() throws InterruptedException {
+    long roundStart = System.nanoTime();
     for (Active a; (a = intake.poll()) != null; ) {
       admitToScheduler(a);
     }
@@ -367,6 +370,7 @@ public final class Engine implements AutoCloseable {
       sample(plan, out);
     }
     resumeRetracted();
+    roundNanos += System.nanoTime() - roundStart;
     stats =
         new EngineStats(
             rounds,
@@ -378,7 +382,9 @@ public final class Engine implements AutoCloseable {
             scheduler.retractions(),
             imageBlocks,
             copies.copiedBytes(),
-            copies.copyNanos());
+            copies.copyNanos(),
+            roundNanos,
+            forwardNanos);
     observer.afterRound(this);
   }
 
@@ -486,7 +492,9 @@ public final class Engine implements AutoCloseable {
       int[] ids = Arrays.copyOfRange(a.tokens, start, end);
       reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
     }
+    long forwardStart = System.nanoTime();
     ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+    forwardNanos += System.nanoTime() - forwardStart;
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       Active a = active.get(item.requestId());
       a.stateInWorkingSlot = true;

@@ -14,6 +14,9 @@ package io.tokenspeed.engine;
  * @param imageBlocks blocks of retracted requests' computed pages saved to the Host since start
  * @param copiedBytes bytes the copy thread moved between the tiers since start
  * @param copyNanos nanoseconds the copy thread spent moving them
+ * @param roundNanos nanoseconds the loop spent in its rounds since start (idle waits excluded)
+ * @param forwardNanos the part of them inside the model's forward pass; the rest is the loop's own
+ *     work (intake, scheduler, block tables, copies waited for, sampling)
  */
 public record EngineStats(
     long rounds,
@@ -25,8 +28,10 @@ public record EngineStats(
     long retractions,
     long imageBlocks,
     long copiedBytes,
-    long copyNanos) {
+    long copyNanos,
+    long roundNanos,
+    long forwardNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

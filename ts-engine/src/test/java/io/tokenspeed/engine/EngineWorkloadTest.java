@@ -108,6 +108,10 @@ class EngineWorkloadTest {
         Thread.sleep(5); // the last round publishes its stats after it ends its requests
       }
       assertEquals(jobs.size(), e.stats().endedRequests(), "the loop ended each request once");
+      EngineStats s = e.stats();
+      assertTrue(
+          s.forwardNanos() > 0 && s.roundNanos() >= s.forwardNanos(),
+          "the forward is timed inside the rounds: " + s);
       assertTrue(rec.broken.isEmpty(), () -> "seed=" + seed + " " + rec.broken);
     }
     Map<Integer, int[]> alone = new HashMap<>();
