@@ -97,6 +97,10 @@ public final class Engine implements AutoCloseable {
   private long endedRequests;
   private long imageBlocks;
   private long roundNanos;
+
+  /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
+  private long awaitedFence;
+
   private long forwardNanos;
 
   /** One request the loop serves. */
@@ -492,6 +496,10 @@ public final class Engine implements AutoCloseable {
       int[] ids = Arrays.copyOfRange(a.tokens, start, end);
       reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
     }
+    if (copies.completedSequence() < awaitedFence) {
+      throw new IllegalStateException(
+          "the forward would run before copy batch " + awaitedFence + " completed");
+    }
     long forwardStart = System.nanoTime();
     ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
     forwardNanos += System.nanoTime() - forwardStart;
@@ -604,7 +612,9 @@ public final class Engine implements AutoCloseable {
     if (ops.isEmpty()) {
       return;
     }
-    awaitFence(copies.submit(ops));
+    CopyFence f = copies.submit(ops);
+    awaitFence(f);
+    awaitedFence = Math.max(awaitedFence, f.sequence());
   }
 
   private static void awaitFence(CopyFence f) throws InterruptedException {
@@ -693,6 +703,11 @@ public final class Engine implements AutoCloseable {
   /** Requests the loop serves right now. */
   int activeCount() {
     return active.size();
+  }
+
+  /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
+  long copyBacklog() {
+    return copies.submittedSequence() - copies.completedSequence();
   }
 
   /** The ids of the requests the loop serves right now (on the loop thread, between rounds). */

@@ -89,6 +89,9 @@ class EngineTest {
         }
       }
       try {
+        if (e.copyBacklog() != 0) {
+          throw new AssertionError("a round ended with " + e.copyBacklog() + " copy batches due");
+        }
         e.scheduler().checkInvariants();
         CacheInvariants.check(e.cache(), e.scheduler().heldBlocks());
       } catch (Throwable t) {

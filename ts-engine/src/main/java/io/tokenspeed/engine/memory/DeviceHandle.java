@@ -217,6 +217,16 @@ public final class DeviceHandle implements AutoCloseable {
         geometry.bytesPerBlock(g));
   }
 
+  /** Sequence of the last batch submitted; 0 before the first. */
+  public long submittedSequence() {
+    lock.lock();
+    try {
+      return submittedSequence;
+    } finally {
+      lock.unlock();
+    }
+  }
+
   /** Highest sequence whose batch is done (run or failed); 0 before the first. */
   public long completedSequence() {
     return completedSequence;

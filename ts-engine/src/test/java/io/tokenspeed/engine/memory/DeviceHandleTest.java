@@ -100,6 +100,7 @@ class DeviceHandleTest {
         assertNull(fences.get(i).failure());
       }
       assertEquals(batches, handle.completedSequence());
+      assertEquals(batches, handle.submittedSequence());
       MemorySegment end =
           at.onDevice() ? device.memory().block(g, at.block()) : host.memory().block(g, at.block());
       assertArrayEquals(payload, MemoryFixtures.bytes(end), "the chain's end holds its start");
