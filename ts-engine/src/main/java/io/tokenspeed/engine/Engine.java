@@ -3,20 +3,28 @@ package io.tokenspeed.engine;
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.BlockCopy;
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.DeploymentIdentity;
 import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.Namespace;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageJobs;
+import io.tokenspeed.engine.l3.StorageTier;
 import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.engine.memory.DevicePools;
 import io.tokenspeed.engine.memory.HostCacheStorage;
+import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.sampling.FinishReason;
 import io.tokenspeed.model.sampling.Sampler;
@@ -26,6 +34,7 @@ import io.tokenspeed.scheduler.ExecutionPlan;
 import io.tokenspeed.scheduler.RequestState;
 import io.tokenspeed.scheduler.RoundInput;
 import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageTransferManager;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -68,6 +77,12 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class Engine implements AutoCloseable {
   private static final long IDLE_WAIT_MS = 20;
 
+  /** The wait between rounds while only L3 work is pending. */
+  private static final long STORAGE_WAIT_MS = 1;
+
+  /** How long close() lets pending L3 work (backups) finish before closing the executor. */
+  private static final long L3_DRAIN_MS = 10_000;
+
   private final CausalLm model;
   private final EngineConfig config;
   private final CacheLayout layout;
@@ -97,6 +112,20 @@ public final class Engine implements AutoCloseable {
   private long endedRequests;
   private long imageBlocks;
   private long roundNanos;
+
+  /** L3 under the Host tier, or null without a backend. */
+  private final StorageTransferManager stm;
+
+  private final StorageTier storage;
+
+  /** Keys of finished requests to write through to the Host in the next round (with L3). */
+  private final List<CacheKey> backups = new ArrayList<>();
+
+  /** The last round planned no forward while storage work was pending: wait a little. */
+  private boolean storageWait;
+
+  private volatile long drainDeadlineNs;
+  private volatile CloseReport closeReport;
 
   /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
   private long awaitedFence;
@@ -144,7 +173,12 @@ public final class Engine implements AutoCloseable {
     }
   }
 
-  private Engine(CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
+  private Engine(
+      CausalLm model,
+      EngineConfig config,
+      OptionalInt eosId,
+      EngineObserver observer,
+      L3Settings l3) {
     this.model = model;
     this.config = config;
     this.eosId = eosId;
@@ -154,15 +188,17 @@ public final class Engine implements AutoCloseable {
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
+    this.stm = l3 == null ? null : new StorageTransferManager(l3.scheduling(), cache);
     this.scheduler =
         new Scheduler(
             cache,
-            null,
+            stm,
             new Scheduler.Config(
                 config.tokenBudget(),
                 config.maxRunning(),
                 Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
                 config.demoteBelowFreeParents()));
+    this.storage = l3 == null ? null : startStorage(l3);
     this.pool = ComputePool.ofThreads(config.computeThreads());
     this.sampler = new Sampler(model.vocabSize());
     this.intake = new ArrayBlockingQueue<>(config.maxQueued());
@@ -170,14 +206,56 @@ public final class Engine implements AutoCloseable {
     this.loop.setDaemon(true);
   }
 
+  /** The executor and the exchange over the Host allocation; frees everything on failure. */
+  private StorageTier startStorage(L3Settings l3) {
+    ModelIdentity mi = model.identity();
+    Namespace ns =
+        Namespace.of(
+            new DeploymentIdentity(
+                mi.modelId(),
+                mi.checkpointRevision(),
+                mi.weightVersion(),
+                null,
+                null,
+                layout,
+                1,
+                1,
+                1,
+                1,
+                l3.attentionBackend()));
+    try {
+      return StorageTier.start(
+          l3, new StorageJobs(ns, layout, host.geometry(), 0), host.memory().segment());
+    } catch (Exception e) {
+      copies.close();
+      device.close();
+      host.close();
+      throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
+    }
+  }
+
   /**
-   * Starts an engine serving {@code model}. The model stays the caller's: closing the engine does
-   * not close it.
+   * Starts an engine serving {@code model}, with the Device and Host tiers only. The model stays
+   * the caller's: closing the engine does not close it.
    *
    * @param eosId the tokenizer's end-of-sequence id, if any (a stop token unless ignore_eos)
    */
   public static Engine start(CausalLm model, EngineConfig config, OptionalInt eosId) {
-    return start(model, config, eosId, EngineObserver.NONE);
+    return start(model, config, eosId, (L3Settings) null);
+  }
+
+  /**
+   * Starts an engine serving {@code model} with L3 under its Host tier when {@code l3} is given
+   * (the engine owns its store from then on); without it there is no executor, no exchange and no
+   * storage work at all.
+   *
+   * @throws IllegalStateException when L3 cannot start (nothing is left running)
+   */
+  public static Engine start(
+      CausalLm model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
+    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3);
+    e.resume();
+    return e;
   }
 
   /** {@link #start} with a hook the loop thread runs after every round (tests check invariants). */
@@ -194,7 +272,17 @@ public final class Engine implements AutoCloseable {
    */
   static Engine paused(
       CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    return new Engine(model, config, eosId, observer);
+    return new Engine(model, config, eosId, observer, null);
+  }
+
+  /** {@link #paused} with L3 (null for none). */
+  static Engine paused(
+      CausalLm model,
+      EngineConfig config,
+      OptionalInt eosId,
+      EngineObserver observer,
+      L3Settings l3) {
+    return new Engine(model, config, eosId, observer, l3);
   }
 
   /** Starts the loop of a {@link #paused} engine. */
@@ -287,7 +375,7 @@ public final class Engine implements AutoCloseable {
 
   private void run() {
     try {
-      while (!closing || !active.isEmpty() || !intake.isEmpty()) {
+      while (!closing || !active.isEmpty() || !intake.isEmpty() || draining()) {
         if (closing) {
           for (Active a; (a = intake.poll()) != null; ) {
             a.handle.end(result(a, "cancelled", "engine closed"));
@@ -295,11 +383,19 @@ public final class Engine implements AutoCloseable {
           cancels.addAll(active.keySet()); // one round ends them all
         }
         if (active.isEmpty() && intake.isEmpty() && cancels.isEmpty() && !housekeeping) {
-          Active next = intake.poll(IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
-          if (next == null) {
+          boolean busy = storageBusy(); // L3 facts still to come: keep the rounds going, slowly
+          Active next = intake.poll(busy ? STORAGE_WAIT_MS : IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
+          if (next == null && !busy) {
             continue;
           }
-          admitToScheduler(next);
+          if (next != null) {
+            admitToScheduler(next);
+          }
+        } else if (storageWait && intake.isEmpty() && cancels.isEmpty()) {
+          Active next = intake.poll(STORAGE_WAIT_MS, TimeUnit.MILLISECONDS);
+          if (next != null) {
+            admitToScheduler(next);
+          }
         }
         round();
       }
@@ -315,6 +411,16 @@ public final class Engine implements AutoCloseable {
     }
   }
 
+  /** L3 operations without an agreed completion, or backup candidates not yet written. */
+  private boolean storageBusy() {
+    return storage != null && (storage.busy() || stm.queuedCandidates() > 0 || !backups.isEmpty());
+  }
+
+  /** Closing with L3 work left: rounds go on until it is done or the drain deadline passes. */
+  private boolean draining() {
+    return storageBusy() && System.nanoTime() < drainDeadlineNs;
+  }
+
   private void admitToScheduler(Active a) {
     try {
       a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
@@ -325,7 +431,7 @@ public final class Engine implements AutoCloseable {
     }
   }
 
-  private void round() throws InterruptedException {
+  private void round() throws InterruptedException, ControlPlaneException {
     long roundStart = System.nanoTime();
     for (Active a; (a = intake.poll()) != null; ) {
       admitToScheduler(a);
@@ -336,15 +442,22 @@ public final class Engine implements AutoCloseable {
     }
     long now = System.nanoTime();
     long evictedBefore = scheduler.redundantEvictions();
-    ExecutionPlan plan =
-        scheduler.round(
-            new RoundInput(now, PressureSnapshot.IDLE, cancelled, List.of(), true, false));
+    RoundInput input =
+        storage == null
+            ? new RoundInput(now, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
+            : storage.roundInput(now, cancelled);
+    ExecutionPlan plan = scheduler.round(input);
     rounds++;
+    if (storage != null) {
+      storage.dispatch(plan.storage()); // beside the Device copies, never behind them
+    }
     // a round that demoted or freed blocks may have left more for the next one
     housekeeping =
         !plan.demotions().isEmpty()
             || scheduler.redundantEvictions() != evictedBefore
-            || !cancelled.isEmpty();
+            || !cancelled.isEmpty()
+            || !backups.isEmpty();
+    storageWait = storage != null && plan.forward().isEmpty() && storageBusy();
     for (long id : cancelled) {
       Active a = active.remove(id);
       if (a != null) {
@@ -364,11 +477,13 @@ public final class Engine implements AutoCloseable {
     for (ExecutionPlan.Demotion d : plan.demotions()) {
       stores.add(BlockTransfer.of(d));
     }
+    List<ImagePage> written = writeThrough(stores);
     CopyFence demoted = stores.isEmpty() ? null : copies.submit(stores);
     ForwardResult out = plan.forward().isEmpty() ? null : forward(plan);
     if (demoted != null) {
       awaitFence(demoted);
     }
+    publishImages(written);
     scheduler.onForwardDone(plan);
     if (out != null) {
       sample(plan, out);
@@ -392,8 +507,12 @@ public final class Engine implements AutoCloseable {
     observer.afterRound(this);
   }
 
-  /** A page block of a retracted request's image, copied to a private Host block. */
-  private record ImagePage(CacheKey key, int hostBlock) {}
+  /**
+   * A page block copied to a private Host block, to publish there once copied: a retracted
+   * request's (deviceBlock 0: the Device block is no longer held) or a finished request's written
+   * through (its published Device block, pinned until then).
+   */
+  private record ImagePage(CacheKey key, int hostBlock, int deviceBlock) {}
 
   /**
    * The images of the requests this round retracted: every full page of their computed KV (groups
@@ -438,7 +557,7 @@ public final class Engine implements AutoCloseable {
             return pages; // the Host is full of referenced blocks
           }
           ops.add(new BlockTransfer.Store(gid, row[r], dst[gid][0]));
-          pages.add(new ImagePage(key, dst[gid][0]));
+          pages.add(new ImagePage(key, dst[gid][0], 0));
         }
       }
     }
@@ -446,6 +565,9 @@ public final class Engine implements AutoCloseable {
   }
 
   private void publishImages(List<ImagePage> pages) {
+    if (pages.isEmpty()) {
+      return;
+    }
     List<CacheKey> published = new ArrayList<>();
     for (ImagePage page : pages) {
       cache.host().noteWrite(page.hostBlock());
@@ -453,9 +575,44 @@ public final class Engine implements AutoCloseable {
         published.add(page.key());
       }
       cache.host().unref(page.hostBlock()); // cached if published, freed if another copy won
+      if (page.deviceBlock() != 0) {
+        cache.device().unref(page.deviceBlock());
+      } else {
+        imageBlocks++;
+      }
     }
-    imageBlocks += published.size();
-    scheduler.onHostPublished(published);
+    scheduler.onHostPublished(published); // backup candidates for L3
+  }
+
+  /**
+   * With L3, the prefix of every finished request goes to the Host as soon as it finishes (so that
+   * it becomes a backup candidate, not only under Device pressure): each key of its longest full
+   * boundary that the Device has published and the Host lacks is copied D2H with this round's
+   * demotions. The Device source stays pinned until the copy is done.
+   */
+  private List<ImagePage> writeThrough(List<BlockTransfer> ops) {
+    if (backups.isEmpty()) {
+      return List.of();
+    }
+    List<ImagePage> pages = new ArrayList<>();
+    for (CacheKey key : backups) {
+      int b = cache.device().lookup(key);
+      if (b == 0 || cache.host().contains(key)) {
+        continue;
+      }
+      int g = key.groupId();
+      int[] needs = new int[layout.numGroups()];
+      needs[g] = 1;
+      int[][] dst = cache.host().allocate(needs);
+      if (dst == null) {
+        break; // the Host is full of referenced blocks: these keys stay local
+      }
+      cache.device().ref(b);
+      ops.add(new BlockTransfer.Store(g, b, dst[g][0]));
+      pages.add(new ImagePage(key, dst[g][0], b));
+    }
+    backups.clear();
+    return pages;
   }
 
   private void noteAdmissions(long now) {
@@ -645,6 +802,10 @@ public final class Engine implements AutoCloseable {
       a.handle.emit(token);
       if (done.isPresent()) {
         housekeeping = true;
+        if (storage != null && a.keys.numFullPages() > 0) {
+          backups.addAll(
+              cache.neededKeys(a.keys, a.keys.numFullPages() * layout.prefixGranularity()));
+        }
         scheduler.complete(a.id);
         active.remove(a.id);
         end(a, result(a, done.get().wireName(), null));
@@ -705,6 +866,16 @@ public final class Engine implements AutoCloseable {
     return active.size();
   }
 
+  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
+  List<io.tokenspeed.cache.HeldBlock> heldBlocks() {
+    List<io.tokenspeed.cache.HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
+    if (stm != null) {
+      out.addAll(stm.heldHostBlocks());
+      stm.checkInvariants();
+    }
+    return out;
+  }
+
   /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
   long copyBacklog() {
     return copies.submittedSequence() - copies.completedSequence();
@@ -721,15 +892,26 @@ public final class Engine implements AutoCloseable {
    */
   @Override
   public void close() {
+    drainDeadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS);
     closing = true;
     try {
-      loop.join(TimeUnit.SECONDS.toMillis(30));
+      loop.join(TimeUnit.SECONDS.toMillis(30) + L3_DRAIN_MS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    }
+    if (storage != null && closeReport == null) {
+      closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup
     }
     copies.close();
     pool.close();
     device.close();
-    host.close();
+    if (closeReport == null || !closeReport.restartRequired()) {
+      host.close(); // else native I/O may still address it: it stays mapped for the process
+    }
+  }
+
+  /** The L3 executor's close report, once {@link #close} closed it; empty without L3. */
+  public Optional<CloseReport> storageCloseReport() {
+    return Optional.ofNullable(closeReport);
   }
 }

@@ -93,7 +93,7 @@ class EngineTest {
           throw new AssertionError("a round ended with " + e.copyBacklog() + " copy batches due");
         }
         e.scheduler().checkInvariants();
-        CacheInvariants.check(e.cache(), e.scheduler().heldBlocks());
+        CacheInvariants.check(e.cache(), e.heldBlocks());
       } catch (Throwable t) {
         broken.add(t);
       }

@@ -1,0 +1,150 @@
+package io.tokenspeed.engine.l3;
+
+import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.control.LocalReport;
+import io.tokenspeed.control.RelayExchange;
+import io.tokenspeed.control.ReplicaSecret;
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.storage.AgreedCompletion;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageOp;
+import io.tokenspeed.l3.CloseReport;
+import io.tokenspeed.l3.L3Executor;
+import io.tokenspeed.l3.L3Poll;
+import io.tokenspeed.scheduler.RoundInput;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Optional;
+import java.util.Set;
+
+/**
+ * L3 under one engine (TP = 1): the executor over the store and the Host allocation, and the
+ * replica's relay exchange. Each round the loop thread polls the executor, sends the poll through
+ * the exchange once (idle rounds included) and hands the agreed facts to the scheduler; after the
+ * scheduler plans, it submits the plan's storage commands in plan order. Only the loop thread calls
+ * it.
+ *
+ * <p>At TP = 1 the exchange is a mesh of one rank on a loopback listener: the same agreement code
+ * as a multi-rank replica, whose result arrives one round later.
+ */
+public final class StorageTier {
+  private final StorageJobs jobs;
+  private final L3Executor executor;
+  private final RelayExchange exchange;
+  private final Set<Long> unagreed = new HashSet<>();
+  private long submitted;
+  private long refused;
+
+  private StorageTier(StorageJobs jobs, L3Executor executor, RelayExchange exchange) {
+    this.jobs = jobs;
+    this.executor = executor;
+    this.exchange = exchange;
+  }
+
+  /**
+   * Starts the executor over {@code settings.store()} and {@code hostAllocation}, and joins a
+   * one-rank mesh on a loopback port. On failure nothing is left running.
+   */
+  public static StorageTier start(
+      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation) throws Exception {
+    L3Executor executor =
+        L3Executor.start(settings.store(), settings.executor(), hostAllocation, System::nanoTime);
+    try {
+      ServerSocketChannel listener =
+          ServerSocketChannel.open()
+              .bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+      InetSocketAddress address;
+      try {
+        address = (InetSocketAddress) listener.getLocalAddress();
+      } catch (IOException e) {
+        listener.close();
+        throw e;
+      }
+      RelayExchange exchange =
+          RelayExchange.connect(
+              ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate()), listener);
+      return new StorageTier(jobs, executor, exchange);
+    } catch (Exception e) {
+      executor.close();
+      throw e;
+    }
+  }
+
+  /** The translation of storage commands into this rank's jobs. */
+  public StorageJobs jobs() {
+    return jobs;
+  }
+
+  /**
+   * The round's input: polls the executor, exchanges the poll, and returns the agreed tick,
+   * pressure and completions (the clock and no completions before the first agreed round) with the
+   * local cancellations.
+   *
+   * @throws ControlPlaneException when the exchange fails: the replica must stop
+   */
+  public RoundInput roundInput(long nowNs, List<Long> cancellations) throws ControlPlaneException {
+    L3Poll poll = executor.poll();
+    Optional<AgreedRound> agreed =
+        exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
+    if (agreed.isEmpty()) {
+      return new RoundInput(nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, true);
+    }
+    AgreedRound round = agreed.get();
+    for (AgreedCompletion c : round.completions()) {
+      unagreed.remove(c.operationId());
+    }
+    return new RoundInput(
+        round.tickNs(), round.pressure(), cancellations, round.completions(), true, true);
+  }
+
+  /** Submits the plan's storage commands to the executor, in plan order. */
+  public void dispatch(List<StorageOp> ops) {
+    for (StorageOp op : ops) {
+      if (op instanceof StorageOp.Cancel c) {
+        executor.cancel(c.operationId());
+        continue;
+      }
+      if (!executor.submit(jobs.job(op)).accepted()) {
+        refused++; // its record still comes back through poll
+      }
+      submitted++;
+      unagreed.add(op.operationId());
+    }
+  }
+
+  /** True while an operation submitted to the executor has no agreed completion yet. */
+  public boolean busy() {
+    return !unagreed.isEmpty();
+  }
+
+  /** Operations submitted so far, and how many of them the executor refused at once. */
+  public long submitted() {
+    return submitted;
+  }
+
+  public long refused() {
+    return refused;
+  }
+
+  /** True once an unretired result has quarantined the executor. */
+  public boolean quarantined() {
+    return executor.quarantined();
+  }
+
+  /**
+   * Closes the executor (its queued jobs are cancelled, its workers joined with a deadline, its
+   * store closed unless native retirement is unknown) and the exchange. When the report says a
+   * restart is required, the Host allocation must stay mapped for the life of the process.
+   */
+  public CloseReport close() {
+    CloseReport report = executor.close();
+    exchange.close();
+    return report;
+  }
+}

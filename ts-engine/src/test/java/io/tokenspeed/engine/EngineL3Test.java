@@ -1,0 +1,191 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.engine.EngineTest.Recorder;
+import io.tokenspeed.engine.EngineTest.Run;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.l3.store.memory.MemoryStore;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.Fixtures;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.scheduler.StorageConfig;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * L3 under the engine, in one process over the in-memory store: a writer engine serves a prompt and
+ * closes (its finished prefix goes Device → Host → store on the way); a fresh engine with empty
+ * local caches then serves a prompt that extends it, restores the prefix from the store into its
+ * own Host and Device blocks, and must produce exactly what a recomputation produces. Invariants of
+ * the scheduler, the storage transfer manager and the cache are checked after every round.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class EngineL3Test {
+  private static final int P = 4;
+
+  private final java.util.Map<String, CausalLm> models = new java.util.HashMap<>();
+
+  @BeforeAll
+  void load(@TempDir Path dir) {
+    for (String f : new String[] {"llama", "jamba"}) {
+      models.put(f, CausalLm.load(Fixtures.extract(f, dir)));
+    }
+  }
+
+  @AfterAll
+  void close() {
+    models.values().forEach(CausalLm::close);
+  }
+
+  /** One in-memory store shared by several engines: an engine's close does not end it. */
+  static final class SharedStore implements Store {
+    final MemoryStore inner = new MemoryStore();
+    final AtomicInteger puts = new AtomicInteger();
+    final AtomicInteger gets = new AtomicInteger();
+
+    @Override
+    public String name() {
+      return "shared-memory";
+    }
+
+    @Override
+    public boolean failuresRetire() {
+      return true;
+    }
+
+    @Override
+    public int maxKeyBytes() {
+      return inner.maxKeyBytes();
+    }
+
+    @Override
+    public long maxValueBytes() {
+      return inner.maxValueBytes();
+    }
+
+    @Override
+    public StoreResult exists(List<String> keys) {
+      return inner.exists(keys);
+    }
+
+    @Override
+    public StoreResult get(List<String> keys, List<MemorySegment> destinations) {
+      gets.incrementAndGet();
+      return inner.get(keys, destinations);
+    }
+
+    @Override
+    public StoreResult put(List<String> keys, List<MemorySegment> sources) {
+      puts.incrementAndGet();
+      return inner.put(keys, sources);
+    }
+
+    @Override
+    public long deleteNamespace(String namespace) {
+      return inner.deleteNamespace(namespace);
+    }
+
+    @Override
+    public void close() {}
+  }
+
+  static L3Settings l3(Store store) {
+    return new L3Settings(
+        store,
+        StorageConfig.defaults().withMinExtensionTokens(P),
+        L3ExecutorConfig.defaults(),
+        L3Settings.CPU_ATTENTION_BACKEND);
+  }
+
+  private static Run serve(Engine e, Recorder rec, int[] prompt) throws Exception {
+    return EngineTest.await(e.submit(prompt, SamplingParams.greedy(8)), rec);
+  }
+
+  /** What the prompt gives on a fresh engine without L3. */
+  private Run recompute(CausalLm model, int[] prompt) throws Exception {
+    Recorder rec = new Recorder();
+    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+      return serve(e, rec, prompt);
+    }
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @ValueSource(strings = {"llama", "jamba"})
+  void shouldRestoreAPrefixAnotherEngineWroteAndMatchRecomputation(String fixture)
+      throws Exception {
+    CausalLm model = models.get(fixture);
+    SplittableRandom rnd = new SplittableRandom(fixture.hashCode());
+    int[] written = rnd.ints(101, 0, model.vocabSize()).toArray();
+    int[] extended = Arrays.copyOf(written, 121);
+    for (int i = written.length; i < extended.length; i++) {
+      extended[i] = rnd.nextInt(model.vocabSize());
+    }
+    SharedStore store = new SharedStore();
+
+    Recorder w = new Recorder();
+    try (Engine writer =
+        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), w, l3(store))) {
+      writer.resume();
+      serve(writer, w, written);
+    } // close drains: the finished prefix is written through to the Host and put
+    assertTrue(w.broken.isEmpty(), () -> w.broken.toString());
+    assertTrue(store.puts.get() > 0, "the writer put its prefix");
+
+    Run want = recompute(model, extended);
+    Recorder r = new Recorder();
+    Run got;
+    try (Engine reader =
+        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r, l3(store))) {
+      reader.resume();
+      got = serve(reader, r, extended);
+    }
+    assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
+    EngineTest.assertSame(want, got, fixture + ": restored from L3 vs recomputed");
+    assertTrue(store.gets.get() > 0, "the reader read the store");
+    assertEquals(0, got.result().metrics().reusedDeviceTokens());
+    assertEquals(
+        written.length / P * P,
+        got.result().metrics().reusedHostTokens(),
+        "the writer's full pages, restored through the Host");
+    assertEquals(
+        extended.length - written.length / P * P + 7,
+        got.result().metrics().computedTokens(),
+        "only the rest of the prompt and the decode steps are computed");
+
+    // a token changed inside the restored prefix: only the pages before it can be reused
+    int[] changed = extended.clone();
+    changed[10] = (changed[10] + 1) % model.vocabSize();
+    Run wantChanged = recompute(model, changed);
+    Recorder r2 = new Recorder();
+    Run gotChanged;
+    try (Engine reader =
+        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r2, l3(store))) {
+      reader.resume();
+      gotChanged = serve(reader, r2, changed);
+    }
+    EngineTest.assertSame(wantChanged, gotChanged, fixture + ": changed prefix vs recomputed");
+    assertTrue(
+        gotChanged.result().metrics().reusedHostTokens() <= 8,
+        "nothing after the changed token is reused: " + gotChanged.result().metrics());
+    assertFalse(
+        Arrays.equals(want.logits().get(0), gotChanged.logits().get(0)),
+        "the changed token changes the output");
+  }
+}
