@@ -188,7 +188,7 @@ public final class Engine implements AutoCloseable {
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
-    this.stm = l3 == null ? null : new StorageTransferManager(l3.scheduling(), cache);
+    this.stm = l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
     this.scheduler =
         new Scheduler(
             cache,

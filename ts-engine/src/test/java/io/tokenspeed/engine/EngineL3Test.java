@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.engine.EngineTest.Recorder;
 import io.tokenspeed.engine.EngineTest.Run;
 import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.L3ExecutorConfig;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
@@ -109,8 +110,8 @@ class EngineL3Test {
   static L3Settings l3(Store store) {
     return new L3Settings(
         store,
-        StorageConfig.defaults().withMinExtensionTokens(P),
-        L3ExecutorConfig.defaults(),
+        new StorageRuntimeConfig(
+            StorageConfig.defaults().withMinExtensionTokens(P), L3ExecutorConfig.defaults()),
         L3Settings.CPU_ATTENTION_BACKEND);
   }
 

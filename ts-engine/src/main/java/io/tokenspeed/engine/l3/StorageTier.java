@@ -54,7 +54,8 @@ public final class StorageTier {
   public static StorageTier start(
       L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation) throws Exception {
     L3Executor executor =
-        L3Executor.start(settings.store(), settings.executor(), hostAllocation, System::nanoTime);
+        L3Executor.start(
+            settings.store(), settings.runtime().executor(), hostAllocation, System::nanoTime);
     try {
       ServerSocketChannel listener =
           ServerSocketChannel.open()
