@@ -118,6 +118,11 @@ public final class Engine implements AutoCloseable {
 
   private final StorageTier storage;
 
+  /** Keys restored from L3 recently (for the requests' figures), oldest first. */
+  private final java.util.SequencedSet<CacheKey> restored = new java.util.LinkedHashSet<>();
+
+  private static final int MAX_RESTORED_KEYS = 1 << 16;
+
   /** Keys of finished requests to write through to the Host in the next round (with L3). */
   private final List<CacheKey> backups = new ArrayList<>();
 
@@ -146,6 +151,7 @@ public final class Engine implements AutoCloseable {
     long lastTokenNs;
     int reusedDevice = -1;
     int reusedHost;
+    int reusedStorage;
     PromptKeys keys;
     Admission admission;
 
@@ -446,8 +452,12 @@ public final class Engine implements AutoCloseable {
         storage == null
             ? new RoundInput(now, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
             : storage.roundInput(now, cancelled);
+    long hostMark = cache.host().publications();
     ExecutionPlan plan = scheduler.round(input);
     rounds++;
+    if (storage != null) {
+      noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
+    }
     if (storage != null) {
       storage.dispatch(plan.storage()); // beside the Device copies, never behind them
     }
@@ -615,6 +625,50 @@ public final class Engine implements AutoCloseable {
     return pages;
   }
 
+  /**
+   * Of the Host part {@code [deviceHit, hit)} of an admission, the tokens whose Host blocks were
+   * restored from L3: the pages whose first block of the (first) history group was restored, or,
+   * for a model without one, the whole part when its State checkpoint was.
+   */
+  private int restoredTokens(PromptKeys keys, int deviceHit, int hit) {
+    if (restored.isEmpty() || hit <= deviceHit) {
+      return 0;
+    }
+    int p = layout.prefixGranularity();
+    for (var g : layout.groups()) {
+      if (g.kind() instanceof GroupKind.FullHistory) {
+        int tokens = 0;
+        for (int start = deviceHit; start < hit; start += p) {
+          if (restored.contains(keys.keyOf(g.groupId(), start / g.blockGranularity(), hit))) {
+            tokens += Math.min(p, hit - start);
+          }
+        }
+        return tokens;
+      }
+    }
+    for (var g : layout.groups()) {
+      if (g.kind() instanceof GroupKind.StateCheckpoints
+          && restored.contains(keys.checkpointKey(g.groupId(), hit))) {
+        return hit - deviceHit;
+      }
+    }
+    return 0;
+  }
+
+  /** Remembers the Host publications of a scheduler round: GET results restored from L3. */
+  private void noteRestored(long hostMark) {
+    List<CacheKey> keys = cache.host().publishedSince(hostMark);
+    if (keys == null) {
+      return; // more than the ring holds in one round: these go uncounted
+    }
+    for (CacheKey k : keys) {
+      restored.add(k);
+      if (restored.size() > MAX_RESTORED_KEYS) {
+        restored.removeFirst();
+      }
+    }
+  }
+
   private void noteAdmissions(long now) {
     for (Active a : active.values()) {
       if (a.admittedNs == 0) {
@@ -624,6 +678,7 @@ public final class Engine implements AutoCloseable {
           if (a.reusedDevice < 0) {
             a.reusedDevice = adm.deviceHit();
             a.reusedHost = adm.hit() - adm.deviceHit();
+            a.reusedStorage = restoredTokens(a.keys, adm.deviceHit(), adm.hit());
           }
         }
       }
@@ -846,6 +901,7 @@ public final class Engine implements AutoCloseable {
             a.promptTokens,
             Math.max(0, a.reusedDevice),
             a.reusedHost,
+            a.reusedStorage,
             a.computedTokens);
     return new GenerationResult(
         a.id, Arrays.copyOfRange(a.tokens, a.promptTokens, a.known), reason, error, m);

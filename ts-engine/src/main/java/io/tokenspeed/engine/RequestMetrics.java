@@ -9,6 +9,8 @@ package io.tokenspeed.engine;
  * @param promptTokens tokens of the prompt
  * @param reusedDeviceTokens prompt tokens whose KV was already on the Device at admission
  * @param reusedHostTokens prompt tokens whose KV was loaded from the Host at admission
+ * @param reusedStorageTokens of those, the tokens whose Host blocks this engine had restored from
+ *     L3 (0 without L3)
  * @param computedTokens tokens the forward computed for it: prefill chunks and decode steps,
  *     including whatever it computed again after a retraction
  */
@@ -19,4 +21,5 @@ public record RequestMetrics(
     int promptTokens,
     int reusedDeviceTokens,
     int reusedHostTokens,
+    int reusedStorageTokens,
     long computedTokens) {}

@@ -166,6 +166,10 @@ class EngineL3Test {
         got.result().metrics().reusedHostTokens(),
         "the writer's full pages, restored through the Host");
     assertEquals(
+        written.length / P * P,
+        got.result().metrics().reusedStorageTokens(),
+        "every reused token came from L3");
+    assertEquals(
         extended.length - written.length / P * P + 7,
         got.result().metrics().computedTokens(),
         "only the rest of the prompt and the decode steps are computed");
@@ -188,5 +192,47 @@ class EngineL3Test {
     assertFalse(
         Arrays.equals(want.logits().get(0), gotChanged.logits().get(0)),
         "the changed token changes the output");
+  }
+
+  private static List<String> storageThreads() {
+    return Thread.getAllStackTraces().keySet().stream()
+        .map(Thread::getName)
+        .filter(n -> n.startsWith("ts-l3-") || n.startsWith("ts-control-"))
+        .toList();
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldRunNoStorageMachineryWithoutABackendAndGiveTheSameOutputs() throws Exception {
+    CausalLm model = models.get("llama");
+    int[] prompt = new SplittableRandom(3).ints(61, 0, model.vocabSize()).toArray();
+    List<String> before = storageThreads();
+    Recorder off = new Recorder();
+    Run without;
+    try (Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), off, null)) {
+      e.resume();
+      without = serve(e, off, prompt);
+      serve(e, off, prompt); // a Device hit too
+      assertEquals(before, storageThreads(), "no executor workers and no mesh without a backend");
+      e.close();
+      assertTrue(e.storageCloseReport().isEmpty(), "no executor to close");
+    }
+    assertTrue(off.broken.isEmpty(), () -> off.broken.toString());
+
+    // with a backend whose store holds nothing: every query misses and the output is the same
+    SharedStore empty = new SharedStore();
+    Recorder on = new Recorder();
+    Run with;
+    try (Engine e =
+        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), on, l3(empty))) {
+      e.resume();
+      assertFalse(storageThreads().isEmpty(), "the executor's workers run with a backend");
+      with = serve(e, on, prompt);
+      e.close();
+      assertTrue(e.storageCloseReport().orElseThrow().storeClosed(), "closed cleanly");
+    }
+    assertTrue(on.broken.isEmpty(), () -> on.broken.toString());
+    EngineTest.assertSame(without, with, "all-miss with L3 vs no L3");
+    assertEquals(0, with.result().metrics().reusedStorageTokens());
+    assertTrue(empty.puts.get() > 0, "and its prefix was written through to the store");
   }
 }

@@ -349,6 +349,7 @@ final class GenerateCommand implements Callable<Integer> {
     node.put("tpot_ms", m.tpotNs() / 1e6);
     node.put("reused_device_tokens", m.reusedDeviceTokens());
     node.put("reused_host_tokens", m.reusedHostTokens());
+    node.put("reused_storage_tokens", m.reusedStorageTokens());
     node.put("computed_tokens", m.computedTokens());
     return node.toString();
   }
@@ -362,7 +363,7 @@ final class GenerateCommand implements Callable<Integer> {
     return String.format(
         Locale.ROOT,
         "generated %d token%s (finish: %s) | TTFT %.1f ms | decode %s | reused prefix: device %d,"
-            + " host %d of %d prompt tokens",
+            + " host %d (from L3 %d) of %d prompt tokens",
         n,
         n == 1 ? "" : "s",
         result.finishReason(),
@@ -370,6 +371,7 @@ final class GenerateCommand implements Callable<Integer> {
         decode,
         m.reusedDeviceTokens(),
         m.reusedHostTokens(),
+        m.reusedStorageTokens(),
         m.promptTokens());
   }
 }

@@ -90,7 +90,7 @@ class GenerateCommandTest {
     assertTrue(summary.contains("tokens/s"), summary);
     assertTrue(
         summary.endsWith(
-            "reused prefix: device 0, host 0 of "
+            "reused prefix: device 0, host 0 (from L3 0) of "
                 + ModelFixtures.ids(fixture, 0).length
                 + " prompt tokens"),
         summary);

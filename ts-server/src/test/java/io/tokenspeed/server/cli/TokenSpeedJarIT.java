@@ -177,7 +177,8 @@ class TokenSpeedJarIT {
     assertTrue(err.getFirst().startsWith("note: --prompt: "), jar::err);
     assertTrue(err.getLast().startsWith("generated 12 tokens (finish: length) | TTFT "), jar::err);
     assertTrue(
-        err.getLast().endsWith("reused prefix: device 0, host 0 of 5 prompt tokens"), jar::err);
+        err.getLast().endsWith("reused prefix: device 0, host 0 (from L3 0) of 5 prompt tokens"),
+        jar::err);
     String before = System.getProperty(SyntheticCheckpoints.DIR_PROPERTY);
     System.setProperty(SyntheticCheckpoints.DIR_PROPERTY, synthetic.toString());
     try {
