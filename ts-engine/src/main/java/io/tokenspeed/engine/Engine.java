@@ -130,6 +130,7 @@ public final class Engine implements AutoCloseable {
   private boolean storageWait;
 
   private volatile long drainDeadlineNs;
+  private boolean closed; // guarded by this
   private volatile CloseReport closeReport;
 
   /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
@@ -294,6 +295,36 @@ public final class Engine implements AutoCloseable {
   /** Starts the loop of a {@link #paused} engine. */
   void resume() {
     loop.start();
+  }
+
+  /**
+   * The fewest Device parents, doubling from one per block row of every group, whose single-request
+   * limit under {@link EngineConfig#defaults} reaches {@code tokens} (no memory is allocated).
+   */
+  public static int deviceParentsFor(CausalLm model, int tokens) {
+    EngineConfig base = EngineConfig.defaults(2);
+    CacheLayout layout = model.cacheLayout(base.prefixGranularity(), base.blockGranularity());
+    long rows = 0;
+    for (var g : layout.groups()) {
+      rows += g.rowsFor(tokens);
+    }
+    int parents = (int) Math.min(Integer.MAX_VALUE / 2, Math.max(2, rows + 1));
+    while (true) {
+      EngineConfig c = EngineConfig.defaults(parents);
+      Scheduler s =
+          new Scheduler(
+              new CacheCoordinator(layout, parents, 1, 16),
+              null,
+              new Scheduler.Config(
+                  c.tokenBudget(),
+                  c.maxRunning(),
+                  Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
+                  c.demoteBelowFreeParents()));
+      if (s.maxRequestTokens() >= tokens || parents >= Integer.MAX_VALUE / 2) {
+        return parents;
+      }
+      parents *= 2;
+    }
   }
 
   /** The cache layout the engine's tiers use. */
@@ -944,10 +975,17 @@ public final class Engine implements AutoCloseable {
 
   /**
    * Stops accepting requests, cancels those in flight (their handles end with {@code cancelled}),
-   * waits for the loop, then frees the tiers and the copy thread.
+   * lets pending L3 work (backups of finished prefixes, operations without an agreed completion)
+   * finish for up to {@value #L3_DRAIN_MS} ms, waits for the loop, closes the L3 executor, then
+   * frees the copy thread and the tiers (the Host tier stays mapped when the executor reports that
+   * native I/O may still address it). Later calls return at once.
    */
   @Override
-  public void close() {
+  public synchronized void close() {
+    if (closed) {
+      return; // a second close finds everything freed
+    }
+    closed = true;
     drainDeadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS);
     closing = true;
     try {

@@ -22,7 +22,13 @@ import picocli.CommandLine.Spec;
     mixinStandardHelpOptions = true,
     versionProvider = VersionProvider.class,
     description = "LLM inference engine with an asynchronous global L3 KV cache.",
-    subcommands = {KeysCommand.class, ScoreCommand.class, GenerateCommand.class},
+    subcommands = {
+      DemoCommand.class,
+      KeysCommand.class,
+      ScoreCommand.class,
+      GenerateCommand.class,
+      DemoWorkerCommand.class
+    },
     footer = {
       "",
       "Exit codes: 0 success, 1 invalid input, 2 usage error, 70 internal error.",

@@ -1,0 +1,188 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageBackend;
+import io.tokenspeed.engine.l3.StorageRuntimeConfig;
+import io.tokenspeed.l3.CloseReport;
+import io.tokenspeed.l3.redis.RedisStoreSettings;
+import io.tokenspeed.l3.store.file.FileStoreSettings;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.sampling.SamplingParams;
+import java.io.PrintWriter;
+import java.nio.file.Path;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
+
+/**
+ * One process of {@code tokenspeed demo} (hidden: the demo starts it). The writer serves the seed
+ * prompts cold on an engine with L3 (their prefixes go to the store as they finish), then the query
+ * prompts on the same engine (the L2-only cohort: warm local caches), and exits after its engine
+ * drained the writes. The reader, a fresh process with empty local caches, serves the query prompts
+ * on an engine with L3 (the L3 cohort), then on a fresh engine without L3 (the cache-off cohort:
+ * recomputation). Each served request is one JSON line on stdout; progress goes to stderr.
+ */
+@Command(name = "demo-worker", hidden = true, description = "One process of the demo.")
+final class DemoWorkerCommand implements Callable<Integer> {
+
+  @Spec private CommandSpec spec;
+
+  @Mixin private ModelOptions modelOptions;
+
+  @Option(names = "--role", required = true, description = "writer or reader")
+  private String role;
+
+  @Option(names = "--backend", required = true, description = "file or redis")
+  private String backend;
+
+  @Option(names = "--store-dir", description = "The file store's directory.")
+  private Path storeDir;
+
+  @Option(names = "--redis-uri", description = "The Redis server.")
+  private String redisUri;
+
+  @Option(names = "--prefixes", required = true)
+  private int prefixes;
+
+  @Option(names = "--prefix-tokens", required = true)
+  private int prefixTokens;
+
+  @Option(names = "--suffix-tokens", required = true)
+  private int suffixTokens;
+
+  @Option(names = "--max-tokens", required = true)
+  private int maxTokens;
+
+  @Option(names = "--prompt-seed", required = true)
+  private long promptSeed;
+
+  /** The page size the demo's engines use; L3 extensions of a page or more are worth a read. */
+  static final int MIN_EXTENSION_TOKENS = 64;
+
+  @Override
+  public Integer call() throws Exception {
+    modelOptions.checkThreads();
+    modelOptions.requireVectorModule();
+    Path folder = modelOptions.folder(modelOptions.weightType());
+    PrintWriter out = spec.commandLine().getOut();
+    PrintWriter err = spec.commandLine().getErr();
+    try (CausalLm lm = modelOptions.load(folder)) {
+      DemoPrompts prompts =
+          DemoPrompts.of(promptSeed, lm.vocabSize(), prefixes, prefixTokens, suffixTokens);
+      int perRequest = prefixTokens + suffixTokens + maxTokens;
+      // every prompt fits at once, so the warm cohort finds every prefix it served
+      int parents = Engine.deviceParentsFor(lm, prefixes * perRequest + perRequest);
+      EngineConfig config =
+          EngineConfig.defaults(parents).withComputeThreads(modelOptions.computeThreads());
+      warmUp(lm, config, err);
+      switch (role) {
+        case "writer" -> {
+          try (Engine w = Engine.start(lm, config, OptionalInt.empty(), l3())) {
+            serveAll(w, prompts.seeds(), "writer-cold", out, err);
+            serveAll(w, prompts.queries(), "l2-only", out, err);
+            progress(err, "writing the prefixes to the store and closing");
+            w.close();
+            report(out, w.storageCloseReport().orElseThrow());
+          }
+        }
+        case "reader" -> {
+          try (Engine r = Engine.start(lm, config, OptionalInt.empty(), l3())) {
+            serveAll(r, prompts.queries(), "l3", out, err);
+            r.close();
+            report(out, r.storageCloseReport().orElseThrow());
+          }
+          try (Engine c = Engine.start(lm, config, OptionalInt.empty())) {
+            serveAll(c, prompts.queries(), "cache-off", out, err);
+          }
+        }
+        default -> throw modelOptions.usage("--role=" + role + " is not one of: writer, reader");
+      }
+    }
+    return 0;
+  }
+
+  private L3Settings l3() throws Exception {
+    StorageBackend b =
+        switch (backend) {
+          case "file" -> new StorageBackend.File(FileStoreSettings.of(storeDir));
+          case "redis" -> new StorageBackend.Redis(RedisStoreSettings.standalone(redisUri));
+          default ->
+              throw modelOptions.usage("--backend=" + backend + " is not one of: file, redis");
+        };
+    StorageRuntimeConfig runtime = StorageRuntimeConfig.defaults();
+    return L3Settings.open(
+        b,
+        new StorageRuntimeConfig(
+            runtime.scheduling().withMinExtensionTokens(MIN_EXTENSION_TOKENS), runtime.executor()));
+  }
+
+  /** A throwaway request on a throwaway engine: the cohorts run on warm code. */
+  private void warmUp(CausalLm lm, EngineConfig config, PrintWriter err) throws Exception {
+    progress(err, "warming up");
+    int[] prompt =
+        new SplittableRandom(promptSeed ^ 0x5DEECE66DL)
+            .ints(Math.min(256, prefixTokens + suffixTokens), 0, lm.vocabSize())
+            .toArray();
+    try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
+      result(e, prompt);
+    }
+  }
+
+  private void serveAll(Engine e, int[][] prompts, String cohort, PrintWriter out, PrintWriter err)
+      throws Exception {
+    for (int i = 0; i < prompts.length; i++) {
+      progress(err, cohort + ": request " + (i + 1) + "/" + prompts.length);
+      GenerationResult r = result(e, prompts[i]);
+      RequestMetrics m = r.metrics();
+      ObjectNode line = JsonNodeFactory.instance.objectNode();
+      line.put("cohort", cohort);
+      line.put("index", i);
+      line.put("prompt_tokens", m.promptTokens());
+      line.put("ttft_ms", m.ttftNs() / 1e6);
+      line.put("reused_device_tokens", m.reusedDeviceTokens());
+      line.put("reused_host_tokens", m.reusedHostTokens());
+      line.put("reused_storage_tokens", m.reusedStorageTokens());
+      line.put("computed_tokens", m.computedTokens());
+      var ids = line.putArray("tokens");
+      for (int t : r.tokens()) {
+        ids.add(t);
+      }
+      out.println(line);
+      out.flush();
+    }
+  }
+
+  private GenerationResult result(Engine e, int[] prompt) throws Exception {
+    GenerationResult r =
+        e.submit(prompt, SamplingParams.greedy(maxTokens)).result().get(10, TimeUnit.MINUTES);
+    if (r.failure().isPresent()) {
+      throw new IllegalStateException("a demo request failed: " + r.error());
+    }
+    return r;
+  }
+
+  private static void report(PrintWriter out, CloseReport report) {
+    ObjectNode line = JsonNodeFactory.instance.objectNode();
+    line.put("store_closed", report.storeClosed());
+    line.put("restart_required", report.restartRequired());
+    out.println(line);
+    out.flush();
+  }
+
+  private static void progress(PrintWriter err, String what) {
+    err.println(what);
+    err.flush();
+  }
+}
