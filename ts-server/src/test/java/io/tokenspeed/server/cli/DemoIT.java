@@ -1,0 +1,129 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.testkit.RedisServer;
+import io.tokenspeed.testkit.RedisServers;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@code tokenspeed demo} as users run it: the shaded jar starts the writer and the reader as two
+ * more JVMs, over the file store and over a real Redis server. The table must show the L3 cohort
+ * restoring every shared prefix's full pages from the store in the fresh reader, and every output
+ * must equal the recomputation (a synthetic Jamba-style hybrid: KV and State checkpoints).
+ */
+class DemoIT {
+  private static final long TIMEOUT_SECONDS = 300;
+
+  /** A small demo: two 192-token prefixes (three pages), 16 more tokens, 4 generated. */
+  private static final List<String> SMALL =
+      List.of(
+          "--model",
+          "synthetic:jamba-tiny",
+          "--prefixes",
+          "2",
+          "--prefix-tokens",
+          "192",
+          "--suffix-tokens",
+          "16",
+          "--max-tokens",
+          "4",
+          "--threads",
+          "1");
+
+  @TempDir Path workDir;
+
+  record Result(int exitCode, String out, String err) {}
+
+  private Result runDemo(List<String> extra) throws IOException, InterruptedException {
+    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
+    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
+    List<String> command =
+        new ArrayList<>(
+            List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-jar",
+                jar.toAbsolutePath().toString(),
+                "demo"));
+    command.addAll(SMALL);
+    command.addAll(extra);
+    Path out = workDir.resolve("stdout");
+    Path err = workDir.resolve("stderr");
+    Process p =
+        new ProcessBuilder(command)
+            .directory(workDir.toFile())
+            .redirectOutput(out.toFile())
+            .redirectError(err.toFile())
+            .start();
+    if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
+      p.destroyForcibly();
+      throw new AssertionError("timed out: " + command);
+    }
+    return new Result(
+        p.exitValue(),
+        Files.readString(out, StandardCharsets.UTF_8),
+        Files.readString(err, StandardCharsets.UTF_8));
+  }
+
+  /** The cells of the table row of {@code cohort}. */
+  private static String[] row(String out, String cohort) {
+    String line =
+        out.lines()
+            .filter(l -> l.startsWith("| " + cohort + " |"))
+            .findFirst()
+            .orElseThrow(() -> new AssertionError("no " + cohort + " row in:\n" + out));
+    String[] cells = line.split("\\|");
+    String[] trimmed = new String[cells.length - 1];
+    for (int i = 1; i < cells.length; i++) {
+      trimmed[i - 1] = cells[i].trim();
+    }
+    return trimmed;
+  }
+
+  private static void assertRestoredAndEqual(Result r) {
+    assertEquals(0, r.exitCode(), r::toString);
+    assertTrue(
+        r.out().contains("outputs match recomputation: 2 of 2 L3 requests and 2 of 2 L2-only"),
+        r::toString);
+    String[] l3 = row(r.out(), "l3");
+    assertEquals("2", l3[2], "requests");
+    assertEquals("0 / 192 / 192", l3[5], "the fresh reader restored every full page from L3");
+    assertEquals("16", l3[6], "only the suffix is left to compute");
+    assertEquals("0", l3[7], "no fallback");
+    String[] off = row(r.out(), "cache-off");
+    assertEquals("0 / 0 / 0", off[5]);
+    assertEquals("208", off[6], "recomputation computes the whole prompt");
+    String[] l2 = row(r.out(), "l2-only");
+    assertEquals("0", l2[7], "the writer's warm caches hold every prefix");
+    assertTrue(r.out().contains("L3 executors closed cleanly: yes"), r::out);
+    assertTrue(r.err().contains("[2/2] reader process"), r::err);
+    assertTrue(r.err().contains("  reader: l3: request 2/2"), r::err);
+  }
+
+  @Test
+  void shouldRestoreTheWritersPrefixesInAFreshProcessOverTheFileStore() throws Exception {
+    Path store = workDir.resolve("store");
+    Result r = runDemo(List.of("--store-dir", store.toString()));
+    assertRestoredAndEqual(r);
+    try (var files = Files.walk(store)) {
+      assertTrue(files.anyMatch(Files::isRegularFile), "the store holds the objects");
+    }
+  }
+
+  @Test
+  void shouldRestoreTheWritersPrefixesInAFreshProcessOverRedis() throws Exception {
+    try (RedisServer server = RedisServers.startStandalone(workDir.resolve("redis"))) {
+      Result r = runDemo(List.of("--backend", "redis", "--redis-uri", server.uri()));
+      assertRestoredAndEqual(r);
+    }
+  }
+}
