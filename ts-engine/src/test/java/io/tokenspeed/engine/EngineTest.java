@@ -78,10 +78,28 @@ class EngineTest {
     volatile int deviceCached = -1;
     volatile int hostCached = -1;
 
+    /**
+     * Device blocks per group to take and hold once the engine is idle with nothing cached on the
+     * Device (so that later admissions must use other slots); {@link #releaseSquat} gives them
+     * back. Done on the loop thread, between rounds.
+     */
+    volatile int[][] squatOn;
+
+    final List<Integer> squatted = new CopyOnWriteArrayList<>();
+    volatile boolean squatDone;
+    volatile boolean releaseSquat;
+
     @Override
     public void afterRound(Engine e) {
       deviceCached = e.cache().device().cachedCount();
       hostCached = e.cache().host().cachedCount();
+      if (squatOn != null && !squatDone && deviceCached == 0 && e.activeCount() == 0) {
+        squat(e);
+      }
+      if (releaseSquat && !squatted.isEmpty()) {
+        squatted.forEach(b -> e.cache().device().unref(b));
+        squatted.clear();
+      }
       for (long id : e.activeIds()) {
         int[][] t = e.scheduler().blockTables(id);
         if (t != null) {
@@ -93,10 +111,39 @@ class EngineTest {
           throw new AssertionError("a round ended with " + e.copyBacklog() + " copy batches due");
         }
         e.scheduler().checkInvariants();
-        CacheInvariants.check(e.cache(), e.heldBlocks());
+        List<io.tokenspeed.cache.HeldBlock> held = new ArrayList<>(e.heldBlocks());
+        for (int b : squatted) {
+          held.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.DEVICE, b));
+        }
+        CacheInvariants.check(e.cache(), held);
       } catch (Throwable t) {
         broken.add(t);
       }
+    }
+
+    private void squat(Engine e) {
+      var device = e.cache().device();
+      int groups = squatOn.length;
+      for (int g = 0; g < groups; g++) {
+        java.util.Set<Integer> want = new java.util.HashSet<>();
+        for (int b : squatOn[g]) {
+          if (b != 0) {
+            want.add(b);
+          }
+        }
+        List<Integer> others = new ArrayList<>();
+        while (!want.isEmpty()) {
+          int[] needs = new int[groups];
+          needs[g] = 1;
+          int[][] got = device.allocate(needs);
+          if (got == null) {
+            break;
+          }
+          (want.remove(got[g][0]) ? squatted : others).add(got[g][0]);
+        }
+        others.forEach(device::unref);
+      }
+      squatDone = true;
     }
 
     @Override
@@ -226,20 +273,36 @@ class EngineTest {
     try (Engine e =
         Engine.start(models.get(fixture), alwaysDemote(256), OptionalInt.empty(), rec2)) {
       Run first = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
+      int[][] before = rec2.tables.get(first.result().requestId());
+      // once every cached Device block is demoted, the first run's Device blocks are taken and
+      // held: the Host hit must load into other slots
+      rec2.squatOn = before;
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-      while ((rec2.deviceCached != 0 || rec2.hostCached <= 0) && System.nanoTime() < deadline) {
-        Thread.sleep(2); // idle rounds demote every cached Device block
+      while (!rec2.squatDone && System.nanoTime() < deadline) {
+        e.cancel(Long.MAX_VALUE); // no such request: it only makes the idle loop run a round
+        Thread.sleep(2); // rounds demote every cached Device block, then the squat runs
+      }
+      assertTrue(rec2.squatDone && rec2.hostCached > 0, "demoted and squatted");
+      java.util.Set<Integer> taken = new java.util.HashSet<>(rec2.squatted);
+      for (int[] row : before) {
+        for (int b : row) {
+          assertTrue(b == 0 || taken.contains(b), "block " + b + " of the first run is held");
+        }
       }
       Run again = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
       assertSame(cold, first, fixture + " demoting engine, cold");
       assertSame(cold, again, fixture + " host hit");
-      int[][] before = rec2.tables.get(first.result().requestId());
-      int[][] after = rec2.tables.get(again.result().requestId());
-      for (int g = 0; g < before.length; g++) {
-        assertTrue(
-            !java.util.Arrays.equals(before[g], after[g]),
-            "group " + g + " went back into the very same Device blocks");
+      for (int[] row : rec2.tables.get(again.result().requestId())) {
+        for (int b : row) {
+          assertTrue(!taken.contains(b), "the Host hit went into an old slot: " + b);
+        }
       }
+      rec2.releaseSquat = true;
+      while (!rec2.squatted.isEmpty() && System.nanoTime() < deadline) {
+        e.cancel(Long.MAX_VALUE);
+        Thread.sleep(2);
+      }
+      assertTrue(rec2.squatted.isEmpty(), "the held blocks went back");
       assertEquals(0, again.result().metrics().reusedDeviceTokens(), "nothing left on Device");
       assertEquals(
           (prompt.length - 1) / 4 * 4,
