@@ -50,11 +50,18 @@ final class DemoCommand implements Callable<Integer> {
       description = "Model (default: ${DEFAULT-VALUE}).")
   private String model = "synthetic:llama-100m";
 
+  @picocli.CommandLine.Mixin private StorageOptions storageOptions;
+
+  /** L3 extensions of one page (64 tokens) or more are worth a read in the demo. */
+  static final int MIN_EXTENSION_TOKENS = 64;
+
   @Option(
       names = "--backend",
       paramLabel = "file|redis",
-      description = "The L3 store (default: ${DEFAULT-VALUE}).")
-  private String backend = "file";
+      description =
+          "The L3 store (default: file); a shorthand for --kvstore-storage-backend with the"
+              + " store's location.")
+  private String backend;
 
   @Option(
       names = "--redis-uri",
@@ -146,7 +153,9 @@ final class DemoCommand implements Callable<Integer> {
           "TokenSpeed demo: %s, L3 on %s; %d prefixes of %d tokens, each prompt %d more, %d"
               + " tokens generated%n",
           model,
-          backend.equals("file") ? "the file store in " + store : "Redis at " + redisUri,
+          storageOptions.backend() != null
+              ? storageOptions.backend() + " (" + StorageOptions.BACKEND + ")"
+              : backend.equals("file") ? "the file store in " + store : "Redis at " + redisUri,
           prefixes,
           prefixTokens,
           suffixTokens,
@@ -158,12 +167,13 @@ final class DemoCommand implements Callable<Integer> {
       err.println(
           "[1/2] writer process: serves the seed prompts, then their extensions warm, exits");
       err.flush();
-      runWorker("writer", store, served, closes, err);
+      List<String> l3 = storageArgs(store);
+      runWorker("writer", l3, served, closes, err);
       err.println(
           "[2/2] reader process (fresh, empty local caches): the extensions from L3, then"
               + " recomputed without L3");
       err.flush();
-      runWorker("reader", store, served, closes, err);
+      runWorker("reader", l3, served, closes, err);
       int pageTokens = io.tokenspeed.engine.EngineConfig.defaults(2).prefixGranularity();
       int expected = prefixTokens / pageTokens * pageTokens;
       boolean ok = printTables(out, served, expected);
@@ -179,7 +189,53 @@ final class DemoCommand implements Callable<Integer> {
     }
   }
 
+  /**
+   * The L3 flags every worker gets: the ones given, or those the shorthands stand for (the file
+   * store in {@code store}, or Redis at {@code --redis-uri}), with one-page L3 extensions.
+   */
+  private List<String> storageArgs(Path store) {
+    if (storageOptions.backend() != null) {
+      List<String> args =
+          new ArrayList<>(List.of(StorageOptions.BACKEND, storageOptions.backend()));
+      if (storageOptions.extraConfig() != null) {
+        args.add(StorageOptions.EXTRA_CONFIG + "=" + storageOptions.extraConfig());
+      }
+      return args;
+    }
+    var config = JSON.createObjectNode();
+    if (backend.equals("file")) {
+      config.put("path", store.toString());
+    } else {
+      config.put("uri", redisUri);
+    }
+    config.putObject("async").put("min_extension_tokens", MIN_EXTENSION_TOKENS);
+    return List.of(
+        StorageOptions.BACKEND, backend, StorageOptions.EXTRA_CONFIG + "=" + config.toString());
+  }
+
   private void check() {
+    storageOptions.resolve(); // an extra configuration without a backend is refused here
+    if (storageOptions.backend() != null) {
+      if (backend != null || redisUri != null || storeDir != null) {
+        throw usage(
+            "--backend, --redis-uri and --store-dir are shorthands for "
+                + StorageOptions.BACKEND
+                + ": give one or the other");
+      }
+      var resolved = storageOptions.resolve().orElseThrow();
+      if (resolved.backend().name().equals("memory")) {
+        throw usage(
+            StorageOptions.BACKEND
+                + "=memory lives in one process: the demo's writer and reader are two");
+      }
+      backend = resolved.backend().name();
+    } else if (backend == null) {
+      backend = "file";
+    }
+    if (storageOptions.backend() != null) {
+      checkSizes();
+      return;
+    }
     if (!backend.equals("file") && !backend.equals("redis")) {
       throw usage("--backend=" + backend + " is not one of: file, redis");
     }
@@ -189,6 +245,10 @@ final class DemoCommand implements Callable<Integer> {
     if (backend.equals("file") && redisUri != null) {
       throw usage("--redis-uri is for --backend redis");
     }
+    checkSizes();
+  }
+
+  private void checkSizes() {
     if (prefixes < 1) {
       throw usage("--prefixes=" + prefixes + " must be at least 1");
     }
@@ -212,7 +272,7 @@ final class DemoCommand implements Callable<Integer> {
 
   /** Runs one worker process to its end, collecting its JSON lines and relaying its progress. */
   private void runWorker(
-      String role, Path store, List<Served> served, List<String> closes, PrintWriter err)
+      String role, List<String> l3, List<Served> served, List<String> closes, PrintWriter err)
       throws IOException, InterruptedException {
     List<String> cmd = new ArrayList<>();
     cmd.add(
@@ -233,8 +293,6 @@ final class DemoCommand implements Callable<Integer> {
             role,
             "--model",
             model,
-            "--backend",
-            backend,
             "--prefixes",
             Integer.toString(prefixes),
             "--prefix-tokens",
@@ -245,11 +303,7 @@ final class DemoCommand implements Callable<Integer> {
             Integer.toString(maxTokens),
             "--prompt-seed",
             Long.toString(promptSeed)));
-    if (backend.equals("file")) {
-      cmd.addAll(List.of("--store-dir", store.toString()));
-    } else {
-      cmd.addAll(List.of("--redis-uri", redisUri));
-    }
+    cmd.addAll(l3);
     if (threads != null) {
       cmd.addAll(List.of("--threads", threads.toString()));
     }

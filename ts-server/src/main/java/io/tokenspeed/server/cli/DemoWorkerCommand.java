@@ -7,13 +7,10 @@ import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.engine.l3.L3Settings;
-import io.tokenspeed.engine.l3.StorageBackend;
-import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.CloseReport;
-import io.tokenspeed.l3.redis.RedisStoreSettings;
-import io.tokenspeed.l3.store.file.FileStoreSettings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.nio.file.Path;
 import java.util.OptionalInt;
@@ -44,14 +41,7 @@ final class DemoWorkerCommand implements Callable<Integer> {
   @Option(names = "--role", required = true, description = "writer or reader")
   private String role;
 
-  @Option(names = "--backend", required = true, description = "file or redis")
-  private String backend;
-
-  @Option(names = "--store-dir", description = "The file store's directory.")
-  private Path storeDir;
-
-  @Option(names = "--redis-uri", description = "The Redis server.")
-  private String redisUri;
+  @Mixin private StorageOptions storageOptions;
 
   @Option(names = "--prefixes", required = true)
   private int prefixes;
@@ -67,9 +57,6 @@ final class DemoWorkerCommand implements Callable<Integer> {
 
   @Option(names = "--prompt-seed", required = true)
   private long promptSeed;
-
-  /** The page size the demo's engines use; L3 extensions of a page or more are worth a read. */
-  static final int MIN_EXTENSION_TOKENS = 64;
 
   @Override
   public Integer call() throws Exception {
@@ -114,18 +101,11 @@ final class DemoWorkerCommand implements Callable<Integer> {
   }
 
   private L3Settings l3() throws Exception {
-    StorageBackend b =
-        switch (backend) {
-          case "file" -> new StorageBackend.File(FileStoreSettings.of(storeDir));
-          case "redis" -> new StorageBackend.Redis(RedisStoreSettings.standalone(redisUri));
-          default ->
-              throw modelOptions.usage("--backend=" + backend + " is not one of: file, redis");
-        };
-    StorageRuntimeConfig runtime = StorageRuntimeConfig.defaults();
-    return L3Settings.open(
-        b,
-        new StorageRuntimeConfig(
-            runtime.scheduling().withMinExtensionTokens(MIN_EXTENSION_TOKENS), runtime.executor()));
+    StorageExtraConfig.Resolved r =
+        storageOptions
+            .resolve()
+            .orElseThrow(() -> modelOptions.usage("the demo's worker needs an L3 backend"));
+    return L3Settings.open(r.backend(), r.runtime());
   }
 
   /** A throwaway request on a throwaway engine: the cohorts run on warm code. */

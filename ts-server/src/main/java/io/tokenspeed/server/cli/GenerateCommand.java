@@ -3,23 +3,25 @@ package io.tokenspeed.server.cli;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import io.tokenspeed.core.CacheGroupSpec;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
 import io.tokenspeed.model.tokenizer.StreamingDecoder;
 import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.nio.file.Path;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.OptionalLong;
 import java.util.concurrent.Callable;
@@ -103,6 +105,8 @@ final class GenerateCommand implements Callable<Integer> {
   @Spec private CommandSpec spec;
 
   @Mixin private ModelOptions modelOptions;
+
+  @Mixin private StorageOptions storageOptions;
 
   @Option(
       names = "--prompt",
@@ -191,6 +195,7 @@ final class GenerateCommand implements Callable<Integer> {
     modelOptions.checkThreads();
     var weightType = modelOptions.weightType();
     SamplingParams params = samplingParams();
+    Optional<StorageExtraConfig.Resolved> storage = storageOptions.resolve();
     int[] ids = tokens == null ? null : modelOptions.parseTokens(tokens);
     modelOptions.requireVectorModule();
     Path folder = modelOptions.folder(weightType);
@@ -212,7 +217,7 @@ final class GenerateCommand implements Callable<Integer> {
       }
       int target =
           deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
-      try (Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId())) {
+      try (Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId(), storage)) {
         generate(engine, ids, params, tokenizer);
       }
     }
@@ -251,34 +256,37 @@ final class GenerateCommand implements Callable<Integer> {
   }
 
   /**
-   * An engine whose single-request limit covers {@code target} tokens: the Device starts at one
-   * parent per block row of every group (the most a request of {@code target} tokens can need when
-   * each parent holds one block) and doubles until the limit covers it.
+   * An engine whose single-request limit covers {@code target} tokens (the fewest Device parents
+   * that give it), with L3 under its Host tier when a backend is selected.
    */
-  private Engine startEngine(CausalLm lm, int target, OptionalInt eos) {
-    EngineConfig base = EngineConfig.defaults(2);
-    long rows = 0;
-    for (CacheGroupSpec g :
-        lm.cacheLayout(base.prefixGranularity(), base.blockGranularity()).groups()) {
-      rows += g.rowsFor(target);
-    }
-    int parents = (int) Math.min(Integer.MAX_VALUE / 2, Math.max(2, rows + 1));
+  private Engine startEngine(
+      CausalLm lm, int target, OptionalInt eos, Optional<StorageExtraConfig.Resolved> storage) {
+    EngineConfig config;
     try {
-      while (true) {
-        Engine engine =
-            Engine.start(
-                lm,
-                EngineConfig.defaults(parents).withComputeThreads(modelOptions.computeThreads()),
-                eos);
-        if (engine.maxRequestTokens() >= target || parents >= Integer.MAX_VALUE / 2) {
-          return engine;
-        }
-        engine.close();
-        parents *= 2;
-      }
+      config =
+          EngineConfig.defaults(Engine.deviceParentsFor(lm, target))
+              .withComputeThreads(modelOptions.computeThreads());
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(
           "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
+    }
+    if (storage.isEmpty()) {
+      return Engine.start(lm, config, eos);
+    }
+    StorageExtraConfig.Resolved l3 = storage.get();
+    L3Settings settings;
+    try {
+      settings = L3Settings.open(l3.backend(), l3.runtime());
+    } catch (Exception e) {
+      throw new IllegalArgumentException(
+          StorageOptions.BACKEND + "=" + l3.backend().name() + ": the store cannot be opened: " + e,
+          e);
+    }
+    try {
+      return Engine.start(lm, config, eos, settings);
+    } catch (IllegalStateException e) {
+      throw new IllegalArgumentException(
+          StorageOptions.BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
     }
   }
 

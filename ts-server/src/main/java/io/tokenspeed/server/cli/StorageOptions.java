@@ -56,6 +56,11 @@ final class StorageOptions {
     return backend;
   }
 
+  /** The {@code --kvstore-storage-backend-extra-config} value as given, or null. */
+  String extraConfig() {
+    return extraConfig;
+  }
+
   /**
    * The L3 settings the flags select: empty without {@code --kvstore-storage-backend}.
    *

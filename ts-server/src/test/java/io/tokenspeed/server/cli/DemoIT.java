@@ -122,7 +122,16 @@ class DemoIT {
   @Test
   void shouldRestoreTheWritersPrefixesInAFreshProcessOverRedis() throws Exception {
     try (RedisServer server = RedisServers.startStandalone(workDir.resolve("redis"))) {
-      Result r = runDemo(List.of("--backend", "redis", "--redis-uri", server.uri()));
+      // the flags generate takes, instead of the --backend/--redis-uri shorthand
+      Result r =
+          runDemo(
+              List.of(
+                  "--kvstore-storage-backend",
+                  "redis",
+                  "--kvstore-storage-backend-extra-config",
+                  "{\"uri\": \""
+                      + server.uri()
+                      + "\", \"async\": {\"min_extension_tokens\": 64}}"));
       assertRestoredAndEqual(r);
     }
   }
