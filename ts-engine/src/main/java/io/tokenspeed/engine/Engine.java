@@ -43,6 +43,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -130,6 +131,15 @@ public final class Engine implements AutoCloseable {
   private boolean storageWait;
 
   private volatile long drainDeadlineNs;
+
+  /** Administrative tasks for the loop thread, run before the next round. */
+  private final ConcurrentLinkedQueue<AdminTask> admin = new ConcurrentLinkedQueue<>();
+
+  private record AdminTask(Runnable run, CompletableFuture<?> result) {}
+
+  private volatile String weightVersion;
+  private final String attentionBackend;
+  private final io.tokenspeed.l3.spi.Store storageStore;
   private boolean closed; // guarded by this
   private volatile CloseReport closeReport;
 
@@ -205,6 +215,9 @@ public final class Engine implements AutoCloseable {
                 config.maxRunning(),
                 Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
                 config.demoteBelowFreeParents()));
+    this.weightVersion = model.identity().weightVersion();
+    this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
+    this.storageStore = l3 == null ? null : l3.store();
     this.storage = l3 == null ? null : startStorage(l3);
     this.pool = ComputePool.ofThreads(config.computeThreads());
     this.sampler = new Sampler(model.vocabSize());
@@ -213,32 +226,122 @@ public final class Engine implements AutoCloseable {
     this.loop.setDaemon(true);
   }
 
+  /** The namespace of this engine's deployment identity at weight version {@code version}. */
+  private Namespace namespaceFor(String version) {
+    ModelIdentity mi = model.identity();
+    return Namespace.of(
+        new DeploymentIdentity(
+            mi.modelId(),
+            mi.checkpointRevision(),
+            version,
+            null,
+            null,
+            layout,
+            1,
+            1,
+            1,
+            1,
+            attentionBackend));
+  }
+
   /** The executor and the exchange over the Host allocation; frees everything on failure. */
   private StorageTier startStorage(L3Settings l3) {
-    ModelIdentity mi = model.identity();
-    Namespace ns =
-        Namespace.of(
-            new DeploymentIdentity(
-                mi.modelId(),
-                mi.checkpointRevision(),
-                mi.weightVersion(),
-                null,
-                null,
-                layout,
-                1,
-                1,
-                1,
-                1,
-                l3.attentionBackend()));
     try {
       return StorageTier.start(
-          l3, new StorageJobs(ns, layout, host.geometry(), 0), host.memory().segment());
+          l3,
+          new StorageJobs(namespaceFor(weightVersion), layout, host.geometry(), 0),
+          host.memory().segment());
     } catch (Exception e) {
       copies.close();
       device.close();
       host.close();
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
     }
+  }
+
+  // ---------------------------------------------------------------- administration
+
+  /** Runs {@code task} on the loop thread before its next round; completes with its result. */
+  private <T> CompletableFuture<T> onLoop(java.util.function.Supplier<T> task) {
+    CompletableFuture<T> f = new CompletableFuture<>();
+    if (closing) {
+      f.completeExceptionally(new IllegalStateException("engine is closed"));
+      return f;
+    }
+    admin.add(
+        new AdminTask(
+            () -> {
+              try {
+                f.complete(task.get());
+              } catch (Throwable t) {
+                f.completeExceptionally(t);
+              }
+            },
+            f));
+    return f;
+  }
+
+  /**
+   * A full cache clear, before the next round: every cached Device and Host block goes and nothing
+   * matches any more; with L3, every outstanding storage operation (Ready holds and quarantined
+   * ones included) is rejected without waiting for its I/O, whose references live on until it
+   * retires. Requests in flight go on: what they hold is withdrawn, never published. The store's
+   * objects stay (see {@link #updateWeightVersion}).
+   */
+  public CompletableFuture<Void> clearCache() {
+    return onLoop(
+        () -> {
+          scheduler.clearAll();
+          backups.clear();
+          return null;
+        });
+  }
+
+  /**
+   * An L1-only clear, before the next round: the cached Device blocks go; Host entries and any
+   * Host-only storage I/O are left alone (a later prompt finds its prefix on the Host).
+   */
+  public CompletableFuture<Void> clearDeviceCache() {
+    return onLoop(
+        () -> {
+          scheduler.clearDevice();
+          return null;
+        });
+  }
+
+  /**
+   * A weight-version update, which rotates the L3 namespace: after a preflight on the loop thread,
+   * deletes the current namespace's objects from the store on the calling thread (synchronously: a
+   * slow store delays this call, never a round), then, only if that succeeded, clears the cache as
+   * {@link #clearCache} does and switches every later key to the namespace of {@code version}.
+   * Without L3 it clears and records the version. Returns the objects deleted.
+   *
+   * @throws Exception the store's deletion failure: nothing was cleared or switched
+   */
+  public long updateWeightVersion(String version) throws Exception {
+    if (version == null || version.isBlank()) {
+      throw new IllegalArgumentException("weight_version must be a non-empty string");
+    }
+    String current = onLoop(() -> weightVersion).get();
+    long deleted =
+        storage == null ? 0 : storageStore.deleteNamespace(namespaceFor(current).toString());
+    onLoop(
+            () -> {
+              scheduler.clearAll();
+              backups.clear();
+              weightVersion = version;
+              if (storage != null) {
+                storage.switchNamespace(namespaceFor(version));
+              }
+              return null;
+            })
+        .get();
+    return deleted;
+  }
+
+  /** The weight version of the deployment identity (the model's, or the last update's). */
+  public String weightVersion() {
+    return weightVersion;
   }
 
   /**
@@ -419,10 +522,14 @@ public final class Engine implements AutoCloseable {
           }
           cancels.addAll(active.keySet()); // one round ends them all
         }
-        if (active.isEmpty() && intake.isEmpty() && cancels.isEmpty() && !housekeeping) {
+        if (active.isEmpty()
+            && intake.isEmpty()
+            && cancels.isEmpty()
+            && admin.isEmpty()
+            && !housekeeping) {
           boolean busy = storageBusy(); // L3 facts still to come: keep the rounds going, slowly
           Active next = intake.poll(busy ? STORAGE_WAIT_MS : IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
-          if (next == null && !busy) {
+          if (next == null && !busy && admin.isEmpty()) {
             continue;
           }
           if (next != null) {
@@ -470,6 +577,9 @@ public final class Engine implements AutoCloseable {
 
   private void round() throws InterruptedException, ControlPlaneException {
     long roundStart = System.nanoTime();
+    for (AdminTask task; (task = admin.poll()) != null; ) {
+      task.run().run();
+    }
     for (Active a; (a = intake.poll()) != null; ) {
       admitToScheduler(a);
     }
@@ -992,6 +1102,9 @@ public final class Engine implements AutoCloseable {
       loop.join(TimeUnit.SECONDS.toMillis(30) + L3_DRAIN_MS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    }
+    for (AdminTask task; (task = admin.poll()) != null; ) {
+      task.result().completeExceptionally(new IllegalStateException("engine closed"));
     }
     if (storage != null && closeReport == null) {
       closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup

@@ -39,6 +39,11 @@ public final class StorageJobs {
     this.attentionTpRank = attentionTpRank;
   }
 
+  /** The same translation under {@code other}. */
+  public StorageJobs withNamespace(Namespace other) {
+    return new StorageJobs(other, layout, host, attentionTpRank);
+  }
+
   /** The namespace every key is built under. */
   public Namespace namespace() {
     return namespace;

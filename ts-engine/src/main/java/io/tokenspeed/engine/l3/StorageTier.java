@@ -34,7 +34,7 @@ import java.util.Set;
  * as a multi-rank replica, whose result arrives one round later.
  */
 public final class StorageTier {
-  private final StorageJobs jobs;
+  private StorageJobs jobs;
   private final L3Executor executor;
   private final RelayExchange exchange;
   private final Set<Long> unagreed = new HashSet<>();
@@ -80,6 +80,14 @@ public final class StorageTier {
   /** The translation of storage commands into this rank's jobs. */
   public StorageJobs jobs() {
     return jobs;
+  }
+
+  /**
+   * Builds every later job under {@code namespace} (a rotation; jobs already submitted keep their
+   * keys: no worker reads the namespace).
+   */
+  public void switchNamespace(io.tokenspeed.core.Namespace namespace) {
+    jobs = jobs.withNamespace(namespace);
   }
 
   /**

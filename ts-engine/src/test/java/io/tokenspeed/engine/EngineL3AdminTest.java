@@ -1,0 +1,219 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.engine.EngineL3FaultsTest.Forwarding;
+import io.tokenspeed.engine.EngineL3Test.SharedStore;
+import io.tokenspeed.engine.EngineTest.Recorder;
+import io.tokenspeed.engine.EngineTest.Run;
+import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.Fixtures;
+import io.tokenspeed.model.sampling.SamplingParams;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Storage administration as engine calls, with L3 I/O in flight: a full clear rejects outstanding
+ * operations without waiting for them and keeps the store's objects; an L1-only clear leaves the
+ * Host and its I/O alone; a weight-version update deletes the old namespace remotely before it
+ * clears and switches, and a failed deletion changes nothing. Outputs always equal recomputation;
+ * invariants hold after every round.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class EngineL3AdminTest {
+  private static final int P = 4;
+  private CausalLm model;
+  private int[] prompt;
+  private Run want;
+
+  @BeforeAll
+  void load(@TempDir Path dir) throws Exception {
+    model = CausalLm.load(Fixtures.extract("llama", dir));
+    prompt = new SplittableRandom(43).ints(81, 0, model.vocabSize()).toArray();
+    Recorder rec = new Recorder();
+    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+      want = serve(e, rec);
+    }
+  }
+
+  @AfterAll
+  void close() {
+    model.close();
+  }
+
+  private Run serve(Engine e, Recorder rec) throws Exception {
+    return EngineTest.await(e.submit(prompt, SamplingParams.greedy(8)), rec);
+  }
+
+  private Engine engine(Recorder rec, io.tokenspeed.l3.spi.Store store) {
+    Engine e =
+        Engine.paused(
+            model,
+            EngineTest.small(256),
+            OptionalInt.empty(),
+            rec,
+            store == null ? null : EngineL3FaultsTest.settings(store));
+    e.resume();
+    return e;
+  }
+
+  /** Waits until the engine's write-through of finished prompts has reached the store. */
+  private static void awaitPuts(SharedStore store) throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (store.puts.get() == 0 && System.nanoTime() < deadline) {
+      Thread.sleep(2);
+    }
+    assertTrue(store.puts.get() > 0, "the prefix was put");
+  }
+
+  @Test
+  void shouldClearEverythingLocalWhileAReadHangsAndThenRestoreFromTheStore() throws Exception {
+    SharedStore shared = new SharedStore();
+    CountDownLatch answer = new CountDownLatch(1);
+    CountDownLatch hung = new CountDownLatch(1);
+    Forwarding hanging =
+        new Forwarding(shared) {
+          volatile boolean hang;
+
+          @Override
+          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
+              throws Exception {
+            if (hang) {
+              hung.countDown();
+              answer.await();
+            }
+            return super.get(keys, destinations);
+          }
+
+          @Override
+          public StoreResult exists(List<String> keys) throws Exception {
+            hang = true; // from the first read on, GETs hang until released
+            return super.exists(keys);
+          }
+        };
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, hanging)) {
+      EngineTest.assertSame(want, serve(e, rec), "cold");
+      awaitPuts(shared);
+      e.clearCache().get(10, TimeUnit.SECONDS);
+      // the store still has the prefix: the repeat queries it, and its GET hangs past the soft
+      // deadline; a full clear meanwhile rejects the operation without waiting for it
+      var handle = e.submit(prompt, SamplingParams.greedy(8));
+      Thread.sleep(50);
+      e.clearCache().get(10, TimeUnit.SECONDS);
+      Run again = EngineTest.await(handle, rec);
+      EngineTest.assertSame(want, again, "recomputed after the clears");
+      assertTrue(hung.await(0, TimeUnit.SECONDS), "a GET was hanging in the store meanwhile");
+      answer.countDown(); // the hung GET retires late: its rows are never published
+      Run third = serve(e, rec);
+      EngineTest.assertSame(want, third, "after the late GET");
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+  }
+
+  @Test
+  void shouldKeepTheHostOnAnL1OnlyClear() throws Exception {
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, new SharedStore())) {
+      serve(e, rec);
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+      while (rec.hostCached <= 0 && System.nanoTime() < deadline) {
+        Thread.sleep(2); // the finished prefix is written through to the Host
+      }
+      e.clearDeviceCache().get(10, TimeUnit.SECONDS);
+      Run again = serve(e, rec);
+      EngineTest.assertSame(want, again, "after an L1-only clear");
+      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
+      assertEquals(
+          (prompt.length - 1) / P * P,
+          again.result().metrics().reusedHostTokens(),
+          "the Host kept the prefix");
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+  }
+
+  @Test
+  void shouldDeleteTheOldNamespaceThenSwitchOnAWeightUpdate() throws Exception {
+    SharedStore shared = new SharedStore();
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, shared)) {
+      serve(e, rec);
+      awaitPuts(shared);
+      long before = shared.inner.usedBytes();
+      assertTrue(before > 0);
+      long deleted = e.updateWeightVersion("2");
+      assertTrue(deleted > 0, "the old namespace's objects were deleted: " + deleted);
+      assertEquals(0, shared.inner.usedBytes(), "nothing of the old namespace is left");
+      assertEquals("2", e.weightVersion());
+      Run again = serve(e, rec);
+      EngineTest.assertSame(want, again, "after the update");
+      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the cache was cleared");
+      assertEquals(0, again.result().metrics().reusedStorageTokens(), "nothing to restore");
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+    // the new version's objects are under another namespace than version 1's
+    Recorder r2 = new Recorder();
+    try (Engine e = engine(r2, shared)) {
+      Run fresh = serve(e, r2);
+      assertEquals(0, fresh.result().metrics().reusedStorageTokens(), "version 1 finds nothing");
+    }
+  }
+
+  @Test
+  void shouldChangeNothingWhenTheDeletionFails() throws Exception {
+    SharedStore shared = new SharedStore();
+    Forwarding failing =
+        new Forwarding(shared) {
+          @Override
+          public long deleteNamespace(String namespace) {
+            throw new IllegalStateException("the store refuses to delete " + namespace);
+          }
+        };
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, failing)) {
+      serve(e, rec);
+      awaitPuts(shared);
+      var error = assertThrows(IllegalStateException.class, () -> e.updateWeightVersion("2"));
+      assertTrue(error.getMessage().startsWith("the store refuses"), error::getMessage);
+      assertEquals(model.identity().weightVersion(), e.weightVersion(), "not switched");
+      Run again = serve(e, rec);
+      EngineTest.assertSame(want, again, "after the failed update");
+      assertEquals(
+          (prompt.length - 1) / P * P,
+          again.result().metrics().reusedDeviceTokens(),
+          "nothing was cleared: a Device hit");
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+  }
+
+  @Test
+  void shouldClearAndRecordTheVersionWithoutL3() throws Exception {
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, null)) {
+      serve(e, rec);
+      assertEquals(0, e.updateWeightVersion("7"));
+      assertEquals("7", e.weightVersion());
+      Run again = serve(e, rec);
+      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "cleared");
+      EngineTest.assertSame(want, again, "after the update");
+      e.close();
+      var late = e.clearCache();
+      assertThrows(
+          java.util.concurrent.ExecutionException.class, () -> late.get(1, TimeUnit.SECONDS));
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+  }
+}
