@@ -44,6 +44,11 @@ public final class StorageJobs {
     return new StorageJobs(other, layout, host, attentionTpRank);
   }
 
+  /** The cache layout the keys belong to. */
+  public CacheLayout layout() {
+    return layout;
+  }
+
   /** The namespace every key is built under. */
   public Namespace namespace() {
     return namespace;

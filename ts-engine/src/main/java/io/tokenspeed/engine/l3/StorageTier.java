@@ -48,11 +48,18 @@ public final class StorageTier {
   }
 
   /**
-   * Starts the executor over {@code settings.store()} and {@code hostAllocation}, and joins a
-   * one-rank mesh on a loopback port. On failure nothing is left running.
+   * Checks what the rank will store ({@link StoragePayloads}), starts the executor over {@code
+   * settings.store()} and {@code hostAllocation}, and joins a one-rank mesh on a loopback port. On
+   * failure nothing is left running and the store is closed.
    */
   public static StorageTier start(
       L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation) throws Exception {
+    try {
+      StoragePayloads.validate(jobs.layout(), 1, jobs.namespace(), settings.store());
+    } catch (IllegalArgumentException e) {
+      settings.store().close(); // nothing registered or started yet
+      throw e;
+    }
     L3Executor executor =
         L3Executor.start(
             settings.store(), settings.runtime().executor(), hostAllocation, System::nanoTime);
