@@ -339,6 +339,11 @@ public final class Engine implements AutoCloseable {
     return deleted;
   }
 
+  /** The L3 namespace every object key of this engine is built under; empty without L3. */
+  public Optional<Namespace> storageNamespace() {
+    return storage == null ? Optional.empty() : Optional.of(storage.jobs().namespace());
+  }
+
   /** The weight version of the deployment identity (the model's, or the last update's). */
   public String weightVersion() {
     return weightVersion;

@@ -34,7 +34,7 @@ import java.util.Set;
  * as a multi-rank replica, whose result arrives one round later.
  */
 public final class StorageTier {
-  private StorageJobs jobs;
+  private volatile StorageJobs jobs;
   private final L3Executor executor;
   private final RelayExchange exchange;
   private final Set<Long> unagreed = new HashSet<>();

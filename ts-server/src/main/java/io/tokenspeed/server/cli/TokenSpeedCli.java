@@ -24,10 +24,12 @@ import picocli.CommandLine.Spec;
     description = "LLM inference engine with an asynchronous global L3 KV cache.",
     subcommands = {
       DemoCommand.class,
+      BenchCommand.class,
       KeysCommand.class,
       ScoreCommand.class,
       GenerateCommand.class,
-      DemoWorkerCommand.class
+      DemoWorkerCommand.class,
+      BenchWorkerCommand.class
     },
     footer = {
       "",

@@ -1,0 +1,22 @@
+package io.tokenspeed.server.cli;
+
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/** {@code tokenspeed bench}: the benchmarks users run ({@code ttft}). */
+@Command(
+    name = "bench",
+    mixinStandardHelpOptions = true,
+    description = "Benchmarks: ttft (L3 against recomputation, per store).",
+    subcommands = {BenchTtftCommand.class})
+final class BenchCommand implements Callable<Integer> {
+  @Spec private CommandSpec spec;
+
+  @Override
+  public Integer call() {
+    throw new ParameterException(spec.commandLine(), "a benchmark is required: ttft");
+  }
+}

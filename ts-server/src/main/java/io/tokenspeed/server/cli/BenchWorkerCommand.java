@@ -1,0 +1,433 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.core.CacheGroupSpec;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.Namespace;
+import io.tokenspeed.core.ObjectKey;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageBackend;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.server.config.StorageExtraConfig;
+import java.io.PrintWriter;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
+
+/**
+ * One process of {@code tokenspeed bench ttft} (hidden: the benchmark starts it). Roles:
+ *
+ * <ul>
+ *   <li>{@code writer}: serves the seed prompts on an engine with L3 and exits once its writes are
+ *       done;
+ *   <li>{@code reader}: a fresh process with empty local caches. Untimed: JIT warm-up on engines
+ *       with and without L3, then the store's raw read bandwidth for one prefix's objects (direct
+ *       GETs, best of 3), then, with {@code --drop-page-cache}, the store directory's pages
+ *       dropped. Timed, each cohort on a fresh engine of the same configuration: {@code l3} (the
+ *       query prompts, their prefixes in the store), {@code partial} (half of each prefix and new
+ *       tokens), {@code recompute} (the query prompts without L3), {@code miss-l3} and {@code
+ *       miss-off} (prompts whose prefixes no one wrote, with and without L3), and decode TPOT with
+ *       L3 enabled and idle against without L3 (alternating, 3 each).
+ *   <li>{@code memory}: the writer's and the reader's engines in one process over one in-memory
+ *       store (it cannot cross processes).
+ * </ul>
+ *
+ * Every measurement is one JSON line on stdout; progress goes to stderr.
+ */
+@Command(name = "bench-worker", hidden = true, description = "One process of bench ttft.")
+final class BenchWorkerCommand implements Callable<Integer> {
+
+  @Spec private CommandSpec spec;
+
+  @Mixin private ModelOptions modelOptions;
+
+  @Mixin private StorageOptions storageOptions;
+
+  @Option(names = "--role", required = true)
+  private String role;
+
+  @Option(names = "--label", required = true)
+  private String label;
+
+  @Option(names = "--prompts", required = true)
+  private int prompts;
+
+  @Option(names = "--prefix-tokens", required = true)
+  private int prefixTokens;
+
+  @Option(names = "--suffix-tokens", required = true)
+  private int suffixTokens;
+
+  @Option(names = "--max-tokens", required = true)
+  private int maxTokens;
+
+  @Option(names = "--decode-tokens", required = true)
+  private int decodeTokens;
+
+  @Option(names = "--prompt-seed", required = true)
+  private long promptSeed;
+
+  @Option(names = "--run-seed", required = true)
+  private long runSeed;
+
+  @Option(names = "--drop-page-cache")
+  private Path dropPageCache;
+
+  private PrintWriter out;
+  private PrintWriter err;
+  private CausalLm lm;
+  private EngineConfig config;
+  private StorageExtraConfig.Resolved storage;
+
+  @Override
+  public Integer call() throws Exception {
+    modelOptions.checkThreads();
+    modelOptions.requireVectorModule();
+    storage =
+        storageOptions
+            .resolve()
+            .orElseThrow(() -> modelOptions.usage("the benchmark's worker needs an L3 backend"));
+    out = spec.commandLine().getOut();
+    err = spec.commandLine().getErr();
+    Path folder = modelOptions.folder(modelOptions.weightType());
+    try (CausalLm model = modelOptions.load(folder)) {
+      lm = model;
+      DemoPrompts p =
+          DemoPrompts.of(promptSeed, lm.vocabSize(), prompts, prefixTokens, suffixTokens);
+      int perRequest = prefixTokens + suffixTokens + Math.max(maxTokens, decodeTokens);
+      config =
+          EngineConfig.defaults(Engine.deviceParentsFor(lm, 2 * perRequest))
+              .withComputeThreads(modelOptions.computeThreads());
+      switch (role) {
+        case "writer" -> write(l3(), p);
+        case "reader" -> read(p, this::l3, null);
+        case "memory" -> {
+          Store shared = storage.backend().open();
+          Callable<L3Settings> l3 =
+              () ->
+                  new L3Settings(
+                      unclosable(shared), storage.runtime(), L3Settings.CPU_ATTENTION_BACKEND);
+          write(l3.call(), p);
+          read(p, l3, shared);
+        }
+        default ->
+            throw modelOptions.usage("--role=" + role + " is not one of: writer, reader, memory");
+      }
+    }
+    return 0;
+  }
+
+  private L3Settings l3() throws Exception {
+    return L3Settings.open(storage.backend(), storage.runtime());
+  }
+
+  private void write(L3Settings l3, DemoPrompts p) throws Exception {
+    try (Engine w = Engine.start(lm, config, OptionalInt.empty(), l3)) {
+      for (int i = 0; i < p.seeds().length; i++) {
+        progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
+        result(w, p.seeds()[i], maxTokens);
+      }
+      progress("writer: writing to the store");
+      w.close();
+      ObjectNode line = line("writer-closed");
+      line.put("store_closed", w.storageCloseReport().orElseThrow().storeClosed());
+      emit(line);
+    }
+  }
+
+  /**
+   * @param rawStore the client the raw reads use, or null for a second client of the backend
+   */
+  private void read(DemoPrompts p, Callable<L3Settings> l3, Store rawStore) throws Exception {
+    int vocab = lm.vocabSize();
+    // this reader's own suffixes and misses (a run seed per reader: what one reader's engines write
+    // through never turns another reader's query suffix or miss into a hit)
+    SplittableRandom rnd = new SplittableRandom(runSeed);
+    int n = p.seeds().length;
+    int[][] queries = new int[n][];
+    int[][] partial = new int[n][];
+    int[][] misses = new int[n][];
+    for (int i = 0; i < n; i++) {
+      int[] prefix = java.util.Arrays.copyOf(p.seeds()[i], prefixTokens);
+      queries[i] = concat(prefix, rnd.ints(suffixTokens, 0, vocab).toArray());
+      partial[i] =
+          concat(
+              java.util.Arrays.copyOf(prefix, prefixTokens / 2),
+              rnd.ints(suffixTokens, 0, vocab).toArray());
+      misses[i] = rnd.ints(prefixTokens + suffixTokens, 0, vocab).toArray();
+    }
+    // untimed: warm code paths, with and without L3 (a miss), on throwaway engines
+    progress("reader: warming up");
+    int[] warm = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
+    try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
+      result(e, warm, maxTokens);
+    }
+    try (Engine e = Engine.start(lm, config, OptionalInt.empty(), l3.call())) {
+      result(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
+      rawBandwidth(e, queries[0], rawStore);
+    }
+    if (dropPageCache != null) {
+      progress("reader: dropping the store's pages from the page cache");
+      emit(line("page-cache-dropped").put("files", dropPages(dropPageCache)));
+    }
+    cohort("l3", queries, l3.call());
+    cohort("partial", partial, l3.call());
+    cohort("recompute", queries, null);
+    cohort("miss-l3", misses, l3.call());
+    cohort("miss-off", misses, null);
+    int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
+    for (int r = 0; r < 3; r++) {
+      for (boolean withL3 : new boolean[] {r % 2 == 0, r % 2 != 0}) {
+        try (Engine e =
+            withL3
+                ? Engine.start(lm, config, OptionalInt.empty(), l3.call())
+                : Engine.start(lm, config, OptionalInt.empty())) {
+          progress("reader: decode, L3 " + (withL3 ? "idle" : "off") + ", run " + (r + 1) + "/3");
+          RequestMetrics m = result(e, decodePrompt, decodeTokens).metrics();
+          emit(line("tpot").put("l3", withL3).put("tpot_ms", m.tpotNs() / 1e6));
+        }
+      }
+    }
+  }
+
+  private void cohort(String name, int[][] prompts, L3Settings l3) throws Exception {
+    try (Engine e =
+        l3 == null
+            ? Engine.start(lm, config, OptionalInt.empty())
+            : Engine.start(lm, config, OptionalInt.empty(), l3)) {
+      for (int i = 0; i < prompts.length; i++) {
+        progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
+        GenerationResult r = result(e, prompts[i], maxTokens);
+        RequestMetrics m = r.metrics();
+        ObjectNode line = line("request");
+        line.put("cohort", name);
+        line.put("index", i);
+        line.put("prompt_tokens", m.promptTokens());
+        line.put("queue_ms", m.queueNs() / 1e6);
+        line.put("ttft_ms", m.ttftNs() / 1e6);
+        line.put("reused_device_tokens", m.reusedDeviceTokens());
+        line.put("reused_host_tokens", m.reusedHostTokens());
+        line.put("reused_storage_tokens", m.reusedStorageTokens());
+        line.put("computed_tokens", m.computedTokens());
+        var ids = line.putArray("tokens");
+        for (int t : r.tokens()) {
+          ids.add(t);
+        }
+        emit(line);
+      }
+    }
+  }
+
+  /**
+   * Reads the objects of {@code prompt}'s prefix straight from a second client of the store (one
+   * GET of every key, best of 3): the raw bandwidth restores are compared with.
+   */
+  private void rawBandwidth(Engine e, int[] prompt, Store shared) throws Exception {
+    Namespace ns = e.storageNamespace().orElseThrow();
+    int p = e.layout().prefixGranularity();
+    int boundary = prefixTokens / p * p;
+    PromptKeys keys =
+        PromptKeys.of(e.layout(), java.util.Arrays.copyOf(prompt, boundary), List.of());
+    List<String> objects = new ArrayList<>();
+    List<Long> sizes = new ArrayList<>();
+    for (CacheGroupSpec g : e.layout().groups()) {
+      if (g.kind() instanceof GroupKind.StateCheckpoints) {
+        objects.add(
+            ObjectKey.forRank(ns, keys.checkpointKey(g.groupId(), boundary), g, 0).toString());
+        sizes.add(g.bytesPerBlock());
+        continue;
+      }
+      for (int row = g.firstNeededRow(boundary); row < g.rowsFor(boundary); row++) {
+        CacheKey k = keys.keyOf(g.groupId(), row, boundary);
+        objects.add(ObjectKey.forRank(ns, k, g, 0).toString());
+        sizes.add(g.bytesPerBlock());
+      }
+    }
+    long total = sizes.stream().mapToLong(Long::longValue).sum();
+    StorageBackend backend = storage.backend();
+    try (Arena arena = Arena.ofConfined()) {
+      List<MemorySegment> dest = new ArrayList<>();
+      for (long s : sizes) {
+        dest.add(arena.allocate(s, 64));
+      }
+      Store client = shared != null ? shared : backend.open();
+      try {
+        double best = Double.MAX_VALUE;
+        for (int r = 0; r < 3; r++) {
+          long t0 = System.nanoTime();
+          StoreResult got = client.get(objects, dest);
+          long ns0 = System.nanoTime() - t0;
+          if (got.rows().stream()
+              .anyMatch(x -> !(x instanceof io.tokenspeed.l3.spi.RowResult.Ok))) {
+            throw new IllegalStateException("raw read of the prefix's objects failed: " + got);
+          }
+          best = Math.min(best, ns0 / 1e6);
+        }
+        emit(line("raw-get").put("objects", objects.size()).put("bytes", total).put("ms", best));
+      } finally {
+        if (shared == null) {
+          client.close();
+        }
+      }
+    }
+  }
+
+  /** Asks the kernel to drop the page cache of every file under {@code dir}. */
+  private static int dropPages(Path dir) throws Exception {
+    try {
+      return dropPagesOf(dir);
+    } catch (Exception | Error e) {
+      throw e;
+    } catch (Throwable t) {
+      throw new IllegalStateException("posix_fadvise failed", t);
+    }
+  }
+
+  private static int dropPagesOf(Path dir) throws Throwable {
+    Linker linker = Linker.nativeLinker();
+    var lookup = linker.defaultLookup();
+    MethodHandle open =
+        linker.downcallHandle(
+            lookup.find("open").orElseThrow(),
+            FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT));
+    MethodHandle fadvise =
+        linker.downcallHandle(
+            lookup.find("posix_fadvise").orElseThrow(),
+            FunctionDescriptor.of(
+                ValueLayout.JAVA_INT,
+                ValueLayout.JAVA_INT,
+                ValueLayout.JAVA_LONG,
+                ValueLayout.JAVA_LONG,
+                ValueLayout.JAVA_INT));
+    MethodHandle close =
+        linker.downcallHandle(
+            lookup.find("close").orElseThrow(),
+            FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT));
+    int dropped = 0;
+    List<Path> files;
+    try (Stream<Path> walk = Files.walk(dir)) {
+      files = walk.filter(Files::isRegularFile).toList();
+    }
+    try (Arena arena = Arena.ofConfined()) {
+      for (Path f : files) {
+        int fd = (int) open.invokeExact(arena.allocateFrom(f.toString()), 0);
+        if (fd < 0) {
+          continue;
+        }
+        int rc = (int) fadvise.invokeExact(fd, 0L, 0L, 4); // POSIX_FADV_DONTNEED
+        int closed = (int) close.invokeExact(fd);
+        if (rc == 0 && closed == 0) {
+          dropped++;
+        }
+      }
+    }
+    return dropped;
+  }
+
+  private GenerationResult result(Engine e, int[] prompt, int tokens) throws Exception {
+    GenerationResult r =
+        e.submit(prompt, SamplingParams.greedy(tokens)).result().get(30, TimeUnit.MINUTES);
+    if (r.failure().isPresent()) {
+      throw new IllegalStateException("a benchmark request failed: " + r.error());
+    }
+    return r;
+  }
+
+  private ObjectNode line(String kind) {
+    ObjectNode n = JsonNodeFactory.instance.objectNode();
+    n.put("kind", kind);
+    n.put("label", label);
+    return n;
+  }
+
+  private void emit(ObjectNode line) {
+    out.println(line);
+    out.flush();
+  }
+
+  private void progress(String what) {
+    err.println(what);
+    err.flush();
+  }
+
+  private static int[] concat(int[] a, int[] b) {
+    int[] o = java.util.Arrays.copyOf(a, a.length + b.length);
+    System.arraycopy(b, 0, o, a.length, b.length);
+    return o;
+  }
+
+  /** {@code store} for one engine of several: closing the engine leaves it open. */
+  private static Store unclosable(Store store) {
+    return new Store() {
+      @Override
+      public String name() {
+        return store.name();
+      }
+
+      @Override
+      public boolean failuresRetire() {
+        return store.failuresRetire();
+      }
+
+      @Override
+      public int maxKeyBytes() {
+        return store.maxKeyBytes();
+      }
+
+      @Override
+      public long maxValueBytes() {
+        return store.maxValueBytes();
+      }
+
+      @Override
+      public StoreResult exists(List<String> keys) throws Exception {
+        return store.exists(keys);
+      }
+
+      @Override
+      public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
+        return store.get(keys, destinations);
+      }
+
+      @Override
+      public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+        return store.put(keys, sources);
+      }
+
+      @Override
+      public long deleteNamespace(String namespace) throws Exception {
+        return store.deleteNamespace(namespace);
+      }
+
+      @Override
+      public void close() {}
+    };
+  }
+}

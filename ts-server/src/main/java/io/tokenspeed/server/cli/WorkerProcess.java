@@ -1,0 +1,81 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintWriter;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.Consumer;
+
+/**
+ * A worker JVM of a command that runs several processes (the demo, the TTFT benchmark): the {@code
+ * java} and classpath of this JVM, the Vector API and native access enabled, this jar's main class
+ * with {@code args}. Each line it prints on stdout is one JSON object handed to the caller; its
+ * stderr is relayed line by line, prefixed with its role.
+ */
+final class WorkerProcess {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private WorkerProcess() {}
+
+  /**
+   * Runs the worker to its end.
+   *
+   * @throws IllegalStateException when it exits with a non-zero status
+   */
+  static void run(String role, List<String> args, Consumer<JsonNode> onLine, PrintWriter err)
+      throws IOException, InterruptedException {
+    List<String> cmd = new ArrayList<>();
+    cmd.add(
+        ProcessHandle.current()
+            .info()
+            .command()
+            .orElse(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+    cmd.add("--add-modules");
+    cmd.add("jdk.incubator.vector");
+    cmd.add("--enable-native-access=ALL-UNNAMED");
+    cmd.add("-cp");
+    cmd.add(System.getProperty("java.class.path"));
+    cmd.add(TokenSpeedCli.class.getName());
+    cmd.addAll(args);
+    Process p = new ProcessBuilder(cmd).start();
+    p.getOutputStream().close();
+    Thread relay =
+        Thread.ofPlatform()
+            .daemon(true)
+            .start(
+                () -> {
+                  try (BufferedReader r =
+                      new BufferedReader(
+                          new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
+                    for (String line; (line = r.readLine()) != null; ) {
+                      if (!line.startsWith("WARNING: Using incubator modules")) {
+                        synchronized (err) {
+                          err.println("  " + role + ": " + line);
+                          err.flush();
+                        }
+                      }
+                    }
+                  } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                  }
+                });
+    try (BufferedReader r =
+        new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+      for (String line; (line = r.readLine()) != null; ) {
+        onLine.accept(JSON.readTree(line));
+      }
+    }
+    int rc = p.waitFor();
+    relay.join();
+    if (rc != 0) {
+      throw new IllegalStateException("the " + role + " process failed with exit code " + rc);
+    }
+  }
+}

@@ -1,0 +1,27 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/** {@code tokenspeed bench}: bad flags are usage errors before any process starts. */
+class BenchCommandTest {
+
+  @ParameterizedTest(name = "{0}")
+  @CsvSource(
+      delimiter = ';',
+      value = {
+        "bench; a benchmark is required: ttft",
+        "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis",
+        "bench ttft --stores redis; --stores redis needs --redis-uri URI",
+        "bench ttft --prompts 0; --prompts >= 1, --prefix-tokens >= 128",
+        "bench ttft --prefix-tokens 64; --prompts >= 1, --prefix-tokens >= 128",
+      })
+  void shouldRejectABadFlagWithAUsageError(String args, String message) {
+    CliRun run = CliRun.of(args.split(" "));
+    assertEquals(2, run.exitCode(), run::toString);
+    assertTrue(run.err().startsWith("error: " + message), run::toString);
+  }
+}
