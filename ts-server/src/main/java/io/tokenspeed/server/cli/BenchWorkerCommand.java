@@ -49,12 +49,12 @@ import picocli.CommandLine.Spec;
  *       done;
  *   <li>{@code reader}: a fresh process with empty local caches. Untimed: JIT warm-up on engines
  *       with and without L3, then the store's raw read bandwidth for one prefix's objects (direct
- *       GETs, best of 3), then, with {@code --drop-page-cache}, the store directory's pages
- *       dropped. Timed, each cohort on a fresh engine of the same configuration: {@code l3} (the
- *       query prompts, their prefixes in the store), {@code partial} (half of each prefix and new
- *       tokens), {@code recompute} (the query prompts without L3), {@code miss-l3} and {@code
- *       miss-off} (prompts whose prefixes no one wrote, with and without L3), and decode TPOT with
- *       L3 enabled and idle against without L3 (alternating, 3 each).
+ *       GETs, best of 3); with {@code --drop-page-cache}, the store directory's pages are dropped
+ *       before each cohort that reads them. Timed, each cohort on a fresh engine of the same
+ *       configuration: {@code l3} (the query prompts, their prefixes in the store), {@code partial}
+ *       (half of each prefix and new tokens), {@code recompute} (the query prompts without L3),
+ *       {@code miss-l3} and {@code miss-off} (prompts whose prefixes no one wrote, with and without
+ *       L3), and decode TPOT with L3 enabled and idle against without L3 (alternating, 3 each).
  *   <li>{@code memory}: the writer's and the reader's engines in one process over one in-memory
  *       store (it cannot cross processes).
  * </ul>
@@ -193,11 +193,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
       result(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
       rawBandwidth(e, queries[0], rawStore);
     }
-    if (dropPageCache != null) {
-      progress("reader: dropping the store's pages from the page cache");
-      emit(line("page-cache-dropped").put("files", dropPages(dropPageCache)));
-    }
+    dropPages("l3");
     cohort("l3", queries, l3.call());
+    dropPages("partial"); // the l3 cohort's reads warmed the pages again
     cohort("partial", partial, l3.call());
     cohort("recompute", queries, null);
     cohort("miss-l3", misses, l3.call());
@@ -296,6 +294,14 @@ final class BenchWorkerCommand implements Callable<Integer> {
           client.close();
         }
       }
+    }
+  }
+
+  /** With {@code --drop-page-cache}, drops the store's pages before {@code cohort} (untimed). */
+  private void dropPages(String cohort) throws Exception {
+    if (dropPageCache != null) {
+      progress("reader: dropping the store's pages from the page cache before " + cohort);
+      emit(line("page-cache-dropped").put("before", cohort).put("files", dropPages(dropPageCache)));
     }
   }
 

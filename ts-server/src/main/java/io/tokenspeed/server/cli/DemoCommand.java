@@ -2,12 +2,8 @@ package io.tokenspeed.server.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.io.PrintWriter;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -274,77 +270,39 @@ final class DemoCommand implements Callable<Integer> {
   private void runWorker(
       String role, List<String> l3, List<Served> served, List<String> closes, PrintWriter err)
       throws IOException, InterruptedException {
-    List<String> cmd = new ArrayList<>();
-    cmd.add(
-        ProcessHandle.current()
-            .info()
-            .command()
-            .orElse(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
-    cmd.add("--add-modules");
-    cmd.add("jdk.incubator.vector");
-    cmd.add("--enable-native-access=ALL-UNNAMED");
-    cmd.add("-cp");
-    cmd.add(System.getProperty("java.class.path"));
-    cmd.add(TokenSpeedCli.class.getName());
-    cmd.addAll(
-        List.of(
-            "demo-worker",
-            "--role",
-            role,
-            "--model",
-            model,
-            "--prefixes",
-            Integer.toString(prefixes),
-            "--prefix-tokens",
-            Integer.toString(prefixTokens),
-            "--suffix-tokens",
-            Integer.toString(suffixTokens),
-            "--max-tokens",
-            Integer.toString(maxTokens),
-            "--prompt-seed",
-            Long.toString(promptSeed)));
-    cmd.addAll(l3);
+    List<String> args =
+        new ArrayList<>(
+            List.of(
+                "demo-worker",
+                "--role",
+                role,
+                "--model",
+                model,
+                "--prefixes",
+                Integer.toString(prefixes),
+                "--prefix-tokens",
+                Integer.toString(prefixTokens),
+                "--suffix-tokens",
+                Integer.toString(suffixTokens),
+                "--max-tokens",
+                Integer.toString(maxTokens),
+                "--prompt-seed",
+                Long.toString(promptSeed)));
+    args.addAll(l3);
     if (threads != null) {
-      cmd.addAll(List.of("--threads", threads.toString()));
+      args.addAll(List.of("--threads", threads.toString()));
     }
-    Process p = new ProcessBuilder(cmd).start();
-    p.getOutputStream().close();
-    Thread relay =
-        Thread.ofPlatform()
-            .daemon(true)
-            .start(
-                () -> {
-                  try (BufferedReader r =
-                      new BufferedReader(
-                          new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
-                    for (String line; (line = r.readLine()) != null; ) {
-                      if (!line.startsWith("WARNING: Using incubator modules")) {
-                        synchronized (err) {
-                          err.println("  " + role + ": " + line);
-                          err.flush();
-                        }
-                      }
-                    }
-                  } catch (IOException e) {
-                    throw new UncheckedIOException(e);
-                  }
-                });
-    try (BufferedReader r =
-        new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-      for (String line; (line = r.readLine()) != null; ) {
-        JsonNode n = JSON.readTree(line);
-        if (n.has("store_closed")) {
-          closes.add(Boolean.toString(n.get("store_closed").asBoolean()));
-        } else {
-          served.add(Served.of(n));
-        }
-      }
-    }
-    int rc = p.waitFor();
-    relay.join();
-    if (rc != 0) {
-      throw new IllegalStateException("the " + role + " process failed with exit code " + rc);
-    }
+    WorkerProcess.run(
+        role,
+        args,
+        n -> {
+          if (n.has("store_closed")) {
+            closes.add(Boolean.toString(n.get("store_closed").asBoolean()));
+          } else {
+            served.add(Served.of(n));
+          }
+        },
+        err);
   }
 
   /** Prints the cohort table and the output check; returns whether every output matched. */
@@ -448,7 +406,8 @@ final class DemoCommand implements Callable<Integer> {
     return sorted[Math.max(0, Math.min(sorted.length - 1, rank - 1))];
   }
 
-  private static void deleteTree(Path root) throws IOException {
+  /** Deletes {@code root} and everything under it (nothing when it does not exist). */
+  static void deleteTree(Path root) throws IOException {
     if (!Files.exists(root)) {
       return;
     }
