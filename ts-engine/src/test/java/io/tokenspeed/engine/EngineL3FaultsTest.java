@@ -10,6 +10,7 @@ import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.L3ExecutorConfig;
 import io.tokenspeed.l3.redis.RedisStore;
 import io.tokenspeed.l3.redis.RedisStoreSettings;
+import io.tokenspeed.l3.spi.ForwardingStore;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
@@ -76,59 +77,18 @@ class EngineL3FaultsTest {
     model.close();
   }
 
-  /** A store that passes every call to another, with hooks a test replaces. */
-  static class Forwarding implements Store {
-    final Store inner;
+  /** A store that passes every call to another and counts the GETs; tests override a call. */
+  static class Forwarding extends ForwardingStore {
     final AtomicInteger gets = new AtomicInteger();
 
     Forwarding(Store inner) {
-      this.inner = inner;
-    }
-
-    @Override
-    public String name() {
-      return "forwarding-" + inner.name();
-    }
-
-    @Override
-    public boolean failuresRetire() {
-      return inner.failuresRetire();
-    }
-
-    @Override
-    public int maxKeyBytes() {
-      return inner.maxKeyBytes();
-    }
-
-    @Override
-    public long maxValueBytes() {
-      return inner.maxValueBytes();
-    }
-
-    @Override
-    public StoreResult exists(List<String> keys) throws Exception {
-      return inner.exists(keys);
+      super(inner);
     }
 
     @Override
     public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
       gets.incrementAndGet();
-      return inner.get(keys, destinations);
-    }
-
-    @Override
-    public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
-      return inner.put(keys, sources);
-    }
-
-    @Override
-    public long deleteNamespace(String namespace) throws Exception {
-      return inner.deleteNamespace(namespace);
-    }
-
-    @Override
-    public void close() throws Exception {
-      inner.close();
+      return super.get(keys, destinations);
     }
   }
 

@@ -9,6 +9,7 @@ import io.tokenspeed.engine.EngineTest.Run;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.spi.ForwardingStore;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.memory.MemoryStore;
@@ -56,10 +57,19 @@ class EngineL3Test {
   }
 
   /** One in-memory store shared by several engines: an engine's close does not end it. */
-  static final class SharedStore implements Store {
-    final MemoryStore inner = new MemoryStore();
+  static final class SharedStore extends ForwardingStore {
+    final MemoryStore inner;
     final AtomicInteger puts = new AtomicInteger();
     final AtomicInteger gets = new AtomicInteger();
+
+    SharedStore() {
+      this(new MemoryStore());
+    }
+
+    private SharedStore(MemoryStore memory) {
+      super(memory);
+      this.inner = memory;
+    }
 
     @Override
     public String name() {
@@ -67,40 +77,15 @@ class EngineL3Test {
     }
 
     @Override
-    public boolean failuresRetire() {
-      return true;
-    }
-
-    @Override
-    public int maxKeyBytes() {
-      return inner.maxKeyBytes();
-    }
-
-    @Override
-    public long maxValueBytes() {
-      return inner.maxValueBytes();
-    }
-
-    @Override
-    public StoreResult exists(List<String> keys) {
-      return inner.exists(keys);
-    }
-
-    @Override
-    public StoreResult get(List<String> keys, List<MemorySegment> destinations) {
+    public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
       gets.incrementAndGet();
-      return inner.get(keys, destinations);
+      return super.get(keys, destinations);
     }
 
     @Override
-    public StoreResult put(List<String> keys, List<MemorySegment> sources) {
+    public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
       puts.incrementAndGet();
-      return inner.put(keys, sources);
-    }
-
-    @Override
-    public long deleteNamespace(String namespace) {
-      return inner.deleteNamespace(namespace);
+      return super.put(keys, sources);
     }
 
     @Override

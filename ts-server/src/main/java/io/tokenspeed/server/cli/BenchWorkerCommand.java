@@ -391,47 +391,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
 
   /** {@code store} for one engine of several: closing the engine leaves it open. */
   private static Store unclosable(Store store) {
-    return new Store() {
-      @Override
-      public String name() {
-        return store.name();
-      }
-
-      @Override
-      public boolean failuresRetire() {
-        return store.failuresRetire();
-      }
-
-      @Override
-      public int maxKeyBytes() {
-        return store.maxKeyBytes();
-      }
-
-      @Override
-      public long maxValueBytes() {
-        return store.maxValueBytes();
-      }
-
-      @Override
-      public StoreResult exists(List<String> keys) throws Exception {
-        return store.exists(keys);
-      }
-
-      @Override
-      public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
-        return store.get(keys, destinations);
-      }
-
-      @Override
-      public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
-        return store.put(keys, sources);
-      }
-
-      @Override
-      public long deleteNamespace(String namespace) throws Exception {
-        return store.deleteNamespace(namespace);
-      }
-
+    return new io.tokenspeed.l3.spi.ForwardingStore(store) {
       @Override
       public void close() {}
     };
