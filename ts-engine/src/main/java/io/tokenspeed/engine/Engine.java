@@ -1078,6 +1078,11 @@ public final class Engine implements AutoCloseable {
     return out;
   }
 
+  /** Whether L3 work is pending (asked on the loop thread, between rounds). */
+  boolean storageBusyNow() throws Exception {
+    return onLoop(this::storageBusy).get(10, TimeUnit.SECONDS);
+  }
+
   /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
   long copyBacklog() {
     return copies.submittedSequence() - copies.completedSequence();

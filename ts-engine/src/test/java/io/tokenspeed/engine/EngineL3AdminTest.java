@@ -152,6 +152,10 @@ class EngineL3AdminTest {
     try (Engine e = engine(rec, shared)) {
       serve(e, rec);
       awaitPuts(shared);
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+      while (e.storageBusyNow() && System.nanoTime() < deadline) {
+        Thread.sleep(2); // every write of the finished prompt done: nothing lands after the delete
+      }
       long before = shared.inner.usedBytes();
       assertTrue(before > 0);
       long deleted = e.updateWeightVersion("2");

@@ -250,8 +250,7 @@ class EngineL3FaultsTest {
   @Test
   void shouldRecoverAfterTheRedisServerIsKilledAndRestarted(@TempDir Path dir) throws Exception {
     try (RedisServer server = RedisServers.startStandalone(dir.resolve("redis"))) {
-      RedisStoreSettings redis =
-          RedisStoreSettings.standalone(server.uri()).withTimeouts(1000, 500);
+      RedisStoreSettings redis = RedisStoreSettings.standalone(server.uri());
       write(RedisStore.open(redis));
       assertEquals(
           written.length / P * P,
