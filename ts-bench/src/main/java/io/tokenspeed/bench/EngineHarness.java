@@ -15,18 +15,15 @@ import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
-import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.OptionalInt;
-import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -360,28 +357,6 @@ public final class EngineHarness {
 
   // ---------------------------------------------------------------- main
 
-  private static String cpuModel() {
-    try {
-      for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"))) {
-        if (line.startsWith("model name")) {
-          return line.substring(line.indexOf(':') + 1).trim();
-        }
-      }
-    } catch (IOException | RuntimeException e) {
-      // not Linux: fall through
-    }
-    return System.getProperty("os.arch");
-  }
-
-  private static int[] randomTokens(int n, int vocab, long seed) {
-    Random r = new Random(seed);
-    int[] ids = new int[n];
-    for (int i = 0; i < n; i++) {
-      ids[i] = r.nextInt(vocab);
-    }
-    return ids;
-  }
-
   private static String ms(long ns) {
     return String.format(Locale.ROOT, "%.1f", ns / 1e6);
   }
@@ -421,7 +396,7 @@ public final class EngineHarness {
         case "--hit-repeats" -> hitRepeats = Integer.parseInt(v);
         case "--decode-prompt" -> decodePrompt = Integer.parseInt(v);
         case "--decode-tokens" -> decodeTokens = Integer.parseInt(v);
-        case "--batches" -> batches = ints(v);
+        case "--batches" -> batches = ModelCpuHarness.ints(v);
         case "--repeats" -> repeats = Integer.parseInt(v);
         case "--threads" -> threads = Integer.parseInt(v);
         default -> throw new IllegalArgumentException("unknown flag " + a);
@@ -439,7 +414,7 @@ public final class EngineHarness {
         "JDK %s (%s), CPU %s, %d cores visible, %d compute threads%n",
         Runtime.version(),
         System.getProperty("java.vm.name"),
-        cpuModel(),
+        ModelCpuHarness.cpuModel(),
         Runtime.getRuntime().availableProcessors(),
         threads);
     System.out.println("args: " + String.join(" ", args));
@@ -469,7 +444,7 @@ public final class EngineHarness {
       System.out.printf(Locale.ROOT, "memcpy: best %.2f GB/s%n", copy.best());
 
       // JIT warm-up on a throwaway engine
-      int[] prompt = randomTokens(promptTokens, vocab, seed);
+      int[] prompt = ModelCpuHarness.randomTokens(promptTokens, vocab, seed);
       int requestBlocks = Math.ceilDiv(promptTokens + HEADROOM_TOKENS, BG);
       int deviceParents = 2 * requestBlocks;
       long w0 = System.nanoTime();
@@ -478,7 +453,7 @@ public final class EngineHarness {
               model,
               config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads),
               OptionalInt.empty())) {
-        serve(w, randomTokens(warmup, vocab, seed + 1), 8, "warm-up");
+        serve(w, ModelCpuHarness.randomTokens(warmup, vocab, seed + 1), 8, "warm-up");
       }
       System.out.printf(
           Locale.ROOT,
@@ -551,14 +526,16 @@ public final class EngineHarness {
         for (int batch : batches) {
           int[][] prompts = new int[batch][];
           for (int i = 0; i < batch; i++) {
-            prompts[i] = randomTokens(decodePrompt, vocab, 1_000L + i);
+            prompts[i] = ModelCpuHarness.randomTokens(decodePrompt, vocab, 1_000L + i);
           }
           double[] bare = new double[repeats];
           EngineDecode[] eng = new EngineDecode[repeats];
           for (int r = 0; r < repeats; r++) {
             int[][] tokens = new int[batch][decodeTokens];
             bare[r] = bareDecode(model, layout, prompts, decodeTokens, tokens, pool);
-            int[] blocker = randomTokens(BLOCKER_TOKENS, vocab, 5_000L + decodes.size() * 100 + r);
+            int[] blocker =
+                ModelCpuHarness.randomTokens(
+                    BLOCKER_TOKENS, vocab, 5_000L + decodes.size() * 100 + r);
             eng[r] = engineDecode(c, prompts, decodeTokens, tokens, blocker);
             System.out.printf(
                 Locale.ROOT,
@@ -799,9 +776,5 @@ public final class EngineHarness {
         ms(m.ttftNs()),
         copyBytes,
         copyMs);
-  }
-
-  private static int[] ints(String csv) {
-    return Arrays.stream(csv.split(",")).map(String::trim).mapToInt(Integer::parseInt).toArray();
   }
 }

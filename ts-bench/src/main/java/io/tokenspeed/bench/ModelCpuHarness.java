@@ -256,7 +256,7 @@ public final class ModelCpuHarness {
       String model, int batch, int steps, double seconds, Histogram stepNs, double weightBytes) {}
 
   /** A KV cache with sequential block tables handed out from block 1. */
-  private static int[] randomTokens(int n, int vocab, long seed) {
+  static int[] randomTokens(int n, int vocab, long seed) {
     Random r = new Random(seed);
     int[] ids = new int[n];
     for (int i = 0; i < n; i++) {
@@ -339,7 +339,7 @@ public final class ModelCpuHarness {
 
   // ---------------------------------------------------------------- main
 
-  private static String cpuModel() {
+  static String cpuModel() {
     try {
       for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"))) {
         if (line.startsWith("model name")) {
@@ -604,7 +604,7 @@ public final class ModelCpuHarness {
     }
   }
 
-  private static int[] ints(String csv) {
+  static int[] ints(String csv) {
     return Arrays.stream(csv.split(",")).map(String::trim).mapToInt(Integer::parseInt).toArray();
   }
 }
