@@ -206,15 +206,7 @@ public final class Engine implements AutoCloseable {
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
     this.stm = l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
-    this.scheduler =
-        new Scheduler(
-            cache,
-            stm,
-            new Scheduler.Config(
-                config.tokenBudget(),
-                config.maxRunning(),
-                Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
-                config.demoteBelowFreeParents()));
+    this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
     this.weightVersion = model.identity().weightVersion();
     this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
     this.storageStore = l3 == null ? null : l3.store();
@@ -418,21 +410,25 @@ public final class Engine implements AutoCloseable {
     }
     int parents = (int) Math.min(Integer.MAX_VALUE / 2, Math.max(2, rows + 1));
     while (true) {
-      EngineConfig c = EngineConfig.defaults(parents);
       Scheduler s =
           new Scheduler(
               new CacheCoordinator(layout, parents, 1, 16),
               null,
-              new Scheduler.Config(
-                  c.tokenBudget(),
-                  c.maxRunning(),
-                  Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
-                  c.demoteBelowFreeParents()));
+              schedulerConfig(EngineConfig.defaults(parents)));
       if (s.maxRequestTokens() >= tokens || parents >= Integer.MAX_VALUE / 2) {
         return parents;
       }
       parents *= 2;
     }
+  }
+
+  /** The scheduler's settings of an engine of {@code config}. */
+  static Scheduler.Config schedulerConfig(EngineConfig config) {
+    return new Scheduler.Config(
+        config.tokenBudget(),
+        config.maxRunning(),
+        Scheduler.Config.DEFAULT_HEADROOM_TOKENS,
+        config.demoteBelowFreeParents());
   }
 
   /** The cache layout the engine's tiers use. */
@@ -603,8 +599,6 @@ public final class Engine implements AutoCloseable {
     rounds++;
     if (storage != null) {
       noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
-    }
-    if (storage != null) {
       storage.dispatch(plan.storage()); // beside the Device copies, never behind them
     }
     // a round that demoted or freed blocks may have left more for the next one
@@ -706,18 +700,35 @@ public final class Engine implements AutoCloseable {
           if (row[r] == 0 || cache.host().contains(key)) {
             continue;
           }
-          int[] needs = new int[layout.numGroups()];
-          needs[gid] = 1;
-          int[][] dst = cache.host().allocate(needs);
-          if (dst == null) {
+          if (!copyToHost(key, row[r], false, ops, pages)) {
             return pages; // the Host is full of referenced blocks
           }
-          ops.add(new BlockTransfer.Store(gid, row[r], dst[gid][0]));
-          pages.add(new ImagePage(key, dst[gid][0], 0));
         }
       }
     }
     return pages;
+  }
+
+  /**
+   * Allocates a private Host block for {@code key} and adds the D2H copy of {@code deviceBlock}
+   * into it; pins the Device block until publication when {@code pin}. False when the Host has no
+   * free or evictable block.
+   */
+  private boolean copyToHost(
+      CacheKey key, int deviceBlock, boolean pin, List<BlockTransfer> ops, List<ImagePage> pages) {
+    int g = key.groupId();
+    int[] needs = new int[layout.numGroups()];
+    needs[g] = 1;
+    int[][] dst = cache.host().allocate(needs);
+    if (dst == null) {
+      return false;
+    }
+    if (pin) {
+      cache.device().ref(deviceBlock);
+    }
+    ops.add(new BlockTransfer.Store(g, deviceBlock, dst[g][0]));
+    pages.add(new ImagePage(key, dst[g][0], pin ? deviceBlock : 0));
+    return true;
   }
 
   private void publishImages(List<ImagePage> pages) {
@@ -756,16 +767,9 @@ public final class Engine implements AutoCloseable {
       if (b == 0 || cache.host().contains(key)) {
         continue;
       }
-      int g = key.groupId();
-      int[] needs = new int[layout.numGroups()];
-      needs[g] = 1;
-      int[][] dst = cache.host().allocate(needs);
-      if (dst == null) {
+      if (!copyToHost(key, b, true, ops, pages)) {
         break; // the Host is full of referenced blocks: these keys stay local
       }
-      cache.device().ref(b);
-      ops.add(new BlockTransfer.Store(g, b, dst[g][0]));
-      pages.add(new ImagePage(key, dst[g][0], b));
     }
     backups.clear();
     return pages;
