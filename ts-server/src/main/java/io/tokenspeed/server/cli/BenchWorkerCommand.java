@@ -10,14 +10,12 @@ import io.tokenspeed.core.ObjectKey;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
-import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageBackend;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.model.CausalLm;
-import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.lang.foreign.Arena;
@@ -33,7 +31,6 @@ import java.util.List;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
-import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -152,7 +149,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
     try (Engine w = Engine.start(lm, config, OptionalInt.empty(), l3)) {
       for (int i = 0; i < p.seeds().length; i++) {
         progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
-        result(w, p.seeds()[i], maxTokens);
+        WorkerProcess.serve(w, p.seeds()[i], maxTokens);
       }
       progress("writer: writing to the store");
       w.close();
@@ -187,10 +184,10 @@ final class BenchWorkerCommand implements Callable<Integer> {
     progress("reader: warming up");
     int[] warm = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
     try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
-      result(e, warm, maxTokens);
+      WorkerProcess.serve(e, warm, maxTokens);
     }
     try (Engine e = Engine.start(lm, config, OptionalInt.empty(), l3.call())) {
-      result(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
+      WorkerProcess.serve(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
       rawBandwidth(e, queries[0], rawStore);
     }
     dropPages("l3");
@@ -208,7 +205,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
                 ? Engine.start(lm, config, OptionalInt.empty(), l3.call())
                 : Engine.start(lm, config, OptionalInt.empty())) {
           progress("reader: decode, L3 " + (withL3 ? "idle" : "off") + ", run " + (r + 1) + "/3");
-          RequestMetrics m = result(e, decodePrompt, decodeTokens).metrics();
+          RequestMetrics m = WorkerProcess.serve(e, decodePrompt, decodeTokens).metrics();
           emit(line("tpot").put("l3", withL3).put("tpot_ms", m.tpotNs() / 1e6));
         }
       }
@@ -222,23 +219,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
             : Engine.start(lm, config, OptionalInt.empty(), l3)) {
       for (int i = 0; i < prompts.length; i++) {
         progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
-        GenerationResult r = result(e, prompts[i], maxTokens);
-        RequestMetrics m = r.metrics();
-        ObjectNode line = line("request");
-        line.put("cohort", name);
-        line.put("index", i);
-        line.put("prompt_tokens", m.promptTokens());
-        line.put("queue_ms", m.queueNs() / 1e6);
-        line.put("ttft_ms", m.ttftNs() / 1e6);
-        line.put("reused_device_tokens", m.reusedDeviceTokens());
-        line.put("reused_host_tokens", m.reusedHostTokens());
-        line.put("reused_storage_tokens", m.reusedStorageTokens());
-        line.put("computed_tokens", m.computedTokens());
-        var ids = line.putArray("tokens");
-        for (int t : r.tokens()) {
-          ids.add(t);
-        }
-        emit(line);
+        emit(
+            WorkerProcess.requestLine(
+                line("request"), name, i, WorkerProcess.serve(e, prompts[i], maxTokens)));
       }
     }
   }
@@ -355,15 +338,6 @@ final class BenchWorkerCommand implements Callable<Integer> {
       }
     }
     return dropped;
-  }
-
-  private GenerationResult result(Engine e, int[] prompt, int tokens) throws Exception {
-    GenerationResult r =
-        e.submit(prompt, SamplingParams.greedy(tokens)).result().get(30, TimeUnit.MINUTES);
-    if (r.failure().isPresent()) {
-      throw new IllegalStateException("a benchmark request failed: " + r.error());
-    }
-    return r;
   }
 
   private ObjectNode line(String kind) {

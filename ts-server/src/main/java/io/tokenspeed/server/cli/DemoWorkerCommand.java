@@ -4,19 +4,15 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
-import io.tokenspeed.engine.GenerationResult;
-import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.model.CausalLm;
-import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.nio.file.Path;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
-import java.util.concurrent.TimeUnit;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -116,7 +112,7 @@ final class DemoWorkerCommand implements Callable<Integer> {
             .ints(Math.min(256, prefixTokens + suffixTokens), 0, lm.vocabSize())
             .toArray();
     try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
-      result(e, prompt);
+      WorkerProcess.serve(e, prompt, maxTokens);
     }
   }
 
@@ -124,33 +120,15 @@ final class DemoWorkerCommand implements Callable<Integer> {
       throws Exception {
     for (int i = 0; i < prompts.length; i++) {
       progress(err, cohort + ": request " + (i + 1) + "/" + prompts.length);
-      GenerationResult r = result(e, prompts[i]);
-      RequestMetrics m = r.metrics();
-      ObjectNode line = JsonNodeFactory.instance.objectNode();
-      line.put("cohort", cohort);
-      line.put("index", i);
-      line.put("prompt_tokens", m.promptTokens());
-      line.put("ttft_ms", m.ttftNs() / 1e6);
-      line.put("reused_device_tokens", m.reusedDeviceTokens());
-      line.put("reused_host_tokens", m.reusedHostTokens());
-      line.put("reused_storage_tokens", m.reusedStorageTokens());
-      line.put("computed_tokens", m.computedTokens());
-      var ids = line.putArray("tokens");
-      for (int t : r.tokens()) {
-        ids.add(t);
-      }
+      ObjectNode line =
+          WorkerProcess.requestLine(
+              JsonNodeFactory.instance.objectNode(),
+              cohort,
+              i,
+              WorkerProcess.serve(e, prompts[i], maxTokens));
       out.println(line);
       out.flush();
     }
-  }
-
-  private GenerationResult result(Engine e, int[] prompt) throws Exception {
-    GenerationResult r =
-        e.submit(prompt, SamplingParams.greedy(maxTokens)).result().get(10, TimeUnit.MINUTES);
-    if (r.failure().isPresent()) {
-      throw new IllegalStateException("a demo request failed: " + r.error());
-    }
-    return r;
   }
 
   private static void report(PrintWriter out, CloseReport report) {

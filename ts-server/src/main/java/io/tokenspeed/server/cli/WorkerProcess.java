@@ -2,6 +2,11 @@ package io.tokenspeed.server.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.model.sampling.SamplingParams;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
@@ -11,6 +16,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
 /**
@@ -77,5 +83,37 @@ final class WorkerProcess {
     if (rc != 0) {
       throw new IllegalStateException("the " + role + " process failed with exit code " + rc);
     }
+  }
+
+  /** Serves {@code prompt} greedily for {@code tokens} tokens on {@code e}; a failure throws. */
+  static GenerationResult serve(Engine e, int[] prompt, int tokens) throws Exception {
+    GenerationResult r =
+        e.submit(prompt, SamplingParams.greedy(tokens)).result().get(30, TimeUnit.MINUTES);
+    if (r.failure().isPresent()) {
+      throw new IllegalStateException("a worker's request failed: " + r.error());
+    }
+    return r;
+  }
+
+  /**
+   * Adds one served request to {@code line}: its cohort and index, the figures of {@link
+   * RequestMetrics} in milliseconds and tokens, and the generated ids.
+   */
+  static ObjectNode requestLine(ObjectNode line, String cohort, int index, GenerationResult r) {
+    RequestMetrics m = r.metrics();
+    line.put("cohort", cohort);
+    line.put("index", index);
+    line.put("prompt_tokens", m.promptTokens());
+    line.put("queue_ms", m.queueNs() / 1e6);
+    line.put("ttft_ms", m.ttftNs() / 1e6);
+    line.put("reused_device_tokens", m.reusedDeviceTokens());
+    line.put("reused_host_tokens", m.reusedHostTokens());
+    line.put("reused_storage_tokens", m.reusedStorageTokens());
+    line.put("computed_tokens", m.computedTokens());
+    var ids = line.putArray("tokens");
+    for (int t : r.tokens()) {
+      ids.add(t);
+    }
+    return line;
   }
 }
