@@ -78,8 +78,11 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class Engine implements AutoCloseable {
   private static final long IDLE_WAIT_MS = 20;
 
-  /** The wait between rounds while only L3 work is pending. */
-  private static final long STORAGE_WAIT_MS = 1;
+  /**
+   * The longest wait between rounds while only L3 work is pending: a completion record wakes the
+   * loop at once, so this only paces the ticks that expire soft deadlines.
+   */
+  private static final long STORAGE_TICK_MS = 5;
 
   /** How long close() lets pending L3 work (backups) finish before closing the executor. */
   private static final long L3_DRAIN_MS = 10_000;
@@ -97,6 +100,10 @@ public final class Engine implements AutoCloseable {
   private final Sampler sampler;
   private final ArrayBlockingQueue<Active> intake;
   private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
+
+  /** Permits for the loop's wait: released by submit, cancel, administration, close and L3. */
+  private final java.util.concurrent.Semaphore wake = new java.util.concurrent.Semaphore(0);
+
   private final AtomicLong ids = new AtomicLong();
   private final AtomicLong seeds = new AtomicLong(0x5eed);
   private final Map<Long, Active> active = new LinkedHashMap<>();
@@ -211,6 +218,9 @@ public final class Engine implements AutoCloseable {
     this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
     this.storageStore = l3 == null ? null : l3.store();
     this.storage = l3 == null ? null : startStorage(l3);
+    if (storage != null) {
+      storage.onCompletion(this::wake);
+    }
     this.pool = ComputePool.ofThreads(config.computeThreads());
     this.sampler = new Sampler(model.vocabSize());
     this.intake = new ArrayBlockingQueue<>(config.maxQueued());
@@ -270,6 +280,7 @@ public final class Engine implements AutoCloseable {
               }
             },
             f));
+    wake();
     return f;
   }
 
@@ -467,6 +478,7 @@ public final class Engine implements AutoCloseable {
       throw new IllegalStateException(
           "engine intake is full (max_queued=" + config.maxQueued() + ")");
     }
+    wake();
     return handle;
   }
 
@@ -505,6 +517,7 @@ public final class Engine implements AutoCloseable {
 
   void cancel(long id) {
     cancels.add(id);
+    wake();
   }
 
   /** The figures of the latest round. */
@@ -523,24 +536,16 @@ public final class Engine implements AutoCloseable {
           }
           cancels.addAll(active.keySet()); // one round ends them all
         }
-        if (active.isEmpty()
-            && intake.isEmpty()
-            && cancels.isEmpty()
-            && admin.isEmpty()
-            && !housekeeping) {
-          boolean busy = storageBusy(); // L3 facts still to come: keep the rounds going, slowly
-          Active next = intake.poll(busy ? STORAGE_WAIT_MS : IDLE_WAIT_MS, TimeUnit.MILLISECONDS);
-          if (next == null && !busy && admin.isEmpty()) {
+        boolean arrived = !intake.isEmpty() || !cancels.isEmpty() || !admin.isEmpty();
+        boolean agreementDue = storage != null && storage.agreementDue(); // next round returns it
+        if (active.isEmpty() && !arrived && !housekeeping && !agreementDue) {
+          boolean busy = storageBusy(); // L3 facts still to come: a round per event or tick
+          awaitWork(busy ? STORAGE_TICK_MS : IDLE_WAIT_MS);
+          if (!busy && intake.isEmpty() && cancels.isEmpty() && admin.isEmpty()) {
             continue;
           }
-          if (next != null) {
-            admitToScheduler(next);
-          }
-        } else if (storageWait && intake.isEmpty() && cancels.isEmpty()) {
-          Active next = intake.poll(STORAGE_WAIT_MS, TimeUnit.MILLISECONDS);
-          if (next != null) {
-            admitToScheduler(next);
-          }
+        } else if (storageWait && !arrived && !agreementDue) {
+          awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers
         }
         round();
       }
@@ -553,6 +558,22 @@ public final class Engine implements AutoCloseable {
       for (Active a : intake) {
         a.handle.end(result(a, "error", "engine loop failed: " + t));
       }
+    }
+  }
+
+  /**
+   * Waits up to {@code ms} for a reason to run a round: a request, a cancellation, an
+   * administrative task, close, or an L3 completion record.
+   */
+  private void awaitWork(long ms) throws InterruptedException {
+    wake.tryAcquire(ms, TimeUnit.MILLISECONDS);
+    wake.drainPermits();
+  }
+
+  /** Wakes the loop from {@link #awaitWork} (any thread; never blocks). */
+  private void wake() {
+    if (wake.availablePermits() == 0) {
+      wake.release();
     }
   }
 
@@ -1112,6 +1133,7 @@ public final class Engine implements AutoCloseable {
     closed = true;
     drainDeadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS);
     closing = true;
+    wake();
     try {
       loop.join(TimeUnit.SECONDS.toMillis(30) + L3_DRAIN_MS);
     } catch (InterruptedException e) {

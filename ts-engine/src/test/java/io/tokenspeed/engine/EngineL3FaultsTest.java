@@ -106,25 +106,8 @@ class EngineL3FaultsTest {
             d.maxOutstandingOperations(),
             300,
             d.closeJoinDeadlineMs());
-    StorageConfig s = StorageConfig.defaults().withMinExtensionTokens(P);
     StorageConfig scheduling =
-        new StorageConfig(
-            s.maxOperations(),
-            s.maxHostBlocks(),
-            300,
-            s.readyHoldMs(),
-            s.minExtensionTokens(),
-            s.lookaheadTokens(),
-            s.maxQueryKeys(),
-            s.negativeMetadataCapacity(),
-            s.backupCandidateCapacity(),
-            s.maxPutKeys(),
-            s.highQueuedJobs(),
-            s.lowQueuedJobs(),
-            s.highQueuedBytes(),
-            s.lowQueuedBytes(),
-            s.highOldestAgeMs(),
-            s.lowOldestAgeMs());
+        StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(300);
     return new L3Settings(
         store, new StorageRuntimeConfig(scheduling, executor), L3Settings.CPU_ATTENTION_BACKEND);
   }

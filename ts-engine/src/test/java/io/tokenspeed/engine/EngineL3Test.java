@@ -93,10 +93,13 @@ class EngineL3Test {
   }
 
   static L3Settings l3(Store store) {
+    return l3(store, StorageConfig.defaults().withMinExtensionTokens(P));
+  }
+
+  static L3Settings l3(Store store, StorageConfig scheduling) {
     return new L3Settings(
         store,
-        new StorageRuntimeConfig(
-            StorageConfig.defaults().withMinExtensionTokens(P), L3ExecutorConfig.defaults()),
+        new StorageRuntimeConfig(scheduling, L3ExecutorConfig.defaults()),
         L3Settings.CPU_ATTENTION_BACKEND);
   }
 
@@ -219,5 +222,81 @@ class EngineL3Test {
     EngineTest.assertSame(without, with, "all-miss with L3 vs no L3");
     assertEquals(0, with.result().metrics().reusedStorageTokens());
     assertTrue(empty.puts.get() > 0, "and its prefix was written through to the store");
+  }
+
+  /**
+   * While a request waits only for L3, the loop sleeps until the executor reports a completion (or
+   * the tick passes) instead of running a round every millisecond: a store that takes 300 ms per
+   * call costs about one round per tick, and the restore still matches recomputation.
+   */
+  @org.junit.jupiter.api.Test
+  void shouldSleepBetweenRoundsWhileOnlyL3IsPendingAndWakeOnItsCompletions() throws Exception {
+    CausalLm model = models.get("llama");
+    SplittableRandom rnd = new SplittableRandom(41);
+    int[] written = rnd.ints(64, 0, model.vocabSize()).toArray();
+    int[] extended = Arrays.copyOf(written, 72);
+    for (int i = written.length; i < extended.length; i++) {
+      extended[i] = rnd.nextInt(model.vocabSize());
+    }
+    SharedStore store = new SharedStore();
+    try (Engine writer =
+        Engine.paused(
+            model, EngineTest.small(256), OptionalInt.empty(), new Recorder(), l3(store))) {
+      writer.resume();
+      serve(writer, new Recorder(), written);
+    }
+    long delayMs = 300;
+    ForwardingStore slow =
+        new ForwardingStore(store) {
+          @Override
+          public StoreResult exists(List<String> keys) throws Exception {
+            Thread.sleep(delayMs);
+            return super.exists(keys);
+          }
+
+          @Override
+          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
+              throws Exception {
+            Thread.sleep(delayMs);
+            return super.get(keys, destinations);
+          }
+        };
+    Run want = recompute(model, extended);
+    Recorder r = new Recorder();
+    Run got;
+    long roundsBefore;
+    long roundsAfter;
+    try (Engine reader =
+        Engine.paused(
+            model,
+            EngineTest.small(256),
+            OptionalInt.empty(),
+            r,
+            l3(
+                slow,
+                StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(60_000)))) {
+      reader.resume();
+      Thread.sleep(50); // let the first idle rounds pass
+      roundsBefore = reader.stats().rounds();
+      got = serve(reader, r, extended);
+      roundsAfter = reader.stats().rounds();
+    }
+    assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
+    EngineTest.assertSame(want, got, "restored through a slow store vs recomputed");
+    assertEquals(written.length / P * P, got.result().metrics().reusedStorageTokens());
+    long waitMs = got.result().metrics().queueNs() / 1_000_000;
+    assertTrue(
+        waitMs >= 2 * delayMs, "the query and the GET each took " + delayMs + " ms: " + waitMs);
+    // one round per 5 ms tick at most while waiting, plus the rounds that compute (a few chunks
+    // and 8 decode steps) and those that carry completions and agreements
+    long allowed = waitMs / 5 + 40;
+    assertTrue(
+        roundsAfter - roundsBefore <= allowed,
+        "rounds while waiting "
+            + waitMs
+            + " ms for L3: "
+            + (roundsAfter - roundsBefore)
+            + " > "
+            + allowed);
   }
 }

@@ -159,6 +159,8 @@ public final class L3Executor {
   /** Records produced so far; read without the lock by a caller that waits for news. */
   private volatile long recordsProduced;
 
+  private volatile Runnable completionListener = () -> {};
+
   private long lastOperationId = -1;
   private boolean closing;
   private CloseReport closeReport;
@@ -527,6 +529,17 @@ public final class L3Executor {
   private void addRecord(Completed c) {
     completions.add(c);
     recordsProduced++; // written under the lock; volatile for lock-free readers
+    completionListener.run();
+  }
+
+  /**
+   * Runs {@code listener} each time a completion record is produced, so that an event loop can wake
+   * for its next poll instead of polling on a timer. It runs on the thread that produced the record
+   * (a worker, or the caller of {@link #submit} or {@link #cancel}) while the executor's lock is
+   * held: it must return at once and must not call the executor.
+   */
+  public void onCompletion(Runnable listener) {
+    completionListener = java.util.Objects.requireNonNull(listener, "listener");
   }
 
   /**

@@ -200,6 +200,32 @@ class L3ExecutorTest {
   }
 
   @Test
+  void shouldCallTheCompletionListenerOnceForEveryRecordWhateverProducedIt() throws Exception {
+    ScriptedStore s = new ScriptedStore();
+    s.gate();
+    start(s, config(1, 1, 100, 1_000));
+    java.util.concurrent.atomic.AtomicInteger calls =
+        new java.util.concurrent.atomic.AtomicInteger();
+    executor.onCompletion(calls::incrementAndGet);
+    long running = submitted(rw(StorageKind.PUT, 0, 64, "ns_running"));
+    s.awaitEntered(1);
+    long queued = submitted(rw(StorageKind.PUT, 64, 64, "ns_queued"));
+    assertEquals(0, calls.get(), "nothing has completed yet");
+    StorageJob full = rw(StorageKind.PUT, 128, 64, "ns_full");
+    assertEquals(SubmitResult.REJECTED_QUEUE_FULL, executor.submit(full));
+    assertEquals(1, calls.get(), "a refusal is a record: the caller's thread runs the listener");
+    assertTrue(executor.cancel(queued));
+    assertEquals(2, calls.get(), "so is a queued job's cancellation");
+    s.openGate();
+    Awaits.until("the running job's record", () -> calls.get() == 3);
+    assertEquals(executor.recordsProduced(), calls.get());
+    await(running);
+    await(queued);
+    await(full.operationId());
+    assertEquals(3, calls.get(), "polling produces no record");
+  }
+
+  @Test
   void shouldDeliverARunningCancelledJobsResultAsDetached() throws Exception {
     ScriptedStore s = new ScriptedStore();
     s.gate();

@@ -152,6 +152,27 @@ public record StorageConfig(
         lowOldestAgeMs);
   }
 
+  /** A copy with another soft deadline (tests and tuning). */
+  public StorageConfig withSoftDeadlineMs(long ms) {
+    return new StorageConfig(
+        maxOperations,
+        maxHostBlocks,
+        ms,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs);
+  }
+
   private static void range(String field, long value, long min, long max) {
     if (value < min || value > max) {
       throw new IllegalArgumentException(

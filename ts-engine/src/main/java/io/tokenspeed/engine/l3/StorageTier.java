@@ -39,6 +39,10 @@ public final class StorageTier {
   private final RelayExchange exchange;
   private final Set<Long> unagreed = new HashSet<>();
   private long submitted;
+
+  /** The latest exchange carried completions: their agreement comes back with the next one. */
+  private boolean agreementDue;
+
   private long refused;
 
   private StorageTier(StorageJobs jobs, L3Executor executor, RelayExchange exchange) {
@@ -108,6 +112,7 @@ public final class StorageTier {
     L3Poll poll = executor.poll();
     Optional<AgreedRound> agreed =
         exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
+    agreementDue = !poll.completions().isEmpty();
     if (agreed.isEmpty()) {
       return new RoundInput(nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, true);
     }
@@ -132,6 +137,22 @@ public final class StorageTier {
       submitted++;
       unagreed.add(op.operationId());
     }
+  }
+
+  /**
+   * True when the latest round reported completions whose agreement the next round returns: that
+   * round should run at once rather than after a wait.
+   */
+  public boolean agreementDue() {
+    return agreementDue;
+  }
+
+  /**
+   * Runs {@code listener} whenever the executor produces a completion record (on the producing
+   * thread; it must return at once): the loop can wait for it instead of polling on a timer.
+   */
+  public void onCompletion(Runnable listener) {
+    executor.onCompletion(listener);
   }
 
   /** True while an operation submitted to the executor has no agreed completion yet. */
