@@ -46,12 +46,14 @@ import picocli.CommandLine.Spec;
  *       done;
  *   <li>{@code reader}: a fresh process with empty local caches. Untimed: JIT warm-up on engines
  *       with and without L3, then the store's raw read bandwidth for one prefix's objects (direct
- *       GETs, best of 3); with {@code --drop-page-cache}, the store directory's pages are dropped
- *       before each cohort that reads them. Timed, each cohort on a fresh engine of the same
- *       configuration: {@code l3} (the query prompts, their prefixes in the store), {@code partial}
- *       (half of each prefix and new tokens), {@code recompute} (the query prompts without L3),
- *       {@code miss-l3} and {@code miss-off} (prompts whose prefixes no one wrote, with and without
- *       L3), and decode TPOT with L3 enabled and idle against without L3 (alternating, 3 each).
+ *       GETs, one call and parallel calls, best of 3); with {@code --drop-page-cache}, the store
+ *       directory's pages are dropped before each raw read and each cohort that reads them. Timed,
+ *       each cohort on a fresh engine of the same configuration: {@code l3} (the query prompts,
+ *       their prefixes in the store), {@code partial} (half of each prefix and new tokens), {@code
+ *       recompute} (the query prompts without L3); then {@code --pairs} pairs of {@code miss-l3} /
+ *       {@code miss-off} requests (prompts whose prefixes no one wrote, with and without L3) and of
+ *       decode TPOT with L3 enabled and idle / without L3, each request on a fresh engine, the two
+ *       sides of a pair back to back in alternating order.
  *   <li>{@code memory}: the writer's and the reader's engines in one process over one in-memory
  *       store (it cannot cross processes).
  * </ul>
@@ -96,6 +98,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
 
   @Option(names = "--drop-page-cache")
   private Path dropPageCache;
+
+  @Option(names = "--pairs", required = true)
+  private int pairs;
 
   private PrintWriter out;
   private PrintWriter err;
@@ -170,7 +175,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
     int n = p.seeds().length;
     int[][] queries = new int[n][];
     int[][] partial = new int[n][];
-    int[][] misses = new int[n][];
+    int[][] misses = new int[pairs][];
     for (int i = 0; i < n; i++) {
       int[] prefix = java.util.Arrays.copyOf(p.seeds()[i], prefixTokens);
       queries[i] = concat(prefix, rnd.ints(suffixTokens, 0, vocab).toArray());
@@ -178,6 +183,8 @@ final class BenchWorkerCommand implements Callable<Integer> {
           concat(
               java.util.Arrays.copyOf(prefix, prefixTokens / 2),
               rnd.ints(suffixTokens, 0, vocab).toArray());
+    }
+    for (int i = 0; i < pairs; i++) {
       misses[i] = rnd.ints(prefixTokens + suffixTokens, 0, vocab).toArray();
     }
     // untimed: warm code paths, with and without L3 (a miss), on throwaway engines
@@ -195,28 +202,46 @@ final class BenchWorkerCommand implements Callable<Integer> {
     dropPages("partial"); // the l3 cohort's reads warmed the pages again
     cohort("partial", partial, l3.call());
     cohort("recompute", queries, null);
-    cohort("miss-l3", misses, l3.call());
-    cohort("miss-off", misses, null);
+    // all-miss and decode: L3 on and off interleaved in pairs (the order alternating), each
+    // request on a fresh engine, so that the machine's drift affects both sides alike
+    for (int i = 0; i < pairs; i++) {
+      for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+        String cohort = withL3 ? "miss-l3" : "miss-off";
+        try (Engine e = engine(withL3 ? l3.call() : null)) {
+          progress("reader: " + cohort + " " + (i + 1) + "/" + pairs);
+          emit(
+              WorkerProcess.requestLine(
+                  line("request"), cohort, i, WorkerProcess.serve(e, misses[i], maxTokens)));
+        }
+      }
+    }
     int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
-    for (int r = 0; r < 3; r++) {
-      for (boolean withL3 : new boolean[] {r % 2 == 0, r % 2 != 0}) {
-        try (Engine e =
-            withL3
-                ? Engine.start(lm, config, OptionalInt.empty(), l3.call())
-                : Engine.start(lm, config, OptionalInt.empty())) {
-          progress("reader: decode, L3 " + (withL3 ? "idle" : "off") + ", run " + (r + 1) + "/3");
+    for (int i = 0; i < pairs; i++) {
+      for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+        try (Engine e = engine(withL3 ? l3.call() : null)) {
+          progress(
+              "reader: decode, L3 "
+                  + (withL3 ? "idle" : "off")
+                  + ", pair "
+                  + (i + 1)
+                  + "/"
+                  + pairs);
           RequestMetrics m = WorkerProcess.serve(e, decodePrompt, decodeTokens).metrics();
-          emit(line("tpot").put("l3", withL3).put("tpot_ms", m.tpotNs() / 1e6));
+          emit(line("tpot").put("l3", withL3).put("pair", i).put("tpot_ms", m.tpotNs() / 1e6));
         }
       }
     }
   }
 
+  /** An engine of the benchmark's configuration, with L3 when {@code l3} is not null. */
+  private Engine engine(L3Settings l3) {
+    return l3 == null
+        ? Engine.start(lm, config, OptionalInt.empty())
+        : Engine.start(lm, config, OptionalInt.empty(), l3);
+  }
+
   private void cohort(String name, int[][] prompts, L3Settings l3) throws Exception {
-    try (Engine e =
-        l3 == null
-            ? Engine.start(lm, config, OptionalInt.empty())
-            : Engine.start(lm, config, OptionalInt.empty(), l3)) {
+    try (Engine e = engine(l3)) {
       for (int i = 0; i < prompts.length; i++) {
         progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
         emit(
@@ -227,8 +252,10 @@ final class BenchWorkerCommand implements Callable<Integer> {
   }
 
   /**
-   * Reads the objects of {@code prompt}'s prefix straight from a second client of the store (one
-   * GET of every key, best of 3): the raw bandwidth restores are compared with.
+   * Reads the objects of {@code prompt}'s prefix straight from other clients of the store: one GET
+   * of every key, and as many concurrent GETs of a share each as the executor has GET workers (best
+   * of 3 each; with {@code --drop-page-cache} the pages are dropped before every read): the raw
+   * bandwidth restores are compared with.
    */
   private void rawBandwidth(Engine e, int[] prompt, Store shared) throws Exception {
     Namespace ns = e.storageNamespace().orElseThrow();
@@ -252,31 +279,80 @@ final class BenchWorkerCommand implements Callable<Integer> {
       }
     }
     long total = sizes.stream().mapToLong(Long::longValue).sum();
+    int threads = storage.runtime().executor().getWorkers();
     StorageBackend backend = storage.backend();
-    try (Arena arena = Arena.ofConfined()) {
+    List<Store> clients = new ArrayList<>();
+    try (Arena arena = Arena.ofShared()) {
       List<MemorySegment> dest = new ArrayList<>();
       for (long s : sizes) {
         dest.add(arena.allocate(s, 64));
       }
-      Store client = shared != null ? shared : backend.open();
-      try {
-        double best = Double.MAX_VALUE;
-        for (int r = 0; r < 3; r++) {
-          long t0 = System.nanoTime();
-          StoreResult got = client.get(objects, dest);
-          long ns0 = System.nanoTime() - t0;
-          if (got.rows().stream()
-              .anyMatch(x -> !(x instanceof io.tokenspeed.l3.spi.RowResult.Ok))) {
-            throw new IllegalStateException("raw read of the prefix's objects failed: " + got);
-          }
-          best = Math.min(best, ns0 / 1e6);
-        }
-        emit(line("raw-get").put("objects", objects.size()).put("bytes", total).put("ms", best));
-      } finally {
-        if (shared == null) {
-          client.close();
+      for (int t = 0; t < threads; t++) {
+        clients.add(shared != null ? shared : backend.open());
+      }
+      double one = Double.MAX_VALUE;
+      double parallel = Double.MAX_VALUE;
+      for (int r = 0; r < 3; r++) {
+        dropPagesQuietly();
+        one = Math.min(one, timedGet(List.of(clients.get(0)), objects, dest));
+        dropPagesQuietly();
+        parallel = Math.min(parallel, timedGet(clients, objects, dest));
+      }
+      emit(
+          line("raw-get")
+              .put("objects", objects.size())
+              .put("bytes", total)
+              .put("ms", one)
+              .put("parallel_ms", parallel)
+              .put("threads", threads)
+              .put("cold", dropPageCache != null));
+    } finally {
+      if (shared == null) {
+        for (Store c : clients) {
+          c.close();
         }
       }
+    }
+  }
+
+  /**
+   * Reads {@code objects} into {@code dest} with one GET per client, each of a contiguous share of
+   * the keys, all at once; returns the milliseconds until the last one returned.
+   */
+  private static double timedGet(
+      List<Store> clients, List<String> objects, List<MemorySegment> dest) throws Exception {
+    int n = clients.size();
+    List<java.util.concurrent.Callable<StoreResult>> calls = new ArrayList<>();
+    for (int t = 0; t < n; t++) {
+      int from = objects.size() * t / n;
+      int to = objects.size() * (t + 1) / n;
+      Store c = clients.get(t);
+      calls.add(() -> c.get(objects.subList(from, to), dest.subList(from, to)));
+    }
+    long t0 = System.nanoTime();
+    List<StoreResult> results = new ArrayList<>();
+    if (n == 1) {
+      results.add(calls.get(0).call());
+    } else {
+      try (var pool = java.util.concurrent.Executors.newFixedThreadPool(n)) {
+        for (var f : pool.invokeAll(calls)) {
+          results.add(f.get());
+        }
+      }
+    }
+    double ms = (System.nanoTime() - t0) / 1e6;
+    for (StoreResult got : results) {
+      if (got.rows().stream().anyMatch(x -> !(x instanceof io.tokenspeed.l3.spi.RowResult.Ok))) {
+        throw new IllegalStateException("raw read of the prefix's objects failed: " + got);
+      }
+    }
+    return ms;
+  }
+
+  /** With {@code --drop-page-cache}, drops the store's pages (a cold raw read; untimed). */
+  private void dropPagesQuietly() throws Exception {
+    if (dropPageCache != null) {
+      dropPages(dropPageCache);
     }
   }
 

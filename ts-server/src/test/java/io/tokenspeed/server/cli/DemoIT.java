@@ -3,15 +3,14 @@ package io.tokenspeed.server.cli;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.server.cli.JarProcess.Result;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -42,51 +41,15 @@ class DemoIT {
 
   @TempDir Path workDir;
 
-  record Result(int exitCode, String out, String err) {}
-
   private Result runDemo(List<String> extra) throws IOException, InterruptedException {
-    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
-    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
-    List<String> command =
-        new ArrayList<>(
-            List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-jar",
-                jar.toAbsolutePath().toString(),
-                "demo"));
-    command.addAll(SMALL);
-    command.addAll(extra);
-    Path out = workDir.resolve("stdout");
-    Path err = workDir.resolve("stderr");
-    Process p =
-        new ProcessBuilder(command)
-            .directory(workDir.toFile())
-            .redirectOutput(out.toFile())
-            .redirectError(err.toFile())
-            .start();
-    if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
-      p.destroyForcibly();
-      throw new AssertionError("timed out: " + command);
-    }
-    return new Result(
-        p.exitValue(),
-        Files.readString(out, StandardCharsets.UTF_8),
-        Files.readString(err, StandardCharsets.UTF_8));
+    List<String> args = new ArrayList<>(List.of("demo"));
+    args.addAll(SMALL);
+    args.addAll(extra);
+    return JarProcess.run(workDir, args, TIMEOUT_SECONDS);
   }
 
-  /** The cells of the table row of {@code cohort}. */
   private static String[] row(String out, String cohort) {
-    String line =
-        out.lines()
-            .filter(l -> l.startsWith("| " + cohort + " |"))
-            .findFirst()
-            .orElseThrow(() -> new AssertionError("no " + cohort + " row in:\n" + out));
-    String[] cells = line.split("\\|");
-    String[] trimmed = new String[cells.length - 1];
-    for (int i = 1; i < cells.length; i++) {
-      trimmed[i - 1] = cells[i].trim();
-    }
-    return trimmed;
+    return JarProcess.row(out, cohort);
   }
 
   private static void assertRestoredAndEqual(Result r) {

@@ -1,0 +1,90 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.server.cli.JarProcess.Result;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@code tokenspeed bench ttft} at a small scale, as users run it: the shaded jar starts the writer
+ * and reader processes over the memory and file stores (warm and cold page cache) and writes its
+ * report. Every cohort must be in the report with what it reused, and every L3 output must equal
+ * the recomputation.
+ */
+class BenchTtftIT {
+  @TempDir Path workDir;
+
+  @Test
+  void shouldWriteAReportWhereEveryStoreRestoresThePrefixAndMatchesRecomputation()
+      throws Exception {
+    Path out = workDir.resolve("report");
+    Result r =
+        JarProcess.run(
+            workDir,
+            List.of(
+                "bench",
+                "ttft",
+                "--model",
+                TinyLlama.model(workDir.resolve("model")),
+                "--stores",
+                "memory,file",
+                "--prompts",
+                "1",
+                "--prefix-tokens",
+                "192",
+                "--suffix-tokens",
+                "16",
+                "--max-tokens",
+                "2",
+                "--decode-tokens",
+                "4",
+                "--pairs",
+                "2",
+                "--threads",
+                "1",
+                "--out",
+                out.toString(),
+                "--name",
+                "small"),
+            600);
+    assertEquals(0, r.exitCode(), r::toString);
+    String report = Files.readString(out.resolve("small.md"));
+    assertTrue(Files.readString(out.resolve("small.svg")).startsWith("<svg"), "the chart");
+    assertTrue(r.out().contains("wrote " + out.resolve("small.md")), r::out);
+    for (String store : List.of("memory", "file-warm", "file-cold")) {
+      String[] l3 = JarProcess.row(report, store, "l3");
+      assertEquals("1", l3[2], store + ": requests");
+      assertEquals("192", l3[5], store + ": every full page of the prefix came from L3");
+      assertEquals("16", l3[6], store + ": only the suffix is left to compute");
+      assertEquals("0", l3[7], store + ": no fallback");
+      String[] partial = JarProcess.row(report, store, "partial");
+      assertEquals("64", partial[5], store + ": half the prefix, rounded down to a page");
+      String[] recompute = JarProcess.row(report, store, "recompute");
+      assertEquals("0", recompute[5], store + ": nothing reused without L3");
+      assertEquals("208", recompute[6]);
+      for (String miss : List.of("miss-l3", "miss-off")) {
+        String[] m = JarProcess.row(report, store, miss);
+        assertEquals("2", m[2], store + " " + miss + ": one request per pair");
+        assertEquals("0", m[5], store + " " + miss + ": nothing to restore");
+      }
+      String[] summary = summary(report, store);
+      assertEquals("yes", summary[summary.length - 1], store + ": L3 outputs = recompute");
+      assertTrue(
+          summary[2].contains("raw") && summary[3].contains("GETs"), String.join("|", summary));
+    }
+  }
+
+  /** The cells of {@code store}'s row in the summary table (its second cell is a ratio). */
+  private static String[] summary(String report, String store) {
+    String rows =
+        String.join(
+            "\n",
+            report.lines().filter(l -> l.matches("\\| " + store + " \\| [0-9.]+× \\|.*")).toList());
+    return JarProcess.row(rows, store);
+  }
+}
