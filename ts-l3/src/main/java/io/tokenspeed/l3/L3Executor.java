@@ -5,6 +5,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
 import io.tokenspeed.core.storage.StorageJob;
 import io.tokenspeed.core.storage.StorageKind;
+import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
@@ -48,6 +49,11 @@ import java.util.logging.Logger;
  *       marked detached) and never interrupts a running call, whose record comes back detached.
  *   <li><b>Operation ids are strictly increasing</b>; an id that is not larger than every earlier
  *       one is refused.
+ *   <li><b>Big transfers use the idle workers.</b> A GET or PUT of at least twice {@link
+ *       #SHARE_MIN_BYTES} (not a recovery probe) is split into contiguous shares of its rows, at
+ *       most one per worker of its kind, each a store call of its own; workers take shares of
+ *       running jobs before queued jobs. The job still completes once, when its last share returns:
+ *       any failed share fails every row, and it is retired only if every share is.
  * </ul>
  *
  * <h2>Health</h2>
@@ -106,6 +112,14 @@ public final class L3Executor {
     /** Already counted among the unproven retirements (by close, while it was still running). */
     boolean countedUnproven;
 
+    // A job run as shares (see SHARE_MIN_BYTES); all null/0 for a job run in one call.
+    int[][] shareRows;
+    StoreResult[] shareResults;
+    int sharesLeft;
+    long startNanos;
+    Throwable shareFailure; // the first exception or Error of a share
+    String shareConfigurationFailure;
+
     Entry(StorageJob job, long submitNs, long healthEpoch, boolean probe) {
       this.job = job;
       this.payloadBytes = job.payloadBytes();
@@ -119,6 +133,10 @@ public final class L3Executor {
     final StorageKind kind;
     final int capacity;
     final ArrayDeque<Entry> queue;
+
+    /** Shares of running jobs, taken before any queued job. */
+    final ArrayDeque<Share> shares = new ArrayDeque<>();
+
     final Condition nonEmpty;
     long queuedBytes;
     int running;
@@ -139,6 +157,17 @@ public final class L3Executor {
   }
 
   private record Completed(StorageDone done, long payloadBytes) {}
+
+  /** One store call of a job run as shares: {@code rows} are its owned rows, in job order. */
+  private record Share(Entry entry, int index, int[] rows) {}
+
+  /**
+   * The least payload a share of a GET or PUT carries. A job of at least twice this many bytes is
+   * split into contiguous shares of its owned rows, one per worker of its kind at most, that idle
+   * workers run at once; the job still completes once, when its last share returns, with the facts
+   * of all of them (any share's failure fails the job; it is retired only if every share is).
+   */
+  static final long SHARE_MIN_BYTES = 1L << 20;
 
   private final Store store;
   private final L3ExecutorConfig config;
@@ -384,25 +413,148 @@ public final class L3Executor {
   private void workerLoop(KindState ks) {
     while (true) {
       Entry e;
+      Share share;
       lock.lock();
       try {
-        while (ks.queue.isEmpty() && !closing) {
+        while (ks.shares.isEmpty() && ks.queue.isEmpty() && !closing) {
           ks.nonEmpty.awaitUninterruptibly();
         }
-        if (ks.queue.isEmpty()) {
-          return; // closing, nothing left to run
+        share = ks.shares.pollFirst(); // a running job's share comes first, closing or not
+        e = null;
+        if (share == null) {
+          if (ks.queue.isEmpty()) {
+            return; // closing, nothing left to run
+          }
+          e = ks.queue.pollFirst();
+          ks.queuedBytes -= e.payloadBytes;
+          e.phase = Phase.RUNNING;
+          ks.running++;
+          ks.runningBytes += e.payloadBytes;
+          ks.queueNanos += Math.max(0, nanoClock.getAsLong() - e.submitNs);
+          share = splitLocked(ks, e);
         }
-        e = ks.queue.pollFirst();
-        ks.queuedBytes -= e.payloadBytes;
-        e.phase = Phase.RUNNING;
-        ks.running++;
-        ks.runningBytes += e.payloadBytes;
-        ks.queueNanos += Math.max(0, nanoClock.getAsLong() - e.submitNs);
       } finally {
         lock.unlock();
       }
-      runOne(ks, e);
+      if (share != null) {
+        runShare(ks, share);
+      } else {
+        runOne(ks, e);
+      }
     }
+  }
+
+  /**
+   * Splits a GET or PUT of at least twice {@link #SHARE_MIN_BYTES} (never a probe) into shares:
+   * queues all but the first for the other workers and returns the first, or returns null when the
+   * job runs in one call.
+   */
+  private Share splitLocked(KindState ks, Entry e) {
+    if (ks.kind == StorageKind.QUERY || e.probe) {
+      return null;
+    }
+    int workers = ks.kind == StorageKind.GET ? config.getWorkers() : config.putWorkers();
+    int[] owned = ResultInterpreter.ownedRows(e.job);
+    long bytes = 0;
+    for (int row : owned) {
+      bytes += e.job.rows().get(row).range().lengthBytes();
+    }
+    int n = (int) Math.min(Math.min(workers, owned.length), bytes / SHARE_MIN_BYTES);
+    if (n < 2) {
+      return null;
+    }
+    e.shareRows = new int[n][];
+    e.shareResults = new StoreResult[n];
+    e.sharesLeft = n;
+    e.startNanos = System.nanoTime();
+    for (int i = 0; i < n; i++) {
+      e.shareRows[i] =
+          java.util.Arrays.copyOfRange(
+              owned,
+              (int) ((long) owned.length * i / n),
+              (int) ((long) owned.length * (i + 1) / n));
+    }
+    for (int i = 1; i < n; i++) {
+      ks.shares.addLast(new Share(e, i, e.shareRows[i]));
+    }
+    ks.nonEmpty.signalAll();
+    return new Share(e, 0, e.shareRows[0]);
+  }
+
+  /** Runs one share's store call; the share that returns last completes the job. */
+  private void runShare(KindState ks, Share share) {
+    Entry e = share.entry();
+    StoreResult result = null;
+    Throwable failure = null;
+    String configurationFailure = null;
+    try {
+      result = call(e.job, share.rows());
+    } catch (StoreConfigurationException c) {
+      configurationFailure = String.valueOf(c.getMessage());
+    } catch (Throwable t) {
+      failure = t;
+    }
+    if (failure != null) {
+      recordFault(e, failure);
+    }
+    boolean last;
+    lock.lock();
+    try {
+      e.shareResults[share.index()] = result;
+      if (failure != null && (e.shareFailure == null || failure instanceof Error)) {
+        e.shareFailure = failure;
+      }
+      if (configurationFailure != null && e.shareConfigurationFailure == null) {
+        e.shareConfigurationFailure = configurationFailure;
+      }
+      last = --e.sharesLeft == 0;
+    } finally {
+      lock.unlock();
+    }
+    if (last) {
+      finishShares(ks, e);
+    }
+    if (failure instanceof Error err) {
+      throw err; // this worker dies as a worker failing a whole job would; the job completes once
+    }
+  }
+
+  /** The facts of a job run as shares, once every share has returned (no lock held). */
+  private void finishShares(KindState ks, Entry e) {
+    int[] owned = ResultInterpreter.ownedRows(e.job);
+    ResultInterpreter.Facts facts;
+    boolean fatal = e.shareFailure instanceof Error;
+    if (fatal) {
+      facts = ResultInterpreter.fatal(e.job, owned);
+    } else if (e.shareFailure != null) {
+      facts = ResultInterpreter.failed(e.job, owned, storeFailuresRetire);
+    } else if (e.shareConfigurationFailure != null) {
+      facts = ResultInterpreter.configurationFailure(e.job, owned);
+    } else {
+      List<RowResult> rows = new ArrayList<>(owned.length);
+      boolean retired = true;
+      boolean wellFormed = true;
+      for (int i = 0; i < e.shareResults.length; i++) {
+        StoreResult r = e.shareResults[i];
+        if (r == null || r.rows().size() != e.shareRows[i].length) {
+          wellFormed = false; // the merged answer must not line up by accident
+          retired &= r != null && r.retired();
+          continue;
+        }
+        rows.addAll(r.rows());
+        retired &= r.retired();
+      }
+      StoreResult merged = new StoreResult(wellFormed ? rows : List.of(), retired);
+      facts = ResultInterpreter.interpret(e.job, owned, merged, storeFailuresRetire);
+    }
+    complete(
+        ks,
+        e,
+        facts,
+        e.shareResults.length,
+        System.nanoTime() - e.startNanos,
+        fatal,
+        e.shareConfigurationFailure);
   }
 
   private void runOne(KindState ks, Entry e) {
@@ -432,7 +584,7 @@ public final class L3Executor {
       }
     }
     long backendNs = System.nanoTime() - t0;
-    complete(ks, e, facts, called, backendNs, fatal != null, configurationFailure);
+    complete(ks, e, facts, called ? 1 : 0, backendNs, fatal != null, configurationFailure);
     if (fatal != null) {
       throw fatal;
     }
@@ -458,7 +610,7 @@ public final class L3Executor {
       KindState ks,
       Entry e,
       ResultInterpreter.Facts facts,
-      boolean called,
+      int calls,
       long backendNs,
       boolean fatal,
       String configurationFailure) {
@@ -471,16 +623,14 @@ public final class L3Executor {
       ks.jobs++;
       ks.keys += e.job.rows().size();
       ks.backendNanos += backendNs;
-      if (called) {
-        backendCalls++;
-      }
+      backendCalls += calls;
       if (configurationFailure != null) {
         recordConfigurationFailureLocked(e, configurationFailure);
       }
       if (facts.outage()) {
         health.onOutage(now);
         rejectQueuedAfterOutageLocked();
-      } else if (called) {
+      } else if (calls > 0) {
         health.onSuccess(e.healthEpoch); // only a call that reached the backend heals
       }
       if (fatal) {
