@@ -146,6 +146,47 @@ class EngineL3AdminTest {
   }
 
   @Test
+  void shouldClearOnlyTheDeviceWhileAHostPutIsInsideTheStoreAndLetThePutFinish() throws Exception {
+    SharedStore shared = new SharedStore();
+    CountDownLatch inside = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    Forwarding slowPuts =
+        new Forwarding(shared) {
+          @Override
+          public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+            inside.countDown();
+            release.await(); // the write-through's PUT reads the Host until released
+            return super.put(keys, sources);
+          }
+        };
+    Recorder rec = new Recorder();
+    try (Engine e = engine(rec, slowPuts)) {
+      serve(e, rec);
+      assertTrue(inside.await(10, TimeUnit.SECONDS), "the finished prefix's PUT started");
+      e.clearDeviceCache().get(10, TimeUnit.SECONDS); // does not wait for the Host's I/O
+      Run again = serve(e, rec);
+      EngineTest.assertSame(want, again, "after an L1-only clear with a PUT in flight");
+      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
+      assertEquals(
+          (prompt.length - 1) / P * P,
+          again.result().metrics().reusedHostTokens(),
+          "the Host kept the prefix the PUT is reading");
+      assertEquals(0, shared.puts.get(), "the PUT is still inside the store");
+      release.countDown();
+      awaitPuts(shared);
+    }
+    // what the PUT wrote after the clear is the prefix: a fresh engine restores it from the store
+    Recorder fresh = new Recorder();
+    try (Engine e = engine(fresh, shared)) {
+      Run restored = serve(e, fresh);
+      EngineTest.assertSame(want, restored, "restored from what the late PUT wrote");
+      assertEquals((prompt.length - 1) / P * P, restored.result().metrics().reusedStorageTokens());
+    }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+    assertTrue(fresh.broken.isEmpty(), () -> fresh.broken.toString());
+  }
+
+  @Test
   void shouldDeleteTheOldNamespaceThenSwitchOnAWeightUpdate() throws Exception {
     SharedStore shared = new SharedStore();
     Recorder rec = new Recorder();
