@@ -77,6 +77,11 @@ final class BenchTtftCommand implements Callable<Integer> {
           "L3-on / L3-off pairs of all-miss requests and of decode runs (default: ${DEFAULT-VALUE}).")
   private int pairs = 5;
 
+  @Option(
+      names = "--decode-pairs",
+      description = "L3-idle / L3-off pairs of decode runs (default: ${DEFAULT-VALUE}).")
+  private int decodePairs = 10;
+
   @Option(names = "--threads", description = "Compute threads per process (default: all cores).")
   private Integer threads;
 
@@ -117,6 +122,24 @@ final class BenchTtftCommand implements Callable<Integer> {
       return byPair.values().stream().mapToDouble(v -> v[0] / v[1]).sorted().toArray();
     }
 
+    /** The decode runs' loop time outside the forward per round, µs, sorted. */
+    double[] loopUs(boolean l3) {
+      return lines.stream()
+          .filter(n -> n.get("kind").asText().equals("tpot") && n.get("l3").asBoolean() == l3)
+          .mapToDouble(n -> n.get("loop_us_per_round").asDouble())
+          .sorted()
+          .toArray();
+    }
+
+    /** TPOT without L3, ms, sorted. */
+    double[] tpotOff() {
+      return lines.stream()
+          .filter(n -> n.get("kind").asText().equals("tpot") && !n.get("l3").asBoolean())
+          .mapToDouble(n -> n.get("tpot_ms").asDouble())
+          .sorted()
+          .toArray();
+    }
+
     /** All-miss TTFT with L3 over without, per pair, sorted. */
     double[] missRatios() {
       List<JsonNode> on = requests("miss-l3");
@@ -154,11 +177,12 @@ final class BenchTtftCommand implements Callable<Integer> {
         || suffixTokens < 1
         || maxTokens < 1
         || decodeTokens < 2
-        || pairs < 1) {
+        || pairs < 1
+        || decodePairs < 1) {
       throw new ParameterException(
           spec.commandLine(),
           "--prompts >= 1, --prefix-tokens >= 128, --suffix-tokens >= 1, --max-tokens >= 1,"
-              + " --decode-tokens >= 2 and --pairs >= 1 are required");
+              + " --decode-tokens >= 2, --pairs >= 1 and --decode-pairs >= 1 are required");
     }
     PrintWriter err = spec.commandLine().getErr();
     long runSeed = System.nanoTime();
@@ -245,6 +269,8 @@ final class BenchTtftCommand implements Callable<Integer> {
                 Long.toString(seed),
                 "--pairs",
                 Integer.toString(pairs),
+                "--decode-pairs",
+                Integer.toString(decodePairs),
                 StorageOptions.BACKEND,
                 parts[1],
                 StorageOptions.EXTRA_CONFIG + "=" + parts[0]));
@@ -347,8 +373,9 @@ final class BenchTtftCommand implements Callable<Integer> {
     b.append(
         "| store | recompute / L3 TTFT (p50) | L3 wait / raw read time of its bytes: one GET |"
             + " the same: parallel GETs | all-miss TTFT, L3 on / off: median of pairs (range) |"
-            + " decode TPOT, L3 idle / off: median of pairs (range) | L3 outputs = recompute |\n");
-    b.append("|---|---:|---:|---:|---:|---:|---|\n");
+            + " decode TPOT, L3 idle / off: median of pairs (range) | decode loop time outside the"
+            + " forward per round, L3 idle / off (share of TPOT) | L3 outputs = recompute |\n");
+    b.append("|---|---:|---:|---:|---:|---:|---:|---|\n");
     for (Reader r : readers) {
       double l3 = median(ttft(r.requests("l3")));
       double rec = median(ttft(r.requests("recompute")));
@@ -374,6 +401,9 @@ final class BenchTtftCommand implements Callable<Integer> {
                       .toArray())
               / median(ttft(r.requests("miss-off")));
       double[] tpot = r.tpotRatios();
+      double loopOn = median(r.loopUs(true));
+      double loopOff = median(r.loopUs(false));
+      double tpotOff = median(r.tpotOff());
       List<JsonNode> l3rows = r.requests("l3");
       List<JsonNode> recRows = r.requests("recompute");
       boolean same = l3rows.size() == recRows.size();
@@ -384,7 +414,7 @@ final class BenchTtftCommand implements Callable<Integer> {
           String.format(
               Locale.ROOT,
               "| %s | %.1f× | %s | %s | %.3f× (%.3f–%.3f; query wait +%.2f%%) | %.3f× (%.3f–%.3f) |"
-                  + " %s |%n",
+                  + " %.0f / %.0f µs (+%.2f%%) | %s |%n",
               r.label(),
               rec / l3,
               restoreOne,
@@ -396,6 +426,9 @@ final class BenchTtftCommand implements Callable<Integer> {
               median(tpot),
               tpot[0],
               tpot[tpot.length - 1],
+              loopOn,
+              loopOff,
+              100 * (loopOn - loopOff) / 1e3 / tpotOff,
               same ? "yes" : "**no**"));
     }
     b.append(
@@ -405,12 +438,17 @@ final class BenchTtftCommand implements Callable<Integer> {
             + " around them. The raw read time is that of one prefix's objects read straight from"
             + " other clients of the store before any timed cohort, best of 3: in one GET, and in"
             + " as many concurrent GETs of a share each as the executor has GET workers (for"
-            + " file-cold the pages were dropped before every raw read). All-miss and decode are "
+            + " file-cold the pages were dropped before every raw read). All-miss is "
             + pairs
             + " pairs of requests with L3 on and off, back to back in alternating order, each on a"
-            + " fresh engine; the ratio is per pair. The all-miss column also gives the misses'"
-            + " median wait for their query as a share of the L3-off TTFT: the part of the"
-            + " difference L3 itself adds. Every L3 cohort has a soft deadline of "
+            + " fresh engine; decode is "
+            + decodePairs
+            + " such pairs of runs on two engines alive side by side; the ratios are per pair. The"
+            + " all-miss column also gives the misses' median wait for their query as a share of"
+            + " the L3-off TTFT, and the decode loop column the difference of the loop's own time"
+            + " per round (outside the forward: the L3 poll and exchange, scheduling, sampling) as a"
+            + " share of the L3-off TPOT: the parts of each difference L3 itself adds. Every L3"
+            + " cohort has a soft deadline of "
             + SOFT_DEADLINE_MS
             + " ms.\n\n![TTFT p50 per store and cohort](CHART)\n");
     return b.toString();

@@ -10,6 +10,7 @@ import io.tokenspeed.core.ObjectKey;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineStats;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageBackend;
@@ -51,9 +52,10 @@ import picocli.CommandLine.Spec;
  *       each cohort on a fresh engine of the same configuration: {@code l3} (the query prompts,
  *       their prefixes in the store), {@code partial} (half of each prefix and new tokens), {@code
  *       recompute} (the query prompts without L3); then {@code --pairs} pairs of {@code miss-l3} /
- *       {@code miss-off} requests (prompts whose prefixes no one wrote, with and without L3) and of
- *       decode TPOT with L3 enabled and idle / without L3, each request on a fresh engine, the two
- *       sides of a pair back to back in alternating order.
+ *       {@code miss-off} requests (prompts whose prefixes no one wrote, with and without L3), each
+ *       on a fresh engine, and {@code --decode-pairs} pairs of decode runs on two engines alive
+ *       side by side, one with L3 enabled and idle, one without (TPOT, and the loop's own time per
+ *       round outside the forward), the two sides of a pair back to back in alternating order.
  *   <li>{@code memory}: the writer's and the reader's engines in one process over one in-memory
  *       store (it cannot cross processes).
  * </ul>
@@ -101,6 +103,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
 
   @Option(names = "--pairs", required = true)
   private int pairs;
+
+  @Option(names = "--decode-pairs", required = true)
+  private int decodePairs;
 
   private PrintWriter out;
   private PrintWriter err;
@@ -215,19 +220,39 @@ final class BenchWorkerCommand implements Callable<Integer> {
         }
       }
     }
+    // decode: one engine with L3 (enabled and idle) and one without, alive side by side, their
+    // runs alternating, so that the machine's drift affects both alike
     int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
-    for (int i = 0; i < pairs; i++) {
-      for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
-        try (Engine e = engine(withL3 ? l3.call() : null)) {
+    try (Engine on = engine(l3.call());
+        Engine off = engine(null)) {
+      WorkerProcess.serve(on, decodePrompt, 2); // untimed: the prompt cached on both engines,
+      WorkerProcess.serve(off, decodePrompt, 2); // and the L3 engine's write-through done
+      Thread.sleep(500);
+      for (int i = 0; i < decodePairs; i++) {
+        for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+          Engine e = withL3 ? on : off;
           progress(
               "reader: decode, L3 "
                   + (withL3 ? "idle" : "off")
                   + ", pair "
                   + (i + 1)
                   + "/"
-                  + pairs);
+                  + decodePairs);
+          EngineStats before = e.stats();
           RequestMetrics m = WorkerProcess.serve(e, decodePrompt, decodeTokens).metrics();
-          emit(line("tpot").put("l3", withL3).put("pair", i).put("tpot_ms", m.tpotNs() / 1e6));
+          EngineStats after = e.stats();
+          long rounds = Math.max(1, after.rounds() - before.rounds());
+          double loopUs =
+              ((after.roundNanos() - before.roundNanos())
+                      - (after.forwardNanos() - before.forwardNanos()))
+                  / 1e3
+                  / rounds;
+          emit(
+              line("tpot")
+                  .put("l3", withL3)
+                  .put("pair", i)
+                  .put("tpot_ms", m.tpotNs() / 1e6)
+                  .put("loop_us_per_round", loopUs));
         }
       }
     }

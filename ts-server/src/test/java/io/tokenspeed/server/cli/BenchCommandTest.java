@@ -18,6 +18,8 @@ class BenchCommandTest {
         "bench ttft --stores redis; --stores redis needs --redis-uri URI",
         "bench ttft --prompts 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --prefix-tokens 64; --prompts >= 1, --prefix-tokens >= 128",
+        "bench ttft --pairs 0; --prompts >= 1, --prefix-tokens >= 128",
+        "bench ttft --decode-pairs 0; --prompts >= 1, --prefix-tokens >= 128",
       })
   void shouldRejectABadFlagWithAUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));

@@ -45,6 +45,8 @@ class BenchTtftIT {
                 "4",
                 "--pairs",
                 "2",
+                "--decode-pairs",
+                "2",
                 "--threads",
                 "1",
                 "--out",
