@@ -2,26 +2,28 @@ package io.tokenspeed.server.cli;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
+import io.tokenspeed.testkit.RedisServer;
+import io.tokenspeed.testkit.RedisServers;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.SplittableRandom;
-import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Two successive {@code tokenspeed generate --json} processes (the shaded jar) pointed at one file
- * store: the second, with empty local caches, reuses from storage every full page of the prefix the
- * first one computed, and its output equals a third process's recomputation without L3.
+ * Successive {@code tokenspeed generate --json} processes (the shaded jar) pointed at one store, the
+ * file store and a real Redis server: the second, with empty local caches, reuses from storage every
+ * full page of the prefix the first one computed, and its output equals a recomputation without L3;
+ * a token changed inside that prefix changes the output, which still equals its recomputation.
  */
 class GenerateL3IT {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -29,16 +31,9 @@ class GenerateL3IT {
   @TempDir Path workDir;
 
   private JsonNode generate(int[] ids, List<String> l3) throws Exception {
-    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
-    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
-    List<String> command =
+    List<String> args =
         new ArrayList<>(
             List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--add-modules",
-                "jdk.incubator.vector",
-                "-jar",
-                jar.toAbsolutePath().toString(),
                 "generate",
                 "--model",
                 "synthetic:jamba-tiny",
@@ -49,19 +44,12 @@ class GenerateL3IT {
                 "--threads",
                 "1",
                 "--json"));
-    command.addAll(l3);
-    Path out = workDir.resolve("stdout");
-    Path err = workDir.resolve("stderr");
-    Process p =
-        new ProcessBuilder(command)
-            .directory(workDir.toFile())
-            .redirectOutput(out.toFile())
-            .redirectError(err.toFile())
-            .start();
-    assertTrue(p.waitFor(120, TimeUnit.SECONDS), "generate timed out");
-    String stdout = Files.readString(out, StandardCharsets.UTF_8);
-    String stderr = Files.readString(err, StandardCharsets.UTF_8);
-    assertEquals(0, p.exitValue(), () -> stdout + stderr);
+    args.addAll(l3);
+    JarProcess.Result r =
+        JarProcess.run(
+            workDir, List.of("--add-modules", "jdk.incubator.vector"), Map.of(), args, 120);
+    String stdout = r.out();
+    assertEquals(0, r.exitCode(), () -> stdout + r.err());
     return JSON.readTree(stdout);
   }
 
@@ -75,20 +63,42 @@ class GenerateL3IT {
 
   @Test
   void shouldReuseTheFirstProcesssPrefixFromTheFileStoreInTheSecond() throws Exception {
+    String config =
+        "{\"path\": \""
+            + workDir.resolve("store").toString().replace("\\", "\\\\")
+            + "\", \"async\": {\"min_extension_tokens\": 64}}";
+    reuseAcrossProcesses(
+        List.of(
+            "--kvstore-storage-backend", "file", "--kvstore-storage-backend-extra-config", config));
+  }
+
+  @Test
+  void shouldReuseTheFirstProcesssPrefixFromARedisServerInTheSecond() throws Exception {
+    try (RedisServer server = RedisServers.startStandalone(workDir.resolve("redis"))) {
+      String config =
+          "{\"uri\": \"" + server.uri() + "\", \"async\": {\"min_extension_tokens\": 64}}";
+      reuseAcrossProcesses(
+          List.of(
+              "--kvstore-storage-backend",
+              "redis",
+              "--kvstore-storage-backend-extra-config",
+              config));
+    }
+  }
+
+  /**
+   * A writer process, then a fresh reader process that extends its prompt (it restores the
+   * writer's full pages from the store and must equal a recomputation), then a fresh process whose
+   * prompt changes one token inside that prefix (it can reuse none of the pages after the change,
+   * equals its own recomputation, and differs from the unchanged prompt's output).
+   */
+  private void reuseAcrossProcesses(List<String> l3) throws Exception {
     SplittableRandom rnd = new SplittableRandom(11);
     int[] first = rnd.ints(200, 0, 1024).toArray();
     int[] second = java.util.Arrays.copyOf(first, 220);
     for (int i = 200; i < 220; i++) {
       second[i] = rnd.nextInt(1024);
     }
-    String config =
-        "{\"path\": \""
-            + workDir.resolve("store").toString().replace("\\", "\\\\")
-            + "\", \"async\": {\"min_extension_tokens\": 64}}";
-    List<String> l3 =
-        List.of(
-            "--kvstore-storage-backend", "file", "--kvstore-storage-backend-extra-config", config);
-
     JsonNode writer = generate(first, l3);
     assertEquals(0, writer.get("reused_storage_tokens").asInt(), writer::toString);
     JsonNode reader = generate(second, l3);
@@ -100,5 +110,17 @@ class GenerateL3IT {
     assertEquals(220 - 192 + 3, reader.get("computed_tokens").asLong(), reader::toString);
     assertEquals(0, recomputed.get("reused_host_tokens").asInt(), recomputed::toString);
     assertArrayEquals(tokens(recomputed), tokens(reader), "restored from L3 vs recomputed");
+
+    int[] changed = second.clone();
+    changed[100] = (changed[100] + 1) % 1024; // inside the second of the three stored pages
+    JsonNode other = generate(changed, l3);
+    JsonNode otherRecomputed = generate(changed, List.of());
+    assertTrue(
+        other.get("reused_storage_tokens").asInt() <= 64,
+        () -> "nothing after the changed token can be reused: " + other);
+    assertArrayEquals(tokens(otherRecomputed), tokens(other), "changed prompt vs recomputed");
+    assertFalse(
+        java.util.Arrays.equals(tokens(reader), tokens(other)),
+        "the changed token changes the output");
   }
 }

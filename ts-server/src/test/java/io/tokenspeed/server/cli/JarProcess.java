@@ -8,6 +8,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /** The shaded jar run as users run it ({@code java -jar}), in its own process. */
@@ -19,23 +20,36 @@ final class JarProcess {
   /** Runs {@code java -jar tokenspeed.jar ARGS} in {@code workDir}; fails past the timeout. */
   static Result run(Path workDir, List<String> args, long timeoutSeconds)
       throws IOException, InterruptedException {
+    return run(workDir, List.of(), Map.of(), args, timeoutSeconds);
+  }
+
+  /**
+   * Runs {@code java JVM_OPTIONS -jar tokenspeed.jar ARGS} in {@code workDir} with {@code env} added
+   * to this process's environment; fails past the timeout.
+   */
+  static Result run(
+      Path workDir,
+      List<String> jvmOptions,
+      Map<String, String> env,
+      List<String> args,
+      long timeoutSeconds)
+      throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
     List<String> command =
-        new ArrayList<>(
-            List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-jar",
-                jar.toAbsolutePath().toString()));
+        new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+    command.addAll(jvmOptions);
+    command.addAll(List.of("-jar", jar.toAbsolutePath().toString()));
     command.addAll(args);
     Path out = Files.createTempFile(workDir, "stdout", ".txt");
     Path err = Files.createTempFile(workDir, "stderr", ".txt");
-    Process p =
+    ProcessBuilder builder =
         new ProcessBuilder(command)
             .directory(workDir.toFile())
             .redirectOutput(out.toFile())
-            .redirectError(err.toFile())
-            .start();
+            .redirectError(err.toFile());
+    builder.environment().putAll(env);
+    Process p = builder.start();
     if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
       p.destroyForcibly();
       throw new AssertionError("timed out: " + command);

@@ -4,14 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.server.cli.JarProcess.Result;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -26,8 +24,6 @@ class TokenSpeedJarIT {
 
   @TempDir Path workDir;
 
-  record Result(int exitCode, String out, String err) {}
-
   private Result runJar(String... args) throws IOException, InterruptedException {
     return runJar(List.of(), args);
   }
@@ -39,30 +35,7 @@ class TokenSpeedJarIT {
 
   private Result runJar(List<String> jvmOptions, Map<String, String> env, String... args)
       throws IOException, InterruptedException {
-    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
-    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
-    Path java = Path.of(System.getProperty("java.home"), "bin", "java");
-    List<String> command = new ArrayList<>(List.of(java.toString()));
-    command.addAll(jvmOptions);
-    command.addAll(List.of("-jar", jar.toAbsolutePath().toString()));
-    command.addAll(List.of(args));
-    Path out = workDir.resolve("stdout");
-    Path err = workDir.resolve("stderr");
-    ProcessBuilder builder =
-        new ProcessBuilder(command)
-            .directory(workDir.toFile())
-            .redirectOutput(out.toFile())
-            .redirectError(err.toFile());
-    builder.environment().putAll(env);
-    Process p = builder.start();
-    if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
-      p.destroyForcibly();
-      throw new AssertionError("timed out: " + command);
-    }
-    return new Result(
-        p.exitValue(),
-        Files.readString(out, StandardCharsets.UTF_8),
-        Files.readString(err, StandardCharsets.UTF_8));
+    return JarProcess.run(workDir, jvmOptions, env, List.of(args), TIMEOUT_SECONDS);
   }
 
   @Test
