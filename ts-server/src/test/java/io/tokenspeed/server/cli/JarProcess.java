@@ -24,8 +24,8 @@ final class JarProcess {
   }
 
   /**
-   * Runs {@code java JVM_OPTIONS -jar tokenspeed.jar ARGS} in {@code workDir} with {@code env} added
-   * to this process's environment; fails past the timeout.
+   * Runs {@code java JVM_OPTIONS -jar tokenspeed.jar ARGS} in {@code workDir} with {@code env}
+   * added to this process's environment; fails past the timeout.
    */
   static Result run(
       Path workDir,
@@ -37,7 +37,8 @@ final class JarProcess {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
     List<String> command =
-        new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+        new ArrayList<>(
+            List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
     command.addAll(jvmOptions);
     command.addAll(List.of("-jar", jar.toAbsolutePath().toString()));
     command.addAll(args);

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import io.tokenspeed.server.cli.JarProcess.Result;
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
