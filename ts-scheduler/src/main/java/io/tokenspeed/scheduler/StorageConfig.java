@@ -112,54 +112,26 @@ public record StorageConfig(
 
   /** A copy with other credit limits (tests and tuning). */
   public StorageConfig withCredits(int operations, int hostBlocks) {
-    return new StorageConfig(
-        operations,
-        hostBlocks,
-        softDeadlineMs,
-        readyHoldMs,
-        minExtensionTokens,
-        lookaheadTokens,
-        maxQueryKeys,
-        negativeMetadataCapacity,
-        backupCandidateCapacity,
-        maxPutKeys,
-        highQueuedJobs,
-        lowQueuedJobs,
-        highQueuedBytes,
-        lowQueuedBytes,
-        highOldestAgeMs,
-        lowOldestAgeMs);
+    return with(operations, hostBlocks, softDeadlineMs, minExtensionTokens);
   }
 
   /** A copy with another minimum extension (tests and tuning). */
   public StorageConfig withMinExtensionTokens(int tokens) {
-    return new StorageConfig(
-        maxOperations,
-        maxHostBlocks,
-        softDeadlineMs,
-        readyHoldMs,
-        tokens,
-        lookaheadTokens,
-        maxQueryKeys,
-        negativeMetadataCapacity,
-        backupCandidateCapacity,
-        maxPutKeys,
-        highQueuedJobs,
-        lowQueuedJobs,
-        highQueuedBytes,
-        lowQueuedBytes,
-        highOldestAgeMs,
-        lowOldestAgeMs);
+    return with(maxOperations, maxHostBlocks, softDeadlineMs, tokens);
   }
 
   /** A copy with another soft deadline (tests and tuning). */
   public StorageConfig withSoftDeadlineMs(long ms) {
+    return with(maxOperations, maxHostBlocks, ms, minExtensionTokens);
+  }
+
+  private StorageConfig with(int operations, int hostBlocks, long deadlineMs, int minExtension) {
     return new StorageConfig(
-        maxOperations,
-        maxHostBlocks,
-        ms,
+        operations,
+        hostBlocks,
+        deadlineMs,
         readyHoldMs,
-        minExtensionTokens,
+        minExtension,
         lookaheadTokens,
         maxQueryKeys,
         negativeMetadataCapacity,
