@@ -45,11 +45,47 @@ class EngineL3Test {
   private final java.util.Map<String, CausalLm> models = new java.util.HashMap<>();
 
   @BeforeAll
-  void load(@TempDir Path dir) {
+  void load(@TempDir Path dir) throws Exception {
     for (String f : new String[] {"llama", "jamba"}) {
       models.put(f, CausalLm.load(Fixtures.extract(f, dir)));
     }
+    java.nio.file.Path config = dir.resolve("wide-llama.json");
+    java.nio.file.Files.writeString(config, WIDE_LLAMA);
+    models.put(
+        "wide",
+        CausalLm.load(
+            io.tokenspeed.model.synthetic.SyntheticCheckpoints.materialize(
+                io.tokenspeed.model.synthetic.SyntheticCheckpoints.PREFIX + config,
+                7,
+                io.tokenspeed.model.checkpoint.DType.F32,
+                dir.resolve("synthetic"))));
   }
+
+  /**
+   * A synthetic Llama with 8 KiB of KV per token (4 layers × 8 KV heads × 32 × K and V, F32), so
+   * that restoring 1024 tokens is one 8 MiB GET, which the executor runs as shares.
+   */
+  private static final String WIDE_LLAMA =
+      """
+      {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": false,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "max_position_embeddings": 2048,
+        "mlp_bias": false,
+        "model_type": "llama",
+        "num_attention_heads": 8,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": true,
+        "vocab_size": 256
+      }
+      """;
 
   @AfterAll
   void close() {
@@ -109,8 +145,13 @@ class EngineL3Test {
 
   /** What the prompt gives on a fresh engine without L3. */
   private Run recompute(CausalLm model, int[] prompt) throws Exception {
+    return recompute(model, prompt, 256);
+  }
+
+  private Run recompute(CausalLm model, int[] prompt, int deviceParents) throws Exception {
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(model, EngineTest.small(deviceParents), OptionalInt.empty(), rec)) {
       return serve(e, rec, prompt);
     }
   }
@@ -298,5 +339,94 @@ class EngineL3Test {
             + (roundsAfter - roundsBefore)
             + " > "
             + allowed);
+  }
+
+  /**
+   * A restore big enough for executor shares (an 8 MiB GET on four workers), and a request
+   * cancelled while those shares are inside the store: it ends at once as cancelled, the late GET
+   * publishes nothing, the engine goes on serving, and every output equals recomputation.
+   */
+  @org.junit.jupiter.api.Test
+  void shouldRestoreThroughSplitGetsAndSurviveACancelWhileTheyAreInsideTheStore() throws Exception {
+    CausalLm model = models.get("wide");
+    SplittableRandom rnd = new SplittableRandom(57);
+    int[] written = rnd.ints(1025, 0, model.vocabSize()).toArray();
+    int[] extended = Arrays.copyOf(written, 1040);
+    for (int i = written.length; i < extended.length; i++) {
+      extended[i] = rnd.nextInt(model.vocabSize());
+    }
+    SharedStore store = new SharedStore();
+    Recorder w = new Recorder();
+    try (Engine writer =
+        Engine.paused(model, EngineTest.small(1024), OptionalInt.empty(), w, l3(store))) {
+      writer.resume();
+      serve(writer, w, written);
+    }
+    Run want = recompute(model, extended, 1024);
+
+    java.util.concurrent.Semaphore inside = new java.util.concurrent.Semaphore(0);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicBoolean gate =
+        new java.util.concurrent.atomic.AtomicBoolean(true);
+    java.util.List<Integer> getSizes =
+        java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+    ForwardingStore gated =
+        new ForwardingStore(store) {
+          @Override
+          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
+              throws Exception {
+            getSizes.add(keys.size());
+            if (gate.get()) {
+              inside.release();
+              release.await();
+            }
+            return super.get(keys, destinations);
+          }
+        };
+    Recorder r = new Recorder();
+    try (Engine reader =
+        Engine.paused(
+            model,
+            EngineTest.small(1024),
+            OptionalInt.empty(),
+            r,
+            l3(
+                gated,
+                StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(60_000)))) {
+      reader.resume();
+      RequestHandle first = reader.submit(extended, SamplingParams.greedy(8));
+      assertTrue(
+          inside.tryAcquire(4, 30, java.util.concurrent.TimeUnit.SECONDS),
+          "the GET's four shares are inside the store together: " + getSizes);
+      first.cancel();
+      GenerationResult cancelled = first.result().get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertEquals("cancelled", cancelled.finishReason(), "ended while its GET was running");
+      gate.set(false);
+      release.countDown(); // the shares return late, detached: nothing of them is published
+      Run again = serve(reader, r, extended);
+      EngineTest.assertSame(want, again, "served after the cancelled restore");
+      Run third = serve(reader, r, extended);
+      EngineTest.assertSame(want, third, "and again");
+    }
+    assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
+    assertEquals(
+        List.of(128, 128, 128, 128),
+        getSizes.subList(0, 4).stream().sorted().toList(),
+        "512 block objects (8 MiB) in four shares of 128");
+
+    // and without the gate: a fresh reader restores the whole prefix through shares
+    Recorder fresh = new Recorder();
+    Run got;
+    try (Engine reader =
+        Engine.paused(model, EngineTest.small(1024), OptionalInt.empty(), fresh, l3(store))) {
+      reader.resume();
+      got = serve(reader, fresh, extended);
+    }
+    assertTrue(fresh.broken.isEmpty(), () -> fresh.broken.toString());
+    EngineTest.assertSame(want, got, "restored through split GETs vs recomputed");
+    assertEquals(
+        (extended.length - 1) / P * P,
+        got.result().metrics().reusedStorageTokens(),
+        "the gated reader's own requests wrote the extension's full pages through as well");
   }
 }
