@@ -112,12 +112,14 @@ public final class L3Executor {
     /** Already counted among the unproven retirements (by close, while it was still running). */
     boolean countedUnproven;
 
-    // A job run as shares (see SHARE_MIN_BYTES); all null/0 for a job run in one call.
+    // Set when a worker takes the job: its owned rows, run as one or more shares (store calls;
+    // see SHARE_MIN_BYTES), and what the shares returned so far.
+    int[] owned;
     int[][] shareRows;
     StoreResult[] shareResults;
     int sharesLeft;
     long startNanos;
-    Throwable shareFailure; // the first exception or Error of a share
+    Throwable shareFailure; // the first exception, or an Error, of a share
     String shareConfigurationFailure;
 
     Entry(StorageJob job, long submitNs, long healthEpoch, boolean probe) {
@@ -158,8 +160,8 @@ public final class L3Executor {
 
   private record Completed(StorageDone done, long payloadBytes) {}
 
-  /** One store call of a job run as shares: {@code rows} are its owned rows, in job order. */
-  private record Share(Entry entry, int index, int[] rows) {}
+  /** One store call of a running job: the rows of {@code entry.shareRows[index]}. */
+  private record Share(Entry entry, int index) {}
 
   /**
    * The least payload a share of a GET or PUT carries. A job of at least twice this many bytes is
@@ -439,30 +441,32 @@ public final class L3Executor {
       if (share != null) {
         runShare(ks, share);
       } else {
-        runOne(ks, e);
+        // nothing owned on this rank: no store call, and nothing it says about the backend
+        complete(ks, e, ResultInterpreter.nothingOwned(e.job), 0, 0, false, null);
       }
     }
   }
 
   /**
-   * Splits a GET or PUT of at least twice {@link #SHARE_MIN_BYTES} (never a probe) into shares:
-   * queues all but the first for the other workers and returns the first, or returns null when the
-   * job runs in one call.
+   * Divides a job just taken into shares: one, or for a GET or PUT of at least twice {@link
+   * #SHARE_MIN_BYTES} (never a probe) one per worker of its kind at most. Queues all but the first
+   * for the other workers and returns the first; null when the job owns no row.
    */
   private Share splitLocked(KindState ks, Entry e) {
-    if (ks.kind == StorageKind.QUERY || e.probe) {
-      return null;
-    }
-    int workers = ks.kind == StorageKind.GET ? config.getWorkers() : config.putWorkers();
     int[] owned = ResultInterpreter.ownedRows(e.job);
-    long bytes = 0;
-    for (int row : owned) {
-      bytes += e.job.rows().get(row).range().lengthBytes();
-    }
-    int n = (int) Math.min(Math.min(workers, owned.length), bytes / SHARE_MIN_BYTES);
-    if (n < 2) {
+    if (owned.length == 0) {
       return null;
     }
+    int n = 1;
+    if (ks.kind != StorageKind.QUERY && !e.probe) {
+      int workers = ks.kind == StorageKind.GET ? config.getWorkers() : config.putWorkers();
+      long bytes = 0;
+      for (int row : owned) {
+        bytes += e.job.rows().get(row).range().lengthBytes();
+      }
+      n = (int) Math.max(1, Math.min(Math.min(workers, owned.length), bytes / SHARE_MIN_BYTES));
+    }
+    e.owned = owned;
     e.shareRows = new int[n][];
     e.shareResults = new StoreResult[n];
     e.sharesLeft = n;
@@ -475,10 +479,12 @@ public final class L3Executor {
               (int) ((long) owned.length * (i + 1) / n));
     }
     for (int i = 1; i < n; i++) {
-      ks.shares.addLast(new Share(e, i, e.shareRows[i]));
+      ks.shares.addLast(new Share(e, i));
     }
-    ks.nonEmpty.signalAll();
-    return new Share(e, 0, e.shareRows[0]);
+    if (n > 1) {
+      ks.nonEmpty.signalAll();
+    }
+    return new Share(e, 0);
   }
 
   /** Runs one share's store call; the share that returns last completes the job. */
@@ -488,7 +494,7 @@ public final class L3Executor {
     Throwable failure = null;
     String configurationFailure = null;
     try {
-      result = call(e.job, share.rows());
+      result = call(e.job, e.shareRows[share.index()]);
     } catch (StoreConfigurationException c) {
       configurationFailure = String.valueOf(c.getMessage());
     } catch (Throwable t) {
@@ -519,9 +525,9 @@ public final class L3Executor {
     }
   }
 
-  /** The facts of a job run as shares, once every share has returned (no lock held). */
+  /** The facts of a job, once every share has returned (no lock held). */
   private void finishShares(KindState ks, Entry e) {
-    int[] owned = ResultInterpreter.ownedRows(e.job);
+    int[] owned = e.owned;
     ResultInterpreter.Facts facts;
     boolean fatal = e.shareFailure instanceof Error;
     if (fatal) {
@@ -544,7 +550,10 @@ public final class L3Executor {
         rows.addAll(r.rows());
         retired &= r.retired();
       }
-      StoreResult merged = new StoreResult(wellFormed ? rows : List.of(), retired);
+      StoreResult merged =
+          e.shareResults.length == 1
+              ? e.shareResults[0]
+              : new StoreResult(wellFormed ? rows : List.of(), retired);
       facts = ResultInterpreter.interpret(e.job, owned, merged, storeFailuresRetire);
     }
     complete(
@@ -555,39 +564,6 @@ public final class L3Executor {
         System.nanoTime() - e.startNanos,
         fatal,
         e.shareConfigurationFailure);
-  }
-
-  private void runOne(KindState ks, Entry e) {
-    int[] owned = ResultInterpreter.ownedRows(e.job);
-    ResultInterpreter.Facts facts;
-    Error fatal = null;
-    String configurationFailure = null;
-    boolean called = owned.length > 0;
-    long t0 = System.nanoTime();
-    try {
-      if (!called) {
-        facts = ResultInterpreter.nothingOwned(e.job);
-      } else {
-        StoreResult result = call(e.job, owned);
-        facts = ResultInterpreter.interpret(e.job, owned, result, storeFailuresRetire);
-      }
-    } catch (StoreConfigurationException c) {
-      facts = ResultInterpreter.configurationFailure(e.job, owned);
-      configurationFailure = String.valueOf(c.getMessage());
-    } catch (Throwable t) {
-      recordFault(e, t);
-      if (t instanceof Error err) {
-        fatal = err;
-        facts = ResultInterpreter.fatal(e.job, owned);
-      } else {
-        facts = ResultInterpreter.failed(e.job, owned, storeFailuresRetire);
-      }
-    }
-    long backendNs = System.nanoTime() - t0;
-    complete(ks, e, facts, called ? 1 : 0, backendNs, fatal != null, configurationFailure);
-    if (fatal != null) {
-      throw fatal;
-    }
   }
 
   private StoreResult call(StorageJob job, int[] owned) throws Exception {
