@@ -102,6 +102,15 @@ class FlatKvStorageProcessTest {
   }
 
   /** Polls until the completion of {@code op} arrives. */
+  /** An executor with the defaults over a file store in {@code store} and {@code host}. */
+  static L3Executor fileExecutor(Path store, HostCacheStorage host) throws Exception {
+    return L3Executor.start(
+        new FileStore(FileStoreSettings.of(store)),
+        L3ExecutorConfig.defaults(),
+        host.memory().segment(),
+        System::nanoTime);
+  }
+
   static StorageDone await(L3Executor executor, long op) throws InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (System.nanoTime() < deadline) {
@@ -154,12 +163,7 @@ class FlatKvStorageProcessTest {
       List<Integer> destinations = flatten(hostBlocks);
 
       StorageJobs jobs = new StorageJobs(namespace(), LAYOUT, host.geometry(), 0);
-      L3Executor executor =
-          L3Executor.start(
-              new FileStore(FileStoreSettings.of(store)),
-              L3ExecutorConfig.defaults(),
-              host.memory().segment(),
-              System::nanoTime);
+      L3Executor executor = fileExecutor(store, host);
       try {
         executor.submit(jobs.job(new StorageOp.Get(1, keys, destinations)));
         StorageDone got = await(executor, 1);

@@ -9,9 +9,6 @@ import io.tokenspeed.core.storage.StorageOp;
 import io.tokenspeed.engine.l3.StorageJobs;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.L3Executor;
-import io.tokenspeed.l3.L3ExecutorConfig;
-import io.tokenspeed.l3.store.file.FileStore;
-import io.tokenspeed.l3.store.file.FileStoreSettings;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -62,12 +59,7 @@ public final class FlatKvStorageWriter {
       }
       StorageJobs jobs =
           new StorageJobs(FlatKvStorageProcessTest.namespace(), layout, host.geometry(), 0);
-      L3Executor executor =
-          L3Executor.start(
-              new FileStore(FileStoreSettings.of(store)),
-              L3ExecutorConfig.defaults(),
-              host.memory().segment(),
-              System::nanoTime);
+      L3Executor executor = FlatKvStorageProcessTest.fileExecutor(store, host);
       executor.submit(
           jobs.job(new StorageOp.Put(1, keys, FlatKvStorageProcessTest.flatten(hostBlocks))));
       StorageDone put = FlatKvStorageProcessTest.await(executor, 1);
