@@ -122,20 +122,11 @@ final class BenchTtftCommand implements Callable<Integer> {
       return byPair.values().stream().mapToDouble(v -> v[0] / v[1]).sorted().toArray();
     }
 
-    /** The decode runs' loop time outside the forward per round, µs, sorted. */
-    double[] loopUs(boolean l3) {
+    /** {@code field} of the decode runs with L3 idle ({@code l3}) or off, sorted. */
+    double[] decode(boolean l3, String field) {
       return lines.stream()
           .filter(n -> n.get("kind").asText().equals("tpot") && n.get("l3").asBoolean() == l3)
-          .mapToDouble(n -> n.get("loop_us_per_round").asDouble())
-          .sorted()
-          .toArray();
-    }
-
-    /** TPOT without L3, ms, sorted. */
-    double[] tpotOff() {
-      return lines.stream()
-          .filter(n -> n.get("kind").asText().equals("tpot") && !n.get("l3").asBoolean())
-          .mapToDouble(n -> n.get("tpot_ms").asDouble())
+          .mapToDouble(n -> n.get(field).asDouble())
           .sorted()
           .toArray();
     }
@@ -401,9 +392,9 @@ final class BenchTtftCommand implements Callable<Integer> {
                       .toArray())
               / median(ttft(r.requests("miss-off")));
       double[] tpot = r.tpotRatios();
-      double loopOn = median(r.loopUs(true));
-      double loopOff = median(r.loopUs(false));
-      double tpotOff = median(r.tpotOff());
+      double loopOn = median(r.decode(true, "loop_us_per_round"));
+      double loopOff = median(r.decode(false, "loop_us_per_round"));
+      double tpotOff = median(r.decode(false, "tpot_ms"));
       List<JsonNode> l3rows = r.requests("l3");
       List<JsonNode> recRows = r.requests("recompute");
       boolean same = l3rows.size() == recRows.size();
