@@ -19,6 +19,7 @@ public record ContentHash(long w0, long w1, long w2, long w3) {
   public static final int BYTES = 32;
 
   private static final HexFormat HEX = HexFormat.of();
+  private static final char[] HEX_DIGITS = "0123456789abcdef".toCharArray();
   private static final VarHandle U64_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
 
@@ -57,7 +58,25 @@ public record ContentHash(long w0, long w1, long w2, long w3) {
 
   /** 64 lowercase hex characters. */
   public String toHex() {
-    return HEX.toHexDigits(w0) + HEX.toHexDigits(w1) + HEX.toHexDigits(w2) + HEX.toHexDigits(w3);
+    return appendHex(new StringBuilder(2 * BYTES)).toString();
+  }
+
+  /**
+   * Appends the 64 lowercase hex characters of {@link #toHex()} to {@code out} without an
+   * intermediate string (object keys are built per row of every storage job) and returns it.
+   */
+  public StringBuilder appendHex(StringBuilder out) {
+    appendWord(out, w0);
+    appendWord(out, w1);
+    appendWord(out, w2);
+    appendWord(out, w3);
+    return out;
+  }
+
+  private static void appendWord(StringBuilder out, long word) {
+    for (int shift = 60; shift >= 0; shift -= 4) {
+      out.append(HEX_DIGITS[(int) (word >>> shift) & 0xf]);
+    }
   }
 
   @Override

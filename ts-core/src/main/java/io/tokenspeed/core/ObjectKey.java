@@ -73,14 +73,16 @@ public record ObjectKey(Namespace namespace, CacheKey cacheKey, int payloadRepli
   /** The store key. */
   @Override
   public String toString() {
-    return namespace.value()
-        + '_'
-        + cacheKey.pageHash().toHex()
-        + "|g"
-        + cacheKey.groupId()
-        + "|o"
-        + cacheKey.pageOffset()
-        + "|r"
-        + payloadReplica;
+    String ns = namespace.value();
+    StringBuilder out = new StringBuilder(ns.length() + 1 + 2 * ContentHash.BYTES + 24);
+    out.append(ns).append('_');
+    cacheKey.pageHash().appendHex(out);
+    return out.append("|g")
+        .append(cacheKey.groupId())
+        .append("|o")
+        .append(cacheKey.pageOffset())
+        .append("|r")
+        .append(payloadReplica)
+        .toString();
   }
 }

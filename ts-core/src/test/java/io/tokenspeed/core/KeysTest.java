@@ -5,8 +5,12 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.HexFormat;
 import java.util.List;
+import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 class KeysTest {
 
@@ -55,6 +59,37 @@ class KeysTest {
     assertEquals(ns.value() + "_" + keys.pageHash(0).toHex() + "|g1|o1|r1", text);
     assertEquals(k, ObjectKey.parse(text));
     assertThrows(IllegalArgumentException.class, () -> ObjectKey.parse(text + "x"));
+  }
+
+  @ParameterizedTest
+  @ValueSource(longs = {1L, 2L, 3L, 0x5eedL})
+  void shouldWriteHashesAsTheirDigestBytesInHexAndKeysThatParseBack(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    Namespace ns = Namespace.of(TestLayouts.identity(LAYOUT));
+    for (int i = 0; i < 200; i++) {
+      long[] w = {rnd.nextLong(), rnd.nextLong(), rnd.nextLong(), rnd.nextLong()};
+      if (i % 10 == 0) {
+        w[i / 10 % 4] = i % 20 == 0 ? 0 : -1; // all-zero and all-one words
+      }
+      ContentHash h = new ContentHash(w[0], w[1], w[2], w[3]);
+      assertEquals(HexFormat.of().formatHex(h.toBytes()), h.toHex());
+      assertEquals(h, ContentHash.fromHex(h.toHex()));
+      CacheKey key = new CacheKey(rnd.nextInt(LAYOUT.numGroups()), h, rnd.nextInt(1_000_000));
+      ObjectKey k = new ObjectKey(ns, key, rnd.nextInt(1_000));
+      String text = k.toString();
+      assertEquals(
+          ns.value()
+              + "_"
+              + HexFormat.of().formatHex(h.toBytes())
+              + "|g"
+              + key.groupId()
+              + "|o"
+              + key.pageOffset()
+              + "|r"
+              + k.payloadReplica(),
+          text);
+      assertEquals(k, ObjectKey.parse(text));
+    }
   }
 
   @Test
