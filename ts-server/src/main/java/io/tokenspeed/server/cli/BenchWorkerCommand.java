@@ -11,6 +11,7 @@ import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineStats;
+import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageBackend;
@@ -192,7 +193,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
     for (int i = 0; i < pairs; i++) {
       misses[i] = rnd.ints(prefixTokens + suffixTokens, 0, vocab).toArray();
     }
-    // untimed: warm code paths, with and without L3 (a miss), on throwaway engines
+    // untimed: warm code paths on throwaway engines, without L3, with L3 on a miss, and with L3 on
+    // restores (of the first quarter of each stored prefix: the restore path's own code, not the
+    // objects the timed cohorts read)
     progress("reader: warming up");
     int[] warm = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
     try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
@@ -200,6 +203,17 @@ final class BenchWorkerCommand implements Callable<Integer> {
     }
     try (Engine e = Engine.start(lm, config, OptionalInt.empty(), l3.call())) {
       WorkerProcess.serve(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
+      int page = e.layout().prefixGranularity();
+      int warmPrefix = Math.max(page, prefixTokens / 4 / page * page);
+      for (int i = 0; i < n; i++) {
+        int[] restore =
+            concat(
+                java.util.Arrays.copyOf(p.seeds()[i], Math.min(warmPrefix, prefixTokens)),
+                rnd.ints(suffixTokens, 0, vocab).toArray());
+        emit(
+            WorkerProcess.requestLine(
+                line("request"), "warm-up", i, WorkerProcess.serve(e, restore, maxTokens)));
+      }
       rawBandwidth(e, queries[0], rawStore);
     }
     dropPages("l3");
@@ -214,9 +228,11 @@ final class BenchWorkerCommand implements Callable<Integer> {
         String cohort = withL3 ? "miss-l3" : "miss-off";
         try (Engine e = engine(withL3 ? l3.call() : null)) {
           progress("reader: " + cohort + " " + (i + 1) + "/" + pairs);
+          EngineStats before = e.stats();
+          GenerationResult r = WorkerProcess.serve(e, misses[i], maxTokens);
           emit(
-              WorkerProcess.requestLine(
-                  line("request"), cohort, i, WorkerProcess.serve(e, misses[i], maxTokens)));
+              loopFigures(
+                  WorkerProcess.requestLine(line("request"), cohort, i, r), before, e.stats()));
         }
       }
     }
@@ -240,22 +256,28 @@ final class BenchWorkerCommand implements Callable<Integer> {
                   + decodePairs);
           EngineStats before = e.stats();
           RequestMetrics m = WorkerProcess.serve(e, decodePrompt, decodeTokens).metrics();
-          EngineStats after = e.stats();
-          long rounds = Math.max(1, after.rounds() - before.rounds());
-          double loopUs =
-              ((after.roundNanos() - before.roundNanos())
-                      - (after.forwardNanos() - before.forwardNanos()))
-                  / 1e3
-                  / rounds;
           emit(
-              line("tpot")
-                  .put("l3", withL3)
-                  .put("pair", i)
-                  .put("tpot_ms", m.tpotNs() / 1e6)
-                  .put("loop_us_per_round", loopUs));
+              loopFigures(
+                  line("tpot").put("l3", withL3).put("pair", i).put("tpot_ms", m.tpotNs() / 1e6),
+                  before,
+                  e.stats()));
         }
       }
     }
+  }
+
+  /**
+   * Adds the loop's figures between two snapshots of one engine's stats to {@code line}: rounds,
+   * and the loop's own time outside the forward (the L3 poll and exchange, scheduling, sampling) in
+   * total and per round.
+   */
+  private static ObjectNode loopFigures(ObjectNode line, EngineStats before, EngineStats after) {
+    long rounds = Math.max(1, after.rounds() - before.rounds());
+    long outside =
+        (after.roundNanos() - before.roundNanos()) - (after.forwardNanos() - before.forwardNanos());
+    return line.put("rounds", rounds)
+        .put("loop_ms", outside / 1e6)
+        .put("loop_us_per_round", outside / 1e3 / rounds);
   }
 
   /** An engine of the benchmark's configuration, with L3 when {@code l3} is not null. */

@@ -78,7 +78,15 @@ class BenchTtftIT {
       assertEquals("yes", summary[summary.length - 1], store + ": L3 outputs = recompute");
       assertTrue(
           summary[2].contains("raw") && summary[3].contains("GETs"), String.join("|", summary));
+      assertTrue(summary[4].contains("L3's own time"), String.join("|", summary));
     }
+    assertTrue(
+        java.util.regex.Pattern.compile(
+                "tokens reused from L3: memory [1-9][0-9]*; file-warm [1-9][0-9]*;"
+                    + " file-cold [1-9][0-9]*\\)")
+            .matcher(report)
+            .find(),
+        "every reader's warm-up restored from L3: " + report);
   }
 
   /** The cells of {@code store}'s row in the summary table (its second cell is a ratio). */
