@@ -46,17 +46,19 @@ import picocli.CommandLine.Spec;
  * <ul>
  *   <li>{@code writer}: serves the seed prompts on an engine with L3 and exits once its writes are
  *       done;
- *   <li>{@code reader}: a fresh process with empty local caches. Untimed: JIT warm-up on engines
- *       with and without L3, then the store's raw read bandwidth for one prefix's objects (direct
- *       GETs, one call and parallel calls, best of 3); with {@code --drop-page-cache}, the store
- *       directory's pages are dropped before each raw read and each cohort that reads them. Timed,
- *       each cohort on a fresh engine of the same configuration: {@code l3} (the query prompts,
- *       their prefixes in the store), {@code partial} (half of each prefix and new tokens), {@code
- *       recompute} (the query prompts without L3); then {@code --pairs} pairs of {@code miss-l3} /
- *       {@code miss-off} requests (prompts whose prefixes no one wrote, with and without L3), each
- *       on a fresh engine, and {@code --decode-pairs} pairs of decode runs on two engines alive
- *       side by side, one with L3 enabled and idle, one without (TPOT, and the loop's own time per
- *       round outside the forward), the two sides of a pair back to back in alternating order.
+ *   <li>{@code reader}: a fresh process with empty local caches. Untimed: JIT warm-up on throwaway
+ *       engines (a request without L3, a miss with L3, and with L3 a restore of the first quarter
+ *       of each stored prefix, reported as cohort {@code warm-up}), then the store's raw read
+ *       bandwidth for one prefix's objects (direct GETs, one call and parallel calls, best of 3);
+ *       with {@code --drop-page-cache}, the store directory's pages are dropped before each raw
+ *       read and each cohort that reads them. Timed, each cohort on a fresh engine of the same
+ *       configuration: {@code l3} (the query prompts, their prefixes in the store), {@code partial}
+ *       (half of each prefix and new tokens), {@code recompute} (the query prompts without L3);
+ *       then {@code --pairs} pairs of {@code miss-l3} / {@code miss-off} requests (prompts whose
+ *       prefixes no one wrote, with and without L3), each on a fresh engine, and {@code
+ *       --decode-pairs} pairs of decode runs on two engines alive side by side, one with L3 enabled
+ *       and idle, one without (TPOT, and the loop's own time per round outside the forward), the
+ *       two sides of a pair back to back in alternating order.
  *   <li>{@code memory}: the writer's and the reader's engines in one process over one in-memory
  *       store (it cannot cross processes).
  * </ul>
