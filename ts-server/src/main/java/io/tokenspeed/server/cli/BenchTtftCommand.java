@@ -186,6 +186,10 @@ final class BenchTtftCommand implements Callable<Integer> {
           "--prompts >= 1, --prefix-tokens >= 128, --suffix-tokens >= 1, --max-tokens >= 1,"
               + " --decode-tokens >= 2, --pairs >= 1 and --decode-pairs >= 1 are required");
     }
+    if (threads != null && threads < 1) {
+      throw new ParameterException(
+          spec.commandLine(), "--threads=" + threads + " must be at least 1");
+    }
     PrintWriter err = spec.commandLine().getErr();
     long runSeed = System.nanoTime();
     List<Reader> readers = new ArrayList<>();

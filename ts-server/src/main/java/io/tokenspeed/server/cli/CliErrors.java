@@ -1,5 +1,6 @@
 package io.tokenspeed.server.cli;
 
+import java.io.IOException;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import picocli.CommandLine;
@@ -17,6 +18,9 @@ import picocli.CommandLine.ParseResult;
  *   <li>Invalid input ({@link IllegalArgumentException}, which includes configuration errors, and
  *       I/O failures) exits with {@value #EXIT_INVALID_INPUT}. These messages already name the
  *       field and the value; a stack trace would only hide them.
+ *   <li>A worker process of a multi-process command that failed has relayed its own error lines:
+ *       one more line names it, and the command exits with the worker's status (a usage error or
+ *       invalid input as such, anything else as {@value #EXIT_INTERNAL}).
  *   <li>Anything else is a bug: it exits with {@value #EXIT_INTERNAL} and prints the stack trace,
  *       which is then worth having.
  * </ul>
@@ -44,7 +48,15 @@ final class CliErrors implements IParameterExceptionHandler, IExecutionException
   @Override
   public int handleExecutionException(Exception ex, CommandLine cmd, ParseResult parseResult) {
     PrintWriter err = cmd.getErr();
-    if (ex instanceof IllegalArgumentException || ex instanceof UncheckedIOException) {
+    if (ex instanceof WorkerProcess.WorkerFailedException failed) {
+      err.println("error: " + oneLine(failed.getMessage()));
+      err.flush();
+      int code = failed.exitCode();
+      return code == EXIT_INVALID_INPUT || code == EXIT_USAGE ? code : EXIT_INTERNAL;
+    }
+    if (ex instanceof IllegalArgumentException
+        || ex instanceof UncheckedIOException
+        || ex instanceof IOException) {
       err.println("error: " + oneLine(ex.getMessage()));
       err.flush();
       return EXIT_INVALID_INPUT;

@@ -33,7 +33,7 @@ final class WorkerProcess {
   /**
    * Runs the worker to its end.
    *
-   * @throws IllegalStateException when it exits with a non-zero status
+   * @throws WorkerFailedException when it exits with a non-zero status
    */
   static void run(String role, List<String> args, Consumer<JsonNode> onLine, PrintWriter err)
       throws IOException, InterruptedException {
@@ -81,7 +81,30 @@ final class WorkerProcess {
     int rc = p.waitFor();
     relay.join();
     if (rc != 0) {
-      throw new IllegalStateException("the " + role + " process failed with exit code " + rc);
+      throw new WorkerFailedException(role, rc);
+    }
+  }
+
+  /**
+   * A worker that exited with a non-zero status. Its own error lines have been relayed already, so
+   * the command reports this in one line and exits with the worker's status.
+   */
+  static final class WorkerFailedException extends RuntimeException {
+    private final int exitCode;
+
+    WorkerFailedException(String role, int exitCode) {
+      super(
+          "the "
+              + role
+              + " process failed with exit code "
+              + exitCode
+              + " (its errors are above, prefixed with its role)");
+      this.exitCode = exitCode;
+    }
+
+    /** The worker's exit status. */
+    int exitCode() {
+      return exitCode;
     }
   }
 

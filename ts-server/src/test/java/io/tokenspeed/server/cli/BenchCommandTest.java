@@ -20,6 +20,7 @@ class BenchCommandTest {
         "bench ttft --prefix-tokens 64; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --pairs 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --decode-pairs 0; --prompts >= 1, --prefix-tokens >= 128",
+        "bench ttft --threads 0; --threads=0 must be at least 1",
       })
   void shouldRejectABadFlagWithAUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));

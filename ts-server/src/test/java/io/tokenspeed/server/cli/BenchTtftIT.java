@@ -89,6 +89,46 @@ class BenchTtftIT {
         "every reader's warm-up restored from L3: " + report);
   }
 
+  @Test
+  void shouldStopInOneLineWithTheWorkersStatusWhenItsStoreCannotBeReached() throws Exception {
+    int port;
+    try (java.net.ServerSocket s =
+        new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+      port = s.getLocalPort(); // closed again: nothing listens there
+    }
+    Result r =
+        JarProcess.run(
+            workDir,
+            List.of(
+                "bench",
+                "ttft",
+                "--model",
+                TinyLlama.model(workDir.resolve("model")),
+                "--stores",
+                "redis",
+                "--redis-uri",
+                "redis://127.0.0.1:" + port,
+                "--threads",
+                "1",
+                "--out",
+                workDir.resolve("report").toString()),
+            300);
+    assertEquals(1, r.exitCode(), r::toString);
+    List<String> err = r.err().lines().toList();
+    assertEquals(
+        "error: the redis-writer process failed with exit code 1 (its errors are above, prefixed"
+            + " with its role)",
+        err.getLast(),
+        r::toString);
+    assertTrue(
+        err.stream().anyMatch(l -> l.matches("  redis-writer: error: redis cannot connect to .*")),
+        r::toString);
+    assertTrue(
+        err.stream().noneMatch(l -> l.contains("internal error") || l.contains("SLF4J")),
+        "no stack trace, no logging-binding warning: " + r);
+    assertTrue(Files.notExists(workDir.resolve("report")), "no report");
+  }
+
   /** The cells of {@code store}'s row in the summary table (its second cell is a ratio). */
   private static String[] summary(String report, String store) {
     String rows =
