@@ -24,13 +24,8 @@ class BenchTtftIT {
       throws Exception {
     Path out = workDir.resolve("report");
     Result r =
-        JarProcess.run(
-            workDir,
+        benchTtft(
             List.of(
-                "bench",
-                "ttft",
-                "--model",
-                TinyLlama.model(workDir.resolve("model")),
                 "--stores",
                 "memory,file",
                 "--prompts",
@@ -97,13 +92,8 @@ class BenchTtftIT {
       port = s.getLocalPort(); // closed again: nothing listens there
     }
     Result r =
-        JarProcess.run(
-            workDir,
+        benchTtft(
             List.of(
-                "bench",
-                "ttft",
-                "--model",
-                TinyLlama.model(workDir.resolve("model")),
                 "--stores",
                 "redis",
                 "--redis-uri",
@@ -127,6 +117,14 @@ class BenchTtftIT {
         err.stream().noneMatch(l -> l.contains("internal error") || l.contains("SLF4J")),
         "no stack trace, no logging-binding warning: " + r);
     assertTrue(Files.notExists(workDir.resolve("report")), "no report");
+  }
+
+  /** Runs {@code tokenspeed bench ttft --model TINY-LLAMA ARGS} from the jar. */
+  private Result benchTtft(List<String> args, int timeoutSeconds) throws Exception {
+    List<String> command = new java.util.ArrayList<>();
+    command.addAll(List.of("bench", "ttft", "--model", TinyLlama.model(workDir.resolve("model"))));
+    command.addAll(args);
+    return JarProcess.run(workDir, command, timeoutSeconds);
   }
 
   /** The cells of {@code store}'s row in the summary table (its second cell is a ratio). */
