@@ -124,6 +124,22 @@ class EngineL3AdminTest {
     assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
   }
 
+  /**
+   * Clears the Device only (the call does not wait for the Host's storage I/O), serves the prompt
+   * again and checks that the output is unchanged, nothing came from the Device and the Host kept
+   * every full page of the prefix.
+   */
+  private void assertL1OnlyClearKeepsTheHost(Engine e, Recorder rec, String when) throws Exception {
+    e.clearDeviceCache().get(10, TimeUnit.SECONDS);
+    Run again = serve(e, rec);
+    EngineTest.assertSame(want, again, when);
+    assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
+    assertEquals(
+        (prompt.length - 1) / P * P,
+        again.result().metrics().reusedHostTokens(),
+        "the Host kept the prefix");
+  }
+
   @Test
   void shouldKeepTheHostOnAnL1OnlyClear() throws Exception {
     Recorder rec = new Recorder();
@@ -133,14 +149,7 @@ class EngineL3AdminTest {
       while (rec.hostCached <= 0 && System.nanoTime() < deadline) {
         Thread.sleep(2); // the finished prefix is written through to the Host
       }
-      e.clearDeviceCache().get(10, TimeUnit.SECONDS);
-      Run again = serve(e, rec);
-      EngineTest.assertSame(want, again, "after an L1-only clear");
-      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
-      assertEquals(
-          (prompt.length - 1) / P * P,
-          again.result().metrics().reusedHostTokens(),
-          "the Host kept the prefix");
+      assertL1OnlyClearKeepsTheHost(e, rec, "after an L1-only clear");
     }
     assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
   }
@@ -163,14 +172,7 @@ class EngineL3AdminTest {
     try (Engine e = engine(rec, slowPuts)) {
       serve(e, rec);
       assertTrue(inside.await(10, TimeUnit.SECONDS), "the finished prefix's PUT started");
-      e.clearDeviceCache().get(10, TimeUnit.SECONDS); // does not wait for the Host's I/O
-      Run again = serve(e, rec);
-      EngineTest.assertSame(want, again, "after an L1-only clear with a PUT in flight");
-      assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
-      assertEquals(
-          (prompt.length - 1) / P * P,
-          again.result().metrics().reusedHostTokens(),
-          "the Host kept the prefix the PUT is reading");
+      assertL1OnlyClearKeepsTheHost(e, rec, "after an L1-only clear with a PUT in flight");
       assertEquals(0, shared.puts.get(), "the PUT is still inside the store");
       release.countDown();
       awaitPuts(shared);

@@ -27,7 +27,6 @@ import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
@@ -62,10 +61,7 @@ class EngineL3FaultsTest {
     model = CausalLm.load(Fixtures.extract("llama", dir));
     SplittableRandom rnd = new SplittableRandom(29);
     written = rnd.ints(101, 0, model.vocabSize()).toArray();
-    extended = Arrays.copyOf(written, 121);
-    for (int i = written.length; i < extended.length; i++) {
-      extended[i] = rnd.nextInt(model.vocabSize());
-    }
+    extended = EngineL3Test.extend(written, 121, model.vocabSize(), rnd);
     Recorder rec = new Recorder();
     try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
       want = serve(e, rec, extended);
@@ -264,10 +260,7 @@ class EngineL3FaultsTest {
       } // close drains: the second prefix is put once the probe succeeded
       assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
 
-      int[] secondExtended = Arrays.copyOf(second, 121);
-      for (int i = second.length; i < secondExtended.length; i++) {
-        secondExtended[i] = rnd.nextInt(model.vocabSize());
-      }
+      int[] secondExtended = EngineL3Test.extend(second, 121, model.vocabSize(), rnd);
       Run recomputed;
       Recorder c = new Recorder();
       try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), c)) {

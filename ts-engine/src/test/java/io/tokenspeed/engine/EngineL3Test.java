@@ -19,13 +19,20 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -149,11 +156,34 @@ class EngineL3Test {
   }
 
   private Run recompute(CausalLm model, int[] prompt, int deviceParents) throws Exception {
+    return serveFresh(model, deviceParents, null, prompt);
+  }
+
+  /**
+   * Serves {@code prompt} on a fresh engine of {@code deviceParents} Device parents, with L3 when
+   * {@code l3} is not null, checks that every forward recorded was well formed, and closes the
+   * engine (a close drains its L3 writes).
+   */
+  private static Run serveFresh(CausalLm model, int deviceParents, L3Settings l3, int[] prompt)
+      throws Exception {
     Recorder rec = new Recorder();
+    Run run;
     try (Engine e =
-        Engine.start(model, EngineTest.small(deviceParents), OptionalInt.empty(), rec)) {
-      return serve(e, rec, prompt);
+        Engine.paused(model, EngineTest.small(deviceParents), OptionalInt.empty(), rec, l3)) {
+      e.resume();
+      run = serve(e, rec, prompt);
     }
+    assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
+    return run;
+  }
+
+  /** {@code prefix} extended to {@code length} tokens with seeded random ones. */
+  static int[] extend(int[] prefix, int length, int vocabSize, SplittableRandom rnd) {
+    int[] out = Arrays.copyOf(prefix, length);
+    for (int i = prefix.length; i < length; i++) {
+      out[i] = rnd.nextInt(vocabSize);
+    }
+    return out;
   }
 
   @ParameterizedTest(name = "{0}")
@@ -163,30 +193,14 @@ class EngineL3Test {
     CausalLm model = models.get(fixture);
     SplittableRandom rnd = new SplittableRandom(fixture.hashCode());
     int[] written = rnd.ints(101, 0, model.vocabSize()).toArray();
-    int[] extended = Arrays.copyOf(written, 121);
-    for (int i = written.length; i < extended.length; i++) {
-      extended[i] = rnd.nextInt(model.vocabSize());
-    }
+    int[] extended = extend(written, 121, model.vocabSize(), rnd);
     SharedStore store = new SharedStore();
 
-    Recorder w = new Recorder();
-    try (Engine writer =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), w, l3(store))) {
-      writer.resume();
-      serve(writer, w, written);
-    } // close drains: the finished prefix is written through to the Host and put
-    assertTrue(w.broken.isEmpty(), () -> w.broken.toString());
+    serveFresh(model, 256, l3(store), written); // its close writes the prefix through and puts it
     assertTrue(store.puts.get() > 0, "the writer put its prefix");
 
     Run want = recompute(model, extended);
-    Recorder r = new Recorder();
-    Run got;
-    try (Engine reader =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r, l3(store))) {
-      reader.resume();
-      got = serve(reader, r, extended);
-    }
-    assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
+    Run got = serveFresh(model, 256, l3(store), extended);
     EngineTest.assertSame(want, got, fixture + ": restored from L3 vs recomputed");
     assertTrue(store.gets.get() > 0, "the reader read the store");
     assertEquals(0, got.result().metrics().reusedDeviceTokens());
@@ -207,13 +221,7 @@ class EngineL3Test {
     int[] changed = extended.clone();
     changed[10] = (changed[10] + 1) % model.vocabSize();
     Run wantChanged = recompute(model, changed);
-    Recorder r2 = new Recorder();
-    Run gotChanged;
-    try (Engine reader =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r2, l3(store))) {
-      reader.resume();
-      gotChanged = serve(reader, r2, changed);
-    }
+    Run gotChanged = serveFresh(model, 256, l3(store), changed);
     EngineTest.assertSame(wantChanged, gotChanged, fixture + ": changed prefix vs recomputed");
     assertTrue(
         gotChanged.result().metrics().reusedHostTokens() <= 8,
@@ -230,7 +238,7 @@ class EngineL3Test {
         .toList();
   }
 
-  @org.junit.jupiter.api.Test
+  @Test
   void shouldRunNoStorageMachineryWithoutABackendAndGiveTheSameOutputs() throws Exception {
     CausalLm model = models.get("llama");
     int[] prompt = new SplittableRandom(3).ints(61, 0, model.vocabSize()).toArray();
@@ -270,22 +278,14 @@ class EngineL3Test {
    * the tick passes) instead of running a round every millisecond: a store that takes 300 ms per
    * call costs about one round per tick, and the restore still matches recomputation.
    */
-  @org.junit.jupiter.api.Test
+  @Test
   void shouldSleepBetweenRoundsWhileOnlyL3IsPendingAndWakeOnItsCompletions() throws Exception {
     CausalLm model = models.get("llama");
     SplittableRandom rnd = new SplittableRandom(41);
     int[] written = rnd.ints(64, 0, model.vocabSize()).toArray();
-    int[] extended = Arrays.copyOf(written, 72);
-    for (int i = written.length; i < extended.length; i++) {
-      extended[i] = rnd.nextInt(model.vocabSize());
-    }
+    int[] extended = extend(written, 72, model.vocabSize(), rnd);
     SharedStore store = new SharedStore();
-    try (Engine writer =
-        Engine.paused(
-            model, EngineTest.small(256), OptionalInt.empty(), new Recorder(), l3(store))) {
-      writer.resume();
-      serve(writer, new Recorder(), written);
-    }
+    serveFresh(model, 256, l3(store), written);
     long delayMs = 300;
     ForwardingStore slow =
         new ForwardingStore(store) {
@@ -346,30 +346,20 @@ class EngineL3Test {
    * cancelled while those shares are inside the store: it ends at once as cancelled, the late GET
    * publishes nothing, the engine goes on serving, and every output equals recomputation.
    */
-  @org.junit.jupiter.api.Test
+  @Test
   void shouldRestoreThroughSplitGetsAndSurviveACancelWhileTheyAreInsideTheStore() throws Exception {
     CausalLm model = models.get("wide");
     SplittableRandom rnd = new SplittableRandom(57);
     int[] written = rnd.ints(1025, 0, model.vocabSize()).toArray();
-    int[] extended = Arrays.copyOf(written, 1040);
-    for (int i = written.length; i < extended.length; i++) {
-      extended[i] = rnd.nextInt(model.vocabSize());
-    }
+    int[] extended = extend(written, 1040, model.vocabSize(), rnd);
     SharedStore store = new SharedStore();
-    Recorder w = new Recorder();
-    try (Engine writer =
-        Engine.paused(model, EngineTest.small(1024), OptionalInt.empty(), w, l3(store))) {
-      writer.resume();
-      serve(writer, w, written);
-    }
+    serveFresh(model, 1024, l3(store), written);
     Run want = recompute(model, extended, 1024);
 
-    java.util.concurrent.Semaphore inside = new java.util.concurrent.Semaphore(0);
-    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
-    java.util.concurrent.atomic.AtomicBoolean gate =
-        new java.util.concurrent.atomic.AtomicBoolean(true);
-    java.util.List<Integer> getSizes =
-        java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+    Semaphore inside = new Semaphore(0);
+    CountDownLatch release = new CountDownLatch(1);
+    AtomicBoolean gate = new AtomicBoolean(true);
+    List<Integer> getSizes = Collections.synchronizedList(new ArrayList<>());
     ForwardingStore gated =
         new ForwardingStore(store) {
           @Override
@@ -396,10 +386,10 @@ class EngineL3Test {
       reader.resume();
       RequestHandle first = reader.submit(extended, SamplingParams.greedy(8));
       assertTrue(
-          inside.tryAcquire(4, 30, java.util.concurrent.TimeUnit.SECONDS),
+          inside.tryAcquire(4, 30, TimeUnit.SECONDS),
           "the GET's four shares are inside the store together: " + getSizes);
       first.cancel();
-      GenerationResult cancelled = first.result().get(30, java.util.concurrent.TimeUnit.SECONDS);
+      GenerationResult cancelled = first.result().get(30, TimeUnit.SECONDS);
       assertEquals("cancelled", cancelled.finishReason(), "ended while its GET was running");
       gate.set(false);
       release.countDown(); // the shares return late, detached: nothing of them is published
@@ -415,14 +405,7 @@ class EngineL3Test {
         "512 block objects (8 MiB) in four shares of 128");
 
     // and without the gate: a fresh reader restores the whole prefix through shares
-    Recorder fresh = new Recorder();
-    Run got;
-    try (Engine reader =
-        Engine.paused(model, EngineTest.small(1024), OptionalInt.empty(), fresh, l3(store))) {
-      reader.resume();
-      got = serve(reader, fresh, extended);
-    }
-    assertTrue(fresh.broken.isEmpty(), () -> fresh.broken.toString());
+    Run got = serveFresh(model, 1024, l3(store), extended);
     EngineTest.assertSame(want, got, "restored through split GETs vs recomputed");
     assertEquals(
         (extended.length - 1) / P * P,
