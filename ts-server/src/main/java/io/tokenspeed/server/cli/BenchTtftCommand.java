@@ -73,8 +73,7 @@ final class BenchTtftCommand implements Callable<Integer> {
 
   @Option(
       names = "--pairs",
-      description =
-          "L3-on / L3-off pairs of all-miss requests and of decode runs (default: ${DEFAULT-VALUE}).")
+      description = "L3-on / L3-off pairs of all-miss requests (default: ${DEFAULT-VALUE}).")
   private int pairs = 5;
 
   @Option(
@@ -416,7 +415,7 @@ final class BenchTtftCommand implements Callable<Integer> {
           String.format(
               Locale.ROOT,
               "| %s | %.1f× | %s | %s | %.3f× (%.3f–%.3f; L3's own time %+.2f%%) | %.3f× (%.3f–%.3f) |"
-                  + " %.0f / %.0f µs (+%.2f%%) | %s |%n",
+                  + " %.0f / %.0f µs (%+.2f%%) | %s |%n",
               r.label(),
               rec / l3,
               restoreOne,
@@ -455,8 +454,7 @@ final class BenchTtftCommand implements Callable<Integer> {
             + " cohorts, each reader warmed its code paths on throwaway engines: a request without"
             + " L3, a miss with L3, and a restore of the first quarter of each stored prefix ("
             + warmUps(readers)
-            + "). Every L3"
-            + " cohort has a soft deadline of "
+            + "). Every L3 cohort has a soft deadline of "
             + SOFT_DEADLINE_MS
             + " ms.\n\n![TTFT p50 per store and cohort](CHART)\n");
     return b.toString();

@@ -159,7 +159,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
   }
 
   private void write(L3Settings l3, DemoPrompts p) throws Exception {
-    try (Engine w = Engine.start(lm, config, OptionalInt.empty(), l3)) {
+    try (Engine w = engine(l3)) {
       for (int i = 0; i < p.seeds().length; i++) {
         progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
         WorkerProcess.serve(w, p.seeds()[i], maxTokens);
@@ -200,17 +200,17 @@ final class BenchWorkerCommand implements Callable<Integer> {
     // objects the timed cohorts read)
     progress("reader: warming up");
     int[] warm = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
-    try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
+    try (Engine e = engine(null)) {
       WorkerProcess.serve(e, warm, maxTokens);
     }
-    try (Engine e = Engine.start(lm, config, OptionalInt.empty(), l3.call())) {
+    try (Engine e = engine(l3.call())) {
       WorkerProcess.serve(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
       int page = e.layout().prefixGranularity();
-      int warmPrefix = Math.max(page, prefixTokens / 4 / page * page);
+      int warmPrefix = Math.min(prefixTokens, Math.max(page, prefixTokens / 4 / page * page));
       for (int i = 0; i < n; i++) {
         int[] restore =
             concat(
-                java.util.Arrays.copyOf(p.seeds()[i], Math.min(warmPrefix, prefixTokens)),
+                java.util.Arrays.copyOf(p.seeds()[i], warmPrefix),
                 rnd.ints(suffixTokens, 0, vocab).toArray());
         emit(
             WorkerProcess.requestLine(
@@ -269,17 +269,15 @@ final class BenchWorkerCommand implements Callable<Integer> {
   }
 
   /**
-   * Adds the loop's figures between two snapshots of one engine's stats to {@code line}: rounds,
-   * and the loop's own time outside the forward (the L3 poll and exchange, scheduling, sampling) in
-   * total and per round.
+   * Adds the loop's figures between two snapshots of one engine's stats to {@code line}: its own
+   * time outside the forward (the L3 poll and exchange, scheduling, sampling), in total and per
+   * round.
    */
   private static ObjectNode loopFigures(ObjectNode line, EngineStats before, EngineStats after) {
     long rounds = Math.max(1, after.rounds() - before.rounds());
     long outside =
         (after.roundNanos() - before.roundNanos()) - (after.forwardNanos() - before.forwardNanos());
-    return line.put("rounds", rounds)
-        .put("loop_ms", outside / 1e6)
-        .put("loop_us_per_round", outside / 1e3 / rounds);
+    return line.put("loop_ms", outside / 1e6).put("loop_us_per_round", outside / 1e3 / rounds);
   }
 
   /** An engine of the benchmark's configuration, with L3 when {@code l3} is not null. */
