@@ -101,7 +101,6 @@ class FlatKvStorageProcessTest {
     return out;
   }
 
-  /** Polls until the completion of {@code op} arrives. */
   /** An executor with the defaults over a file store in {@code store} and {@code host}. */
   static L3Executor fileExecutor(Path store, HostCacheStorage host) throws Exception {
     return L3Executor.start(
@@ -111,6 +110,7 @@ class FlatKvStorageProcessTest {
         System::nanoTime);
   }
 
+  /** Polls until the completion of {@code op} arrives. */
   static StorageDone await(L3Executor executor, long op) throws InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (System.nanoTime() < deadline) {

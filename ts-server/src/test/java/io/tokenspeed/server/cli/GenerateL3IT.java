@@ -11,6 +11,7 @@ import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
@@ -96,7 +97,7 @@ class GenerateL3IT {
   private void reuseAcrossProcesses(List<String> l3) throws Exception {
     SplittableRandom rnd = new SplittableRandom(11);
     int[] first = rnd.ints(200, 0, 1024).toArray();
-    int[] second = java.util.Arrays.copyOf(first, 220);
+    int[] second = Arrays.copyOf(first, 220);
     for (int i = 200; i < 220; i++) {
       second[i] = rnd.nextInt(1024);
     }
@@ -114,7 +115,7 @@ class GenerateL3IT {
 
     // a prompt that ends one token past the stored prefix, restored, and the same prompt with its
     // prefix's last token changed: only the pages before the change can be reused
-    int[] near = java.util.Arrays.copyOf(second, 193);
+    int[] near = Arrays.copyOf(second, 193);
     JsonNode nearRestored = generate(near, l3);
     assertEquals(192, nearRestored.get("reused_storage_tokens").asInt(), nearRestored::toString);
     int[] changed = near.clone();
@@ -126,7 +127,6 @@ class GenerateL3IT {
         () -> "nothing from the changed token on can be reused: " + other);
     assertArrayEquals(tokens(otherRecomputed), tokens(other), "changed prompt vs recomputed");
     assertFalse(
-        java.util.Arrays.equals(tokens(nearRestored), tokens(other)),
-        "the changed token changes the output");
+        Arrays.equals(tokens(nearRestored), tokens(other)), "the changed token changes the output");
   }
 }
