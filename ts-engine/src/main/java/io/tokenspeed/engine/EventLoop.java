@@ -1,0 +1,395 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.BlockCopy;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.engine.l3.StorageTier;
+import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.CopyFence;
+import io.tokenspeed.engine.memory.DeviceHandle;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.scheduler.ExecutionPlan;
+import io.tokenspeed.scheduler.RequestState;
+import io.tokenspeed.scheduler.RoundInput;
+import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageTransferManager;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
+
+/**
+ * The engine's event loop: one thread that runs rounds (architecture §4) while there is work, and
+ * sleeps until there is. One round:
+ *
+ * <pre>
+ *   1. intake      administrative tasks, new requests, cancellations
+ *   2. head        with L3: poll the executor, the relay exchange (idle rounds included), then the
+ *                  agreed tick, pressure, cancellations and completions enter the scheduler
+ *   3. plan        scheduler.round: forward batch, Device copies, demotions, storage commands
+ *   4. dispatch    storage commands to the executor (beside the Device copies, never behind them);
+ *                  the images of requests just retracted, then H2D loads and copy-on-write, which
+ *                  the forward waits for; the D2H demotions and write-through, which copy while the
+ *                  forward computes
+ *   5. forward     the model over the Device pools ({@link ForwardStep})
+ *   6. commit      Host publication of what was copied, scheduler.onForwardDone
+ *   7. sample      the next tokens; finished requests end and their prefixes are written through
+ *   8. resume      requests retracted after they generated tokens go back to the scheduler
+ * </pre>
+ *
+ * <p>Rounds run while requests are active and, once they are not, until the background work is
+ * done: a round after a request ends, rounds while demotions are planned, and, with L3, a round per
+ * completion record or storage tick while storage operations are pending.
+ *
+ * <p>The scheduler, the cache and every step are the loop thread's; other threads reach the loop
+ * only through {@link Intake}, {@link #onLoop} and {@link #wake}.
+ */
+final class EventLoop {
+  private static final long IDLE_WAIT_MS = 20;
+
+  /**
+   * The longest wait between rounds while only L3 work is pending: a completion record wakes the
+   * loop at once, so this only paces the ticks that expire soft deadlines.
+   */
+  static final long STORAGE_TICK_MS = 5;
+
+  private final Engine engine;
+  private final CacheLayout layout;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final StorageTransferManager stm;
+  private final StorageTier storage;
+  private final Intake intake;
+  private final DeviceHandle deviceHandle;
+  private final Copies copies;
+  private final ForwardStep forward;
+  private final HostPublication publication;
+  private final ReuseAccounting reuse;
+  private final EngineObserver observer;
+  private final Map<Long, ActiveRequest> active;
+
+  /** Permits for the loop's wait: released by submit, cancel, administration, close and L3. */
+  private final Semaphore wake = new Semaphore(0);
+
+  /** Administrative tasks for the loop thread, run before the next round. */
+  private final ConcurrentLinkedQueue<AdminTask> admin = new ConcurrentLinkedQueue<>();
+
+  private record AdminTask(Runnable run, CompletableFuture<?> result) {}
+
+  private volatile boolean closing;
+  private volatile Throwable fatal;
+  private volatile long drainDeadlineNs;
+  private volatile EngineStats stats = EngineStats.NONE;
+
+  private long rounds;
+  private long endedRequests;
+  private long roundNanos;
+
+  /** An idle round is due: a request ended or demotions are in progress (background work). */
+  private boolean housekeeping;
+
+  /** The last round planned no forward while storage work was pending: wait a little. */
+  private boolean storageWait;
+
+  EventLoop(
+      Engine engine,
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      StorageTransferManager stm,
+      StorageTier storage,
+      Intake intake,
+      DeviceHandle deviceHandle,
+      Copies copies,
+      ForwardStep forward,
+      HostPublication publication,
+      ReuseAccounting reuse,
+      EngineObserver observer,
+      Map<Long, ActiveRequest> active) {
+    this.engine = engine;
+    this.layout = layout;
+    this.cache = cache;
+    this.scheduler = scheduler;
+    this.stm = stm;
+    this.storage = storage;
+    this.intake = intake;
+    this.deviceHandle = deviceHandle;
+    this.copies = copies;
+    this.forward = forward;
+    this.publication = publication;
+    this.reuse = reuse;
+    this.observer = observer;
+    this.active = active;
+  }
+
+  // ---------------------------------------------------------------- other threads
+
+  /** The figures of the latest round. */
+  EngineStats stats() {
+    return stats;
+  }
+
+  boolean closing() {
+    return closing;
+  }
+
+  /** What ended the loop, or null. */
+  Throwable fatal() {
+    return fatal;
+  }
+
+  /**
+   * Asks the loop to end: it cancels every request and lets pending L3 work finish until {@code
+   * drainDeadlineNs}.
+   */
+  void close(long drainDeadlineNs) {
+    this.drainDeadlineNs = drainDeadlineNs;
+    closing = true;
+    wake();
+  }
+
+  /** Runs {@code task} on the loop thread before its next round; completes with its result. */
+  <T> CompletableFuture<T> onLoop(Supplier<T> task) {
+    CompletableFuture<T> f = new CompletableFuture<>();
+    if (closing) {
+      f.completeExceptionally(new IllegalStateException("engine is closed"));
+      return f;
+    }
+    admin.add(
+        new AdminTask(
+            () -> {
+              try {
+                f.complete(task.get());
+              } catch (Throwable t) {
+                f.completeExceptionally(t);
+              }
+            },
+            f));
+    wake();
+    return f;
+  }
+
+  /** Fails the administrative tasks the loop did not run (after it ended). */
+  void failPendingTasks() {
+    for (AdminTask task; (task = admin.poll()) != null; ) {
+      task.result().completeExceptionally(new IllegalStateException("engine closed"));
+    }
+  }
+
+  /** Wakes the loop from its wait (any thread; never blocks). */
+  void wake() {
+    if (wake.availablePermits() == 0) {
+      wake.release();
+    }
+  }
+
+  // ---------------------------------------------------------------- the loop thread
+
+  void run() {
+    try {
+      while (!closing || !active.isEmpty() || intake.requestsPending() || draining()) {
+        if (closing) {
+          for (ActiveRequest a; (a = intake.poll()) != null; ) {
+            a.handle.end(a.result("cancelled", "engine closed"));
+          }
+          for (long id : active.keySet()) {
+            intake.cancel(id); // one round ends them all
+          }
+        }
+        boolean arrived = intake.pending() || !admin.isEmpty();
+        boolean agreementDue = storage != null && storage.agreementDue(); // next round returns it
+        if (active.isEmpty() && !arrived && !housekeeping && !agreementDue) {
+          boolean busy = storageBusy(); // L3 facts still to come: a round per event or tick
+          awaitWork(busy ? STORAGE_TICK_MS : IDLE_WAIT_MS);
+          if (!busy && !intake.pending() && admin.isEmpty()) {
+            continue;
+          }
+        } else if (storageWait && !arrived && !agreementDue) {
+          awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers
+        }
+        round();
+      }
+    } catch (Throwable t) {
+      fatal = t;
+      closing = true; // refuse new work: nothing would serve it
+      for (ActiveRequest a : active.values()) {
+        a.handle.end(a.result("error", "engine loop failed: " + t));
+      }
+      for (ActiveRequest a : intake.queued()) {
+        a.handle.end(a.result("error", "engine loop failed: " + t));
+      }
+    }
+  }
+
+  /** One round (see the class essay). */
+  private void round() throws InterruptedException, ControlPlaneException {
+    long roundStart = System.nanoTime();
+    List<Long> cancelled = takeIntake();
+    long now = System.nanoTime();
+    long evictedBefore = scheduler.redundantEvictions();
+    ExecutionPlan plan = plan(now, cancelled);
+    // a round that demoted or freed blocks may have left more for the next one
+    housekeeping =
+        !plan.demotions().isEmpty()
+            || scheduler.redundantEvictions() != evictedBefore
+            || !cancelled.isEmpty()
+            || publication.backupsPending();
+    storageWait = storage != null && plan.forward().isEmpty() && storageBusy();
+    endCancelled(cancelled);
+    reuse.noteAdmissions(now);
+    List<BlockTransfer> loads = new ArrayList<>();
+    List<HostPublication.ImagePage> images = publication.saveRetractedImages(loads); // first
+    for (BlockCopy c : plan.deviceCopies()) {
+      loads.add(BlockTransfer.of(c));
+    }
+    copies.await(loads);
+    publication.publish(images);
+    // demotions copy cached blocks no request reads, so they run while the forward computes
+    List<BlockTransfer> stores = new ArrayList<>();
+    for (ExecutionPlan.Demotion d : plan.demotions()) {
+      stores.add(BlockTransfer.of(d));
+    }
+    List<HostPublication.ImagePage> written = publication.writeThrough(stores);
+    CopyFence demoted = copies.submit(stores);
+    ForwardResult out = plan.forward().isEmpty() ? null : forward.forward(plan);
+    if (demoted != null) {
+      Copies.await(demoted);
+    }
+    publication.publish(written);
+    scheduler.onForwardDone(plan);
+    if (out != null) {
+      finish(forward.sample(plan, out));
+    }
+    resumeRetracted();
+    roundNanos += System.nanoTime() - roundStart;
+    publishStats();
+    observer.afterRound(engine);
+  }
+
+  /** Runs the administrative tasks and takes new requests in; returns the cancellations. */
+  private List<Long> takeIntake() {
+    for (AdminTask task; (task = admin.poll()) != null; ) {
+      task.run().run();
+    }
+    for (ActiveRequest a; (a = intake.poll()) != null; ) {
+      submitToScheduler(a);
+    }
+    return intake.drainCancellations();
+  }
+
+  /**
+   * The head and the plan: with L3, the executor's poll goes through the exchange and the agreed
+   * round enters the scheduler; the plan's storage commands go to the executor at once.
+   */
+  private ExecutionPlan plan(long nowNs, List<Long> cancelled) throws ControlPlaneException {
+    RoundInput input =
+        storage == null
+            ? new RoundInput(nowNs, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
+            : storage.roundInput(nowNs, cancelled);
+    long hostMark = cache.host().publications();
+    ExecutionPlan plan = scheduler.round(input);
+    rounds++;
+    if (storage != null) {
+      reuse.noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
+      storage.dispatch(plan.storage()); // beside the Device copies, never behind them
+    }
+    return plan;
+  }
+
+  private void endCancelled(List<Long> cancelled) {
+    for (long id : cancelled) {
+      ActiveRequest a = active.remove(id);
+      if (a != null) {
+        end(a, a.result("cancelled", null));
+      }
+    }
+  }
+
+  /** Ends the requests a sampled token finished; with L3 their prefixes are written through. */
+  private void finish(List<ForwardStep.Finished> finished) {
+    for (ForwardStep.Finished f : finished) {
+      ActiveRequest a = f.request();
+      housekeeping = true;
+      if (storage != null) {
+        publication.writeThroughLater(a);
+      }
+      scheduler.complete(a.id);
+      active.remove(a.id);
+      end(a, a.result(f.reason().wireName(), null));
+    }
+  }
+
+  /**
+   * A request the scheduler retracted after it generated tokens restarts from its prompt; those
+   * tokens must be computed again before the next, so it is resubmitted with them as its prompt.
+   * The forward pass is exact whatever the chunking, so the resumed sequence is the one it would
+   * have produced.
+   */
+  private void resumeRetracted() {
+    for (ActiveRequest a : new ArrayList<>(active.values())) {
+      if (a.generated() > 0 && scheduler.state(a.id) instanceof RequestState.Retracted) {
+        scheduler.complete(a.id);
+        active.remove(a.id);
+        submitToScheduler(a);
+      }
+    }
+  }
+
+  private void submitToScheduler(ActiveRequest a) {
+    String refusal = Intake.submit(scheduler, layout, a);
+    if (refusal == null) {
+      active.put(a.id, a);
+    } else {
+      end(a, a.result("error", refusal));
+    }
+  }
+
+  /** Ends a request the loop served (counted in {@link EngineStats#endedRequests()}). */
+  private void end(ActiveRequest a, GenerationResult r) {
+    endedRequests++;
+    a.handle.end(r);
+  }
+
+  private void publishStats() {
+    stats =
+        new EngineStats(
+            rounds,
+            active.size(),
+            endedRequests,
+            cache.device().cachedCount(),
+            cache.host().cachedCount(),
+            cache.device().pool().freeParents(),
+            scheduler.retractions(),
+            publication.imageBlocks(),
+            deviceHandle.copiedBytes(),
+            deviceHandle.copyNanos(),
+            roundNanos,
+            forward.forwardNanos());
+  }
+
+  /**
+   * Waits up to {@code ms} for a reason to run a round: a request, a cancellation, an
+   * administrative task, close, or an L3 completion record.
+   */
+  private void awaitWork(long ms) throws InterruptedException {
+    wake.tryAcquire(ms, TimeUnit.MILLISECONDS);
+    wake.drainPermits();
+  }
+
+  /** L3 operations without an agreed completion, or backup candidates not yet written. */
+  boolean storageBusy() {
+    return storage != null
+        && (storage.busy() || stm.queuedCandidates() > 0 || publication.backupsPending());
+  }
+
+  /** Closing with L3 work left: rounds go on until it is done or the drain deadline passes. */
+  private boolean draining() {
+    return storageBusy() && System.nanoTime() < drainDeadlineNs;
+  }
+}

@@ -1,0 +1,239 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.DevicePools;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.sampling.FinishReason;
+import io.tokenspeed.model.sampling.Sampler;
+import io.tokenspeed.scheduler.ExecutionPlan;
+import io.tokenspeed.scheduler.Scheduler;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * The forward step of a round: builds the batch from the plan (each request's tokens and block
+ * tables, the State groups' tables with the checkpoints the chunk materializes), runs the model
+ * over the Device pools, publishes those checkpoints on the Device, and samples the next token of
+ * every request whose known tokens are all computed.
+ *
+ * <p>It never allocates KV blocks for requests or decides what is cached: the scheduler's plan and
+ * tables say where everything lives. The only blocks it allocates are the fresh Device blocks of
+ * State checkpoints at aligned boundaries, which it publishes after the forward.
+ */
+final class ForwardStep {
+  private final CausalLm model;
+  private final CacheLayout layout;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final DevicePools device;
+  private final Copies copies;
+  private final ComputePool pool;
+  private final EngineObserver observer;
+  private final Map<Long, ActiveRequest> active;
+  private final Sampler sampler;
+  private long forwardNanos;
+
+  /** A request that ended at a sampled token. */
+  record Finished(ActiveRequest request, FinishReason reason) {}
+
+  ForwardStep(
+      CausalLm model,
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      DevicePools device,
+      Copies copies,
+      ComputePool pool,
+      EngineObserver observer,
+      Map<Long, ActiveRequest> active) {
+    this.model = model;
+    this.layout = layout;
+    this.cache = cache;
+    this.scheduler = scheduler;
+    this.device = device;
+    this.copies = copies;
+    this.pool = pool;
+    this.observer = observer;
+    this.active = active;
+    this.sampler = new Sampler(model.vocabSize());
+  }
+
+  /** Nanoseconds inside the model's forward pass since start. */
+  long forwardNanos() {
+    return forwardNanos;
+  }
+
+  /** Runs the plan's forward batch; the copies it depends on must have completed. */
+  ForwardResult forward(ExecutionPlan plan) throws InterruptedException {
+    List<ForwardRequest> reqs = new ArrayList<>(plan.forward().size());
+    List<Checkpoint> checkpoints = new ArrayList<>();
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      ActiveRequest a = active.get(item.requestId());
+      int start = item.startToken();
+      int end = start + item.numTokens();
+      int[][] tables = scheduler.blockTables(a.id);
+      Admission adm = scheduler.admission(a.id);
+      if (adm != a.admission) {
+        a.admission = adm;
+        a.stateInWorkingSlot = false;
+        a.kvTokens = adm.hit(); // on the Device once this round's loads are done
+      }
+      for (var g : layout.groups()) {
+        if (g.kind() instanceof GroupKind.StateCheckpoints) {
+          int gid = g.groupId();
+          tables[gid] = stateTable(a, gid, tables[gid], start, end, checkpoints);
+        }
+      }
+      int[] ids = Arrays.copyOfRange(a.tokens, start, end);
+      reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
+    }
+    copies.checkForwardMayRun();
+    long forwardStart = System.nanoTime();
+    ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+    forwardNanos += System.nanoTime() - forwardStart;
+    for (ExecutionPlan.ForwardItem item : plan.forward()) {
+      ActiveRequest a = active.get(item.requestId());
+      a.stateInWorkingSlot = true;
+      a.kvTokens = Math.max(a.kvTokens, item.startToken() + item.numTokens());
+      a.computedTokens += item.numTokens();
+    }
+    publishCheckpoints(checkpoints);
+    return out;
+  }
+
+  /**
+   * A State checkpoint a forward materializes at an aligned boundary of the prompt's full pages, to
+   * publish after it: written by the model straight into {@code block}, or copied there from the
+   * working slot ({@code copyFrom}) when the boundary is where the chunk ends.
+   */
+  private record Checkpoint(int groupId, int block, CacheKey key, int copyFrom) {}
+
+  /**
+   * The model's table of a State group for one chunk, built from the scheduler's two slots [input
+   * checkpoint, working block]. The model ({@code SelectiveScan}) reads the state at row
+   * ceil(start/P)−1, writes the state after every boundary B = (i+1)·P it crosses to row i unless
+   * that row is a hole, and the running state to row ceil(end/P)−1:
+   *
+   * <pre>
+   *   row ceil(start/P)−1   the running state: the input checkpoint before the request's first
+   *                         forward, the working slot after it
+   *   row ceil(end/P)−1     the working slot (a checkpoint ending the chunk is copied out of it
+   *                         afterwards: the working slot goes on changing)
+   *   row i, B = (i+1)·P    a fresh block when B is an aligned boundary of the prompt's full pages
+   *   crossed in the chunk  whose checkpoint the Device lacks (published after the forward; when
+   *                         it is also the input row, the running state is copied in first); else
+   *                         a hole
+   * </pre>
+   *
+   * A published block is never written: when the model would write the row it reads and that row
+   * holds the published input checkpoint, the chunk runs from a copy in the working slot.
+   */
+  private int[] stateTable(
+      ActiveRequest a, int g, int[] slots, int start, int end, List<Checkpoint> checkpoints)
+      throws InterruptedException {
+    int p = layout.prefixGranularity();
+    int working = slots[1];
+    int inRow = start == 0 ? -1 : Math.ceilDiv(start, p) - 1;
+    int workRow = Math.ceilDiv(end, p) - 1;
+    int current = inRow < 0 ? 0 : a.stateInWorkingSlot ? working : slots[0];
+    if (inRow >= 0 && current == 0) {
+      throw new IllegalStateException(
+          "request " + a.id + " resumes at " + start + " without an input checkpoint");
+    }
+    int[] t = new int[workRow + 1];
+    t[workRow] = working;
+    List<BlockTransfer> before = new ArrayList<>();
+    boolean inputPlaced = false;
+    int limit = cache.isCurrent(a.admission) ? a.keys.numFullPages() * p : 0;
+    for (int b = (start / p + 1) * p; b <= Math.min(end, limit); b += p) {
+      CacheKey key = a.keys.checkpointKey(g, b);
+      if (cache.device().contains(key)) {
+        continue;
+      }
+      int[] needs = new int[layout.numGroups()];
+      needs[g] = 1;
+      int[][] fresh = cache.device().allocate(needs);
+      if (fresh == null) {
+        continue; // no room for a copy: this checkpoint is simply not published
+      }
+      int block = fresh[g][0];
+      int row = b / p - 1;
+      if (row == workRow) {
+        checkpoints.add(new Checkpoint(g, block, key, working));
+        continue;
+      }
+      if (row == inRow) {
+        before.add(new BlockTransfer.DeviceCopy(g, current, block)); // read there, then written
+        inputPlaced = true;
+      }
+      t[row] = block;
+      checkpoints.add(new Checkpoint(g, block, key, 0));
+    }
+    if (inRow >= 0 && !inputPlaced) {
+      int boundary = (inRow + 1) * p;
+      if (current != working && boundary > start && boundary <= end) {
+        before.add(new BlockTransfer.DeviceCopy(g, current, working));
+        current = working;
+      }
+      t[inRow] = current;
+    }
+    copies.await(before);
+    return t;
+  }
+
+  private void publishCheckpoints(List<Checkpoint> checkpoints) throws InterruptedException {
+    List<BlockTransfer> copyOps = new ArrayList<>();
+    for (Checkpoint c : checkpoints) {
+      if (c.copyFrom() != 0) {
+        copyOps.add(new BlockTransfer.DeviceCopy(c.groupId(), c.copyFrom(), c.block()));
+      }
+    }
+    copies.await(copyOps);
+    for (Checkpoint c : checkpoints) {
+      cache.device().noteWrite(c.block());
+      cache.device().publish(c.key(), c.block());
+      cache.device().unref(c.block());
+    }
+  }
+
+  /**
+   * Samples the next token of every request of the plan whose known tokens are all computed and
+   * streams it; returns those that a stop token or their token limit ended.
+   */
+  List<Finished> sample(ExecutionPlan plan, ForwardResult out) {
+    long now = System.nanoTime();
+    List<Finished> finished = new ArrayList<>();
+    List<ExecutionPlan.ForwardItem> items = plan.forward();
+    for (int i = 0; i < items.size(); i++) {
+      ExecutionPlan.ForwardItem item = items.get(i);
+      ActiveRequest a = active.get(item.requestId());
+      if (a == null || item.startToken() + item.numTokens() != a.known) {
+        continue; // a prefill chunk before the prompt's end: nothing to sample yet
+      }
+      float[] logits = out.last(i);
+      observer.onLogits(a.id, a.generated(), logits);
+      int token = a.sampling.sample(sampler, logits, 0);
+      Optional<FinishReason> done = a.sampling.onToken(token);
+      a.tokens[a.known++] = token;
+      if (a.firstTokenNs == 0) {
+        a.firstTokenNs = now;
+      }
+      a.lastTokenNs = now;
+      a.handle.emit(token);
+      done.ifPresent(reason -> finished.add(new Finished(a, reason)));
+    }
+    return finished;
+  }
+}

@@ -1,0 +1,126 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.scheduler.Scheduler;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.function.IntSupplier;
+
+/**
+ * The engine's front door: checks a request when it is submitted (on the caller's thread), holds it
+ * in a bounded queue until the loop's next round, and carries cancellations to the loop. At the
+ * round's start the loop takes every queued request into the scheduler with the keys of its known
+ * tokens.
+ *
+ * <p>Callers touch only the two queues; the scheduler is the loop thread's.
+ */
+final class Intake {
+  private final int vocabSize;
+  private final IntSupplier maxRequestTokens;
+  private final ArrayBlockingQueue<ActiveRequest> queue;
+  private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
+
+  Intake(int vocabSize, IntSupplier maxRequestTokens, int maxQueued) {
+    this.vocabSize = vocabSize;
+    this.maxRequestTokens = maxRequestTokens;
+    this.queue = new ArrayBlockingQueue<>(maxQueued);
+  }
+
+  /** What is wrong with a request, or null when it may be served (any thread). */
+  String check(int[] prompt, SamplingParams params) {
+    if (prompt == null || prompt.length == 0) {
+      return "prompt is empty: at least one token is needed";
+    }
+    if (params == null) {
+      return "sampling params are required";
+    }
+    for (int i = 0; i < prompt.length; i++) {
+      if (prompt[i] < 0 || prompt[i] >= vocabSize) {
+        return "prompt token "
+            + i
+            + " id="
+            + prompt[i]
+            + " is outside the vocabulary [0, "
+            + vocabSize
+            + ")";
+      }
+    }
+    long need = (long) prompt.length + params.maxTokens();
+    int limit = maxRequestTokens.getAsInt();
+    if (need > limit) {
+      return "prompt of "
+          + prompt.length
+          + " tokens + max_tokens "
+          + params.maxTokens()
+          + " = "
+          + need
+          + " exceeds the single-request limit of "
+          + limit
+          + " tokens (what the Device holds of one request in every cache group)";
+    }
+    return null;
+  }
+
+  /** How many requests the queue holds at most ({@code max_queued}). */
+  int capacity() {
+    return queue.size() + queue.remainingCapacity();
+  }
+
+  /** Queues a checked request for the next round; false when the queue is full (any thread). */
+  boolean offer(ActiveRequest a) {
+    return queue.offer(a);
+  }
+
+  /** Asks the loop to end request {@code id} at its next round (any thread). */
+  void cancel(long id) {
+    cancels.add(id);
+  }
+
+  /** Whether requests or cancellations wait for the loop. */
+  boolean pending() {
+    return !queue.isEmpty() || !cancels.isEmpty();
+  }
+
+  /** Whether requests wait for the loop. */
+  boolean requestsPending() {
+    return !queue.isEmpty();
+  }
+
+  /** The next queued request, or null. */
+  ActiveRequest poll() {
+    return queue.poll();
+  }
+
+  /** The cancellations that arrived since the last call. */
+  List<Long> drainCancellations() {
+    List<Long> out = new ArrayList<>();
+    for (Long id; (id = cancels.poll()) != null; ) {
+      out.add(id);
+    }
+    return out;
+  }
+
+  /** The requests still queued (on failure: the loop ends them). */
+  Iterable<ActiveRequest> queued() {
+    return queue;
+  }
+
+  /**
+   * Submits {@code a}'s known tokens to the scheduler (its prompt, or its prompt and generated
+   * tokens when it resumes); returns the scheduler's refusal, or null.
+   */
+  static String submit(Scheduler scheduler, CacheLayout layout, ActiveRequest a) {
+    try {
+      a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
+      scheduler.submit(a.id, a.keys, a.sampling.params().maxTokens() - a.generated(), false);
+      return null;
+    } catch (IllegalArgumentException e) {
+      return e.getMessage();
+    }
+  }
+}

@@ -1,0 +1,106 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.core.CacheKey;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.PromptKeys;
+import io.tokenspeed.scheduler.Scheduler;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.SequencedSet;
+
+/**
+ * Where each request's prefix came from, for its figures: at admission, the tokens already on the
+ * Device, those loaded from the Host, and of them those whose Host blocks L3 restored. It remembers
+ * the keys agreed GETs published on the Host recently (a bounded set, oldest first); it never feeds
+ * a decision.
+ */
+final class ReuseAccounting {
+  private static final int MAX_RESTORED_KEYS = 1 << 16;
+
+  private final CacheLayout layout;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final Map<Long, ActiveRequest> active;
+
+  /** Keys restored from L3 recently, oldest first. */
+  private final SequencedSet<CacheKey> restored = new LinkedHashSet<>();
+
+  ReuseAccounting(
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      Map<Long, ActiveRequest> active) {
+    this.layout = layout;
+    this.cache = cache;
+    this.scheduler = scheduler;
+    this.active = active;
+  }
+
+  /**
+   * Remembers the Host publications of a scheduler round since {@code hostMark}: inside a round,
+   * only agreed GETs publish on the Host, so these are restored from L3.
+   */
+  void noteRestored(long hostMark) {
+    List<CacheKey> keys = cache.host().publishedSince(hostMark);
+    if (keys == null) {
+      return; // more than the ring holds in one round: these go uncounted
+    }
+    for (CacheKey k : keys) {
+      restored.add(k);
+      if (restored.size() > MAX_RESTORED_KEYS) {
+        restored.removeFirst();
+      }
+    }
+  }
+
+  /** Records the admission time and reused prefix of every request admitted this round. */
+  void noteAdmissions(long nowNs) {
+    for (ActiveRequest a : active.values()) {
+      if (a.admittedNs == 0) {
+        Admission adm = scheduler.admission(a.id);
+        if (adm != null) {
+          a.admittedNs = nowNs;
+          if (a.reusedDevice < 0) {
+            a.reusedDevice = adm.deviceHit();
+            a.reusedHost = adm.hit() - adm.deviceHit();
+            a.reusedStorage = restoredTokens(a.keys, adm.deviceHit(), adm.hit());
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * Of the Host part {@code [deviceHit, hit)} of an admission, the tokens whose Host blocks were
+   * restored from L3: the pages whose first block of the (first) history group was restored, or,
+   * for a model without one, the whole part when its State checkpoint was.
+   */
+  private int restoredTokens(PromptKeys keys, int deviceHit, int hit) {
+    if (restored.isEmpty() || hit <= deviceHit) {
+      return 0;
+    }
+    int p = layout.prefixGranularity();
+    for (var g : layout.groups()) {
+      if (g.kind() instanceof GroupKind.FullHistory) {
+        int tokens = 0;
+        for (int start = deviceHit; start < hit; start += p) {
+          if (restored.contains(keys.keyOf(g.groupId(), start / g.blockGranularity(), hit))) {
+            tokens += Math.min(p, hit - start);
+          }
+        }
+        return tokens;
+      }
+    }
+    for (var g : layout.groups()) {
+      if (g.kind() instanceof GroupKind.StateCheckpoints
+          && restored.contains(keys.checkpointKey(g.groupId(), hit))) {
+        return hit - deviceHit;
+      }
+    }
+    return 0;
+  }
+}
