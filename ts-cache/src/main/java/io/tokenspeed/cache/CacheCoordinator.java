@@ -263,6 +263,66 @@ public final class CacheCoordinator {
   }
 
   /**
+   * Admits a retracted request from its exact {@link RetractionImage}: every image block is loaded
+   * into a fresh private Device block (never published: the request goes on writing the partial row
+   * and the running state), and fresh blocks are allocated up to {@code endTokens}. The admission's
+   * hit is the image's tokens, none of them from the Device. The image's Host references become the
+   * copies' source references, dropped by {@link #finishCopies}. Returns null, changing nothing,
+   * when the Device cannot hold it even after evicting every cached block.
+   */
+  public Admission admitImage(RetractionImage image, int endTokens) {
+    int hit = image.tokens();
+    if (endTokens <= hit) {
+      throw new IllegalArgumentException(
+          "end_tokens=" + endTokens + " must exceed the image's " + hit + " tokens");
+    }
+    int groups = layout.numGroups();
+    int[] needs = new int[groups];
+    int[][] tables = new int[groups][];
+    for (CacheGroupSpec g : layout.groups()) {
+      int gid = g.groupId();
+      int[] rows = image.hostBlocks()[gid];
+      boolean state = g.kind() instanceof GroupKind.StateCheckpoints;
+      if (rows.length != (state ? 1 : g.rowsFor(hit)) || (state && rows[0] == 0)) {
+        throw new IllegalArgumentException(
+            "group " + gid + " of an image of " + hit + " tokens has " + rows.length + " rows");
+      }
+      tables[gid] = new int[state ? 2 : g.rowsFor(endTokens)];
+      for (int b : rows) {
+        if (b != 0) {
+          needs[gid]++;
+        }
+      }
+      needs[gid] += state ? 1 : tables[gid].length - rows.length;
+    }
+    int[][] fresh = device.allocate(needs);
+    if (fresh == null) {
+      return null;
+    }
+    int[] used = new int[groups];
+    List<BlockCopy> copies = new ArrayList<>();
+    for (CacheGroupSpec g : layout.groups()) {
+      int gid = g.groupId();
+      int[] rows = image.hostBlocks()[gid];
+      boolean state = g.kind() instanceof GroupKind.StateCheckpoints;
+      for (int row = 0; row < rows.length; row++) {
+        if (rows[row] != 0) {
+          int dst = fresh[gid][used[gid]++];
+          tables[gid][row] = dst;
+          copies.add(new BlockCopy(gid, row, Tier.HOST, rows[row], dst, null, false));
+        }
+      }
+      int from = state ? 1 : g.rowsFor(hit);
+      for (int row = from; row < tables[gid].length; row++) {
+        if (tables[gid][row] == 0) {
+          tables[gid][row] = fresh[gid][used[gid]++];
+        }
+      }
+    }
+    return new Admission(hit, 0, tables, List.copyOf(copies), clears);
+  }
+
+  /**
    * Called once the data plane has performed (or abandoned) an admission's copies: publishes each
    * loaded Device block that is a plain copy of its key (when {@code completed}), and drops the
    * references held on the sources.

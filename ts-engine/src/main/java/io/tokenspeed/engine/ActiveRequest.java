@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.RetractionImage;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.model.sampling.SamplingState;
 import java.util.Arrays;
@@ -32,6 +33,9 @@ final class ActiveRequest {
 
   /** Leading tokens whose KV the request's Device blocks hold (reused, loaded or computed). */
   int kvTokens;
+
+  /** The exact image of its last retraction, until the loop hands it to the scheduler. */
+  RetractionImage image;
 
   /** Tokens the forward computed for it so far. */
   long computedTokens;

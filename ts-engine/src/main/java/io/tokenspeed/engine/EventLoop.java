@@ -244,12 +244,12 @@ final class EventLoop {
     endCancelled(cancelled);
     reuse.noteAdmissions(now);
     List<BlockTransfer> loads = new ArrayList<>();
-    List<HostPublication.ImagePage> images = publication.saveRetractedImages(loads); // first
+    publication.saveRetractedImages(loads); // first: the retracted blocks may be reused below
     for (BlockCopy c : plan.deviceCopies()) {
       loads.add(BlockTransfer.of(c));
     }
     copies.await(loads);
-    publication.publish(images);
+    attachImages();
     // demotions copy cached blocks no request reads, so they run while the forward computes
     List<BlockTransfer> stores = new ArrayList<>();
     for (ExecutionPlan.Demotion d : plan.demotions()) {
@@ -326,17 +326,45 @@ final class EventLoop {
   }
 
   /**
-   * A request the scheduler retracted after it generated tokens restarts from its prompt; those
-   * tokens must be computed again before the next, so it is resubmitted with them as its prompt.
-   * The forward pass is exact whatever the chunking, so the resumed sequence is the one it would
-   * have produced.
+   * Hands the images saved this round (their copies completed) to the scheduler, for requests
+   * retracted during their prompt; those that generated tokens take theirs along when they are
+   * resubmitted ({@link #resumeRetracted}).
+   */
+  private void attachImages() {
+    for (ActiveRequest a : active.values()) {
+      if (a.image != null && a.generated() == 0) {
+        if (!scheduler.attachImage(a.id, a.image)) {
+          publication.dropImage(a.image);
+        }
+        a.image = null;
+      }
+    }
+  }
+
+  /**
+   * A request the scheduler retracted after it generated tokens is resubmitted with them as its
+   * prompt (the scheduler knows only prompt keys), in Retracted: it resumes from its exact image,
+   * or, when the Host could not hold one, recomputes through ordinary admission (exact too: the
+   * forward pass does not depend on chunking). It never starts a fresh L3 preparation.
    */
   private void resumeRetracted() {
-    for (ActiveRequest a : new ArrayList<>(active.values())) {
-      if (a.generated() > 0 && scheduler.state(a.id) instanceof RequestState.Retracted) {
+    for (Scheduler.RetractedBlocks rb : scheduler.retractedThisRound()) {
+      ActiveRequest a = active.get(rb.requestId());
+      if (a != null
+          && a.generated() > 0
+          && scheduler.state(a.id) instanceof RequestState.Retracted) {
         scheduler.complete(a.id);
         active.remove(a.id);
-        submitToScheduler(a);
+        String refusal = Intake.resubmitRetracted(scheduler, layout, a);
+        if (refusal == null) {
+          active.put(a.id, a);
+        } else {
+          if (a.image != null) {
+            publication.dropImage(a.image);
+          }
+          end(a, a.result("error", refusal));
+        }
+        a.image = null;
       }
     }
   }

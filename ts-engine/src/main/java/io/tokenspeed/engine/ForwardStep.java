@@ -183,7 +183,10 @@ final class ForwardStep {
     }
     if (inRow >= 0 && !inputPlaced) {
       int boundary = (inRow + 1) * p;
-      if (current != working && boundary > start && boundary <= end) {
+      // the chunk's running state must end in the working slot: when it crosses the input row's
+      // boundary, or when it stays in that row (a resumption from an image mid-page), it runs
+      // from a copy there
+      if (current != working && ((boundary > start && boundary <= end) || inRow == workRow)) {
         before.add(new BlockTransfer.DeviceCopy(g, current, working));
         current = working;
       }

@@ -1,22 +1,27 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.RetractionImage;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
-import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.scheduler.Scheduler;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 
 /**
- * What the loop publishes on the Host besides the scheduler's demotions: the images of retracted
- * requests and, with L3, the write-through of finished prefixes. Each page goes Device → Host into
- * a private Host block and is published under its content key only once its copy completed; a
- * published Host block becomes a backup candidate for L3.
+ * What the loop copies to the Host besides the scheduler's demotions: the exact images of retracted
+ * requests, and, with L3, the write-through of finished prefixes.
+ *
+ * <ul>
+ *   <li>An image goes Device → Host into private Host blocks the request holds; it is never
+ *       published, matched or evicted, and only that request's next admission loads it.
+ *   <li>A written-through page goes Device → Host into a private Host block and is published under
+ *       its content key only once its copy completed; a published Host block becomes a backup
+ *       candidate for L3.
+ * </ul>
  *
  * <p>It never overwrites a published block and never publishes a block whose copy has not
  * completed.
@@ -31,11 +36,11 @@ final class HostPublication {
   private final List<CacheKey> backups = new ArrayList<>();
 
   private long imageBlocks;
+  private long imagesRefused;
 
   /**
-   * A page block copied to a private Host block, to publish there once copied: a retracted
-   * request's (deviceBlock 0: the Device block is no longer held) or a finished request's written
-   * through (its published Device block, pinned until then).
+   * A finished request's page copied to a private Host block, to publish there once copied; its
+   * published Device block stays pinned until then.
    */
   record ImagePage(CacheKey key, int hostBlock, int deviceBlock) {}
 
@@ -53,6 +58,11 @@ final class HostPublication {
   /** Image blocks of retracted requests saved to the Host since start. */
   long imageBlocks() {
     return imageBlocks;
+  }
+
+  /** Retracted requests whose image the Host could not hold (they recompute) since start. */
+  long imagesRefused() {
+    return imagesRefused;
   }
 
   /** Whether finished prefixes wait to be written through. */
@@ -73,48 +83,95 @@ final class HostPublication {
   }
 
   /**
-   * The images of the requests this round retracted: every full page of their computed KV (groups
-   * with history or a window; a State group's running state lies between checkpoints and is not
-   * kept) that the Host lacks goes by D2H into a fresh Host block, to be published under its
-   * content key once copied. A resumed request then finds those pages on the Host and loads them by
-   * H2D like any Host hit, computing only its partial last page again. Adds the copies to {@code
-   * ops} (which must run before this round's Device copies and forward: the retracted blocks may
-   * already belong to another request). A Host without room keeps fewer pages: those are
-   * recomputed.
+   * The exact images of the requests this round retracted (the specification's retraction through
+   * the Host executor): for each, every Device block it needs to go on from the tokens it computed
+   * — the rows of its history and window groups, the partial last row included, and its State
+   * groups' running state — is copied D2H into private Host blocks it holds ({@link
+   * RetractionImage}), and its admission later loads them back byte for byte, so it computes
+   * nothing again. Adds the copies to {@code ops}, which must run before this round's Device copies
+   * and forward: the retracted blocks may already belong to another request. The image is all or
+   * nothing: when the Host cannot hold it, the request keeps none and recomputes through ordinary
+   * admission (counted in {@link #imagesRefused()}). Each victim's image waits in {@link
+   * ActiveRequest#image} until the loop hands it to the scheduler, after the copies completed.
    */
-  List<ImagePage> saveRetractedImages(List<BlockTransfer> ops) {
-    List<ImagePage> pages = new ArrayList<>();
-    int p = layout.prefixGranularity();
+  void saveRetractedImages(List<BlockTransfer> ops) {
     for (Scheduler.RetractedBlocks rb : scheduler.retractedThisRound()) {
       ActiveRequest a = active.get(rb.requestId());
       if (a == null) {
         continue;
       }
-      int boundary = a.kvTokens / p * p;
+      int tokens = a.kvTokens;
+      boolean working = a.stateInWorkingSlot;
+      // every victim forgets its Device KV, whether or not it keeps an image: a request retracted
+      // again before its next forward holds blocks that were never written for its keys
       a.kvTokens = 0;
       a.admission = null;
-      if (boundary == 0) {
+      a.stateInWorkingSlot = false;
+      if (tokens == 0 || tokens >= a.known || a.image != null) {
+        continue; // nothing computed since its last admission (which keeps its image, if any)
+      }
+      int[][] sources = imageSources(rb.rows(), tokens, working);
+      int[] needs = new int[layout.numGroups()];
+      for (int g = 0; sources != null && g < sources.length; g++) {
+        for (int b : sources[g]) {
+          needs[g] += b != 0 ? 1 : 0;
+        }
+      }
+      int[][] dst = sources == null ? null : cache.host().allocate(needs);
+      if (dst == null) {
+        imagesRefused++; // recomputed through ordinary admission
         continue;
       }
-      PromptKeys keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, boundary), List.of());
-      for (var g : layout.groups()) {
-        if (g.kind() instanceof GroupKind.StateCheckpoints) {
-          continue;
-        }
-        int gid = g.groupId();
-        int[] row = rb.rows()[gid];
-        for (int r = g.firstNeededRow(boundary); r < g.rowsFor(boundary) && r < row.length; r++) {
-          CacheKey key = keys.keyOf(gid, r, boundary);
-          if (row[r] == 0 || cache.host().contains(key)) {
-            continue;
-          }
-          if (!copyToHost(key, row[r], false, ops, pages)) {
-            return pages; // the Host is full of referenced blocks
+      int[][] blocks = new int[sources.length][];
+      int[] used = new int[sources.length];
+      for (int g = 0; g < sources.length; g++) {
+        blocks[g] = new int[sources[g].length];
+        for (int r = 0; r < sources[g].length; r++) {
+          if (sources[g][r] != 0) {
+            blocks[g][r] = dst[g][used[g]++];
+            ops.add(new BlockTransfer.Store(g, sources[g][r], blocks[g][r]));
+            imageBlocks++;
           }
         }
       }
+      a.image = new RetractionImage(tokens, blocks);
     }
-    return pages;
+  }
+
+  /**
+   * The Device blocks an image of {@code tokens} computed tokens copies, per group as {@link
+   * RetractionImage} lays them out, from the table the request held; null when a needed row is
+   * missing.
+   */
+  private int[][] imageSources(int[][] rows, int tokens, boolean stateInWorkingSlot) {
+    int[][] out = new int[layout.numGroups()][];
+    for (var g : layout.groups()) {
+      int gid = g.groupId();
+      int[] held = rows[gid];
+      if (g.kind() instanceof GroupKind.StateCheckpoints) {
+        int running = stateInWorkingSlot ? held[1] : held[0];
+        if (running == 0) {
+          return null;
+        }
+        out[gid] = new int[] {running};
+        continue;
+      }
+      out[gid] = new int[g.rowsFor(tokens)];
+      for (int r = g.firstNeededRow(tokens); r < out[gid].length; r++) {
+        if (r >= held.length || held[r] == 0) {
+          return null;
+        }
+        out[gid][r] = held[r];
+      }
+    }
+    return out;
+  }
+
+  /** Drops the Host references of an image nobody took. */
+  void dropImage(RetractionImage image) {
+    for (int b : image.blocks()) {
+      cache.host().unref(b);
+    }
   }
 
   /**
@@ -133,7 +190,7 @@ final class HostPublication {
       if (b == 0 || cache.host().contains(key)) {
         continue;
       }
-      if (!copyToHost(key, b, true, ops, pages)) {
+      if (!copyToHost(key, b, ops, pages)) {
         break; // the Host is full of referenced blocks: these keys stay local
       }
     }
@@ -143,11 +200,11 @@ final class HostPublication {
 
   /**
    * Allocates a private Host block for {@code key} and adds the D2H copy of {@code deviceBlock}
-   * into it; pins the Device block until publication when {@code pin}. False when the Host has no
-   * free or evictable block.
+   * into it; pins the Device block until publication. False when the Host has no free or evictable
+   * block.
    */
   private boolean copyToHost(
-      CacheKey key, int deviceBlock, boolean pin, List<BlockTransfer> ops, List<ImagePage> pages) {
+      CacheKey key, int deviceBlock, List<BlockTransfer> ops, List<ImagePage> pages) {
     int g = key.groupId();
     int[] needs = new int[layout.numGroups()];
     needs[g] = 1;
@@ -155,11 +212,9 @@ final class HostPublication {
     if (dst == null) {
       return false;
     }
-    if (pin) {
-      cache.device().ref(deviceBlock);
-    }
+    cache.device().ref(deviceBlock);
     ops.add(new BlockTransfer.Store(g, deviceBlock, dst[g][0]));
-    pages.add(new ImagePage(key, dst[g][0], pin ? deviceBlock : 0));
+    pages.add(new ImagePage(key, dst[g][0], deviceBlock));
     return true;
   }
 
@@ -175,11 +230,7 @@ final class HostPublication {
         published.add(page.key());
       }
       cache.host().unref(page.hostBlock()); // cached if published, freed if another copy won
-      if (page.deviceBlock() != 0) {
-        cache.device().unref(page.deviceBlock());
-      } else {
-        imageBlocks++;
-      }
+      cache.device().unref(page.deviceBlock());
     }
     scheduler.onHostPublished(published); // backup candidates for L3
   }

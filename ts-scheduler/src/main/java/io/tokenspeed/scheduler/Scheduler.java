@@ -3,6 +3,7 @@ package io.tokenspeed.scheduler;
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.BlockCopy;
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.RetractionImage;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
@@ -86,6 +87,12 @@ public final class Scheduler {
     RequestBlocks blocks;
     long admittedSeq;
     int headroomTokens;
+
+    /** The exact image a retracted request resumes from, or null (its Host references). */
+    RetractionImage image;
+
+    /** The image an admission is loading (its copies pending), kept if it is retracted again. */
+    RetractionImage loading;
 
     Request(
         long id,
@@ -217,6 +224,54 @@ public final class Scheduler {
 
   /** A new request; PD-prefill requests wait for their bootstrap acknowledgement. */
   public void submit(long id, PromptKeys prompt, int maxNewTokens, boolean pd) {
+    Request r =
+        newRequest(
+            id,
+            prompt,
+            maxNewTokens,
+            pd,
+            pd
+                ? new RequestState.Bootstrapping(AdmissionResources.FRESH)
+                : new RequestState.Submitted(AdmissionResources.FRESH));
+    if (storage != null) {
+      unprepared.put(id, r);
+    }
+  }
+
+  /**
+   * Takes back a request that was retracted after it generated tokens, with {@code prompt} its
+   * prompt and the tokens it generated so far: it waits for admission in Retracted, resumes from
+   * {@code image} when one is given (its Host references pass to the scheduler), and never starts a
+   * fresh L3 preparation.
+   */
+  public void resubmitRetracted(
+      long id, PromptKeys prompt, int maxNewTokens, RetractionImage image) {
+    Request r =
+        newRequest(
+            id,
+            prompt,
+            maxNewTokens,
+            false,
+            new RequestState.Retracted(new AdmissionResources(true, null)));
+    r.image = image;
+  }
+
+  /**
+   * Attaches the exact image of a request retracted in the last round, its copies complete; its
+   * Host references pass to the scheduler, which drops them when the request ends. False (nothing
+   * taken) when the request is not waiting in Retracted without an image.
+   */
+  public boolean attachImage(long id, RetractionImage image) {
+    Request r = requests.get(id);
+    if (r == null || !(r.state instanceof RequestState.Retracted) || r.image != null) {
+      return false;
+    }
+    r.image = image;
+    return true;
+  }
+
+  private Request newRequest(
+      long id, PromptKeys prompt, int maxNewTokens, boolean pd, RequestState s) {
     if (requests.containsKey(id)) {
       throw new IllegalArgumentException("request id=" + id + " is already known");
     }
@@ -238,17 +293,11 @@ public final class Scheduler {
               + maxRequestTokens
               + " tokens of one request in every cache group");
     }
-    RequestState s =
-        pd
-            ? new RequestState.Bootstrapping(AdmissionResources.FRESH)
-            : new RequestState.Submitted(AdmissionResources.FRESH);
     Request r = new Request(id, prompt, maxNewTokens, pd, arrivals++, s);
     r.headroomTokens = config.headroomTokens();
     requests.put(id, r);
     index(r);
-    if (storage != null) {
-      unprepared.put(id, r);
-    }
+    return r;
   }
 
   /** The PD peer acknowledged: the continuation moves on without ending an L3 wait. */
@@ -465,12 +514,16 @@ public final class Scheduler {
       if (storage != null && !resources.storagePrepared()) {
         continue; // considers L3 first (next round when storage is not permitted now)
       }
-      int bound = r.prompt.reusableBound();
       int end = r.prompt.numTokens() + Math.min(r.headroomTokens, r.maxNewTokens);
-      Admission a = cache.admitUpTo(r.prompt, bound, end);
+      Admission a =
+          r.image != null
+              ? cache.admitImage(r.image, end) // exact: its bytes, byte for byte
+              : cache.admitUpTo(r.prompt, r.prompt.reusableBound(), end);
       if (a == null) {
         return; // the Device is full: first come, first served
       }
+      r.loading = r.image; // its references are the loads' sources now
+      r.image = null;
       if (resources.readyHold() != null) {
         resources.readyHold().close(); // admission acquired the Host sources
       }
@@ -634,6 +687,12 @@ public final class Scheduler {
    */
   private void retract(Request r) {
     withdrawFromPlan(r);
+    if (r.copiesPending && r.loading != null) {
+      for (int b : r.loading.blocks()) {
+        cache.host().ref(b); // retracted before its loads ran: it keeps its image
+      }
+      r.image = r.loading;
+    }
     int[][] rows = r.blocks.rows();
     int[][] held = new int[rows.length][];
     for (int g = 0; g < rows.length; g++) {
@@ -660,6 +719,7 @@ public final class Scheduler {
       if (r.copiesPending && (r.state instanceof RequestState.Prefilling p)) {
         cache.finishCopies(p.admission(), true);
         r.copiesPending = false;
+        r.loading = null;
       }
     }
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
@@ -745,7 +805,10 @@ public final class Scheduler {
         p.lease().close();
         closeHold(p.resources());
       }
-      case RequestState.Retracted rt -> closeHold(rt.resources());
+      case RequestState.Retracted rt -> {
+        closeHold(rt.resources());
+        dropImage(r);
+      }
       case RequestState.Prefilling p -> release(r);
       case RequestState.PrefillDone pd -> release(r);
       case RequestState.Decoding d -> release(r);
@@ -756,12 +819,23 @@ public final class Scheduler {
     unprepared.remove(r.id);
   }
 
+  /** Drops the Host references of a request's retraction image, if it holds one. */
+  private void dropImage(Request r) {
+    if (r.image != null) {
+      for (int b : r.image.blocks()) {
+        cache.host().unref(b);
+      }
+      r.image = null;
+    }
+  }
+
   /** Gives back every block an admitted request holds (abandoning copies still pending). */
   private void release(Request r) {
     if (r.copiesPending) {
       cache.finishCopies(r.blocks.admission, false);
       r.copiesPending = false;
     }
+    r.loading = null;
     r.blocks.release();
     r.blocks = null;
   }
@@ -808,6 +882,11 @@ public final class Scheduler {
       out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.HOST, d.hostBlock()));
     }
     for (Request r : requests.values()) {
+      if (r.image != null) {
+        for (int b : r.image.blocks()) {
+          out.add(new io.tokenspeed.cache.HeldBlock(io.tokenspeed.cache.Tier.HOST, b));
+        }
+      }
       if (r.blocks == null) {
         continue;
       }
