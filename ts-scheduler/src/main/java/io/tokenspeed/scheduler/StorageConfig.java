@@ -8,8 +8,10 @@ package io.tokenspeed.scheduler;
  * @param maxOperations operation credits: tickets alive at once (queries, reads, backups)
  * @param maxHostBlocks Host credits: logical Host block references held by tickets, Ready holds and
  *     quarantine, each charged as one LCM parent
- * @param softDeadlineMs how long a request waits for QUERY and GET, from query issue
- * @param readyHoldMs how long a finished read's Ready hold protects its blocks
+ * @param softDeadlineMs how long a request waits for QUERY and GET, from query issue (the first
+ *     tick after the round that issued the query: the clock of that round)
+ * @param readyHoldMs how long a finished read's Ready hold protects its blocks, from the first tick
+ *     after the round that published it
  * @param minExtensionTokens an L3 extension shorter than this bypasses L3
  * @param lookaheadTokens how far beyond the local hit a query may look
  * @param maxQueryKeys keys one query may ask for

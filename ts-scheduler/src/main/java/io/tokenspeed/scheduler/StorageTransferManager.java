@@ -70,6 +70,24 @@ import java.util.concurrent.TimeUnit;
  * the index, and a withdrawn block is not there. The rest of a full clear (cached blocks, running
  * requests' rows, copies in flight) is {@link CacheCoordinator#clear}.
  *
+ * <h2>Timers</h2>
+ *
+ * <p>Soft deadlines and Ready holds are read against agreed ticks only, so every rank ends the same
+ * waits in the same round. A timer starts at the first tick applied after the round that set it,
+ * never at the tick that round ran under:
+ *
+ * <pre>
+ *   clock     c0      c1 ........ idle gap ........ c2        c3
+ *   round     r0      r1                            r2        r3
+ *   tick      -       c0                            c1        c2     (the exchange: one round late)
+ *                                                   query     deadline = c2 + soft
+ * </pre>
+ *
+ * <p>The round that issues a query still carries the clock of the round before it — from before the
+ * gap, after an idle period — and counting from it would end the wait at once. The next tick is
+ * exactly the issuing round's clock. The same holds for a Ready hold (from the round that published
+ * the read).
+ *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
  */
@@ -94,6 +112,13 @@ public final class StorageTransferManager {
     StorageLease lease;
     long deadlineNs;
     long readyUntilNs;
+
+    /**
+     * The timer of the current phase (the soft deadline while waiting, the hold while Ready) starts
+     * at the next tick: set by the round that issued the query or published the read.
+     */
+    boolean timerPending;
+
     PromptKeys prompt;
     int floor;
     int[] candidates;
@@ -156,6 +181,9 @@ public final class StorageTransferManager {
   /** No deadline or Ready expiry falls before this tick: {@link #onTick} skips its scan. */
   private long nextTimerNs = Long.MAX_VALUE;
 
+  /** Some ticket's timer starts at the next tick: {@link #onTick} starts it before anything. */
+  private boolean timersToStart;
+
   private int opUsed;
   private int hostUsed;
   private int backupOpUsed;
@@ -217,8 +245,7 @@ public final class StorageTransferManager {
     t.prompt = prompt;
     t.floor = local;
     t.candidates = cands;
-    t.deadlineNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
-    armTimer(t.deadlineNs);
+    startTimerAtNextTick(t); // the soft deadline starts with the clock of this round
     t.lease = new StorageLease(this, requestId, t.id);
     ops.add(new StorageOp.Query(t.id, ask));
     counters.queriesIssued++;
@@ -322,6 +349,9 @@ public final class StorageTransferManager {
     get.prompt = query.prompt;
     get.boundary = boundary;
     get.deadlineNs = query.deadlineNs; // the soft deadline runs from query issue
+    if (query.timerPending) {
+      startTimerAtNextTick(get);
+    }
     get.lease = lease;
     query.lease = null;
     lease.moveTo(get.id);
@@ -368,8 +398,7 @@ public final class StorageTransferManager {
       return;
     }
     t.phase = Phase.READY;
-    t.readyUntilNs = nowNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
-    armTimer(t.readyUntilNs);
+    startTimerAtNextTick(t); // the hold starts with the clock of this round
     wakeups.add(new Wakeup(lease.requestId(), Wakeup.Reason.READ_COMPLETE, lease));
   }
 
@@ -495,11 +524,14 @@ public final class StorageTransferManager {
   }
 
   /**
-   * The agreed tick, applied first every round (before cancellations and completions): soft
-   * deadlines end waits, Ready holds expire.
+   * The agreed tick, applied first every round (before cancellations and completions): timers set
+   * by the previous round start, soft deadlines end waits, Ready holds expire.
    */
   public void onTick(long tickNs) {
     this.nowNs = tickNs;
+    if (timersToStart) {
+      startTimers(tickNs);
+    }
     if (nextTimerNs == Long.MAX_VALUE || tickNs - nextTimerNs < 0) {
       return; // nothing is due: no scan
     }
@@ -529,6 +561,34 @@ public final class StorageTransferManager {
         armTimer(t.deadlineNs);
       } else if (t.phase == Phase.READY) {
         armTimer(t.readyUntilNs);
+      }
+    }
+  }
+
+  /**
+   * Marks {@code t}'s timer to start at the next tick. The round that sets a timer runs under the
+   * tick of the round before it (the exchange delivers the agreed clock one round late), and after
+   * an idle gap that tick is older still; the next tick is the clock of the round that set it.
+   */
+  private void startTimerAtNextTick(Ticket t) {
+    t.timerPending = true;
+    timersToStart = true;
+  }
+
+  /** Starts the timers set since the last tick: soft deadlines and Ready holds. */
+  private void startTimers(long tickNs) {
+    timersToStart = false;
+    for (Ticket t : tickets.values()) {
+      if (!t.timerPending) {
+        continue;
+      }
+      t.timerPending = false;
+      if (t.phase == Phase.READY) {
+        t.readyUntilNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
+        armTimer(t.readyUntilNs);
+      } else {
+        t.deadlineNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
+        armTimer(t.deadlineNs);
       }
     }
   }

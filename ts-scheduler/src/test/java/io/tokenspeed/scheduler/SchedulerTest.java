@@ -106,6 +106,7 @@ class SchedulerTest {
     PromptKeys p = f.prompt(300, 3);
     s.submit(1, p, 1, false);
     StorageOp.Query q = one(round(), StorageOp.Query.class);
+    round(); // its tick starts the deadline
     now += StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
     ExecutionPlan late = round();
     assertEquals(new ExecutionPlan.ForwardItem(1, 0, 128, false), late.forward().get(0));
@@ -478,6 +479,40 @@ class SchedulerTest {
     }
     while (s.size() > 0) {
       round();
+    }
+  }
+
+  @Test
+  void shouldRestoreFromL3WhenTheRequestArrivesAfterAnIdleGapLongerThanTheSoftDeadline() {
+    setUp(true);
+    // The relay exchange delivers each round the clock read at the start of the round before.
+    long[] clock = {0};
+    long[] lastClock = {0};
+    java.util.function.Function<List<AgreedCompletion>, ExecutionPlan> oneLate =
+        facts -> {
+          clock[0] += MS;
+          long tick = lastClock[0];
+          lastClock[0] = clock[0];
+          ExecutionPlan plan =
+              s.round(new RoundInput(tick, PressureSnapshot.IDLE, List.of(), facts, true, true));
+          s.onForwardDone(plan);
+          return plan;
+        };
+    oneLate.apply(List.of());
+    oneLate.apply(List.of());
+    clock[0] += 1_000 * MS; // idle: no rounds at all
+    PromptKeys p = f.prompt(300, 95);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(oneLate.apply(List.of()), StorageOp.Query.class);
+    ExecutionPlan next = oneLate.apply(List.of());
+    assertInstanceOf(RequestState.Prefetching.class, s.state(1), "the wait goes on");
+    assertTrue(next.storage().isEmpty(), "no cancel: " + next.storage());
+    StorageOp.Get g = one(oneLate.apply(List.of(ok(q))), StorageOp.Get.class);
+    oneLate.apply(List.of(ok(g)));
+    assertEquals(299, ((RequestState.PrefillDone) s.state(1)).admission().hit(), "restored");
+    assertEquals(0, f.stm.counters().softTimeouts());
+    while (s.size() > 0) {
+      oneLate.apply(List.of());
     }
   }
 

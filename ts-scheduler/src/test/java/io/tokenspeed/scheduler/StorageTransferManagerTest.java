@@ -105,6 +105,7 @@ class StorageTransferManagerTest {
     f.stm.onTick(0);
     StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
     StorageOp.Query q = query(prep);
+    f.stm.onTick(0); // the next round: its tick, the issuing round's clock, starts the deadline
     f.stm.onCompletion(allOk(q));
     StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
     f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS); // deadline from query issue
@@ -129,6 +130,7 @@ class StorageTransferManagerTest {
     PromptKeys p = f.prompt(300, 4);
     f.stm.onTick(0);
     StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onTick(0); // the next round: its tick, the issuing round's clock, starts the deadline
     f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS - 1);
     assertTrue(f.stm.drainWakeups().isEmpty());
     f.stm.onTick(StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS);
@@ -152,6 +154,7 @@ class StorageTransferManagerTest {
     f.stm.onTick(10 * MS);
     f.stm.onCompletion(allOk(g));
     StorageLease ready = f.stm.drainWakeups().get(0).ready();
+    f.stm.onTick(10 * MS); // the next round: the hold starts with the publishing round's clock
     f.stm.onTick(10 * MS + StorageConfig.DEFAULT_READY_HOLD_MS * MS);
     assertFalse(ready.live());
     assertEquals(1, f.stm.counters().readyExpired());
@@ -487,6 +490,7 @@ class StorageTransferManagerTest {
     f.stm.onTick(0);
     StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
     StorageOp.Query q = query(prep);
+    f.stm.onTick(0); // the next round: its tick, the issuing round's clock, starts the deadline
     f.stm.beginRound(false); // frozen
     f.stm.onCompletion(allOk(q));
     assertTrue(f.stm.drainOps(false).isEmpty(), "no GET without storage permission");
@@ -558,6 +562,48 @@ class StorageTransferManagerTest {
       assertTrue(f.cache.host().isWithdrawn(b), "withdrawn, still referenced: " + b);
     }
     assertEquals(put.hostBlocks().size(), f.stm.quarantinedRefs());
+  }
+
+  @Test
+  void shouldStartTheSoftDeadlineAtTheTickAfterTheQueryNotBeforeAnIdleGap() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 44);
+    long beforeGap = 5 * MS; // the clock of the last round before a one-second idle gap
+    long issued = beforeGap + 1_000 * MS; // the clock of the round that issues the query
+    long soft = StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
+    f.stm.onTick(beforeGap); // the first round after the gap still carries the old clock
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onTick(issued); // one round late: the clock of the round that issued the query
+    assertTrue(f.stm.drainWakeups().isEmpty(), "the idle gap before the query does not count");
+    f.stm.onTick(issued + soft - 1);
+    assertTrue(f.stm.drainWakeups().isEmpty());
+    f.stm.onTick(issued + soft);
+    assertEquals(Wakeup.Reason.SOFT_TIMEOUT, f.stm.drainWakeups().get(0).reason());
+    f.stm.onCompletion(allOk(q));
+    assertEquals(0, f.stm.operationsInUse());
+  }
+
+  @Test
+  void shouldStartTheReadyHoldAtTheTickAfterTheReadNotBeforeAnIdleGap() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    PromptKeys p = f.prompt(300, 45);
+    long hold = StorageConfig.DEFAULT_READY_HOLD_MS * MS;
+    f.stm.onTick(0);
+    StorageOp.Query q = query(f.stm.prepare(1, p, true));
+    f.stm.onTick(1 * MS);
+    f.stm.onCompletion(allOk(q));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    f.stm.onTick(2 * MS); // the round after the GET's; then the loop waits 1.5 s for it
+    f.stm.onCompletion(allOk(g)); // the first round after the wait: its tick is still 2 ms
+    StorageLease ready = f.stm.drainWakeups().get(0).ready();
+    long published = 2 * MS + 1_500 * MS; // the clock of the round that published the read
+    f.stm.onTick(published);
+    assertTrue(ready.live(), "the wait before the read's round does not count");
+    f.stm.onTick(published + hold - 1);
+    assertTrue(ready.live());
+    f.stm.onTick(published + hold);
+    assertFalse(ready.live());
+    assertEquals(1, f.stm.counters().readyExpired());
   }
 
   @Test
