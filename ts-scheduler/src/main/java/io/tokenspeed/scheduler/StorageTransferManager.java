@@ -193,8 +193,13 @@ public final class StorageTransferManager {
   /** Whether this round may start new storage work (false in frozen and idle rounds). */
   private boolean permitted = true;
 
+  /** Tickets INFLIGHT ({@link #inFlightOperations}), kept by transition and release. */
+  private int inFlight;
+
   /** Parked queries: a permitted round's start scans the tickets only when there are some. */
   private int parked;
+
+  private int ready;
 
   private boolean quarantined;
 
@@ -279,9 +284,8 @@ public final class StorageTransferManager {
       }
     }
     if (!permitted) {
-      t.phase = Phase.PARKED; // no new storage work this round: reserve when it is permitted
+      transition(t, Phase.PARKED); // no new storage work this round: reserve when permitted
       t.exists = exists;
-      parked++;
       return;
     }
     releaseTicket(t);
@@ -397,7 +401,7 @@ public final class StorageTransferManager {
       wake(lease, Wakeup.Reason.READ_FAILED);
       return;
     }
-    t.phase = Phase.READY;
+    transition(t, Phase.READY);
     startTimerAtNextTick(t); // the hold starts with the clock of this round
     wakeups.add(new Wakeup(lease.requestId(), Wakeup.Reason.READ_COMPLETE, lease));
   }
@@ -515,8 +519,6 @@ public final class StorageTransferManager {
       if (t.phase == Phase.PARKED) {
         StorageLease lease = t.lease;
         Set<CacheKey> exists = t.exists;
-        t.phase = Phase.INFLIGHT;
-        parked--;
         releaseTicket(t);
         reserveOrWake(t, lease, exists);
       }
@@ -787,7 +789,6 @@ public final class StorageTransferManager {
   private void releaseParked(Ticket t) {
     t.lease = null;
     t.exists = null;
-    parked--;
     releaseTicket(t);
   }
 
@@ -812,6 +813,7 @@ public final class StorageTransferManager {
   private Ticket newTicket(StorageKind kind, List<CacheKey> keys, int[] blocks, boolean backup) {
     Ticket t = new Ticket(nextOperationId++, kind, List.copyOf(keys), blocks, backup, generation);
     tickets.put(t.id, t);
+    inFlight++;
     opUsed++;
     hostUsed += blocks.length;
     if (backup) {
@@ -846,6 +848,7 @@ public final class StorageTransferManager {
       throw new IllegalStateException("ticket " + t.id + " released with Host references held");
     }
     if (tickets.remove(t.id) != null) {
+      count(t.phase, -1);
       opUsed--;
       if (t.backup) {
         backupOpUsed--;
@@ -853,8 +856,32 @@ public final class StorageTransferManager {
     }
   }
 
+  /**
+   * The one transition of a ticket's phase: an INFLIGHT ticket becomes PARKED, READY or QUARANTINED
+   * once its fact arrives; nothing else moves (a ticket leaves by {@link #releaseTicket}). Keeps
+   * the phase gauges.
+   */
+  private void transition(Ticket t, Phase to) {
+    if (t.phase != Phase.INFLIGHT || to == Phase.INFLIGHT) {
+      throw new IllegalStateException(
+          "ticket " + t.id + " (" + t.kind + ") cannot go from " + t.phase + " to " + to);
+    }
+    count(t.phase, -1);
+    count(to, 1);
+    t.phase = to;
+  }
+
+  private void count(Phase phase, int delta) {
+    switch (phase) {
+      case INFLIGHT -> inFlight += delta;
+      case PARKED -> parked += delta;
+      case READY -> ready += delta;
+      case QUARANTINED -> {}
+    }
+  }
+
   private void quarantine(Ticket t) {
-    t.phase = Phase.QUARANTINED;
+    transition(t, Phase.QUARANTINED);
     quarantined = true;
   }
 
@@ -905,7 +932,7 @@ public final class StorageTransferManager {
 
   /** Ready holds alive (a gauge). */
   public int readyHolds() {
-    return (int) tickets.values().stream().filter(t -> t.phase == Phase.READY).count();
+    return ready;
   }
 
   /** Host references held by quarantined tickets (a gauge). */
@@ -922,6 +949,18 @@ public final class StorageTransferManager {
   /** Backup candidates queued. */
   public int queuedCandidates() {
     return candidates.size();
+  }
+
+  /**
+   * Storage operations whose I/O has not retired: queries, reads and backups submitted to the
+   * executor whose agreed fact has not arrived, whether a request still waits on them or not — what
+   * a weight update waits for after rejecting outstanding work. A parked query (its fact arrived;
+   * its GET waits for a permitted round) and a Ready hold hold no executor work and are not
+   * counted. Quarantined tickets are not counted either: their retirement is never proven, so
+   * nothing may wait for it (see {@link #quarantined}). O(1).
+   */
+  public int inFlightOperations() {
+    return inFlight;
   }
 
   /** The generation: how many full clears this manager has seen. */
@@ -993,9 +1032,17 @@ public final class StorageTransferManager {
     check(backupOpUsed <= config.backupOperationCredits(), "backups overdrew operations");
     check(backupHostUsed <= config.backupHostCredits(), "backups overdrew Host credits");
     check(candidates.size() == candidateSet.size(), "candidate index out of step");
-    check(
-        parked == tickets.values().stream().filter(t -> t.phase == Phase.PARKED).count(),
-        "parked count out of step: " + parked);
+    for (Phase phase : Phase.values()) {
+      long n = tickets.values().stream().filter(t -> t.phase == phase).count();
+      int gauge =
+          switch (phase) {
+            case INFLIGHT -> inFlight;
+            case PARKED -> parked;
+            case READY -> ready;
+            case QUARANTINED -> (int) n;
+          };
+      check(n == gauge, phase + " gauge " + gauge + " but " + n + " tickets");
+    }
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");
     for (Ticket t : tickets.values()) {

@@ -607,6 +607,39 @@ class StorageTransferManagerTest {
   }
 
   @Test
+  void shouldCountInFlightOperationsUntilTheirIoRetires() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation prep = f.stm.prepare(1, f.prompt(300, 51), true);
+    StorageOp.Query q = query(prep);
+    assertEquals(1, f.stm.inFlightOperations());
+    f.stm.beginRound(false);
+    f.stm.onCompletion(allOk(q));
+    assertEquals(0, f.stm.inFlightOperations(), "a parked query holds no executor work");
+    f.stm.beginRound(true);
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    assertEquals(1, f.stm.inFlightOperations());
+    StorageTransferManager.Preparation other = f.stm.prepare(2, f.prompt(300, 52), true);
+    StorageOp.Query q2 = query(other);
+    other.lease().close(); // detached: its I/O still runs
+    f.drain();
+    assertEquals(2, f.stm.inFlightOperations());
+    f.stm.onCompletion(allOk(q2));
+    f.stm.onCompletion(allOk(g));
+    assertEquals(0, f.stm.inFlightOperations(), "a Ready hold holds no executor work");
+    assertEquals(1, f.stm.readyHolds());
+    f.stm.drainWakeups().get(0).ready().close();
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 53), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(1, f.stm.inFlightOperations());
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), false, false));
+    assertEquals(0, f.stm.inFlightOperations(), "quarantined I/O is never waited for");
+    assertEquals(keys.size(), f.stm.quarantinedRefs());
+  }
+
+  @Test
   void shouldDiscardQueuedBackupCandidatesInAFrozenRound() {
     f = new StmFixture(StmFixture.config().withCredits(2, 1000), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 43), 64);
