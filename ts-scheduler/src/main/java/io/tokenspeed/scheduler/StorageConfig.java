@@ -60,6 +60,20 @@ public record StorageConfig(
   public static final long DEFAULT_HIGH_OLDEST_AGE_MS = 2_000;
   public static final long DEFAULT_LOW_OLDEST_AGE_MS = 500;
 
+  /**
+   * How long a backup key refused by the store (a retired refusal: no space, an ACL, a cooldown
+   * rejection) waits before it is offered again, from the first tick after the refusal; the wait
+   * doubles with each further refusal. Fixed in this version (not a setting).
+   */
+  public static final long DEFAULT_BACKUP_RETRY_BACKOFF_MS = 100;
+
+  /**
+   * PUT attempts per backup key, the first included: the refusal of the last one drops the key
+   * (counted as {@code refused}), so a refusal that will not change is not retried forever. With
+   * the backoff above a key is tried at 0, 100, 300, 700 and 1,500 ms. Fixed in this version.
+   */
+  public static final int DEFAULT_MAX_BACKUP_ATTEMPTS = 5;
+
   private static final long HOUR_MS = 3_600_000;
 
   public StorageConfig {

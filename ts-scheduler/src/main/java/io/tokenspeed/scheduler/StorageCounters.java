@@ -12,11 +12,18 @@ public final class StorageCounters {
 
   /** Why a backup candidate key was dropped ({@code tokenspeed:l3_dropped_backup_keys}). */
   public enum DropReason {
+    /** The pressure gate closed on it, or was closed when it was offered or refused. */
     PRESSURE,
+    /** The bounded candidate queue (or the deferred set of refusals) dropped its oldest entry. */
     OVERFLOW,
+    /** Its Host data was gone at dispatch. */
     UNAVAILABLE,
+    /** Writes are disabled: no backup budget. */
     DISABLED,
-    CLEANUP
+    /** A clear or a frozen round's cleanup discarded it. */
+    CLEANUP,
+    /** The store refused it (a retired refusal) as many times as a key may be tried. */
+    REFUSED
   }
 
   long softTimeouts;

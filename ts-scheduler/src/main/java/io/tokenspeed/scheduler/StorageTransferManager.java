@@ -13,6 +13,7 @@ import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -72,9 +73,9 @@ import java.util.concurrent.TimeUnit;
  *
  * <h2>Timers</h2>
  *
- * <p>Soft deadlines and Ready holds are read against agreed ticks only, so every rank ends the same
- * waits in the same round. A timer starts at the first tick applied after the round that set it,
- * never at the tick that round ran under:
+ * <p>Soft deadlines, Ready holds and backup backoffs are read against agreed ticks only, so every
+ * rank ends the same waits in the same round. A timer starts at the first tick applied after the
+ * round that set it, never at the tick that round ran under:
  *
  * <pre>
  *   clock     c0      c1 ........ idle gap ........ c2        c3
@@ -86,7 +87,23 @@ import java.util.concurrent.TimeUnit;
  * <p>The round that issues a query still carries the clock of the round before it — from before the
  * gap, after an idle period — and counting from it would end the wait at once. The next tick is
  * exactly the issuing round's clock. The same holds for a Ready hold (from the round that published
- * the read).
+ * the read) and a refused backup's backoff (from the round that learned the refusal).
+ *
+ * <h2>Backups</h2>
+ *
+ * <pre>
+ *   offerBackup ──▶ queued ──dispatch──▶ PUT ──accepted──▶ forgotten
+ *                     ▲                   │ retired refusal n (no space, an ACL, a cooldown)
+ *                     │ retry tick        ▼
+ *                     └───────────── deferred: backoff 100 ms · 2^(n-1) from the next tick
+ *                                         │ n = max attempts: dropped (refused)
+ * </pre>
+ *
+ * <p>Only queued candidates are work ({@link #queuedCandidates}); a deferred one waits for {@link
+ * #nextBackupRetryNs}, so a store that refuses everything leaves the loop quiet between paced
+ * retries and sees each key a bounded number of times. Queued and deferred candidates are bounded
+ * alike (drop-oldest, {@code overflow}); pressure closure, frozen-round cleanup and clears drop
+ * both. The refusal count of a key lives only while the key is queued, deferred or in a PUT.
  *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
@@ -151,6 +168,19 @@ public final class StorageTransferManager {
     }
   }
 
+  /** A refused backup key waiting for its retry tick. */
+  private static final class Deferral {
+    final long backoffNs;
+    long retryAtNs;
+
+    /** False until the first tick after the refusal: then {@code retryAtNs} is set. */
+    boolean started;
+
+    Deferral(long backoffNs) {
+      this.backoffNs = backoffNs;
+    }
+  }
+
   /** The outcome of {@link #prepare}: a bypass, or a lease on the issued query. */
   public record Preparation(Bypass bypass, StorageLease lease) {
     public boolean waiting() {
@@ -171,6 +201,20 @@ public final class StorageTransferManager {
   private final ArrayDeque<CacheKey> candidates = new ArrayDeque<>();
   private final Set<CacheKey> candidateSet = new HashSet<>();
   private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
+
+  /**
+   * Refused candidates waiting for their retry tick, oldest refusal first; bounded like the queue.
+   */
+  private final LinkedHashMap<CacheKey, Deferral> deferred = new LinkedHashMap<>();
+
+  /** Refusals so far of each key that is queued, deferred or in a PUT after a refusal. */
+  private final Map<CacheKey, Integer> refusals = new HashMap<>();
+
+  /** Deferrals whose backoff starts at the next tick (their refusal arrived this round). */
+  private int deferralsToStart;
+
+  /** No started deferral is due before this tick: {@link #onTick} skips its scan. */
+  private long nextRetryNs = Long.MAX_VALUE;
 
   /** Advanced by every full clear; tickets of an earlier generation touch nothing current. */
   private long generation;
@@ -410,7 +454,10 @@ public final class StorageTransferManager {
 
   /**
    * Offers a newly published Host block for backup. Candidates are non-owning: the block may be
-   * evicted while queued, in which case dispatch skips it.
+   * evicted while queued, in which case dispatch skips it. The offer is dropped and counted when
+   * writes are disabled — no backup budget ({@code disabled}) — or the pressure gate is closed
+   * ({@code pressure}). It coalesces, uncounted, with the same key already queued, deferred after a
+   * refusal, or in a pending PUT: the deferral keeps its backoff.
    */
   public void offerBackup(CacheKey key) {
     if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0) {
@@ -421,16 +468,24 @@ public final class StorageTransferManager {
       counters.drop(StorageCounters.DropReason.PRESSURE, 1);
       return;
     }
-    if (candidateSet.contains(key) || pendingPutKeys.containsKey(key)) {
-      return; // coalesced with a queued candidate or a pending PUT: not a loss
+    if (candidateSet.contains(key)
+        || deferred.containsKey(key)
+        || pendingPutKeys.containsKey(key)) {
+      return; // coalesced with a queued or deferred candidate or a pending PUT: not a loss
     }
+    enqueue(key);
+  }
+
+  /** Appends a dispatchable candidate to the bounded queue, dropping the oldest on overflow. */
+  private void enqueue(CacheKey key) {
     if (config.backupCandidateCapacity() == 0) {
-      counters.drop(StorageCounters.DropReason.OVERFLOW, 1);
+      forget(key, StorageCounters.DropReason.OVERFLOW);
       return;
     }
     if (candidates.size() == config.backupCandidateCapacity()) {
-      candidateSet.remove(candidates.pollFirst());
-      counters.drop(StorageCounters.DropReason.OVERFLOW, 1);
+      CacheKey oldest = candidates.pollFirst();
+      candidateSet.remove(oldest);
+      forget(oldest, StorageCounters.DropReason.OVERFLOW);
     }
     candidates.addLast(key);
     candidateSet.add(key);
@@ -451,7 +506,7 @@ public final class StorageTransferManager {
         candidateSet.remove(k);
         int b = host.lookup(k);
         if (b == 0) {
-          counters.drop(StorageCounters.DropReason.UNAVAILABLE, 1);
+          forget(k, StorageCounters.DropReason.UNAVAILABLE);
           continue;
         }
         host.ref(b);
@@ -474,25 +529,123 @@ public final class StorageTransferManager {
 
   private void onPutDone(Ticket t, AgreedCompletion f) {
     boolean current = t.generation == generation;
-    if (current) { // a clear forgot the earlier generation's pending keys
+    if (current) { // a clear forgot the earlier generation's pending keys and refusals
       for (CacheKey k : t.keys) {
         pendingPutKeys.merge(k, -1, (a, b) -> a + b == 0 ? null : a + b);
       }
     }
     if (!f.retired()) {
+      if (current) {
+        t.keys.forEach(refusals::remove); // never offered again: L3 work stops here
+      }
       quarantine(t);
       return;
     }
-    List<CacheKey> reoffer = new ArrayList<>();
     for (int i = 0; i < t.keys.size(); i++) {
       releaseRef(t, i);
-      if (!f.ok(i) && current) {
-        reoffer.add(t.keys.get(i)); // a retired refusal: the page is offered again later
-      }
     }
     releaseTicket(t); // an earlier generation's sources were withdrawn: freed by releaseRef
-    for (CacheKey k : reoffer) {
-      offerBackup(k);
+    if (!current) {
+      return; // an old generation's refused rows are never offered again
+    }
+    for (int i = 0; i < t.keys.size(); i++) {
+      if (f.ok(i)) {
+        refusals.remove(t.keys.get(i));
+      } else {
+        onRefused(t.keys.get(i));
+      }
+    }
+  }
+
+  /**
+   * A retired refusal (no space, an ACL, a cooldown rejection): the local Host entry stays usable
+   * and the key is offered again after a backoff that doubles with each refusal, starting at the
+   * next tick; the {@link StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS}th refusal drops it ({@code
+   * refused}). A store that refuses everything thus sees each key a bounded number of times, paced,
+   * and the loop has nothing dispatchable in between.
+   */
+  private void onRefused(CacheKey key) {
+    int n = refusals.getOrDefault(key, 0) + 1;
+    if (gateClosed) {
+      forget(key, StorageCounters.DropReason.PRESSURE);
+    } else if (n >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS) {
+      forget(key, StorageCounters.DropReason.REFUSED);
+    } else if (config.backupCandidateCapacity() == 0) {
+      forget(key, StorageCounters.DropReason.OVERFLOW);
+    } else {
+      if (deferred.size() == config.backupCandidateCapacity()) {
+        Map.Entry<CacheKey, Deferral> oldest = deferred.pollFirstEntry();
+        if (!oldest.getValue().started) {
+          deferralsToStart--;
+        }
+        forget(oldest.getKey(), StorageCounters.DropReason.OVERFLOW);
+      }
+      refusals.put(key, n);
+      deferred.put(key, new Deferral(backoffNs(n)));
+      deferralsToStart++;
+    }
+  }
+
+  /** The backoff after the {@code n}th refusal of a key: the base, doubled per earlier refusal. */
+  static long backoffNs(int n) {
+    return TimeUnit.MILLISECONDS.toNanos(StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS) << (n - 1);
+  }
+
+  /** Drops one candidate occurrence: counted by reason, its refusals forgotten. */
+  private void forget(CacheKey key, StorageCounters.DropReason reason) {
+    refusals.remove(key);
+    counters.drop(reason, 1);
+  }
+
+  /**
+   * Drops every queued and deferred candidate — pressure closure, frozen-round cleanup, a clear —
+   * counted as {@code reason}. Keys in pending PUTs keep their refusals until their facts arrive.
+   */
+  private void dropQueued(StorageCounters.DropReason reason) {
+    counters.drop(reason, candidates.size() + deferred.size());
+    for (CacheKey k : candidates) {
+      refusals.remove(k);
+    }
+    for (CacheKey k : deferred.keySet()) {
+      refusals.remove(k);
+    }
+    candidates.clear();
+    candidateSet.clear();
+    deferred.clear();
+    deferralsToStart = 0;
+    nextRetryNs = Long.MAX_VALUE;
+  }
+
+  /** Starts the backoffs refused last round and queues the deferrals that are due. */
+  private void retryDeferred(long tickNs) {
+    if (deferralsToStart > 0) {
+      for (Deferral d : deferred.values()) {
+        if (!d.started) {
+          d.started = true;
+          d.retryAtNs = tickNs + d.backoffNs;
+          armRetry(d.retryAtNs);
+        }
+      }
+      deferralsToStart = 0;
+    }
+    if (nextRetryNs == Long.MAX_VALUE || tickNs - nextRetryNs < 0) {
+      return; // nothing is due: no scan
+    }
+    nextRetryNs = Long.MAX_VALUE;
+    for (var it = deferred.entrySet().iterator(); it.hasNext(); ) {
+      Map.Entry<CacheKey, Deferral> e = it.next();
+      if (tickNs - e.getValue().retryAtNs >= 0) {
+        it.remove();
+        enqueue(e.getKey()); // keeps its refusals: the next one backs off longer
+      } else {
+        armRetry(e.getValue().retryAtNs);
+      }
+    }
+  }
+
+  private void armRetry(long atNs) {
+    if (nextRetryNs == Long.MAX_VALUE || atNs - nextRetryNs < 0) {
+      nextRetryNs = atNs;
     }
   }
 
@@ -503,14 +656,13 @@ public final class StorageTransferManager {
    * cancellations and before completions, so a parked query of a request cancelled this round never
    * becomes a GET. Frozen and idle rounds still take completions, deadlines and cancellations, but
    * a finished query reserves nothing and issues no GET until a permitted round; their cleanup
-   * discards queued backup candidates (counted as {@code cleanup}), as pressure closure does.
+   * discards queued and deferred backup candidates (counted as {@code cleanup}), as pressure
+   * closure does.
    */
   public void beginRound(boolean storagePermitted) {
     this.permitted = storagePermitted;
-    if (!storagePermitted && !candidates.isEmpty()) {
-      counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
-      candidates.clear();
-      candidateSet.clear();
+    if (!storagePermitted && (!candidates.isEmpty() || !deferred.isEmpty())) {
+      dropQueued(StorageCounters.DropReason.CLEANUP);
     }
     if (!storagePermitted || gateClosed || quarantined || parked == 0) {
       return;
@@ -527,12 +679,16 @@ public final class StorageTransferManager {
 
   /**
    * The agreed tick, applied first every round (before cancellations and completions): timers set
-   * by the previous round start, soft deadlines end waits, Ready holds expire.
+   * by the previous round start, soft deadlines end waits, Ready holds expire, deferred backup
+   * candidates whose backoff is over are queued again.
    */
   public void onTick(long tickNs) {
     this.nowNs = tickNs;
     if (timersToStart) {
       startTimers(tickNs);
+    }
+    if (!deferred.isEmpty()) {
+      retryDeferred(tickNs);
     }
     if (nextTimerNs == Long.MAX_VALUE || tickNs - nextTimerNs < 0) {
       return; // nothing is due: no scan
@@ -625,9 +781,7 @@ public final class StorageTransferManager {
             wake(lease, Wakeup.Reason.PRESSURE);
           }
         }
-        counters.drop(StorageCounters.DropReason.PRESSURE, candidates.size());
-        candidates.clear();
-        candidateSet.clear();
+        dropQueued(StorageCounters.DropReason.PRESSURE);
       }
     } else if (p.queuedJobs() <= config.lowQueuedJobs()
         && p.queuedPayloadBytes() <= config.lowQueuedBytes()
@@ -727,9 +881,8 @@ public final class StorageTransferManager {
         }
       }
     }
-    counters.drop(StorageCounters.DropReason.CLEANUP, candidates.size());
-    candidates.clear();
-    candidateSet.clear();
+    dropQueued(StorageCounters.DropReason.CLEANUP);
+    refusals.clear();
     pendingPutKeys.clear();
     negative.clear();
     negativeFifo.clear();
@@ -946,9 +1099,33 @@ public final class StorageTransferManager {
     return n;
   }
 
-  /** Backup candidates queued. */
+  /**
+   * Backup candidates that a permitted round would dispatch now (credits allowing). Deferred ones
+   * (refused, waiting for their retry tick) are not counted: they are no work until {@link
+   * #nextBackupRetryNs}.
+   */
   public int queuedCandidates() {
     return candidates.size();
+  }
+
+  /** Refused backup candidates waiting for their retry tick (a gauge). */
+  public int deferredCandidates() {
+    return deferred.size();
+  }
+
+  /**
+   * The agreed tick from which the earliest deferred backup candidate is queued again ({@link
+   * #onTick} at or after it), or {@link Long#MAX_VALUE} when none is deferred. A refusal learned in
+   * this round starts its backoff at the next tick; until that tick is applied this returns the
+   * current tick: one more round is due. It may be earlier than the true time after a deferral was
+   * dropped, never later. With a one-round-late exchange, the tick reaches this value one round
+   * after the clock does.
+   */
+  public long nextBackupRetryNs() {
+    if (deferred.isEmpty()) {
+      return Long.MAX_VALUE;
+    }
+    return deferralsToStart > 0 ? nowNs : nextRetryNs;
   }
 
   /**
@@ -961,6 +1138,16 @@ public final class StorageTransferManager {
    */
   public int inFlightOperations() {
     return inFlight;
+  }
+
+  /** Keys with refusals remembered: queued, deferred or in a PUT after a refusal (tests). */
+  int trackedRefusals() {
+    return refusals.size();
+  }
+
+  /** Keys in pending PUTs of the current generation (tests). */
+  int pendingPutKeys() {
+    return pendingPutKeys.size();
   }
 
   /** The generation: how many full clears this manager has seen. */
@@ -1042,6 +1229,32 @@ public final class StorageTransferManager {
             case QUARANTINED -> (int) n;
           };
       check(n == gauge, phase + " gauge " + gauge + " but " + n + " tickets");
+    }
+    check(deferred.size() <= config.backupCandidateCapacity(), "deferred candidates overflowed");
+    int unstarted = 0;
+    for (Map.Entry<CacheKey, Deferral> e : deferred.entrySet()) {
+      CacheKey k = e.getKey();
+      check(!candidateSet.contains(k), "deferred and queued at once: " + k);
+      check(!pendingPutKeys.containsKey(k), "deferred and in a PUT at once: " + k);
+      check(refusals.containsKey(k), "deferred without a refusal: " + k);
+      unstarted += e.getValue().started ? 0 : 1;
+      check(
+          !e.getValue().started || nextRetryNs - e.getValue().retryAtNs <= 0,
+          "deferral of " + k + " due before the next retry scan");
+    }
+    check(
+        unstarted == deferralsToStart,
+        "unstarted deferrals " + deferralsToStart + " vs " + unstarted);
+    for (CacheKey k : refusals.keySet()) {
+      check(
+          candidateSet.contains(k) || deferred.containsKey(k) || pendingPutKeys.containsKey(k),
+          "refusals of " + k + " remembered but it is nowhere: a leak");
+      check(
+          refusals.get(k) < StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS,
+          "key " + k + " refused " + refusals.get(k) + " times and still kept");
+    }
+    if (gateClosed) {
+      check(candidates.isEmpty() && deferred.isEmpty(), "candidates kept while the gate is closed");
     }
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");

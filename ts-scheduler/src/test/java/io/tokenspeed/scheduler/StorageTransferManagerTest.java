@@ -18,12 +18,15 @@ import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.core.storage.StorageOp;
+import java.util.ArrayList;
 import java.util.BitSet;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 class StorageTransferManagerTest {
 
@@ -279,6 +282,11 @@ class StorageTransferManagerTest {
     BitSet ok = new BitSet();
     ok.set(1, put.keys().size()); // row 0 refused for lack of space: offered again
     f.stm.onCompletion(Facts.of(put, ok, new BitSet(), true, false));
+    assertEquals(0, f.stm.queuedCandidates(), "deferred: no dispatchable work before its tick");
+    assertEquals(1, f.stm.deferredCandidates());
+    assertTrue(f.drain().isEmpty());
+    f.stm.onTick(0); // the next round: the backoff starts
+    f.stm.onTick(StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS);
     assertEquals(1, f.stm.queuedCandidates());
     StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
     assertEquals(List.of(put.keys().get(0)), retry.keys());
@@ -604,6 +612,222 @@ class StorageTransferManagerTest {
     f.stm.onTick(published + hold);
     assertFalse(ready.live());
     assertEquals(1, f.stm.counters().readyExpired());
+  }
+
+  @Test
+  void shouldNotReofferARefusedPutAtOnce() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 46), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    f.stm.onTick(0);
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onTick(1 * MS);
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false)); // no space
+    assertEquals(0, f.stm.queuedCandidates(), "a deferred candidate is no dispatchable work");
+    assertTrue(f.drain().isEmpty(), "no PUT in the round that learned of the refusal");
+    assertEquals(keys.size(), f.stm.deferredCandidates());
+    assertEquals(1 * MS, f.stm.nextBackupRetryNs(), "the backoff starts at the next tick");
+    long backoff = StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS;
+    f.stm.onTick(2 * MS);
+    assertTrue(f.drain().isEmpty(), "nor in the next one");
+    assertEquals(2 * MS + backoff, f.stm.nextBackupRetryNs());
+    f.stm.onTick(2 * MS + backoff - 1);
+    assertTrue(f.drain().isEmpty());
+    f.stm.onTick(2 * MS + backoff);
+    assertEquals(keys.size(), f.stm.queuedCandidates());
+    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
+    StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(put.keys(), retry.keys(), "offered again once the backoff is over");
+    f.stm.onCompletion(allOk(retry));
+    assertEquals(0, f.stm.trackedRefusals(), "an accepted key leaves no bookkeeping");
+  }
+
+  @Test
+  void shouldBackOffDoublingAndDropAKeyAfterItsLastAttempt() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 48), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    List<Long> putTicks = new ArrayList<>();
+    List<StorageOp> inFlight = new ArrayList<>();
+    for (int round = 0; round < 5_000; round++) { // a round every millisecond, for five seconds
+      long tick = round * MS;
+      f.stm.onTick(tick);
+      for (StorageOp op : inFlight) { // a store that refuses every PUT, one round later
+        f.stm.onCompletion(Facts.of(op, new BitSet(), new BitSet(), true, false));
+      }
+      inFlight.clear();
+      for (StorageOp op : f.drain()) {
+        putTicks.add(tick);
+        inFlight.add(op);
+      }
+      f.stm.checkInvariants();
+    }
+    assertEquals(StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS, putTicks.size(), "ticks " + putTicks);
+    for (int i = 1; i < putTicks.size(); i++) {
+      // refused a round after dispatch, the backoff starts a round later
+      assertEquals(
+          2 * MS + StorageTransferManager.backoffNs(i),
+          putTicks.get(i) - putTicks.get(i - 1),
+          "attempt " + (i + 1) + " of " + putTicks);
+    }
+    assertEquals(
+        keys.size(), f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED));
+    assertEquals(0, f.stm.queuedCandidates());
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs(), "nothing to wake up for");
+    assertEquals(0, f.stm.trackedRefusals());
+    for (CacheKey k : keys) {
+      assertTrue(f.cache.host().contains(k), "a refused page stays usable locally: " + k);
+    }
+  }
+
+  @ParameterizedTest(name = "seed={0}")
+  @ValueSource(longs = {11, 12, 13, 14})
+  void shouldForgetEveryRefusalOnceKeysAreAcceptedDroppedOrCleared(long seed) {
+    java.util.Random rnd = new java.util.Random(seed);
+    StorageConfig small =
+        new StorageConfig(
+            64,
+            8192,
+            200,
+            1000,
+            1,
+            131072,
+            4096,
+            16,
+            6 + rnd.nextInt(20),
+            1 + rnd.nextInt(6),
+            192,
+            64,
+            4L << 30,
+            1L << 30,
+            2000,
+            500);
+    f = new StmFixture(small, 64, 512);
+    List<CacheKey> keys = new ArrayList<>();
+    for (int i = 0; i < 12; i++) {
+      keys.addAll(f.cache.neededKeys(f.prompt(128, 200 + i), 64));
+    }
+    f.put(Tier.HOST, keys);
+    long[] tick = {0};
+    List<StorageOp> inFlight = new ArrayList<>();
+    java.util.function.IntConsumer rounds =
+        acceptPercent -> {
+          tick[0] += (1 + rnd.nextInt(150)) * MS;
+          f.stm.onTick(tick[0]);
+          for (StorageOp op : inFlight) {
+            BitSet ok = new BitSet();
+            for (int i = 0; i < Facts.keysOf(op); i++) {
+              ok.set(i, rnd.nextInt(100) < acceptPercent);
+            }
+            f.stm.onCompletion(Facts.of(op, ok, new BitSet(), true, false));
+          }
+          inFlight.clear();
+          if (acceptPercent < 100) {
+            for (int i = rnd.nextInt(6); i > 0; i--) {
+              f.stm.offerBackup(keys.get(rnd.nextInt(keys.size())));
+            }
+          }
+          inFlight.addAll(f.drain());
+          f.checkInvariants(List.of());
+        };
+    for (int i = 0; i < 300; i++) {
+      rounds.accept(30); // mostly refused
+    }
+    assertTrue(f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED) > 0);
+    assertTrue(f.stm.trackedRefusals() > 0, "refusals are being remembered");
+    for (int i = 0; i < 100 && (!inFlight.isEmpty() || f.stm.deferredCandidates() > 0); i++) {
+      rounds.accept(100); // the store accepts everything now; nothing new is offered
+    }
+    assertTrue(inFlight.isEmpty());
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(0, f.stm.queuedCandidates());
+    assertEquals(0, f.stm.trackedRefusals(), "accepted keys are forgotten");
+    assertEquals(0, f.stm.pendingPutKeys());
+    for (int i = 0; i < 300; i++) {
+      rounds.accept(30);
+    }
+    f.stm.rejectAll();
+    for (StorageOp op : inFlight) {
+      f.stm.onCompletion(Facts.of(op, new BitSet(), new BitSet(), true, false));
+    }
+    f.drain();
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(0, f.stm.queuedCandidates());
+    assertEquals(0, f.stm.trackedRefusals(), "a clear forgets every refusal");
+    assertEquals(0, f.stm.pendingPutKeys());
+    assertEquals(0, f.stm.operationsInUse());
+    assertEquals(0, f.stm.hostCreditsInUse());
+    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
+  }
+
+  /** Offers {@code key}, dispatches it and has the store refuse it: it is deferred. */
+  private StorageOp.Put refuseOnce(CacheKey key) {
+    f.stm.offerBackup(key);
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false));
+    assertEquals(1, f.stm.deferredCandidates());
+    return put;
+  }
+
+  @Test
+  void shouldDropDeferredCandidatesOnPressureFrozenRoundsAndClears() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 49), 64);
+    f.put(Tier.HOST, keys);
+    f.stm.onTick(0);
+    refuseOnce(keys.get(0));
+    f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0));
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.PRESSURE));
+    f.stm.onPressure(PressureSnapshot.IDLE);
+    refuseOnce(keys.get(1));
+    f.stm.beginRound(false);
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.CLEANUP));
+    f.stm.beginRound(true);
+    refuseOnce(keys.get(2));
+    f.stm.rejectAll();
+    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(2, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.CLEANUP));
+    f.stm.offerBackup(keys.get(3));
+    StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onPressure(new PressureSnapshot(StorageConfig.DEFAULT_HIGH_QUEUED_JOBS, 0, 0));
+    f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false));
+    assertEquals(0, f.stm.deferredCandidates(), "a refusal under pressure is not kept");
+    assertEquals(2, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.PRESSURE));
+    assertEquals(0, f.stm.trackedRefusals());
+    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
+  }
+
+  @Test
+  void shouldBoundTheDeferredCandidatesAndCountTheOverflow() {
+    StorageConfig small =
+        new StorageConfig(
+            64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
+            500);
+    f = new StmFixture(small, 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 50), 64);
+    f.put(Tier.HOST, keys);
+    f.stm.offerBackup(keys.get(0));
+    f.stm.offerBackup(keys.get(1));
+    StorageOp.Put first = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.offerBackup(keys.get(2));
+    StorageOp.Put second = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onCompletion(Facts.of(first, new BitSet(), new BitSet(), true, false));
+    f.stm.onCompletion(Facts.of(second, new BitSet(), new BitSet(), true, false));
+    assertEquals(2, f.stm.deferredCandidates(), "bounded like the candidate queue");
+    assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.OVERFLOW));
+    f.stm.offerBackup(keys.get(1)); // deferred: coalesced, keeps its backoff
+    assertEquals(0, f.stm.queuedCandidates());
+    f.stm.onTick(0);
+    f.stm.onTick(StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS);
+    StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(keys.get(1), keys.get(2)), retry.keys(), "the oldest refusal went");
+    f.stm.onCompletion(allOk(retry));
+    assertEquals(0, f.stm.trackedRefusals());
   }
 
   @Test
