@@ -18,7 +18,10 @@ public final class StorageCounters {
     OVERFLOW,
     /** Its Host data was gone at dispatch. */
     UNAVAILABLE,
-    /** Writes are disabled: no backup budget. */
+    /**
+     * Writes are disabled: no backup budget, or quarantine (which stops new L3 work until restart;
+     * the quarantine gauges tell the two apart).
+     */
     DISABLED,
     /** A clear or a frozen round's cleanup discarded it. */
     CLEANUP,

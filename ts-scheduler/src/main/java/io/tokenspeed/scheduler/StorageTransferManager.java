@@ -97,6 +97,7 @@ import java.util.concurrent.TimeUnit;
  *                     │ retry tick        ▼
  *                     └───────────── deferred: backoff 100 ms · 2^(n-1) from the next tick
  *                                         │ n = max attempts: dropped (refused)
+ *   unretired ─▶ quarantine: queued and deferred dropped (disabled), every later offer too
  * </pre>
  *
  * <p>Only queued candidates are work ({@link #queuedCandidates}); a deferred one waits for {@link
@@ -455,12 +456,12 @@ public final class StorageTransferManager {
   /**
    * Offers a newly published Host block for backup. Candidates are non-owning: the block may be
    * evicted while queued, in which case dispatch skips it. The offer is dropped and counted when
-   * writes are disabled — no backup budget ({@code disabled}) — or the pressure gate is closed
-   * ({@code pressure}). It coalesces, uncounted, with the same key already queued, deferred after a
-   * refusal, or in a pending PUT: the deferral keeps its backoff.
+   * writes are disabled — no backup budget, or quarantine ({@code disabled}) — or the pressure gate
+   * is closed ({@code pressure}). It coalesces, uncounted, with the same key already queued,
+   * deferred after a refusal, or in a pending PUT: the deferral keeps its backoff.
    */
   public void offerBackup(CacheKey key) {
-    if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0) {
+    if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0 || quarantined) {
       counters.drop(StorageCounters.DropReason.DISABLED, 1);
       return;
     }
@@ -566,7 +567,9 @@ public final class StorageTransferManager {
    */
   private void onRefused(CacheKey key) {
     int n = refusals.getOrDefault(key, 0) + 1;
-    if (gateClosed) {
+    if (quarantined) {
+      forget(key, StorageCounters.DropReason.DISABLED);
+    } else if (gateClosed) {
       forget(key, StorageCounters.DropReason.PRESSURE);
     } else if (n >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS) {
       forget(key, StorageCounters.DropReason.REFUSED);
@@ -598,8 +601,9 @@ public final class StorageTransferManager {
   }
 
   /**
-   * Drops every queued and deferred candidate — pressure closure, frozen-round cleanup, a clear —
-   * counted as {@code reason}. Keys in pending PUTs keep their refusals until their facts arrive.
+   * Drops every queued and deferred candidate — pressure closure, frozen-round cleanup, a clear,
+   * quarantine — counted as {@code reason}. Keys in pending PUTs keep their refusals until their
+   * facts arrive.
    */
   private void dropQueued(StorageCounters.DropReason reason) {
     counters.drop(reason, candidates.size() + deferred.size());
@@ -1033,9 +1037,17 @@ public final class StorageTransferManager {
     }
   }
 
+  /**
+   * Quarantines an unretired ticket and, the first time, stops new L3 work for good: queued and
+   * deferred backup candidates are dropped ({@code disabled}) and {@link #offerBackup} drops every
+   * later offer; no query, GET or PUT is issued again.
+   */
   private void quarantine(Ticket t) {
     transition(t, Phase.QUARANTINED);
-    quarantined = true;
+    if (!quarantined) {
+      quarantined = true;
+      dropQueued(StorageCounters.DropReason.DISABLED);
+    }
   }
 
   private void rememberNegative(CacheKey k) {
@@ -1102,7 +1114,7 @@ public final class StorageTransferManager {
   /**
    * Backup candidates that a permitted round would dispatch now (credits allowing). Deferred ones
    * (refused, waiting for their retry tick) are not counted: they are no work until {@link
-   * #nextBackupRetryNs}.
+   * #nextBackupRetryNs}. 0 for good once quarantined.
    */
   public int queuedCandidates() {
     return candidates.size();
@@ -1253,8 +1265,8 @@ public final class StorageTransferManager {
           refusals.get(k) < StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS,
           "key " + k + " refused " + refusals.get(k) + " times and still kept");
     }
-    if (gateClosed) {
-      check(candidates.isEmpty() && deferred.isEmpty(), "candidates kept while the gate is closed");
+    if (quarantined || gateClosed) {
+      check(candidates.isEmpty() && deferred.isEmpty(), "candidates kept while writes are off");
     }
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");

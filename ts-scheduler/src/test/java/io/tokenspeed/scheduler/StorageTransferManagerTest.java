@@ -831,6 +831,43 @@ class StorageTransferManagerTest {
   }
 
   @Test
+  void shouldDropQueuedCandidatesAndRejectNewOnesOnceQuarantined() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 47), 64);
+    f.put(Tier.HOST, keys);
+    f.stm.onTick(0);
+    f.stm.offerBackup(keys.get(0));
+    StorageOp.Put refused = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.offerBackup(keys.get(1));
+    StorageOp.Put unretired = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.offerBackup(keys.get(4));
+    StorageOp.Put late = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    f.stm.onCompletion(Facts.of(refused, new BitSet(), new BitSet(), true, false));
+    f.stm.offerBackup(keys.get(2));
+    f.stm.offerBackup(keys.get(3));
+    assertEquals(2, f.stm.queuedCandidates());
+    assertEquals(1, f.stm.deferredCandidates());
+    f.stm.onCompletion(Facts.of(unretired, new BitSet(), new BitSet(), false, false));
+    assertTrue(f.stm.quarantined());
+    assertEquals(0, f.stm.queuedCandidates(), "quarantine drops what was queued");
+    assertEquals(0, f.stm.deferredCandidates(), "and what was deferred");
+    assertEquals(3, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.DISABLED));
+    f.stm.offerBackup(keys.get(5));
+    assertEquals(0, f.stm.queuedCandidates(), "and queues nothing new");
+    f.stm.onCompletion(Facts.of(late, new BitSet(), new BitSet(), true, false));
+    assertEquals(0, f.stm.deferredCandidates(), "nor defers a later refusal");
+    assertEquals(5, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.DISABLED));
+    for (long tick = 0; tick < 5_000 * MS; tick += 50 * MS) {
+      f.stm.onTick(tick);
+      f.stm.beginRound(true);
+      assertTrue(f.drain().isEmpty(), "no storage op after quarantine");
+    }
+    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
+    assertEquals(0, f.stm.inFlightOperations(), "the quarantined PUT is not waited for");
+    assertEquals(0, f.stm.trackedRefusals());
+  }
+
+  @Test
   void shouldCountInFlightOperationsUntilTheirIoRetires() {
     f = new StmFixture(StmFixture.config(), 64, 256);
     f.stm.onTick(0);
