@@ -16,7 +16,7 @@ public final class StorageCounters {
     PRESSURE,
     /** The bounded candidate queue (or the deferred set of refusals) dropped its oldest entry. */
     OVERFLOW,
-    /** Its Host data was gone at dispatch. */
+    /** Its Host data was gone at dispatch, or the engine could not copy it to the Host. */
     UNAVAILABLE,
     /**
      * Writes are disabled: no backup budget, or quarantine (which stops new L3 work until restart;

@@ -653,6 +653,21 @@ public final class StorageTransferManager {
     }
   }
 
+  /**
+   * Counts backup keys the engine dropped before they became candidates — a write-through that
+   * found the Host full counts {@code unavailable} — in the same counter as the manager's own
+   * drops, so every dropped backup key is counted once, by reason.
+   */
+  public void onBackupsDropped(StorageCounters.DropReason reason, int keys) {
+    if (reason == null) {
+      throw new IllegalArgumentException("reason=null");
+    }
+    if (keys < 0) {
+      throw new IllegalArgumentException("keys=" + keys + " must be >= 0");
+    }
+    counters.drop(reason, keys);
+  }
+
   // ================================================================ the round
 
   /**

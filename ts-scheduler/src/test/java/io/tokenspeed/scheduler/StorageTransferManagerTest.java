@@ -901,6 +901,18 @@ class StorageTransferManagerTest {
   }
 
   @Test
+  void shouldCountBackupKeysTheEngineDropped() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    f.stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, 3);
+    f.stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, 0);
+    assertEquals(3, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.UNAVAILABLE));
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> f.stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, -1));
+    assertThrows(IllegalArgumentException.class, () -> f.stm.onBackupsDropped(null, 1));
+  }
+
+  @Test
   void shouldDiscardQueuedBackupCandidatesInAFrozenRound() {
     f = new StmFixture(StmFixture.config().withCredits(2, 1000), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 43), 64);
