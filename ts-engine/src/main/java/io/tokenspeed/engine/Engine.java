@@ -28,6 +28,7 @@ import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
 
@@ -71,6 +72,10 @@ public final class Engine implements AutoCloseable {
 
   private final StorageTier storage;
   private volatile String weightVersion;
+
+  /** Serializes weight updates. */
+  private final Object weightUpdates = new Object();
+
   private final String attentionBackend;
   private final Store storageStore;
   private boolean closed; // guarded by this
@@ -98,7 +103,7 @@ public final class Engine implements AutoCloseable {
     this.pool = ComputePool.ofThreads(config.computeThreads());
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
     Copies loopCopies = new Copies(copies);
-    this.publication = new HostPublication(layout, cache, scheduler, active);
+    this.publication = new HostPublication(layout, cache, scheduler, stm, active);
     this.loop =
         new EventLoop(
             this,
@@ -192,33 +197,94 @@ public final class Engine implements AutoCloseable {
   }
 
   /**
-   * A weight-version update, which rotates the L3 namespace: after a preflight on the loop thread,
-   * deletes the current namespace's objects from the store on the calling thread (synchronously: a
-   * slow store delays this call, never a round), then, only if that succeeded, clears the cache as
-   * {@link #clearCache} does and switches every later key to the namespace of {@code version}.
-   * Without L3 it clears and records the version. Returns the objects deleted.
+   * A weight-version update, which rotates the L3 namespace. In order, with L3:
    *
-   * @throws Exception the store's deletion failure: nothing was cleared or switched
+   * <ol>
+   *   <li>fence (on the loop thread): every outstanding storage operation is rejected — waits end,
+   *       Ready holds and queued backups go — and rounds start no new storage work;
+   *   <li>wait (on the calling thread, never the loop's) until every operation already inside the
+   *       store has retired, so no write can land in the old namespace after its deletion;
+   *   <li>delete the old namespace's objects from the store (on the calling thread: a slow store
+   *       delays this call, never a round);
+   *   <li>switch (on the loop thread): clear the cache as {@link #clearCache} does, build every
+   *       later key under the namespace of {@code version}, lift the fence.
+   * </ol>
+   *
+   * If the wait passes {@code WEIGHT_UPDATE_RETIREMENT_MS} or the deletion fails, the fence lifts
+   * and nothing is cleared, deleted further or switched. Concurrent updates run one after the
+   * other. Operations quarantined before the update never retire: their late writes may still land
+   * in the old namespace (quarantine already requires a restart). Without L3 it clears and records
+   * the version. Returns the objects deleted.
+   *
+   * @throws Exception the store's deletion failure, or a wait for retirement that timed out
    */
   public long updateWeightVersion(String version) throws Exception {
     if (version == null || version.isBlank()) {
       throw new IllegalArgumentException("weight_version must be a non-empty string");
     }
-    String current = onLoop(() -> weightVersion).get();
-    long deleted =
-        storage == null ? 0 : storageStore.deleteNamespace(namespaceFor(current).toString());
-    onLoop(
-            () -> {
-              scheduler.clearAll();
-              publication.clearBackups();
-              weightVersion = version;
-              if (storage != null) {
-                storage.switchNamespace(namespaceFor(version));
-              }
-              return null;
-            })
-        .get();
-    return deleted;
+    synchronized (weightUpdates) {
+      String current = onLoop(() -> weightVersion).get();
+      long deleted = 0;
+      if (storage != null) {
+        onLoop(
+                () -> {
+                  loop.fenceStorage(true);
+                  scheduler.rejectStorage();
+                  return null;
+                })
+            .get();
+        try {
+          awaitStorageRetired();
+          deleted = storageStore.deleteNamespace(namespaceFor(current).toString());
+        } catch (Exception | Error e) {
+          onLoop(
+              () -> {
+                loop.fenceStorage(false);
+                return null;
+              });
+          throw e;
+        }
+      }
+      onLoop(
+              () -> {
+                scheduler.clearAll();
+                publication.clearBackups();
+                weightVersion = version;
+                if (storage != null) {
+                  storage.switchNamespace(namespaceFor(version));
+                  loop.fenceStorage(false);
+                }
+                return null;
+              })
+          .get();
+      return deleted;
+    }
+  }
+
+  /** How long a weight update waits for the storage operations in the store to retire. */
+  static final long WEIGHT_UPDATE_RETIREMENT_MS = 60_000;
+
+  /**
+   * Waits until no storage operation is inside the store (asked on the loop thread between rounds,
+   * every storage tick).
+   */
+  private void awaitStorageRetired() throws Exception {
+    long deadlineNs =
+        System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WEIGHT_UPDATE_RETIREMENT_MS);
+    while (true) {
+      int inFlight = onLoop(() -> storage.busy() ? Math.max(1, stm.inFlightOperations()) : 0).get();
+      if (inFlight == 0) {
+        return;
+      }
+      if (System.nanoTime() - deadlineNs >= 0) {
+        throw new TimeoutException(
+            inFlight
+                + " storage operations were still inside the store after "
+                + WEIGHT_UPDATE_RETIREMENT_MS
+                + " ms: the weight update was abandoned (nothing deleted or switched)");
+      }
+      Thread.sleep(EventLoop.STORAGE_TICK_MS);
+    }
   }
 
   /** The L3 namespace every object key of this engine is built under; empty without L3. */

@@ -97,6 +97,14 @@ final class EventLoop {
   /** The last round planned no forward while storage work was pending: wait a little. */
   private boolean storageWait;
 
+  /** A weight update's fence: rounds start no new storage work until it lifts. */
+  private boolean storageFenced;
+
+  /** Whether the loop said that quarantine stopped L3 (it says so once). */
+  private boolean quarantineReported;
+
+  private static final System.Logger LOG = System.getLogger(EventLoop.class.getName());
+
   EventLoop(
       Engine engine,
       CacheLayout layout,
@@ -206,8 +214,10 @@ final class EventLoop {
         boolean agreementDue = storage != null && storage.agreementDue(); // next round returns it
         if (active.isEmpty() && !arrived && !housekeeping && !agreementDue) {
           boolean busy = storageBusy(); // L3 facts still to come: a round per event or tick
-          awaitWork(busy ? STORAGE_TICK_MS : IDLE_WAIT_MS);
-          if (!busy && !intake.pending() && admin.isEmpty()) {
+          long retryInNs = backupRetryInNs(); // a refused backup's next attempt, paced
+          awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
+          boolean retryDue = backupRetryInNs() <= 0;
+          if (!busy && !retryDue && !intake.pending() && admin.isEmpty()) {
             continue;
           }
         } else if (storageWait && !arrived && !agreementDue) {
@@ -291,13 +301,14 @@ final class EventLoop {
     RoundInput input =
         storage == null
             ? new RoundInput(nowNs, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
-            : storage.roundInput(nowNs, cancelled);
+            : storage.roundInput(nowNs, cancelled, !storageFenced);
     long hostMark = cache.host().publications();
     ExecutionPlan plan = scheduler.round(input);
     rounds++;
     if (storage != null) {
       reuse.noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
       storage.dispatch(plan.storage()); // beside the Device copies, never behind them
+      noteQuarantine();
     }
     return plan;
   }
@@ -408,6 +419,50 @@ final class EventLoop {
   private void awaitWork(long ms) throws InterruptedException {
     wake.tryAcquire(ms, TimeUnit.MILLISECONDS);
     wake.drainPermits();
+  }
+
+  /**
+   * Nanoseconds until a deferred backup candidate (a refused PUT's page) may be offered again:
+   * {@link Long#MAX_VALUE} when there is none, at most 0 when it is due. The manager counts in
+   * agreed ticks, which follow the clock by one round, so a due retry takes a round or two.
+   */
+  private long backupRetryInNs() {
+    if (stm == null || storageFenced || stm.quarantined()) {
+      return Long.MAX_VALUE;
+    }
+    long at = stm.nextBackupRetryNs();
+    return at == Long.MAX_VALUE ? Long.MAX_VALUE : at - System.nanoTime();
+  }
+
+  /**
+   * An idle wait: until the next backup retry, at least one storage tick, at most the idle wait.
+   */
+  private static long idleWaitMs(long retryInNs) {
+    if (retryInNs == Long.MAX_VALUE) {
+      return IDLE_WAIT_MS;
+    }
+    long ms = TimeUnit.NANOSECONDS.toMillis(Math.max(0, retryInNs));
+    return Math.clamp(ms, STORAGE_TICK_MS, IDLE_WAIT_MS);
+  }
+
+  /**
+   * A weight update's fence (loop thread): while set, rounds take completions, deadlines and
+   * cancellations but start no storage work — no query, GET or PUT — and drop backup candidates.
+   */
+  void fenceStorage(boolean fenced) {
+    storageFenced = fenced;
+  }
+
+  /** Says once that quarantine stopped L3: the engine serves on from the Device and the Host. */
+  private void noteQuarantine() {
+    if (!quarantineReported && stm.quarantined()) {
+      quarantineReported = true;
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "L3 is quarantined: a storage operation's retirement is unproven, so its Host blocks stay"
+              + " held and no new L3 work starts until the process restarts; requests are served"
+              + " from the Device and Host tiers");
+    }
   }
 
   /** L3 operations without an agreed completion, or backup candidates not yet written. */

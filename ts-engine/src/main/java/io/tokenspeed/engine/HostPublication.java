@@ -7,9 +7,13 @@ import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageCounters;
+import io.tokenspeed.scheduler.StorageTransferManager;
 import java.util.ArrayList;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 /**
  * What the loop copies to the Host besides the scheduler's demotions: the exact images of retracted
@@ -32,10 +36,17 @@ final class HostPublication {
   private final Scheduler scheduler;
   private final Map<Long, ActiveRequest> active;
 
+  /** The storage transfer manager with L3, else null (and nothing is written through). */
+  private final StorageTransferManager stm;
+
   /** Keys of finished requests to write through to the Host in the next round (with L3). */
   private final List<CacheKey> backups = new ArrayList<>();
 
   private long imageBlocks;
+
+  /** Every group keeps full history: a shorter boundary needs nothing the longest does not. */
+  private final boolean historyOnly;
+
   private long imagesRefused;
 
   /**
@@ -48,11 +59,15 @@ final class HostPublication {
       CacheLayout layout,
       CacheCoordinator cache,
       Scheduler scheduler,
+      StorageTransferManager stm,
       Map<Long, ActiveRequest> active) {
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
     this.active = active;
+    this.stm = stm;
+    this.historyOnly =
+        layout.groups().stream().allMatch(g -> g.kind() instanceof GroupKind.FullHistory);
   }
 
   /** Image blocks of retracted requests saved to the Host since start. */
@@ -75,11 +90,26 @@ final class HostPublication {
     backups.clear();
   }
 
-  /** With L3: the full pages of a request that just finished go to the Host in the next round. */
+  /**
+   * With L3: what a request that just finished computed goes to the Host in the next round — every
+   * key a restore at its longest full boundary needs, then, for a model with sliding windows or
+   * State, the windows and checkpoints of each shorter aligned boundary, longest first: a later
+   * prompt that shares only a shorter prefix restores at that boundary (the specification's shorter
+   * fallback boundaries). Full history below a boundary is part of the longest one's keys.
+   */
   void writeThroughLater(ActiveRequest a) {
-    if (a.keys.numFullPages() > 0) {
-      backups.addAll(cache.neededKeys(a.keys, a.keys.numFullPages() * layout.prefixGranularity()));
+    int p = layout.prefixGranularity();
+    int longest = a.keys.numFullPages() * p;
+    if (longest == 0) {
+      return;
     }
+    Set<CacheKey> keys = new LinkedHashSet<>(cache.neededKeys(a.keys, longest));
+    if (!historyOnly) {
+      for (int b = longest - p; b >= p; b -= p) {
+        keys.addAll(cache.neededKeys(a.keys, b));
+      }
+    }
+    backups.addAll(keys);
   }
 
   /**
@@ -185,16 +215,22 @@ final class HostPublication {
       return List.of();
     }
     List<ImagePage> pages = new ArrayList<>();
+    int unavailable = 0;
+    boolean hostFull = false;
     for (CacheKey key : backups) {
-      int b = cache.device().lookup(key);
-      if (b == 0 || cache.host().contains(key)) {
-        continue;
+      if (cache.host().contains(key)) {
+        continue; // on the Host already: its publication offered it
       }
-      if (!copyToHost(key, b, ops, pages)) {
-        break; // the Host is full of referenced blocks: these keys stay local
+      int b = cache.device().lookup(key);
+      if (b == 0 || hostFull || !copyToHost(key, b, ops, pages)) {
+        hostFull |= b != 0; // the Host is full of referenced blocks: the rest stay local
+        unavailable++;
       }
     }
     backups.clear();
+    if (unavailable > 0) {
+      stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, unavailable);
+    }
     return pages;
   }
 

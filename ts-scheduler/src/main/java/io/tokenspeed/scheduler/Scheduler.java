@@ -1024,6 +1024,20 @@ public final class Scheduler {
     cache.clear();
   }
 
+  /**
+   * The fence of a weight update or namespace deletion: rejects every outstanding storage operation
+   * as {@link #clearAll} does (waits end, Ready holds go, queued candidates are dropped) without
+   * clearing the local tiers; the I/O already started stays charged until it retires.
+   */
+  public void rejectStorage() {
+    if (storage != null) {
+      storage.rejectAll();
+      for (Wakeup w : storage.drainWakeups()) {
+        resume(w);
+      }
+    }
+  }
+
   /** An L1-only clear: cached Device blocks go; Host-only storage I/O is left alone. */
   public void clearDevice() {
     for (int b : cache.device().evictionCandidates(Integer.MAX_VALUE)) {
