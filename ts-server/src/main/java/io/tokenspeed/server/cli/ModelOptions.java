@@ -8,11 +8,13 @@ import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
 import io.tokenspeed.model.tokenizer.ByteTokenizer;
 import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.config.FileNames;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.util.Locale;
 import picocli.CommandLine.Model.CommandSpec;
@@ -114,7 +116,13 @@ final class ModelOptions {
         throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
       }
     }
-    Path dir = Path.of(model);
+    Path dir;
+    try {
+      dir = Path.of(model);
+    } catch (InvalidPathException e) {
+      throw new IllegalArgumentException(
+          "--model=" + FileNames.quote(model) + " " + FileNames.whyInvalid(model, e), e);
+    }
     if (!Files.isDirectory(dir)) {
       throw new IllegalArgumentException(
           "--model=" + model + " is not a directory (nor synthetic:NAME)");

@@ -1,5 +1,6 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.server.config.FileNames;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.IOException;
 import java.nio.charset.CharacterCodingException;
@@ -117,7 +118,11 @@ final class StorageOptions {
       }
       return Files.readString(file, StandardCharsets.UTF_8);
     } catch (InvalidPathException e) {
-      throw usage(EXTRA_CONFIG, "@" + name, flag + " is not a valid path: " + e.getReason(), e);
+      throw usage(
+          EXTRA_CONFIG,
+          "@" + name,
+          EXTRA_CONFIG + "=@" + FileNames.quote(name) + " " + FileNames.whyInvalid(name, e),
+          e);
     } catch (NoSuchFileException e) {
       throw usage(EXTRA_CONFIG, "@" + name, flag + ": no such file", e);
     } catch (AccessDeniedException e) {

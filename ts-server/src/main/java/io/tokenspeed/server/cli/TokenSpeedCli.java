@@ -1,12 +1,16 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.server.config.FileNames;
 import java.io.PrintWriter;
+import java.nio.file.InvalidPathException;
+import java.nio.file.Path;
 import java.util.concurrent.Callable;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.ParameterException;
 import picocli.CommandLine.Spec;
+import picocli.CommandLine.TypeConversionException;
 
 /**
  * The {@code tokenspeed} command: the entry point of the executable jar and of {@code
@@ -49,10 +53,23 @@ public final class TokenSpeedCli implements Callable<Integer> {
     if (err != null) {
       cli.setErr(err);
     }
+    cli.registerConverter(Path.class, TokenSpeedCli::path);
     CliErrors errors = new CliErrors();
     cli.setParameterExceptionHandler(errors);
     cli.setExecutionExceptionHandler(errors);
     return cli;
+  }
+
+  /**
+   * A path option's value; one that the JVM cannot use as a file name is a usage error saying why.
+   */
+  static Path path(String text) {
+    try {
+      return Path.of(text);
+    } catch (InvalidPathException e) {
+      throw new TypeConversionException(
+          FileNames.quote(text) + " " + FileNames.whyInvalid(text, e));
+    }
   }
 
   public static void main(String[] args) {

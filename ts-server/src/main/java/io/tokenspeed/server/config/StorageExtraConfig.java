@@ -258,9 +258,7 @@ public final class StorageExtraConfig {
       try {
         root = Path.of(pathText);
       } catch (InvalidPathException e) {
-        throw f.error(
-            "path",
-            f.render("path", f.node.get("path")) + " is not a valid path: " + e.getReason());
+        throw f.error("path", FileNames.quote(pathText) + " " + FileNames.whyInvalid(pathText, e));
       }
     }
     boolean fsync = f.bool("fsync", FileStoreSettings.DEFAULT_FSYNC);
@@ -398,10 +396,7 @@ public final class StorageExtraConfig {
       libraryPath = Path.of(library);
     } catch (InvalidPathException e) {
       throw f.error(
-          "library_path",
-          f.render("library_path", f.node.get("library_path"))
-              + " is not a valid path: "
-              + e.getReason());
+          "library_path", FileNames.quote(library) + " " + FileNames.whyInvalid(library, e));
     }
     String localHostname = f.text("local_hostname", null);
     String metadataServer =

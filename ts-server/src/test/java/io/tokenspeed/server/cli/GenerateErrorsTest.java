@@ -79,6 +79,24 @@ class GenerateErrorsTest {
             1,
             List.of("--device-tokens", "64", "--max-tokens", "1000"),
             "prompt of 3 tokens + max_tokens 1000 = 1003 exceeds the single-request limit of"),
+        // a lone surrogate: no file-name encoding has bytes for it, whatever the locale
+        of(
+            "model folder no file name can hold",
+            1,
+            List.of("--model", "/tmp/model\ud800", "--tokens", "1"),
+            "--model=\"/tmp/model\\ud800\" cannot be a file name in this JVM",
+            "which cannot represent U+D800"),
+        onLlama(
+            "store directory no file name can hold",
+            2,
+            List.of(
+                "--kvstore-storage-backend",
+                "file",
+                "--kvstore-storage-backend-extra-config",
+                "{\"path\": \"/tmp/l3\\ud800\"}"),
+            "--kvstore-storage-backend-extra-config: path=\"/tmp/l3\\ud800\" cannot be a file"
+                + " name in this JVM: its file-name encoding (sun.jnu.encoding) is",
+            "which cannot represent U+D800"),
         of(
             "unknown synthetic preset",
             1,

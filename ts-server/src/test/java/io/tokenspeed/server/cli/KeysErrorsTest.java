@@ -194,6 +194,16 @@ class KeysErrorsTest {
         promptCase("identity twice", 2, "--model-id", "m", "--text", "a", "--model-id"),
         new Case(
             "no identity", null, List.of("keys", "--text", "a"), 2, List.of("--identity FILE")),
+        // a lone surrogate: no file-name encoding has bytes for it, whatever the locale
+        new Case(
+            "identity file no file name can hold",
+            null,
+            List.of("keys", "--identity", "/tmp/id\ud800.json", "--text", "a"),
+            2,
+            List.of(
+                "Invalid value for option '--identity': \"/tmp/id\\ud800.json\" cannot be a file"
+                    + " name in this JVM: its file-name encoding (sun.jnu.encoding) is",
+                "which cannot represent U+D800 (half of a surrogate pair")),
         new Case(
             "incomplete identity flags",
             null,

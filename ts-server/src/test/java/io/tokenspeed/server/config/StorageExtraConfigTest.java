@@ -17,6 +17,7 @@ import io.tokenspeed.l3.store.memory.MemoryStoreSettings;
 import io.tokenspeed.l3.store.mooncake.MooncakeStoreSettings;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.lang.reflect.RecordComponent;
+import java.nio.charset.CharsetEncoder;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -761,6 +762,61 @@ class StorageExtraConfigTest {
     }
   }
 
+  /**
+   * A path holding a lone surrogate, which no file-name encoding has bytes for (UTF-8 included):
+   * the message names the field, the value (escaped, exact on an ASCII terminal too), the encoding
+   * and the character.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"path", "library_path"})
+  void shouldExplainAPathThatNoFileNameEncodingCanRepresent(String field) {
+    String backend = field.equals("path") ? "file" : "mooncake";
+    String others =
+        field.equals("path") ? "" : ", 'local_hostname': 'h', 'master_server_address': 'm:1'";
+    ConfigException e =
+        assertThrows(
+            ConfigException.class,
+            () ->
+                StorageExtraConfig.parse(
+                    backend, j("{'" + field + "': '/tmp/l\\ud800x'" + others + "}")));
+    assertEquals(
+        field
+            + "=\"/tmp/l\\ud800x\" cannot be a file name in this JVM: its file-name encoding"
+            + " (sun.jnu.encoding) is "
+            + FileNames.fileNameEncoding().name()
+            + ", which cannot represent U+D800 (half of a surrogate pair: the text is not valid"
+            + " Unicode)",
+        e.getMessage().replaceFirst("; (no locale is set|the locale|LC_|LANG).*$", ""));
+  }
+
+  /**
+   * A path with a non-ASCII letter: kept exactly under a UTF-8 locale; without one (the JVM's
+   * file-name encoding is then ASCII) the message says so and how to fix it. Either way the outcome
+   * is what this JVM can do.
+   */
+  @Test
+  void shouldExplainAPathTheFileNameEncodingCannotRepresent() {
+    String json = j("{'path': '/tmp/l\u00e93'}");
+    if (FileNames.fileNameEncoding().newEncoder().canEncode('\u00e9')) {
+      FileStoreSettings s =
+          ((StorageBackend.File) StorageExtraConfig.parse("file", json).backend()).settings();
+      assertEquals(Path.of("/tmp/l\u00e93"), s.root());
+      return;
+    }
+    ConfigException e =
+        assertThrows(ConfigException.class, () -> StorageExtraConfig.parse("file", json));
+    String message = e.getMessage();
+    assertTrue(
+        message.startsWith(
+            "path=\"/tmp/l\\u00e93\" cannot be a file name in this JVM: its file-name encoding"
+                + " (sun.jnu.encoding) is "
+                + FileNames.fileNameEncoding().name()
+                + ", which cannot represent U+00E9; "),
+        message);
+    assertTrue(message.contains("set a UTF-8 locale, for example "), message);
+    assertTrue(message.endsWith("=C.UTF-8"), message);
+  }
+
   @ParameterizedTest
   @ValueSource(strings = {"s3", "Memory", "", "none"})
   void shouldRejectAnUnknownBackendListingTheAllowedOnes(String backend) {
@@ -971,8 +1027,24 @@ class StorageExtraConfigTest {
               + (rnd.nextBoolean() ? "/./" + token(rnd, PATH_CHARS, 1, 8) + "/.." : "")
               + "/"
               + token(rnd, PATH_CHARS, 1, 12);
-      top.put("path", path);
+      top.put("path", nameable(path));
     }
+  }
+
+  /**
+   * {@code path} with every character that the running JVM's file-name encoding cannot represent
+   * replaced by {@code _}: without a UTF-8 locale that encoding is ASCII and the JVM can name no
+   * file {@code é} (a valid configuration then fails to parse: {@link
+   * #shouldExplainAPathTheFileNameEncodingCannotRepresent}). The random draws stay the same in
+   * every locale.
+   */
+  static String nameable(String path) {
+    CharsetEncoder encoder = FileNames.fileNameEncoding().newEncoder();
+    StringBuilder sb = new StringBuilder(path.length());
+    for (char c : path.toCharArray()) {
+      sb.append(encoder.canEncode(c) ? c : '_');
+    }
+    return sb.toString();
   }
 
   private static void randomRedis(Random rnd, Map<String, Object> top) {
@@ -1010,7 +1082,8 @@ class StorageExtraConfigTest {
     numbers(rnd, MOONCAKE_RANGES, top);
     top.put(
         "library_path",
-        "/" + token(rnd, PATH_CHARS, 1, 10) + "/lib" + token(rnd, PATH_CHARS, 1, 6) + ".so");
+        nameable(
+            "/" + token(rnd, PATH_CHARS, 1, 10) + "/lib" + token(rnd, PATH_CHARS, 1, 6) + ".so"));
     top.put("local_hostname", token(rnd, TOKEN_CHARS, 1, 30));
     top.put("master_server_address", token(rnd, TOKEN_CHARS, 1, 30) + ":" + pick(rnd, 1, 65_535));
     if (rnd.nextBoolean()) {
