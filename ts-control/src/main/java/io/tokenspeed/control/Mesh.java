@@ -35,16 +35,19 @@ import javax.net.ssl.SSLException;
  * a setup thread), and dialing retries until {@code connectTimeoutMs}, so ranks may start in any
  * order. Each connection runs the handshake drawn in {@link ReplicaSecret}: HELLOs both ways, the
  * acceptor checking the dialer's before it answers, then proofs of the replica secret both ways,
- * the dialer's first.
+ * the dialer's first. Only then, with the claimed rank proven, does the acceptor check that the
+ * rank has not joined yet: a connection without the secret learns nothing about who joined (it gets
+ * the same HELLO as any dialer and fails at its proof), and a second connection under a joined
+ * rank's number is refused, never evicting the rank that joined first.
  *
  * <p><b>What is not a peer is ignored.</b> The acceptor handles every connection without blocking
  * and gives each at most {@code handshakeTimeoutMs}. A connection that sends garbage, another
- * protocol version, another replica's or world's HELLO, a rank that is not expected or already
- * joined, a wrong proof, or nothing at all is closed and logged (WARNING, naming the remote address
- * and the reason), and accepting goes on until every higher rank joined or {@code connectTimeoutMs}
- * passes; that timeout's message lists the refused connections. A health check that connects and
- * closes is one such connection. The dialer, which reaches a configured address, fails instead,
- * naming the rank it expected there and what that address did.
+ * protocol version, another replica's or world's HELLO, a rank that is not expected, a wrong proof,
+ * a rank that already joined, or nothing at all is closed and logged (WARNING, naming the remote
+ * address and the reason), and accepting goes on until every higher rank joined or {@code
+ * connectTimeoutMs} passes; that timeout's message lists the refused connections. A health check
+ * that connects and closes is one such connection. The dialer, which reaches a configured address,
+ * fails instead, naming the rank it expected there and what that address did.
  *
  * <p><b>The all-gather.</b> One thread (the event loop) writes its frame to every peer and reads
  * exactly one frame from every peer, all non-blocking under one selector, until all are done or the
@@ -743,6 +746,8 @@ final class Mesh implements AutoCloseable {
         if (h.advance()) {
           open.remove(h.key);
           h.key.cancel();
+          // Checked only now that both proofs passed: the rank is proven, and the first to join
+          // keeps its place (see the class comment).
           if (joined.containsKey(h.theirs.rank())) {
             refuse(h, "rank " + h.theirs.rank() + " has already joined");
           } else {

@@ -32,11 +32,13 @@ import javax.crypto.spec.SecretKeySpec;
  *   checks the fields
  *     PROOF(HMAC(k, "TSCP2 dialer"   | hello_d | hello_a)) ──►  checks it, else closes and logs
  *                             ◄── PROOF(HMAC(k, "TSCP2 acceptor" | hello_d | hello_a))
- *   checks it, else fails naming the address
+ *   checks it, else fails naming the address                 the rank joins unless it already
+ *                                                             joined, else closes and logs
  * </pre>
  *
  * The secret never crosses the wire, a proof is bound to its connection's nonces (no replay), and
- * the acceptor reveals its proof only to a dialer that proved first.
+ * the acceptor reveals its proof only to a dialer that proved first. Whether the rank already
+ * joined is checked last, once the claim is proven.
  *
  * <p><b>Where it comes from.</b> The launcher generates one per replica ({@link #generate}) and
  * hands it to every rank through a file readable only by its owner ({@link #writeTo}, then {@value

@@ -14,6 +14,7 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
+import java.text.MessageFormat;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
@@ -24,6 +25,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.function.UnaryOperator;
 import java.util.logging.Handler;
+import java.util.logging.Level;
 import java.util.logging.LogRecord;
 import java.util.logging.Logger;
 import java.util.zip.CRC32C;
@@ -45,7 +47,10 @@ class MeshFailureTest {
       new Handler() {
         @Override
         public void publish(LogRecord r) {
-          warnings.add(r.getMessage());
+          warnings.add(
+              r.getParameters() == null
+                  ? r.getMessage()
+                  : MessageFormat.format(r.getMessage(), r.getParameters()));
         }
 
         @Override
@@ -55,14 +60,22 @@ class MeshFailureTest {
         public void close() {}
       };
 
+  private final Logger meshLog = Logger.getLogger(Mesh.class.getName());
+
+  private Level meshLevel;
+
+  /** Captures the mesh's WARNING lines and its FINE ones (which say when a rank was accepted). */
   @BeforeEach
   void captureWarnings() {
-    Logger.getLogger(Mesh.class.getName()).addHandler(capture);
+    meshLevel = meshLog.getLevel();
+    meshLog.setLevel(Level.FINE);
+    meshLog.addHandler(capture);
   }
 
   @AfterEach
   void stopCapturing() {
-    Logger.getLogger(Mesh.class.getName()).removeHandler(capture);
+    meshLog.removeHandler(capture);
+    meshLog.setLevel(meshLevel);
   }
 
   private String refusals() {
@@ -357,6 +370,79 @@ class MeshFailureTest {
         kept.close();
       }
       threads.shutdownNow();
+    }
+  }
+
+  /**
+   * The acceptor checks "not yet joined" only after both proofs. Rank 1 has joined rank 0 (world of
+   * three, rank 2 still missing); then a connection without the secret claims rank 1 and gets rank
+   * 0's HELLO like any dialer (it learns nothing about who joined) and is refused at its proof; a
+   * second process with the secret claims rank 1, proves it, and is refused as already joined. Rank
+   * 2 then joins, and the three ranks agree on rounds: the rank 1 that joined first kept its
+   * connection.
+   */
+  @Test
+  void shouldAnswerAConnectionClaimingAJoinedRankLikeAnyOtherAndKeepTheJoinedRank()
+      throws Exception {
+    List<ServerSocketChannel> listeners = Cluster.listeners(3);
+    List<ControlConfig> configs =
+        Cluster.configs(Cluster.addresses(listeners), c -> c.withTimeouts(5_000, 20_000));
+    InetSocketAddress rank0Address = configs.get(0).addresses().get(0);
+    ExecutorService threads = Executors.newFixedThreadPool(4);
+    try {
+      List<Future<RelayExchange>> ranks = new ArrayList<>();
+      for (int r = 0; r < 2; r++) {
+        ControlConfig c = configs.get(r);
+        ServerSocketChannel l = listeners.get(r);
+        ranks.add(threads.submit(() -> RelayExchange.connect(c, l)));
+      }
+      awaitLogged("rank 0 accepted rank 1 from ");
+
+      try (RawPeer stray = RawPeer.dial(rank0Address)) {
+        assertNotNullFrame(stray.sendHello(RawPeer.hello(1, 3)));
+        assertEquals(null, stray.sendMadeUpProof(), "rank 0 answered a made-up proof");
+      }
+      try (RawPeer twin = RawPeer.dial(rank0Address)) {
+        assertNotNullFrame(twin.sendHello(RawPeer.hello(1, 3)));
+        assertNotNullFrame(twin.sendProof(configs.get(1).secret()));
+        assertTrue(twin.closedByPeer(), "rank 0 kept a second connection of rank 1");
+      }
+      awaitLogged("claiming rank 1: rank 1 has already joined");
+      assertTrue(
+          refusals().contains("claiming rank 1: its proof of the replica secret is wrong"),
+          refusals());
+
+      ranks.add(threads.submit(() -> RelayExchange.connect(configs.get(2), listeners.get(2))));
+      List<RelayExchange> joined = new ArrayList<>();
+      try {
+        for (Future<RelayExchange> f : ranks) {
+          joined.add(f.get(30, TimeUnit.SECONDS));
+        }
+        List<Future<List<AgreedRound>>> rounds = new ArrayList<>();
+        for (RelayExchange x : joined) {
+          rounds.add(threads.submit(() -> Cluster.rounds(x, LocalReport::idle, 3)));
+        }
+        List<AgreedRound> first = rounds.get(0).get(30, TimeUnit.SECONDS);
+        assertEquals(3, first.size());
+        for (Future<List<AgreedRound>> f : rounds) {
+          assertEquals(first, f.get(30, TimeUnit.SECONDS));
+        }
+      } finally {
+        joined.forEach(RelayExchange::close);
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  /** Waits (bounded) until the mesh has logged a line containing {@code text}. */
+  private void awaitLogged(String text) throws InterruptedException {
+    long deadlineNs = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (!refusals().contains(text)) {
+      if (System.nanoTime() - deadlineNs >= 0) {
+        throw new AssertionError("the mesh never logged '" + text + "'; it logged:\n" + refusals());
+      }
+      Thread.sleep(10);
     }
   }
 
