@@ -45,10 +45,19 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   failure at startup                         exception                  names
  *   WRONGPASS (user/password refused)          IllegalArgumentException   username, password
  *   NOAUTH (server wants a password)           IllegalArgumentException   username, password
+ *   closed or reset during the handshake       IllegalArgumentException   username, password
+ *     (HELLO with AUTH), a password set
  *   cluster=true, server has cluster disabled  IllegalArgumentException   cluster
  *   cluster=false, server is a cluster node    IllegalArgumentException   cluster, uris
- *   refused, unresolvable, no answer in time   IOException                uris, connect_timeout_ms
+ *   refused, unresolvable, no answer in time,  IOException                uris, connect_timeout_ms
+ *     closed during a handshake without AUTH
  * </pre>
+ *
+ * <p>A server may close the connection of a refused password before its WRONGPASS reply reaches the
+ * client (seen under load): the handshake then only fails with "Connection closed prematurely" or a
+ * reset. When the handshake carried credentials, that is reported as a credentials error naming the
+ * user, as WRONGPASS would be; a connection that closes after the handshake (the INFO check) is
+ * not.
  *
  * <p>Client options shared by both shapes: automatic reconnection (delay doubling from 1 ms up to
  * {@link #RECONNECT_DELAY_MAX}), commands rejected at once while disconnected instead of buffered
@@ -160,7 +169,11 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
       try {
         info =
             awaitStartup(
-                settings, commands.getFirst().info("cluster"), deadlineNs, endpoint.text());
+                settings,
+                commands.getFirst().info("cluster"),
+                deadlineNs,
+                endpoint.text(),
+                Step.COMMAND);
       } catch (IOException e) {
         if (e.getMessage() != null && e.getMessage().contains("NOPERM")) {
           return; // a user without INFO: the check is skipped, MOVED errors will say it later
@@ -355,14 +368,29 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
     return b.build();
   }
 
-  /** Waits for a startup step until the deadline; any failure becomes a one-line error. */
+  /** What a startup step does: open connections (with their handshake) or run a command. */
+  enum Step {
+    /** Connects and runs the handshake: HELLO, with AUTH when a password is set. */
+    HANDSHAKE,
+    /** A command on a connection whose handshake succeeded. */
+    COMMAND
+  }
+
+  /** Waits for a connecting step until the deadline; any failure becomes a one-line error. */
   private static <T> T awaitStartup(
       RedisStoreSettings settings, Future<T> future, long deadlineNs, String where)
+      throws IOException {
+    return awaitStartup(settings, future, deadlineNs, where, Step.HANDSHAKE);
+  }
+
+  /** Waits for a startup step until the deadline; any failure becomes a one-line error. */
+  private static <T> T awaitStartup(
+      RedisStoreSettings settings, Future<T> future, long deadlineNs, String where, Step step)
       throws IOException {
     try {
       return await(future, deadlineNs, where);
     } catch (IOException e) {
-      Exception translated = explainStartup(settings, where, e);
+      Exception translated = explainStartup(settings, where, e, step);
       if (translated instanceof RuntimeException r) {
         throw r;
       }
@@ -389,7 +417,8 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
   }
 
   /** Translates a startup failure into the setting an operator must fix. */
-  static Exception explainStartup(RedisStoreSettings settings, String where, Throwable failure) {
+  static Exception explainStartup(
+      RedisStoreSettings settings, String where, Throwable failure, Step step) {
     String text = messages(failure);
     String user = settings.username().isEmpty() ? "default" : settings.username();
     if (text.contains("WRONGPASS") || text.contains("invalid password")) {
@@ -434,10 +463,28 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
     if (failure instanceof InterruptedIOException) {
       return (InterruptedIOException) failure;
     }
+    boolean closedInHandshake = step == Step.HANDSHAKE && closedByServer(text);
+    if (closedInHandshake && settings.password() != null) {
+      return new IllegalArgumentException(
+          "redis at "
+              + where
+              + " closed the connection during the handshake that authenticates username="
+              + user
+              + " (HELLO with AUTH), before answering it: it refused the credentials (a server may"
+              + " close before its WRONGPASS reply arrives) or it is not a Redis server; check the"
+              + " username and password settings",
+          failure);
+    }
     String reason =
         hasCause(failure, ConnectException.class)
             ? "connection refused"
-            : hasCause(failure, UnknownHostException.class) ? "unknown host" : firstLine(text);
+            : hasCause(failure, UnknownHostException.class)
+                ? "unknown host"
+                : closedInHandshake
+                    ? "it closed the connection during the handshake (HELLO), before answering"
+                        + " it: is it a Redis server"
+                        + (settings.tls() ? " with TLS?" : " without TLS?")
+                    : firstLine(text);
     return new IOException(
         "redis cannot connect to "
             + where
@@ -446,6 +493,15 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
             + ": "
             + reason,
         failure);
+  }
+
+  /**
+   * Whether a failure's messages say the server closed or reset the connection: Lettuce's handshake
+   * fails with "Connection closed prematurely" on an orderly close, and the socket reports
+   * "Connection reset" (by peer) on a reset.
+   */
+  private static boolean closedByServer(String text) {
+    return text.contains("Connection closed prematurely") || text.contains("Connection reset");
   }
 
   /** The messages of a failure, its causes and its suppressed exceptions, in one string. */
