@@ -80,7 +80,7 @@ public final class FileNames {
       why.append(" (the replacement character: the JVM read bytes of its command line that ")
           .append(encoding.name())
           .append(" cannot decode)");
-    } else if (Character.isSurrogate((char) unmappable)) {
+    } else if (Character.isBmpCodePoint(unmappable) && Character.isSurrogate((char) unmappable)) {
       why.append(" (half of a surrogate pair: the text is not valid Unicode)");
     }
     if (!encoding.equals(StandardCharsets.UTF_8)) {

@@ -83,6 +83,16 @@ class FileNamesTest {
   }
 
   @Test
+  void shouldNameASupplementaryCharacterByItsCodePoint() {
+    assertEquals(
+        "cannot be a file name in this JVM: its file-name encoding (sun.jnu.encoding) is US-ASCII,"
+            + " which cannot represent U+1D800; the locale LANG=C is not a UTF-8 one: set a UTF-8"
+            + " locale, for example LANG=C.UTF-8",
+        FileNames.whyInvalid(
+            "/tmp/" + Character.toString(0x1D800), JDK_REASON, ASCII, Map.of("LANG", "C")));
+  }
+
+  @Test
   void shouldKeepTheJdkReasonWhenEveryCharacterHasBytes() {
     assertEquals(
         "is not a valid path: Nul character not allowed",
