@@ -452,6 +452,14 @@ public final class Engine implements AutoCloseable {
     return cache;
   }
 
+  /**
+   * The storage transfer manager (its counters, credits, leases and Host references); null without
+   * L3. Read it on the loop thread (an observer), between rounds.
+   */
+  StorageTransferManager storageTransferManager() {
+    return stm;
+  }
+
   /** Requests the loop serves right now. */
   int activeCount() {
     return active.size();
