@@ -201,7 +201,8 @@ public final class Engine implements AutoCloseable {
    *
    * <ol>
    *   <li>fence (on the loop thread): every outstanding storage operation is rejected — waits end,
-   *       Ready holds and queued backups go — and rounds start no new storage work;
+   *       Ready holds and queued backups go — and no new storage work starts: requests that arrive
+   *       meanwhile are served without L3;
    *   <li>wait (on the calling thread, never the loop's) until every operation already inside the
    *       store has retired, so no write can land in the old namespace after its deletion;
    *   <li>delete the old namespace's objects from the store (on the calling thread: a slow store
@@ -228,8 +229,7 @@ public final class Engine implements AutoCloseable {
       if (storage != null) {
         onLoop(
                 () -> {
-                  loop.fenceStorage(true);
-                  scheduler.rejectStorage();
+                  scheduler.fenceStorage(true);
                   return null;
                 })
             .get();
@@ -239,7 +239,7 @@ public final class Engine implements AutoCloseable {
         } catch (Exception | Error e) {
           onLoop(
               () -> {
-                loop.fenceStorage(false);
+                scheduler.fenceStorage(false);
                 return null;
               });
           throw e;
@@ -252,7 +252,7 @@ public final class Engine implements AutoCloseable {
                 weightVersion = version;
                 if (storage != null) {
                   storage.switchNamespace(namespaceFor(version));
-                  loop.fenceStorage(false);
+                  scheduler.fenceStorage(false);
                 }
                 return null;
               })

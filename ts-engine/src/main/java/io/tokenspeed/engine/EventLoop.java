@@ -97,9 +97,6 @@ final class EventLoop {
   /** The last round planned no forward while storage work was pending: wait a little. */
   private boolean storageWait;
 
-  /** A weight update's fence: rounds start no new storage work until it lifts. */
-  private boolean storageFenced;
-
   /** Whether the loop said that quarantine stopped L3 (it says so once). */
   private boolean quarantineReported;
 
@@ -301,7 +298,7 @@ final class EventLoop {
     RoundInput input =
         storage == null
             ? new RoundInput(nowNs, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
-            : storage.roundInput(nowNs, cancelled, !storageFenced);
+            : storage.roundInput(nowNs, cancelled);
     long hostMark = cache.host().publications();
     ExecutionPlan plan = scheduler.round(input);
     rounds++;
@@ -427,7 +424,7 @@ final class EventLoop {
    * agreed ticks, which follow the clock by one round, so a due retry takes a round or two.
    */
   private long backupRetryInNs() {
-    if (stm == null || storageFenced || stm.quarantined()) {
+    if (stm == null || stm.quarantined()) {
       return Long.MAX_VALUE;
     }
     long at = stm.nextBackupRetryNs();
@@ -443,14 +440,6 @@ final class EventLoop {
     }
     long ms = TimeUnit.NANOSECONDS.toMillis(Math.max(0, retryInNs));
     return Math.clamp(ms, STORAGE_TICK_MS, IDLE_WAIT_MS);
-  }
-
-  /**
-   * A weight update's fence (loop thread): while set, rounds take completions, deadlines and
-   * cancellations but start no storage work — no query, GET or PUT — and drop backup candidates.
-   */
-  void fenceStorage(boolean fenced) {
-    storageFenced = fenced;
   }
 
   /** Says once that quarantine stopped L3: the engine serves on from the Device and the Host. */

@@ -17,5 +17,7 @@ public enum Bypass {
   /** Storage permissions are off this round (frozen or idle). */
   NOT_PERMITTED,
   /** An unproven retirement quarantined L3 until restart. */
-  QUARANTINED
+  QUARANTINED,
+  /** A weight update's fence stands: the namespace is about to change. */
+  FENCED
 }

@@ -1025,13 +1025,15 @@ public final class Scheduler {
   }
 
   /**
-   * The fence of a weight update or namespace deletion: rejects every outstanding storage operation
-   * as {@link #clearAll} does (waits end, Ready holds go, queued candidates are dropped) without
-   * clearing the local tiers; the I/O already started stays charged until it retires.
+   * Sets or lifts the fence of a weight update or namespace deletion (see {@link
+   * StorageTransferManager#fence}): setting it rejects every outstanding storage operation as
+   * {@link #clearAll} does (waits end, Ready holds go, queued candidates are dropped) without
+   * clearing the local tiers, and new requests bypass L3 until it lifts; the I/O already started
+   * stays charged until it retires.
    */
-  public void rejectStorage() {
+  public void fenceStorage(boolean on) {
     if (storage != null) {
-      storage.rejectAll();
+      storage.fence(on);
       for (Wakeup w : storage.drainWakeups()) {
         resume(w);
       }

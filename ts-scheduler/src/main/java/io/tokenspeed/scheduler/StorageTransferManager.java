@@ -248,6 +248,9 @@ public final class StorageTransferManager {
 
   private boolean quarantined;
 
+  /** A weight update's fence: no new storage work until it lifts (see {@link #fence}). */
+  private boolean fenced;
+
   public StorageTransferManager(StorageConfig config, CacheCoordinator cache) {
     this.config = config;
     this.cache = cache;
@@ -263,6 +266,9 @@ public final class StorageTransferManager {
   public Preparation prepare(long requestId, PromptKeys prompt, boolean permitted) {
     if (quarantined) {
       return new Preparation(Bypass.QUARANTINED, null);
+    }
+    if (fenced) {
+      return new Preparation(Bypass.FENCED, null);
     }
     if (!permitted) {
       return new Preparation(Bypass.NOT_PERMITTED, null);
@@ -463,6 +469,10 @@ public final class StorageTransferManager {
   public void offerBackup(CacheKey key) {
     if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0 || quarantined) {
       counters.drop(StorageCounters.DropReason.DISABLED, 1);
+      return;
+    }
+    if (fenced) {
+      counters.drop(StorageCounters.DropReason.CLEANUP, 1); // written under a namespace going away
       return;
     }
     if (gateClosed) {
@@ -683,7 +693,7 @@ public final class StorageTransferManager {
     if (!storagePermitted && (!candidates.isEmpty() || !deferred.isEmpty())) {
       dropQueued(StorageCounters.DropReason.CLEANUP);
     }
-    if (!storagePermitted || gateClosed || quarantined || parked == 0) {
+    if (!storagePermitted || gateClosed || quarantined || fenced || parked == 0) {
       return;
     }
     for (Ticket t : new ArrayList<>(tickets.values())) {
@@ -842,7 +852,7 @@ public final class StorageTransferManager {
 
   /** Issues this round's backup PUTs (when permitted) and returns every storage op, in order. */
   public List<StorageOp> drainOps(boolean permitted) {
-    if (permitted && !gateClosed && !quarantined) {
+    if (permitted && !gateClosed && !quarantined && !fenced) {
       dispatchBackups();
     }
     List<StorageOp> out = List.copyOf(ops);
@@ -1088,6 +1098,27 @@ public final class StorageTransferManager {
 
   public StorageCounters counters() {
     return counters;
+  }
+
+  /**
+   * The fence of a weight update or namespace deletion, set and lifted by the scheduler's owner.
+   * Setting it rejects every outstanding storage operation ({@link #rejectAll}); while it stands, a
+   * new request bypasses L3 ({@link Bypass#FENCED}: ordinary admission serves it), no GET or PUT is
+   * issued and offered backups are dropped as {@code cleanup}. Operations already inside the store
+   * go on until they retire ({@link #inFlightOperations}).
+   */
+  public void fence(boolean on) {
+    if (on && !fenced) {
+      fenced = true;
+      rejectAll();
+    } else if (!on) {
+      fenced = false;
+    }
+  }
+
+  /** True while a weight update's fence stands. */
+  public boolean fenced() {
+    return fenced;
   }
 
   /** True while the pressure gate is closed (a mirrored gauge). */

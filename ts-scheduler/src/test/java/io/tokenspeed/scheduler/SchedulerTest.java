@@ -117,6 +117,30 @@ class SchedulerTest {
   }
 
   @Test
+  void shouldServeWithoutL3WhileAWeightUpdatesFenceStandsAndAskAgainAfterIt() {
+    setUp(true);
+    s.submit(1, f.prompt(300, 11), 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    s.fenceStorage(true);
+    assertInstanceOf(RequestState.Submitted.class, s.state(1), "the fence ended its wait");
+    s.submit(2, f.prompt(300, 12), 1, false);
+    ExecutionPlan fenced = round(List.of(), List.of(ok(q)), true);
+    assertTrue(
+        fenced.storage().stream().noneMatch(op -> op instanceof StorageOp.Query),
+        "no query while the fence stands: " + fenced.storage());
+    assertInstanceOf(
+        RequestState.Prefilling.class,
+        s.state(2),
+        "a request that arrived behind the fence is admitted without L3");
+    assertEquals(1, f.stm.counters().queriesIssued());
+    assertEquals(0, f.stm.inFlightOperations(), "the rejected query retired");
+    s.fenceStorage(false);
+    s.submit(3, f.prompt(300, 13), 1, false);
+    one(round(), StorageOp.Query.class);
+    assertEquals(2, f.stm.counters().queriesIssued(), "L3 is asked again once the fence lifts");
+  }
+
+  @Test
   void shouldUpdateTheContinuationOnBootstrapAckWithoutEndingTheWait() {
     setUp(true);
     PromptKeys p = f.prompt(300, 4);

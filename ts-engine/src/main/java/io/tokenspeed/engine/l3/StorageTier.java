@@ -104,32 +104,24 @@ public final class StorageTier {
   /**
    * The round's input: polls the executor, exchanges the poll, and returns the agreed tick,
    * pressure and completions (the clock and no completions before the first agreed round) with the
-   * local cancellations; {@code storagePermitted} false (a fence) lets the round take completions,
-   * deadlines and cancellations but start no new storage work.
+   * local cancellations.
    *
    * @throws ControlPlaneException when the exchange fails: the replica must stop
    */
-  public RoundInput roundInput(long nowNs, List<Long> cancellations, boolean storagePermitted)
-      throws ControlPlaneException {
+  public RoundInput roundInput(long nowNs, List<Long> cancellations) throws ControlPlaneException {
     L3Poll poll = executor.poll();
     Optional<AgreedRound> agreed =
         exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
     agreementDue = !poll.completions().isEmpty();
     if (agreed.isEmpty()) {
-      return new RoundInput(
-          nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, storagePermitted);
+      return new RoundInput(nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, true);
     }
     AgreedRound round = agreed.get();
     for (AgreedCompletion c : round.completions()) {
       unagreed.remove(c.operationId());
     }
     return new RoundInput(
-        round.tickNs(),
-        round.pressure(),
-        cancellations,
-        round.completions(),
-        true,
-        storagePermitted);
+        round.tickNs(), round.pressure(), cancellations, round.completions(), true, true);
   }
 
   /** Submits the plan's storage commands to the executor, in plan order. */
