@@ -11,7 +11,7 @@ package io.tokenspeed.engine;
  * @param hostCachedBlocks published Host blocks no operation holds
  * @param deviceFreeParents free Device LCM parents
  * @param retractions requests retracted for lack of Device memory since start
- * @param imageBlocks blocks of retracted requests' computed pages saved to the Host since start
+ * @param imageBlocks blocks of retracted requests' exact images saved to the Host since start
  * @param copiedBytes bytes the copy thread moved between the tiers since start
  * @param copyNanos nanoseconds the copy thread spent moving them
  * @param roundNanos nanoseconds the loop spent in its rounds since start (idle waits excluded)
