@@ -1,0 +1,378 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertAll;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.engine.EngineL3Test.SharedStore;
+import io.tokenspeed.engine.EngineTest.Run;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.l3.spi.ForwardingStore;
+import io.tokenspeed.l3.spi.RowResult;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.l3.store.memory.MemoryStore;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.scheduler.StorageConfig;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * An engine with L3 between requests (issue 21, defects 3–5): the soft deadline of a request that
+ * comes after an idle gap counts from its own query, not from the last round before the gap; a
+ * store that refuses every PUT, or one whose result quarantined the executor, leaves an idle engine
+ * quiet — at most one round per 5 ms tick, no store call beyond a health probe — serving on, and
+ * closing within its deadline. Outputs are compared on the untied model of {@link ContextModels}.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class EngineL3IdleTest {
+  private static final int P = 4;
+
+  /** The loop's tick while only L3 work is pending. */
+  private static final long TICK_MS = 5;
+
+  /** The idle window over which rounds and store calls are counted. */
+  private static final long WINDOW_MS = 1_000;
+
+  /** At most one round per tick over the window, with slack for scheduling noise. */
+  private static final long MAX_IDLE_ROUNDS = WINDOW_MS / TICK_MS + 20;
+
+  /**
+   * A quiet loop: with L3 quarantined nothing is pending, so an idle engine runs no round (a few
+   * are allowed for completions still being agreed).
+   */
+  private static final long MAX_QUIET_ROUNDS = 20;
+
+  private static final long MAX_CLOSE_MS = 2_000;
+
+  private CausalLm model;
+
+  @BeforeAll
+  void load(@TempDir Path dir) {
+    model = ContextModels.llama(dir);
+  }
+
+  @AfterAll
+  void close() {
+    model.close();
+  }
+
+  /** One-page extensions and the given soft deadline. */
+  private static L3Settings settings(Store store, long softDeadlineMs) {
+    return EngineL3Test.l3(
+        store,
+        StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(softDeadlineMs));
+  }
+
+  private static Run serve(Engine e, Checked rec, int[] prompt) throws Exception {
+    return rec.await(e.submit(prompt, SamplingParams.greedy(8)));
+  }
+
+  private static Engine started(CausalLm model, Checked rec, L3Settings l3) {
+    Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, l3);
+    e.resume();
+    return e;
+  }
+
+  private Run recompute(int[] prompt) throws Exception {
+    Checked rec = new Checked();
+    try (Engine e = started(model, rec, null)) {
+      return serve(e, rec, prompt);
+    }
+  }
+
+  /** Waits (up to 10 s) until the engine has no L3 work pending. */
+  private static void awaitStorageIdle(Engine e) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (e.storageBusyNow() && System.nanoTime() < deadline) {
+      Thread.sleep(2);
+    }
+  }
+
+  /** Counts every store call; tests override the call they break. */
+  static class CountingStore extends ForwardingStore {
+    final AtomicInteger exists = new AtomicInteger();
+    final AtomicInteger gets = new AtomicInteger();
+    final AtomicInteger puts = new AtomicInteger();
+
+    CountingStore(Store inner) {
+      super(inner);
+    }
+
+    int calls() {
+      return exists.get() + gets.get() + puts.get();
+    }
+
+    @Override
+    public StoreResult exists(List<String> keys) throws Exception {
+      exists.incrementAndGet();
+      return super.exists(keys);
+    }
+
+    @Override
+    public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
+      gets.incrementAndGet();
+      return super.get(keys, destinations);
+    }
+
+    @Override
+    public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+      puts.incrementAndGet();
+      return super.put(keys, sources);
+    }
+  }
+
+  // ---------------------------------------------------------------- the soft deadline (defect 3)
+
+  /**
+   * A writer stores a prefix; a fresh reader serves one unrelated request, sits idle, then serves a
+   * prompt that extends the stored prefix under a 200 ms soft deadline: it must restore the prefix
+   * whatever the gap (0 ms is the control). On 66f0a4f the first round after the gap carries the
+   * tick of the last round before it, so after 300 or 1000 ms the request's deadline has passed
+   * before its query is issued and the whole prompt is recomputed.
+   */
+  @ParameterizedTest(name = "idle {0} ms")
+  @ValueSource(longs = {0, 300, 1000})
+  void shouldRestoreFromL3WhenTheRequestComesAfterAnIdleGapLongerThanTheSoftDeadline(long idleMs)
+      throws Exception {
+    SplittableRandom rnd = new SplittableRandom(61);
+    int[] written = rnd.ints(41, 0, model.vocabSize()).toArray();
+    int[] extended = EngineL3Test.extend(written, 53, model.vocabSize(), rnd);
+    int[] unrelated = rnd.ints(23, 0, model.vocabSize()).toArray();
+    SharedStore store = new SharedStore();
+    Checked w = new Checked();
+    try (Engine writer = started(model, w, settings(store, 200))) {
+      serve(writer, w, written);
+    } // close drains the write-through's PUTs
+    assertTrue(store.puts.get() > 0, "the writer put its prefix");
+    Run want = recompute(extended);
+
+    Checked r = new Checked();
+    Run got;
+    try (Engine reader = started(model, r, settings(store, 200))) {
+      serve(reader, r, unrelated);
+      awaitStorageIdle(reader); // its own write-through done: the loop runs no more rounds
+      Thread.sleep(idleMs);
+      got = serve(reader, r, extended);
+    }
+    assertTrue(r.broken.isEmpty() && w.broken.isEmpty(), () -> r.broken + " " + w.broken);
+    EngineTest.assertSame(want, got, "idle " + idleMs + " ms: the output equals recomputation");
+    assertEquals(
+        written.length / P * P,
+        got.result().metrics().reusedStorageTokens(),
+        "after "
+            + idleMs
+            + " ms idle the stored prefix is restored, not recomputed: "
+            + got.result().metrics());
+  }
+
+  // ---------------------------------------------------------------- refused PUTs (defect 4)
+
+  /**
+   * A store that refuses every PUT with a retired per-key refusal (no space; an ACL or a full disk
+   * answer the same way, and will not change): after one request, the idle engine runs at most one
+   * round per tick over a second, the store sees a handful of PUTs at most (a refused page may be
+   * offered again, paced, or dropped with its reason counted — never in a loop), and close()
+   * returns within 2 s. On 66f0a4f the refused pages are re-offered at once, round after round.
+   */
+  @Test
+  void shouldStayQuietAndCloseQuicklyWhenTheStoreRefusesEveryPut() throws Exception {
+    CountingStore refusing =
+        new CountingStore(new MemoryStore()) {
+          @Override
+          public StoreResult put(List<String> keys, List<MemorySegment> sources) {
+            puts.incrementAndGet();
+            List<RowResult> rows = new ArrayList<>();
+            for (int i = 0; i < keys.size(); i++) {
+              rows.add(new RowResult.Rejected(RowResult.Rejected.NO_SPACE));
+            }
+            return StoreResult.of(rows);
+          }
+        };
+    int[] prompt = new SplittableRandom(67).ints(41, 0, model.vocabSize()).toArray();
+    Run want = recompute(prompt);
+    Checked rec = new Checked();
+    Engine e = started(model, rec, settings(refusing, 200));
+    long rounds;
+    long puts;
+    long closeMs;
+    try {
+      EngineTest.assertSame(want, serve(e, rec, prompt), "served over a refusing store");
+      Thread.sleep(50); // the finished prefix's write-through and its first PUT
+      rec.checking = false; // a check per round would slow a spinning loop down
+      long rounds0 = rec.rounds.get();
+      long puts0 = refusing.puts.get();
+      Thread.sleep(WINDOW_MS);
+      rounds = rec.rounds.get() - rounds0;
+      puts = refusing.puts.get() - puts0;
+      rec.checking = true;
+    } finally {
+      long t0 = System.nanoTime();
+      e.close();
+      closeMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+    }
+    long idleRounds = rounds;
+    long idlePuts = puts;
+    long closedMs = closeMs;
+    assertAll(
+        () ->
+            assertTrue(
+                idleRounds <= MAX_IDLE_ROUNDS,
+                "rounds in " + WINDOW_MS + " ms idle: " + idleRounds + " > " + MAX_IDLE_ROUNDS),
+        () ->
+            assertTrue(
+                idlePuts <= 20,
+                "PUT calls in " + WINDOW_MS + " ms idle: " + idlePuts + " (a handful at most)"),
+        () -> assertTrue(closedMs < MAX_CLOSE_MS, "close() took " + closedMs + " ms"),
+        () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
+  }
+
+  // ---------------------------------------------------------------- quarantine (defect 5)
+
+  /** How a store call leaves its retirement unproven. */
+  enum Unretired {
+    /** A PUT throws, and the store does not guarantee that failed calls retire. */
+    PUT_THROWS,
+    /** A PUT returns a result that is not retired. */
+    PUT_NOT_RETIRED,
+    /** A GET returns a result that is not retired. */
+    GET_NOT_RETIRED
+  }
+
+  /**
+   * One store call whose retirement is unproven quarantines the executor: the engine keeps serving
+   * without L3 (outputs equal recomputation); afterwards the idle loop goes quiet — quarantine
+   * stops new L3 work, so nothing is pending and it runs (almost) no round, far below one per tick
+   * — and calls the store nothing but (at most) a health probe over a second; close() returns
+   * within 2 s. On 66f0a4f the backup candidates of the request served after quarantine stay queued
+   * without ever dispatching: about 190 rounds a second for ever, and close() waits out its 10 s
+   * drain.
+   */
+  @ParameterizedTest(name = "{0}")
+  @EnumSource(Unretired.class)
+  void shouldGoQuietKeepServingAndCloseQuicklyWhenAStoreResultQuarantinesL3(Unretired how)
+      throws Exception {
+    SplittableRandom rnd = new SplittableRandom(71);
+    int[] written = rnd.ints(41, 0, model.vocabSize()).toArray();
+    int[] extended = EngineL3Test.extend(written, 53, model.vocabSize(), rnd);
+    int[] later = rnd.ints(37, 0, model.vocabSize()).toArray();
+    SharedStore shared = new SharedStore();
+    if (how == Unretired.GET_NOT_RETIRED) {
+      Checked w = new Checked();
+      try (Engine writer = started(model, w, settings(shared, 200))) {
+        serve(writer, w, written);
+      }
+      assertTrue(shared.puts.get() > 0, "the writer put its prefix");
+    }
+    CountDownLatch failed = new CountDownLatch(1);
+    CountingStore broken =
+        new CountingStore(shared) {
+          @Override
+          public boolean failuresRetire() {
+            return false;
+          }
+
+          @Override
+          public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+            puts.incrementAndGet();
+            return switch (how) {
+              case PUT_THROWS -> {
+                failed.countDown();
+                throw new IOException("the connection dropped while the PUT was in flight");
+              }
+              case PUT_NOT_RETIRED -> {
+                failed.countDown();
+                yield new StoreResult(unknownRows(keys.size()), false);
+              }
+              case GET_NOT_RETIRED -> super.inner().put(keys, sources);
+            };
+          }
+
+          @Override
+          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
+              throws Exception {
+            gets.incrementAndGet();
+            if (how == Unretired.GET_NOT_RETIRED) {
+              failed.countDown();
+              return new StoreResult(unknownRows(keys.size()), false);
+            }
+            return super.inner().get(keys, destinations);
+          }
+        };
+    Checked rec = new Checked();
+    Engine e = started(model, rec, settings(broken, 200));
+    long rounds;
+    long calls;
+    long closeMs;
+    Run first;
+    Run second;
+    try {
+      first = serve(e, rec, how == Unretired.GET_NOT_RETIRED ? extended : written);
+      assertTrue(failed.await(10, TimeUnit.SECONDS), "the unretired call happened");
+      Thread.sleep(50); // its completion is agreed: the executor is quarantined
+      second = serve(e, rec, later); // served without L3: its prefix is not backed up
+      Thread.sleep(50);
+      rec.checking = false; // a check per round would slow a spinning loop down
+      long rounds0 = rec.rounds.get();
+      long calls0 = broken.calls();
+      Thread.sleep(WINDOW_MS);
+      rounds = rec.rounds.get() - rounds0;
+      calls = broken.calls() - calls0;
+      rec.checking = true;
+    } finally {
+      long t0 = System.nanoTime();
+      e.close();
+      closeMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+    }
+    Run wantFirst = recompute(how == Unretired.GET_NOT_RETIRED ? extended : written);
+    Run wantSecond = recompute(later);
+    long idleRounds = rounds;
+    long idleCalls = calls;
+    long closedMs = closeMs;
+    assertAll(
+        () -> EngineTest.assertSame(wantFirst, first, how + ": the request that quarantined L3"),
+        () -> EngineTest.assertSame(wantSecond, second, how + ": a request after quarantine"),
+        () ->
+            assertTrue(
+                idleRounds <= MAX_QUIET_ROUNDS,
+                how
+                    + ": rounds in "
+                    + WINDOW_MS
+                    + " ms idle after quarantine: "
+                    + idleRounds
+                    + " > "
+                    + MAX_QUIET_ROUNDS
+                    + " (the loop goes quiet)"),
+        () ->
+            assertTrue(
+                idleCalls <= 1,
+                how + ": store calls in " + WINDOW_MS + " ms idle after quarantine: " + idleCalls),
+        () -> assertTrue(closedMs < MAX_CLOSE_MS, how + ": close() took " + closedMs + " ms"),
+        () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
+  }
+
+  private static List<RowResult> unknownRows(int n) {
+    List<RowResult> rows = new ArrayList<>();
+    for (int i = 0; i < n; i++) {
+      rows.add(new RowResult.Unknown(-1));
+    }
+    return rows;
+  }
+}
