@@ -475,9 +475,13 @@ public final class Engine implements AutoCloseable {
     return out;
   }
 
-  /** Whether L3 work is pending (asked on the loop thread, between rounds). */
+  /**
+   * Whether L3 work is pending, refused backups waiting for their retry included (asked on the loop
+   * thread, between rounds).
+   */
   boolean storageBusyNow() throws Exception {
-    return onLoop(loop::storageBusy).get(10, TimeUnit.SECONDS);
+    return onLoop(() -> loop.storageBusy() || (stm != null && stm.deferredCandidates() > 0))
+        .get(10, TimeUnit.SECONDS);
   }
 
   /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
