@@ -90,4 +90,29 @@ public final class StorageCounters {
   public long droppedBackupKeys(DropReason reason) {
     return droppedBackupKeys.getOrDefault(reason, 0L);
   }
+
+  /** Every counter by name (diagnostics and test messages). */
+  @Override
+  public String toString() {
+    return "queries="
+        + queriesIssued
+        + " gets="
+        + getsIssued
+        + " puts="
+        + putsIssued
+        + " published="
+        + publishedBlocks
+        + " negative="
+        + negativeFacts
+        + " soft_timeouts="
+        + softTimeouts
+        + " ready_expired="
+        + readyExpired
+        + " satisfied_locally="
+        + satisfiedLocally
+        + " pressure_bypasses="
+        + pressureBypasses
+        + " dropped="
+        + droppedBackupKeys;
+  }
 }
