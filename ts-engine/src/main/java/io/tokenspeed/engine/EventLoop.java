@@ -460,8 +460,13 @@ final class EventLoop {
         && (storage.busy() || stm.queuedCandidates() > 0 || publication.backupsPending());
   }
 
-  /** Closing with L3 work left: rounds go on until it is done or the drain deadline passes. */
+  /**
+   * Closing with L3 work left — refused backups waiting for their paced retry included, so that a
+   * transient outage at shutdown does not cost the pages a short-lived process wrote through:
+   * rounds go on until it is done or the drain deadline passes.
+   */
   private boolean draining() {
-    return storageBusy() && System.nanoTime() < drainDeadlineNs;
+    return (storageBusy() || (stm != null && stm.deferredCandidates() > 0))
+        && System.nanoTime() < drainDeadlineNs;
   }
 }

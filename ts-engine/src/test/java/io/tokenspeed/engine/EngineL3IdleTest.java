@@ -240,8 +240,65 @@ class EngineL3IdleTest {
             assertTrue(
                 idlePuts <= 20,
                 "PUT calls in " + WINDOW_MS + " ms idle: " + idlePuts + " (a handful at most)"),
-        () -> assertTrue(closedMs < MAX_CLOSE_MS, "close() took " + closedMs + " ms"),
+        () ->
+            assertTrue(
+                closedMs < MAX_REFUSING_CLOSE_MS,
+                "close() took " + closedMs + " ms (the pages' last paced attempts run first)"),
         () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
+  }
+
+  /**
+   * close() lets refused pages' paced attempts run within its drain deadline: once the last of them
+   * (1.5 s after the first refusal, which came about a second before close) is refused, the pages
+   * are dropped and close() returns, long before the 10 s drain deadline.
+   */
+  private static final long MAX_REFUSING_CLOSE_MS = 3_000;
+
+  /**
+   * A store that refuses the first PUTs (a transient outage: a cooldown, a full disk being cleaned)
+   * and then takes them: an engine closed right after its request finished still writes its prefix,
+   * because close() waits for the refused pages' paced retries within its drain deadline, and a
+   * fresh engine restores the prefix. (A short-lived writer process, such as {@code tokenspeed
+   * generate} or the demo's writer, closes at once.)
+   */
+  @Test
+  void shouldWriteThroughOnCloseWhenTheStoreRefusesTheFirstPutsThenTakesThem() throws Exception {
+    EngineL3Test.SharedStore memory = new EngineL3Test.SharedStore(); // outlives the writer
+    AtomicInteger refusals = new AtomicInteger(3);
+    CountingStore flaky =
+        new CountingStore(memory) {
+          @Override
+          public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+            puts.incrementAndGet();
+            if (refusals.getAndDecrement() > 0) {
+              List<RowResult> rows = new ArrayList<>();
+              for (int i = 0; i < keys.size(); i++) {
+                rows.add(new RowResult.Rejected(RowResult.Rejected.NO_SPACE));
+              }
+              return StoreResult.of(rows);
+            }
+            return super.put(keys, sources);
+          }
+        };
+    int[] prefix = new SplittableRandom(71).ints(40, 0, model.vocabSize()).toArray();
+    Checked rec = new Checked();
+    Engine writer = started(model, rec, settings(flaky, 60_000));
+    try {
+      serve(writer, rec, prefix);
+    } finally {
+      writer.close(); // at once, as a short-lived process does
+    }
+    assertTrue(flaky.puts.get() > 3, "the refused pages were tried again: " + flaky.puts.get());
+    int[] extended = java.util.Arrays.copyOf(prefix, 44);
+    Checked rec2 = new Checked();
+    Run got;
+    try (Engine reader = started(model, rec2, settings(new CountingStore(memory), 60_000))) {
+      got = serve(reader, rec2, extended);
+    }
+    assertTrue(
+        got.result().metrics().reusedStorageTokens() >= 40 / P * P - P,
+        () -> "the prefix reached the store before close returned: " + got.result().metrics());
+    EngineTest.assertSame(recompute(extended), got, "restored after a transient refusal");
   }
 
   // ---------------------------------------------------------------- quarantine (defect 5)
