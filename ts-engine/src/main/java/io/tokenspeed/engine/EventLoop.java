@@ -363,27 +363,23 @@ final class EventLoop {
           && scheduler.state(a.id) instanceof RequestState.Retracted) {
         scheduler.complete(a.id);
         active.remove(a.id);
-        String refusal = Intake.resubmitRetracted(scheduler, layout, a);
-        if (refusal == null) {
-          active.put(a.id, a);
-        } else {
-          if (a.image != null) {
-            publication.dropImage(a.image);
-          }
-          end(a, a.result("error", refusal));
-        }
-        a.image = null;
+        submitToScheduler(a);
       }
     }
   }
 
+  /** Submits a new or resumed request; a refused one ends with the refusal (its image dropped). */
   private void submitToScheduler(ActiveRequest a) {
     String refusal = Intake.submit(scheduler, layout, a);
     if (refusal == null) {
       active.put(a.id, a);
     } else {
+      if (a.image != null) {
+        publication.dropImage(a.image);
+      }
       end(a, a.result("error", refusal));
     }
+    a.image = null; // the scheduler's now, or dropped
   }
 
   /** Ends a request the loop served (counted in {@link EngineStats#endedRequests()}). */

@@ -47,8 +47,6 @@ final class HostPublication {
   /** Every group keeps full history: a shorter boundary needs nothing the longest does not. */
   private final boolean historyOnly;
 
-  private long imagesRefused;
-
   /**
    * A finished request's page copied to a private Host block, to publish there once copied; its
    * published Device block stays pinned until then.
@@ -73,11 +71,6 @@ final class HostPublication {
   /** Image blocks of retracted requests saved to the Host since start. */
   long imageBlocks() {
     return imageBlocks;
-  }
-
-  /** Retracted requests whose image the Host could not hold (they recompute) since start. */
-  long imagesRefused() {
-    return imagesRefused;
   }
 
   /** Whether finished prefixes wait to be written through. */
@@ -121,8 +114,8 @@ final class HostPublication {
    * nothing again. Adds the copies to {@code ops}, which must run before this round's Device copies
    * and forward: the retracted blocks may already belong to another request. The image is all or
    * nothing: when the Host cannot hold it, the request keeps none and recomputes through ordinary
-   * admission (counted in {@link #imagesRefused()}). Each victim's image waits in {@link
-   * ActiveRequest#image} until the loop hands it to the scheduler, after the copies completed.
+   * admission. Each victim's image waits in {@link ActiveRequest#image} until the loop hands it to
+   * the scheduler, after the copies completed.
    */
   void saveRetractedImages(List<BlockTransfer> ops) {
     for (Scheduler.RetractedBlocks rb : scheduler.retractedThisRound()) {
@@ -149,8 +142,7 @@ final class HostPublication {
       }
       int[][] dst = sources == null ? null : cache.host().allocate(needs);
       if (dst == null) {
-        imagesRefused++; // recomputed through ordinary admission
-        continue;
+        continue; // recomputed through ordinary admission
       }
       int[][] blocks = new int[sources.length][];
       int[] used = new int[sources.length];

@@ -110,27 +110,20 @@ final class Intake {
     return queue;
   }
 
-  /** Submits a new request's prompt to the scheduler; returns the scheduler's refusal, or null. */
+  /**
+   * Submits {@code a}'s known tokens to the scheduler: a new request's prompt, or, for a request
+   * retracted after it generated tokens, its prompt and those tokens with its image, if any (whose
+   * references pass to the scheduler). Returns the scheduler's refusal, or null.
+   */
   static String submit(Scheduler scheduler, CacheLayout layout, ActiveRequest a) {
     try {
       a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
-      scheduler.submit(a.id, a.keys, a.sampling.params().maxTokens(), false);
-      return null;
-    } catch (IllegalArgumentException e) {
-      return e.getMessage();
-    }
-  }
-
-  /**
-   * Resubmits a request retracted after it generated tokens, with its prompt and those tokens as
-   * its prompt and its image, if any (whose references pass to the scheduler); returns the
-   * scheduler's refusal, or null.
-   */
-  static String resubmitRetracted(Scheduler scheduler, CacheLayout layout, ActiveRequest a) {
-    try {
-      a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
-      scheduler.resubmitRetracted(
-          a.id, a.keys, a.sampling.params().maxTokens() - a.generated(), a.image);
+      int maxNewTokens = a.sampling.params().maxTokens() - a.generated();
+      if (a.generated() == 0) {
+        scheduler.submit(a.id, a.keys, maxNewTokens, false);
+      } else {
+        scheduler.resubmitRetracted(a.id, a.keys, maxNewTokens, a.image);
+      }
       return null;
     } catch (IllegalArgumentException e) {
       return e.getMessage();

@@ -1116,11 +1116,6 @@ public final class StorageTransferManager {
     }
   }
 
-  /** True while a weight update's fence stands. */
-  public boolean fenced() {
-    return fenced;
-  }
-
   /** True while the pressure gate is closed (a mirrored gauge). */
   public boolean gateClosed() {
     return gateClosed;

@@ -90,8 +90,8 @@ public final class FileNames {
   }
 
   /**
-   * {@code text} as a JSON string whose characters outside printable ASCII are {@code \}{@code
-   * uXXXX} escapes.
+   * {@code text} as a JSON string whose characters outside printable ASCII are written as a
+   * backslash, the letter u and four hex digits.
    */
   public static String quote(String text) {
     StringBuilder sb = new StringBuilder(text.length() + 2).append('"');
