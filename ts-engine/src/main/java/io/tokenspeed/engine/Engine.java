@@ -405,14 +405,28 @@ public final class Engine implements AutoCloseable {
    * @throws IllegalStateException when the engine is closed or its intake queue is full
    */
   public RequestHandle submit(int[] prompt, SamplingParams params) {
+    return submit(prompt, params, TokenLogprobs.NO_LOGPROBS);
+  }
+
+  /**
+   * Submits a prompt whose handle also reports each generated token's log probabilities ({@link
+   * RequestHandle#logprobs(int)}, {@link TokenLogprobs}): {@code topLogprobs} is {@link
+   * TokenLogprobs#NO_LOGPROBS} (-1) for none, as {@link #submit(int[], SamplingParams)}, 0 for the
+   * sampled token's own only, 1 to {@link TokenLogprobs#MAX_TOP_LOGPROBS} for that many most likely
+   * alternatives too. They are the log-softmax of the model's raw logits, before temperature and
+   * filters. A value outside {@code [-1, 20]} is bad input like the others.
+   *
+   * @throws IllegalStateException when the engine is closed or its intake queue is full
+   */
+  public RequestHandle submit(int[] prompt, SamplingParams params, int topLogprobs) {
     if (loop.closing()) {
       Throwable fatal = loop.fatal();
       throw new IllegalStateException(
           fatal == null ? "engine is closed" : "engine stopped after a failure: " + fatal);
     }
     long id = ids.incrementAndGet();
-    RequestHandle handle = new RequestHandle(id, this);
-    String error = intake.check(prompt, params);
+    RequestHandle handle = new RequestHandle(id, this, topLogprobs);
+    String error = intake.check(prompt, params, topLogprobs);
     if (error != null) {
       handle.end(new GenerationResult(id, new int[0], "error", error, null));
       return handle;

@@ -43,6 +43,7 @@ final class ForwardStep {
   private final EngineObserver observer;
   private final Map<Long, ActiveRequest> active;
   private final Sampler sampler;
+  private final LogSoftmax logSoftmax = new LogSoftmax();
   private long forwardNanos;
 
   /** A request that ended at a sampled token. */
@@ -213,7 +214,8 @@ final class ForwardStep {
 
   /**
    * Samples the next token of every request of the plan whose known tokens are all computed and
-   * streams it; returns those that a stop token or their token limit ended.
+   * streams it, after storing its log probabilities when the request asked for them; returns those
+   * that a stop token or their token limit ended.
    */
   List<Finished> sample(ExecutionPlan plan, ForwardResult out) {
     long now = System.nanoTime();
@@ -227,7 +229,11 @@ final class ForwardStep {
       }
       float[] logits = out.last(i);
       observer.onLogits(a.id, a.generated(), logits);
-      int token = a.sampling.sample(sampler, logits, 0);
+      int token = a.sampling.sample(sampler, logits, 0); // checks the row first
+      int numTop = a.handle.topLogprobs();
+      if (numTop != TokenLogprobs.NO_LOGPROBS) {
+        a.handle.addLogprobs(a.generated(), logSoftmax.of(logits, token, numTop));
+      }
       Optional<FinishReason> done = a.sampling.onToken(token);
       a.tokens[a.known++] = token;
       if (a.firstTokenNs == 0) {

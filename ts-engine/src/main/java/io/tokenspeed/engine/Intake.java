@@ -32,12 +32,19 @@ final class Intake {
   }
 
   /** What is wrong with a request, or null when it may be served (any thread). */
-  String check(int[] prompt, SamplingParams params) {
+  String check(int[] prompt, SamplingParams params, int topLogprobs) {
     if (prompt == null || prompt.length == 0) {
       return "prompt is empty: at least one token is needed";
     }
     if (params == null) {
       return "sampling params are required";
+    }
+    if (topLogprobs < TokenLogprobs.NO_LOGPROBS || topLogprobs > TokenLogprobs.MAX_TOP_LOGPROBS) {
+      return "top_logprobs="
+          + topLogprobs
+          + " is outside [-1, "
+          + TokenLogprobs.MAX_TOP_LOGPROBS
+          + "] (-1 = no logprobs, 0 = the sampled token's only, N = also the N most likely)";
     }
     for (int i = 0; i < prompt.length; i++) {
       if (prompt[i] < 0 || prompt[i] >= vocabSize) {
