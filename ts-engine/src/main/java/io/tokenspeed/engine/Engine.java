@@ -261,6 +261,33 @@ public final class Engine implements AutoCloseable {
     }
   }
 
+  /**
+   * A namespace rotation, before the next round: the cache is cleared as {@link #clearCache} does
+   * (every outstanding storage operation is rejected, nothing read for the old namespace is
+   * published) and every later key is built under the namespace of weight version {@code version}.
+   * Unlike {@link #updateWeightVersion} the old namespace's objects stay in the store, for replicas
+   * that still serve it; PUTs already inside the store finish there. Without L3 it clears and
+   * records the version.
+   */
+  public void rotateNamespace(String version) throws Exception {
+    if (version == null || version.isBlank()) {
+      throw new IllegalArgumentException("weight_version must be a non-empty string");
+    }
+    synchronized (weightUpdates) {
+      onLoop(
+              () -> {
+                scheduler.clearAll();
+                publication.clearBackups();
+                weightVersion = version;
+                if (storage != null) {
+                  storage.switchNamespace(namespaceFor(version));
+                }
+                return null;
+              })
+          .get();
+    }
+  }
+
   /** How long a weight update waits for the storage operations in the store to retire. */
   static final long WEIGHT_UPDATE_RETIREMENT_MS = 60_000;
 
@@ -449,6 +476,11 @@ public final class Engine implements AutoCloseable {
   void cancel(long id) {
     intake.cancel(id);
     loop.wake();
+  }
+
+  /** Why the loop stopped, when it stopped after a failure; later submissions are refused. */
+  public Optional<Throwable> failure() {
+    return Optional.ofNullable(loop.fatal());
   }
 
   /** The figures of the latest round. */
