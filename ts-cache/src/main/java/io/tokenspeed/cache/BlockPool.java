@@ -142,6 +142,29 @@ public final class BlockPool {
     return heldBlocks;
   }
 
+  /**
+   * Parents holding at least one referenced block: the part of the tier that no eviction can free
+   * (a parent whose allocated children are all unreferenced holds only cached blocks). It scans
+   * every block id, so it is for metrics, never for a decision.
+   */
+  public int referencedParents() {
+    int n = 0;
+    for (int p = 0; p < numParents; p++) {
+      int g = parentGroup[p];
+      if (g == FREE) {
+        continue;
+      }
+      int base = 1 + p * maxChildren;
+      for (int c = 0; c < childrenPerParent[g]; c++) {
+        if (refs[base + c] > 0) {
+          n++;
+          break;
+        }
+      }
+    }
+    return n;
+  }
+
   /** Blocks of group {@code g} that could be handed out now without eviction. */
   public long available(int groupId) {
     return freeChildrenOfGroup[groupId] + (long) freeParents * childrenPerParent[groupId];

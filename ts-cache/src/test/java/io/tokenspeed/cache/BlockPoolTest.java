@@ -8,10 +8,14 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.CacheLayout;
+import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 class BlockPoolTest {
 
@@ -119,5 +123,77 @@ class BlockPoolTest {
     pool.tryAcquire(new int[] {1, 0, 0}, again);
     assertEquals(out[0][2], again[0][0]);
     assertEquals(1, pool.freeParents());
+  }
+
+  @Test
+  void shouldCountAParentReferencedWhileAnyOfItsChildrenIsReferenced() {
+    BlockPool pool = CacheFixture.track(new BlockPool(Tier.DEVICE, LAYOUT, 3));
+    int[][] out = {new int[2], new int[1], new int[0]};
+    assertTrue(pool.tryAcquire(new int[] {2, 1, 0}, out));
+    assertEquals(2, pool.referencedParents());
+    pool.unref(out[0][0]); // cached: allocated, no reference; its sibling still pins the parent
+    assertEquals(2, pool.referencedParents());
+    pool.unref(out[0][1]);
+    assertEquals(1, pool.referencedParents(), "a parent of cached blocks only is reclaimable");
+    assertEquals(1, pool.freeParents(), "but still claimed");
+    pool.ref(out[0][1]);
+    assertEquals(2, pool.referencedParents());
+    pool.unref(out[0][1]);
+    pool.unref(out[1][0]);
+    pool.free(out[1][0]);
+    assertEquals(0, pool.referencedParents());
+    pool.free(out[0][0]);
+    pool.free(out[0][1]);
+    assertEquals(3, pool.freeParents());
+  }
+
+  /**
+   * Random acquisitions, references and frees: {@link BlockPool#referencedParents} equals the
+   * parents, found from each referenced block's byte offset, that hold a referenced block.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @ValueSource(longs = {1, 2, 3, 4, 5, 6, 7, 8})
+  void shouldCountReferencedParentsLikeAScanOfByteOffsets(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    BlockPool pool = CacheFixture.track(new BlockPool(Tier.HOST, LAYOUT, 6));
+    List<Integer> live = new ArrayList<>();
+    for (int step = 0; step < 400; step++) {
+      int op = rnd.nextInt(4);
+      if (op == 0 || live.isEmpty()) {
+        int g = rnd.nextInt(3);
+        int[] needs = new int[3];
+        needs[g] = 1 + rnd.nextInt(3);
+        int[][] out = {new int[needs[0]], new int[needs[1]], new int[needs[2]]};
+        if (pool.tryAcquire(needs, out)) {
+          for (int b : out[g]) {
+            live.add(b);
+          }
+        }
+      } else {
+        int b = live.get(rnd.nextInt(live.size()));
+        if (op == 1) {
+          pool.ref(b);
+        } else if (pool.refCount(b) > 0) {
+          pool.unref(b);
+        } else {
+          pool.free(b);
+          live.remove(Integer.valueOf(b));
+        }
+      }
+      Set<Long> pinned = new HashSet<>();
+      for (int b : live) {
+        if (pool.refCount(b) > 0) {
+          pinned.add(pool.byteOffset(b) / pool.parentBytes());
+        }
+      }
+      assertEquals(pinned.size(), pool.referencedParents(), "seed=" + seed + " step=" + step);
+    }
+    for (int b : live) {
+      while (pool.refCount(b) > 0) {
+        pool.unref(b);
+      }
+      pool.free(b);
+    }
+    assertEquals(0, pool.referencedParents());
   }
 }

@@ -1051,4 +1051,12 @@ public final class Scheduler {
   public int size() {
     return requests.size();
   }
+
+  /**
+   * Admitted requests (Prefilling, PrefillDone, Decoding): those that hold Device blocks. The rest
+   * of {@link #size} waits: for admission, for L3 or for a bootstrap. A gauge; O(1).
+   */
+  public int runningCount() {
+    return running.size();
+  }
 }

@@ -252,10 +252,18 @@ class SchedulerTest {
     while (s.size() > 0 && rounds++ < 5_000) {
       round();
       f.checkInvariants(s.heldBlocks());
+      int admitted = 0;
       for (long id = 0; id < 3; id++) {
         sawRetracted |= s.state(id) instanceof RequestState.Retracted;
         maxHeadroomSeen = Math.max(maxHeadroomSeen, s.headroomTokens(id));
+        RequestState st = s.state(id);
+        if (st instanceof RequestState.Prefilling
+            || st instanceof RequestState.PrefillDone
+            || st instanceof RequestState.Decoding) {
+          admitted++;
+        }
       }
+      assertEquals(admitted, s.runningCount(), "running: the admitted states");
     }
     assertEquals(0, s.size(), "everyone finished");
     assertTrue(s.retractions() > 0, "the Device was too small for all three at once");
