@@ -124,6 +124,7 @@ public final class Engine implements AutoCloseable {
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
+    loop.publishInitialMetrics();
     this.loopThread = new Thread(loop::run, "ts-engine-loop");
     this.loopThread.setDaemon(true);
   }
@@ -488,6 +489,15 @@ public final class Engine implements AutoCloseable {
     return loop.stats();
   }
 
+  /**
+   * The latest metrics snapshot the loop published (see {@link EngineMetrics} for when it takes
+   * one). A volatile read from any thread: it touches no loop state, consumes no health probe and
+   * feeds no decision.
+   */
+  public EngineMetrics metrics() {
+    return loop.metrics();
+  }
+
   // ---------------------------------------------------------------- for tests
 
   Scheduler scheduler() {
@@ -526,8 +536,7 @@ public final class Engine implements AutoCloseable {
    * thread, between rounds).
    */
   boolean storageBusyNow() throws Exception {
-    return onLoop(() -> loop.storageBusy() || (stm != null && stm.deferredCandidates() > 0))
-        .get(10, TimeUnit.SECONDS);
+    return onLoop(loop::storagePending).get(10, TimeUnit.SECONDS);
   }
 
   /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */

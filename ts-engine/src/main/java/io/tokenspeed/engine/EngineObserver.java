@@ -15,6 +15,9 @@ interface EngineObserver {
    */
   default void onLogits(long requestId, int step, float[] logits) {}
 
+  /** A metrics snapshot the loop just published ({@link Engine#metrics}). */
+  default void onMetrics(EngineMetrics metrics) {}
+
   /** An observer that does nothing. */
   EngineObserver NONE = new EngineObserver() {};
 }

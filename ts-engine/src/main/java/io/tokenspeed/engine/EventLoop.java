@@ -1,7 +1,9 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.cache.BlockCopy;
+import io.tokenspeed.cache.BlockPool;
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.TierCache;
 import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -18,6 +20,7 @@ import io.tokenspeed.scheduler.StorageTransferManager;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.Semaphore;
@@ -87,6 +90,11 @@ final class EventLoop {
   private volatile long drainDeadlineNs;
   private volatile EngineStats stats = EngineStats.NONE;
 
+  /** The latest metrics snapshot (null until {@link #publishInitialMetrics}). */
+  private volatile EngineMetrics metrics;
+
+  private final MetricsPublication metricsRule = new MetricsPublication();
+
   private long rounds;
   private long endedRequests;
   private long roundNanos;
@@ -138,6 +146,11 @@ final class EventLoop {
   /** The figures of the latest round. */
   EngineStats stats() {
     return stats;
+  }
+
+  /** The latest metrics snapshot (a volatile read: no loop state is touched). */
+  EngineMetrics metrics() {
+    return metrics;
   }
 
   boolean closing() {
@@ -215,6 +228,7 @@ final class EventLoop {
           awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
           boolean retryDue = backupRetryInNs() <= 0;
           if (!busy && !retryDue && !intake.pending() && admin.isEmpty()) {
+            refreshIdleMetrics();
             continue;
           }
         } else if (storageWait && !arrived && !agreementDue) {
@@ -276,6 +290,7 @@ final class EventLoop {
     resumeRetracted();
     roundNanos += System.nanoTime() - roundStart;
     publishStats();
+    publishMetricsAfterRound();
     observer.afterRound(engine);
   }
 
@@ -403,6 +418,70 @@ final class EventLoop {
             deviceHandle.copyNanos(),
             roundNanos,
             forward.forwardNanos());
+  }
+
+  // ---------------------------------------------------------------- metrics snapshots
+
+  /**
+   * The snapshot of an engine whose loop has not run yet (on the constructing thread, before the
+   * loop thread starts).
+   */
+  void publishInitialMetrics() {
+    publishMetrics(System.nanoTime(), intake.queuedCount(), storagePending());
+  }
+
+  /**
+   * After a round: a new snapshot when the publication rule ({@link MetricsPublication}) says so.
+   */
+  private void publishMetricsAfterRound() {
+    int queued = intake.queuedCount();
+    boolean pending = storagePending();
+    long nowNs = System.nanoTime();
+    if (metricsRule.dueAfterRound(nowNs, active.isEmpty() && queued == 0, pending)) {
+      publishMetrics(nowNs, queued, pending);
+    }
+  }
+
+  /** In an idle wait that ran no round: refreshes a snapshot the last rounds left stale. */
+  private void refreshIdleMetrics() {
+    long nowNs = System.nanoTime();
+    if (metricsRule.dueWhileIdle(nowNs)) {
+      publishMetrics(nowNs, intake.queuedCount(), storagePending());
+    }
+  }
+
+  /**
+   * Takes and publishes a snapshot: {@code queued} requests in the intake queue (read once, so that
+   * the rule and the snapshot agree on whether the loop is idle).
+   */
+  private void publishMetrics(long nowNs, int queued, boolean pending) {
+    int running = Math.min(active.size(), scheduler.runningCount());
+    int waiting = queued + active.size() - running;
+    Optional<EngineMetrics.Storage> l3 =
+        storage == null
+            ? Optional.empty()
+            : Optional.of(
+                new EngineMetrics.Storage(
+                    pending, storage.metrics(), EngineMetrics.Transfers.of(stm)));
+    EngineMetrics m =
+        new EngineMetrics(nowNs, running, waiting, usage(cache.device()), usage(cache.host()), l3);
+    metricsRule.published(nowNs, m.idle(), pending);
+    metrics = m;
+    observer.onMetrics(m);
+  }
+
+  private static EngineMetrics.TierUsage usage(TierCache tier) {
+    BlockPool pool = tier.pool();
+    return new EngineMetrics.TierUsage(
+        pool.numParents(), pool.referencedParents(), pool.freeParents());
+  }
+
+  /**
+   * Whether storage work is pending: {@link #storageBusy}, or refused backups waiting for their
+   * retry. False without L3.
+   */
+  boolean storagePending() {
+    return storageBusy() || (stm != null && stm.deferredCandidates() > 0);
   }
 
   /**

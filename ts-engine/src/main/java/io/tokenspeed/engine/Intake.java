@@ -93,6 +93,11 @@ final class Intake {
     return !queue.isEmpty() || !cancels.isEmpty();
   }
 
+  /** Requests in the queue now (any thread). */
+  int queuedCount() {
+    return queue.size();
+  }
+
   /** Whether requests wait for the loop. */
   boolean requestsPending() {
     return !queue.isEmpty();

@@ -11,6 +11,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.L3Executor;
+import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
 import java.io.IOException;
@@ -167,6 +168,13 @@ public final class StorageTier {
 
   public long refused() {
     return refused;
+  }
+
+  /**
+   * The executor's counters and gauges (one short lock, no store call, no health probe consumed).
+   */
+  public L3Metrics metrics() {
+    return executor.metrics();
   }
 
   /** True once an unretired result has quarantined the executor. */

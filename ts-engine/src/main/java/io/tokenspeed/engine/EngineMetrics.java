@@ -1,0 +1,206 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.scheduler.StorageCounters;
+import io.tokenspeed.scheduler.StorageCounters.DropReason;
+import io.tokenspeed.scheduler.StorageTransferManager;
+import java.util.EnumMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+
+/**
+ * A snapshot of the engine's gauges and L3 counters that the loop thread publishes for an exporter
+ * ({@link Engine#metrics}); plain immutable values, safe to read from any thread. Reading one
+ * touches no loop state, consumes no health probe and feeds no decision. It carries no request id
+ * and no object key.
+ *
+ * <p>When the loop takes one: after a round, at most once a second; and, whatever the time since
+ * the last, after the round in which the loop turns idle (no request running or waiting) or busy
+ * again, and after the round in which storage turns pending or idle. An idle loop that ran rounds
+ * since its last snapshot (housekeeping, a clear) takes one more at most a second later, so an idle
+ * engine's gauges read idle. So two consecutive snapshots are at least a second apart unless {@link
+ * #idle} or {@link Storage#pending} differs between them.
+ *
+ * <p>Tier usage counts LCM parents, the unit in which the cache coordinator counts free space and
+ * every credit charges (one referenced child pins its whole parent):
+ *
+ * <pre>
+ *   totalParents = usedParents + cachedParents + freeParents
+ *     used    at least one block referenced (requests, copies, storage operations, Ready holds)
+ *     cached  claimed by a group, holding only cached blocks no one references (reclaimable)
+ *     free    claimed by no group
+ * </pre>
+ *
+ * @param timeNs when the snapshot was taken ({@link System#nanoTime})
+ * @param runningRequests admitted requests: those holding Device blocks (Prefilling, PrefillDone,
+ *     Decoding)
+ * @param waitingRequests the other requests the engine holds: in the intake queue, waiting for
+ *     admission, for L3 or after a retraction
+ * @param device the Device tier's usage
+ * @param host the Host tier's usage
+ * @param storage L3's figures; empty without a storage backend
+ */
+public record EngineMetrics(
+    long timeNs,
+    int runningRequests,
+    int waitingRequests,
+    TierUsage device,
+    TierUsage host,
+    Optional<Storage> storage) {
+
+  public EngineMetrics {
+    if (runningRequests < 0 || waitingRequests < 0) {
+      throw new IllegalArgumentException(
+          "running_requests="
+              + runningRequests
+              + " waiting_requests="
+              + waitingRequests
+              + " must be >= 0");
+    }
+    Objects.requireNonNull(device, "device");
+    Objects.requireNonNull(host, "host");
+    Objects.requireNonNull(storage, "storage");
+  }
+
+  /** No request running or waiting. */
+  public boolean idle() {
+    return runningRequests == 0 && waitingRequests == 0;
+  }
+
+  /**
+   * One tier's parents (see the class essay).
+   *
+   * @param totalParents the tier's parents
+   * @param usedParents parents holding at least one referenced block
+   * @param freeParents parents claimed by no group
+   */
+  public record TierUsage(int totalParents, int usedParents, int freeParents) {
+    public TierUsage {
+      if (totalParents < 0
+          || usedParents < 0
+          || freeParents < 0
+          || (long) usedParents + freeParents > totalParents) {
+        throw new IllegalArgumentException(
+            "total_parents="
+                + totalParents
+                + " used_parents="
+                + usedParents
+                + " free_parents="
+                + freeParents
+                + ": each must be >= 0 and used + free <= total");
+      }
+    }
+
+    /** Parents holding only cached blocks: claimed, but reclaimable by eviction. */
+    public int cachedParents() {
+      return totalParents - usedParents - freeParents;
+    }
+
+    /** The used fraction of the tier, in [0, 1] (0 for a tier without parents). */
+    public double usedFraction() {
+      return totalParents == 0 ? 0 : (double) usedParents / totalParents;
+    }
+  }
+
+  /**
+   * L3's figures: the executor's (rank-local I/O) and the scheduler's (mirrored on every TP owner:
+   * never summed across owners).
+   *
+   * @param pending whether storage work is pending: operations without an agreed completion, backup
+   *     candidates not yet written, or refused backups waiting for their retry
+   * @param executor the executor's counters and gauges, health included
+   * @param transfers the storage transfer manager's counters and gauges
+   */
+  public record Storage(boolean pending, L3Metrics executor, Transfers transfers) {
+    public Storage {
+      Objects.requireNonNull(executor, "executor");
+      Objects.requireNonNull(transfers, "transfers");
+    }
+  }
+
+  /**
+   * An immutable copy of the storage transfer manager's counters ({@link StorageCounters}) and
+   * gauges. Every value is mirrored on every TP owner of a replica.
+   *
+   * @param softTimeouts waits for L3 ended by their soft deadline
+   * @param readyExpirations Ready holds that expired before admission used them
+   * @param pressureBypasses requests that skipped L3 because the pressure gate was closed
+   * @param queriesIssued QUERY operations issued
+   * @param getsIssued GET operations issued
+   * @param putsIssued PUT operations issued
+   * @param publishedBlocks Host blocks published from completed GETs
+   * @param droppedBackupKeys backup candidate keys dropped, by reason; every reason is present
+   * @param readyHolds Ready holds alive
+   * @param quarantinedRefs Host references held by quarantined operations
+   * @param gateClosed whether the pressure (admission) gate is closed
+   * @param quarantined whether an unproven retirement stopped new L3 work until restart
+   * @param operationsInUse operation credits in use
+   * @param hostCreditsInUse Host credits in use
+   * @param queuedCandidates backup candidates a permitted round would dispatch
+   * @param deferredCandidates refused backup candidates waiting for their retry
+   */
+  public record Transfers(
+      long softTimeouts,
+      long readyExpirations,
+      long pressureBypasses,
+      long queriesIssued,
+      long getsIssued,
+      long putsIssued,
+      long publishedBlocks,
+      Map<DropReason, Long> droppedBackupKeys,
+      int readyHolds,
+      int quarantinedRefs,
+      boolean gateClosed,
+      boolean quarantined,
+      int operationsInUse,
+      int hostCreditsInUse,
+      int queuedCandidates,
+      int deferredCandidates) {
+
+    public Transfers {
+      for (DropReason r : DropReason.values()) {
+        if (!droppedBackupKeys.containsKey(r)) {
+          throw new IllegalArgumentException(
+              "dropped_backup_keys has no value for reason=" + r + ": " + droppedBackupKeys);
+        }
+      }
+      droppedBackupKeys = Map.copyOf(droppedBackupKeys);
+    }
+
+    /** Every drop reason at 0. */
+    public static Map<DropReason, Long> noDrops() {
+      Map<DropReason, Long> m = new EnumMap<>(DropReason.class);
+      for (DropReason r : DropReason.values()) {
+        m.put(r, 0L);
+      }
+      return m;
+    }
+
+    /** A copy of {@code stm}'s figures (on its owner's thread). */
+    static Transfers of(StorageTransferManager stm) {
+      StorageCounters c = stm.counters();
+      Map<DropReason, Long> drops = noDrops();
+      for (DropReason r : DropReason.values()) {
+        drops.put(r, c.droppedBackupKeys(r));
+      }
+      return new Transfers(
+          c.softTimeouts(),
+          c.readyExpired(),
+          c.pressureBypasses(),
+          c.queriesIssued(),
+          c.getsIssued(),
+          c.putsIssued(),
+          c.publishedBlocks(),
+          drops,
+          stm.readyHolds(),
+          stm.quarantinedRefs(),
+          stm.gateClosed(),
+          stm.quarantined(),
+          stm.operationsInUse(),
+          stm.hostCreditsInUse(),
+          stm.queuedCandidates(),
+          stm.deferredCandidates());
+    }
+  }
+}
