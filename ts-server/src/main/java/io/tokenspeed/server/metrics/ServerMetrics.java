@@ -1,0 +1,562 @@
+package io.tokenspeed.server.metrics;
+
+import io.prometheus.metrics.config.EscapingScheme;
+import io.prometheus.metrics.core.metrics.Counter;
+import io.prometheus.metrics.core.metrics.CounterWithCallback;
+import io.prometheus.metrics.core.metrics.GaugeWithCallback;
+import io.prometheus.metrics.core.metrics.Histogram;
+import io.prometheus.metrics.expositionformats.PrometheusTextFormatWriter;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import io.prometheus.metrics.model.snapshots.Labels;
+import io.tokenspeed.engine.EngineMetrics;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.scheduler.StorageCounters.DropReason;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
+import java.util.function.ToDoubleFunction;
+
+/**
+ * The Prometheus exporter of one engine replica (rank): the request metrics the server records
+ * ({@link #onRequestFinished}) and the engine's and L3's figures, read from the engine's latest
+ * {@link EngineMetrics} snapshot when scraped. docs/metrics.md lists every metric.
+ *
+ * <p>What it guarantees:
+ *
+ * <ul>
+ *   <li><b>One registry of its own</b>, never the process-wide default: two exporters in one JVM
+ *       (tests, several replicas) do not collide.
+ *   <li><b>Every series carries the identity labels</b> {@code model_name}, {@code engine_role},
+ *       {@code dp_rank} and {@code tp_rank}; no label carries a request id or an object key.
+ *   <li><b>Names keep the prefix {@code tokenspeed:}</b>; client_java writes them as given (colons
+ *       are legal in the text format) and appends {@code _total} to every counter.
+ *   <li><b>The L3 metrics are always present</b>: without a storage backend every L3 series reads 0
+ *       and {@code tokenspeed:l3_health_state} reads 1 for {@code state="disabled"}, so dashboards
+ *       and alerts keep their series whether or not L3 is configured.
+ *   <li><b>One snapshot per scrape</b>: a scrape reads the engine's snapshot once, so every
+ *       engine-side value of one exposition comes from the same moment.
+ *   <li><b>Metrics never feed a decision</b>: nothing here is read by the engine or the server.
+ * </ul>
+ *
+ * <p>Cached prompt tokens are counted by {@code source}, three disjoint parts: {@code device}
+ * (already on the Device at admission), {@code host} (loaded from the Host and not restored from L3
+ * by this engine) and {@code storage} (loaded from Host blocks this engine restored from L3). Their
+ * sum is {@code usage.prompt_tokens_details.cached_tokens} (Device plus Host, storage included).
+ *
+ * <p>Thread-safe: requests finish on any thread; scrapes are serialized.
+ */
+public final class ServerMetrics {
+
+  /** The content type of {@link #scrape}: Prometheus text format 0.0.4. */
+  public static final String CONTENT_TYPE = PrometheusTextFormatWriter.CONTENT_TYPE;
+
+  /**
+   * Upper bounds, in seconds, of the latency histograms' buckets: 1 ms to 60 s, for a CPU engine
+   * whose first token may take from milliseconds (a cached prompt) to a minute (a long prefill).
+   */
+  static final double[] LATENCY_BUCKETS_SECONDS = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60
+  };
+
+  /** The engine's finish reasons, present at 0 before any request finishes with them. */
+  public static final List<String> FINISH_REASONS = List.of("stop", "length", "cancelled", "error");
+
+  private static final List<String> KINDS = List.of("query", "get", "put");
+  private static final List<String> HEALTH_STATES =
+      List.of("healthy", "cooldown", "probing", "disabled");
+
+  private static final double NANOS_PER_SECOND = 1e9;
+
+  private static final L3Metrics.Kind NO_JOBS =
+      new L3Metrics.Kind(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+
+  private final PrometheusRegistry registry = new PrometheusRegistry();
+  private final PrometheusTextFormatWriter writer = PrometheusTextFormatWriter.create();
+  private final Labels identity;
+  private final Supplier<EngineMetrics> engine;
+
+  private final Counter promptTokens;
+  private final Counter generationTokens;
+  private final Counter cachedPromptTokens;
+  private final Counter requestsFinished;
+  private final Histogram timeToFirstToken;
+  private final Histogram timePerOutputToken;
+  private final Histogram queueTime;
+  private final Histogram e2eLatency;
+
+  /** The engine snapshot of the scrape in progress (guarded by this; null outside a scrape). */
+  private EngineMetrics scraping;
+
+  /**
+   * An exporter for one replica.
+   *
+   * @param modelName the served model's name ({@code model_name})
+   * @param engineRole the engine's role, e.g. {@code fused} ({@code engine_role})
+   * @param dpRank the data-parallel rank ({@code dp_rank}), >= 0
+   * @param tpRank the tensor-parallel rank ({@code tp_rank}), >= 0
+   * @param engine the engine's latest snapshot ({@code Engine::metrics}), read at each scrape
+   */
+  public ServerMetrics(
+      String modelName, String engineRole, int dpRank, int tpRank, Supplier<EngineMetrics> engine) {
+    if (modelName == null || modelName.isBlank()) {
+      throw new IllegalArgumentException("model_name must be a non-empty string");
+    }
+    if (engineRole == null || engineRole.isBlank()) {
+      throw new IllegalArgumentException("engine_role must be a non-empty string");
+    }
+    if (dpRank < 0 || tpRank < 0) {
+      throw new IllegalArgumentException(
+          "dp_rank=" + dpRank + " and tp_rank=" + tpRank + " must be >= 0");
+    }
+    this.engine = Objects.requireNonNull(engine, "engine");
+    this.identity =
+        Labels.of(
+            "model_name",
+            modelName,
+            "engine_role",
+            engineRole,
+            "dp_rank",
+            Integer.toString(dpRank),
+            "tp_rank",
+            Integer.toString(tpRank));
+
+    promptTokens =
+        counter("tokenspeed:prompt_tokens", "Prompt tokens of finished requests.")
+            .register(registry);
+    generationTokens =
+        counter("tokenspeed:generation_tokens", "Tokens generated for finished requests.")
+            .register(registry);
+    cachedPromptTokens =
+        counter(
+                "tokenspeed:cached_prompt_tokens",
+                "Prompt tokens of finished requests whose KV was reused, by source: device, host"
+                    + " (loaded from the Host, not restored from L3) or storage (loaded from Host"
+                    + " blocks restored from L3). Their sum is the usage's cached_tokens.")
+            .labelNames("source")
+            .register(registry);
+    for (String source : List.of("device", "host", "storage")) {
+      cachedPromptTokens.initLabelValues(source);
+    }
+    requestsFinished =
+        counter("tokenspeed:requests_finished", "Requests finished, by finish_reason.")
+            .labelNames("finish_reason")
+            .register(registry);
+    for (String reason : FINISH_REASONS) {
+      requestsFinished.initLabelValues(reason);
+    }
+    timeToFirstToken =
+        histogram(
+            "tokenspeed:time_to_first_token_seconds",
+            "Submission to the first generated token, of requests that generated one.");
+    timePerOutputToken =
+        histogram(
+            "tokenspeed:time_per_output_token_seconds",
+            "Mean time between generated tokens after the first, of requests that generated two"
+                + " or more (one observation per request).");
+    queueTime =
+        histogram(
+            "tokenspeed:request_queue_time_seconds",
+            "Submission to the round that first admitted the request, of admitted requests.");
+    e2eLatency =
+        histogram(
+            "tokenspeed:e2e_request_latency_seconds",
+            "Arrival at the server to the end of the response, of every finished request.");
+
+    registerEngineGauges();
+    registerExecutorMetrics();
+    registerTransferMetrics();
+  }
+
+  // ---------------------------------------------------------------- requests
+
+  /**
+   * Records a finished request.
+   *
+   * @param m the engine's figures of the request; null for one rejected before the engine took it
+   *     (then only the finish reason, the generated tokens and the latency are recorded)
+   * @param generatedTokens tokens generated for it
+   * @param e2eNanos arrival at the server to the end of the response
+   * @param finishReason how it ended ({@link #FINISH_REASONS}; other values get their own series)
+   */
+  public void onRequestFinished(
+      RequestMetrics m, int generatedTokens, long e2eNanos, String finishReason) {
+    if (generatedTokens < 0 || e2eNanos < 0) {
+      throw new IllegalArgumentException(
+          "generated_tokens=" + generatedTokens + " and e2e_nanos=" + e2eNanos + " must be >= 0");
+    }
+    if (finishReason == null || finishReason.isBlank()) {
+      throw new IllegalArgumentException("finish_reason must be a non-empty string");
+    }
+    requestsFinished.labelValues(finishReason).inc();
+    generationTokens.inc(generatedTokens);
+    e2eLatency.observe(e2eNanos / NANOS_PER_SECOND);
+    if (m == null) {
+      return;
+    }
+    promptTokens.inc(m.promptTokens());
+    int storage = m.reusedStorageTokens();
+    cachedPromptTokens.labelValues("device").inc(m.reusedDeviceTokens());
+    cachedPromptTokens.labelValues("host").inc(Math.max(0, m.reusedHostTokens() - storage));
+    cachedPromptTokens.labelValues("storage").inc(storage);
+    if (m.queueNs() > 0) {
+      queueTime.observe(m.queueNs() / NANOS_PER_SECOND);
+    }
+    if (generatedTokens >= 1 && m.ttftNs() > 0) {
+      timeToFirstToken.observe(m.ttftNs() / NANOS_PER_SECOND);
+    }
+    if (generatedTokens >= 2) {
+      timePerOutputToken.observe(m.tpotNs() / NANOS_PER_SECOND);
+    }
+  }
+
+  // ---------------------------------------------------------------- scraping
+
+  /** The exposition of every metric now, in the Prometheus text format ({@link #CONTENT_TYPE}). */
+  public String scrape() {
+    ByteArrayOutputStream out = new ByteArrayOutputStream();
+    try {
+      scrape(out);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e); // a byte array does not fail
+    }
+    return out.toString(StandardCharsets.UTF_8);
+  }
+
+  /** Writes the exposition of every metric now to {@code out} ({@link #CONTENT_TYPE}). */
+  public synchronized void scrape(OutputStream out) throws IOException {
+    EngineMetrics m = engine.get();
+    scraping = m == null ? EMPTY : m;
+    try {
+      writer.write(out, registry.scrape(), EscapingScheme.UNDERSCORE_ESCAPING);
+    } finally {
+      scraping = null;
+    }
+  }
+
+  /** The content type to send with {@link #scrape}. */
+  public String contentType() {
+    return CONTENT_TYPE;
+  }
+
+  /** What a scrape shows before the engine published anything: no request, no storage. */
+  private static final EngineMetrics EMPTY =
+      new EngineMetrics(
+          0,
+          0,
+          0,
+          new EngineMetrics.TierUsage(0, 0, 0),
+          new EngineMetrics.TierUsage(0, 0, 0),
+          Optional.empty());
+
+  // ---------------------------------------------------------------- the engine's gauges
+
+  private void registerEngineGauges() {
+    gauge(
+        "tokenspeed:num_requests_running",
+        "Requests admitted by the scheduler (holding Device blocks).",
+        cb -> cb.call(snapshot().runningRequests()));
+    gauge(
+        "tokenspeed:num_requests_waiting",
+        "Requests the engine holds that are not running: in its intake queue, waiting for"
+            + " admission, for L3 or after a retraction.",
+        cb -> cb.call(snapshot().waitingRequests()));
+    gauge(
+        "tokenspeed:kv_parents",
+        "KV cache parents (the unit of free space) by tier and state: used (a block referenced),"
+            + " cached (only cached blocks, reclaimable) and free; their sum is the tier's size.",
+        cb -> {
+          EngineMetrics m = snapshot();
+          for (var tier : List.of(Map.entry("device", m.device()), Map.entry("host", m.host()))) {
+            EngineMetrics.TierUsage u = tier.getValue();
+            cb.call(u.usedParents(), tier.getKey(), "used");
+            cb.call(u.cachedParents(), tier.getKey(), "cached");
+            cb.call(u.freeParents(), tier.getKey(), "free");
+          }
+        },
+        "tier",
+        "state");
+    gauge(
+        "tokenspeed:kv_usage_ratio",
+        "Used parents over the tier's parents, by tier (cached parents count as unused).",
+        cb -> {
+          cb.call(snapshot().device().usedFraction(), "device");
+          cb.call(snapshot().host().usedFraction(), "host");
+        },
+        "tier");
+    gauge(
+        "tokenspeed:engine_snapshot_age_seconds",
+        "Age of the engine snapshot the engine-side values of this scrape come from.",
+        cb -> {
+          EngineMetrics m = snapshot();
+          cb.call(m == EMPTY ? 0 : Math.max(0, System.nanoTime() - m.timeNs()) / NANOS_PER_SECOND);
+        });
+  }
+
+  // ---------------------------------------------------------------- L3: the executor (rank-local)
+
+  private void registerExecutorMetrics() {
+    kindCounter("tokenspeed:l3_jobs", "L3 jobs that finished, by kind.", L3Metrics.Kind::jobs);
+    kindCounter("tokenspeed:l3_keys", "Keys of finished L3 jobs, by kind.", L3Metrics.Kind::keys);
+    kindCounter(
+        "tokenspeed:l3_ok_keys",
+        "Keys of finished L3 jobs with outcome OK.",
+        L3Metrics.Kind::okKeys);
+    kindCounter(
+        "tokenspeed:l3_payload_bytes",
+        "Successful payload bytes of finished L3 jobs (adapter bytes, not network traffic; PUTs"
+            + " of existing objects and detached GETs included).",
+        L3Metrics.Kind::payloadBytes);
+    kindCounter(
+        "tokenspeed:l3_queue_seconds",
+        "Cumulative time L3 jobs waited for a worker.",
+        k -> k.queueNanos() / NANOS_PER_SECOND);
+    kindCounter(
+        "tokenspeed:l3_backend_seconds",
+        "Cumulative time inside store calls.",
+        k -> k.backendNanos() / NANOS_PER_SECOND);
+    gauge(
+        "tokenspeed:l3_outstanding_jobs",
+        "L3 jobs by kind and phase: queued, running, or completed and not yet polled (still"
+            + " charged).",
+        cb -> {
+          for (int i = 0; i < KINDS.size(); i++) {
+            L3Metrics.Kind k = kind(i);
+            cb.call(k.queuedJobs(), KINDS.get(i), "queued");
+            cb.call(k.runningJobs(), KINDS.get(i), "running");
+            cb.call(k.completedJobs(), KINDS.get(i), "completed");
+          }
+        },
+        "kind",
+        "phase");
+    gauge(
+        "tokenspeed:l3_outstanding_payload_bytes",
+        "Payload bytes of the outstanding L3 jobs, by kind and phase.",
+        cb -> {
+          for (int i = 0; i < KINDS.size(); i++) {
+            L3Metrics.Kind k = kind(i);
+            cb.call(k.queuedBytes(), KINDS.get(i), "queued");
+            cb.call(k.runningBytes(), KINDS.get(i), "running");
+            cb.call(k.completedBytes(), KINDS.get(i), "completed");
+          }
+        },
+        "kind",
+        "phase");
+    gauge(
+        "tokenspeed:l3_health_state",
+        "The L3 executor's health: 1 for the current state (healthy, cooldown, probing; disabled"
+            + " without a storage backend), 0 for the others. Reading it consumes no probe.",
+        cb -> {
+          String current =
+              executor().map(e -> e.healthState().toLowerCase(Locale.ROOT)).orElse("disabled");
+          for (String s : HEALTH_STATES) {
+            cb.call(s.equals(current) ? 1 : 0, s);
+          }
+        },
+        "state");
+    gauge(
+        "tokenspeed:l3_health_epoch",
+        "The L3 health epoch: advances on every outage signal.",
+        cb -> cb.call(executor().map(L3Metrics::healthEpoch).orElse(0L)));
+    gauge(
+        "tokenspeed:l3_unproven_retirements",
+        "L3 jobs whose retirement was never proven (they quarantine the executor).",
+        cb -> cb.call(executor().map(L3Metrics::unprovenRetirements).orElse(0L)));
+    callbackCounter(
+        "tokenspeed:l3_backend_calls",
+        "Store calls (adapter invocations; a create-only PUT may end after its existence check).",
+        cb -> cb.call(executor().map(L3Metrics::backendCalls).orElse(0L)));
+    callbackCounter(
+        "tokenspeed:l3_put_written_keys",
+        "PUT keys the store newly wrote.",
+        cb -> cb.call(executor().map(L3Metrics::putsNewlyWritten).orElse(0L)));
+    callbackCounter(
+        "tokenspeed:l3_put_existing_keys",
+        "PUT keys that found the object already there (an idempotent success, no new write).",
+        cb -> cb.call(executor().map(L3Metrics::putsAlreadyExisted).orElse(0L)));
+  }
+
+  // ---------------------------------------------------------------- L3: the scheduler (mirrored)
+
+  private void registerTransferMetrics() {
+    transferGauge(
+        "tokenspeed:l3_ready_holds",
+        "Ready holds alive: restored prefixes held for admission.",
+        EngineMetrics.Transfers::readyHolds);
+    transferGauge(
+        "tokenspeed:l3_quarantined_refs",
+        "Host references held by quarantined L3 operations.",
+        EngineMetrics.Transfers::quarantinedRefs);
+    transferGauge(
+        "tokenspeed:l3_gate_closed",
+        "1 while the pressure (admission) gate is closed: new requests bypass L3.",
+        t -> t.gateClosed() ? 1 : 0);
+    transferGauge(
+        "tokenspeed:l3_quarantined",
+        "1 once an unproven retirement stopped new L3 work until restart.",
+        t -> t.quarantined() ? 1 : 0);
+    transferGauge(
+        "tokenspeed:l3_operation_credits_in_use",
+        "L3 operation credits in use.",
+        EngineMetrics.Transfers::operationsInUse);
+    transferGauge(
+        "tokenspeed:l3_host_credits_in_use",
+        "Host credits in use by L3 operations.",
+        EngineMetrics.Transfers::hostCreditsInUse);
+    gauge(
+        "tokenspeed:l3_backup_candidates",
+        "Backup candidates by state: queued (a permitted round dispatches them) or deferred (a"
+            + " refused PUT's keys waiting for their retry).",
+        cb -> {
+          Optional<EngineMetrics.Transfers> t = transfers();
+          cb.call(t.map(EngineMetrics.Transfers::queuedCandidates).orElse(0), "queued");
+          cb.call(t.map(EngineMetrics.Transfers::deferredCandidates).orElse(0), "deferred");
+        },
+        "state");
+    gauge(
+        "tokenspeed:l3_storage_pending",
+        "1 while L3 work is pending: operations without an agreed completion, or backups not yet"
+            + " written.",
+        cb -> cb.call(storage().map(s -> s.pending() ? 1 : 0).orElse(0)));
+    transferCounter(
+        "tokenspeed:l3_soft_timeouts",
+        "Waits for L3 ended by their soft deadline (client detachment counts neither here nor in"
+            + " Ready expirations).",
+        EngineMetrics.Transfers::softTimeouts);
+    transferCounter(
+        "tokenspeed:l3_ready_expirations",
+        "Ready holds that expired before admission used them.",
+        EngineMetrics.Transfers::readyExpirations);
+    transferCounter(
+        "tokenspeed:l3_pressure_bypasses",
+        "Requests that skipped L3 because the pressure gate was closed.",
+        EngineMetrics.Transfers::pressureBypasses);
+    transferCounter(
+        "tokenspeed:l3_published_blocks",
+        "Host blocks published from completed GETs.",
+        EngineMetrics.Transfers::publishedBlocks);
+    callbackCounter(
+        "tokenspeed:l3_operations_issued",
+        "L3 operations the scheduler issued, by kind.",
+        cb -> {
+          Optional<EngineMetrics.Transfers> t = transfers();
+          cb.call(t.map(EngineMetrics.Transfers::queriesIssued).orElse(0L), "query");
+          cb.call(t.map(EngineMetrics.Transfers::getsIssued).orElse(0L), "get");
+          cb.call(t.map(EngineMetrics.Transfers::putsIssued).orElse(0L), "put");
+        },
+        "kind");
+    callbackCounter(
+        "tokenspeed:l3_dropped_backup_keys",
+        "Backup candidate keys dropped, by reason.",
+        cb -> {
+          Optional<EngineMetrics.Transfers> t = transfers();
+          for (DropReason r : DropReason.values()) {
+            long keys = t.map(x -> x.droppedBackupKeys().get(r)).orElse(0L);
+            cb.call(keys, r.name().toLowerCase(Locale.ROOT));
+          }
+        },
+        "reason");
+  }
+
+  // ---------------------------------------------------------------- the snapshot being scraped
+
+  private EngineMetrics snapshot() {
+    EngineMetrics m = scraping;
+    return m == null ? EMPTY : m; // a collection outside scrape() (none happens) reads nothing
+  }
+
+  private Optional<EngineMetrics.Storage> storage() {
+    return snapshot().storage();
+  }
+
+  private Optional<L3Metrics> executor() {
+    return storage().map(EngineMetrics.Storage::executor);
+  }
+
+  private Optional<EngineMetrics.Transfers> transfers() {
+    return storage().map(EngineMetrics.Storage::transfers);
+  }
+
+  /** The executor's figures of {@code KINDS.get(i)}; zeros without L3. */
+  private L3Metrics.Kind kind(int i) {
+    return executor()
+        .map(
+            e ->
+                switch (i) {
+                  case 0 -> e.query();
+                  case 1 -> e.get();
+                  default -> e.put();
+                })
+        .orElse(NO_JOBS);
+  }
+
+  // ---------------------------------------------------------------- registration
+
+  private Counter.Builder counter(String name, String help) {
+    return Counter.builder().name(name).help(help).constLabels(identity).withoutExemplars();
+  }
+
+  private Histogram histogram(String name, String help) {
+    return Histogram.builder()
+        .name(name)
+        .help(help)
+        .constLabels(identity)
+        .classicOnly()
+        .classicUpperBounds(LATENCY_BUCKETS_SECONDS)
+        .withoutExemplars()
+        .register(registry);
+  }
+
+  private void gauge(
+      String name, String help, Consumer<GaugeWithCallback.Callback> cb, String... labelNames) {
+    GaugeWithCallback.builder()
+        .name(name)
+        .help(help)
+        .constLabels(identity)
+        .labelNames(labelNames)
+        .callback(cb)
+        .register(registry);
+  }
+
+  private void callbackCounter(
+      String name, String help, Consumer<CounterWithCallback.Callback> cb, String... labelNames) {
+    CounterWithCallback.builder()
+        .name(name)
+        .help(help)
+        .constLabels(identity)
+        .labelNames(labelNames)
+        .callback(cb)
+        .register(registry);
+  }
+
+  private void kindCounter(String name, String help, ToDoubleFunction<L3Metrics.Kind> value) {
+    callbackCounter(
+        name,
+        help,
+        cb -> {
+          for (int i = 0; i < KINDS.size(); i++) {
+            cb.call(value.applyAsDouble(kind(i)), KINDS.get(i));
+          }
+        },
+        "kind");
+  }
+
+  private void transferGauge(
+      String name, String help, ToDoubleFunction<EngineMetrics.Transfers> value) {
+    gauge(name, help, cb -> cb.call(transfers().map(value::applyAsDouble).orElse(0.0)));
+  }
+
+  private void transferCounter(
+      String name, String help, ToDoubleFunction<EngineMetrics.Transfers> value) {
+    callbackCounter(name, help, cb -> cb.call(transfers().map(value::applyAsDouble).orElse(0.0)));
+  }
+}
