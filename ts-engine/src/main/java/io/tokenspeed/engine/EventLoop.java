@@ -50,6 +50,10 @@ import java.util.function.Supplier;
  * done: a round after a request ends, rounds while demotions are planned, and, with L3, a round per
  * completion record or storage tick while storage operations are pending.
  *
+ * <p>After every round the loop publishes its figures ({@link EngineStats}) and, when the
+ * publication rule of {@link MetricsPublication} says so, a metrics snapshot ({@link
+ * EngineMetrics}); other threads read both through volatile fields and never reach loop state.
+ *
  * <p>The scheduler, the cache and every step are the loop thread's; other threads reach the loop
  * only through {@link Intake}, {@link #onLoop} and {@link #wake}.
  */
