@@ -1,5 +1,6 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.server.config.SettingsSources;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
@@ -14,7 +15,9 @@ import picocli.CommandLine.ParseResult;
  *
  * <ul>
  *   <li>Usage errors (picocli's {@link ParameterException}, also thrown by commands for a bad flag
- *       value) exit with {@value #EXIT_USAGE} and point at the command's {@code --help}.
+ *       value) exit with {@value #EXIT_USAGE} and point at the command's {@code --help}. When the
+ *       value came from a command's environment variable or configuration file, the message starts
+ *       with that source ({@link SettingsSources#attributed}).
  *   <li>Invalid input ({@link IllegalArgumentException}, which includes configuration errors, and
  *       I/O failures) exits with {@value #EXIT_INVALID_INPUT}. These messages already name the
  *       field and the value; a stack trace would only hide them.
@@ -33,11 +36,12 @@ final class CliErrors implements IParameterExceptionHandler, IExecutionException
 
   @Override
   public int handleParseException(ParameterException ex, String[] args) {
-    CommandLine cmd = ex.getCommandLine();
+    ParameterException shown = SettingsSources.attributed(ex);
+    CommandLine cmd = shown.getCommandLine();
     cmd.getErr()
         .println(
             "error: "
-                + oneLine(ex.getMessage())
+                + oneLine(shown.getMessage())
                 + " (see '"
                 + cmd.getCommandSpec().qualifiedName()
                 + " --help')");
