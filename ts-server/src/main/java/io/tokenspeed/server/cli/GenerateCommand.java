@@ -8,7 +8,6 @@ import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
-import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
@@ -270,24 +269,7 @@ final class GenerateCommand implements Callable<Integer> {
       throw new IllegalArgumentException(
           "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
     }
-    if (storage.isEmpty()) {
-      return Engine.start(lm, config, eos);
-    }
-    StorageExtraConfig.Resolved l3 = storage.get();
-    L3Settings settings;
-    try {
-      settings = L3Settings.open(l3.backend(), l3.runtime());
-    } catch (Exception e) {
-      throw new IllegalArgumentException(
-          StorageOptions.BACKEND + "=" + l3.backend().name() + ": the store cannot be opened: " + e,
-          e);
-    }
-    try {
-      return Engine.start(lm, config, eos, settings);
-    } catch (IllegalStateException e) {
-      throw new IllegalArgumentException(
-          StorageOptions.BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
-    }
+    return StorageOptions.startEngine(lm, config, eos, storage);
   }
 
   private void generate(Engine engine, int[] ids, SamplingParams params, Tokenizer tokenizer)

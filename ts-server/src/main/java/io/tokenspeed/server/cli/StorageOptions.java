@@ -1,5 +1,9 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.FileNames;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.IOException;
@@ -11,6 +15,7 @@ import java.nio.file.InvalidPathException;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.Optional;
+import java.util.OptionalInt;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Model.OptionSpec;
 import picocli.CommandLine.Option;
@@ -144,5 +149,34 @@ final class StorageOptions {
     return cause == null
         ? new ParameterException(spec.commandLine(), message, arg, value)
         : new ParameterException(spec.commandLine(), message, cause, arg, value);
+  }
+
+  /**
+   * Starts an engine serving {@code lm} with {@code config}, with L3 under its Host tier when
+   * {@code storage} selects a store; a store that cannot be opened or started is invalid input
+   * naming {@value #BACKEND}.
+   */
+  static Engine startEngine(
+      CausalLm lm,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage) {
+    if (storage.isEmpty()) {
+      return Engine.start(lm, config, eos);
+    }
+    StorageExtraConfig.Resolved l3 = storage.get();
+    L3Settings settings;
+    try {
+      settings = L3Settings.open(l3.backend(), l3.runtime());
+    } catch (Exception e) {
+      throw new IllegalArgumentException(
+          BACKEND + "=" + l3.backend().name() + ": the store cannot be opened: " + e, e);
+    }
+    try {
+      return Engine.start(lm, config, eos, settings);
+    } catch (IllegalStateException e) {
+      throw new IllegalArgumentException(
+          BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
+    }
   }
 }

@@ -1,9 +1,11 @@
 package io.tokenspeed.server.cli;
 
 import io.tokenspeed.server.config.FileNames;
+import io.tokenspeed.server.config.SettingsSources;
 import java.io.PrintWriter;
 import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
+import java.util.Map;
 import java.util.concurrent.Callable;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
@@ -32,6 +34,7 @@ import picocli.CommandLine.TypeConversionException;
       KeysCommand.class,
       ScoreCommand.class,
       GenerateCommand.class,
+      ServeCommand.class,
       DemoWorkerCommand.class,
       BenchWorkerCommand.class
     },
@@ -41,11 +44,22 @@ import picocli.CommandLine.TypeConversionException;
       "Run 'tokenspeed COMMAND --help' for a command's options."
     })
 public final class TokenSpeedCli implements Callable<Integer> {
+  /** The prefix of {@code serve}'s environment variables. */
+  public static final String SERVE_PREFIX = "TOKENSPEED_SERVE_";
 
   @Spec private CommandSpec spec;
 
   /** Builds the command line with the house error handling; {@code out}/{@code err} may be null. */
   public static CommandLine commandLine(PrintWriter out, PrintWriter err) {
+    return commandLine(out, err, System.getenv());
+  }
+
+  /**
+   * {@link #commandLine(PrintWriter, PrintWriter)} reading {@code serve}'s settings from {@code
+   * environment} ({@value #SERVE_PREFIX}*) as well as from its flags and its {@code --config} file.
+   */
+  public static CommandLine commandLine(
+      PrintWriter out, PrintWriter err, Map<String, String> environment) {
     CommandLine cli = new CommandLine(new TokenSpeedCli());
     if (out != null) {
       cli.setOut(out);
@@ -54,6 +68,7 @@ public final class TokenSpeedCli implements Callable<Integer> {
       cli.setErr(err);
     }
     cli.registerConverter(Path.class, TokenSpeedCli::path);
+    SettingsSources.install(cli.getSubcommands().get("serve"), SERVE_PREFIX, environment);
     CliErrors errors = new CliErrors();
     cli.setParameterExceptionHandler(errors);
     cli.setExecutionExceptionHandler(errors);

@@ -1,0 +1,317 @@
+package io.tokenspeed.server.cli;
+
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.Serving;
+import io.tokenspeed.server.http.ServingState;
+import io.tokenspeed.server.http.WarmUp;
+import java.io.PrintWriter;
+import java.nio.file.Path;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code tokenspeed serve}: one engine replica behind an OpenAI-compatible HTTP server, with
+ * Prometheus metrics, health and readiness, and administration. It loads the model, starts the
+ * engine (with L3 when a store is selected), starts listening (answering 503 until ready), warms
+ * the compute path, and turns ready. On SIGTERM it stops intake (503), lets the requests in flight
+ * finish until the shutdown deadline, cancels the rest, stops listening and closes the engine — its
+ * loop, then the L3 executor (which lets pending backups finish within its own deadline), then the
+ * copy thread and the tiers.
+ */
+@Command(
+    name = "serve",
+    mixinStandardHelpOptions = true,
+    versionProvider = VersionProvider.class,
+    sortOptions = false,
+    description = {
+      "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,"
+          + " /v1/models), with /metrics, /health, /ready and /admin/*.",
+      "",
+      "Every setting can also come from a configuration file (--config) or an environment"
+          + " variable; a flag wins over the variable, which wins over the file"
+          + " (docs/configuration.md)."
+    })
+final class ServeCommand implements Callable<Integer> {
+
+  /** Helidon's own log, held so that its level stays (a logger nobody holds may be collected). */
+  private static final Logger HELIDON_LOG = Logger.getLogger("io.helidon");
+
+  @Spec private CommandSpec spec;
+
+  @Mixin private ModelOptions modelOptions;
+
+  @Mixin private StorageOptions storageOptions;
+
+  @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on.")
+  private String host = "127.0.0.1";
+
+  @Option(names = "--port", paramLabel = "PORT", description = "Port to listen on (0: any free).")
+  private int port = 8000;
+
+  @Option(
+      names = "--served-model-name",
+      paramLabel = "NAME",
+      description = "The model's name in the API (default: the --model value).")
+  private String servedModelName;
+
+  @Option(
+      names = "--max-model-len",
+      paramLabel = "TOKENS",
+      description = "Most tokens of one request, prompt and completion together.")
+  private int maxModelLen = 4096;
+
+  @Option(
+      names = "--device-tokens",
+      paramLabel = "TOKENS",
+      description = "Device KV capacity in tokens (default: 4 x --max-model-len).")
+  private Integer deviceTokens;
+
+  @Option(
+      names = "--host-ratio",
+      paramLabel = "RATIO",
+      description = "Host KV capacity as a multiple of the Device's.")
+  private double hostRatio = 2.0;
+
+  @Option(
+      names = "--max-running",
+      paramLabel = "N",
+      description = "Most requests decoding together.")
+  private int maxRunning = 32;
+
+  @Option(
+      names = "--token-budget",
+      paramLabel = "TOKENS",
+      description = "Most tokens one forward batch computes (longer prefills are chunked).")
+  private int tokenBudget = 512;
+
+  @Option(
+      names = "--max-queued",
+      paramLabel = "N",
+      description = "Most requests waiting for the engine; more are answered 429.")
+  private int maxQueued = 1024;
+
+  @Option(
+      names = "--max-body-bytes",
+      paramLabel = "BYTES",
+      description = "Largest request body taken; larger ones are answered 413.")
+  private long maxBodyBytes = 4L << 20;
+
+  @Option(
+      names = "--admin-token",
+      paramLabel = "TOKEN",
+      description =
+          "Token that /admin/* calls present as 'Authorization: Bearer TOKEN' (default: none,"
+              + " administration off).")
+  private String adminToken;
+
+  @Option(
+      names = "--shutdown-timeout",
+      paramLabel = "SECONDS",
+      description = "On SIGTERM, how long requests in flight may finish before they are cancelled.")
+  private int shutdownTimeout = 30;
+
+  @Option(
+      names = "--warmup-rounds",
+      paramLabel = "N",
+      description = "Warm-up workloads run before the server turns ready (0: none).")
+  private int warmupRounds = 3;
+
+  @Option(
+      names = "--engine-role",
+      paramLabel = "ROLE",
+      description = "The engine_role label of the metrics (this version serves fused only).")
+  private String engineRole = "fused";
+
+  @Option(
+      names = "--dp-rank",
+      paramLabel = "N",
+      description = "The dp_rank label of the metrics (the replica's data-parallel rank).")
+  private int dpRank = 0;
+
+  @Override
+  public Integer call() throws Exception {
+    check();
+    modelOptions.checkThreads();
+    var weightType = modelOptions.weightType();
+    Optional<StorageExtraConfig.Resolved> storage = storageOptions.resolve();
+    modelOptions.requireVectorModule();
+    PrintWriter err = spec.commandLine().getErr();
+    HELIDON_LOG.setLevel(Level.WARNING);
+    Path folder = modelOptions.folder(weightType);
+    Tokenizer tokenizer = modelOptions.tokenizer(folder);
+    String name = servedModelName != null ? servedModelName : modelOptions.model();
+    ServingState state = new ServingState();
+    CountDownLatch stopped = new CountDownLatch(1);
+    var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
+    try (CausalLm lm = modelOptions.load(folder)) {
+      EngineConfig config = engineConfig(lm);
+      OptionalInt eos = tokenizer.specialTokens().eosId();
+      Engine engine = StorageOptions.startEngine(lm, config, eos, storage);
+      Serving frontend;
+      try {
+        frontend =
+            Serving.start(
+                new Serving.Options(
+                    engine,
+                    lm.vocabSize(),
+                    tokenizer,
+                    chatPrompt,
+                    name,
+                    maxModelLen,
+                    host,
+                    port,
+                    maxBodyBytes,
+                    adminToken,
+                    engineRole,
+                    dpRank,
+                    state));
+      } catch (RuntimeException | Error e) {
+        engine.close();
+        throw e;
+      }
+      Thread hook =
+          new Thread(() -> shutdown(state, frontend, engine, err, stopped), "ts-serve-shutdown");
+      Runtime.getRuntime().addShutdownHook(hook);
+      err.println(
+          "listening on http://" + host + ":" + frontend.port() + " (not ready: warming up)");
+      err.flush();
+      long warm = WarmUp.run(lm, config, eos, tokenizer, chatPrompt, warmupRounds);
+      state.ready();
+      err.println(
+          "ready: serving "
+              + name
+              + " on http://"
+              + host
+              + ":"
+              + frontend.port()
+              + " (warm-up "
+              + warm
+              + " ms; max_model_len "
+              + Math.min(maxModelLen, engine.maxRequestTokens())
+              + (storage.isPresent() ? "; L3 " + storage.get().backend().name() : "; L3 off")
+              + ")");
+      err.flush();
+      stopped.await();
+    }
+    return 0;
+  }
+
+  /** Range checks of the settings, each naming the setting. */
+  private void check() {
+    range("--port", port, 0, 65535);
+    range("--max-model-len", maxModelLen, 2, Integer.MAX_VALUE / 4);
+    if (deviceTokens != null) {
+      range("--device-tokens", deviceTokens, maxModelLen, Integer.MAX_VALUE / 2);
+    }
+    if (!(hostRatio > 0) || !Double.isFinite(hostRatio)) {
+      throw modelOptions.usage("--host-ratio=" + hostRatio + " must be a finite number > 0");
+    }
+    range("--max-running", maxRunning, 1, 4096);
+    range("--token-budget", tokenBudget, 1, 1 << 20);
+    range("--max-queued", maxQueued, 1, 1 << 20);
+    if (maxBodyBytes < 1024 || maxBodyBytes > (1L << 30)) {
+      throw modelOptions.usage(
+          "--max-body-bytes=" + maxBodyBytes + " must be in [1024, 1073741824]");
+    }
+    range("--shutdown-timeout", shutdownTimeout, 0, 86_400);
+    range("--warmup-rounds", warmupRounds, 0, 100);
+    range("--dp-rank", dpRank, 0, 1 << 16);
+    if (!"fused".equals(engineRole)) {
+      throw modelOptions.usage(
+          "--engine-role=" + engineRole + " is not served by this version; allowed: fused");
+    }
+    if (adminToken != null && adminToken.isBlank()) {
+      throw modelOptions.usage("--admin-token must not be blank (leave it out to turn admin off)");
+    }
+    if (host.isBlank()) {
+      throw modelOptions.usage("--host must not be blank");
+    }
+  }
+
+  private void range(String flag, long value, long min, long max) {
+    if (value < min || value > max) {
+      throw modelOptions.usage(flag + "=" + value + " must be in [" + min + ", " + max + "]");
+    }
+  }
+
+  private EngineConfig engineConfig(CausalLm lm) {
+    int capacity =
+        deviceTokens != null
+            ? deviceTokens
+            : (int) Math.min(Integer.MAX_VALUE / 2, 4L * maxModelLen);
+    int parents;
+    try {
+      parents = Engine.deviceParentsFor(lm, capacity);
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException(
+          "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
+    }
+    EngineConfig base = EngineConfig.defaults(parents);
+    return new EngineConfig(
+        base.prefixGranularity(),
+        base.blockGranularity(),
+        parents,
+        hostRatio,
+        tokenBudget,
+        maxRunning,
+        base.demoteBelowFreeParents(),
+        modelOptions.computeThreads(),
+        maxQueued);
+  }
+
+  /** SIGTERM: stop intake, wait for requests in flight, cancel the rest, stop, close. */
+  private void shutdown(
+      ServingState state,
+      Serving frontend,
+      Engine engine,
+      PrintWriter err,
+      CountDownLatch stopped) {
+    state.drain();
+    err.println(
+        "shutting down: intake stopped; "
+            + state.inFlight()
+            + " requests in flight, up to "
+            + shutdownTimeout
+            + " s to finish");
+    err.flush();
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(shutdownTimeout);
+    try {
+      while (state.inFlight() > 0 && System.nanoTime() < deadline) {
+        Thread.sleep(20);
+      }
+      int left = state.inFlight();
+      if (left > 0) {
+        err.println("shutting down: cancelling " + left + " requests still in flight");
+        err.flush();
+        state.cancelAll();
+        long grace = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (state.inFlight() > 0 && System.nanoTime() < grace) {
+          Thread.sleep(20);
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    frontend.close();
+    engine.close();
+    err.println(
+        "stopped" + engine.storageCloseReport().map(r -> " (L3 executor: " + r + ")").orElse(""));
+    err.flush();
+    stopped.countDown();
+  }
+}

@@ -1,0 +1,354 @@
+package io.tokenspeed.server.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestHandle;
+import io.tokenspeed.engine.RequestMetrics;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * {@code POST /v1/completions} and {@code POST /v1/chat/completions}: submits every choice of a
+ * checked request to the engine and answers with one JSON object, or with server-sent events
+ * ({@code data: <json>\n\n} per chunk, ending in {@code data: [DONE]\n\n}). HTTP threads only
+ * submit, stream and cancel: the engine's loop stays the only owner of engine state.
+ *
+ * <p>A client that goes away during a stream (a write fails) cancels every choice of its request;
+ * the engine frees what they held at its next round.
+ */
+final class Completions {
+  static final ObjectMapper JSON = new ObjectMapper();
+  private static final byte[] DONE = "data: [DONE]\n\n".getBytes(StandardCharsets.US_ASCII);
+
+  private final Engine engine;
+  private final Tokenizer tokenizer;
+  private final RequestParser parser;
+  private final ServingState state;
+  private final RequestObserver observer;
+  private final java.util.OptionalInt eos;
+
+  Completions(
+      Engine engine,
+      Tokenizer tokenizer,
+      RequestParser parser,
+      ServingState state,
+      RequestObserver observer) {
+    this.engine = engine;
+    this.tokenizer = tokenizer;
+    this.parser = parser;
+    this.state = state;
+    this.observer = observer;
+    this.eos = tokenizer.specialTokens().eosId();
+  }
+
+  /** Where an answer goes: one JSON body, or a stream of events. */
+  interface Answer {
+    void json(int status, byte[] body);
+
+    /** Commits a 200 with the event-stream content type and returns its body. */
+    OutputStream events();
+  }
+
+  /** Serves one request whose body was read and found to be JSON. */
+  void serve(JsonNode body, boolean chat, long arrivalNs, Answer answer)
+      throws InterruptedException {
+    state.requireServing();
+    GenerationRequest req = parser.parse(body, chat);
+    List<ChoiceRun> runs = submit(req);
+    try {
+      String id = (chat ? "chatcmpl-" : "cmpl-") + UUID.randomUUID().toString().replace("-", "");
+      long created = System.currentTimeMillis() / 1000;
+      if (req.stream()) {
+        stream(req, runs, id, created, answer);
+      } else {
+        runAll(runs, (run, text, first, end) -> {});
+        checkFailures(runs);
+        ObjectNode out = JSON.createObjectNode();
+        out.put("id", id);
+        out.put("object", chat ? "chat.completion" : "text_completion");
+        out.put("created", created);
+        out.put("model", req.model());
+        ArrayNode choices = out.putArray("choices");
+        for (ChoiceRun r : runs) {
+          ObjectNode c = choices.addObject();
+          c.put("index", r.index);
+          if (chat) {
+            ObjectNode m = c.putObject("message");
+            m.put("role", "assistant");
+            m.put("content", r.text());
+          } else {
+            c.put("text", r.text());
+          }
+          c.set("logprobs", Logprobs.of(r, 0, r.completionTokens(), req, tokenizer, 0));
+          c.put("finish_reason", r.finishReason());
+        }
+        out.set("usage", usage(req, runs));
+        answer.json(200, bytes(out));
+      }
+    } finally {
+      for (ChoiceRun r : runs) {
+        r.handle.cancel();
+        state.untrack(r.handle);
+        GenerationResult res = r.result();
+        String reason = res == null ? "cancelled" : r.finishReason();
+        if (res != null && "error".equals(res.finishReason())) {
+          reason = "error";
+        } else if (reason == null) {
+          reason = "cancelled";
+        }
+        observer.onRequestFinished(
+            res == null ? null : res.metrics(),
+            r.completionTokens(),
+            System.nanoTime() - arrivalNs,
+            reason);
+      }
+    }
+  }
+
+  private List<ChoiceRun> submit(GenerationRequest req) {
+    List<ChoiceRun> runs = new ArrayList<>();
+    StopStrings stop = new StopStrings(req.stop());
+    java.util.Set<Integer> stopIds = req.params().stopTokenIds();
+    boolean eosStops = !req.params().ignoreEos() && eos.isPresent();
+    int eosId = eos.orElse(-1);
+    java.util.function.IntPredicate stopToken =
+        id -> stopIds.contains(id) || (eosStops && id == eosId);
+    try {
+      int index = 0;
+      for (int[] prompt : req.prompts()) {
+        for (int i = 0; i < req.n(); i++) {
+          RequestHandle h = engine.submit(prompt, req.paramsOf(index), req.topLogprobs());
+          state.track(h);
+          runs.add(new ChoiceRun(index, h, tokenizer, stop, stopToken));
+          index++;
+        }
+      }
+    } catch (IllegalStateException e) {
+      for (ChoiceRun r : runs) {
+        r.handle.cancel();
+        state.untrack(r.handle);
+      }
+      String message = e.getMessage() == null ? e.toString() : e.getMessage();
+      if (message.contains("intake is full")) {
+        throw new ApiException(429, "rate_limit_error", null, null, message);
+      }
+      if (message.contains("failure")) {
+        state.fail(message);
+      }
+      throw ApiException.unavailable(message);
+    }
+    return runs;
+  }
+
+  /** Runs every choice: the first on this thread, the others on virtual threads. */
+  private static void runAll(List<ChoiceRun> runs, ChoiceRun.Listener listener)
+      throws InterruptedException {
+    List<Thread> threads = new ArrayList<>();
+    for (int i = 1; i < runs.size(); i++) {
+      ChoiceRun r = runs.get(i);
+      threads.add(
+          Thread.ofVirtual()
+              .name("ts-http-choice")
+              .start(
+                  () -> {
+                    try {
+                      r.run(listener);
+                    } catch (InterruptedException e) {
+                      r.handle.cancel();
+                    }
+                  }));
+    }
+    try {
+      runs.getFirst().run(listener);
+    } finally {
+      for (Thread t : threads) {
+        t.join();
+      }
+    }
+  }
+
+  /** A request the engine refused (bad input it found) or that failed is answered as an error. */
+  private void checkFailures(List<ChoiceRun> runs) {
+    for (ChoiceRun r : runs) {
+      GenerationResult res = r.result();
+      if ("error".equals(res.finishReason())) {
+        String message = res.error();
+        if (res.metrics() == null) {
+          throw ApiException.invalid(null, message);
+        }
+        state.fail(message);
+        throw ApiException.unavailable(message);
+      }
+    }
+  }
+
+  private void stream(
+      GenerationRequest req, List<ChoiceRun> runs, String id, long created, Answer answer)
+      throws InterruptedException {
+    // A refusal at intake ends a handle at once: answer it as an error before committing a 200.
+    for (ChoiceRun r : runs) {
+      if (r.handle.result().isDone() && r.handle.result().join().metrics() == null) {
+        r.run((run, text, first, end) -> {});
+        checkFailures(List.of(r));
+      }
+    }
+    OutputStream out = answer.events();
+    ReentrantLock lock = new ReentrantLock();
+    boolean[] gone = {false};
+    String object = req.chat() ? "chat.completion.chunk" : "text_completion";
+    ChoiceRun.Listener writer =
+        (run, text, first, end) -> {
+          if (text.isEmpty() && req.topLogprobs() < 0) {
+            return; // steps whose text is held back for a stop string: nothing to say yet
+          }
+          ObjectNode chunk = chunk(id, object, created, req.model());
+          ObjectNode c = chunk.putArray("choices").addObject();
+          c.put("index", run.index);
+          if (req.chat()) {
+            c.putObject("delta").put("content", text);
+          } else {
+            c.put("text", text);
+          }
+          c.set("logprobs", Logprobs.of(run, first, end, req, tokenizer, 0));
+          c.putNull("finish_reason");
+          send(out, lock, gone, runs, chunk);
+        };
+    if (req.chat()) {
+      for (ChoiceRun r : runs) {
+        ObjectNode chunk = chunk(id, object, created, req.model());
+        ObjectNode c = chunk.putArray("choices").addObject();
+        c.put("index", r.index);
+        ObjectNode delta = c.putObject("delta");
+        delta.put("role", "assistant");
+        delta.put("content", "");
+        c.putNull("logprobs");
+        c.putNull("finish_reason");
+        send(out, lock, gone, runs, chunk);
+      }
+    }
+    runAll(runs, writer);
+    for (ChoiceRun r : runs) {
+      ObjectNode chunk = chunk(id, object, created, req.model());
+      ObjectNode c = chunk.putArray("choices").addObject();
+      c.put("index", r.index);
+      if (req.chat()) {
+        c.putObject("delta");
+      } else {
+        c.put("text", "");
+      }
+      c.putNull("logprobs");
+      c.put("finish_reason", r.finishReason());
+      send(out, lock, gone, runs, chunk);
+    }
+    if (req.includeUsage()) {
+      ObjectNode chunk = chunk(id, object, created, req.model());
+      chunk.putArray("choices");
+      chunk.set("usage", usage(req, runs));
+      send(out, lock, gone, runs, chunk);
+    }
+    write(out, lock, gone, runs, DONE);
+    if (!gone[0]) {
+      try {
+        out.close();
+      } catch (IOException | UncheckedIOException e) {
+        gone[0] = true;
+      }
+    }
+  }
+
+  private static ObjectNode chunk(String id, String object, long created, String model) {
+    ObjectNode chunk = JSON.createObjectNode();
+    chunk.put("id", id);
+    chunk.put("object", object);
+    chunk.put("created", created);
+    chunk.put("model", model);
+    return chunk;
+  }
+
+  private static void send(
+      OutputStream out, ReentrantLock lock, boolean[] gone, List<ChoiceRun> runs, ObjectNode e) {
+    byte[] json = bytes(e);
+    byte[] frame = new byte[json.length + 8];
+    System.arraycopy("data: ".getBytes(StandardCharsets.US_ASCII), 0, frame, 0, 6);
+    System.arraycopy(json, 0, frame, 6, json.length);
+    frame[frame.length - 2] = '\n';
+    frame[frame.length - 1] = '\n';
+    write(out, lock, gone, runs, frame);
+  }
+
+  /** Writes one event; a failed write means the client went away: every choice is cancelled. */
+  private static void write(
+      OutputStream out, ReentrantLock lock, boolean[] gone, List<ChoiceRun> runs, byte[] frame) {
+    lock.lock();
+    try {
+      if (gone[0]) {
+        return;
+      }
+      out.write(frame);
+      out.flush();
+    } catch (IOException | UncheckedIOException e) {
+      gone[0] = true;
+      for (ChoiceRun r : runs) {
+        r.handle.cancel();
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The usage object: prompt tokens (each distinct prompt once), completion tokens of every choice,
+   * and the prompt tokens whose KV the engine reused, in all ({@code cached_tokens}) and by where
+   * it came from: {@code device}, {@code host} (the Host tier's own) and {@code storage} (restored
+   * from L3 into the Host tier), which add up to {@code cached_tokens}.
+   */
+  static ObjectNode usage(GenerationRequest req, List<ChoiceRun> runs) {
+    long prompt = 0;
+    long completion = 0;
+    long device = 0;
+    long host = 0;
+    long storage = 0;
+    for (ChoiceRun r : runs) {
+      completion += r.completionTokens();
+      if (r.index % req.n() == 0) {
+        prompt += req.prompts().get(r.index / req.n()).length;
+        RequestMetrics m = r.result() == null ? null : r.result().metrics();
+        if (m != null) {
+          device += m.reusedDeviceTokens();
+          host += m.reusedHostTokens() - m.reusedStorageTokens();
+          storage += m.reusedStorageTokens();
+        }
+      }
+    }
+    ObjectNode u = JSON.createObjectNode();
+    u.put("prompt_tokens", prompt);
+    u.put("completion_tokens", completion);
+    u.put("total_tokens", prompt + completion);
+    ObjectNode details = u.putObject("prompt_tokens_details");
+    details.put("cached_tokens", device + host + storage);
+    ObjectNode by = details.putObject("cached_tokens_by_source");
+    by.put("device", device);
+    by.put("host", host);
+    by.put("storage", storage);
+    return u;
+  }
+
+  static byte[] bytes(JsonNode node) {
+    try {
+      return JSON.writeValueAsBytes(node);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+}

@@ -1,0 +1,378 @@
+package io.tokenspeed.server.http;
+
+import com.fasterxml.jackson.core.JsonParseException;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectReader;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.helidon.http.HeaderNames;
+import io.helidon.http.Status;
+import io.helidon.webserver.WebServer;
+import io.helidon.webserver.http.HttpRouting;
+import io.helidon.webserver.http.ServerRequest;
+import io.helidon.webserver.http.ServerResponse;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Function;
+import java.util.function.Supplier;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * The HTTP server of {@code tokenspeed serve}, on Helidon WebServer (one virtual thread per
+ * request, blocking code): the OpenAI-compatible endpoints, {@code /v1/models}, {@code /health},
+ * {@code /ready}, {@code /metrics} and {@code /admin/*}. Every error is answered in the OpenAI
+ * error shape.
+ */
+public final class HttpFrontend implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(HttpFrontend.class.getName());
+
+  /** The Prometheus exposition: its content type and a fresh scrape. */
+  public interface MetricsText {
+    String contentType();
+
+    byte[] scrape();
+  }
+
+  /**
+   * Everything the server needs.
+   *
+   * @param engine the engine it serves (the caller closes it, after {@link #close})
+   * @param tokenizer the model's tokenizer
+   * @param vocabSize the model's vocabulary (token ids must be below it)
+   * @param servedModelName the name clients give as {@code model}
+   * @param maxRequestTokens the most tokens of one request, prompt and completion together (at most
+   *     the engine's own limit)
+   * @param chatPrompt renders and tokenizes chat messages (throws {@link ApiException})
+   * @param host the address to listen on
+   * @param port the port (0 = any free one)
+   * @param maxBodyBytes the largest request body taken
+   * @param adminToken the admin token, or null for administration off
+   * @param state the server's phase and its requests in flight
+   * @param observer receives every finished request's figures
+   * @param metrics the {@code /metrics} exposition
+   * @param storage what {@code /ready} says of L3 (null without it)
+   */
+  public record Settings(
+      Engine engine,
+      Tokenizer tokenizer,
+      int vocabSize,
+      String servedModelName,
+      int maxRequestTokens,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      String host,
+      int port,
+      long maxBodyBytes,
+      String adminToken,
+      ServingState state,
+      RequestObserver observer,
+      MetricsText metrics,
+      Supplier<JsonNode> storage) {}
+
+  private static final ObjectReader READER =
+      Completions.JSON
+          .reader()
+          .with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+          .with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
+
+  private final Settings settings;
+  private final Completions completions;
+  private final Admin admin;
+  private final WebServer server;
+  private final long created = System.currentTimeMillis() / 1000;
+
+  private HttpFrontend(Settings s) {
+    this.settings = s;
+    RequestParser parser =
+        new RequestParser(
+            s.servedModelName(),
+            s.tokenizer(),
+            s.vocabSize(),
+            Math.min(s.maxRequestTokens(), s.engine().maxRequestTokens()),
+            s.chatPrompt());
+    this.completions = new Completions(s.engine(), s.tokenizer(), parser, s.state(), s.observer());
+    this.admin = new Admin(s.engine(), s.adminToken());
+    this.server =
+        WebServer.builder()
+            .host(s.host())
+            .port(s.port())
+            .shutdownHook(false)
+            .routing(this::routes)
+            .build();
+  }
+
+  /** Starts listening; requests are answered 503 until the state turns ready. */
+  public static HttpFrontend start(Settings settings) {
+    HttpFrontend f = new HttpFrontend(settings);
+    f.server.start();
+    return f;
+  }
+
+  /** The port it listens on. */
+  public int port() {
+    return server.port();
+  }
+
+  /** Stops listening and closes the connections. */
+  @Override
+  public void close() {
+    server.stop();
+  }
+
+  private void routes(HttpRouting.Builder r) {
+    r.post("/v1/completions", (req, res) -> generate(req, res, false))
+        .post("/v1/chat/completions", (req, res) -> generate(req, res, true))
+        .get("/v1/models", (req, res) -> guarded(res, () -> sendJson(res, 200, models())))
+        .get("/health", (req, res) -> sendJson(res, 200, status("ok")))
+        .get("/ready", (req, res) -> ready(res))
+        .get("/metrics", (req, res) -> metrics(res))
+        .post("/admin/clear_cache", (req, res) -> admin(req, res, a -> admin.clearCache()))
+        .post(
+            "/admin/clear_device_cache",
+            (req, res) -> admin(req, res, a -> admin.clearDeviceCache()))
+        .post(
+            "/admin/rotate_namespace",
+            (req, res) -> admin(req, res, body -> admin.rotateNamespace(body)))
+        .post(
+            "/admin/update_weights",
+            (req, res) -> admin(req, res, body -> admin.updateWeights(body)))
+        .any(
+            (req, res) ->
+                sendError(
+                    res,
+                    new ApiException(
+                        404,
+                        "invalid_request_error",
+                        null,
+                        "not_found",
+                        "no endpoint "
+                            + req.prologue().method().text()
+                            + " "
+                            + req.path().path())));
+  }
+
+  private interface Body {
+    ObjectNode apply(JsonNode body) throws Exception;
+  }
+
+  private interface Action {
+    void run() throws Exception;
+  }
+
+  private void generate(ServerRequest req, ServerResponse res, boolean chat) {
+    long arrival = System.nanoTime();
+    guarded(
+        res,
+        () -> {
+          settings.state().requireServing();
+          JsonNode body = readJson(req);
+          completions.serve(
+              body,
+              chat,
+              arrival,
+              new Completions.Answer() {
+                @Override
+                public void json(int status, byte[] bytes) {
+                  res.status(status);
+                  res.header(HeaderNames.CONTENT_TYPE, "application/json");
+                  res.send(bytes);
+                }
+
+                @Override
+                public OutputStream events() {
+                  res.status(Status.OK_200);
+                  res.header(HeaderNames.CONTENT_TYPE, "text/event-stream; charset=utf-8");
+                  res.header(HeaderNames.CACHE_CONTROL, "no-cache");
+                  return res.outputStream();
+                }
+              });
+        });
+  }
+
+  private void admin(ServerRequest req, ServerResponse res, Body action) {
+    guarded(
+        res,
+        () -> {
+          admin.authorize(req.headers().first(HeaderNames.AUTHORIZATION).orElse(null));
+          JsonNode body =
+              req.content().hasEntity() ? readJson(req) : Completions.JSON.createObjectNode();
+          sendJson(res, 200, action.apply(body));
+        });
+  }
+
+  private void ready(ServerResponse res) {
+    ServingState.Phase phase = settings.state().phase();
+    ObjectNode out = status(phase.name().toLowerCase(java.util.Locale.ROOT));
+    out.put("model", settings.servedModelName());
+    if (settings.state().failure() != null) {
+      out.put("failure", settings.state().failure());
+    }
+    if (settings.storage() != null) {
+      out.set("storage", settings.storage().get());
+    }
+    sendJson(res, phase == ServingState.Phase.READY ? 200 : 503, out);
+  }
+
+  private void metrics(ServerResponse res) {
+    guarded(
+        res,
+        () -> {
+          byte[] text = settings.metrics().scrape();
+          res.status(Status.OK_200);
+          res.header(HeaderNames.CONTENT_TYPE, settings.metrics().contentType());
+          res.send(text);
+        });
+  }
+
+  private ObjectNode models() {
+    ObjectNode out = Completions.JSON.createObjectNode();
+    out.put("object", "list");
+    ObjectNode m = out.putArray("data").addObject();
+    m.put("id", settings.servedModelName());
+    m.put("object", "model");
+    m.put("created", created);
+    m.put("owned_by", "tokenspeed");
+    m.put(
+        "max_model_len",
+        Math.min(settings.maxRequestTokens(), settings.engine().maxRequestTokens()));
+    return out;
+  }
+
+  private static ObjectNode status(String status) {
+    ObjectNode out = Completions.JSON.createObjectNode();
+    out.put("status", status);
+    return out;
+  }
+
+  /**
+   * Reads the body: at most the configured bytes (413 beyond), strict UTF-8 (400 naming the byte
+   * offset of the first bad sequence), one JSON value (400 with the parser's line and column).
+   */
+  private JsonNode readJson(ServerRequest req) {
+    long limit = settings.maxBodyBytes();
+    var declared = req.headers().contentLength();
+    if (declared.isPresent() && declared.getAsLong() > limit) {
+      throw tooLarge(limit);
+    }
+    byte[] bytes;
+    if (!req.content().hasEntity()) {
+      throw ApiException.invalid(null, "the request body is empty; a JSON object is required");
+    }
+    try (InputStream in = req.content().inputStream()) {
+      bytes = in.readNBytes((int) Math.min(Integer.MAX_VALUE - 8, limit + 1));
+      if (bytes.length > limit) {
+        throw tooLarge(limit);
+      }
+    } catch (IOException | UncheckedIOException e) {
+      throw ApiException.invalid(null, "the request body could not be read: " + e.getMessage());
+    }
+    if (bytes.length == 0) {
+      throw ApiException.invalid(null, "the request body is empty; a JSON object is required");
+    }
+    String text;
+    try {
+      text =
+          StandardCharsets.UTF_8
+              .newDecoder()
+              .onMalformedInput(CodingErrorAction.REPORT)
+              .onUnmappableCharacter(CodingErrorAction.REPORT)
+              .decode(ByteBuffer.wrap(bytes))
+              .toString();
+    } catch (CharacterCodingException e) {
+      throw ApiException.invalid(
+          null, "the request body is not valid UTF-8 (at byte " + badByte(bytes) + ")");
+    }
+    try {
+      return READER.readTree(text);
+    } catch (JsonParseException e) {
+      var at = e.getLocation();
+      throw ApiException.invalid(
+          null,
+          "the request body is not valid JSON (line "
+              + at.getLineNr()
+              + ", column "
+              + at.getColumnNr()
+              + "): "
+              + e.getOriginalMessage());
+    } catch (IOException e) {
+      throw ApiException.invalid(null, "the request body is not valid JSON: " + e.getMessage());
+    }
+  }
+
+  private static ApiException tooLarge(long limit) {
+    return new ApiException(
+        413,
+        "invalid_request_error",
+        null,
+        "request_too_large",
+        "the request body exceeds the server's limit of " + limit + " bytes (--max-body-bytes)");
+  }
+
+  /** The offset of the first byte that does not start or continue a valid UTF-8 sequence. */
+  private static int badByte(byte[] bytes) {
+    var decoder = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT);
+    ByteBuffer in = ByteBuffer.wrap(bytes);
+    var out = java.nio.CharBuffer.allocate(bytes.length + 1);
+    var result = decoder.decode(in, out, true);
+    return result.isError() ? in.position() : bytes.length;
+  }
+
+  /** Runs {@code action}, answering its refusal or failure in the OpenAI error shape. */
+  private void guarded(ServerResponse res, Action action) {
+    try {
+      action.run();
+    } catch (ApiException e) {
+      sendError(res, e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      sendError(res, ApiException.unavailable("the request was interrupted"));
+    } catch (IllegalArgumentException e) {
+      sendError(res, ApiException.invalid(null, e.getMessage()));
+    } catch (Exception | Error e) {
+      LOG.log(Level.WARNING, "request failed", e);
+      sendError(res, new ApiException(500, "internal_error", null, null, "internal error: " + e));
+    }
+  }
+
+  private static void sendError(ServerResponse res, ApiException e) {
+    if (res.isSent() || res.bytesWritten() > 0) {
+      return; // a stream already started: the client sees it end without [DONE]
+    }
+    ObjectNode out = Completions.JSON.createObjectNode();
+    ObjectNode error = out.putObject("error");
+    error.put("message", e.getMessage());
+    error.put("type", e.type());
+    if (e.param() == null) {
+      error.putNull("param");
+    } else {
+      error.put("param", e.param());
+    }
+    if (e.code() == null) {
+      error.putNull("code");
+    } else {
+      error.put("code", e.code());
+    }
+    try {
+      sendJson(res, e.status(), out);
+    } catch (IllegalStateException | UncheckedIOException gone) {
+      // the response was committed (a stream began) or the client went away: nothing to answer
+    }
+  }
+
+  private static void sendJson(ServerResponse res, int status, JsonNode body) {
+    res.status(status);
+    res.header(HeaderNames.CONTENT_TYPE, "application/json");
+    res.send(Completions.bytes(body));
+  }
+}

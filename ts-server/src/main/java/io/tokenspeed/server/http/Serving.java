@@ -1,0 +1,147 @@
+package io.tokenspeed.server.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineMetrics;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatMessage;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.chat.ChatTemplateException;
+import io.tokenspeed.server.metrics.ServerMetrics;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Function;
+
+/**
+ * The serving path of one engine: the Prometheus metrics and the HTTP server over it. {@code
+ * tokenspeed serve} and the tests build it the same way.
+ */
+public final class Serving implements AutoCloseable {
+
+  /**
+   * What a server needs.
+   *
+   * @param engine the engine (the caller closes it after {@link #close})
+   * @param vocabSize the model's vocabulary size
+   * @param tokenizer the model's tokenizer
+   * @param chatPrompt renders and tokenizes chat messages ({@link #chatPrompt})
+   * @param servedModelName the model's name in the API and in the metrics' {@code model_name}
+   * @param maxRequestTokens the most tokens of one request, prompt and completion together
+   * @param host the address to listen on
+   * @param port the port (0: any free one)
+   * @param maxBodyBytes the largest request body taken
+   * @param adminToken the admin token, or null for administration off
+   * @param engineRole the metrics' {@code engine_role}
+   * @param dpRank the metrics' {@code dp_rank}
+   * @param state the server's phase (turned ready by the caller after warm-up)
+   */
+  public record Options(
+      Engine engine,
+      int vocabSize,
+      Tokenizer tokenizer,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      String servedModelName,
+      int maxRequestTokens,
+      String host,
+      int port,
+      long maxBodyBytes,
+      String adminToken,
+      String engineRole,
+      int dpRank,
+      ServingState state) {}
+
+  private final ServerMetrics metrics;
+  private final HttpFrontend frontend;
+
+  private Serving(ServerMetrics metrics, HttpFrontend frontend) {
+    this.metrics = metrics;
+    this.frontend = frontend;
+  }
+
+  /** Starts listening (503 until the state turns ready). */
+  public static Serving start(Options o) {
+    Engine engine = o.engine();
+    ServerMetrics metrics =
+        new ServerMetrics(o.servedModelName(), o.engineRole(), o.dpRank(), 0, engine::metrics);
+    HttpFrontend frontend =
+        HttpFrontend.start(
+            new HttpFrontend.Settings(
+                engine,
+                o.tokenizer(),
+                o.vocabSize(),
+                o.servedModelName(),
+                o.maxRequestTokens(),
+                o.chatPrompt(),
+                o.host(),
+                o.port(),
+                o.maxBodyBytes(),
+                o.adminToken(),
+                o.state(),
+                metrics::onRequestFinished,
+                new HttpFrontend.MetricsText() {
+                  @Override
+                  public String contentType() {
+                    return metrics.contentType();
+                  }
+
+                  @Override
+                  public byte[] scrape() {
+                    return metrics.scrape().getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                  }
+                },
+                engine.storageNamespace().isPresent() ? () -> storageHealth(engine) : null));
+    return new Serving(metrics, frontend);
+  }
+
+  /** What {@code /ready} says of L3: the executor's health state and epoch, from the snapshot. */
+  private static JsonNode storageHealth(Engine engine) {
+    ObjectNode out = Completions.JSON.createObjectNode();
+    EngineMetrics m = engine.metrics();
+    out.put("namespace", engine.storageNamespace().map(Object::toString).orElse(null));
+    if (m.storage().isPresent()) {
+      var executor = m.storage().get().executor();
+      out.put("health", executor.healthState());
+      out.put("health_epoch", executor.healthEpoch());
+      out.put("quarantined", executor.quarantined());
+    } else {
+      out.put("health", "unknown");
+    }
+    return out;
+  }
+
+  /**
+   * Renders chat messages with {@code template} (with the generation prompt) and tokenizes the text
+   * with {@code tokenizer}, special tokens' text becoming their ids; a template's refusal is a 400
+   * naming {@code messages}.
+   */
+  public static Function<List<Map<String, Object>>, int[]> chatPrompt(
+      ChatTemplate template, Tokenizer tokenizer) {
+    return messages -> {
+      List<ChatMessage> list = new ArrayList<>();
+      for (Map<String, Object> m : messages) {
+        list.add(ChatMessage.of((String) m.get("role"), m.get("content")));
+      }
+      try {
+        return tokenizer.encode(template.render(list, true));
+      } catch (ChatTemplateException | IllegalArgumentException e) {
+        throw ApiException.invalid("messages", e.getMessage());
+      }
+    };
+  }
+
+  public int port() {
+    return frontend.port();
+  }
+
+  public ServerMetrics metrics() {
+    return metrics;
+  }
+
+  /** Stops listening. */
+  @Override
+  public void close() {
+    frontend.close();
+  }
+}

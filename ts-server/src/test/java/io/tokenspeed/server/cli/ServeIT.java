@@ -1,0 +1,257 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.tokenspeed.testkit.PrometheusText;
+import io.tokenspeed.testkit.RedisServer;
+import io.tokenspeed.testkit.RedisServers;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@code tokenspeed serve} processes of the shaded jar: two long-running servers behind one store
+ * (a real Redis server, and the file store), where the second restores from storage the prefix the
+ * first computed and answers as a server without storage does; the warm-up; SIGTERM's drain.
+ */
+class ServeIT {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** A 192-token prefix is worth a storage read (the default asks for a longer extension). */
+  private static final String EXTENSION = "\"async\": {\"min_extension_tokens\": 64}";
+
+  @TempDir Path workDir;
+
+  private List<String> model() throws IOException {
+    Path config = workDir.resolve("tiny-untied.json");
+    try (InputStream in = ServeIT.class.getResourceAsStream("/models/tiny-untied.json")) {
+      Files.write(config, in.readAllBytes());
+    }
+    return List.of(
+        "--model",
+        "synthetic:" + config,
+        "--seed",
+        "7",
+        "--threads",
+        "1",
+        "--warmup-rounds",
+        "1",
+        "--served-model-name",
+        "tiny");
+  }
+
+  private ServeProcess serve(List<String> l3) throws Exception {
+    List<String> args = new ArrayList<>(model());
+    args.addAll(l3);
+    return ServeProcess.start(workDir, args, 120);
+  }
+
+  private static String prompt(long seed, int n) {
+    SplittableRandom r = new SplittableRandom(seed);
+    StringBuilder sb = new StringBuilder();
+    for (int i = 0; i < n; i++) {
+      sb.append((char) ('a' + r.nextInt(26)));
+    }
+    return sb.toString();
+  }
+
+  private static JsonNode complete(ServeProcess s, String prompt) throws IOException {
+    HttpResponse<String> res =
+        s.post(
+            "/v1/completions",
+            "{\"model\":\"tiny\",\"prompt\":\""
+                + prompt
+                + "\",\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}");
+    assertEquals(200, res.statusCode(), res.body());
+    return JSON.readTree(res.body());
+  }
+
+  private static Map<String, PrometheusText.Family> metrics(ServeProcess s) {
+    HttpResponse<String> res = s.get("/metrics");
+    assertEquals(200, res.statusCode());
+    return PrometheusText.parse(res.body());
+  }
+
+  /** Waits until the server has no L3 work pending (its backups are in the store). */
+  private static void awaitStorageIdle(ServeProcess s) throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (System.nanoTime() < deadline) {
+      Map<String, PrometheusText.Family> m = metrics(s);
+      if (PrometheusText.value(m, "tokenspeed:l3_storage_pending") == 0
+          && PrometheusText.value(m, "tokenspeed:l3_ok_keys_total", "kind", "put") > 0) {
+        return;
+      }
+      Thread.sleep(100);
+    }
+    throw new AssertionError("the first server's backups did not finish");
+  }
+
+  @Test
+  void shouldRestoreOnTheSecondServerThroughARedisServerWhatTheFirstComputed() throws Exception {
+    try (RedisServer redis = RedisServers.startStandalone(workDir.resolve("redis"))) {
+      twoServers(
+          List.of(
+              "--kvstore-storage-backend",
+              "redis",
+              "--kvstore-storage-backend-extra-config",
+              "{\"uri\": \"" + redis.uri() + "\", " + EXTENSION + "}"));
+    }
+  }
+
+  @Test
+  void shouldRestoreOnTheSecondServerThroughAFileStoreWhatTheFirstComputed() throws Exception {
+    twoServers(
+        List.of(
+            "--kvstore-storage-backend",
+            "file",
+            "--kvstore-storage-backend-extra-config",
+            "{\"path\": \""
+                + workDir.resolve("store").toString().replace("\\", "\\\\")
+                + "\", "
+                + EXTENSION
+                + "}"));
+  }
+
+  private void twoServers(List<String> l3) throws Exception {
+    String prompt = prompt(3, 200);
+    try (ServeProcess first = serve(l3);
+        ServeProcess second = serve(l3);
+        ServeProcess off = serve(List.of())) {
+      JsonNode a = complete(first, prompt);
+      awaitStorageIdle(first);
+      Map<String, PrometheusText.Family> before = metrics(second);
+      JsonNode b = complete(second, prompt);
+      JsonNode c = complete(off, prompt);
+
+      JsonNode details = b.get("usage").get("prompt_tokens_details");
+      assertEquals(192, details.get("cached_tokens").asInt(), b::toString);
+      assertEquals(192, details.get("cached_tokens_by_source").get("storage").asInt(), b::toString);
+      assertEquals(0, details.get("cached_tokens_by_source").get("device").asInt(), b::toString);
+      String text = c.get("choices").get(0).get("text").asText();
+      assertEquals(text, b.get("choices").get(0).get("text").asText(), "restored vs storage off");
+      assertEquals(text, a.get("choices").get(0).get("text").asText(), "first vs storage off");
+      assertEquals(
+          0, a.get("usage").get("prompt_tokens_details").get("cached_tokens").asInt(), a::toString);
+
+      Map<String, PrometheusText.Family> after = metrics(second);
+      String[] get = {"kind", "get"};
+      assertTrue(
+          PrometheusText.value(after, "tokenspeed:l3_ok_keys_total", get)
+              > PrometheusText.value(before, "tokenspeed:l3_ok_keys_total", get),
+          "GETs moved on the second server");
+      assertEquals(
+          192,
+          PrometheusText.value(after, "tokenspeed:cached_prompt_tokens_total", "source", "storage")
+              - PrometheusText.value(
+                  before, "tokenspeed:cached_prompt_tokens_total", "source", "storage"));
+      assertTrue(
+          PrometheusText.value(metrics(first), "tokenspeed:l3_put_written_keys_total") > 0,
+          "the first server wrote new objects");
+    }
+  }
+
+  @Test
+  void shouldAnswerTheFirstRequestAsFastAsTheTenthAfterItsWarmUp() throws Exception {
+    List<String> args =
+        List.of("--model", "synthetic:llama-100m", "--threads", "2", "--served-model-name", "m");
+    try (ServeProcess s = ServeProcess.start(workDir, args, 300)) {
+      double[] ttft = new double[10];
+      for (int i = 0; i < 10; i++) {
+        ttft[i] =
+            firstTokenMillis(
+                s,
+                "{\"model\":\"m\",\"prompt\":\"Warm-up makes the first request fast.\","
+                    + "\"max_tokens\":4,\"temperature\":0,"
+                    + "\"ignore_eos\":true,\"stream\":true}");
+      }
+      double ratio = Math.max(ttft[0], ttft[9]) / Math.min(ttft[0], ttft[9]);
+      assertTrue(
+          ratio <= 1.5,
+          () ->
+              "first "
+                  + ttft[0]
+                  + " ms vs tenth "
+                  + ttft[9]
+                  + " ms: "
+                  + java.util.Arrays.toString(ttft));
+    }
+  }
+
+  /** Milliseconds from sending a streamed request to its first event. */
+  private static double firstTokenMillis(ServeProcess s, String body) throws Exception {
+    long start = System.nanoTime();
+    HttpResponse<java.util.stream.Stream<String>> res =
+        s.client.send(
+            HttpRequest.newBuilder(s.uri("/v1/completions"))
+                .POST(HttpRequest.BodyPublishers.ofString(body))
+                .build(),
+            HttpResponse.BodyHandlers.ofLines());
+    assertEquals(200, res.statusCode());
+    double first = -1;
+    try (var lines = res.body()) {
+      for (var it = lines.iterator(); it.hasNext(); ) {
+        String line = it.next();
+        if (first < 0 && line.startsWith("data: {")) {
+          first = (System.nanoTime() - start) / 1e6;
+        }
+      }
+    }
+    return first;
+  }
+
+  @Test
+  void shouldFinishRequestsInFlightOnSigtermAndRefuseNewOnes() throws Exception {
+    List<String> args = new ArrayList<>(model());
+    args.addAll(List.of("--shutdown-timeout", "60"));
+    ServeProcess s = ServeProcess.start(workDir, args, 120);
+    try {
+      CompletableFuture<HttpResponse<String>> inFlight =
+          s.client.sendAsync(
+              HttpRequest.newBuilder(s.uri("/v1/completions"))
+                  .POST(
+                      HttpRequest.BodyPublishers.ofString(
+                          "{\"prompt\":\"abc\",\"max_tokens\":4000,\"temperature\":0,"
+                              + "\"ignore_eos\":true,\"stream\":true}"))
+                  .build(),
+              HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (PrometheusText.value(metrics(s), "tokenspeed:num_requests_running") < 1) {
+        assertTrue(System.nanoTime() < deadline, "the request did not start");
+        Thread.sleep(20);
+      }
+      s.process.destroy(); // SIGTERM
+      deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (!s.stderr().contains("shutting down")) {
+        assertTrue(System.nanoTime() < deadline, s.stderr());
+        Thread.sleep(20);
+      }
+      HttpResponse<String> refused =
+          s.post("/v1/completions", "{\"prompt\":\"late\",\"max_tokens\":2}");
+      assertEquals(503, refused.statusCode(), refused.body());
+      assertEquals(503, s.get("/ready").statusCode());
+      HttpResponse<String> done = inFlight.get(60, TimeUnit.SECONDS);
+      assertEquals(200, done.statusCode());
+      assertTrue(done.body().endsWith("data: [DONE]\n\n"), "the stream in flight finished");
+      assertTrue(s.process.waitFor(60, TimeUnit.SECONDS), s.stderr());
+      assertTrue(s.stderr().contains("stopped"), s.stderr());
+      assertTrue(s.stderr().contains("1 requests in flight"), s.stderr());
+    } finally {
+      s.close();
+    }
+  }
+}

@@ -1,0 +1,152 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * A {@code tokenspeed serve} process of the shaded jar, as operators run it: started on a free
+ * port, waited for until {@code /ready} answers 200, stopped with SIGTERM.
+ */
+final class ServeProcess implements AutoCloseable {
+  private static final Pattern LISTENING = Pattern.compile("listening on http://[^:]+:(\\d+)");
+
+  final Process process;
+  final Path stderr;
+  final int port;
+  final HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+  private ServeProcess(Process process, Path stderr, int port) {
+    this.process = process;
+    this.stderr = stderr;
+    this.port = port;
+  }
+
+  /** Starts {@code serve ARGS --port 0} and waits until it is ready (at most the timeout). */
+  static ServeProcess start(Path workDir, List<String> args, long timeoutSeconds)
+      throws IOException, InterruptedException {
+    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
+    assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
+    List<String> command =
+        new ArrayList<>(
+            List.of(
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--add-modules",
+                "jdk.incubator.vector",
+                "-jar",
+                jar.toAbsolutePath().toString(),
+                "serve",
+                "--port",
+                "0"));
+    command.addAll(args);
+    Path out = Files.createTempFile(workDir, "serve-out", ".txt");
+    Path err = Files.createTempFile(workDir, "serve-err", ".txt");
+    Process p =
+        new ProcessBuilder(command)
+            .directory(workDir.toFile())
+            .redirectOutput(out.toFile())
+            .redirectError(err.toFile())
+            .start();
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(timeoutSeconds);
+    int port = -1;
+    while (port < 0) {
+      if (!p.isAlive()) {
+        throw new AssertionError(
+            "serve exited with " + p.exitValue() + ": " + Files.readString(err));
+      }
+      if (System.nanoTime() > deadline) {
+        p.destroyForcibly();
+        throw new AssertionError("serve did not start listening: " + Files.readString(err));
+      }
+      Matcher m = LISTENING.matcher(Files.readString(err, StandardCharsets.UTF_8));
+      if (m.find()) {
+        port = Integer.parseInt(m.group(1));
+      } else {
+        Thread.sleep(50);
+      }
+    }
+    ServeProcess s = new ServeProcess(p, err, port);
+    while (s.get("/ready").statusCode() != 200) {
+      if (!p.isAlive() || System.nanoTime() > deadline) {
+        s.close();
+        throw new AssertionError("serve did not turn ready: " + s.stderr());
+      }
+      Thread.sleep(50);
+    }
+    return s;
+  }
+
+  URI uri(String path) {
+    return URI.create("http://127.0.0.1:" + port + path);
+  }
+
+  HttpResponse<String> get(String path) {
+    return send(HttpRequest.newBuilder(uri(path)).GET().build());
+  }
+
+  HttpResponse<String> post(String path, String json) {
+    return send(
+        HttpRequest.newBuilder(uri(path))
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(json))
+            .build());
+  }
+
+  HttpResponse<String> send(HttpRequest r) {
+    try {
+      return client.send(r, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    }
+  }
+
+  String stderr() {
+    try {
+      return Files.readString(stderr, StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** Sends SIGTERM and waits for the exit; returns the exit code. */
+  int terminate(long timeoutSeconds) throws InterruptedException {
+    process.destroy();
+    if (!process.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
+      process.destroyForcibly();
+      throw new AssertionError("serve did not stop after SIGTERM: " + stderr());
+    }
+    return process.exitValue();
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    if (process.isAlive()) {
+      process.destroy();
+      if (!process.waitFor(30, TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+      }
+    }
+  }
+
+  /** Waits {@code d} (for polls). */
+  static void pause(Duration d) throws InterruptedException {
+    Thread.sleep(d.toMillis());
+  }
+}

@@ -1,0 +1,170 @@
+package io.tokenspeed.server.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.ByteTokenizer;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalInt;
+import java.util.function.Function;
+
+/**
+ * An engine of a tiny untied Llama (its output depends on the whole context) behind the real HTTP
+ * server on a free loopback port, and a real HTTP client ({@code java.net.http}) to talk to it.
+ */
+final class TestServer implements AutoCloseable {
+  static final String MODEL = "tiny-untied";
+  static final String ADMIN_TOKEN = "s3cret-admin";
+  static final ObjectMapper JSON = new ObjectMapper();
+
+  /**
+   * A Llama of 256 ids (every id is one byte of the byte tokenizer) with untied embeddings, so its
+   * output depends on the whole context; {@code models/tiny-untied.json} in the test resources.
+   */
+  static String config() {
+    try (var in = TestServer.class.getResourceAsStream("/models/tiny-untied.json")) {
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  final CausalLm model;
+  final Tokenizer tokenizer = ByteTokenizer.plain();
+  final Engine engine;
+  final ServingState state = new ServingState();
+  final Serving serving;
+  final HttpClient client =
+      HttpClient.newBuilder()
+          .version(HttpClient.Version.HTTP_1_1)
+          .connectTimeout(Duration.ofSeconds(10))
+          .build();
+
+  private TestServer(CausalLm model, Engine engine, long maxBodyBytes) {
+    this.model = model;
+    this.engine = engine;
+    this.serving =
+        Serving.start(
+            new Serving.Options(
+                engine,
+                model.vocabSize(),
+                tokenizer,
+                plainChat(tokenizer),
+                MODEL,
+                4096,
+                "127.0.0.1",
+                0,
+                maxBodyBytes,
+                ADMIN_TOKEN,
+                "fused",
+                0,
+                state));
+  }
+
+  /** A ready server over a fresh engine (no L3 when {@code l3} is null). */
+  static TestServer start(Path dir, L3Settings l3) {
+    return start(dir, l3, 1 << 20, true);
+  }
+
+  static TestServer start(Path dir, L3Settings l3, long maxBodyBytes, boolean ready) {
+    CausalLm model = load(dir);
+    EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
+    EngineConfig config =
+        new EngineConfig(
+            base.prefixGranularity(),
+            base.blockGranularity(),
+            base.deviceParents(),
+            2.0,
+            256,
+            48,
+            base.demoteBelowFreeParents(),
+            2,
+            1024);
+    Engine engine =
+        l3 == null
+            ? Engine.start(model, config, OptionalInt.empty())
+            : Engine.start(model, config, OptionalInt.empty(), l3);
+    TestServer s = new TestServer(model, engine, maxBodyBytes);
+    if (ready) {
+      s.state.ready();
+    }
+    return s;
+  }
+
+  static CausalLm load(Path dir) {
+    try {
+      Path config = Files.createDirectories(dir).resolve("tiny-untied.json");
+      Files.writeString(config, config());
+      Path folder =
+          SyntheticCheckpoints.materialize(
+              "synthetic:" + config, 7, DType.F32, dir.resolve("checkpoints"));
+      return CausalLm.load(folder);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** The plain chat rendering of the serving path, tokenized with the byte tokenizer. */
+  static Function<List<Map<String, Object>>, int[]> plainChat(Tokenizer tokenizer) {
+    return Serving.chatPrompt(io.tokenspeed.server.chat.ChatTemplate.plain(), tokenizer);
+  }
+
+  URI uri(String path) {
+    return URI.create("http://127.0.0.1:" + serving.port() + path);
+  }
+
+  HttpResponse<String> post(String path, String body) {
+    return send(
+        HttpRequest.newBuilder(uri(path))
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(body))
+            .build());
+  }
+
+  HttpResponse<String> get(String path) {
+    return send(HttpRequest.newBuilder(uri(path)).GET().build());
+  }
+
+  HttpResponse<String> send(HttpRequest request) {
+    try {
+      return client.send(request, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    }
+  }
+
+  static JsonNode json(String text) {
+    try {
+      return JSON.readTree(text);
+    } catch (IOException e) {
+      throw new UncheckedIOException("not JSON: " + text, e);
+    }
+  }
+
+  @Override
+  public void close() {
+    serving.close();
+    engine.close();
+    model.close();
+  }
+}
