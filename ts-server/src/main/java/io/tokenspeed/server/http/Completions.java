@@ -140,11 +140,12 @@ final class Completions {
         state.untrack(r.handle);
       }
       String message = e.getMessage() == null ? e.toString() : e.getMessage();
+      if (engine.failure().isPresent()) {
+        state.fail(String.valueOf(engine.failure().get()));
+        throw ApiException.unavailable("the engine has failed: " + engine.failure().get());
+      }
       if (message.contains("intake is full")) {
         throw new ApiException(429, "rate_limit_error", null, null, message);
-      }
-      if (message.contains("failure")) {
-        state.fail(message);
       }
       throw ApiException.unavailable(message);
     }

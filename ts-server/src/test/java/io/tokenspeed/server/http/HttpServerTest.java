@@ -245,6 +245,51 @@ class HttpServerTest {
         PrometheusText.value(
             after, "tokenspeed:requests_finished_total", "finish_reason", "cancelled"));
     assertEquals(0, server.engine.stats().activeRequests());
+    for (String tier : List.of("device", "host")) {
+      assertEquals(
+          0,
+          PrometheusText.value(after, "tokenspeed:kv_parents", "tier", tier, "state", "used"),
+          tier + ": nothing is held once the request is gone");
+    }
+  }
+
+  @Test
+  void shouldMoveTheRequestMetricsAsTheRequestsPredict() {
+    Map<String, PrometheusText.Family> before = scrape();
+    String p = prompt(77, 40); // under one page: nothing to reuse
+    HttpResponse<String> res = server.post("/v1/completions", completion(p, 9, ""));
+    assertEquals(200, res.statusCode(), res.body());
+    HttpResponse<String> streamed =
+        server.post("/v1/completions", completion(prompt(78, 30), 5, ",\"stream\":true"));
+    assertEquals(200, streamed.statusCode());
+    Map<String, PrometheusText.Family> after = scrape();
+    assertEquals(70, delta(before, after, "tokenspeed:prompt_tokens_total"));
+    assertEquals(14, delta(before, after, "tokenspeed:generation_tokens_total"));
+    assertEquals(
+        2, delta(before, after, "tokenspeed:requests_finished_total", "finish_reason", "length"));
+    for (String h :
+        List.of(
+            "tokenspeed:time_to_first_token_seconds_count",
+            "tokenspeed:time_per_output_token_seconds_count",
+            "tokenspeed:e2e_request_latency_seconds_count")) {
+      assertEquals(2, delta(before, after, h), h);
+    }
+    for (PrometheusText.Family f : after.values()) {
+      for (PrometheusText.Sample sample : f.samples()) {
+        assertEquals(TestServer.MODEL, sample.labels().get("model_name"), sample.name());
+        assertEquals("fused", sample.labels().get("engine_role"), sample.name());
+        assertEquals("0", sample.labels().get("dp_rank"), sample.name());
+        assertEquals("0", sample.labels().get("tp_rank"), sample.name());
+      }
+    }
+  }
+
+  static double delta(
+      Map<String, PrometheusText.Family> before,
+      Map<String, PrometheusText.Family> after,
+      String name,
+      String... labels) {
+    return PrometheusText.value(after, name, labels) - PrometheusText.value(before, name, labels);
   }
 
   static Map<String, PrometheusText.Family> scrape() {

@@ -84,7 +84,11 @@ final class TestServer implements AutoCloseable {
   }
 
   static TestServer start(Path dir, L3Settings l3, long maxBodyBytes, boolean ready) {
-    CausalLm model = load(dir);
+    return over(load(dir), l3, maxBodyBytes, ready);
+  }
+
+  /** A server over a fresh engine of {@code model} (which the server closes). */
+  static TestServer over(CausalLm model, L3Settings l3, long maxBodyBytes, boolean ready) {
     EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
     EngineConfig config =
         new EngineConfig(
@@ -109,13 +113,16 @@ final class TestServer implements AutoCloseable {
   }
 
   static CausalLm load(Path dir) {
+    return CausalLm.load(checkpoint(dir));
+  }
+
+  /** The folder of the tiny untied checkpoint, generated under {@code dir}. */
+  static Path checkpoint(Path dir) {
     try {
       Path config = Files.createDirectories(dir).resolve("tiny-untied.json");
       Files.writeString(config, config());
-      Path folder =
-          SyntheticCheckpoints.materialize(
-              "synthetic:" + config, 7, DType.F32, dir.resolve("checkpoints"));
-      return CausalLm.load(folder);
+      return SyntheticCheckpoints.materialize(
+          "synthetic:" + config, 7, DType.F32, dir.resolve("checkpoints"));
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
