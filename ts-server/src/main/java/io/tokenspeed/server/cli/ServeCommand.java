@@ -22,6 +22,7 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
 import picocli.CommandLine.Spec;
 
 /**
@@ -219,34 +220,49 @@ final class ServeCommand implements Callable<Integer> {
       range("--device-tokens", deviceTokens, maxModelLen, Integer.MAX_VALUE / 2);
     }
     if (!(hostRatio > 0) || !Double.isFinite(hostRatio)) {
-      throw modelOptions.usage("--host-ratio=" + hostRatio + " must be a finite number > 0");
+      throw usage(
+          "--host-ratio", hostRatio, "--host-ratio=" + hostRatio + " must be a finite number > 0");
     }
     range("--max-running", maxRunning, 1, 4096);
     range("--token-budget", tokenBudget, 1, 1 << 20);
     range("--max-queued", maxQueued, 1, 1 << 20);
     if (maxBodyBytes < 1024 || maxBodyBytes > (1L << 30)) {
-      throw modelOptions.usage(
+      throw usage(
+          "--max-body-bytes",
+          maxBodyBytes,
           "--max-body-bytes=" + maxBodyBytes + " must be in [1024, 1073741824]");
     }
     range("--shutdown-timeout", shutdownTimeout, 0, 86_400);
     range("--warmup-rounds", warmupRounds, 0, 100);
     range("--dp-rank", dpRank, 0, 1 << 16);
     if (!"fused".equals(engineRole)) {
-      throw modelOptions.usage(
+      throw usage(
+          "--engine-role",
+          engineRole,
           "--engine-role=" + engineRole + " is not served by this version; allowed: fused");
     }
     if (adminToken != null && adminToken.isBlank()) {
-      throw modelOptions.usage("--admin-token must not be blank (leave it out to turn admin off)");
+      throw usage(
+          "--admin-token", "", "--admin-token must not be blank (leave it out to turn admin off)");
     }
     if (host.isBlank()) {
-      throw modelOptions.usage("--host must not be blank");
+      throw usage("--host", host, "--host must not be blank");
     }
   }
 
   private void range(String flag, long value, long min, long max) {
     if (value < min || value > max) {
-      throw modelOptions.usage(flag + "=" + value + " must be in [" + min + ", " + max + "]");
+      throw usage(flag, value, flag + "=" + value + " must be in [" + min + ", " + max + "]");
     }
+  }
+
+  /**
+   * A usage error about {@code flag}'s value; when a variable or the settings file gave it, the
+   * error names that source first.
+   */
+  private ParameterException usage(String flag, Object value, String message) {
+    return new ParameterException(
+        spec.commandLine(), message, spec.findOption(flag), String.valueOf(value));
   }
 
   private EngineConfig engineConfig(CausalLm lm) {
