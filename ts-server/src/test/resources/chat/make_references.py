@@ -226,6 +226,7 @@ FEATURES = [
     # tests
     ("tests", "{{ (s is string)|tojson }} {{ (xs is string)|tojson }} {{ (d is mapping)|tojson }} {{ (xs is mapping)|tojson }} {{ (xs is sequence)|tojson }} {{ (xs is iterable)|tojson }} {{ (3 is number)|tojson }} {{ (nothing is none)|tojson }} {{ (xs is not none)|tojson }}"),
     ("tests_bool", "{{ (false is false)|tojson }} {{ (true is true)|tojson }} {{ (nothing is false)|tojson }} {{ (0 is false)|tojson }} {{ (true is boolean)|tojson }} {{ (3 is integer)|tojson }} {{ (4 is even)|tojson }} {{ (3 is odd)|tojson }} {{ (9 is divisibleby(3))|tojson }}"),
+    ("filters_then_tests", "{{ (xs|length is number)|tojson }} {{ (xs|first is odd)|tojson }} {{ (s|lower is string)|tojson }} {{ (xs|length is not even)|tojson }} {{ (6 is divisibleby(3))|tojson }} {{ (6 is divisibleby 4)|tojson }} {{ (nothing is none)|tojson }} {{ (2 is in xs)|tojson }}"),
     ("tests_defined", "{{ (xs is defined)|tojson }} {{ (zz is defined)|tojson }} {{ (zz is undefined)|tojson }} {{ (d.k is defined)|tojson }}"),
     ("functions_defined", "{{ (strftime_now is defined)|tojson }} {{ (raise_exception is defined)|tojson }} {{ (namespace is defined)|tojson }} {{ (tools is none)|tojson }}"),
     ("print_booleans", "{{ true }} {{ false }} {{ 1 == 1 }} {{ xs is string }}"),
@@ -246,6 +247,8 @@ FEATURES = [
     # macros, set blocks, comments, raw
     ("macro", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', punct='?') }}"),
     ("macro_recursive", "{% macro down(n) %}{% if n > 0 %}{{ n }}{{ down(n - 1) }}{% endif %}{% endmacro %}{{ down(3) }}"),
+    ("call_block", "{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}{% call box('t') %}body {{ xs|length }}{% endcall %}"),
+    ("loop_cycle", "{% for x in xs %}{{ loop.cycle('odd', 'even') }} {% endfor %}"),
     ("set_block", "{% set b %}in {{ 1 }}{% endset %}[{{ b }}]"),
     ("raw", "{% raw %}{{ not evaluated }}{% endraw %}"),
     ("generation_tag", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"),

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.hubspot.jinjava.objects.date.CurrentDateTimeProvider;
 import com.hubspot.jinjava.objects.date.DateTimeProvider;
+import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatTemplateException.Reason;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -49,12 +50,13 @@ import java.util.Optional;
  *
  * <h2>Tokenizing the result</h2>
  *
- * The rendered text is the whole prompt: encode it with {@code Tokenizer.encode} (special tokens
- * written by the template, such as {@code <|im_start|>}, become their ids, as {@code
- * apply_chat_template} with {@code add_special_tokens=False} does) and add nothing. A template that
- * wants a beginning-of-sequence token writes it ({@code {{ bos_token }}}); Qwen's writes none. A
- * caller with a rule of its own for BOS checks {@link #startsWithBos} so as not to add a second.
- * Like {@code transformers}, this tokenizes special-token text inside messages as those tokens.
+ * {@link #encode} gives the prompt's ids: special tokens written by the template, such as {@code
+ * <|im_start|>}, become their ids (as {@code apply_chat_template} with {@code
+ * add_special_tokens=False} makes them), special-token text written by the client stays plain text,
+ * and nothing is added. For a conversation without special-token text it equals {@code
+ * Tokenizer.encode} of {@link #render}'s text. A template that wants a beginning-of-sequence token
+ * writes it ({@code {{ bos_token }}}); Qwen's writes none. A caller with a rule of its own for BOS
+ * checks {@link #startsWithBos} so as not to add a second.
  *
  * <p>Immutable and thread-safe.
  */
@@ -105,6 +107,7 @@ public final class ChatTemplate {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final String source;
+  private final String prepared;
   private final String origin;
   private final boolean fromCheckpoint;
   private final Map<String, String> specialTokens;
@@ -117,6 +120,7 @@ public final class ChatTemplate {
       Map<String, String> specialTokens,
       JinjaEnvironment environment) {
     this.source = source;
+    this.prepared = TemplateText.prepare(source);
     this.origin = origin;
     this.fromCheckpoint = fromCheckpoint;
     this.specialTokens = Collections.unmodifiableMap(new LinkedHashMap<>(specialTokens));
@@ -200,8 +204,7 @@ public final class ChatTemplate {
       throw new ChatTemplateException(Reason.INVALID, origin + " is empty");
     }
     ChatTemplate template =
-        new ChatTemplate(
-            TemplateText.prepare(text), origin, fromCheckpoint, specialTokens, environment);
+        new ChatTemplate(text, origin, fromCheckpoint, specialTokens, environment);
     template.check();
     return template;
   }
@@ -222,6 +225,10 @@ public final class ChatTemplate {
           render(sample, generationPrompt);
         } catch (ChatTemplateException e) {
           if (e.reason() != Reason.RAISED) {
+            String why = e.getMessage();
+            if (why.startsWith(origin + ": ")) {
+              why = why.substring(origin.length() + 2);
+            }
             throw new ChatTemplateException(
                 Reason.INVALID,
                 origin
@@ -230,7 +237,7 @@ public final class ChatTemplate {
                     + "-message conversation (add_generation_prompt="
                     + generationPrompt
                     + "): "
-                    + e.getMessage(),
+                    + why,
                 e);
           }
         }
@@ -287,7 +294,41 @@ public final class ChatTemplate {
       checkJsonValue(name, e.getValue(), 0);
       bindings.put(name, e.getValue());
     }
-    return environment.render(source, bindings, origin);
+    return environment.render(prepared, bindings, origin);
+  }
+
+  /** {@link #encode(Tokenizer, List, boolean, Map)} with no extra variables. */
+  public int[] encode(
+      Tokenizer tokenizer, List<ChatMessage> messages, boolean addGenerationPrompt) {
+    return encode(tokenizer, messages, addGenerationPrompt, Map.of());
+  }
+
+  /**
+   * The prompt of a conversation as token ids: the rendering of {@link #render(List, boolean,
+   * Map)}, encoded so that special tokens written by the template become their ids and
+   * special-token text written by the client does not ({@link SpecialTextGuard}). Nothing is added:
+   * a template that wants a beginning-of-sequence token writes it.
+   *
+   * <p>When no message or variable holds a special token's text, this is {@code
+   * tokenizer.encode(render(...))}, the ids {@code apply_chat_template(tokenize=True)} gives.
+   *
+   * @throws ChatTemplateException as {@link #render(List, boolean, Map)} does
+   */
+  public int[] encode(
+      Tokenizer tokenizer,
+      List<ChatMessage> messages,
+      boolean addGenerationPrompt,
+      Map<String, ?> variables) {
+    SpecialTextGuard guard =
+        new SpecialTextGuard(tokenizer.specialTokens().idsByContent().keySet());
+    List<ChatMessage> guarded = new ArrayList<>(messages.size());
+    for (ChatMessage m : messages) {
+      guarded.add(new ChatMessage(m.role(), guard.guard(m.content())));
+    }
+    Map<String, Object> guardedVariables = new LinkedHashMap<>();
+    variables.forEach((name, value) -> guardedVariables.put(name, guard.guardValue(value)));
+    String rendered = render(guarded, addGenerationPrompt, guardedVariables);
+    return SpecialTextGuard.encode(tokenizer, rendered);
   }
 
   /** Whether the template text came from the checkpoint (false: the plain template). */
@@ -300,7 +341,7 @@ public final class ChatTemplate {
     return origin;
   }
 
-  /** The template text as rendered (line ends normalized, one trailing newline dropped). */
+  /** The template text, as the checkpoint has it. */
   public String source() {
     return source;
   }

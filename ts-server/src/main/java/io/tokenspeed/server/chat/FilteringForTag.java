@@ -55,7 +55,8 @@ final class FilteringForTag extends ForTag {
       loop.forEachRemaining(items::add);
     } else {
       String condition = expression.substring(cut + 2).trim();
-      try (var scope = interpreter.enterScope()) {
+      var scope = interpreter.enterScope(); // the filter's loop variables stay in it
+      try {
         while (loop.hasNext()) {
           Object item = loop.next();
           bind(loopVars, interpreter.wrap(item), interpreter);
@@ -63,6 +64,8 @@ final class FilteringForTag extends ForTag {
             items.add(item);
           }
         }
+      } finally {
+        scope.close();
       }
     }
     if (elseAt < 0) {

@@ -37,6 +37,7 @@ import jinjava.javax.el.ELException;
  *   <li>Subscripts take Python slices with a step ({@code messages[::-1]}); every slice becomes an
  *       {@link AstSlice} (Python's bounds and clipping, strings by code point). An index into a
  *       string picks a code point ({@code s[-1]}), see {@link AstIndex}.
+ *   <li>Filters and tests chain in any order ({@code xs|length is even}).
  *   <li>A keyword argument's value is a whole expression ({@code f(n=x - 1)}).
  *   <li>{@code not} binds as in Jinja, looser than comparisons and tests ({@code not x is
  *       defined}).
@@ -167,6 +168,69 @@ final class PyTreeBuilder extends ExtendedSyntaxBuilder {
         }
       }
       return super.createAstIdentifier(name, index);
+    }
+
+    /**
+     * A unary expression followed by any chain of filters and tests, as Jinja allows ({@code
+     * xs|length is even}); Jinjava takes either filters or one test.
+     */
+    @Override
+    protected AstNode filter(boolean required) throws Scanner.ScanException, ParseException {
+      AstNode v = unary(required);
+      if (v == null) {
+        return null;
+      }
+      while (true) {
+        Scanner.Token token = getToken();
+        if ("|".equals(token.getImage()) && lookahead(0).getSymbol() == IDENTIFIER) {
+          consumeToken();
+          String name = consumeToken().getImage();
+          List<AstNode> arguments = new ArrayList<>(List.of(v, interpreter()));
+          if (getToken().getSymbol() == LPAREN) {
+            AstParameters given = params();
+            for (int i = 0; i < given.getCardinality(); i++) {
+              arguments.add(given.getChild(i));
+            }
+          }
+          v =
+              createAstMethod(
+                  createAstDot(identifier(FILTER_PREFIX + name), "filter", true),
+                  createAstParameters(arguments));
+        } else if ("is".equals(token.getImage())
+            && "not".equals(lookahead(0).getImage())
+            && isTestName(lookahead(1))) {
+          consumeToken();
+          consumeToken();
+          v = test(v, "evaluateNegated");
+        } else if ("is".equals(token.getImage()) && isTestName(lookahead(0))) {
+          consumeToken();
+          v = test(v, "evaluate");
+        } else {
+          return v;
+        }
+      }
+    }
+
+    private static boolean isTestName(Scanner.Token token) {
+      return switch (token.getSymbol()) {
+        case IDENTIFIER, TRUE, FALSE, NULL, EQ, NE, LT, LE, GT, GE -> true;
+        case EXTENSION -> "in".equals(token.getImage());
+        default -> false;
+      };
+    }
+
+    /** {@code value is name} or {@code value is name arg}: the test {@code name} on the value. */
+    private AstNode test(AstNode value, String method)
+        throws Scanner.ScanException, ParseException {
+      String name = consumeToken().getImage();
+      List<AstNode> arguments = new ArrayList<>(List.of(value, interpreter()));
+      AstNode argument = value();
+      if (argument != null) {
+        arguments.add(argument);
+      }
+      return createAstMethod(
+          createAstDot(identifier(EXPTEST_PREFIX + name), method, true),
+          createAstParameters(arguments));
     }
 
     /**
