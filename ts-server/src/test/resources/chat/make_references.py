@@ -203,6 +203,7 @@ FEATURES = [
     ("str_strip", "[{{ '  a b \\n'.strip() }}][{{ '\\n\\na\\n'.strip('\\n') }}][{{ 'xxaxx'.lstrip('x') }}][{{ 'xxaxx'.rstrip('x') }}][{{ '  a '.lstrip() }}][{{ '  a '.rstrip() }}]"),
     ("str_split", "{{ 'a,b,,c'.split(',') }} {{ '  a  b c '.split() }} {{ 'a.b.c'.split('.', 1) }} {{ 'a|b'.split('|')[-1] }} {{ 'x</think>y'.split('</think>')[0] }}"),
     ("str_rsplit", "{{ 'a.b.c'.rsplit('.', 1) }} {{ 'a b'.rsplit() }}"),
+    ("str_split_edges", "{{ '  a b  '.split(none, 0) }} {{ 'a b  c  '.split(none, 1) }} {{ '  a b  c'.rsplit(none, 1) }} {{ '  a b  c  '.rsplit(none, 0) }} {{ ',a,'.split(',') }} {{ ''.split() }} {{ ''.split(',') }} {{ 'a\u00a0b\u3000c'.split() }} {{ 'a,b,c'.split(',', -1) }}"),
     ("str_case", "{{ s.upper() }} {{ s.lower() }} {{ 'hello world'.title() }} {{ 'hELLO'.capitalize() }}"),
     ("str_replace_find", "{{ s.replace('l', 'L') }} {{ s.replace('l', 'L', 2) }} {{ s.find('o') }} {{ s.find('z') }} {{ s.count('l') }}"),
     ("str_join", "{{ ', '.join(['a', 'b']) }} {{ '-'.join(s.split(', ')) }}"),
@@ -220,9 +221,10 @@ FEATURES = [
     ("loop_filter", "{% for m in messages if m.role == 'user' %}{{ m.content }}{{ loop.index }},{% endfor %}"),
     ("loop_scope", "{% set x = 'outer' %}{% for i in xs %}{% set x = i %}{% endfor %}{{ x }}"),
     ("loop_nested_index", "{% for m in messages %}{% if not loop.first %}{{ messages[loop.index0 - 1].role }}>{% endif %}{{ m.role }} {% endfor %}"),
+    ("loop_over_string", "{% for c in 'h\u00e9🙂' %}[{{ c }}]{{ loop.length }}{% endfor %}"),
     ("loop_unpack_pairs", "{% for a, b in [[1, 2], [3, 4]] %}{{ a }}{{ b }};{% endfor %}"),
     ("namespace", "{% set ns = namespace(found=false, total=0, last=none) %}{% for x in xs %}{% if x > 1 %}{% set ns.found = true %}{% set ns.total = ns.total + x %}{% set ns.last = x %}{% endif %}{% endfor %}{{ ns.found|tojson }} {{ ns.total }} {{ ns.last }}"),
-    ("range", "{% for i in range(3) %}{{ i }}{% endfor %}|{% for i in range(1, 4) %}{{ i }}{% endfor %}|{{ range(2)|list }}"),
+    ("range", "{% for i in range(3) %}{{ i }}{% endfor %}|{% for i in range(1, 4) %}{{ i }}{% endfor %}|{{ range(2)|list }}|{{ range(10, 0, -3)|list }}|{{ range(0, 10, 4)|list }}|{{ range(5, 2)|list }}|{{ range(-2)|list }}|{{ range(xs|length - 1, -1, -1)|list }}"),
     # tests
     ("tests", "{{ (s is string)|tojson }} {{ (xs is string)|tojson }} {{ (d is mapping)|tojson }} {{ (xs is mapping)|tojson }} {{ (xs is sequence)|tojson }} {{ (xs is iterable)|tojson }} {{ (3 is number)|tojson }} {{ (nothing is none)|tojson }} {{ (xs is not none)|tojson }}"),
     ("tests_bool", "{{ (false is false)|tojson }} {{ (true is true)|tojson }} {{ (nothing is false)|tojson }} {{ (0 is false)|tojson }} {{ (true is boolean)|tojson }} {{ (3 is integer)|tojson }} {{ (4 is even)|tojson }} {{ (3 is odd)|tojson }} {{ (9 is divisibleby(3))|tojson }}"),
@@ -232,6 +234,7 @@ FEATURES = [
     ("print_booleans", "{{ true }} {{ false }} {{ 1 == 1 }} {{ xs is string }}"),
     # filters
     ("filters_basic", "{{ xs|length }} {{ s|length }} {{ xs|count }} {{ '  a  '|trim }} {{ xs|join(',') }} {{ xs|first }} {{ xs|last }} {{ xs|sum }} {{ xs|max }} {{ xs|min }}"),
+    ("filters_max_min", "{{ ['b', 'A', 'c']|max }} {{ ['b', 'A', 'c']|min }} {{ ['b', 'A', 'c']|max(case_sensitive=true) }} {{ (messages|max(attribute='content')).content }} {{ [2.5, 1, 3]|min }}"),
     ("filters_strings", "{{ s|upper }} {{ s|lower }} {{ 'ab cd'|title }} {{ 'ab'|capitalize }} {{ s|replace('o', '0') }} {{ 3|string }} {{ '7'|int + 1 }} {{ -3|abs }} {{ 2.567|round(1) }}"),
     ("filters_attr", "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(',') }} {{ messages|rejectattr('role', 'equalto', 'user')|map(attribute='role')|list }}"),
     ("filters_lists", "{{ xs|reverse|list }} {{ [3, 1, 2]|sort }} {{ [1, 1, 2]|unique|list }} {{ xs|map('string')|join('-') }} {{ messages|map(attribute='role')|first }}"),
@@ -495,11 +498,22 @@ def plain_cases():
 
 
 def strftime_cases():
-    instant = datetime.datetime(2025, 3, 7, 14, 5, 9, 123456)
-    formats = ["%d %b %Y", "%Y-%m-%d", "%H:%M:%S", "%A, %B %d, %Y", "%a %I:%M %p", "%j %y %%", "%f"]
+    instants = [
+        datetime.datetime(2025, 3, 7, 14, 5, 9, 123000),
+        datetime.datetime(2024, 1, 1, 0, 0, 0),  # a Monday
+        datetime.datetime(2023, 1, 1, 23, 59, 59),  # a Sunday
+        datetime.datetime(2024, 12, 31, 12, 0, 1),  # day 366
+    ]
+    formats = [
+        "%d %b %Y", "%Y-%m-%d", "%H:%M:%S", "%A, %B %d, %Y", "%a %I:%M %p", "%j %y %%", "%f",
+        "%c", "%e|%D|%T|%F|%R|%h", "%u %w %U %W", "[%z%Z]",
+    ]
     return {
-        "instant": "2025-03-07T14:05:09.123456",
-        "cases": [{"format": f, "expected": instant.strftime(f)} for f in formats],
+        "cases": [
+            {"instant": t.isoformat(timespec="microseconds"), "format": f, "expected": t.strftime(f)}
+            for t in instants
+            for f in formats
+        ]
     }
 
 

@@ -22,6 +22,8 @@ import java.util.Map;
  * <p>It also gives the loop Jinja's {@code {% else %}}: the part after it renders when there is
  * nothing to iterate over (Jinjava would render it after every item).
  *
+ * <p>A string is iterated by character, as in Python.
+ *
  * <p>Each pass charges a step of the render's budget ({@link ChatTemplateLimits#maxRenderSteps()}),
  * so loops with empty bodies are bounded like any other work.
  *
@@ -49,6 +51,10 @@ final class FilteringForTag extends ForTag {
     String iterable = cut < 0 ? expression : expression.substring(0, cut).trim();
     int line = tagNode.getLineNumber();
     Object collection = interpreter.resolveELExpression(iterable, line);
+    if (PyValues.unwrap(collection) instanceof String text) {
+      // Python iterates a string by character; Jinjava would take it as a single item.
+      collection = text.codePoints().mapToObj(Character::toString).toList();
+    }
     List<Object> items = new ArrayList<>();
     ForLoop loop = ObjectIterator.getLoop(collection);
     if (cut < 0) {

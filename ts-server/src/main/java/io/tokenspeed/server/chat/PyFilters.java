@@ -255,11 +255,24 @@ final class PyFilters {
     public Object filter(
         Object var, JinjavaInterpreter interpreter, Object[] args, Map<String, Object> kwargs) {
       Object attribute = kwargs.get("attribute");
+      boolean caseSensitive = Boolean.TRUE.equals(PyValues.unwrap(kwargs.get("case_sensitive")));
       Object best = null;
       Object bestKey = null;
       for (Object item : iterable(var, name)) {
-        Object key = attribute == null ? item : ((Map<?, ?>) item).get(String.valueOf(attribute));
-        if (best == null || sign * compare(key, bestKey) > 0) {
+        Object key = item;
+        if (attribute != null) {
+          if (!(PyValues.unwrap(item) instanceof Map<?, ?> map)) {
+            throw new IllegalArgumentException(
+                name
+                    + "(attribute="
+                    + attribute
+                    + "): "
+                    + PyValues.typeName(item)
+                    + " has no attributes");
+          }
+          key = map.get(String.valueOf(attribute));
+        }
+        if (best == null || sign * compare(key, bestKey, caseSensitive) > 0) {
           best = item;
           bestKey = key;
         }
@@ -267,7 +280,7 @@ final class PyFilters {
       return best;
     }
 
-    private static int compare(Object a, Object b) {
+    private static int compare(Object a, Object b, boolean caseSensitive) {
       a = PyValues.unwrap(a);
       b = PyValues.unwrap(b);
       if (a instanceof Number x && b instanceof Number y) {
@@ -275,7 +288,9 @@ final class PyFilters {
       }
       if (a instanceof String x && b instanceof String y) {
         // Jinja compares case-insensitively unless case_sensitive=true.
-        return PyValues.compareStrings(x.toLowerCase(Locale.ROOT), y.toLowerCase(Locale.ROOT));
+        return caseSensitive
+            ? PyValues.compareStrings(x, y)
+            : PyValues.compareStrings(x.toLowerCase(Locale.ROOT), y.toLowerCase(Locale.ROOT));
       }
       throw new IllegalArgumentException(
           "cannot compare " + PyValues.typeName(a) + " with " + PyValues.typeName(b));

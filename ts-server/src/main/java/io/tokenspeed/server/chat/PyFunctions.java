@@ -4,6 +4,7 @@ import com.hubspot.jinjava.JinjavaConfig;
 import com.hubspot.jinjava.interpret.Context;
 import com.hubspot.jinjava.interpret.JinjavaInterpreter;
 import com.hubspot.jinjava.lib.fn.ELFunctionDefinition;
+import java.math.BigInteger;
 import java.time.Instant;
 import java.time.LocalDateTime;
 import java.util.ArrayList;
@@ -92,13 +93,21 @@ final class PyFunctions {
     if (step == 0) {
       throw new IllegalArgumentException("range() arg 3 must not be zero");
     }
-    long count = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
-    count = Math.max(0, count);
-    if (count > MAX_RANGE) {
-      throw new IllegalArgumentException(
-          "range too big: " + count + " numbers, at most " + MAX_RANGE + " are allowed");
+    BigInteger span = BigInteger.valueOf(stop).subtract(BigInteger.valueOf(start));
+    BigInteger by = BigInteger.valueOf(step);
+    if (step < 0) {
+      span = span.negate();
+      by = by.negate();
     }
-    List<Long> out = new ArrayList<>((int) count);
+    BigInteger[] quotient = span.max(BigInteger.ZERO).divideAndRemainder(by);
+    BigInteger numbers =
+        quotient[0].add(quotient[1].signum() > 0 ? BigInteger.ONE : BigInteger.ZERO);
+    if (numbers.compareTo(BigInteger.valueOf(MAX_RANGE)) > 0) {
+      throw new IllegalArgumentException(
+          "range too big: " + numbers + " numbers, at most " + MAX_RANGE + " are allowed");
+    }
+    int count = numbers.intValue();
+    List<Long> out = new ArrayList<>(count);
     for (long i = 0; i < count; i++) {
       out.add(start + i * step);
     }

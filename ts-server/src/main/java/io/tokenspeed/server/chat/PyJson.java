@@ -169,7 +169,14 @@ final class PyJson {
 
   private static String numberText(Number n) {
     if (n instanceof Double || n instanceof Float) {
-      return PyValues.floatRepr(n.doubleValue());
+      double d = n.doubleValue();
+      if (Double.isNaN(d)) {
+        return "NaN";
+      }
+      if (Double.isInfinite(d)) {
+        return d > 0 ? "Infinity" : "-Infinity";
+      }
+      return PyValues.floatRepr(d);
     }
     if (n instanceof BigDecimal d) {
       return PyValues.floatRepr(d.doubleValue());

@@ -245,7 +245,7 @@ final class PyMethods extends ELResolver {
       int i = skip(s, 0, true);
       while (i < s.length()) {
         if (parts.size() == maxSplit) {
-          parts.add(strip(s.substring(i), null, false, true));
+          parts.add(s.substring(i)); // the rest, trailing white space included
           return parts;
         }
         int end = skip(s, i, false);
@@ -260,7 +260,7 @@ final class PyMethods extends ELResolver {
     }
     while (i > 0) {
       if (parts.size() == maxSplit) {
-        parts.add(strip(s.substring(0, i), null, true, false));
+        parts.add(s.substring(0, i)); // the rest, leading white space included
         break;
       }
       int begin = i;

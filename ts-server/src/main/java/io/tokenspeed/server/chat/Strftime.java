@@ -7,9 +7,10 @@ import java.time.LocalDateTime;
  * (Llama 3.1 writes {@code strftime_now("%d %b %Y")} into its system prompt). Names of days and
  * months are English whatever the JVM's locale, as Python's are in the default locale.
  *
- * <p>Supported: {@code %a %A %b %B %c %d %e %f %H %I %j %m %M %p %S %y %Y %F %T %D %R %h %n %t %%}.
- * Any other directive fails with an {@link IllegalArgumentException} naming it, rather than
- * printing something that differs from the reference.
+ * <p>Supported: {@code %a %A %b %B %c %d %e %f %H %I %j %m %M %p %S %y %Y %F %T %D %R %h %u %w %U
+ * %W %z %Z %n %t %%}; {@code %z} and {@code %Z} print nothing, as Python's do for the naive time of
+ * {@code datetime.now()}. Any other directive fails with an {@link IllegalArgumentException} naming
+ * it, rather than printing something that differs from the reference.
  */
 final class Strftime {
 
@@ -73,6 +74,14 @@ final class Strftime {
         case 'T' -> out.append(format(t, "%H:%M:%S"));
         case 'D' -> out.append(format(t, "%m/%d/%y"));
         case 'R' -> out.append(format(t, "%H:%M"));
+        case 'u' -> out.append(t.getDayOfWeek().getValue());
+        case 'w' -> out.append(t.getDayOfWeek().getValue() % 7);
+        case 'U' ->
+            out.append(pad((t.getDayOfYear() + 6 - t.getDayOfWeek().getValue() % 7) / 7, 2, '0'));
+        case 'W' ->
+            out.append(
+                pad((t.getDayOfYear() + 6 - (t.getDayOfWeek().getValue() + 6) % 7) / 7, 2, '0'));
+        case 'z', 'Z' -> {} // Python's now() is naive: no zone to print
         case 'n' -> out.append('\n');
         case 't' -> out.append('\t');
         case '%' -> out.append('%');
@@ -83,7 +92,7 @@ final class Strftime {
                     + " in format=\""
                     + format
                     + "\" is not supported (supported: %a %A %b %B %c %d %e %f %H %I %j %m %M %p"
-                    + " %S %y %Y %F %T %D %R %h %n %t %%)");
+                    + " %S %y %Y %F %T %D %R %h %u %w %U %W %z %Z %n %t %%)");
       }
     }
     return out.toString();
