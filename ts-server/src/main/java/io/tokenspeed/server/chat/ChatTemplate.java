@@ -259,7 +259,8 @@ public final class ChatTemplate {
    *     servers take them as {@code chat_template_kwargs}); values are JSON values (null, booleans,
    *     numbers, strings, lists, maps with string keys); they may replace a special token but not
    *     {@code messages} or {@code add_generation_prompt}
-   * @return the prompt text, to be encoded with {@code Tokenizer.encode}
+   * @return the prompt text, as {@code apply_chat_template} writes it; {@link #encode} gives its
+   *     token ids
    * @throws ChatTemplateException if the template raises, fails, or passes a limit, or {@code
    *     messages} is empty or a variable is not allowed ({@link Reason#MESSAGES})
    */

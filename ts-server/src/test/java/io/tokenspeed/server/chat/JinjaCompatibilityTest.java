@@ -12,6 +12,7 @@ import java.time.ZoneId;
 import java.time.ZoneOffset;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -98,6 +99,26 @@ class JinjaCompatibilityTest {
         assertThrows(ChatTemplateException.class, () -> render("{{ strftime_now('%Q') }}"));
     assertEquals(Reason.TEMPLATE, e.reason());
     assertTrue(e.getMessage().contains("directive %Q"), e.getMessage());
+  }
+
+  /** Python's case mapping and C's day names do not follow the JVM's locale (Turkish here). */
+  @Test
+  void shouldNotDependOnTheJvmsLocale() {
+    Locale before = Locale.getDefault();
+    try {
+      Locale.setDefault(Locale.forLanguageTag("tr-TR"));
+      JinjaEnvironment turkish =
+          new JinjaEnvironment(
+              ChatTemplateLimits.DEFAULTS, new FixedDateTimeProvider(0), ZoneOffset.UTC);
+      assertEquals(
+          "ISTANBUL i|I|Title I|Thu Jan",
+          turkish.render(
+              "{{ 'istanbul'|upper }} {{ 'I'|lower }}|{{ 'i'.upper() }}|{{ 'title i'|title }}|"
+                  + "{{ strftime_now('%a %b') }}",
+              new LinkedHashMap<>(), "test"));
+    } finally {
+      Locale.setDefault(before);
+    }
   }
 
   /** What differs from Jinja, as docs/chat-templates.md lists it: pinned so a change is seen. */

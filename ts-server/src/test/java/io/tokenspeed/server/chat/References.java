@@ -14,7 +14,8 @@ import java.util.Map;
 
 /**
  * The reference renderings under {@code src/test/resources/chat/} (written by {@code
- * make_references.py} with Python's Jinja through {@code transformers}), and helpers to read them.
+ * make_references.py} with Python's Jinja through {@code transformers}), and the methods that read
+ * them.
  */
 final class References {
 
