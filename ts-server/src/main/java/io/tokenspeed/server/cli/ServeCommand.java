@@ -191,7 +191,15 @@ final class ServeCommand implements Callable<Integer> {
       err.println(
           "listening on http://" + host + ":" + frontend.port() + " (not ready: warming up)");
       err.flush();
-      long warm = WarmUp.run(lm, config, eos, tokenizer, chatPrompt, warmupRounds);
+      long warm =
+          WarmUp.run(
+              lm,
+              config,
+              eos,
+              tokenizer,
+              chatPrompt,
+              storage.isPresent() ? () -> StorageOptions.openL3(storage.get()) : null,
+              warmupRounds);
       state.ready();
       err.println(
           "ready: serving "

@@ -165,18 +165,22 @@ final class StorageOptions {
       return Engine.start(lm, config, eos);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
-    L3Settings settings;
-    try {
-      settings = L3Settings.open(l3.backend(), l3.runtime());
-    } catch (Exception e) {
-      throw new IllegalArgumentException(
-          BACKEND + "=" + l3.backend().name() + ": the store cannot be opened: " + e, e);
-    }
+    L3Settings settings = openL3(l3);
     try {
       return Engine.start(lm, config, eos, settings);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
+    }
+  }
+
+  /** Opens the store {@code l3} selects; one that cannot be opened is invalid input. */
+  static L3Settings openL3(StorageExtraConfig.Resolved l3) {
+    try {
+      return L3Settings.open(l3.backend(), l3.runtime());
+    } catch (Exception e) {
+      throw new IllegalArgumentException(
+          BACKEND + "=" + l3.backend().name() + ": the store cannot be opened: " + e, e);
     }
   }
 }

@@ -113,18 +113,25 @@ public final class Serving implements AutoCloseable {
 
   /**
    * Renders chat messages with {@code template} (with the generation prompt) and tokenizes the text
-   * with {@code tokenizer}, special tokens' text becoming their ids; a template's refusal is a 400
-   * naming {@code messages}.
+   * with {@code tokenizer}: the template's special tokens become their ids, while special-token
+   * text a client wrote in a message stays plain text ({@link ChatTemplate#encode}); a message or
+   * template refusal is a 400 naming {@code messages}.
    */
   public static Function<List<Map<String, Object>>, int[]> chatPrompt(
       ChatTemplate template, Tokenizer tokenizer) {
     return messages -> {
-      List<ChatMessage> list = new ArrayList<>();
-      for (Map<String, Object> m : messages) {
-        list.add(ChatMessage.of((String) m.get("role"), m.get("content")));
-      }
       try {
-        return tokenizer.encode(template.render(list, true));
+        List<ChatMessage> list = new ArrayList<>();
+        for (int i = 0; i < messages.size(); i++) {
+          Map<String, Object> m = messages.get(i);
+          Object content = m.get("content");
+          try {
+            list.add(ChatMessage.of((String) m.get("role"), content == null ? "" : content));
+          } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("messages[" + i + "]." + e.getMessage(), e);
+          }
+        }
+        return template.encode(tokenizer, list, true);
       } catch (ChatTemplateException | IllegalArgumentException e) {
         throw ApiException.invalid("messages", e.getMessage());
       }

@@ -2,9 +2,12 @@ package io.tokenspeed.server.http;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.tokenizer.Tokenizer;
-import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -15,8 +18,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
+import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Function;
+import java.util.function.Supplier;
 
 /**
  * Compiles the serving path before the first request. A throwaway engine of the same model (Device
@@ -35,6 +40,7 @@ public final class WarmUp {
    *
    * @param serving the serving engine's configuration (the warm-up engine takes its batch sizes)
    * @param chatPrompt the serving path's chat rendering
+   * @param l3 opens a store like the serving engine's, or null without L3
    * @param rounds how many times the workload runs (0 skips it)
    */
   public static long run(
@@ -43,8 +49,9 @@ public final class WarmUp {
       OptionalInt eos,
       Tokenizer tokenizer,
       Function<List<Map<String, Object>>, int[]> chatPrompt,
+      Supplier<L3Settings> l3,
       int rounds)
-      throws IOException, InterruptedException {
+      throws Exception {
     long start = System.nanoTime();
     if (rounds <= 0) {
       return 0;
@@ -64,7 +71,12 @@ public final class WarmUp {
             64);
     ServingState state = new ServingState();
     HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
-    try (Engine engine = Engine.start(model, config, eos);
+    String namespaceVersion = "warm-up-" + UUID.randomUUID();
+    L3Settings storage = l3 == null ? null : l3.get();
+    try (Engine engine =
+            storage == null
+                ? Engine.start(model, config, eos)
+                : Engine.start(model, config, eos, storage);
         Serving server =
             Serving.start(
                 new Serving.Options(
@@ -81,6 +93,9 @@ public final class WarmUp {
                     "fused",
                     0,
                     state))) {
+      if (l3 != null) {
+        engine.rotateNamespace(namespaceVersion);
+      }
       state.ready();
       SplittableRandom random = new SplittableRandom(0x3a7);
       for (int round = 0; round < rounds; round++) {
@@ -116,17 +131,73 @@ public final class WarmUp {
                     + "{\"role\":\"user\",\"content\":\"Say hello.\"}],\"max_tokens\":8,"
                     + "\"ignore_eos\":true,\"stream\":true}"));
         for (CompletableFuture<HttpResponse<String>> a : answers) {
-          HttpResponse<String> r = a.join();
-          if (r.statusCode() != 200) {
-            throw new IllegalStateException(
-                "a warm-up request failed with " + r.statusCode() + ": " + r.body());
-          }
+          check(a.join());
         }
+        if (l3 != null) {
+          restore(engine, client, server, ids(random, model.vocabSize(), 3 * 64 + 5));
+        }
+      }
+      if (storage != null) {
+        exerciseStore(storage.store(), engine.storageNamespace().orElseThrow().toString());
+        engine.updateWeightVersion(namespaceVersion + "-deleted"); // deletes the warm-up's objects
       }
     } finally {
       client.close();
     }
     return (System.nanoTime() - start) / 1_000_000;
+  }
+
+  /** Writes a prompt's pages to the store, clears the caches and restores them from the store. */
+  private static void restore(Engine engine, HttpClient client, Serving server, String prompt)
+      throws Exception {
+    String body = "{\"prompt\":" + prompt + ",\"max_tokens\":2,\"temperature\":0}";
+    check(post(client, server, "/v1/completions", body).join());
+    long deadline = System.nanoTime() + STORE_WAIT_NS;
+    while (engine.metrics().storage().map(s -> s.pending()).orElse(false)
+        && System.nanoTime() < deadline) {
+      Thread.sleep(5);
+    }
+    engine.clearCache().get();
+    check(post(client, server, "/v1/completions", body).join());
+  }
+
+  /**
+   * Calls the store client directly for a while — one PUT of a page's worth of objects under the
+   * warm-up's namespace, then QUERYs and GETs of them — so that its code is compiled, not only
+   * loaded: a handful of restores through the engine would leave it interpreted.
+   */
+  private static void exerciseStore(Store store, String namespace) throws Exception {
+    List<String> keys = new ArrayList<>();
+    List<MemorySegment> buffers = new ArrayList<>();
+    try (Arena arena = Arena.ofConfined()) {
+      for (int i = 0; i < STORE_OBJECTS; i++) {
+        keys.add(namespace + "_warm-up-" + i);
+        MemorySegment b = arena.allocate(STORE_OBJECT_BYTES, 64);
+        b.fill((byte) i);
+        buffers.add(b);
+      }
+      store.put(keys, buffers);
+      long deadline = System.nanoTime() + STORE_EXERCISE_NS;
+      for (int i = 0; i < STORE_ROUNDS && System.nanoTime() < deadline; i++) {
+        store.exists(keys);
+        store.get(keys, buffers);
+      }
+    }
+  }
+
+  private static final int STORE_OBJECTS = 16;
+  private static final long STORE_OBJECT_BYTES = 16 << 10;
+  private static final int STORE_ROUNDS = 400;
+  private static final long STORE_EXERCISE_NS = 4_000_000_000L;
+
+  /** How long the warm-up waits for its backups before it reads them back. */
+  private static final long STORE_WAIT_NS = 5_000_000_000L;
+
+  private static void check(HttpResponse<String> r) {
+    if (r.statusCode() != 200) {
+      throw new IllegalStateException(
+          "a warm-up request failed with " + r.statusCode() + ": " + r.body());
+    }
   }
 
   private static CompletableFuture<HttpResponse<String>> post(
