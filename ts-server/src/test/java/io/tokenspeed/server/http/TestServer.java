@@ -57,7 +57,11 @@ final class TestServer implements AutoCloseable {
           .connectTimeout(Duration.ofSeconds(10))
           .build();
 
-  private TestServer(CausalLm model, Engine engine, long maxBodyBytes) {
+  private TestServer(
+      CausalLm model,
+      Engine engine,
+      long maxBodyBytes,
+      Function<List<Map<String, Object>>, int[]> chatPrompt) {
     this.model = model;
     this.engine = engine;
     this.serving =
@@ -66,7 +70,7 @@ final class TestServer implements AutoCloseable {
                 engine,
                 model.vocabSize(),
                 tokenizer,
-                plainChat(tokenizer),
+                chatPrompt == null ? plainChat(tokenizer) : chatPrompt,
                 MODEL,
                 4096,
                 "127.0.0.1",
@@ -89,6 +93,16 @@ final class TestServer implements AutoCloseable {
 
   /** A server over a fresh engine of {@code model} (which the server closes). */
   static TestServer over(CausalLm model, L3Settings l3, long maxBodyBytes, boolean ready) {
+    return over(model, l3, maxBodyBytes, ready, null);
+  }
+
+  /** {@link #over} rendering chat messages with {@code chatPrompt} (null: the plain template). */
+  static TestServer over(
+      CausalLm model,
+      L3Settings l3,
+      long maxBodyBytes,
+      boolean ready,
+      Function<List<Map<String, Object>>, int[]> chatPrompt) {
     EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
     EngineConfig config =
         new EngineConfig(
@@ -105,7 +119,7 @@ final class TestServer implements AutoCloseable {
         l3 == null
             ? Engine.start(model, config, OptionalInt.empty())
             : Engine.start(model, config, OptionalInt.empty(), l3);
-    TestServer s = new TestServer(model, engine, maxBodyBytes);
+    TestServer s = new TestServer(model, engine, maxBodyBytes, chatPrompt);
     if (ready) {
       s.state.ready();
     }
