@@ -499,6 +499,26 @@ class HttpServerTest {
     assertEquals(200, update.statusCode(), update.body());
     assertEquals("v2", TestServer.json(update.body()).get("weight_version").asText());
     assertEquals("v2", server.engine.weightVersion());
+    HttpResponse<String> rotate = admin("/admin/rotate_namespace", "{\"weight_version\":\"v3\"}");
+    assertEquals(200, rotate.statusCode(), rotate.body());
+    JsonNode rotated = TestServer.json(rotate.body());
+    assertEquals("rotate_namespace", rotated.get("action").asText());
+    assertEquals("v2", rotated.get("previous_weight_version").asText());
+    assertEquals("v3", server.engine.weightVersion());
+  }
+
+  @Test
+  void shouldStreamSeveralChoicesEachAsItsNonStreamedText() {
+    String body =
+        "{\"prompt\":\"several choices\",\"max_tokens\":10,\"temperature\":0.8,\"n\":3,"
+            + "\"seed\":5,\"ignore_eos\":true";
+    JsonNode plain = TestServer.json(server.post("/v1/completions", body + "}").body());
+    List<JsonNode> events =
+        Sse.events(server.post("/v1/completions", body + ",\"stream\":true}").body());
+    for (int i = 0; i < 3; i++) {
+      assertEquals(plain.get("choices").get(i).get("text").asText(), Sse.text(events, i));
+      assertEquals("length", Sse.finishReason(events, i));
+    }
   }
 
   static HttpResponse<String> admin(String path, String body) {
