@@ -144,6 +144,11 @@ final class ModelOptions {
    * UTF-8 byte).
    */
   Tokenizer tokenizer(Path folder) {
+    return tokenizerOf(folder);
+  }
+
+  /** {@link #tokenizer(Path)} for commands without this mixin. */
+  static Tokenizer tokenizerOf(Path folder) {
     Path tokenizerJson = folder.resolve(Tokenizer.TOKENIZER_JSON);
     if (!Files.isRegularFile(tokenizerJson)) {
       return ByteTokenizer.plain();

@@ -13,7 +13,7 @@ class BenchCommandTest {
   @CsvSource(
       delimiter = ';',
       value = {
-        "bench; a benchmark is required: ttft",
+        "bench; a benchmark is required: ttft, serve",
         "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis",
         "bench ttft --stores redis; --stores redis needs --redis-uri URI",
         "bench ttft --prompts 0; --prompts >= 1, --prefix-tokens >= 128",

@@ -1,0 +1,1346 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineMetrics;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestHandle;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.cli.StreamClient.Completion;
+import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.Serving;
+import io.tokenspeed.server.http.ServingState;
+import io.tokenspeed.server.http.WarmUp;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.lang.management.ManagementFactory;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+import java.util.function.ToDoubleFunction;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code tokenspeed bench serve}: the serving path measured from the client's side, in one process
+ * (engines, HTTP servers and the client of {@link StreamClient}), with a Markdown report.
+ *
+ * <ul>
+ *   <li>{@code --mode overhead}: one warmed server over one engine; pairs of the same short prompt
+ *       (under one page, so that a repeat reuses nothing), one side {@link Engine#submit} with its
+ *       first {@link RequestHandle#nextToken()}, the other a streamed completion through HTTP to
+ *       its first event carrying a token, the order alternating pair by pair. Target: HTTP p50 ≤
+ *       1.05 × direct p50 + 1 ms.
+ *   <li>{@code --mode load}: closed-loop clients on virtual threads, each sending its requests one
+ *       after the other, over a seeded shared-prefix workload (a random one of S system prompts of
+ *       P tokens, then a random user suffix of U tokens); per configuration — one server with L3
+ *       off, one server with L3 on, two servers behind one store with L3 on — and per number of
+ *       clients: requests/s, TTFT and TPOT percentiles, the prefill saved and the share of it the
+ *       store gave. Every configuration runs on fresh engines and a fresh store (a new file-store
+ *       directory, or a new Redis namespace deleted afterwards); with two servers every client
+ *       sends its even requests to the first and its odd ones to the second, so the first wave
+ *       reaches the first server alone and the second server, started empty, can have the first's
+ *       prefixes only through the store. The configurations' order is reversed on every other
+ *       repeat.
+ * </ul>
+ *
+ * The JIT warm-up ({@link WarmUp}, and in load mode an L3 round trip through two throwaway servers)
+ * runs once, before any timed request.
+ */
+@Command(
+    name = "serve",
+    mixinStandardHelpOptions = true,
+    sortOptions = false,
+    description = {
+      "The serving path from a client's side, in-process: --mode overhead (HTTP time to the first"
+          + " streamed token vs Engine.submit) or --mode load (concurrent clients over a"
+          + " shared-prefix workload: one server with L3 off and on, two servers behind one"
+          + " store). Prints a Markdown report."
+    })
+final class BenchServeCommand implements Callable<Integer> {
+
+  /** Helidon's own log, held so that its level stays (a logger nobody holds may be collected). */
+  private static final Logger HELIDON_LOG = Logger.getLogger("io.helidon");
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** L3 extensions of one page or more are worth a read (the default is four pages). */
+  static final int MIN_EXTENSION_TOKENS = 64;
+
+  @Spec private CommandSpec spec;
+
+  @Option(
+      names = "--mode",
+      required = true,
+      paramLabel = "overhead|load",
+      description = "What to measure.")
+  private String mode;
+
+  @Option(
+      names = "--model",
+      paramLabel = "DIR|synthetic:NAME",
+      description = "Model (default: ${DEFAULT-VALUE}).")
+  private String model = "synthetic:llama-100m";
+
+  @Option(
+      names = "--threads",
+      paramLabel = "N",
+      description =
+          "Compute threads of each engine (default: overhead every core; load the cores divided"
+              + " among the configuration's servers).")
+  private Integer threads;
+
+  @Option(
+      names = "--max-tokens",
+      paramLabel = "M",
+      description = "Tokens generated per request (default: ${DEFAULT-VALUE}).")
+  private int maxTokens = 16;
+
+  @Option(
+      names = "--workload-seed",
+      paramLabel = "N",
+      description =
+          "Seed of the prompts and of each request's choices (default: ${DEFAULT-VALUE}).")
+  private long workloadSeed = 7;
+
+  @Option(
+      names = "--warmup-rounds",
+      paramLabel = "N",
+      description =
+          "Rounds of the serving warm-up before any timed request (default: ${DEFAULT-VALUE}).")
+  private int warmupRounds = 3;
+
+  @Option(
+      names = "--pairs",
+      paramLabel = "N",
+      description = "overhead: direct / HTTP pairs (default: ${DEFAULT-VALUE}).")
+  private int pairs = 30;
+
+  @Option(
+      names = "--prompt-tokens",
+      paramLabel = "N",
+      description = "overhead: the prompt's tokens, under one page (default: ${DEFAULT-VALUE}).")
+  private int promptTokens = 48;
+
+  @Option(
+      names = "--clients",
+      split = ",",
+      paramLabel = "N[,N...]",
+      description = "load: concurrent clients, one run each (default: 16,64).")
+  private List<Integer> clients = List.of(16, 64);
+
+  @Option(
+      names = "--requests",
+      paramLabel = "R",
+      description = "load: requests each client sends (default: ${DEFAULT-VALUE}).")
+  private int requests = 8;
+
+  @Option(
+      names = "--system-prompts",
+      paramLabel = "S",
+      description = "load: distinct system prompts (default: ${DEFAULT-VALUE}).")
+  private int systemPrompts = 4;
+
+  @Option(
+      names = "--system-tokens",
+      paramLabel = "P",
+      description = "load: tokens of each system prompt, whole pages (default: ${DEFAULT-VALUE}).")
+  private int systemTokens = 256;
+
+  @Option(
+      names = "--user-tokens",
+      paramLabel = "U",
+      description = "load: tokens of each request's own suffix (default: ${DEFAULT-VALUE}).")
+  private int userTokens = 32;
+
+  @Option(
+      names = "--repeats",
+      paramLabel = "N",
+      description =
+          "load: runs of the whole matrix, the configurations' order reversed on every other"
+              + " (default: ${DEFAULT-VALUE}).")
+  private int repeats = 1;
+
+  @Option(
+      names = "--redis-uri",
+      paramLabel = "URI",
+      description =
+          "load: the store is this Redis server (default: the file store in a new"
+              + " temporary directory).")
+  private String redisUri;
+
+  @Option(
+      names = "--file-fsync",
+      description = "load: the file store forces every object to the disk (default: off).")
+  private boolean fileFsync;
+
+  @Option(
+      names = "--soft-deadline-ms",
+      paramLabel = "MS",
+      description =
+          "load: how long a request waits for L3 (async.soft_deadline_ms; default:"
+              + " ${DEFAULT-VALUE}: several rounds of prefill under load).")
+  private int softDeadlineMs = 2000;
+
+  @Option(
+      names = "--device-tokens",
+      paramLabel = "TOKENS",
+      description = "Device KV capacity of each engine, in tokens (default: ${DEFAULT-VALUE}).")
+  private int deviceTokens = 8192;
+
+  @Option(
+      names = "--host-ratio",
+      paramLabel = "RATIO",
+      description = "Host KV capacity as a multiple of the Device's (default: ${DEFAULT-VALUE}).")
+  private double hostRatio = 0.125;
+
+  @Option(
+      names = "--max-running",
+      paramLabel = "N",
+      description = "Most requests each engine decodes together (default: ${DEFAULT-VALUE}).")
+  private int maxRunning = 32;
+
+  @Option(
+      names = "--token-budget",
+      paramLabel = "TOKENS",
+      description = "Most tokens one forward batch computes (default: ${DEFAULT-VALUE}).")
+  private int tokenBudget = 512;
+
+  @Option(names = "--out", paramLabel = "FILE", description = "Also write the report to this file.")
+  private Path out;
+
+  /** One load configuration. */
+  record Setup(String name, int servers, boolean l3) {}
+
+  static final List<Setup> SETUPS =
+      List.of(
+          new Setup("one server, L3 off", 1, false),
+          new Setup("one server, L3 on", 1, true),
+          new Setup("two servers, one store, L3 on", 2, true));
+
+  /** One engine behind its HTTP server. */
+  private record Replica(Engine engine, Serving serving) implements AutoCloseable {
+    URI completions() {
+      return URI.create("http://127.0.0.1:" + serving.port() + "/v1/completions");
+    }
+
+    URI health() {
+      return URI.create("http://127.0.0.1:" + serving.port() + "/health");
+    }
+
+    @Override
+    public void close() {
+      serving.close();
+      engine.close();
+    }
+  }
+
+  /** What every run of one invocation shares. */
+  private record Env(
+      CausalLm lm,
+      Tokenizer tokenizer,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      StreamClient client,
+      Path work,
+      PrintWriter err) {}
+
+  @Override
+  public Integer call() throws Exception {
+    check();
+    if (ModuleLayer.boot().findModule("jdk.incubator.vector").isEmpty()) {
+      throw new IllegalArgumentException(
+          "bench serve needs the JVM option --add-modules jdk.incubator.vector (bin/tokenspeed"
+              + " adds it)");
+    }
+    HELIDON_LOG.setLevel(Level.WARNING);
+    PrintWriter err = spec.commandLine().getErr();
+    Path folder = folder();
+    Tokenizer tokenizer = ModelOptions.tokenizerOf(folder);
+    var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
+    Machine before = Machine.now();
+    Path work = Files.createTempDirectory("tokenspeed-bench-serve");
+    String body;
+    try (CausalLm lm = load(folder);
+        StreamClient client = new StreamClient()) {
+      Env env = new Env(lm, tokenizer, chatPrompt, client, work, err);
+      body = mode.equals("overhead") ? overhead(env) : load(env);
+    } finally {
+      DemoCommand.deleteTree(work);
+    }
+    String report = header(before, Machine.now()) + body;
+    PrintWriter o = spec.commandLine().getOut();
+    o.print(report);
+    o.flush();
+    if (out != null) {
+      Path parent = out.toAbsolutePath().getParent();
+      if (parent != null) {
+        Files.createDirectories(parent);
+      }
+      Files.writeString(out, report, StandardCharsets.UTF_8);
+      err.println("wrote " + out);
+      err.flush();
+    }
+    return 0;
+  }
+
+  private void check() {
+    if (!mode.equals("overhead") && !mode.equals("load")) {
+      throw usage("--mode=" + mode + " is not one of: overhead, load");
+    }
+    int page = EngineConfig.defaults(2).prefixGranularity();
+    positive("--max-tokens", maxTokens);
+    positive("--pairs", pairs);
+    positive("--requests", requests);
+    positive("--system-prompts", systemPrompts);
+    positive("--user-tokens", userTokens);
+    positive("--repeats", repeats);
+    positive("--max-running", maxRunning);
+    positive("--token-budget", tokenBudget);
+    positive("--soft-deadline-ms", softDeadlineMs);
+    if (warmupRounds < 0) {
+      throw usage("--warmup-rounds=" + warmupRounds + " must be at least 0");
+    }
+    if (threads != null) {
+      positive("--threads", threads);
+    }
+    if (promptTokens < 1 || promptTokens >= page) {
+      throw usage(
+          "--prompt-tokens="
+              + promptTokens
+              + " must be in [1, "
+              + (page - 1)
+              + "]: under one page, so that a repeated prompt reuses nothing");
+    }
+    if (systemTokens < page || systemTokens % page != 0) {
+      throw usage(
+          "--system-tokens="
+              + systemTokens
+              + " must be a positive multiple of the page ("
+              + page
+              + ")");
+    }
+    if (clients.isEmpty() || clients.stream().anyMatch(c -> c < 1)) {
+      throw usage("--clients=" + clients + " must list numbers of at least 1");
+    }
+    if (!(hostRatio > 0) || !Double.isFinite(hostRatio)) {
+      throw usage("--host-ratio=" + hostRatio + " must be a finite number > 0");
+    }
+    int perRequest = Math.max(systemTokens + userTokens, promptTokens) + maxTokens;
+    if (deviceTokens < perRequest) {
+      throw usage(
+          "--device-tokens="
+              + deviceTokens
+              + " must hold one request: at least "
+              + perRequest
+              + " (prompt and --max-tokens)");
+    }
+    if (redisUri != null) {
+      try {
+        store(Path.of("unused"));
+      } catch (IllegalArgumentException e) {
+        throw usage("--redis-uri=" + redisUri + ": " + e.getMessage());
+      }
+    }
+  }
+
+  private void positive(String flag, int value) {
+    if (value < 1) {
+      throw usage(flag + "=" + value + " must be at least 1");
+    }
+  }
+
+  private ParameterException usage(String message) {
+    return new ParameterException(spec.commandLine(), message);
+  }
+
+  private Path folder() {
+    if (SyntheticCheckpoints.isSynthetic(model)) {
+      try {
+        return SyntheticCheckpoints.materialize(
+            model, SyntheticCheckpoints.DEFAULT_SEED, DType.F32);
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
+      }
+    }
+    Path dir = Path.of(model);
+    if (!Files.isDirectory(dir)) {
+      throw new IllegalArgumentException(
+          "--model=" + model + " is not a directory (nor synthetic:NAME)");
+    }
+    return dir;
+  }
+
+  private CausalLm load(Path folder) {
+    try {
+      return CausalLm.load(folder);
+    } catch (io.tokenspeed.model.checkpoint.CheckpointException e) {
+      throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
+    }
+  }
+
+  private EngineConfig engineConfig(CausalLm lm, int computeThreads) {
+    int parents = Engine.deviceParentsFor(lm, deviceTokens);
+    EngineConfig base = EngineConfig.defaults(parents);
+    return new EngineConfig(
+        base.prefixGranularity(),
+        base.blockGranularity(),
+        parents,
+        hostRatio,
+        tokenBudget,
+        maxRunning,
+        base.demoteBelowFreeParents(),
+        computeThreads,
+        base.maxQueued());
+  }
+
+  private static int cores() {
+    return Runtime.getRuntime().availableProcessors();
+  }
+
+  private Replica start(Env env, EngineConfig config, Optional<StorageExtraConfig.Resolved> l3) {
+    OptionalInt eos = env.tokenizer().specialTokens().eosId();
+    Engine engine = StorageOptions.startEngine(env.lm(), config, eos, l3);
+    try {
+      ServingState state = new ServingState();
+      Serving serving =
+          Serving.start(
+              new Serving.Options(
+                  engine,
+                  env.lm().vocabSize(),
+                  env.tokenizer(),
+                  env.chatPrompt(),
+                  model,
+                  engine.maxRequestTokens(),
+                  "127.0.0.1",
+                  0,
+                  4L << 20,
+                  null,
+                  "fused",
+                  0,
+                  state));
+      state.ready();
+      return new Replica(engine, serving);
+    } catch (RuntimeException | Error e) {
+      engine.close();
+      throw e;
+    }
+  }
+
+  private void progress(Env env, String what) {
+    env.err().println(what);
+    env.err().flush();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // overhead
+
+  private String overhead(Env env) throws Exception {
+    int computeThreads = threads != null ? threads : cores();
+    EngineConfig config = engineConfig(env.lm(), computeThreads);
+    progress(env, "warming up (" + warmupRounds + " rounds)");
+    long warmMs =
+        WarmUp.run(
+            env.lm(),
+            config,
+            env.tokenizer().specialTokens().eosId(),
+            env.tokenizer(),
+            env.chatPrompt(),
+            warmupRounds);
+    int[] prompt =
+        new SplittableRandom(workloadSeed).ints(promptTokens, 0, env.lm().vocabSize()).toArray();
+    SamplingParams params = SamplingParams.greedy(maxTokens).withIgnoreEos(true);
+    Sides sides = new Sides(pairs);
+    try (Replica r = start(env, config, Optional.empty())) {
+      for (int i = 0; i < 3; i++) { // untimed: the client's own path and the connection
+        direct(r.engine(), prompt, params);
+        http(env, r, prompt);
+      }
+      for (int i = 0; i < pairs; i++) {
+        boolean directFirst = i % 2 == 0;
+        for (int side = 0; side < 2; side++) {
+          Thread.sleep(20); // both sides start from an idle engine and server
+          if ((side == 0) == directFirst) {
+            double[] d = direct(r.engine(), prompt, params);
+            sides.direct[i] = d[0];
+            sides.directEngine[i] = d[1];
+          } else {
+            double[] h = http(env, r, prompt);
+            sides.http[i] = h[0];
+            sides.httpEngine[i] = h[1];
+            sides.headers[i] = h[2];
+          }
+        }
+        Thread.sleep(20);
+        sides.health[i] = env.client().roundTripMs(r.health());
+        progress(
+            env,
+            String.format(
+                Locale.ROOT,
+                "pair %d/%d: direct %.2f ms (engine %.2f), HTTP %.2f ms (engine %.2f), GET"
+                    + " /health %.2f ms",
+                i + 1,
+                pairs,
+                sides.direct[i],
+                sides.directEngine[i],
+                sides.http[i],
+                sides.httpEngine[i],
+                sides.health[i]));
+      }
+    }
+    return overheadReport(config, computeThreads, warmMs, sides);
+  }
+
+  /**
+   * Per pair: each side's TTFT as its caller saw it, and the engine's own TTFT of the same request
+   * (submission to the first token, {@code RequestMetrics.ttftNs}), in milliseconds.
+   */
+  private record Sides(
+      double[] direct,
+      double[] directEngine,
+      double[] http,
+      double[] httpEngine,
+      double[] headers,
+      double[] health) {
+    Sides(int n) {
+      this(
+          new double[n], new double[n], new double[n], new double[n], new double[n], new double[n]);
+    }
+  }
+
+  /**
+   * Submission to the first token on the caller's thread, and the engine's own TTFT; the request
+   * then runs to its end.
+   */
+  private static double[] direct(Engine engine, int[] prompt, SamplingParams params)
+      throws Exception {
+    long t0 = System.nanoTime();
+    RequestHandle h = engine.submit(prompt, params, 0);
+    OptionalInt first = h.nextToken();
+    long t1 = System.nanoTime();
+    GenerationResult r = h.result().get(10, TimeUnit.MINUTES);
+    if (first.isEmpty() || r.failure().isPresent()) {
+      throw new IllegalStateException("a direct request failed: " + r.error());
+    }
+    return new double[] {(t1 - t0) / 1e6, r.metrics().ttftNs() / 1e6};
+  }
+
+  /**
+   * A streamed completion's TTFT as the client saw it, the engine's own TTFT of it (from the
+   * server's TTFT histogram: the growth of its sum, once the request is recorded), and the time to
+   * the response headers.
+   */
+  private double[] http(Env env, Replica r, int[] prompt) throws InterruptedException {
+    double[] before = ttftHistogram(r.serving());
+    Completion c = env.client().complete(r.completions(), prompt, maxTokens);
+    if (!c.ok()) {
+      throw new IllegalStateException("an HTTP request failed: " + c.error());
+    }
+    double[] after = ttftHistogram(r.serving());
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (after[1] == before[1] && System.nanoTime() - deadline < 0) {
+      Thread.sleep(1); // the server records a request after its last event
+      after = ttftHistogram(r.serving());
+    }
+    if (after[1] != before[1] + 1) {
+      throw new IllegalStateException(
+          "the server recorded " + (after[1] - before[1]) + " first tokens for one request");
+    }
+    return new double[] {c.ttftMs(), (after[0] - before[0]) * 1e3, c.headersMs()};
+  }
+
+  private static final String TTFT_METRIC = "tokenspeed:time_to_first_token_seconds";
+
+  /** The sum (seconds) and the count of the server's TTFT histogram. */
+  private static double[] ttftHistogram(Serving serving) {
+    double[] out = {Double.NaN, Double.NaN};
+    for (String line : serving.metrics().scrape().split("\n")) {
+      int k =
+          line.startsWith(TTFT_METRIC + "_sum")
+              ? 0
+              : line.startsWith(TTFT_METRIC + "_count") ? 1 : -1;
+      if (k >= 0) {
+        out[k] = Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+      }
+    }
+    if (Double.isNaN(out[0]) || Double.isNaN(out[1])) {
+      throw new IllegalStateException("the server's metrics have no " + TTFT_METRIC);
+    }
+    return out;
+  }
+
+  private String overheadReport(EngineConfig config, int computeThreads, long warmMs, Sides sides) {
+    double[] diff = new double[pairs];
+    double[] directOwn = new double[pairs];
+    double[] httpOwn = new double[pairs];
+    for (int i = 0; i < pairs; i++) {
+      diff[i] = sides.http()[i] - sides.direct()[i];
+      directOwn[i] = sides.direct()[i] - sides.directEngine()[i];
+      httpOwn[i] = sides.http()[i] - sides.httpEngine()[i];
+    }
+    double[] d = sorted(sides.direct());
+    double[] h = sorted(sides.http());
+    double[] df = sorted(diff);
+    double dp50 = pct(d, 0.5);
+    double hp50 = pct(h, 0.5);
+    double bound = 1.05 * dp50 + 1;
+    StringBuilder b = new StringBuilder();
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "Workload: one prompt of %d seeded random tokens (under one page: a repeat reuses"
+                + " nothing), greedy, %d generated tokens, logprobs 0 on both sides (every token"
+                + " its own event); %d pairs, the side that goes first alternating, each request"
+                + " alone on an idle engine (20 ms apart). One engine (%d compute threads, token"
+                + " budget %d, max running %d, L3 off) behind one HTTP server on loopback; warm-up"
+                + " %d rounds (%d ms) and 3 untimed pairs before the first timed one.%n%n",
+            promptTokens,
+            maxTokens,
+            pairs,
+            computeThreads,
+            config.tokenBudget(),
+            config.maxRunning(),
+            warmupRounds,
+            warmMs));
+    b.append("| figure, ms | requests | p50 | p90 | min | max |\n");
+    b.append("|---|---:|---:|---:|---:|---:|\n");
+    row(b, "direct TTFT: Engine.submit to the first nextToken()", d);
+    row(b, "HTTP TTFT: request sent to the first data event with a token", h);
+    row(b, "HTTP: request sent to the response headers", sorted(sides.headers()));
+    row(b, "engine's own TTFT of the direct requests", sorted(sides.directEngine()));
+    row(b, "engine's own TTFT of the HTTP requests", sorted(sides.httpEngine()));
+    row(b, "direct TTFT − its engine's own TTFT", sorted(directOwn));
+    row(b, "HTTP TTFT − its engine's own TTFT", sorted(httpOwn));
+    row(b, "HTTP TTFT − direct TTFT, per pair", df);
+    row(b, "GET /health round trip, after each pair (no engine)", sorted(sides.health()));
+    b.append("\n| figure | value |\n|---|---:|\n");
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "| HTTP / direct TTFT, ratio of the medians | %.3f× |%n"
+                + "| HTTP − direct TTFT, difference of the medians | %+.2f ms |%n"
+                + "| time outside the engine, HTTP − direct, difference of the medians | %+.2f ms"
+                + " |%n"
+                + "| target: HTTP p50 ≤ 1.05 × direct p50 + 1 ms = %.2f ms | %s (%.2f ms) |%n",
+            hp50 / dp50,
+            hp50 - dp50,
+            pct(sorted(httpOwn), 0.5) - pct(sorted(directOwn), 0.5),
+            bound,
+            hp50 <= bound ? "met" : "**not met**",
+            hp50));
+    b.append(
+        "\nThe engine's own TTFT is submission to the first token on the engine's clock"
+            + " (RequestMetrics.ttftNs; for HTTP read from the server's TTFT histogram, request"
+            + " by request). What a side adds outside the engine is its TTFT minus that: for"
+            + " HTTP the request's way in (connection, headers, body, parsing, submission) and"
+            + " the first token's way out (JSON, the event, the socket, the client). The GET"
+            + " /health round trip through the same client and server is the machine's floor"
+            + " for any HTTP exchange at the time.\n");
+    return b.toString();
+  }
+
+  private static void row(StringBuilder b, String side, double[] sorted) {
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "| %s | %d | %.2f | %.2f | %.2f | %.2f |%n",
+            side,
+            sorted.length,
+            pct(sorted, 0.5),
+            pct(sorted, 0.9),
+            sorted[0],
+            sorted[sorted.length - 1]));
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // load
+
+  /** The seeded shared-prefix workload: S system prompts, and per client its prompts in order. */
+  record Workload(int[][] systems, int[][][] prompts, int[][] systemOf) {
+    static Workload of(long seed, int vocab, int s, int p, int u, int clients, int requests) {
+      SplittableRandom random = new SplittableRandom(seed);
+      int[][] systems = new int[s][];
+      for (int i = 0; i < s; i++) {
+        systems[i] = random.ints(p, 0, vocab).toArray();
+      }
+      int[][][] prompts = new int[clients][requests][];
+      int[][] systemOf = new int[clients][requests];
+      for (int c = 0; c < clients; c++) {
+        SplittableRandom own = random.split();
+        for (int j = 0; j < requests; j++) {
+          int k = own.nextInt(s);
+          systemOf[c][j] = k;
+          int[] prompt = Arrays.copyOf(systems[k], p + u);
+          for (int t = p; t < p + u; t++) {
+            prompt[t] = own.nextInt(vocab);
+          }
+          prompts[c][j] = prompt;
+        }
+      }
+      return new Workload(systems, prompts, systemOf);
+    }
+  }
+
+  /** One request as measured, with the server it went to. */
+  record Sample(int server, Completion completion) {}
+
+  /** One server's engine-side figures after a run. */
+  record ServerFigures(
+      long softTimeouts,
+      long readyExpirations,
+      long pressureBypasses,
+      String droppedBackupKeys,
+      long getsIssued,
+      long putsIssued,
+      int deviceParents,
+      int hostParents) {
+
+    long fallbacks() {
+      return softTimeouts + readyExpirations + pressureBypasses;
+    }
+  }
+
+  /** One run of one configuration at one number of clients. */
+  record Run(
+      Setup setup,
+      int clients,
+      int repeat,
+      int computeThreads,
+      double wallS,
+      List<Sample> samples,
+      List<ServerFigures> servers) {
+
+    List<Completion> ok() {
+      return samples.stream().map(Sample::completion).filter(Completion::ok).toList();
+    }
+
+    long errors() {
+      return samples.stream().filter(s -> !s.completion().ok()).count();
+    }
+
+    double requestsPerSecond() {
+      return ok().size() / wallS;
+    }
+
+    double[] values(ToDoubleFunction<Completion> f) {
+      return sorted(ok().stream().mapToDouble(f).filter(v -> !Double.isNaN(v)).toArray());
+    }
+
+    double saved() {
+      long prompt = ok().stream().mapToLong(Completion::promptTokens).sum();
+      return prompt == 0
+          ? 0
+          : (double) ok().stream().mapToLong(Completion::cachedTokens).sum() / prompt;
+    }
+
+    /** The share of the cached prompt tokens the store gave. */
+    double storageShare() {
+      long cached = ok().stream().mapToLong(Completion::cachedTokens).sum();
+      return cached == 0
+          ? 0
+          : (double) ok().stream().mapToLong(Completion::storageTokens).sum() / cached;
+    }
+
+    long fallbacks() {
+      return servers.stream().mapToLong(ServerFigures::fallbacks).sum();
+    }
+  }
+
+  private String load(Env env) throws Exception {
+    int vocab = env.lm().vocabSize();
+    int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElseThrow();
+    Workload workload =
+        Workload.of(
+            workloadSeed, vocab, systemPrompts, systemTokens, userTokens, maxClients, requests);
+    EngineConfig warmConfig = engineConfig(env.lm(), cores());
+    progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
+    long warmMs =
+        WarmUp.run(
+            env.lm(),
+            warmConfig,
+            env.tokenizer().specialTokens().eosId(),
+            env.tokenizer(),
+            env.chatPrompt(),
+            warmupRounds);
+    warmMs += warmL3(env, vocab);
+    List<Run> runs = new ArrayList<>();
+    int index = 0;
+    for (int r = 0; r < repeats; r++) {
+      List<Setup> order = new ArrayList<>(SETUPS);
+      if (r % 2 == 1) {
+        java.util.Collections.reverse(order);
+      }
+      for (int c : clients) {
+        for (Setup setup : order) {
+          progress(
+              env,
+              "repeat " + (r + 1) + "/" + repeats + ": " + setup.name() + ", " + c + " clients");
+          Run run = runLoad(env, setup, c, r, workload, index++);
+          runs.add(run);
+          progress(
+              env,
+              String.format(
+                  Locale.ROOT,
+                  "  %.1f s, %.2f requests/s, TTFT p50 %.1f ms, prefill saved %.1f %% (%.1f %%"
+                      + " of it from the store), %d errors",
+                  run.wallS(),
+                  run.requestsPerSecond(),
+                  pct(run.values(Completion::ttftMs), 0.5),
+                  100 * run.saved(),
+                  100 * run.storageShare(),
+                  run.errors()));
+        }
+      }
+    }
+    return loadReport(runs, warmMs);
+  }
+
+  /** The store's settings for one configuration: a fresh directory, or Redis. */
+  private Optional<StorageExtraConfig.Resolved> store(Path dir) {
+    ObjectNode json = JSON.createObjectNode();
+    String backend;
+    if (redisUri != null) {
+      backend = "redis";
+      json.put("uri", redisUri);
+    } else {
+      backend = "file";
+      json.put("path", dir.toString());
+      json.put("fsync", fileFsync);
+    }
+    json.putObject("async")
+        .put("min_extension_tokens", MIN_EXTENSION_TOKENS)
+        .put("soft_deadline_ms", softDeadlineMs);
+    return Optional.of(StorageExtraConfig.parse(backend, json.toString()));
+  }
+
+  /**
+   * Starts {@code n} replicas, over one store when {@code l3} (under a namespace of their own with
+   * Redis: {@code version}).
+   */
+  private List<Replica> replicas(
+      Env env, EngineConfig config, int n, boolean l3, Path dir, String version) throws Exception {
+    List<Replica> out = new ArrayList<>();
+    try {
+      for (int s = 0; s < n; s++) {
+        Replica r = start(env, config, l3 ? store(dir) : Optional.empty());
+        out.add(r);
+        if (l3 && redisUri != null) {
+          r.engine().rotateNamespace(version);
+        }
+      }
+      return out;
+    } catch (Exception | Error e) {
+      out.forEach(Replica::close);
+      throw e;
+    }
+  }
+
+  /** Deletes a Redis namespace's objects once every replica is quiet; the directory goes later. */
+  private void dropNamespace(List<Replica> replicas, String version) throws Exception {
+    if (redisUri != null) {
+      replicas.getFirst().engine().updateWeightVersion(version + "-deleted");
+    }
+  }
+
+  /**
+   * Untimed: two throwaway servers over a throwaway store; a prompt of two pages on the first, the
+   * same pages with another suffix on the second once the first's writes are done (a restore), and
+   * a few concurrent requests, all through the benchmark's client.
+   */
+  private long warmL3(Env env, int vocab) throws Exception {
+    long t0 = System.nanoTime();
+    int page = EngineConfig.defaults(2).prefixGranularity();
+    SplittableRandom random = new SplittableRandom(workloadSeed ^ 0x5eed);
+    int[] prefix = random.ints(2 * page, 0, vocab).toArray();
+    String version = "bench-serve-warm-up-" + System.nanoTime();
+    EngineConfig config = engineConfig(env.lm(), Math.max(1, cores() / 2));
+    List<Replica> pair =
+        replicas(env, config, 2, true, env.work().resolve("warm-up-store"), version);
+    try {
+      for (int i = 0; i < 2; i++) {
+        int[] prompt = Arrays.copyOf(prefix, prefix.length + 8);
+        for (int t = prefix.length; t < prompt.length; t++) {
+          prompt[t] = random.nextInt(vocab);
+        }
+        Completion c = env.client().complete(pair.get(i).completions(), prompt, maxTokens);
+        if (!c.ok()) {
+          throw new IllegalStateException("a warm-up request failed: " + c.error());
+        }
+        awaitQuiet(pair.get(i).engine());
+      }
+      try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
+        List<Future<Completion>> all = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+          int[] prompt = random.ints(page / 2, 0, vocab).toArray();
+          URI uri = pair.get(i % 2).completions();
+          all.add(pool.submit(() -> env.client().complete(uri, prompt, maxTokens)));
+        }
+        for (Future<Completion> f : all) {
+          if (!f.get().ok()) {
+            throw new IllegalStateException("a warm-up request failed: " + f.get().error());
+          }
+        }
+      }
+      for (Replica r : pair) {
+        awaitQuiet(r.engine());
+      }
+      dropNamespace(pair, version);
+    } finally {
+      pair.forEach(Replica::close);
+    }
+    return (System.nanoTime() - t0) / 1_000_000;
+  }
+
+  private Run runLoad(Env env, Setup setup, int numClients, int repeat, Workload w, int index)
+      throws Exception {
+    int computeThreads = threads != null ? threads : Math.max(1, cores() / setup.servers());
+    EngineConfig config = engineConfig(env.lm(), computeThreads);
+    Path dir = env.work().resolve("store-" + index);
+    String version = "bench-serve-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+    List<Replica> replicas = replicas(env, config, setup.servers(), setup.l3(), dir, version);
+    try {
+      List<List<Sample>> perClient = new ArrayList<>();
+      CountDownLatch go = new CountDownLatch(1);
+      long t0;
+      long t1;
+      try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
+        List<Future<?>> all = new ArrayList<>();
+        for (int c = 0; c < numClients; c++) {
+          List<Sample> mine = new ArrayList<>();
+          perClient.add(mine);
+          int client = c;
+          all.add(
+              pool.submit(
+                  () -> {
+                    go.await();
+                    for (int j = 0; j < requests; j++) {
+                      int server = j % replicas.size();
+                      Completion done =
+                          env.client()
+                              .complete(
+                                  replicas.get(server).completions(),
+                                  w.prompts()[client][j],
+                                  maxTokens);
+                      mine.add(new Sample(server, done));
+                    }
+                    return null;
+                  }));
+        }
+        t0 = System.nanoTime();
+        go.countDown();
+        for (Future<?> f : all) {
+          f.get();
+        }
+        t1 = System.nanoTime();
+      }
+      List<ServerFigures> figures = new ArrayList<>();
+      for (Replica r : replicas) {
+        awaitQuiet(r.engine());
+        figures.add(figures(r.engine()));
+      }
+      if (setup.l3()) {
+        dropNamespace(replicas, version);
+      }
+      List<Sample> samples = perClient.stream().flatMap(List::stream).toList();
+      return new Run(setup, numClients, repeat, computeThreads, (t1 - t0) / 1e9, samples, figures);
+    } finally {
+      replicas.forEach(Replica::close);
+      DemoCommand.deleteTree(dir);
+    }
+  }
+
+  /** Waits until the engine is idle and its storage work is done (at most a minute). */
+  private static void awaitQuiet(Engine engine) throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(1);
+    while (System.nanoTime() - deadline < 0) {
+      EngineMetrics m = engine.metrics();
+      if (m.idle() && m.storage().map(s -> !s.pending()).orElse(true)) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new IllegalStateException("an engine was still busy a minute after its last request");
+  }
+
+  private static ServerFigures figures(Engine engine) {
+    EngineMetrics m = engine.metrics();
+    if (m.storage().isEmpty()) {
+      return new ServerFigures(
+          0, 0, 0, "–", 0, 0, m.device().totalParents(), m.host().totalParents());
+    }
+    EngineMetrics.Transfers t = m.storage().get().transfers();
+    return new ServerFigures(
+        t.softTimeouts(),
+        t.readyExpirations(),
+        t.pressureBypasses(),
+        dropped(t.droppedBackupKeys()),
+        t.getsIssued(),
+        t.putsIssued(),
+        m.device().totalParents(),
+        m.host().totalParents());
+  }
+
+  /** The dropped backup keys by reason, e.g. {@code 16 (unavailable 16)}, or {@code 0}. */
+  private static String dropped(Map<io.tokenspeed.scheduler.StorageCounters.DropReason, Long> m) {
+    long total = m.values().stream().mapToLong(Long::longValue).sum();
+    if (total == 0) {
+      return "0";
+    }
+    List<String> parts = new ArrayList<>();
+    for (var e : new java.util.TreeMap<>(m).entrySet()) {
+      if (e.getValue() > 0) {
+        parts.add(e.getKey().name().toLowerCase(Locale.ROOT) + " " + e.getValue());
+      }
+    }
+    return total + " (" + String.join(", ", parts) + ")";
+  }
+
+  private String loadReport(List<Run> runs, long warmMs) {
+    StringBuilder b = new StringBuilder();
+    Run first = runs.getFirst();
+    int reusable = systemTokens;
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "Workload (seed %d): %d system prompts of %d tokens; each request one of them at"
+                + " random and %d random tokens of its own (%d prompt tokens, of which at most %d"
+                + " — the system prompt's whole pages — can be reused: %.1f %%), greedy, %d"
+                + " generated tokens, logprobs 0 (every token its own event), streamed with"
+                + " usage. Each client sends %d requests one after the other (closed loop). Each"
+                + " engine: Device %d tokens (%d parents), Host %.3f× the Device (%d parents),"
+                + " max running %d, token budget %d; compute threads per engine: %s. Store: %s;"
+                + " L3 extensions from %d tokens, soft deadline %d ms, other L3 settings at their"
+                + " defaults. Warm-up"
+                + " (untimed, once): %d serving rounds and an L3 round trip, %d ms. Configurations"
+                + " per repeat: %d (order reversed on every other repeat).%n%n",
+            workloadSeed,
+            systemPrompts,
+            systemTokens,
+            userTokens,
+            systemTokens + userTokens,
+            reusable,
+            100.0 * reusable / (systemTokens + userTokens),
+            maxTokens,
+            requests,
+            deviceTokens,
+            first.servers().getFirst().deviceParents(),
+            hostRatio,
+            first.servers().getFirst().hostParents(),
+            maxRunning,
+            tokenBudget,
+            threads != null
+                ? threads.toString()
+                : "the " + cores() + " cores divided among the configuration's servers",
+            redisUri != null
+                ? "Redis at " + redisUri + ", a new namespace per configuration (deleted after)"
+                : "the file store in a new temporary directory per configuration (fsync "
+                    + (fileFsync ? "on" : "off")
+                    + ")",
+            MIN_EXTENSION_TOKENS,
+            softDeadlineMs,
+            warmupRounds,
+            warmMs,
+            SETUPS.size() * clients.size()));
+    String spread = repeats > 1 ? " (median of " + repeats + " repeats, min – max)" : "";
+    b.append(
+        "| configuration | clients | requests | errors | requests/s | TTFT p50 ms | TTFT p99 ms |"
+            + " TPOT p50 ms | TPOT p99 ms | prefill saved | of it from the store | system prompt"
+            + " computed | L3 fallbacks |\n");
+    b.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int c : clients) {
+      for (Setup s : SETUPS) {
+        List<Run> rs = runs.stream().filter(r -> r.setup() == s && r.clients() == c).toList();
+        b.append(
+            String.format(
+                Locale.ROOT,
+                "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d |%n",
+                s.name(),
+                c,
+                rs.stream().mapToInt(r -> r.samples().size()).sum(),
+                rs.stream().mapToLong(Run::errors).sum(),
+                figure(rs, Run::requestsPerSecond, "%.2f", 1),
+                figure(rs, r -> pct(r.values(Completion::ttftMs), 0.5), "%.1f", 1),
+                figure(rs, r -> pct(r.values(Completion::ttftMs), 0.99), "%.1f", 1),
+                figure(rs, r -> pct(r.values(Completion::tpotMs), 0.5), "%.2f", 1),
+                figure(rs, r -> pct(r.values(Completion::tpotMs), 0.99), "%.2f", 1),
+                figure(rs, Run::saved, "%.1f %%", 100),
+                figure(rs, Run::storageShare, "%.1f %%", 100),
+                rs.stream().mapToLong(r -> systemComputed(r)).sum(),
+                rs.stream().mapToLong(Run::fallbacks).sum()));
+      }
+    }
+    b.append(
+        "\nFigures per configuration"
+            + spread
+            + ". TTFT: request sent to the first event carrying a token; TPOT: (last token's"
+            + " event − first token's event) / (tokens − 1), per request; percentiles nearest-rank"
+            + " over every request of the run. Prefill saved: the usage's cached_tokens over"
+            + " prompt_tokens, summed over the run; of it from the store: the cached_tokens_by_source"
+            + " storage share of that. System prompt computed: requests that reused less than their"
+            + " system prompt (its pages computed again, or first computed). L3 fallbacks: waits"
+            + " for L3 that ended by their soft deadline, Ready holds that expired and pressure"
+            + " bypasses, summed over the servers.\n\n");
+    b.append(
+        "Against the baseline of the same client count and repeat (one server, L3 off)"
+            + spread
+            + ":\n\n| configuration | clients | requests/s ratio | TTFT p50 ratio | TTFT p99 ratio |"
+            + " TPOT p50 ratio |\n|---|---:|---:|---:|---:|---:|\n");
+    for (int c : clients) {
+      for (Setup s : SETUPS.subList(1, SETUPS.size())) {
+        List<double[]> ratios = new ArrayList<>();
+        for (int r = 0; r < repeats; r++) {
+          Run base = find(runs, SETUPS.getFirst(), c, r);
+          Run run = find(runs, s, c, r);
+          ratios.add(
+              new double[] {
+                run.requestsPerSecond() / base.requestsPerSecond(),
+                pct(run.values(Completion::ttftMs), 0.5)
+                    / pct(base.values(Completion::ttftMs), 0.5),
+                pct(run.values(Completion::ttftMs), 0.99)
+                    / pct(base.values(Completion::ttftMs), 0.99),
+                pct(run.values(Completion::tpotMs), 0.5) / pct(base.values(Completion::tpotMs), 0.5)
+              });
+        }
+        b.append("| ").append(s.name()).append(" | ").append(c);
+        for (int k = 0; k < 4; k++) {
+          int col = k;
+          b.append(" | ")
+              .append(spreadOf(ratios.stream().mapToDouble(v -> v[col]).toArray(), "%.3f×", 1));
+        }
+        b.append(" |\n");
+      }
+    }
+    b.append(
+        "\nPer run and server: requests, prompt tokens, reused tokens by source, and the L3"
+            + " counters.\n\n| repeat | configuration | clients | compute threads | wall s |"
+            + " server | requests | prompt tokens | device | host | storage | GETs | PUTs | soft"
+            + " timeouts | Ready expirations | pressure bypasses | dropped backup keys |\n"
+            + "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (Run r : runs) {
+      for (int s = 0; s < r.servers().size(); s++) {
+        int server = s;
+        List<Completion> mine =
+            r.samples().stream()
+                .filter(x -> x.server() == server && x.completion().ok())
+                .map(Sample::completion)
+                .toList();
+        ServerFigures f = r.servers().get(s);
+        b.append(
+            String.format(
+                Locale.ROOT,
+                "| %d | %s | %d | %d | %.1f | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |"
+                    + " %s |%n",
+                r.repeat() + 1,
+                r.setup().name(),
+                r.clients(),
+                r.computeThreads(),
+                r.wallS(),
+                s == 0 ? "A" : "B",
+                mine.size(),
+                mine.stream().mapToLong(Completion::promptTokens).sum(),
+                mine.stream().mapToLong(Completion::deviceTokens).sum(),
+                mine.stream().mapToLong(Completion::hostTokens).sum(),
+                mine.stream().mapToLong(Completion::storageTokens).sum(),
+                l3(r, f.getsIssued()),
+                l3(r, f.putsIssued()),
+                l3(r, f.softTimeouts()),
+                l3(r, f.readyExpirations()),
+                l3(r, f.pressureBypasses()),
+                f.droppedBackupKeys()));
+      }
+    }
+    List<String> errors =
+        runs.stream()
+            .flatMap(r -> r.samples().stream())
+            .filter(s -> !s.completion().ok())
+            .map(s -> s.completion().error())
+            .distinct()
+            .limit(5)
+            .toList();
+    if (!errors.isEmpty()) {
+      b.append("\nErrors (distinct, at most five):\n\n");
+      errors.forEach(e -> b.append("- ").append(e).append('\n'));
+    }
+    return b.toString();
+  }
+
+  private static String l3(Run r, long value) {
+    return r.setup().l3() ? Long.toString(value) : "–";
+  }
+
+  /** Requests that reused less than their whole system prompt. */
+  private long systemComputed(Run r) {
+    return r.ok().stream().filter(c -> c.cachedTokens() < systemTokens).count();
+  }
+
+  private static Run find(List<Run> runs, Setup s, int clients, int repeat) {
+    return runs.stream()
+        .filter(r -> r.setup() == s && r.clients() == clients && r.repeat() == repeat)
+        .findFirst()
+        .orElseThrow();
+  }
+
+  /** The median over runs of {@code f}, with the range when there are several runs. */
+  private static String figure(List<Run> rs, ToDoubleFunction<Run> f, String format, double scale) {
+    return spreadOf(rs.stream().mapToDouble(f).toArray(), format, scale);
+  }
+
+  private static String spreadOf(double[] values, String format, double scale) {
+    double[] v = sorted(values);
+    String median = String.format(Locale.ROOT, format, scale * pct(v, 0.5));
+    if (v.length < 2) {
+      return median;
+    }
+    return median
+        + " ("
+        + String.format(Locale.ROOT, format, scale * v[0])
+        + " – "
+        + String.format(Locale.ROOT, format, scale * v[v.length - 1])
+        + ")";
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // the report's header
+
+  /** The machine's state at one moment. */
+  record Machine(Instant time, double loadAverage) {
+    static Machine now() {
+      return new Machine(
+          Instant.now().truncatedTo(ChronoUnit.SECONDS),
+          ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
+    }
+  }
+
+  private String header(Machine start, Machine end) {
+    String title =
+        mode.equals("overhead")
+            ? "Serving overhead: HTTP streaming vs Engine.submit"
+            : "Serving under load: shared prefixes, L3, one and two servers";
+    List<String> args = spec.commandLine().getParseResult().originalArgs();
+    return String.format(
+        Locale.ROOT,
+        "# %s (%s)%n%nCommand: `tokenspeed %s`%n%nBuild: tokenspeed %s, commit %s. Machine: %d"
+            + " cores (%s), %s memory, JDK %s. Run %s – %s UTC, load average %.2f at the start"
+            + " and %.2f at the end.%n%n",
+        title,
+        model,
+        String.join(" ", args),
+        VersionProvider.buildVersion(),
+        commit(),
+        cores(),
+        cpuModel(),
+        memory(),
+        Runtime.version(),
+        start.time(),
+        end.time(),
+        start.loadAverage(),
+        end.loadAverage());
+  }
+
+  /**
+   * The commit of the checkout this code was built in ({@code git rev-parse --short HEAD} beside
+   * the jar or class folder; bin/tokenspeed rebuilds the jar whenever the sources changed), or
+   * {@code unknown}.
+   */
+  private static String commit() {
+    Path where;
+    try {
+      where =
+          Path.of(
+                  BenchServeCommand.class
+                      .getProtectionDomain()
+                      .getCodeSource()
+                      .getLocation()
+                      .toURI())
+              .getParent();
+    } catch (java.net.URISyntaxException | RuntimeException e) {
+      return "unknown";
+    }
+    try {
+      Process p =
+          new ProcessBuilder("git", "-C", where.toString(), "rev-parse", "--short", "HEAD")
+              .redirectErrorStream(true)
+              .start();
+      p.getOutputStream().close();
+      String text = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim();
+      if (p.waitFor(10, TimeUnit.SECONDS) && p.exitValue() == 0 && !text.isEmpty()) {
+        Process dirty =
+            new ProcessBuilder(
+                    "git", "-C", where.toString(), "status", "--porcelain", "--untracked-files=no")
+                .redirectErrorStream(true)
+                .start();
+        dirty.getOutputStream().close();
+        boolean changed = dirty.getInputStream().readAllBytes().length > 0;
+        dirty.waitFor(10, TimeUnit.SECONDS);
+        return text + (changed ? " (with uncommitted changes)" : "");
+      }
+    } catch (IOException e) {
+      return "unknown";
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    return "unknown";
+  }
+
+  private static String cpuModel() {
+    try {
+      for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"), StandardCharsets.UTF_8)) {
+        if (line.startsWith("model name")) {
+          return line.substring(line.indexOf(':') + 1).trim();
+        }
+      }
+    } catch (IOException | RuntimeException e) {
+      return "CPU unknown";
+    }
+    return "CPU unknown";
+  }
+
+  private static String memory() {
+    if (ManagementFactory.getOperatingSystemMXBean()
+        instanceof com.sun.management.OperatingSystemMXBean os) {
+      return String.format(Locale.ROOT, "%.0f GiB", os.getTotalMemorySize() / (double) (1L << 30));
+    }
+    return "unknown";
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private static double[] sorted(double[] values) {
+    double[] v = values.clone();
+    Arrays.sort(v);
+    return v;
+  }
+
+  private static double pct(double[] sorted, double q) {
+    return DemoCommand.percentile(sorted, q);
+  }
+}

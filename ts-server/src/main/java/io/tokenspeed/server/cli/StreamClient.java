@@ -1,0 +1,254 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * The client of {@code tokenspeed bench serve}: streamed completions over {@code java.net.http}
+ * (HTTP/1.1, its work on virtual threads), timed per request as a user of the API sees them.
+ *
+ * <p>Every request asks for {@code logprobs: 0}, so that every generated token yields its own event
+ * (the server holds back steps whose text is empty unless logprobs were asked for, and with the
+ * byte tokenizer of a synthetic model most ids decode to nothing): a token is counted per entry of
+ * an event's {@code logprobs.tokens}, never per character of text. The clock is read when an
+ * event's line has arrived, before it is parsed.
+ *
+ * <pre>
+ *   sent ──── headers ──── data: token 1 ── data: token 2 ── ... ── data: token n ── usage ── [DONE]
+ *   |<-------- TTFT ------------------->|
+ *                                       |<----------- TPOT × (n − 1) ------------->|
+ * </pre>
+ */
+final class StreamClient implements AutoCloseable {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /**
+   * One streamed completion as the client saw it. Times are {@link System#nanoTime} readings; a
+   * failed request has {@code error} set and its other figures as far as it got.
+   *
+   * @param error why the request failed (a status other than 200, a broken stream, a missing usage
+   *     chunk, fewer tokens than asked for), or null
+   * @param sentNs just before the request was handed to the client
+   * @param headersNs when the response's status and headers had arrived
+   * @param firstTokenNs when the first event carrying a token had arrived (0: none)
+   * @param lastTokenNs when the last event carrying a token had arrived (0: none)
+   * @param tokens generated tokens received
+   * @param promptTokens the usage's {@code prompt_tokens}
+   * @param deviceTokens the usage's {@code cached_tokens_by_source.device}
+   * @param hostTokens the usage's {@code cached_tokens_by_source.host}
+   * @param storageTokens the usage's {@code cached_tokens_by_source.storage}
+   */
+  record Completion(
+      String error,
+      long sentNs,
+      long headersNs,
+      long firstTokenNs,
+      long lastTokenNs,
+      int tokens,
+      long promptTokens,
+      long deviceTokens,
+      long hostTokens,
+      long storageTokens) {
+
+    boolean ok() {
+      return error == null;
+    }
+
+    /** Request sent to the first event carrying a token, in milliseconds. */
+    double ttftMs() {
+      return (firstTokenNs - sentNs) / 1e6;
+    }
+
+    /** Request sent to the response's headers, in milliseconds. */
+    double headersMs() {
+      return (headersNs - sentNs) / 1e6;
+    }
+
+    /** (last token − first token) / (tokens − 1), in milliseconds; NaN below two tokens. */
+    double tpotMs() {
+      return tokens < 2 ? Double.NaN : (lastTokenNs - firstTokenNs) / 1e6 / (tokens - 1);
+    }
+
+    /** The prompt tokens whose KV the server reused: device, host and storage together. */
+    long cachedTokens() {
+      return deviceTokens + hostTokens + storageTokens;
+    }
+  }
+
+  private final ExecutorService executor = Executors.newVirtualThreadPerTaskExecutor();
+  private final HttpClient http =
+      HttpClient.newBuilder()
+          .version(HttpClient.Version.HTTP_1_1)
+          .connectTimeout(Duration.ofSeconds(10))
+          .executor(executor)
+          .build();
+
+  /** The body of a greedy streamed completion of {@code prompt} (token ids). */
+  static String body(int[] prompt, int maxTokens) {
+    StringBuilder b = new StringBuilder(prompt.length * 6 + 160).append("{\"prompt\":[");
+    for (int i = 0; i < prompt.length; i++) {
+      b.append(i == 0 ? "" : ",").append(prompt[i]);
+    }
+    return b.append("],\"max_tokens\":")
+        .append(maxTokens)
+        .append(
+            ",\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0,\"stream\":true,"
+                + "\"stream_options\":{\"include_usage\":true}}")
+        .toString();
+  }
+
+  /**
+   * Sends one streamed completion of {@code prompt} to {@code endpoint} ({@code
+   * .../v1/completions}) and reads it to its end.
+   */
+  Completion complete(URI endpoint, int[] prompt, int maxTokens) throws InterruptedException {
+    HttpRequest request =
+        HttpRequest.newBuilder(endpoint)
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(body(prompt, maxTokens)))
+            .build();
+    Reading r = new Reading();
+    r.sentNs = System.nanoTime();
+    try {
+      HttpResponse<InputStream> response =
+          http.send(request, HttpResponse.BodyHandlers.ofInputStream());
+      r.headersNs = System.nanoTime();
+      try (BufferedReader in =
+          new BufferedReader(new InputStreamReader(response.body(), StandardCharsets.UTF_8))) {
+        if (response.statusCode() != 200) {
+          StringBuilder body = new StringBuilder();
+          for (String line; (line = in.readLine()) != null && body.length() < 400; ) {
+            body.append(line);
+          }
+          return r.failed("status " + response.statusCode() + ": " + body);
+        }
+        return read(in, r, maxTokens);
+      }
+    } catch (IOException e) {
+      return r.failed("I/O: " + e);
+    }
+  }
+
+  private static Completion read(BufferedReader in, Reading r, int maxTokens) throws IOException {
+    boolean done = false;
+    JsonNode usage = null;
+    for (String line; (line = in.readLine()) != null; ) {
+      if (!line.startsWith("data: ")) {
+        if (!line.isEmpty()) {
+          return r.failed("not an event line: " + line);
+        }
+        continue;
+      }
+      long nowNs = System.nanoTime();
+      String data = line.substring(6);
+      if (data.equals("[DONE]")) {
+        done = true;
+        continue;
+      }
+      JsonNode event = JSON.readTree(data);
+      if (event.has("error")) {
+        return r.failed("error event: " + event.get("error"));
+      }
+      if (event.hasNonNull("usage")) {
+        usage = event.get("usage");
+      }
+      for (JsonNode choice : event.path("choices")) {
+        int n = choice.path("logprobs").path("tokens").size();
+        if (n > 0) {
+          if (r.tokens == 0) {
+            r.firstTokenNs = nowNs;
+          }
+          r.lastTokenNs = nowNs;
+          r.tokens += n;
+        }
+      }
+    }
+    if (!done) {
+      return r.failed("the stream ended without data: [DONE]");
+    }
+    if (usage == null) {
+      return r.failed("no usage chunk");
+    }
+    JsonNode by = usage.path("prompt_tokens_details").path("cached_tokens_by_source");
+    r.promptTokens = usage.path("prompt_tokens").asLong();
+    r.deviceTokens = by.path("device").asLong();
+    r.hostTokens = by.path("host").asLong();
+    r.storageTokens = by.path("storage").asLong();
+    if (r.tokens != maxTokens || usage.path("completion_tokens").asInt() != maxTokens) {
+      return r.failed(
+          "tokens="
+              + r.tokens
+              + " completion_tokens="
+              + usage.path("completion_tokens")
+              + " where max_tokens="
+              + maxTokens);
+    }
+    return r.completion(null);
+  }
+
+  /**
+   * The round trip of a {@code GET} of {@code uri} through this client, to the end of its body, in
+   * milliseconds: the HTTP path's floor on this machine, without the engine.
+   *
+   * @throws IOException when the request fails or is not answered 200
+   */
+  double roundTripMs(URI uri) throws IOException, InterruptedException {
+    HttpRequest request = HttpRequest.newBuilder(uri).GET().build();
+    long t0 = System.nanoTime();
+    HttpResponse<byte[]> r = http.send(request, HttpResponse.BodyHandlers.ofByteArray());
+    long t1 = System.nanoTime();
+    if (r.statusCode() != 200) {
+      throw new IOException("GET " + uri + " answered " + r.statusCode());
+    }
+    return (t1 - t0) / 1e6;
+  }
+
+  /** A completion being read. */
+  private static final class Reading {
+    long sentNs;
+    long headersNs;
+    long firstTokenNs;
+    long lastTokenNs;
+    int tokens;
+    long promptTokens;
+    long deviceTokens;
+    long hostTokens;
+    long storageTokens;
+
+    Completion failed(String error) {
+      return completion(error);
+    }
+
+    Completion completion(String error) {
+      return new Completion(
+          error,
+          sentNs,
+          headersNs,
+          firstTokenNs,
+          lastTokenNs,
+          tokens,
+          promptTokens,
+          deviceTokens,
+          hostTokens,
+          storageTokens);
+    }
+  }
+
+  @Override
+  public void close() {
+    http.close();
+    executor.close();
+  }
+}

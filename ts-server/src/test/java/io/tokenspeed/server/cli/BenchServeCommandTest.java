@@ -1,0 +1,219 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * {@code tokenspeed bench serve} at a tiny scale, in this JVM, on the tiny untied Llama: each mode
+ * writes a report of the documented shape whose figures are sane — positive, ordered percentiles,
+ * every request accounted for, prefill reused, and with two servers behind one store a share of it
+ * restored from the store. Timings themselves are not checked.
+ */
+class BenchServeCommandTest {
+  @TempDir Path dir;
+
+  /** The tiny untied Llama of the test resources as a {@code --model} value. */
+  private String model() throws IOException {
+    Path config = dir.resolve("tiny-untied.json");
+    try (InputStream in = getClass().getResourceAsStream("/models/tiny-untied.json")) {
+      Files.write(config, in.readAllBytes());
+    }
+    return "synthetic:" + config;
+  }
+
+  @Test
+  void shouldReportOverheadPairsWithOrderedPositiveTimesAndTheTargetsVerdict() throws Exception {
+    Path out = dir.resolve("reports").resolve("overhead.md");
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "serve",
+            "--mode",
+            "overhead",
+            "--model",
+            model(),
+            "--pairs",
+            "4",
+            "--prompt-tokens",
+            "20",
+            "--max-tokens",
+            "3",
+            "--warmup-rounds",
+            "1",
+            "--device-tokens",
+            "1024",
+            "--threads",
+            "1",
+            "--out",
+            out.toString());
+    assertEquals(0, run.exitCode(), run::toString);
+    String report = run.out();
+    assertEquals(report, Files.readString(out, StandardCharsets.UTF_8), "--out holds the report");
+    assertTrue(
+        report.startsWith("# Serving overhead: HTTP streaming vs Engine.submit (synthetic:"),
+        report);
+    assertTrue(
+        report.contains("Command: `tokenspeed bench serve --mode overhead --model "), report);
+    assertTrue(report.contains(" cores ("), "the machine: " + report);
+    for (String figure :
+        List.of(
+            "direct TTFT: Engine.submit",
+            "HTTP TTFT: request sent to the first data event",
+            "HTTP: request sent to the response headers",
+            "engine's own TTFT of the direct requests",
+            "engine's own TTFT of the HTTP requests",
+            "GET /health round trip")) {
+      double[] v = numbers(row(report, figure), 1);
+      assertEquals(4, v[1], figure + ": one per pair");
+      assertTrue(
+          0 < v[4] && v[4] <= v[2] && v[2] <= v[3] && v[3] <= v[5],
+          figure + ": 0 < min <= p50 <= p90 <= max: " + String.join(" | ", row(report, figure)));
+    }
+    double[] outside = numbers(row(report, "HTTP TTFT − its engine's own TTFT"), 1);
+    assertTrue(outside[2] > 0, "HTTP adds time outside the engine: " + report);
+    double ratio = number(row(report, "HTTP / direct TTFT, ratio of the medians")[1]);
+    assertTrue(ratio > 0, report);
+    String verdict = row(report, "target: HTTP p50 ≤ 1.05 × direct p50 + 1 ms")[1];
+    assertTrue(verdict.startsWith("met (") || verdict.startsWith("**not met** ("), verdict);
+  }
+
+  @Test
+  void shouldReportEveryLoadConfigurationWithSaneFiguresAndStorageReuseOnTheSecondServer()
+      throws Exception {
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "serve",
+            "--mode",
+            "load",
+            "--model",
+            model(),
+            "--clients",
+            "2",
+            "--requests",
+            "8",
+            "--system-prompts",
+            "3",
+            "--system-tokens",
+            "64",
+            "--user-tokens",
+            "8",
+            "--max-tokens",
+            "8",
+            "--warmup-rounds",
+            "1",
+            "--device-tokens",
+            "1024",
+            "--threads",
+            "1");
+    assertEquals(0, run.exitCode(), run::toString);
+    String report = run.out();
+    assertTrue(report.startsWith("# Serving under load: shared prefixes, L3"), report);
+    assertTrue(report.contains("Command: `tokenspeed bench serve --mode load --model "), report);
+    for (BenchServeCommand.Setup setup : BenchServeCommand.SETUPS) {
+      String[] cells = row(report, setup.name() + " | 2 |", c -> c.length == 13);
+      String what = setup.name() + ": " + String.join(" | ", cells);
+      assertEquals("16", cells[2], what + ": two clients, eight requests each");
+      assertEquals("0", cells[3], what + ": no errors");
+      double[] v = numbers(cells, 4);
+      assertTrue(v[4] > 0, what + ": requests/s");
+      assertTrue(v[5] > 0 && v[6] >= v[5], what + ": 0 < TTFT p50 <= p99");
+      assertTrue(v[7] > 0 && v[8] >= v[7], what + ": 0 < TPOT p50 <= p99");
+      assertTrue(v[9] > 0, what + ": the system prompts were reused");
+      if (setup.servers() == 2) {
+        assertTrue(v[10] > 0, what + ": the second server restored prefixes from the store");
+      }
+      if (!setup.l3()) {
+        assertEquals(0, v[10], what + ": nothing from a store without L3");
+      }
+    }
+    for (String setup : List.of("one server, L3 on", "two servers, one store, L3 on")) {
+      double[] ratios = numbers(row(report, setup + " | 2 |", c -> c[2].endsWith("×")), 2);
+      for (int i = 2; i < ratios.length; i++) {
+        assertTrue(ratios[i] > 0, setup + ": ratios against the baseline: " + report);
+      }
+    }
+    String perServer = "1 | two servers, one store, L3 on | 2 | 1 |";
+    String[] a = row(report, perServer, c -> c[5].equals("A"));
+    String[] b = row(report, perServer, c -> c[5].equals("B"));
+    assertEquals(16, Integer.parseInt(a[6]) + Integer.parseInt(b[6]), "every request on a server");
+    assertTrue(Long.parseLong(b[10]) > 0, "the second server's storage tokens: " + report);
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @CsvSource(
+      delimiter = ';',
+      value = {
+        "--mode both; --mode=both is not one of: overhead, load",
+        "--mode overhead --prompt-tokens 64; --prompt-tokens=64 must be in [1, 63]",
+        "--mode load --system-tokens 100; --system-tokens=100 must be a positive multiple of the"
+            + " page (64)",
+        "--mode load --clients 16,0; --clients=[16, 0] must list numbers of at least 1",
+        "--mode load --requests 0; --requests=0 must be at least 1",
+        "--mode load --host-ratio 0; --host-ratio=0.0 must be a finite number > 0",
+        "--mode load --device-tokens 200; --device-tokens=200 must hold one request: at least 304",
+        "--mode load --redis-uri redis://u:p@h:1; --redis-uri=redis://u:p@h:1: uri=h:1 carries"
+            + " credentials",
+      })
+  void shouldRejectABadFlagWithAUsageError(String flags, String message) {
+    CliRun run = CliRun.of(("bench serve " + flags).split(" "));
+    assertEquals(2, run.exitCode(), run::toString);
+    assertEquals("", run.out(), run::toString);
+    assertTrue(run.err().startsWith("error: " + message), run::toString);
+  }
+
+  /** The cells of the first table row that starts with {@code first}. */
+  private static String[] row(String report, String first) {
+    return row(report, first, c -> true);
+  }
+
+  /** The cells of the first table row that starts with {@code first} and passes {@code which}. */
+  private static String[] row(
+      String report, String first, java.util.function.Predicate<String[]> which) {
+    String prefix = "| " + first;
+    return report
+        .lines()
+        .filter(l -> l.startsWith(prefix))
+        .map(BenchServeCommandTest::cells)
+        .filter(which)
+        .findFirst()
+        .orElseThrow(() -> new AssertionError("no row " + prefix + " in:\n" + report));
+  }
+
+  private static String[] cells(String line) {
+    String[] raw = line.split("\\|");
+    String[] out = new String[raw.length - 1];
+    for (int i = 1; i < raw.length; i++) {
+      out[i - 1] = raw[i].trim();
+    }
+    return out;
+  }
+
+  /** The numbers of {@code cells} from index {@code from} on (NaN before it). */
+  private static double[] numbers(String[] cells, int from) {
+    double[] v = new double[cells.length];
+    java.util.Arrays.fill(v, Double.NaN);
+    for (int i = from; i < cells.length; i++) {
+      v[i] = number(cells[i]);
+    }
+    return v;
+  }
+
+  /** The leading number of a cell such as {@code 12.5}, {@code 74.1 %} or {@code 1.020×}. */
+  private static double number(String cell) {
+    String s = cell.replace("×", "").replace("%", "").replace("ms", "").trim();
+    int end = s.indexOf(' ');
+    return Double.parseDouble(end < 0 ? s : s.substring(0, end));
+  }
+}
