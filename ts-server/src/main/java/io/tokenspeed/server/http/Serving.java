@@ -142,6 +142,11 @@ public final class Serving implements AutoCloseable {
     return frontend.port();
   }
 
+  /** Whether the server's connections send each write at once (Nagle's algorithm off). */
+  boolean tcpNoDelay() {
+    return frontend.tcpNoDelay();
+  }
+
   public ServerMetrics metrics() {
     return metrics;
   }
