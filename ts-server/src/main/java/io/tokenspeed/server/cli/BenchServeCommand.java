@@ -475,6 +475,7 @@ final class BenchServeCommand implements Callable<Integer> {
             env.tokenizer().specialTokens().eosId(),
             env.tokenizer(),
             env.chatPrompt(),
+            null,
             warmupRounds);
     int[] prompt =
         new SplittableRandom(workloadSeed).ints(promptTokens, 0, env.lm().vocabSize()).toArray();
@@ -790,6 +791,7 @@ final class BenchServeCommand implements Callable<Integer> {
             env.tokenizer().specialTokens().eosId(),
             env.tokenizer(),
             env.chatPrompt(),
+            null,
             warmupRounds);
     warmMs += warmL3(env, vocab);
     List<Run> runs = new ArrayList<>();
