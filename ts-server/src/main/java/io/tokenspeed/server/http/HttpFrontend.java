@@ -108,9 +108,10 @@ public final class HttpFrontend implements AutoCloseable {
             .host(s.host())
             .port(s.port())
             .shutdownHook(false)
-            // Nagle's algorithm off: a stream's events are small writes, and with it on each one
-            // after the response's first write waited for that write's acknowledgement, which a
-            // client delays (4-53 ms on loopback for the first token in bench serve)
+            // Nagle's algorithm off: a stream's events are small writes, and with it on a write
+            // waits while an earlier one is unacknowledged, which a client delays: in bench serve
+            // the first event's median came 18-33 ms after the headers' (docs/benchmarks/
+            // 2026-12-02-serving.md)
             .connectionOptions(o -> o.tcpNoDelay(true))
             .routing(this::routes)
             .build();
