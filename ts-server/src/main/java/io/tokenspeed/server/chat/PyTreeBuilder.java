@@ -46,7 +46,7 @@ import jinjava.javax.el.ELException;
  *       {@code le}, {@code ge} and {@code instanceof} are names, as in Jinja, not operators.
  *   <li>{@code n+1} is an addition: Jinjava scans {@code +} before a digit as a unary plus and then
  *       fails; here it is binary whenever an operand precedes it.
- *   <li>String literals unescape as Python's do: {@code \xhh}, {@code \\uXXXX}, {@code \UXXXXXXXX},
+ *   <li>String literals unescape as Python's do: {@code \xhh}, {@code \\uhhhh}, {@code \Uhhhhhhhh},
  *       octal, {@code \a \v}, and an unknown escape keeps its backslash ({@code '\d'} is two
  *       characters), where Jinjava rejects all but a few.
  * </ul>
