@@ -94,10 +94,7 @@ final class Admin {
         "did",
         "cleared the caches, rejected outstanding storage operations and switched later keys to"
             + " the new namespace; the old namespace's objects stay in the store");
-    out.put("previous_weight_version", previous);
-    out.put("weight_version", version);
-    out.put("previous_namespace", oldNamespace);
-    out.put("namespace", namespace());
+    versions(out, previous, version, oldNamespace);
     return out;
   }
 
@@ -117,12 +114,17 @@ final class Admin {
         "did",
         "fenced storage, waited for the store's operations to retire, deleted the old namespace's"
             + " objects, cleared the caches and switched later keys to the new namespace");
+    versions(out, previous, version, oldNamespace);
+    out.put("deleted_objects", deleted);
+    return out;
+  }
+
+  /** The weight versions and namespaces before and after a rotation or an update. */
+  private void versions(ObjectNode out, String previous, String version, String oldNamespace) {
     out.put("previous_weight_version", previous);
     out.put("weight_version", version);
     out.put("previous_namespace", oldNamespace);
     out.put("namespace", namespace());
-    out.put("deleted_objects", deleted);
-    return out;
   }
 
   private String namespace() {
