@@ -168,10 +168,43 @@ class ServeIT {
   @Test
   void shouldAnswerTheFirstRequestAsFastAsTheTenthAfterItsWarmUp() throws Exception {
     List<String> args =
-        List.of("--model", "synthetic:llama-100m", "--threads", "2", "--served-model-name", "m");
+        List.of(
+            "--model",
+            "synthetic:llama-100m",
+            "--threads",
+            "2",
+            "--served-model-name",
+            "m",
+            "--admin-token",
+            "t");
     try (ServeProcess s = ServeProcess.start(workDir, args, 300)) {
+      // The measuring client is a JVM too: its own first streamed POST loads and interprets the
+      // HTTP client's classes. Requests for a model the server does not serve take that path on
+      // the client without reaching the engine, so the figures below are the server's.
+      for (int i = 0; i < 50; i++) {
+        HttpResponse<java.util.stream.Stream<String>> res =
+            s.client.send(
+                HttpRequest.newBuilder(s.uri("/v1/completions"))
+                    .POST(
+                        HttpRequest.BodyPublishers.ofString(
+                            "{\"model\":\"not-served\",\"prompt\":\"x\",\"stream\":true}"))
+                    .build(),
+                HttpResponse.BodyHandlers.ofLines());
+        assertEquals(404, res.statusCode());
+        try (var lines = res.body()) {
+          assertTrue(lines.anyMatch(l -> l.contains("not-served")));
+        }
+      }
       double[] ttft = new double[10];
       for (int i = 0; i < 10; i++) {
+        // Identical work each time: no request finds the prompt cached by the one before.
+        HttpResponse<String> cleared =
+            s.send(
+                HttpRequest.newBuilder(s.uri("/admin/clear_cache"))
+                    .header("Authorization", "Bearer t")
+                    .POST(HttpRequest.BodyPublishers.noBody())
+                    .build());
+        assertEquals(200, cleared.statusCode(), cleared::body);
         ttft[i] =
             firstTokenMillis(
                 s,
@@ -179,6 +212,7 @@ class ServeIT {
                     + "\"max_tokens\":4,\"temperature\":0,"
                     + "\"ignore_eos\":true,\"stream\":true}");
       }
+      System.out.println("time to first event, ms: " + java.util.Arrays.toString(ttft));
       double ratio = Math.max(ttft[0], ttft[9]) / Math.min(ttft[0], ttft[9]);
       assertTrue(
           ratio <= 1.5,
