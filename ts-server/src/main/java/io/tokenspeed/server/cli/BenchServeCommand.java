@@ -56,11 +56,12 @@ import picocli.CommandLine.Spec;
  * (engines, HTTP servers and the client of {@link StreamClient}), with a Markdown report.
  *
  * <ul>
- *   <li>{@code --mode overhead}: one warmed server over one engine; pairs of the same short prompt
+ *   <li>{@code --mode overhead}: one warmed server over one engine; rounds of the same short prompt
  *       (under one page, so that a repeat reuses nothing), one side {@link Engine#submit} with its
- *       first {@link RequestHandle#nextToken()}, the other a streamed completion through HTTP to
- *       its first event carrying a token, the order alternating pair by pair. Target: HTTP p50 ≤
- *       1.05 × direct p50 + 1 ms.
+ *       first {@link RequestHandle#nextToken()}, one a streamed completion through HTTP to its
+ *       first event carrying a token, read by the lean keep-alive client of {@link
+ *       KeepAliveClient}, and one the same through {@code java.net.http} ({@link StreamClient}),
+ *       the order rotating round by round. Target: HTTP p50 ≤ 1.05 × direct p50 + 1 ms.
  *   <li>{@code --mode load}: closed-loop clients on virtual threads, each sending its requests one
  *       after the other, over a seeded shared-prefix workload (a random one of S system prompts of
  *       P tokens, then a random user suffix of U tokens); per configuration — one server with L3
@@ -143,7 +144,8 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--pairs",
       paramLabel = "N",
-      description = "overhead: direct / HTTP pairs (default: ${DEFAULT-VALUE}).")
+      description =
+          "overhead: rounds of direct / HTTP / java.net.http (default: ${DEFAULT-VALUE}).")
   private int pairs = 30;
 
   @Option(
@@ -481,40 +483,51 @@ final class BenchServeCommand implements Callable<Integer> {
         new SplittableRandom(workloadSeed).ints(promptTokens, 0, env.lm().vocabSize()).toArray();
     SamplingParams params = SamplingParams.greedy(maxTokens).withIgnoreEos(true);
     Sides sides = new Sides(pairs);
-    try (Replica r = start(env, config, Optional.empty())) {
-      for (int i = 0; i < 3; i++) { // untimed: the client's own path and the connection
+    try (Replica r = start(env, config, Optional.empty());
+        KeepAliveClient lean = new KeepAliveClient(r.completions())) {
+      for (int i = 0; i < 3; i++) { // untimed: the clients' own paths and the connections
         direct(r.engine(), prompt, params);
-        http(env, r, prompt);
+        http(r, () -> lean.complete(r.completions().getPath(), prompt, maxTokens));
+        http(r, () -> env.client().complete(r.completions(), prompt, maxTokens));
+        lean.roundTripMs(r.health().getPath());
       }
       for (int i = 0; i < pairs; i++) {
-        boolean directFirst = i % 2 == 0;
-        for (int side = 0; side < 2; side++) {
-          Thread.sleep(20); // both sides start from an idle engine and server
-          if ((side == 0) == directFirst) {
-            double[] d = direct(r.engine(), prompt, params);
-            sides.direct[i] = d[0];
-            sides.directEngine[i] = d[1];
-          } else {
-            double[] h = http(env, r, prompt);
-            sides.http[i] = h[0];
-            sides.httpEngine[i] = h[1];
-            sides.headers[i] = h[2];
+        for (int k = 0; k < 3; k++) {
+          Thread.sleep(20); // every side starts from an idle engine and server
+          switch ((i + k) % 3) { // the order rotates from one round to the next
+            case 0 -> {
+              double[] d = direct(r.engine(), prompt, params);
+              sides.direct[i] = d[0];
+              sides.directEngine[i] = d[1];
+            }
+            case 1 -> {
+              double[] h =
+                  http(r, () -> lean.complete(r.completions().getPath(), prompt, maxTokens));
+              sides.http[i] = h[0];
+              sides.httpEngine[i] = h[1];
+              sides.headers[i] = h[2];
+            }
+            default ->
+                sides.jdk[i] =
+                    http(r, () -> env.client().complete(r.completions(), prompt, maxTokens))[0];
           }
         }
         Thread.sleep(20);
-        sides.health[i] = env.client().roundTripMs(r.health());
+        sides.health[i] = lean.roundTripMs(r.health().getPath());
+        sides.jdkHealth[i] = env.client().roundTripMs(r.health());
         progress(
             env,
             String.format(
                 Locale.ROOT,
-                "pair %d/%d: direct %.2f ms (engine %.2f), HTTP %.2f ms (engine %.2f), GET"
-                    + " /health %.2f ms",
+                "round %d/%d: direct %.2f ms (engine %.2f), HTTP %.2f ms (engine %.2f),"
+                    + " java.net.http %.2f ms, GET /health %.2f ms",
                 i + 1,
                 pairs,
                 sides.direct[i],
                 sides.directEngine[i],
                 sides.http[i],
                 sides.httpEngine[i],
+                sides.jdk[i],
                 sides.health[i]));
       }
     }
@@ -522,7 +535,7 @@ final class BenchServeCommand implements Callable<Integer> {
   }
 
   /**
-   * Per pair: each side's TTFT as its caller saw it, and the engine's own TTFT of the same request
+   * Per round: each side's TTFT as its caller saw it, and the engine's own TTFT of the same request
    * (submission to the first token, {@code RequestMetrics.ttftNs}), in milliseconds.
    */
   private record Sides(
@@ -531,10 +544,19 @@ final class BenchServeCommand implements Callable<Integer> {
       double[] http,
       double[] httpEngine,
       double[] headers,
-      double[] health) {
+      double[] health,
+      double[] jdk,
+      double[] jdkHealth) {
     Sides(int n) {
       this(
-          new double[n], new double[n], new double[n], new double[n], new double[n], new double[n]);
+          new double[n],
+          new double[n],
+          new double[n],
+          new double[n],
+          new double[n],
+          new double[n],
+          new double[n],
+          new double[n]);
     }
   }
 
@@ -560,9 +582,9 @@ final class BenchServeCommand implements Callable<Integer> {
    * server's TTFT histogram: the growth of its sum, once the request is recorded), and the time to
    * the response headers.
    */
-  private double[] http(Env env, Replica r, int[] prompt) throws InterruptedException {
+  private static double[] http(Replica r, Exchange exchange) throws Exception {
     double[] before = ttftHistogram(r.serving());
-    Completion c = env.client().complete(r.completions(), prompt, maxTokens);
+    Completion c = exchange.complete();
     if (!c.ok()) {
       throw new IllegalStateException("an HTTP request failed: " + c.error());
     }
@@ -577,6 +599,12 @@ final class BenchServeCommand implements Callable<Integer> {
           "the server recorded " + (after[1] - before[1]) + " first tokens for one request");
     }
     return new double[] {c.ttftMs(), (after[0] - before[0]) * 1e3, c.headersMs()};
+  }
+
+  /** One streamed completion through one of the clients. */
+  @FunctionalInterface
+  private interface Exchange {
+    Completion complete() throws Exception;
   }
 
   private static final String TTFT_METRIC = "tokenspeed:time_to_first_token_seconds";
@@ -620,10 +648,13 @@ final class BenchServeCommand implements Callable<Integer> {
             Locale.ROOT,
             "Workload: one prompt of %d seeded random tokens (under one page: a repeat reuses"
                 + " nothing), greedy, %d generated tokens, logprobs 0 on both sides (every token"
-                + " its own event); %d pairs, the side that goes first alternating, each request"
+                + " its own event); %d rounds of direct, HTTP and java.net.http, the order rotating, each request"
                 + " alone on an idle engine (20 ms apart). One engine (%d compute threads, token"
                 + " budget %d, max running %d, L3 off) behind one HTTP server on loopback; warm-up"
-                + " %d rounds (%d ms) and 3 untimed pairs before the first timed one.%n%n",
+                + " %d rounds (%d ms) and 3 untimed rounds before the first timed one. HTTP is read by"
+                + " a lean client on one kept-alive connection (TCP_NODELAY; the request written in"
+                + " one piece, the response read off the socket); java.net.http's client is shown"
+                + " beside it.%n%n",
             promptTokens,
             maxTokens,
             pairs,
@@ -636,13 +667,15 @@ final class BenchServeCommand implements Callable<Integer> {
     b.append("|---|---:|---:|---:|---:|---:|\n");
     row(b, "direct TTFT: Engine.submit to the first nextToken()", d);
     row(b, "HTTP TTFT: request sent to the first data event with a token", h);
+    row(b, "the same through java.net.http's HttpClient", sorted(sides.jdk()));
     row(b, "HTTP: request sent to the response headers", sorted(sides.headers()));
     row(b, "engine's own TTFT of the direct requests", sorted(sides.directEngine()));
     row(b, "engine's own TTFT of the HTTP requests", sorted(sides.httpEngine()));
     row(b, "direct TTFT − its engine's own TTFT", sorted(directOwn));
     row(b, "HTTP TTFT − its engine's own TTFT", sorted(httpOwn));
-    row(b, "HTTP TTFT − direct TTFT, per pair", df);
-    row(b, "GET /health round trip, after each pair (no engine)", sorted(sides.health()));
+    row(b, "HTTP TTFT − direct TTFT, per round", df);
+    row(b, "GET /health round trip, after each round (no engine)", sorted(sides.health()));
+    row(b, "the same through java.net.http's HttpClient", sorted(sides.jdkHealth()));
     b.append("\n| figure | value |\n|---|---:|\n");
     b.append(
         String.format(

@@ -141,7 +141,7 @@ final class StreamClient implements AutoCloseable {
     }
   }
 
-  private static Completion read(BufferedReader in, Reading r, int maxTokens) throws IOException {
+  static Completion read(BufferedReader in, Reading r, int maxTokens) throws IOException {
     boolean done = false;
     JsonNode usage = null;
     for (String line; (line = in.readLine()) != null; ) {
@@ -216,7 +216,7 @@ final class StreamClient implements AutoCloseable {
   }
 
   /** A completion being read. */
-  private static final class Reading {
+  static final class Reading {
     long sentNs;
     long headersNs;
     long firstTokenNs;
