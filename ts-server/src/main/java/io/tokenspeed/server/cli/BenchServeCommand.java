@@ -676,28 +676,39 @@ final class BenchServeCommand implements Callable<Integer> {
     row(b, "HTTP TTFT − direct TTFT, per round", df);
     row(b, "GET /health round trip, after each round (no engine)", sorted(sides.health()));
     row(b, "the same through java.net.http's HttpClient", sorted(sides.jdkHealth()));
+    double outside = pct(sorted(httpOwn), 0.5) - pct(sorted(directOwn), 0.5);
+    double allowed = 0.05 * dp50 + 1;
     b.append("\n| figure | value |\n|---|---:|\n");
     b.append(
         String.format(
             Locale.ROOT,
             "| HTTP / direct TTFT, ratio of the medians | %.3f× |%n"
                 + "| HTTP − direct TTFT, difference of the medians | %+.2f ms |%n"
-                + "| time outside the engine, HTTP − direct, difference of the medians | %+.2f ms"
-                + " |%n"
-                + "| target: HTTP p50 ≤ 1.05 × direct p50 + 1 ms = %.2f ms | %s (%.2f ms) |%n",
+                + "| what HTTP adds: time outside the engine, HTTP − direct, difference of the"
+                + " medians | %+.2f ms |%n"
+                + "| target: HTTP ≤ 1.05 × direct + 1 ms, i.e. HTTP adds ≤ 0.05 × %.2f + 1 ="
+                + " %.2f ms | by what HTTP adds: %s (%+.2f ms); by the raw medians: %s (%.2f ms"
+                + " vs %.2f ms) |%n",
             hp50 / dp50,
             hp50 - dp50,
-            pct(sorted(httpOwn), 0.5) - pct(sorted(directOwn), 0.5),
-            bound,
+            outside,
+            dp50,
+            allowed,
+            outside <= allowed ? "met" : "**not met**",
+            outside,
             hp50 <= bound ? "met" : "**not met**",
-            hp50));
+            hp50,
+            bound));
     b.append(
         "\nThe engine's own TTFT is submission to the first token on the engine's clock"
             + " (RequestMetrics.ttftNs; for HTTP read from the server's TTFT histogram, request"
             + " by request). What a side adds outside the engine is its TTFT minus that: for"
             + " HTTP the request's way in (connection, headers, body, parsing, submission) and"
-            + " the first token's way out (JSON, the event, the socket, the client). The GET"
-            + " /health round trip through the same client and server is the machine's floor"
+            + " the first token's way out (JSON, the event, the socket, the client). That"
+            + " difference is the serving overhead proper: the engine's own TTFT of identical"
+            + " requests varies by several milliseconds from one request to the next on a shared"
+            + " machine, which moves the raw medians of the two sides more than HTTP does. The"
+            + " GET /health round trip through the same client and server is the machine's floor"
             + " for any HTTP exchange at the time.\n");
     return b.toString();
   }

@@ -71,11 +71,12 @@ class BenchServeCommandTest {
             "direct TTFT: Engine.submit",
             "HTTP TTFT: request sent to the first data event",
             "HTTP: request sent to the response headers",
+            "the same through java.net.http's HttpClient",
             "engine's own TTFT of the direct requests",
             "engine's own TTFT of the HTTP requests",
             "GET /health round trip")) {
       double[] v = numbers(row(report, figure), 1);
-      assertEquals(4, v[1], figure + ": one per pair");
+      assertEquals(4, v[1], figure + ": one per round");
       assertTrue(
           0 < v[4] && v[4] <= v[2] && v[2] <= v[3] && v[3] <= v[5],
           figure + ": 0 < min <= p50 <= p90 <= max: " + String.join(" | ", row(report, figure)));
@@ -84,8 +85,13 @@ class BenchServeCommandTest {
     assertTrue(outside[2] > 0, "HTTP adds time outside the engine: " + report);
     double ratio = number(row(report, "HTTP / direct TTFT, ratio of the medians")[1]);
     assertTrue(ratio > 0, report);
-    String verdict = row(report, "target: HTTP p50 ≤ 1.05 × direct p50 + 1 ms")[1];
-    assertTrue(verdict.startsWith("met (") || verdict.startsWith("**not met** ("), verdict);
+    double adds = number(row(report, "what HTTP adds: time outside the engine")[1]);
+    double directP50 = numbers(row(report, "direct TTFT: Engine.submit"), 1)[2];
+    String verdict = row(report, "target: HTTP ≤ 1.05 × direct + 1 ms")[1];
+    boolean met = adds <= 0.05 * directP50 + 1 + 0.01; // the report rounds to 0.01 ms
+    assertTrue(
+        verdict.startsWith(met ? "by what HTTP adds: met (" : "by what HTTP adds: **not met** ("),
+        adds + " ms added vs direct p50 " + directP50 + " ms: " + verdict);
   }
 
   @Test
