@@ -249,7 +249,11 @@ class EngineL3Test {
       e.resume();
       without = serve(e, off, prompt);
       serve(e, off, prompt); // a Device hit too
-      assertEquals(before, storageThreads(), "no executor workers and no mesh without a backend");
+      // threads of engines closed before may still be ending; none may start
+      List<String> during = storageThreads();
+      assertTrue(
+          before.containsAll(during),
+          () -> "no executor workers and no mesh without a backend: " + during + " vs " + before);
       e.close();
       assertTrue(e.storageCloseReport().isEmpty(), "no executor to close");
     }
