@@ -10,9 +10,9 @@ package io.tokenspeed.model.parallel;
  * <ul>
  *   <li><b>Identical results on every rank.</b> {@link #allReduceSum} adds the ranks' values in
  *       rank order (0, 1, ..., size − 1) on every rank, so every rank ends with the same bits; the
- *       sharded forward pass relies on it (every rank samples the same token from the same
- *       logits). The order differs from a single rank's summation, so results differ from TP = 1 by
- *       rounding only.
+ *       sharded forward pass relies on it (every rank samples the same token from the same logits).
+ *       The order differs from a single rank's summation, so results differ from TP = 1 by rounding
+ *       only.
  *   <li><b>Bounded waits.</b> A rank that does not arrive within the collective's timeout (dead,
  *       frozen, or diverged onto another operation) makes the call fail with a {@link
  *       CollectiveException} naming the missing ranks; a failed collective stays failed, and the
@@ -40,9 +40,9 @@ public interface Collective extends AutoCloseable {
   void allReduceSum(float[] data, int offset, int length);
 
   /**
-   * Concatenates the ranks' {@code local} arrays in rank order into {@code out} on every rank:
-   * rank r contributes {@code counts[r]} values ({@code local.length >= counts[rank()]}), written
-   * at offset {@code counts[0] + ... + counts[r-1]} of {@code out}.
+   * Concatenates the ranks' {@code local} arrays in rank order into {@code out} on every rank: rank
+   * r contributes {@code counts[r]} values ({@code local.length >= counts[rank()]}), written at
+   * offset {@code counts[0] + ... + counts[r-1]} of {@code out}.
    *
    * @throws CollectiveException when a rank does not arrive in time or the collective failed
    */
