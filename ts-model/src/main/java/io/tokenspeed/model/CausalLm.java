@@ -32,6 +32,8 @@ import io.tokenspeed.model.layer.LmHead;
 import io.tokenspeed.model.layer.ResidualBlock;
 import io.tokenspeed.model.layer.RmsNorm;
 import io.tokenspeed.model.layer.SwiGluMlp;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -78,6 +80,7 @@ public final class CausalLm implements AutoCloseable {
   private final RmsNorm finalNorm;
   private final LmHead lmHead;
   private final List<GroupKind> groupKinds;
+  private final Collective collective;
 
   CausalLm(
       ModelConfig config,
@@ -87,7 +90,8 @@ public final class CausalLm implements AutoCloseable {
       List<? extends ResidualBlock> blocks,
       RmsNorm finalNorm,
       LmHead lmHead,
-      List<GroupKind> groupKinds) {
+      List<GroupKind> groupKinds,
+      Collective collective) {
     this.config = config;
     this.checkpoint = checkpoint;
     this.identity = identity;
@@ -96,6 +100,7 @@ public final class CausalLm implements AutoCloseable {
     this.finalNorm = finalNorm;
     this.lmHead = lmHead;
     this.groupKinds = List.copyOf(groupKinds);
+    this.collective = collective;
   }
 
   /** Loads {@code folder} with the folder name as model id and the default weight version. */
@@ -111,6 +116,21 @@ public final class CausalLm implements AutoCloseable {
    * @throws CheckpointException naming the file (and tensor) at fault
    */
   public static CausalLm load(Path folder, String modelId, String weightVersion) {
+    return load(folder, modelId, weightVersion, Collective.single());
+  }
+
+  /**
+   * Loads this rank's share of {@code folder} for a tensor-parallel replica whose ranks are joined
+   * by {@code collective} (see {@link Shard} for the split): the attention heads and their KV, the
+   * MLP's columns, the vocabulary's rows of the LM head; the embedding, the norms and recurrent
+   * mixers whole. Its forward pass computes with the other ranks through {@code collective}, which
+   * stays the caller's; every rank must load the same folder.
+   *
+   * @throws CheckpointException naming the file (and tensor) at fault
+   * @throws IllegalArgumentException when the model's dimensions do not split over the ranks
+   */
+  public static CausalLm load(
+      Path folder, String modelId, String weightVersion, Collective collective) {
     Checkpoint ckpt = Checkpoint.open(folder);
     try {
       ModelConfig config;
@@ -121,7 +141,7 @@ public final class CausalLm implements AutoCloseable {
             folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
       }
       WeightSource weights = new WeightSource(ckpt, config.architecture());
-      CausalLm model = build(config, weights, ckpt, modelId, weightVersion);
+      CausalLm model = build(config, weights, ckpt, modelId, weightVersion, collective);
       weights.requireAllTaken();
       return model;
     } catch (RuntimeException e) {
@@ -137,21 +157,31 @@ public final class CausalLm implements AutoCloseable {
    */
   public static List<TensorShape> expectedTensors(ModelConfig config) {
     try (WeightSource plan = WeightSource.planning(config.architecture())) {
-      build(config, plan, null, "plan", ModelIdentity.DEFAULT_WEIGHT_VERSION);
+      build(config, plan, null, "plan", ModelIdentity.DEFAULT_WEIGHT_VERSION, Collective.single());
       return plan.taken();
     }
   }
 
   private static CausalLm build(
-      ModelConfig config, WeightSource weights, Checkpoint ckpt, String modelId, String version) {
+      ModelConfig config,
+      WeightSource weights,
+      Checkpoint ckpt,
+      String modelId,
+      String version,
+      Collective tp) {
     return switch (config) {
-      case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, version);
-      case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, version);
-      case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, version);
-      case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, version);
-      case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, version);
-      case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, version);
+      case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, version, tp);
+      case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
+      case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
+      case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
+      case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, version, tp);
+      case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, version, tp);
     };
+  }
+
+  /** The rank's place in the replica {@code tp} joins. */
+  static Shard shardOf(Collective tp) {
+    return new Shard(tp.rank(), tp.size());
   }
 
   /** The checkpoint revision; a planning pass (no checkpoint) gets an all-zero placeholder. */
@@ -161,7 +191,9 @@ public final class CausalLm implements AutoCloseable {
 
   /**
    * One attention layer's projections under {@code a} (such as {@code model.layers.3.self_attn.}):
-   * q, k, v and o, with the q/k/v biases and the output bias when the architecture has them.
+   * q, k, v and o, with the q/k/v biases and the output bias when the architecture has them; of
+   * {@code shard}'s heads only (q, k, v and their biases by rows, o by columns; the output bias
+   * whole).
    */
   static Attention attention(
       WeightSource w,
@@ -175,29 +207,65 @@ public final class CausalLm implements AutoCloseable {
       RmsNorm kNorm,
       Rope rope,
       float scale,
-      float softcap) {
+      float softcap,
+      Shard shard) {
     int hidden = d.hiddenSize();
-    int qWidth = d.numHeads() * d.headDim();
-    int kvWidth = d.numKvHeads() * d.headDim();
+    int hd = d.headDim();
+    int qWidth = d.numHeads() * hd;
+    int kvWidth = d.numKvHeads() * hd;
+    Shard.Range qh = shard.queryHeads(d.numHeads());
+    Shard.Range kvh = shard.kvHeads(d.numKvHeads());
+    int q0 = qh.from() * hd;
+    int qn = qh.count() * hd;
+    int kv0 = kvh.from() * hd;
+    int kvn = kvh.count() * hd;
     return new Attention(
         layer,
         group,
-        matrix(w, a + "q_proj.weight", qWidth, hidden),
-        matrix(w, a + "k_proj.weight", kvWidth, hidden),
-        matrix(w, a + "v_proj.weight", kvWidth, hidden),
-        matrix(w, a + "o_proj.weight", hidden, qWidth),
-        qkvBias ? w.take(a + "q_proj.bias", qWidth).toFloatArray() : null,
-        qkvBias ? w.take(a + "k_proj.bias", kvWidth).toFloatArray() : null,
-        qkvBias ? w.take(a + "v_proj.bias", kvWidth).toFloatArray() : null,
+        rows(w.take(a + "q_proj.weight", qWidth, hidden), q0, qn),
+        rows(w.take(a + "k_proj.weight", kvWidth, hidden), kv0, kvn),
+        rows(w.take(a + "v_proj.weight", kvWidth, hidden), kv0, kvn),
+        columns(w.take(a + "o_proj.weight", hidden, qWidth), q0, qn),
+        qkvBias ? slice(w.take(a + "q_proj.bias", qWidth), q0, qn) : null,
+        qkvBias ? slice(w.take(a + "k_proj.bias", kvWidth), kv0, kvn) : null,
+        qkvBias ? slice(w.take(a + "v_proj.bias", kvWidth), kv0, kvn) : null,
         outputBias ? w.take(a + "o_proj.bias", hidden).toFloatArray() : null,
         qNorm,
         kNorm,
         rope,
-        d.numHeads(),
-        d.numKvHeads(),
-        d.headDim(),
+        qh.count(),
+        kvh.count(),
+        hd,
         scale,
         softcap);
+  }
+
+  /** Rows {@code [from, from + n)} of the matrix {@code t} ({@code [out][in]}). */
+  static PackedMatrix rows(Tensor t, int from, int n) {
+    return PackedMatrix.block(t, from, n, 0, t.dim(1));
+  }
+
+  /** Columns {@code [from, from + n)} of the matrix {@code t} ({@code [out][in]}). */
+  static PackedMatrix columns(Tensor t, int from, int n) {
+    return PackedMatrix.block(t, 0, t.dim(0), from, n);
+  }
+
+  private static float[] slice(Tensor vector, int from, int n) {
+    return java.util.Arrays.copyOfRange(vector.toFloatArray(), from, from + n);
+  }
+
+  /**
+   * A gated MLP's three matrices under {@code p} ({@code gate_proj}, {@code up_proj}, {@code
+   * down_proj}), of {@code shard}'s columns of the intermediate width only: gate and up by rows,
+   * down by columns.
+   */
+  static PackedMatrix[] gatedMlp(WeightSource w, String p, int intermediate, int hidden, Shard s) {
+    Shard.Range cols = s.even("intermediate_size", intermediate);
+    return new PackedMatrix[] {
+      rows(w.take(p + "gate_proj.weight", intermediate, hidden), cols.from(), cols.count()),
+      rows(w.take(p + "up_proj.weight", intermediate, hidden), cols.from(), cols.count()),
+      columns(w.take(p + "down_proj.weight", hidden, intermediate), cols.from(), cols.count())
+    };
   }
 
   /**
@@ -208,16 +276,32 @@ public final class CausalLm implements AutoCloseable {
     return PackedMatrix.of(w.take(name, out, in));
   }
 
-  /** The LM head: the embedding when tied, else {@code lm_head.weight}; soft-capped when > 0. */
+  /**
+   * The LM head: the embedding when tied, else {@code lm_head.weight}; soft-capped when > 0; of
+   * {@code shard}'s share of the vocabulary.
+   */
   static LmHead lmHead(
-      WeightSource w, Tensor embed, boolean tied, int vocabSize, int hidden, float softcap) {
-    return tied
-        ? new LmHead(PackedMatrix.of(embed), true, softcap)
-        : new LmHead(matrix(w, "lm_head.weight", vocabSize, hidden), false, softcap);
+      WeightSource w,
+      Tensor embed,
+      boolean tied,
+      int vocabSize,
+      int hidden,
+      float softcap,
+      Shard shard) {
+    Tensor t = tied ? embed : w.take("lm_head.weight", vocabSize, hidden);
+    Shard.Range ids = shard.vocab(vocabSize);
+    return new LmHead(
+        rows(t, ids.from(), ids.count()), tied, softcap, shard.vocabCounts(vocabSize));
   }
 
   private static CausalLm buildDecoder(
-      ModelConfig config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+      ModelConfig config,
+      WeightSource w,
+      Checkpoint ckpt,
+      String modelId,
+      String weightVersion,
+      Collective tp) {
+    Shard shard = shardOf(tp);
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -243,12 +327,10 @@ public final class CausalLm implements AutoCloseable {
               config.qkNorm() ? norm(w, a + "k_norm.weight", d.headDim(), eps) : null,
               rope,
               scale,
-              0f);
-      SwiGluMlp mlp =
-          new SwiGluMlp(
-              matrix(w, p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
-              matrix(w, p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
-              matrix(w, p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+              0f,
+              shard);
+      PackedMatrix[] m = gatedMlp(w, p + "mlp.", d.intermediateSize(), hidden, shard);
+      SwiGluMlp mlp = new SwiGluMlp(m[0], m[1], m[2]);
       blocks.add(
           new DecoderBlock(
               l,
@@ -258,7 +340,7 @@ public final class CausalLm implements AutoCloseable {
               mlp));
     }
     RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
-    LmHead head = lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f);
+    LmHead head = lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f, shard);
     ModelIdentity identity = new ModelIdentity(modelId, revisionOf(ckpt), weightVersion);
     return new CausalLm(
         config,
@@ -268,7 +350,8 @@ public final class CausalLm implements AutoCloseable {
         blocks,
         finalNorm,
         head,
-        new ArrayList<>(groups.keySet()));
+        new ArrayList<>(groups.keySet()),
+        tp);
   }
 
   private static RmsNorm norm(WeightSource w, String name, int width, float eps) {
@@ -286,6 +369,19 @@ public final class CausalLm implements AutoCloseable {
 
   public Checkpoint checkpoint() {
     return checkpoint;
+  }
+
+  /**
+   * The collective this model's forward pass joins its tensor-parallel ranks through (a single
+   * rank's without TP).
+   */
+  public Collective collective() {
+    return collective;
+  }
+
+  /** This rank's place in its tensor-parallel replica. */
+  public Shard shard() {
+    return shardOf(collective);
   }
 
   public List<ResidualBlock> blocks() {
@@ -374,7 +470,8 @@ public final class CausalLm implements AutoCloseable {
         row++;
       }
     }
-    BatchMetadata meta = new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv);
+    BatchMetadata meta =
+        new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv, collective);
     float[] x = new float[numTokens * hidden];
     embedding.lookup(tokens, x);
     for (ResidualBlock block : blocks) {
@@ -397,7 +494,7 @@ public final class CausalLm implements AutoCloseable {
     finalNorm.apply(pool, h, logitRows, h);
     int vocab = vocabSize();
     float[] logits = new float[logitRows * vocab];
-    lmHead.apply(pool, h, logitRows, logits);
+    lmHead.apply(pool, collective, h, logitRows, logits);
     List<float[]> perRequest = new ArrayList<>(requests.size());
     int at = 0;
     for (ForwardRequest req : requests) {

@@ -6,6 +6,7 @@ import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.Gemma3Config;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.kernel.Rope;
 import io.tokenspeed.model.layer.Attention;
 import io.tokenspeed.model.layer.CachedLayer;
@@ -15,6 +16,8 @@ import io.tokenspeed.model.layer.LmHead;
 import io.tokenspeed.model.layer.RmsNorm;
 import io.tokenspeed.model.layer.SandwichBlock;
 import io.tokenspeed.model.layer.SlidingAttention;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -40,7 +43,13 @@ final class Gemma3Builder {
   private Gemma3Builder() {}
 
   static CausalLm build(
-      Gemma3Config config, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+      Gemma3Config config,
+      WeightSource w,
+      Checkpoint ckpt,
+      String modelId,
+      String weightVersion,
+      Collective tp) {
+    Shard shard = CausalLm.shardOf(tp);
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -71,14 +80,12 @@ final class Gemma3Builder {
               norm(w, a + "k_norm.weight", d.headDim(), eps),
               sliding ? localRope : globalRope,
               scale,
-              softcap);
+              softcap,
+              shard);
       CachedLayer mixer =
           sliding ? new SlidingAttention(config.slidingWindow(), attention) : attention;
-      GeGluMlp mlp =
-          new GeGluMlp(
-              CausalLm.matrix(w, p + "mlp.gate_proj.weight", d.intermediateSize(), hidden),
-              CausalLm.matrix(w, p + "mlp.up_proj.weight", d.intermediateSize(), hidden),
-              CausalLm.matrix(w, p + "mlp.down_proj.weight", hidden, d.intermediateSize()));
+      PackedMatrix[] m = CausalLm.gatedMlp(w, p + "mlp.", d.intermediateSize(), hidden, shard);
+      GeGluMlp mlp = new GeGluMlp(m[0], m[1], m[2]);
       blocks.add(
           new SandwichBlock(
               l,
@@ -91,7 +98,8 @@ final class Gemma3Builder {
     }
     RmsNorm finalNorm = norm(w, "model.norm.weight", hidden, eps);
     float finalCap = (float) config.finalLogitSoftcap();
-    LmHead head = CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, finalCap);
+    LmHead head =
+        CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, finalCap, shard);
     float embedScale = (float) Math.sqrt(hidden);
     return new CausalLm(
         config,
@@ -101,7 +109,8 @@ final class Gemma3Builder {
         blocks,
         finalNorm,
         head,
-        new ArrayList<>(groups.keySet()));
+        new ArrayList<>(groups.keySet()),
+        tp);
   }
 
   private static RmsNorm norm(WeightSource w, String name, int width, float eps) {

@@ -8,6 +8,7 @@ import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.JambaConfig;
 import io.tokenspeed.model.config.MambaConfig;
 import io.tokenspeed.model.config.MixerDims;
+import io.tokenspeed.model.kernel.PackedMatrix;
 import io.tokenspeed.model.layer.CachedLayer;
 import io.tokenspeed.model.layer.Embedding;
 import io.tokenspeed.model.layer.HybridBlock;
@@ -17,6 +18,8 @@ import io.tokenspeed.model.layer.MambaMixer;
 import io.tokenspeed.model.layer.ResidualBlock;
 import io.tokenspeed.model.layer.RmsNorm;
 import io.tokenspeed.model.layer.SwiGluMlp;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -32,7 +35,13 @@ final class RecurrentModels {
 
   /** {@code backbone.*} of MambaForCausalLM. */
   static CausalLm mamba(
-      MambaConfig c, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+      MambaConfig c,
+      WeightSource w,
+      Checkpoint ckpt,
+      String modelId,
+      String weightVersion,
+      Collective tp) {
+    Shard shard = CausalLm.shardOf(tp);
     int hidden = c.hiddenSize();
     float eps = (float) c.normEps();
     Tensor embed = w.take("backbone.embeddings.weight", c.vocabSize(), hidden);
@@ -45,7 +54,8 @@ final class RecurrentModels {
       blocks.add(new MambaBlock(l, norm(w, p + "norm.weight", hidden, eps), mixer));
     }
     RmsNorm finalNorm = norm(w, "backbone.norm_f.weight", hidden, eps);
-    LmHead head = CausalLm.lmHead(w, embed, c.tieWordEmbeddings(), c.vocabSize(), hidden, 0f);
+    LmHead head =
+        CausalLm.lmHead(w, embed, c.tieWordEmbeddings(), c.vocabSize(), hidden, 0f, shard);
     return new CausalLm(
         c,
         ckpt,
@@ -54,12 +64,19 @@ final class RecurrentModels {
         blocks,
         finalNorm,
         head,
-        new ArrayList<>(groups.keySet()));
+        new ArrayList<>(groups.keySet()),
+        tp);
   }
 
   /** {@code model.*} of JambaForCausalLM with a dense MLP in every layer. */
   static CausalLm jamba(
-      JambaConfig c, WeightSource w, Checkpoint ckpt, String modelId, String weightVersion) {
+      JambaConfig c,
+      WeightSource w,
+      Checkpoint ckpt,
+      String modelId,
+      String weightVersion,
+      Collective tp) {
+    Shard shard = CausalLm.shardOf(tp);
     DecoderDims d = c.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -73,17 +90,15 @@ final class RecurrentModels {
       if (c.attentionLayers().get(l)) {
         int group = groups.computeIfAbsent(new GroupKind.FullHistory(), k -> groups.size());
         String a = p + "self_attn.";
-        mixer = CausalLm.attention(w, a, l, group, d, false, false, null, null, null, scale, 0f);
+        mixer =
+            CausalLm.attention(w, a, l, group, d, false, false, null, null, null, scale, 0f, shard);
       } else {
         int group = groups.computeIfAbsent(new GroupKind.StateCheckpoints(), k -> groups.size());
         mixer = mixer(w, p + "mamba.", l, group, c.mixer(), hidden, eps);
       }
-      SwiGluMlp mlp =
-          new SwiGluMlp(
-              CausalLm.matrix(w, p + "feed_forward.gate_proj.weight", d.intermediateSize(), hidden),
-              CausalLm.matrix(w, p + "feed_forward.up_proj.weight", d.intermediateSize(), hidden),
-              CausalLm.matrix(
-                  w, p + "feed_forward.down_proj.weight", hidden, d.intermediateSize()));
+      PackedMatrix[] m =
+          CausalLm.gatedMlp(w, p + "feed_forward.", d.intermediateSize(), hidden, shard);
+      SwiGluMlp mlp = new SwiGluMlp(m[0], m[1], m[2]);
       blocks.add(
           new HybridBlock(
               l,
@@ -93,7 +108,8 @@ final class RecurrentModels {
               mlp));
     }
     RmsNorm finalNorm = norm(w, "model.final_layernorm.weight", hidden, eps);
-    LmHead head = CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f);
+    LmHead head =
+        CausalLm.lmHead(w, embed, d.tieWordEmbeddings(), d.vocabSize(), hidden, 0f, shard);
     return new CausalLm(
         c,
         ckpt,
@@ -102,7 +118,8 @@ final class RecurrentModels {
         blocks,
         finalNorm,
         head,
-        new ArrayList<>(groups.keySet()));
+        new ArrayList<>(groups.keySet()),
+        tp);
   }
 
   private static MambaMixer mixer(

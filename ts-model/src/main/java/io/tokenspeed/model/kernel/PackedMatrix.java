@@ -33,29 +33,68 @@ public final class PackedMatrix {
   public static final int PANEL = 4 * VectorMath.SPECIES.length();
 
   private final Tensor source;
+  private final int rowFrom;
+  private final int colFrom;
   private final int out;
   private final int in;
   private final int panels;
   private volatile MemorySegment[] packed;
 
-  private PackedMatrix(Tensor source) {
+  private PackedMatrix(Tensor source, int rowFrom, int rows, int colFrom, int cols) {
     if (source.rank() != 2) {
       throw new IllegalArgumentException(
           "weight " + source.name() + " rank=" + source.rank() + " must be 2");
     }
+    if (rowFrom < 0
+        || rows < 1
+        || rowFrom + rows > source.dim(0)
+        || colFrom < 0
+        || cols < 1
+        || colFrom + cols > source.dim(1)) {
+      throw new IllegalArgumentException(
+          "weight "
+              + source.name()
+              + " "
+              + java.util.Arrays.toString(source.shape())
+              + " has no block of rows ["
+              + rowFrom
+              + ", "
+              + (rowFrom + rows)
+              + ") and columns ["
+              + colFrom
+              + ", "
+              + (colFrom + cols)
+              + ")");
+    }
     this.source = source;
-    this.out = source.dim(0);
-    this.in = source.dim(1);
+    this.rowFrom = rowFrom;
+    this.colFrom = colFrom;
+    this.out = rows;
+    this.in = cols;
     this.panels = (out + PANEL - 1) / PANEL;
   }
 
   /** The matrix {@code w} ({@code [out][in]}), packed on its first multiply. */
   public static PackedMatrix of(Tensor w) {
-    return new PackedMatrix(w);
+    return new PackedMatrix(w, 0, w.rank() == 2 ? w.dim(0) : 0, 0, w.rank() == 2 ? w.dim(1) : 0);
+  }
+
+  /**
+   * The block of {@code w} ({@code [out][in]}) of rows {@code [rowFrom, rowFrom + rows)} and
+   * columns {@code [colFrom, colFrom + cols)}: a tensor-parallel rank's share of a weight. Only the
+   * block is packed; the checkpoint stays mapped whole.
+   */
+  public static PackedMatrix block(Tensor w, int rowFrom, int rows, int colFrom, int cols) {
+    return new PackedMatrix(w, rowFrom, rows, colFrom, cols);
   }
 
   public String name() {
     return source.name();
+  }
+
+  /** True when this is the whole tensor, not a block of it. */
+  public boolean whole() {
+    return out == source.dim(0) && in == source.dim(1);
   }
 
   /** {@code dim(0)} is the output count, {@code dim(1)} the input width. */
@@ -105,7 +144,7 @@ public final class PackedMatrix {
             int o0 = p * PANEL;
             int n = Math.min(PANEL, out - o0);
             for (int c = 0; c < n; c++) {
-              source.readFloats((long) (o0 + c) * in, row, 0, in);
+              source.readFloats((long) (rowFrom + o0 + c) * source.dim(1) + colFrom, row, 0, in);
               for (int k = 0; k < in; k++) {
                 panel[k * PANEL + c] = row[k];
               }
@@ -119,6 +158,17 @@ public final class PackedMatrix {
 
   @Override
   public String toString() {
-    return source.toString();
+    return whole()
+        ? source.toString()
+        : source
+            + " rows ["
+            + rowFrom
+            + ", "
+            + (rowFrom + out)
+            + ") columns ["
+            + colFrom
+            + ", "
+            + (colFrom + in)
+            + ")";
   }
 }

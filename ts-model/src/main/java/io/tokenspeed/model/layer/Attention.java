@@ -22,6 +22,11 @@ import java.util.List;
  *   out = attn·Woᵀ (+bo)
  * </pre>
  *
+ * <p>Under tensor parallelism a rank holds its share of the heads ({@code numHeads} and {@code
+ * numKvHeads} are then the rank's; see {@code Shard}): q, k, v are row blocks of the checkpoint's
+ * projections and o a column block, so the rank's output is a partial sum that the ranks add
+ * together ({@link BatchMetadata#reducePartial}) before the output bias.
+ *
  * <p>Its cache group is Full history: it writes two fields per block, {@code layers.L.k} and {@code
  * layers.L.v}, each {@code numKvHeads × bg × headDim} float32 values. Biases and QK-norm weights
  * are {@code null} when absent.
@@ -168,6 +173,20 @@ public record Attention(
         batch.tokenRequest(),
         tables,
         attn);
-    MatMul.apply(pool, attn, t, o, oBias, out);
+    if (batch.collective().size() == 1) {
+      MatMul.apply(pool, attn, t, o, oBias, out);
+      return;
+    }
+    // this rank's heads give a partial output: sum the ranks', then add the bias once
+    MatMul.apply(pool, attn, t, o, null, out);
+    int hidden = o.dim(0);
+    batch.reducePartial(out, t * hidden);
+    if (oBias != null) {
+      for (int i = 0; i < t; i++) {
+        for (int j = 0; j < hidden; j++) {
+          out[i * hidden + j] += oBias[j];
+        }
+      }
+    }
   }
 }

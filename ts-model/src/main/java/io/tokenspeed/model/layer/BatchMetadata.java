@@ -2,6 +2,7 @@ package io.tokenspeed.model.layer;
 
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kv.KvCache;
+import io.tokenspeed.model.parallel.Collective;
 
 /**
  * What every layer of one forward pass needs to know about the batch, flattened to token rows.
@@ -19,6 +20,7 @@ import io.tokenspeed.model.kv.KvCache;
  * @param tokenRequest the request index of each row
  * @param blockTables per request, per cache group, the block table
  * @param kv the pools the block tables point into
+ * @param collective the tensor-parallel ranks' collective (a single rank's without TP)
  */
 public record BatchMetadata(
     ComputePool pool,
@@ -26,7 +28,8 @@ public record BatchMetadata(
     int[] positions,
     int[] tokenRequest,
     int[][][] blockTables,
-    KvCache kv) {
+    KvCache kv,
+    Collective collective) {
 
   public BatchMetadata {
     if (positions.length != numTokens || tokenRequest.length != numTokens) {
@@ -37,6 +40,16 @@ public record BatchMetadata(
               + positions.length
               + " token_request="
               + tokenRequest.length);
+    }
+  }
+
+  /**
+   * Sums every rank's partial {@code x[0, length)} in place (rank order, the same bits on every
+   * rank): the end of a layer whose output projection is split over the ranks. Nothing without TP.
+   */
+  public void reducePartial(float[] x, int length) {
+    if (collective.size() > 1) {
+      collective.allReduceSum(x, 0, length);
     }
   }
 

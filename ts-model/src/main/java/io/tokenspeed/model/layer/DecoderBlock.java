@@ -27,6 +27,7 @@ public record DecoderBlock(
     }
     postAttentionNorm.apply(batch.pool(), x, t, h);
     mlp.forward(batch.pool(), h, t, delta);
+    batch.reducePartial(delta, t * hidden);
     for (int i = 0; i < t * hidden; i++) {
       x[i] += delta[i];
     }

@@ -37,6 +37,7 @@ public record HybridBlock(
     }
     preMlpNorm.apply(batch.pool(), x, t, h);
     mlp.forward(batch.pool(), h, t, delta);
+    batch.reducePartial(delta, t * hidden);
     for (int i = 0; i < t * hidden; i++) {
       x[i] += delta[i];
     }

@@ -50,6 +50,7 @@ public record SandwichBlock(
     }
     preFeedforwardNorm.apply(batch.pool(), x, t, h);
     mlp.forward(batch.pool(), h, t, delta);
+    batch.reducePartial(delta, t * hidden);
     postFeedforwardNorm.apply(batch.pool(), delta, t, delta);
     for (int i = 0; i < t * hidden; i++) {
       x[i] += delta[i];
