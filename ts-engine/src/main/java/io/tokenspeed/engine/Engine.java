@@ -2,6 +2,8 @@ package io.tokenspeed.engine;
 
 import io.tokenspeed.cache.CacheCoordinator;
 import io.tokenspeed.cache.HeldBlock;
+import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.control.MeshException;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.DeploymentIdentity;
 import io.tokenspeed.core.Namespace;
@@ -78,6 +80,10 @@ public final class Engine implements AutoCloseable {
 
   private final String attentionBackend;
   private final Store storageStore;
+
+  /** The replica's exchange at TP > 1; null for a single rank. */
+  private final Replica replica;
+
   private boolean closed; // guarded by this
   private volatile CloseReport closeReport;
 
@@ -86,9 +92,11 @@ public final class Engine implements AutoCloseable {
       EngineConfig config,
       OptionalInt eosId,
       EngineObserver observer,
-      L3Settings l3) {
+      L3Settings l3,
+      ControlConfig control) {
     this.model = model;
     this.eosId = eosId;
+    this.replica = joinReplica(model, control, l3);
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
     this.device = new DevicePools(layout, config.deviceParents());
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
@@ -120,7 +128,9 @@ public final class Engine implements AutoCloseable {
             publication,
             new ReuseAccounting(layout, cache, scheduler, active),
             observer,
-            active);
+            active,
+            replica,
+            eosId);
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
@@ -140,7 +150,7 @@ public final class Engine implements AutoCloseable {
             null,
             null,
             layout,
-            1,
+            model.shard().size(),
             1,
             1,
             1,
@@ -150,16 +160,78 @@ public final class Engine implements AutoCloseable {
   /** The executor and the exchange over the Host allocation; frees everything on failure. */
   private StorageTier startStorage(L3Settings l3) {
     try {
-      return StorageTier.start(
-          l3,
-          new StorageJobs(namespaceFor(weightVersion), layout, host.geometry(), 0),
-          host.memory().segment());
+      StorageJobs jobs =
+          new StorageJobs(
+              namespaceFor(weightVersion), layout, host.geometry(), model.shard().rank());
+      return replica == null
+          ? StorageTier.start(l3, jobs, host.memory().segment())
+          : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size());
     } catch (Exception e) {
       copies.close();
       device.close();
       host.close();
+      if (replica != null) {
+        replica.close();
+      }
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
     }
+  }
+
+  /**
+   * Joins the replica's mesh when {@code control} names more than one rank (blocks until every rank
+   * is connected); null for a single rank. The control plane's ranks must be the model's.
+   */
+  private static Replica joinReplica(CausalLm model, ControlConfig control, L3Settings l3) {
+    if (control == null || control.worldSize() == 1) {
+      if (model.shard().size() != 1) {
+        throw new IllegalArgumentException(
+            "the model is rank "
+                + model.shard().rank()
+                + " of "
+                + model.shard().size()
+                + ": the engine needs the replica's control plane");
+      }
+      return null;
+    }
+    if (control.worldSize() != model.shard().size() || control.rank() != model.shard().rank()) {
+      throw new IllegalArgumentException(
+          "control plane rank "
+              + control.rank()
+              + " of "
+              + control.worldSize()
+              + " but the model is rank "
+              + model.shard().rank()
+              + " of "
+              + model.shard().size());
+    }
+    try {
+      return Replica.join(control);
+    } catch (MeshException e) {
+      if (l3 != null) {
+        try {
+          l3.store().close();
+        } catch (Exception ignored) {
+          // the mesh failure is what the caller needs to see
+        }
+      }
+      throw new IllegalStateException(
+          "rank " + control.rank() + " could not join its replica's mesh: " + e.getMessage(), e);
+    }
+  }
+
+  /** Makes the replica's collective fail for every rank (this rank's loop stopped). */
+  void abortReplica(String reason) {
+    model.collective().abort(reason);
+  }
+
+  /** This engine's rank in its tensor-parallel replica (0 for a single rank). */
+  public int tpRank() {
+    return model.shard().rank();
+  }
+
+  /** The tensor-parallel size of this engine's replica. */
+  public int tpSize() {
+    return model.shard().size();
   }
 
   // ---------------------------------------------------------------- administration
@@ -177,6 +249,9 @@ public final class Engine implements AutoCloseable {
    * objects stay (see {@link #updateWeightVersion}).
    */
   public CompletableFuture<Void> clearCache() {
+    if (replica != null) {
+      return replicaCommand(Replica.Command.CLEAR_ALL);
+    }
     return onLoop(
         () -> {
           scheduler.clearAll();
@@ -190,11 +265,32 @@ public final class Engine implements AutoCloseable {
    * Host-only storage I/O are left alone (a later prompt finds its prefix on the Host).
    */
   public CompletableFuture<Void> clearDeviceCache() {
+    if (replica != null) {
+      return replicaCommand(Replica.Command.CLEAR_DEVICE);
+    }
     return onLoop(
         () -> {
           scheduler.clearDevice();
           return null;
         });
+  }
+
+  /** A command every rank of the replica applies in the same round. */
+  private CompletableFuture<Void> replicaCommand(Replica.Command command) {
+    if (loop.closing()) {
+      return CompletableFuture.failedFuture(new IllegalStateException("engine is closed"));
+    }
+    CompletableFuture<Void> done = replica.command(command);
+    loop.wake();
+    return done;
+  }
+
+  /** Administration a replica of several ranks does not offer yet. */
+  private void singleRankOnly(String what) {
+    if (replica != null) {
+      throw new UnsupportedOperationException(
+          what + " is not available on a replica of " + replica.size() + " ranks yet");
+    }
   }
 
   /**
@@ -224,6 +320,7 @@ public final class Engine implements AutoCloseable {
     if (version == null || version.isBlank()) {
       throw new IllegalArgumentException("weight_version must be a non-empty string");
     }
+    singleRankOnly("a weight-version update");
     synchronized (weightUpdates) {
       String current = onLoop(() -> weightVersion).get();
       long deleted = 0;
@@ -274,6 +371,7 @@ public final class Engine implements AutoCloseable {
     if (version == null || version.isBlank()) {
       throw new IllegalArgumentException("weight_version must be a non-empty string");
     }
+    singleRankOnly("a namespace rotation");
     synchronized (weightUpdates) {
       onLoop(
               () -> {
@@ -344,7 +442,30 @@ public final class Engine implements AutoCloseable {
    */
   public static Engine start(
       CausalLm model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
-    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3);
+    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3, null);
+    e.resume();
+    return e;
+  }
+
+  /**
+   * Starts rank {@code control.rank()} of a tensor-parallel replica over {@code model}, this rank's
+   * share of the weights ({@link CausalLm#load(java.nio.file.Path, String, String,
+   * io.tokenspeed.model.parallel.Collective)}), joined to the other ranks by {@code control}'s mesh
+   * (this blocks until every rank has joined). Every rank runs the same loop; rank 0 leads: it
+   * alone takes requests ({@link #submit}) and administration, and the exchange carries them to the
+   * others. With {@code l3}, every rank reads and writes its own objects through its own store
+   * client.
+   *
+   * @throws IllegalArgumentException when the model's rank or size is not the control plane's
+   * @throws IllegalStateException when the mesh or L3 cannot start (nothing is left running)
+   */
+  public static Engine startRank(
+      CausalLm model,
+      EngineConfig config,
+      OptionalInt eosId,
+      L3Settings l3,
+      ControlConfig control) {
+    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3, control);
     e.resume();
     return e;
   }
@@ -363,7 +484,7 @@ public final class Engine implements AutoCloseable {
    */
   static Engine paused(
       CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    return new Engine(model, config, eosId, observer, null);
+    return new Engine(model, config, eosId, observer, null, null);
   }
 
   /** {@link #paused} with L3 (null for none). */
@@ -373,7 +494,7 @@ public final class Engine implements AutoCloseable {
       OptionalInt eosId,
       EngineObserver observer,
       L3Settings l3) {
-    return new Engine(model, config, eosId, observer, l3);
+    return new Engine(model, config, eosId, observer, l3, null);
   }
 
   /** Starts the loop of a {@link #paused} engine. */
@@ -447,6 +568,10 @@ public final class Engine implements AutoCloseable {
    * @throws IllegalStateException when the engine is closed or its intake queue is full
    */
   public RequestHandle submit(int[] prompt, SamplingParams params, int topLogprobs) {
+    if (replica != null && !replica.leader()) {
+      throw new IllegalStateException(
+          "rank " + replica.rank() + " of the replica is not its leader: submit to rank 0");
+    }
     if (loop.closing()) {
       Throwable fatal = loop.fatal();
       throw new IllegalStateException(
@@ -477,6 +602,14 @@ public final class Engine implements AutoCloseable {
   void cancel(long id) {
     intake.cancel(id);
     loop.wake();
+  }
+
+  /**
+   * Whether the event loop has ended: after {@link #close}, after a failure ({@link #failure}), or,
+   * on a tensor-parallel replica, when the replica stopped (its leader closed, or a rank failed).
+   */
+  public boolean stopped() {
+    return loopThread.getState() == Thread.State.TERMINATED;
   }
 
   /** Why the loop stopped, when it stopped after a failure; later submissions are refused. */
@@ -571,6 +704,9 @@ public final class Engine implements AutoCloseable {
     loop.failPendingTasks();
     if (storage != null && closeReport == null) {
       closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup
+    }
+    if (replica != null) {
+      replica.close();
     }
     copies.close();
     pool.close();

@@ -61,6 +61,12 @@ final class EventLoop {
   private static final long IDLE_WAIT_MS = 20;
 
   /**
+   * On a tensor-parallel replica, the longest the leader lets the ranks wait in the exchange while
+   * the replica idles: an idle round at least this often proves every rank alive.
+   */
+  static final long HEARTBEAT_MS = 100;
+
+  /**
    * The longest wait between rounds while only L3 work is pending: a completion record wakes the
    * loop at once, so this only paces the ticks that expire soft deadlines.
    */
@@ -80,6 +86,16 @@ final class EventLoop {
   private final ReuseAccounting reuse;
   private final EngineObserver observer;
   private final Map<Long, ActiveRequest> active;
+
+  /** The replica's exchange at TP > 1, null for a single rank. */
+  private final Replica replica;
+
+  private final java.util.OptionalInt eosId;
+
+  /** On a replica: a stop was agreed, and this round is the last. */
+  private boolean stopped;
+
+  private long lastRoundNs = System.nanoTime();
 
   /** Permits for the loop's wait: released by submit, cancel, administration, close and L3. */
   private final Semaphore wake = new Semaphore(0);
@@ -128,8 +144,12 @@ final class EventLoop {
       HostPublication publication,
       ReuseAccounting reuse,
       EngineObserver observer,
-      Map<Long, ActiveRequest> active) {
+      Map<Long, ActiveRequest> active,
+      Replica replica,
+      java.util.OptionalInt eosId) {
     this.engine = engine;
+    this.replica = replica;
+    this.eosId = eosId;
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
@@ -215,7 +235,19 @@ final class EventLoop {
 
   void run() {
     try {
-      while (!closing || !active.isEmpty() || intake.requestsPending() || draining()) {
+      while (!stopped
+          && (replica != null
+              || !closing
+              || !active.isEmpty()
+              || intake.requestsPending()
+              || draining())) {
+        if (replica != null && !replica.leader()) {
+          if (closing) {
+            break; // a follower that stops alone leaves the mesh: the others stop, naming it
+          }
+          round(); // the leader paces the replica: the exchange waits for its report
+          continue;
+        }
         if (closing) {
           for (ActiveRequest a; (a = intake.poll()) != null; ) {
             a.handle.end(a.result("cancelled", "engine closed"));
@@ -223,15 +255,27 @@ final class EventLoop {
           for (long id : active.keySet()) {
             intake.cancel(id); // one round ends them all
           }
+          if (replica != null && active.isEmpty() && !draining()) {
+            replica.stop(); // every rank ends in the round that agrees on it
+          }
         }
-        boolean arrived = intake.pending() || !admin.isEmpty();
+        boolean arrived =
+            intake.pending() || !admin.isEmpty() || (replica != null && replica.commandsPending());
         boolean agreementDue = storage != null && storage.agreementDue(); // next round returns it
         if (active.isEmpty() && !arrived && !housekeeping && !agreementDue) {
           boolean busy = storageBusy(); // L3 facts still to come: a round per event or tick
           long retryInNs = backupRetryInNs(); // a refused backup's next attempt, paced
           awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
           boolean retryDue = backupRetryInNs() <= 0;
-          if (!busy && !retryDue && !intake.pending() && admin.isEmpty()) {
+          boolean heartbeat =
+              replica != null
+                  && System.nanoTime() - lastRoundNs >= TimeUnit.MILLISECONDS.toNanos(HEARTBEAT_MS);
+          if (!busy
+              && !retryDue
+              && !heartbeat
+              && !intake.pending()
+              && admin.isEmpty()
+              && !(replica != null && replica.commandsPending())) {
             refreshIdleMetrics();
             continue;
           }
@@ -243,6 +287,13 @@ final class EventLoop {
     } catch (Throwable t) {
       fatal = t;
       closing = true; // refuse new work: nothing would serve it
+      if (replica != null) {
+        engine.abortReplica("rank " + replica.rank() + " stopped: " + t);
+        replica.failPending(t);
+        for (ActiveRequest a : replica.unagreed()) {
+          a.handle.end(a.result("error", "engine loop failed: " + t));
+        }
+      }
       for (ActiveRequest a : active.values()) {
         a.handle.end(a.result("error", "engine loop failed: " + t));
       }
@@ -250,15 +301,30 @@ final class EventLoop {
         a.handle.end(a.result("error", "engine loop failed: " + t));
       }
     }
+    if (replica != null) {
+      replica.failPending(new IllegalStateException("engine closed"));
+    }
   }
 
   /** One round (see the class essay). */
   private void round() throws InterruptedException, ControlPlaneException {
     long roundStart = System.nanoTime();
-    List<Long> cancelled = takeIntake();
-    long now = System.nanoTime();
+    lastRoundNs = roundStart;
+    List<Long> cancelled;
+    ExecutionPlan plan;
+    long now;
     long evictedBefore = scheduler.redundantEvictions();
-    ExecutionPlan plan = plan(now, cancelled);
+    if (replica == null) {
+      cancelled = takeIntake();
+      now = System.nanoTime();
+      evictedBefore = scheduler.redundantEvictions();
+      plan = plan(now, cancelled);
+    } else {
+      now = System.nanoTime();
+      Replica.Agreed agreed = replicaHead(now);
+      cancelled = agreed.cancellations();
+      plan = replicaPlan(agreed, now);
+    }
     // a round that demoted or freed blocks may have left more for the next one
     housekeeping =
         !plan.demotions().isEmpty()
@@ -296,6 +362,66 @@ final class EventLoop {
     publishStats();
     publishMetricsAfterRound();
     observer.afterRound(engine);
+  }
+
+  /**
+   * The head of a replica's round: local tasks, then the exchange (the leader's intake rides it),
+   * then what the agreed round brings, in the leader's order: commands, new requests.
+   */
+  private Replica.Agreed replicaHead(long nowNs) throws ControlPlaneException {
+    for (AdminTask task; (task = admin.poll()) != null; ) {
+      task.run().run();
+    }
+    List<ActiveRequest> fresh = new ArrayList<>();
+    List<Long> cancels = List.of();
+    if (replica.leader()) {
+      for (ActiveRequest a; (a = intake.poll()) != null; ) {
+        fresh.add(a);
+      }
+      cancels = intake.drainCancellations();
+    }
+    Replica.Agreed agreed =
+        replica.exchange(
+            nowNs, storage == null ? null : storage.poll(), fresh, cancels, engine, eosId);
+    for (Replica.Command c : agreed.commands()) {
+      switch (c) {
+        case CLEAR_ALL -> {
+          scheduler.clearAll();
+          publication.clearBackups();
+        }
+        case CLEAR_DEVICE -> scheduler.clearDevice();
+        case STOP -> stopped = true;
+      }
+    }
+    for (ActiveRequest a : agreed.newRequests()) {
+      submitToScheduler(a);
+    }
+    return agreed;
+  }
+
+  /**
+   * The plan of a replica's round, from the agreed round only (before the first agreed round: a
+   * round with nothing permitted at tick 0, the same on every rank).
+   */
+  private ExecutionPlan replicaPlan(Replica.Agreed agreed, long nowNs) {
+    RoundInput input;
+    if (agreed.round().isEmpty()) {
+      input = new RoundInput(0, PressureSnapshot.IDLE, List.of(), List.of(), false, false);
+    } else if (storage == null) {
+      input = RoundInput.of(agreed.round().get(), true, false);
+    } else {
+      input = storage.input(agreed.round(), nowNs, agreed.cancellations());
+    }
+    long hostMark = cache.host().publications();
+    ExecutionPlan plan = scheduler.round(input);
+    rounds++;
+    if (storage != null) {
+      reuse.noteRestored(hostMark);
+      storage.dispatch(plan.storage());
+      noteQuarantine();
+    }
+    replica.commandsApplied(agreed.round());
+    return plan;
   }
 
   /** Runs the administrative tasks and takes new requests in; returns the cancellations. */

@@ -73,6 +73,17 @@ public record AgreedRound(
     return List.copyOf(out);
   }
 
+  /** The administrative commands among the frontend messages, in order. */
+  public List<FrontendMessage> adminCommands() {
+    List<FrontendMessage> out = new ArrayList<>();
+    for (FrontendMessage m : frontend) {
+      if (m.kind() == FrontendMessage.Kind.ADMIN) {
+        out.add(m);
+      }
+    }
+    return List.copyOf(out);
+  }
+
   /**
    * Feeds this round to the loop head in the contract's order: {@link LoopHeadFeedback#onTick}
    * first, then every frontend message in the leader's order, then every completion in ascending

@@ -4,10 +4,11 @@ import java.util.Arrays;
 import java.util.HexFormat;
 
 /**
- * One message the TP leader drained from the frontend this round: a new request or a client
- * cancellation. It rides the round's relay exchange so that every rank's loop head applies the same
- * messages in the same order. The payload is opaque to the control plane (the engine encodes a new
- * request's prompt and sampling parameters in it); a cancellation carries none.
+ * One message the TP leader drained from the frontend this round: a new request, a client
+ * cancellation or an administrative command. It rides the round's relay exchange so that every
+ * rank's loop head applies the same messages in the same order. The payload is opaque to the
+ * control plane (the engine encodes a new request's prompt and sampling parameters in it); a
+ * cancellation carries none.
  *
  * <p>The record copies its payload in and out, so it is immutable and compares by content.
  *
@@ -24,7 +25,13 @@ public record FrontendMessage(Kind kind, long requestId, byte[] payload) {
     /** A new request enters the loop. */
     NEW_REQUEST,
     /** The client cancelled request {@code requestId}. */
-    CANCEL
+    CANCEL,
+    /**
+     * An administrative command every rank applies in the same round (a cache clear, a namespace
+     * rotation, the replica's stop): {@code requestId} is the command's sequence number, the
+     * payload the engine's encoding of it.
+     */
+    ADMIN
   }
 
   public FrontendMessage {
@@ -49,6 +56,11 @@ public record FrontendMessage(Kind kind, long requestId, byte[] payload) {
   /** A new request with an opaque body. */
   public static FrontendMessage newRequest(long requestId, byte[] payload) {
     return new FrontendMessage(Kind.NEW_REQUEST, requestId, payload);
+  }
+
+  /** An administrative command numbered {@code sequence}, with an opaque body. */
+  public static FrontendMessage admin(long sequence, byte[] payload) {
+    return new FrontendMessage(Kind.ADMIN, sequence, payload);
   }
 
   /** A client cancellation. */

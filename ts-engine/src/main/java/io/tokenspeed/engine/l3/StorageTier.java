@@ -59,15 +59,7 @@ public final class StorageTier {
    */
   public static StorageTier start(
       L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation) throws Exception {
-    try {
-      StoragePayloads.validate(jobs.layout(), 1, jobs.namespace(), settings.store());
-    } catch (IllegalArgumentException e) {
-      settings.store().close(); // nothing registered or started yet
-      throw e;
-    }
-    L3Executor executor =
-        L3Executor.start(
-            settings.store(), settings.runtime().executor(), hostAllocation, System::nanoTime);
+    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1);
     try {
       ServerSocketChannel listener =
           ServerSocketChannel.open()
@@ -87,6 +79,30 @@ public final class StorageTier {
       executor.close();
       throw e;
     }
+  }
+
+  /**
+   * L3 under one rank of a tensor-parallel replica of {@code tpSize} ranks: the executor only,
+   * whose polls the loop sends through the replica's exchange ({@link #poll}, {@link #input}). On
+   * failure nothing is left running and the store is closed.
+   */
+  public static StorageTier onReplica(
+      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, int tpSize)
+      throws Exception {
+    return new StorageTier(jobs, startExecutor(settings, jobs, hostAllocation, tpSize), null);
+  }
+
+  private static L3Executor startExecutor(
+      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, int tpSize)
+      throws Exception {
+    try {
+      StoragePayloads.validate(jobs.layout(), tpSize, jobs.namespace(), settings.store());
+    } catch (IllegalArgumentException e) {
+      settings.store().close(); // nothing registered or started yet
+      throw e;
+    }
+    return L3Executor.start(
+        settings.store(), settings.runtime().executor(), hostAllocation, System::nanoTime);
   }
 
   /** The translation of storage commands into this rank's jobs. */
@@ -110,10 +126,27 @@ public final class StorageTier {
    * @throws ControlPlaneException when the exchange fails: the replica must stop
    */
   public RoundInput roundInput(long nowNs, List<Long> cancellations) throws ControlPlaneException {
-    L3Poll poll = executor.poll();
+    L3Poll poll = poll();
     Optional<AgreedRound> agreed =
         exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
+    return input(agreed, nowNs, cancellations);
+  }
+
+  /**
+   * Polls the executor: its new completion records and its pressure, for this round's report (on a
+   * replica, the loop sends them through the replica's exchange).
+   */
+  public L3Poll poll() {
+    L3Poll poll = executor.poll();
     agreementDue = !poll.completions().isEmpty();
+    return poll;
+  }
+
+  /**
+   * The scheduler's input from the agreed round (the clock and no completions before the first):
+   * the agreed tick, pressure and completions with {@code cancellations}.
+   */
+  public RoundInput input(Optional<AgreedRound> agreed, long nowNs, List<Long> cancellations) {
     if (agreed.isEmpty()) {
       return new RoundInput(nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, true);
     }
@@ -189,7 +222,9 @@ public final class StorageTier {
    */
   public CloseReport close() {
     CloseReport report = executor.close();
-    exchange.close();
+    if (exchange != null) {
+      exchange.close();
+    }
     return report;
   }
 }

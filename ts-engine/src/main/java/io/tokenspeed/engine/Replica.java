@@ -1,0 +1,333 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.control.LocalReport;
+import io.tokenspeed.control.MeshException;
+import io.tokenspeed.control.RelayExchange;
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.l3.L3Poll;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.SamplingState;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.OptionalLong;
+import java.util.TreeSet;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+
+/**
+ * One rank's view of its tensor-parallel replica: the relay exchange every round goes through, and
+ * the leader's frontend riding it. Every rank runs the same loop; what differs is who feeds it.
+ *
+ * <pre>
+ *   leader (rank 0)                                   every rank, the same round
+ *   intake: new requests, cancellations,              exchange(report) ──► agreed round n-1:
+ *   administrative commands                              tick, pressure, L3 completions,
+ *      └─► frontend messages of round n ───────────►    new requests, cancellations, commands
+ *                                                            └─► the same scheduler input
+ * </pre>
+ *
+ * <p>A new request leaves the leader as a message carrying its prompt, its resolved sampling
+ * parameters (the seed included) and its logprobs setting; every rank, the leader included, admits
+ * it when the round that carried it is agreed, so every rank's scheduler sees the same requests in
+ * the same round and plans the same batch. Only the leader's requests have callers: a follower's
+ * copies of them stream to nobody.
+ *
+ * <p>Only the loop thread calls the exchange; {@link #command} is called from any thread.
+ */
+final class Replica implements AutoCloseable {
+  /** The commands every rank applies in the same round. */
+  enum Command {
+    CLEAR_ALL,
+    CLEAR_DEVICE,
+    STOP
+  }
+
+  /** A command the leader sent, and the future its caller waits on. */
+  private record Pending(Command command, byte[] argument, CompletableFuture<Void> done) {}
+
+  private final RelayExchange exchange;
+  private final int rank;
+  private final int size;
+
+  /** Leader: requests sent in a round not yet agreed, by id (their handles have callers). */
+  private final Map<Long, ActiveRequest> sent = new HashMap<>();
+
+  /** Leader: commands asked for and not yet sent. */
+  private final ConcurrentLinkedQueue<Pending> commands = new ConcurrentLinkedQueue<>();
+
+  /** Leader: commands sent and not yet agreed, by sequence. */
+  private final Map<Long, Pending> sentCommands = new HashMap<>();
+
+  private long commandSequence;
+  private boolean stopSent;
+
+  private Replica(RelayExchange exchange) {
+    this.exchange = exchange;
+    this.rank = exchange.config().rank();
+    this.size = exchange.config().worldSize();
+  }
+
+  /**
+   * Joins the replica's mesh (blocks until every rank is connected, or the connect timeout).
+   *
+   * @throws MeshException when the mesh cannot form
+   */
+  static Replica join(ControlConfig control) throws MeshException {
+    return new Replica(RelayExchange.connect(control));
+  }
+
+  int rank() {
+    return rank;
+  }
+
+  int size() {
+    return size;
+  }
+
+  boolean leader() {
+    return rank == 0;
+  }
+
+  /** The round timeout: the longest one rank waits for another in any exchange. */
+  long roundTimeoutMs() {
+    return exchange.config().roundTimeoutMs();
+  }
+
+  /**
+   * Asks every rank to apply {@code command} in the same round (leader only, any thread); completes
+   * once the leader applied it.
+   */
+  CompletableFuture<Void> command(Command command) {
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    if (!leader()) {
+      done.completeExceptionally(
+          new IllegalStateException(
+              "rank " + rank + " is not the leader: administration goes to rank 0"));
+      return done;
+    }
+    commands.add(new Pending(command, new byte[0], done));
+    return done;
+  }
+
+  /** True while commands wait to be sent (the leader runs a round for them). */
+  boolean commandsPending() {
+    return !commands.isEmpty();
+  }
+
+  /** What one agreed round asks of this rank's loop. */
+  record Agreed(
+      Optional<AgreedRound> round,
+      List<ActiveRequest> newRequests,
+      List<Long> cancellations,
+      List<Command> commands) {}
+
+  /**
+   * The round's exchange. The leader sends {@code newRequests} (taken from its intake), {@code
+   * cancellations} and the commands asked for since; every rank sends its clock and, with L3, its
+   * executor's poll. Returns what the agreed round (one exchange late) brings: new requests (the
+   * leader's own objects there, decoded copies elsewhere), cancellations and commands, in the
+   * leader's order.
+   *
+   * @throws ControlPlaneException when a rank is silent past the round timeout, leaves, or the
+   *     reports contradict each other: the replica must stop
+   */
+  Agreed exchange(
+      long nowNs,
+      L3Poll poll,
+      List<ActiveRequest> newRequests,
+      List<Long> cancellations,
+      Engine engine,
+      OptionalInt eosId)
+      throws ControlPlaneException {
+    List<FrontendMessage> frontend = new ArrayList<>();
+    if (leader()) {
+      for (ActiveRequest a : newRequests) {
+        frontend.add(FrontendMessage.newRequest(a.id, encode(a)));
+        sent.put(a.id, a);
+      }
+      for (long id : cancellations) {
+        frontend.add(FrontendMessage.cancel(id));
+      }
+      for (Pending p; (p = commands.poll()) != null; ) {
+        long seq = ++commandSequence;
+        byte[] payload = new byte[1 + p.argument().length];
+        payload[0] = (byte) p.command().ordinal();
+        System.arraycopy(p.argument(), 0, payload, 1, p.argument().length);
+        frontend.add(FrontendMessage.admin(seq, payload));
+        sentCommands.put(seq, p);
+      }
+    } else if (!newRequests.isEmpty() || !cancellations.isEmpty()) {
+      throw new IllegalStateException("rank " + rank + " is not the leader: it takes no requests");
+    }
+    LocalReport report =
+        poll == null
+            ? new LocalReport(nowNs, PressureSnapshot.IDLE, List.of(), frontend, null)
+            : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
+    Optional<AgreedRound> agreed = exchange.exchange(report);
+    if (agreed.isEmpty()) {
+      return new Agreed(agreed, List.of(), List.of(), List.of());
+    }
+    AgreedRound round = agreed.get();
+    List<ActiveRequest> admitted = new ArrayList<>();
+    for (FrontendMessage m : round.newRequests()) {
+      ActiveRequest a =
+          leader()
+              ? sent.remove(m.requestId())
+              : decode(m.requestId(), m.payload(), engine, eosId, nowNs);
+      if (a == null) {
+        throw new IllegalStateException(
+            "round "
+                + round.round()
+                + " admits request "
+                + m.requestId()
+                + " the leader never sent");
+      }
+      admitted.add(a);
+    }
+    List<Command> applied = new ArrayList<>();
+    for (FrontendMessage m : round.adminCommands()) {
+      byte[] payload = m.payload();
+      Command c = Command.values()[payload[0]];
+      applied.add(c);
+    }
+    return new Agreed(agreed, admitted, round.cancellations(), applied);
+  }
+
+  /**
+   * Completes the callers of the commands of {@code agreed} (leader; after the loop applied them).
+   */
+  void commandsApplied(Optional<AgreedRound> agreed) {
+    if (!leader() || agreed.isEmpty()) {
+      return;
+    }
+    for (FrontendMessage m : agreed.get().adminCommands()) {
+      Pending p = sentCommands.remove(m.requestId());
+      if (p != null) {
+        p.done().complete(null);
+      }
+    }
+  }
+
+  /** Asks the replica to stop (leader): every rank ends in the round that agrees on it. */
+  void stop() {
+    if (leader() && !stopSent) {
+      stopSent = true;
+      commands.add(new Pending(Command.STOP, new byte[0], new CompletableFuture<>()));
+    }
+  }
+
+  /** Fails the callers of commands that were never applied (after the loop ended). */
+  void failPending(Throwable why) {
+    for (Pending p; (p = commands.poll()) != null; ) {
+      p.done().completeExceptionally(why);
+    }
+    for (Pending p : sentCommands.values()) {
+      p.done().completeExceptionally(why);
+    }
+    sentCommands.clear();
+  }
+
+  /** Requests sent and not yet agreed (leader): their callers wait on them. */
+  Iterable<ActiveRequest> unagreed() {
+    return sent.values();
+  }
+
+  @Override
+  public void close() {
+    exchange.close();
+  }
+
+  // ---------------------------------------------------------------- the request codec
+
+  private static final int CODEC_VERSION = 1;
+
+  /** A new request as every rank needs it: prompt, resolved sampling parameters, logprobs. */
+  static byte[] encode(ActiveRequest a) {
+    SamplingParams p = a.sampling.params();
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream(64 + a.promptTokens * 4);
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      out.writeByte(CODEC_VERSION);
+      out.writeInt(a.promptTokens);
+      for (int i = 0; i < a.promptTokens; i++) {
+        out.writeInt(a.tokens[i]);
+      }
+      out.writeDouble(p.temperature());
+      out.writeInt(p.topK());
+      out.writeDouble(p.topP());
+      out.writeDouble(p.minP());
+      out.writeBoolean(p.seed().isPresent());
+      out.writeLong(p.seed().orElse(0));
+      out.writeInt(p.maxTokens());
+      out.writeInt(p.stopTokenIds().size());
+      for (int id : new TreeSet<>(p.stopTokenIds())) {
+        out.writeInt(id);
+      }
+      out.writeBoolean(p.ignoreEos());
+      out.writeInt(a.handle.topLogprobs());
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return bytes.toByteArray();
+  }
+
+  /** A follower's copy of a request the leader sent (its handle streams to nobody). */
+  static ActiveRequest decode(
+      long id, byte[] payload, Engine engine, OptionalInt eosId, long nowNs) {
+    try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(payload))) {
+      int version = in.readUnsignedByte();
+      if (version != CODEC_VERSION) {
+        throw new IllegalStateException(
+            "request " + id + " is encoded in version " + version + ", not " + CODEC_VERSION);
+      }
+      int[] prompt = new int[in.readInt()];
+      for (int i = 0; i < prompt.length; i++) {
+        prompt[i] = in.readInt();
+      }
+      double temperature = in.readDouble();
+      int topK = in.readInt();
+      double topP = in.readDouble();
+      double minP = in.readDouble();
+      boolean seeded = in.readBoolean();
+      long seed = in.readLong();
+      int maxTokens = in.readInt();
+      java.util.Set<Integer> stops = new java.util.HashSet<>();
+      for (int n = in.readInt(); n > 0; n--) {
+        stops.add(in.readInt());
+      }
+      boolean ignoreEos = in.readBoolean();
+      int topLogprobs = in.readInt();
+      SamplingParams params =
+          new SamplingParams(
+              temperature,
+              topK,
+              topP,
+              minP,
+              seeded ? OptionalLong.of(seed) : OptionalLong.empty(),
+              maxTokens,
+              stops,
+              ignoreEos);
+      return new ActiveRequest(
+          id,
+          new RequestHandle(id, engine, topLogprobs),
+          prompt,
+          new SamplingState(params, eosId),
+          nowNs);
+    } catch (IOException e) {
+      throw new UncheckedIOException("request " + id + " is cut short", e);
+    }
+  }
+}
