@@ -1,0 +1,93 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ModelIdentity;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.LocalCollective;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.function.IntFunction;
+
+/**
+ * The ranks of one tensor-parallel replica in this JVM, for tests: each rank's share of a
+ * checkpoint, a collective of threads, and engines joined by the real control-plane mesh on
+ * loopback, started together (each blocks until the mesh forms).
+ */
+final class TpReplica implements AutoCloseable {
+  final List<CausalLm> models = new ArrayList<>();
+  final List<Engine> engines = new ArrayList<>();
+
+  /**
+   * Starts {@code tp} ranks over {@code folder} with {@code config}; {@code l3} gives each rank its
+   * L3 settings (null for none).
+   */
+  static TpReplica start(Path folder, int tp, EngineConfig config, IntFunction<L3Settings> l3)
+      throws Exception {
+    TpReplica replica = new TpReplica();
+    Collective[] collectives = LocalCollective.group(tp);
+    var controls = EngineTensorParallelTest.controls(tp);
+    ExecutorService starts = Executors.newFixedThreadPool(tp);
+    try {
+      for (int r = 0; r < tp; r++) {
+        replica.models.add(
+            CausalLm.load(folder, "tp-test", ModelIdentity.DEFAULT_WEIGHT_VERSION, collectives[r]));
+      }
+      List<Future<Engine>> started = new ArrayList<>();
+      for (int r = 0; r < tp; r++) {
+        int rank = r;
+        started.add(
+            starts.submit(
+                () ->
+                    Engine.startRank(
+                        replica.models.get(rank),
+                        config,
+                        OptionalInt.empty(),
+                        l3 == null ? null : l3.apply(rank),
+                        controls.get(rank))));
+      }
+      for (Future<Engine> f : started) {
+        replica.engines.add(f.get(60, TimeUnit.SECONDS));
+      }
+      return replica;
+    } catch (Exception | Error e) {
+      replica.close();
+      throw e;
+    } finally {
+      starts.shutdownNow();
+    }
+  }
+
+  Engine leader() {
+    return engines.getFirst();
+  }
+
+  /** Waits until no rank has storage work pending (write-through done). */
+  void awaitStorageIdle() throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    for (Engine e : engines) {
+      while (e.storageBusyNow()) {
+        if (System.nanoTime() > deadline) {
+          throw new AssertionError("storage work still pending on rank " + e.tpRank());
+        }
+        Thread.sleep(10);
+      }
+    }
+  }
+
+  @Override
+  public void close() {
+    for (Engine e : engines) {
+      e.close();
+    }
+    for (CausalLm m : models) {
+      m.close();
+    }
+  }
+}
