@@ -34,6 +34,18 @@ final class CliErrors implements IParameterExceptionHandler, IExecutionException
   static final int EXIT_USAGE = CommandLine.ExitCode.USAGE;
   static final int EXIT_INTERNAL = 70;
 
+  /** A rank of a tensor-parallel replica failed (died, froze, or stopped on an error). */
+  static final int EXIT_REPLICA = 69;
+
+  /** The replica this rank belongs to stopped because a rank failed; the message names it. */
+  static final class ReplicaFailedException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    ReplicaFailedException(String message, Throwable cause) {
+      super(message, cause);
+    }
+  }
+
   @Override
   public int handleParseException(ParameterException ex, String[] args) {
     ParameterException shown = SettingsSources.attributed(ex);
@@ -57,6 +69,11 @@ final class CliErrors implements IParameterExceptionHandler, IExecutionException
       err.flush();
       int code = failed.exitCode();
       return code == EXIT_INVALID_INPUT || code == EXIT_USAGE ? code : EXIT_INTERNAL;
+    }
+    if (ex instanceof ReplicaFailedException) {
+      err.println("error: " + oneLine(ex.getMessage()));
+      err.flush();
+      return EXIT_REPLICA;
     }
     if (ex instanceof IllegalArgumentException
         || ex instanceof UncheckedIOException

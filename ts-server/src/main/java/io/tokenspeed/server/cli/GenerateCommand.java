@@ -59,7 +59,7 @@ import picocli.CommandLine.Spec;
       "                           [--max-tokens=N] [--temperature=T] [--top-k=K] [--top-p=P]",
       "                           [--min-p=P] [--sampling-seed=N] [--stop-token-ids=ID,...]",
       "                           [--ignore-eos] [--json] [--device-tokens=N] [--seed=N]",
-      "                           [--dtype=f32|bf16] [--threads=N]",
+      "                           [--dtype=f32|bf16] [--threads=N] [--tp=N]",
       ""
     },
     description = {
@@ -82,7 +82,8 @@ import picocli.CommandLine.Spec;
       "",
       "Synthetic models are cached under $TOKENSPEED_SYNTHETIC_DIR (default"
           + " ${java.io.tmpdir}/tokenspeed-synthetic).",
-      "Exit codes: 0 success, 1 invalid input, 2 usage error, 70 internal error."
+      "Exit codes: 0 success, 1 invalid input, 2 usage error, 69 a rank of the --tp replica"
+          + " failed, 70 internal error."
     })
 final class GenerateCommand implements Callable<Integer> {
 
@@ -106,6 +107,8 @@ final class GenerateCommand implements Callable<Integer> {
   @Mixin private ModelOptions modelOptions;
 
   @Mixin private StorageOptions storageOptions;
+
+  @Mixin private TensorParallelOptions tp;
 
   @Option(
       names = "--prompt",
@@ -181,7 +184,7 @@ final class GenerateCommand implements Callable<Integer> {
   private Integer deviceTokens;
 
   @Override
-  public Integer call() throws InterruptedException {
+  public Integer call() throws InterruptedException, java.io.IOException {
     if (prompt != null && tokens != null) {
       throw modelOptions.usage("--prompt and --tokens cannot be combined: give the prompt one way");
     }
@@ -198,8 +201,11 @@ final class GenerateCommand implements Callable<Integer> {
     int[] ids = tokens == null ? null : modelOptions.parseTokens(tokens);
     modelOptions.requireVectorModule();
     Path folder = modelOptions.folder(weightType);
+    if (tp.launcher()) {
+      return tp.launch(); // every rank runs this command, rank 0 prints
+    }
     Tokenizer tokenizer = modelOptions.tokenizer(folder);
-    try (CausalLm lm = modelOptions.load(folder)) {
+    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
       if (ids == null) {
         ids = modelOptions.tokenize(folder, tokenizer, "--prompt", prompt);
       }
@@ -217,6 +223,9 @@ final class GenerateCommand implements Callable<Integer> {
       int target =
           deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
       try (Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId(), storage)) {
+        if (tp.follower()) {
+          return tp.follow(engine);
+        }
         generate(engine, ids, params, tokenizer);
       }
     }
@@ -269,7 +278,7 @@ final class GenerateCommand implements Callable<Integer> {
       throw new IllegalArgumentException(
           "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
     }
-    return StorageOptions.startEngine(lm, config, eos, storage);
+    return StorageOptions.startEngine(lm, config, eos, storage, tp.ranked() ? tp.control() : null);
   }
 
   private void generate(Engine engine, int[] ids, SamplingParams params, Tokenizer tokenizer)
@@ -309,6 +318,7 @@ final class GenerateCommand implements Callable<Integer> {
       throw new IllegalArgumentException(result.error());
     }
     if (result.error() != null) {
+      tp.failIfStopped(engine);
       throw new IllegalStateException("generation failed: " + result.error());
     }
     if (json) {

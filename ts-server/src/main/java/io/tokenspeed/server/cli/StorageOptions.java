@@ -161,13 +161,30 @@ final class StorageOptions {
       EngineConfig config,
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage) {
+    return startEngine(lm, config, eos, storage, null);
+  }
+
+  /**
+   * {@link #startEngine(CausalLm, EngineConfig, OptionalInt, Optional)} as a rank of a
+   * tensor-parallel replica when {@code control} is given (this rank's own store client).
+   */
+  static Engine startEngine(
+      CausalLm lm,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage,
+      io.tokenspeed.control.ControlConfig control) {
     if (storage.isEmpty()) {
-      return Engine.start(lm, config, eos);
+      return control == null
+          ? Engine.start(lm, config, eos)
+          : Engine.startRank(lm, config, eos, null, control);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
     L3Settings settings = openL3(l3);
     try {
-      return Engine.start(lm, config, eos, settings);
+      return control == null
+          ? Engine.start(lm, config, eos, settings)
+          : Engine.startRank(lm, config, eos, settings, control);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

@@ -1,0 +1,186 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.SplittableRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * {@code tokenspeed generate --tp N} as users run it: the launcher (the shaded jar) starts one
+ * process per rank, joined by shared memory and the control-plane mesh. The ids equal TP = 1's; a
+ * rank killed with SIGKILL or frozen with SIGSTOP mid-generation makes the replica stop within the
+ * round timeout, and the launcher exits non-zero naming the rank.
+ */
+class GenerateTpIT {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @TempDir Path workDir;
+
+  /** The untied tiny Llama of the test resources (4 heads, 2 KV heads, vocab 256). */
+  private String model() throws IOException {
+    Path config = workDir.resolve("tiny-untied.json");
+    try (InputStream in = getClass().getResourceAsStream("/models/tiny-untied.json")) {
+      Files.write(config, in.readAllBytes());
+    }
+    return "synthetic:" + config;
+  }
+
+  private List<String> generate(String model, int[] ids, int maxTokens, String... extra) {
+    List<String> args =
+        new ArrayList<>(
+            List.of(
+                "generate",
+                "--model",
+                model,
+                "--tokens",
+                IntStream.of(ids).mapToObj(Integer::toString).collect(Collectors.joining(",")),
+                "--max-tokens",
+                Integer.toString(maxTokens),
+                "--ignore-eos",
+                "--threads",
+                "1"));
+    args.addAll(List.of(extra));
+    return args;
+  }
+
+  @ParameterizedTest(name = "TP={0}")
+  @ValueSource(ints = {2, 4})
+  void shouldGenerateTheIdsOfASingleRank(int tp) throws Exception {
+    String model = model();
+    int[] prompt = new SplittableRandom(tp).ints(70, 0, 256).toArray();
+    JarProcess.Result one =
+        JarProcess.run(
+            workDir, jvm(), java.util.Map.of(), generate(model, prompt, 24, "--json"), 120);
+    assertEquals(0, one.exitCode(), one::err);
+    JarProcess.Result many =
+        JarProcess.run(
+            workDir,
+            jvm(),
+            java.util.Map.of(),
+            generate(model, prompt, 24, "--json", "--tp", Integer.toString(tp)),
+            180);
+    assertEquals(0, many.exitCode(), many::err);
+    JsonNode a = JSON.readTree(one.out());
+    JsonNode b = JSON.readTree(many.out());
+    assertArrayEquals(ids(a), ids(b), "TP=" + tp + " vs TP=1: " + many.err());
+    assertEquals(24, ids(b).length);
+  }
+
+  private static int[] ids(JsonNode n) {
+    int[] t = new int[n.get("tokens").size()];
+    for (int i = 0; i < t.length; i++) {
+      t[i] = n.get("tokens").get(i).asInt();
+    }
+    return t;
+  }
+
+  private static List<String> jvm() {
+    return List.of("--add-modules", "jdk.incubator.vector");
+  }
+
+  @Test
+  void shouldStopAndNameARankKilledMidGeneration() throws Exception {
+    Broken run = breakRank("KILL");
+    assertNotEquals(0, run.exitCode(), run.err());
+    assertTrue(run.err().contains("rank 1 was killed by signal 9"), run.err());
+  }
+
+  @Test
+  void shouldStopAndNameARankFrozenMidGeneration() throws Exception {
+    Broken run = breakRank("STOP");
+    assertNotEquals(0, run.exitCode(), run.err());
+    assertTrue(run.err().contains("rank 1"), run.err());
+    assertTrue(
+        run.seconds() < 3 + 5 + 30, "stopped within the round timeout: " + run.seconds() + " s");
+  }
+
+  private record Broken(int exitCode, String err, double seconds) {}
+
+  /**
+   * Starts a long TP = 2 generation (3 s round timeout), sends {@code signal} to rank 1 once the
+   * first tokens are out, and waits for the launcher: its exit status, stderr and the seconds from
+   * the signal to its end. No process of the replica outlives it.
+   */
+  private Broken breakRank(String signal) throws Exception {
+    int[] prompt = new SplittableRandom(5).ints(30, 0, 256).toArray();
+    List<String> command = new ArrayList<>();
+    command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+    command.addAll(jvm());
+    Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
+    command.addAll(List.of("-jar", jar.toAbsolutePath().toString()));
+    command.addAll(generate(model(), prompt, 3000, "--tp", "2", "--tp-timeout", "3"));
+    Path out = workDir.resolve("stdout-" + signal + ".txt");
+    Path err = workDir.resolve("stderr-" + signal + ".txt");
+    Process launcher =
+        new ProcessBuilder(command)
+            .directory(workDir.toFile())
+            .redirectOutput(out.toFile())
+            .redirectError(err.toFile())
+            .start();
+    List<ProcessHandle> replica = new ArrayList<>();
+    try {
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+      while (Files.size(out) < 20) {
+        assertTrue(launcher.isAlive(), () -> "the launcher ended early: " + read(err));
+        assertTrue(System.nanoTime() < deadline, () -> "no tokens came: " + read(err));
+        Thread.sleep(20);
+      }
+      launcher.descendants().forEach(replica::add);
+      Optional<ProcessHandle> rank1 =
+          replica.stream()
+              .filter(
+                  p ->
+                      p.info()
+                          .arguments()
+                          .map(a -> List.of(a).contains("--tp-rank=1"))
+                          .orElse(false))
+              .findFirst();
+      assertTrue(rank1.isPresent(), "rank 1 among " + replica.size() + " processes");
+      Process kill =
+          new ProcessBuilder("kill", "-" + signal, Long.toString(rank1.get().pid())).start();
+      assertEquals(0, kill.waitFor(), "kill -" + signal);
+      long signalled = System.nanoTime();
+      assertTrue(launcher.waitFor(60, TimeUnit.SECONDS), () -> "the launcher hangs: " + read(err));
+      double seconds = (System.nanoTime() - signalled) / 1e9;
+      for (ProcessHandle p : replica) {
+        p.onExit().get(10, TimeUnit.SECONDS);
+      }
+      System.out.printf(
+          "after SIG%s to rank 1: exit %d in %.2f s; stderr:%n%s%n",
+          signal, launcher.exitValue(), seconds, read(err));
+      return new Broken(launcher.exitValue(), read(err), seconds);
+    } finally {
+      launcher.destroyForcibly();
+      for (ProcessHandle p : replica) {
+        p.destroyForcibly();
+      }
+    }
+  }
+
+  private static String read(Path file) {
+    try {
+      return Files.readString(file, StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      return "(unreadable: " + e + ")";
+    }
+  }
+}
