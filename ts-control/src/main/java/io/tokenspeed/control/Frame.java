@@ -117,14 +117,18 @@ public sealed interface Frame {
 
   /**
    * One rank's contribution to one round of the relay exchange. A valid report carries the rank's
-   * clock, pressure, newly completed storage records and (the leader only) frontend messages; an
-   * error report carries the reason its local poll or records were invalid, and nothing else but
-   * the clock and pressure.
+   * clock, pressure, plan digest, newly completed storage records and (the leader only) frontend
+   * messages; an error report carries the reason its local poll or records were invalid, and
+   * nothing else but the clock, pressure and plan digest. An error report's digest travels and
+   * round-trips like any other field, but the exchange never compares it: the round fails on the
+   * error report.
    *
    * @param rank the sender's rank
    * @param round the exchange round, counting from 1
    * @param clockNs the sender's monotonic clock when it entered the round
    * @param pressure the sender's executor pressure observations
+   * @param planDigest the digest of the plan the sender executed in its previous round ({@link
+   *     LocalReport#planDigest()}); any value, 0 before the first plan
    * @param error null for a valid report; otherwise why the local report was invalid
    * @param frontend the leader's frontend messages (empty on other ranks and in error reports)
    * @param completions the sender's newly completed storage records (empty in error reports)
@@ -134,6 +138,7 @@ public sealed interface Frame {
       long round,
       long clockNs,
       PressureSnapshot pressure,
+      long planDigest,
       String error,
       List<FrontendMessage> frontend,
       List<StorageDone> completions)
@@ -156,10 +161,33 @@ public sealed interface Frame {
       }
     }
 
-    /** An error report: the reason replaces the records. */
+    /** A report whose plan digest is 0. */
+    public Report(
+        int rank,
+        long round,
+        long clockNs,
+        PressureSnapshot pressure,
+        String error,
+        List<FrontendMessage> frontend,
+        List<StorageDone> completions) {
+      this(rank, round, clockNs, pressure, 0, error, frontend, completions);
+    }
+
+    /** An error report whose plan digest is 0: the reason replaces the records. */
     static Report ofError(
         int rank, long round, long clockNs, PressureSnapshot pressure, String error) {
-      return new Report(rank, round, clockNs, pressure, error, List.of(), List.of());
+      return ofError(rank, round, clockNs, pressure, 0, error);
+    }
+
+    /** An error report: the reason replaces the records. */
+    static Report ofError(
+        int rank,
+        long round,
+        long clockNs,
+        PressureSnapshot pressure,
+        long planDigest,
+        String error) {
+      return new Report(rank, round, clockNs, pressure, planDigest, error, List.of(), List.of());
     }
 
     /** True for an error report. */

@@ -230,6 +230,7 @@ public final class FrameDecoder {
     int queuedJobs = b.getInt();
     long queuedBytes = b.getLong();
     long oldestAgeNs = b.getLong();
+    long planDigest = b.getLong();
     int status = Byte.toUnsignedInt(b.get());
     if (rank < 0 || rank >= ControlConfig.MAX_WORLD_SIZE || round < 1) {
       return bad("report rank=" + rank + " round=" + round);
@@ -245,14 +246,20 @@ public final class FrameDecoder {
     }
     PressureSnapshot pressure = new PressureSnapshot(queuedJobs, queuedBytes, oldestAgeNs);
     return switch (status) {
-      case FrameDescriptor.STATUS_ERROR -> errorReport(b, rank, round, clockNs, pressure);
-      case FrameDescriptor.STATUS_OK -> okReport(b, rank, round, clockNs, pressure);
+      case FrameDescriptor.STATUS_ERROR ->
+          errorReport(b, rank, round, clockNs, pressure, planDigest);
+      case FrameDescriptor.STATUS_OK -> okReport(b, rank, round, clockNs, pressure, planDigest);
       default -> bad("report status=" + status);
     };
   }
 
   private static Decoded errorReport(
-      ByteBuffer b, int rank, long round, long clockNs, PressureSnapshot pressure) {
+      ByteBuffer b,
+      int rank,
+      long round,
+      long clockNs,
+      PressureSnapshot pressure,
+      long planDigest) {
     if (b.remaining() < 2) {
       return new Malformed(Reason.BAD_LENGTH, "error report without a reason length");
     }
@@ -276,11 +283,16 @@ public final class FrameDecoder {
     } catch (CharacterCodingException e) {
       return bad("error reason is not valid UTF-8");
     }
-    return new Decoded.Ok(Frame.Report.ofError(rank, round, clockNs, pressure, reason));
+    return new Decoded.Ok(Frame.Report.ofError(rank, round, clockNs, pressure, planDigest, reason));
   }
 
   private static Decoded okReport(
-      ByteBuffer b, int rank, long round, long clockNs, PressureSnapshot pressure) {
+      ByteBuffer b,
+      int rank,
+      long round,
+      long clockNs,
+      PressureSnapshot pressure,
+      long planDigest) {
     if (b.remaining() < 4) {
       return new Malformed(Reason.BAD_LENGTH, "report without a frontend count");
     }
@@ -341,7 +353,7 @@ public final class FrameDecoder {
       return trailing(b);
     }
     return new Decoded.Ok(
-        new Frame.Report(rank, round, clockNs, pressure, null, frontend, completions));
+        new Frame.Report(rank, round, clockNs, pressure, planDigest, null, frontend, completions));
   }
 
   /** One completion record: a {@link StorageDone} or a {@link Malformed}. */

@@ -33,11 +33,12 @@ package io.tokenspeed.control;
  * REPORT body
  *   0 i32 rank            4 i64 round          12 i64 clock_ns
  *  20 i32 queued_jobs    24 i64 queued_payload_bytes                 32 i64 oldest_age_ns
- *  40 u8  status: 0 OK, 1 ERROR
+ *  40 i64 plan_digest: digest of the plan the sender executed in its previous round
+ *  48 u8  status: 0 OK, 1 ERROR
  *  status ERROR:
- *  41 u16 M, then M bytes of UTF-8: the reason (M <= 4096). The body ends there.
+ *  49 u16 M, then M bytes of UTF-8: the reason (M <= 4096). The body ends there.
  *  status OK:
- *  41 i32 F = frontend message count, then F times:
+ *  49 i32 F = frontend message count, then F times:
  *       u8 kind (0 NEW_REQUEST, 1 CANCEL) | i64 request_id | i32 P | P payload bytes (P = 0 for CANCEL)
  *     i32 C = completion record count, then C times:
  *       +------------+------+-------+-----------+----------+---------+-------------+-------------+
@@ -51,9 +52,12 @@ package io.tokenspeed.control;
  *  The body ends exactly after the last record.
  * </pre>
  *
- * <p>A valid report's body is {@code 49 + sum(13 + P)} over its frontend messages {@code + sum(22 +
- * 3*ceil(K/8))} over its completion records, and framing adds 16 bytes (an idle round's frame is 65
+ * <p>A valid report's body is {@code 57 + sum(13 + P)} over its frontend messages {@code + sum(22 +
+ * 3*ceil(K/8))} over its completion records, and framing adds 16 bytes (an idle round's frame is 73
  * bytes): its size follows the completions, never the model's heads or the number of ranks.
+ *
+ * <p>Error reports carry the plan digest too (the fixed part is the same for both statuses); the
+ * exchange compares only the digests of valid reports.
  */
 public final class FrameDescriptor {
 
@@ -61,7 +65,7 @@ public final class FrameDescriptor {
   public static final int MAGIC = 0x54534350;
 
   /** The protocol version this build speaks; a frame with another version is rejected. */
-  public static final int VERSION = 2;
+  public static final int VERSION = 3;
 
   /** Frame type of the handshake. */
   public static final int TYPE_HELLO = 1;
@@ -94,7 +98,7 @@ public final class FrameDescriptor {
   public static final int FINAL_BODY_BYTES = 16;
 
   /** Report body bytes before the status-dependent part. */
-  static final int REPORT_FIXED_BYTES = 41;
+  static final int REPORT_FIXED_BYTES = 49;
 
   /** The longest reason an error report carries, in UTF-8 bytes; longer reasons are cut. */
   public static final int MAX_ERROR_BYTES = 4096;

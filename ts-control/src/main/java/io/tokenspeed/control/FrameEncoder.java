@@ -122,6 +122,7 @@ public final class FrameEncoder {
     buf.putInt(r.pressure().queuedJobs())
         .putLong(r.pressure().queuedPayloadBytes())
         .putLong(r.pressure().oldestAgeNs());
+    buf.putLong(r.planDigest());
     if (r.failed()) {
       byte[] reason = r.error().getBytes(StandardCharsets.UTF_8);
       if (reason.length > FrameDescriptor.MAX_ERROR_BYTES) {

@@ -7,23 +7,34 @@ import java.util.List;
 
 /**
  * What this rank brings to one round: its clock, its executor's poll (new completion records and
- * pressure, taken together), the leader's frontend messages, or the reason its poll was invalid.
+ * pressure, taken together), the leader's frontend messages, or the reason its poll was invalid,
+ * and a digest of the plan it executed in its previous round.
  *
  * <p>The exchange validates the report before anything is sent; an invalid one is replaced by an
  * error report, and every rank then raises the same {@link ProtocolException}.
+ *
+ * <p>The plan digest is how the replica notices that its ranks' schedulers diverged. Every rank
+ * runs the same scheduler on the same agreed rounds, so every rank of a healthy replica executes
+ * the same plan and reports the same digest. When the valid reports of a round carry different
+ * digests, every rank raises the same {@link ProtocolException} in that round, naming every rank's
+ * digest (see {@link RelayExchange}). The exchange only compares the values; how the plan is
+ * digested is the caller's choice, and must be the same on every rank.
  *
  * @param clockNs this rank's monotonic clock ({@link System#nanoTime()}) at the round's start
  * @param pressure the executor's pressure observations from the same poll
  * @param completions records the executor completed since the last poll, each reported once
  * @param frontend the frontend messages the leader drained this round; must be empty elsewhere
  * @param pollError null, or why this rank's poll could not produce valid records
+ * @param planDigest a digest of the plan this rank executed in its previous round; every rank of a
+ *     healthy replica reports the same value; 0 before the first plan
  */
 public record LocalReport(
     long clockNs,
     PressureSnapshot pressure,
     List<StorageDone> completions,
     List<FrontendMessage> frontend,
-    String pollError) {
+    String pollError,
+    long planDigest) {
 
   public LocalReport {
     if (pressure == null) {
@@ -42,6 +53,16 @@ public record LocalReport(
     frontend = List.copyOf(frontend);
   }
 
+  /** A report whose plan digest is 0, as before the first plan. */
+  public LocalReport(
+      long clockNs,
+      PressureSnapshot pressure,
+      List<StorageDone> completions,
+      List<FrontendMessage> frontend,
+      String pollError) {
+    this(clockNs, pressure, completions, frontend, pollError, 0);
+  }
+
   private static boolean hasNull(List<?> list) {
     for (Object o : list) {
       if (o == null) {
@@ -51,24 +72,32 @@ public record LocalReport(
     return false;
   }
 
-  /** An idle round: no completions, no pressure, no frontend messages. */
+  /** An idle round: no completions, no pressure, no frontend messages; plan digest 0. */
   public static LocalReport idle(long clockNs) {
     return new LocalReport(clockNs, PressureSnapshot.IDLE, List.of(), List.of(), null);
   }
 
-  /** A round carrying one poll's completions and pressure. */
+  /** A round carrying one poll's completions and pressure; plan digest 0. */
   public static LocalReport of(
       long clockNs, PressureSnapshot pressure, List<StorageDone> completions) {
     return new LocalReport(clockNs, pressure, completions, List.of(), null);
   }
 
-  /** A round whose poll failed: the exchange turns it into an error report. */
+  /**
+   * A round whose poll failed: the exchange turns it into an error report. Plan digest 0; an error
+   * report's digest is never compared.
+   */
   public static LocalReport pollFailed(long clockNs, String reason) {
     return new LocalReport(clockNs, PressureSnapshot.IDLE, List.of(), List.of(), reason);
   }
 
   /** This report with the leader's frontend messages attached. */
   public LocalReport withFrontend(List<FrontendMessage> messages) {
-    return new LocalReport(clockNs, pressure, completions, messages, pollError);
+    return new LocalReport(clockNs, pressure, completions, messages, pollError, planDigest);
+  }
+
+  /** This report with {@code digest} as the digest of the plan of this rank's previous round. */
+  public LocalReport withPlanDigest(long digest) {
+    return new LocalReport(clockNs, pressure, completions, frontend, pollError, digest);
   }
 }

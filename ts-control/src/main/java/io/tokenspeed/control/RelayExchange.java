@@ -7,6 +7,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
 import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -24,6 +25,9 @@ import java.util.Optional;
  *        └────────────────► ERROR report   ─┘                                  │
  *                                                                             ▼
  *   any ERROR report? ── yes ─► ProtocolException (same round, same message, every rank)
+ *        │ no
+ *        ▼
+ *   plan digests differ? ── yes ─► ProtocolException: the plans of round n-1 diverged
  *        │ no
  *        ▼
  *   tick = reports[0].clock (must not go backwards)     pressure = MAX over reports
@@ -44,6 +48,17 @@ import java.util.Optional;
  * from a rank other than the leader, a report larger than a frame) is not withheld: it is sent as
  * an error report, so that every rank raises the same error in the same round instead of one rank
  * leaving the collective.
+ *
+ * <p><b>Plans are compared every round.</b> Each report carries {@link LocalReport#planDigest()},
+ * the digest of the plan its rank executed in its previous round. Every rank of a healthy replica
+ * runs the same scheduler on the same agreed rounds and reports the same digest. When the reports
+ * of round n are all valid but their digests are not all equal, every rank throws the same {@link
+ * ProtocolException} in round n: {@code protocol error in round n: the plans of round n-1 diverged:
+ * rank 0: D0, rank 1: D1, ...}, with every rank's digest as 16 lowercase hex digits, in rank order.
+ * The check reads only the gathered reports, so it is identical on every rank; a round with an
+ * error report fails on that report instead, and its digests are not compared. A single-rank
+ * replica has nothing to compare and accepts any digest. The exchange does not interpret the
+ * digest: a replica whose ranks report 0 throughout is never flagged.
  *
  * <p><b>A round is delivered one exchange late.</b> The call that gathers round n returns round
  * n-1, so that no rank applies a round that another rank might not apply. Round n's frames from
@@ -143,8 +158,8 @@ public final class RelayExchange implements AutoCloseable {
    * it exactly once per event-loop round, idle and frozen rounds included, and apply what it
    * returns.
    *
-   * @throws ProtocolException when any rank's report was invalid or the reports contradict each
-   *     other (identically on every rank)
+   * @throws ProtocolException when any rank's report was invalid, the ranks' plan digests differ,
+   *     or the reports contradict each other (identically on every rank)
    * @throws MeshException when a peer is silent past the round timeout, disconnects, stops or sends
    *     a malformed frame; the survivors have settled on their last round by then
    */
@@ -219,6 +234,7 @@ public final class RelayExchange implements AutoCloseable {
               n,
               local.clockNs(),
               local.pressure(),
+              local.planDigest(),
               null,
               local.frontend(),
               local.completions());
@@ -235,7 +251,12 @@ public final class RelayExchange implements AutoCloseable {
               + config.maxFrameBytes();
     }
     return Frame.Report.ofError(
-        rank, n, local.clockNs(), local.pressure(), FrameEncoder.clipReason(error));
+        rank,
+        n,
+        local.clockNs(),
+        local.pressure(),
+        local.planDigest(),
+        FrameEncoder.clipReason(error));
   }
 
   private Frame.Report decodeReport(long n, int rank, byte[] frame) throws MeshException {
@@ -280,6 +301,7 @@ public final class RelayExchange implements AutoCloseable {
     if (!errors.isEmpty()) {
       throw new ProtocolException(n, "invalid report from " + String.join("; ", errors));
     }
+    checkPlanDigests(n, reports);
     Frame.Report leader = reports[0];
     long tickNs = leader.clockNs();
     if (n > 1 && tickNs - lastTickNs < 0) {
@@ -296,6 +318,30 @@ public final class RelayExchange implements AutoCloseable {
     lastTickNs = tickNs;
     List<FrontendMessage> frontend = leader.frontend();
     return new AgreedRound(n, tickNs, pressure, frontend, completions);
+  }
+
+  /**
+   * Throws when the valid reports of round {@code n} do not all carry the same plan digest: the
+   * plans the ranks executed in round {@code n-1} diverged. Reads only the gathered reports.
+   */
+  private static void checkPlanDigests(long n, Frame.Report[] reports) throws ProtocolException {
+    long first = reports[0].planDigest();
+    boolean agree = true;
+    for (Frame.Report r : reports) {
+      agree &= r.planDigest() == first;
+    }
+    if (agree) {
+      return;
+    }
+    HexFormat hex = HexFormat.of();
+    StringBuilder digests = new StringBuilder();
+    for (Frame.Report r : reports) {
+      if (!digests.isEmpty()) {
+        digests.append(", ");
+      }
+      digests.append("rank ").append(r.rank()).append(": ").append(hex.toHexDigits(r.planDigest()));
+    }
+    throw new ProtocolException(n, "the plans of round " + (n - 1) + " diverged: " + digests);
   }
 
   /** Closes the connections; peers still in the mesh see this rank leave. */

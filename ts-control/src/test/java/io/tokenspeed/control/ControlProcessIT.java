@@ -290,7 +290,8 @@ class ControlProcessIT {
                 }
                 case WRONG_VERSION -> {
                   byte[] hello = RawPeer.encode(RawPeer.hello(1, worldSize));
-                  java.nio.ByteBuffer.wrap(hello).putShort(4, (short) 3);
+                  java.nio.ByteBuffer.wrap(hello)
+                      .putShort(4, (short) (FrameDescriptor.VERSION + 1));
                   s.getOutputStream().write(MeshFailureTest.withCrc(hello));
                 }
                 case NOTHING -> {}

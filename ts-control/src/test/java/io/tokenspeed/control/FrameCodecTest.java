@@ -31,10 +31,15 @@ class FrameCodecTest {
 
   private static final FrameDecoder DECODER = new FrameDecoder(Frames.MAX);
 
-  // Offsets in a report frame with no frontend messages, first record at 61.
-  private static final int STATUS = 52;
-  private static final int COMPLETIONS = 57;
-  private static final int RECORD = 61;
+  // Offsets in a report frame with no frontend messages, first record at 69.
+  private static final int DIGEST = 52;
+  private static final int STATUS = 60;
+  private static final int FRONTEND = 61;
+  private static final int COMPLETIONS = 65;
+  private static final int RECORD = 69;
+  // Offsets in an error report frame.
+  private static final int REASON_LENGTH = 61;
+  private static final int REASON = 63;
   private static final int KIND = RECORD + 8;
   private static final int FLAGS = RECORD + 9;
   private static final int NUM_KEYS = RECORD + 18;
@@ -72,10 +77,61 @@ class FrameCodecTest {
   }
 
   @Test
+  void shouldRoundTripEveryPlanDigestWhenReportsCarryRandomDigests() {
+    SplittableRandom rnd = new SplittableRandom(7_2026L);
+    // [zero, negative, positive] digests seen in valid reports, then in error reports
+    int[] seen = new int[6];
+    for (int i = 0; i < 5_000; i++) {
+      if (!(Frames.randomFrame(rnd) instanceof Frame.Report r)) {
+        continue;
+      }
+      byte[] bytes = Frames.encode(r);
+      assertEquals(r.planDigest(), ByteBuffer.wrap(bytes).getLong(DIGEST), "frame " + i);
+      Frame decoded = assertInstanceOf(Decoded.Ok.class, DECODER.decode(bytes)).frame();
+      assertEquals(r, decoded, "frame " + i);
+      assertEquals(r.planDigest(), ((Frame.Report) decoded).planDigest(), "frame " + i);
+      long d = r.planDigest();
+      seen[(r.failed() ? 3 : 0) + (d == 0 ? 0 : d < 0 ? 1 : 2)]++;
+    }
+    for (int i = 0; i < seen.length; i++) {
+      assertTrue(seen[i] > 20, "digest class " + i + ": " + Arrays.toString(seen));
+    }
+  }
+
+  @Test
+  void shouldWriteThePlanDigestAfterThePressureWhenEncodingAReport() {
+    long digest = 0x9a0b_1c2d_3e4f_5061L; // negative
+    for (Frame.Report r :
+        List.of(
+            new Frame.Report(2, 5, 7, PressureSnapshot.IDLE, digest, null, List.of(), List.of()),
+            Frame.Report.ofError(2, 5, 7, PressureSnapshot.IDLE, digest, "bad poll"))) {
+      byte[] b = Frames.encode(r);
+      assertArrayEquals(
+          new byte[] {(byte) 0x9a, 0x0b, 0x1c, 0x2d, 0x3e, 0x4f, 0x50, 0x61},
+          Arrays.copyOfRange(b, DIGEST, DIGEST + 8),
+          r.toString());
+      assertEquals(
+          r.failed() ? FrameDescriptor.STATUS_ERROR : FrameDescriptor.STATUS_OK, b[STATUS]);
+      assertEquals(new Decoded.Ok(r), DECODER.decode(b));
+      // Any other digest is just as valid, and decodes as itself.
+      byte[] other = b.clone();
+      ByteBuffer.wrap(other).putLong(DIGEST, Long.MIN_VALUE);
+      Frame.Report back =
+          (Frame.Report)
+              assertInstanceOf(Decoded.Ok.class, DECODER.decode(Frames.withCrc(other))).frame();
+      assertEquals(Long.MIN_VALUE, back.planDigest());
+      assertEquals(r.error(), back.error());
+    }
+    assertEquals(0, report().planDigest(), "the old constructor reports no plan");
+    assertEquals(
+        0, Frame.Report.ofError(1, 1, 0, PressureSnapshot.IDLE, "x").planDigest(), "nor ofError");
+  }
+
+  @Test
   void shouldSizeReportsByTheirCompletionsWhenEncoding() {
-    assertEquals(65, Frames.encode(report()).length);
-    assertEquals(65 + 25, Frames.encode(report(get(1, OK))).length);
-    assertEquals(65 + 22 + 3 * 2, Frames.encode(report(get(1, Records.ok(9)))).length);
+    assertEquals(73, Frames.encode(report()).length);
+    assertEquals(73 + 25, Frames.encode(report(get(1, OK))).length);
+    assertEquals(73 + 22 + 3 * 2, Frames.encode(report(get(1, Records.ok(9)))).length);
     Frame.Report withFrontend =
         new Frame.Report(
             0,
@@ -85,7 +141,7 @@ class FrameCodecTest {
             null,
             List.of(FrontendMessage.newRequest(1, new byte[5]), FrontendMessage.cancel(2)),
             List.of());
-    assertEquals(65 + 13 + 5 + 13, Frames.encode(withFrontend).length);
+    assertEquals(73 + 13 + 5 + 13, Frames.encode(withFrontend).length);
   }
 
   @Test
@@ -118,7 +174,7 @@ class FrameCodecTest {
                 null,
                 List.of(FrontendMessage.cancel(5)),
                 List.of()));
-    assertEquals(1, f[57]); // CANCEL
+    assertEquals(1, f[FRONTEND + 4]); // CANCEL
   }
 
   @Test
@@ -150,10 +206,10 @@ class FrameCodecTest {
     assertRejected(huge, Reason.TOO_LARGE, "body_length=4294967295");
     byte[] longer = b.clone();
     ByteBuffer.wrap(longer).putInt(8, b.length - 16 + 1);
-    assertRejected(longer, Reason.TRUNCATED, "declares 66 bytes, 65 present");
+    assertRejected(longer, Reason.TRUNCATED, "declares 74 bytes, 73 present");
     byte[] shorter = b.clone();
     ByteBuffer.wrap(shorter).putInt(8, b.length - 16 - 1);
-    assertRejected(shorter, Reason.TRAILING_BYTES, "declares 64 bytes, 65 present");
+    assertRejected(shorter, Reason.TRAILING_BYTES, "declares 72 bytes, 73 present");
     byte[] hello =
         Frames.encode(
             new Frame.Hello(1, 2, 1, ControlConfig.MIN_MAX_FRAME_BYTES, 1, 1, Bytes32.random()));
@@ -255,7 +311,7 @@ class FrameCodecTest {
             List.of(FrontendMessage.cancel(5), FrontendMessage.newRequest(6, new byte[] {9})),
             List.of());
     byte[] b = Frames.encode(r);
-    int first = 57;
+    int first = FRONTEND + 4;
     byte[] kind = b.clone();
     kind[first] = 2;
     assertRejected(Frames.withCrc(kind), Reason.BAD_FIELD, "kind=2");
@@ -278,14 +334,14 @@ class FrameCodecTest {
         Frame.Report.ofError(1, 1, 0, PressureSnapshot.IDLE, "ab"),
         ((Decoded.Ok) DECODER.decode(b)).frame());
     byte[] utf8 = b.clone();
-    utf8[55] = (byte) 0xc0; // an overlong encoding's lead byte
+    utf8[REASON] = (byte) 0xc0; // an overlong encoding's lead byte
     assertRejected(Frames.withCrc(utf8), Reason.BAD_FIELD, "not valid UTF-8");
     byte[] empty = Arrays.copyOf(b, b.length - 2);
-    ByteBuffer.wrap(empty).putShort(53, (short) 0);
+    ByteBuffer.wrap(empty).putShort(REASON_LENGTH, (short) 0);
     assertRejected(
         Frames.withCrc(Frames.withBodyLength(empty)), Reason.BAD_FIELD, "error reason length=0");
     byte[] longer = b.clone();
-    ByteBuffer.wrap(longer).putShort(53, (short) 3);
+    ByteBuffer.wrap(longer).putShort(REASON_LENGTH, (short) 3);
     assertRejected(Frames.withCrc(longer), Reason.BAD_LENGTH, "error reason length=3");
   }
 

@@ -38,7 +38,7 @@ final class Frames {
 
   /**
    * A random valid frame: a hello, a proof, a final, an error report or a report with random
-   * records.
+   * records; reports carry a random plan digest ({@link #randomDigest}).
    */
   static Frame randomFrame(SplittableRandom rnd) {
     int pick = rnd.nextInt(12);
@@ -70,9 +70,10 @@ final class Frames {
             rnd.nextInt(Integer.MAX_VALUE),
             rnd.nextLong(Long.MAX_VALUE),
             rnd.nextLong(Long.MAX_VALUE));
+    long digest = randomDigest(rnd);
     if (pick == 1) {
       String reason = randomText(rnd, 1 + rnd.nextInt(60));
-      return Frame.Report.ofError(rank, round, clock, p, reason);
+      return Frame.Report.ofError(rank, round, clock, p, digest, reason);
     }
     List<FrontendMessage> frontend = new ArrayList<>();
     int numFrontend = rnd.nextInt(3) == 0 ? rnd.nextInt(4) : 0;
@@ -91,7 +92,21 @@ final class Frames {
     for (int i = 0; i < numCompletions; i++) {
       completions.add(randomRecord(rnd, rnd.nextLong(Long.MAX_VALUE)));
     }
-    return new Frame.Report(rank, round, clock, p, null, frontend, completions);
+    return new Frame.Report(rank, round, clock, p, digest, null, frontend, completions);
+  }
+
+  /**
+   * A random plan digest: often one of 0, -1, {@link Long#MIN_VALUE} and {@link Long#MAX_VALUE},
+   * otherwise any long (negative half the time).
+   */
+  static long randomDigest(SplittableRandom rnd) {
+    return switch (rnd.nextInt(8)) {
+      case 0 -> 0;
+      case 1 -> -1;
+      case 2 -> Long.MIN_VALUE;
+      case 3 -> Long.MAX_VALUE;
+      default -> rnd.nextLong();
+    };
   }
 
   static StorageDone randomRecord(SplittableRandom rnd, long operationId) {

@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.control.Cluster.Outcome;
@@ -27,6 +28,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.SplittableRandom;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -349,7 +351,92 @@ class RelayExchangeTest {
                 return null;
               });
       assertSameErrorEverywhere(
-          outcomes, 1, "report of 300 records is 7565 bytes, more than max_frame_bytes=4096");
+          outcomes, 1, "report of 300 records is 7573 bytes, more than max_frame_bytes=4096");
+    }
+  }
+
+  @Test
+  void shouldRaiseTheSameDivergenceErrorOnEveryRankWhenRank2ReportsAnotherPlanDigest()
+      throws Exception {
+    // Rounds 1-5: every rank reports the same digest (0 before the first plan, then seeded random
+    // ones, one of them negative). Round 6: rank 2 reports another plan of round 5.
+    SplittableRandom rnd = new SplittableRandom(6_2026L);
+    long[] agreed = {0, 0, rnd.nextLong(), rnd.nextLong() | Long.MIN_VALUE, -1, rnd.nextLong()};
+    long ours = 0x1f2e_3d4c_5b6a_7988L;
+    long theirs = 0x9a0b_1c2d_3e4f_5061L;
+    try (Cluster cluster = Cluster.start(3)) {
+      List<Outcome<ProtocolException>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                List<Long> delivered = new ArrayList<>();
+                for (int n = 1; n <= 5; n++) {
+                  x.exchange(LocalReport.idle(n).withPlanDigest(agreed[n]))
+                      .ifPresent(a -> delivered.add(a.round()));
+                }
+                assertEquals(List.of(1L, 2L, 3L, 4L), delivered, "rank " + rank);
+                LocalReport sixth = LocalReport.idle(6).withPlanDigest(rank == 2 ? theirs : ours);
+                ProtocolException e =
+                    assertThrows(ProtocolException.class, () -> x.exchange(sixth));
+                // The exchange has ended: later calls throw the same exception again.
+                ProtocolException again =
+                    assertThrows(
+                        ProtocolException.class,
+                        () -> x.exchange(LocalReport.idle(7).withPlanDigest(ours)));
+                assertSame(e, again);
+                assertEquals(6, x.round());
+                return e;
+              });
+      for (Outcome<ProtocolException> o : outcomes) {
+        ProtocolException e = o.get();
+        assertEquals(6, e.round());
+        assertEquals(
+            "protocol error in round 6: the plans of round 5 diverged: "
+                + "rank 0: 1f2e3d4c5b6a7988, rank 1: 1f2e3d4c5b6a7988, rank 2: 9a0b1c2d3e4f5061",
+            e.getMessage());
+        // Every rank stops having applied round 5, which the exception carries.
+        assertEquals(5, e.finalRound().orElseThrow().round());
+        assertEquals(5, e.lastAppliedRound());
+      }
+    }
+  }
+
+  @Test
+  void shouldRaiseTheInvalidReportErrorWhenAnErrorReportAndDivergentDigestsMeetInOneRound()
+      throws Exception {
+    try (Cluster cluster = Cluster.start(3)) {
+      List<Outcome<Void>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                x.exchange(LocalReport.idle(1).withPlanDigest(0));
+                LocalReport second =
+                    switch (rank) {
+                      case 0 -> LocalReport.idle(2).withPlanDigest(5);
+                      case 1 -> LocalReport.pollFailed(2, "store down").withPlanDigest(6);
+                      default -> LocalReport.idle(2).withPlanDigest(7);
+                    };
+                x.exchange(second);
+                return null;
+              });
+      assertSameErrorEverywhere(outcomes, 2, "invalid report from rank 1: local poll failed");
+      String message = ((ProtocolException) outcomes.getFirst().error()).getMessage();
+      assertTrue(!message.contains("diverged"), message);
+    }
+  }
+
+  @Test
+  void shouldAcceptAnyPlanDigestWhenTheReplicaHasOneRank() throws Exception {
+    SplittableRandom rnd = new SplittableRandom(1_2026L);
+    long[] digests = new long[41];
+    for (int n = 1; n <= 40; n++) {
+      digests[n] = n % 4 == 0 ? Frames.randomDigest(rnd) : rnd.nextLong();
+    }
+    try (Cluster cluster = Cluster.start(1)) {
+      List<AgreedRound> rounds =
+          Cluster.rounds(
+              cluster.ranks.getFirst(),
+              n -> LocalReport.of(n, PressureSnapshot.IDLE, List.of()).withPlanDigest(digests[n]),
+              40);
+      assertEquals(40, rounds.size());
     }
   }
 

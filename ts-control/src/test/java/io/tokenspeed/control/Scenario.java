@@ -185,11 +185,22 @@ final class Scenario {
     return out;
   }
 
-  /** What {@code rank} reports in round {@code n} (from 1). */
+  /**
+   * What {@code rank} reports in round {@code n} (from 1), with the plan digest every rank reports
+   * in that round.
+   */
   LocalReport report(int rank, int n) {
     LocalReport local =
-        LocalReport.of(clockNs[rank][n - 1], pressure[rank][n - 1], records.get(rank).get(n - 1));
+        LocalReport.of(clockNs[rank][n - 1], pressure[rank][n - 1], records.get(rank).get(n - 1))
+            .withPlanDigest(planDigest(n));
     return rank == 0 ? local.withFrontend(frontend.get(n - 1)) : local;
+  }
+
+  /**
+   * The plan digest of round {@code n}: 0 in round 1 (no plan yet), then any long, from the seed.
+   */
+  long planDigest(int n) {
+    return n == 1 ? 0 : new SplittableRandom(seed * 1_000_003L + n).nextLong();
   }
 
   /** The agreed rounds, by brute force. */
