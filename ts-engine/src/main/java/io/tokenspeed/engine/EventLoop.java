@@ -355,7 +355,11 @@ final class EventLoop {
     publication.publish(written);
     scheduler.onForwardDone(plan);
     if (out != null) {
-      finish(forward.sample(plan, out));
+      List<ForwardStep.Finished> done = forward.sample(plan, out);
+      notePlan(plan);
+      finish(done);
+    } else {
+      notePlan(plan);
     }
     resumeRetracted();
     roundNanos += System.nanoTime() - roundStart;
@@ -422,6 +426,39 @@ final class EventLoop {
     }
     replica.commandsApplied(agreed.round());
     return plan;
+  }
+
+  /**
+   * On a replica: the digest of the round's plan and of the tokens it sampled, which the next
+   * round's report carries; the exchange stops the replica when the ranks' digests differ.
+   */
+  private void notePlan(ExecutionPlan plan) {
+    if (replica == null) {
+      return;
+    }
+    long h = mix(0x7470_6c61_6e00_0001L, plan.round());
+    for (ExecutionPlan.ForwardItem f : plan.forward()) {
+      h = mix(h, f.requestId());
+      h = mix(h, ((long) f.startToken() << 32) | (f.numTokens() & 0xffffffffL));
+      h = mix(h, f.decode() ? 1 : 0);
+      ActiveRequest a = active.get(f.requestId());
+      if (a != null && a.known > 0) {
+        h = mix(h, ((long) a.known << 32) | (a.tokens[a.known - 1] & 0xffffffffL));
+      }
+    }
+    // records of enums hash by identity, which differs between processes: their text does not
+    h = mix(h, plan.deviceCopies().toString().hashCode());
+    h = mix(h, plan.demotions().toString().hashCode());
+    h = mix(h, plan.storage().toString().hashCode());
+    replica.notePlan(h);
+  }
+
+  /** One step of a 64-bit mix (SplitMix64's finalizer over the running value and the next). */
+  private static long mix(long h, long v) {
+    long z = h ^ (v + 0x9e37_79b9_7f4a_7c15L + (h << 6) + (h >>> 2));
+    z = (z ^ (z >>> 30)) * 0xbf58_476d_1ce4_e5b9L;
+    z = (z ^ (z >>> 27)) * 0x94d0_49bb_1331_11ebL;
+    return z ^ (z >>> 31);
   }
 
   /** Runs the administrative tasks and takes new requests in; returns the cancellations. */

@@ -75,6 +75,9 @@ final class Replica implements AutoCloseable {
   private long commandSequence;
   private boolean stopSent;
 
+  /** The digest of the plan this rank ran in its last round (0 before the first). */
+  private long planDigest;
+
   private Replica(RelayExchange exchange) {
     this.exchange = exchange;
     this.rank = exchange.config().rank();
@@ -177,7 +180,7 @@ final class Replica implements AutoCloseable {
         poll == null
             ? new LocalReport(nowNs, PressureSnapshot.IDLE, List.of(), frontend, null)
             : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
-    Optional<AgreedRound> agreed = exchange.exchange(report);
+    Optional<AgreedRound> agreed = exchange.exchange(report.withPlanDigest(planDigest));
     if (agreed.isEmpty()) {
       return new Agreed(agreed, List.of(), List.of(), List.of());
     }
@@ -220,6 +223,11 @@ final class Replica implements AutoCloseable {
         p.done().complete(null);
       }
     }
+  }
+
+  /** Records the digest of the plan this rank just ran, for the next round's report. */
+  void notePlan(long digest) {
+    planDigest = digest;
   }
 
   /** Asks the replica to stop (leader): every rank ends in the round that agrees on it. */

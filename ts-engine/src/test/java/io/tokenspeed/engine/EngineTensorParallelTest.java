@@ -138,10 +138,14 @@ class EngineTensorParallelTest {
       for (int i = 0; i < want.size(); i++) {
         assertArrayEquals(want.get(i), got.get(i), fixture + " TP=" + tp + " request " + i);
       }
-      for (int r = 1; r < tp; r++) {
-        EngineStats s = engines.get(r).stats();
-        assertEquals(
-            leader.stats().endedRequests(), s.endedRequests(), "rank " + r + " ended them too");
+      long ended = want.size(); // every request of the three passes
+      for (int r = 0; r < tp; r++) {
+        Engine follower = engines.get(r);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (follower.stats().endedRequests() < ended && System.nanoTime() < deadline) {
+          Thread.sleep(5); // stats are published when the round that ended them is over
+        }
+        assertEquals(ended, follower.stats().endedRequests(), "rank " + r + " ended them too");
       }
 
       leader.close(); // stops every rank in the round that agrees on it
@@ -164,6 +168,35 @@ class EngineTensorParallelTest {
       for (CausalLm m : models) {
         m.close();
       }
+    }
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldStopEveryRankNamingTheRoundWhenTheirPlansDiverge() throws Exception {
+    Path folder = Fixtures.extract("llama", dir);
+    // rank 1 demotes every cached block at once, rank 0 keeps them: the forward batches agree,
+    // the plans do not
+    try (TpReplica r =
+        TpReplica.start(
+            folder,
+            2,
+            rank -> rank == 0 ? EngineTest.small(256) : EngineTest.alwaysDemote(256),
+            null)) {
+      int[] prompt = new SplittableRandom(61).ints(40, 0, 512).toArray();
+      GenerationResult g =
+          r.leader().submit(prompt, SamplingParams.greedy(6)).result().get(60, TimeUnit.SECONDS);
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      for (Engine e : r.engines) {
+        while (!e.stopped() && System.nanoTime() < deadline) {
+          Thread.sleep(10);
+        }
+        assertTrue(e.stopped(), "rank " + e.tpRank() + " stopped");
+        String why = String.valueOf(e.failure().map(Throwable::getMessage).orElse(null));
+        assertTrue(why.contains("diverged"), "rank " + e.tpRank() + ": " + why);
+      }
+      assertTrue(
+          g.error() == null || g.error().contains("diverged") || g.error().contains("failed"),
+          String.valueOf(g.error()));
     }
   }
 

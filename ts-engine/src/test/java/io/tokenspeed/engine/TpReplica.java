@@ -30,6 +30,13 @@ final class TpReplica implements AutoCloseable {
    */
   static TpReplica start(Path folder, int tp, EngineConfig config, IntFunction<L3Settings> l3)
       throws Exception {
+    return start(folder, tp, r -> config, l3);
+  }
+
+  /** {@link #start} with each rank's own configuration (a test of diverging ranks). */
+  static TpReplica start(
+      Path folder, int tp, IntFunction<EngineConfig> configs, IntFunction<L3Settings> l3)
+      throws Exception {
     TpReplica replica = new TpReplica();
     Collective[] collectives = LocalCollective.group(tp);
     var controls = EngineTensorParallelTest.controls(tp);
@@ -47,7 +54,7 @@ final class TpReplica implements AutoCloseable {
                 () ->
                     Engine.startRank(
                         replica.models.get(rank),
-                        config,
+                        configs.apply(rank),
                         OptionalInt.empty(),
                         l3 == null ? null : l3.apply(rank),
                         controls.get(rank))));
