@@ -313,8 +313,9 @@ class FrameCodecTest {
     byte[] b = Frames.encode(r);
     int first = FRONTEND + 4;
     byte[] kind = b.clone();
-    kind[first] = 2;
-    assertRejected(Frames.withCrc(kind), Reason.BAD_FIELD, "kind=2");
+    int unknown = FrontendMessage.Kind.values().length; // one past the last kind
+    kind[first] = (byte) unknown;
+    assertRejected(Frames.withCrc(kind), Reason.BAD_FIELD, "kind=" + unknown);
     byte[] cancelWithPayload = b.clone();
     int second = first + 13;
     cancelWithPayload[second] = 1; // the new request becomes a cancellation with a payload

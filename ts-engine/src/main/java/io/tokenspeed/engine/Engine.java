@@ -617,6 +617,14 @@ public final class Engine implements AutoCloseable {
     return Optional.ofNullable(loop.fatal());
   }
 
+  /**
+   * This rank's L3 executor counters now (one short lock, no store call, no health probe consumed;
+   * any thread); empty without L3. {@link #metrics} holds the loop's last snapshot of them.
+   */
+  public Optional<io.tokenspeed.l3.L3Metrics> storageExecutorMetrics() {
+    return storage == null ? Optional.empty() : Optional.of(storage.metrics());
+  }
+
   /** The figures of the latest round. */
   public EngineStats stats() {
     return loop.stats();

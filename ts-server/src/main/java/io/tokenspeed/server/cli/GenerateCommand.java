@@ -222,12 +222,16 @@ final class GenerateCommand implements Callable<Integer> {
       }
       int target =
           deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
-      try (Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId(), storage)) {
+      Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId(), storage);
+      try {
         if (tp.follower()) {
           return tp.follow(engine);
         }
         generate(engine, ids, params, tokenizer);
+      } finally {
+        engine.close(); // with L3: after the write-through of the prompt's pages
       }
+      tp.reportStorage(engine);
     }
     return 0;
   }

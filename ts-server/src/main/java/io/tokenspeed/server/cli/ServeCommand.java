@@ -58,6 +58,8 @@ final class ServeCommand implements Callable<Integer> {
 
   @Mixin private StorageOptions storageOptions;
 
+  @Mixin private TensorParallelOptions tp;
+
   @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on.")
   private String host = "127.0.0.1";
 
@@ -154,15 +156,26 @@ final class ServeCommand implements Callable<Integer> {
     PrintWriter err = spec.commandLine().getErr();
     HELIDON_LOG.setLevel(Level.WARNING);
     Path folder = modelOptions.folder(weightType);
+    if (tp.launcher()) {
+      return tp.launch(); // rank 0 serves; the others compute with it
+    }
     Tokenizer tokenizer = modelOptions.tokenizer(folder);
     String name = servedModelName != null ? servedModelName : modelOptions.model();
     ServingState state = new ServingState();
     CountDownLatch stopped = new CountDownLatch(1);
     var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
-    try (CausalLm lm = modelOptions.load(folder)) {
+    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
       EngineConfig config = engineConfig(lm);
       OptionalInt eos = tokenizer.specialTokens().eosId();
-      Engine engine = StorageOptions.startEngine(lm, config, eos, storage);
+      Engine engine =
+          StorageOptions.startEngine(lm, config, eos, storage, tp.ranked() ? tp.control() : null);
+      if (tp.follower()) {
+        try {
+          return tp.follow(engine);
+        } finally {
+          engine.close();
+        }
+      }
       Serving frontend;
       try {
         frontend =
@@ -192,14 +205,16 @@ final class ServeCommand implements Callable<Integer> {
           "listening on http://" + host + ":" + frontend.port() + " (not ready: warming up)");
       err.flush();
       long warm =
-          WarmUp.run(
-              lm,
-              config,
-              eos,
-              tokenizer,
-              chatPrompt,
-              storage.isPresent() ? () -> StorageOptions.openL3(storage.get()) : null,
-              warmupRounds);
+          tp.ranked()
+              ? WarmUp.onReplica(engine, lm.vocabSize(), config, warmupRounds)
+              : WarmUp.run(
+                  lm,
+                  config,
+                  eos,
+                  tokenizer,
+                  chatPrompt,
+                  storage.isPresent() ? () -> StorageOptions.openL3(storage.get()) : null,
+                  warmupRounds);
       state.ready();
       err.println(
           "ready: serving "

@@ -9,6 +9,7 @@ import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.SharedMemoryCollective;
 import java.io.IOException;
+import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
 import java.nio.file.Path;
@@ -145,6 +146,9 @@ final class TensorParallelOptions {
    * replica's collective; a single rank loads the whole checkpoint.
    */
   CausalLm load(Path folder, String model) {
+    if (ranked()) {
+      watchLauncher();
+    }
     if (!ranked()) {
       try {
         return CausalLm.load(folder);
@@ -175,6 +179,40 @@ final class TensorParallelOptions {
       throw new IllegalArgumentException(
           "--model=" + model + " at --tp=" + size + ": " + e.getMessage(), e);
     }
+  }
+
+  /**
+   * A rank started by the launcher stops when the launcher is gone (killed before it could stop the
+   * ranks), with status {@value CliErrors#EXIT_REPLICA}; a follower also leaves SIGINT to its
+   * launcher (a terminal's Ctrl-C reaches every process of the group: rank 0 and the launcher end
+   * the replica in order).
+   */
+  private void watchLauncher() {
+    String pid = System.getenv(TpLauncher.LAUNCHER_PID_ENV);
+    if (pid == null) {
+      return; // started by hand
+    }
+    if (rank != 0) {
+      try {
+        sun.misc.Signal.handle(new sun.misc.Signal("INT"), sun.misc.SignalHandler.SIG_IGN);
+      } catch (IllegalArgumentException ignored) {
+        // no SIGINT on this platform
+      }
+    }
+    ProcessHandle launcher =
+        ProcessHandle.of(Long.parseLong(pid))
+            .orElseThrow(
+                () ->
+                    new IllegalStateException(
+                        "rank " + rank + ": launcher pid " + pid + " is gone"));
+    launcher
+        .onExit()
+        .thenRun(
+            () -> {
+              System.err.println(
+                  "error: rank " + rank + ": the launcher (pid " + pid + ") is gone");
+              Runtime.getRuntime().halt(CliErrors.EXIT_REPLICA);
+            });
   }
 
   /** This rank's control-plane settings (ranked only). */
@@ -212,7 +250,35 @@ final class TensorParallelOptions {
       Thread.sleep(20);
     }
     failIfStopped(engine);
+    reportStorage(engine);
     return 0;
+  }
+
+  /**
+   * On a rank with L3, one line on stderr with its own store traffic: every rank reads and writes
+   * only its own objects, so the ranks' lines together are the replica's.
+   */
+  void reportStorage(Engine engine) {
+    if (!ranked()) {
+      return;
+    }
+    engine
+        .storageExecutorMetrics()
+        .ifPresent(
+            m -> {
+              PrintWriter err = spec.commandLine().getErr();
+              err.println(
+                  "rank "
+                      + rank
+                      + ": L3 GET ok keys "
+                      + m.get().okKeys()
+                      + ", PUT ok keys "
+                      + m.put().okKeys()
+                      + " (newly written "
+                      + m.putsNewlyWritten()
+                      + ")");
+              err.flush();
+            });
   }
 
   /**

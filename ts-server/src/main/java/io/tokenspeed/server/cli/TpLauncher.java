@@ -35,11 +35,20 @@ import java.util.concurrent.TimeUnit;
  * when the replica ends. A SIGTERM to the launcher is passed on to every rank.
  */
 final class TpLauncher {
+  /**
+   * The variable that gives a rank its launcher's pid: a rank whose launcher is gone (killed) stops
+   * rather than run on unsupervised.
+   */
+  static final String LAUNCHER_PID_ENV = "TOKENSPEED_TP_LAUNCHER_PID";
+
   /** How long ranks get to end after the first one ended, before they are stopped. */
   private static final Duration GRACE = Duration.ofSeconds(30);
 
   private final int size;
   private final PrintWriter err;
+
+  /** The launcher was asked to stop: rank 0 ending on the SIGTERM it passed on is no failure. */
+  private volatile boolean stopping;
 
   TpLauncher(int size, PrintWriter err) {
     this.size = size;
@@ -55,7 +64,13 @@ final class TpLauncher {
     Path secretFile = secretDir.resolve("secret.hex");
     Path collective = collectiveFile();
     List<Process> ranks = new ArrayList<>();
-    Thread hook = new Thread(() -> stopAll(ranks), "ts-tp-launcher-stop");
+    Thread hook =
+        new Thread(
+            () -> {
+              stopping = true;
+              stopGracefully(ranks);
+            },
+            "ts-tp-launcher-stop");
     try {
       ReplicaSecret.generate().writeTo(secretFile);
       List<String> mesh = freePorts(size);
@@ -65,6 +80,7 @@ final class TpLauncher {
         ProcessBuilder pb = new ProcessBuilder(command(args, r, mesh, collective));
         pb.environment().remove(ReplicaSecret.ENV);
         pb.environment().put(ReplicaSecret.FILE_ENV, secretFile.toString());
+        pb.environment().put(LAUNCHER_PID_ENV, Long.toString(ProcessHandle.current().pid()));
         if (r == 0) {
           pb.inheritIO();
         } else {
@@ -120,7 +136,8 @@ final class TpLauncher {
         return 1;
       }
       ended++;
-      if (e.status() != 0) {
+      boolean passedOn = stopping && e.rank() == 0 && e.status() == 128 + 15;
+      if (e.status() != 0 && !passedOn) {
         say("rank " + e.rank() + " " + describe(e.status()) + "; stopping the other ranks");
         return e.status() > 0 && e.status() < 128 ? e.status() : CliErrors.EXIT_REPLICA;
       }
@@ -136,6 +153,31 @@ final class TpLauncher {
     return status > 128
         ? "was killed by signal " + (status - 128) + " (exit status " + status + ")"
         : "exited with status " + status;
+  }
+
+  /**
+   * The launcher was asked to stop (SIGTERM, SIGINT): rank 0 gets SIGTERM and ends the command as
+   * it would alone (serve drains its requests), which stops the other ranks in the round that
+   * agrees on it; whatever still runs after {@link #GRACE} is stopped.
+   */
+  private static void stopGracefully(List<Process> ranks) {
+    if (ranks.isEmpty()) {
+      return;
+    }
+    ranks.getFirst().destroy();
+    long deadline = System.nanoTime() + GRACE.toNanos();
+    for (Process p : ranks) {
+      try {
+        long left = deadline - System.nanoTime();
+        if (left > 0) {
+          p.waitFor(left, TimeUnit.NANOSECONDS);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        break;
+      }
+    }
+    stopAll(ranks);
   }
 
   /**

@@ -88,7 +88,11 @@ final class Admin {
     String previous = engine.weightVersion();
     String oldNamespace = namespace();
     long start = System.nanoTime();
-    engine.rotateNamespace(version);
+    try {
+      engine.rotateNamespace(version);
+    } catch (UnsupportedOperationException e) {
+      throw new ApiException(501, "not_implemented", null, null, e.getMessage());
+    }
     ObjectNode out = done("rotate_namespace", start);
     out.put(
         "did",
@@ -108,6 +112,8 @@ final class Admin {
       deleted = engine.updateWeightVersion(version);
     } catch (TimeoutException e) {
       throw new ApiException(503, "service_unavailable", null, null, e.getMessage());
+    } catch (UnsupportedOperationException e) {
+      throw new ApiException(501, "not_implemented", null, null, e.getMessage());
     }
     ObjectNode out = done("update_weights", start);
     out.put(

@@ -2,9 +2,12 @@ package io.tokenspeed.server.http;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -144,6 +147,42 @@ public final class WarmUp {
     } finally {
       client.close();
     }
+    return (System.nanoTime() - start) / 1_000_000;
+  }
+
+  /**
+   * The warm-up of a tensor-parallel replica, whose ranks' model shards cannot run in a throwaway
+   * engine of one process: the same seeded workload goes straight into the serving replica's leader
+   * ({@code engine}), so every rank compiles its forward pass and collective, and a full clear then
+   * empties the caches it filled (with L3 its write-through stays in the store, under the serving
+   * namespace). The HTTP path is not warmed this way. Returns the wall time in ms.
+   */
+  public static long onReplica(Engine engine, int vocabSize, EngineConfig serving, int rounds)
+      throws Exception {
+    long start = System.nanoTime();
+    int promptTokens = Math.min(2 * serving.tokenBudget() + 7, 1024);
+    SplittableRandom random = new SplittableRandom(0x3a7);
+    for (int round = 0; round < rounds; round++) {
+      List<RequestHandle> handles = new ArrayList<>();
+      handles.add(
+          engine.submit(
+              random.ints(promptTokens, 0, vocabSize).toArray(),
+              SamplingParams.greedy(16).withIgnoreEos(true)));
+      for (int i = 0; i < 4; i++) {
+        SamplingParams p = SamplingParams.greedy(24).withIgnoreEos(true);
+        if (i % 2 == 1) {
+          p = p.withTemperature(1.0).withTopK(40).withTopP(0.9);
+        }
+        handles.add(engine.submit(random.ints(24 + 8 * i, 0, vocabSize).toArray(), p, 2));
+      }
+      for (RequestHandle h : handles) {
+        GenerationResult r = h.result().get();
+        if (r.error() != null) {
+          throw new IllegalStateException("a warm-up request failed: " + r.error());
+        }
+      }
+    }
+    engine.clearCache().get();
     return (System.nanoTime() - start) / 1_000_000;
   }
 

@@ -176,6 +176,68 @@ class GenerateTpIT {
     }
   }
 
+  @Test
+  void shouldRestoreOnAFreshTp2ReplicaWhatAnotherWroteThroughTheFileStore() throws Exception {
+    String model = model();
+    int[] prompt = new SplittableRandom(11).ints(200, 0, 256).toArray();
+    String config =
+        "{\"path\": \""
+            + workDir.resolve("store").toString().replace("\\", "\\\\")
+            + "\", \"async\": {\"min_extension_tokens\": 64}}";
+    String[] l3 = {
+      "--json",
+      "--tp",
+      "2",
+      "--kvstore-storage-backend",
+      "file",
+      "--kvstore-storage-backend-extra-config",
+      config
+    };
+    JarProcess.Result recomputed =
+        JarProcess.run(
+            workDir, jvm(), java.util.Map.of(), generate(model, prompt, 8, "--json"), 120);
+    assertEquals(0, recomputed.exitCode(), recomputed::err);
+    JarProcess.Result writer =
+        JarProcess.run(workDir, jvm(), java.util.Map.of(), generate(model, prompt, 8, l3), 180);
+    assertEquals(0, writer.exitCode(), writer::err);
+    JarProcess.Result reader =
+        JarProcess.run(workDir, jvm(), java.util.Map.of(), generate(model, prompt, 8, l3), 180);
+    assertEquals(0, reader.exitCode(), reader::err);
+    JsonNode want = JSON.readTree(recomputed.out());
+    JsonNode w = JSON.readTree(writer.out());
+    JsonNode r = JSON.readTree(reader.out());
+    assertArrayEquals(ids(want), ids(w), "writer vs TP=1 without L3: " + writer.err());
+    assertArrayEquals(ids(want), ids(r), "reader vs TP=1 without L3: " + reader.err());
+    assertEquals(0, w.get("reused_storage_tokens").asInt(), writer.out());
+    assertTrue(r.get("reused_storage_tokens").asInt() >= 128, reader.out());
+    for (int rank = 0; rank < 2; rank++) {
+      long gets = okGets(reader.err(), rank);
+      assertTrue(gets > 0, "rank " + rank + " read its own objects: " + reader.err());
+      assertTrue(okPuts(writer.err(), rank) > 0, "rank " + rank + " wrote: " + writer.err());
+    }
+    assertEquals(okGets(reader.err(), 0), okGets(reader.err(), 1), "both owners read every row");
+  }
+
+  /** The GET ok keys a rank's summary line reports. */
+  private static long okGets(String err, int rank) {
+    return summary(err, rank, "L3 GET ok keys ");
+  }
+
+  private static long okPuts(String err, int rank) {
+    return summary(err, rank, "PUT ok keys ");
+  }
+
+  private static long summary(String err, int rank, String label) {
+    for (String line : err.split("\n")) {
+      int at = line.indexOf("rank " + rank + ": L3 GET");
+      if (at >= 0) {
+        String rest = line.substring(line.indexOf(label) + label.length());
+        return Long.parseLong(rest.split("[ ,]")[0]);
+      }
+    }
+    throw new AssertionError("no L3 line of rank " + rank + " in: " + err);
+  }
+
   private static String read(Path file) {
     try {
       return Files.readString(file, StandardCharsets.UTF_8);
