@@ -224,6 +224,15 @@ public final class Engine implements AutoCloseable {
     model.collective().abort(reason);
   }
 
+  /**
+   * On a tensor-parallel replica: the time each round since the last call spent in the replica's
+   * exchange (the round's agreement), in nanoseconds, oldest first; empty for a single rank. A
+   * diagnostic for benchmarks (any thread).
+   */
+  public long[] recentExchangeNanos() {
+    return replica == null ? new long[0] : replica.takeExchangeNanos();
+  }
+
   /** This engine's rank in its tensor-parallel replica (0 for a single rank). */
   public int tpRank() {
     return model.shard().rank();

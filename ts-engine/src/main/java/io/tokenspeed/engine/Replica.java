@@ -180,7 +180,9 @@ final class Replica implements AutoCloseable {
         poll == null
             ? new LocalReport(nowNs, PressureSnapshot.IDLE, List.of(), frontend, null)
             : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
+    long t0 = System.nanoTime();
     Optional<AgreedRound> agreed = exchange.exchange(report.withPlanDigest(planDigest));
+    recordExchange(System.nanoTime() - t0);
     if (agreed.isEmpty()) {
       return new Agreed(agreed, List.of(), List.of(), List.of());
     }
@@ -223,6 +225,29 @@ final class Replica implements AutoCloseable {
         p.done().complete(null);
       }
     }
+  }
+
+  /** The most exchange durations kept between two reads of {@link #takeExchangeNanos}. */
+  private static final int EXCHANGE_RECORD = 1 << 16;
+
+  private final long[] exchangeNanos = new long[EXCHANGE_RECORD];
+  private int exchangeCount;
+
+  private synchronized void recordExchange(long ns) {
+    if (exchangeCount < EXCHANGE_RECORD) {
+      exchangeNanos[exchangeCount++] = ns;
+    }
+  }
+
+  /**
+   * The time each round since the last call spent in the exchange (the round's agreement: this
+   * rank's report out, every report in), in nanoseconds, oldest first (at most {@value
+   * #EXCHANGE_RECORD}; any thread).
+   */
+  synchronized long[] takeExchangeNanos() {
+    long[] out = java.util.Arrays.copyOf(exchangeNanos, exchangeCount);
+    exchangeCount = 0;
+    return out;
   }
 
   /** Records the digest of the plan this rank just ran, for the next round's report. */
