@@ -238,6 +238,41 @@ class GenerateTpIT {
     throw new AssertionError("no L3 line of rank " + rank + " in: " + err);
   }
 
+  @ParameterizedTest(name = "{0} TP={1}")
+  @org.junit.jupiter.params.provider.CsvSource({
+    "llama, 2",
+    "llama, 4",
+    "qwen2, 2",
+    "gemma3, 2",
+    "gemma3, 4",
+    "mamba, 2",
+    "jamba, 2"
+  })
+  void shouldGenerateHuggingFacesGreedyIdsOnTheFixtures(String name, int tp) throws Exception {
+    Path fixture = ModelFixtures.extract(name, workDir.resolve("fixtures"));
+    int[] want = ModelFixtures.greedy(fixture, 0);
+    List<String> args =
+        List.of(
+            "generate",
+            "--model",
+            fixture.toString(),
+            "--tokens",
+            ModelFixtures.tokenList(ModelFixtures.ids(fixture, 0)),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            Integer.toString(want.length),
+            "--ignore-eos",
+            "--threads",
+            "1",
+            "--json",
+            "--tp",
+            Integer.toString(tp));
+    JarProcess.Result r = JarProcess.run(workDir, jvm(), java.util.Map.of(), args, 180);
+    assertEquals(0, r.exitCode(), r::err);
+    assertArrayEquals(want, ids(JSON.readTree(r.out())), name + " TP=" + tp + ": " + r.err());
+  }
+
   private static String read(Path file) {
     try {
       return Files.readString(file, StandardCharsets.UTF_8);
