@@ -4,6 +4,7 @@ import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.Namespace;
 import io.tokenspeed.core.ObjectKey;
+import io.tokenspeed.core.Sharding;
 import io.tokenspeed.core.storage.HostRange;
 import io.tokenspeed.core.storage.JobRow;
 import io.tokenspeed.core.storage.StorageJob;
@@ -80,12 +81,27 @@ public final class StorageJobs {
     };
   }
 
+  /**
+   * A GET's or PUT's rows. In a page-cyclic group of D owners the plan's Host block is a virtual
+   * block {@code v}: it belongs to owner {@code (v-1) mod D} at this owner's local block {@code
+   * (v-1) div D + 1}. This rank copies only the rows it owns; a row another owner copies is carried
+   * as not owned (it reports success and retirement, no bytes and no object failure), and the
+   * owners' reports are agreed into the operation's facts.
+   */
   private List<JobRow> rows(List<CacheKey> keys, List<Integer> blocks) {
     List<JobRow> rows = new ArrayList<>(keys.size());
     for (int i = 0; i < keys.size(); i++) {
       CacheKey k = keys.get(i);
       int g = k.groupId();
       int b = blocks.get(i);
+      if (layout.group(g).sharding() instanceof Sharding.PageCyclic pc) {
+        int d = pc.shardCount();
+        if ((b - 1) % d != attentionTpRank % d) {
+          rows.add(JobRow.notOwned(objectKey(k)));
+          continue;
+        }
+        b = (b - 1) / d + 1;
+      }
       rows.add(
           JobRow.owned(objectKey(k), new HostRange(host.byteOffset(g, b), host.bytesPerBlock(g))));
     }
