@@ -107,6 +107,14 @@ final class DemoCommand implements Callable<Integer> {
       description = "Compute threads of each process (default: one per core).")
   private Integer threads;
 
+  @Option(
+      names = "--tp",
+      paramLabel = "N",
+      description =
+          "Run the writer and the reader each as a tensor-parallel replica of N processes, every"
+              + " rank with its own store client (default: ${DEFAULT-VALUE}).")
+  private int tp = 1;
+
   /** One served request, as a worker reported it. */
   record Served(
       String cohort,
@@ -257,6 +265,9 @@ final class DemoCommand implements Callable<Integer> {
     if (maxTokens < 1) {
       throw usage("--max-tokens=" + maxTokens + " must be at least 1");
     }
+    if (tp < 1 || tp > 64) {
+      throw usage("--tp=" + tp + " must be in [1, 64]");
+    }
     if (threads != null && threads < 1) {
       throw usage("--threads=" + threads + " must be at least 1");
     }
@@ -291,6 +302,9 @@ final class DemoCommand implements Callable<Integer> {
     args.addAll(l3);
     if (threads != null) {
       args.addAll(List.of("--threads", threads.toString()));
+    }
+    if (tp > 1) {
+      args.addAll(List.of("--tp", Integer.toString(tp)));
     }
     WorkerProcess.run(
         role,

@@ -39,6 +39,8 @@ final class DemoWorkerCommand implements Callable<Integer> {
 
   @Mixin private StorageOptions storageOptions;
 
+  @Mixin private TensorParallelOptions tp;
+
   @Option(names = "--prefixes", required = true)
   private int prefixes;
 
@@ -59,9 +61,12 @@ final class DemoWorkerCommand implements Callable<Integer> {
     modelOptions.checkThreads();
     modelOptions.requireVectorModule();
     Path folder = modelOptions.folder(modelOptions.weightType());
+    if (tp.launcher()) {
+      return tp.launch(); // rank 0's lines are this worker's; the other ranks compute with it
+    }
     PrintWriter out = spec.commandLine().getOut();
     PrintWriter err = spec.commandLine().getErr();
-    try (CausalLm lm = modelOptions.load(folder)) {
+    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
       DemoPrompts prompts =
           DemoPrompts.of(promptSeed, lm.vocabSize(), prefixes, prefixTokens, suffixTokens);
       int perRequest = prefixTokens + suffixTokens + maxTokens;
@@ -72,28 +77,59 @@ final class DemoWorkerCommand implements Callable<Integer> {
       warmUp(lm, config, err);
       switch (role) {
         case "writer" -> {
-          try (Engine w = Engine.start(lm, config, OptionalInt.empty(), l3())) {
-            serveAll(w, prompts.seeds(), "writer-cold", out, err);
-            serveAll(w, prompts.queries(), "l2-only", out, err);
-            progress(err, "writing the prefixes to the store and closing");
-            w.close();
-            report(out, w.storageCloseReport().orElseThrow());
+          try (Engine w = start(lm, config, l3())) {
+            if (!follow(w)) {
+              serveAll(w, prompts.seeds(), "writer-cold", out, err);
+              serveAll(w, prompts.queries(), "l2-only", out, err);
+              progress(err, "writing the prefixes to the store and closing");
+              w.close();
+              report(out, w.storageCloseReport().orElseThrow());
+            }
           }
         }
         case "reader" -> {
-          try (Engine r = Engine.start(lm, config, OptionalInt.empty(), l3())) {
-            serveAll(r, prompts.queries(), "l3", out, err);
-            r.close();
-            report(out, r.storageCloseReport().orElseThrow());
+          try (Engine r = start(lm, config, l3())) {
+            if (!follow(r)) {
+              serveAll(r, prompts.queries(), "l3", out, err);
+              r.close();
+              report(out, r.storageCloseReport().orElseThrow());
+            }
           }
-          try (Engine c = Engine.start(lm, config, OptionalInt.empty())) {
-            serveAll(c, prompts.queries(), "cache-off", out, err);
+          try (Engine c = start(lm, config, null)) {
+            if (!follow(c)) {
+              serveAll(c, prompts.queries(), "cache-off", out, err);
+            }
           }
         }
         default -> throw modelOptions.usage("--role=" + role + " is not one of: writer, reader");
       }
     }
     return 0;
+  }
+
+  /**
+   * An engine of {@code lm} (with L3 when {@code l3} is given): this process's own, or its rank of
+   * the worker's tensor-parallel replica (every rank starts the same engines in the same order).
+   */
+  private Engine start(CausalLm lm, EngineConfig config, L3Settings l3) {
+    if (tp.ranked()) {
+      return Engine.startRank(lm, config, OptionalInt.empty(), l3, tp.control());
+    }
+    return l3 == null
+        ? Engine.start(lm, config, OptionalInt.empty())
+        : Engine.start(lm, config, OptionalInt.empty(), l3);
+  }
+
+  /**
+   * On a follower rank: waits until rank 0 closes {@code engine} (true: the rank has nothing else
+   * to do with it); false on rank 0 or a single process, which serves.
+   */
+  private boolean follow(Engine engine) throws InterruptedException {
+    if (!tp.follower()) {
+      return false;
+    }
+    tp.follow(engine);
+    return true;
   }
 
   private L3Settings l3() throws Exception {
@@ -111,8 +147,10 @@ final class DemoWorkerCommand implements Callable<Integer> {
         new SplittableRandom(promptSeed ^ 0x5DEECE66DL)
             .ints(Math.min(256, prefixTokens + suffixTokens), 0, lm.vocabSize())
             .toArray();
-    try (Engine e = Engine.start(lm, config, OptionalInt.empty())) {
-      WorkerProcess.serve(e, prompt, maxTokens);
+    try (Engine e = start(lm, config, null)) {
+      if (!follow(e)) {
+        WorkerProcess.serve(e, prompt, maxTokens);
+      }
     }
   }
 

@@ -83,6 +83,14 @@ class DemoIT {
   }
 
   @Test
+  void shouldRestoreTheWritersPrefixesInAFreshTp2ReplicaOverTheFileStore() throws Exception {
+    Path store = workDir.resolve("store-tp");
+    Result r = runDemo(List.of("--store-dir", store.toString(), "--tp", "2"));
+    assertRestoredAndEqual(r);
+    assertTrue(r.err().contains("[rank 1]"), "rank 1 ran in each worker: " + r.err());
+  }
+
+  @Test
   void shouldRestoreTheWritersPrefixesInAFreshProcessOverRedis() throws Exception {
     try (RedisServer server = RedisServers.startStandalone(workDir.resolve("redis"))) {
       // the flags generate takes, instead of the --backend/--redis-uri shorthand
