@@ -313,7 +313,7 @@ final class EventLoop {
     List<Long> cancelled;
     ExecutionPlan plan;
     long now;
-    long evictedBefore = scheduler.redundantEvictions();
+    long evictedBefore;
     if (replica == null) {
       cancelled = takeIntake();
       now = System.nanoTime();
@@ -323,6 +323,7 @@ final class EventLoop {
       now = System.nanoTime();
       Replica.Agreed agreed = replicaHead(now);
       cancelled = agreed.cancellations();
+      evictedBefore = scheduler.redundantEvictions();
       plan = replicaPlan(agreed, now);
     }
     // a round that demoted or freed blocks may have left more for the next one

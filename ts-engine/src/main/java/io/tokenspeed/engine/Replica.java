@@ -57,7 +57,7 @@ final class Replica implements AutoCloseable {
   }
 
   /** A command the leader sent, and the future its caller waits on. */
-  private record Pending(Command command, byte[] argument, CompletableFuture<Void> done) {}
+  private record Pending(Command command, CompletableFuture<Void> done) {}
 
   private final RelayExchange exchange;
   private final int rank;
@@ -122,7 +122,7 @@ final class Replica implements AutoCloseable {
               "rank " + rank + " is not the leader: administration goes to rank 0"));
       return done;
     }
-    commands.add(new Pending(command, new byte[0], done));
+    commands.add(new Pending(command, done));
     return done;
   }
 
@@ -167,10 +167,7 @@ final class Replica implements AutoCloseable {
       }
       for (Pending p; (p = commands.poll()) != null; ) {
         long seq = ++commandSequence;
-        byte[] payload = new byte[1 + p.argument().length];
-        payload[0] = (byte) p.command().ordinal();
-        System.arraycopy(p.argument(), 0, payload, 1, p.argument().length);
-        frontend.add(FrontendMessage.admin(seq, payload));
+        frontend.add(FrontendMessage.admin(seq, new byte[] {(byte) p.command().ordinal()}));
         sentCommands.put(seq, p);
       }
     } else if (!newRequests.isEmpty() || !cancellations.isEmpty()) {
@@ -259,7 +256,7 @@ final class Replica implements AutoCloseable {
   void stop() {
     if (leader() && !stopSent) {
       stopSent = true;
-      commands.add(new Pending(Command.STOP, new byte[0], new CompletableFuture<>()));
+      commands.add(new Pending(Command.STOP, new CompletableFuture<>()));
     }
   }
 

@@ -44,10 +44,15 @@ class EngineTensorParallelFaultsTest {
   private int[] want;
   private final MemoryStore written = new MemoryStore();
 
-  /** One rank's client of a shared memory store, with the faults a test switches on. */
+  /**
+   * One rank's client of a shared memory store: counts its calls, records the keys it read and
+   * wrote, carries the faults a test switches on, and never closes the store.
+   */
   static class RankClient extends ForwardingStore {
     final AtomicInteger queries = new AtomicInteger();
     final AtomicInteger okGets = new AtomicInteger();
+    final AtomicInteger puts = new AtomicInteger();
+    final List<String> keys = new java.util.concurrent.CopyOnWriteArrayList<>();
     volatile boolean failGets;
     volatile long getDelayMs;
     volatile CountDownLatch putGate;
@@ -76,6 +81,7 @@ class EngineTensorParallelFaultsTest {
           okGets.incrementAndGet();
         }
       }
+      this.keys.addAll(keys);
       return r;
     }
 
@@ -85,6 +91,8 @@ class EngineTensorParallelFaultsTest {
       if (gate != null) {
         gate.await();
       }
+      puts.incrementAndGet();
+      this.keys.addAll(keys);
       return super.put(keys, sources);
     }
 
