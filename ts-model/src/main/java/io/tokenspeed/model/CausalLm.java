@@ -81,6 +81,7 @@ public final class CausalLm implements AutoCloseable {
   private final LmHead lmHead;
   private final List<GroupKind> groupKinds;
   private final Collective collective;
+  private final Shard shard;
 
   CausalLm(
       ModelConfig config,
@@ -91,7 +92,8 @@ public final class CausalLm implements AutoCloseable {
       RmsNorm finalNorm,
       LmHead lmHead,
       List<GroupKind> groupKinds,
-      Collective collective) {
+      Collective collective,
+      Shard shard) {
     this.config = config;
     this.checkpoint = checkpoint;
     this.identity = identity;
@@ -101,6 +103,7 @@ public final class CausalLm implements AutoCloseable {
     this.lmHead = lmHead;
     this.groupKinds = List.copyOf(groupKinds);
     this.collective = collective;
+    this.shard = shard;
   }
 
   /** Loads {@code folder} with the folder name as model id and the default weight version. */
@@ -131,6 +134,24 @@ public final class CausalLm implements AutoCloseable {
    */
   public static CausalLm load(
       Path folder, String modelId, String weightVersion, Collective collective) {
+    return load(folder, modelId, weightVersion, collective, Shard.KvSplit.HEADS);
+  }
+
+  /**
+   * {@link #load(Path, String, String, Collective)} with the KV of full-history attention split
+   * over the ranks by {@code kvSplit}: by heads as there, or by pages ({@link Shard.KvSplit#PAGES}:
+   * every rank holds every attention head, its full-history cache groups are page-cyclic over the
+   * ranks, and each rank attends over the pages it owns).
+   *
+   * @throws CheckpointException naming the file (and tensor) at fault
+   * @throws IllegalArgumentException when the model's dimensions do not split over the ranks
+   */
+  public static CausalLm load(
+      Path folder,
+      String modelId,
+      String weightVersion,
+      Collective collective,
+      Shard.KvSplit kvSplit) {
     Checkpoint ckpt = Checkpoint.open(folder);
     try {
       ModelConfig config;
@@ -141,7 +162,8 @@ public final class CausalLm implements AutoCloseable {
             folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
       }
       WeightSource weights = new WeightSource(ckpt, config.architecture());
-      CausalLm model = build(config, weights, ckpt, modelId, weightVersion, collective);
+      Shard shard = new Shard(collective.rank(), collective.size(), kvSplit);
+      CausalLm model = build(config, weights, ckpt, modelId, weightVersion, collective, shard);
       weights.requireAllTaken();
       return model;
     } catch (RuntimeException e) {
@@ -157,7 +179,14 @@ public final class CausalLm implements AutoCloseable {
    */
   public static List<TensorShape> expectedTensors(ModelConfig config) {
     try (WeightSource plan = WeightSource.planning(config.architecture())) {
-      build(config, plan, null, "plan", ModelIdentity.DEFAULT_WEIGHT_VERSION, Collective.single());
+      build(
+          config,
+          plan,
+          null,
+          "plan",
+          ModelIdentity.DEFAULT_WEIGHT_VERSION,
+          Collective.single(),
+          Shard.NONE);
       return plan.taken();
     }
   }
@@ -168,20 +197,16 @@ public final class CausalLm implements AutoCloseable {
       Checkpoint ckpt,
       String modelId,
       String version,
-      Collective tp) {
+      Collective tp,
+      Shard s) {
     return switch (config) {
-      case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, version, tp);
-      case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
-      case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
-      case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp);
-      case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, version, tp);
-      case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, version, tp);
+      case Gemma3Config c -> Gemma3Builder.build(c, weights, ckpt, modelId, version, tp, s);
+      case LlamaConfig c -> buildDecoder(c, weights, ckpt, modelId, version, tp, s);
+      case Qwen2Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp, s);
+      case Qwen3Config c -> buildDecoder(c, weights, ckpt, modelId, version, tp, s);
+      case MambaConfig c -> RecurrentModels.mamba(c, weights, ckpt, modelId, version, tp, s);
+      case JambaConfig c -> RecurrentModels.jamba(c, weights, ckpt, modelId, version, tp, s);
     };
-  }
-
-  /** The rank's place in the replica {@code tp} joins. */
-  static Shard shardOf(Collective tp) {
-    return new Shard(tp.rank(), tp.size());
   }
 
   /** The checkpoint revision; a planning pass (no checkpoint) gets an all-zero placeholder. */
@@ -300,8 +325,8 @@ public final class CausalLm implements AutoCloseable {
       Checkpoint ckpt,
       String modelId,
       String weightVersion,
-      Collective tp) {
-    Shard shard = shardOf(tp);
+      Collective tp,
+      Shard shard) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -351,7 +376,8 @@ public final class CausalLm implements AutoCloseable {
         finalNorm,
         head,
         new ArrayList<>(groups.keySet()),
-        tp);
+        tp,
+        shard);
   }
 
   private static RmsNorm norm(WeightSource w, String name, int width, float eps) {
@@ -381,7 +407,7 @@ public final class CausalLm implements AutoCloseable {
 
   /** This rank's place in its tensor-parallel replica. */
   public Shard shard() {
-    return shardOf(collective);
+    return shard;
   }
 
   public List<ResidualBlock> blocks() {
@@ -404,8 +430,8 @@ public final class CausalLm implements AutoCloseable {
   /**
    * The cache layout this model's forward pass uses: one group per distinct {@link GroupKind} of
    * its cached layers (in order of first appearance), each block of {@code blockGranularity} tokens
-   * holding every layer's fields in layer order, float32, head-partitioned across attention-TP
-   * ranks.
+   * holding every layer's fields in layer order, float32, split over attention-TP ranks as {@link
+   * #shardingOf} says (head-partitioned unless the KV is split by pages).
    *
    * <pre>
    *   Llama/Qwen2/Qwen3:  group 0 Full history, bg tokens per block
@@ -430,16 +456,31 @@ public final class CausalLm implements AutoCloseable {
           fields.addAll(layer.cacheFields(blockGranularity));
         }
       }
-      boolean state = groupKinds.get(g) instanceof GroupKind.StateCheckpoints;
+      GroupKind kind = groupKinds.get(g);
+      boolean state = kind instanceof GroupKind.StateCheckpoints;
       specs.add(
           new CacheGroupSpec(
-              g,
-              groupKinds.get(g),
-              state ? prefixGranularity : blockGranularity,
-              fields,
-              state ? new Sharding.Replicated() : new Sharding.HeadPartitioned()));
+              g, kind, state ? prefixGranularity : blockGranularity, fields, shardingOf(kind)));
     }
     return new CacheLayout(prefixGranularity, KV_DTYPE, specs);
+  }
+
+  /**
+   * How a group of {@code kind} is split over this model's ranks: State checkpoints are replicated;
+   * attention KV is head-partitioned, unless the KV is split by pages ({@link Shard#pagesSplit}):
+   * then full-history groups are page-cyclic over the ranks and sliding-window groups (every head
+   * on every rank, the same bytes) replicated.
+   */
+  private Sharding shardingOf(GroupKind kind) {
+    if (kind instanceof GroupKind.StateCheckpoints) {
+      return new Sharding.Replicated();
+    }
+    if (!shard.pagesSplit()) {
+      return new Sharding.HeadPartitioned();
+    }
+    return kind instanceof GroupKind.FullHistory
+        ? new Sharding.PageCyclic(shard.size())
+        : new Sharding.Replicated();
   }
 
   /**
@@ -580,10 +621,13 @@ public final class CausalLm implements AutoCloseable {
       }
       int numBlocks = kv.pool(g).numBlocks();
       int firstRead = firstRowRead(kv.layout().group(g), req.startPosition());
+      // a page-cyclic group's table names only this rank's pages: 0 is another rank's
+      boolean othersPages =
+          collective.size() > 1 && kv.layout().group(g).sharding() instanceof Sharding.PageCyclic;
       Set<Integer> seen = new HashSet<>();
       for (int i = 0; i < rows; i++) {
         int id = table[i];
-        if (id == 0 && i < firstRead) {
+        if (id == 0 && (i < firstRead || othersPages)) {
           continue;
         }
         if (id < 1 || id >= numBlocks) {

@@ -48,8 +48,8 @@ final class Gemma3Builder {
       Checkpoint ckpt,
       String modelId,
       String weightVersion,
-      Collective tp) {
-    Shard shard = CausalLm.shardOf(tp);
+      Collective tp,
+      Shard shard) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -110,7 +110,8 @@ final class Gemma3Builder {
         finalNorm,
         head,
         new ArrayList<>(groups.keySet()),
-        tp);
+        tp,
+        shard);
   }
 
   private static RmsNorm norm(WeightSource w, String name, int width, float eps) {

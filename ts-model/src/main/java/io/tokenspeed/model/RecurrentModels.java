@@ -40,8 +40,8 @@ final class RecurrentModels {
       Checkpoint ckpt,
       String modelId,
       String weightVersion,
-      Collective tp) {
-    Shard shard = CausalLm.shardOf(tp);
+      Collective tp,
+      Shard shard) {
     int hidden = c.hiddenSize();
     float eps = (float) c.normEps();
     Tensor embed = w.take("backbone.embeddings.weight", c.vocabSize(), hidden);
@@ -65,7 +65,8 @@ final class RecurrentModels {
         finalNorm,
         head,
         new ArrayList<>(groups.keySet()),
-        tp);
+        tp,
+        shard);
   }
 
   /** {@code model.*} of JambaForCausalLM with a dense MLP in every layer. */
@@ -75,8 +76,8 @@ final class RecurrentModels {
       Checkpoint ckpt,
       String modelId,
       String weightVersion,
-      Collective tp) {
-    Shard shard = CausalLm.shardOf(tp);
+      Collective tp,
+      Shard shard) {
     DecoderDims d = c.dims();
     int hidden = d.hiddenSize();
     float eps = (float) d.rmsNormEps();
@@ -119,7 +120,8 @@ final class RecurrentModels {
         finalNorm,
         head,
         new ArrayList<>(groups.keySet()),
-        tp);
+        tp,
+        shard);
   }
 
   private static MambaMixer mixer(

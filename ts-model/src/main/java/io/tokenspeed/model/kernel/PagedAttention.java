@@ -94,7 +94,8 @@ public final class PagedAttention {
 
   /**
    * Stores K and V ({@code [tokens][numKvHeads*headDim]}) of every token at its position's block
-   * and slot.
+   * and slot. A token whose row's table entry is 0 is not stored: the row is a hole, or (a
+   * page-cyclic group) a page another rank holds.
    */
   public static void write(
       ComputePool pool,
@@ -113,6 +114,9 @@ public final class PagedAttention {
           for (int t = from; t < to; t++) {
             int p = positions[t];
             int block = blockTables[tokenRequest[t]][p / kv.blockTokens()];
+            if (block == 0) {
+              continue;
+            }
             int slot = p % kv.blockTokens();
             for (int h = 0; h < kv.numKvHeads(); h++) {
               MemorySegment.copy(
@@ -215,6 +219,158 @@ public final class PagedAttention {
                 blockTables[tokenRequest[start]]);
           }
         });
+  }
+
+  /**
+   * Attention of every query over the positions {@code 0..positions[t]} of its request that lie in
+   * the rows this rank holds — the rows whose table entry is not 0 — as a partial result that
+   * {@link #combinePartials} joins with the other ranks' (the pages of a page-cyclic group):
+   *
+   * <pre>
+   *   J      = held positions j ≤ p              (rows with a block; slots up to p in p's row)
+   *   s_j    = scale · q·k_j   (soft-capped when c > 0)
+   *   m      = max over J of s_j
+   *   out    = Σ_J exp(s_j − m) · v_j  /  Σ_J exp(s_j − m)
+   *   lse    = m + ln Σ_J exp(s_j − m)            −∞ and out = 0 when J is empty
+   * </pre>
+   *
+   * Sums run in double over held positions in ascending order; every (token, head) is one item of
+   * work, so thread count and batch neighbours do not change a result.
+   *
+   * @param out {@code [tokens][numHeads*headDim]}
+   * @param lse {@code [tokens][numHeads]}
+   */
+  public static void attendPartial(
+      ComputePool pool,
+      LayerKv kv,
+      float[] q,
+      int tokens,
+      int numHeads,
+      float scale,
+      float softcap,
+      int[] positions,
+      int[] tokenRequest,
+      int[][] blockTables,
+      float[] out,
+      float[] lse) {
+    int hd = kv.headDim();
+    int bg = kv.blockTokens();
+    int group = numHeads / kv.numKvHeads();
+    int context = 0;
+    for (int t = 0; t < tokens; t++) {
+      context = Math.max(context, positions[t] + 1);
+    }
+    int span = context;
+    pool.parallelFor(
+        tokens * numHeads,
+        (from, to) -> {
+          float[] scores = new float[span];
+          double[] acc = new double[hd];
+          for (int item = from; item < to; item++) {
+            int t = item / numHeads;
+            int h = item % numHeads;
+            int kvHead = h / group;
+            int p = positions[t];
+            int[] table = blockTables[tokenRequest[t]];
+            int qOff = item * hd;
+            float m = Float.NEGATIVE_INFINITY;
+            int n = 0;
+            for (int row = 0; row <= p / bg; row++) {
+              int block = table[row];
+              if (block == 0) {
+                continue;
+              }
+              int slots = Math.min(bg, p - row * bg + 1);
+              for (int slot = 0; slot < slots; slot++) {
+                float sc =
+                    VectorMath.dot(q, qOff, kv.memory(), kv.kAt(block, slot, kvHead), hd) * scale;
+                if (softcap > 0f) {
+                  sc = softcap(sc, softcap);
+                }
+                scores[n++] = sc;
+                m = Math.max(m, sc);
+              }
+            }
+            java.util.Arrays.fill(acc, 0.0);
+            if (n == 0) {
+              lse[item] = Float.NEGATIVE_INFINITY;
+              java.util.Arrays.fill(out, qOff, qOff + hd, 0f);
+              continue;
+            }
+            double sum = 0;
+            int i = 0;
+            for (int row = 0; row <= p / bg; row++) {
+              int block = table[row];
+              if (block == 0) {
+                continue;
+              }
+              int slots = Math.min(bg, p - row * bg + 1);
+              for (int slot = 0; slot < slots; slot++) {
+                double e = Math.exp((double) scores[i++] - m);
+                sum += e;
+                long at = kv.vAt(block, slot, kvHead);
+                for (int d = 0; d < hd; d++) {
+                  acc[d] +=
+                      e
+                          * kv.memory()
+                              .get(io.tokenspeed.model.checkpoint.Tensor.F32_LE, at + 4L * d);
+                }
+              }
+            }
+            for (int d = 0; d < hd; d++) {
+              out[qOff + d] = (float) (acc[d] / sum);
+            }
+            lse[item] = (float) (m + Math.log(sum));
+          }
+        });
+  }
+
+  /**
+   * Joins the partial results of {@code ranks} ranks ({@link #attendPartial}) exactly: for each
+   * (token, head), with {@code L = max_r lse_r} and {@code w_r = exp(lse_r − L)},
+   *
+   * <pre>
+   *   out = Σ_r w_r · out_r / Σ_r w_r          r = 0 .. ranks−1 in order, in double
+   * </pre>
+   *
+   * which is the attention over the union of the ranks' positions. {@code gathered} holds rank r's
+   * block {@code [outs (items·headDim) | lses (items)]} at {@code r · items · (headDim + 1)}; a
+   * rank whose lse is −∞ held no position and weighs nothing.
+   *
+   * @param out {@code [items][headDim]}, the combined attention
+   */
+  public static void combinePartials(
+      float[] gathered, int ranks, int items, int headDim, float[] out) {
+    int stride = items * (headDim + 1);
+    int lseAt = items * headDim;
+    for (int item = 0; item < items; item++) {
+      float top = Float.NEGATIVE_INFINITY;
+      for (int r = 0; r < ranks; r++) {
+        top = Math.max(top, gathered[r * stride + lseAt + item]);
+      }
+      int o = item * headDim;
+      if (top == Float.NEGATIVE_INFINITY) {
+        java.util.Arrays.fill(out, o, o + headDim, 0f);
+        continue;
+      }
+      double weights = 0;
+      double[] acc = new double[headDim];
+      for (int r = 0; r < ranks; r++) {
+        float l = gathered[r * stride + lseAt + item];
+        if (l == Float.NEGATIVE_INFINITY) {
+          continue;
+        }
+        double w = Math.exp((double) l - top);
+        weights += w;
+        int base = r * stride + o;
+        for (int d = 0; d < headDim; d++) {
+          acc[d] += w * gathered[base + d];
+        }
+      }
+      for (int d = 0; d < headDim; d++) {
+        out[o + d] = (float) (acc[d] / weights);
+      }
+    }
   }
 
   /**

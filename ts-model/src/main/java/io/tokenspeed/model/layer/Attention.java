@@ -2,6 +2,7 @@ package io.tokenspeed.model.layer;
 
 import io.tokenspeed.core.CacheField;
 import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.Sharding;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.kernel.MatMul;
 import io.tokenspeed.model.kernel.PackedMatrix;
@@ -25,7 +26,10 @@ import java.util.List;
  * <p>Under tensor parallelism a rank holds its share of the heads ({@code numHeads} and {@code
  * numKvHeads} are then the rank's; see {@code Shard}): q, k, v are row blocks of the checkpoint's
  * projections and o a column block, so the rank's output is a partial sum that the ranks add
- * together ({@link BatchMetadata#reducePartial}) before the output bias.
+ * together ({@link BatchMetadata#reducePartial}) before the output bias. When its group is
+ * page-cyclic the rank holds every head instead, and K/V only of the pages it owns: it attends over
+ * those, and the ranks combine their partial results exactly with their log-sum-exps (see {@link
+ * PagedAttention#attendPartial}) before a whole output projection.
  *
  * <p>Its cache group is Full history: it writes two fields per block, {@code layers.L.k} and {@code
  * layers.L.v}, each {@code numKvHeads × bg × headDim} float32 values. Biases and QK-norm weights
@@ -160,6 +164,12 @@ public record Attention(
     int[][] tables = batch.tablesOfGroup(cacheGroup);
     PagedAttention.write(pool, layerKv, ks, vs, t, batch.positions(), batch.tokenRequest(), tables);
     float[] attn = new float[t * numHeads * headDim];
+    Sharding sharding = kvPool.spec().sharding();
+    if (sharding instanceof Sharding.PageCyclic && batch.collective().size() > 1) {
+      attendOverPages(batch, layerKv, qs, tables, attn);
+      MatMul.apply(pool, attn, t, o, oBias, out);
+      return;
+    }
     PagedAttention.attend(
         pool,
         layerKv,
@@ -173,7 +183,7 @@ public record Attention(
         batch.tokenRequest(),
         tables,
         attn);
-    if (batch.collective().size() == 1) {
+    if (batch.collective().size() == 1 || !(sharding instanceof Sharding.HeadPartitioned)) {
       MatMul.apply(pool, attn, t, o, oBias, out);
       return;
     }
@@ -188,5 +198,43 @@ public record Attention(
         }
       }
     }
+  }
+
+  /**
+   * Attention of a page-cyclic group: this rank holds every head but only the pages it owns (the
+   * others' table entries are 0). It attends over its own pages, the ranks exchange their partial
+   * results with their log-sum-exps, and every rank combines them in rank order into the same
+   * attention over all pages.
+   */
+  private void attendOverPages(
+      BatchMetadata batch,
+      PagedAttention.LayerKv layerKv,
+      float[] qs,
+      int[][] tables,
+      float[] attn) {
+    int t = batch.numTokens();
+    int items = t * numHeads;
+    float[] local = new float[items * (headDim + 1)];
+    float[] lse = new float[items];
+    PagedAttention.attendPartial(
+        batch.pool(),
+        layerKv,
+        qs,
+        t,
+        numHeads,
+        scale,
+        logitSoftcap,
+        batch.positions(),
+        batch.tokenRequest(),
+        tables,
+        local,
+        lse);
+    System.arraycopy(lse, 0, local, items * headDim, items);
+    int ranks = batch.collective().size();
+    int[] counts = new int[ranks];
+    java.util.Arrays.fill(counts, local.length);
+    float[] gathered = new float[ranks * local.length];
+    batch.collective().allGather(local, counts, gathered);
+    PagedAttention.combinePartials(gathered, ranks, items, headDim, attn);
   }
 }

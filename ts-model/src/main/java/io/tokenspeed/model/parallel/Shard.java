@@ -15,19 +15,63 @@ package io.tokenspeed.model.parallel;
  * A query head always finds its KV head on its own rank: query head {@code h} reads KV head {@code
  * h / (H/Hkv)}, and both ranges above keep those together.
  *
+ * <p>The KV of full-history attention splits one of two ways ({@link KvSplit}): by heads (above),
+ * or by pages: every rank then holds every attention head, and the full-history cache groups are
+ * page-cyclic over the T ranks — each page's K/V lives on one rank, each rank attends over its own
+ * pages, and the ranks' partial results are combined with their log-sum-exp. The MLP and the
+ * vocabulary split as above either way.
+ *
  * @param rank this rank, in {@code [0, size)}
  * @param size the tensor-parallel size T
+ * @param kvSplit how full-history KV is split over the ranks
  */
-public record Shard(int rank, int size) {
+public record Shard(int rank, int size, KvSplit kvSplit) {
 
   /** A replica of one rank: every range is the whole dimension. */
   public static final Shard NONE = new Shard(0, 1);
+
+  /** How the KV of full-history attention is split over the ranks. */
+  public enum KvSplit {
+    /** Each rank holds its share of the attention heads and their KV, for every page. */
+    HEADS,
+    /** Each rank holds every head, and the KV of the pages it owns (page-cyclic groups). */
+    PAGES;
+
+    /** The split named {@code heads} or {@code pages}. */
+    public static KvSplit parse(String name) {
+      return switch (name) {
+        case "heads" -> HEADS;
+        case "pages" -> PAGES;
+        default ->
+            throw new IllegalArgumentException(
+                "KV split '" + name + "' is unknown; allowed: heads, pages");
+      };
+    }
+
+    /** The name {@link #parse} reads. */
+    public String label() {
+      return name().toLowerCase(java.util.Locale.ROOT);
+    }
+  }
 
   public Shard {
     if (size < 1 || rank < 0 || rank >= size) {
       throw new IllegalArgumentException(
           "tensor-parallel rank=" + rank + " size=" + size + ": need 0 <= rank < size");
     }
+    if (kvSplit == null) {
+      throw new IllegalArgumentException("a KV split is required");
+    }
+  }
+
+  /** Rank {@code rank} of {@code size}, with the KV split by heads. */
+  public Shard(int rank, int size) {
+    this(rank, size, KvSplit.HEADS);
+  }
+
+  /** True when full-history KV pages are dealt over several ranks. */
+  public boolean pagesSplit() {
+    return kvSplit == KvSplit.PAGES && size > 1;
   }
 
   /** A first index and a count. */
@@ -51,18 +95,25 @@ public record Shard(int rank, int size) {
     return new Range(rank * n, n);
   }
 
-  /** This rank's query heads. */
+  /** This rank's query heads: all of them when the KV is split by pages. */
   public Range queryHeads(int numHeads) {
+    if (kvSplit == KvSplit.PAGES) {
+      return new Range(0, numHeads);
+    }
     return even("num_attention_heads", numHeads);
   }
 
   /**
    * This rank's KV heads: its equal share when {@code size} divides {@code numKvHeads}, else the
-   * one head its query heads read, replicated on {@code size / numKvHeads} ranks.
+   * one head its query heads read, replicated on {@code size / numKvHeads} ranks; all of them when
+   * the KV is split by pages.
    *
    * @throws IllegalArgumentException when neither divides the other
    */
   public Range kvHeads(int numKvHeads) {
+    if (kvSplit == KvSplit.PAGES) {
+      return new Range(0, numKvHeads);
+    }
     if (size <= numKvHeads) {
       return even("num_key_value_heads", numKvHeads);
     }

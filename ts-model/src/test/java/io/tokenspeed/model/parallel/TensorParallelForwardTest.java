@@ -49,6 +49,48 @@ class TensorParallelForwardTest {
     "mamba, 4"
   })
   void shouldMatchTheSingleRankForward(String fixture, int tp) throws Exception {
+    compareWithSingleRank(fixture, tp, Shard.KvSplit.HEADS);
+  }
+
+  /**
+   * The KV split by pages: every rank holds every head, the full-history groups are page-cyclic
+   * over the ranks, and a rank's block tables name only the pages it owns (virtual block v on rank
+   * (v−1) mod T; the others' entries are 0). The ranks attend over their own pages and combine the
+   * partial results with their log-sum-exps: the same ids as TP = 1, logits within 1e-4, every rank
+   * the same bits.
+   */
+  @ParameterizedTest(name = "{0} TP={1} pages")
+  @CsvSource({"llama, 2", "llama, 4", "qwen2, 2", "qwen2, 4", "gemma3, 2", "jamba, 2"})
+  void shouldMatchTheSingleRankForwardWithTheKvSplitByPages(String fixture, int tp)
+      throws Exception {
+    compareWithSingleRank(fixture, tp, Shard.KvSplit.PAGES);
+  }
+
+  /** A page-cyclic layout at TP > 1 only: one rank keeps its groups as they are. */
+  @ParameterizedTest(name = "{0} TP={1}")
+  @CsvSource({"llama, 1, head_partitioned", "llama, 2, page_cyclic", "gemma3, 2, replicated"})
+  void shouldMakeFullHistoryGroupsPageCyclicWhenTheKvIsSplitByPages(
+      String fixture, int tp, String firstFullOrSliding) throws Exception {
+    LocalCollective[] ranks = LocalCollective.group(tp);
+    try (CausalLm model =
+        CausalLm.load(
+            Fixtures.folder(fixture),
+            fixture,
+            ModelIdentity.DEFAULT_WEIGHT_VERSION,
+            ranks[0],
+            Shard.KvSplit.PAGES)) {
+      var layout = model.cacheLayout(64, 16);
+      assertEquals(firstFullOrSliding, layout.group(0).sharding().wireName());
+      for (var g : layout.groups()) {
+        if (g.kind() instanceof io.tokenspeed.core.GroupKind.FullHistory && tp > 1) {
+          assertEquals(new io.tokenspeed.core.Sharding.PageCyclic(tp), g.sharding());
+        }
+      }
+    }
+  }
+
+  private static void compareWithSingleRank(String fixture, int tp, Shard.KvSplit split)
+      throws Exception {
     Path folder = Fixtures.folder(fixture);
     int[] prompt = new SplittableRandom(fixture.hashCode()).ints(37, 0, 512).toArray();
     Run want;
@@ -66,7 +108,7 @@ class TensorParallelForwardTest {
                 () -> {
                   try (CausalLm model =
                           CausalLm.load(
-                              folder, fixture, ModelIdentity.DEFAULT_WEIGHT_VERSION, rank);
+                              folder, fixture, ModelIdentity.DEFAULT_WEIGHT_VERSION, rank, split);
                       ComputePool pool = ComputePool.ofThreads(1)) {
                     return run(model, prompt, pool);
                   }
@@ -91,7 +133,8 @@ class TensorParallelForwardTest {
               got.get(0).logits().get(i), b, "rank " + r + " vs rank 0, forward " + i);
         }
       }
-      System.out.printf("%s TP=%d: max |dlogit| vs TP=1 %.3g%n", fixture, tp, maxDelta);
+      System.out.printf(
+          "%s TP=%d KV by %s: max |dlogit| vs TP=1 %.3g%n", fixture, tp, split.label(), maxDelta);
       assertTrue(maxDelta <= 1e-4, fixture + " TP=" + tp + " max |dlogit|=" + maxDelta);
     } finally {
       threads.shutdownNow();
@@ -103,7 +146,7 @@ class TensorParallelForwardTest {
     List<float[]> logits = new ArrayList<>();
     int[] ids = new int[STEPS];
     try (PagedRunner runner = new PagedRunner(model, BLOCK_TOKENS, 64, 3)) {
-      int[][] table = runner.table(runner.rowsFor(prompt.length + STEPS));
+      int[][] table = ownedPages(model, runner.table(runner.rowsFor(prompt.length + STEPS)));
       float[] all = runner.prefill(prompt, table, 16, pool);
       logits.add(all);
       int vocab = model.vocabSize();
@@ -115,6 +158,27 @@ class TensorParallelForwardTest {
       }
     }
     return new Run(logits, ids);
+  }
+
+  /**
+   * {@code tables} as this rank sees them: in a page-cyclic group of D owners, the entries of
+   * virtual blocks owned by another rank ((v−1) mod D ≠ rank) become 0.
+   */
+  private static int[][] ownedPages(CausalLm model, int[][] tables) {
+    var layout = model.cacheLayout(BLOCK_TOKENS * 4, BLOCK_TOKENS);
+    int rank = model.collective().rank();
+    int[][] out = new int[tables.length][];
+    for (int g = 0; g < tables.length; g++) {
+      out[g] = tables[g].clone();
+      if (layout.group(g).sharding() instanceof io.tokenspeed.core.Sharding.PageCyclic pc) {
+        for (int i = 0; i < out[g].length; i++) {
+          if (out[g][i] != 0 && pc.ownerOf(out[g][i]) != rank) {
+            out[g][i] = 0;
+          }
+        }
+      }
+    }
+    return out;
   }
 
   @ParameterizedTest(name = "{0} TP={1}")
