@@ -13,15 +13,26 @@ import java.util.List;
 final class Copies {
   private final DeviceHandle handle;
 
+  /** The owner-aware split of page-cyclic groups' transfers, or null when no group has one. */
+  private final PageTransfers pages;
+
   /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
   private long awaitedFence;
 
   Copies(DeviceHandle handle) {
+    this(handle, null);
+  }
+
+  Copies(DeviceHandle handle, PageTransfers pages) {
     this.handle = handle;
+    this.pages = pages;
   }
 
   /** Runs {@code ops} on the copy thread and waits for them; the forward depends on them. */
   void await(List<BlockTransfer> ops) throws InterruptedException {
+    if (pages != null) {
+      ops = pages.localPart(ops);
+    }
     if (ops.isEmpty()) {
       return;
     }
@@ -30,8 +41,14 @@ final class Copies {
     awaitedFence = Math.max(awaitedFence, f.sequence());
   }
 
-  /** Submits {@code ops} without waiting (null when there are none). */
-  CopyFence submit(List<BlockTransfer> ops) {
+  /**
+   * Submits {@code ops} without waiting (null when there are none). Transfers of a page-cyclic
+   * group between blocks of two owners are moved before this returns.
+   */
+  CopyFence submit(List<BlockTransfer> ops) throws InterruptedException {
+    if (pages != null) {
+      ops = pages.localPart(ops);
+    }
     return ops.isEmpty() ? null : handle.submit(ops);
   }
 
@@ -41,6 +58,11 @@ final class Copies {
     if (f.failure() != null) {
       throw new IllegalStateException("a Device/Host copy failed", f.failure());
     }
+  }
+
+  /** Page-cyclic transfers moved between two owners so far (0 without page-cyclic groups). */
+  long movedPageBlocks() {
+    return pages == null ? 0 : pages.movedBlocks();
   }
 
   /** Fails when a copy batch the forward depends on has not completed. */

@@ -84,6 +84,8 @@ public final class Engine implements AutoCloseable {
   /** The replica's exchange at TP > 1; null for a single rank. */
   private final Replica replica;
 
+  private final Copies loopCopies;
+
   private boolean closed; // guarded by this
   private volatile CloseReport closeReport;
 
@@ -98,7 +100,7 @@ public final class Engine implements AutoCloseable {
     this.eosId = eosId;
     this.replica = joinReplica(model, control, l3);
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
-    this.device = new DevicePools(layout, config.deviceParents());
+    this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank());
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
@@ -110,7 +112,12 @@ public final class Engine implements AutoCloseable {
     this.storage = l3 == null ? null : startStorage(l3);
     this.pool = ComputePool.ofThreads(config.computeThreads());
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
-    Copies loopCopies = new Copies(copies);
+    this.loopCopies =
+        new Copies(
+            copies,
+            PageTransfers.needed(layout, model.collective())
+                ? new PageTransfers(layout, model.collective(), copies)
+                : null);
     this.publication = new HostPublication(layout, cache, scheduler, stm, active);
     this.loop =
         new EventLoop(
@@ -420,6 +427,14 @@ public final class Engine implements AutoCloseable {
       }
       Thread.sleep(EventLoop.STORAGE_TICK_MS);
     }
+  }
+
+  /**
+   * Transfers of a page-cyclic group between blocks of two owners, moved through the collective so
+   * far (0 without such groups).
+   */
+  long movedPageBlocks() {
+    return loopCopies.movedPageBlocks();
   }
 
   /** The L3 namespace every object key of this engine is built under; empty without L3. */

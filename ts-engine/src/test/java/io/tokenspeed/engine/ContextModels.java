@@ -84,12 +84,18 @@ final class ContextModels {
   }
 
   static CausalLm load(Path dir, String label, String config, long seed) {
+    return CausalLm.load(folder(dir, label, config, seed));
+  }
+
+  /**
+   * The checkpoint folder of {@code config} with seeded weights, materialized under {@code dir}.
+   */
+  static Path folder(Path dir, String label, String config, long seed) {
     try {
       Path file = Files.createDirectories(dir).resolve(label + ".json");
       Files.writeString(file, config);
-      return CausalLm.load(
-          SyntheticCheckpoints.materialize(
-              SyntheticCheckpoints.PREFIX + file, seed, DType.F32, dir.resolve("synthetic")));
+      return SyntheticCheckpoints.materialize(
+          SyntheticCheckpoints.PREFIX + file, seed, DType.F32, dir.resolve("synthetic"));
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

@@ -5,6 +5,7 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.LocalCollective;
+import io.tokenspeed.model.parallel.Shard;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -37,6 +38,17 @@ final class TpReplica implements AutoCloseable {
   static TpReplica start(
       Path folder, int tp, IntFunction<EngineConfig> configs, IntFunction<L3Settings> l3)
       throws Exception {
+    return start(folder, tp, configs, l3, Shard.KvSplit.HEADS);
+  }
+
+  /** {@link #start} with the KV of full-history attention split over the ranks by {@code kv}. */
+  static TpReplica start(
+      Path folder,
+      int tp,
+      IntFunction<EngineConfig> configs,
+      IntFunction<L3Settings> l3,
+      Shard.KvSplit kv)
+      throws Exception {
     TpReplica replica = new TpReplica();
     Collective[] collectives = LocalCollective.group(tp);
     var controls = EngineTensorParallelTest.controls(tp);
@@ -44,7 +56,8 @@ final class TpReplica implements AutoCloseable {
     try {
       for (int r = 0; r < tp; r++) {
         replica.models.add(
-            CausalLm.load(folder, "tp-test", ModelIdentity.DEFAULT_WEIGHT_VERSION, collectives[r]));
+            CausalLm.load(
+                folder, "tp-test", ModelIdentity.DEFAULT_WEIGHT_VERSION, collectives[r], kv));
       }
       List<Future<Engine>> started = new ArrayList<>();
       for (int r = 0; r < tp; r++) {

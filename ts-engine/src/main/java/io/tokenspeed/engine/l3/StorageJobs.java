@@ -83,10 +83,12 @@ public final class StorageJobs {
 
   /**
    * A GET's or PUT's rows. In a page-cyclic group of D owners the plan's Host block is a virtual
-   * block {@code v}: it belongs to owner {@code (v-1) mod D} at this owner's local block {@code
-   * (v-1) div D + 1}. This rank copies only the rows it owns; a row another owner copies is carried
-   * as not owned (it reports success and retirement, no bytes and no object failure), and the
-   * owners' reports are agreed into the operation's facts.
+   * block {@code v}: it belongs to owner {@code (v-1) mod D} (local page {@code (v-1) div D + 1} of
+   * that owner; this engine's tiers keep every virtual block's range and address an owned page by
+   * its virtual block, so an owner's pages are the ranges of the blocks it owns). This rank copies
+   * only the rows it owns; a row another owner copies is carried as not owned (it reports success
+   * and retirement, no bytes and no object failure), and the owners' reports are agreed into the
+   * operation's facts.
    */
   private List<JobRow> rows(List<CacheKey> keys, List<Integer> blocks) {
     List<JobRow> rows = new ArrayList<>(keys.size());
@@ -96,11 +98,10 @@ public final class StorageJobs {
       int b = blocks.get(i);
       if (layout.group(g).sharding() instanceof Sharding.PageCyclic pc) {
         int d = pc.shardCount();
-        if ((b - 1) % d != attentionTpRank % d) {
+        if (pc.ownerOf(b) != attentionTpRank % d) {
           rows.add(JobRow.notOwned(objectKey(k)));
           continue;
         }
-        b = (b - 1) / d + 1;
       }
       rows.add(
           JobRow.owned(objectKey(k), new HostRange(host.byteOffset(g, b), host.bytesPerBlock(g))));

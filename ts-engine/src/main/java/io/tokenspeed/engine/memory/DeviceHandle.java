@@ -217,6 +217,21 @@ public final class DeviceHandle implements AutoCloseable {
         geometry.bytesPerBlock(g));
   }
 
+  /**
+   * The bytes {@code op} reads (its source block), checked as {@link #submit} checks it. For a
+   * caller that moves a block's bytes itself, after every batch submitted before has completed.
+   */
+  public MemorySegment sourceBytes(BlockTransfer op) {
+    Copy c = resolve(op);
+    return c.src().asSlice(c.srcOffset(), c.bytes());
+  }
+
+  /** The bytes {@code op} writes (its destination block); see {@link #sourceBytes}. */
+  public MemorySegment destinationBytes(BlockTransfer op) {
+    Copy c = resolve(op);
+    return c.dst().asSlice(c.dstOffset(), c.bytes());
+  }
+
   /** Sequence of the last batch submitted; 0 before the first. */
   public long submittedSequence() {
     lock.lock();

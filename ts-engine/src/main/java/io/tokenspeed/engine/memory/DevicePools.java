@@ -1,6 +1,7 @@
 package io.tokenspeed.engine.memory;
 
 import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.Sharding;
 import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.kv.PagedKvPool;
 import java.util.ArrayList;
@@ -33,6 +34,7 @@ public final class DevicePools implements AutoCloseable {
   private final CacheLayout layout;
   private final TierMemory memory;
   private final KvCache kvCache;
+  private final int rank;
 
   /**
    * Allocates {@code numParents} parents of {@code layout}'s geometry and binds the model's pools
@@ -42,6 +44,14 @@ public final class DevicePools implements AutoCloseable {
    *     the tier does not fit the block id space
    */
   public DevicePools(CacheLayout layout, int numParents) {
+    this(layout, numParents, 0);
+  }
+
+  /**
+   * The pools of attention-TP rank {@code rank}: the model's block tables of a page-cyclic group
+   * name only the pages this rank owns ({@link #modelTables}).
+   */
+  public DevicePools(CacheLayout layout, int numParents, int rank) {
     BlockGeometry geometry = BlockGeometry.of(layout);
     long pad =
         Math.ceilDiv(geometry.maxBytesPerBlock(), TierMemory.ALIGNMENT) * TierMemory.ALIGNMENT;
@@ -64,6 +74,7 @@ public final class DevicePools implements AutoCloseable {
     }
     this.layout = layout;
     this.memory = tier;
+    this.rank = rank;
   }
 
   /** The layout the pools serve. */
@@ -107,7 +118,9 @@ public final class DevicePools implements AutoCloseable {
 
   /**
    * Per group, the cache block table {@code cacheTables[g]} translated entry by entry through
-   * {@link #modelBlock}, into new arrays.
+   * {@link #modelBlock}, into new arrays. In a page-cyclic group of several owners an entry whose
+   * block another rank owns ({@link Sharding.PageCyclic#ownerOf}) becomes 0: the model neither
+   * writes nor reads that page here, its owner does.
    *
    * @throws IllegalArgumentException when there is not one table per group or an entry is no block
    *     of its group
@@ -128,8 +141,13 @@ public final class DevicePools implements AutoCloseable {
         throw new IllegalArgumentException("block table of group " + g + " is missing");
       }
       out[g] = new int[table.length];
+      Sharding.PageCyclic cyclic =
+          layout.group(g).sharding() instanceof Sharding.PageCyclic pc && pc.shardCount() > 1
+              ? pc
+              : null;
       for (int i = 0; i < table.length; i++) {
-        out[g][i] = modelBlock(g, table[i]);
+        boolean others = cyclic != null && table[i] != 0 && cyclic.ownerOf(table[i]) != rank;
+        out[g][i] = others ? 0 : modelBlock(g, table[i]);
       }
     }
     return out;

@@ -35,10 +35,11 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * A page-cyclic group over D owners through the storage path: each owner's executor copies only the
- * pages it owns (virtual block v to owner (v−1) mod D, local block (v−1) div D + 1) and reports the
- * others as not owned; every owner names an object by its payload replica ({@code rank / D}, the
- * same for all D owners), so after a new Host allocation deals the same pages to other owners, each
- * is restored by its new owner from the object its old owner wrote, byte for byte.
+ * pages it owns (virtual block v to owner (v−1) mod D, at its virtual block's range of that owner's
+ * Host allocation; the other owners' allocations never hold the page) and reports the others as not
+ * owned; every owner names an object by its payload replica ({@code rank / D}, the same for all D
+ * owners), so after a new Host allocation deals the same pages to other owners, each is restored by
+ * its new owner from the object its old owner wrote, byte for byte.
  */
 class PageCyclicStorageTest {
   private static final int PAGES = 6;
@@ -88,10 +89,9 @@ class PageCyclicStorageTest {
     throw new AssertionError("operation " + op.operationId() + " did not complete");
   }
 
-  private static byte[] local(Owner o, int virtualBlock, int owners) {
+  private static byte[] bytesOf(Owner o, int virtualBlock) {
     BlockGeometry g = BlockGeometry.of(o.jobs().layout());
-    int localBlock = (virtualBlock - 1) / owners + 1;
-    long at = g.byteOffset(0, localBlock);
+    long at = g.byteOffset(0, virtualBlock);
     return o.host().asSlice(at, g.bytesPerBlock(0)).toArray(ValueLayout.JAVA_BYTE);
   }
 
@@ -123,7 +123,7 @@ class PageCyclicStorageTest {
         pages.add(bytes);
         int v = written.get(p);
         Owner o = writers.get((v - 1) % owners);
-        long at = BlockGeometry.of(layout).byteOffset(0, (v - 1) / owners + 1);
+        long at = BlockGeometry.of(layout).byteOffset(0, v);
         MemorySegment.copy(bytes, 0, o.host(), ValueLayout.JAVA_BYTE, at, bytes.length);
       }
       for (int r = 0; r < owners; r++) {
@@ -157,7 +157,15 @@ class PageCyclicStorageTest {
         int v = restored.get(p);
         int newOwner = (v - 1) % owners;
         assertFalse(newOwner == p % owners, "page " + p + " moved to another owner");
-        assertArrayEquals(pages.get(p), local(readers.get(newOwner), v, owners), "page " + p);
+        assertArrayEquals(pages.get(p), bytesOf(readers.get(newOwner), v), "page " + p);
+        for (int r = 0; r < owners; r++) {
+          if (r != newOwner) {
+            assertArrayEquals(
+                new byte[pages.get(p).length],
+                bytesOf(readers.get(r), v),
+                "page " + p + " is not written on rank " + r + ", which does not own it");
+          }
+        }
       }
       for (Owner o : writers) {
         o.executor().close();
