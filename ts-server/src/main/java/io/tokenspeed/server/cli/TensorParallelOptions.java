@@ -7,6 +7,7 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
 import io.tokenspeed.model.parallel.SharedMemoryCollective;
 import java.io.IOException;
 import java.io.PrintWriter;
@@ -46,6 +47,24 @@ final class TensorParallelOptions {
           "Tensor-parallel ranks: N engine processes on this host, each holding 1/N of the"
               + " attention heads, MLP columns and vocabulary (default: ${DEFAULT-VALUE}).")
   private int size = 1;
+
+  @Option(
+      names = "--tp-kv",
+      paramLabel = "SPLIT",
+      converter = KvSplitConverter.class,
+      description =
+          "How full-history attention's KV splits over the ranks: heads (each rank its share of"
+              + " the heads, every page) or pages (every head on every rank, each page on one"
+              + " rank: page-cyclic, each rank attends over its own pages) (default: heads).")
+  private Shard.KvSplit kvSplit = Shard.KvSplit.HEADS;
+
+  /** Reads {@code heads} or {@code pages}. */
+  static final class KvSplitConverter implements picocli.CommandLine.ITypeConverter<Shard.KvSplit> {
+    @Override
+    public Shard.KvSplit convert(String value) {
+      return Shard.KvSplit.parse(value);
+    }
+  }
 
   @Option(
       names = "--tp-timeout",
@@ -170,7 +189,8 @@ final class TensorParallelOptions {
           folder,
           name == null ? "model" : name.toString(),
           ModelIdentity.DEFAULT_WEIGHT_VERSION,
-          collective);
+          collective,
+          kvSplit);
     } catch (CheckpointException e) {
       collective.abort("rank " + rank + " cannot load " + folder);
       throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
