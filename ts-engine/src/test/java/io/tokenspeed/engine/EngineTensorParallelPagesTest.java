@@ -165,6 +165,55 @@ class EngineTensorParallelPagesTest {
   }
 
   /**
+   * A page's object lives under a key both owners share, and only its owner reads it; the other
+   * owner reports the row as a success that is not evidence. When one owner's GETs fail, its pages
+   * are missing: what is published stops before the first of them (the pages before it, read by the
+   * other owner, are whole), the rest recomputes, and the output is correct.
+   */
+  @Test
+  void shouldPublishOnlyThePagesBeforeOneOwnersFailedGets() throws Exception {
+    Path folder = folder();
+    EngineConfig config = config(128, 2);
+    int[] prompt = new SplittableRandom(67).ints(65, 0, 256).toArray();
+    int[] want = single(folder, config, prompt, 6);
+    MemoryStore shared = new MemoryStore();
+    try (TpReplica a =
+        TpReplica.start(
+            folder,
+            2,
+            r -> config,
+            r -> EngineL3FaultsTest.settings(new Recorder(shared)),
+            Shard.KvSplit.PAGES)) {
+      a.leader().submit(prompt, SamplingParams.greedy(6)).result().get(60, TimeUnit.SECONDS);
+      a.awaitStorageIdle();
+    }
+    EngineTensorParallelFaultsTest.RankClient[] readers = {
+      new EngineTensorParallelFaultsTest.RankClient(shared),
+      new EngineTensorParallelFaultsTest.RankClient(shared)
+    };
+    readers[1].failGets = true;
+    try (TpReplica b =
+        TpReplica.start(
+            folder,
+            2,
+            r -> config,
+            r -> EngineL3FaultsTest.settings(readers[r]),
+            Shard.KvSplit.PAGES)) {
+      GenerationResult r =
+          b.leader().submit(prompt, SamplingParams.greedy(6)).result().get(60, TimeUnit.SECONDS);
+      assertArrayEquals(want, r.tokens(), "recomputed after one owner's GETs failed");
+      int restored = r.metrics().reusedStorageTokens();
+      assertTrue(
+          restored < 64 && restored % 4 == 0,
+          "at most the pages before the first failed one: " + r.metrics());
+      assertTrue(readers[0].okGets.get() > 0, "rank 0 read the pages it owns");
+      GenerationResult again =
+          b.leader().submit(prompt, SamplingParams.greedy(6)).result().get(60, TimeUnit.SECONDS);
+      assertArrayEquals(want, again.tokens(), "the recomputed prefix serves the next request");
+    }
+  }
+
+  /**
    * Without L3: cached pages demoted to the Host and loaded back after Device clears, under seeded
    * prompts that share prefixes. Device and Host blocks are paired without regard to owners, so
    * transfers between two owners happen and move through the collective; every output equals a
