@@ -262,37 +262,35 @@ public final class Engine implements AutoCloseable {
    * matches any more; with L3, every outstanding storage operation (Ready holds and quarantined
    * ones included) is rejected without waiting for its I/O, whose references live on until it
    * retires. Requests in flight go on: what they hold is withdrawn, never published. The store's
-   * objects stay (see {@link #updateWeightVersion}).
+   * objects stay (see {@link #updateWeightVersion}). On a replica every rank clears in the same
+   * agreed round; the future completes once the leader has.
    */
   public CompletableFuture<Void> clearCache() {
-    if (replica != null) {
-      return replicaCommand(Replica.Command.CLEAR_ALL);
-    }
-    return onLoop(
-        () -> {
-          scheduler.clearAll();
-          publication.clearBackups();
-          return null;
-        });
+    return command(Replica.Command.CLEAR_ALL);
   }
 
   /**
    * An L1-only clear, before the next round: the cached Device blocks go; Host entries and any
-   * Host-only storage I/O are left alone (a later prompt finds its prefix on the Host).
+   * Host-only storage I/O are left alone (a later prompt finds its prefix on the Host). On a
+   * replica every rank clears in the same agreed round.
    */
   public CompletableFuture<Void> clearDeviceCache() {
-    if (replica != null) {
-      return replicaCommand(Replica.Command.CLEAR_DEVICE);
-    }
-    return onLoop(
-        () -> {
-          scheduler.clearDevice();
-          return null;
-        });
+    return command(Replica.Command.CLEAR_DEVICE);
   }
 
-  /** A command every rank of the replica applies in the same round. */
-  private CompletableFuture<Void> replicaCommand(Replica.Command command) {
+  /**
+   * Applies {@code command}: on a single rank on the loop thread before its next round; on a
+   * replica, the leader sends it through the exchange and every rank applies it in the round that
+   * agrees on it. Completes once this rank (the leader) has applied it.
+   */
+  private CompletableFuture<Void> command(Replica.Command command) {
+    if (replica == null) {
+      return onLoop(
+          () -> {
+            apply(command);
+            return null;
+          });
+    }
     if (loop.closing()) {
       return CompletableFuture.failedFuture(new IllegalStateException("engine is closed"));
     }
@@ -301,76 +299,89 @@ public final class Engine implements AutoCloseable {
     return done;
   }
 
-  /** Administration a replica of several ranks does not offer yet. */
-  private void singleRankOnly(String what) {
-    if (replica != null) {
-      throw new UnsupportedOperationException(
-          what + " is not available on a replica of " + replica.size() + " ranks yet");
+  /**
+   * What an administrative command does to this rank (on the loop thread, between rounds; on a
+   * replica in the agreed round that carried it, the same on every rank). {@link Replica.Kind#STOP}
+   * is the loop's.
+   */
+  void apply(Replica.Command command) {
+    switch (command.kind()) {
+      case CLEAR_ALL -> {
+        scheduler.clearAll();
+        publication.clearBackups();
+      }
+      case CLEAR_DEVICE -> scheduler.clearDevice();
+      case ROTATE -> rotate(command.weightVersion());
+      case SWITCH -> {
+        rotate(command.weightVersion());
+        scheduler.fenceStorage(false);
+      }
+      case FENCE_STORAGE -> scheduler.fenceStorage(true);
+      case LIFT_FENCE -> scheduler.fenceStorage(false);
+      case STOP -> throw new IllegalArgumentException("a stop is the loop's to apply");
     }
+  }
+
+  /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
+  private void rotate(String version) {
+    scheduler.clearAll();
+    publication.clearBackups();
+    if (storage != null) {
+      storage.switchNamespace(namespaceFor(version));
+    }
+    weightVersion = version; // after the namespace: whoever reads the version reads its namespace
   }
 
   /**
    * A weight-version update, which rotates the L3 namespace. In order, with L3:
    *
    * <ol>
-   *   <li>fence (on the loop thread): every outstanding storage operation is rejected — waits end,
-   *       Ready holds and queued backups go — and no new storage work starts: requests that arrive
-   *       meanwhile are served without L3;
+   *   <li>fence (on the loop thread; on a replica, every rank in one agreed round): every
+   *       outstanding storage operation is rejected — waits end, Ready holds and queued backups go
+   *       — and no new storage work starts: requests that arrive meanwhile are served without L3;
    *   <li>wait (on the calling thread, never the loop's) until every operation already inside the
    *       store has retired, so no write can land in the old namespace after its deletion;
    *   <li>delete the old namespace's objects from the store (on the calling thread: a slow store
    *       delays this call, never a round);
-   *   <li>switch (on the loop thread): clear the cache as {@link #clearCache} does, build every
-   *       later key under the namespace of {@code version}, lift the fence.
+   *   <li>switch (on the loop thread; on a replica, every rank in one agreed round): clear the
+   *       cache as {@link #clearCache} does, build every later key under the namespace of {@code
+   *       version}, lift the fence.
    * </ol>
    *
    * If the wait passes {@code WEIGHT_UPDATE_RETIREMENT_MS} or the deletion fails, the fence lifts
-   * and nothing is cleared, deleted further or switched. Concurrent updates run one after the
-   * other. Operations quarantined before the update never retire: their late writes may still land
-   * in the old namespace (quarantine already requires a restart). Without L3 it clears and records
-   * the version. Returns the objects deleted.
+   * (on every rank) and nothing is cleared, deleted further or switched. Concurrent updates and
+   * rotations run one after the other. Operations quarantined before the update never retire: their
+   * late writes may still land in the old namespace (quarantine already requires a restart).
+   * Without L3 it clears and records the version. Returns the objects deleted.
+   *
+   * <p>On a tensor-parallel replica (called on the leader) the wait covers every rank: an operation
+   * stays pending on every rank until every rank's executor has reported it (its agreed
+   * completion), and an executor reports a job only once its store call has returned, so the
+   * leader's pending operations are the replica's. Every rank dispatches the same operations and
+   * applies the same agreed completions, so this fact is the same on every rank in every round. The
+   * leader deletes the whole namespace through its own store client: every rank's objects carry the
+   * namespace as their prefix ({@code r{rank}} comes later in the key) and every rank's client
+   * reaches the same store. (With the {@code memory} backend each rank process has an in-process
+   * store of its own: only the leader's is emptied; the others' old objects are never read again.)
    *
    * @throws Exception the store's deletion failure, or a wait for retirement that timed out
    */
   public long updateWeightVersion(String version) throws Exception {
-    if (version == null || version.isBlank()) {
-      throw new IllegalArgumentException("weight_version must be a non-empty string");
-    }
-    singleRankOnly("a weight-version update");
+    checkVersion(version);
     synchronized (weightUpdates) {
       String current = onLoop(() -> weightVersion).get();
       long deleted = 0;
       if (storage != null) {
-        onLoop(
-                () -> {
-                  scheduler.fenceStorage(true);
-                  return null;
-                })
-            .get();
+        command(Replica.Command.FENCE_STORAGE).get();
         try {
           awaitStorageRetired();
           deleted = storageStore.deleteNamespace(namespaceFor(current).toString());
         } catch (Exception | Error e) {
-          onLoop(
-              () -> {
-                scheduler.fenceStorage(false);
-                return null;
-              });
+          command(Replica.Command.LIFT_FENCE);
           throw e;
         }
       }
-      onLoop(
-              () -> {
-                scheduler.clearAll();
-                publication.clearBackups();
-                weightVersion = version;
-                if (storage != null) {
-                  storage.switchNamespace(namespaceFor(version));
-                  scheduler.fenceStorage(false);
-                }
-                return null;
-              })
-          .get();
+      command(Replica.Command.switchTo(version)).get();
       return deleted;
     }
   }
@@ -381,25 +392,27 @@ public final class Engine implements AutoCloseable {
    * published) and every later key is built under the namespace of weight version {@code version}.
    * Unlike {@link #updateWeightVersion} the old namespace's objects stay in the store, for replicas
    * that still serve it; PUTs already inside the store finish there. Without L3 it clears and
-   * records the version.
+   * records the version. On a replica (called on the leader) every rank rotates in the same agreed
+   * round; the call returns once the leader has.
    */
   public void rotateNamespace(String version) throws Exception {
+    checkVersion(version);
+    synchronized (weightUpdates) {
+      command(Replica.Command.rotate(version)).get();
+    }
+  }
+
+  /** The longest weight version a rotation or an update takes, in UTF-8 bytes. */
+  public static final int MAX_WEIGHT_VERSION_BYTES = Replica.Command.MAX_VERSION_BYTES;
+
+  private static void checkVersion(String version) {
     if (version == null || version.isBlank()) {
       throw new IllegalArgumentException("weight_version must be a non-empty string");
     }
-    singleRankOnly("a namespace rotation");
-    synchronized (weightUpdates) {
-      onLoop(
-              () -> {
-                scheduler.clearAll();
-                publication.clearBackups();
-                weightVersion = version;
-                if (storage != null) {
-                  storage.switchNamespace(namespaceFor(version));
-                }
-                return null;
-              })
-          .get();
+    if (version.getBytes(java.nio.charset.StandardCharsets.UTF_8).length
+        > MAX_WEIGHT_VERSION_BYTES) {
+      throw new IllegalArgumentException(
+          "weight_version must be at most " + MAX_WEIGHT_VERSION_BYTES + " UTF-8 bytes");
     }
   }
 
@@ -408,7 +421,7 @@ public final class Engine implements AutoCloseable {
 
   /**
    * Waits until no storage operation is inside the store (asked on the loop thread between rounds,
-   * every storage tick).
+   * every storage tick); on a replica, inside any rank's store (see {@link #updateWeightVersion}).
    */
   private void awaitStorageRetired() throws Exception {
     long deadlineNs =
@@ -421,7 +434,9 @@ public final class Engine implements AutoCloseable {
       if (System.nanoTime() - deadlineNs >= 0) {
         throw new TimeoutException(
             inFlight
-                + " storage operations were still inside the store after "
+                + " storage operations were still inside the store"
+                + (replica == null ? "" : " of a rank of the replica")
+                + " after "
                 + WEIGHT_UPDATE_RETIREMENT_MS
                 + " ms: the weight update was abandoned (nothing deleted or switched)");
       }
@@ -490,6 +505,19 @@ public final class Engine implements AutoCloseable {
       L3Settings l3,
       ControlConfig control) {
     Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3, control);
+    e.resume();
+    return e;
+  }
+
+  /** {@link #startRank} with a hook each rank's loop thread runs after every round (tests). */
+  static Engine startRank(
+      CausalLm model,
+      EngineConfig config,
+      OptionalInt eosId,
+      L3Settings l3,
+      ControlConfig control,
+      EngineObserver observer) {
+    Engine e = new Engine(model, config, eosId, observer, l3, control);
     e.resume();
     return e;
   }

@@ -389,13 +389,10 @@ final class EventLoop {
         replica.exchange(
             nowNs, storage == null ? null : storage.poll(), fresh, cancels, engine, eosId);
     for (Replica.Command c : agreed.commands()) {
-      switch (c) {
-        case CLEAR_ALL -> {
-          scheduler.clearAll();
-          publication.clearBackups();
-        }
-        case CLEAR_DEVICE -> scheduler.clearDevice();
-        case STOP -> stopped = true;
+      if (c.kind() == Replica.Kind.STOP) {
+        stopped = true;
+      } else {
+        engine.apply(c); // every rank, this round, before the round's new requests
       }
     }
     for (ActiveRequest a : agreed.newRequests()) {

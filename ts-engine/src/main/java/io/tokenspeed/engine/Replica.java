@@ -17,6 +17,7 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -49,11 +50,93 @@ import java.util.concurrent.ConcurrentLinkedQueue;
  * <p>Only the loop thread calls the exchange; {@link #command} is called from any thread.
  */
 final class Replica implements AutoCloseable {
-  /** The commands every rank applies in the same round. */
-  enum Command {
+  /** What a command asks every rank to do. */
+  enum Kind {
+    /** A full cache clear. */
     CLEAR_ALL,
+    /** An L1-only (Device) clear. */
     CLEAR_DEVICE,
-    STOP
+    /** The replica stops. */
+    STOP,
+    /** A namespace rotation: a full clear, then every later key under the version's namespace. */
+    ROTATE,
+    /** A weight update's fence: outstanding storage operations are rejected, none starts. */
+    FENCE_STORAGE,
+    /** The fence lifts: an abandoned weight update. */
+    LIFT_FENCE,
+    /** A weight update's switch: a rotation that also lifts the fence. */
+    SWITCH
+  }
+
+  /**
+   * A command every rank applies in the same round: its kind and, for {@link Kind#ROTATE} and
+   * {@link Kind#SWITCH}, the weight version whose namespace later keys are built under (null for
+   * the others). It travels as one byte of kind followed by the version's UTF-8.
+   */
+  record Command(Kind kind, String weightVersion) {
+    /** The longest weight version a command carries, in UTF-8 bytes. */
+    static final int MAX_VERSION_BYTES = 1024;
+
+    static final Command CLEAR_ALL = new Command(Kind.CLEAR_ALL, null);
+    static final Command CLEAR_DEVICE = new Command(Kind.CLEAR_DEVICE, null);
+    static final Command STOP = new Command(Kind.STOP, null);
+    static final Command FENCE_STORAGE = new Command(Kind.FENCE_STORAGE, null);
+    static final Command LIFT_FENCE = new Command(Kind.LIFT_FENCE, null);
+
+    Command {
+      boolean versioned = kind == Kind.ROTATE || kind == Kind.SWITCH;
+      if (versioned != (weightVersion != null)) {
+        throw new IllegalArgumentException(
+            kind + (versioned ? " needs a weight version" : " carries no weight version"));
+      }
+      if (versioned
+          && (weightVersion.isBlank()
+              || weightVersion.getBytes(StandardCharsets.UTF_8).length > MAX_VERSION_BYTES)) {
+        throw new IllegalArgumentException(
+            "weight_version must be a non-empty string of at most "
+                + MAX_VERSION_BYTES
+                + " UTF-8 bytes");
+      }
+    }
+
+    static Command rotate(String weightVersion) {
+      return new Command(Kind.ROTATE, weightVersion);
+    }
+
+    static Command switchTo(String weightVersion) {
+      return new Command(Kind.SWITCH, weightVersion);
+    }
+
+    byte[] encode() {
+      byte[] version =
+          weightVersion == null ? new byte[0] : weightVersion.getBytes(StandardCharsets.UTF_8);
+      byte[] out = new byte[1 + version.length];
+      out[0] = (byte) kind.ordinal();
+      System.arraycopy(version, 0, out, 1, version.length);
+      return out;
+    }
+
+    /** The command of an agreed message; a payload this build cannot read stops the replica. */
+    static Command decode(long sequence, byte[] payload) {
+      if (payload.length == 0 || payload[0] < 0 || payload[0] >= Kind.values().length) {
+        throw new IllegalStateException(
+            "administrative command "
+                + sequence
+                + " has kind "
+                + (payload.length == 0 ? "none" : Byte.toString(payload[0]))
+                + ", which this build does not know");
+      }
+      Kind kind = Kind.values()[payload[0]];
+      boolean versioned = kind == Kind.ROTATE || kind == Kind.SWITCH;
+      String version =
+          versioned ? new String(payload, 1, payload.length - 1, StandardCharsets.UTF_8) : null;
+      try {
+        return new Command(kind, version);
+      } catch (IllegalArgumentException e) {
+        throw new IllegalStateException(
+            "administrative command " + sequence + " is malformed: " + e.getMessage(), e);
+      }
+    }
   }
 
   /** A command the leader sent, and the future its caller waits on. */
@@ -167,7 +250,7 @@ final class Replica implements AutoCloseable {
       }
       for (Pending p; (p = commands.poll()) != null; ) {
         long seq = ++commandSequence;
-        frontend.add(FrontendMessage.admin(seq, new byte[] {(byte) p.command().ordinal()}));
+        frontend.add(FrontendMessage.admin(seq, p.command().encode()));
         sentCommands.put(seq, p);
       }
     } else if (!newRequests.isEmpty() || !cancellations.isEmpty()) {
@@ -202,9 +285,7 @@ final class Replica implements AutoCloseable {
     }
     List<Command> applied = new ArrayList<>();
     for (FrontendMessage m : round.adminCommands()) {
-      byte[] payload = m.payload();
-      Command c = Command.values()[payload[0]];
-      applied.add(c);
+      applied.add(Command.decode(m.requestId(), m.payload()));
     }
     return new Agreed(agreed, admitted, round.cancellations(), applied);
   }

@@ -53,8 +53,18 @@ class EngineTensorParallelFaultsTest {
     final AtomicInteger okGets = new AtomicInteger();
     final AtomicInteger puts = new AtomicInteger();
     final List<String> keys = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+    /** Keys of the PUTs that reached the store, in order. */
+    final List<String> putKeys = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+    /** GET and PUT calls that entered this client (before any gate). */
+    final AtomicInteger getsEntered = new AtomicInteger();
+
+    final AtomicInteger putsEntered = new AtomicInteger();
     volatile boolean failGets;
+    volatile boolean failDeletes;
     volatile long getDelayMs;
+    volatile CountDownLatch getGate;
     volatile CountDownLatch putGate;
 
     RankClient(Store shared) {
@@ -69,6 +79,11 @@ class EngineTensorParallelFaultsTest {
 
     @Override
     public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
+      getsEntered.incrementAndGet();
+      CountDownLatch gate = getGate;
+      if (gate != null) {
+        gate.await();
+      }
       if (failGets) {
         throw new IOException("GET refused on this rank by the test");
       }
@@ -87,13 +102,23 @@ class EngineTensorParallelFaultsTest {
 
     @Override
     public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
+      putsEntered.incrementAndGet();
       CountDownLatch gate = putGate;
       if (gate != null) {
         gate.await();
       }
       puts.incrementAndGet();
       this.keys.addAll(keys);
+      putKeys.addAll(keys);
       return super.put(keys, sources);
+    }
+
+    @Override
+    public long deleteNamespace(String namespace) throws Exception {
+      if (failDeletes) {
+        throw new IOException("namespace deletion refused by the test");
+      }
+      return super.deleteNamespace(namespace);
     }
 
     @Override

@@ -38,7 +38,7 @@ final class TpReplica implements AutoCloseable {
   static TpReplica start(
       Path folder, int tp, IntFunction<EngineConfig> configs, IntFunction<L3Settings> l3)
       throws Exception {
-    return start(folder, tp, configs, l3, Shard.KvSplit.HEADS);
+    return start(folder, tp, configs, l3, r -> EngineObserver.NONE, Shard.KvSplit.HEADS);
   }
 
   /** {@link #start} with the KV of full-history attention split over the ranks by {@code kv}. */
@@ -47,6 +47,32 @@ final class TpReplica implements AutoCloseable {
       int tp,
       IntFunction<EngineConfig> configs,
       IntFunction<L3Settings> l3,
+      Shard.KvSplit kv)
+      throws Exception {
+    return start(folder, tp, configs, l3, r -> EngineObserver.NONE, kv);
+  }
+
+  /**
+   * {@link #start} with each rank's observer, which its loop thread runs after every round (an
+   * invariant checker per rank).
+   */
+  static TpReplica start(
+      Path folder,
+      int tp,
+      IntFunction<EngineConfig> configs,
+      IntFunction<L3Settings> l3,
+      IntFunction<? extends EngineObserver> observers)
+      throws Exception {
+    return start(folder, tp, configs, l3, observers, Shard.KvSplit.HEADS);
+  }
+
+  /** {@link #start} with each rank's observer and the KV split by {@code kv}. */
+  static TpReplica start(
+      Path folder,
+      int tp,
+      IntFunction<EngineConfig> configs,
+      IntFunction<L3Settings> l3,
+      IntFunction<? extends EngineObserver> observers,
       Shard.KvSplit kv)
       throws Exception {
     TpReplica replica = new TpReplica();
@@ -70,7 +96,8 @@ final class TpReplica implements AutoCloseable {
                         configs.apply(rank),
                         OptionalInt.empty(),
                         l3 == null ? null : l3.apply(rank),
-                        controls.get(rank))));
+                        controls.get(rank),
+                        observers.apply(rank))));
       }
       for (Future<Engine> f : started) {
         replica.engines.add(f.get(60, TimeUnit.SECONDS));

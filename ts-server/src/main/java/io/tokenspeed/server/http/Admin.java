@@ -14,8 +14,9 @@ import java.util.concurrent.TimeoutException;
  * The administrative calls under {@code /admin/}: a full cache clear, an L1-only (Device) clear, a
  * namespace rotation and a weight-version update. Each needs the configured admin token as {@code
  * Authorization: Bearer TOKEN} (none configured: administration is off) and answers with what it
- * did. The engine runs each between two rounds of its loop; a weight update's store deletion runs
- * on the calling HTTP thread, never on the loop.
+ * did. The engine runs each between two rounds of its loop (on a tensor-parallel replica, every
+ * rank in the same agreed round); a weight update's store deletion runs on the calling HTTP thread,
+ * never on the loop.
  */
 final class Admin {
   /** How long a clear waits for the loop to run it. */
@@ -88,11 +89,7 @@ final class Admin {
     String previous = engine.weightVersion();
     String oldNamespace = namespace();
     long start = System.nanoTime();
-    try {
-      engine.rotateNamespace(version);
-    } catch (UnsupportedOperationException e) {
-      throw new ApiException(501, "not_implemented", null, null, e.getMessage());
-    }
+    engine.rotateNamespace(version);
     ObjectNode out = done("rotate_namespace", start);
     out.put(
         "did",
@@ -112,8 +109,6 @@ final class Admin {
       deleted = engine.updateWeightVersion(version);
     } catch (TimeoutException e) {
       throw new ApiException(503, "service_unavailable", null, null, e.getMessage());
-    } catch (UnsupportedOperationException e) {
-      throw new ApiException(501, "not_implemented", null, null, e.getMessage());
     }
     ObjectNode out = done("update_weights", start);
     out.put(
@@ -141,6 +136,11 @@ final class Admin {
     JsonNode v = body == null ? null : body.get("weight_version");
     if (v == null || !v.isTextual() || v.asText().isBlank()) {
       throw ApiException.invalid("weight_version", "weight_version must be a non-empty string");
+    }
+    if (v.asText().getBytes(StandardCharsets.UTF_8).length > Engine.MAX_WEIGHT_VERSION_BYTES) {
+      throw ApiException.invalid(
+          "weight_version",
+          "weight_version must be at most " + Engine.MAX_WEIGHT_VERSION_BYTES + " UTF-8 bytes");
     }
     return v.asText();
   }
