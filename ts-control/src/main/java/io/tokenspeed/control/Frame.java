@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
 import java.util.List;
@@ -132,6 +133,8 @@ public sealed interface Frame {
    * @param error null for a valid report; otherwise why the local report was invalid
    * @param frontend the leader's frontend messages (empty on other ranks and in error reports)
    * @param completions the sender's newly completed storage records (empty in error reports)
+   * @param status the sender's status for every rank ({@link RankStatus#EMPTY} for none, and in
+   *     error reports)
    */
   record Report(
       int rank,
@@ -141,7 +144,8 @@ public sealed interface Frame {
       long planDigest,
       String error,
       List<FrontendMessage> frontend,
-      List<StorageDone> completions)
+      List<StorageDone> completions,
+      RankStatus status)
       implements Frame {
 
     public Report {
@@ -151,14 +155,37 @@ public sealed interface Frame {
       }
       frontend = List.copyOf(frontend);
       completions = List.copyOf(completions);
+      status = status == null ? RankStatus.EMPTY : status;
       if (error != null && error.isEmpty()) {
         throw new IllegalArgumentException(
             "error report of rank " + rank + " round " + round + " must give a reason");
       }
-      if (error != null && (!frontend.isEmpty() || !completions.isEmpty())) {
+      if (error != null && (!frontend.isEmpty() || !completions.isEmpty() || !status.isEmpty())) {
         throw new IllegalArgumentException(
             "error report of rank " + rank + " round " + round + " must carry no records");
       }
+    }
+
+    /** A report without a status. */
+    public Report(
+        int rank,
+        long round,
+        long clockNs,
+        PressureSnapshot pressure,
+        long planDigest,
+        String error,
+        List<FrontendMessage> frontend,
+        List<StorageDone> completions) {
+      this(
+          rank,
+          round,
+          clockNs,
+          pressure,
+          planDigest,
+          error,
+          frontend,
+          completions,
+          RankStatus.EMPTY);
     }
 
     /** A report whose plan digest is 0. */

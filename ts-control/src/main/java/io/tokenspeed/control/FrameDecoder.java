@@ -11,6 +11,7 @@ import static io.tokenspeed.control.FrameDescriptor.HELLO_BODY_BYTES;
 import io.tokenspeed.control.Decoded.Malformed;
 import io.tokenspeed.control.Decoded.Reason;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -349,11 +350,31 @@ public final class FrameDecoder {
       }
       completions.add((StorageDone) record);
     }
+    RankStatus status = RankStatus.EMPTY;
+    if (b.hasRemaining()) {
+      if (b.remaining() < 2) {
+        return trailing(b);
+      }
+      int length = Short.toUnsignedInt(b.getShort());
+      if (length < 1 || length > RankStatus.MAX_BYTES) {
+        return bad(
+            "rank status length=" + length + " must be in [1, " + RankStatus.MAX_BYTES + "]");
+      }
+      if (length > b.remaining()) {
+        return new Malformed(
+            Reason.BAD_LENGTH,
+            "rank status length=" + length + ", " + b.remaining() + " bytes remain");
+      }
+      byte[] bytes = new byte[length];
+      b.get(bytes);
+      status = new RankStatus(bytes);
+    }
     if (b.hasRemaining()) {
       return trailing(b);
     }
     return new Decoded.Ok(
-        new Frame.Report(rank, round, clockNs, pressure, planDigest, null, frontend, completions));
+        new Frame.Report(
+            rank, round, clockNs, pressure, planDigest, null, frontend, completions, status));
   }
 
   /** One completion record: a {@link StorageDone} or a {@link Malformed}. */

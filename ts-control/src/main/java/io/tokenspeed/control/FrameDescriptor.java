@@ -49,12 +49,16 @@ package io.tokenspeed.control;
  *       Key i is bit (i mod 8) of byte (i div 8). Per key: ok = OK; object = MISSING or INVALID,
  *       invalid = INVALID; none set = FAILED. ok and object never both set; invalid implies
  *       object; object only for GET; bits at and beyond K are 0.
- *  The body ends exactly after the last record.
+ *     then, only when the sender has a status for every rank (RankStatus):
+ *       u16 S (1 <= S <= 1024), then S opaque bytes
+ *  The body ends exactly after the last record, or after the status.
  * </pre>
  *
  * <p>A valid report's body is {@code 57 + sum(13 + P)} over its frontend messages {@code + sum(22 +
- * 3*ceil(K/8))} over its completion records, and framing adds 16 bytes (an idle round's frame is 73
- * bytes): its size follows the completions, never the model's heads or the number of ranks.
+ * 3*ceil(K/8))} over its completion records {@code + (2 + S)} with a status, and framing adds 16
+ * bytes (an idle round's frame is 73 bytes): its size follows the completions, never the model's
+ * heads or the number of ranks; a status adds at most 1026 bytes, and only to the rounds that carry
+ * one.
  *
  * <p>Error reports carry the plan digest too (the fixed part is the same for both statuses); the
  * exchange compares only the digests of valid reports.
@@ -65,7 +69,7 @@ public final class FrameDescriptor {
   public static final int MAGIC = 0x54534350;
 
   /** The protocol version this build speaks; a frame with another version is rejected. */
-  public static final int VERSION = 3;
+  public static final int VERSION = 4;
 
   /** Frame type of the handshake. */
   public static final int TYPE_HELLO = 1;

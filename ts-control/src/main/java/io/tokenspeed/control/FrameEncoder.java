@@ -114,6 +114,9 @@ public final class FrameEncoder {
     for (StorageDone d : r.completions()) {
       n += COMPLETION_FIXED_BYTES + 3 * FrameDescriptor.maskBytes(d.outcomes().size());
     }
+    if (!r.status().isEmpty()) {
+      n += 2L + r.status().length();
+    }
     return n;
   }
 
@@ -145,6 +148,9 @@ public final class FrameEncoder {
     buf.putInt(r.completions().size());
     for (StorageDone d : r.completions()) {
       writeCompletion(buf, d);
+    }
+    if (!r.status().isEmpty()) {
+      buf.putShort((short) r.status().length()).put(r.status().bytes());
     }
   }
 

@@ -1,14 +1,16 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
 import java.util.List;
 
 /**
  * What this rank brings to one round: its clock, its executor's poll (new completion records and
- * pressure, taken together), the leader's frontend messages, or the reason its poll was invalid,
- * and a digest of the plan it executed in its previous round.
+ * pressure, taken together), the leader's frontend messages, or the reason its poll was invalid, a
+ * digest of the plan it executed in its previous round, and optionally a small status for every
+ * rank.
  *
  * <p>The exchange validates the report before anything is sent; an invalid one is replaced by an
  * error report, and every rank then raises the same {@link ProtocolException}.
@@ -27,6 +29,8 @@ import java.util.List;
  * @param pollError null, or why this rank's poll could not produce valid records
  * @param planDigest a digest of the plan this rank executed in its previous round; every rank of a
  *     healthy replica reports the same value; 0 before the first plan
+ * @param status this rank's status for every rank ({@link RankStatus}); {@link RankStatus#EMPTY}
+ *     (or null) for none. An error report drops it
  */
 public record LocalReport(
     long clockNs,
@@ -34,7 +38,8 @@ public record LocalReport(
     List<StorageDone> completions,
     List<FrontendMessage> frontend,
     String pollError,
-    long planDigest) {
+    long planDigest,
+    RankStatus status) {
 
   public LocalReport {
     if (pressure == null) {
@@ -51,6 +56,18 @@ public record LocalReport(
     }
     completions = List.copyOf(completions);
     frontend = List.copyOf(frontend);
+    status = status == null ? RankStatus.EMPTY : status;
+  }
+
+  /** A report without a status. */
+  public LocalReport(
+      long clockNs,
+      PressureSnapshot pressure,
+      List<StorageDone> completions,
+      List<FrontendMessage> frontend,
+      String pollError,
+      long planDigest) {
+    this(clockNs, pressure, completions, frontend, pollError, planDigest, RankStatus.EMPTY);
   }
 
   /** A report whose plan digest is 0, as before the first plan. */
@@ -93,11 +110,16 @@ public record LocalReport(
 
   /** This report with the leader's frontend messages attached. */
   public LocalReport withFrontend(List<FrontendMessage> messages) {
-    return new LocalReport(clockNs, pressure, completions, messages, pollError, planDigest);
+    return new LocalReport(clockNs, pressure, completions, messages, pollError, planDigest, status);
   }
 
   /** This report with {@code digest} as the digest of the plan of this rank's previous round. */
   public LocalReport withPlanDigest(long digest) {
-    return new LocalReport(clockNs, pressure, completions, frontend, pollError, digest);
+    return new LocalReport(clockNs, pressure, completions, frontend, pollError, digest, status);
+  }
+
+  /** This report with {@code s} as this rank's status. */
+  public LocalReport withStatus(RankStatus s) {
+    return new LocalReport(clockNs, pressure, completions, frontend, pollError, planDigest, s);
   }
 }

@@ -2,6 +2,7 @@ package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -32,6 +33,7 @@ import java.util.Optional;
  *        ▼
  *   tick = reports[0].clock (must not go backwards)     pressure = MAX over reports
  *   frontend = reports[0].frontend (others must send none)
+ *   statuses = every report's status, by rank (observations, never agreed on)
  *   completions = Agreement.apply(records by rank)      ─► AgreedRound n
  * </pre>
  *
@@ -237,7 +239,8 @@ public final class RelayExchange implements AutoCloseable {
               local.planDigest(),
               null,
               local.frontend(),
-              local.completions());
+              local.completions(),
+              local.status());
       long length = FrameEncoder.encodedLength(report);
       if (length <= config.maxFrameBytes()) {
         return report;
@@ -317,7 +320,23 @@ public final class RelayExchange implements AutoCloseable {
     List<AgreedCompletion> completions = agreement.apply(n, byRank);
     lastTickNs = tickNs;
     List<FrontendMessage> frontend = leader.frontend();
-    return new AgreedRound(n, tickNs, pressure, frontend, completions);
+    return new AgreedRound(n, tickNs, pressure, frontend, completions, statuses(reports));
+  }
+
+  /** Every rank's status, by rank; an empty list when no rank sent one (an idle round). */
+  private static List<RankStatus> statuses(Frame.Report[] reports) {
+    boolean any = false;
+    for (Frame.Report r : reports) {
+      any |= !r.status().isEmpty();
+    }
+    if (!any) {
+      return List.of();
+    }
+    List<RankStatus> out = new ArrayList<>(reports.length);
+    for (Frame.Report r : reports) {
+      out.add(r.status());
+    }
+    return out;
   }
 
   /**

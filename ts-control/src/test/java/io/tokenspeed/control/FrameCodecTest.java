@@ -13,6 +13,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.control.Decoded.Malformed;
 import io.tokenspeed.control.Decoded.Reason;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -142,6 +143,49 @@ class FrameCodecTest {
             List.of(FrontendMessage.newRequest(1, new byte[5]), FrontendMessage.cancel(2)),
             List.of());
     assertEquals(73 + 13 + 5 + 13, Frames.encode(withFrontend).length);
+  }
+
+  @Test
+  void shouldCarryARankStatusAfterTheRecordsOnlyWhenThereIsOne() {
+    byte[] bytes = {1, 2, 3, (byte) 0xff};
+    Frame.Report with =
+        new Frame.Report(
+            1,
+            9,
+            123,
+            PressureSnapshot.IDLE,
+            0,
+            null,
+            List.of(),
+            List.of(get(1, OK)),
+            new RankStatus(bytes));
+    byte[] b = Frames.encode(with);
+    assertEquals(73 + 25 + 2 + 4, b.length, "u16 length and the bytes, after the record");
+    assertEquals(4, ByteBuffer.wrap(b).getShort(b.length - 4 - 6));
+    assertArrayEquals(bytes, Arrays.copyOfRange(b, b.length - 4 - 4, b.length - 4));
+    assertEquals(new Decoded.Ok(with), DECODER.decode(b));
+    assertEquals(73 + 25, Frames.encode(report(get(1, OK))).length, "no status, no bytes");
+
+    byte[] zero = Frames.encode(report(get(1, OK)));
+    byte[] longer = Arrays.copyOf(zero, zero.length + 2); // a status of length 0
+    ByteBuffer.wrap(longer).putShort(zero.length - 4, (short) 0);
+    assertRejected(
+        Frames.withCrc(Frames.withBodyLength(longer)), Reason.BAD_FIELD, "rank status length=0");
+    byte[] cut = b.clone();
+    ByteBuffer.wrap(cut).putShort(cut.length - 4 - 6, (short) 5);
+    assertRejected(Frames.withCrc(cut), Reason.BAD_LENGTH, "rank status length=5");
+  }
+
+  @Test
+  void shouldRefuseAStatusInAnErrorReportOrOverTheLimit() {
+    RankStatus one = new RankStatus(new byte[] {1});
+    org.junit.jupiter.api.Assertions.assertThrows(
+        IllegalArgumentException.class,
+        () ->
+            new Frame.Report(
+                1, 1, 0, PressureSnapshot.IDLE, 0, "bad poll", List.of(), List.of(), one));
+    org.junit.jupiter.api.Assertions.assertThrows(
+        IllegalArgumentException.class, () -> new RankStatus(new byte[RankStatus.MAX_BYTES + 1]));
   }
 
   @Test
@@ -288,8 +332,12 @@ class FrameCodecTest {
   @Test
   void shouldRejectBodiesWhenBytesAreLeftOverOrMissing() {
     byte[] b = Frames.encode(report(get(5, Records.ok(9))));
-    byte[] longer = Arrays.copyOf(b, b.length + 3);
-    System.arraycopy(b, b.length - 4, longer, longer.length - 4, 4);
+    byte[] one = Arrays.copyOf(b, b.length + 1); // too short for a status's length
+    System.arraycopy(b, b.length - 4, one, one.length - 4, 4);
+    assertRejected(
+        Frames.withCrc(Frames.withBodyLength(one)), Reason.TRAILING_BYTES, "1 bytes after");
+    byte[] longer = Arrays.copyOf(b, b.length + 6); // a status of 1 byte, then 3 bytes more
+    ByteBuffer.wrap(longer).putShort(b.length - 4, (short) 1);
     assertRejected(
         Frames.withCrc(Frames.withBodyLength(longer)), Reason.TRAILING_BYTES, "3 bytes after");
     byte[] shorter = Arrays.copyOf(b, b.length - 1);

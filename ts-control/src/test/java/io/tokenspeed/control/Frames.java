@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -92,7 +93,13 @@ final class Frames {
     for (int i = 0; i < numCompletions; i++) {
       completions.add(randomRecord(rnd, rnd.nextLong(Long.MAX_VALUE)));
     }
-    return new Frame.Report(rank, round, clock, p, digest, null, frontend, completions);
+    RankStatus status = RankStatus.EMPTY;
+    if (rnd.nextInt(4) == 0) {
+      byte[] bytes = new byte[1 + rnd.nextInt(rnd.nextBoolean() ? 16 : RankStatus.MAX_BYTES)];
+      rnd.nextBytes(bytes);
+      status = new RankStatus(bytes);
+    }
+    return new Frame.Report(rank, round, clock, p, digest, null, frontend, completions, status);
   }
 
   /**

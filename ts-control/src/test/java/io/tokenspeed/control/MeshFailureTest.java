@@ -262,7 +262,7 @@ class MeshFailureTest {
   /** What a connection that is not a peer does to rank 0 during setup. */
   enum Stray {
     GARBAGE("it sent bytes that are not a handshake: BAD_MAGIC"),
-    OTHER_VERSION("UNSUPPORTED_VERSION: version=1, this build speaks 3"),
+    OTHER_VERSION("UNSUPPORTED_VERSION: version=1, this build speaks " + FrameDescriptor.VERSION),
     OTHER_REPLICA("replica_id=9, rank 0 has replica_id=7"),
     LOWER_RANK("rank=0, but rank 0 accepts only ranks above it"),
     REPORT_INSTEAD_OF_HELLO("where a hello was due"),

@@ -18,6 +18,7 @@ import io.tokenspeed.control.Cluster.Outcome;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
 import io.tokenspeed.core.control.LoopHeadFeedback;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -108,6 +109,52 @@ class RelayExchangeTest {
     assertEquals(List.of(MISSING, OK), rounds.get(1).completions().getFirst().outcomes());
     List<KeyOutcome> op2 = rounds.get(2).completions().get(1).outcomes();
     assertEquals(worldSize == 4 ? List.of(OK, FAILED, INVALID) : List.of(OK, FAILED, OK), op2);
+  }
+
+  /**
+   * Each rank's status reaches every rank, indexed by rank, in the round that carried it; a round
+   * in which no rank sent one carries none.
+   */
+  @ParameterizedTest(name = "ranks={0}")
+  @ValueSource(ints = {2, 3})
+  void shouldDeliverEveryRanksStatusToEveryRankInTheRoundThatCarriedIt(int worldSize)
+      throws Exception {
+    List<List<AgreedRound>> perRank;
+    try (Cluster cluster = Cluster.start(worldSize)) {
+      List<Outcome<List<AgreedRound>>> outcomes =
+          cluster.run(
+              (rank, x) ->
+                  Cluster.rounds(
+                      x,
+                      n -> {
+                        LocalReport idle = LocalReport.idle(1_000L * n + rank);
+                        // round 2: every rank; round 3: only the last rank; round 4: none
+                        boolean sends = n == 2 || (n == 3 && rank == worldSize - 1);
+                        return sends
+                            ? idle.withStatus(new RankStatus(new byte[] {(byte) rank, (byte) n}))
+                            : idle;
+                      },
+                      5));
+      perRank = new ArrayList<>();
+      for (Outcome<List<AgreedRound>> o : outcomes) {
+        perRank.add(o.get());
+      }
+    }
+    for (int r = 1; r < worldSize; r++) {
+      assertEquals(perRank.getFirst(), perRank.get(r), "rank " + r + " received otherwise");
+    }
+    List<AgreedRound> rounds = perRank.getFirst(); // rounds 1..4 (one exchange late)
+    assertEquals(List.of(), rounds.get(0).statuses(), "round 1: none sent");
+    for (int rank = 0; rank < worldSize; rank++) {
+      assertEquals(
+          new RankStatus(new byte[] {(byte) rank, 2}), rounds.get(1).status(rank), "round 2");
+      assertEquals(
+          rank == worldSize - 1 ? new RankStatus(new byte[] {(byte) rank, 3}) : RankStatus.EMPTY,
+          rounds.get(2).status(rank),
+          "round 3");
+    }
+    assertEquals(worldSize, rounds.get(2).statuses().size());
+    assertEquals(List.of(), rounds.get(3).statuses(), "round 4: none sent");
   }
 
   @Test

@@ -19,23 +19,28 @@ import java.util.List;
  * @param pressure the component-wise maximum of every owner's pressure observations
  * @param frontend the leader's frontend messages, in the order it drained them
  * @param completions agreed completion facts, in strictly ascending operation id
+ * @param statuses every rank's {@link RankStatus} of this round, indexed by rank ({@link
+ *     RankStatus#EMPTY} for a rank that sent none); an empty list when no rank sent one.
+ *     Observations only: nothing the loop decides reads them
  */
 public record AgreedRound(
     long round,
     long tickNs,
     PressureSnapshot pressure,
     List<FrontendMessage> frontend,
-    List<AgreedCompletion> completions) {
+    List<AgreedCompletion> completions,
+    List<RankStatus> statuses) {
 
   public AgreedRound {
     if (round < 1) {
       throw new IllegalArgumentException("round=" + round + " must be >= 1");
     }
-    if (pressure == null || frontend == null || completions == null) {
+    if (pressure == null || frontend == null || completions == null || statuses == null) {
       throw new IllegalArgumentException("round " + round + " is incomplete");
     }
     frontend = List.copyOf(frontend);
     completions = List.copyOf(completions);
+    statuses = List.copyOf(statuses);
     for (int i = 1; i < completions.size(); i++) {
       long previous = completions.get(i - 1).operationId();
       long next = completions.get(i).operationId();
@@ -49,6 +54,21 @@ public record AgreedRound(
                 + next);
       }
     }
+  }
+
+  /** A round in which no rank sent a status. */
+  public AgreedRound(
+      long round,
+      long tickNs,
+      PressureSnapshot pressure,
+      List<FrontendMessage> frontend,
+      List<AgreedCompletion> completions) {
+    this(round, tickNs, pressure, frontend, completions, List.of());
+  }
+
+  /** The status rank {@code rank} sent this round ({@link RankStatus#EMPTY} for none). */
+  public RankStatus status(int rank) {
+    return rank >= 0 && rank < statuses.size() ? statuses.get(rank) : RankStatus.EMPTY;
   }
 
   /** The request ids the client cancelled this round, in the leader's order. */
