@@ -4,10 +4,12 @@ import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.scheduler.StorageCounters;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import io.tokenspeed.scheduler.StorageTransferManager;
+import java.util.Collections;
 import java.util.EnumMap;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.TreeMap;
 
 /**
  * A snapshot of the engine's gauges and L3 counters that the loop thread publishes for an exporter
@@ -109,13 +111,27 @@ public record EngineMetrics(
    *
    * @param pending whether storage work is pending: operations without an agreed completion, backup
    *     candidates not yet written, or refused backups waiting for their retry
-   * @param executor the executor's counters and gauges, health included
+   * @param executor this rank's executor's counters and gauges, health included
    * @param transfers the storage transfer manager's counters and gauges
+   * @param otherRanks on the leader of a tensor-parallel replica, the other ranks' executor figures
+   *     by rank, as each last sent them through the exchange (a follower sends its figures when it
+   *     takes a snapshot of its own, at most about once a second while busy; so they are at most a
+   *     couple of seconds older than this snapshot); empty elsewhere and before they arrive
    */
-  public record Storage(boolean pending, L3Metrics executor, Transfers transfers) {
+  public record Storage(
+      boolean pending,
+      L3Metrics executor,
+      Transfers transfers,
+      Map<Integer, L3Metrics> otherRanks) {
     public Storage {
       Objects.requireNonNull(executor, "executor");
       Objects.requireNonNull(transfers, "transfers");
+      otherRanks = Collections.unmodifiableMap(new TreeMap<>(otherRanks));
+    }
+
+    /** A single rank's figures (no other ranks). */
+    public Storage(boolean pending, L3Metrics executor, Transfers transfers) {
+      this(pending, executor, transfers, Map.of());
     }
   }
 

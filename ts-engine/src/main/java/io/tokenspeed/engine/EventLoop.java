@@ -6,6 +6,7 @@ import io.tokenspeed.cache.CacheCoordinator;
 import io.tokenspeed.cache.TierCache;
 import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.engine.l3.StorageTier;
 import io.tokenspeed.engine.memory.BlockTransfer;
@@ -127,6 +128,18 @@ final class EventLoop {
 
   /** Whether the loop said that quarantine stopped L3 (it says so once). */
   private boolean quarantineReported;
+
+  /**
+   * On a follower with L3: the executor figures of its latest metrics snapshot, which its next
+   * report carries to the leader (then empty again: a status rides only the rounds that have one).
+   */
+  private RankStatus outgoingStatus = RankStatus.EMPTY;
+
+  /** On the leader: the other ranks' executor figures, by rank, as last received. */
+  private final Map<Integer, io.tokenspeed.l3.L3Metrics> otherRankExecutors =
+      new java.util.TreeMap<>();
+
+  private boolean unreadableFiguresReported;
 
   private static final System.Logger LOG = System.getLogger(EventLoop.class.getName());
 
@@ -387,7 +400,15 @@ final class EventLoop {
     }
     Replica.Agreed agreed =
         replica.exchange(
-            nowNs, storage == null ? null : storage.poll(), fresh, cancels, engine, eosId);
+            nowNs,
+            storage == null ? null : storage.poll(),
+            fresh,
+            cancels,
+            outgoingStatus,
+            engine,
+            eosId);
+    outgoingStatus = RankStatus.EMPTY;
+    noteOtherRanks(agreed);
     for (Replica.Command c : agreed.commands()) {
       if (c.kind() == Replica.Kind.STOP) {
         stopped = true;
@@ -399,6 +420,32 @@ final class EventLoop {
       submitToScheduler(a);
     }
     return agreed;
+  }
+
+  /**
+   * The leader keeps the executor figures the other ranks sent this round, for its next metrics
+   * snapshot (figures this build cannot read are left out, once said).
+   */
+  private void noteOtherRanks(Replica.Agreed agreed) {
+    if (!replica.leader()) {
+      return;
+    }
+    for (int r = 1; r < replica.size(); r++) {
+      RankStatus s = agreed.status(r);
+      if (s.isEmpty()) {
+        continue;
+      }
+      try {
+        otherRankExecutors.put(r, ExecutorFigures.decode(s));
+      } catch (IllegalArgumentException e) {
+        if (!unreadableFiguresReported) {
+          unreadableFiguresReported = true;
+          LOG.log(
+              System.Logger.Level.WARNING,
+              "rank " + r + "'s L3 figures are unreadable and left out of /metrics: " + e);
+        }
+      }
+    }
   }
 
   /**
@@ -622,12 +669,17 @@ final class EventLoop {
   private void publishMetrics(long nowNs, int queued, boolean pending) {
     int running = Math.min(active.size(), scheduler.runningCount());
     int waiting = queued + active.size() - running;
-    Optional<EngineMetrics.Storage> l3 =
-        storage == null
-            ? Optional.empty()
-            : Optional.of(
-                new EngineMetrics.Storage(
-                    pending, storage.metrics(), EngineMetrics.Transfers.of(stm)));
+    Optional<EngineMetrics.Storage> l3 = Optional.empty();
+    if (storage != null) {
+      io.tokenspeed.l3.L3Metrics executor = storage.metrics();
+      if (replica != null && !replica.leader()) {
+        outgoingStatus = ExecutorFigures.encode(executor); // to the leader, in the next round
+      }
+      l3 =
+          Optional.of(
+              new EngineMetrics.Storage(
+                  pending, executor, EngineMetrics.Transfers.of(stm), otherRankExecutors));
+    }
     EngineMetrics m =
         new EngineMetrics(nowNs, running, waiting, usage(cache.device()), usage(cache.host()), l3);
     metricsRule.published(nowNs, m.idle(), pending);

@@ -7,6 +7,7 @@ import io.tokenspeed.control.MeshException;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.model.sampling.SamplingParams;
@@ -219,14 +220,20 @@ final class Replica implements AutoCloseable {
       Optional<AgreedRound> round,
       List<ActiveRequest> newRequests,
       List<Long> cancellations,
-      List<Command> commands) {}
+      List<Command> commands) {
+
+    /** The status rank {@code rank} sent in this round (empty for none, or before the first). */
+    RankStatus status(int rank) {
+      return round.map(r -> r.status(rank)).orElse(RankStatus.EMPTY);
+    }
+  }
 
   /**
    * The round's exchange. The leader sends {@code newRequests} (taken from its intake), {@code
-   * cancellations} and the commands asked for since; every rank sends its clock and, with L3, its
-   * executor's poll. Returns what the agreed round (one exchange late) brings: new requests (the
-   * leader's own objects there, decoded copies elsewhere), cancellations and commands, in the
-   * leader's order.
+   * cancellations} and the commands asked for since; every rank sends its clock, {@code status}
+   * (empty for none) and, with L3, its executor's poll. Returns what the agreed round (one exchange
+   * late) brings: new requests (the leader's own objects there, decoded copies elsewhere),
+   * cancellations and commands, in the leader's order, and every rank's status.
    *
    * @throws ControlPlaneException when a rank is silent past the round timeout, leaves, or the
    *     reports contradict each other: the replica must stop
@@ -236,6 +243,7 @@ final class Replica implements AutoCloseable {
       L3Poll poll,
       List<ActiveRequest> newRequests,
       List<Long> cancellations,
+      RankStatus status,
       Engine engine,
       OptionalInt eosId)
       throws ControlPlaneException {
@@ -261,7 +269,8 @@ final class Replica implements AutoCloseable {
             ? new LocalReport(nowNs, PressureSnapshot.IDLE, List.of(), frontend, null)
             : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
     long t0 = System.nanoTime();
-    Optional<AgreedRound> agreed = exchange.exchange(report.withPlanDigest(planDigest));
+    Optional<AgreedRound> agreed =
+        exchange.exchange(report.withPlanDigest(planDigest).withStatus(status));
     recordExchange(System.nanoTime() - t0);
     if (agreed.isEmpty()) {
       return new Agreed(agreed, List.of(), List.of(), List.of());

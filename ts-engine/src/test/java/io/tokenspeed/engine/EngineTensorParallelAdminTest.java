@@ -427,6 +427,46 @@ class EngineTensorParallelAdminTest {
   }
 
   /**
+   * The leader's metrics snapshot carries rank 1's executor figures, as rank 1's executor counts
+   * them (its I/O is its own: the leader cannot count it), once rank 1 has sent them through the
+   * exchange; a follower's own snapshot carries no other rank's.
+   */
+  @Test
+  void shouldShowEveryRanksExecutorFiguresOnTheLeader() throws Exception {
+    SplittableRandom random = new SplittableRandom(29);
+    MemoryStore shared = new MemoryStore();
+    RankClient[] clients = clients(shared);
+    Checked[] checks = checks();
+    try (TpReplica r = replica(clients, checks)) {
+      serve(r, prompt(random, 41));
+      r.awaitStorageIdle();
+      Engine follower = r.engines.get(1);
+      io.tokenspeed.l3.L3Metrics own = follower.storageExecutorMetrics().orElseThrow();
+      assertTrue(own.put().jobs() > 0, "rank 1 wrote: " + own);
+      await(
+          () -> {
+            var relayed = r.leader().metrics().storage().orElseThrow().otherRanks().get(1);
+            return relayed != null
+                && relayed.put().jobs() == own.put().jobs()
+                && relayed.query().jobs() == own.query().jobs()
+                && relayed.backendCalls() == own.backendCalls();
+          },
+          "the leader shows rank 1's figures "
+              + own
+              + ", not "
+              + r.leader().metrics().storage().orElseThrow().otherRanks());
+      assertEquals(
+          java.util.Set.of(1),
+          r.leader().metrics().storage().orElseThrow().otherRanks().keySet(),
+          "only the other rank's");
+      assertTrue(
+          follower.metrics().storage().orElseThrow().otherRanks().isEmpty(),
+          "a follower shows only its own");
+      assertConsistentAndIdle(r, checks, r.leader().weightVersion());
+    }
+  }
+
+  /**
    * A fresh replica serves an unrelated prompt, idles past its 600 ms soft deadline, then a prompt
    * extending a stored prefix: every rank restores it (0 ms is the control), its output the
    * single-rank engine's. Were the first round after the gap to carry the tick of the last round

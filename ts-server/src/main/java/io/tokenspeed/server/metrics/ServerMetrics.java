@@ -17,6 +17,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -38,6 +39,11 @@ import java.util.function.ToDoubleFunction;
  *       (tests, several replicas) do not collide.
  *   <li><b>Every series carries the identity labels</b> {@code model_name}, {@code engine_role},
  *       {@code dp_rank} and {@code tp_rank}; no label carries a request id or an object key.
+ *   <li><b>The L3 executor's series come once per rank.</b> Its I/O is rank-local: on the leader
+ *       (rank 0) of a tensor-parallel replica the executor's series are present for every rank,
+ *       each under its own {@code tp_rank}, the other ranks' figures as they last sent them through
+ *       the replica's exchange (at most a couple of seconds old). The scheduler's L3 series are
+ *       mirrored on every rank and appear once, under the exporter's own rank.
  *   <li><b>Names keep the prefix {@code tokenspeed:}</b>; client_java writes them as given (colons
  *       are legal in the text format) and appends {@code _total} to every counter.
  *   <li><b>The L3 metrics are always present</b>: without a storage backend every L3 series reads 0
@@ -83,6 +89,13 @@ public final class ServerMetrics {
   private final PrometheusRegistry registry = new PrometheusRegistry();
   private final PrometheusTextFormatWriter writer = PrometheusTextFormatWriter.create();
   private final Labels identity;
+
+  /** The identity without {@code tp_rank}: the executor's series carry each rank's own. */
+  private final Labels rankless;
+
+  /** This exporter's own {@code tp_rank}. */
+  private final String tpRank;
+
   private final Supplier<EngineMetrics> engine;
 
   private final Counter promptTokens;
@@ -119,6 +132,15 @@ public final class ServerMetrics {
           "dp_rank=" + dpRank + " and tp_rank=" + tpRank + " must be >= 0");
     }
     this.engine = Objects.requireNonNull(engine, "engine");
+    this.tpRank = Integer.toString(tpRank);
+    this.rankless =
+        Labels.of(
+            "model_name",
+            modelName,
+            "engine_role",
+            engineRole,
+            "dp_rank",
+            Integer.toString(dpRank));
     this.identity =
         Labels.of(
             "model_name",
@@ -324,65 +346,84 @@ public final class ServerMetrics {
         "tokenspeed:l3_backend_seconds",
         "Cumulative time inside store calls.",
         k -> k.backendNanos() / NANOS_PER_SECOND);
-    gauge(
+    rankGauge(
         "tokenspeed:l3_outstanding_jobs",
         "L3 jobs by kind and phase: queued, running, or completed and not yet polled (still"
             + " charged).",
-        cb -> {
+        (cb, rank, e) -> {
           for (int i = 0; i < KINDS.size(); i++) {
-            L3Metrics.Kind k = kind(i);
-            cb.call(k.queuedJobs(), KINDS.get(i), "queued");
-            cb.call(k.runningJobs(), KINDS.get(i), "running");
-            cb.call(k.completedJobs(), KINDS.get(i), "completed");
+            L3Metrics.Kind k = kind(e, i);
+            cb.call(k.queuedJobs(), rank, KINDS.get(i), "queued");
+            cb.call(k.runningJobs(), rank, KINDS.get(i), "running");
+            cb.call(k.completedJobs(), rank, KINDS.get(i), "completed");
           }
         },
         "kind",
         "phase");
-    gauge(
+    rankGauge(
         "tokenspeed:l3_outstanding_payload_bytes",
         "Payload bytes of the outstanding L3 jobs, by kind and phase.",
-        cb -> {
+        (cb, rank, e) -> {
           for (int i = 0; i < KINDS.size(); i++) {
-            L3Metrics.Kind k = kind(i);
-            cb.call(k.queuedBytes(), KINDS.get(i), "queued");
-            cb.call(k.runningBytes(), KINDS.get(i), "running");
-            cb.call(k.completedBytes(), KINDS.get(i), "completed");
+            L3Metrics.Kind k = kind(e, i);
+            cb.call(k.queuedBytes(), rank, KINDS.get(i), "queued");
+            cb.call(k.runningBytes(), rank, KINDS.get(i), "running");
+            cb.call(k.completedBytes(), rank, KINDS.get(i), "completed");
           }
         },
         "kind",
         "phase");
-    gauge(
+    rankGauge(
         "tokenspeed:l3_health_state",
         "The L3 executor's health: 1 for the current state (healthy, cooldown, probing; disabled"
             + " without a storage backend), 0 for the others. Reading it consumes no probe.",
-        cb -> {
-          String current =
-              executor().map(e -> e.healthState().toLowerCase(Locale.ROOT)).orElse("disabled");
+        (cb, rank, e) -> {
+          String current = e.map(x -> x.healthState().toLowerCase(Locale.ROOT)).orElse("disabled");
           for (String s : HEALTH_STATES) {
-            cb.call(s.equals(current) ? 1 : 0, s);
+            cb.call(s.equals(current) ? 1 : 0, rank, s);
           }
         },
         "state");
-    gauge(
+    rankGauge(
         "tokenspeed:l3_health_epoch",
         "The L3 health epoch: advances on every outage signal.",
-        cb -> cb.call(executor().map(L3Metrics::healthEpoch).orElse(0L)));
-    gauge(
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::healthEpoch).orElse(0L), rank));
+    rankGauge(
         "tokenspeed:l3_unproven_retirements",
         "L3 jobs whose retirement was never proven (they quarantine the executor).",
-        cb -> cb.call(executor().map(L3Metrics::unprovenRetirements).orElse(0L)));
-    callbackCounter(
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::unprovenRetirements).orElse(0L), rank));
+    rankCounter(
         "tokenspeed:l3_backend_calls",
         "Store calls (adapter invocations; a create-only PUT may end after its existence check).",
-        cb -> cb.call(executor().map(L3Metrics::backendCalls).orElse(0L)));
-    callbackCounter(
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::backendCalls).orElse(0L), rank));
+    rankCounter(
         "tokenspeed:l3_put_written_keys",
         "PUT keys the store newly wrote.",
-        cb -> cb.call(executor().map(L3Metrics::putsNewlyWritten).orElse(0L)));
-    callbackCounter(
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::putsNewlyWritten).orElse(0L), rank));
+    rankCounter(
         "tokenspeed:l3_put_existing_keys",
         "PUT keys that found the object already there (an idempotent success, no new write).",
-        cb -> cb.call(executor().map(L3Metrics::putsAlreadyExisted).orElse(0L)));
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::putsAlreadyExisted).orElse(0L), rank));
+  }
+
+  /**
+   * Every rank's executor figures this exporter shows, by {@code tp_rank} label: its own rank's
+   * (empty without L3), then, on the leader of a tensor-parallel replica, every other rank's as it
+   * last sent them.
+   */
+  private Map<String, Optional<L3Metrics>> executors() {
+    Map<String, Optional<L3Metrics>> out = new LinkedHashMap<>();
+    out.put(tpRank, executor());
+    storage()
+        .ifPresent(
+            s -> s.otherRanks().forEach((r, m) -> out.put(Integer.toString(r), Optional.of(m))));
+    return out;
+  }
+
+  /** A callback over one rank's executor figures (empty without L3). */
+  @FunctionalInterface
+  private interface RankValues<C> {
+    void call(C callback, String rank, Optional<L3Metrics> executor);
   }
 
   // ---------------------------------------------------------------- L3: the scheduler (mirrored)
@@ -486,9 +527,9 @@ public final class ServerMetrics {
     return storage().map(EngineMetrics.Storage::transfers);
   }
 
-  /** The executor's figures of {@code KINDS.get(i)}; zeros without L3. */
-  private L3Metrics.Kind kind(int i) {
-    return executor()
+  /** The figures of {@code KINDS.get(i)} in {@code executor}; zeros without L3. */
+  private static L3Metrics.Kind kind(Optional<L3Metrics> executor, int i) {
+    return executor
         .map(
             e ->
                 switch (i) {
@@ -539,15 +580,52 @@ public final class ServerMetrics {
   }
 
   private void kindCounter(String name, String help, ToDoubleFunction<L3Metrics.Kind> value) {
-    callbackCounter(
+    rankCounter(
         name,
         help,
-        cb -> {
+        (cb, rank, e) -> {
           for (int i = 0; i < KINDS.size(); i++) {
-            cb.call(value.applyAsDouble(kind(i)), KINDS.get(i));
+            cb.call(value.applyAsDouble(kind(e, i)), rank, KINDS.get(i));
           }
         },
         "kind");
+  }
+
+  /** A gauge of every rank's executor figures, labelled {@code tp_rank} first. */
+  private void rankGauge(
+      String name,
+      String help,
+      RankValues<GaugeWithCallback.Callback> values,
+      String... labelNames) {
+    GaugeWithCallback.builder()
+        .name(name)
+        .help(help)
+        .constLabels(rankless)
+        .labelNames(withRank(labelNames))
+        .callback(cb -> executors().forEach((rank, e) -> values.call(cb, rank, e)))
+        .register(registry);
+  }
+
+  /** A counter of every rank's executor figures, labelled {@code tp_rank} first. */
+  private void rankCounter(
+      String name,
+      String help,
+      RankValues<CounterWithCallback.Callback> values,
+      String... labelNames) {
+    CounterWithCallback.builder()
+        .name(name)
+        .help(help)
+        .constLabels(rankless)
+        .labelNames(withRank(labelNames))
+        .callback(cb -> executors().forEach((rank, e) -> values.call(cb, rank, e)))
+        .register(registry);
+  }
+
+  private static String[] withRank(String... labelNames) {
+    String[] out = new String[labelNames.length + 1];
+    out[0] = "tp_rank";
+    System.arraycopy(labelNames, 0, out, 1, labelNames.length);
+    return out;
   }
 
   private void transferGauge(

@@ -146,27 +146,30 @@ class ServerMetricsTest {
         n(rnd));
   }
 
+  static L3Metrics executor(SplittableRandom rnd) {
+    return new L3Metrics(
+        kind(rnd),
+        kind(rnd),
+        kind(rnd),
+        List.of("HEALTHY", "COOLDOWN", "PROBING").get(rnd.nextInt(3)),
+        n(rnd),
+        n(rnd),
+        n(rnd),
+        rnd.nextBoolean(),
+        n(rnd),
+        n(rnd),
+        n(rnd),
+        Map.of("QUEUE_FULL", n(rnd)),
+        n(rnd),
+        n(rnd),
+        "",
+        n(rnd));
+  }
+
   static EngineMetrics snapshot(SplittableRandom rnd, boolean withStorage, long timeNs) {
     Optional<EngineMetrics.Storage> storage = Optional.empty();
     if (withStorage) {
-      L3Metrics executor =
-          new L3Metrics(
-              kind(rnd),
-              kind(rnd),
-              kind(rnd),
-              List.of("HEALTHY", "COOLDOWN", "PROBING").get(rnd.nextInt(3)),
-              n(rnd),
-              n(rnd),
-              n(rnd),
-              rnd.nextBoolean(),
-              n(rnd),
-              n(rnd),
-              n(rnd),
-              Map.of("QUEUE_FULL", n(rnd)),
-              n(rnd),
-              n(rnd),
-              "",
-              n(rnd));
+      L3Metrics executor = executor(rnd);
       Map<DropReason, Long> drops = new EnumMap<>(DropReason.class);
       for (DropReason r : DropReason.values()) {
         drops.put(r, n(rnd));
@@ -348,6 +351,104 @@ class ServerMetricsTest {
     }
     assertEquals("text/plain; version=0.0.4; charset=utf-8", ServerMetrics.CONTENT_TYPE);
     assertEquals(ServerMetrics.CONTENT_TYPE, exporter.contentType());
+  }
+
+  /**
+   * The leader of a replica of {@code ranks} ranks: every executor series is present once per rank,
+   * under that rank's {@code tp_rank}, with that rank's figures; the scheduler's series (mirrored
+   * on every rank) once, under the leader's.
+   */
+  @ParameterizedTest(name = "ranks={0}")
+  @ValueSource(ints = {2, 4})
+  void shouldExportEveryRanksExecutorFiguresUnderItsRankOnTheLeader(int ranks) {
+    SplittableRandom rnd = new SplittableRandom(31L * ranks);
+    EngineMetrics own = snapshot(rnd, true, System.nanoTime());
+    Map<Integer, L3Metrics> others = new java.util.TreeMap<>();
+    for (int r = 1; r < ranks; r++) {
+      others.put(r, executor(rnd));
+    }
+    EngineMetrics.Storage s = own.storage().orElseThrow();
+    EngineMetrics m =
+        new EngineMetrics(
+            own.timeNs(),
+            own.runningRequests(),
+            own.waitingRequests(),
+            own.device(),
+            own.host(),
+            Optional.of(
+                new EngineMetrics.Storage(s.pending(), s.executor(), s.transfers(), others)));
+    Map<String, Family> f =
+        PrometheusText.parse(new ServerMetrics(MODEL, ROLE, 2, 0, () -> m).scrape());
+    for (int r = 0; r < ranks; r++) {
+      L3Metrics want = r == 0 ? s.executor() : others.get(r);
+      String[] rank = {"model_name", MODEL, "engine_role", ROLE, "dp_rank", "2", "tp_rank", "" + r};
+      List<L3Metrics.Kind> kinds = List.of(want.query(), want.get(), want.put());
+      for (int k = 0; k < 3; k++) {
+        eq(
+            kinds.get(k).jobs(),
+            PrometheusText.value(f, "tokenspeed:l3_jobs_total", with(rank, "kind", KINDS[k])),
+            "rank " + r + " " + KINDS[k] + " jobs");
+        eq(
+            kinds.get(k).runningJobs(),
+            PrometheusText.value(
+                f,
+                "tokenspeed:l3_outstanding_jobs",
+                with(rank, "kind", KINDS[k], "phase", "running")),
+            "rank " + r + " running " + KINDS[k]);
+      }
+      eq(
+          want.backendCalls(),
+          PrometheusText.value(f, "tokenspeed:l3_backend_calls_total", rank),
+          "rank " + r + " backend calls");
+      eq(
+          want.healthEpoch(),
+          PrometheusText.value(f, "tokenspeed:l3_health_epoch", rank),
+          "rank " + r + " health epoch");
+      eq(
+          1,
+          PrometheusText.value(
+              f,
+              "tokenspeed:l3_health_state",
+              with(rank, "state", want.healthState().toLowerCase(java.util.Locale.ROOT))),
+          "rank " + r + " health");
+    }
+    for (String family : FAMILIES.keySet()) {
+      boolean executorFamily =
+          family.startsWith("tokenspeed:l3_")
+              && List.of(
+                      "jobs",
+                      "keys",
+                      "ok_keys",
+                      "payload_bytes",
+                      "queue_seconds",
+                      "backend_seconds",
+                      "outstanding_jobs",
+                      "outstanding_payload_bytes",
+                      "health_state",
+                      "health_epoch",
+                      "unproven_retirements",
+                      "backend_calls",
+                      "put_written_keys",
+                      "put_existing_keys")
+                  .contains(family.substring("tokenspeed:l3_".length()).replace("_total", ""));
+      java.util.Set<String> seen = new java.util.TreeSet<>();
+      for (Sample sample : f.get(family).samples()) {
+        seen.add(sample.labels().get("tp_rank"));
+      }
+      java.util.Set<String> want = new java.util.TreeSet<>();
+      for (int r = 0; r < (executorFamily ? ranks : 1); r++) {
+        want.add("" + r);
+      }
+      if (f.get(family).type() != Type.HISTOGRAM) {
+        assertEquals(want, seen, family + ": the ranks of its series");
+      }
+    }
+  }
+
+  private static String[] with(String[] labels, String... more) {
+    String[] all = Arrays.copyOf(labels, labels.length + more.length);
+    System.arraycopy(more, 0, all, labels.length, more.length);
+    return all;
   }
 
   @Test
