@@ -35,14 +35,14 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
 
 /**
- * One engine replica (TP = 1): the Device and Host KV tiers, the copy thread between them, L3 under
- * the Host tier when a backend is given, and the event loop that runs the scheduler's plans on the
- * model. This class is the façade — submission, cancellation, administration, figures and close —
- * and wires the owners together; the round itself is {@link EventLoop}'s, and each of its steps has
- * its own class: {@link Intake} (checks and the bounded queue), {@link ForwardStep} (batch,
- * forward, State checkpoints, sampling), {@link HostPublication} (retraction images and
- * write-through), {@link ReuseAccounting} (where each prefix came from) and, with L3, {@link
- * StorageTier} (the executor and the relay exchange).
+ * One engine replica, or one rank of a tensor-parallel replica: the Device and Host KV tiers, the
+ * copy thread between them, L3 under the Host tier when a backend is given, and the event loop that
+ * runs the scheduler's plans on the model. This class is the façade — submission, cancellation,
+ * administration, figures and close — and wires the owners together; the round itself is {@link
+ * EventLoop}'s, and each of its steps has its own class: {@link Intake} (checks and the bounded
+ * queue), {@link ForwardStep} (batch, forward, State checkpoints, sampling), {@link
+ * HostPublication} (retraction images and write-through), {@link ReuseAccounting} (where each
+ * prefix came from) and, with L3, {@link StorageTier} (the executor and the relay exchange).
  *
  * <p>The scheduler and cache are owned by the loop thread; callers only touch the bounded intake
  * queue and the cancellation queue, and read their {@link RequestHandle}. Administrative calls run
@@ -405,7 +405,13 @@ public final class Engine implements AutoCloseable {
   /** The longest weight version a rotation or an update takes, in UTF-8 bytes. */
   public static final int MAX_WEIGHT_VERSION_BYTES = Replica.Command.MAX_VERSION_BYTES;
 
-  private static void checkVersion(String version) {
+  private void checkVersion(String version) {
+    if (replica != null && !replica.leader()) {
+      throw new IllegalStateException(
+          "rank "
+              + replica.rank()
+              + " of the replica is not its leader: administration goes to rank 0");
+    }
     if (version == null || version.isBlank()) {
       throw new IllegalArgumentException("weight_version must be a non-empty string");
     }

@@ -351,6 +351,14 @@ class EngineTensorParallelAdminTest {
       assertArrayEquals(wantA, serve(r, a).tokens());
       r.awaitStorageIdle();
 
+      assertThrows(
+          IllegalStateException.class,
+          () -> r.engines.get(1).updateWeightVersion("2"),
+          "a follower takes no administration");
+      assertThrows(
+          IllegalStateException.class,
+          () -> r.engines.get(1).rotateNamespace("2"),
+          "a follower takes no administration");
       Exception e = assertThrows(Exception.class, () -> r.leader().updateWeightVersion("2"));
       assertTrue(String.valueOf(e.getMessage()).contains("refused by the test"), e.toString());
       assertConsistentAndIdle(r, checks, version);
