@@ -27,7 +27,9 @@ import picocli.CommandLine.Spec;
  * (half the prefix stored), {@code recompute}, then pairs of {@code miss-l3} / {@code miss-off}
  * requests (prefixes no one wrote, with and without L3) and of decode TPOT with L3 idle / without,
  * the two sides of a pair back to back. Resets (the page-cache drop, the warm-up, the raw bandwidth
- * read) happen only outside timed cohorts. Writes a Markdown report and an SVG chart.
+ * read) happen only outside timed cohorts. With {@code --tp N} every writer and reader is a
+ * tensor-parallel replica of N rank processes (see {@link BenchWorkerCommand}). Writes a Markdown
+ * report and an SVG chart.
  */
 @Command(
     name = "ttft",
@@ -83,6 +85,14 @@ final class BenchTtftCommand implements Callable<Integer> {
 
   @Option(names = "--threads", description = "Compute threads per process (default: all cores).")
   private Integer threads;
+
+  @Option(
+      names = "--tp",
+      paramLabel = "N",
+      description =
+          "Run every writer and reader as a tensor-parallel replica of N processes, every rank"
+              + " with its own store client (default: ${DEFAULT-VALUE}).")
+  private int tp = 1;
 
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")
   private Path out = Path.of("docs", "benchmarks");
@@ -189,6 +199,9 @@ final class BenchTtftCommand implements Callable<Integer> {
       throw new ParameterException(
           spec.commandLine(), "--threads=" + threads + " must be at least 1");
     }
+    if (tp < 1 || tp > 64) {
+      throw new ParameterException(spec.commandLine(), "--tp=" + tp + " must be in [1, 64]");
+    }
     PrintWriter err = spec.commandLine().getErr();
     long runSeed = System.nanoTime();
     List<Reader> readers = new ArrayList<>();
@@ -219,7 +232,10 @@ final class BenchTtftCommand implements Callable<Integer> {
       DemoCommand.deleteTree(work);
     }
     String report = report(readers, runSeed, (System.nanoTime() - t0) / 1e9);
-    String base = name != null ? name : LocalDate.now(ZoneOffset.UTC) + "-l3-ttft";
+    String base =
+        name != null
+            ? name
+            : LocalDate.now(ZoneOffset.UTC) + "-l3-ttft" + (tp > 1 ? "-tp" + tp : "");
     Files.createDirectories(out);
     Files.writeString(
         out.resolve(base + ".md"), report.replace("CHART", base + ".svg"), StandardCharsets.UTF_8);
@@ -285,7 +301,16 @@ final class BenchTtftCommand implements Callable<Integer> {
     if (threads != null) {
       args.addAll(List.of("--threads", threads.toString()));
     }
-    err.println("[" + label + "] " + role + " process");
+    if (tp > 1) {
+      args.addAll(List.of("--tp", Integer.toString(tp)));
+    }
+    err.println(
+        "["
+            + label
+            + "] "
+            + role
+            + " process"
+            + (tp > 1 ? " (a TP=" + tp + " replica: " + tp + " rank processes)" : ""));
     err.flush();
     List<JsonNode> lines = new ArrayList<>();
     WorkerProcess.run(label, args, lines::add, err);
@@ -311,11 +336,20 @@ final class BenchTtftCommand implements Callable<Integer> {
     b.append(
         String.format(
             Locale.ROOT,
-            "# L3 TTFT vs recomputation (%s)%n%n%s, %d prompts per cohort: a %d-token shared prefix"
-                + " and %d more tokens, %d generated; decode TPOT over %d tokens. Prompt seed %d,"
-                + " run seed %d. Wall time %.0f s.%n%n",
+            "# L3 TTFT vs recomputation (%s, TP=%d)%n%n%s, %s; %d prompts per cohort: a %d-token"
+                + " shared prefix and %d more tokens, %d generated; decode TPOT over %d tokens."
+                + " Prompt seed %d, run seed %d. Wall time %.0f s.%n%n",
             model,
+            tp,
             model,
+            tp == 1
+                ? "TP=1 (each writer and reader one process)"
+                : "TP="
+                    + tp
+                    + " (each writer and reader a tensor-parallel replica of "
+                    + tp
+                    + " rank processes joined by shared memory and the control-plane mesh, every"
+                    + " rank reading and writing its own objects)",
             prompts,
             prefixTokens,
             suffixTokens,
@@ -436,15 +470,20 @@ final class BenchTtftCommand implements Callable<Integer> {
         "\nTargets (issue 14): recompute / L3 ≥ 20× (file and Redis); L3 wait ≤ 1.5× the raw read"
             + " time of the same bytes; all-miss L3 on / off ≤ 1.02×; decode TPOT L3 idle / off ≤"
             + " 1.02×. The wait is submission to admission: the query, the GET and the rounds"
-            + " around them. The raw read time is that of one prefix's objects read straight from"
-            + " other clients of the store before any timed cohort, best of 3: in one GET, and in"
-            + " as many concurrent GETs of a share each as the executor has GET workers (for"
-            + " file-cold the pages were dropped before every raw read). All-miss is "
+            + " around them. The raw read time is that of one prefix's objects"
+            + (tp > 1 ? " (rank 0's: its 1/" + tp + " of the bytes; every rank reads its own)" : "")
+            + " read straight from other clients of the store before any timed cohort, best of 3:"
+            + " in one GET, and in as many concurrent GETs of a share each as the executor has GET"
+            + " workers (for file-cold the pages were dropped before every raw read). All-miss is "
             + pairs
             + " pairs of requests with L3 on and off, back to back in alternating order, each on a"
             + " fresh engine; decode is "
             + decodePairs
-            + " such pairs of runs on two engines alive side by side; the ratios are per pair. The"
+            + (tp > 1
+                ? " such pairs of runs, each on a fresh engine (a replica's ranks run one engine at"
+                    + " a time) that served the prompt and wrote it through untimed first"
+                : " such pairs of runs on two engines alive side by side")
+            + "; the ratios are per pair. The"
             + " all-miss column also gives L3's own time: the difference, L3 on minus off, of the"
             + " medians of a miss's time in the engine outside the forward (its wait before"
             + " admission, which holds the query, plus the loop's own time over its rounds: the L3"

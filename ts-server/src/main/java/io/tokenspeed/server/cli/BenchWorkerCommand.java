@@ -63,7 +63,15 @@ import picocli.CommandLine.Spec;
  *       store (it cannot cross processes).
  * </ul>
  *
- * Every measurement is one JSON line on stdout; progress goes to stderr.
+ * <p>With {@code --tp N} the worker is the launcher of a tensor-parallel replica of N rank
+ * processes ({@link TpLauncher}): every rank runs the role with its own store client (and, for
+ * {@code memory}, its own in-memory store) and starts the same engines in the same order; rank 0
+ * serves the requests and its lines are the worker's, the others follow each engine until rank 0
+ * closes it. A replica's ranks run one engine at a time, so the decode pairs run each side on a
+ * fresh engine (the prompt served and written through untimed first) instead of on two engines
+ * alive side by side; the raw reads are rank 0's objects, its share of each prefix.
+ *
+ * <p>Every measurement is one JSON line on stdout; progress goes to stderr.
  */
 @Command(name = "bench-worker", hidden = true, description = "One process of bench ttft.")
 final class BenchWorkerCommand implements Callable<Integer> {
@@ -73,6 +81,8 @@ final class BenchWorkerCommand implements Callable<Integer> {
   @Mixin private ModelOptions modelOptions;
 
   @Mixin private StorageOptions storageOptions;
+
+  @Mixin private TensorParallelOptions tp;
 
   @Option(names = "--role", required = true)
   private String role;
@@ -127,7 +137,10 @@ final class BenchWorkerCommand implements Callable<Integer> {
     out = spec.commandLine().getOut();
     err = spec.commandLine().getErr();
     Path folder = modelOptions.folder(modelOptions.weightType());
-    try (CausalLm model = modelOptions.load(folder)) {
+    if (tp.launcher()) {
+      return tp.launch(); // rank 0's lines are this worker's; the other ranks compute with it
+    }
+    try (CausalLm model = tp.load(folder, modelOptions.model())) {
       lm = model;
       DemoPrompts p =
           DemoPrompts.of(promptSeed, lm.vocabSize(), prompts, prefixTokens, suffixTokens);
@@ -159,17 +172,19 @@ final class BenchWorkerCommand implements Callable<Integer> {
   }
 
   private void write(L3Settings l3, DemoPrompts p) throws Exception {
-    try (Engine w = engine(l3)) {
-      for (int i = 0; i < p.seeds().length; i++) {
-        progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
-        WorkerProcess.serve(w, p.seeds()[i], maxTokens);
-      }
-      progress("writer: writing to the store");
-      w.close();
-      ObjectNode line = line("writer-closed");
-      line.put("store_closed", w.storageCloseReport().orElseThrow().storeClosed());
-      emit(line);
-    }
+    withEngine(
+        l3,
+        w -> {
+          for (int i = 0; i < p.seeds().length; i++) {
+            progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
+            WorkerProcess.serve(w, p.seeds()[i], maxTokens);
+          }
+          progress("writer: writing to the store");
+          w.close();
+          ObjectNode line = line("writer-closed");
+          line.put("store_closed", w.storageCloseReport().orElseThrow().storeClosed());
+          emit(line);
+        });
   }
 
   /**
@@ -200,24 +215,31 @@ final class BenchWorkerCommand implements Callable<Integer> {
     // objects the timed cohorts read)
     progress("reader: warming up");
     int[] warm = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
-    try (Engine e = engine(null)) {
-      WorkerProcess.serve(e, warm, maxTokens);
+    withEngine(null, e -> WorkerProcess.serve(e, warm, maxTokens));
+    int[] warmMiss = rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray();
+    int page = config.prefixGranularity();
+    int warmPrefix = Math.min(prefixTokens, Math.max(page, prefixTokens / 4 / page * page));
+    int[][] warmRestores = new int[n][];
+    for (int i = 0; i < n; i++) {
+      warmRestores[i] =
+          concat(
+              java.util.Arrays.copyOf(p.seeds()[i], warmPrefix),
+              rnd.ints(suffixTokens, 0, vocab).toArray());
     }
-    try (Engine e = engine(l3.call())) {
-      WorkerProcess.serve(e, rnd.ints(Math.min(512, prefixTokens), 0, vocab).toArray(), maxTokens);
-      int page = e.layout().prefixGranularity();
-      int warmPrefix = Math.min(prefixTokens, Math.max(page, prefixTokens / 4 / page * page));
-      for (int i = 0; i < n; i++) {
-        int[] restore =
-            concat(
-                java.util.Arrays.copyOf(p.seeds()[i], warmPrefix),
-                rnd.ints(suffixTokens, 0, vocab).toArray());
-        emit(
-            WorkerProcess.requestLine(
-                line("request"), "warm-up", i, WorkerProcess.serve(e, restore, maxTokens)));
-      }
-      rawBandwidth(e, queries[0], rawStore);
-    }
+    withEngine(
+        l3.call(),
+        e -> {
+          WorkerProcess.serve(e, warmMiss, maxTokens);
+          for (int i = 0; i < n; i++) {
+            emit(
+                WorkerProcess.requestLine(
+                    line("request"),
+                    "warm-up",
+                    i,
+                    WorkerProcess.serve(e, warmRestores[i], maxTokens)));
+          }
+          rawBandwidth(e, queries[0], rawStore);
+        });
     dropPages("l3");
     cohort("l3", queries, l3.call());
     dropPages("partial"); // the l3 cohort's reads warmed the pages again
@@ -226,21 +248,30 @@ final class BenchWorkerCommand implements Callable<Integer> {
     // all-miss and decode: L3 on and off interleaved in pairs (the order alternating), each
     // request on a fresh engine, so that the machine's drift affects both sides alike
     for (int i = 0; i < pairs; i++) {
+      int pair = i;
       for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
         String cohort = withL3 ? "miss-l3" : "miss-off";
-        try (Engine e = engine(withL3 ? l3.call() : null)) {
-          progress("reader: " + cohort + " " + (i + 1) + "/" + pairs);
-          EngineStats before = e.stats();
-          GenerationResult r = WorkerProcess.serve(e, misses[i], maxTokens);
-          emit(
-              loopFigures(
-                  WorkerProcess.requestLine(line("request"), cohort, i, r), before, e.stats()));
-        }
+        withEngine(
+            withL3 ? l3.call() : null,
+            e -> {
+              progress("reader: " + cohort + " " + (pair + 1) + "/" + pairs);
+              EngineStats before = e.stats();
+              GenerationResult r = WorkerProcess.serve(e, misses[pair], maxTokens);
+              emit(
+                  loopFigures(
+                      WorkerProcess.requestLine(line("request"), cohort, pair, r),
+                      before,
+                      e.stats()));
+            });
       }
+    }
+    int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
+    if (tp.ranked()) {
+      decodeOnReplica(decodePrompt, l3);
+      return;
     }
     // decode: one engine with L3 (enabled and idle) and one without, alive side by side, their
     // runs alternating, so that the machine's drift affects both alike
-    int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
     try (Engine on = engine(l3.call());
         Engine off = engine(null)) {
       WorkerProcess.serve(on, decodePrompt, 2); // untimed: the prompt cached on both engines,
@@ -268,6 +299,68 @@ final class BenchWorkerCommand implements Callable<Integer> {
     }
   }
 
+  /** How long a decode run's engine waits for the write-through of its prompt. */
+  private static final long WRITE_THROUGH_NS = 10_000_000_000L;
+
+  /**
+   * Decode on a tensor-parallel replica, whose ranks run one engine at a time (one control-plane
+   * mesh, one collective): each run of a pair on a fresh engine, with L3 enabled and idle or
+   * without, the two sides back to back in alternating order. Untimed first on each engine: the
+   * prompt is served (cached, and with L3 written through), and the write-through waited for.
+   */
+  private void decodeOnReplica(int[] decodePrompt, Callable<L3Settings> l3) throws Exception {
+    for (int i = 0; i < decodePairs; i++) {
+      int pair = i;
+      for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+        withEngine(
+            withL3 ? l3.call() : null,
+            e -> {
+              long served = System.nanoTime();
+              WorkerProcess.serve(e, decodePrompt, 2);
+              WorkerProcess.awaitStorageIdle(e, served, WRITE_THROUGH_NS);
+              progress(
+                  "reader: decode, L3 "
+                      + (withL3 ? "idle" : "off")
+                      + ", pair "
+                      + (pair + 1)
+                      + "/"
+                      + decodePairs);
+              EngineStats before = e.stats();
+              RequestMetrics m = WorkerProcess.serve(e, decodePrompt, decodeTokens).metrics();
+              emit(
+                  loopFigures(
+                      line("tpot")
+                          .put("l3", withL3)
+                          .put("pair", pair)
+                          .put("tpot_ms", m.tpotNs() / 1e6),
+                      before,
+                      e.stats()));
+            });
+      }
+    }
+  }
+
+  /** Work on one engine. */
+  @FunctionalInterface
+  private interface EngineWork {
+    void run(Engine e) throws Exception;
+  }
+
+  /**
+   * Runs {@code work} on a fresh engine of the benchmark's configuration (with L3 when {@code l3}
+   * is not null), then closes it. On a follower rank of a replica it follows the leader's engine
+   * instead, until the leader closes it: every rank starts the same engines in the same order.
+   */
+  private void withEngine(L3Settings l3, EngineWork work) throws Exception {
+    try (Engine e = engine(l3)) {
+      if (tp.follower()) {
+        tp.follow(e);
+        return;
+      }
+      work.run(e);
+    }
+  }
+
   /**
    * Adds the loop's figures between two snapshots of one engine's stats to {@code line}: its own
    * time outside the forward (the L3 poll and exchange, scheduling, sampling), in total and per
@@ -280,29 +373,38 @@ final class BenchWorkerCommand implements Callable<Integer> {
     return line.put("loop_ms", outside / 1e6).put("loop_us_per_round", outside / 1e3 / rounds);
   }
 
-  /** An engine of the benchmark's configuration, with L3 when {@code l3} is not null. */
+  /**
+   * An engine of the benchmark's configuration, with L3 when {@code l3} is not null: this process's
+   * own, or its rank of the worker's tensor-parallel replica.
+   */
   private Engine engine(L3Settings l3) {
+    if (tp.ranked()) {
+      return Engine.startRank(lm, config, OptionalInt.empty(), l3, tp.control());
+    }
     return l3 == null
         ? Engine.start(lm, config, OptionalInt.empty())
         : Engine.start(lm, config, OptionalInt.empty(), l3);
   }
 
   private void cohort(String name, int[][] prompts, L3Settings l3) throws Exception {
-    try (Engine e = engine(l3)) {
-      for (int i = 0; i < prompts.length; i++) {
-        progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
-        emit(
-            WorkerProcess.requestLine(
-                line("request"), name, i, WorkerProcess.serve(e, prompts[i], maxTokens)));
-      }
-    }
+    withEngine(
+        l3,
+        e -> {
+          for (int i = 0; i < prompts.length; i++) {
+            progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
+            emit(
+                WorkerProcess.requestLine(
+                    line("request"), name, i, WorkerProcess.serve(e, prompts[i], maxTokens)));
+          }
+        });
   }
 
   /**
    * Reads the objects of {@code prompt}'s prefix straight from other clients of the store: one GET
    * of every key, and as many concurrent GETs of a share each as the executor has GET workers (best
    * of 3 each; with {@code --drop-page-cache} the pages are dropped before every read): the raw
-   * bandwidth restores are compared with.
+   * bandwidth restores are compared with. On a replica these are rank 0's objects (its share of the
+   * prefix; every rank restores its own share in parallel).
    */
   private void rawBandwidth(Engine e, int[] prompt, Store shared) throws Exception {
     Namespace ns = e.storageNamespace().orElseThrow();
@@ -403,9 +505,12 @@ final class BenchWorkerCommand implements Callable<Integer> {
     }
   }
 
-  /** With {@code --drop-page-cache}, drops the store's pages before {@code cohort} (untimed). */
+  /**
+   * With {@code --drop-page-cache}, drops the store's pages before {@code cohort} (untimed; on a
+   * replica rank 0 drops every rank's).
+   */
   private void dropPages(String cohort) throws Exception {
-    if (dropPageCache != null) {
+    if (dropPageCache != null && !tp.follower()) {
       progress("reader: dropping the store's pages from the page cache before " + cohort);
       emit(line("page-cache-dropped").put("before", cohort).put("files", dropPages(dropPageCache)));
     }

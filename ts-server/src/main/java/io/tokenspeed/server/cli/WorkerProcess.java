@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.model.sampling.SamplingParams;
@@ -23,7 +24,8 @@ import java.util.function.Consumer;
  * A worker JVM of a command that runs several processes (the demo, the TTFT benchmark): the {@code
  * java} and classpath of this JVM, the Vector API and native access enabled, this jar's main class
  * with {@code args}. Each line it prints on stdout is one JSON object handed to the caller; its
- * stderr is relayed line by line, prefixed with its role.
+ * stderr is relayed line by line, prefixed with its role (the JVM's notice of the incubator module
+ * left out, its own or, at {@code --tp N}, a rank's).
  */
 final class WorkerProcess {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -61,7 +63,8 @@ final class WorkerProcess {
                       new BufferedReader(
                           new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
                     for (String line; (line = r.readLine()) != null; ) {
-                      if (!line.startsWith("WARNING: Using incubator modules")) {
+                      if (!line.replaceFirst("^\\[rank [0-9]+\\] ", "")
+                          .startsWith("WARNING: Using incubator modules")) {
                         synchronized (err) {
                           err.println("  " + role + ": " + line);
                           err.flush();
@@ -116,6 +119,28 @@ final class WorkerProcess {
       throw new IllegalStateException("a worker's request failed: " + r.error());
     }
     return r;
+  }
+
+  /**
+   * Waits until {@code e}'s published figures, taken at {@code sinceNs} ({@link System#nanoTime})
+   * or later, show it idle with no storage work left: its write-through done (on a replica, every
+   * rank's writes completed and agreed). Returns false when {@code timeoutNs} passed first.
+   */
+  static boolean awaitStorageIdle(Engine e, long sinceNs, long timeoutNs)
+      throws InterruptedException {
+    long deadline = System.nanoTime() + timeoutNs;
+    while (true) {
+      EngineMetrics m = e.metrics();
+      if (m.timeNs() - sinceNs >= 0
+          && m.idle()
+          && m.storage().map(s -> !s.pending()).orElse(true)) {
+        return true;
+      }
+      if (System.nanoTime() - deadline >= 0) {
+        return false;
+      }
+      Thread.sleep(5);
+    }
   }
 
   /**

@@ -1,6 +1,7 @@
 package io.tokenspeed.server.cli;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.server.cli.JarProcess.Result;
@@ -14,7 +15,7 @@ import org.junit.jupiter.api.io.TempDir;
  * {@code tokenspeed bench ttft} at a small scale, as users run it: the shaded jar starts the writer
  * and reader processes over the memory and file stores (warm and cold page cache) and writes its
  * report. Every cohort must be in the report with what it reused, and every L3 output must equal
- * the recomputation.
+ * the recomputation; the same with every writer and reader a TP=2 replica.
  */
 class BenchTtftIT {
   @TempDir Path workDir;
@@ -82,6 +83,91 @@ class BenchTtftIT {
             .matcher(report)
             .find(),
         "every reader's warm-up restored from L3: " + report);
+  }
+
+  @Test
+  void shouldRunEveryWriterAndReaderAsATp2ReplicaAndReportItsSize() throws Exception {
+    Path out = workDir.resolve("report-tp");
+    Result r =
+        benchTtft(
+            List.of(
+                "--stores",
+                "memory,file",
+                "--prompts",
+                "2",
+                "--prefix-tokens",
+                "192",
+                "--suffix-tokens",
+                "16",
+                "--max-tokens",
+                "2",
+                "--decode-tokens",
+                "4",
+                "--pairs",
+                "1",
+                "--decode-pairs",
+                "2",
+                "--threads",
+                "1",
+                "--tp",
+                "2",
+                "--out",
+                out.toString()),
+            600);
+    assertEquals(0, r.exitCode(), r::toString);
+    List<Path> reports;
+    try (var files = Files.list(out)) {
+      reports = files.filter(f -> f.toString().endsWith(".md")).toList();
+    }
+    assertEquals(1, reports.size(), reports::toString);
+    assertTrue(
+        reports.getFirst().getFileName().toString().endsWith("-l3-ttft-tp2.md"),
+        "the default name says the TP size: " + reports);
+    String report = Files.readString(reports.getFirst());
+    assertTrue(report.lines().findFirst().orElseThrow().endsWith(", TP=2)"), report);
+    assertTrue(
+        report.contains("TP=2 (each writer and reader a tensor-parallel replica of 2 rank"),
+        report);
+    for (String store : List.of("memory", "file-warm", "file-cold")) {
+      String[] l3 = JarProcess.row(report, store, "l3");
+      assertEquals("2", l3[2], store + ": requests");
+      assertEquals("192", l3[5], store + ": every full page of both prefixes came from L3");
+      assertEquals("16", l3[6], store + ": only the suffix is left to compute");
+      assertEquals("0", l3[7], store + ": no fallback");
+      String[] partial = JarProcess.row(report, store, "partial");
+      assertEquals("64", partial[5], store + ": half the prefix, rounded down to a page");
+      assertEquals("0", partial[7], store + ": no partial fallback");
+      String[] recompute = JarProcess.row(report, store, "recompute");
+      assertEquals("0", recompute[5], store + ": nothing reused without L3");
+      assertEquals("208", recompute[6]);
+      for (String miss : List.of("miss-l3", "miss-off")) {
+        String[] m = JarProcess.row(report, store, miss);
+        assertEquals("1", m[2], store + " " + miss + ": one request per pair");
+        assertEquals("0", m[5], store + " " + miss + ": nothing to restore");
+      }
+      String[] summary = summary(report, store);
+      assertEquals("yes", summary[summary.length - 1], store + ": L3 outputs = recompute");
+      assertTrue(
+          summary[5].matches("[0-9.]+× \\([0-9.]+–[0-9.]+\\)"),
+          store + ": two decode pairs measured: " + String.join("|", summary));
+      // rank 1 read its own objects: its line of the l3 cohort's engine counts GETs
+      assertTrue(
+          r.err()
+              .lines()
+              .anyMatch(
+                  l -> l.matches("  " + store + ": \\[rank 1\\] rank 1: L3 GET ok keys [1-9].*")),
+          store + ": " + r.err());
+      String role = store.equals("memory") ? "memory" : "reader";
+      assertTrue(
+          r.err()
+              .contains("[" + store + "] " + role + " process (a TP=2 replica: 2 rank processes)"),
+          r::err);
+    }
+    assertTrue(
+        r.err().contains("[file-writer] writer process (a TP=2 replica"), "the writer too: " + r);
+    assertFalse(
+        r.err().contains("WARNING: Using incubator modules"),
+        "the ranks' JVM notices are left out: " + r.err());
   }
 
   @Test
