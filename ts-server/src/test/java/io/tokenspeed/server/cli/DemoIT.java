@@ -17,8 +17,9 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * {@code tokenspeed demo} as users run it: the shaded jar starts the writer and the reader as two
  * more JVMs, over the file store and over a real Redis server. The table must show the L3 cohort
- * restoring every shared prefix's full pages from the store in the fresh reader, and every output
- * must equal the recomputation (a synthetic Jamba-style hybrid: KV and State checkpoints).
+ * restoring every shared prefix's full pages from the store in the fresh reader, with no fallback
+ * (the reader warms its L3 path first), and every output must equal the recomputation (a synthetic
+ * Jamba-style hybrid: KV and State checkpoints).
  */
 class DemoIT {
   private static final long TIMEOUT_SECONDS = 300;
@@ -69,6 +70,15 @@ class DemoIT {
     assertEquals("0", l2[7], "the writer's warm caches hold every prefix");
     assertTrue(r.out().contains("L3 executors closed cleanly: yes"), r::out);
     assertTrue(r.err().contains("[2/2] reader process"), r::err);
+    assertTrue(
+        r.err()
+            .lines()
+            .anyMatch(l -> l.matches("  reader: L3 warm-up: prompt 2, [0-9]+ tokens from L3")),
+        "the reader warmed its L3 path before the L3 cohort: " + r.err());
+    assertTrue(
+        r.err().indexOf("  reader: L3 warm-up: prompt 2")
+            < r.err().indexOf("  reader: l3: request 1/2"),
+        r::err);
     assertTrue(r.err().contains("  reader: l3: request 2/2"), r::err);
   }
 
