@@ -21,6 +21,8 @@ class BenchCommandTest {
         "bench ttft --pairs 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --decode-pairs 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --threads 0; --threads=0 must be at least 1",
+        "bench ttft --tp 0; --tp=0 must be in [1, 64]",
+        "bench ttft --tp 65; --tp=65 must be in [1, 64]",
       })
   void shouldRejectABadFlagWithAUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));
