@@ -273,7 +273,9 @@ final class EventLoop {
           }
         }
         boolean arrived =
-            intake.pending() || !admin.isEmpty() || (replica != null && replica.commandsPending());
+            intake.pending()
+                || !admin.isEmpty()
+                || (replica != null && (replica.commandsPending() || replica.awaitingAgreement()));
         boolean agreementDue = storage != null && storage.agreementDue(); // next round returns it
         if (active.isEmpty() && !arrived && !housekeeping && !agreementDue) {
           boolean busy = storageBusy(); // L3 facts still to come: a round per event or tick

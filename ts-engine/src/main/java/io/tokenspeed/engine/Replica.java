@@ -215,6 +215,15 @@ final class Replica implements AutoCloseable {
     return !commands.isEmpty();
   }
 
+  /**
+   * Leader: true while requests or commands it sent wait for the round that agrees on them (one
+   * exchange later): the loop runs that round at once rather than at the next heartbeat. Loop
+   * thread only.
+   */
+  boolean awaitingAgreement() {
+    return !sent.isEmpty() || !sentCommands.isEmpty();
+  }
+
   /** What one agreed round asks of this rank's loop. */
   record Agreed(
       Optional<AgreedRound> round,

@@ -89,6 +89,33 @@ class EngineTensorParallelTest {
     return r.tokens();
   }
 
+  /**
+   * A request the leader sent is admitted in the round that agrees on it, which the leader runs at
+   * once, not at its next heartbeat: each request, submitted to an idle replica right after the
+   * previous one ended (the heartbeat a full period away), waits far less than a heartbeat period.
+   */
+  @org.junit.jupiter.api.Test
+  void shouldAdmitARequestWithoutWaitingForTheHeartbeat() throws Exception {
+    Path folder = Fixtures.extract("llama", dir);
+    try (TpReplica replica = TpReplica.start(folder, 2, EngineTest.small(256), null)) {
+      List<Long> queueMs = new ArrayList<>();
+      for (int i = 0; i < 7; i++) {
+        GenerationResult r =
+            replica
+                .leader()
+                .submit(new int[] {5 + i, 6, 7, 8, 9}, SamplingParams.greedy(2))
+                .result()
+                .get(60, TimeUnit.SECONDS);
+        queueMs.add(TimeUnit.NANOSECONDS.toMillis(r.metrics().queueNs()));
+      }
+      List<Long> sorted = new ArrayList<>(queueMs);
+      sorted.sort(null);
+      assertTrue(
+          sorted.get(sorted.size() / 2) < EventLoop.HEARTBEAT_MS / 2,
+          "median wait before admission (ms) " + queueMs);
+    }
+  }
+
   @ParameterizedTest(name = "{0} TP={1}")
   @CsvSource({"llama, 2", "qwen2, 2", "gemma3, 4", "jamba, 2"})
   void shouldServeAsTheSingleRankEngineDoes(String fixture, int tp) throws Exception {
