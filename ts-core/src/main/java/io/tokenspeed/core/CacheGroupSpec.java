@@ -33,6 +33,18 @@ public record CacheGroupSpec(
       throw new IllegalArgumentException("group " + groupId + " needs at least one field");
     }
     fields = List.copyOf(fields);
+    long payload = 0;
+    for (CacheField f : fields) {
+      payload += f.bytesPerBlock();
+      if (payload < 0) {
+        throw new IllegalArgumentException(
+            "group "
+                + groupId
+                + " fields' bytes_per_block add up to more than "
+                + Long.MAX_VALUE
+                + " bytes");
+      }
+    }
     if (sharding == null) {
       sharding = new Sharding.Replicated();
     }

@@ -66,6 +66,13 @@ import java.util.regex.Pattern;
  */
 public final class BpeTokenizer implements Tokenizer {
 
+  /**
+   * Token ids must lie below this (2^24, about 64 times the largest vocabularies in use). Decoding
+   * keeps a table indexed by id, so an id of two billion in a damaged file would otherwise ask for
+   * gigabytes before anything else is checked.
+   */
+  public static final int MAX_TOKEN_ID_EXCLUSIVE = 1 << 24;
+
   /** GPT-2's pre-tokenizer regex, used by a {@code ByteLevel} step with {@code use_regex}. */
   static final String GPT2_PATTERN =
       "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -705,10 +712,11 @@ public final class BpeTokenizer implements Tokenizer {
   }
 
   private static int asId(Object value, String path) {
-    if (value instanceof Long l && l >= 0 && l < Integer.MAX_VALUE) {
+    if (value instanceof Long l && l >= 0 && l < MAX_TOKEN_ID_EXCLUSIVE) {
       return (int) (long) l;
     }
-    throw new TokenizerFormatException(path + " is not a token id >= 0: found " + value);
+    throw new TokenizerFormatException(
+        path + " is not a token id in [0, " + MAX_TOKEN_ID_EXCLUSIVE + "): found " + value);
   }
 
   private static TokenizerFormatException unsupported(String field, Object value, String allowed) {

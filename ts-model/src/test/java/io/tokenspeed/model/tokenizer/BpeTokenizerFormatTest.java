@@ -86,6 +86,21 @@ class BpeTokenizerFormatTest {
     assertTrue(e.getMessage().contains("eos_token=\"<|nope|>\""), e.getMessage());
   }
 
+  @Test
+  void shouldRefuseATokenIdTooLargeForTheDecodingTable() {
+    // Found by BpeTokenizerFuzzTest: an id near 2^31 made loading allocate a table of that many
+    // entries and fail with an OutOfMemoryError instead of a format error.
+    String json =
+        tokenizerJson(List.of(), List.of(), BYTE_LEVEL, "").replace("\"C\":67", "\"C\":2147483646");
+    assertMessage(json, "model.vocab[\"C\"] is not a token id in [0, 16777216): found 2147483646");
+    String added =
+        tokenizerJson(List.of(), List.of(), BYTE_LEVEL, "")
+            .replace(
+                "\"added_tokens\":[]",
+                "\"added_tokens\":[{\"id\":16777216,\"content\":\"<x>\",\"special\":true}]");
+    assertMessage(added, "added_tokens[0].id is not a token id in [0, 16777216): found 16777216");
+  }
+
   private static void assertMessage(String json, String expected) {
     TokenizerFormatException e =
         assertThrows(TokenizerFormatException.class, () -> BpeTokenizer.fromJson(json, null));

@@ -81,6 +81,9 @@ public final class GroupFlag {
     if (bg == null) {
       throw new ConfigException("bg (block granularity in tokens) is missing");
     }
+    if (bg < 1) {
+      throw new ConfigException("bg=" + bg + " must be at least 1");
+    }
     String bytes = single.get("bytes");
     if (bytes != null && !fields.isEmpty()) {
       throw new ConfigException("bytes=" + bytes + " cannot be combined with field=NAME:BYTES");
@@ -93,6 +96,9 @@ public final class GroupFlag {
     }
     String shardingName = single.get("sharding");
     Integer shards = optionalInt(single, "shards");
+    if (shards != null && shards < 1) {
+      throw new ConfigException("shards=" + shards + " must be at least 1");
+    }
     if (shards != null && !"page_cyclic".equals(shardingName)) {
       throw new ConfigException("shards=" + shards + " is only allowed with sharding=page_cyclic");
     }
