@@ -256,20 +256,20 @@ public final class PagedAttention {
     int hd = kv.headDim();
     int bg = kv.blockTokens();
     int group = numHeads / kv.numKvHeads();
-    int context = 0;
+    int maxContext = 0;
     for (int t = 0; t < tokens; t++) {
-      context = Math.max(context, positions[t] + 1);
+      maxContext = Math.max(maxContext, positions[t] + 1);
     }
-    int span = context;
+    int span = maxContext;
     pool.parallelFor(
         tokens * numHeads,
         (from, to) -> {
           float[] scores = new float[span];
+          long[] values = new long[span]; // the byte offset of each scored position's V
           double[] acc = new double[hd];
           for (int item = from; item < to; item++) {
             int t = item / numHeads;
-            int h = item % numHeads;
-            int kvHead = h / group;
+            int kvHead = (item % numHeads) / group;
             int p = positions[t];
             int[] table = blockTables[tokenRequest[t]];
             int qOff = item * hd;
@@ -287,34 +287,26 @@ public final class PagedAttention {
                 if (softcap > 0f) {
                   sc = softcap(sc, softcap);
                 }
+                values[n] = kv.vAt(block, slot, kvHead);
                 scores[n++] = sc;
                 m = Math.max(m, sc);
               }
             }
-            java.util.Arrays.fill(acc, 0.0);
             if (n == 0) {
               lse[item] = Float.NEGATIVE_INFINITY;
               java.util.Arrays.fill(out, qOff, qOff + hd, 0f);
               continue;
             }
+            java.util.Arrays.fill(acc, 0.0);
             double sum = 0;
-            int i = 0;
-            for (int row = 0; row <= p / bg; row++) {
-              int block = table[row];
-              if (block == 0) {
-                continue;
-              }
-              int slots = Math.min(bg, p - row * bg + 1);
-              for (int slot = 0; slot < slots; slot++) {
-                double e = Math.exp((double) scores[i++] - m);
-                sum += e;
-                long at = kv.vAt(block, slot, kvHead);
-                for (int d = 0; d < hd; d++) {
-                  acc[d] +=
-                      e
-                          * kv.memory()
-                              .get(io.tokenspeed.model.checkpoint.Tensor.F32_LE, at + 4L * d);
-                }
+            for (int i = 0; i < n; i++) {
+              double e = Math.exp((double) scores[i] - m);
+              sum += e;
+              for (int d = 0; d < hd; d++) {
+                acc[d] +=
+                    e
+                        * kv.memory()
+                            .get(io.tokenspeed.model.checkpoint.Tensor.F32_LE, values[i] + 4L * d);
               }
             }
             for (int d = 0; d < hd; d++) {
