@@ -170,20 +170,22 @@ class ServeIT {
   @Test
   void shouldAnswerTheFirstRequestAsFastAsTheTenthAfterItsWarmUp() throws Exception {
     // A first request is a one-off event, and a shared machine can slow any single request: a
-    // fresh server is tried up to three times, and one whose first request is within 1.5x of its
-    // tenth passes. A first request that still compiles (no or too little warm-up) is slow on
-    // every server, so it still fails.
+    // fresh server is tried up to three times, and one whose first request is within 2x of its
+    // tenth passes. A first request that still compiles (no or too little warm-up) is 38-40x its
+    // tenth on every server, so it still fails. (At 1.5x, a clean clone's full run on this
+    // 2-core machine failed twice: 1.57-1.69x on all three servers, the first request 135-165 ms
+    // against 82-98 ms, while a lone run of the test gave 1.24x.)
     List<String> attempts = new ArrayList<>();
     for (int attempt = 0; attempt < 3; attempt++) {
       double[] ttft = tenRequests();
       double ratio = Math.max(ttft[0], ttft[9]) / Math.min(ttft[0], ttft[9]);
       attempts.add(String.format(java.util.Locale.ROOT, "%.2fx %s", ratio, Arrays.toString(ttft)));
       System.out.println("time to first event, ms: " + Arrays.toString(ttft));
-      if (ratio <= 1.5) {
+      if (ratio <= 2.0) {
         return;
       }
     }
-    fail("first vs tenth request's time to first event over 1.5x on 3 fresh servers: " + attempts);
+    fail("first vs tenth request's time to first event over 2x on 3 fresh servers: " + attempts);
   }
 
   /** A fresh warmed server's ten identical streamed requests: each one's time to first event. */
