@@ -205,6 +205,10 @@ public final class L3Executor {
   private String lastConfigurationFailure = "";
   private long queuedRejectedByOutage;
   private boolean diedOfError;
+
+  /** Started by {@link #startStepped}: no workers; the caller runs the work. */
+  private boolean stepped;
+
   private final Set<String> seenConfigurationFailures = new HashSet<>();
   private final Condition closeDone = lock.newCondition();
 
@@ -249,6 +253,75 @@ public final class L3Executor {
     ex.startWorkers(StorageKind.GET, config.getWorkers());
     ex.startWorkers(StorageKind.PUT, config.putWorkers());
     return ex;
+  }
+
+  /**
+   * An executor without worker threads, for a deterministic simulation of the loop: the caller
+   * takes each unit of work with {@link #takeWork} (what a worker would take next) and runs it when
+   * it decides the store call happens, on its own thread. Everything else behaves as under {@link
+   * #start}; {@link #close()} joins no worker and keeps the store when a taken call never ran.
+   */
+  public static L3Executor startStepped(
+      Store store, L3ExecutorConfig config, MemorySegment hostAllocation, LongSupplier nanoClock)
+      throws Exception {
+    if (hostAllocation == null || hostAllocation.byteSize() == 0) {
+      throw new IllegalArgumentException("the Host allocation is missing or empty");
+    }
+    store.registerHostBuffer(hostAllocation);
+    L3Executor ex = new L3Executor(store, config, hostAllocation, nanoClock);
+    ex.stepped = true;
+    return ex;
+  }
+
+  /**
+   * Of an executor started by {@link #startStepped}: takes the next unit of {@code kind}'s work as
+   * a worker would (a running job's share first, else the oldest queued job, which becomes
+   * running), and returns the store call to run later, or null when there is none. The job stays
+   * running, cancellable only by detaching, until the returned call has run.
+   */
+  public Runnable takeWork(StorageKind kind) {
+    if (!stepped) {
+      throw new IllegalStateException("the executor runs its own workers");
+    }
+    KindState ks = kinds.get(kind);
+    lock.lock();
+    try {
+      if (ks.shares.isEmpty() && ks.queue.isEmpty()) {
+        return null;
+      }
+      Work w = takeLocked(ks);
+      return () -> runWork(ks, w);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** A unit of a worker's work: a share to run, or a job none of whose rows this rank owns. */
+  private record Work(Share share, Entry unowned) {}
+
+  /** Takes the next share or queued job of {@code ks}; the caller checked there is one. */
+  private Work takeLocked(KindState ks) {
+    Share share = ks.shares.pollFirst(); // a running job's share comes first, closing or not
+    if (share != null) {
+      return new Work(share, null);
+    }
+    Entry e = ks.queue.pollFirst();
+    ks.queuedBytes -= e.payloadBytes;
+    e.phase = Phase.RUNNING;
+    ks.running++;
+    ks.runningBytes += e.payloadBytes;
+    ks.queueNanos += Math.max(0, nanoClock.getAsLong() - e.submitNs);
+    share = splitLocked(ks, e);
+    return new Work(share, share == null ? e : null);
+  }
+
+  private void runWork(KindState ks, Work w) {
+    if (w.share() != null) {
+      runShare(ks, w.share());
+    } else {
+      // nothing owned on this rank: no store call, and nothing it says about the backend
+      complete(ks, w.unowned(), ResultInterpreter.nothingOwned(w.unowned().job), 0, 0, false, null);
+    }
   }
 
   private void startWorkers(StorageKind kind, int count) {
@@ -414,36 +487,20 @@ public final class L3Executor {
 
   private void workerLoop(KindState ks) {
     while (true) {
-      Entry e;
-      Share share;
+      Work w;
       lock.lock();
       try {
         while (ks.shares.isEmpty() && ks.queue.isEmpty() && !closing) {
           ks.nonEmpty.awaitUninterruptibly();
         }
-        share = ks.shares.pollFirst(); // a running job's share comes first, closing or not
-        e = null;
-        if (share == null) {
-          if (ks.queue.isEmpty()) {
-            return; // closing, nothing left to run
-          }
-          e = ks.queue.pollFirst();
-          ks.queuedBytes -= e.payloadBytes;
-          e.phase = Phase.RUNNING;
-          ks.running++;
-          ks.runningBytes += e.payloadBytes;
-          ks.queueNanos += Math.max(0, nanoClock.getAsLong() - e.submitNs);
-          share = splitLocked(ks, e);
+        if (ks.shares.isEmpty() && ks.queue.isEmpty()) {
+          return; // closing, nothing left to run
         }
+        w = takeLocked(ks);
       } finally {
         lock.unlock();
       }
-      if (share != null) {
-        runShare(ks, share);
-      } else {
-        // nothing owned on this rank: no store call, and nothing it says about the backend
-        complete(ks, e, ResultInterpreter.nothingOwned(e.job), 0, 0, false, null);
-      }
+      runWork(ks, w);
     }
   }
 

@@ -223,6 +223,26 @@ public final class StorageTransferManager {
   private long nextOperationId;
   private long nowNs;
 
+  /**
+   * Safety rules a test has switched off, to show that the loop's simulation detects their absence
+   * (always empty outside those tests).
+   */
+  private final java.util.EnumSet<SafetyRule> disabledRules =
+      java.util.EnumSet.noneOf(SafetyRule.class);
+
+  /** Rules of this manager that a simulation's planted-bug test may switch off. */
+  enum SafetyRule {
+    /** Timers start at the tick after the round that set them, not at that round's stale tick. */
+    TIMERS_AT_NEXT_TICK,
+    /** A refused backup is offered again only after its backoff. */
+    BACKUP_BACKOFF
+  }
+
+  /** Switches {@code rule} off (planted-bug tests only). */
+  void disableForTest(SafetyRule rule) {
+    disabledRules.add(rule);
+  }
+
   /** No deadline or Ready expiry falls before this tick: {@link #onTick} skips its scan. */
   private long nextTimerNs = Long.MAX_VALUE;
 
@@ -585,6 +605,9 @@ public final class StorageTransferManager {
       forget(key, StorageCounters.DropReason.REFUSED);
     } else if (config.backupCandidateCapacity() == 0) {
       forget(key, StorageCounters.DropReason.OVERFLOW);
+    } else if (disabledRules.contains(SafetyRule.BACKUP_BACKOFF)) {
+      refusals.put(key, n);
+      enqueue(key);
     } else {
       if (deferred.size() == config.backupCandidateCapacity()) {
         Map.Entry<CacheKey, Deferral> oldest = deferred.pollFirstEntry();
@@ -758,6 +781,19 @@ public final class StorageTransferManager {
    * an idle gap that tick is older still; the next tick is the clock of the round that set it.
    */
   private void startTimerAtNextTick(Ticket t) {
+    if (disabledRules.contains(SafetyRule.TIMERS_AT_NEXT_TICK)) {
+      long at =
+          nowNs
+              + TimeUnit.MILLISECONDS.toNanos(
+                  t.phase == Phase.READY ? config.readyHoldMs() : config.softDeadlineMs());
+      if (t.phase == Phase.READY) {
+        t.readyUntilNs = at;
+      } else {
+        t.deadlineNs = at;
+      }
+      armTimer(at);
+      return;
+    }
     t.timerPending = true;
     timersToStart = true;
   }
