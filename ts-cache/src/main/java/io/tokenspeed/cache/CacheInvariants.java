@@ -41,7 +41,9 @@ public final class CacheInvariants {
   /** Checks a pool's own accounting: free + held = total, parent by parent and group by group. */
   public static void checkPool(BlockPool pool) {
     Tier t = pool.tier();
-    require(!pool.isAllocated(0), t + ": the null block is allocated");
+    if (!(!pool.isAllocated(0))) {
+      fail(t + ": the null block is allocated");
+    }
     int maxChildren = pool.maxChildren();
     long held = 0;
     int freeParents = 0;
@@ -53,39 +55,48 @@ public final class CacheInvariants {
       for (int c = 0; c < maxChildren; c++) {
         int id = 1 + p * maxChildren + c;
         if (pool.isAllocated(id)) {
-          require(g >= 0, t + ": block " + id + " is allocated in free parent " + p);
-          require(
-              c < pool.childrenPerParent(g),
-              t + ": block " + id + " lies beyond group " + g + "'s children in parent " + p);
+          if (!(g >= 0)) {
+            fail(t + ": block " + id + " is allocated in free parent " + p);
+          }
+          if (!(c < pool.childrenPerParent(g))) {
+            fail(t + ": block " + id + " lies beyond group " + g + "'s children in parent " + p);
+          }
           used++;
         }
       }
-      require(
-          used == pool.usedChildren(p),
-          t + ": parent " + p + " counts " + pool.usedChildren(p) + " used, has " + used);
+      if (!(used == pool.usedChildren(p))) {
+        fail(t + ": parent " + p + " counts " + pool.usedChildren(p) + " used, has " + used);
+      }
       if (g < 0) {
-        require(used == 0, t + ": free parent " + p + " has used children");
+        if (!(used == 0)) {
+          fail(t + ": free parent " + p + " has used children");
+        }
         freeParents++;
       } else {
-        require(used > 0, t + ": parent " + p + " of group " + g + " is empty but not free");
+        if (!(used > 0)) {
+          fail(t + ": parent " + p + " of group " + g + " is empty but not free");
+        }
         freeChildren[g] += pool.childrenPerParent(g) - used;
       }
       held += used;
     }
-    require(held == pool.heldBlocks(), t + ": held=" + pool.heldBlocks() + " counted=" + held);
-    require(
-        freeParents == pool.freeParents(),
-        t + ": free parents=" + pool.freeParents() + " counted=" + freeParents);
+    if (!(held == pool.heldBlocks())) {
+      fail(t + ": held=" + pool.heldBlocks() + " counted=" + held);
+    }
+    if (!(freeParents == pool.freeParents())) {
+      fail(t + ": free parents=" + pool.freeParents() + " counted=" + freeParents);
+    }
     for (int g = 0; g < groups; g++) {
-      require(
-          freeChildren[g] == pool.freeChildrenOfGroup(g),
-          t
-              + ": group "
-              + g
-              + " free children="
-              + pool.freeChildrenOfGroup(g)
-              + " counted="
-              + freeChildren[g]);
+      if (!(freeChildren[g] == pool.freeChildrenOfGroup(g))) {
+        fail(
+            t
+                + ": group "
+                + g
+                + " free children="
+                + pool.freeChildrenOfGroup(g)
+                + " counted="
+                + freeChildren[g]);
+      }
     }
   }
 
@@ -96,41 +107,61 @@ public final class CacheInvariants {
     checkPool(pool);
     Set<Integer> lru = new HashSet<>();
     for (int b : tier.lruOrder()) {
-      require(lru.add(b), t + ": block " + b + " is twice in the LRU");
+      if (!(lru.add(b))) {
+        fail(t + ": block " + b + " is twice in the LRU");
+      }
     }
-    require(tier.lruConsistent(), t + ": LRU links are broken");
+    if (!(tier.lruConsistent())) {
+      fail(t + ": LRU links are broken");
+    }
     int published = 0;
     int withdrawn = 0;
     for (int id = 1; id < pool.blockIdLimit(); id++) {
       if (!pool.isAllocated(id)) {
-        require(tier.keyOf(id) == null, t + ": free block " + id + " is still published");
-        require(!tier.isWithdrawn(id), t + ": free block " + id + " is still withdrawn");
-        require(!lru.contains(id), t + ": free block " + id + " is in the LRU");
+        if (!(tier.keyOf(id) == null)) {
+          fail(t + ": free block " + id + " is still published");
+        }
+        if (!(!tier.isWithdrawn(id))) {
+          fail(t + ": free block " + id + " is still withdrawn");
+        }
+        if (!(!lru.contains(id))) {
+          fail(t + ": free block " + id + " is in the LRU");
+        }
         continue;
       }
       int refs = pool.refCount(id);
       int expected = expectedRefs.getOrDefault(new HeldBlock(t, id), 0);
-      require(
-          refs == expected,
-          t + ": block " + id + " has ref_count=" + refs + " but " + expected + " holder refs");
+      if (!(refs == expected)) {
+        fail(t + ": block " + id + " has ref_count=" + refs + " but " + expected + " holder refs");
+      }
       CacheKey key = tier.keyOf(id);
       if (tier.isWithdrawn(id)) {
         withdrawn++;
-        require(key == null, t + ": withdrawn block " + id + " is still published as " + key);
-        require(refs > 0, t + ": withdrawn block " + id + " is allocated with no holder (leak)");
-        require(!tier.writtenSincePublish(id), t + ": withdrawn block " + id + " was written");
+        if (!(key == null)) {
+          fail(t + ": withdrawn block " + id + " is still published as " + key);
+        }
+        if (!(refs > 0)) {
+          fail(t + ": withdrawn block " + id + " is allocated with no holder (leak)");
+        }
+        if (!(!tier.writtenSincePublish(id))) {
+          fail(t + ": withdrawn block " + id + " was written");
+        }
       } else if (key == null) {
-        require(refs > 0, t + ": private block " + id + " is allocated with no owner (leak)");
+        if (!(refs > 0)) {
+          fail(t + ": private block " + id + " is allocated with no owner (leak)");
+        }
       } else {
         published++;
-        require(
-            tier.indexes().get(key.groupId()).lookup(key) == id,
-            t + ": block " + id + " is published as " + key + " but the index disagrees");
-        require(!tier.writtenSincePublish(id), t + ": published block " + id + " was written");
+        if (!(tier.indexes().get(key.groupId()).lookup(key) == id)) {
+          fail(t + ": block " + id + " is published as " + key + " but the index disagrees");
+        }
+        if (!(!tier.writtenSincePublish(id))) {
+          fail(t + ": published block " + id + " was written");
+        }
       }
-      require(
-          lru.contains(id) == (key != null && refs == 0),
-          t + ": block " + id + " LRU membership is wrong (refs=" + refs + ", key=" + key + ")");
+      if (!(lru.contains(id) == (key != null && refs == 0))) {
+        fail(t + ": block " + id + " LRU membership is wrong (refs=" + refs + ", key=" + key + ")");
+      }
     }
     int indexed = 0;
     for (int g = 0; g < groups; g++) {
@@ -139,26 +170,35 @@ public final class CacheInvariants {
           .get(g)
           .forEach(
               (key, b) -> {
-                require(pool.isAllocated(b), t + ": index entry " + key + " points at free " + b);
-                require(pool.groupOf(b) == group, t + ": index entry " + key + " in wrong group");
-                require(key.equals(tier.keyOf(b)), t + ": index entry " + key + " mismatch");
+                if (!(pool.isAllocated(b))) {
+                  fail(t + ": index entry " + key + " points at free " + b);
+                }
+                if (!(pool.groupOf(b) == group)) {
+                  fail(t + ": index entry " + key + " in wrong group");
+                }
+                if (!(key.equals(tier.keyOf(b)))) {
+                  fail(t + ": index entry " + key + " mismatch");
+                }
               });
       indexed += tier.indexes().get(g).size();
     }
-    require(indexed == published, t + ": indexed=" + indexed + " published=" + published);
-    require(
-        withdrawn == tier.withdrawnCount(),
-        t + ": withdrawn=" + tier.withdrawnCount() + " counted=" + withdrawn);
+    if (!(indexed == published)) {
+      fail(t + ": indexed=" + indexed + " published=" + published);
+    }
+    if (!(withdrawn == tier.withdrawnCount())) {
+      fail(t + ": withdrawn=" + tier.withdrawnCount() + " counted=" + withdrawn);
+    }
     for (HeldBlock h : expectedRefs.keySet()) {
       if (h.tier() == t) {
-        require(pool.isAllocated(h.blockId()), t + ": a holder names free block " + h.blockId());
+        if (!(pool.isAllocated(h.blockId()))) {
+          fail(t + ": a holder names free block " + h.blockId());
+        }
       }
     }
   }
 
-  private static void require(boolean ok, String message) {
-    if (!ok) {
-      throw new AssertionError("cache invariant broken: " + message);
-    }
+  /** A broken invariant (its message is built only then: the checks run every round in tests). */
+  private static void fail(String message) {
+    throw new AssertionError("cache invariant broken: " + message);
   }
 }

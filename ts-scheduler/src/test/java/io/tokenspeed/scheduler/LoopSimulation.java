@@ -102,13 +102,25 @@ final class LoopSimulation {
   private static final long ROUND_TIMEOUT_NS = 2_000 * MS;
   private static final long RETIREMENT_WAIT_NS = 60_000 * MS;
 
-  static CacheLayout layout() {
-    return new CacheLayout(
-        BG,
-        "bf16",
-        List.of(
-            new CacheGroupSpec(
-                0, new GroupKind.FullHistory(), BG, List.of(new CacheField("kv", BG * 8)), null)));
+  /**
+   * Full history, and with {@code window > 0} a sliding-window group beside it (a hybrid model):
+   * one 8-byte row per token and group.
+   */
+  static CacheLayout layout(int window) {
+    List<CacheGroupSpec> groups = new ArrayList<>();
+    groups.add(
+        new CacheGroupSpec(
+            0, new GroupKind.FullHistory(), BG, List.of(new CacheField("kv", BG * 8)), null));
+    if (window > 0) {
+      groups.add(
+          new CacheGroupSpec(
+              1,
+              new GroupKind.SlidingWindow(window),
+              BG,
+              List.of(new CacheField("kv", BG * 8)),
+              null));
+    }
+    return new CacheLayout(BG, "bf16", groups);
   }
 
   // ---------------------------------------------------------------- configuration
@@ -117,7 +129,12 @@ final class LoopSimulation {
   final int numRanks;
   private final Bug bug;
   private final Random rnd;
-  private final CacheLayout layout = layout();
+  private final CacheLayout layout;
+
+  /** The sliding window's tokens, or 0 without that group. */
+  private final int window;
+
+  private final int numGroups;
   private final StorageConfig storageConfig;
   private final Scheduler.Config schedulerConfig;
   private final int deviceParents;
@@ -209,25 +226,27 @@ final class LoopSimulation {
     boolean submitted;
     String ended;
     PromptKeys keys;
-    long[][] ref; // per rank, the reference rows of every known token
+    long[][][] ref; // per group and rank, the reference rows of every known token
     int refComputed;
 
-    Req(long id, int[] prompt, int maxNew, int ranks) {
+    Req(long id, int[] prompt, int maxNew, int ranks, int groups) {
       this.id = id;
       this.tokens = Arrays.copyOf(prompt, prompt.length + maxNew);
       this.known = prompt.length;
       this.promptLength = prompt.length;
       this.maxNew = maxNew;
-      this.ref = new long[ranks][tokens.length];
+      this.ref = new long[groups][ranks][tokens.length];
     }
 
     /** Reference rows up to {@code end} (exclusive), from the tokens alone. */
     void extendReference(int end) {
       for (; refComputed < end; refComputed++) {
         int p = refComputed;
-        for (int r = 0; r < ref.length; r++) {
-          long prev = p == 0 ? origin(r) : ref[r][p - 1];
-          ref[r][p] = row(prev, tokens[p], r);
+        for (int g = 0; g < ref.length; g++) {
+          for (int r = 0; r < ref[g].length; r++) {
+            long prev = p == 0 ? origin(r) : ref[g][r][p - 1];
+            ref[g][r][p] = row(prev, tokens[p], r, g);
+          }
         }
       }
     }
@@ -321,6 +340,9 @@ final class LoopSimulation {
     this.bug = bug;
     this.rnd = new Random(seed);
     this.faulty = rnd.nextInt(4) != 0;
+    this.window = rnd.nextBoolean() ? 0 : 17 + rnd.nextInt(48);
+    this.layout = layout(window);
+    this.numGroups = layout.numGroups();
     this.storageConfig =
         StorageConfig.defaults()
             .withMinExtensionTokens(BG)
@@ -389,12 +411,6 @@ final class LoopSimulation {
             + what);
   }
 
-  private void check(boolean ok, String what) {
-    if (!ok) {
-      throw fail(what);
-    }
-  }
-
   /** One decision of the loop: a round, or an idle wait to the next event. */
   private void step() throws Exception {
     frontend();
@@ -424,7 +440,9 @@ final class LoopSimulation {
         idleWaits++;
         advance(Math.max(0, wake - clock));
         runDueCalls(rep);
-        check(store.calls == callsBefore, "an idle replica called the store");
+        if (!(store.calls == callsBefore)) {
+          throw fail("an idle replica called the store");
+        }
         boolean heartbeat = numRanks > 1 && clock - rep.lastRoundNs >= HEARTBEAT_NS;
         boolean retryDue = retry != Long.MAX_VALUE && clock - retry >= 0;
         if (!heartbeat && !retryDue) {
@@ -515,7 +533,7 @@ final class LoopSimulation {
     for (int i = shared; i < length; i++) {
       prompt[i] = rnd.nextInt(VOCAB);
     }
-    Req q = new Req(nextRequestId++, prompt, 1 + rnd.nextInt(24), numRanks);
+    Req q = new Req(nextRequestId++, prompt, 1 + rnd.nextInt(24), numRanks, numGroups);
     if (rnd.nextInt(8) == 0) {
       q.deadlineNs = clock + (long) rnd.nextInt(400) * MS;
     }
@@ -595,6 +613,7 @@ final class LoopSimulation {
     }
     replica = new Replica();
     replicas++;
+    forgetRefusals(); // the fresh processes know nothing of the old ones' refusals
     if (update != null) {
       update = null; // the update's caller saw the replica stop
     }
@@ -633,7 +652,9 @@ final class LoopSimulation {
       } catch (ProtocolException e) {
         throw fail("the agreement refused round " + n + ": " + e.getMessage());
       }
-      check(agreed == null || agreed.equals(mine), "ranks agreed differently in round " + n);
+      if (!(agreed == null || agreed.equals(mine))) {
+        throw fail("ranks agreed differently in round " + n);
+      }
       agreed = mine;
     }
     for (Req q : arrivals) {
@@ -701,16 +722,17 @@ final class LoopSimulation {
       plans[k.r] = k.scheduler.round(input);
     }
     for (int r = 1; r < numRanks; r++) {
-      check(
-          plans[r].equals(plans[0]),
-          "rank "
-              + r
-              + "'s plan differs from rank 0's in round "
-              + n
-              + ": "
-              + plans[r]
-              + " vs "
-              + plans[0]);
+      if (!(plans[r].equals(plans[0]))) {
+        throw fail(
+            "rank "
+                + r
+                + "'s plan differs from rank 0's in round "
+                + n
+                + ": "
+                + plans[r]
+                + " vs "
+                + plans[0]);
+      }
     }
     ExecutionPlan plan = plans[0];
     StorageTransferManager leaderStm = rep.leader().stm;
@@ -737,9 +759,9 @@ final class LoopSimulation {
     for (Rank k : rep.ranks) {
       for (BlockCopy c : plan.deviceCopies()) {
         if (c.srcTier() == Tier.HOST) {
-          check(
-              !k.quarantinedHost.contains(c.srcBlock()),
-              "a load reads quarantined Host block " + c.srcBlock());
+          if (!(!k.quarantinedHost.contains(c.srcBlock()))) {
+            throw fail("a load reads quarantined Host block " + c.srcBlock());
+          }
           System.arraycopy(k.hostRows, c.srcBlock() * BG, k.device, c.dstBlock() * BG, BG);
         } else {
           System.arraycopy(k.device, c.srcBlock() * BG, k.device, c.dstBlock() * BG, BG);
@@ -850,9 +872,11 @@ final class LoopSimulation {
   private void submit(Replica rep, Rank k, Req q) {
     if (k.r == 0) {
       q.keys = PromptKeys.of(layout, Arrays.copyOf(q.tokens, q.known), List.of());
-      for (int page = 0; page < q.keys.numFullPages(); page++) {
-        pageSources.putIfAbsent(
-            q.keys.keyOf(0, page, q.keys.numFullPages() * BG), new PageSource(q, page));
+      for (int g = 0; g < numGroups; g++) {
+        for (int page = 0; page < q.keys.numFullPages(); page++) {
+          pageSources.putIfAbsent(
+              q.keys.keyOf(g, page, q.keys.numFullPages() * BG), new PageSource(q, page));
+        }
       }
     }
     try {
@@ -867,7 +891,9 @@ final class LoopSimulation {
         q.submittedNs = rep.lastRoundNs; // the clock of the round that submits it
       }
     } catch (IllegalArgumentException tooLarge) {
-      check(k.r == 0 || q.ended != null, "rank " + k.r + " refused what rank 0 took: " + tooLarge);
+      if (!(k.r == 0 || q.ended != null)) {
+        throw fail("rank " + k.r + " refused what rank 0 took: " + tooLarge);
+      }
       if (k.r == 0) {
         end(q, "error: " + tooLarge.getMessage());
       }
@@ -875,7 +901,9 @@ final class LoopSimulation {
   }
 
   private void end(Req q, String reason) {
-    check(q.ended == null, "request " + q.id + " ended twice: " + q.ended + ", then " + reason);
+    if (!(q.ended == null)) {
+      throw fail("request " + q.id + " ended twice: " + q.ended + ", then " + reason);
+    }
     q.ended = reason;
     requestsEnded++;
     if (reason.equals("length")) {
@@ -908,7 +936,9 @@ final class LoopSimulation {
           kind = StorageKind.GET;
           for (int i = 0; i < g.keys().size(); i++) {
             int b = g.hostBlocks().get(i);
-            check(!k.quarantinedHost.contains(b), "a GET lands in quarantined Host block " + b);
+            if (!(!k.quarantinedHost.contains(b))) {
+              throw fail("a GET lands in quarantined Host block " + b);
+            }
             rows.add(JobRow.owned(k.key(g.keys().get(i)), k.range(b)));
           }
         }
@@ -916,17 +946,20 @@ final class LoopSimulation {
           kind = StorageKind.PUT;
           for (int i = 0; i < p.keys().size(); i++) {
             int b = p.hostBlocks().get(i);
-            check(!k.quarantinedHost.contains(b), "a PUT reads quarantined Host block " + b);
+            if (!(!k.quarantinedHost.contains(b))) {
+              throw fail("a PUT reads quarantined Host block " + b);
+            }
             CacheKey key = p.keys().get(i);
             if (k.r == 0) {
               Long refused = refusedAt.get(key);
-              check(
-                  refused == null || tickNs - refused >= StorageTransferManager.backoffNs(1),
-                  "key "
-                      + key
-                      + " offered again "
-                      + (refused == null ? 0 : (tickNs - refused) / MS)
-                      + " ms after its refusal, before its backoff");
+              if (!(refused == null || tickNs - refused >= StorageTransferManager.backoffNs(1))) {
+                throw fail(
+                    "key "
+                        + key
+                        + " offered again "
+                        + (refused == null ? 0 : (tickNs - refused) / MS)
+                        + " ms after its refusal, before its backoff");
+              }
             }
             rows.add(JobRow.owned(k.key(key), k.range(b)));
           }
@@ -1040,7 +1073,9 @@ final class LoopSimulation {
         takeWork(k);
       }
     }
-    check(store.violations.isEmpty(), String.join("; ", store.violations));
+    if (!(store.violations.isEmpty())) {
+      throw fail(String.join("; ", store.violations));
+    }
   }
 
   // ---------------------------------------------------------------- copies, forward, sampling
@@ -1056,13 +1091,14 @@ final class LoopSimulation {
       if (b == 0) {
         continue;
       }
-      int[] needs = {1};
+      int[] needs = new int[numGroups];
+      needs[key.groupId()] = 1;
       int[][] dst = k.cache.host().allocate(needs);
       if (dst == null) {
         break;
       }
       k.cache.device().ref(b);
-      pages.add(new int[] {b, dst[0][0], pageIndex(key)});
+      pages.add(new int[] {b, dst[key.groupId()][0], pageIndex(key)});
     }
     k.backups.clear();
     return pages;
@@ -1110,11 +1146,16 @@ final class LoopSimulation {
   private void forward(Replica rep, Rank k, ExecutionPlan plan) {
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       Req q = rep.active.get(item.requestId());
-      check(q != null, "the plan forwards request " + item.requestId() + ", which is not running");
-      int[] table = k.scheduler.blockTables(q.id)[0];
-      for (int p = item.startToken(); p < item.startToken() + item.numTokens(); p++) {
-        long prev = p == 0 ? origin(k.r) : k.device[slot(table, p - 1)];
-        k.device[slot(table, p)] = row(prev, q.tokens[p], k.r);
+      if (!(q != null)) {
+        throw fail("the plan forwards request " + item.requestId() + ", which is not running");
+      }
+      int[][] tables = k.scheduler.blockTables(q.id);
+      for (int g = 0; g < numGroups; g++) {
+        int[] table = tables[g];
+        for (int p = item.startToken(); p < item.startToken() + item.numTokens(); p++) {
+          long prev = p == 0 ? origin(k.r) : k.device[slot(table, p - 1, q, g)];
+          k.device[slot(table, p, q, g)] = row(prev, q.tokens[p], k.r, g);
+        }
       }
     }
   }
@@ -1125,43 +1166,57 @@ final class LoopSimulation {
       if (q == null || item.startToken() + item.numTokens() != q.known) {
         continue;
       }
+      // attention reads every row of the full history and the window's rows of the last token
+      int windowFrom = Math.max(0, q.known - window + 1);
       long h = 0;
       for (Rank k : rep.ranks) {
-        int[] table = k.scheduler.blockTables(q.id)[0];
-        for (int p = 0; p < q.known; p++) {
-          h = mix(h, k.device[slot(table, p)]);
+        int[][] tables = k.scheduler.blockTables(q.id);
+        for (int g = 0; g < numGroups; g++) {
+          for (int p = g == 0 ? 0 : windowFrom; p < q.known; p++) {
+            h = mix(h, k.device[slot(tables[g], p, q, g)]);
+          }
         }
       }
       int token = (int) Math.floorMod(h, (long) VOCAB);
       q.extendReference(q.known);
       long ref = 0;
       for (int r = 0; r < numRanks; r++) {
-        for (int p = 0; p < q.known; p++) {
-          ref = mix(ref, q.ref[r][p]);
+        for (int g = 0; g < numGroups; g++) {
+          for (int p = g == 0 ? 0 : windowFrom; p < q.known; p++) {
+            ref = mix(ref, q.ref[g][r][p]);
+          }
         }
       }
       int expected = (int) Math.floorMod(ref, (long) VOCAB);
-      check(
-          token == expected,
-          "request "
-              + q.id
-              + " sampled "
-              + token
-              + " at position "
-              + q.known
-              + " where its recomputation samples "
-              + expected
-              + ": its KV is wrong");
+      if (!(token == expected)) {
+        throw fail(
+            "request "
+                + q.id
+                + " sampled "
+                + token
+                + " at position "
+                + q.known
+                + " where its recomputation samples "
+                + expected
+                + ": its KV is wrong");
+      }
       q.tokens[q.known++] = token;
       q.generated++;
       tokensSampled++;
       if (q.generated == q.maxNew) {
         for (Rank k : rep.ranks) {
           k.scheduler.complete(q.id);
+          // the write-through of the engine's HostPublication: every key of the longest full
+          // boundary, and with a window the windows of each shorter boundary, longest first
           int longest = q.keys.numFullPages() * BG;
+          Set<CacheKey> keys = new LinkedHashSet<>();
           if (longest > 0) {
-            k.backups.addAll(new LinkedHashSet<>(k.cache.neededKeys(q.keys, longest)));
+            keys.addAll(k.cache.neededKeys(q.keys, longest));
+            for (int b = longest - BG; window > 0 && b >= BG; b -= BG) {
+              keys.addAll(k.cache.neededKeys(q.keys, b));
+            }
           }
+          k.backups.addAll(keys);
         }
         rep.active.remove(q.id);
         rep.housekeeping = true;
@@ -1189,8 +1244,20 @@ final class LoopSimulation {
     }
   }
 
-  private static int slot(int[] table, int p) {
-    return table[p / BG] * BG + p % BG;
+  /** Where row {@code p} of a request's group lives in Device memory (its block must be held). */
+  private int slot(int[] table, int p, Req q, int g) {
+    int row = p / BG;
+    if (row >= table.length || table[row] == 0) {
+      throw fail(
+          "request "
+              + q.id
+              + " reads token "
+              + p
+              + " of group "
+              + g
+              + ", whose block it does not hold");
+    }
+    return table[row] * BG + p % BG;
   }
 
   private static long origin(int rank) {
@@ -1198,8 +1265,8 @@ final class LoopSimulation {
   }
 
   /** The model's KV row of a token: a function of the token and of the row before it. */
-  static long row(long previous, int token, int rank) {
-    return mix(mix(previous, token), rank + 1);
+  static long row(long previous, int token, int rank, int group) {
+    return mix(mix(previous, token), rank + 1 + 1_000L * group);
   }
 
   private static long mix(long h, long v) {
@@ -1218,7 +1285,8 @@ final class LoopSimulation {
       return null;
     }
     src.req().extendReference((src.page() + 1) * BG);
-    return Arrays.copyOfRange(src.req().ref[r], src.page() * BG, (src.page() + 1) * BG);
+    long[] rows = src.req().ref[key.groupId()][r];
+    return Arrays.copyOfRange(rows, src.page() * BG, (src.page() + 1) * BG);
   }
 
   private void checkPut(String storeKey, byte[] bytes) {
@@ -1256,14 +1324,15 @@ final class LoopSimulation {
     for (Req q : rep.active.values()) {
       waited |= tickNs - q.submittedNs >= soft;
     }
-    check(
-        waited,
-        timedOut
-            + " soft timeouts at tick "
-            + tickNs / MS
-            + " ms, but no request in the replica had waited "
-            + storageConfig.softDeadlineMs()
-            + " ms");
+    if (!(waited)) {
+      throw fail(
+          timedOut
+              + " soft timeouts at tick "
+              + tickNs / MS
+              + " ms, but no request in the replica had waited "
+              + storageConfig.softDeadlineMs()
+              + " ms");
+    }
   }
 
   private void checkRound(Replica rep, ExecutionPlan plan) {
@@ -1271,11 +1340,17 @@ final class LoopSimulation {
       checkPublished(k, k.cache.device().pool().blockIdLimit(), Tier.DEVICE);
       checkPublished(k, k.cache.host().pool().blockIdLimit(), Tier.HOST);
       for (int b : k.quarantinedHost) {
-        check(k.cache.host().pool().isAllocated(b), "quarantined Host block " + b + " was freed");
-        check(k.cache.host().keyOf(b) == null, "quarantined GET block " + b + " is published");
+        if (!(k.cache.host().pool().isAllocated(b))) {
+          throw fail("quarantined Host block " + b + " was freed");
+        }
+        if (!(k.cache.host().keyOf(b) == null)) {
+          throw fail("quarantined GET block " + b + " is published");
+        }
       }
       for (int b : k.quarantinedSources) {
-        check(k.cache.host().pool().isAllocated(b), "quarantined PUT source " + b + " was freed");
+        if (!(k.cache.host().pool().isAllocated(b))) {
+          throw fail("quarantined PUT source " + b + " was freed");
+        }
       }
       if (rounds % 16 == 0 || rep.active.isEmpty()) {
         k.scheduler.checkInvariants();
@@ -1302,9 +1377,10 @@ final class LoopSimulation {
         continue;
       }
       long[] expected = expectedRows(key, k.r);
-      check(
-          expected != null,
-          tier + " block " + b + " is published under " + key + ", which no request named");
+      if (!(expected != null)) {
+        throw fail(
+            tier + " block " + b + " is published under " + key + ", which no request named");
+      }
       for (int i = 0; i < BG; i++) {
         if (memory[b * BG + i] != expected[i]) {
           throw fail(
@@ -1330,20 +1406,25 @@ final class LoopSimulation {
       return;
     }
     for (Rank k : rep.ranks) {
-      check(k.inFlight.isEmpty(), "rank " + k.r + " is idle with store calls in flight");
-      check(k.stm.readyHolds() == 0, "rank " + k.r + " idle with Ready holds");
-      check(
-          k.stm.hostCreditsInUse() == k.stm.quarantinedRefs(),
-          "rank "
-              + k.r
-              + " idle with "
-              + k.stm.hostCreditsInUse()
-              + " Host credits in use ("
-              + k.stm.quarantinedRefs()
-              + " quarantined)");
-      check(
-          k.cache.device().cachedCount() == k.cache.device().pool().heldBlocks(),
-          "rank " + k.r + " idle with Device blocks held by no request");
+      if (!(k.inFlight.isEmpty())) {
+        throw fail("rank " + k.r + " is idle with store calls in flight");
+      }
+      if (!(k.stm.readyHolds() == 0)) {
+        throw fail("rank " + k.r + " idle with Ready holds");
+      }
+      if (!(k.stm.hostCreditsInUse() == k.stm.quarantinedRefs())) {
+        throw fail(
+            "rank "
+                + k.r
+                + " idle with "
+                + k.stm.hostCreditsInUse()
+                + " Host credits in use ("
+                + k.stm.quarantinedRefs()
+                + " quarantined)");
+      }
+      if (!(k.cache.device().cachedCount() == k.cache.device().pool().heldBlocks())) {
+        throw fail("rank " + k.r + " idle with Device blocks held by no request");
+      }
     }
   }
 
