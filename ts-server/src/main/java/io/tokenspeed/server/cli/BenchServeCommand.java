@@ -103,7 +103,7 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--mode",
       required = true,
-      paramLabel = "overhead|load",
+      paramLabel = "overhead|load|soak",
       description = "What to measure.")
   private String mode;
 
@@ -241,6 +241,34 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(names = "--out", paramLabel = "FILE", description = "Also write the report to this file.")
   private Path out;
 
+  @Option(
+      names = "--duration-s",
+      paramLabel = "S",
+      description = "soak: seconds of overload (default: ${DEFAULT-VALUE}).")
+  private long durationS = 600;
+
+  @Option(
+      names = "--overload",
+      paramLabel = "K",
+      description = "soak: the overload's rate as a multiple of the sustainable (default: 10).")
+  private double overload = 10;
+
+  @Option(
+      names = "--calibrate-s",
+      paramLabel = "S",
+      description =
+          "soak: seconds of the closed loop that measures the sustainable rate, and of the"
+              + " baseline at half of it (default: ${DEFAULT-VALUE}).")
+  private long calibrateS = 30;
+
+  @Option(
+      names = "--recovery-s",
+      paramLabel = "S",
+      description =
+          "soak: seconds at half the sustainable rate after the overload (default:"
+              + " ${DEFAULT-VALUE}).")
+  private long recoveryS = 90;
+
   /** One load configuration. */
   record Setup(String name, int servers, boolean l3) {}
 
@@ -295,7 +323,12 @@ final class BenchServeCommand implements Callable<Integer> {
     try (CausalLm lm = load(folder);
         StreamClient client = new StreamClient()) {
       Env env = new Env(lm, tokenizer, chatPrompt, client, work, err);
-      body = mode.equals("overhead") ? overhead(env) : load(env);
+      body =
+          switch (mode) {
+            case "overhead" -> overhead(env);
+            case "soak" -> soak(env);
+            default -> load(env);
+          };
     } finally {
       DemoCommand.deleteTree(work);
     }
@@ -316,8 +349,14 @@ final class BenchServeCommand implements Callable<Integer> {
   }
 
   private void check() {
-    if (!mode.equals("overhead") && !mode.equals("load")) {
-      throw usage("--mode=" + mode + " is not one of: overhead, load");
+    if (!mode.equals("overhead") && !mode.equals("load") && !mode.equals("soak")) {
+      throw usage("--mode=" + mode + " is not one of: overhead, load, soak");
+    }
+    if (durationS < 1 || calibrateS < 1 || recoveryS < 1) {
+      throw usage("--duration-s, --calibrate-s and --recovery-s must be at least 1");
+    }
+    if (!(overload >= 1) || !Double.isFinite(overload)) {
+      throw usage("--overload=" + overload + " must be a finite number >= 1");
     }
     int page = EngineConfig.defaults(2).prefixGranularity();
     positive("--max-tokens", maxTokens);
@@ -1288,9 +1327,11 @@ final class BenchServeCommand implements Callable<Integer> {
 
   private String header(Machine start, Machine end) {
     String title =
-        mode.equals("overhead")
-            ? "Serving overhead: HTTP streaming vs Engine.submit"
-            : "Serving under load: shared prefixes, L3, one and two servers";
+        switch (mode) {
+          case "overhead" -> "Serving overhead: HTTP streaming vs Engine.submit";
+          case "soak" -> "Soak: overload and recovery with L3 on";
+          default -> "Serving under load: shared prefixes, L3, one and two servers";
+        };
     List<String> args = spec.commandLine().getParseResult().originalArgs();
     return String.format(
         Locale.ROOT,
@@ -1376,6 +1417,211 @@ final class BenchServeCommand implements Callable<Integer> {
       return String.format(Locale.ROOT, "%.0f GiB", os.getTotalMemorySize() / (double) (1L << 30));
     }
     return "unknown";
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // soak
+
+  private String soak(Env env) throws Exception {
+    int vocab = env.lm().vocabSize();
+    EngineConfig warmConfig = engineConfig(env.lm(), cores());
+    progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
+    WarmUp.run(
+        env.lm(),
+        warmConfig,
+        env.tokenizer().specialTokens().eosId(),
+        env.tokenizer(),
+        env.chatPrompt(),
+        null,
+        warmupRounds);
+    warmL3(env, vocab);
+    int computeThreads = threads != null ? threads : cores();
+    EngineConfig config = engineConfig(env.lm(), computeThreads);
+    Path dir = env.work().resolve("soak-store");
+    String version = "bench-soak-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+    List<Replica> one = replicas(env, config, 1, true, dir, version);
+    Replica r = one.getFirst();
+    SoakRun.Result result;
+    try {
+      SoakRun run =
+          new SoakRun(
+              r.engine(),
+              r.completions(),
+              env.client(),
+              vocab,
+              systemPrompts,
+              systemTokens,
+              userTokens,
+              maxTokens,
+              workloadSeed,
+              what -> progress(env, what));
+      result = run.run(clients.getFirst(), calibrateS, durationS, overload, recoveryS);
+      awaitQuiet(r.engine());
+      dropNamespace(one, version);
+    } finally {
+      one.forEach(Replica::close);
+      DemoCommand.deleteTree(dir);
+    }
+    return soakReport(result, config);
+  }
+
+  private String soakReport(SoakRun.Result res, EngineConfig config) {
+    StringBuilder b = new StringBuilder();
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "One server with L3 on (the file store), %d compute threads, max_running %d,"
+                + " token budget %d, intake of %d queued requests; prompts of %d system prompts of"
+                + " %d tokens and %d tokens of their own, %d tokens generated. Sustainable rate"
+                + " (closed loop, %d clients, %d s): **%.2f requests/s**; overload at %.0fx it for"
+                + " %d s.%n%n",
+            config.computeThreads(),
+            config.maxRunning(),
+            config.tokenBudget(),
+            config.maxQueued(),
+            systemPrompts,
+            systemTokens,
+            userTokens,
+            maxTokens,
+            clients.getFirst(),
+            calibrateS,
+            res.sustainable(),
+            overload,
+            durationS));
+    b.append("## Phases\n\n");
+    b.append(
+        "| phase | requests sent | of them completed | refused (429) | other errors | completions"
+            + " per s in the phase | TTFT p50 ms | TTFT p99 ms |\n"
+            + "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    String[] phases = {"calibrate", "before", "overload", "recovery"};
+    double[] ends = {
+      res.phaseStartS()[1], res.phaseStartS()[2], res.phaseStartS()[3], Double.POSITIVE_INFINITY
+    };
+    for (int i = 0; i < phases.length; i++) {
+      String ph = phases[i];
+      List<SoakRun.Sent> in = res.sent().stream().filter(s -> s.phase().equals(ph)).toList();
+      double from = res.phaseStartS()[i];
+      double to = Math.min(ends[i], lastAt(res));
+      double span = to - from;
+      long ok = in.stream().filter(s -> s.completion().ok()).count();
+      long finished =
+          res.sent().stream()
+              .filter(s -> s.completion().ok() && s.doneS() >= from && s.doneS() < to)
+              .count();
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %s | %d | %d | %d | %d | %.2f | %.1f | %.1f |%n",
+              ph,
+              in.size(),
+              ok,
+              in.stream().filter(s -> refused(s.completion())).count(),
+              in.stream().filter(s -> !s.completion().ok() && !refused(s.completion())).count(),
+              span > 0 ? finished / span : 0,
+              pct(ttfts(in), 0.5),
+              pct(ttfts(in), 0.99)));
+    }
+    double baseline = pct(ttfts(phase(res, "before")), 0.5);
+    b.append("\n## Recovery: TTFT p50 of the requests sent in each 10 s after the overload\n\n");
+    b.append("| seconds after the overload | requests | TTFT p50 ms | vs before |\n");
+    b.append("|---|---:|---:|---:|\n");
+    double recoveredAt = Double.NaN;
+    double start = res.phaseStartS()[3];
+    for (double w = 0; ; w += 10) {
+      double lo = start + w;
+      List<SoakRun.Sent> in =
+          phase(res, "recovery").stream().filter(s -> s.atS() >= lo && s.atS() < lo + 10).toList();
+      if (in.isEmpty() && lo > lastAt(res)) {
+        break;
+      }
+      double p50 = pct(ttfts(in), 0.5);
+      if (Double.isNaN(recoveredAt) && p50 <= 1.5 * baseline) {
+        recoveredAt = w;
+      }
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %.0f–%.0f | %d | %.1f | %.2fx |%n",
+              w,
+              w + 10,
+              in.size(),
+              p50,
+              p50 / baseline));
+      if (w > 3600) {
+        break;
+      }
+    }
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "%nThe latency is back within 1.5x of the baseline (p50 %.1f ms before the overload) %s.%n",
+            baseline,
+            Double.isNaN(recoveredAt)
+                ? "in no 10-second window of the recovery"
+                : "in the window starting " + (long) recoveredAt + " s after the overload"));
+    b.append("\n## Memory and threads, per minute\n\n");
+    b.append(
+        "| minute | phases | heap after GC, max MiB | heap used, max MiB | resident set, max MiB |"
+            + " direct buffers, max MiB | threads, max | running / waiting, max |\n");
+    b.append("|---:|---|---:|---:|---:|---:|---:|---|\n");
+    List<SoakRun.Sample> samples = res.samples();
+    int minutes = samples.isEmpty() ? 0 : (int) (samples.getLast().atS() / 60) + 1;
+    for (int m = 0; m < minutes; m++) {
+      int minute = m;
+      List<SoakRun.Sample> in =
+          samples.stream().filter(s -> (int) (s.atS() / 60) == minute).toList();
+      if (in.isEmpty()) {
+        continue;
+      }
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %d | %s | %.0f | %.0f | %.0f | %.1f | %d | %d / %d |%n",
+              m,
+              String.join(", ", in.stream().map(SoakRun.Sample::phase).distinct().toList()),
+              mib(in.stream().mapToLong(SoakRun.Sample::heapAfterGc).max().orElse(0)),
+              mib(in.stream().mapToLong(SoakRun.Sample::heapUsed).max().orElse(0)),
+              mib(in.stream().mapToLong(SoakRun.Sample::rss).max().orElse(0)),
+              mib(in.stream().mapToLong(SoakRun.Sample::direct).max().orElse(0)),
+              in.stream().mapToInt(SoakRun.Sample::threads).max().orElse(0),
+              in.stream().mapToInt(SoakRun.Sample::running).max().orElse(0),
+              in.stream().mapToInt(SoakRun.Sample::waiting).max().orElse(0)));
+    }
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "%nThreads that died of an uncaught exception: %d%s. Engine failed or stopped: %s."
+                + " Collections: %d.%n",
+            res.uncaught(),
+            res.firstUncaught() == null ? "" : " (first: " + res.firstUncaught() + ")",
+            res.engineFailed() ? "yes" : "no",
+            samples.isEmpty() ? 0 : samples.getLast().gcs() - samples.getFirst().gcs()));
+    return b.toString();
+  }
+
+  private static double lastAt(SoakRun.Result res) {
+    return res.samples().isEmpty() ? 0 : res.samples().getLast().atS();
+  }
+
+  private static List<SoakRun.Sent> phase(SoakRun.Result res, String name) {
+    return res.sent().stream().filter(s -> s.phase().equals(name)).toList();
+  }
+
+  private static boolean refused(Completion c) {
+    return !c.ok() && c.error().startsWith("status 429");
+  }
+
+  private static double[] ttfts(List<SoakRun.Sent> in) {
+    return sorted(
+        in.stream()
+            .map(SoakRun.Sent::completion)
+            .filter(Completion::ok)
+            .mapToDouble(Completion::ttftMs)
+            .toArray());
+  }
+
+  private static double mib(long bytes) {
+    return bytes / (double) (1L << 20);
   }
 
   // ---------------------------------------------------------------------------------------------

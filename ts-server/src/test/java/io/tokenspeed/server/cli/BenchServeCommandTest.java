@@ -157,11 +157,71 @@ class BenchServeCommandTest {
     assertTrue(Long.parseLong(b[10]) > 0, "the second server's storage tokens: " + report);
   }
 
+  @Test
+  void shouldReportASoaksPhasesRecoveryMemoryAndThreads() throws Exception {
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "serve",
+            "--mode",
+            "soak",
+            "--model",
+            model(),
+            "--clients",
+            "2",
+            "--system-prompts",
+            "2",
+            "--system-tokens",
+            "64",
+            "--user-tokens",
+            "8",
+            "--max-tokens",
+            "4",
+            "--warmup-rounds",
+            "1",
+            "--device-tokens",
+            "1024",
+            "--threads",
+            "1",
+            "--calibrate-s",
+            "2",
+            "--duration-s",
+            "3",
+            "--overload",
+            "4",
+            "--recovery-s",
+            "3");
+    assertEquals(0, run.exitCode(), run::toString);
+    String report = run.out();
+    assertTrue(report.startsWith("# Soak: overload and recovery with L3 on"), report);
+    double sustainable =
+        number(report.substring(report.indexOf("**") + 2, report.indexOf(" requests/s**")));
+    assertTrue(sustainable > 0, report);
+    for (String phase : List.of("calibrate", "before", "overload", "recovery")) {
+      String[] cells = row(report, phase + " |", c -> c.length == 8);
+      double[] v = numbers(cells, 1);
+      assertTrue(v[1] > 0, phase + ": requests sent: " + String.join(" | ", cells));
+      assertEquals(
+          v[1], v[2] + v[3] + v[4], phase + ": every request completed or refused or failed");
+      assertEquals(0, v[4], phase + ": no request failed: " + report);
+    }
+    assertTrue(report.contains("## Memory and threads, per minute"), report);
+    String[] minute = row(report, "0 |", c -> c.length == 8);
+    assertTrue(number(minute[2]) > 0, "the heap after GC was measured: " + report);
+    assertTrue(number(minute[4]) > 0, "the resident set was measured: " + report);
+    assertTrue(number(minute[6]) > 0, "threads were counted: " + report);
+    assertTrue(
+        report.contains(
+            "Threads that died of an uncaught exception: 0. Engine failed or stopped:" + " no."),
+        report);
+  }
+
   @ParameterizedTest(name = "{0}")
   @CsvSource(
       delimiter = ';',
       value = {
-        "--mode both; --mode=both is not one of: overhead, load",
+        "--mode both; --mode=both is not one of: overhead, load, soak",
+        "--mode soak --overload 0.5; --overload=0.5 must be a finite number >= 1",
         "--mode overhead --prompt-tokens 64; --prompt-tokens=64 must be in [1, 63]",
         "--mode load --system-tokens 100; --system-tokens=100 must be a positive multiple of the"
             + " page (64)",
