@@ -84,7 +84,9 @@ final class LoopSimulation {
     /** Soft deadlines and Ready holds start at the round's (possibly stale) tick. */
     STALE_TICK_TIMERS,
     /** A refused backup is offered again without its backoff. */
-    REOFFER_WITHOUT_BACKOFF
+    REOFFER_WITHOUT_BACKOFF,
+    /** The store lands a wrong byte now and then and answers OK: KV restored wrong. */
+    STORE_LANDS_WRONG_BYTES
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -370,6 +372,7 @@ final class LoopSimulation {
       }
     }
     this.store = new SimStore(new Random(seed ^ 0x5707E), this::checkPut);
+    store.landsWrongBytes = bug == Bug.STORE_LANDS_WRONG_BYTES;
     nextArrivalNs = clock;
     nextAdminNs = clock + (long) rnd.nextInt(3_000) * MS;
     nextFaultNs = clock + (long) rnd.nextInt(2_000) * MS;
@@ -957,7 +960,7 @@ final class LoopSimulation {
                     "key "
                         + key
                         + " offered again "
-                        + (refused == null ? 0 : (tickNs - refused) / MS)
+                        + (refused == null ? 0 : Math.max(0, tickNs - refused) / MS)
                         + " ms after its refusal, before its backoff");
               }
             }

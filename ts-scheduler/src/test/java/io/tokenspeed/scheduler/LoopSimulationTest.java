@@ -132,6 +132,11 @@ class LoopSimulationTest {
     assertFound(LoopSimulation.Bug.REOFFER_WITHOUT_BACKOFF, 1);
   }
 
+  @Test
+  void shouldFindKvRestoredWrongByTheStore() {
+    assertFound(LoopSimulation.Bug.STORE_LANDS_WRONG_BYTES, 1);
+  }
+
   /**
    * Runs seeds with {@code bug} planted until the simulation reports a violation, then replays that
    * seed and expects the same report.

@@ -52,6 +52,12 @@ final class SimStore implements Store {
   /** The next GET or PUT call's result cannot be proven retired (Unknown). */
   boolean nextUnretired;
 
+  /**
+   * A broken store: now and then a GET lands a wrong byte and still answers OK (no store may do
+   * this; it shows that the simulation notices wrong KV).
+   */
+  boolean landsWrongBytes;
+
   /** The next deletion of a namespace fails. */
   boolean nextDeleteFails;
 
@@ -116,6 +122,9 @@ final class SimStore implements Store {
             ValueLayout.JAVA_BYTE,
             0,
             o.bytes().length);
+        if (landsWrongBytes && rnd.nextInt(20) == 0) {
+          dst.set(ValueLayout.JAVA_BYTE, rnd.nextInt((int) dst.byteSize()), (byte) 0x5A);
+        }
         rows.add(new RowResult.Ok(o.bytes().length, true));
       }
     }
