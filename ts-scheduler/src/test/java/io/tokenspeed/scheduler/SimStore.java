@@ -187,7 +187,10 @@ final class SimStore implements Store {
     objects.clear();
   }
 
-  /** Damages one object at random (truncated, or overwritten with garbage of its length). */
+  /**
+   * Damages one object at random: truncated (a short read), grown by garbage (a long read), or
+   * overwritten with garbage of its length.
+   */
   void damageOne() {
     if (objects.isEmpty()) {
       return;
@@ -197,8 +200,11 @@ final class SimStore implements Store {
     String key = keys.get(rnd.nextInt(keys.size()));
     StoredObject o = objects.get(key);
     byte[] b;
-    if (rnd.nextBoolean()) {
+    int how = rnd.nextInt(3);
+    if (how == 0) {
       b = Arrays.copyOf(o.bytes(), rnd.nextInt(o.bytes().length));
+    } else if (how == 1) {
+      b = Arrays.copyOf(o.bytes(), o.bytes().length + 1 + rnd.nextInt(64));
     } else {
       b = new byte[o.bytes().length];
       rnd.nextBytes(b);
