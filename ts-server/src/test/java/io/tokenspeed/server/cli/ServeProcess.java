@@ -39,19 +39,30 @@ final class ServeProcess implements AutoCloseable {
   /** Starts {@code serve ARGS --port 0} and waits until it is ready (at most the timeout). */
   static ServeProcess start(Path workDir, List<String> args, long timeoutSeconds)
       throws IOException, InterruptedException {
+    return start(workDir, List.of(), args, timeoutSeconds);
+  }
+
+  /**
+   * Starts {@code WRAPPER java -jar tokenspeed.jar serve --port 0 ARGS}: the wrapper (a command
+   * that ends by exec'ing its arguments, such as {@code unshare}) keeps the server's pid the
+   * process's own.
+   */
+  static ServeProcess start(
+      Path workDir, List<String> wrapper, List<String> args, long timeoutSeconds)
+      throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
-    List<String> command =
-        new ArrayList<>(
-            List.of(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--add-modules",
-                "jdk.incubator.vector",
-                "-jar",
-                jar.toAbsolutePath().toString(),
-                "serve",
-                "--port",
-                "0"));
+    List<String> command = new ArrayList<>(wrapper);
+    command.addAll(
+        List.of(
+            Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+            "--add-modules",
+            "jdk.incubator.vector",
+            "-jar",
+            jar.toAbsolutePath().toString(),
+            "serve",
+            "--port",
+            "0"));
     command.addAll(args);
     Path out = Files.createTempFile(workDir, "serve-out", ".txt");
     Path err = Files.createTempFile(workDir, "serve-err", ".txt");
