@@ -3,12 +3,14 @@ package io.tokenspeed.l3.store.file;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreArguments;
+import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.AccessDeniedException;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.FileSystemException;
 import java.nio.file.FileVisitResult;
@@ -97,8 +99,12 @@ import java.util.concurrent.ThreadLocalRandom;
  *       -200} and Redis's {@code OOM}: its temporary file is removed, nothing is published, the
  *       page may be re-offered later, and the executor sees no outage (reads go on). The rows after
  *       it are still tried: a smaller object may fit.
- *   <li>Other I/O failures (permissions, a dead disk) propagate as {@link IOException}; the
- *       executor turns them into facts.
+ *   <li>A PUT the file system refuses to write at all (a read-only file system, a directory this
+ *       user may not write) throws {@link StoreConfigurationException}, like Redis's {@code
+ *       NOPERM}: it is how this deployment is set up, not an outage, so no cooldown stops the
+ *       reads, which go on; the executor logs it once and fails the call's rows (retired).
+ *   <li>Other I/O failures (a dead disk) propagate as {@link IOException}; the executor turns them
+ *       into facts.
  * </ul>
  *
  * <p><b>Why it is built this way.</b> Hashed names make any key safe and spread objects over 256
@@ -296,6 +302,16 @@ public final class FileStore implements Store {
       if (removed && t instanceof IOException io && isOutOfSpace(io)) {
         return new RowResult.Rejected(RowResult.Rejected.NO_SPACE);
       }
+      if (t instanceof IOException io && isWriteRefused(io)) {
+        throw new StoreConfigurationException(
+            "file store root="
+                + root
+                + " refused a PUT: "
+                + reason(io)
+                + " (a read-only file system or a directory this user may not write; reads go"
+                + " on)",
+            io);
+      }
       throw t;
     }
     Files.deleteIfExists(temp);
@@ -326,6 +342,32 @@ public final class FileStore implements Store {
 
   private static final List<String> OUT_OF_SPACE =
       List.of("No space left on device", "Disk quota exceeded", "File too large");
+
+  /**
+   * Whether {@code e} is the file system refusing every write here, whatever its size: no
+   * permission ({@code EACCES}, which the JDK reports as {@link AccessDeniedException}), an
+   * operation not permitted ({@code EPERM}, e.g. an immutable directory) or a read-only file system
+   * ({@code EROFS}), recognized by the operating system's text as in {@link #isOutOfSpace}.
+   */
+  static boolean isWriteRefused(IOException e) {
+    if (e instanceof AccessDeniedException) {
+      return true;
+    }
+    String text = reason(e);
+    return text.contains("Read-only file system") || text.contains("Operation not permitted");
+  }
+
+  /** The operating system's text of {@code e} (never a file name), or its message; never null. */
+  private static String reason(IOException e) {
+    if (e instanceof AccessDeniedException denied && denied.getReason() == null) {
+      return "Permission denied"; // the JDK's EACCES carries the file name only
+    }
+    String text = e instanceof FileSystemException fs ? fs.getReason() : null;
+    if (text == null) {
+      text = e.getMessage();
+    }
+    return text == null ? e.getClass().getSimpleName() : text;
+  }
 
   /**
    * Creates the temporary file, creating its directories first; retries when a concurrent namespace

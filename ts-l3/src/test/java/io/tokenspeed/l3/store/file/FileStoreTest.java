@@ -245,6 +245,31 @@ class FileStoreTest extends StoreContractTest {
     }
   }
 
+  /**
+   * A read-only file system or a directory this user may not write refuses every PUT: the store
+   * reports it as a configuration failure (no outage, so reads go on), while a full disk stays a
+   * per-row refusal and any other I/O failure an outage. Regression: a read-only store directory
+   * used to make every failed backup an outage, whose cooldowns stopped the reads that still
+   * worked.
+   */
+  @Test
+  void shouldTellAWriteRefusalFromAFullDiskAndAnOutageByTheOperatingSystemsReason() {
+    assertTrue(FileStore.isWriteRefused(new java.nio.file.AccessDeniedException("/s/.tmp-1")));
+    assertTrue(
+        FileStore.isWriteRefused(
+            new java.nio.file.FileSystemException("/s/.tmp-1", null, "Read-only file system")));
+    assertTrue(
+        FileStore.isWriteRefused(
+            new java.nio.file.FileSystemException("/s/ab", null, "Operation not permitted")));
+    for (String other :
+        List.of("No space left on device", "File too large", "Input/output error", "closed")) {
+      IOException e = new java.nio.file.FileSystemException("/s/.tmp-1", null, other);
+      assertFalse(FileStore.isWriteRefused(e), other);
+    }
+    assertFalse(FileStore.isWriteRefused(new IOException((String) null)));
+    assertFalse(FileStore.isOutOfSpace(new java.nio.file.AccessDeniedException("/s/.tmp-1")));
+  }
+
   @Test
   void shouldReadObjectsWrittenByAnEarlierStoreWhenTheRootIsReopened() throws Exception {
     Path root = temp.resolve("reopen");
