@@ -404,6 +404,11 @@ public final class ServerMetrics {
         "tokenspeed:l3_put_existing_keys",
         "PUT keys that found the object already there (an idempotent success, no new write).",
         (cb, rank, e) -> cb.call(e.map(L3Metrics::putsAlreadyExisted).orElse(0L), rank));
+    rankCounter(
+        "tokenspeed:l3_configuration_failures",
+        "Store calls the backend refused because of how the deployment is configured (a"
+            + " permission, credentials, a read-only store): their rows failed, never an outage.",
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::configurationFailures).orElse(0L), rank));
   }
 
   /**

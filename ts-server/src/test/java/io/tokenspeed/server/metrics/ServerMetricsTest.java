@@ -67,6 +67,7 @@ class ServerMetricsTest {
             "tokenspeed:l3_backend_calls_total",
             "tokenspeed:l3_put_written_keys_total",
             "tokenspeed:l3_put_existing_keys_total",
+            "tokenspeed:l3_configuration_failures_total",
             "tokenspeed:l3_soft_timeouts_total",
             "tokenspeed:l3_ready_expirations_total",
             "tokenspeed:l3_pressure_bypasses_total",
@@ -274,6 +275,9 @@ class ServerMetricsTest {
     eq(
         e.map(L3Metrics::putsAlreadyExisted).orElse(0L),
         value(f, "tokenspeed:l3_put_existing_keys_total"));
+    eq(
+        e.map(L3Metrics::configurationFailures).orElse(0L),
+        value(f, "tokenspeed:l3_configuration_failures_total"));
 
     Optional<Transfers> t = m.storage().map(EngineMetrics.Storage::transfers);
     eq(t.map(Transfers::readyHolds).orElse(0), value(f, "tokenspeed:l3_ready_holds"));
@@ -405,6 +409,10 @@ class ServerMetricsTest {
           PrometheusText.value(f, "tokenspeed:l3_health_epoch", rank),
           "rank " + r + " health epoch");
       eq(
+          want.configurationFailures(),
+          PrometheusText.value(f, "tokenspeed:l3_configuration_failures_total", rank),
+          "rank " + r + " configuration failures");
+      eq(
           1,
           PrometheusText.value(
               f,
@@ -429,7 +437,8 @@ class ServerMetricsTest {
                       "unproven_retirements",
                       "backend_calls",
                       "put_written_keys",
-                      "put_existing_keys")
+                      "put_existing_keys",
+                      "configuration_failures")
                   .contains(family.substring("tokenspeed:l3_".length()).replace("_total", ""));
       java.util.Set<String> seen = new java.util.TreeSet<>();
       for (Sample sample : f.get(family).samples()) {
