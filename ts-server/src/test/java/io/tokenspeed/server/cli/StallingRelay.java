@@ -29,7 +29,8 @@ import java.util.concurrent.CompletableFuture;
  *
  * <p>A held direction keeps reading its source and discards what it reads, so when the server dies
  * the relay sees it at once and resets the client's connection (SO_LINGER 0), as a dead peer on the
- * same host would: the held bytes never arrive. {@link #tripped()} completes when a trap holds.
+ * same host would: the held bytes never arrive. The future {@link #trap} returns completes when the
+ * trap holds.
  */
 final class StallingRelay implements AutoCloseable {
 
@@ -78,11 +79,6 @@ final class StallingRelay implements AutoCloseable {
     byte[] bulk =
         ("$" + name.length + "\r\n" + command + "\r\n").getBytes(StandardCharsets.US_ASCII);
     trap = new Trap(bulk, hold, passBytes);
-    return tripped;
-  }
-
-  /** The future of the latest trap. */
-  CompletableFuture<Void> tripped() {
     return tripped;
   }
 
