@@ -647,7 +647,10 @@ public final class Engine implements AutoCloseable {
         new ActiveRequest(
             id, handle, prompt, new SamplingState(resolved, eosId), System.nanoTime());
     if (!intake.offer(a)) {
-      throw new IllegalStateException("engine intake is full (max_queued=" + maxQueued() + ")");
+      throw new IllegalStateException(
+          "engine intake is full (max_queued="
+              + maxQueued()
+              + " requests already wait for admission)");
     }
     loop.wake();
     return handle;

@@ -618,6 +618,7 @@ final class EventLoop {
   }
 
   private void publishStats() {
+    intake.noteWaitingInLoop(active.size() - scheduler.runningCount());
     stats =
         new EngineStats(
             rounds,

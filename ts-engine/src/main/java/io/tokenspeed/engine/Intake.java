@@ -17,13 +17,22 @@ import java.util.function.IntSupplier;
  * round's start the loop takes every queued request into the scheduler with the keys of its known
  * tokens.
  *
- * <p>Callers touch only the two queues; the scheduler is the loop thread's.
+ * <p>{@code max_queued} bounds every request that waits for admission: those in the queue and those
+ * the loop has taken into the scheduler that do not run yet (the loop publishes their number after
+ * every round). Without the second part the loop would empty the queue into the scheduler each
+ * round and an overload would pile up there without bound, each later request waiting longer.
+ *
+ * <p>Callers touch only the two queues and that published number; the scheduler is the loop
+ * thread's.
  */
 final class Intake {
   private final int vocabSize;
   private final IntSupplier maxRequestTokens;
   private final ArrayBlockingQueue<ActiveRequest> queue;
   private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
+
+  /** Requests the loop took in that do not run yet, as of its last round. */
+  private volatile int waitingInLoop;
 
   Intake(int vocabSize, IntSupplier maxRequestTokens, int maxQueued) {
     this.vocabSize = vocabSize;
@@ -78,9 +87,25 @@ final class Intake {
     return queue.size() + queue.remainingCapacity();
   }
 
-  /** Queues a checked request for the next round; false when the queue is full (any thread). */
+  /**
+   * Queues a checked request for the next round; false when {@code max_queued} requests already
+   * wait for admission, here or in the loop (any thread).
+   */
   boolean offer(ActiveRequest a) {
+    if (queue.size() + waitingInLoop >= capacity()) {
+      return false;
+    }
     return queue.offer(a);
+  }
+
+  /** The loop's requests that do not run yet, after a round (the loop thread). */
+  void noteWaitingInLoop(int n) {
+    waitingInLoop = Math.max(0, n);
+  }
+
+  /** Requests waiting for admission: queued here, and taken by the loop but not running. */
+  int waitingCount() {
+    return queue.size() + waitingInLoop;
   }
 
   /** Asks the loop to end request {@code id} at its next round (any thread). */

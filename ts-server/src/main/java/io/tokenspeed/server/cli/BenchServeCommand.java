@@ -242,6 +242,14 @@ final class BenchServeCommand implements Callable<Integer> {
   private Path out;
 
   @Option(
+      names = "--max-queued",
+      paramLabel = "N",
+      description =
+          "Most requests waiting for admission in each engine; more are refused with 429"
+              + " (default: the engine's, 1024).")
+  private Integer maxQueued;
+
+  @Option(
       names = "--duration-s",
       paramLabel = "S",
       description = "soak: seconds of overload (default: ${DEFAULT-VALUE}).")
@@ -352,6 +360,9 @@ final class BenchServeCommand implements Callable<Integer> {
     if (!mode.equals("overhead") && !mode.equals("load") && !mode.equals("soak")) {
       throw usage("--mode=" + mode + " is not one of: overhead, load, soak");
     }
+    if (maxQueued != null) {
+      positive("--max-queued", maxQueued);
+    }
     if (durationS < 1 || calibrateS < 1 || recoveryS < 1) {
       throw usage("--duration-s, --calibrate-s and --recovery-s must be at least 1");
     }
@@ -461,7 +472,7 @@ final class BenchServeCommand implements Callable<Integer> {
         maxRunning,
         base.demoteBelowFreeParents(),
         computeThreads,
-        base.maxQueued());
+        maxQueued != null ? maxQueued : base.maxQueued());
   }
 
   private static int cores() {
