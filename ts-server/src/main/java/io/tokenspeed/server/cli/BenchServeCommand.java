@@ -1538,13 +1538,12 @@ final class BenchServeCommand implements Callable<Integer> {
     b.append("|---|---:|---:|---:|\n");
     double recoveredAt = Double.NaN;
     double start = res.phaseStartS()[3];
-    for (double w = 0; ; w += 10) {
+    double lastSent =
+        phase(res, "recovery").stream().mapToDouble(SoakRun.Sent::atS).max().orElse(start);
+    for (double w = 0; start + w <= lastSent; w += 10) {
       double lo = start + w;
       List<SoakRun.Sent> in =
           phase(res, "recovery").stream().filter(s -> s.atS() >= lo && s.atS() < lo + 10).toList();
-      if (in.isEmpty() && lo > lastAt(res)) {
-        break;
-      }
       double p50 = pct(ttfts(in), 0.5);
       if (Double.isNaN(recoveredAt) && p50 <= 1.5 * baseline) {
         recoveredAt = w;
@@ -1558,9 +1557,6 @@ final class BenchServeCommand implements Callable<Integer> {
               in.size(),
               p50,
               p50 / baseline));
-      if (w > 3600) {
-        break;
-      }
     }
     b.append(
         String.format(
