@@ -271,6 +271,10 @@ final class LoopSimulation {
     final Set<Long> fedEarly = new HashSet<>();
     final List<StorageDone> heldBack = new ArrayList<>();
     final Map<Long, StorageOp> dispatched = new HashMap<>();
+
+    /** The manager's generation when each operation was dispatched (a clear starts a new one). */
+    final Map<Long, Long> generations = new HashMap<>();
+
     final Set<Integer> quarantinedHost = new HashSet<>();
     final Set<Integer> quarantinedSources = new HashSet<>();
     boolean dead;
@@ -970,6 +974,7 @@ final class LoopSimulation {
         case StorageOp.Cancel c -> throw new AssertionError();
       }
       k.dispatched.put(op.operationId(), op);
+      k.generations.put(op.operationId(), k.stm.generation());
       k.unagreed.add(op.operationId());
       k.executor.submit(new StorageJob(op.operationId(), kind, rows));
     }
@@ -982,6 +987,7 @@ final class LoopSimulation {
 
   private void noteCompletion(Rank k, AgreedCompletion c, long tickNs) {
     StorageOp op = k.dispatched.remove(c.operationId());
+    Long generation = k.generations.remove(c.operationId());
     if (op == null) {
       return;
     }
@@ -1008,7 +1014,9 @@ final class LoopSimulation {
         }
       }
     }
-    if (op instanceof StorageOp.Put p && !c.detached()) {
+    // the manager never offers again the refused rows of an earlier generation: the key comes
+    // back only through a new publication, offered afresh
+    if (op instanceof StorageOp.Put p && !c.detached() && generation == k.stm.generation()) {
       for (int i = 0; i < p.keys().size(); i++) {
         CacheKey key = p.keys().get(i);
         if (c.outcomes().get(i) == KeyOutcome.OK) {

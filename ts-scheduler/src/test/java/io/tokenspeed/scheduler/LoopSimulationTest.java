@@ -50,7 +50,12 @@ class LoopSimulationTest {
     EXECUTOR_LOG.setLevel(Level.OFF);
   }
 
+  /** The seeds to run: {@code -Dsim.seedList=S1,S2,...} replays chosen seeds (a failure's). */
   static LongStream seeds() {
+    String list = System.getProperty("sim.seedList", "");
+    if (!list.isBlank()) {
+      return java.util.Arrays.stream(list.split(",")).mapToLong(x -> Long.parseLong(x.trim()));
+    }
     return LongStream.range(0, SEEDS).map(i -> FIRST_SEED + i);
   }
 
