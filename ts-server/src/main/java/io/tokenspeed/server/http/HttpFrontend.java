@@ -1,6 +1,6 @@
 package io.tokenspeed.server.http;
 
-import com.fasterxml.jackson.core.JsonParseException;
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -287,6 +287,15 @@ public final class HttpFrontend implements AutoCloseable {
     } catch (IOException | UncheckedIOException e) {
       throw ApiException.invalid(null, "the request body could not be read: " + e.getMessage());
     }
+    return parseBody(bytes);
+  }
+
+  /**
+   * A request body's bytes as one JSON value: strict UTF-8 (400 naming the byte offset of the first
+   * bad sequence), then exactly one JSON value (400 with the parser's line and column); an empty
+   * body is a 400 too. Every refusal is an {@link ApiException}.
+   */
+  static JsonNode parseBody(byte[] bytes) {
     if (bytes.length == 0) {
       throw ApiException.invalid(null, "the request body is empty; a JSON object is required");
     }
@@ -305,18 +314,20 @@ public final class HttpFrontend implements AutoCloseable {
     }
     try {
       return READER.readTree(text);
-    } catch (JsonParseException e) {
+    } catch (JsonProcessingException e) {
+      // Syntax errors and binding errors (a second value after the first) alike: the parser's
+      // own message, whose getMessage() would add a second line with the source's location.
       var at = e.getLocation();
       throw ApiException.invalid(
           null,
-          "the request body is not valid JSON (line "
-              + at.getLineNr()
-              + ", column "
-              + at.getColumnNr()
-              + "): "
+          "the request body is not valid JSON"
+              + (at == null
+                  ? ""
+                  : " (line " + at.getLineNr() + ", column " + at.getColumnNr() + ")")
+              + ": "
               + e.getOriginalMessage());
     } catch (IOException e) {
-      throw ApiException.invalid(null, "the request body is not valid JSON: " + e.getMessage());
+      throw ApiException.invalid(null, "the request body could not be read as JSON: " + e);
     }
   }
 
