@@ -1,18 +1,48 @@
 package io.tokenspeed.model.checkpoint;
 
+import java.util.Locale;
+
 /**
  * A checkpoint folder that cannot be used: a file is missing, truncated or malformed, a tensor does
  * not fit its file or disagrees with {@code config.json}, or the architecture is unknown. The
- * message always names the file and, when one is at fault, the tensor.
+ * message always names the file and, when one is at fault, the tensor. It is one line: a control
+ * character or line separator that the file carried into it (a tensor name or dtype with a line
+ * break in it) is written as an escape (backslash, u, four hex digits).
  */
 public final class CheckpointException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
   public CheckpointException(String message) {
-    super(message);
+    super(oneLine(message));
   }
 
   public CheckpointException(String message, Throwable cause) {
-    super(message, cause);
+    super(oneLine(message), cause);
+  }
+
+  /**
+   * {@code message} with control characters and line separators written as escapes, so that text a
+   * file carried into a message cannot break it into lines (the tokenizer's errors use it too).
+   */
+  public static String oneLine(String message) {
+    if (message == null) {
+      return null;
+    }
+    StringBuilder sb = null;
+    for (int i = 0; i < message.length(); i++) {
+      char c = message.charAt(i);
+      boolean escape = c < 0x20 || c == 0x7f || c == 0x85 || c == 0x2028 || c == 0x2029;
+      if (escape && sb == null) {
+        sb = new StringBuilder(message.length() + 16).append(message, 0, i);
+      }
+      if (sb != null) {
+        if (escape) {
+          sb.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
+        } else {
+          sb.append(c);
+        }
+      }
+    }
+    return sb == null ? message : sb.toString();
   }
 }

@@ -2,6 +2,7 @@ package io.tokenspeed.model.checkpoint;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
@@ -20,6 +21,7 @@ import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.Map;
 import java.util.function.Supplier;
+import org.junit.jupiter.api.Test;
 
 /**
  * The coverage-guided fuzz target (Jazzer) of {@link SafetensorsFile#open}: the header length
@@ -83,6 +85,27 @@ class SafetensorsGuidedFuzzTest {
         return;
       }
       check(o.value(), content, input);
+    }
+  }
+
+  @Test
+  void shouldKeepTheMessageOnOneLineWhenADtypeHoldsALineBreak() throws IOException {
+    // Found by this target: a dtype (or tensor name) with a CR or LF in it reached the message as
+    // is, so the refusal printed as two lines.
+    byte[] header =
+        "{\"w\\n\": {\"dtype\": \"F\\r32\", \"shape\": [1], \"data_offsets\": [0, 4]}}"
+            .getBytes(StandardCharsets.UTF_8);
+    byte[] file = new byte[8 + header.length + 4];
+    ByteBuffer.wrap(file).order(ByteOrder.LITTLE_ENDIAN).putLong(0, header.length);
+    System.arraycopy(header, 0, file, 8, header.length);
+    Files.write(FILE, file);
+    try (Arena arena = Arena.ofConfined()) {
+      CheckpointException e =
+          assertThrows(CheckpointException.class, () -> SafetensorsFile.open(FILE, arena));
+      assertEquals(
+          FILE
+              + ": tensor w\\u000a: dtype=F\\u000d32 is not supported; allowed: F32, BF16, F16, I32",
+          e.getMessage());
     }
   }
 

@@ -1,6 +1,8 @@
 package io.tokenspeed.model.tokenizer;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
@@ -9,6 +11,7 @@ import io.tokenspeed.testkit.DecoderContract;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.function.Supplier;
+import org.junit.jupiter.api.Test;
 
 /**
  * The coverage-guided fuzz target (Jazzer) of {@link BpeTokenizer#fromJson}: a {@code
@@ -57,6 +60,24 @@ class BpeTokenizerGuidedFuzzTest {
     if (!o.refused()) {
       use(o.value(), input);
     }
+  }
+
+  @Test
+  void shouldKeepTheMessageOnOneLineWhenASplitPatternHoldsALineBreak() {
+    // Found by this target: the refusal of a Split regex quoted the pattern as is, so a pattern
+    // with
+    // a line break printed as two lines.
+    String json =
+        """
+        {"model": {"vocab": {"a": 0}, "merges": []},
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+           {"type": "Split", "pattern": {"Regex": "(\\n"}, "behavior": "Isolated"},
+           {"type": "ByteLevel"}]}}
+        """;
+    TokenizerFormatException e =
+        assertThrows(TokenizerFormatException.class, () -> BpeTokenizer.fromJson(json, null));
+    assertFalse(e.getMessage().contains("\n"), e.getMessage());
+    assertTrue(e.getMessage().contains("\"(\\u000a\""), e.getMessage());
   }
 
   private static void use(BpeTokenizer t, Supplier<String> input) {

@@ -1,8 +1,12 @@
 package io.tokenspeed.server.http;
 
+import java.util.Locale;
+
 /**
  * A request the server refuses, answered in the OpenAI API's error shape: {@code {"error":
- * {"message", "type", "param", "code"}}} with an HTTP status.
+ * {"message", "type", "param", "code"}}} with an HTTP status. The message is one line: a control
+ * character or line separator that the request carried into it (a model name, a role or a part type
+ * with a line break in it) is written as an escape (backslash, u, four hex digits).
  */
 public final class ApiException extends RuntimeException {
   private final int status;
@@ -11,7 +15,7 @@ public final class ApiException extends RuntimeException {
   private final String code;
 
   public ApiException(int status, String type, String param, String code, String message) {
-    super(message);
+    super(oneLine(message));
     this.status = status;
     this.type = type;
     this.param = param;
@@ -54,5 +58,21 @@ public final class ApiException extends RuntimeException {
   /** A machine-readable code, or null. */
   public String code() {
     return code;
+  }
+
+  private static String oneLine(String message) {
+    if (message == null) {
+      return null;
+    }
+    StringBuilder sb = new StringBuilder(message.length());
+    for (int i = 0; i < message.length(); i++) {
+      char c = message.charAt(i);
+      if (c < 0x20 || c == 0x7f || c == 0x85 || c == 0x2028 || c == 0x2029) {
+        sb.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
+      } else {
+        sb.append(c);
+      }
+    }
+    return sb.toString();
   }
 }

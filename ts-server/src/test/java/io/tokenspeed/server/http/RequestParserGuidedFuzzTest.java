@@ -79,6 +79,21 @@ class RequestParserGuidedFuzzTest {
     assertFalse(e.getMessage().contains("\n"), e.getMessage());
   }
 
+  @Test
+  void shouldKeepTheMessageOnOneLineWhenTheModelNameHoldsALineBreak() {
+    // Found by this target: the 404 for another model quoted the name as is, line breaks included.
+    ApiException e =
+        assertThrows(
+            ApiException.class,
+            () ->
+                PARSER.parse(
+                    HttpFrontend.parseBody("{\"model\":\"a\\nb\",\"prompt\":\"x\"}".getBytes()),
+                    false));
+    assertEquals(404, e.status());
+    assertEquals(
+        "The model `a\\u000ab` does not exist; this server serves `" + MODEL + "`", e.getMessage());
+  }
+
   private static void check(byte[] body, boolean chat) {
     Supplier<String> input =
         () ->
