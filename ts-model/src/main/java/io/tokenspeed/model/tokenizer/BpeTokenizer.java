@@ -73,6 +73,15 @@ public final class BpeTokenizer implements Tokenizer {
    */
   public static final int MAX_TOKEN_ID_EXCLUSIVE = 1 << 24;
 
+  /**
+   * The most ids below the largest one that may be left undefined (2^16). The id table is sized by
+   * the largest id, so without this a file of a hundred bytes naming one id near {@link
+   * #MAX_TOKEN_ID_EXCLUSIVE} would make loading allocate about 84 MB; real vocabularies are dense
+   * (their added tokens follow the model's vocabulary), so the table stays proportional to the
+   * file.
+   */
+  public static final int MAX_UNUSED_IDS = 1 << 16;
+
   /** GPT-2's pre-tokenizer regex, used by a {@code ByteLevel} step with {@code use_regex}. */
   static final String GPT2_PATTERN =
       "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -185,6 +194,17 @@ public final class BpeTokenizer implements Tokenizer {
     checkDecoder(root.get("decoder"), "decoder");
     checkPostProcessor(root.get("post_processor"), "post_processor");
 
+    int definedIds = vocab.size() + added.size();
+    if (maxId + 1 - definedIds > MAX_UNUSED_IDS) {
+      throw new TokenizerFormatException(
+          "the largest token id is "
+              + maxId
+              + ", but model.vocab and added_tokens define "
+              + definedIds
+              + " ids: at most "
+              + MAX_UNUSED_IDS
+              + " ids below the largest may be undefined (the id table is sized by the largest id)");
+    }
     byte[][] tokenBytes = new byte[maxId + 1][];
     for (Map.Entry<String, Integer> e : vocab.entrySet()) {
       tokenBytes[e.getValue()] = ByteLevel.decodeToken(e.getKey());

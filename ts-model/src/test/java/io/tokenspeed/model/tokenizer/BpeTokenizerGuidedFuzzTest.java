@@ -80,6 +80,26 @@ class BpeTokenizerGuidedFuzzTest {
     assertTrue(e.getMessage().contains("\"(\\u000a\""), e.getMessage());
   }
 
+  @Test
+  void shouldRefuseATokenizerWhoseLargestIdLeavesTheTableEmptyWhenTheFileIsSmall() {
+    // Found while reviewing this target's allocation check: one id near 2^24 in a file of about a
+    // hundred bytes made loading allocate tables of 2^24 entries (84 MB).
+    String json =
+        """
+        {"model": {"vocab": {"a": 0, "b": 16777215}, "merges": []},
+         "pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}
+        """;
+    TokenizerFormatException e =
+        assertThrows(TokenizerFormatException.class, () -> BpeTokenizer.fromJson(json, null));
+    assertEquals(
+        "the largest token id is 16777215, but model.vocab and added_tokens define 2 ids: at most"
+            + " 65536 ids below the largest may be undefined (the id table is sized by the largest"
+            + " id)",
+        e.getMessage());
+    String dense = json.replace("16777215", String.valueOf(1 + BpeTokenizer.MAX_UNUSED_IDS));
+    assertEquals(2 + BpeTokenizer.MAX_UNUSED_IDS, BpeTokenizer.fromJson(dense, null).vocabSize());
+  }
+
   private static void use(BpeTokenizer t, Supplier<String> input) {
     int vocabSize = t.vocabSize();
     assertTrue(vocabSize >= 1 && vocabSize <= BpeTokenizer.MAX_TOKEN_ID_EXCLUSIVE, input);
