@@ -1,5 +1,6 @@
 package io.tokenspeed.model.config;
 
+import io.tokenspeed.model.checkpoint.CheckpointException;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -30,9 +31,22 @@ public final class ModelConfigs {
   /**
    * Parses {@code json}.
    *
-   * @throws IllegalArgumentException naming the field, its value and what is allowed
+   * @throws IllegalArgumentException naming the field, its value and what is allowed, on one line
+   *     (a control character the file carried into the message is written as an escape)
    */
   public static ModelConfig parse(Map<String, Object> json) {
+    try {
+      return read(json);
+    } catch (IllegalArgumentException e) {
+      String line = CheckpointException.oneLine(e.getMessage());
+      if (line == null || line.equals(e.getMessage())) {
+        throw e;
+      }
+      throw new IllegalArgumentException(line, e);
+    }
+  }
+
+  private static ModelConfig read(Map<String, Object> json) {
     ConfigFields f = new ConfigFields(json);
     List<?> architectures = f.optList("architectures");
     if (architectures == null

@@ -1,6 +1,7 @@
 package io.tokenspeed.model.config;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
@@ -9,6 +10,7 @@ import io.tokenspeed.model.checkpoint.JsonMutator;
 import io.tokenspeed.testkit.DecoderContract;
 import java.nio.charset.StandardCharsets;
 import java.util.function.Supplier;
+import org.junit.jupiter.api.Test;
 
 /**
  * The coverage-guided fuzz target (Jazzer) of a checkpoint's {@code config.json}: the module's
@@ -26,6 +28,22 @@ import java.util.function.Supplier;
  * names a supported architecture and has positive sizes.
  */
 class ModelConfigsGuidedFuzzTest {
+
+  @Test
+  void shouldKeepTheMessageOnOneLineWhenTheModelTypeHoldsALineBreak() {
+    // Found by this target: a model_type (or architecture) with a line break was quoted as is.
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () ->
+                ModelConfigs.parse(
+                    Json.parseObject(
+                        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"ll\\nama\"}")));
+    assertEquals(
+        "model_type=ll\\u000aama is not supported; supported: gemma3_text, jamba, llama, mamba,"
+            + " mistral, qwen2, qwen3",
+        e.getMessage());
+  }
 
   @FuzzTest(maxDuration = "3m")
   void configJson(byte[] data) {
