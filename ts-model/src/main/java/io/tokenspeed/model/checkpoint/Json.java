@@ -315,7 +315,9 @@ public final class Json {
   }
 
   private IllegalArgumentException error(String what) {
-    return new IllegalArgumentException("malformed JSON at offset " + pos + ": " + what);
+    // one line: a key or string quoted in `what` may hold a line break
+    return new IllegalArgumentException(
+        CheckpointException.oneLine("malformed JSON at offset " + pos + ": " + what));
   }
 
   private static String hex4(char c) {

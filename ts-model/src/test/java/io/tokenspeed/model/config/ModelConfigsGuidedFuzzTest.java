@@ -45,6 +45,15 @@ class ModelConfigsGuidedFuzzTest {
         e.getMessage());
   }
 
+  @Test
+  void shouldKeepTheJsonReadersMessageOnOneLineWhenADuplicateKeyHoldsALineBreak() {
+    // Found by this target: the strict JSON reader quoted a duplicate key as is.
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class, () -> Json.parseObject("{\"a\\nb\": 1, \"a\\nb\": 2}"));
+    assertEquals("malformed JSON at offset 12: duplicate key \"a\\u000ab\"", e.getMessage());
+  }
+
   @FuzzTest(maxDuration = "3m")
   void configJson(byte[] data) {
     String text = new String(data, StandardCharsets.UTF_8);
