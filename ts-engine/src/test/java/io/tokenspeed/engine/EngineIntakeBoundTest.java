@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.model.CausalLm;
@@ -9,6 +10,8 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.OptionalInt;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -21,47 +24,63 @@ import org.junit.jupiter.api.io.TempDir;
 class EngineIntakeBoundTest {
   @TempDir Path dir;
 
+  /** Holds the loop after its first round, so that what waits where is known exactly. */
+  private static final class HoldAfterFirstRound implements EngineObserver {
+    final Semaphore held = new Semaphore(0);
+    final Semaphore release = new Semaphore(0);
+    volatile boolean first = true;
+
+    @Override
+    public void afterRound(Engine engine) {
+      if (first) {
+        first = false;
+        held.release();
+        release.acquireUninterruptibly();
+      }
+    }
+  }
+
   @Test
   void shouldRefuseWhenMaxQueuedRequestsWaitInTheQueueAndTheScheduler() throws Exception {
     CausalLm model = ContextModels.llama(dir);
     int maxQueued = 4;
-    int maxRunning = 1;
-    EngineConfig config = new EngineConfig(4, 2, 256, 4.0, 64, maxRunning, 2, 1, maxQueued);
-    List<RequestHandle> accepted = new ArrayList<>();
-    int refused = 0;
-    try (Engine e = Engine.start(model, config, OptionalInt.empty())) {
-      int[] prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-      for (int i = 0; i < 40; i++) {
-        try {
-          accepted.add(e.submit(prompt, SamplingParams.greedy(200)));
-        } catch (IllegalStateException full) {
-          assertTrue(full.getMessage().contains("intake is full"), full.getMessage());
-          refused++;
-        }
-        Thread.sleep(20); // rounds run: the loop takes the queue into the scheduler
+    EngineConfig config = new EngineConfig(4, 2, 256, 4.0, 64, 1, 2, 1, maxQueued);
+    HoldAfterFirstRound hold = new HoldAfterFirstRound();
+    int[] prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+    List<RequestHandle> handles = new ArrayList<>();
+    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), hold)) {
+      for (int i = 0; i < maxQueued; i++) {
+        handles.add(e.submit(prompt, SamplingParams.greedy(64)));
       }
-      // one runs; the others wait, in the queue or in the scheduler: at most max_queued of them,
-      // plus what was offered between the loop's last count and its next round
-      assertTrue(refused > 0, "an overload is refused at the door");
-      assertTrue(
-          accepted.size() <= maxRunning + 2 * maxQueued,
-          accepted.size() + " requests accepted with max_running 1 and max_queued 4");
+      e.resume();
+      assertTrue(hold.held.tryAcquire(30, TimeUnit.SECONDS), "the first round ran");
+      // the round took the four into the scheduler: one runs (max_running 1), three wait there
       EngineMetrics m = e.metrics();
-      assertTrue(m.waitingRequests() <= 2 * maxQueued, "waiting requests: " + m.waitingRequests());
-      for (RequestHandle h : accepted) {
+      assertEquals(1, m.runningRequests(), "running after the first round");
+      assertEquals(3, m.waitingRequests(), "waiting after the first round");
+      handles.add(e.submit(prompt, SamplingParams.greedy(2))); // 3 waiting + 1 queued = 4
+      IllegalStateException full =
+          assertThrows(
+              IllegalStateException.class,
+              () -> e.submit(prompt, SamplingParams.greedy(2)),
+              "with three waiting in the scheduler and one queued, a fifth is refused");
+      assertTrue(full.getMessage().contains("intake is full (max_queued=4"), full.getMessage());
+      hold.release.release();
+      for (RequestHandle h : handles) {
         h.cancel();
       }
-      long deadline = System.nanoTime() + 10_000_000_000L;
-      while (e.metrics().runningRequests() + e.metrics().waitingRequests() > 0
-          && System.nanoTime() < deadline) {
-        Thread.sleep(10);
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      RequestHandle again = null;
+      while (again == null && System.nanoTime() < deadline) {
+        try {
+          again = e.submit(prompt, SamplingParams.greedy(2));
+        } catch (IllegalStateException stillFull) {
+          Thread.sleep(10);
+        }
       }
-      Thread.sleep(50); // a round after the last end publishes the count
-      RequestHandle again = e.submit(prompt, SamplingParams.greedy(2));
+      assertTrue(again != null, "the door opens again once the others ended");
       assertEquals(
-          2,
-          again.result().get(30, java.util.concurrent.TimeUnit.SECONDS).tokens().length,
-          "the door opens again once they ended");
+          2, again.result().get(30, TimeUnit.SECONDS).tokens().length, "and the request is served");
     }
   }
 }
