@@ -244,11 +244,7 @@ public final class L3Executor {
   public static L3Executor start(
       Store store, L3ExecutorConfig config, MemorySegment hostAllocation, LongSupplier nanoClock)
       throws Exception {
-    if (hostAllocation == null || hostAllocation.byteSize() == 0) {
-      throw new IllegalArgumentException("the Host allocation is missing or empty");
-    }
-    store.registerHostBuffer(hostAllocation);
-    L3Executor ex = new L3Executor(store, config, hostAllocation, nanoClock);
+    L3Executor ex = registered(store, config, hostAllocation, nanoClock);
     ex.startWorkers(StorageKind.QUERY, config.queryWorkers());
     ex.startWorkers(StorageKind.GET, config.getWorkers());
     ex.startWorkers(StorageKind.PUT, config.putWorkers());
@@ -264,13 +260,20 @@ public final class L3Executor {
   public static L3Executor startStepped(
       Store store, L3ExecutorConfig config, MemorySegment hostAllocation, LongSupplier nanoClock)
       throws Exception {
+    L3Executor ex = registered(store, config, hostAllocation, nanoClock);
+    ex.stepped = true;
+    return ex;
+  }
+
+  /** Registers {@code hostAllocation} with the store and builds the executor, no workers yet. */
+  private static L3Executor registered(
+      Store store, L3ExecutorConfig config, MemorySegment hostAllocation, LongSupplier nanoClock)
+      throws Exception {
     if (hostAllocation == null || hostAllocation.byteSize() == 0) {
       throw new IllegalArgumentException("the Host allocation is missing or empty");
     }
     store.registerHostBuffer(hostAllocation);
-    L3Executor ex = new L3Executor(store, config, hostAllocation, nanoClock);
-    ex.stepped = true;
-    return ex;
+    return new L3Executor(store, config, hostAllocation, nanoClock);
   }
 
   /**

@@ -1,7 +1,5 @@
 package io.tokenspeed.model.checkpoint;
 
-import java.util.Locale;
-
 /**
  * A checkpoint folder that cannot be used: a file is missing, truncated or malformed, a tensor does
  * not fit its file or disagrees with {@code config.json}, or the architecture is unknown. The
@@ -25,24 +23,6 @@ public final class CheckpointException extends RuntimeException {
    * file carried into a message cannot break it into lines (the tokenizer's errors use it too).
    */
   public static String oneLine(String message) {
-    if (message == null) {
-      return null;
-    }
-    StringBuilder sb = null;
-    for (int i = 0; i < message.length(); i++) {
-      char c = message.charAt(i);
-      boolean escape = c < 0x20 || c == 0x7f || c == 0x85 || c == 0x2028 || c == 0x2029;
-      if (escape && sb == null) {
-        sb = new StringBuilder(message.length() + 16).append(message, 0, i);
-      }
-      if (sb != null) {
-        if (escape) {
-          sb.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
-        } else {
-          sb.append(c);
-        }
-      }
-    }
-    return sb == null ? message : sb.toString();
+    return io.tokenspeed.core.OneLine.of(message);
   }
 }

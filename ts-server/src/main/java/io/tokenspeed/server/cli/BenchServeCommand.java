@@ -876,18 +876,7 @@ final class BenchServeCommand implements Callable<Integer> {
     Workload workload =
         Workload.of(
             workloadSeed, vocab, systemPrompts, systemTokens, userTokens, maxClients, requests);
-    EngineConfig warmConfig = engineConfig(env.lm(), cores());
-    progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
-    long warmMs =
-        WarmUp.run(
-            env.lm(),
-            warmConfig,
-            env.tokenizer().specialTokens().eosId(),
-            env.tokenizer(),
-            env.chatPrompt(),
-            null,
-            warmupRounds);
-    warmMs += warmL3(env, vocab);
+    long warmMs = warmUpWithL3(env);
     List<Run> runs = new ArrayList<>();
     int index = 0;
     for (int r = 0; r < repeats; r++) {
@@ -918,6 +907,21 @@ final class BenchServeCommand implements Callable<Integer> {
       }
     }
     return loadReport(runs, warmMs);
+  }
+
+  /** The serving warm-up, then an L3 round trip through two throwaway servers; its wall ms. */
+  private long warmUpWithL3(Env env) throws Exception {
+    progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
+    long warmMs =
+        WarmUp.run(
+            env.lm(),
+            engineConfig(env.lm(), cores()),
+            env.tokenizer().specialTokens().eosId(),
+            env.tokenizer(),
+            env.chatPrompt(),
+            null,
+            warmupRounds);
+    return warmMs + warmL3(env, env.lm().vocabSize());
   }
 
   /** The store's settings for one configuration: a fresh directory, or Redis. */
@@ -1435,17 +1439,7 @@ final class BenchServeCommand implements Callable<Integer> {
 
   private String soak(Env env) throws Exception {
     int vocab = env.lm().vocabSize();
-    EngineConfig warmConfig = engineConfig(env.lm(), cores());
-    progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
-    WarmUp.run(
-        env.lm(),
-        warmConfig,
-        env.tokenizer().specialTokens().eosId(),
-        env.tokenizer(),
-        env.chatPrompt(),
-        null,
-        warmupRounds);
-    warmL3(env, vocab);
+    warmUpWithL3(env);
     int computeThreads = threads != null ? threads : cores();
     EngineConfig config = engineConfig(env.lm(), computeThreads);
     Path dir = env.work().resolve("soak-store");

@@ -1,7 +1,5 @@
 package io.tokenspeed.server.http;
 
-import java.util.Locale;
-
 /**
  * A request the server refuses, answered in the OpenAI API's error shape: {@code {"error":
  * {"message", "type", "param", "code"}}} with an HTTP status. The message is one line: a control
@@ -61,18 +59,6 @@ public final class ApiException extends RuntimeException {
   }
 
   private static String oneLine(String message) {
-    if (message == null) {
-      return null;
-    }
-    StringBuilder sb = new StringBuilder(message.length());
-    for (int i = 0; i < message.length(); i++) {
-      char c = message.charAt(i);
-      if (c < 0x20 || c == 0x7f || c == 0x85 || c == 0x2028 || c == 0x2029) {
-        sb.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
-      } else {
-        sb.append(c);
-      }
-    }
-    return sb.toString();
+    return io.tokenspeed.core.OneLine.of(message);
   }
 }

@@ -364,7 +364,7 @@ class ConfigDecodersFuzzTest {
               return g;
             },
             (input, e) -> {
-              String prefix = ConfigException.oneLine("--group \"" + input + "\": ");
+              String prefix = io.tokenspeed.core.OneLine.of("--group \"" + input + "\": ");
               assertTrue(
                   e.getMessage().startsWith(prefix),
                   "message does not quote the flag: " + e.getMessage());

@@ -82,7 +82,7 @@ class ConfigDecodersGuidedFuzzTest {
     String text = new String(data, StandardCharsets.UTF_8);
     Outcome<CacheGroupSpec> o = decode(text, () -> GroupFlag.parse(text, 0));
     if (o.refused()) {
-      String prefix = ConfigException.oneLine("--group \"" + text + "\": ");
+      String prefix = io.tokenspeed.core.OneLine.of("--group \"" + text + "\": ");
       assertTrue(
           o.refusal().getMessage().startsWith(prefix),
           () -> "message does not quote the flag: " + o.refusal().getMessage());
