@@ -135,7 +135,11 @@ class BenchServeCommandTest {
       double[] v = numbers(cells, 4);
       assertTrue(v[4] > 0, what + ": requests/s");
       assertTrue(v[5] > 0 && v[6] >= v[5], what + ": 0 < TTFT p50 <= p99");
-      assertTrue(v[7] > 0 && v[8] >= v[7], what + ": 0 < TPOT p50 <= p99");
+      // A tiny model's steps take microseconds: when the client falls behind, a request's events
+      // arrive in one read and its TPOT is 0 (the report rounds to 0.01 ms). Every request had
+      // two tokens or more (otherwise the cell reads NaN and fails), and the percentiles are
+      // ordered.
+      assertTrue(v[7] >= 0 && v[8] >= v[7], what + ": 0 <= TPOT p50 <= p99");
       assertTrue(v[9] > 0, what + ": the system prompts were reused");
       if (setup.servers() == 2) {
         assertTrue(v[10] > 0, what + ": the second server restored prefixes from the store");
