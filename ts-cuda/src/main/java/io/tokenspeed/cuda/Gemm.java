@@ -1,0 +1,70 @@
+package io.tokenspeed.cuda;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+
+/**
+ * Row-major matrix products through cuBLAS: {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a
+ * weight matrix {@code W[out][in]} as checkpoints store it. X and W share an element type (float32,
+ * or bf16 with float32 accumulation); Y is float32.
+ *
+ * <p>cuBLAS is column-major: a row-major {@code [rows][cols]} matrix is its column-major transpose.
+ * So {@code Yᵀ (out × rows) = W (in × out, transposed) · Xᵀ (in × rows)}: op(A) = T with A = W, lda
+ * = in; B = X, ldb = in; C = Y, ldc = out.
+ */
+public final class Gemm {
+
+  /** {@code cudaDataType}: float32. */
+  public static final int R_32F = 0;
+
+  /** {@code cudaDataType}: bfloat16. */
+  public static final int R_16BF = 14;
+
+  private static final int OP_N = 0;
+  private static final int OP_T = 1;
+  private static final int COMPUTE_32F = 68;
+  private static final int ALGO_DEFAULT = -1;
+
+  private final CudaDevice device;
+  private final MemorySegment one;
+  private final MemorySegment zero;
+
+  public Gemm(CudaDevice device) {
+    this.device = device;
+    Arena arena = Arena.ofAuto();
+    this.one = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 1f);
+    this.zero = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 0f);
+  }
+
+  /**
+   * {@code y = x · wᵀ} ({@code accumulate}: {@code y += x · wᵀ}) on the device's stream.
+   *
+   * @param type the element type of x and w ({@link #R_32F} or {@link #R_16BF})
+   */
+  public void apply(
+      long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+    device
+        .api()
+        .gemmEx(
+            device.cublas(),
+            OP_T,
+            OP_N,
+            out,
+            rows,
+            in,
+            one,
+            w,
+            type,
+            in,
+            x,
+            type,
+            in,
+            accumulate ? one : zero,
+            y,
+            R_32F,
+            out,
+            COMPUTE_32F,
+            ALGO_DEFAULT);
+  }
+}

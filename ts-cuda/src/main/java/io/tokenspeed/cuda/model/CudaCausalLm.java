@@ -1,0 +1,706 @@
+package io.tokenspeed.cuda.model;
+
+import io.tokenspeed.core.CacheField;
+import io.tokenspeed.core.CacheGroupSpec;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.core.Sharding;
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.Gemm;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.ModelIdentity;
+import io.tokenspeed.model.checkpoint.Checkpoint;
+import io.tokenspeed.model.checkpoint.CheckpointException;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.checkpoint.Tensor;
+import io.tokenspeed.model.checkpoint.WeightSource;
+import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.LlamaConfig;
+import io.tokenspeed.model.config.ModelConfig;
+import io.tokenspeed.model.config.ModelConfigs;
+import io.tokenspeed.model.config.Qwen2Config;
+import io.tokenspeed.model.config.Qwen3Config;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
+ * GPU: the weights in device memory in the checkpoint's own element type (bf16 or float32), the
+ * residual stream and every reduction in float32, GEMMs through cuBLAS (bf16 inputs with float32
+ * accumulation for bf16 weights), and the other steps as the project's kernels.
+ *
+ * <pre>
+ *   tokens → embed → [ RMSNorm → qkv GEMM → bias, QK-norm, RoPE, K/V → pool → paged attention
+ *                      → o GEMM (+= x) → RMSNorm → gate|up GEMM → SiLU·mul → down GEMM (+= x) ] × L
+ *          → rows that need logits → RMSNorm → LM head GEMM → float32 logits, copied to the host
+ * </pre>
+ *
+ * <p>It reads and writes KV exactly where the CPU model does (the same {@link CacheLayout}, float32
+ * values), so blocks restored from a store, or computed by a CPU replica, serve it unchanged. Like
+ * the CPU model it never chooses blocks: a forward pass is handed block tables.
+ */
+public final class CudaCausalLm implements AutoCloseable {
+
+  private static final int NORM_THREADS = 256;
+  private static final int ATTN_WARPS = 4;
+  private static final int ATTN_MAX_HEAD_DIM = 256;
+
+  private record Layer(
+      DeviceBuffer inputNorm,
+      DeviceBuffer qkv,
+      DeviceBuffer qkvBias,
+      DeviceBuffer qNorm,
+      DeviceBuffer kNorm,
+      DeviceBuffer o,
+      DeviceBuffer oBias,
+      DeviceBuffer postNorm,
+      DeviceBuffer gateUp,
+      DeviceBuffer down) {}
+
+  private final CudaDevice device;
+  private final ModelConfig config;
+  private final DecoderDims d;
+  private final ModelIdentity identity;
+  private final int weightType;
+  private final DeviceBuffer embed;
+  private final DeviceBuffer lmHead;
+  private final DeviceBuffer finalNorm;
+  private final DeviceBuffer invFreq;
+  private final List<Layer> layers;
+  private final List<DeviceBuffer> owned;
+  private final Gemm gemm;
+  private Workspace workspace;
+
+  private CudaCausalLm(
+      CudaDevice device,
+      ModelConfig config,
+      ModelIdentity identity,
+      int weightType,
+      DeviceBuffer embed,
+      DeviceBuffer lmHead,
+      DeviceBuffer finalNorm,
+      DeviceBuffer invFreq,
+      List<Layer> layers,
+      List<DeviceBuffer> owned) {
+    this.device = device;
+    this.config = config;
+    this.d = config.dims();
+    this.identity = identity;
+    this.weightType = weightType;
+    this.embed = embed;
+    this.lmHead = lmHead;
+    this.finalNorm = finalNorm;
+    this.invFreq = invFreq;
+    this.layers = layers;
+    this.owned = owned;
+    this.gemm = new Gemm(device);
+  }
+
+  /**
+   * Loads {@code folder} onto {@code device}: validates the checkpoint as the CPU loader does
+   * (every tensor's shape, every tensor used) and copies the weights to device memory.
+   *
+   * @throws CheckpointException naming the file or tensor at fault
+   * @throws IllegalArgumentException for an architecture the GPU path does not run yet
+   */
+  public static CudaCausalLm load(
+      CudaDevice device, Path folder, String modelId, String weightVersion) {
+    try (Checkpoint ckpt = Checkpoint.open(folder)) {
+      ModelConfig config;
+      try {
+        config = ModelConfigs.parse(ckpt.config());
+      } catch (IllegalArgumentException e) {
+        throw new CheckpointException(
+            folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
+      }
+      if (!(config instanceof LlamaConfig
+          || config instanceof Qwen2Config
+          || config instanceof Qwen3Config)) {
+        throw new IllegalArgumentException(
+            config.architecture()
+                + " does not run on the GPU yet; allowed: LlamaForCausalLM, MistralForCausalLM,"
+                + " Qwen2ForCausalLM, Qwen3ForCausalLM");
+      }
+      if (config.dims().headDim() > ATTN_MAX_HEAD_DIM) {
+        throw new IllegalArgumentException(
+            "head_dim="
+                + config.dims().headDim()
+                + " is above the GPU kernels' "
+                + ATTN_MAX_HEAD_DIM);
+      }
+      device.bind();
+      List<DeviceBuffer> owned = new ArrayList<>();
+      try (WeightSource w = new WeightSource(ckpt, config.architecture())) {
+        CudaCausalLm model = build(device, config, w, ckpt, modelId, weightVersion, owned);
+        w.requireAllTaken();
+        device.synchronize();
+        return model;
+      } catch (RuntimeException e) {
+        for (DeviceBuffer b : owned) {
+          b.close();
+        }
+        throw e;
+      }
+    }
+  }
+
+  private static CudaCausalLm build(
+      CudaDevice device,
+      ModelConfig config,
+      WeightSource w,
+      Checkpoint ckpt,
+      String modelId,
+      String weightVersion,
+      List<DeviceBuffer> owned) {
+    DecoderDims d = config.dims();
+    int hidden = d.hiddenSize();
+    int hd = d.headDim();
+    int qWidth = d.numHeads() * hd;
+    int kvWidth = d.numKvHeads() * hd;
+    int inter = d.intermediateSize();
+    Tensor embedT = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
+    boolean bf16 = embedT.dtype() == DType.BF16;
+    int type = bf16 ? Gemm.R_16BF : Gemm.R_32F;
+    Uploader up = new Uploader(device, bf16, owned);
+    DeviceBuffer embed = up.matrix(embedT);
+    List<Layer> layers = new ArrayList<>();
+    for (int l = 0; l < d.numLayers(); l++) {
+      String p = "model.layers." + l + ".";
+      String a = p + "self_attn.";
+      DeviceBuffer inputNorm = up.floats(w.take(p + "input_layernorm.weight", hidden));
+      DeviceBuffer qkv =
+          up.stacked(
+              w.take(a + "q_proj.weight", qWidth, hidden),
+              w.take(a + "k_proj.weight", kvWidth, hidden),
+              w.take(a + "v_proj.weight", kvWidth, hidden));
+      DeviceBuffer qkvBias =
+          config.qkvBias()
+              ? up.floats(
+                  w.take(a + "q_proj.bias", qWidth),
+                  w.take(a + "k_proj.bias", kvWidth),
+                  w.take(a + "v_proj.bias", kvWidth))
+              : null;
+      DeviceBuffer qNorm = config.qkNorm() ? up.floats(w.take(a + "q_norm.weight", hd)) : null;
+      DeviceBuffer kNorm = config.qkNorm() ? up.floats(w.take(a + "k_norm.weight", hd)) : null;
+      DeviceBuffer o = up.matrix(w.take(a + "o_proj.weight", hidden, qWidth));
+      DeviceBuffer oBias =
+          config.outputBias() ? up.floats(w.take(a + "o_proj.bias", hidden)) : null;
+      DeviceBuffer postNorm = up.floats(w.take(p + "post_attention_layernorm.weight", hidden));
+      DeviceBuffer gateUp =
+          up.stacked(
+              w.take(p + "mlp.gate_proj.weight", inter, hidden),
+              w.take(p + "mlp.up_proj.weight", inter, hidden));
+      DeviceBuffer down = up.matrix(w.take(p + "mlp.down_proj.weight", hidden, inter));
+      layers.add(
+          new Layer(inputNorm, qkv, qkvBias, qNorm, kNorm, o, oBias, postNorm, gateUp, down));
+    }
+    DeviceBuffer finalNorm = up.floats(w.take("model.norm.weight", hidden));
+    DeviceBuffer lmHead =
+        d.tieWordEmbeddings() ? embed : up.matrix(w.take("lm_head.weight", d.vocabSize(), hidden));
+    // the CPU model's inverse frequencies, float arithmetic included
+    float[] inv = new float[hd / 2];
+    for (int i = 0; i < inv.length; i++) {
+      float exponent = (float) (2 * i) / (float) hd;
+      inv[i] = 1.0f / (float) StrictMath.pow(d.ropeTheta(), exponent);
+    }
+    DeviceBuffer invFreq = up.floats(inv);
+    ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
+    return new CudaCausalLm(
+        device, config, identity, type, embed, lmHead, finalNorm, invFreq, layers, owned);
+  }
+
+  /** Copies host tensors to device buffers it records in {@code owned}. */
+  private record Uploader(CudaDevice device, boolean bf16, List<DeviceBuffer> owned) {
+
+    /** A float32 vector (norm weights, biases), the tensors concatenated. */
+    DeviceBuffer floats(Tensor... parts) {
+      int n = 0;
+      for (Tensor t : parts) {
+        n += Math.toIntExact(t.numElements());
+      }
+      float[] all = new float[n];
+      int at = 0;
+      for (Tensor t : parts) {
+        float[] v = t.toFloatArray();
+        System.arraycopy(v, 0, all, at, v.length);
+        at += v.length;
+      }
+      return floats(all);
+    }
+
+    DeviceBuffer floats(float[] values) {
+      DeviceBuffer b = keep(device.allocate((long) values.length * Float.BYTES));
+      b.write(0, values);
+      return b;
+    }
+
+    /** A weight matrix in the model's element type. */
+    DeviceBuffer matrix(Tensor t) {
+      return stacked(t);
+    }
+
+    /** Matrices {@code [out_i][in]} stacked by rows into one {@code [Σ out_i][in]}. */
+    DeviceBuffer stacked(Tensor... parts) {
+      int size = bf16 ? 2 : 4;
+      long elements = 0;
+      for (Tensor t : parts) {
+        elements += t.numElements();
+      }
+      DeviceBuffer b = keep(device.allocate(elements * size));
+      long at = 0;
+      for (Tensor t : parts) {
+        upload(t, b, at);
+        at += t.numElements() * size;
+      }
+      return b;
+    }
+
+    private void upload(Tensor t, DeviceBuffer b, long offset) {
+      DType want = bf16 ? DType.BF16 : DType.F32;
+      if (t.dtype() == want) {
+        b.copyFrom(t.data(), offset);
+        return;
+      }
+      // another element type: convert on the host, in slices
+      long n = t.numElements();
+      int slice = 1 << 20;
+      float[] buf = new float[slice];
+      try (Arena a = Arena.ofConfined()) {
+        MemorySegment host = a.allocate((long) slice * (bf16 ? 2 : 4), 64);
+        for (long from = 0; from < n; from += slice) {
+          int count = (int) Math.min(slice, n - from);
+          t.readFloats(from, buf, 0, count);
+          for (int i = 0; i < count; i++) {
+            if (bf16) {
+              host.setAtIndex(ValueLayout.JAVA_SHORT_UNALIGNED, i, toBf16(buf[i]));
+            } else {
+              host.setAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, i, buf[i]);
+            }
+          }
+          b.copyFrom(
+              host.asSlice(0, (long) count * (bf16 ? 2 : 4)), offset + from * (bf16 ? 2 : 4));
+        }
+      }
+    }
+
+    private DeviceBuffer keep(DeviceBuffer b) {
+      owned.add(b);
+      return b;
+    }
+  }
+
+  /** Rounds {@code f} to bf16, nearest even, as the kernels do. */
+  static short toBf16(float f) {
+    int u = Float.floatToRawIntBits(f);
+    if ((u & 0x7f800000) == 0x7f800000 && (u & 0x007fffff) != 0) {
+      return (short) ((u >>> 16) | 0x0040);
+    }
+    u += 0x7fff + ((u >>> 16) & 1);
+    return (short) (u >>> 16);
+  }
+
+  public ModelConfig config() {
+    return config;
+  }
+
+  public ModelIdentity identity() {
+    return identity;
+  }
+
+  public CudaDevice device() {
+    return device;
+  }
+
+  public int vocabSize() {
+    return d.vocabSize();
+  }
+
+  /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
+  public boolean bf16() {
+    return weightType == Gemm.R_16BF;
+  }
+
+  /**
+   * The cache layout of this model: the CPU model's ({@link CausalLm#cacheLayout}) for one rank,
+   * one Full-history group whose blocks hold every layer's K and V, float32.
+   */
+  public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
+    List<CacheField> fields = new ArrayList<>();
+    long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * Float.BYTES;
+    for (int l = 0; l < d.numLayers(); l++) {
+      fields.add(new CacheField("layers." + l + ".k", bytes));
+      fields.add(new CacheField("layers." + l + ".v", bytes));
+    }
+    CacheGroupSpec group =
+        new CacheGroupSpec(
+            0,
+            new GroupKind.FullHistory(),
+            blockGranularity,
+            fields,
+            new Sharding.HeadPartitioned());
+    return new CacheLayout(prefixGranularity, CausalLm.KV_DTYPE, List.of(group));
+  }
+
+  /** Scratch memory of a forward pass, grown to the largest batch seen. */
+  private final class Workspace implements AutoCloseable {
+    final int tokens;
+    final int tableInts;
+    final int logitRows;
+    final DeviceBuffer x;
+    final DeviceBuffer act;
+    final DeviceBuffer qkv;
+    final DeviceBuffer q;
+    final DeviceBuffer gu;
+    final DeviceBuffer ints;
+    final DeviceBuffer tables;
+    final DeviceBuffer logits;
+
+    Workspace(int tokens, int tableInts, int logitRows) {
+      this.tokens = tokens;
+      this.tableInts = tableInts;
+      this.logitRows = logitRows;
+      int hidden = d.hiddenSize();
+      int qkvWidth = (d.numHeads() + 2 * d.numKvHeads()) * d.headDim();
+      int actWidth = Math.max(hidden, Math.max(d.intermediateSize(), d.numHeads() * d.headDim()));
+      List<DeviceBuffer> made = new ArrayList<>();
+      try {
+        x = keep(made, (long) tokens * hidden * 4);
+        act = keep(made, (long) tokens * actWidth * 4);
+        qkv = keep(made, (long) tokens * qkvWidth * 4);
+        q = keep(made, (long) tokens * d.numHeads() * d.headDim() * 4);
+        gu = keep(made, (long) tokens * 2 * d.intermediateSize() * 4);
+        ints = keep(made, (long) tokens * 4 * 4);
+        tables = keep(made, (long) tableInts * 4);
+        logits = keep(made, (long) logitRows * d.vocabSize() * 4);
+      } catch (RuntimeException e) {
+        for (DeviceBuffer b : made) {
+          b.close();
+        }
+        throw e;
+      }
+    }
+
+    private DeviceBuffer keep(List<DeviceBuffer> made, long bytes) {
+      DeviceBuffer b = device.allocate(bytes);
+      made.add(b);
+      return b;
+    }
+
+    @Override
+    public void close() {
+      for (DeviceBuffer b : List.of(x, act, qkv, q, gu, ints, tables, logits)) {
+        b.close();
+      }
+    }
+  }
+
+  private Workspace workspace(int tokens, int tableInts, int logitRows) {
+    Workspace w = workspace;
+    if (w == null || w.tokens < tokens || w.tableInts < tableInts || w.logitRows < logitRows) {
+      int t = Math.max(16, w == null ? tokens : Math.max(tokens, w.tokens));
+      int ti = Math.max(64, w == null ? tableInts : Math.max(tableInts, w.tableInts));
+      int lr = Math.max(16, w == null ? logitRows : Math.max(logitRows, w.logitRows));
+      if (w != null) {
+        device.synchronize();
+        w.close();
+        workspace = null;
+      }
+      workspace = new Workspace(t, ti, lr);
+    }
+    return workspace;
+  }
+
+  /**
+   * Computes one batch: writes the KV of every token it computes into the slots its request's block
+   * table gives, and returns the logits of every chunk token or the last, per request.
+   *
+   * @throws IllegalArgumentException when a request's tokens, positions or block table do not fit
+   *     the model or the cache
+   */
+  public ForwardResult forward(ForwardBatch batch, CudaKvCache kv) {
+    if (kv.layout().numGroups() != 1
+        || !kv.layout()
+            .group(0)
+            .fields()
+            .equals(
+                cacheLayout(
+                        kv.layout().prefixGranularity(), kv.layout().group(0).blockGranularity())
+                    .group(0)
+                    .fields())) {
+      throw new IllegalArgumentException("kv cache layout " + kv.layout() + " is not this model's");
+    }
+    device.bind();
+    List<ForwardRequest> requests = batch.requests();
+    int numTokens = batch.numTokens();
+    int bg = kv.layout().group(0).blockGranularity();
+    int stride = 1;
+    int logitRows = 0;
+    for (int r = 0; r < requests.size(); r++) {
+      ForwardRequest req = requests.get(r);
+      validate(r, req, kv);
+      stride =
+          Math.max(stride, kv.layout().group(0).rowsFor(req.startPosition() + req.numTokens()));
+      logitRows += req.numLogitRows();
+    }
+    // per token: id, position, request; per logit row: its token
+    int[] meta = new int[numTokens * 3 + logitRows];
+    int[] tables = new int[requests.size() * stride];
+    int row = 0;
+    int lr = 0;
+    for (int r = 0; r < requests.size(); r++) {
+      ForwardRequest req = requests.get(r);
+      int[] table = req.blockTables()[0];
+      System.arraycopy(table, 0, tables, r * stride, Math.min(stride, table.length));
+      int first = req.allLogits() ? row : row + req.numTokens() - 1;
+      for (int i = 0; i < req.numTokens(); i++) {
+        meta[row] = req.tokenIds()[i];
+        meta[numTokens + row] = req.startPosition() + i;
+        meta[2 * numTokens + row] = r;
+        row++;
+      }
+      for (int i = first; i < row; i++) {
+        meta[3 * numTokens + lr++] = i;
+      }
+    }
+    Workspace ws = workspace(numTokens, tables.length, logitRows);
+    ws.ints.write(0, meta);
+    ws.tables.write(0, tables);
+    long tokens = ws.ints.pointer();
+    long positions = tokens + (long) numTokens * 4;
+    long tokenRequest = tokens + 2L * numTokens * 4;
+    long logitIndex = tokens + 3L * numTokens * 4;
+
+    int hidden = d.hiddenSize();
+    int hd = d.headDim();
+    int heads = d.numHeads();
+    int kvHeads = d.numKvHeads();
+    int inter = d.intermediateSize();
+    boolean bf = bf16();
+    long act = ws.act.pointer();
+    long actF32 = bf ? 0L : act;
+    long actBf16 = bf ? act : 0L;
+    DeviceBuffer pool = kv.pool(0);
+
+    device.launch(
+        bf ? "embed_bf16" : "embed_f32",
+        numTokens,
+        1,
+        256,
+        0,
+        embed.pointer(),
+        tokens,
+        ws.x.pointer(),
+        hidden,
+        1f);
+    float eps = (float) d.rmsNormEps();
+    float scale = (float) (1.0 / Math.sqrt(hd));
+    int ropeThreads = Integer.highestOneBit(Math.max(32, hd / 2 - 1) * 2);
+    for (int l = 0; l < layers.size(); l++) {
+      Layer layer = layers.get(l);
+      rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
+      gemm.apply(
+          act,
+          layer.qkv().pointer(),
+          weightType,
+          ws.qkv.pointer(),
+          numTokens,
+          hidden,
+          (heads + 2 * kvHeads) * hd,
+          false);
+      device.launch(
+          "qkv_rope_store",
+          numTokens,
+          heads + kvHeads,
+          ropeThreads,
+          ropeThreads * 4,
+          ws.qkv.pointer(),
+          ptr(layer.qkvBias()),
+          ptr(layer.qNorm()),
+          ptr(layer.kNorm()),
+          eps,
+          invFreq.pointer(),
+          positions,
+          tokenRequest,
+          ws.tables.pointer(),
+          stride,
+          heads,
+          kvHeads,
+          hd,
+          ws.q.pointer(),
+          pool.pointer(),
+          kv.layout().group(0).bytesPerBlock(),
+          kv.fieldOffset(0, "layers." + l + ".k"),
+          kv.fieldOffset(0, "layers." + l + ".v"),
+          bg);
+      long items = (long) numTokens * heads;
+      device.launch(
+          "paged_attention",
+          Math.toIntExact((items + ATTN_WARPS - 1) / ATTN_WARPS),
+          1,
+          32 * ATTN_WARPS,
+          ATTN_WARPS * hd * 4,
+          ws.q.pointer(),
+          pool.pointer(),
+          kv.layout().group(0).bytesPerBlock(),
+          kv.fieldOffset(0, "layers." + l + ".k"),
+          kv.fieldOffset(0, "layers." + l + ".v"),
+          bg,
+          positions,
+          tokenRequest,
+          ws.tables.pointer(),
+          stride,
+          numTokens,
+          heads,
+          kvHeads,
+          hd,
+          scale,
+          0,
+          actF32,
+          actBf16);
+      gemm.apply(
+          act,
+          layer.o().pointer(),
+          weightType,
+          ws.x.pointer(),
+          numTokens,
+          heads * hd,
+          hidden,
+          true);
+      if (layer.oBias() != null) {
+        device.launch(
+            "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
+      }
+      rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
+      gemm.apply(
+          act,
+          layer.gateUp().pointer(),
+          weightType,
+          ws.gu.pointer(),
+          numTokens,
+          hidden,
+          2 * inter,
+          false);
+      device.launch("silu_mul", numTokens, 1, 256, 0, ws.gu.pointer(), inter, actF32, actBf16);
+      gemm.apply(
+          act, layer.down().pointer(), weightType, ws.x.pointer(), numTokens, inter, hidden, true);
+    }
+    rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
+    int vocab = d.vocabSize();
+    gemm.apply(
+        act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
+    float[] logits = ws.logits.readFloats(0, logitRows * vocab);
+    List<float[]> perRequest = new ArrayList<>(requests.size());
+    int at = 0;
+    for (ForwardRequest req : requests) {
+      int n = req.numLogitRows() * vocab;
+      float[] out = new float[n];
+      System.arraycopy(logits, at, out, 0, n);
+      perRequest.add(out);
+      at += n;
+    }
+    return new ForwardResult(vocab, perRequest);
+  }
+
+  private void rmsNorm(
+      long x, long rows, DeviceBuffer w, long outF32, long outBf16, int count, int n, float eps) {
+    device.launch(
+        "rmsnorm",
+        count,
+        1,
+        NORM_THREADS,
+        NORM_THREADS * 4,
+        x,
+        rows,
+        w.pointer(),
+        outF32,
+        outBf16,
+        n,
+        eps);
+  }
+
+  private static long ptr(DeviceBuffer b) {
+    return b == null ? 0L : b.pointer();
+  }
+
+  private void validate(int r, ForwardRequest req, CudaKvCache kv) {
+    int end = req.startPosition() + req.numTokens();
+    if (end > d.maxPositionEmbeddings()) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " ends at position="
+              + end
+              + " beyond max_position_embeddings="
+              + d.maxPositionEmbeddings());
+    }
+    for (int id : req.tokenIds()) {
+      if (id < 0 || id >= d.vocabSize()) {
+        throw new IllegalArgumentException(
+            "request " + r + " token id=" + id + " outside [0, " + d.vocabSize() + ")");
+      }
+    }
+    if (req.blockTables().length != 1) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " has block tables="
+              + req.blockTables().length
+              + " but the layout has 1");
+    }
+    int[] table = req.blockTables()[0];
+    int rows = kv.layout().group(0).rowsFor(end);
+    if (table.length < rows) {
+      throw new IllegalArgumentException(
+          "request "
+              + r
+              + " block table has rows="
+              + table.length
+              + " but tokens up to position "
+              + end
+              + " need "
+              + rows);
+    }
+    java.util.Set<Integer> seen = new java.util.HashSet<>();
+    for (int i = 0; i < rows; i++) {
+      int id = table[i];
+      if (id < 1 || id >= kv.numBlocks()) {
+        throw new IllegalArgumentException(
+            "request "
+                + r
+                + " row "
+                + i
+                + " block id="
+                + id
+                + " outside [1, "
+                + kv.numBlocks()
+                + ")");
+      }
+      if (!seen.add(id)) {
+        throw new IllegalArgumentException(
+            "request " + r + " row " + i + " repeats block id=" + id);
+      }
+    }
+  }
+
+  /** Frees the weights and scratch; the model must not be used afterwards. */
+  @Override
+  public void close() {
+    device.bind();
+    device.synchronize();
+    if (workspace != null) {
+      workspace.close();
+      workspace = null;
+    }
+    for (DeviceBuffer b : owned) {
+      b.close();
+    }
+  }
+}

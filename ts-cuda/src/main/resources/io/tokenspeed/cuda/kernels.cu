@@ -1,0 +1,323 @@
+// The CUDA backend's kernels, compiled at startup by NVRTC for the device's architecture.
+//
+// Conventions: activations are row-major [tokens][width]; the residual stream and every reduction
+// are float32; bf16 values travel as their raw 16 bits (unsigned short), so this file needs no
+// header. Every reduction runs in a fixed order that depends only on the row it reduces (never on
+// how many rows share the launch): a token's result is the same whatever else is in its batch.
+//
+// Paged KV, as the engine lays it out (CacheLayout, float32):
+//   block b of a group = | layers.0.k | layers.0.v | layers.1.k | ... |   (bytesPerBlock apart)
+//   one field          = [kvHead][slot][headDim] floats, slot = position % blockTokens
+//   tables[r * tableStride + position / blockTokens] = the block of request r (0: not stored)
+
+typedef unsigned short bf16_t;
+
+#define NEG_INF __int_as_float(0xff800000u)
+
+__device__ __forceinline__ float bf16_to_float(bf16_t b) {
+  return __uint_as_float(((unsigned int)b) << 16);
+}
+
+// Round to nearest even; NaN stays a (quiet) NaN.
+__device__ __forceinline__ bf16_t float_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return (bf16_t)((u >> 16) | 0x0040u);
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (bf16_t)(u >> 16);
+}
+
+// Sum of a block's values in a fixed tree order; blockDim.x is a power of two <= 1024.
+__device__ float block_sum(float v, float* scratch) {
+  int t = threadIdx.x;
+  scratch[t] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) {
+      scratch[t] += scratch[t + s];
+    }
+    __syncthreads();
+  }
+  float total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------- embedding
+
+// x[t][i] = E[tokens[t]][i] · scale. Grid: tokens. Block: any.
+extern "C" __global__ void embed_f32(
+    const float* E, const int* tokens, float* x, int hidden, float scale) {
+  const float* row = E + (long long)tokens[blockIdx.x] * hidden;
+  float* out = x + (long long)blockIdx.x * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[i] = row[i] * scale;
+  }
+}
+
+extern "C" __global__ void embed_bf16(
+    const bf16_t* E, const int* tokens, float* x, int hidden, float scale) {
+  const bf16_t* row = E + (long long)tokens[blockIdx.x] * hidden;
+  float* out = x + (long long)blockIdx.x * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[i] = bf16_to_float(row[i]) * scale;
+  }
+}
+
+// ---------------------------------------------------------------------------------- RMSNorm
+
+// out[r] = x[rows ? rows[r] : r] · rsqrt(mean(x²) + eps) · w, to out_f32 or out_bf16 (the other
+// null). Grid: output rows. Block: a power of two; shared memory blockDim.x floats.
+extern "C" __global__ void rmsnorm(
+    const float* x, const int* rows, const float* w, float* out_f32, bf16_t* out_bf16, int n,
+    float eps) {
+  extern __shared__ float scratch[];
+  int r = blockIdx.x;
+  const float* in = x + (long long)(rows ? rows[r] : r) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    ss += in[i] * in[i];
+  }
+  float total = block_sum(ss, scratch);
+  float inv = rsqrtf(total / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float y = w[i] * (in[i] * inv);
+    if (out_bf16) {
+      out_bf16[(long long)r * n + i] = float_to_bf16(y);
+    } else {
+      out_f32[(long long)r * n + i] = y;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------- q, k, v
+
+// After the fused projection qkv[t] = | q (H·d) | k (K·d) | v (K·d) |: adds the biases (bias may
+// be null), applies the per-head QK-norm (qnorm/knorm may be null), rotates q and k by RoPE
+// ("rotate half": the pair (i, i + d/2) by pos · invFreq[i]), writes q to q_out [t][H·d], and
+// stores k and v at the token's block and slot of the pool (not when the table entry is 0).
+// Grid: (tokens, H + K). Block: a power of two >= d/2; shared memory blockDim.x floats.
+extern "C" __global__ void qkv_rope_store(
+    const float* qkv, const float* bias, const float* qnorm, const float* knorm, float eps,
+    const float* invFreq, const int* positions, const int* tokenRequest, const int* tables,
+    int tableStride, int H, int K, int d, float* q_out, char* pool, long long bytesPerBlock,
+    long long kOffset, long long vOffset, int blockTokens) {
+  extern __shared__ float scratch[];
+  int t = blockIdx.x;
+  int head = blockIdx.y;
+  int half = d / 2;
+  int width = (H + 2 * K) * d;
+  bool isQ = head < H;
+  int col = head * d;  // q heads, then k heads
+  const float* norm = isQ ? qnorm : knorm;
+  int i = threadIdx.x;
+  bool active = i < half;
+  float a = 0.f, b = 0.f;
+  if (active) {
+    a = qkv[(long long)t * width + col + i];
+    b = qkv[(long long)t * width + col + i + half];
+    if (bias) {
+      a += bias[col + i];
+      b += bias[col + i + half];
+    }
+  }
+  if (norm) {
+    float total = block_sum(active ? a * a + b * b : 0.f, scratch);
+    float inv = rsqrtf(total / (float)d + eps);
+    if (active) {
+      a = norm[i] * (a * inv);
+      b = norm[i + half] * (b * inv);
+    }
+  }
+  int p = positions[t];
+  float ra = a, rb = b;
+  if (invFreq && active) {
+    float s, c;
+    sincosf((float)p * invFreq[i], &s, &c);
+    ra = a * c - b * s;
+    rb = b * c + a * s;
+  }
+  if (isQ) {
+    if (active) {
+      float* q = q_out + (long long)t * H * d + head * d;
+      q[i] = ra;
+      q[i + half] = rb;
+    }
+    return;
+  }
+  int kvHead = head - H;
+  int block = tables[(long long)tokenRequest[t] * tableStride + p / blockTokens];
+  if (block == 0 || !active) {
+    return;
+  }
+  int slot = p % blockTokens;
+  long long field = ((long long)kvHead * blockTokens + slot) * d;
+  float* k = (float*)(pool + (long long)block * bytesPerBlock + kOffset) + field;
+  float* v = (float*)(pool + (long long)block * bytesPerBlock + vOffset) + field;
+  k[i] = ra;
+  k[i + half] = rb;
+  int vcol = (H + K) * d + kvHead * d;
+  float va = qkv[(long long)t * width + vcol + i];
+  float vb = qkv[(long long)t * width + vcol + i + half];
+  if (bias) {
+    va += bias[vcol + i];
+    vb += bias[vcol + i + half];
+  }
+  v[i] = va;
+  v[i + half] = vb;
+}
+
+// ---------------------------------------------------------------------------------- attention
+
+#define ATTN_WARPS 4
+#define ATTN_MAX_D 256
+
+// Causal attention of each (token, query head) over its request's positions 0 .. pos (the last
+// `window` positions when window > 0), reading K and V through the block table. One warp per
+// (token, head); keys in chunks of 32, a lane per key for the scores, an online softmax per chunk,
+// then every lane accumulates its dimensions over the chunk's keys in position order. The order
+// of every sum depends only on the token's position, so the result does not depend on the batch.
+// Output to out_f32 or out_bf16 ([t][H·d]). Grid: ceil(tokens · H / ATTN_WARPS). Block: 32 ·
+// ATTN_WARPS; shared memory ATTN_WARPS · d floats.
+extern "C" __global__ void paged_attention(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, int tokens, int H, int K, int d, float scale, int window,
+    float* out_f32, bf16_t* out_bf16) {
+  extern __shared__ float qs[];
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  long long item = (long long)blockIdx.x * ATTN_WARPS + warp;
+  if (item >= (long long)tokens * H) {
+    return;
+  }
+  int t = (int)(item / H);
+  int h = (int)(item % H);
+  int kvHead = h / (H / K);
+  float* qw = qs + warp * d;
+  for (int e = lane; e < d; e += 32) {
+    qw[e] = q[(long long)t * H * d + h * d + e] * scale;
+  }
+  __syncwarp();
+  int pos = positions[t];
+  int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int* table = tables + (long long)tokenRequest[t] * tableStride;
+  float m = NEG_INF;
+  float l = 0.f;
+  float acc[ATTN_MAX_D / 32];
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    acc[e] = 0.f;
+  }
+  for (int c0 = first; c0 <= pos; c0 += 32) {
+    int j = c0 + lane;
+    float s = NEG_INF;
+    if (j <= pos) {
+      int block = table[j / blockTokens];
+      const float* k = (const float*)(pool + (long long)block * bytesPerBlock + kOffset) +
+                       ((long long)kvHead * blockTokens + j % blockTokens) * d;
+      float dot = 0.f;
+      for (int e = 0; e < d; e++) {
+        dot += qw[e] * k[e];
+      }
+      s = dot;
+    }
+    float mNew = fmaxf(m, warp_max(s));
+    float p = j <= pos ? expf(s - mNew) : 0.f;
+    float correction = expf(m - mNew);
+    l = l * correction + warp_sum(p);
+#pragma unroll
+    for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+      acc[e] *= correction;
+    }
+    m = mNew;
+    int n = min(32, pos - c0 + 1);
+    for (int jj = 0; jj < n; jj++) {
+      float pj = __shfl_sync(0xffffffffu, p, jj);
+      int key = c0 + jj;
+      int block = table[key / blockTokens];
+      const float* v = (const float*)(pool + (long long)block * bytesPerBlock + vOffset) +
+                       ((long long)kvHead * blockTokens + key % blockTokens) * d;
+#pragma unroll
+      for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+        int dim = lane + 32 * e;
+        if (dim < d) {
+          acc[e] += pj * v[dim];
+        }
+      }
+    }
+  }
+  float inv = 1.f / l;
+  long long o = (long long)t * H * d + h * d;
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    int dim = lane + 32 * e;
+    if (dim < d) {
+      float y = acc[e] * inv;
+      if (out_bf16) {
+        out_bf16[o + dim] = float_to_bf16(y);
+      } else {
+        out_f32[o + dim] = y;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------- MLP and misc
+
+// out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: tokens.
+extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16_t* out_bf16) {
+  long long t = blockIdx.x;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    float g = gu[t * 2 * I + i];
+    float u = gu[t * 2 * I + I + i];
+    float y = g / (1.f + expf(-g)) * u;
+    if (out_bf16) {
+      out_bf16[t * I + i] = float_to_bf16(y);
+    } else {
+      out_f32[t * I + i] = y;
+    }
+  }
+}
+
+// y[r][i] += b[i]. Grid: rows.
+extern "C" __global__ void add_bias(float* y, const float* b, int n) {
+  float* row = y + (long long)blockIdx.x * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    row[i] += b[i];
+  }
+}
+
+// Copies n bytes from src to dst, 16 at a time where both are aligned (the gather and scatter of
+// KV blocks: one launch moves many blocks). Grid: blocks to copy. Block: any.
+extern "C" __global__ void copy_blocks(
+    const long long* srcs, const long long* dsts, long long bytes) {
+  const char* s = (const char*)srcs[blockIdx.x];
+  char* d = (char*)dsts[blockIdx.x];
+  if ((bytes & 15) == 0 && (((long long)s | (long long)d) & 15) == 0) {
+    const int4* s4 = (const int4*)s;
+    int4* d4 = (int4*)d;
+    for (long long i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+      d4[i] = s4[i];
+    }
+  } else {
+    for (long long i = threadIdx.x; i < bytes; i += blockDim.x) {
+      d[i] = s[i];
+    }
+  }
+}

@@ -1,0 +1,247 @@
+package io.tokenspeed.cuda.model;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.Fixtures;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.PagedRunner;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.checkpoint.SafetensorsFile;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import java.lang.foreign.Arena;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Locale;
+import java.util.Random;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * The GPU forward pass against references: Hugging Face transformers on the same GPU (float32, TF32
+ * off; {@code -Dgpu.reference} names the folder {@code hf_reference.py} wrote), the fixtures' CPU
+ * reference outputs, and the project's CPU model on synthetic checkpoints, in float32 and bf16.
+ */
+class CudaCausalLmGpuTest {
+
+  /** Float32: max |Δ| over the reference's largest magnitude. */
+  static final double F32_RELATIVE = 1e-3;
+
+  /**
+   * Bf16 weights: the GPU rounds every GEMM input to bf16 (8 significant bits, relative step 2^-8),
+   * the CPU model computes with float32 activations over the same bf16 weights.
+   */
+  static final double BF16_RELATIVE = 5e-2;
+
+  static CudaDevice device;
+
+  @BeforeAll
+  static void open() {
+    device = CudaDevice.open(0);
+    System.out.printf("GPU %s, kernels compiled in %d ms%n", device, device.compileMillis());
+  }
+
+  @AfterAll
+  static void close() {
+    device.close();
+  }
+
+  /** Tables of fresh blocks from a shuffled free list, as an engine hands them out. */
+  static final class Blocks {
+    final List<Integer> free = new ArrayList<>();
+
+    Blocks(int numBlocks, long seed) {
+      for (int b = 1; b < numBlocks; b++) {
+        free.add(b);
+      }
+      Collections.shuffle(free, new Random(seed));
+    }
+
+    int[] table(int rows) {
+      int[] t = new int[rows];
+      for (int i = 0; i < rows; i++) {
+        t[i] = free.removeFirst();
+      }
+      return t;
+    }
+  }
+
+  /** Prefills {@code ids} in chunks of {@code chunk}; returns every position's logits. */
+  static float[] prefill(CudaCausalLm m, CudaKvCache kv, int[] ids, int[] table, int chunk) {
+    int vocab = m.vocabSize();
+    float[] all = new float[ids.length * vocab];
+    for (int start = 0; start < ids.length; start += chunk) {
+      int n = Math.min(chunk, ids.length - start);
+      int[] part = java.util.Arrays.copyOfRange(ids, start, start + n);
+      ForwardResult r =
+          m.forward(
+              ForwardBatch.of(new ForwardRequest(part, start, new int[][] {table}, true)), kv);
+      System.arraycopy(r.logits(0), 0, all, start * vocab, n * vocab);
+    }
+    return all;
+  }
+
+  static int argmax(float[] v, int from, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) {
+      if (v[from + i] > v[from + best]) {
+        best = i;
+      }
+    }
+    return best;
+  }
+
+  /** max |a − b| / max |b|. */
+  static double relative(float[] a, float[] b) {
+    assertEquals(b.length, a.length, "lengths");
+    double diff = 0;
+    double scale = 0;
+    for (int i = 0; i < a.length; i++) {
+      diff = Math.max(diff, Math.abs((double) a[i] - b[i]));
+      scale = Math.max(scale, Math.abs(b[i]));
+    }
+    return diff / Math.max(scale, 1e-30);
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"llama", "qwen2"})
+  void shouldMatchTransformersOnTheSameGpuAndTheCpuReference(String name, @TempDir Path dir)
+      throws Exception {
+    String refDir = System.getProperty("gpu.reference");
+    assertNotNull(refDir, "-Dgpu.reference must name the folder hf_reference.py wrote");
+    Path folder = Fixtures.extract(name, dir);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, name, "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 256);
+        Fixtures.Reference cpuRef = new Fixtures.Reference(name);
+        Arena arena = Arena.ofConfined()) {
+      SafetensorsFile gpuRef =
+          SafetensorsFile.open(Path.of(refDir).resolve(name + ".safetensors"), arena);
+      int vocab = m.vocabSize();
+      for (int p = 0; p < Fixtures.PROMPTS; p++) {
+        Blocks blocks = new Blocks(kv.numBlocks(), p);
+        int[] ids = cpuRef.ids(p);
+        int[] table = blocks.table(Math.ceilDiv(ids.length + 16, 4));
+        float[] logits = prefill(m, kv, ids, table, ids.length);
+        double vsGpu = relative(logits, gpuRef.tensor("logits_" + p).toFloatArray());
+        double vsCpu = relative(logits, cpuRef.logits(p));
+        System.out.printf(
+            Locale.ROOT,
+            "%s prompt %d (%d tokens): prefill logits vs transformers on the GPU %.2e, vs the"
+                + " CPU reference %.2e%n",
+            name,
+            p,
+            ids.length,
+            vsGpu,
+            vsCpu);
+        assertTrue(vsGpu <= F32_RELATIVE, name + " prompt " + p + " vs GPU: " + vsGpu);
+        assertTrue(vsCpu <= F32_RELATIVE, name + " prompt " + p + " vs CPU: " + vsCpu);
+        // greedy decode with the KV cache
+        int[] greedy = new int[16];
+        float[] steps = new float[16 * vocab];
+        int next = argmax(logits, (ids.length - 1) * vocab, vocab);
+        for (int s = 0; s < 16; s++) {
+          greedy[s] = next;
+          ForwardResult r =
+              m.forward(
+                  ForwardBatch.of(
+                      new ForwardRequest(
+                          new int[] {next}, ids.length + s, new int[][] {table}, false)),
+                  kv);
+          System.arraycopy(r.logits(0), 0, steps, s * vocab, vocab);
+          next = argmax(r.logits(0), 0, vocab);
+        }
+        assertArrayEquals(gpuRef.tensor("greedy_" + p).toIntArray(), greedy, name + " greedy");
+        assertArrayEquals(cpuRef.greedy(p), greedy, name + " greedy vs CPU reference");
+        double stepErr =
+            relative(
+                java.util.Arrays.copyOf(steps, 15 * vocab),
+                java.util.Arrays.copyOf(cpuRef.steps(p), 15 * vocab));
+        assertTrue(stepErr <= F32_RELATIVE, name + " decode steps: " + stepErr);
+      }
+    }
+  }
+
+  @Test
+  void shouldGiveTheSameLogitsWhateverTheChunkingBatchAndBlocks(@TempDir Path dir) {
+    Path folder = Fixtures.extract("llama", dir);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "llama", "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 512)) {
+      Random rnd = new Random(7);
+      int[] ids = new int[150];
+      for (int i = 0; i < ids.length; i++) {
+        ids[i] = rnd.nextInt(m.vocabSize());
+      }
+      Blocks blocks = new Blocks(kv.numBlocks(), 11);
+      float[] whole = prefill(m, kv, ids, blocks.table(38), ids.length);
+      float[] chunked = prefill(m, kv, ids, blocks.table(38), 7);
+      double chunkErr = relative(chunked, whole);
+      // the same prompt again, batched with another request
+      int[] other = new int[40];
+      for (int i = 0; i < other.length; i++) {
+        other[i] = rnd.nextInt(m.vocabSize());
+      }
+      ForwardResult batched =
+          m.forward(
+              new ForwardBatch(
+                  List.of(
+                      new ForwardRequest(other, 0, new int[][] {blocks.table(10)}, false),
+                      new ForwardRequest(ids, 0, new int[][] {blocks.table(38)}, true))),
+              kv);
+      double batchErr = relative(batched.logits(1), whole);
+      System.out.printf(
+          Locale.ROOT, "chunks of 7 vs whole %.2e; batched vs alone %.2e%n", chunkErr, batchErr);
+      assertTrue(chunkErr <= 1e-5, "chunked: " + chunkErr);
+      assertTrue(batchErr <= 1e-5, "batched: " + batchErr);
+    }
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"F32", "BF16"})
+  void shouldMatchTheCpuModelOnASyntheticLlama(String dtype, @TempDir Path dir) {
+    DType type = DType.valueOf(dtype);
+    Path folder = SyntheticCheckpoints.materialize("synthetic:llama-100m", 3, type, dir);
+    int[] ids = new int[200];
+    Random rnd = new Random(5);
+    for (int i = 0; i < ids.length; i++) {
+      ids[i] = rnd.nextInt(32000);
+    }
+    float[] cpu;
+    try (CausalLm model = CausalLm.load(folder);
+        PagedRunner runner = new PagedRunner(model, 16, 64, 1);
+        ComputePool pool = ComputePool.ofCores()) {
+      cpu = runner.prefill(ids, runner.table(runner.rowsFor(ids.length)), 64, pool);
+    }
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "llama-100m", "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(64, 16), 64)) {
+      assertEquals(type == DType.BF16, m.bf16());
+      float[] gpu = prefill(m, kv, ids, new Blocks(64, 2).table(13), 64);
+      double err = relative(gpu, cpu);
+      int vocab = m.vocabSize();
+      int same = 0;
+      for (int t = 0; t < ids.length; t++) {
+        same += argmax(gpu, t * vocab, vocab) == argmax(cpu, t * vocab, vocab) ? 1 : 0;
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "synthetic llama-100m %s: GPU vs CPU model %.2e; argmax equal at %d of %d positions%n",
+          dtype,
+          err,
+          same,
+          ids.length);
+      assertTrue(err <= (type == DType.BF16 ? BF16_RELATIVE : F32_RELATIVE), dtype + ": " + err);
+    }
+  }
+}

@@ -1,0 +1,48 @@
+"""Reference logits and greedy ids from Hugging Face transformers on the GPU, for the GPU suite.
+
+For each fixture folder named on the command line (config.json, model.safetensors and the
+reference.safetensors whose prompts it reuses), writes OUT/NAME.safetensors with, per prompt i:
+  logits_i  float32 [n, vocab]  one forward over the whole prompt, float32, TF32 off
+  greedy_i  int32   [16]        greedy continuation with the KV cache
+"""
+
+import argparse
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--fixtures", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("names", nargs="+")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.names:
+        folder = os.path.join(a.fixtures, name)
+        ref = load_file(os.path.join(folder, "reference.safetensors"))
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager"
+        ).to("cuda").eval()
+        out = {}
+        i = 0
+        while f"ids_{i}" in ref:
+            ids = ref[f"ids_{i}"].to(torch.long).unsqueeze(0).to("cuda")
+            with torch.no_grad():
+                out[f"logits_{i}"] = model(ids).logits[0].float().cpu().contiguous()
+                gen = model.generate(
+                    ids, do_sample=False, max_new_tokens=16, min_new_tokens=16,
+                    pad_token_id=0, eos_token_id=None)
+            out[f"greedy_{i}"] = gen[0, ids.shape[1]:].to(torch.int32).cpu().contiguous()
+            i += 1
+        save_file(out, os.path.join(a.out, name + ".safetensors"))
+        print(f"{name}: {i} prompts on {torch.cuda.get_device_name(0)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
