@@ -333,6 +333,11 @@ public final class CudaCausalLm implements AutoCloseable {
    * one Full-history group whose blocks hold every layer's K and V, float32.
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
+    return cacheLayoutOf(d, prefixGranularity, blockGranularity);
+  }
+
+  /** {@link #cacheLayout} of a Llama-family model of dimensions {@code d}. */
+  static CacheLayout cacheLayoutOf(DecoderDims d, int prefixGranularity, int blockGranularity) {
     List<CacheField> fields = new ArrayList<>();
     long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * Float.BYTES;
     for (int l = 0; l < d.numLayers(); l++) {
