@@ -601,6 +601,8 @@ public final class CudaCausalLm implements AutoCloseable {
     int vocab = d.vocabSize();
     gemm.apply(
         act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
+    // the compute stream does not synchronize with the synchronous copy's stream: wait first
+    device.synchronize();
     float[] logits = ws.logits.readFloats(0, logitRows * vocab);
     List<float[]> perRequest = new ArrayList<>(requests.size());
     int at = 0;
