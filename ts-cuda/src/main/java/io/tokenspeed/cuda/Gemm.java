@@ -5,9 +5,10 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 
 /**
- * Row-major matrix products through cuBLAS: {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a
- * weight matrix {@code W[out][in]} as checkpoints store it. X and W share an element type (float32,
- * or bf16 with float32 accumulation); Y is float32.
+ * Row-major matrix products through cuBLAS (or, in deterministic mode, a fixed-order kernel):
+ * {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a weight matrix {@code W[out][in]} as
+ * checkpoints store it. X and W share an element type (float32, or bf16 with float32 accumulation);
+ * Y is float32.
  *
  * <p>cuBLAS is column-major: a row-major {@code [rows][cols]} matrix is its column-major transpose.
  * So {@code Yᵀ (out × rows) = W (in × out, transposed) · Xᵀ (in × rows)}: op(A) = T with A = W, lda
@@ -27,11 +28,19 @@ public final class Gemm {
   private static final int ALGO_DEFAULT = -1;
 
   private final CudaDevice device;
+  private final boolean fixedOrder;
   private final MemorySegment one;
   private final MemorySegment zero;
 
-  public Gemm(CudaDevice device) {
+  /**
+   * Products on {@code device}; with {@code fixedOrder}, through the project's {@code gemm_fixed}
+   * kernel instead of cuBLAS: every output's sum over {@code in} runs in ascending order whatever
+   * the number of rows (no split-K, no algorithm chosen by shape), so a row's result does not
+   * depend on the other rows of its launch. Slower than cuBLAS; for deterministic mode.
+   */
+  public Gemm(CudaDevice device, boolean fixedOrder) {
     this.device = device;
+    this.fixedOrder = fixedOrder;
     Arena arena = Arena.ofAuto();
     this.one = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 1f);
     this.zero = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 0f);

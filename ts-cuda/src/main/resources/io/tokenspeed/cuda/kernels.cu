@@ -321,3 +321,64 @@ extern "C" __global__ void copy_blocks(
     }
   }
 }
+
+// ---------------------------------------------------------------------------------- deterministic GEMM
+
+#define DT 16
+
+__device__ __forceinline__ float load_f32(const void* p, long long i) {
+  return ((const float*)p)[i];
+}
+
+__device__ __forceinline__ float load_bf16(const void* p, long long i) {
+  return bf16_to_float(((const bf16_t*)p)[i]);
+}
+
+// y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when accumulate), one thread per output through
+// 16 × 16 tiles in shared memory, k ascending: every output's sum runs in the same order whatever
+// the number of rows, so a row's result never depends on the rows beside it (batch invariance).
+// Grid: (ceil(out / 16), ceil(rows / 16)). Block: 256.
+template <bool BF16>
+__device__ void gemm_fixed_order(
+    const void* x, const void* w, float* y, int rows, int in, int out, int accumulate) {
+  __shared__ float xs[DT][DT + 1];
+  __shared__ float ws[DT][DT + 1];
+  int tx = threadIdx.x % DT;
+  int ty = threadIdx.x / DT;
+  int r = blockIdx.y * DT + ty;
+  int o = blockIdx.x * DT + tx;
+  int wo = blockIdx.x * DT + ty;
+  float acc = 0.f;
+  for (int k0 = 0; k0 < in; k0 += DT) {
+    int k = k0 + tx;
+    float xv = 0.f, wv = 0.f;
+    if (r < rows && k < in) {
+      xv = BF16 ? load_bf16(x, (long long)r * in + k) : load_f32(x, (long long)r * in + k);
+    }
+    if (wo < out && k < in) {
+      wv = BF16 ? load_bf16(w, (long long)wo * in + k) : load_f32(w, (long long)wo * in + k);
+    }
+    xs[ty][tx] = xv;
+    ws[ty][tx] = wv;
+    __syncthreads();
+    int n = min(DT, in - k0);
+    for (int kk = 0; kk < n; kk++) {
+      acc = fmaf(xs[ty][kk], ws[tx][kk], acc);
+    }
+    __syncthreads();
+  }
+  if (r < rows && o < out) {
+    long long i = (long long)r * out + o;
+    y[i] = accumulate ? y[i] + acc : acc;
+  }
+}
+
+extern "C" __global__ void gemm_fixed_f32(
+    const float* x, const float* w, float* y, int rows, int in, int out, int accumulate) {
+  gemm_fixed_order<false>(x, w, y, rows, in, out, accumulate);
+}
+
+extern "C" __global__ void gemm_fixed_bf16(
+    const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  gemm_fixed_order<true>(x, w, y, rows, in, out, accumulate);
+}

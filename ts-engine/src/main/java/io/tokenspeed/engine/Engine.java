@@ -17,7 +17,7 @@ import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ModelIdentity;
-import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
 import io.tokenspeed.scheduler.Scheduler;
@@ -52,14 +52,17 @@ public final class Engine implements AutoCloseable {
   /** How long close() lets pending L3 work (backups) finish before closing the executor. */
   private static final long L3_DRAIN_MS = 10_000;
 
-  private final CausalLm model;
+  private final DeviceModel model;
+
+  /** Whether the engine made the binding (a CPU model's) and closes it. */
+  private final boolean ownsModel;
+
   private final CacheLayout layout;
   private final DevicePools device;
   private final HostCacheStorage host;
   private final DeviceHandle copies;
   private final CacheCoordinator cache;
   private final Scheduler scheduler;
-  private final ComputePool pool;
   private final Intake intake;
   private final OptionalInt eosId;
   private final AtomicLong ids = new AtomicLong();
@@ -90,18 +93,21 @@ public final class Engine implements AutoCloseable {
   private volatile CloseReport closeReport;
 
   private Engine(
-      CausalLm model,
+      DeviceModel model,
+      boolean ownsModel,
       EngineConfig config,
       OptionalInt eosId,
       EngineObserver observer,
       L3Settings l3,
       ControlConfig control) {
     this.model = model;
+    this.ownsModel = ownsModel;
     this.eosId = eosId;
     this.replica = joinReplica(model, control, l3);
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
-    this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank());
+    this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank(), model);
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
+    model.pinHost(host.memory().segment());
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
     this.stm = l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
@@ -110,7 +116,6 @@ public final class Engine implements AutoCloseable {
     this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
     this.storageStore = l3 == null ? null : l3.store();
     this.storage = l3 == null ? null : startStorage(l3);
-    this.pool = ComputePool.ofThreads(config.computeThreads());
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
     this.loopCopies =
         new Copies(
@@ -130,8 +135,7 @@ public final class Engine implements AutoCloseable {
             intake,
             copies,
             loopCopies,
-            new ForwardStep(
-                model, layout, cache, scheduler, device, loopCopies, pool, observer, active),
+            new ForwardStep(model, layout, cache, scheduler, device, loopCopies, observer, active),
             publication,
             new ReuseAccounting(layout, cache, scheduler, active),
             observer,
@@ -188,7 +192,7 @@ public final class Engine implements AutoCloseable {
    * Joins the replica's mesh when {@code control} names more than one rank (blocks until every rank
    * is connected); null for a single rank. The control plane's ranks must be the model's.
    */
-  private static Replica joinReplica(CausalLm model, ControlConfig control, L3Settings l3) {
+  private static Replica joinReplica(DeviceModel model, ControlConfig control, L3Settings l3) {
     if (control == null || control.worldSize() == 1) {
       if (model.shard().size() != 1) {
         throw new IllegalArgumentException(
@@ -487,9 +491,39 @@ public final class Engine implements AutoCloseable {
    */
   public static Engine start(
       CausalLm model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
-    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3, null);
+    Engine e = create(model, config, eosId, EngineObserver.NONE, l3, null);
     e.resume();
     return e;
+  }
+
+  /**
+   * Starts an engine whose model computes on {@code model}'s device (a GPU backend, say), with L3
+   * when {@code l3} is given. The binding stays the caller's: close it after the engine.
+   *
+   * @throws IllegalStateException when L3 cannot start (nothing is left running)
+   */
+  public static Engine start(
+      DeviceModel model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
+    Engine e = new Engine(model, false, config, eosId, EngineObserver.NONE, l3, null);
+    e.resume();
+    return e;
+  }
+
+  /** An engine over {@code model} on the CPU, with compute threads it owns. */
+  private static Engine create(
+      CausalLm model,
+      EngineConfig config,
+      OptionalInt eosId,
+      EngineObserver observer,
+      L3Settings l3,
+      ControlConfig control) {
+    CpuDeviceModel cpu = new CpuDeviceModel(model, config.computeThreads());
+    try {
+      return new Engine(cpu, true, config, eosId, observer, l3, control);
+    } catch (RuntimeException | Error e) {
+      cpu.close();
+      throw e;
+    }
   }
 
   /**
@@ -510,7 +544,7 @@ public final class Engine implements AutoCloseable {
       OptionalInt eosId,
       L3Settings l3,
       ControlConfig control) {
-    Engine e = new Engine(model, config, eosId, EngineObserver.NONE, l3, control);
+    Engine e = create(model, config, eosId, EngineObserver.NONE, l3, control);
     e.resume();
     return e;
   }
@@ -523,7 +557,7 @@ public final class Engine implements AutoCloseable {
       L3Settings l3,
       ControlConfig control,
       EngineObserver observer) {
-    Engine e = new Engine(model, config, eosId, observer, l3, control);
+    Engine e = create(model, config, eosId, observer, l3, control);
     e.resume();
     return e;
   }
@@ -542,7 +576,7 @@ public final class Engine implements AutoCloseable {
    */
   static Engine paused(
       CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    return new Engine(model, config, eosId, observer, null, null);
+    return create(model, config, eosId, observer, null, null);
   }
 
   /** {@link #paused} with L3 (null for none). */
@@ -552,7 +586,7 @@ public final class Engine implements AutoCloseable {
       OptionalInt eosId,
       EngineObserver observer,
       L3Settings l3) {
-    return new Engine(model, config, eosId, observer, l3, null);
+    return create(model, config, eosId, observer, l3, null);
   }
 
   /** Starts the loop of a {@link #paused} engine. */
@@ -778,10 +812,13 @@ public final class Engine implements AutoCloseable {
       replica.close();
     }
     copies.close();
-    pool.close();
     device.close();
     if (closeReport == null || !closeReport.restartRequired()) {
+      model.unpinHost(host.memory().segment());
       host.close(); // else native I/O may still address it: it stays mapped for the process
+    }
+    if (ownsModel) {
+      model.close();
     }
   }
 

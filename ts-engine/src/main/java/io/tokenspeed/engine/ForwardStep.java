@@ -7,11 +7,10 @@ import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.DevicePools;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
-import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.FinishReason;
 import io.tokenspeed.model.sampling.Sampler;
 import io.tokenspeed.scheduler.ExecutionPlan;
@@ -33,13 +32,12 @@ import java.util.Optional;
  * State checkpoints at aligned boundaries, which it publishes after the forward.
  */
 final class ForwardStep {
-  private final CausalLm model;
+  private final DeviceModel model;
   private final CacheLayout layout;
   private final CacheCoordinator cache;
   private final Scheduler scheduler;
   private final DevicePools device;
   private final Copies copies;
-  private final ComputePool pool;
   private final EngineObserver observer;
   private final Map<Long, ActiveRequest> active;
   private final Sampler sampler;
@@ -50,13 +48,12 @@ final class ForwardStep {
   record Finished(ActiveRequest request, FinishReason reason) {}
 
   ForwardStep(
-      CausalLm model,
+      DeviceModel model,
       CacheLayout layout,
       CacheCoordinator cache,
       Scheduler scheduler,
       DevicePools device,
       Copies copies,
-      ComputePool pool,
       EngineObserver observer,
       Map<Long, ActiveRequest> active) {
     this.model = model;
@@ -65,7 +62,6 @@ final class ForwardStep {
     this.scheduler = scheduler;
     this.device = device;
     this.copies = copies;
-    this.pool = pool;
     this.observer = observer;
     this.active = active;
     this.sampler = new Sampler(model.vocabSize());
@@ -102,7 +98,7 @@ final class ForwardStep {
     }
     copies.checkForwardMayRun();
     long forwardStart = System.nanoTime();
-    ForwardResult out = model.forward(new ForwardBatch(reqs), device.kvCache(), pool);
+    ForwardResult out = model.forward(new ForwardBatch(reqs), device.bytes());
     forwardNanos += System.nanoTime() - forwardStart;
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       ActiveRequest a = active.get(item.requestId());

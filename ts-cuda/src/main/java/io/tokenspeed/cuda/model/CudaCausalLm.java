@@ -77,6 +77,7 @@ public final class CudaCausalLm implements AutoCloseable {
   private final List<Layer> layers;
   private final List<DeviceBuffer> owned;
   private final Gemm gemm;
+  private final boolean deterministic;
   private Workspace workspace;
 
   private CudaCausalLm(
@@ -89,8 +90,10 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer finalNorm,
       DeviceBuffer invFreq,
       List<Layer> layers,
-      List<DeviceBuffer> owned) {
+      List<DeviceBuffer> owned,
+      boolean deterministic) {
     this.device = device;
+    this.deterministic = deterministic;
     this.config = config;
     this.d = config.dims();
     this.identity = identity;
@@ -101,7 +104,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.invFreq = invFreq;
     this.layers = layers;
     this.owned = owned;
-    this.gemm = new Gemm(device);
+    this.gemm = new Gemm(device, deterministic);
   }
 
   /**
@@ -113,6 +116,18 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   public static CudaCausalLm load(
       CudaDevice device, Path folder, String modelId, String weightVersion) {
+    return load(device, folder, modelId, weightVersion, false);
+  }
+
+  /**
+   * {@link #load(CudaDevice, Path, String, String)}, deterministic when asked: every GEMM then runs
+   * in a fixed reduction order (the {@code gemm_fixed} kernels, not cuBLAS), and since the other
+   * kernels reduce each row in an order of its own, a token's logits are bit-identical however the
+   * batch around it is made up: a prefix restored from a store and one recomputed give the same
+   * logits.
+   */
+  public static CudaCausalLm load(
+      CudaDevice device, Path folder, String modelId, String weightVersion, boolean deterministic) {
     try (Checkpoint ckpt = Checkpoint.open(folder)) {
       ModelConfig config;
       try {
@@ -139,7 +154,8 @@ public final class CudaCausalLm implements AutoCloseable {
       device.bind();
       List<DeviceBuffer> owned = new ArrayList<>();
       try (WeightSource w = new WeightSource(ckpt, config.architecture())) {
-        CudaCausalLm model = build(device, config, w, ckpt, modelId, weightVersion, owned);
+        CudaCausalLm model =
+            build(device, config, w, ckpt, modelId, weightVersion, owned, deterministic);
         w.requireAllTaken();
         device.synchronize();
         return model;
@@ -159,7 +175,8 @@ public final class CudaCausalLm implements AutoCloseable {
       Checkpoint ckpt,
       String modelId,
       String weightVersion,
-      List<DeviceBuffer> owned) {
+      List<DeviceBuffer> owned,
+      boolean deterministic) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     int hd = d.headDim();
@@ -214,7 +231,17 @@ public final class CudaCausalLm implements AutoCloseable {
     DeviceBuffer invFreq = up.floats(inv);
     ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
     return new CudaCausalLm(
-        device, config, identity, type, embed, lmHead, finalNorm, invFreq, layers, owned);
+        device,
+        config,
+        identity,
+        type,
+        embed,
+        lmHead,
+        finalNorm,
+        invFreq,
+        layers,
+        owned,
+        deterministic);
   }
 
   /** Copies host tensors to device buffers it records in {@code owned}. */
@@ -321,6 +348,14 @@ public final class CudaCausalLm implements AutoCloseable {
 
   public int vocabSize() {
     return d.vocabSize();
+  }
+
+  /**
+   * Whether every GEMM runs in a fixed reduction order (see {@link #load(CudaDevice, Path, String,
+   * String, boolean)}).
+   */
+  public boolean deterministic() {
+    return deterministic;
   }
 
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
@@ -492,7 +527,7 @@ public final class CudaCausalLm implements AutoCloseable {
     long act = ws.act.pointer();
     long actF32 = bf ? 0L : act;
     long actBf16 = bf ? act : 0L;
-    DeviceBuffer pool = kv.pool(0);
+    long pool = kv.base(0);
 
     device.launch(
         bf ? "embed_bf16" : "embed_f32",
@@ -540,7 +575,7 @@ public final class CudaCausalLm implements AutoCloseable {
           kvHeads,
           hd,
           ws.q.pointer(),
-          pool.pointer(),
+          pool,
           kv.layout().group(0).bytesPerBlock(),
           kv.fieldOffset(0, "layers." + l + ".k"),
           kv.fieldOffset(0, "layers." + l + ".v"),
@@ -553,7 +588,7 @@ public final class CudaCausalLm implements AutoCloseable {
           32 * ATTN_WARPS,
           ATTN_WARPS * hd * 4,
           ws.q.pointer(),
-          pool.pointer(),
+          pool,
           kv.layout().group(0).bytesPerBlock(),
           kv.fieldOffset(0, "layers." + l + ".k"),
           kv.fieldOffset(0, "layers." + l + ".v"),
@@ -678,7 +713,7 @@ public final class CudaCausalLm implements AutoCloseable {
     java.util.Set<Integer> seen = new java.util.HashSet<>();
     for (int i = 0; i < rows; i++) {
       int id = table[i];
-      if (id < 1 || id >= kv.numBlocks()) {
+      if (id < 1 || id >= kv.numBlocks(0)) {
         throw new IllegalArgumentException(
             "request "
                 + r
@@ -687,7 +722,7 @@ public final class CudaCausalLm implements AutoCloseable {
                 + " block id="
                 + id
                 + " outside [1, "
-                + kv.numBlocks()
+                + kv.numBlocks(0)
                 + ")");
       }
       if (!seen.add(id)) {

@@ -10,14 +10,15 @@ import java.util.List;
 
 /**
  * The pools of every cache group of a {@link CacheLayout} in device memory, laid out exactly as the
- * CPU's {@code KvCache}: block {@code b} of group {@code g} at {@code b · bytesPerBlock}, its
- * fields in the spec's order. It holds memory, not bookkeeping; block 0 exists and is never
- * written.
+ * CPU's {@code KvCache}: block {@code b} of group {@code g} at {@code b · bytesPerBlock} from the
+ * pool's start, its fields in the spec's order. It holds memory, not bookkeeping; block 0 exists
+ * and is never written.
  */
 public final class CudaKvCache implements AutoCloseable {
   private final CacheLayout layout;
-  private final int numBlocks;
-  private final List<DeviceBuffer> pools = new ArrayList<>();
+  private final long[] bases;
+  private final int[] numBlocks;
+  private final List<DeviceBuffer> owned = new ArrayList<>();
 
   /** Allocates zeroed pools of {@code numBlocks} blocks (block 0 included) for every group. */
   public CudaKvCache(CudaDevice device, CacheLayout layout, int numBlocks) {
@@ -25,10 +26,15 @@ public final class CudaKvCache implements AutoCloseable {
       throw new IllegalArgumentException("num_blocks=" + numBlocks + " must be at least 2");
     }
     this.layout = layout;
-    this.numBlocks = numBlocks;
+    this.bases = new long[layout.numGroups()];
+    this.numBlocks = new int[layout.numGroups()];
     try {
       for (CacheGroupSpec g : layout.groups()) {
-        pools.add(device.allocateZeroed(Math.multiplyExact(g.bytesPerBlock(), (long) numBlocks)));
+        DeviceBuffer b =
+            device.allocateZeroed(Math.multiplyExact(g.bytesPerBlock(), (long) numBlocks));
+        owned.add(b);
+        bases[g.groupId()] = b.pointer();
+        this.numBlocks[g.groupId()] = numBlocks;
       }
     } catch (RuntimeException e) {
       close();
@@ -36,17 +42,28 @@ public final class CudaKvCache implements AutoCloseable {
     }
   }
 
+  /**
+   * The pools of another allocation (the engine's Device tier): group {@code g}'s block 0 at device
+   * address {@code bases[g]}, {@code numBlocks[g]} blocks. The allocation stays its owner's.
+   */
+  CudaKvCache(CacheLayout layout, long[] bases, int[] numBlocks) {
+    this.layout = layout;
+    this.bases = bases.clone();
+    this.numBlocks = numBlocks.clone();
+  }
+
   public CacheLayout layout() {
     return layout;
   }
 
-  public int numBlocks() {
-    return numBlocks;
+  /** Blocks of group {@code g}'s pool, block 0 included. */
+  public int numBlocks(int g) {
+    return numBlocks[g];
   }
 
-  /** The pool of group {@code g}. */
-  public DeviceBuffer pool(int g) {
-    return pools.get(g);
+  /** Device address of block 0 of group {@code g}'s pool. */
+  public long base(int g) {
+    return bases[g];
   }
 
   /** Byte offset of field {@code name} inside a block of group {@code g}. */
@@ -63,8 +80,9 @@ public final class CudaKvCache implements AutoCloseable {
 
   @Override
   public void close() {
-    for (DeviceBuffer b : pools) {
+    for (DeviceBuffer b : owned) {
       b.close();
     }
+    owned.clear();
   }
 }

@@ -131,7 +131,7 @@ class CudaCausalLmGpuTest {
           SafetensorsFile.open(Path.of(refDir).resolve(name + ".safetensors"), arena);
       int vocab = m.vocabSize();
       for (int p = 0; p < Fixtures.PROMPTS; p++) {
-        Blocks blocks = new Blocks(kv.numBlocks(), p);
+        Blocks blocks = new Blocks(kv.numBlocks(0), p);
         int[] ids = cpuRef.ids(p);
         int[] table = blocks.table(Math.ceilDiv(ids.length + 16, 4));
         float[] logits = prefill(m, kv, ids, table, ids.length);
@@ -184,7 +184,7 @@ class CudaCausalLmGpuTest {
       for (int i = 0; i < ids.length; i++) {
         ids[i] = rnd.nextInt(m.vocabSize());
       }
-      Blocks blocks = new Blocks(kv.numBlocks(), 11);
+      Blocks blocks = new Blocks(kv.numBlocks(0), 11);
       float[] whole = prefill(m, kv, ids, blocks.table(38), ids.length);
       float[] chunked = prefill(m, kv, ids, blocks.table(38), 7);
       double chunkErr = relative(chunked, whole);

@@ -1,5 +1,6 @@
 package io.tokenspeed.engine.memory;
 
+import io.tokenspeed.model.device.DeviceBytes;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -19,11 +20,13 @@ import java.util.function.LongConsumer;
  *   fences:                       ^ 1 done      ^ 2 done
  * </pre>
  *
- * <p>Both tiers' segments and geometry are bound once, here, and every op is checked against them
- * at {@link #submit}, so the copy thread only moves bytes ({@link MemorySegment#copy}). A copy that
- * throws completes its fence with that failure and every later fence with a failure too: nothing
- * after a failed copy runs, and no fence waits forever. The queue is bounded: {@link #submit}
- * throws rather than blocks when {@code maxPendingBatches} batches are pending.
+ * <p>Both tiers' memory and geometry are bound once, here, and every op is checked against them at
+ * {@link #submit}, so the copy thread only moves bytes: through the Device tier's {@link
+ * DeviceBytes}, which copies at once for host memory and queues {@code cudaMemcpyAsync} on a copy
+ * stream for a GPU, and waits for them all before the batch's fence completes. A copy that throws
+ * completes its fence with that failure and every later fence with a failure too: nothing after a
+ * failed copy runs, and no fence waits forever. The queue is bounded: {@link #submit} throws rather
+ * than blocks when {@code maxPendingBatches} batches are pending.
  *
  * <p>The handle borrows the tiers: close it before closing them.
  */
@@ -35,18 +38,24 @@ public final class DeviceHandle implements AutoCloseable {
   /** Name of the copy thread. */
   public static final String THREAD_NAME = "ts-copy";
 
-  /** One resolved copy: a byte range of one segment into a byte range of another. */
-  private record Copy(
-      MemorySegment src, long srcOffset, MemorySegment dst, long dstOffset, long bytes) {}
+  /** Which way a resolved copy goes. */
+  private enum Direction {
+    HOST_TO_DEVICE,
+    DEVICE_TO_HOST,
+    WITHIN_DEVICE
+  }
+
+  /** One resolved copy: a byte range of one tier into a byte range of the other (or the same). */
+  private record Copy(Direction direction, long srcOffset, long dstOffset, long bytes) {}
 
   private record Batch(CopyFence fence, List<Copy> copies) {}
 
   /** The first failed batch and what it threw. */
   private record Failure(long sequence, Throwable cause) {}
 
-  private final TierMemory device;
+  private final DevicePools device;
   private final TierMemory host;
-  private final MemorySegment deviceBlocks;
+  private final DeviceBytes deviceBytes;
   private final MemorySegment hostBlocks;
   private final BlockGeometry geometry;
   private final int maxPendingBatches;
@@ -97,19 +106,22 @@ public final class DeviceHandle implements AutoCloseable {
       throw new IllegalArgumentException(
           "max_pending_batches=" + maxPendingBatches + " must be at least 1");
     }
-    this.device = device.memory();
+    this.device = device;
     this.host = host.memory();
-    if (!this.device.geometry().equals(this.host.geometry())) {
+    if (!device.geometry().equals(this.host.geometry())) {
       throw new IllegalArgumentException(
           "Device geometry "
-              + this.device.geometry()
+              + device.geometry()
               + " differs from Host geometry "
               + this.host.geometry()
               + ": both tiers must serve the same cache layout");
     }
-    this.deviceBlocks = checkAlive(this.device);
+    if (device.memory() != null) {
+      checkAlive(device.memory());
+    }
+    this.deviceBytes = device.bytes();
     this.hostBlocks = checkAlive(this.host);
-    this.geometry = this.device.geometry();
+    this.geometry = device.geometry();
     this.maxPendingBatches = maxPendingBatches;
     this.beforeBatch = beforeBatch;
     this.thread = Thread.ofPlatform().name(THREAD_NAME).daemon(true).unstarted(this::runCopies);
@@ -187,34 +199,31 @@ public final class DeviceHandle implements AutoCloseable {
       throw new IllegalArgumentException("a block transfer is null");
     }
     try {
+      int g = op.groupId();
+      long bytes = geometry.bytesPerBlock(g);
       return switch (op) {
         case BlockTransfer.Load l ->
-            copy(host, hostBlocks, l.hostBlock(), device, deviceBlocks, l.deviceBlock(), l);
+            new Copy(
+                Direction.HOST_TO_DEVICE,
+                host.offsetOf(g, l.hostBlock()),
+                device.offsetOf(g, l.deviceBlock()),
+                bytes);
         case BlockTransfer.Store s ->
-            copy(device, deviceBlocks, s.deviceBlock(), host, hostBlocks, s.hostBlock(), s);
+            new Copy(
+                Direction.DEVICE_TO_HOST,
+                device.offsetOf(g, s.deviceBlock()),
+                host.offsetOf(g, s.hostBlock()),
+                bytes);
         case BlockTransfer.DeviceCopy d ->
-            copy(device, deviceBlocks, d.srcBlock(), device, deviceBlocks, d.dstBlock(), d);
+            new Copy(
+                Direction.WITHIN_DEVICE,
+                device.offsetOf(g, d.srcBlock()),
+                device.offsetOf(g, d.dstBlock()),
+                bytes);
       };
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(op + ": " + e.getMessage(), e);
     }
-  }
-
-  private Copy copy(
-      TierMemory srcTier,
-      MemorySegment src,
-      int srcBlock,
-      TierMemory dstTier,
-      MemorySegment dst,
-      int dstBlock,
-      BlockTransfer op) {
-    int g = op.groupId();
-    return new Copy(
-        src,
-        srcTier.offsetOf(g, srcBlock),
-        dst,
-        dstTier.offsetOf(g, dstBlock),
-        geometry.bytesPerBlock(g));
   }
 
   /**
@@ -223,13 +232,26 @@ public final class DeviceHandle implements AutoCloseable {
    */
   public MemorySegment sourceBytes(BlockTransfer op) {
     Copy c = resolve(op);
-    return c.src().asSlice(c.srcOffset(), c.bytes());
+    return c.direction() == Direction.HOST_TO_DEVICE
+        ? hostBlocks.asSlice(c.srcOffset(), c.bytes())
+        : deviceHostSegment().asSlice(c.srcOffset(), c.bytes());
   }
 
   /** The bytes {@code op} writes (its destination block); see {@link #sourceBytes}. */
   public MemorySegment destinationBytes(BlockTransfer op) {
     Copy c = resolve(op);
-    return c.dst().asSlice(c.dstOffset(), c.bytes());
+    return c.direction() == Direction.DEVICE_TO_HOST
+        ? hostBlocks.asSlice(c.dstOffset(), c.bytes())
+        : deviceHostSegment().asSlice(c.dstOffset(), c.bytes());
+  }
+
+  private MemorySegment deviceHostSegment() {
+    return deviceBytes
+        .hostSegment()
+        .orElseThrow(
+            () ->
+                new UnsupportedOperationException(
+                    "the Device tier is not host memory: its blocks are reached by copies only"));
   }
 
   /** Sequence of the last batch submitted; 0 before the first. */
@@ -319,9 +341,19 @@ public final class DeviceHandle implements AutoCloseable {
           long t0 = System.nanoTime();
           try {
             for (Copy c : batch.copies()) {
-              MemorySegment.copy(c.src(), c.srcOffset(), c.dst(), c.dstOffset(), c.bytes());
+              switch (c.direction()) {
+                case HOST_TO_DEVICE ->
+                    deviceBytes.copyFromHost(
+                        hostBlocks.asSlice(c.srcOffset(), c.bytes()), c.dstOffset());
+                case DEVICE_TO_HOST ->
+                    deviceBytes.copyToHost(
+                        c.srcOffset(), hostBlocks.asSlice(c.dstOffset(), c.bytes()));
+                case WITHIN_DEVICE ->
+                    deviceBytes.copyWithin(c.srcOffset(), c.dstOffset(), c.bytes());
+              }
               copiedBytes += c.bytes();
             }
+            deviceBytes.awaitCopies();
           } finally {
             copyNanos += System.nanoTime() - t0;
           }

@@ -2,15 +2,18 @@ package io.tokenspeed.engine.memory;
 
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.Sharding;
+import io.tokenspeed.model.device.DeviceBytes;
+import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.kv.KvCache;
 import io.tokenspeed.model.kv.PagedKvPool;
 import java.util.ArrayList;
 import java.util.List;
 
 /**
- * The Device tier: one {@link TierMemory} in the cache's LCM parents, and the model's {@link
- * KvCache} as a view of the same bytes. On these machines the Device is CPU memory; a GPU pool
- * implements the same surface.
+ * The Device tier: the cache's LCM parents as one allocation on the device the model computes on,
+ * and the model's pools as a view of the same bytes. For the CPU backend that is one host {@link
+ * TierMemory} and a {@link KvCache}; a GPU backend ({@link DeviceModel#allocate}) lays its memory
+ * out the same way, so block ids, offsets and copies are the same whichever device holds them.
  *
  * <p>The model's pool of group {@code g} reads block {@code i} at {@code i * bpb(g)} of its segment
  * and never touches block 0. Each pool's segment therefore starts {@code bpb(g)} bytes before the
@@ -32,13 +35,17 @@ public final class DevicePools implements AutoCloseable {
   public static final String TIER_NAME = "Device";
 
   private final CacheLayout layout;
+  private final BlockGeometry geometry;
+  private final int numParents;
+  private final int blockIdLimit;
   private final TierMemory memory;
   private final KvCache kvCache;
+  private final DeviceBytes bytes;
   private final int rank;
 
   /**
-   * Allocates {@code numParents} parents of {@code layout}'s geometry and binds the model's pools
-   * to them.
+   * Allocates {@code numParents} parents of {@code layout}'s geometry in host memory and binds the
+   * CPU model's pools to them.
    *
    * @throws IllegalArgumentException when the layout's LCM is too large, {@code numParents < 1}, or
    *     the tier does not fit the block id space
@@ -52,28 +59,65 @@ public final class DevicePools implements AutoCloseable {
    * name only the pages this rank owns ({@link #modelTables}).
    */
   public DevicePools(CacheLayout layout, int numParents, int rank) {
+    this(layout, numParents, rank, null);
+  }
+
+  /**
+   * The pools on {@code backend}'s device: host memory when it {@link DeviceModel#computesOnHost
+   * computes on the host} (or is null), else the memory its {@link DeviceModel#allocate} returns.
+   */
+  public DevicePools(CacheLayout layout, int numParents, int rank, DeviceModel backend) {
     BlockGeometry geometry = BlockGeometry.of(layout);
     long pad =
         Math.ceilDiv(geometry.maxBytesPerBlock(), TierMemory.ALIGNMENT) * TierMemory.ALIGNMENT;
-    TierMemory tier = TierMemory.allocate(TIER_NAME, geometry, numParents, pad);
-    try {
-      List<PagedKvPool> pools = new ArrayList<>();
-      for (int g = 0; g < layout.numGroups(); g++) {
-        long bpb = geometry.bytesPerBlock(g);
-        int numBlocks = 1 + numParents * geometry.childrenPerParent(g);
-        pools.add(
-            new PagedKvPool(
-                layout.group(g),
-                numBlocks,
-                tier.allocation().asSlice(pad - bpb, bpb + tier.byteSize())));
+    int[] poolBlocks = new int[layout.numGroups()];
+    for (int g = 0; g < layout.numGroups(); g++) {
+      poolBlocks[g] = 1 + numParents * geometry.childrenPerParent(g);
+    }
+    if (backend == null || backend.computesOnHost()) {
+      TierMemory tier = TierMemory.allocate(TIER_NAME, geometry, numParents, pad);
+      try {
+        List<PagedKvPool> pools = new ArrayList<>();
+        for (int g = 0; g < layout.numGroups(); g++) {
+          long bpb = geometry.bytesPerBlock(g);
+          pools.add(
+              new PagedKvPool(
+                  layout.group(g),
+                  poolBlocks[g],
+                  tier.allocation().asSlice(pad - bpb, bpb + tier.byteSize())));
+        }
+        this.kvCache = new KvCache(layout, pools);
+      } catch (RuntimeException e) {
+        tier.close();
+        throw e;
       }
-      this.kvCache = new KvCache(layout, pools);
-    } catch (RuntimeException e) {
-      tier.close();
-      throw e;
+      this.memory = tier;
+      this.bytes = new HostDeviceBytes(tier.segment(), kvCache);
+      this.blockIdLimit = tier.blockIdLimit();
+    } else {
+      int limit;
+      try {
+        limit = geometry.blockIdLimit(numParents);
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException(TIER_NAME + " tier " + e.getMessage(), e);
+      }
+      if (numParents < 1) {
+        throw new IllegalArgumentException(
+            TIER_NAME + " tier num_parents=" + numParents + " must be at least 1");
+      }
+      this.memory = null;
+      this.kvCache = null;
+      this.bytes =
+          backend.allocate(
+              layout,
+              pad,
+              Math.multiplyExact(geometry.parentBytes(), (long) numParents),
+              poolBlocks);
+      this.blockIdLimit = limit;
     }
     this.layout = layout;
-    this.memory = tier;
+    this.geometry = geometry;
+    this.numParents = numParents;
     this.rank = rank;
   }
 
@@ -84,22 +128,63 @@ public final class DevicePools implements AutoCloseable {
 
   /** The tier's geometry. */
   public BlockGeometry geometry() {
-    return memory.geometry();
+    return geometry;
   }
 
   /** Number of LCM parents. */
   public int numParents() {
-    return memory.numParents();
+    return numParents;
   }
 
-  /** The tier's memory, addressed by cache block ids. */
+  /**
+   * The tier's host memory, addressed by cache block ids, when the Device is host memory (the CPU
+   * backend); null on a GPU.
+   */
   public TierMemory memory() {
     return memory;
   }
 
-  /** The model's view of the same memory, addressed by {@link #modelBlock model block} indices. */
+  /** The model's view of host memory (the CPU backend); null on a GPU. */
   public KvCache kvCache() {
     return kvCache;
+  }
+
+  /** The tier's bytes on its device, which copies and the forward pass go through. */
+  public DeviceBytes bytes() {
+    return bytes;
+  }
+
+  /** The tier's name, as errors give it. */
+  public String tierName() {
+    return TIER_NAME;
+  }
+
+  /**
+   * Byte offset of a block from the tier's first block.
+   *
+   * @throws IllegalArgumentException naming the tier when the id is no block of the group here
+   */
+  public long offsetOf(int groupId, int blockId) {
+    if (memory != null) {
+      return memory.offsetOf(groupId, blockId);
+    }
+    if (blockId >= blockIdLimit) {
+      throw new IllegalArgumentException(
+          TIER_NAME
+              + " tier block id="
+              + blockId
+              + " of group "
+              + groupId
+              + " is beyond the tier: "
+              + numParents
+              + " parents hold ids below "
+              + blockIdLimit);
+    }
+    try {
+      return geometry.byteOffset(groupId, blockId);
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException(TIER_NAME + " tier " + e.getMessage(), e);
+    }
   }
 
   /**
@@ -109,11 +194,11 @@ public final class DevicePools implements AutoCloseable {
    * @throws IllegalArgumentException when the id is no block of the group in this tier
    */
   public int modelBlock(int groupId, int blockId) {
-    long bpb = memory.geometry().bytesPerBlock(groupId);
+    long bpb = geometry.bytesPerBlock(groupId);
     if (blockId == 0) {
       return 0;
     }
-    return (int) (1 + memory.offsetOf(groupId, blockId) / bpb);
+    return (int) (1 + offsetOf(groupId, blockId) / bpb);
   }
 
   /**
@@ -126,7 +211,7 @@ public final class DevicePools implements AutoCloseable {
    *     of its group
    */
   public int[][] modelTables(int[][] cacheTables) {
-    int groups = memory.geometry().numGroups();
+    int groups = geometry.numGroups();
     if (cacheTables == null || cacheTables.length != groups) {
       throw new IllegalArgumentException(
           "block tables for "
@@ -156,6 +241,10 @@ public final class DevicePools implements AutoCloseable {
   /** Frees the tier; the model's pools become inaccessible. Later calls do nothing. */
   @Override
   public void close() {
-    memory.close();
+    if (memory != null) {
+      memory.close();
+    } else {
+      bytes.close();
+    }
   }
 }

@@ -1,0 +1,228 @@
+package io.tokenspeed.cuda.model;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.cuda.CopyEngine;
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.PinnedHost;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.ModelIdentity;
+import io.tokenspeed.model.device.DeviceBytes;
+import io.tokenspeed.model.device.DeviceModel;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
+import java.lang.foreign.MemorySegment;
+import java.util.IdentityHashMap;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * The CUDA backend as the engine drives it: the GPU model, the Device tier in GPU memory (one
+ * {@code cudaMalloc} laid out as the engine's geometry says), copies to and from the pinned Host
+ * tier on a copy stream of their own, and the forward pass on the compute stream.
+ *
+ * <pre>
+ *   Host tier (pinned) ──cudaMemcpyAsync, copy stream──▶ Device tier (GPU) ◀── forward, compute stream
+ *          ▲                                                   │
+ *          └─────────────── cudaMemcpyAsync, copy stream ──────┘
+ * </pre>
+ *
+ * <p>Ordering: a batch of copies completes (its stream synchronized) before the engine's fence lets
+ * the forward pass that reads it run; the forward pass returns after its stream has finished, so
+ * the stores the engine issues afterwards read what it wrote.
+ */
+public final class CudaDeviceModel implements DeviceModel {
+
+  /**
+   * The attention implementation the deployment identity names for KV this backend computes
+   * (float32 KV, the project's paged-attention kernel, cuBLAS GEMMs); KV of the CPU kernels or of
+   * deterministic mode lives under other namespaces.
+   */
+  public static final String ATTENTION_BACKEND = "cuda-paged-f32";
+
+  /** {@link #ATTENTION_BACKEND} of deterministic mode (fixed-order GEMMs). */
+  public static final String DETERMINISTIC_ATTENTION_BACKEND = "cuda-paged-f32-fixed-order";
+
+  private final CudaCausalLm model;
+  private final CudaDevice device;
+  private final CopyEngine copies;
+  private final Map<MemorySegment, PinnedHost> pinned = new IdentityHashMap<>();
+
+  /**
+   * Binds {@code model} to its device, with a copy stream of its own. The model stays the caller's.
+   */
+  public CudaDeviceModel(CudaCausalLm model) {
+    this.model = model;
+    this.device = model.device();
+    this.copies = new CopyEngine(device);
+  }
+
+  public CudaCausalLm model() {
+    return model;
+  }
+
+  /** The attention backend to name in the deployment identity of an engine over this binding. */
+  public String attentionBackend() {
+    return model.deterministic() ? DETERMINISTIC_ATTENTION_BACKEND : ATTENTION_BACKEND;
+  }
+
+  @Override
+  public String deviceName() {
+    return "cuda:" + device.ordinal();
+  }
+
+  @Override
+  public boolean computesOnHost() {
+    return false;
+  }
+
+  @Override
+  public ModelIdentity identity() {
+    return model.identity();
+  }
+
+  @Override
+  public Collective collective() {
+    return Collective.single();
+  }
+
+  @Override
+  public Shard shard() {
+    return Shard.NONE;
+  }
+
+  @Override
+  public int vocabSize() {
+    return model.vocabSize();
+  }
+
+  @Override
+  public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
+    return model.cacheLayout(prefixGranularity, blockGranularity);
+  }
+
+  @Override
+  public synchronized void pinHost(MemorySegment hostTier) {
+    pinned.computeIfAbsent(hostTier, s -> PinnedHost.register(device, s));
+  }
+
+  @Override
+  public synchronized void unpinHost(MemorySegment hostTier) {
+    PinnedHost p = pinned.remove(hostTier);
+    if (p != null) {
+      p.close();
+    }
+  }
+
+  @Override
+  public DeviceBytes allocate(
+      CacheLayout layout, long leadingPad, long tierBytes, int[] poolBlocks) {
+    device.bind();
+    DeviceBuffer memory = device.allocateZeroed(Math.addExact(leadingPad, tierBytes));
+    long[] bases = new long[layout.numGroups()];
+    for (int g = 0; g < bases.length; g++) {
+      long bpb = layout.group(g).bytesPerBlock();
+      if (bpb > leadingPad) {
+        memory.close();
+        throw new IllegalArgumentException(
+            "leading pad=" + leadingPad + " is smaller than group " + g + "'s block of " + bpb);
+      }
+      bases[g] = memory.pointer() + leadingPad - bpb;
+    }
+    return new Bytes(memory, leadingPad, tierBytes, new CudaKvCache(layout, bases, poolBlocks));
+  }
+
+  @Override
+  public ForwardResult forward(ForwardBatch batch, DeviceBytes kv) {
+    if (!(kv instanceof Bytes b)) {
+      throw new IllegalArgumentException(
+          "the CUDA backend computes over its own memory, not " + kv);
+    }
+    return model.forward(batch, b.view);
+  }
+
+  /** The Device tier in GPU memory; copies queue on the backend's copy stream. */
+  private final class Bytes implements DeviceBytes {
+    private final DeviceBuffer memory;
+    private final long pad;
+    private final long size;
+    private final CudaKvCache view;
+    private boolean closed;
+
+    Bytes(DeviceBuffer memory, long pad, long size, CudaKvCache view) {
+      this.memory = memory;
+      this.pad = pad;
+      this.size = size;
+      this.view = view;
+    }
+
+    private long at(long offset, long bytes) {
+      if (offset < 0 || bytes < 0 || offset > size - bytes) {
+        throw new IndexOutOfBoundsException(
+            "Device bytes [" + offset + ", " + (offset + bytes) + ") outside a tier of " + size);
+      }
+      return memory.pointer() + pad + offset;
+    }
+
+    @Override
+    public long byteSize() {
+      return size;
+    }
+
+    @Override
+    public void copyFromHost(MemorySegment src, long dstOffset) {
+      device.bind();
+      copies.copy(at(dstOffset, src.byteSize()), src.address(), src.byteSize());
+    }
+
+    @Override
+    public void copyToHost(long srcOffset, MemorySegment dst) {
+      device.bind();
+      copies.copy(dst.address(), at(srcOffset, dst.byteSize()), dst.byteSize());
+    }
+
+    @Override
+    public void copyWithin(long srcOffset, long dstOffset, long bytes) {
+      device.bind();
+      copies.copy(at(dstOffset, bytes), at(srcOffset, bytes), bytes);
+    }
+
+    @Override
+    public void awaitCopies() {
+      device.bind();
+      copies.synchronize();
+    }
+
+    @Override
+    public Optional<MemorySegment> hostSegment() {
+      return Optional.empty();
+    }
+
+    @Override
+    public synchronized void close() {
+      if (!closed) {
+        closed = true;
+        device.bind();
+        copies.synchronize();
+        device.synchronize();
+        memory.close();
+      }
+    }
+
+    @Override
+    public String toString() {
+      return "Device tier of " + size + " bytes on " + deviceName();
+    }
+  }
+
+  /** Closes the copy stream and unpins what is still pinned; the model stays the caller's. */
+  @Override
+  public synchronized void close() {
+    for (PinnedHost p : pinned.values()) {
+      p.close();
+    }
+    pinned.clear();
+    copies.close();
+  }
+}
