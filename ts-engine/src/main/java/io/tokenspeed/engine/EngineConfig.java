@@ -12,7 +12,8 @@ package io.tokenspeed.engine;
  * @param demoteBelowFreeParents cached Device blocks move to the Host while fewer Device parents
  *     are free
  * @param computeThreads threads of the forward pass
- * @param maxQueued most requests waiting for the loop's intake; {@link Engine#submit} refuses more
+ * @param maxQueued most requests accepted and not running yet: those in the intake queue and those
+ *     the loop holds waiting for admission; {@link Engine#submit} refuses more
  */
 public record EngineConfig(
     int prefixGranularity,

@@ -617,8 +617,17 @@ final class EventLoop {
     a.handle.end(r);
   }
 
+  /**
+   * Accepted requests the loop holds that do not run yet: in the scheduler, and on a replica's
+   * leader those sent to the other ranks and not yet agreed.
+   */
+  private int waitingInLoop() {
+    int waiting = active.size() - Math.min(active.size(), scheduler.runningCount());
+    return replica == null ? waiting : waiting + replica.unagreedCount();
+  }
+
   private void publishStats() {
-    intake.noteWaitingInLoop(active.size() - scheduler.runningCount());
+    intake.noteWaitingInLoop(waitingInLoop());
     stats =
         new EngineStats(
             rounds,
@@ -671,7 +680,7 @@ final class EventLoop {
    */
   private void publishMetrics(long nowNs, int queued, boolean pending) {
     int running = Math.min(active.size(), scheduler.runningCount());
-    int waiting = queued + active.size() - running;
+    int waiting = queued + waitingInLoop();
     Optional<EngineMetrics.Storage> l3 = Optional.empty();
     if (storage != null) {
       io.tokenspeed.l3.L3Metrics executor = storage.metrics();

@@ -17,27 +17,35 @@ import java.util.function.IntSupplier;
  * round's start the loop takes every queued request into the scheduler with the keys of its known
  * tokens.
  *
- * <p>{@code max_queued} bounds every request that waits for admission: those in the queue and those
- * the loop has taken into the scheduler that do not run yet (the loop publishes their number after
- * every round). Without the second part the loop would empty the queue into the scheduler each
- * round and an overload would pile up there without bound, each later request waiting longer.
+ * <p>{@code max_queued} bounds every request that was accepted and does not run yet: those in the
+ * queue and those the loop has taken in that wait in the scheduler. Without the second part the
+ * loop would empty the queue into the scheduler each round and an overload would pile up there
+ * without bound, each later request waiting longer. A request counts as waiting in the loop from
+ * the moment the loop takes it ({@link #poll}), and after every round the loop replaces that count
+ * with the exact number ({@link #noteWaitingInLoop}); the check and the queueing of a submission,
+ * and the taking of a request, hold this object's lock, so concurrent submitters cannot pass the
+ * bound together, nor while the loop takes requests in.
  *
- * <p>Callers touch only the two queues and that published number; the scheduler is the loop
- * thread's.
+ * <p>Callers touch only the two queues and that count; the scheduler is the loop thread's.
  */
 final class Intake {
   private final int vocabSize;
   private final IntSupplier maxRequestTokens;
   private final ArrayBlockingQueue<ActiveRequest> queue;
+  private final int capacity;
   private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
 
-  /** Requests the loop took in that do not run yet, as of its last round. */
-  private volatile int waitingInLoop;
+  /**
+   * Requests the loop took in that do not run yet: exact after a round, and counting every request
+   * taken since (guarded by {@code this}).
+   */
+  private int waitingInLoop;
 
   Intake(int vocabSize, IntSupplier maxRequestTokens, int maxQueued) {
     this.vocabSize = vocabSize;
     this.maxRequestTokens = maxRequestTokens;
     this.queue = new ArrayBlockingQueue<>(maxQueued);
+    this.capacity = maxQueued;
   }
 
   /** What is wrong with a request, or null when it may be served (any thread). */
@@ -84,28 +92,23 @@ final class Intake {
 
   /** How many requests the queue holds at most ({@code max_queued}). */
   int capacity() {
-    return queue.size() + queue.remainingCapacity();
+    return capacity;
   }
 
   /**
-   * Queues a checked request for the next round; false when {@code max_queued} requests already
-   * wait for admission, here or in the loop (any thread).
+   * Queues a checked request for the next round; false when {@code max_queued} accepted requests do
+   * not run yet, here or in the loop (any thread).
    */
-  boolean offer(ActiveRequest a) {
-    if (queue.size() + waitingInLoop >= capacity()) {
+  synchronized boolean offer(ActiveRequest a) {
+    if (queue.size() + waitingInLoop >= capacity) {
       return false;
     }
     return queue.offer(a);
   }
 
   /** The loop's requests that do not run yet, after a round (the loop thread). */
-  void noteWaitingInLoop(int n) {
+  synchronized void noteWaitingInLoop(int n) {
     waitingInLoop = Math.max(0, n);
-  }
-
-  /** Requests waiting for admission: queued here, and taken by the loop but not running. */
-  int waitingCount() {
-    return queue.size() + waitingInLoop;
   }
 
   /** Asks the loop to end request {@code id} at its next round (any thread). */
@@ -128,9 +131,16 @@ final class Intake {
     return !queue.isEmpty();
   }
 
-  /** The next queued request, or null. */
-  ActiveRequest poll() {
-    return queue.poll();
+  /**
+   * The next queued request, or null (the loop thread). The request counts as waiting in the loop
+   * until the round's end replaces the count ({@link #noteWaitingInLoop}).
+   */
+  synchronized ActiveRequest poll() {
+    ActiveRequest a = queue.poll();
+    if (a != null) {
+      waitingInLoop++;
+    }
+    return a;
   }
 
   /** The cancellations that arrived since the last call. */

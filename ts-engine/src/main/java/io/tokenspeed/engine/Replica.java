@@ -375,6 +375,11 @@ final class Replica implements AutoCloseable {
     return sent.values();
   }
 
+  /** How many requests were sent and not yet agreed (leader; 0 on the other ranks). */
+  int unagreedCount() {
+    return sent.size();
+  }
+
   @Override
   public void close() {
     exchange.close();

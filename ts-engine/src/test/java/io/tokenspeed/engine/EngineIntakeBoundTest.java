@@ -10,8 +10,13 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.OptionalInt;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -37,6 +42,109 @@ class EngineIntakeBoundTest {
         held.release();
         release.acquireUninterruptibly();
       }
+    }
+  }
+
+  /**
+   * Holds the loop twice in its first round: while it samples the first token (after it took the
+   * queued requests in, before it published how many wait), then after the round.
+   */
+  private static final class HoldInAndAfterFirstRound implements EngineObserver {
+    final Semaphore inRound = new Semaphore(0);
+    final Semaphore continueRound = new Semaphore(0);
+    final Semaphore afterRound = new Semaphore(0);
+    final Semaphore continueLoop = new Semaphore(0);
+    volatile boolean firstLogits = true;
+    volatile boolean firstRound = true;
+
+    @Override
+    public void onLogits(long requestId, int step, float[] logits) {
+      if (firstLogits) {
+        firstLogits = false;
+        inRound.release();
+        continueRound.acquireUninterruptibly();
+      }
+    }
+
+    @Override
+    public void afterRound(Engine engine) {
+      if (firstRound) {
+        firstRound = false;
+        afterRound.release();
+        continueLoop.acquireUninterruptibly();
+      }
+    }
+  }
+
+  /**
+   * The requests the loop takes in count against the bound from the moment it takes them, not only
+   * from the end of the round: submitters that race with a round cannot fill the queue again while
+   * the requests just taken are counted nowhere.
+   */
+  @Test
+  void shouldHoldTheBoundWhileTheLoopTakesRequestsInDuringARound() throws Exception {
+    CausalLm model = ContextModels.llama(dir);
+    int maxQueued = 4;
+    EngineConfig config = new EngineConfig(4, 2, 256, 4.0, 64, 1, 2, 1, maxQueued);
+    HoldInAndAfterFirstRound hold = new HoldInAndAfterFirstRound();
+    int[] prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+    List<RequestHandle> handles = new ArrayList<>();
+    ExecutorService submitters = Executors.newFixedThreadPool(8);
+    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), hold)) {
+      try {
+        for (int i = 0; i < maxQueued; i++) {
+          handles.add(e.submit(prompt, SamplingParams.greedy(64)));
+        }
+        e.resume();
+        assertTrue(hold.inRound.tryAcquire(30, TimeUnit.SECONDS), "the first round samples");
+        // the round took the four in; eight threads submit at once while it runs
+        AtomicInteger accepted = new AtomicInteger();
+        CountDownLatch start = new CountDownLatch(1);
+        List<Future<List<RequestHandle>>> tries = new ArrayList<>();
+        for (int t = 0; t < 8; t++) {
+          tries.add(
+              submitters.submit(
+                  () -> {
+                    start.await();
+                    List<RequestHandle> mine = new ArrayList<>();
+                    for (int i = 0; i < 4; i++) {
+                      try {
+                        mine.add(e.submit(prompt, SamplingParams.greedy(2)));
+                        accepted.incrementAndGet();
+                      } catch (IllegalStateException full) {
+                        // refused at the door: the bound
+                      }
+                    }
+                    return mine;
+                  }));
+        }
+        start.countDown();
+        for (Future<List<RequestHandle>> f : tries) {
+          handles.addAll(f.get(30, TimeUnit.SECONDS));
+        }
+        hold.continueRound.release();
+        assertTrue(hold.afterRound.tryAcquire(30, TimeUnit.SECONDS), "the first round ended");
+        EngineMetrics m = e.metrics();
+        assertEquals(1, m.runningRequests(), "running after the first round");
+        assertTrue(
+            m.waitingRequests() <= maxQueued,
+            "accepted and not running: "
+                + m.waitingRequests()
+                + " (of which "
+                + accepted.get()
+                + " accepted during the round) must not exceed max_queued="
+                + maxQueued);
+        assertEquals(
+            0, accepted.get(), "the four taken in fill the bound until the round says one runs");
+      } finally {
+        hold.continueRound.release(); // never leave the loop held, even when a check failed
+        hold.continueLoop.release();
+        for (RequestHandle h : handles) {
+          h.cancel();
+        }
+      }
+    } finally {
+      submitters.shutdownNow();
     }
   }
 

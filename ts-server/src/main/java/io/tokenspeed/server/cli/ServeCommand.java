@@ -105,7 +105,9 @@ final class ServeCommand implements Callable<Integer> {
   @Option(
       names = "--max-queued",
       paramLabel = "N",
-      description = "Most requests waiting for the engine; more are answered 429.")
+      description =
+          "Most requests accepted and not running yet (queued, or held by the engine waiting for"
+              + " admission); more are answered 429.")
   private int maxQueued = 1024;
 
   @Option(
