@@ -44,7 +44,9 @@ import java.util.function.Consumer;
  * spaced by seeded exponential gaps; prompts share system prompts, so the Device, Host and store
  * tiers all work. Memory is measured as the heap after the last collection (the live set), the
  * process's resident set ({@code VmRSS}: the heap, the KV tiers' off-heap memory and everything
- * else), and direct buffers; a thread that dies of an uncaught exception is counted.
+ * else), and direct buffers; a thread that dies of an uncaught exception is counted (and reported
+ * as before: to the handler that was installed, or on standard error). A request that has not ended
+ * within the client's timeout counts as an error.
  */
 final class SoakRun {
 
@@ -127,6 +129,12 @@ final class SoakRun {
         (t, e) -> {
           uncaught.incrementAndGet();
           firstUncaught.compareAndSet(null, t.getName() + ": " + e);
+          if (previous != null) {
+            previous.uncaughtException(t, e);
+          } else { // what the JVM does without a handler
+            System.err.print("Exception in thread \"" + t.getName() + "\" ");
+            e.printStackTrace(System.err);
+          }
         });
     t0 = System.nanoTime();
     Thread sampler = Thread.ofPlatform().daemon().name("ts-soak-sampler").start(this::sample);

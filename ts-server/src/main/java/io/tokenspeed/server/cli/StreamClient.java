@@ -10,10 +10,15 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The client of {@code tokenspeed bench serve}: streamed completions over {@code java.net.http}
@@ -30,6 +35,11 @@ import java.util.concurrent.Executors;
  *   |<-------- TTFT ------------------->|
  *                                       |<----------- TPOT × (n − 1) ------------->|
  * </pre>
+ *
+ * <p>A request that has not reached the end of its stream within the client's timeout ({@link
+ * #DEFAULT_TIMEOUT} unless given) fails, so that one stuck stream cannot hold up a run: the request
+ * timeout covers the wait for the response's headers, and a deadline closes the body's stream at
+ * the same instant after them.
  */
 final class StreamClient implements AutoCloseable {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -87,13 +97,33 @@ final class StreamClient implements AutoCloseable {
     }
   }
 
+  /**
+   * The longest one request may take, from sending it to the end of its stream: generous, since a
+   * request accepted into a full queue waits its turn (1,024 queued at 3 requests/s is about five
+   * minutes).
+   */
+  static final Duration DEFAULT_TIMEOUT = Duration.ofMinutes(10);
+
+  private final Duration timeout;
   private final ExecutorService executor = Executors.newVirtualThreadPerTaskExecutor();
+  private final ScheduledExecutorService deadlines =
+      Executors.newSingleThreadScheduledExecutor(
+          Thread.ofPlatform().daemon().name("ts-bench-deadlines").factory());
   private final HttpClient http =
       HttpClient.newBuilder()
           .version(HttpClient.Version.HTTP_1_1)
           .connectTimeout(Duration.ofSeconds(10))
           .executor(executor)
           .build();
+
+  StreamClient() {
+    this(DEFAULT_TIMEOUT);
+  }
+
+  /** A client whose requests fail when they have not ended within {@code timeout}. */
+  StreamClient(Duration timeout) {
+    this.timeout = timeout;
+  }
 
   /** The body of a greedy streamed completion of {@code prompt} (token ids). */
   static String body(int[] prompt, int maxTokens) {
@@ -111,34 +141,62 @@ final class StreamClient implements AutoCloseable {
 
   /**
    * Sends one streamed completion of {@code prompt} to {@code endpoint} ({@code
-   * .../v1/completions}) and reads it to its end.
+   * .../v1/completions}) and reads it to its end; fails it when that takes longer than the client's
+   * timeout.
    */
   Completion complete(URI endpoint, int[] prompt, int maxTokens) throws InterruptedException {
     HttpRequest request =
         HttpRequest.newBuilder(endpoint)
             .header("Content-Type", "application/json")
+            .timeout(timeout)
             .POST(HttpRequest.BodyPublishers.ofString(body(prompt, maxTokens)))
             .build();
     Reading r = new Reading();
     r.sentNs = System.nanoTime();
+    AtomicBoolean expired = new AtomicBoolean();
     try {
       HttpResponse<InputStream> response =
           http.send(request, HttpResponse.BodyHandlers.ofInputStream());
       r.headersNs = System.nanoTime();
+      InputStream stream = response.body();
+      // closing the stream ends a read blocked on it with an IOException
+      ScheduledFuture<?> deadline =
+          deadlines.schedule(
+              () -> {
+                expired.set(true);
+                try {
+                  stream.close();
+                } catch (IOException ignored) {
+                  // closed already
+                }
+              },
+              timeout.toNanos() - (r.headersNs - r.sentNs),
+              TimeUnit.NANOSECONDS);
       try (BufferedReader in =
-          new BufferedReader(new InputStreamReader(response.body(), StandardCharsets.UTF_8))) {
+          new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
+        Completion c;
         if (response.statusCode() != 200) {
           StringBuilder body = new StringBuilder();
           for (String line; (line = in.readLine()) != null && body.length() < 400; ) {
             body.append(line);
           }
-          return r.failed("status " + response.statusCode() + ": " + body);
+          c = r.failed("status " + response.statusCode() + ": " + body);
+        } else {
+          c = read(in, r, maxTokens);
         }
-        return read(in, r, maxTokens);
+        return expired.get() && !c.ok() ? r.failed(timedOut()) : c;
+      } finally {
+        deadline.cancel(false);
       }
+    } catch (HttpTimeoutException e) {
+      return r.failed(timedOut());
     } catch (IOException e) {
-      return r.failed("I/O: " + e);
+      return r.failed(expired.get() ? timedOut() : "I/O: " + e);
     }
+  }
+
+  private String timedOut() {
+    return "timed out: the stream had not ended " + timeout.toMillis() + " ms after it was sent";
   }
 
   static Completion read(BufferedReader in, Reading r, int maxTokens) throws IOException {
@@ -250,5 +308,6 @@ final class StreamClient implements AutoCloseable {
   public void close() {
     http.close();
     executor.close();
+    deadlines.shutdownNow();
   }
 }
