@@ -13,6 +13,7 @@ import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -227,8 +228,7 @@ public final class StorageTransferManager {
    * Safety rules a test has switched off, to show that the loop's simulation detects their absence
    * (always empty outside those tests).
    */
-  private final java.util.EnumSet<SafetyRule> disabledRules =
-      java.util.EnumSet.noneOf(SafetyRule.class);
+  private final EnumSet<SafetyRule> disabledRules = EnumSet.noneOf(SafetyRule.class);
 
   /** Rules of this manager that a simulation's planted-bug test may switch off. */
   enum SafetyRule {
@@ -782,16 +782,7 @@ public final class StorageTransferManager {
    */
   private void startTimerAtNextTick(Ticket t) {
     if (disabledRules.contains(SafetyRule.TIMERS_AT_NEXT_TICK)) {
-      long at =
-          nowNs
-              + TimeUnit.MILLISECONDS.toNanos(
-                  t.phase == Phase.READY ? config.readyHoldMs() : config.softDeadlineMs());
-      if (t.phase == Phase.READY) {
-        t.readyUntilNs = at;
-      } else {
-        t.deadlineNs = at;
-      }
-      armTimer(at);
+      startTimer(t, nowNs);
       return;
     }
     t.timerPending = true;
@@ -806,13 +797,18 @@ public final class StorageTransferManager {
         continue;
       }
       t.timerPending = false;
-      if (t.phase == Phase.READY) {
-        t.readyUntilNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
-        armTimer(t.readyUntilNs);
-      } else {
-        t.deadlineNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
-        armTimer(t.deadlineNs);
-      }
+      startTimer(t, tickNs);
+    }
+  }
+
+  /** Starts {@code t}'s timer at {@code tickNs}: its Ready hold, or else its soft deadline. */
+  private void startTimer(Ticket t, long tickNs) {
+    if (t.phase == Phase.READY) {
+      t.readyUntilNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.readyHoldMs());
+      armTimer(t.readyUntilNs);
+    } else {
+      t.deadlineNs = tickNs + TimeUnit.MILLISECONDS.toNanos(config.softDeadlineMs());
+      armTimer(t.deadlineNs);
     }
   }
 
