@@ -1,5 +1,7 @@
 package io.tokenspeed.model.checkpoint;
 
+import io.tokenspeed.core.OneLine;
+
 /**
  * A checkpoint folder that cannot be used: a file is missing, truncated or malformed, a tensor does
  * not fit its file or disagrees with {@code config.json}, or the architecture is unknown. The
@@ -11,18 +13,10 @@ public final class CheckpointException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
   public CheckpointException(String message) {
-    super(oneLine(message));
+    super(OneLine.of(message));
   }
 
   public CheckpointException(String message, Throwable cause) {
-    super(oneLine(message), cause);
-  }
-
-  /**
-   * {@code message} with control characters and line separators written as escapes, so that text a
-   * file carried into a message cannot break it into lines (the tokenizer's errors use it too).
-   */
-  public static String oneLine(String message) {
-    return io.tokenspeed.core.OneLine.of(message);
+    super(OneLine.of(message), cause);
   }
 }

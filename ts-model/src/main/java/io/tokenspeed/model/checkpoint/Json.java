@@ -1,5 +1,6 @@
 package io.tokenspeed.model.checkpoint;
 
+import io.tokenspeed.core.OneLine;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -317,7 +318,7 @@ public final class Json {
   private IllegalArgumentException error(String what) {
     // one line: a key or string quoted in `what` may hold a line break
     return new IllegalArgumentException(
-        CheckpointException.oneLine("malformed JSON at offset " + pos + ": " + what));
+        OneLine.of("malformed JSON at offset " + pos + ": " + what));
   }
 
   private static String hex4(char c) {

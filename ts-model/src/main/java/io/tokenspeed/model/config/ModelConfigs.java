@@ -1,6 +1,6 @@
 package io.tokenspeed.model.config;
 
-import io.tokenspeed.model.checkpoint.CheckpointException;
+import io.tokenspeed.core.OneLine;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -38,7 +38,7 @@ public final class ModelConfigs {
     try {
       return read(json);
     } catch (IllegalArgumentException e) {
-      String line = CheckpointException.oneLine(e.getMessage());
+      String line = OneLine.of(e.getMessage());
       if (line == null || line.equals(e.getMessage())) {
         throw e;
       }

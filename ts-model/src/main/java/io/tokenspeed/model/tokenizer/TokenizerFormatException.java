@@ -1,5 +1,7 @@
 package io.tokenspeed.model.tokenizer;
 
+import io.tokenspeed.core.OneLine;
+
 /**
  * A tokenizer file that cannot be used: malformed JSON, a missing or mistyped field, or a component
  * type this package does not implement. The message names the field or component and the offending
@@ -10,6 +12,6 @@ public final class TokenizerFormatException extends IllegalArgumentException {
   private static final long serialVersionUID = 1L;
 
   public TokenizerFormatException(String message) {
-    super(io.tokenspeed.model.checkpoint.CheckpointException.oneLine(message));
+    super(OneLine.of(message));
   }
 }

@@ -1,5 +1,7 @@
 package io.tokenspeed.server.config;
 
+import io.tokenspeed.core.OneLine;
+
 /**
  * Operator input that cannot become a valid configuration. The message is one line that names the
  * field, the value and what is allowed, ready to print after {@code error: }. A line break that the
@@ -9,14 +11,10 @@ package io.tokenspeed.server.config;
 public final class ConfigException extends IllegalArgumentException {
 
   public ConfigException(String message) {
-    super(oneLine(message));
+    super(OneLine.of(message));
   }
 
   public ConfigException(String message, Throwable cause) {
-    super(oneLine(message), cause);
-  }
-
-  private static String oneLine(String message) {
-    return io.tokenspeed.core.OneLine.of(message);
+    super(OneLine.of(message), cause);
   }
 }

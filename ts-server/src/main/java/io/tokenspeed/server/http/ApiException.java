@@ -1,5 +1,7 @@
 package io.tokenspeed.server.http;
 
+import io.tokenspeed.core.OneLine;
+
 /**
  * A request the server refuses, answered in the OpenAI API's error shape: {@code {"error":
  * {"message", "type", "param", "code"}}} with an HTTP status. The message is one line: a control
@@ -13,7 +15,7 @@ public final class ApiException extends RuntimeException {
   private final String code;
 
   public ApiException(int status, String type, String param, String code, String message) {
-    super(oneLine(message));
+    super(OneLine.of(message));
     this.status = status;
     this.type = type;
     this.param = param;
@@ -56,9 +58,5 @@ public final class ApiException extends RuntimeException {
   /** A machine-readable code, or null. */
   public String code() {
     return code;
-  }
-
-  private static String oneLine(String message) {
-    return io.tokenspeed.core.OneLine.of(message);
   }
 }

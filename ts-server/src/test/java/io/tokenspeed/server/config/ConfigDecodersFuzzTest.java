@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.CacheGroupSpec;
 import io.tokenspeed.core.DeploymentIdentity;
+import io.tokenspeed.core.OneLine;
 import io.tokenspeed.model.checkpoint.Json;
 import io.tokenspeed.model.checkpoint.JsonMutator;
 import java.time.Duration;
@@ -364,7 +365,7 @@ class ConfigDecodersFuzzTest {
               return g;
             },
             (input, e) -> {
-              String prefix = io.tokenspeed.core.OneLine.of("--group \"" + input + "\": ");
+              String prefix = OneLine.of("--group \"" + input + "\": ");
               assertTrue(
                   e.getMessage().startsWith(prefix),
                   "message does not quote the flag: " + e.getMessage());

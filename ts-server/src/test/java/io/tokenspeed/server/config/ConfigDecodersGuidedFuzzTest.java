@@ -9,6 +9,7 @@ import com.code_intelligence.jazzer.junit.FuzzTest;
 import io.tokenspeed.core.CacheGroupSpec;
 import io.tokenspeed.core.DeploymentIdentity;
 import io.tokenspeed.core.Namespace;
+import io.tokenspeed.core.OneLine;
 import io.tokenspeed.model.checkpoint.JsonMutator;
 import io.tokenspeed.testkit.DecoderContract;
 import io.tokenspeed.testkit.DecoderContract.Outcome;
@@ -82,7 +83,7 @@ class ConfigDecodersGuidedFuzzTest {
     String text = new String(data, StandardCharsets.UTF_8);
     Outcome<CacheGroupSpec> o = decode(text, () -> GroupFlag.parse(text, 0));
     if (o.refused()) {
-      String prefix = io.tokenspeed.core.OneLine.of("--group \"" + text + "\": ");
+      String prefix = OneLine.of("--group \"" + text + "\": ");
       assertTrue(
           o.refusal().getMessage().startsWith(prefix),
           () -> "message does not quote the flag: " + o.refusal().getMessage());
