@@ -33,18 +33,7 @@ public record CacheGroupSpec(
       throw new IllegalArgumentException("group " + groupId + " needs at least one field");
     }
     fields = List.copyOf(fields);
-    long payload = 0;
-    for (CacheField f : fields) {
-      payload += f.bytesPerBlock();
-      if (payload < 0) {
-        throw new IllegalArgumentException(
-            "group "
-                + groupId
-                + " fields' bytes_per_block add up to more than "
-                + Long.MAX_VALUE
-                + " bytes");
-      }
-    }
+    payloadBytes(groupId, fields); // refuses a sum past Long.MAX_VALUE
     if (sharding == null) {
       sharding = new Sharding.Replicated();
     }
@@ -56,9 +45,22 @@ public record CacheGroupSpec(
 
   /** Payload bytes of one block on one rank: the sum of the field sizes. */
   public long bytesPerBlock() {
+    return payloadBytes(groupId, fields);
+  }
+
+  /** The sum of {@code fields}' sizes; refuses one past {@link Long#MAX_VALUE}. */
+  private static long payloadBytes(int groupId, List<CacheField> fields) {
     long total = 0;
     for (CacheField f : fields) {
-      total = Math.addExact(total, f.bytesPerBlock());
+      total += f.bytesPerBlock(); // each at least 1: an overflow turns the sum negative
+      if (total < 0) {
+        throw new IllegalArgumentException(
+            "group "
+                + groupId
+                + " fields' bytes_per_block add up to more than "
+                + Long.MAX_VALUE
+                + " bytes");
+      }
     }
     return total;
   }
