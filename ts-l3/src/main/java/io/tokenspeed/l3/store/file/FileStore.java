@@ -325,13 +325,7 @@ public final class FileStore implements Store {
    * glibc and musl, which agree on these three).
    */
   static boolean isOutOfSpace(IOException e) {
-    String text = e instanceof FileSystemException fs ? fs.getReason() : null;
-    if (text == null) {
-      text = e.getMessage();
-    }
-    if (text == null) {
-      return false;
-    }
+    String text = reason(e);
     for (String reason : OUT_OF_SPACE) {
       if (text.contains(reason)) {
         return true;
