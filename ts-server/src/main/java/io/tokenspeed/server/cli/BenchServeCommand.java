@@ -158,7 +158,9 @@ final class BenchServeCommand implements Callable<Integer> {
       names = "--clients",
       split = ",",
       paramLabel = "N[,N...]",
-      description = "load: concurrent clients, one run each (default: 16,64).")
+      description =
+          "load: concurrent clients, one run each; soak: the first value is the calibration's"
+              + " clients (default: 16,64).")
   private List<Integer> clients = List.of(16, 64);
 
   @Option(
@@ -266,7 +268,7 @@ final class BenchServeCommand implements Callable<Integer> {
       paramLabel = "S",
       description =
           "soak: seconds of the closed loop that measures the sustainable rate, and of the"
-              + " baseline at half of it (default: ${DEFAULT-VALUE}).")
+              + " baseline at half of it (at least 30 s) (default: ${DEFAULT-VALUE}).")
   private long calibrateS = 30;
 
   @Option(
