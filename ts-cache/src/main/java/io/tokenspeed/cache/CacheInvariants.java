@@ -41,7 +41,7 @@ public final class CacheInvariants {
   /** Checks a pool's own accounting: free + held = total, parent by parent and group by group. */
   public static void checkPool(BlockPool pool) {
     Tier t = pool.tier();
-    if (!(!pool.isAllocated(0))) {
+    if (pool.isAllocated(0)) {
       fail(t + ": the null block is allocated");
     }
     int maxChildren = pool.maxChildren();
@@ -121,10 +121,10 @@ public final class CacheInvariants {
         if (!(tier.keyOf(id) == null)) {
           fail(t + ": free block " + id + " is still published");
         }
-        if (!(!tier.isWithdrawn(id))) {
+        if (tier.isWithdrawn(id)) {
           fail(t + ": free block " + id + " is still withdrawn");
         }
-        if (!(!lru.contains(id))) {
+        if (lru.contains(id)) {
           fail(t + ": free block " + id + " is in the LRU");
         }
         continue;
@@ -143,7 +143,7 @@ public final class CacheInvariants {
         if (!(refs > 0)) {
           fail(t + ": withdrawn block " + id + " is allocated with no holder (leak)");
         }
-        if (!(!tier.writtenSincePublish(id))) {
+        if (tier.writtenSincePublish(id)) {
           fail(t + ": withdrawn block " + id + " was written");
         }
       } else if (key == null) {
@@ -155,7 +155,7 @@ public final class CacheInvariants {
         if (!(tier.indexes().get(key.groupId()).lookup(key) == id)) {
           fail(t + ": block " + id + " is published as " + key + " but the index disagrees");
         }
-        if (!(!tier.writtenSincePublish(id))) {
+        if (tier.writtenSincePublish(id)) {
           fail(t + ": published block " + id + " was written");
         }
       }

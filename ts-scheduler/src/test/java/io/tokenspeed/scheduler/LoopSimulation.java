@@ -766,7 +766,7 @@ final class LoopSimulation {
     for (Rank k : rep.ranks) {
       for (BlockCopy c : plan.deviceCopies()) {
         if (c.srcTier() == Tier.HOST) {
-          if (!(!k.quarantinedHost.contains(c.srcBlock()))) {
+          if (k.quarantinedHost.contains(c.srcBlock())) {
             throw fail("a load reads quarantined Host block " + c.srcBlock());
           }
           System.arraycopy(k.hostRows, c.srcBlock() * BG, k.device, c.dstBlock() * BG, BG);
@@ -943,7 +943,7 @@ final class LoopSimulation {
           kind = StorageKind.GET;
           for (int i = 0; i < g.keys().size(); i++) {
             int b = g.hostBlocks().get(i);
-            if (!(!k.quarantinedHost.contains(b))) {
+            if (k.quarantinedHost.contains(b)) {
               throw fail("a GET lands in quarantined Host block " + b);
             }
             rows.add(JobRow.owned(k.key(g.keys().get(i)), k.range(b)));
@@ -953,7 +953,7 @@ final class LoopSimulation {
           kind = StorageKind.PUT;
           for (int i = 0; i < p.keys().size(); i++) {
             int b = p.hostBlocks().get(i);
-            if (!(!k.quarantinedHost.contains(b))) {
+            if (k.quarantinedHost.contains(b)) {
               throw fail("a PUT reads quarantined Host block " + b);
             }
             CacheKey key = p.keys().get(i);
