@@ -4,9 +4,11 @@ import java.nio.charset.StandardCharsets;
 import java.text.Normalizer;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
+import java.util.Set;
 import java.util.function.UnaryOperator;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -194,7 +196,11 @@ public final class BpeTokenizer implements Tokenizer {
     checkDecoder(root.get("decoder"), "decoder");
     checkPostProcessor(root.get("post_processor"), "post_processor");
 
-    int definedIds = vocab.size() + added.size();
+    Set<Integer> ids = new HashSet<>(vocab.values()); // an added token may repeat a vocab id
+    for (AddedTokens.Token t : added) {
+      ids.add(t.id());
+    }
+    int definedIds = ids.size();
     if (maxId + 1 - definedIds > MAX_UNUSED_IDS) {
       throw new TokenizerFormatException(
           "the largest token id is "

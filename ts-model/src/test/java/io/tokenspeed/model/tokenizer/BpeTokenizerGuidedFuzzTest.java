@@ -100,6 +100,23 @@ class BpeTokenizerGuidedFuzzTest {
     assertEquals(2 + BpeTokenizer.MAX_UNUSED_IDS, BpeTokenizer.fromJson(dense, null).vocabSize());
   }
 
+  @Test
+  void shouldCountAnIdThatVocabAndAddedTokensBothDefineOnce() {
+    // ids 0 and 2^16 + 2 leave 2^16 + 1 undefined; an added token repeating id 0 defines nothing
+    // new
+    String json =
+        """
+        {"model": {"vocab": {"a": 0, "b": %d}, "merges": []},
+         "added_tokens": [{"id": 0, "content": "a", "special": false}],
+         "pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}
+        """
+            .formatted(BpeTokenizer.MAX_UNUSED_IDS + 2);
+    TokenizerFormatException e =
+        assertThrows(TokenizerFormatException.class, () -> BpeTokenizer.fromJson(json, null));
+    assertTrue(
+        e.getMessage().contains("model.vocab and added_tokens define 2 ids"), e.getMessage());
+  }
+
   private static void use(BpeTokenizer t, Supplier<String> input) {
     int vocabSize = t.vocabSize();
     assertTrue(vocabSize >= 1 && vocabSize <= BpeTokenizer.MAX_TOKEN_ID_EXCLUSIVE, input);
