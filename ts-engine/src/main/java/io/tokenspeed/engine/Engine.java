@@ -643,7 +643,8 @@ public final class Engine implements AutoCloseable {
    * max_tokens over the single-request limit) ends the returned handle with an error at once; the
    * engine goes on serving the others.
    *
-   * @throws IllegalStateException when the engine is closed or its intake queue is full
+   * @throws IntakeFullException when {@code max_queued} accepted requests do not run yet
+   * @throws IllegalStateException when the engine is closed
    */
   public RequestHandle submit(int[] prompt, SamplingParams params) {
     return submit(prompt, params, TokenLogprobs.NO_LOGPROBS);
@@ -657,7 +658,8 @@ public final class Engine implements AutoCloseable {
    * alternatives too. They are the log-softmax of the model's raw logits, before temperature and
    * filters. A value outside {@code [-1, 20]} is bad input like the others.
    *
-   * @throws IllegalStateException when the engine is closed or its intake queue is full
+   * @throws IntakeFullException when {@code max_queued} accepted requests do not run yet
+   * @throws IllegalStateException when the engine is closed
    */
   public RequestHandle submit(int[] prompt, SamplingParams params, int topLogprobs) {
     if (replica != null && !replica.leader()) {
@@ -681,7 +683,7 @@ public final class Engine implements AutoCloseable {
         new ActiveRequest(
             id, handle, prompt, new SamplingState(resolved, eosId), System.nanoTime());
     if (!intake.offer(a)) {
-      throw new IllegalStateException(
+      throw new IntakeFullException(
           "engine intake is full (max_queued="
               + maxQueued()
               + " requests already wait for admission)");

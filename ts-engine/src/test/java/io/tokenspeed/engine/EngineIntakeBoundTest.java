@@ -111,7 +111,7 @@ class EngineIntakeBoundTest {
                       try {
                         mine.add(e.submit(prompt, SamplingParams.greedy(2)));
                         accepted.incrementAndGet();
-                      } catch (IllegalStateException full) {
+                      } catch (IntakeFullException full) {
                         // refused at the door: the bound
                       }
                     }
@@ -167,9 +167,9 @@ class EngineIntakeBoundTest {
       assertEquals(1, m.runningRequests(), "running after the first round");
       assertEquals(3, m.waitingRequests(), "waiting after the first round");
       handles.add(e.submit(prompt, SamplingParams.greedy(2))); // 3 waiting + 1 queued = 4
-      IllegalStateException full =
+      IntakeFullException full =
           assertThrows(
-              IllegalStateException.class,
+              IntakeFullException.class,
               () -> e.submit(prompt, SamplingParams.greedy(2)),
               "with three waiting in the scheduler and one queued, a fifth is refused");
       assertTrue(full.getMessage().contains("intake is full (max_queued=4"), full.getMessage());
@@ -182,7 +182,7 @@ class EngineIntakeBoundTest {
       while (again == null && System.nanoTime() < deadline) {
         try {
           again = e.submit(prompt, SamplingParams.greedy(2));
-        } catch (IllegalStateException stillFull) {
+        } catch (IntakeFullException stillFull) {
           Thread.sleep(10);
         }
       }

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.IntakeFullException;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -144,7 +145,7 @@ final class Completions {
         state.fail(String.valueOf(engine.failure().get()));
         throw ApiException.unavailable("the engine has failed: " + engine.failure().get());
       }
-      if (message.contains("intake is full")) {
+      if (e instanceof IntakeFullException) {
         throw new ApiException(429, "rate_limit_error", null, null, message);
       }
       throw ApiException.unavailable(message);

@@ -103,6 +103,17 @@ final class TestServer implements AutoCloseable {
       long maxBodyBytes,
       boolean ready,
       Function<List<Map<String, Object>>, int[]> chatPrompt) {
+    return over(model, l3, maxBodyBytes, ready, chatPrompt, 1024);
+  }
+
+  /** {@link #over} with an engine that accepts at most {@code maxQueued} requests not running. */
+  static TestServer over(
+      CausalLm model,
+      L3Settings l3,
+      long maxBodyBytes,
+      boolean ready,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      int maxQueued) {
     EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
     EngineConfig config =
         new EngineConfig(
@@ -114,7 +125,7 @@ final class TestServer implements AutoCloseable {
             48,
             base.demoteBelowFreeParents(),
             2,
-            1024);
+            maxQueued);
     Engine engine =
         l3 == null
             ? Engine.start(model, config, OptionalInt.empty())
