@@ -121,14 +121,20 @@ public final class CudaApi {
       return Holder.INSTANCE;
     } catch (ExceptionInInitializerError e) {
       if (e.getCause() instanceof CudaException c) {
+        firstFailure = c.getMessage();
         throw new CudaException(c.getMessage());
       }
       throw e;
     } catch (NoClassDefFoundError e) {
       throw new CudaException(
-          "the CUDA libraries failed to load earlier in this process (see its first error)");
+          firstFailure != null
+              ? firstFailure
+              : "the CUDA libraries failed to load earlier in this process");
     }
   }
+
+  /** Why the libraries failed to load, for every later caller. */
+  private static volatile String firstFailure;
 
   CudaApi(List<Path> folders) {
     SymbolLookup rt = CudaLibraries.load(CudaLibraries.CUDART, folders);

@@ -31,7 +31,9 @@ class CopyEngineGpuTest {
 
   @AfterAll
   static void close() {
-    device.close();
+    if (device != null) {
+      device.close();
+    }
   }
 
   @ParameterizedTest

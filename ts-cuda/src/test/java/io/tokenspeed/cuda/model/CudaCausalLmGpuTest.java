@@ -56,7 +56,9 @@ class CudaCausalLmGpuTest {
 
   @AfterAll
   static void close() {
-    device.close();
+    if (device != null) {
+      device.close();
+    }
   }
 
   /** Tables of fresh blocks from a shuffled free list, as an engine hands them out. */

@@ -84,10 +84,14 @@ class EngineCudaL3GpuTest {
   @AfterAll
   void close() {
     for (CudaDeviceModel m : new CudaDeviceModel[] {normal, fixedOrder}) {
-      m.close();
-      m.model().close();
+      if (m != null) {
+        m.close();
+        m.model().close();
+      }
     }
-    device.close();
+    if (device != null) {
+      device.close();
+    }
   }
 
   record Run(GenerationResult result, List<TokenLogprobs> logprobs) {}
