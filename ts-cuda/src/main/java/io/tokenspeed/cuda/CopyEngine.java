@@ -41,7 +41,8 @@ public final class CopyEngine implements AutoCloseable {
 
   /**
    * Queues {@code count} copies of {@code bytes} each, {@code srcs[i]} to {@code dsts[i]}, as one
-   * kernel launch on the copy stream.
+   * kernel launch on the copy stream. The copies of one launch run in no particular order: the
+   * destinations must be pairwise disjoint and disjoint from the sources.
    */
   public void gather(long[] srcs, long[] dsts, int count, long bytes) {
     if (count == 0) {

@@ -64,12 +64,15 @@ class CopyEngineGpuTest {
           // keep the compute stream busy meanwhile: 256 MiB device to device by one thread block
           device.launch(
               "copy_blocks", 1, 1, 1024, 0, busy.pointer(), busy.pointer() + 8, busyA.bytes());
+          // one batch's destinations are distinct, as the engine's are: copies of one launch run
+          // in no particular order
           int n = 256;
           long[] srcs = new long[n];
           long[] dsts = new long[n];
+          int[] targets = rnd.ints(0, BLOCKS).distinct().limit(n).toArray();
           for (int i = 0; i < n; i++) {
             int hb = rnd.nextInt(BLOCKS);
-            int db = rnd.nextInt(BLOCKS);
+            int db = targets[i];
             srcs[i] = up.address() + (long) hb * BLOCK;
             dsts[i] = dev.pointer() + (long) db * BLOCK;
             MemorySegment.copy(

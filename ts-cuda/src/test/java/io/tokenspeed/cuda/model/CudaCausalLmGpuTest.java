@@ -127,10 +127,11 @@ class CudaCausalLmGpuTest {
     Path folder = Fixtures.extract(name, dir);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, name, "test");
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 256);
-        Fixtures.Reference cpuRef = new Fixtures.Reference(name);
         Arena arena = Arena.ofConfined()) {
       SafetensorsFile gpuRef =
           SafetensorsFile.open(Path.of(refDir).resolve(name + ".safetensors"), arena);
+      CpuReference cpuRef =
+          new CpuReference(SafetensorsFile.open(folder.resolve("reference.safetensors"), arena));
       int vocab = m.vocabSize();
       for (int p = 0; p < Fixtures.PROMPTS; p++) {
         Blocks blocks = new Blocks(kv.numBlocks(0), p);
@@ -173,6 +174,25 @@ class CudaCausalLmGpuTest {
                 java.util.Arrays.copyOf(cpuRef.steps(p), 15 * vocab));
         assertTrue(stepErr <= F32_RELATIVE, name + " decode steps: " + stepErr);
       }
+    }
+  }
+
+  /** The fixture's reference outputs (transformers on the CPU), from its extracted folder. */
+  record CpuReference(SafetensorsFile file) {
+    int[] ids(int p) {
+      return file.tensor("ids_" + p).toIntArray();
+    }
+
+    float[] logits(int p) {
+      return file.tensor("logits_" + p).toFloatArray();
+    }
+
+    int[] greedy(int p) {
+      return file.tensor("greedy_" + p).toIntArray();
+    }
+
+    float[] steps(int p) {
+      return file.tensor("steps_" + p).toFloatArray();
     }
   }
 

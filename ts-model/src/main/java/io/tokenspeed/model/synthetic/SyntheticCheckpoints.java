@@ -70,9 +70,12 @@ public final class SyntheticCheckpoints {
   /** Bumped whenever the values generated for a given key change. */
   public static final int FORMAT_VERSION = 1;
 
-  /** The named presets: real configs (Qwen2-0.5B, Gemma 3 270M) and small benchmark models. */
+  /**
+   * The named presets: real configs (Qwen2-0.5B, Gemma 3 270M), small benchmark models, and the
+   * shapes of Llama 3.2 1B and Llama 3 8B (default RoPE, 128k positions) for the GPU benchmarks.
+   */
   public static final List<String> PRESETS =
-      List.of("qwen2-0.5b", "gemma3-270m", "jamba-tiny", "llama-100m");
+      List.of("qwen2-0.5b", "gemma3-270m", "jamba-tiny", "llama-100m", "llama-1b", "llama-8b");
 
   /** Seed used when none is given. */
   public static final long DEFAULT_SEED = 0;

@@ -155,6 +155,13 @@ class SyntheticCheckpointsTest {
     long llama =
         SyntheticCheckpoints.numParameters(SyntheticCheckpoints.presetConfig("llama-100m"));
     assertTrue(llama > 95_000_000L && llama < 115_000_000L, "llama-100m params=" + llama);
+    // the shapes of Llama 3.2 1B (tied) and Llama 3 8B
+    assertEquals(
+        1_235_814_400L,
+        SyntheticCheckpoints.numParameters(SyntheticCheckpoints.presetConfig("llama-1b")));
+    assertEquals(
+        8_030_261_248L,
+        SyntheticCheckpoints.numParameters(SyntheticCheckpoints.presetConfig("llama-8b")));
     for (String preset : SyntheticCheckpoints.PRESETS) {
       String cfg = SyntheticCheckpoints.presetConfig(preset);
       assertEquals(

@@ -1,0 +1,132 @@
+package io.tokenspeed.cuda.model;
+
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.SplittableRandom;
+
+/**
+ * Prefill and decode times of the GPU forward pass on a synthetic checkpoint, as {@code
+ * bin/test-gpu --bench} runs it beside PyTorch on the same card and the same weights. Prints one
+ * line per figure: {@code ours <mode> prefill <tokens> <ms>} and {@code ours <mode> decode <batch>
+ * <ms per step>} (best of the repeats, after a warm-up).
+ *
+ * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES}, for
+ * example {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
+ */
+public final class GpuBench {
+  private static final int BLOCK = 16;
+  private static final int STEPS = 32;
+  private static final int REPEATS = 3;
+
+  private GpuBench() {}
+
+  public static void main(String[] args) {
+    String preset = args[0];
+    Path dir = Path.of(args[1]);
+    int[] prefills = ints(args[2]);
+    int[] batches = ints(args[3]);
+    int context = Integer.parseInt(args[4]);
+    List<String> modes = List.of(args[5].split(","));
+    long t0 = System.nanoTime();
+    Path folder =
+        SyntheticCheckpoints.materialize(SyntheticCheckpoints.PREFIX + preset, 0, DType.BF16, dir);
+    System.out.printf(
+        Locale.ROOT,
+        "checkpoint %s in %.1f s: %s%n",
+        preset,
+        (System.nanoTime() - t0) / 1e9,
+        folder);
+    try (CudaDevice device = CudaDevice.open(0)) {
+      for (String mode : modes) {
+        boolean det = mode.equals("deterministic");
+        long l0 = System.nanoTime();
+        try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det)) {
+          System.out.printf(
+              Locale.ROOT, "ours %s load %.1f s%n", mode, (System.nanoTime() - l0) / 1e9);
+          int maxTokens =
+              Math.max(Arrays.stream(prefills).max().orElse(0), 64 * (context + STEPS + 1));
+          int blocks = 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
+          try (CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(BLOCK, BLOCK), blocks)) {
+            SplittableRandom rnd = new SplittableRandom(1);
+            for (int n : prefills) {
+              int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
+              int[] table = sequential(1, Math.ceilDiv(n, BLOCK));
+              double best = Double.MAX_VALUE;
+              for (int r = 0; r <= REPEATS; r++) {
+                long s = System.nanoTime();
+                m.forward(
+                    ForwardBatch.of(new ForwardRequest(ids, 0, new int[][] {table}, false)), kv);
+                double ms = (System.nanoTime() - s) / 1e6;
+                if (r > 0) {
+                  best = Math.min(best, ms);
+                }
+              }
+              System.out.printf(Locale.ROOT, "ours %s prefill %d %.2f%n", mode, n, best);
+            }
+            for (int b : batches) {
+              int rows = Math.ceilDiv(context + STEPS + 1, BLOCK);
+              List<int[]> tables = new ArrayList<>();
+              List<ForwardRequest> prefill = new ArrayList<>();
+              for (int i = 0; i < b; i++) {
+                int[] table = sequential(1 + i * rows, rows);
+                tables.add(table);
+                prefill.add(
+                    new ForwardRequest(
+                        rnd.ints(context, 0, m.vocabSize()).toArray(),
+                        0,
+                        new int[][] {table},
+                        false));
+              }
+              m.forward(new ForwardBatch(prefill), kv);
+              double best = Double.MAX_VALUE;
+              for (int r = 0; r <= REPEATS; r++) {
+                long s = System.nanoTime();
+                for (int step = 0; step < STEPS; step++) {
+                  List<ForwardRequest> decode = new ArrayList<>();
+                  for (int i = 0; i < b; i++) {
+                    // each repeat decodes the same positions again: same work every time
+                    decode.add(
+                        new ForwardRequest(
+                            new int[] {rnd.nextInt(m.vocabSize())},
+                            context + step,
+                            new int[][] {tables.get(i)},
+                            false));
+                  }
+                  m.forward(new ForwardBatch(decode), kv);
+                }
+                double ms = (System.nanoTime() - s) / 1e6 / STEPS;
+                if (r > 0) {
+                  best = Math.min(best, ms);
+                }
+              }
+              System.out.printf(Locale.ROOT, "ours %s decode %d %.3f%n", mode, b, best);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  private static int[] sequential(int first, int n) {
+    int[] t = new int[n];
+    for (int i = 0; i < n; i++) {
+      t[i] = first + i;
+    }
+    return t;
+  }
+
+  private static int[] ints(String csv) {
+    return Arrays.stream(csv.split(","))
+        .filter(s -> !s.isBlank())
+        .mapToInt(Integer::parseInt)
+        .toArray();
+  }
+}
