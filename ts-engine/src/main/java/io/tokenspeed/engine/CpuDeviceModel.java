@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.memory.HostDeviceBytes;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
@@ -39,6 +40,11 @@ public final class CpuDeviceModel implements DeviceModel {
   @Override
   public boolean computesOnHost() {
     return true;
+  }
+
+  @Override
+  public String attentionBackend() {
+    return L3Settings.CPU_ATTENTION_BACKEND;
   }
 
   @Override

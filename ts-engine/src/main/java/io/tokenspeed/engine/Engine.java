@@ -600,7 +600,18 @@ public final class Engine implements AutoCloseable {
    */
   public static int deviceParentsFor(CausalLm model, int tokens) {
     EngineConfig base = EngineConfig.defaults(2);
-    CacheLayout layout = model.cacheLayout(base.prefixGranularity(), base.blockGranularity());
+    return deviceParentsFor(
+        model.cacheLayout(base.prefixGranularity(), base.blockGranularity()), tokens);
+  }
+
+  /** {@link #deviceParentsFor(CausalLm, int)} of a model on any device. */
+  public static int deviceParentsFor(DeviceModel model, int tokens) {
+    EngineConfig base = EngineConfig.defaults(2);
+    return deviceParentsFor(
+        model.cacheLayout(base.prefixGranularity(), base.blockGranularity()), tokens);
+  }
+
+  private static int deviceParentsFor(CacheLayout layout, int tokens) {
     long rows = 0;
     for (var g : layout.groups()) {
       rows += g.rowsFor(tokens);

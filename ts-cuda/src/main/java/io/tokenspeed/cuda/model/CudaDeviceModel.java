@@ -62,7 +62,7 @@ public final class CudaDeviceModel implements DeviceModel {
     return model;
   }
 
-  /** The attention backend to name in the deployment identity of an engine over this binding. */
+  @Override
   public String attentionBackend() {
     return model.deterministic() ? DETERMINISTIC_ATTENTION_BACKEND : ATTENTION_BACKEND;
   }

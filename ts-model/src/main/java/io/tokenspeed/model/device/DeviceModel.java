@@ -27,6 +27,12 @@ public interface DeviceModel extends AutoCloseable {
 
   ModelIdentity identity();
 
+  /**
+   * The attention implementation the deployment identity names for KV this binding computes: KV of
+   * another implementation (whose numbers differ) lives under another L3 namespace.
+   */
+  String attentionBackend();
+
   /** The collective of the model's tensor-parallel ranks (a single rank's without TP). */
   Collective collective();
 

@@ -3,6 +3,9 @@ package io.tokenspeed.server.cli;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.model.CudaCausalLm;
+import io.tokenspeed.cuda.model.CudaDeviceModel;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
@@ -110,6 +113,8 @@ final class GenerateCommand implements Callable<Integer> {
 
   @Mixin private TensorParallelOptions tp;
 
+  @Mixin private DeviceOptions deviceOptions;
+
   @Option(
       names = "--prompt",
       paramLabel = "TEXT",
@@ -205,6 +210,12 @@ final class GenerateCommand implements Callable<Integer> {
       return tp.launch(); // every rank runs this command, rank 0 prints
     }
     Tokenizer tokenizer = modelOptions.tokenizer(folder);
+    if (deviceOptions.gpu()) {
+      if (tp.ranked()) {
+        throw modelOptions.usage("--device=cuda runs one rank: --tp is for the CPU backend");
+      }
+      return generateOnGpu(folder, tokenizer, ids, params, storage);
+    }
     try (CausalLm lm = tp.load(folder, modelOptions.model())) {
       if (ids == null) {
         ids = modelOptions.tokenize(folder, tokenizer, "--prompt", prompt);
@@ -232,6 +243,44 @@ final class GenerateCommand implements Callable<Integer> {
         engine.close(); // with L3: after the write-through of the prompt's pages
       }
       tp.reportStorage(engine);
+    }
+    return 0;
+  }
+
+  /** The same generation with the model on the GPU {@code --device} names. */
+  private int generateOnGpu(
+      Path folder,
+      Tokenizer tokenizer,
+      int[] tokenIds,
+      SamplingParams params,
+      Optional<StorageExtraConfig.Resolved> storage)
+      throws InterruptedException {
+    try (CudaDevice gpu = deviceOptions.open();
+        CudaCausalLm glm = deviceOptions.load(gpu, folder, modelOptions.model());
+        CudaDeviceModel model = new CudaDeviceModel(glm)) {
+      int[] ids =
+          tokenIds != null
+              ? tokenIds
+              : modelOptions.tokenize(folder, tokenizer, "--prompt", prompt);
+      modelOptions.checkVocab(ids, model.vocabSize(), tokens != null ? "--tokens" : "--prompt");
+      int target =
+          deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
+      EngineConfig config;
+      try {
+        config =
+            EngineConfig.defaults(Engine.deviceParentsFor(model, target))
+                .withComputeThreads(modelOptions.computeThreads());
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException(
+            "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
+      }
+      Engine engine =
+          StorageOptions.startEngine(model, config, tokenizer.specialTokens().eosId(), storage);
+      try {
+        generate(engine, ids, params, tokenizer);
+      } finally {
+        engine.close(); // with L3: after the write-through of the prompt's pages
+      }
     }
     return 0;
   }

@@ -4,6 +4,7 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.server.config.FileNames;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.IOException;
@@ -185,6 +186,31 @@ final class StorageOptions {
       return control == null
           ? Engine.start(lm, config, eos, settings)
           : Engine.startRank(lm, config, eos, settings, control);
+    } catch (IllegalStateException e) {
+      throw new IllegalArgumentException(
+          BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * An engine over {@code model} on its device (a GPU, say), with L3 under its Host tier when a
+   * backend is selected, its KV named by the model's attention backend. The binding stays the
+   * caller's.
+   */
+  static Engine startEngine(
+      DeviceModel model,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage) {
+    if (storage.isEmpty()) {
+      return Engine.start(model, config, eos, null);
+    }
+    StorageExtraConfig.Resolved l3 = storage.get();
+    L3Settings opened = openL3(l3);
+    L3Settings settings =
+        new L3Settings(opened.store(), opened.runtime(), model.attentionBackend());
+    try {
+      return Engine.start(model, config, eos, settings);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

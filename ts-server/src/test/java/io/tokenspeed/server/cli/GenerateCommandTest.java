@@ -206,4 +206,30 @@ class GenerateCommandTest {
     others.add(java.util.Arrays.toString(first));
     assertNotEquals(1, others.size(), "four seeds all sampled " + others);
   }
+
+  @Test
+  void shouldRunOnTheCpuByDefaultAndRefuseADeviceItCannotUse() throws Exception {
+    Path fixture = ModelFixtures.extract("llama", tmp);
+    CliRun cpu = greedy(fixture, "--json", "--device", "cpu");
+    assertEquals(0, cpu.exitCode(), cpu::toString);
+    CliRun plain = greedy(fixture, "--json");
+    assertEquals(JSON.readTree(plain.out()).get("tokens"), JSON.readTree(cpu.out()).get("tokens"));
+
+    CliRun tpu = greedy(fixture, "--device", "tpu");
+    assertEquals(2, tpu.exitCode(), tpu::toString);
+    assertTrue(
+        tpu.err().contains("--device=tpu is not supported; allowed: cpu, cuda, cuda:N (N >= 0)"),
+        tpu::toString);
+    CliRun negative = greedy(fixture, "--device", "cuda:-1");
+    assertEquals(2, negative.exitCode(), negative::toString);
+
+    // this machine has no GPU (the CPU suite runs without one): the error names the device and
+    // what CUDA said (a library missing, or no GPU found), not a stack trace
+    CliRun gpu = greedy(fixture, "--device", "cuda:0");
+    assertTrue(gpu.exitCode() != 0, gpu::toString);
+    assertTrue(gpu.err().contains("--device=cuda:0: "), gpu::toString);
+    assertTrue(
+        gpu.err().contains("not found") || gpu.err().contains("cudaGetDeviceCount"), gpu::toString);
+    assertTrue(!gpu.err().contains("\tat "), gpu::toString);
+  }
 }
