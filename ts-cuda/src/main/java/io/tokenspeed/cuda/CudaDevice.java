@@ -26,6 +26,9 @@ public final class CudaDevice implements AutoCloseable {
 
   private static final Map<String, byte[]> CUBINS = new ConcurrentHashMap<>();
 
+  /** Dynamic shared memory a launch may use without asking for more (48 KiB). */
+  private static final int DEFAULT_SHARED_LIMIT = 48 * 1024;
+
   private final CudaApi api;
   private final int ordinal;
   private final int ccMajor;
@@ -35,6 +38,7 @@ public final class CudaDevice implements AutoCloseable {
   private final long cublas;
   private final long module;
   private final Map<String, Long> functions = new HashMap<>();
+  private final Map<String, Integer> sharedLimits = new HashMap<>();
   private final long compileMillis;
   private boolean closed;
 
@@ -161,6 +165,10 @@ public final class CudaDevice implements AutoCloseable {
   public void launch(
       String name, int gridX, int gridY, int threads, int sharedBytes, Object... args) {
     long f = function(name);
+    if (sharedBytes > DEFAULT_SHARED_LIMIT && sharedLimits.getOrDefault(name, 0) < sharedBytes) {
+      api.setMaxDynamicShared(f, sharedBytes, name);
+      sharedLimits.put(name, sharedBytes);
+    }
     try (Arena a = Arena.ofConfined()) {
       MemorySegment params = a.allocate(ValueLayout.ADDRESS, Math.max(1, args.length));
       for (int i = 0; i < args.length; i++) {

@@ -278,6 +278,115 @@ extern "C" __global__ void paged_attention(
   }
 }
 
+// The same attention, with the keys and values shared between the warps of a block: a block takes
+// a tile of up to `tileTokens` consecutive tokens of one request (tiles[2·i] its first row,
+// tiles[2·i+1] its count) and one KV head (blockIdx.y), a warp per (token, query head of that KV
+// head). Keys and values come into shared memory 32 positions at a time, once for all the warps,
+// and each warp does exactly the arithmetic of paged_attention, in the same order. Full history
+// only (no window). Grid: (tiles, K). Block: 32 · tileTokens · (H / K). Shared memory: (warps · d
+// + 32 · (d + 1) + 32 · d) floats.
+extern "C" __global__ void paged_attention_tiled(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, const int* tiles, int H, int K, int d, float scale,
+    float* out_f32, bf16_t* out_bf16) {
+  extern __shared__ float smem[];
+  int group = H / K;
+  int warps = blockDim.x / 32;
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  int kvHead = blockIdx.y;
+  int row0 = tiles[2 * blockIdx.x];
+  int count = tiles[2 * blockIdx.x + 1];
+  int ti = warp / group;
+  bool active = ti < count;
+  int t = row0 + (active ? ti : 0);
+  int h = kvHead * group + warp % group;
+  float* qw = smem + warp * d;
+  float* ks = smem + warps * d;
+  float* vs = ks + 32 * (d + 1);
+  if (active) {
+    for (int e = lane; e < d; e += 32) {
+      qw[e] = q[(long long)t * H * d + h * d + e] * scale;
+    }
+  }
+  int pos = positions[t];
+  int maxPos = positions[row0 + count - 1];
+  const int* table = tables + (long long)tokenRequest[row0] * tableStride;
+  float m = NEG_INF;
+  float l = 0.f;
+  float acc[ATTN_MAX_D / 32];
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    acc[e] = 0.f;
+  }
+  for (int c0 = 0; c0 <= maxPos; c0 += 32) {
+    __syncthreads();
+    int n = min(32, maxPos - c0 + 1);
+    for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
+      int j = i / d;
+      int e = i % d;
+      int key = c0 + j;
+      const char* block = pool + (long long)table[key / blockTokens] * bytesPerBlock;
+      long long at = ((long long)kvHead * blockTokens + key % blockTokens) * d + e;
+      ks[j * (d + 1) + e] = ((const float*)(block + kOffset))[at];
+      vs[j * d + e] = ((const float*)(block + vOffset))[at];
+    }
+    __syncthreads();
+    if (!active || c0 > pos) {
+      continue;
+    }
+    int j = c0 + lane;
+    float s = NEG_INF;
+    if (j <= pos) {
+      const float* k = ks + lane * (d + 1);
+      float dot = 0.f;
+      for (int e = 0; e < d; e++) {
+        dot += qw[e] * k[e];
+      }
+      s = dot;
+    }
+    float mNew = fmaxf(m, warp_max(s));
+    float p = j <= pos ? expf(s - mNew) : 0.f;
+    float correction = expf(m - mNew);
+    l = l * correction + warp_sum(p);
+#pragma unroll
+    for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+      acc[e] *= correction;
+    }
+    m = mNew;
+    int mine = min(32, pos - c0 + 1);
+    for (int jj = 0; jj < mine; jj++) {
+      float pj = __shfl_sync(0xffffffffu, p, jj);
+      const float* v = vs + jj * d;
+#pragma unroll
+      for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+        int dim = lane + 32 * e;
+        if (dim < d) {
+          acc[e] += pj * v[dim];
+        }
+      }
+    }
+  }
+  if (!active) {
+    return;
+  }
+  float inv = 1.f / l;
+  long long o = (long long)t * H * d + h * d;
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    int dim = lane + 32 * e;
+    if (dim < d) {
+      float y = acc[e] * inv;
+      if (out_bf16) {
+        out_bf16[o + dim] = float_to_bf16(y);
+      } else {
+        out_f32[o + dim] = y;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------- MLP and misc
 
 // out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: tokens.

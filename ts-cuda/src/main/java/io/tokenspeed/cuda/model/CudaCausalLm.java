@@ -78,6 +78,7 @@ public final class CudaCausalLm implements AutoCloseable {
   private final List<DeviceBuffer> owned;
   private final Gemm gemm;
   private final boolean deterministic;
+  private boolean tiledAttention = true;
   private Workspace workspace;
 
   private CudaCausalLm(
@@ -358,6 +359,15 @@ public final class CudaCausalLm implements AutoCloseable {
     return deterministic;
   }
 
+  /**
+   * Chooses the attention kernel: the tiled one (the default: keys and values shared in shared
+   * memory by the warps of a tile of tokens) or one warp per (token, head) reading them itself.
+   * Both do the same arithmetic in the same order.
+   */
+  void useTiledAttention(boolean tiled) {
+    this.tiledAttention = tiled;
+  }
+
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
   public boolean bf16() {
     return weightType == Gemm.R_16BF;
@@ -417,7 +427,7 @@ public final class CudaCausalLm implements AutoCloseable {
         qkv = keep(made, (long) tokens * qkvWidth * 4);
         q = keep(made, (long) tokens * d.numHeads() * d.headDim() * 4);
         gu = keep(made, (long) tokens * 2 * d.intermediateSize() * 4);
-        ints = keep(made, (long) tokens * 4 * 4);
+        ints = keep(made, (long) tokens * 6 * 4);
         tables = keep(made, (long) tableInts * 4);
         logits = keep(made, (long) logitRows * d.vocabSize() * 4);
       } catch (RuntimeException e) {
@@ -490,7 +500,12 @@ public final class CudaCausalLm implements AutoCloseable {
           Math.max(stride, kv.layout().group(0).rowsFor(req.startPosition() + req.numTokens()));
       logitRows += req.numLogitRows();
     }
-    // per token: id, position, request; per logit row: its token
+    // per token: id, position, request; per logit row: its token; then the attention's tiles
+    int group = d.numHeads() / d.numKvHeads();
+    int tileTokens = Math.max(1, Math.min(8, 16 / group));
+    boolean tiled = tiledAttention && group <= 32;
+    int[] tiles = new int[2 * numTokens];
+    int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
     int[] tables = new int[requests.size() * stride];
     int row = 0;
@@ -509,9 +524,16 @@ public final class CudaCausalLm implements AutoCloseable {
       for (int i = first; i < row; i++) {
         meta[3 * numTokens + lr++] = i;
       }
+      for (int i = row - req.numTokens(); i < row; i += tileTokens) {
+        tiles[2 * numTiles] = i;
+        tiles[2 * numTiles + 1] = Math.min(tileTokens, row - i);
+        numTiles++;
+      }
     }
     Workspace ws = workspace(numTokens, tables.length, logitRows);
     ws.ints.write(0, meta);
+    long tileTable = ws.ints.pointer() + 4L * numTokens * 4;
+    ws.ints.write(4L * numTokens, java.util.Arrays.copyOf(tiles, 2 * numTiles));
     ws.tables.write(0, tables);
     long tokens = ws.ints.pointer();
     long positions = tokens + (long) numTokens * 4;
@@ -580,31 +602,61 @@ public final class CudaCausalLm implements AutoCloseable {
           kv.fieldOffset(0, "layers." + l + ".k"),
           kv.fieldOffset(0, "layers." + l + ".v"),
           bg);
-      long items = (long) numTokens * heads;
-      device.launch(
-          "paged_attention",
-          Math.toIntExact((items + ATTN_WARPS - 1) / ATTN_WARPS),
-          1,
-          32 * ATTN_WARPS,
-          ATTN_WARPS * hd * 4,
-          ws.q.pointer(),
-          pool,
-          kv.layout().group(0).bytesPerBlock(),
-          kv.fieldOffset(0, "layers." + l + ".k"),
-          kv.fieldOffset(0, "layers." + l + ".v"),
-          bg,
-          positions,
-          tokenRequest,
-          ws.tables.pointer(),
-          stride,
-          numTokens,
-          heads,
-          kvHeads,
-          hd,
-          scale,
-          0,
-          actF32,
-          actBf16);
+      long kOff = kv.fieldOffset(0, "layers." + l + ".k");
+      long vOff = kv.fieldOffset(0, "layers." + l + ".v");
+      long bpb = kv.layout().group(0).bytesPerBlock();
+      if (tiled) {
+        int warps = tileTokens * group;
+        device.launch(
+            "paged_attention_tiled",
+            numTiles,
+            kvHeads,
+            32 * warps,
+            (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
+            ws.q.pointer(),
+            pool,
+            bpb,
+            kOff,
+            vOff,
+            bg,
+            positions,
+            tokenRequest,
+            ws.tables.pointer(),
+            stride,
+            tileTable,
+            heads,
+            kvHeads,
+            hd,
+            scale,
+            actF32,
+            actBf16);
+      } else {
+        long items = (long) numTokens * heads;
+        device.launch(
+            "paged_attention",
+            Math.toIntExact((items + ATTN_WARPS - 1) / ATTN_WARPS),
+            1,
+            32 * ATTN_WARPS,
+            ATTN_WARPS * hd * 4,
+            ws.q.pointer(),
+            pool,
+            kv.layout().group(0).bytesPerBlock(),
+            kv.fieldOffset(0, "layers." + l + ".k"),
+            kv.fieldOffset(0, "layers." + l + ".v"),
+            bg,
+            positions,
+            tokenRequest,
+            ws.tables.pointer(),
+            stride,
+            numTokens,
+            heads,
+            kvHeads,
+            hd,
+            scale,
+            0,
+            actF32,
+            actBf16);
+      }
       gemm.apply(
           act,
           layer.o().pointer(),

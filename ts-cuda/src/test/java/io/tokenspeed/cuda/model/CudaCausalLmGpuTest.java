@@ -266,4 +266,72 @@ class CudaCausalLmGpuTest {
       assertTrue(err <= (type == DType.BF16 ? BF16_RELATIVE : F32_RELATIVE), dtype + ": " + err);
     }
   }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"llama", "synthetic:llama-100m"})
+  void shouldComputeTheSameBitsWithTheTiledAndThePerTokenAttention(String name, @TempDir Path dir) {
+    Path folder =
+        name.startsWith("synthetic:")
+            ? SyntheticCheckpoints.materialize(name, 4, DType.BF16, dir)
+            : Fixtures.extract(name, dir);
+    Random rnd = new Random(13);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "tiles", "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 512)) {
+      int[] a = new int[77];
+      int[] b = new int[130];
+      for (int i = 0; i < a.length; i++) {
+        a[i] = rnd.nextInt(m.vocabSize());
+      }
+      for (int i = 0; i < b.length; i++) {
+        b[i] = rnd.nextInt(m.vocabSize());
+      }
+      Blocks blocks = new Blocks(kv.numBlocks(0), 3);
+      int[] ta = blocks.table(30);
+      int[] tb = blocks.table(40);
+      float[][] got = new float[2][];
+      for (int pass = 0; pass < 2; pass++) {
+        m.useTiledAttention(pass == 0);
+        // a prefill chunk of one request beside another's first 70 tokens, then a mixed batch
+        ForwardResult first =
+            m.forward(
+                new ForwardBatch(
+                    List.of(
+                        new ForwardRequest(a, 0, new int[][] {ta}, true),
+                        new ForwardRequest(
+                            java.util.Arrays.copyOf(b, 70), 0, new int[][] {tb}, true))),
+                kv);
+        ForwardResult second =
+            m.forward(
+                new ForwardBatch(
+                    List.of(
+                        new ForwardRequest(new int[] {5}, a.length, new int[][] {ta}, false),
+                        new ForwardRequest(
+                            java.util.Arrays.copyOfRange(b, 70, b.length),
+                            70,
+                            new int[][] {tb},
+                            true))),
+                kv);
+        int vocab = m.vocabSize();
+        float[] all = new float[(a.length + 70 + 1 + 60) * vocab];
+        System.arraycopy(first.logits(0), 0, all, 0, a.length * vocab);
+        System.arraycopy(first.logits(1), 0, all, a.length * vocab, 70 * vocab);
+        System.arraycopy(second.logits(0), 0, all, (a.length + 70) * vocab, vocab);
+        System.arraycopy(second.logits(1), 0, all, (a.length + 71) * vocab, 60 * vocab);
+        got[pass] = all;
+      }
+      m.useTiledAttention(true);
+      int differ = 0;
+      for (int i = 0; i < got[0].length; i++) {
+        differ += Float.floatToRawIntBits(got[0][i]) != Float.floatToRawIntBits(got[1][i]) ? 1 : 0;
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "%s: tiled vs per-token attention: %d of %d logits differ in any bit, max |Δ| rel %.2e%n",
+          name,
+          differ,
+          got[0].length,
+          relative(got[0], got[1]));
+      assertEquals(0, differ, name + ": logits that differ in any bit");
+    }
+  }
 }
