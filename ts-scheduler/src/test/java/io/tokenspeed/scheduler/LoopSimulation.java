@@ -423,7 +423,14 @@ final class LoopSimulation {
     frontend();
     injectFaults();
     Replica rep = replica;
-    boolean arrived = !arrivals.isEmpty() || !cancels.isEmpty() || !commands.isEmpty();
+    // sent requests and commands the exchange has not agreed yet (the engine loop's
+    // awaitingAgreement): the next round delivers them
+    boolean arrived =
+        !arrivals.isEmpty()
+            || !cancels.isEmpty()
+            || !commands.isEmpty()
+            || rep.held != null
+                && (!rep.held.arrivals().isEmpty() || !rep.held.commands().isEmpty());
     boolean due =
         !rep.active.isEmpty()
             || arrived
