@@ -64,12 +64,14 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>Checked after every round: ranks' plans are identical; every sampled token equals the
  * reference's; every published Device or Host block and every object written to the store holds the
- * reference bytes of its key; every request ends exactly once; quarantined Host blocks stay held
- * and are never read or written again; soft timeouts end only waits that lasted the soft deadline
- * in agreed time; a refused backup is not offered again before its backoff; an idle replica makes
- * no store call; nothing is written under a namespace after its deletion returned; when idle, Host
- * credits, operations and Ready holds are back to baseline and no Device block is held; and the
- * cache's, scheduler's and manager's own invariants hold.
+ * reference bytes of its key; no request ends twice; quarantined Host blocks stay held and are
+ * never read or written again; soft timeouts end only waits that lasted the soft deadline in agreed
+ * time; a refused backup is not offered again before its backoff; an idle replica makes no store
+ * call; nothing is written under a namespace after its deletion returned; when idle, Host credits,
+ * operations and Ready holds are back to baseline and no Device block is held; and the cache's,
+ * scheduler's and manager's own invariants hold. At the end of the run arrivals, faults and
+ * administrative commands stop and the loop runs until the replica is idle: every request must have
+ * ended by then, so every request ends exactly once.
  *
  * <p>A violation throws {@link Violation} naming the seed and the round; the same seed replays the
  * same run exactly.
@@ -103,6 +105,12 @@ final class LoopSimulation {
   private static final long STORAGE_TICK_NS = 5 * MS;
   private static final long ROUND_TIMEOUT_NS = 2_000 * MS;
   private static final long RETIREMENT_WAIT_NS = 60_000 * MS;
+
+  /**
+   * The most rounds the final drain may take: far more than any request needs (a request's tokens,
+   * its L3 waits and a refused backup's five paced attempts take at most a few thousand).
+   */
+  private static final int DRAIN_ROUNDS = 100_000;
 
   /**
    * Full history, and with {@code window > 0} a sliding-window group beside it (a hybrid model):
@@ -168,6 +176,12 @@ final class LoopSimulation {
   private long nextAdminNs;
   private long nextFaultNs;
   private WeightUpdate update;
+
+  /**
+   * The final drain: no new requests, faults, random cancellations or administrative commands
+   * (deadlines still cancel).
+   */
+  private boolean draining;
 
   /** The version a weight update switches to once its old namespace is deleted, else -1. */
   private int switchTo = -1;
@@ -384,7 +398,10 @@ final class LoopSimulation {
 
   // ---------------------------------------------------------------- the run
 
-  /** Runs {@code maxRounds} rounds (or stops at the first violation, which it throws). */
+  /**
+   * Runs {@code maxRounds} rounds, then drains (see {@link #drain}); stops at the first violation,
+   * which it throws.
+   */
   LoopSimulation run(int maxRounds) {
     try {
       replica = new Replica();
@@ -392,6 +409,7 @@ final class LoopSimulation {
       while (rounds < maxRounds) {
         step();
       }
+      drain();
       return this;
     } catch (Violation v) {
       throw v;
@@ -416,6 +434,81 @@ final class LoopSimulation {
             + clock / MS
             + " ms: "
             + what);
+  }
+
+  /**
+   * The end of the run: no more arrivals, faults or administrative commands (those already sent are
+   * delivered, and a weight update in progress finishes); rounds run until the replica is idle and
+   * nothing is left to deliver, at most {@link #DRAIN_ROUNDS}. Every request must have ended by
+   * then: one that never did is a liveness violation.
+   */
+  private void drain() throws Exception {
+    draining = true;
+    nextArrivalNs = Long.MAX_VALUE;
+    nextAdminNs = Long.MAX_VALUE;
+    nextFaultNs = Long.MAX_VALUE;
+    long limit = rounds + DRAIN_ROUNDS;
+    while (rounds < limit && !settled()) {
+      long roundsBefore = rounds;
+      long clockBefore = clock;
+      step();
+      if (rounds == roundsBefore && clock == clockBefore) {
+        break; // nothing is due and no event is left to wake the loop
+      }
+    }
+    List<String> open = new ArrayList<>();
+    for (Req q : requests.values()) {
+      if (q.ended == null) {
+        RequestState state = q.submitted ? replica.leader().scheduler.state(q.id) : null;
+        open.add(
+            q.id
+                + " ("
+                + (state != null
+                    ? state
+                    : q.submitted ? "not in the scheduler" : q.sent ? "sent" : "not sent")
+                + ")");
+      }
+    }
+    if (!open.isEmpty()) {
+      throw fail(
+          open.size()
+              + " of "
+              + requests.size()
+              + " requests never ended ("
+              + (settled() ? "the replica is idle" : "the drain did not settle")
+              + "): "
+              + String.join(", ", open.subList(0, Math.min(open.size(), 20))));
+    }
+    checkIdle(replica);
+  }
+
+  /**
+   * Nothing left to do: no request in the replica, nothing sent or to send, no weight update in
+   * progress, no storage work, no refused backup waiting for its retry.
+   */
+  private boolean settled() {
+    Replica rep = replica;
+    if (!rep.active.isEmpty()
+        || !arrivals.isEmpty()
+        || !cancels.isEmpty()
+        || !commands.isEmpty()
+        || update != null
+        || rep.housekeeping
+        || storageBusy(rep)) {
+      return false;
+    }
+    if (rep.held != null
+        && (!rep.held.arrivals().isEmpty()
+            || !rep.held.commands().isEmpty()
+            || !rep.held.completions().isEmpty())) {
+      return false;
+    }
+    for (Rank k : rep.ranks) {
+      if (!k.inFlight.isEmpty() || k.stm.deferredCandidates() > 0 || !k.heldBack.isEmpty()) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** One decision of the loop: a round, or an idle wait to the next event. */
@@ -449,6 +542,10 @@ final class LoopSimulation {
         }
         if (numRanks > 1) {
           wake = Math.min(wake, rep.lastRoundNs + HEARTBEAT_NS);
+        }
+        if (wake == Long.MAX_VALUE) {
+          checkIdle(rep); // draining, and no event is left to wake the loop
+          return;
         }
         long callsBefore = store.calls;
         idleWaits++;
@@ -514,11 +611,11 @@ final class LoopSimulation {
         cancels.add(q.id); // the deadline passed: the frontend cancels it
       }
     }
-    if (!replica.active.isEmpty() && rnd.nextInt(60) == 0) {
+    if (!draining && !replica.active.isEmpty() && rnd.nextInt(60) == 0) {
       List<Long> ids = new ArrayList<>(replica.active.keySet());
       cancels.add(ids.get(rnd.nextInt(ids.size())));
     }
-    if (!arrivals.isEmpty() && rnd.nextInt(80) == 0) {
+    if (!draining && !arrivals.isEmpty() && rnd.nextInt(80) == 0) {
       Req q = arrivals.remove(rnd.nextInt(arrivals.size())); // cancelled before it was sent
       end(q, "cancelled");
     }
