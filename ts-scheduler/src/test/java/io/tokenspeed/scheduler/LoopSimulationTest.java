@@ -1,6 +1,7 @@
 package io.tokenspeed.scheduler;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.l3.L3Executor;
@@ -124,29 +125,35 @@ class LoopSimulationTest {
 
   @Test
   void shouldFindAGetPublishedBeforeAgreement() {
-    assertFound(LoopSimulation.Bug.PUBLISH_UNAGREED_GET, 2);
+    assertFound(LoopSimulation.Bug.PUBLISH_UNAGREED_GET, 2, "'s plan differs from rank 0's");
   }
 
   @Test
   void shouldFindASoftDeadlineStartedAtAStaleTick() {
-    assertFound(LoopSimulation.Bug.STALE_TICK_TIMERS, 1);
+    assertFound(LoopSimulation.Bug.STALE_TICK_TIMERS, 1, " soft timeouts at tick ");
   }
 
   @Test
   void shouldFindARefusedBackupOfferedAgainWithoutBackoff() {
-    assertFound(LoopSimulation.Bug.REOFFER_WITHOUT_BACKOFF, 1);
+    assertFound(LoopSimulation.Bug.REOFFER_WITHOUT_BACKOFF, 1, "before its backoff");
   }
 
   @Test
   void shouldFindKvRestoredWrongByTheStore() {
-    assertFound(LoopSimulation.Bug.STORE_LANDS_WRONG_BYTES, 1);
+    // wrong KV shows in a published block or, where none was published, in a sampled token
+    assertFound(
+        LoopSimulation.Bug.STORE_LANDS_WRONG_BYTES,
+        1,
+        "differs from its reference",
+        ": its KV is wrong");
   }
 
   /**
-   * Runs seeds with {@code bug} planted until the simulation reports a violation, then replays that
-   * seed and expects the same report.
+   * Runs seeds with {@code bug} planted until the simulation reports a violation, expects it to be
+   * the check that bug breaks (its message holds one of {@code expected}; an exception the run
+   * wrapped as "unexpected" is not), then replays that seed and expects the same report.
    */
-  private static void assertFound(LoopSimulation.Bug bug, int ranks) {
+  private static void assertFound(LoopSimulation.Bug bug, int ranks, String... expected) {
     for (long seed = 1; seed <= 50; seed++) {
       String first;
       try {
@@ -156,6 +163,16 @@ class LoopSimulationTest {
         first = v.getMessage();
       }
       assertTrue(first.startsWith("seed=" + seed + " "), first);
+      String found = first;
+      assertFalse(found.contains(": unexpected "), () -> bug + " broke the run: " + found);
+      assertTrue(
+          java.util.Arrays.stream(expected).anyMatch(found::contains),
+          () ->
+              bug
+                  + " was not found by its check ("
+                  + String.join(" or ", expected)
+                  + "): "
+                  + found);
       String replay;
       try {
         new LoopSimulation(seed, ranks, bug).run(20_000);
