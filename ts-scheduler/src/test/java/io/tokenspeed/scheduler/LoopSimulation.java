@@ -24,6 +24,7 @@ import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.core.storage.StorageOp;
 import io.tokenspeed.l3.L3Executor;
 import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -66,12 +67,13 @@ import java.util.concurrent.TimeUnit;
  * reference's; every published Device or Host block and every object written to the store holds the
  * reference bytes of its key; no request ends twice; quarantined Host blocks stay held and are
  * never read or written again; soft timeouts end only waits that lasted the soft deadline in agreed
- * time; a refused backup is not offered again before its backoff; an idle replica makes no store
- * call; nothing is written under a namespace after its deletion returned; when idle, Host credits,
- * operations and Ready holds are back to baseline and no Device block is held; and the cache's,
- * scheduler's and manager's own invariants hold. At the end of the run arrivals, faults and
- * administrative commands stop and the loop runs until the replica is idle: every request must have
- * ended by then, so every request ends exactly once.
+ * time; a refused backup is not offered again before its backoff; an idle replica's executors hold
+ * no work (so it makes no store call) and its heartbeat rounds plan none; nothing is written under
+ * a namespace after its deletion returned; when idle, Host credits, operations and Ready holds are
+ * back to baseline and no Device block is held; and the cache's, scheduler's and manager's own
+ * invariants hold. At the end of the run arrivals, faults and administrative commands stop and the
+ * loop runs until the replica is idle: every request must have ended by then, so every request ends
+ * exactly once.
  *
  * <p>A violation throws {@link Violation} naming the seed and the round; the same seed replays the
  * same run exactly.
@@ -547,22 +549,52 @@ final class LoopSimulation {
           checkIdle(rep); // draining, and no event is left to wake the loop
           return;
         }
-        long callsBefore = store.calls;
+        checkNoStoreWork(rep); // so the wait makes no store call
         idleWaits++;
         advance(Math.max(0, wake - clock));
-        runDueCalls(rep);
-        if (!(store.calls == callsBefore)) {
-          throw fail("an idle replica called the store");
-        }
         boolean heartbeat = numRanks > 1 && clock - rep.lastRoundNs >= HEARTBEAT_NS;
         boolean retryDue = retry != Long.MAX_VALUE && clock - retry >= 0;
         if (!heartbeat && !retryDue) {
           checkIdle(rep);
           return;
         }
+        ExecutionPlan plan = round(rep);
+        if (!retryDue && !plan.storage().isEmpty()) {
+          throw fail("an idle replica's heartbeat round plans storage work: " + plan.storage());
+        }
+        return;
       }
     }
     round(rep);
+  }
+
+  /**
+   * An idle replica has no store call to make: every rank's executor holds no queued, running or
+   * unpolled job and no call is in flight.
+   */
+  private void checkNoStoreWork(Replica rep) {
+    for (Rank k : rep.ranks) {
+      L3Metrics m = k.executor.metrics();
+      for (L3Metrics.Kind kind : List.of(m.query(), m.get(), m.put())) {
+        if (!(kind.queuedJobs() == 0 && kind.runningJobs() == 0 && kind.completedJobs() == 0)) {
+          throw fail(
+              "rank "
+                  + k.r
+                  + " is idle but its executor holds work: "
+                  + kind.queuedJobs()
+                  + " queued, "
+                  + kind.runningJobs()
+                  + " running, "
+                  + kind.completedJobs()
+                  + " unpolled ("
+                  + m
+                  + ")");
+        }
+      }
+      if (!(k.inFlight.isEmpty())) {
+        throw fail("rank " + k.r + " is idle with store calls in flight");
+      }
+    }
   }
 
   private boolean anyRecords(Replica rep) {
@@ -733,7 +765,8 @@ final class LoopSimulation {
 
   // ---------------------------------------------------------------- one round
 
-  private void round(Replica rep) throws Exception {
+  /** One round; returns its plan. */
+  private ExecutionPlan round(Replica rep) throws Exception {
     rounds++;
     rep.lastRoundNs = clock;
     runDueCalls(rep);
@@ -906,6 +939,7 @@ final class LoopSimulation {
     weightUpdate(rep);
     checkRound(rep, plan);
     advance(MS / 2 + (long) tokens(plan) * 20_000 + rnd.nextInt(1_000_000));
+    return plan;
   }
 
   private static int tokens(ExecutionPlan plan) {
