@@ -879,6 +879,7 @@ final class LoopSimulation {
       }
     }
     ExecutionPlan plan = plans[0];
+    noteDrops(rep.leader());
     StorageTransferManager leaderStm = rep.leader().stm;
     if (frozen || leaderStm.gateClosed() || leaderStm.quarantined()) {
       forgetRefusals();
@@ -927,10 +928,19 @@ final class LoopSimulation {
     if (!copiesFirst) {
       d2h(rep, plan, pages);
     }
+    List<CacheKey> republished = new ArrayList<>();
     for (Rank k : rep.ranks) {
-      publish(k, pages.get(k.r));
-      k.scheduler.onForwardDone(plan);
+      List<CacheKey> published = publish(k, pages.get(k.r));
+      k.scheduler.onForwardDone(plan); // publishes the demotions' Host blocks
+      if (k.r == 0) {
+        republished.addAll(published);
+        for (ExecutionPlan.Demotion dm : plan.demotions()) {
+          republished.add(dm.key());
+        }
+      }
     }
+    noteDrops(rep.leader()); // offers may have overflowed the queue
+    notePublished(republished);
     sample(rep, plan);
     resumeRetracted(rep);
     for (Rank k : rep.ranks) {
@@ -974,13 +984,23 @@ final class LoopSimulation {
       }
       case LIFT -> k.scheduler.fenceStorage(false);
     }
-    forgetRefusals(); // a clear forgets every refusal
+    // the manager's rejectAll (a full clear, a rotation, a fence, a switch's rotation) starts a new
+    // generation and forgets every refusal; a Device-only clear and a lifted fence keep them
+    boolean resetsStorage =
+        switch (c.kind()) {
+          case CLEAR_ALL, ROTATE, FENCE, SWITCH -> true;
+          case CLEAR_DEVICE, LIFT -> false;
+        };
+    if (k.r == 0 && resetsStorage) {
+      forgetRefusals(); // the leader's, before its round learns new refusals
+    }
   }
 
   /** Candidates dropped wholesale (clears, pressure, frozen rounds, quarantine): offered afresh. */
   private void forgetRefusals() {
     refusedAt.clear();
     refusals.clear();
+    mayBeDropped.clear();
   }
 
   private void rotate(Rank k, int v) {
@@ -1097,13 +1117,20 @@ final class LoopSimulation {
             CacheKey key = p.keys().get(i);
             if (k.r == 0) {
               Long refused = refusedAt.get(key);
-              if (!(refused == null || tickNs - refused >= StorageTransferManager.backoffNs(1))) {
+              // the backoff doubles with each refusal of the key
+              long backoff =
+                  refused == null ? 0 : StorageTransferManager.backoffNs(refusals.get(key));
+              if (!(refused == null || tickNs - refused >= backoff)) {
                 throw fail(
                     "key "
                         + key
                         + " offered again "
-                        + (refused == null ? 0 : Math.max(0, tickNs - refused) / MS)
-                        + " ms after its refusal, before its backoff");
+                        + Math.max(0, tickNs - refused) / MS
+                        + " ms after its refusal "
+                        + refusals.get(key)
+                        + ", before its backoff of "
+                        + backoff / MS
+                        + " ms");
               }
             }
             rows.add(JobRow.owned(k.key(key), k.range(b)));
@@ -1121,7 +1148,49 @@ final class LoopSimulation {
   /** Backup keys refused by an agreed PUT: the agreed tick of the round that learned it. */
   private final Map<CacheKey, Long> refusedAt = new HashMap<>();
 
+  /** The refusals of each key in {@link #refusedAt}: its backoff is the one after the last. */
   private final Map<CacheKey, Integer> refusals = new HashMap<>();
+
+  /**
+   * Refused keys the leader's manager may have dropped since: it forgets their refusals, and a new
+   * publication offers them afresh, at once and counting from one. It drops keys one by one where
+   * this simulation cannot tell which (a full queue or deferred set, Host data gone at dispatch),
+   * and a key's last attempt may come earlier than this count says: a frozen round or a closing
+   * gate, which this simulation takes as forgetting every refusal, leaves the refusals of keys in
+   * PUTs (or refused in that very round) to the manager. Such a key's record goes at its next
+   * publication.
+   */
+  private final Set<CacheKey> mayBeDropped = new HashSet<>();
+
+  /** The leader's manager's dropped backup keys, all reasons, seen so far. */
+  private long drops;
+
+  /** Marks every refused key as possibly dropped when the leader's manager dropped any key. */
+  private void noteDrops(Rank leader) {
+    long n = 0;
+    for (StorageCounters.DropReason reason : StorageCounters.DropReason.values()) {
+      n += leader.stm.counters().droppedBackupKeys(reason);
+    }
+    if (n != drops) {
+      drops = n;
+      mayBeDropped.addAll(refusedAt.keySet());
+    }
+  }
+
+  /** Keys the leader published this round: offered to its manager, afresh where it forgot them. */
+  private void notePublished(List<CacheKey> keys) {
+    for (CacheKey key : keys) {
+      if (mayBeDropped.contains(key)) {
+        forgetRefusal(key);
+      }
+    }
+  }
+
+  private void forgetRefusal(CacheKey key) {
+    refusedAt.remove(key);
+    refusals.remove(key);
+    mayBeDropped.remove(key);
+  }
 
   private void noteCompletion(Rank k, AgreedCompletion c, long tickNs) {
     StorageOp op = k.dispatched.remove(c.operationId());
@@ -1158,14 +1227,12 @@ final class LoopSimulation {
       for (int i = 0; i < p.keys().size(); i++) {
         CacheKey key = p.keys().get(i);
         if (c.outcomes().get(i) == KeyOutcome.OK) {
-          refusedAt.remove(key);
-          refusals.remove(key);
+          forgetRefusal(key);
         } else {
           refusedBackups++;
           int n = refusals.merge(key, 1, Integer::sum);
           if (n >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS) {
-            refusedAt.remove(key); // dropped: a later publication offers it afresh
-            refusals.remove(key);
+            forgetRefusal(key); // dropped: a later publication offers it afresh
           } else {
             // the next tick starts the backoff: the earliest legal retry is a backoff after it
             refusedAt.put(key, replica.held.tickNs());
@@ -1276,7 +1343,8 @@ final class LoopSimulation {
     }
   }
 
-  private void publish(Rank k, List<int[]> pages) {
+  /** Publishes the write-through's Host blocks; returns the keys newly published. */
+  private List<CacheKey> publish(Rank k, List<int[]> pages) {
     List<CacheKey> published = new ArrayList<>();
     for (int[] p : pages) {
       CacheKey key = pageKeys.get(p[2]);
@@ -1290,6 +1358,7 @@ final class LoopSimulation {
     if (!published.isEmpty()) {
       k.scheduler.onHostPublished(published);
     }
+    return published;
   }
 
   private void forward(Replica rep, Rank k, ExecutionPlan plan) {
