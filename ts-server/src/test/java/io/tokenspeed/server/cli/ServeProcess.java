@@ -30,6 +30,9 @@ final class ServeProcess implements AutoCloseable {
   final int port;
   final HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
 
+  /** The launcher's descendants seen so far (see {@link #noteDescendants}). */
+  private final List<ProcessHandle> descendants = new ArrayList<>();
+
   private ServeProcess(Process process, Path stderr, int port) {
     this.process = process;
     this.stderr = stderr;
@@ -80,7 +83,7 @@ final class ServeProcess implements AutoCloseable {
             "serve exited with " + p.exitValue() + ": " + Files.readString(err));
       }
       if (System.nanoTime() > deadline) {
-        p.destroyForcibly();
+        kill(p, p.descendants().toList());
         throw new AssertionError("serve did not start listening: " + Files.readString(err));
       }
       Matcher m = LISTENING.matcher(Files.readString(err, StandardCharsets.UTF_8));
@@ -138,21 +141,49 @@ final class ServeProcess implements AutoCloseable {
 
   /** Sends SIGTERM and waits for the exit; returns the exit code. */
   int terminate(long timeoutSeconds) throws InterruptedException {
+    noteDescendants();
     process.destroy();
     if (!process.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
-      process.destroyForcibly();
+      kill(process, descendants);
       throw new AssertionError("serve did not stop after SIGTERM: " + stderr());
     }
     return process.exitValue();
   }
 
+  /**
+   * Stops the server with SIGTERM (SIGKILL after 30 s), then kills whatever of its descendants (the
+   * rank processes of {@code --tp N}) outlived it, so that no test leaves them running.
+   */
   @Override
   public void close() throws InterruptedException {
+    noteDescendants();
     if (process.isAlive()) {
       process.destroy();
       if (!process.waitFor(30, TimeUnit.SECONDS)) {
         process.destroyForcibly();
       }
+    }
+    kill(process, descendants);
+  }
+
+  /**
+   * Remembers the launcher's descendants while it lives: once it has exited, its orphans are no
+   * longer its descendants.
+   */
+  private void noteDescendants() {
+    process.descendants().filter(h -> !descendants.contains(h)).forEach(descendants::add);
+  }
+
+  /** Kills {@code p}, then {@code descendants} (taken before it died) and any it still has. */
+  private static void kill(Process p, List<ProcessHandle> descendants) {
+    List<ProcessHandle> all = new ArrayList<>(descendants);
+    p.descendants().forEach(all::add);
+    p.destroyForcibly();
+    for (ProcessHandle h : all) {
+      h.destroyForcibly();
+    }
+    for (ProcessHandle h : all) {
+      h.onExit().completeOnTimeout(h, 10, TimeUnit.SECONDS).join();
     }
   }
 
