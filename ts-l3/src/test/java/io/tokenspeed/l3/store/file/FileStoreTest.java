@@ -267,6 +267,23 @@ class FileStoreTest extends StoreContractTest {
       assertFalse(FileStore.isWriteRefused(e), other);
     }
     assertFalse(FileStore.isWriteRefused(new IOException((String) null)));
+    // a full disk, a quota and a file-size limit are out of space: a refusal of the row
+    for (String full :
+        List.of("No space left on device", "Disk quota exceeded", "File too large")) {
+      assertTrue(
+          FileStore.isOutOfSpace(new java.nio.file.FileSystemException("/s/.tmp-1", null, full)),
+          full);
+      assertTrue(FileStore.isOutOfSpace(new IOException(full)), full); // no reason: the message
+    }
+    // anything else is not: a write refusal, or an outage
+    for (String other :
+        List.of(
+            "Read-only file system", "Operation not permitted", "Input/output error", "closed")) {
+      assertFalse(
+          FileStore.isOutOfSpace(new java.nio.file.FileSystemException("/s/.tmp-1", null, other)),
+          other);
+    }
+    assertFalse(FileStore.isOutOfSpace(new IOException((String) null)));
     assertFalse(FileStore.isOutOfSpace(new java.nio.file.AccessDeniedException("/s/.tmp-1")));
   }
 
