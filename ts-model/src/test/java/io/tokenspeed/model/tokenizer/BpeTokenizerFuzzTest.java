@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.model.checkpoint.Json;
 import io.tokenspeed.model.checkpoint.JsonMutator;
+import io.tokenspeed.testkit.DecoderContract;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -19,11 +20,11 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Loads tens of thousands of damaged {@code tokenizer.json} (and {@code tokenizer_config.json})
- * documents. Each must either load or be refused with a {@link TokenizerFormatException} that has a
- * message — never another exception or error, and never a hang. A tokenizer that loads must then
- * encode and decode without throwing: every id it produces lies in {@code [0, vocabSize)}, and
- * streaming decoding gives the same text as a full decode. Undamaged documents round-trip their
- * text.
+ * documents. Each must either load or be refused with a {@link TokenizerFormatException} whose
+ * message is one line — never another exception or error, and never a hang. A tokenizer that loads
+ * must then encode and decode without throwing: every id it produces lies in {@code [0,
+ * vocabSize)}, and streaming decoding gives the same text as a full decode. Undamaged documents
+ * round-trip their text.
  *
  * <p>The valid documents vary every supported component (normalizer, Split and ByteLevel
  * pre-tokenizers, merges as strings or pairs, added tokens, decoder and post-processor forms); the
@@ -121,7 +122,7 @@ class BpeTokenizerFuzzTest {
     try {
       t = BpeTokenizer.fromJson(json, config);
     } catch (TokenizerFormatException e) {
-      assertTrue(e.getMessage() != null && !e.getMessage().isBlank(), () -> replay + "no message");
+      DecoderContract.assertClearMessage(e, () -> replay); // present, not blank, one line
       return false;
     } catch (Throwable e) {
       throw new AssertionError(replay + "threw " + e, e);
