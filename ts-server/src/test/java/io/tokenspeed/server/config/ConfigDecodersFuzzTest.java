@@ -26,7 +26,8 @@ import org.junit.jupiter.api.Test;
  * and the configuration file ({@link SettingsFile}) — tens of thousands of damaged documents each.
  * Every input must give a value or a {@link ConfigException} whose message is one line and, where
  * one field was damaged, names it; never another exception or error, and never a hang. The L3
- * configuration's password never appears in a message.
+ * configuration's password never appears in a message, nor any piece of it of 4 characters or more
+ * (what a mutation left of it).
  *
  * <p>Damage is to the text (truncation, stray characters, tokens swapped, deep nesting) and to the
  * parsed tree (members dropped, values of other types or out of range, subtrees copied elsewhere,
@@ -242,29 +243,62 @@ class ConfigDecodersFuzzTest {
                   input.substring(0, newline), input.substring(newline + 1));
             },
             (input, e) -> {
-              if (isOnlyThePassword(input)) {
+              for (String piece : secretPieces(input)) {
                 assertFalse(
-                    e.getMessage().contains(PASSWORD), "the password is echoed: " + e.getMessage());
+                    e.getMessage().contains(piece),
+                    "the password, or " + piece + " of it, is echoed: " + e.getMessage());
               }
             });
     assertTrue(counts[0] > 500 && counts[1] > 5_000, Arrays.toString(counts));
   }
 
+  /** Every piece of the password long enough to identify it: 4 characters or more. */
+  private static final List<String> PASSWORD_PIECES =
+      java.util.stream.IntStream.range(0, PASSWORD.length())
+          .boxed()
+          .flatMap(
+              from ->
+                  java.util.stream.IntStream.rangeClosed(from + 4, PASSWORD.length())
+                      .mapToObj(to -> PASSWORD.substring(from, to)))
+          .distinct()
+          .toList();
+
   /**
-   * Whether the password's text occurs in {@code input} once, as the password (a mutation may copy
-   * it into another field, such as {@code uri}, whose value may be echoed).
+   * The pieces of the password (see {@link #PASSWORD_PIECES}) that a refusal of {@code input} must
+   * not show: those the input holds only inside the password's value, whatever a mutation left of
+   * it (truncated, a character replaced, the text cut off inside it). A piece that the input also
+   * holds elsewhere is left out: a mutation may copy the password, or part of it, into another
+   * field, such as {@code uri}, whose value may be echoed.
    */
-  private static boolean isOnlyThePassword(String input) {
-    int at = input.indexOf(PASSWORD);
-    if (at < 0 || input.indexOf(PASSWORD, at + 1) >= 0) {
-      return false;
-    }
+  private static List<String> secretPieces(String input) {
+    String json = input.substring(input.indexOf('\n') + 1);
+    String password; // the value as the decoder reads it; null when the text is not JSON
     try {
-      Object tree = Json.parse(input.substring(input.indexOf('\n') + 1));
-      return tree instanceof java.util.Map<?, ?> m && PASSWORD.equals(m.get("password"));
+      Object tree = Json.parse(json);
+      password =
+          tree instanceof java.util.Map<?, ?> m && m.get("password") instanceof String p ? p : "";
     } catch (IllegalArgumentException malformed) {
-      return true;
+      password = null;
     }
+    List<String> out = new java.util.ArrayList<>();
+    for (String piece : PASSWORD_PIECES) {
+      int inInput = occurrences(input, piece);
+      // malformed: the one occurrence is what is left of the password's value
+      boolean onlyInThePassword =
+          password == null ? inInput == 1 : inInput > 0 && occurrences(password, piece) == inInput;
+      if (onlyInThePassword) {
+        out.add(piece);
+      }
+    }
+    return out;
+  }
+
+  private static int occurrences(String text, String piece) {
+    int n = 0;
+    for (int at = text.indexOf(piece); at >= 0; at = text.indexOf(piece, at + 1)) {
+      n++;
+    }
+    return n;
   }
 
   @Test
