@@ -218,15 +218,18 @@ class FaultMatrixIT {
   }
 
   /**
-   * Redis frozen with SIGSTOP for longer than the command timeout (3 s), far past the 300 ms soft
-   * deadline: each request falls back to recomputation within about the soft deadline (well under
-   * the command timeout) and equals it; the soft timeouts and, once the store calls time out, the
-   * outage are counted. After SIGCONT the reader restores the writer's pages again.
+   * Redis frozen with SIGSTOP for longer than the command timeout (10 s here), far past the 300 ms
+   * soft deadline: each request falls back to recomputation within about the soft deadline (well
+   * under the command timeout) and equals it; the soft timeouts and, once the store calls time out,
+   * the outage are counted. After SIGCONT the reader restores the writer's pages again.
    */
   @Test
   void redisFrozenPastTheSoftDeadline() throws Exception {
+    // far above a fallback's soft deadline and recomputation (about a second on two busy cores),
+    // so that a request that waited for the frozen store's calls instead is told apart for sure
+    int commandTimeoutMs = 10_000;
     try (RedisServer redis = RedisServers.startStandalone(workDir.resolve("redis"))) {
-      List<String> l3 = redis(redis.uri(), 300);
+      List<String> l3 = redis(redis.uri(), 300, commandTimeoutMs);
       try (ServeProcess writer = serve(l3)) {
         for (int p = 20; p < 23; p++) {
           writeThrough(writer, p);
@@ -253,7 +256,8 @@ class FaultMatrixIT {
               awaitMetrics(reader, f -> sum(f, "tokenspeed:l3_soft_timeouts_total") >= 1);
           assertTrue(sum(m, "tokenspeed:l3_soft_timeouts_total") >= 1, "a soft timeout");
           // past the command timeout: the calls stuck in the frozen server fail, an outage
-          long stuckMs = 3500 - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - frozenNs);
+          long stuckMs =
+              commandTimeoutMs + 500 - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - frozenNs);
           if (stuckMs > 0) {
             Thread.sleep(stuckMs);
           }
@@ -268,9 +272,11 @@ class FaultMatrixIT {
         }
         for (long ms : fallbackMs) {
           assertTrue(
-              ms < 3000,
+              ms < commandTimeoutMs,
               "a frozen store costs a request its 300 ms soft deadline and the recomputation, less"
-                  + " than the 3 s command timeout: "
+                  + " than the "
+                  + commandTimeoutMs
+                  + " ms command timeout: "
                   + ms
                   + " ms");
         }
@@ -281,10 +287,11 @@ class FaultMatrixIT {
         Map<String, PrometheusText.Family> end = assertBackToBaseline(reader, baseline);
         report(
             "redisFrozenPastTheSoftDeadline",
-            "fallback latencies %s ms (soft deadline 300 ms, command timeout 3000 ms), soft"
+            "fallback latencies %s ms (soft deadline 300 ms, command timeout %d ms), soft"
                 + " timeouts %.0f, health epoch %.0f, restored %d tokens again %.0f ms after"
                 + " SIGCONT",
             fallbackMs,
+            commandTimeoutMs,
             softTimeouts,
             epoch(end),
             again.storageTokens(),
@@ -855,13 +862,20 @@ class FaultMatrixIT {
    * timeout and a 500 ms cooldown after an outage.
    */
   private static List<String> redis(String uri, int softDeadlineMs) {
+    return redis(uri, softDeadlineMs, 3000);
+  }
+
+  /** Redis L3 as {@link #redis(String, int)}, with the given command timeout. */
+  private static List<String> redis(String uri, int softDeadlineMs, int commandTimeoutMs) {
     return List.of(
         "--kvstore-storage-backend",
         "redis",
         "--kvstore-storage-backend-extra-config",
         "{\"uri\": \""
             + uri
-            + "\", \"command_timeout_ms\": 3000, \"async\": {\"min_extension_tokens\": 64,"
+            + "\", \"command_timeout_ms\": "
+            + commandTimeoutMs
+            + ", \"async\": {\"min_extension_tokens\": 64,"
             + " \"soft_deadline_ms\": "
             + softDeadlineMs
             + ", \"health_cooldown_ms\": 500}}");
