@@ -61,7 +61,7 @@ import org.junit.jupiter.api.io.TempDir;
  *       fault is repaired (a page written after the repair is restored from the store).
  *   <li><b>Nothing leaks.</b> Once idle, the server's operation and Host credits, Ready holds,
  *       quarantined references, outstanding executor jobs, pending storage work, used Host and
- *       Device parents and requests are back to what the fresh server showed (all zero).
+ *       Device parents and requests are back to zero, as on a fresh server.
  * </ol>
  *
  * <p>Prompts are token ids: a 576-token prefix (nine 64-token pages) and a 40-token suffix, so a
@@ -136,7 +136,7 @@ class FaultMatrixIT {
         writeThrough(writer, 1);
       }
       try (ServeProcess reader = serve(l3)) {
-        Map<String, PrometheusText.Family> baseline = idleBaseline(reader);
+        awaitIdle(reader);
         warm(reader);
         CompletableFuture<Void> holding = relay.trap("GET", Hold.REPLY, 40_000);
         CompletableFuture<Completion> waiting = completeAsync(reader, prompt(0, 1));
@@ -160,7 +160,7 @@ class FaultMatrixIT {
 
         redis.restart();
         double recoverMs = recoverThroughStore(reader, reader, 2);
-        Map<String, PrometheusText.Family> end = assertBackToBaseline(reader, baseline);
+        Map<String, PrometheusText.Family> end = awaitIdle(reader);
         report(
             "redisKilledMidGetThenRestarted",
             "GET keys failed %.0f, health epoch %.0f, completion %d ms after the kill"
@@ -187,7 +187,7 @@ class FaultMatrixIT {
         StallingRelay relay = new StallingRelay(redis.port())) {
       List<String> l3 = redis(relay.uri(), 5000);
       try (ServeProcess writer = serve(l3)) {
-        Map<String, PrometheusText.Family> baseline = idleBaseline(writer);
+        awaitIdle(writer);
         CompletableFuture<Void> holding = relay.trap("SET", Hold.REQUEST, 20_000);
         assertExpected(complete(writer, prompt(10, 0)), prompt(10, 0), "the writer");
         holding.get(60, TimeUnit.SECONDS);
@@ -200,11 +200,11 @@ class FaultMatrixIT {
         redis.restart();
         double recoverMs;
         try (ServeProcess reader = serve(l3)) {
-          Map<String, PrometheusText.Family> fresh = idleBaseline(reader);
+          awaitIdle(reader);
           recoverMs = recoverThroughStore(writer, reader, 12);
-          assertBackToBaseline(reader, fresh);
+          awaitIdle(reader);
         }
-        Map<String, PrometheusText.Family> end = assertBackToBaseline(writer, baseline);
+        Map<String, PrometheusText.Family> end = awaitIdle(writer);
         report(
             "redisKilledMidPutThenRestarted",
             "PUT keys failed %.0f, health epoch %.0f, keys written (all after the restart) %.0f,"
@@ -236,7 +236,7 @@ class FaultMatrixIT {
         }
       }
       try (ServeProcess reader = serve(l3)) {
-        Map<String, PrometheusText.Family> baseline = idleBaseline(reader);
+        awaitIdle(reader);
         warm(reader);
         // the reader's first restore (its first GET: connection, class loading, compilation on two
         // busy cores) may miss the 300 ms soft deadline; L3 works once a restore is complete
@@ -284,7 +284,7 @@ class FaultMatrixIT {
         long resumedNs = System.nanoTime();
         Completion again = awaitRestored(reader, 21, 2);
         double recoverMs = (System.nanoTime() - resumedNs) / 1e6;
-        Map<String, PrometheusText.Family> end = assertBackToBaseline(reader, baseline);
+        Map<String, PrometheusText.Family> end = awaitIdle(reader);
         report(
             "redisFrozenPastTheSoftDeadline",
             "fallback latencies %s ms (soft deadline 300 ms, command timeout %d ms), soft"
@@ -318,7 +318,7 @@ class FaultMatrixIT {
     }
     ReadOnly readOnly = ReadOnly.choose(workDir);
     try (ServeProcess reader = readOnly.serve(this, store, l3)) {
-      Map<String, PrometheusText.Family> baseline = idleBaseline(reader);
+      awaitIdle(reader);
       Completion before = complete(reader, prompt(30, 1));
       assertExpected(before, prompt(30, 1), "before");
       assertEquals(PREFIX_TOKENS, before.storageTokens());
@@ -367,7 +367,7 @@ class FaultMatrixIT {
       }
       assertExpected(complete(reader, prompt(35, 0)), prompt(35, 0), "writable again");
       awaitMetrics(reader, f -> objects(store) >= objects + PREFIX_KEYS);
-      assertBackToBaseline(reader, baseline);
+      awaitIdle(reader);
     }
   }
 
@@ -383,7 +383,7 @@ class FaultMatrixIT {
     List<String> l3 = file(store);
     DiskFull disk = DiskFull.choose(workDir);
     try (ServeProcess server = disk.serve(this, store, l3)) {
-      Map<String, PrometheusText.Family> baseline = idleBaseline(server);
+      awaitIdle(server);
       writeThrough(server, 40);
 
       disk.fill(server, store);
@@ -417,7 +417,7 @@ class FaultMatrixIT {
       Map<String, PrometheusText.Family> after =
           awaitMetrics(
               server, f -> sum(f, "tokenspeed:l3_put_written_keys_total") >= written + PREFIX_KEYS);
-      assertBackToBaseline(server, baseline);
+      awaitIdle(server);
       report(
           "fileStoreDiskFull",
           "%s: PUT keys failed %.0f, dropped as refused %.0f, health epoch %.0f,"
@@ -463,7 +463,7 @@ class FaultMatrixIT {
     overwritePayload(garbage, new SplittableRandom(99));
 
     try (ServeProcess reader = serve(l3)) {
-      Map<String, PrometheusText.Family> baseline = idleBaseline(reader);
+      awaitIdle(reader);
       Completion a = complete(reader, prompt(50, 1));
       Completion b = complete(reader, prompt(51, 1));
       Completion whole = complete(reader, prompt(52, 1));
@@ -482,7 +482,7 @@ class FaultMatrixIT {
       assertExpected(a2, prompt(50, 2), "the truncated prefix again");
       assertEquals(a.storageTokens(), a2.storageTokens());
 
-      Map<String, PrometheusText.Family> m = assertBackToBaseline(reader, baseline);
+      Map<String, PrometheusText.Family> m = awaitIdle(reader);
       double invalid = failed(m, "get");
       assertEquals(3, invalid, "the truncated object twice and the overwritten one once");
       assertEquals(0, epoch(m), "damaged objects are not an outage");
@@ -507,7 +507,7 @@ class FaultMatrixIT {
    * Rank 1 of a {@code --tp 2} replica SIGKILLed while a long completion runs: the launcher exits
    * non-zero naming the rank and no process of the replica survives; a fresh {@code --tp 2} replica
    * on the same file store restores the prefix the first one wrote, with outputs equal to
-   * recomputation, and ends idle at its baseline.
+   * recomputation, and ends idle.
    */
   @Test
   void rankKilled() throws Exception {
@@ -571,12 +571,12 @@ class FaultMatrixIT {
     ServeProcess second = serve(l3, 180);
     List<ProcessHandle> next = second.process.descendants().toList();
     try {
-      Map<String, PrometheusText.Family> baseline = idleBaseline(second);
+      awaitIdle(second);
       Completion restored = complete(second, prompt(60, 1));
       assertExpectedAcrossRanks(restored, prompt(60, 1), "the fresh replica, from the store");
       assertEquals(PREFIX_TOKENS, restored.storageTokens(), "restored from the first's objects");
       assertExpectedAcrossRanks(complete(second, prompt(61, 0)), prompt(61, 0), "killed one");
-      assertBackToBaseline(second, baseline);
+      awaitIdle(second);
       // each rank read its own objects (rank 1's figures reach /metrics within a couple of seconds)
       Map<String, PrometheusText.Family> m =
           awaitMetrics(
@@ -1009,12 +1009,6 @@ class FaultMatrixIT {
 
   // ------------------------------------------------------------------------------ metrics
 
-  private static Map<String, PrometheusText.Family> metrics(ServeProcess s) {
-    HttpResponse<String> r = s.get("/metrics");
-    assertEquals(200, r.statusCode(), r.body());
-    return PrometheusText.parse(r.body());
-  }
-
   /** The sum of every sample named {@code name} with {@code labels} (all ranks, all labels). */
   private static double sum(Map<String, PrometheusText.Family> m, String name, String... labels) {
     return PrometheusText.samples(m, name, labels).stream()
@@ -1062,11 +1056,11 @@ class FaultMatrixIT {
   private static Map<String, PrometheusText.Family> awaitMetrics(
       ServeProcess s, Condition condition) throws Exception {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-    Map<String, PrometheusText.Family> m = metrics(s);
+    Map<String, PrometheusText.Family> m = s.metrics();
     while (!condition.test(m)) {
       assertTrue(System.nanoTime() < deadline, () -> "metrics never matched:\n" + l3Lines(s));
       Thread.sleep(100);
-      m = metrics(s);
+      m = s.metrics();
     }
     return m;
   }
@@ -1076,7 +1070,7 @@ class FaultMatrixIT {
    * and no storage work is left.
    */
   private static void writeThrough(ServeProcess s, int p) throws Exception {
-    double before = sum(metrics(s), "tokenspeed:l3_put_written_keys_total");
+    double before = sum(s.metrics(), "tokenspeed:l3_put_written_keys_total");
     assertExpected(complete(s, prompt(p, 0)), prompt(p, 0), "writing prefix " + p);
     awaitMetrics(
         s,
@@ -1112,40 +1106,24 @@ class FaultMatrixIT {
     return out;
   }
 
-  /** A fresh server's idle values (every one of them zero). */
-  private static Map<String, PrometheusText.Family> idleBaseline(ServeProcess s) throws Exception {
-    Map<String, PrometheusText.Family> m = idleBaselineOf(s);
-    for (Map.Entry<String, Double> e : idleValues(m).entrySet()) {
-      assertEquals(0, e.getValue(), "a fresh idle server's " + e.getKey());
-    }
-    return m;
-  }
-
-  private static Map<String, PrometheusText.Family> idleBaselineOf(ServeProcess s)
-      throws Exception {
-    return awaitMetrics(s, m -> idleValues(m).values().stream().allMatch(v -> v == 0));
-  }
-
-  /** Waits until the server is idle and storage is settled. */
-  private static Map<String, PrometheusText.Family> awaitIdle(ServeProcess s) throws Exception {
-    return awaitMetrics(s, m -> idleValues(m).values().stream().allMatch(v -> v == 0));
-  }
-
   /**
-   * Waits (30 s at most) until the idle series equal their baseline values; returns that scrape.
+   * Waits (30 s at most) until the server is idle: every {@link #IDLE} series at zero, as on a
+   * fresh server, so nothing leaked; returns that scrape.
    */
-  private static Map<String, PrometheusText.Family> assertBackToBaseline(
-      ServeProcess s, Map<String, PrometheusText.Family> baseline) throws Exception {
-    Map<String, Double> want = idleValues(baseline);
+  private static Map<String, PrometheusText.Family> awaitIdle(ServeProcess s) throws Exception {
+    Map<String, Double> zero = new LinkedHashMap<>();
+    for (String[] series : IDLE) {
+      zero.put(String.join(" ", series), 0.0);
+    }
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (true) {
-      Map<String, PrometheusText.Family> m = metrics(s);
+      Map<String, PrometheusText.Family> m = s.metrics();
       Map<String, Double> got = idleValues(m);
-      if (got.equals(want)) {
+      if (got.equals(zero)) {
         return m;
       }
       if (System.nanoTime() > deadline) {
-        assertEquals(want, got, "credits, references and work back to the baseline");
+        assertEquals(zero, got, "credits, references and work back to idle");
       }
       Thread.sleep(100);
     }
@@ -1171,7 +1149,7 @@ class FaultMatrixIT {
     long start = System.nanoTime();
     long deadline = start + TimeUnit.SECONDS.toNanos(30);
     for (int p = 100 + 10 * from; ; p++) {
-      double written = sum(metrics(writer), "tokenspeed:l3_put_written_keys_total");
+      double written = sum(writer.metrics(), "tokenspeed:l3_put_written_keys_total");
       assertExpected(complete(writer, prompt(p, 0)), prompt(p, 0), "after the repair");
       Map<String, PrometheusText.Family> m =
           awaitMetrics(writer, f -> sum(f, "tokenspeed:l3_storage_pending") == 0);

@@ -83,17 +83,11 @@ class ServeIT {
     return JSON.readTree(res.body());
   }
 
-  private static Map<String, PrometheusText.Family> metrics(ServeProcess s) {
-    HttpResponse<String> res = s.get("/metrics");
-    assertEquals(200, res.statusCode());
-    return PrometheusText.parse(res.body());
-  }
-
   /** Waits until the server has no L3 work pending (its backups are in the store). */
   private static void awaitStorageIdle(ServeProcess s) throws InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (System.nanoTime() < deadline) {
-      Map<String, PrometheusText.Family> m = metrics(s);
+      Map<String, PrometheusText.Family> m = s.metrics();
       if (PrometheusText.value(m, "tokenspeed:l3_storage_pending") == 0
           && PrometheusText.value(m, "tokenspeed:l3_ok_keys_total", "kind", "put") > 0) {
         return;
@@ -136,7 +130,7 @@ class ServeIT {
         ServeProcess off = serve(List.of())) {
       JsonNode a = complete(first, prompt);
       awaitStorageIdle(first);
-      Map<String, PrometheusText.Family> before = metrics(second);
+      Map<String, PrometheusText.Family> before = second.metrics();
       JsonNode b = complete(second, prompt);
       JsonNode c = complete(off, prompt);
 
@@ -150,7 +144,7 @@ class ServeIT {
       assertEquals(
           0, a.get("usage").get("prompt_tokens_details").get("cached_tokens").asInt(), a::toString);
 
-      Map<String, PrometheusText.Family> after = metrics(second);
+      Map<String, PrometheusText.Family> after = second.metrics();
       String[] get = {"kind", "get"};
       assertTrue(
           PrometheusText.value(after, "tokenspeed:l3_ok_keys_total", get)
@@ -162,7 +156,7 @@ class ServeIT {
               - PrometheusText.value(
                   before, "tokenspeed:cached_prompt_tokens_total", "source", "storage"));
       assertTrue(
-          PrometheusText.value(metrics(first), "tokenspeed:l3_put_written_keys_total") > 0,
+          PrometheusText.value(first.metrics(), "tokenspeed:l3_put_written_keys_total") > 0,
           "the first server wrote new objects");
     }
   }
@@ -277,7 +271,7 @@ class ServeIT {
                   .build(),
               HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-      while (PrometheusText.value(metrics(s), "tokenspeed:num_requests_running") < 1) {
+      while (PrometheusText.value(s.metrics(), "tokenspeed:num_requests_running") < 1) {
         assertTrue(System.nanoTime() < deadline, "the request did not start");
         Thread.sleep(20);
       }

@@ -1,7 +1,9 @@
 package io.tokenspeed.server.cli;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.testkit.PrometheusText;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.URI;
@@ -14,6 +16,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -110,6 +113,13 @@ final class ServeProcess implements AutoCloseable {
 
   HttpResponse<String> get(String path) {
     return send(HttpRequest.newBuilder(uri(path)).GET().build());
+  }
+
+  /** A scrape of {@code /metrics}, parsed (it must answer 200). */
+  Map<String, PrometheusText.Family> metrics() {
+    HttpResponse<String> r = get("/metrics");
+    assertEquals(200, r.statusCode(), r.body());
+    return PrometheusText.parse(r.body());
   }
 
   HttpResponse<String> post(String path, String json) {
