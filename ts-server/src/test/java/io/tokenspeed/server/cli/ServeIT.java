@@ -164,22 +164,23 @@ class ServeIT {
   @Test
   void shouldAnswerTheFirstRequestAsFastAsTheTenthAfterItsWarmUp() throws Exception {
     // A first request is a one-off event, and a shared machine can slow any single request: a
-    // fresh server is tried up to three times, and one whose first request is within 2x of its
+    // fresh server is tried up to three times, and one whose first request is within 5x of its
     // tenth passes. A first request that still compiles (no or too little warm-up) is 38-40x its
-    // tenth on every server, so it still fails. (At 1.5x, a clean clone's full run on this
-    // 2-core machine failed twice: 1.57-1.69x on all three servers, the first request 135-165 ms
-    // against 82-98 ms, while a lone run of the test gave 1.24x.)
+    // tenth on every server, so it still fails by far. A warmed server's ratio is 1.24x in a lone
+    // run of the test, but 1.57-1.69x on all three servers in a clean clone's full run on this
+    // 2-core machine (the first request 135-165 ms against 82-98 ms): 2x left too little room
+    // for a busier machine, 5x leaves room on both sides.
     List<String> attempts = new ArrayList<>();
     for (int attempt = 0; attempt < 3; attempt++) {
       double[] ttft = tenRequests();
       double ratio = Math.max(ttft[0], ttft[9]) / Math.min(ttft[0], ttft[9]);
       attempts.add(String.format(java.util.Locale.ROOT, "%.2fx %s", ratio, Arrays.toString(ttft)));
       System.out.println("time to first event, ms: " + Arrays.toString(ttft));
-      if (ratio <= 2.0) {
+      if (ratio <= 5.0) {
         return;
       }
     }
-    fail("first vs tenth request's time to first event over 2x on 3 fresh servers: " + attempts);
+    fail("first vs tenth request's time to first event over 5x on 3 fresh servers: " + attempts);
   }
 
   /** A fresh warmed server's ten identical streamed requests: each one's time to first event. */
