@@ -187,6 +187,89 @@ extern "C" __global__ void qkv_rope_store(
 #define ATTN_WARPS 4
 #define ATTN_MAX_D 256
 
+// One warp's online-softmax step over the keys c0 .. c0+31 (those <= pos) of one query: lane j
+// scores key c0 + j (its dot product in dimension order), the warp takes the chunk's maximum and
+// sum by butterflies, rescales what it has, then every lane adds the chunk's values into its
+// dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row. Both
+// attention kernels run exactly this, so they compute the same bits.
+template <class Rows>
+__device__ __forceinline__ void attend_chunk(
+    const float* qw, int c0, int pos, int d, int lane, const Rows& rows, float& m, float& l,
+    float* acc) {
+  int j = c0 + lane;
+  float s = NEG_INF;
+  if (j <= pos) {
+    const float* k = rows.key(lane);
+    float dot = 0.f;
+    for (int e = 0; e < d; e++) {
+      dot += qw[e] * k[e];
+    }
+    s = dot;
+  }
+  float mNew = fmaxf(m, warp_max(s));
+  float p = j <= pos ? expf(s - mNew) : 0.f;
+  float correction = expf(m - mNew);
+  l = l * correction + warp_sum(p);
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    acc[e] *= correction;
+  }
+  m = mNew;
+  int n = min(32, pos - c0 + 1);
+  for (int jj = 0; jj < n; jj++) {
+    float pj = __shfl_sync(0xffffffffu, p, jj);
+    const float* v = rows.value(jj);
+#pragma unroll
+    for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+      int dim = lane + 32 * e;
+      if (dim < d) {
+        acc[e] += pj * v[dim];
+      }
+    }
+  }
+}
+
+// acc / l to row o of out_f32 or out_bf16, a lane's dimensions.
+__device__ __forceinline__ void attend_store(
+    const float* acc, float l, long long o, int d, int lane, float* out_f32, bf16_t* out_bf16) {
+  float inv = 1.f / l;
+#pragma unroll
+  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
+    int dim = lane + 32 * e;
+    if (dim < d) {
+      float y = acc[e] * inv;
+      if (out_bf16) {
+        out_bf16[o + dim] = float_to_bf16(y);
+      } else {
+        out_f32[o + dim] = y;
+      }
+    }
+  }
+}
+
+// Key and value rows read from the pool through the block table.
+struct PoolRows {
+  const char* pool;
+  const int* table;
+  long long bytesPerBlock, kOffset, vOffset;
+  int blockTokens, kvHead, d, c0;
+  __device__ const float* row(int key, long long offset) const {
+    return (const float*)(pool + (long long)table[key / blockTokens] * bytesPerBlock + offset) +
+           ((long long)kvHead * blockTokens + key % blockTokens) * d;
+  }
+  __device__ const float* key(int j) const { return row(c0 + j, kOffset); }
+  __device__ const float* value(int j) const { return row(c0 + j, vOffset); }
+};
+
+// Key and value rows of a chunk staged in shared memory (keys padded by one float).
+struct SharedRows {
+  const float* ks;
+  const float* vs;
+  int d;
+  __device__ const float* key(int j) const { return ks + j * (d + 1); }
+  __device__ const float* value(int j) const { return vs + j * d; }
+};
+
 // Causal attention of each (token, query head) over its request's positions 0 .. pos (the last
 // `window` positions when window > 0), reading K and V through the block table. One warp per
 // (token, head); keys in chunks of 32, a lane per key for the scores, an online softmax per chunk,
@@ -225,58 +308,12 @@ extern "C" __global__ void paged_attention(
     acc[e] = 0.f;
   }
   for (int c0 = first; c0 <= pos; c0 += 32) {
-    int j = c0 + lane;
-    float s = NEG_INF;
-    if (j <= pos) {
-      int block = table[j / blockTokens];
-      const float* k = (const float*)(pool + (long long)block * bytesPerBlock + kOffset) +
-                       ((long long)kvHead * blockTokens + j % blockTokens) * d;
-      float dot = 0.f;
-      for (int e = 0; e < d; e++) {
-        dot += qw[e] * k[e];
-      }
-      s = dot;
-    }
-    float mNew = fmaxf(m, warp_max(s));
-    float p = j <= pos ? expf(s - mNew) : 0.f;
-    float correction = expf(m - mNew);
-    l = l * correction + warp_sum(p);
-#pragma unroll
-    for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-      acc[e] *= correction;
-    }
-    m = mNew;
-    int n = min(32, pos - c0 + 1);
-    for (int jj = 0; jj < n; jj++) {
-      float pj = __shfl_sync(0xffffffffu, p, jj);
-      int key = c0 + jj;
-      int block = table[key / blockTokens];
-      const float* v = (const float*)(pool + (long long)block * bytesPerBlock + vOffset) +
-                       ((long long)kvHead * blockTokens + key % blockTokens) * d;
-#pragma unroll
-      for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-        int dim = lane + 32 * e;
-        if (dim < d) {
-          acc[e] += pj * v[dim];
-        }
-      }
-    }
+    PoolRows rows{pool, table, bytesPerBlock, kOffset, vOffset, blockTokens, kvHead, d, c0};
+    attend_chunk(qw, c0, pos, d, lane, rows, m, l, acc);
   }
-  float inv = 1.f / l;
-  long long o = (long long)t * H * d + h * d;
-#pragma unroll
-  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-    int dim = lane + 32 * e;
-    if (dim < d) {
-      float y = acc[e] * inv;
-      if (out_bf16) {
-        out_bf16[o + dim] = float_to_bf16(y);
-      } else {
-        out_f32[o + dim] = y;
-      }
-    }
-  }
+  attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
 }
+
 
 // The same attention, with the keys and values shared between the warps of a block: a block takes
 // a tile of up to `tileTokens` consecutive tokens of one request (tiles[2·i] its first row,
@@ -336,54 +373,11 @@ extern "C" __global__ void paged_attention_tiled(
     if (!active || c0 > pos) {
       continue;
     }
-    int j = c0 + lane;
-    float s = NEG_INF;
-    if (j <= pos) {
-      const float* k = ks + lane * (d + 1);
-      float dot = 0.f;
-      for (int e = 0; e < d; e++) {
-        dot += qw[e] * k[e];
-      }
-      s = dot;
-    }
-    float mNew = fmaxf(m, warp_max(s));
-    float p = j <= pos ? expf(s - mNew) : 0.f;
-    float correction = expf(m - mNew);
-    l = l * correction + warp_sum(p);
-#pragma unroll
-    for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-      acc[e] *= correction;
-    }
-    m = mNew;
-    int mine = min(32, pos - c0 + 1);
-    for (int jj = 0; jj < mine; jj++) {
-      float pj = __shfl_sync(0xffffffffu, p, jj);
-      const float* v = vs + jj * d;
-#pragma unroll
-      for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-        int dim = lane + 32 * e;
-        if (dim < d) {
-          acc[e] += pj * v[dim];
-        }
-      }
-    }
+    SharedRows rows{ks, vs, d};
+    attend_chunk(qw, c0, pos, d, lane, rows, m, l, acc);
   }
-  if (!active) {
-    return;
-  }
-  float inv = 1.f / l;
-  long long o = (long long)t * H * d + h * d;
-#pragma unroll
-  for (int e = 0; e < ATTN_MAX_D / 32; e++) {
-    int dim = lane + 32 * e;
-    if (dim < d) {
-      float y = acc[e] * inv;
-      if (out_bf16) {
-        out_bf16[o + dim] = float_to_bf16(y);
-      } else {
-        out_f32[o + dim] = y;
-      }
-    }
+  if (active) {
+    attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
   }
 }
 

@@ -36,11 +36,9 @@ import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.Shard;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 /**
  * A decoder-only causal language model loaded from a Hugging Face folder, computed on the CPU.
@@ -574,151 +572,11 @@ public final class CausalLm implements AutoCloseable {
   }
 
   private void validate(int r, ForwardRequest req, KvCache kv) {
-    int end = req.startPosition() + req.numTokens();
-    if (end > config.maxPositionEmbeddings()) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " ends at position="
-              + end
-              + " beyond max_position_embeddings="
-              + config.maxPositionEmbeddings());
+    int[] numBlocks = new int[kv.layout().numGroups()];
+    for (int g = 0; g < numBlocks.length; g++) {
+      numBlocks[g] = kv.pool(g).numBlocks();
     }
-    for (int id : req.tokenIds()) {
-      if (id < 0 || id >= config.vocabSize()) {
-        throw new IllegalArgumentException(
-            "request " + r + " token id=" + id + " outside [0, " + config.vocabSize() + ")");
-      }
-    }
-    if (req.blockTables().length != kv.layout().numGroups()) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " has block tables="
-              + req.blockTables().length
-              + " but the layout has groups="
-              + kv.layout().numGroups());
-    }
-    for (int g = 0; g < kv.layout().numGroups(); g++) {
-      int[] table = req.blockTables()[g];
-      if (kv.layout().group(g).kind() instanceof GroupKind.StateCheckpoints) {
-        validateStateTable(r, g, req, table, kv);
-        continue;
-      }
-      int rows = kv.layout().group(g).rowsFor(end);
-      if (table.length < rows) {
-        throw new IllegalArgumentException(
-            "request "
-                + r
-                + " group "
-                + g
-                + " block table has rows="
-                + table.length
-                + " but tokens up to position "
-                + end
-                + " need "
-                + rows);
-      }
-      int numBlocks = kv.pool(g).numBlocks();
-      int firstRead = firstRowRead(kv.layout().group(g), req.startPosition());
-      // a page-cyclic group's table names only this rank's pages: 0 is another rank's
-      boolean othersPages =
-          collective.size() > 1 && kv.layout().group(g).sharding() instanceof Sharding.PageCyclic;
-      Set<Integer> seen = new HashSet<>();
-      for (int i = 0; i < rows; i++) {
-        int id = table[i];
-        if (id == 0 && (i < firstRead || othersPages)) {
-          continue;
-        }
-        if (id < 1 || id >= numBlocks) {
-          throw new IllegalArgumentException(
-              "request "
-                  + r
-                  + " group "
-                  + g
-                  + " row "
-                  + i
-                  + " block id="
-                  + id
-                  + " outside [1, "
-                  + numBlocks
-                  + ")");
-        }
-        if (!seen.add(id)) {
-          throw new IllegalArgumentException(
-              "request " + r + " group " + g + " row " + i + " repeats block id=" + id);
-        }
-      }
-    }
-  }
-
-  /**
-   * The first block-table row a chunk starting at {@code start} reads: 0, except in a sliding
-   * window group, whose rows entirely left of position {@code start - W + 1} may be holes.
-   */
-  private static int firstRowRead(CacheGroupSpec group, int start) {
-    if (group.kind() instanceof GroupKind.SlidingWindow w) {
-      return Math.max(0, start - w.windowTokens() + 1) / group.blockGranularity();
-    }
-    return 0;
-  }
-
-  /**
-   * A state table (one slot per page, row i = the checkpoint at boundary (i+1)·P): the input row
-   * {@code ceil(start/P) - 1} (when start &gt; 0) and the working row {@code ceil(end/P) - 1} must
-   * hold real slots; the rows of boundaries the chunk crosses may be 0 (no checkpoint wanted). No
-   * slot appears twice, except that the working row may name the input row's slot: the chunk then
-   * resumes and goes on in place (each channel's state is read whole before it is written).
-   */
-  private static void validateStateTable(
-      int r, int g, ForwardRequest req, int[] table, KvCache kv) {
-    int page = kv.layout().group(g).blockGranularity();
-    int start = req.startPosition();
-    int end = start + req.numTokens();
-    int inputRow = start == 0 ? -1 : Math.ceilDiv(start, page) - 1;
-    int workingRow = Math.ceilDiv(end, page) - 1;
-    if (table.length <= workingRow) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " group "
-              + g
-              + " state table has rows="
-              + table.length
-              + " but tokens up to position "
-              + end
-              + " need "
-              + (workingRow + 1));
-    }
-    int numSlots = kv.pool(g).numBlocks();
-    Set<Integer> seen = new HashSet<>();
-    for (int i = Math.max(0, inputRow); i <= workingRow; i++) {
-      int id = table[i];
-      boolean required = i == inputRow || i == workingRow;
-      if (id == 0 && !required) {
-        continue;
-      }
-      if (id < 1 || id >= numSlots) {
-        throw new IllegalArgumentException(
-            "request "
-                + r
-                + " group "
-                + g
-                + " state row "
-                + i
-                + " slot id="
-                + id
-                + " outside [1, "
-                + numSlots
-                + ")"
-                + (required ? " (input or working checkpoint)" : ""));
-      }
-      boolean resumesInPlace = i == workingRow && inputRow >= 0 && id == table[inputRow];
-      if (!seen.add(id) && !resumesInPlace) {
-        throw new IllegalArgumentException(
-            "request " + r + " group " + g + " state row " + i + " repeats slot id=" + id);
-      }
-    }
+    ForwardChecks.check(r, req, config, kv.layout(), numBlocks, collective.size());
   }
 
   /** Unmaps the checkpoint; the model must not be used afterwards. */

@@ -10,6 +10,7 @@ import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.Gemm;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardChecks;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.ModelIdentity;
@@ -725,63 +726,7 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   private void validate(int r, ForwardRequest req, CudaKvCache kv) {
-    int end = req.startPosition() + req.numTokens();
-    if (end > d.maxPositionEmbeddings()) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " ends at position="
-              + end
-              + " beyond max_position_embeddings="
-              + d.maxPositionEmbeddings());
-    }
-    for (int id : req.tokenIds()) {
-      if (id < 0 || id >= d.vocabSize()) {
-        throw new IllegalArgumentException(
-            "request " + r + " token id=" + id + " outside [0, " + d.vocabSize() + ")");
-      }
-    }
-    if (req.blockTables().length != 1) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " has block tables="
-              + req.blockTables().length
-              + " but the layout has 1");
-    }
-    int[] table = req.blockTables()[0];
-    int rows = kv.layout().group(0).rowsFor(end);
-    if (table.length < rows) {
-      throw new IllegalArgumentException(
-          "request "
-              + r
-              + " block table has rows="
-              + table.length
-              + " but tokens up to position "
-              + end
-              + " need "
-              + rows);
-    }
-    java.util.Set<Integer> seen = new java.util.HashSet<>();
-    for (int i = 0; i < rows; i++) {
-      int id = table[i];
-      if (id < 1 || id >= kv.numBlocks(0)) {
-        throw new IllegalArgumentException(
-            "request "
-                + r
-                + " row "
-                + i
-                + " block id="
-                + id
-                + " outside [1, "
-                + kv.numBlocks(0)
-                + ")");
-      }
-      if (!seen.add(id)) {
-        throw new IllegalArgumentException(
-            "request " + r + " row " + i + " repeats block id=" + id);
-      }
-    }
+    ForwardChecks.check(r, req, config, kv.layout(), new int[] {kv.numBlocks(0)}, 1);
   }
 
   /** Frees the weights and scratch; the model must not be used afterwards. */

@@ -200,27 +200,29 @@ public final class DeviceHandle implements AutoCloseable {
     }
     try {
       int g = op.groupId();
-      long bytes = geometry.bytesPerBlock(g);
-      return switch (op) {
-        case BlockTransfer.Load l ->
-            new Copy(
-                Direction.HOST_TO_DEVICE,
-                host.offsetOf(g, l.hostBlock()),
-                device.offsetOf(g, l.deviceBlock()),
-                bytes);
-        case BlockTransfer.Store s ->
-            new Copy(
-                Direction.DEVICE_TO_HOST,
-                device.offsetOf(g, s.deviceBlock()),
-                host.offsetOf(g, s.hostBlock()),
-                bytes);
-        case BlockTransfer.DeviceCopy d ->
-            new Copy(
-                Direction.WITHIN_DEVICE,
-                device.offsetOf(g, d.srcBlock()),
-                device.offsetOf(g, d.dstBlock()),
-                bytes);
-      };
+      // the offsets first: their errors name the tier
+      Copy c =
+          switch (op) {
+            case BlockTransfer.Load l ->
+                new Copy(
+                    Direction.HOST_TO_DEVICE,
+                    host.offsetOf(g, l.hostBlock()),
+                    device.offsetOf(g, l.deviceBlock()),
+                    0);
+            case BlockTransfer.Store s ->
+                new Copy(
+                    Direction.DEVICE_TO_HOST,
+                    device.offsetOf(g, s.deviceBlock()),
+                    host.offsetOf(g, s.hostBlock()),
+                    0);
+            case BlockTransfer.DeviceCopy d ->
+                new Copy(
+                    Direction.WITHIN_DEVICE,
+                    device.offsetOf(g, d.srcBlock()),
+                    device.offsetOf(g, d.dstBlock()),
+                    0);
+          };
+      return new Copy(c.direction(), c.srcOffset(), c.dstOffset(), geometry.bytesPerBlock(g));
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(op + ": " + e.getMessage(), e);
     }

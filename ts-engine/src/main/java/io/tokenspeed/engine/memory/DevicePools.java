@@ -165,26 +165,9 @@ public final class DevicePools implements AutoCloseable {
    * @throws IllegalArgumentException naming the tier when the id is no block of the group here
    */
   public long offsetOf(int groupId, int blockId) {
-    if (memory != null) {
-      return memory.offsetOf(groupId, blockId);
-    }
-    if (blockId >= blockIdLimit) {
-      throw new IllegalArgumentException(
-          TIER_NAME
-              + " tier block id="
-              + blockId
-              + " of group "
-              + groupId
-              + " is beyond the tier: "
-              + numParents
-              + " parents hold ids below "
-              + blockIdLimit);
-    }
-    try {
-      return geometry.byteOffset(groupId, blockId);
-    } catch (IllegalArgumentException e) {
-      throw new IllegalArgumentException(TIER_NAME + " tier " + e.getMessage(), e);
-    }
+    return memory != null
+        ? memory.offsetOf(groupId, blockId)
+        : TierMemory.offsetOf(TIER_NAME, geometry, numParents, blockIdLimit, groupId, blockId);
   }
 
   /**

@@ -154,6 +154,22 @@ public final class TierMemory implements AutoCloseable {
    * @throws IllegalArgumentException naming the tier when the id is no block of the group here
    */
   long offsetOf(int groupId, int blockId) {
+    return offsetOf(tierName, geometry, numParents, blockIdLimit, groupId, blockId);
+  }
+
+  /**
+   * Byte offset of a block in a tier of {@code numParents} parents of {@code geometry} whose ids
+   * stay below {@code blockIdLimit}.
+   *
+   * @throws IllegalArgumentException naming the tier when the id is no block of the group there
+   */
+  static long offsetOf(
+      String tierName,
+      BlockGeometry geometry,
+      int numParents,
+      int blockIdLimit,
+      int groupId,
+      int blockId) {
     if (blockId >= blockIdLimit) {
       throw new IllegalArgumentException(
           tierName
