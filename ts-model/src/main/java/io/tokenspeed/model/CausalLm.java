@@ -534,16 +534,7 @@ public final class CausalLm implements AutoCloseable {
     int vocab = vocabSize();
     float[] logits = new float[logitRows * vocab];
     lmHead.apply(pool, collective, h, logitRows, logits);
-    List<float[]> perRequest = new ArrayList<>(requests.size());
-    int at = 0;
-    for (ForwardRequest req : requests) {
-      int n = req.numLogitRows() * vocab;
-      float[] l = new float[n];
-      System.arraycopy(logits, at, l, 0, n);
-      perRequest.add(l);
-      at += n;
-    }
-    return new ForwardResult(vocab, perRequest);
+    return ForwardResult.split(vocab, requests, logits);
   }
 
   private void checkLayout(KvCache kv) {

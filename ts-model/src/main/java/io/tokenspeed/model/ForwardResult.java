@@ -1,5 +1,6 @@
 package io.tokenspeed.model;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
@@ -11,6 +12,21 @@ public record ForwardResult(int vocabSize, List<float[]> logits) {
 
   public ForwardResult {
     logits = List.copyOf(logits);
+  }
+
+  /**
+   * The result of {@code requests} from the logits of all their rows in batch order ({@code
+   * [rows][vocabSize]}, each request's {@link ForwardRequest#numLogitRows()} in turn).
+   */
+  public static ForwardResult split(int vocabSize, List<ForwardRequest> requests, float[] rows) {
+    List<float[]> perRequest = new ArrayList<>(requests.size());
+    int at = 0;
+    for (ForwardRequest req : requests) {
+      int n = req.numLogitRows() * vocabSize;
+      perRequest.add(Arrays.copyOfRange(rows, at, at + n));
+      at += n;
+    }
+    return new ForwardResult(vocabSize, perRequest);
   }
 
   /** The logits of request {@code request}, flattened {@code [rows][vocab]}. */

@@ -692,16 +692,7 @@ public final class CudaCausalLm implements AutoCloseable {
     // the compute stream does not synchronize with the synchronous copy's stream: wait first
     device.synchronize();
     float[] logits = ws.logits.readFloats(0, logitRows * vocab);
-    List<float[]> perRequest = new ArrayList<>(requests.size());
-    int at = 0;
-    for (ForwardRequest req : requests) {
-      int n = req.numLogitRows() * vocab;
-      float[] out = new float[n];
-      System.arraycopy(logits, at, out, 0, n);
-      perRequest.add(out);
-      at += n;
-    }
-    return new ForwardResult(vocab, perRequest);
+    return ForwardResult.split(vocab, requests, logits);
   }
 
   private void rmsNorm(
