@@ -4,6 +4,7 @@ For each fixture folder named on the command line (config.json, model.safetensor
 reference.safetensors whose prompts it reuses), writes OUT/NAME.safetensors with, per prompt i:
   logits_i  float32 [n, vocab]  one forward over the whole prompt, float32, TF32 off
   greedy_i  int32   [16]        greedy continuation with the KV cache
+  steps_i   float32 [16, vocab] the logits that chose each of those ids
 """
 
 import argparse
@@ -37,8 +38,12 @@ def main():
                 out[f"logits_{i}"] = model(ids).logits[0].float().cpu().contiguous()
                 gen = model.generate(
                     ids, do_sample=False, max_new_tokens=16, min_new_tokens=16,
-                    pad_token_id=0, eos_token_id=None)
-            out[f"greedy_{i}"] = gen[0, ids.shape[1]:].to(torch.int32).cpu().contiguous()
+                    pad_token_id=0, eos_token_id=None, return_dict_in_generate=True,
+                    output_logits=True)
+            out[f"greedy_{i}"] = (
+                gen.sequences[0, ids.shape[1]:].to(torch.int32).cpu().contiguous())
+            out[f"steps_{i}"] = (
+                torch.cat([step.float() for step in gen.logits]).cpu().contiguous())
             i += 1
         save_file(out, os.path.join(a.out, name + ".safetensors"))
         print(f"{name}: {i} prompts on {torch.cuda.get_device_name(0)}", flush=True)

@@ -166,7 +166,6 @@ class CudaCausalLmGpuTest {
           System.arraycopy(r.logits(0), 0, steps, s * vocab, vocab);
           next = argmax(r.logits(0), 0, vocab);
         }
-        assertArrayEquals(gpuRef.tensor("greedy_" + p).toIntArray(), greedy, name + " greedy");
         assertArrayEquals(cpuRef.greedy(p), greedy, name + " greedy vs CPU reference");
         // the reference's step s holds the logits that chose greedy[s] (step 0: the prompt's last
         // row); ours, those after feeding greedy[s], which chose greedy[s + 1]
@@ -175,6 +174,34 @@ class CudaCausalLmGpuTest {
                 java.util.Arrays.copyOf(steps, 15 * vocab),
                 java.util.Arrays.copyOfRange(cpuRef.steps(p), vocab, 16 * vocab));
         assertTrue(stepErr <= F32_RELATIVE, name + " decode steps: " + stepErr);
+        // transformers on the GPU may part from the CPU's continuation where two logits tie: ids
+        // equal up to the first step where its own logits hold a tie between its id and ours
+        int[] gpuGreedy = gpuRef.tensor("greedy_" + p).toIntArray();
+        float[] gpuSteps = gpuRef.tensor("steps_" + p).toFloatArray();
+        for (int s = 0; s < greedy.length; s++) {
+          if (gpuGreedy[s] == greedy[s]) {
+            continue;
+          }
+          float theirs = gpuSteps[s * vocab + gpuGreedy[s]];
+          float ours = gpuSteps[s * vocab + greedy[s]];
+          double scale = 0;
+          for (int i = 0; i < vocab; i++) {
+            scale = Math.max(scale, Math.abs(gpuSteps[s * vocab + i]));
+          }
+          double gap = (theirs - ours) / scale;
+          System.out.printf(
+              Locale.ROOT,
+              "%s prompt %d: transformers on the GPU parts at step %d (%d, ours %d), a tie of"
+                  + " %.2e relative in its own logits%n",
+              name,
+              p,
+              s,
+              gpuGreedy[s],
+              greedy[s],
+              gap);
+          assertTrue(gap <= F32_RELATIVE, name + " greedy vs GPU: no tie at step " + s);
+          break;
+        }
       }
     }
   }
