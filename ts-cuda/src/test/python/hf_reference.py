@@ -3,7 +3,7 @@
 For each fixture folder named on the command line (config.json, model.safetensors and the
 reference.safetensors whose prompts it reuses), writes OUT/NAME.safetensors with, per prompt i:
   logits_i  float32 [n, vocab]  one forward over the whole prompt, float32, TF32 off
-  greedy_i  int32   [16]        greedy continuation with the KV cache
+  greedy_i  int32   [16]        greedy continuation (the whole sequence recomputed per step)
   steps_i   float32 [16, vocab] the logits that chose each of those ids
 """
 
@@ -36,14 +36,29 @@ def main():
             ids = ref[f"ids_{i}"].to(torch.long).unsqueeze(0).to("cuda")
             with torch.no_grad():
                 out[f"logits_{i}"] = model(ids).logits[0].float().cpu().contiguous()
+                # greedy by recomputing the whole sequence at each step (no cache: nothing
+                # between the model's forward and the ids), beside generate() with its KV cache
+                seq = ids
+                steps = []
+                for _ in range(16):
+                    row = model(seq).logits[0, -1].float()
+                    steps.append(row.unsqueeze(0))
+                    seq = torch.cat([seq, row.argmax().view(1, 1)], dim=1)
                 gen = model.generate(
                     ids, do_sample=False, max_new_tokens=16, min_new_tokens=16,
                     pad_token_id=0, eos_token_id=None, return_dict_in_generate=True,
                     output_logits=True)
-            out[f"greedy_{i}"] = (
-                gen.sequences[0, ids.shape[1]:].to(torch.int32).cpu().contiguous())
-            out[f"steps_{i}"] = (
-                torch.cat([step.float() for step in gen.logits]).cpu().contiguous())
+            greedy = seq[0, ids.shape[1]:]
+            cached = gen.sequences[0, ids.shape[1]:]
+            cpu_steps = ref[f"steps_{i}"].to("cuda")
+            steps = torch.cat(steps)
+            print(f"{name} prompt {i}: recomputed greedy {greedy.tolist()}, generate() "
+                  f"{'the same' if torch.equal(greedy, cached) else cached.tolist()}, CPU "
+                  f"reference {'the same' if torch.equal(greedy.cpu().int(), ref[f'greedy_{i}']) else ref[f'greedy_{i}'].tolist()}; "
+                  f"max |step logits - CPU reference's| {(steps - cpu_steps).abs().max().item():.2e}",
+                  flush=True)
+            out[f"greedy_{i}"] = greedy.to(torch.int32).cpu().contiguous()
+            out[f"steps_{i}"] = steps.cpu().contiguous()
             i += 1
         save_file(out, os.path.join(a.out, name + ".safetensors"))
         print(f"{name}: {i} prompts on {torch.cuda.get_device_name(0)}", flush=True)

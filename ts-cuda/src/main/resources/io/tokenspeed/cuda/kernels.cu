@@ -381,6 +381,273 @@ extern "C" __global__ void paged_attention_tiled(
   }
 }
 
+// ---------------------------------------------------------------------------------- tensor cores
+
+// Attention on the tensor cores for bf16 models: the flash scheme (online softmax over tiles of
+// FA_KEYS keys, no score matrix in memory) with bf16 inputs and float32 accumulation, through the
+// warp-level mma.sync m16n8k16 instruction. A block takes one KV head (blockIdx.y) and a tile of
+// consecutive tokens of one request (tiles[2·i] its first row, tiles[2·i+1] its count); its
+// FA_WARPS · 16 rows are the (token, query head) pairs of that KV head, row r = token r / group,
+// head r % group, so the keys and values it stages serve every query head of the group. Keys and
+// values come from the float32 pool, are rounded to bf16 into shared memory, and the next tile's
+// are read into registers while the warps compute on the current one.
+//
+// Batch invariance: a row's result depends only on its query, its position and the keys: the key
+// tiles start at multiples of FA_KEYS from 0 whatever the block, a tile past a row's position
+// changes none of its bits (probabilities exactly 0, rescale exactly 1), and every reduction
+// (the mma's, the quad's max and sum) runs over the row's own values in a fixed order.
+// Grid: (tiles, K). Block: 32 · FA_WARPS. Tiles hold at most FA_WARPS · 16 / group tokens.
+
+#define FA_WARPS 8
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_KEYS 64
+
+// Two floats to bf16 (round to nearest even), lo in the low half.
+__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ unsigned int shared_address(const void* p) {
+  unsigned int a;
+  asm("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Four 8x8 bf16 matrices from shared memory; lane l names row l % 8 of matrix l / 8.
+__device__ __forceinline__ void load_matrices(unsigned int* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void load_matrices_transposed(unsigned int* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+// c (16x8, float32) += a (16x16, bf16, row-major) · b (16x8, bf16, column-major).
+__device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, unsigned int b0,
+                                         unsigned int b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7},"
+      " {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int D>
+__device__ __forceinline__ void flash_attention(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
+    bf16_t* out) {
+  // rows padded by 8 bf16 (16 bytes): the 8 rows an ldmatrix reads fall in distinct banks
+  __shared__ __align__(16) bf16_t ks[FA_KEYS][D + 8];
+  __shared__ __align__(16) bf16_t vs[FA_KEYS][D + 8];
+  constexpr int CHUNKS = FA_KEYS * D / 4 / FA_THREADS;  // float4 of K (and of V) per thread
+  int tile = numTiles - 1 - (int)blockIdx.x;  // the last tiles of a request are the longest
+  int row0 = tiles[2 * tile];
+  int count = tiles[2 * tile + 1];
+  int kvHead = blockIdx.y;
+  int group = H / K;
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  int g = lane / 4;
+  int tq = lane % 4;
+  int maxPos = positions[row0 + count - 1];
+  const int* table = tables + (long long)tokenRequest[row0] * tableStride;
+  bool warpActive = (warp * 16) / group < count;
+
+  // this thread's rows: g and g + 8 of its warp
+  int tok[2], head[2], pos[2];
+  bool active[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    int r = warp * 16 + g + 8 * i;
+    active[i] = r / group < count;
+    tok[i] = row0 + (active[i] ? r / group : 0);
+    head[i] = kvHead * group + r % group;
+    pos[i] = positions[tok[i]];
+  }
+  // the query fragments (rows g, g + 8; dimensions 2·tq, 2·tq + 1 and those + 8 per 16)
+  unsigned int qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        float2 v = make_float2(0.f, 0.f);
+        if (active[i]) {
+          v = *(const float2*)(q + (long long)tok[i] * H * D + head[i] * D + kk * 16 + half * 8 +
+                               2 * tq);
+        }
+        qf[kk][2 * half + i] = pack_bf16x2(v.x, v.y);
+      }
+    }
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  }
+  float m[2] = {NEG_INF, NEG_INF};
+  float l[2] = {0.f, 0.f};
+  float scaleLog2 = scale * 1.4426950408889634f;
+  int keyTiles = maxPos / FA_KEYS + 1;
+
+  float4 kr[CHUNKS], vr[CHUNKS];
+  auto fetch = [&](int kt) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++) {
+      int idx = threadIdx.x + c * FA_THREADS;
+      int key = kt * FA_KEYS + idx / (D / 4);
+      int e = (idx % (D / 4)) * 4;
+      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f);
+      float4 vv = kv;
+      if (key <= maxPos) {
+        const char* block = pool + (long long)table[key / blockTokens] * bytesPerBlock;
+        long long at = ((long long)kvHead * blockTokens + key % blockTokens) * D + e;
+        kv = *(const float4*)((const float*)(block + kOffset) + at);
+        vv = *(const float4*)((const float*)(block + vOffset) + at);
+      }
+      kr[c] = kv;
+      vr[c] = vv;
+    }
+  };
+  fetch(0);
+  for (int kt = 0; kt < keyTiles; kt++) {
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++) {
+      int idx = threadIdx.x + c * FA_THREADS;
+      int key = idx / (D / 4);
+      int e = (idx % (D / 4)) * 4;
+      *(uint2*)&ks[key][e] =
+          make_uint2(pack_bf16x2(kr[c].x, kr[c].y), pack_bf16x2(kr[c].z, kr[c].w));
+      *(uint2*)&vs[key][e] =
+          make_uint2(pack_bf16x2(vr[c].x, vr[c].y), pack_bf16x2(vr[c].z, vr[c].w));
+    }
+    __syncthreads();
+    if (kt + 1 < keyTiles) {
+      fetch(kt + 1);
+    }
+    if (!warpActive) {
+      continue;
+    }
+    // scores: s[n] is the 16x8 block of keys kt·FA_KEYS + 8·n ..
+    float s[FA_KEYS / 8][4];
+#pragma unroll
+    for (int n = 0; n < FA_KEYS / 8; n++) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk += 2) {
+#pragma unroll
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+        unsigned int b[4];
+        load_matrices(b, &ks[n * 8 + lane % 8][kk * 16 + (lane / 8) * 8]);
+        mma_bf16(s[n], qf[kk], b[0], b[1]);
+        mma_bf16(s[n], qf[kk + 1], b[2], b[3]);
+      }
+    }
+    // online softmax in base 2, per row (a quad of lanes holds a row)
+    float rowMax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int i = e / 2;
+        int key = kt * FA_KEYS + n * 8 + 2 * tq + (e % 2);
+        float v = key <= pos[i] ? s[n][e] * scaleLog2 : NEG_INF;
+        s[n][e] = v;
+        rowMax[i] = fmaxf(rowMax[i], v);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
+      rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
+      float mNew = fmaxf(m[i], rowMax[i]);
+      correction[i] = exp2f(m[i] - mNew);
+      m[i] = mNew;
+      l[i] *= correction[i];
+    }
+#pragma unroll
+    for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int i = e / 2;
+        float p = exp2f(s[n][e] - m[i]);
+        s[n][e] = p;
+        l[i] += p;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    // o += p · v, 16 keys at a time (the score blocks 2·kk and 2·kk + 1 form p's fragment)
+#pragma unroll
+    for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+      unsigned int a[4] = {
+          pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+          pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+          pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        unsigned int b[4];
+        load_matrices_transposed(
+            b, &vs[kk * 16 + lane % 8 + ((lane / 8) % 2) * 8][n * 8 + (lane / 16) * 8]);
+        mma_bf16(o[n], a, b[0], b[1]);
+        mma_bf16(o[n + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  if (!warpActive) {
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    if (!active[i]) {
+      continue;
+    }
+    float inv = 1.f / l[i];
+    unsigned int* row = (unsigned int*)(out + (long long)tok[i] * H * D + head[i] * D);
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      row[(n * 8 + 2 * tq) / 2] = pack_bf16x2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+    }
+  }
+}
+
+#define FLASH_ATTENTION(D)                                                                      \
+  extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_attention_d##D(               \
+      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
+      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
+      const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
+      float scale, bf16_t* out) {                                                               \
+    flash_attention<D>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, positions,        \
+                       tokenRequest, tables, tableStride, tiles, numTiles, H, K, scale, out);   \
+  }
+
+FLASH_ATTENTION(64)
+FLASH_ATTENTION(128)
+
 // ---------------------------------------------------------------------------------- MLP and misc
 
 // out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: tokens.

@@ -54,6 +54,9 @@ public final class CudaCausalLm implements AutoCloseable {
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
 
+  /** FA_WARPS of kernels.cu: a tensor-core attention block holds 16 · FLASH_WARPS rows. */
+  private static final int FLASH_WARPS = 8;
+
   private record Layer(
       DeviceBuffer inputNorm,
       DeviceBuffer qkv,
@@ -79,7 +82,7 @@ public final class CudaCausalLm implements AutoCloseable {
   private final List<DeviceBuffer> owned;
   private final Gemm gemm;
   private final boolean deterministic;
-  private boolean tiledAttention = true;
+  private Attention attention;
   private Workspace workspace;
 
   private CudaCausalLm(
@@ -107,6 +110,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.layers = layers;
     this.owned = owned;
     this.gemm = new Gemm(device, deterministic);
+    this.attention = defaultAttention(weightType, d);
   }
 
   /**
@@ -360,13 +364,57 @@ public final class CudaCausalLm implements AutoCloseable {
     return deterministic;
   }
 
+  /** The attention kernels of the backend. */
+  enum Attention {
+    /** Float32 arithmetic, one warp per (token, query head) reading keys and values itself. */
+    PER_TOKEN,
+    /**
+     * Float32 arithmetic, the same as {@link #PER_TOKEN} in the same order, with the keys and
+     * values of a tile of tokens shared in shared memory by its warps.
+     */
+    TILED,
+    /**
+     * Flash attention on the tensor cores: bf16 queries, keys, values and probabilities, float32
+     * accumulation; bf16 models with a head size of 64 or 128.
+     */
+    TENSOR_CORE
+  }
+
+  /** The kernel a model uses by default: the tensor cores where it can, else the tiled one. */
+  private static Attention defaultAttention(int weightType, DecoderDims dims) {
+    return tensorCoreFits(weightType, dims) ? Attention.TENSOR_CORE : Attention.TILED;
+  }
+
+  private static boolean tensorCoreFits(int weightType, DecoderDims dims) {
+    int hd = dims.headDim();
+    return weightType == Gemm.R_16BF
+        && (hd == 64 || hd == 128)
+        && dims.numHeads() / dims.numKvHeads() <= 16 * FLASH_WARPS;
+  }
+
   /**
-   * Chooses the attention kernel: the tiled one (the default: keys and values shared in shared
-   * memory by the warps of a tile of tokens) or one warp per (token, head) reading them itself.
-   * Both do the same arithmetic in the same order.
+   * Chooses the attention kernel. {@link Attention#PER_TOKEN} and {@link Attention#TILED} compute
+   * the same bits; {@link Attention#TENSOR_CORE} only where it fits.
+   *
+   * @throws IllegalArgumentException when the tensor cores do not fit this model
    */
-  void useTiledAttention(boolean tiled) {
-    this.tiledAttention = tiled;
+  void useAttention(Attention kernel) {
+    if (kernel == Attention.TENSOR_CORE && !tensorCoreFits(weightType, d)) {
+      throw new IllegalArgumentException(
+          "the tensor-core attention needs bf16 weights, head size"
+              + " 64 or 128 and at most "
+              + 16 * FLASH_WARPS
+              + " query heads per KV head");
+    }
+    this.attention = kernel;
+  }
+
+  /**
+   * The name of the attention arithmetic, for the deployment identity: KV computed by one kernel
+   * family is not bit-identical to another's.
+   */
+  public String attentionName() {
+    return attention == Attention.TENSOR_CORE ? "cuda-flash-bf16" : "cuda-paged-f32";
   }
 
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
@@ -504,7 +552,10 @@ public final class CudaCausalLm implements AutoCloseable {
     // per token: id, position, request; per logit row: its token; then the attention's tiles
     int group = d.numHeads() / d.numKvHeads();
     int tileTokens = Math.max(1, Math.min(8, 16 / group));
-    boolean tiled = tiledAttention && group <= 32;
+    Attention kernel = attention == Attention.TILED && group > 32 ? Attention.PER_TOKEN : attention;
+    if (kernel == Attention.TENSOR_CORE) {
+      tileTokens = 16 * FLASH_WARPS / group;
+    }
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
@@ -606,7 +657,30 @@ public final class CudaCausalLm implements AutoCloseable {
       long kOff = kv.fieldOffset(0, "layers." + l + ".k");
       long vOff = kv.fieldOffset(0, "layers." + l + ".v");
       long bpb = kv.layout().group(0).bytesPerBlock();
-      if (tiled) {
+      if (kernel == Attention.TENSOR_CORE) {
+        device.launch(
+            "flash_attention_d" + hd,
+            numTiles,
+            kvHeads,
+            32 * FLASH_WARPS,
+            0,
+            ws.q.pointer(),
+            pool,
+            bpb,
+            kOff,
+            vOff,
+            bg,
+            positions,
+            tokenRequest,
+            ws.tables.pointer(),
+            stride,
+            tileTable,
+            numTiles,
+            heads,
+            kvHeads,
+            scale,
+            act);
+      } else if (kernel == Attention.TILED) {
         int warps = tileTokens * group;
         device.launch(
             "paged_attention_tiled",

@@ -34,15 +34,8 @@ import java.util.Optional;
  */
 public final class CudaDeviceModel implements DeviceModel {
 
-  /**
-   * The attention implementation the deployment identity names for KV this backend computes
-   * (float32 KV, the project's paged-attention kernel, cuBLAS GEMMs); KV of the CPU kernels or of
-   * deterministic mode lives under other namespaces.
-   */
-  public static final String ATTENTION_BACKEND = "cuda-paged-f32";
-
-  /** {@link #ATTENTION_BACKEND} of deterministic mode (fixed-order GEMMs). */
-  public static final String DETERMINISTIC_ATTENTION_BACKEND = "cuda-paged-f32-fixed-order";
+  /** The suffix of {@link #attentionBackend()} in deterministic mode (fixed-order GEMMs). */
+  public static final String FIXED_ORDER = "-fixed-order";
 
   private final CudaCausalLm model;
   private final CudaDevice device;
@@ -62,9 +55,15 @@ public final class CudaDeviceModel implements DeviceModel {
     return model;
   }
 
+  /**
+   * The attention implementation the deployment identity names for KV this backend computes: the
+   * model's attention kernels ({@code cuda-paged-f32}: float32 arithmetic; {@code cuda-flash-bf16}:
+   * the tensor cores), with {@link #FIXED_ORDER} in deterministic mode. KV of the CPU kernels, or
+   * of another of these, lives under other namespaces.
+   */
   @Override
   public String attentionBackend() {
-    return model.deterministic() ? DETERMINISTIC_ATTENTION_BACKEND : ATTENTION_BACKEND;
+    return model.attentionName() + (model.deterministic() ? FIXED_ORDER : "");
   }
 
   @Override

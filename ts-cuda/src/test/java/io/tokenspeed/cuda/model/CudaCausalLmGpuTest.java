@@ -319,7 +319,7 @@ class CudaCausalLmGpuTest {
       int[] tb = blocks.table(40);
       float[][] got = new float[2][];
       for (int pass = 0; pass < 2; pass++) {
-        m.useTiledAttention(pass == 0);
+        m.useAttention(pass == 0 ? CudaCausalLm.Attention.TILED : CudaCausalLm.Attention.PER_TOKEN);
         // a prefill chunk of one request beside another's first 70 tokens, then a mixed batch
         ForwardResult first =
             m.forward(
@@ -348,7 +348,6 @@ class CudaCausalLmGpuTest {
         System.arraycopy(second.logits(1), 0, all, (a.length + 71) * vocab, 60 * vocab);
         got[pass] = all;
       }
-      m.useTiledAttention(true);
       int differ = 0;
       for (int i = 0; i < got[0].length; i++) {
         differ += Float.floatToRawIntBits(got[0][i]) != Float.floatToRawIntBits(got[1][i]) ? 1 : 0;
@@ -361,6 +360,100 @@ class CudaCausalLmGpuTest {
           got[0].length,
           relative(got[0], got[1]));
       assertEquals(0, differ, name + ": logits that differ in any bit");
+    }
+  }
+
+  /** Random token ids below {@code vocab}. */
+  static int[] randomIds(Random rnd, int n, int vocab) {
+    int[] ids = new int[n];
+    for (int i = 0; i < n; i++) {
+      ids[i] = rnd.nextInt(vocab);
+    }
+    return ids;
+  }
+
+  /**
+   * The tensor-core attention against the float32 one on a bf16 model: within what bf16 queries,
+   * keys, values and probabilities allow, the same argmax nearly everywhere; and batch-invariant:
+   * in deterministic mode a request's logits are bit-identical alone in one chunk or in chunks
+   * beside others (a prefill of another request, decodes), with 3 query heads per KV head.
+   */
+  @ParameterizedTest
+  @ValueSource(ints = {64, 128})
+  void shouldMatchTheFloat32AttentionAndStayBatchInvariantOnTheTensorCores(
+      int headDim, @TempDir Path dir) {
+    // llama-100m's shape (12 query heads on 4 KV heads), or 4 layers of 6 heads of 128 on 2
+    String config = SyntheticCheckpoints.presetConfig("llama-100m");
+    if (headDim == 128) {
+      config =
+          config
+              .replaceFirst("\"head_dim\": 64", "\"head_dim\": 128")
+              .replaceFirst("\"num_attention_heads\": 12", "\"num_attention_heads\": 6")
+              .replaceFirst("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2")
+              .replaceFirst("\"num_hidden_layers\": 12", "\"num_hidden_layers\": 4");
+      assertTrue(
+          config.contains("\"head_dim\": 128") && config.contains("\"num_hidden_layers\": 4"));
+    }
+    Path folder = SyntheticCheckpoints.materialize("flash-" + headDim, config, 6, DType.BF16, dir);
+    Random rnd = new Random(17 + headDim);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test", true);
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 256)) {
+      assertEquals("cuda-flash-bf16", m.attentionName());
+      int vocab = m.vocabSize();
+      int[] a = randomIds(rnd, 300, vocab);
+      int[] b = randomIds(rnd, 90, vocab);
+      Blocks blocks = new Blocks(kv.numBlocks(0), 5);
+      int[] ta = blocks.table(20);
+      int[] tb = blocks.table(8);
+      float[] alone = prefill(m, kv, a, ta, a.length);
+      m.useAttention(CudaCausalLm.Attention.TILED);
+      float[] f32 = prefill(m, kv, a, ta, a.length);
+      m.useAttention(CudaCausalLm.Attention.TENSOR_CORE);
+      double err = relative(alone, f32);
+      int same = 0;
+      for (int t = 0; t < a.length; t++) {
+        same += argmax(alone, t * vocab, vocab) == argmax(f32, t * vocab, vocab) ? 1 : 0;
+      }
+      // a in chunks of 7, 128 and the rest, beside b's prefill and then b's decodes
+      float[] mixed = new float[a.length * vocab];
+      int[][] cuts = {{0, 7}, {7, 135}, {135, a.length}};
+      for (int c = 0; c < cuts.length; c++) {
+        int from = cuts[c][0];
+        int to = cuts[c][1];
+        ForwardRequest other =
+            c == 0
+                ? new ForwardRequest(b, 0, new int[][] {tb}, true)
+                : new ForwardRequest(new int[] {c}, b.length + c - 1, new int[][] {tb}, false);
+        ForwardResult r =
+            m.forward(
+                new ForwardBatch(
+                    List.of(
+                        other,
+                        new ForwardRequest(
+                            java.util.Arrays.copyOfRange(a, from, to),
+                            from,
+                            new int[][] {ta},
+                            true))),
+                kv);
+        System.arraycopy(r.logits(1), 0, mixed, from * vocab, (to - from) * vocab);
+      }
+      int differ = 0;
+      for (int i = 0; i < mixed.length; i++) {
+        differ += Float.floatToRawIntBits(mixed[i]) != Float.floatToRawIntBits(alone[i]) ? 1 : 0;
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "head size %d: tensor-core vs float32 attention %.2e relative, argmax equal at %d of"
+              + " %d; chunked and batched vs alone: %d of %d logits differ in any bit%n",
+          headDim,
+          err,
+          same,
+          a.length,
+          differ,
+          mixed.length);
+      assertTrue(err <= BF16_RELATIVE, "tensor cores vs float32: " + err);
+      assertTrue(same >= a.length * 95 / 100, "argmax equal at " + same + " of " + a.length);
+      assertEquals(0, differ, "logits that differ in any bit");
     }
   }
 }

@@ -18,8 +18,9 @@ import java.util.SplittableRandom;
  * line per figure: {@code ours <mode> prefill <tokens> <ms>} and {@code ours <mode> decode <batch>
  * <ms per step>} (best of the repeats, after a warm-up).
  *
- * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES}, for
- * example {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
+ * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
+ * normal, deterministic, float32-attention: normal GEMMs with the float32 attention), for example
+ * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
   private static final int BLOCK = 16;
@@ -49,16 +50,23 @@ public final class GpuBench {
         boolean det = mode.equals("deterministic");
         long l0 = System.nanoTime();
         try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det)) {
+          if (mode.equals("float32-attention")) {
+            m.useAttention(CudaCausalLm.Attention.TILED);
+          }
           System.out.printf(
-              Locale.ROOT, "ours %s load %.1f s%n", mode, (System.nanoTime() - l0) / 1e9);
+              Locale.ROOT,
+              "ours %s load %.1f s, attention %s%n",
+              mode,
+              (System.nanoTime() - l0) / 1e9,
+              m.attentionName());
           int maxTokens =
               Math.max(Arrays.stream(prefills).max().orElse(0), 64 * (context + STEPS + 1));
           int blocks = 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
           try (CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(BLOCK, BLOCK), blocks)) {
             SplittableRandom rnd = new SplittableRandom(1);
             for (int n : prefills) {
-              if (det && n > 8192) {
-                continue; // the fixed-order GEMM's cost is clear at 8k; 32k would take minutes
+              if (!mode.equals("normal") && n > 8192) {
+                continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
               int[] table = sequential(1, Math.ceilDiv(n, BLOCK));
