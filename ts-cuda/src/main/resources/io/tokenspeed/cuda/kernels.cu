@@ -110,13 +110,14 @@ extern "C" __global__ void rmsnorm(
 // After the fused projection qkv[t] = | q (H·d) | k (K·d) | v (K·d) |: adds the biases (bias may
 // be null), applies the per-head QK-norm (qnorm/knorm may be null), rotates q and k by RoPE
 // ("rotate half": the pair (i, i + d/2) by pos · invFreq[i]), writes q to q_out [t][H·d], and
-// stores k and v at the token's block and slot of the pool (not when the table entry is 0).
+// stores k and v at the token's block and slot of the pool (not when the table entry is 0), as
+// float32, or as bf16 when kvBf16 (the pool of the tensor-core attention).
 // Grid: (tokens, H + K). Block: a power of two >= d/2; shared memory blockDim.x floats.
 extern "C" __global__ void qkv_rope_store(
     const float* qkv, const float* bias, const float* qnorm, const float* knorm, float eps,
     const float* invFreq, const int* positions, const int* tokenRequest, const int* tables,
     int tableStride, int H, int K, int d, float* q_out, char* pool, long long bytesPerBlock,
-    long long kOffset, long long vOffset, int blockTokens) {
+    long long kOffset, long long vOffset, int blockTokens, int kvBf16) {
   extern __shared__ float scratch[];
   int t = blockIdx.x;
   int head = blockIdx.y;
@@ -167,10 +168,6 @@ extern "C" __global__ void qkv_rope_store(
   }
   int slot = p % blockTokens;
   long long field = ((long long)kvHead * blockTokens + slot) * d;
-  float* k = (float*)(pool + (long long)block * bytesPerBlock + kOffset) + field;
-  float* v = (float*)(pool + (long long)block * bytesPerBlock + vOffset) + field;
-  k[i] = ra;
-  k[i + half] = rb;
   int vcol = (H + K) * d + kvHead * d;
   float va = qkv[(long long)t * width + vcol + i];
   float vb = qkv[(long long)t * width + vcol + i + half];
@@ -178,6 +175,20 @@ extern "C" __global__ void qkv_rope_store(
     va += bias[vcol + i];
     vb += bias[vcol + i + half];
   }
+  const char* base = pool + (long long)block * bytesPerBlock;
+  if (kvBf16) {
+    bf16_t* k = (bf16_t*)(base + kOffset) + field;
+    bf16_t* v = (bf16_t*)(base + vOffset) + field;
+    k[i] = float_to_bf16(ra);
+    k[i + half] = float_to_bf16(rb);
+    v[i] = float_to_bf16(va);
+    v[i + half] = float_to_bf16(vb);
+    return;
+  }
+  float* k = (float*)(base + kOffset) + field;
+  float* v = (float*)(base + vOffset) + field;
+  k[i] = ra;
+  k[i + half] = rb;
   v[i] = va;
   v[i + half] = vb;
 }
@@ -348,6 +359,7 @@ extern "C" __global__ void paged_attention_tiled(
     }
   }
   int pos = positions[t];
+  int minPos = positions[row0];
   int maxPos = positions[row0 + count - 1];
   const int* table = tables + (long long)tokenRequest[row0] * tableStride;
   float m = NEG_INF;
@@ -387,19 +399,18 @@ extern "C" __global__ void paged_attention_tiled(
 // FA_KEYS keys, no score matrix in memory) with bf16 inputs and float32 accumulation, through the
 // warp-level mma.sync m16n8k16 instruction. A block takes one KV head (blockIdx.y) and a tile of
 // consecutive tokens of one request (tiles[2·i] its first row, tiles[2·i+1] its count); its
-// FA_WARPS · 16 rows are the (token, query head) pairs of that KV head, row r = token r / group,
+// FA_ROWS rows are the (token, query head) pairs of that KV head, row r = token r / group,
 // head r % group, so the keys and values it stages serve every query head of the group. Keys and
-// values come from the float32 pool, are rounded to bf16 into shared memory, and the next tile's
-// are read into registers while the warps compute on the current one.
+// values come from a bf16 pool (qkv_rope_store with kvBf16); the next tile's are read into
+// registers while the warps compute on the current one.
 //
 // Batch invariance: a row's result depends only on its query, its position and the keys: the key
 // tiles start at multiples of FA_KEYS from 0 whatever the block, a tile past a row's position
 // changes none of its bits (probabilities exactly 0, rescale exactly 1), and every reduction
 // (the mma's, the quad's max and sum) runs over the row's own values in a fixed order.
-// Grid: (tiles, K). Block: 32 · FA_WARPS. Tiles hold at most FA_WARPS · 16 / group tokens.
+// Grid: (tiles, K). Block: 32 · FA_ROWS / (16 · MT). Tiles hold at most FA_ROWS / group tokens.
 
-#define FA_WARPS 8
-#define FA_THREADS (32 * FA_WARPS)
+#define FA_ROWS 128
 #define FA_KEYS 64
 
 // Two floats to bf16 (round to nearest even), lo in the low half.
@@ -429,6 +440,13 @@ __device__ __forceinline__ void load_matrices_transposed(unsigned int* r, const 
                : "r"(shared_address(p)));
 }
 
+// 2^x by the special function unit (ex2.approx, subnormal results flushed to 0; -inf gives 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // c (16x8, float32) += a (16x16, bf16, row-major) · b (16x8, bf16, column-major).
 __device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, unsigned int b0,
                                          unsigned int b1) {
@@ -439,16 +457,18 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, unsign
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int D>
+template <int D, int MT>
 __device__ __forceinline__ void flash_attention(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
     bf16_t* out) {
+  constexpr int WARPS = FA_ROWS / 16 / MT;
+  constexpr int THREADS = 32 * WARPS;
   // rows padded by 8 bf16 (16 bytes): the 8 rows an ldmatrix reads fall in distinct banks
   __shared__ __align__(16) bf16_t ks[FA_KEYS][D + 8];
   __shared__ __align__(16) bf16_t vs[FA_KEYS][D + 8];
-  constexpr int CHUNKS = FA_KEYS * D / 4 / FA_THREADS;  // float4 of K (and of V) per thread
+  constexpr int CHUNKS = FA_KEYS * D / 8 / THREADS;  // 16-byte pieces of K (and V) per thread
   int tile = numTiles - 1 - (int)blockIdx.x;  // the last tiles of a request are the longest
   int row0 = tiles[2 * tile];
   int count = tiles[2 * tile + 1];
@@ -458,63 +478,74 @@ __device__ __forceinline__ void flash_attention(
   int lane = threadIdx.x % 32;
   int g = lane / 4;
   int tq = lane % 4;
+  int minPos = positions[row0];
   int maxPos = positions[row0 + count - 1];
   const int* table = tables + (long long)tokenRequest[row0] * tableStride;
-  bool warpActive = (warp * 16) / group < count;
+  bool warpActive = (warp * 16 * MT) / group < count;
 
-  // this thread's rows: g and g + 8 of its warp
-  int tok[2], head[2], pos[2];
-  bool active[2];
+  // this thread's rows: g and g + 8 of each of its warp's MT row tiles
+  int tok[MT][2], head[MT][2], pos[MT][2];
+  bool active[MT][2];
 #pragma unroll
-  for (int i = 0; i < 2; i++) {
-    int r = warp * 16 + g + 8 * i;
-    active[i] = r / group < count;
-    tok[i] = row0 + (active[i] ? r / group : 0);
-    head[i] = kvHead * group + r % group;
-    pos[i] = positions[tok[i]];
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      int r = warp * 16 * MT + mt * 16 + g + 8 * i;
+      active[mt][i] = r / group < count;
+      tok[mt][i] = row0 + (active[mt][i] ? r / group : 0);
+      head[mt][i] = kvHead * group + r % group;
+      pos[mt][i] = positions[tok[mt][i]];
+    }
   }
   // the query fragments (rows g, g + 8; dimensions 2·tq, 2·tq + 1 and those + 8 per 16)
-  unsigned int qf[D / 16][4];
+  unsigned int qf[MT][D / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
+    for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
-      for (int i = 0; i < 2; i++) {
-        float2 v = make_float2(0.f, 0.f);
-        if (active[i]) {
-          v = *(const float2*)(q + (long long)tok[i] * H * D + head[i] * D + kk * 16 + half * 8 +
-                               2 * tq);
+      for (int half = 0; half < 2; half++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          float2 v = make_float2(0.f, 0.f);
+          if (active[mt][i]) {
+            v = *(const float2*)(q + (long long)tok[mt][i] * H * D + head[mt][i] * D + kk * 16 +
+                                 half * 8 + 2 * tq);
+          }
+          qf[mt][kk][2 * half + i] = pack_bf16x2(v.x, v.y);
         }
-        qf[kk][2 * half + i] = pack_bf16x2(v.x, v.y);
       }
     }
   }
 
-  float o[D / 8][4];
+  float o[MT][D / 8][4];
+  float m[MT][2], l[MT][2];
 #pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    }
+    m[mt][0] = m[mt][1] = NEG_INF;
+    l[mt][0] = l[mt][1] = 0.f;
   }
-  float m[2] = {NEG_INF, NEG_INF};
-  float l[2] = {0.f, 0.f};
   float scaleLog2 = scale * 1.4426950408889634f;
   int keyTiles = maxPos / FA_KEYS + 1;
 
-  float4 kr[CHUNKS], vr[CHUNKS];
+  uint4 kr[CHUNKS], vr[CHUNKS];
   auto fetch = [&](int kt) {
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++) {
-      int idx = threadIdx.x + c * FA_THREADS;
-      int key = kt * FA_KEYS + idx / (D / 4);
-      int e = (idx % (D / 4)) * 4;
-      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f);
-      float4 vv = kv;
+      int idx = threadIdx.x + c * THREADS;
+      int key = kt * FA_KEYS + idx / (D / 8);
+      int e = (idx % (D / 8)) * 8;
+      uint4 kv = make_uint4(0u, 0u, 0u, 0u);
+      uint4 vv = kv;
       if (key <= maxPos) {
         const char* block = pool + (long long)table[key / blockTokens] * bytesPerBlock;
         long long at = ((long long)kvHead * blockTokens + key % blockTokens) * D + e;
-        kv = *(const float4*)((const float*)(block + kOffset) + at);
-        vv = *(const float4*)((const float*)(block + vOffset) + at);
+        kv = *(const uint4*)((const bf16_t*)(block + kOffset) + at);
+        vv = *(const uint4*)((const bf16_t*)(block + vOffset) + at);
       }
       kr[c] = kv;
       vr[c] = vv;
@@ -525,13 +556,11 @@ __device__ __forceinline__ void flash_attention(
     __syncthreads();
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++) {
-      int idx = threadIdx.x + c * FA_THREADS;
-      int key = idx / (D / 4);
-      int e = (idx % (D / 4)) * 4;
-      *(uint2*)&ks[key][e] =
-          make_uint2(pack_bf16x2(kr[c].x, kr[c].y), pack_bf16x2(kr[c].z, kr[c].w));
-      *(uint2*)&vs[key][e] =
-          make_uint2(pack_bf16x2(vr[c].x, vr[c].y), pack_bf16x2(vr[c].z, vr[c].w));
+      int idx = threadIdx.x + c * THREADS;
+      int key = idx / (D / 8);
+      int e = (idx % (D / 8)) * 8;
+      *(uint4*)&ks[key][e] = kr[c];
+      *(uint4*)&vs[key][e] = vr[c];
     }
     __syncthreads();
     if (kt + 1 < keyTiles) {
@@ -540,11 +569,15 @@ __device__ __forceinline__ void flash_attention(
     if (!warpActive) {
       continue;
     }
-    // scores: s[n] is the 16x8 block of keys kt·FA_KEYS + 8·n ..
-    float s[FA_KEYS / 8][4];
+    // scores: s[mt][n] is the 16x8 block of row tile mt and keys kt·FA_KEYS + 8·n ..; each
+    // fragment of keys read from shared memory serves the MT row tiles
+    float s[MT][FA_KEYS / 8][4];
 #pragma unroll
-    for (int n = 0; n < FA_KEYS / 8; n++) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk += 2) {
@@ -552,64 +585,83 @@ __device__ __forceinline__ void flash_attention(
       for (int n = 0; n < FA_KEYS / 8; n++) {
         unsigned int b[4];
         load_matrices(b, &ks[n * 8 + lane % 8][kk * 16 + (lane / 8) * 8]);
-        mma_bf16(s[n], qf[kk], b[0], b[1]);
-        mma_bf16(s[n], qf[kk + 1], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma_bf16(s[mt][n], qf[mt][kk], b[0], b[1]);
+          mma_bf16(s[mt][n], qf[mt][kk + 1], b[2], b[3]);
+        }
       }
     }
-    // online softmax in base 2, per row (a quad of lanes holds a row)
-    float rowMax[2] = {NEG_INF, NEG_INF};
+    // online softmax in base 2, per row (a quad of lanes holds a row), on the raw scores: the
+    // scale (> 0) keeps their order, and p = 2^(s·scale·log2(e) − m·scale·log2(e)) is one fma and
+    // one ex2. Keys past a row's position only in the tiles that reach past the block's first
+    bool masked = kt * FA_KEYS + FA_KEYS - 1 > minPos;
+    unsigned int a[MT][FA_KEYS / 16][4];
 #pragma unroll
-    for (int n = 0; n < FA_KEYS / 8; n++) {
+    for (int mt = 0; mt < MT; mt++) {
+      float rowMax[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int i = e / 2;
-        int key = kt * FA_KEYS + n * 8 + 2 * tq + (e % 2);
-        float v = key <= pos[i] ? s[n][e] * scaleLog2 : NEG_INF;
-        s[n][e] = v;
-        rowMax[i] = fmaxf(rowMax[i], v);
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int i = e / 2;
+          if (masked && kt * FA_KEYS + n * 8 + 2 * tq + (e % 2) > pos[mt][i]) {
+            s[mt][n][e] = NEG_INF;
+          }
+          rowMax[i] = fmaxf(rowMax[i], s[mt][n][e]);
+        }
+      }
+      float correction[2];
+      float shift[2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
+        float mNew = fmaxf(m[mt][i], rowMax[i]);
+        correction[i] = fast_exp2((m[mt][i] - mNew) * scaleLog2);
+        m[mt][i] = mNew;
+        shift[i] = -mNew * scaleLog2;
+        l[mt][i] *= correction[i];
+      }
+#pragma unroll
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int i = e / 2;
+          float p = fast_exp2(fmaf(s[mt][n][e], scaleLog2, shift[i]));
+          s[mt][n][e] = p;
+          l[mt][i] += p;
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; n++) {
+        o[mt][n][0] *= correction[0];
+        o[mt][n][1] *= correction[0];
+        o[mt][n][2] *= correction[1];
+        o[mt][n][3] *= correction[1];
+      }
+      // p's fragments: the score blocks 2·kk and 2·kk + 1 form the 16 keys of step kk
+#pragma unroll
+      for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+        a[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
     }
-    float correction[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
-      rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
-      float mNew = fmaxf(m[i], rowMax[i]);
-      correction[i] = exp2f(m[i] - mNew);
-      m[i] = mNew;
-      l[i] *= correction[i];
-    }
-#pragma unroll
-    for (int n = 0; n < FA_KEYS / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int i = e / 2;
-        float p = exp2f(s[n][e] - m[i]);
-        s[n][e] = p;
-        l[i] += p;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      o[n][0] *= correction[0];
-      o[n][1] *= correction[0];
-      o[n][2] *= correction[1];
-      o[n][3] *= correction[1];
-    }
-    // o += p · v, 16 keys at a time (the score blocks 2·kk and 2·kk + 1 form p's fragment)
+    // o += p · v, 16 keys at a time; each fragment of values serves the MT row tiles
 #pragma unroll
     for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-      unsigned int a[4] = {
-          pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-          pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < D / 8; n += 2) {
         unsigned int b[4];
         load_matrices_transposed(
             b, &vs[kk * 16 + lane % 8 + ((lane / 8) % 2) * 8][n * 8 + (lane / 16) * 8]);
-        mma_bf16(o[n], a, b[0], b[1]);
-        mma_bf16(o[n + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma_bf16(o[mt][n], a[mt][kk], b[0], b[1]);
+          mma_bf16(o[mt][n + 1], a[mt][kk], b[2], b[3]);
+        }
       }
     }
   }
@@ -617,36 +669,42 @@ __device__ __forceinline__ void flash_attention(
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 2; i++) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-  for (int i = 0; i < 2; i++) {
-    if (!active[i]) {
-      continue;
-    }
-    float inv = 1.f / l[i];
-    unsigned int* row = (unsigned int*)(out + (long long)tok[i] * H * D + head[i] * D);
+    for (int i = 0; i < 2; i++) {
+      float sum = l[mt][i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (!active[mt][i]) {
+        continue;
+      }
+      float inv = 1.f / sum;
+      unsigned int* row =
+          (unsigned int*)(out + (long long)tok[mt][i] * H * D + head[mt][i] * D);
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      row[(n * 8 + 2 * tq) / 2] = pack_bf16x2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+      for (int n = 0; n < D / 8; n++) {
+        row[(n * 8 + 2 * tq) / 2] =
+            pack_bf16x2(o[mt][n][2 * i] * inv, o[mt][n][2 * i + 1] * inv);
+      }
     }
   }
 }
 
-#define FLASH_ATTENTION(D)                                                                      \
-  extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_attention_d##D(               \
+// MT: row tiles of 16 per warp (a fragment of keys or values read once serves them all);
+// MIN_BLOCKS: blocks per multiprocessor the registers must allow
+#define FLASH_ATTENTION(D, MT, NAME, MIN_BLOCKS)                                                \
+  extern "C" __global__ void __launch_bounds__(FA_ROWS * 2 / MT, MIN_BLOCKS) NAME(             \
       const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
       long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
       const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
       float scale, bf16_t* out) {                                                               \
-    flash_attention<D>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, positions,        \
-                       tokenRequest, tables, tableStride, tiles, numTiles, H, K, scale, out);   \
+    flash_attention<D, MT>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, positions,    \
+                           tokenRequest, tables, tableStride, tiles, numTiles, H, K, scale,     \
+                           out);                                                                \
   }
 
-FLASH_ATTENTION(64)
-FLASH_ATTENTION(128)
+FLASH_ATTENTION(64, 2, flash_attention_d64, 2)
+FLASH_ATTENTION(128, 1, flash_attention_d128, 1)
 
 // ---------------------------------------------------------------------------------- MLP and misc
 

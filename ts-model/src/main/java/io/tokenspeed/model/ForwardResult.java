@@ -1,5 +1,7 @@
 package io.tokenspeed.model;
 
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -19,12 +21,23 @@ public record ForwardResult(int vocabSize, List<float[]> logits) {
    * [rows][vocabSize]}, each request's {@link ForwardRequest#numLogitRows()} in turn).
    */
   public static ForwardResult split(int vocabSize, List<ForwardRequest> requests, float[] rows) {
+    return split(vocabSize, requests, MemorySegment.ofArray(rows));
+  }
+
+  /**
+   * The same from float32 rows in memory (for example a device's logits copied to pinned host
+   * memory), copied once into each request's array.
+   */
+  public static ForwardResult split(
+      int vocabSize, List<ForwardRequest> requests, MemorySegment rows) {
     List<float[]> perRequest = new ArrayList<>(requests.size());
-    int at = 0;
+    long at = 0;
     for (ForwardRequest req : requests) {
       int n = req.numLogitRows() * vocabSize;
-      perRequest.add(Arrays.copyOfRange(rows, at, at + n));
-      at += n;
+      float[] out = new float[n];
+      MemorySegment.copy(rows, ValueLayout.JAVA_FLOAT, at, out, 0, n);
+      perRequest.add(out);
+      at += (long) n * Float.BYTES;
     }
     return new ForwardResult(vocabSize, perRequest);
   }

@@ -8,6 +8,7 @@ import io.tokenspeed.core.Sharding;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.Gemm;
+import io.tokenspeed.cuda.PinnedHost;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardChecks;
@@ -54,8 +55,8 @@ public final class CudaCausalLm implements AutoCloseable {
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
 
-  /** FA_WARPS of kernels.cu: a tensor-core attention block holds 16 · FLASH_WARPS rows. */
-  private static final int FLASH_WARPS = 8;
+  /** FA_ROWS of kernels.cu: the (token, query head) rows of a tensor-core attention block. */
+  private static final int FLASH_ROWS = 128;
 
   private record Layer(
       DeviceBuffer inputNorm,
@@ -83,6 +84,10 @@ public final class CudaCausalLm implements AutoCloseable {
   private final Gemm gemm;
   private final boolean deterministic;
   private Attention attention;
+
+  /** Whether the KV pool holds bf16 (the tensor-core attention's) rather than float32. */
+  private final boolean kvBf16;
+
   private Workspace workspace;
 
   private CudaCausalLm(
@@ -96,7 +101,8 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer invFreq,
       List<Layer> layers,
       List<DeviceBuffer> owned,
-      boolean deterministic) {
+      boolean deterministic,
+      Attention attention) {
     this.device = device;
     this.deterministic = deterministic;
     this.config = config;
@@ -110,7 +116,8 @@ public final class CudaCausalLm implements AutoCloseable {
     this.layers = layers;
     this.owned = owned;
     this.gemm = new Gemm(device, deterministic);
-    this.attention = defaultAttention(weightType, d);
+    this.attention = attention;
+    this.kvBf16 = attention == Attention.TENSOR_CORE;
   }
 
   /**
@@ -134,6 +141,21 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   public static CudaCausalLm load(
       CudaDevice device, Path folder, String modelId, String weightVersion, boolean deterministic) {
+    return load(device, folder, modelId, weightVersion, deterministic, null);
+  }
+
+  /**
+   * {@link #load(CudaDevice, Path, String, String, boolean)} with the attention kernels named
+   * ({@code null}: the default, the tensor cores where they fit). The kernel family fixes the KV
+   * element type: bf16 for {@link Attention#TENSOR_CORE}, float32 for the others.
+   */
+  static CudaCausalLm load(
+      CudaDevice device,
+      Path folder,
+      String modelId,
+      String weightVersion,
+      boolean deterministic,
+      Attention attention) {
     try (Checkpoint ckpt = Checkpoint.open(folder)) {
       ModelConfig config;
       try {
@@ -161,7 +183,7 @@ public final class CudaCausalLm implements AutoCloseable {
       List<DeviceBuffer> owned = new ArrayList<>();
       try (WeightSource w = new WeightSource(ckpt, config.architecture())) {
         CudaCausalLm model =
-            build(device, config, w, ckpt, modelId, weightVersion, owned, deterministic);
+            build(device, config, w, ckpt, modelId, weightVersion, owned, deterministic, attention);
         w.requireAllTaken();
         device.synchronize();
         return model;
@@ -182,7 +204,8 @@ public final class CudaCausalLm implements AutoCloseable {
       String modelId,
       String weightVersion,
       List<DeviceBuffer> owned,
-      boolean deterministic) {
+      boolean deterministic,
+      Attention attention) {
     DecoderDims d = config.dims();
     int hidden = d.hiddenSize();
     int hd = d.headDim();
@@ -192,6 +215,9 @@ public final class CudaCausalLm implements AutoCloseable {
     Tensor embedT = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
     boolean bf16 = embedT.dtype() == DType.BF16;
     int type = bf16 ? Gemm.R_16BF : Gemm.R_32F;
+    if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, d)) {
+      throw new IllegalArgumentException(TENSOR_CORE_NEEDS);
+    }
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
     List<Layer> layers = new ArrayList<>();
@@ -247,7 +273,8 @@ public final class CudaCausalLm implements AutoCloseable {
         invFreq,
         layers,
         owned,
-        deterministic);
+        deterministic,
+        attention != null ? attention : defaultAttention(type, d));
   }
 
   /** Copies host tensors to device buffers it records in {@code owned}. */
@@ -389,22 +416,24 @@ public final class CudaCausalLm implements AutoCloseable {
     int hd = dims.headDim();
     return weightType == Gemm.R_16BF
         && (hd == 64 || hd == 128)
-        && dims.numHeads() / dims.numKvHeads() <= 16 * FLASH_WARPS;
+        && dims.numHeads() / dims.numKvHeads() <= FLASH_ROWS;
   }
 
+  private static final String TENSOR_CORE_NEEDS =
+      "the tensor-core attention needs bf16 weights, head size 64 or 128 and at most "
+          + FLASH_ROWS
+          + " query heads per KV head";
+
   /**
-   * Chooses the attention kernel. {@link Attention#PER_TOKEN} and {@link Attention#TILED} compute
-   * the same bits; {@link Attention#TENSOR_CORE} only where it fits.
+   * Switches between the float32 kernels, {@link Attention#PER_TOKEN} and {@link Attention#TILED}
+   * (they compute the same bits over the same float32 pool).
    *
-   * @throws IllegalArgumentException when the tensor cores do not fit this model
+   * @throws IllegalArgumentException for a model loaded with the tensor cores, or to them
    */
   void useAttention(Attention kernel) {
-    if (kernel == Attention.TENSOR_CORE && !tensorCoreFits(weightType, d)) {
+    if (kvBf16 || kernel == Attention.TENSOR_CORE) {
       throw new IllegalArgumentException(
-          "the tensor-core attention needs bf16 weights, head size"
-              + " 64 or 128 and at most "
-              + 16 * FLASH_WARPS
-              + " query heads per KV head");
+          "the attention's KV element type is chosen at load: " + attention + " to " + kernel);
     }
     this.attention = kernel;
   }
@@ -423,17 +452,22 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The cache layout of this model: the CPU model's ({@link CausalLm#cacheLayout}) for one rank,
-   * one Full-history group whose blocks hold every layer's K and V, float32.
+   * The cache layout of this model: one Full-history group whose blocks hold every layer's K and V;
+   * with float32 KV the CPU model's ({@link CausalLm#cacheLayout}) for one rank, with the
+   * tensor-core attention the same geometry in bf16 ({@link #KV_BF16}).
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
-    return cacheLayoutOf(d, prefixGranularity, blockGranularity);
+    return cacheLayoutOf(d, prefixGranularity, blockGranularity, kvBf16);
   }
 
+  /** The {@link CacheLayout#dtype()} of a bf16 KV pool. */
+  public static final String KV_BF16 = "bfloat16";
+
   /** {@link #cacheLayout} of a Llama-family model of dimensions {@code d}. */
-  static CacheLayout cacheLayoutOf(DecoderDims d, int prefixGranularity, int blockGranularity) {
+  static CacheLayout cacheLayoutOf(
+      DecoderDims d, int prefixGranularity, int blockGranularity, boolean kvBf16) {
     List<CacheField> fields = new ArrayList<>();
-    long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * Float.BYTES;
+    long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * (kvBf16 ? 2 : 4);
     for (int l = 0; l < d.numLayers(); l++) {
       fields.add(new CacheField("layers." + l + ".k", bytes));
       fields.add(new CacheField("layers." + l + ".v", bytes));
@@ -445,7 +479,7 @@ public final class CudaCausalLm implements AutoCloseable {
             blockGranularity,
             fields,
             new Sharding.HeadPartitioned());
-    return new CacheLayout(prefixGranularity, CausalLm.KV_DTYPE, List.of(group));
+    return new CacheLayout(prefixGranularity, kvBf16 ? KV_BF16 : CausalLm.KV_DTYPE, List.of(group));
   }
 
   /** Scratch memory of a forward pass, grown to the largest batch seen. */
@@ -461,6 +495,12 @@ public final class CudaCausalLm implements AutoCloseable {
     final DeviceBuffer ints;
     final DeviceBuffer tables;
     final DeviceBuffer logits;
+
+    /** The logits' copy in pinned host memory: the copy down runs at the bus's speed. */
+    final Arena hostArena;
+
+    final MemorySegment logitsHost;
+    final PinnedHost logitsPinned;
 
     Workspace(int tokens, int tableInts, int logitRows) {
       this.tokens = tokens;
@@ -485,6 +525,17 @@ public final class CudaCausalLm implements AutoCloseable {
         }
         throw e;
       }
+      hostArena = Arena.ofShared();
+      try {
+        logitsHost = hostArena.allocate(logits.bytes(), 64);
+        logitsPinned = PinnedHost.register(device, logitsHost);
+      } catch (RuntimeException e) {
+        hostArena.close();
+        for (DeviceBuffer b : made) {
+          b.close();
+        }
+        throw e;
+      }
     }
 
     private DeviceBuffer keep(List<DeviceBuffer> made, long bytes) {
@@ -498,6 +549,8 @@ public final class CudaCausalLm implements AutoCloseable {
       for (DeviceBuffer b : List.of(x, act, qkv, q, gu, ints, tables, logits)) {
         b.close();
       }
+      logitsPinned.close();
+      hostArena.close();
     }
   }
 
@@ -554,7 +607,7 @@ public final class CudaCausalLm implements AutoCloseable {
     int tileTokens = Math.max(1, Math.min(8, 16 / group));
     Attention kernel = attention == Attention.TILED && group > 32 ? Attention.PER_TOKEN : attention;
     if (kernel == Attention.TENSOR_CORE) {
-      tileTokens = 16 * FLASH_WARPS / group;
+      tileTokens = FLASH_ROWS / group;
     }
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
@@ -653,7 +706,8 @@ public final class CudaCausalLm implements AutoCloseable {
           kv.layout().group(0).bytesPerBlock(),
           kv.fieldOffset(0, "layers." + l + ".k"),
           kv.fieldOffset(0, "layers." + l + ".v"),
-          bg);
+          bg,
+          kvBf16 ? 1 : 0);
       long kOff = kv.fieldOffset(0, "layers." + l + ".k");
       long vOff = kv.fieldOffset(0, "layers." + l + ".v");
       long bpb = kv.layout().group(0).bytesPerBlock();
@@ -662,7 +716,8 @@ public final class CudaCausalLm implements AutoCloseable {
             "flash_attention_d" + hd,
             numTiles,
             kvHeads,
-            32 * FLASH_WARPS,
+            // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
+            hd == 64 ? FLASH_ROWS : 2 * FLASH_ROWS,
             0,
             ws.q.pointer(),
             pool,
@@ -763,10 +818,10 @@ public final class CudaCausalLm implements AutoCloseable {
     int vocab = d.vocabSize();
     gemm.apply(
         act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
-    // the compute stream does not synchronize with the synchronous copy's stream: wait first
+    long bytes = (long) logitRows * vocab * Float.BYTES;
+    device.api().memcpyAsync(ws.logitsHost.address(), ws.logits.pointer(), bytes, device.stream());
     device.synchronize();
-    float[] logits = ws.logits.readFloats(0, logitRows * vocab);
-    return ForwardResult.split(vocab, requests, logits);
+    return ForwardResult.split(vocab, requests, ws.logitsHost.asSlice(0, bytes));
   }
 
   private void rmsNorm(

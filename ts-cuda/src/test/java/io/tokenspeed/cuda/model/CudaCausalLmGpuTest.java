@@ -304,7 +304,9 @@ class CudaCausalLmGpuTest {
             ? SyntheticCheckpoints.materialize(name, 4, DType.BF16, dir)
             : Fixtures.extract(name, dir);
     Random rnd = new Random(13);
-    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "tiles", "test");
+    try (CudaCausalLm m =
+            CudaCausalLm.load(
+                device, folder, "tiles", "test", false, CudaCausalLm.Attention.TILED);
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 512)) {
       int[] a = new int[77];
       int[] b = new int[130];
@@ -397,8 +399,15 @@ class CudaCausalLmGpuTest {
     Path folder = SyntheticCheckpoints.materialize("flash-" + headDim, config, 6, DType.BF16, dir);
     Random rnd = new Random(17 + headDim);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test", true);
-        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 256)) {
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 256);
+        CudaCausalLm f32m =
+            CudaCausalLm.load(device, folder, "flash", "test", true, CudaCausalLm.Attention.TILED);
+        CudaKvCache f32kv = new CudaKvCache(device, f32m.cacheLayout(16, 16), 256)) {
       assertEquals("cuda-flash-bf16", m.attentionName());
+      assertEquals(CudaCausalLm.KV_BF16, m.cacheLayout(16, 16).dtype());
+      assertEquals(
+          2 * m.cacheLayout(16, 16).group(0).bytesPerBlock(),
+          f32m.cacheLayout(16, 16).group(0).bytesPerBlock());
       int vocab = m.vocabSize();
       int[] a = randomIds(rnd, 300, vocab);
       int[] b = randomIds(rnd, 90, vocab);
@@ -406,9 +415,7 @@ class CudaCausalLmGpuTest {
       int[] ta = blocks.table(20);
       int[] tb = blocks.table(8);
       float[] alone = prefill(m, kv, a, ta, a.length);
-      m.useAttention(CudaCausalLm.Attention.TILED);
-      float[] f32 = prefill(m, kv, a, ta, a.length);
-      m.useAttention(CudaCausalLm.Attention.TENSOR_CORE);
+      float[] f32 = prefill(f32m, f32kv, a, ta, a.length);
       double err = relative(alone, f32);
       int same = 0;
       for (int t = 0; t < a.length; t++) {

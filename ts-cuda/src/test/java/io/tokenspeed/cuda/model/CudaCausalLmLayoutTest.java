@@ -30,7 +30,7 @@ class CudaCausalLmLayoutTest {
         for (int pages : new int[] {1, 4}) {
           assertEquals(
               cpu.cacheLayout(bg * pages, bg),
-              CudaCausalLm.cacheLayoutOf(cpu.config().dims(), bg * pages, bg),
+              CudaCausalLm.cacheLayoutOf(cpu.config().dims(), bg * pages, bg, false),
               name + " bg=" + bg + " pages=" + pages);
         }
       }

@@ -49,10 +49,9 @@ public final class GpuBench {
       for (String mode : modes) {
         boolean det = mode.equals("deterministic");
         long l0 = System.nanoTime();
-        try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det)) {
-          if (mode.equals("float32-attention")) {
-            m.useAttention(CudaCausalLm.Attention.TILED);
-          }
+        CudaCausalLm.Attention attention =
+            mode.equals("float32-attention") ? CudaCausalLm.Attention.TILED : null;
+        try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det, attention)) {
           System.out.printf(
               Locale.ROOT,
               "ours %s load %.1f s, attention %s%n",
