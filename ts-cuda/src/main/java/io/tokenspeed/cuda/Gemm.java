@@ -53,6 +53,10 @@ public final class Gemm {
    */
   public void apply(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+    if (fixedOrder) {
+      applyFixedOrder(x, w, type, y, rows, in, out, accumulate);
+      return;
+    }
     device
         .api()
         .gemmEx(
@@ -75,5 +79,44 @@ public final class Gemm {
             out,
             COMPUTE_32F,
             ALGO_DEFAULT);
+  }
+
+  /**
+   * The fixed-order kernels: bf16 on the tensor cores ({@code gemm_fixed_bf16_mma}, 64 × 128
+   * outputs a block, k in ascending slices of 32) where {@code in} is a multiple of 8, else one
+   * thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
+   */
+  private void applyFixedOrder(
+      long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+    int acc = accumulate ? 1 : 0;
+    if (type == R_16BF && in % 8 == 0) {
+      device.launch(
+          "gemm_fixed_bf16_mma",
+          Math.ceilDiv(out, 128),
+          Math.ceilDiv(rows, 64),
+          128,
+          0,
+          x,
+          w,
+          y,
+          rows,
+          in,
+          out,
+          acc);
+      return;
+    }
+    device.launch(
+        type == R_16BF ? "gemm_fixed_bf16" : "gemm_fixed_f32",
+        Math.ceilDiv(out, 16),
+        Math.ceilDiv(rows, 16),
+        256,
+        0,
+        x,
+        w,
+        y,
+        rows,
+        in,
+        out,
+        acc);
   }
 }

@@ -810,3 +810,123 @@ extern "C" __global__ void gemm_fixed_bf16(
     const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
   gemm_fixed_order<true>(x, w, y, rows, in, out, accumulate);
 }
+
+// The fixed-order product on the tensor cores for bf16: y[r][o] = Σ_k x[r][k] · w[o][k]
+// (+ y[r][o] when accumulate), float32 accumulation. A block computes GT_ROWS rows × GT_OUTS
+// outputs, four warps of 32 × 64; k advances 32 at a time (two mma.sync steps of 16) in ascending
+// order, the next slice read into registers while the current one is multiplied. An output's sum
+// is the same sequence of mma steps whatever the number of rows or where its row falls in a
+// block: batch-invariant, without split-K or a shape-dependent choice. Needs in % 8 == 0.
+// Grid: (ceil(out / GT_OUTS), ceil(rows / GT_ROWS)). Block: 128.
+#define GT_ROWS 64
+#define GT_OUTS 128
+#define GT_K 32
+
+extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
+    const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  __shared__ __align__(16) bf16_t xs[GT_ROWS][GT_K + 8];
+  __shared__ __align__(16) bf16_t ws[GT_OUTS][GT_K + 8];
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  int g = lane / 4;
+  int tq = lane % 4;
+  int r0 = blockIdx.y * GT_ROWS;
+  int o0 = blockIdx.x * GT_OUTS;
+  int wr = (warp / 2) * 32;  // the warp's rows and outputs within the block
+  int wo = (warp % 2) * 64;
+  // per thread: 2 pieces of 8 bf16 of x's slice (64 × 32), 4 of w's (128 × 32)
+  uint4 xr[2], wr4[4];
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      int idx = threadIdx.x + c * 128;
+      int r = idx / 4;
+      int k = k0 + (idx % 4) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r0 + r < rows && k < in) {
+        v = *(const uint4*)(x + (long long)(r0 + r) * in + k);
+      }
+      xr[c] = v;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      int idx = threadIdx.x + c * 128;
+      int o = idx / 4;
+      int k = k0 + (idx % 4) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (o0 + o < out && k < in) {
+        v = *(const uint4*)(w + (long long)(o0 + o) * in + k);
+      }
+      wr4[c] = v;
+    }
+  };
+  float acc[2][8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+    }
+  }
+  fetch(0);
+  for (int k0 = 0; k0 < in; k0 += GT_K) {
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      int idx = threadIdx.x + c * 128;
+      *(uint4*)&xs[idx / 4][(idx % 4) * 8] = xr[c];
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      int idx = threadIdx.x + c * 128;
+      *(uint4*)&ws[idx / 4][(idx % 4) * 8] = wr4[c];
+    }
+    __syncthreads();
+    if (k0 + GT_K < in) {
+      fetch(k0 + GT_K);
+    }
+#pragma unroll
+    for (int kk = 0; kk < GT_K; kk += 16) {
+      unsigned int a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) {
+        // matrices: rows 0-7 / 8-15 × k 0-7, then × k 8-15: a0 a1 a2 a3 of the fragment
+        load_matrices(a[mt], &xs[wr + mt * 16 + lane % 8 + ((lane / 8) % 2) * 8]
+                                [kk + (lane / 16) * 8]);
+      }
+#pragma unroll
+      for (int n = 0; n < 8; n += 2) {
+        unsigned int b[4];
+        // matrices: outputs n·8 .. +7 × k 0-7, k 8-15, then outputs (n+1)·8 ..
+        load_matrices(b, &ws[wo + n * 8 + lane % 8 + (lane / 16) * 8][kk + ((lane / 8) % 2) * 8]);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+          mma_bf16(acc[mt][n], a[mt], b[0], b[1]);
+          mma_bf16(acc[mt][n + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      int r = r0 + wr + mt * 16 + g + 8 * i;
+      if (r >= rows) {
+        continue;
+      }
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          int o = o0 + wo + n * 8 + 2 * tq + j;
+          if (o < out) {
+            long long at = (long long)r * out + o;
+            float v = acc[mt][n][2 * i + j];
+            y[at] = accumulate ? y[at] + v : v;
+          }
+        }
+      }
+    }
+  }
+}
