@@ -63,9 +63,9 @@ class GemmGpuTest {
       dw.copyFrom(encode(arena, bf16, w), 0);
       all.write(0, y0);
       few.write(0, y0);
-      // all rows in one launch; then rows 37 .. 41 alone, and 5 .. 104 (another block split)
+      // all rows in one launch; then rows 37 .. 41 alone, 50 .. 149 and 200 .. 299 (other splits)
       gemm.apply(dx.pointer(), dw.pointer(), type, all.pointer(), rows, in, out, true);
-      int[][] parts = {{37, 5}, {5, 100}, {200, 100}};
+      int[][] parts = {{37, 5}, {50, 100}, {200, 100}};
       for (int[] part : parts) {
         gemm.apply(
             dx.pointer() + (long) part[0] * in * width,
