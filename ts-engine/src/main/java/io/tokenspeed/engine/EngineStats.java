@@ -14,6 +14,10 @@ package io.tokenspeed.engine;
  * @param imageBlocks blocks of retracted requests' exact images saved to the Host since start
  * @param copiedBytes bytes the copy thread moved between the tiers since start
  * @param copyNanos nanoseconds the copy thread spent moving them
+ * @param loadedBytes of {@code copiedBytes}, those copied Host→Device (blocks reused from the Host
+ *     tier or restored from L3, going up to the Device tier that computes: GPU memory on a GPU)
+ * @param loadNanos of {@code copyNanos}, the part spent on {@code loadedBytes} (a batch's time is
+ *     shared out by bytes when it also holds copies the other way)
  * @param roundNanos nanoseconds the loop spent in its rounds since start (idle waits excluded)
  * @param forwardNanos the part of them inside the model's forward pass; the rest is the loop's own
  *     work (intake, scheduler, block tables, copies waited for, sampling)
@@ -29,9 +33,11 @@ public record EngineStats(
     long imageBlocks,
     long copiedBytes,
     long copyNanos,
+    long loadedBytes,
+    long loadNanos,
     long roundNanos,
     long forwardNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

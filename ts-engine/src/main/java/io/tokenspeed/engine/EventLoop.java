@@ -640,6 +640,8 @@ final class EventLoop {
             publication.imageBlocks(),
             deviceHandle.copiedBytes(),
             deviceHandle.copyNanos(),
+            deviceHandle.loadedBytes(),
+            deviceHandle.loadNanos(),
             roundNanos,
             forward.forwardNanos());
   }

@@ -78,6 +78,8 @@ public final class DeviceHandle implements AutoCloseable {
   private volatile long completedSequence;
   private volatile long copiedBytes;
   private volatile long copyNanos;
+  private volatile long loadedBytes;
+  private volatile long loadNanos;
   private volatile Failure failure;
 
   /** A handle with at most {@link #DEFAULT_MAX_PENDING_BATCHES} pending batches. */
@@ -281,6 +283,22 @@ public final class DeviceHandle implements AutoCloseable {
     return copyNanos;
   }
 
+  /**
+   * Host→Device bytes copied so far (the {@link BlockTransfer.Load}s: restored blocks going up).
+   */
+  public long loadedBytes() {
+    return loadedBytes;
+  }
+
+  /**
+   * Nanoseconds the copy thread spent moving {@link #loadedBytes()}: the time of each batch (its
+   * copies queued and waited for) shared out by bytes, so a batch of loads alone counts whole and a
+   * batch that also stores counts its loads' share.
+   */
+  public long loadNanos() {
+    return loadNanos;
+  }
+
   /** What the first failed batch threw; null while every batch has succeeded. */
   public Throwable failure() {
     Failure f = failure;
@@ -341,12 +359,16 @@ public final class DeviceHandle implements AutoCloseable {
         try {
           beforeBatch.accept(sequence);
           long t0 = System.nanoTime();
+          long batchBytes = 0;
+          long batchLoaded = 0;
           try {
             for (Copy c : batch.copies()) {
               switch (c.direction()) {
-                case HOST_TO_DEVICE ->
-                    deviceBytes.copyFromHost(
-                        hostBlocks.asSlice(c.srcOffset(), c.bytes()), c.dstOffset());
+                case HOST_TO_DEVICE -> {
+                  deviceBytes.copyFromHost(
+                      hostBlocks.asSlice(c.srcOffset(), c.bytes()), c.dstOffset());
+                  batchLoaded += c.bytes();
+                }
                 case DEVICE_TO_HOST ->
                     deviceBytes.copyToHost(
                         c.srcOffset(), hostBlocks.asSlice(c.dstOffset(), c.bytes()));
@@ -354,10 +376,19 @@ public final class DeviceHandle implements AutoCloseable {
                     deviceBytes.copyWithin(c.srcOffset(), c.dstOffset(), c.bytes());
               }
               copiedBytes += c.bytes();
+              batchBytes += c.bytes();
             }
             deviceBytes.awaitCopies();
           } finally {
-            copyNanos += System.nanoTime() - t0;
+            long nanos = System.nanoTime() - t0;
+            copyNanos += nanos;
+            if (batchLoaded > 0) {
+              loadedBytes += batchLoaded;
+              loadNanos +=
+                  batchLoaded == batchBytes
+                      ? nanos
+                      : (long) ((double) nanos * batchLoaded / batchBytes);
+            }
           }
         } catch (Throwable t) {
           failure = new Failure(sequence, t);

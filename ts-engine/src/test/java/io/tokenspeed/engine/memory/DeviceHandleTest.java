@@ -109,6 +109,36 @@ class DeviceHandleTest {
     }
   }
 
+  @Test
+  void shouldCountHostToDeviceBytesApartWithTheirShareOfTheCopyTime() throws Exception {
+    try (DevicePools device = new DevicePools(LAYOUT, PARENTS);
+        HostCacheStorage host = HostCacheStorage.ofRatio(LAYOUT, PARENTS, 1.0);
+        DeviceHandle handle = new DeviceHandle(device, host)) {
+      BlockGeometry geo = device.geometry();
+      long bpb = geo.bytesPerBlock(0);
+      CopyFence stores =
+          handle.submit(
+              List.of(new BlockTransfer.Store(0, 1, 1), new BlockTransfer.DeviceCopy(0, 1, 2)));
+      assertTrue(stores.await(10, TimeUnit.SECONDS));
+      assertEquals(0, handle.loadedBytes(), "no Host->Device copy yet");
+      assertEquals(0, handle.loadNanos());
+      CopyFence loads =
+          handle.submit(List.of(new BlockTransfer.Load(0, 1, 3), new BlockTransfer.Load(0, 1, 4)));
+      assertTrue(loads.await(10, TimeUnit.SECONDS));
+      assertEquals(2 * bpb, handle.loadedBytes());
+      long loadsOnly = handle.loadNanos();
+      assertTrue(loadsOnly > 0, "a batch of loads counts its time");
+      CopyFence mixed =
+          handle.submit(List.of(new BlockTransfer.Store(0, 3, 2), new BlockTransfer.Load(0, 2, 5)));
+      assertTrue(mixed.await(10, TimeUnit.SECONDS));
+      assertNull(mixed.failure());
+      assertEquals(3 * bpb, handle.loadedBytes());
+      assertEquals(6 * bpb, handle.copiedBytes());
+      assertTrue(handle.loadNanos() >= loadsOnly);
+      assertTrue(handle.loadNanos() <= handle.copyNanos(), "the loads' share of the copy time");
+    }
+  }
+
   /** Reading from the last fence down: once one is seen done, every earlier one must be. */
   private static void assertDoneInOrder(List<CopyFence> fences) {
     boolean laterDone = false;
