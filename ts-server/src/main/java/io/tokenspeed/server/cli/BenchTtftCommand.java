@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
@@ -28,19 +29,23 @@ import picocli.CommandLine.Spec;
  * requests (prefixes no one wrote, with and without L3) and of decode TPOT with L3 idle / without,
  * the two sides of a pair back to back. Resets (the page-cache drop, the warm-up, the raw bandwidth
  * read) happen only outside timed cohorts. With {@code --tp N} every writer and reader is a
- * tensor-parallel replica of N rank processes (see {@link BenchWorkerCommand}). Writes a Markdown
- * report and an SVG chart.
+ * tensor-parallel replica of N rank processes (see {@link BenchWorkerCommand}); with {@code
+ * --device cuda[:N]} every process computes on that GPU, and the report adds the Host→Device copy
+ * time of the restored blocks. Writes a Markdown report and an SVG chart.
  */
 @Command(
     name = "ttft",
     mixinStandardHelpOptions = true,
     description =
         "TTFT with L3 vs recomputation per store (fresh reader processes, equal Device capacity),"
-            + " with partial hits, misses and decode TPOT; writes a Markdown report and an SVG"
-            + " chart.")
+            + " with partial hits, misses, decode TPOT and the Host->Device copy time of the"
+            + " restored blocks, on the CPU or a GPU (--device); writes a Markdown report and an"
+            + " SVG chart.")
 final class BenchTtftCommand implements Callable<Integer> {
 
   @Spec private CommandSpec spec;
+
+  @Mixin private DeviceOptions deviceOptions;
 
   @Option(names = "--model", description = "Model (default: ${DEFAULT-VALUE}).")
   private String model = "synthetic:llama-100m";
@@ -93,6 +98,14 @@ final class BenchTtftCommand implements Callable<Integer> {
           "Run every writer and reader as a tensor-parallel replica of N processes, every rank"
               + " with its own store client (default: ${DEFAULT-VALUE}).")
   private int tp = 1;
+
+  @Option(
+      names = "--soft-deadline-ms",
+      paramLabel = "MS",
+      description =
+          "How long an L3 cohort's request waits for its restore before it recomputes instead"
+              + " (default: ${DEFAULT-VALUE}).")
+  private int softDeadlineMs = SOFT_DEADLINE_MS;
 
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")
   private Path out = Path.of("docs", "benchmarks");
@@ -202,6 +215,12 @@ final class BenchTtftCommand implements Callable<Integer> {
     if (tp < 1 || tp > 64) {
       throw new ParameterException(spec.commandLine(), "--tp=" + tp + " must be in [1, 64]");
     }
+    if (softDeadlineMs < 1) {
+      throw new ParameterException(
+          spec.commandLine(), "--soft-deadline-ms=" + softDeadlineMs + " must be at least 1");
+    }
+    deviceOptions.checkTensorParallel(tp);
+    deviceOptions.checkAvailable(); // before any process starts
     PrintWriter err = spec.commandLine().getErr();
     long runSeed = System.nanoTime();
     List<Reader> readers = new ArrayList<>();
@@ -235,7 +254,10 @@ final class BenchTtftCommand implements Callable<Integer> {
     String base =
         name != null
             ? name
-            : LocalDate.now(ZoneOffset.UTC) + "-l3-ttft" + (tp > 1 ? "-tp" + tp : "");
+            : LocalDate.now(ZoneOffset.UTC)
+                + "-l3-ttft"
+                + (tp > 1 ? "-tp" + tp : "")
+                + (deviceOptions.gpu() ? "-cuda" : "");
     Files.createDirectories(out);
     Files.writeString(
         out.resolve(base + ".md"), report.replace("CHART", base + ".svg"), StandardCharsets.UTF_8);
@@ -251,7 +273,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     return "{"
         + fields
         + ", \"async\": {\"min_extension_tokens\": 64, \"soft_deadline_ms\": "
-        + SOFT_DEADLINE_MS
+        + softDeadlineMs
         + "}}\u0000"
         + backend;
   }
@@ -304,6 +326,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     if (tp > 1) {
       args.addAll(List.of("--tp", Integer.toString(tp)));
     }
+    args.addAll(deviceOptions.workerArgs());
     err.println(
         "["
             + label
@@ -336,12 +359,14 @@ final class BenchTtftCommand implements Callable<Integer> {
     b.append(
         String.format(
             Locale.ROOT,
-            "# L3 TTFT vs recomputation (%s, TP=%d)%n%n%s, %s; %d prompts per cohort: a %d-token"
-                + " shared prefix and %d more tokens, %d generated; decode TPOT over %d tokens."
-                + " Prompt seed %d, run seed %d. Wall time %.0f s.%n%n",
+            "# L3 TTFT vs recomputation (%s, %s, TP=%d)%n%n%s on %s, %s; %d prompts per cohort: a"
+                + " %d-token shared prefix and %d more tokens, %d generated; decode TPOT over %d"
+                + " tokens. Prompt seed %d, run seed %d. Wall time %.0f s.%n%n",
             model,
+            deviceOptions.gpu() ? deviceOptions.device() : "CPU",
             tp,
             model,
+            deviceName(readers),
             tp == 1
                 ? "TP=1 (each writer and reader one process)"
                 : "TP="
@@ -494,9 +519,84 @@ final class BenchTtftCommand implements Callable<Integer> {
             + " L3, a miss with L3, and a restore of the first quarter of each stored prefix ("
             + warmUps(readers)
             + "). Every L3 cohort has a soft deadline of "
-            + SOFT_DEADLINE_MS
-            + " ms.\n\n![TTFT p50 per store and cohort](CHART)\n");
+            + softDeadlineMs
+            + " ms.\n\n");
+    hostToDevice(b, readers);
+    b.append("\n![TTFT p50 per store and cohort](CHART)\n");
     return b.toString();
+  }
+
+  /** The Host→Device bandwidth the restored blocks are compared with: one PCIe 5.0 x16 link. */
+  static final double H2D_TARGET_GB_PER_S = 55;
+
+  /** Where the readers' models computed, as their first reader reported it. */
+  private String deviceName(List<Reader> readers) {
+    JsonNode d = readers.isEmpty() ? null : readers.getFirst().first("device");
+    String name = d != null ? d.get("device").asText() : deviceOptions.gpu() ? "cuda" : "cpu";
+    if (name.equals("cpu")) {
+      return "the CPU";
+    }
+    return "GPU "
+        + name
+        + (deviceOptions.deterministic()
+            ? " (deterministic: fixed-order GEMMs)"
+            : " (cuBLAS GEMMs, not batch-invariant)");
+  }
+
+  /**
+   * The Host→Device copies of the {@code l3} cohort: per request, the bytes of the blocks that went
+   * up from the Host tier to the Device tier (those restored from L3) and the copy thread's time
+   * moving them, from the engine's own counters; the median bandwidth against {@link
+   * #H2D_TARGET_GB_PER_S}.
+   */
+  private void hostToDevice(StringBuilder b, List<Reader> readers) {
+    b.append(
+        "| store | restored from L3 and copied up, median MB per request | Host→Device copy time,"
+            + " median ms | Host→Device GB/s (median of requests) | of "
+            + String.format(Locale.ROOT, "%.0f", H2D_TARGET_GB_PER_S)
+            + " GB/s |\n");
+    b.append("|---|---:|---:|---:|---:|\n");
+    for (Reader r : readers) {
+      List<JsonNode> rows = r.requests("l3").stream().filter(n -> n.has("h2d_bytes")).toList();
+      if (rows.isEmpty()) {
+        continue;
+      }
+      double[] mb =
+          rows.stream().mapToDouble(n -> n.get("h2d_bytes").asDouble() / 1e6).sorted().toArray();
+      double[] ms = rows.stream().mapToDouble(n -> n.get("h2d_ms").asDouble()).sorted().toArray();
+      double[] gbs =
+          rows.stream()
+              .filter(n -> n.get("h2d_ms").asDouble() > 0)
+              .mapToDouble(n -> n.get("h2d_bytes").asDouble() / 1e6 / n.get("h2d_ms").asDouble())
+              .sorted()
+              .toArray();
+      double bw = gbs.length == 0 ? Double.NaN : median(gbs);
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %s | %.1f | %.2f | %.1f | %.2f× |%n",
+              r.label(),
+              median(mb),
+              median(ms),
+              bw,
+              bw / H2D_TARGET_GB_PER_S));
+    }
+    b.append(
+        "\nHost→Device is the copy thread's time for the l3 cohort's loads, from the engine's"
+            + " counters (EngineStats.loadedBytes and loadNanos): "
+            + (deviceOptions.gpu()
+                ? "cudaMemcpyAsync of each block from the pinned Host tier to GPU memory on the copy"
+                    + " stream, then the stream waited for"
+                : "on the CPU the Device tier is host memory, so these are memory copies")
+            + "."
+            + (deviceOptions.gpu()
+                ? " Targets on a GPU: recompute / L3 at 8k and 32k-token prefixes; the L3 wait ≤"
+                    + " 1.25× the raw read time of its bytes; Host→Device of the restored blocks"
+                    + " against "
+                    + String.format(Locale.ROOT, "%.0f", H2D_TARGET_GB_PER_S)
+                    + " GB/s."
+                : "")
+            + "\n");
   }
 
   /** The tokens each reader's warm-up restores reused from L3, e.g. {@code memory 2048, 2048}. */

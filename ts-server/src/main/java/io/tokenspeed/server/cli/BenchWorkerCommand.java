@@ -17,7 +17,6 @@ import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageBackend;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.lang.foreign.Arena;
@@ -71,6 +70,12 @@ import picocli.CommandLine.Spec;
  * fresh engine (the prompt served and written through untimed first) instead of on two engines
  * alive side by side; the raw reads are rank 0's objects, its share of each prefix.
  *
+ * <p>The model loads once per process, on the device {@code --device} names (the CPU, or one GPU:
+ * then without {@code --tp}), and every engine of the run is a fresh one over it. The first line
+ * names the device; each request line of a timed cohort also carries its Host→Device copies (the
+ * blocks that went up to the Device tier, restored from L3 for the {@code l3} cohort) from the
+ * engine's stats.
+ *
  * <p>Every measurement is one JSON line on stdout; progress goes to stderr.
  */
 @Command(name = "bench-worker", hidden = true, description = "One process of bench ttft.")
@@ -83,6 +88,8 @@ final class BenchWorkerCommand implements Callable<Integer> {
   @Mixin private StorageOptions storageOptions;
 
   @Mixin private TensorParallelOptions tp;
+
+  @Mixin private DeviceOptions deviceOptions;
 
   @Option(names = "--role", required = true)
   private String role;
@@ -122,7 +129,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
 
   private PrintWriter out;
   private PrintWriter err;
-  private CausalLm lm;
+  private EngineModel lm;
   private EngineConfig config;
   private StorageExtraConfig.Resolved storage;
 
@@ -136,17 +143,22 @@ final class BenchWorkerCommand implements Callable<Integer> {
             .orElseThrow(() -> modelOptions.usage("the benchmark's worker needs an L3 backend"));
     out = spec.commandLine().getOut();
     err = spec.commandLine().getErr();
+    deviceOptions.checkTensorParallel(tp.size());
     Path folder = modelOptions.folder(modelOptions.weightType());
     if (tp.launcher()) {
       return tp.launch(); // rank 0's lines are this worker's; the other ranks compute with it
     }
-    try (CausalLm model = tp.load(folder, modelOptions.model())) {
+    // the weights load once; every engine of the run is a fresh one over them
+    try (EngineModel model = deviceOptions.load(folder, modelOptions.model(), tp)) {
       lm = model;
+      if (!tp.follower()) {
+        emit(line("device").put("device", model.deviceName()));
+      }
       DemoPrompts p =
           DemoPrompts.of(promptSeed, lm.vocabSize(), prompts, prefixTokens, suffixTokens);
       int perRequest = prefixTokens + suffixTokens + Math.max(maxTokens, decodeTokens);
       config =
-          EngineConfig.defaults(Engine.deviceParentsFor(lm, 2 * perRequest))
+          EngineConfig.defaults(lm.deviceParentsFor(2 * perRequest))
               .withComputeThreads(modelOptions.computeThreads());
       switch (role) {
         case "writer" -> write(l3(), p);
@@ -154,9 +166,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
         case "memory" -> {
           Store shared = storage.backend().open();
           Callable<L3Settings> l3 =
-              () ->
-                  new L3Settings(
-                      unclosable(shared), storage.runtime(), L3Settings.CPU_ATTENTION_BACKEND);
+              () -> new L3Settings(unclosable(shared), storage.runtime(), lm.attentionBackend());
           write(l3.call(), p);
           read(p, l3, shared);
         }
@@ -378,12 +388,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
    * own, or its rank of the worker's tensor-parallel replica.
    */
   private Engine engine(L3Settings l3) {
-    if (tp.ranked()) {
-      return Engine.startRank(lm, config, OptionalInt.empty(), l3, tp.control());
-    }
-    return l3 == null
-        ? Engine.start(lm, config, OptionalInt.empty())
-        : Engine.start(lm, config, OptionalInt.empty(), l3);
+    return lm.start(config, OptionalInt.empty(), l3);
   }
 
   private void cohort(String name, int[][] prompts, L3Settings l3) throws Exception {
@@ -392,11 +397,43 @@ final class BenchWorkerCommand implements Callable<Integer> {
         e -> {
           for (int i = 0; i < prompts.length; i++) {
             progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
+            EngineStats before = e.stats();
+            GenerationResult r = WorkerProcess.serve(e, prompts[i], maxTokens);
             emit(
-                WorkerProcess.requestLine(
-                    line("request"), name, i, WorkerProcess.serve(e, prompts[i], maxTokens)));
+                hostToDevice(
+                    WorkerProcess.requestLine(line("request"), name, i, r),
+                    before,
+                    statsAfter(e, before)));
           }
         });
+  }
+
+  /** How long {@link #statsAfter} waits for the round that ended a request to be published. */
+  private static final long STATS_WAIT_NS = 5_000_000_000L;
+
+  /**
+   * {@code e}'s stats once they include the round that ended the request served since {@code
+   * before} (the loop publishes them after each round, a little after the request's result); the
+   * latest after {@value #STATS_WAIT_NS} ns.
+   */
+  private static EngineStats statsAfter(Engine e, EngineStats before) throws InterruptedException {
+    long deadline = System.nanoTime() + STATS_WAIT_NS;
+    EngineStats now = e.stats();
+    while (now.endedRequests() <= before.endedRequests() && System.nanoTime() - deadline < 0) {
+      Thread.sleep(1);
+      now = e.stats();
+    }
+    return now;
+  }
+
+  /**
+   * Adds to {@code line} the Host→Device copies between two snapshots of one engine's stats: the
+   * bytes of the blocks that went up to the Device tier (restored from L3 or reused from the Host
+   * tier) and the copy thread's time moving them.
+   */
+  private static ObjectNode hostToDevice(ObjectNode line, EngineStats before, EngineStats after) {
+    return line.put("h2d_bytes", after.loadedBytes() - before.loadedBytes())
+        .put("h2d_ms", (after.loadNanos() - before.loadNanos()) / 1e6);
   }
 
   /**

@@ -24,7 +24,8 @@ import picocli.CommandLine.Spec;
  * prefixes and restores them from the store. Prints, per cohort — cache-off (recomputation in a
  * fresh engine), L2-only (the writer's own warm caches), L3 (the fresh process) — TTFT p50/p90, the
  * prefix admission used by source, the prefill left to compute and the fallbacks, and checks every
- * L2 and L3 output against the recomputation.
+ * L2 and L3 output against the recomputation. With {@code --device cuda[:N]} both processes compute
+ * on that GPU.
  */
 @Command(
     name = "demo",
@@ -33,7 +34,7 @@ import picocli.CommandLine.Spec;
       "Shows L3 at work: a writer process fills a store with long prompt prefixes and exits; a"
           + " fresh reader process restores them instead of recomputing them.",
       "Runs on a synthetic model with seeded weights and the file store in a temporary directory:"
-          + " nothing to download, no server."
+          + " nothing to download, no server. --device cuda runs both processes on the GPU."
     })
 final class DemoCommand implements Callable<Integer> {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -47,6 +48,8 @@ final class DemoCommand implements Callable<Integer> {
   private String model = "synthetic:llama-100m";
 
   @picocli.CommandLine.Mixin private StorageOptions storageOptions;
+
+  @picocli.CommandLine.Mixin private DeviceOptions deviceOptions;
 
   /** L3 extensions of one page (64 tokens) or more are worth a read in the demo. */
   static final int MIN_EXTENSION_TOKENS = 64;
@@ -147,6 +150,7 @@ final class DemoCommand implements Callable<Integer> {
   @Override
   public Integer call() throws Exception {
     check();
+    deviceOptions.checkAvailable(); // before any process starts
     PrintWriter out = spec.commandLine().getOut();
     PrintWriter err = spec.commandLine().getErr();
     Path work = Files.createTempDirectory("tokenspeed-demo");
@@ -154,9 +158,14 @@ final class DemoCommand implements Callable<Integer> {
       Path store = storeDir != null ? storeDir : work.resolve("l3");
       out.printf(
           Locale.ROOT,
-          "TokenSpeed demo: %s, L3 on %s; %d prefixes of %d tokens, each prompt %d more, %d"
+          "TokenSpeed demo: %s%s, L3 on %s; %d prefixes of %d tokens, each prompt %d more, %d"
               + " tokens generated%n",
           model,
+          deviceOptions.gpu()
+              ? " on "
+                  + deviceOptions.device()
+                  + (deviceOptions.deterministic() ? " (deterministic)" : "")
+              : "",
           storageOptions.backend() != null
               ? storageOptions.backend() + " (" + StorageOptions.BACKEND + ")"
               : backend.equals("file") ? "the file store in " + store : "Redis at " + redisUri,
@@ -253,6 +262,7 @@ final class DemoCommand implements Callable<Integer> {
   }
 
   private void checkSizes() {
+    deviceOptions.checkTensorParallel(tp);
     if (prefixes < 1) {
       throw usage("--prefixes=" + prefixes + " must be at least 1");
     }
@@ -306,6 +316,7 @@ final class DemoCommand implements Callable<Integer> {
     if (tp > 1) {
       args.addAll(List.of("--tp", Integer.toString(tp)));
     }
+    args.addAll(deviceOptions.workerArgs());
     WorkerProcess.run(
         role,
         args,

@@ -6,7 +6,6 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.l3.CloseReport;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.nio.file.Path;
@@ -27,7 +26,8 @@ import picocli.CommandLine.Spec;
  * on a throwaway engine (prompts of its own written to the store and restored), then serves the
  * query prompts on an engine with L3 (the L3 cohort), then on a fresh engine without L3 (the
  * cache-off cohort: recomputation). Each served request is one JSON line on stdout; progress goes
- * to stderr.
+ * to stderr. The model loads once, on the device {@code --device} names, and every engine is a
+ * fresh one over it.
  */
 @Command(name = "demo-worker", hidden = true, description = "One process of the demo.")
 final class DemoWorkerCommand implements Callable<Integer> {
@@ -42,6 +42,8 @@ final class DemoWorkerCommand implements Callable<Integer> {
   @Mixin private StorageOptions storageOptions;
 
   @Mixin private TensorParallelOptions tp;
+
+  @Mixin private DeviceOptions deviceOptions;
 
   @Option(names = "--prefixes", required = true)
   private int prefixes;
@@ -62,18 +64,19 @@ final class DemoWorkerCommand implements Callable<Integer> {
   public Integer call() throws Exception {
     modelOptions.checkThreads();
     modelOptions.requireVectorModule();
+    deviceOptions.checkTensorParallel(tp.size());
     Path folder = modelOptions.folder(modelOptions.weightType());
     if (tp.launcher()) {
       return tp.launch(); // rank 0's lines are this worker's; the other ranks compute with it
     }
     PrintWriter out = spec.commandLine().getOut();
     PrintWriter err = spec.commandLine().getErr();
-    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
+    try (EngineModel lm = deviceOptions.load(folder, modelOptions.model(), tp)) {
       DemoPrompts prompts =
           DemoPrompts.of(promptSeed, lm.vocabSize(), prefixes, prefixTokens, suffixTokens);
       int perRequest = prefixTokens + suffixTokens + maxTokens;
       // every prompt fits at once, so the warm cohort finds every prefix it served
-      int parents = Engine.deviceParentsFor(lm, prefixes * perRequest + perRequest);
+      int parents = lm.deviceParentsFor(prefixes * perRequest + perRequest);
       EngineConfig config =
           EngineConfig.defaults(parents).withComputeThreads(modelOptions.computeThreads());
       warmUp(lm, config, err);
@@ -116,13 +119,8 @@ final class DemoWorkerCommand implements Callable<Integer> {
    * An engine of {@code lm} (with L3 when {@code l3} is given): this process's own, or its rank of
    * the worker's tensor-parallel replica (every rank starts the same engines in the same order).
    */
-  private Engine start(CausalLm lm, EngineConfig config, L3Settings l3) {
-    if (tp.ranked()) {
-      return Engine.startRank(lm, config, OptionalInt.empty(), l3, tp.control());
-    }
-    return l3 == null
-        ? Engine.start(lm, config, OptionalInt.empty())
-        : Engine.start(lm, config, OptionalInt.empty(), l3);
+  private static Engine start(EngineModel lm, EngineConfig config, L3Settings l3) {
+    return lm.start(config, OptionalInt.empty(), l3);
   }
 
   /**
@@ -146,7 +144,7 @@ final class DemoWorkerCommand implements Callable<Integer> {
   }
 
   /** A throwaway request on a throwaway engine: the cohorts run on warm code. */
-  private void warmUp(CausalLm lm, EngineConfig config, PrintWriter err) throws Exception {
+  private void warmUp(EngineModel lm, EngineConfig config, PrintWriter err) throws Exception {
     progress(err, "warming up");
     int[] prompt =
         new SplittableRandom(promptSeed ^ 0x5DEECE66DL)
@@ -175,7 +173,7 @@ final class DemoWorkerCommand implements Callable<Integer> {
    * soft deadline and fall back to recomputation. The warm-up's pages stay in the store under the
    * demo's namespace; no demo prompt shares them.
    */
-  private void warmUpL3(CausalLm lm, EngineConfig config, PrintWriter err) throws Exception {
+  private void warmUpL3(EngineModel lm, EngineConfig config, PrintWriter err) throws Exception {
     progress(err, "warming up the L3 path");
     SplittableRandom random = new SplittableRandom(System.nanoTime()); // new objects every run
     try (Engine e = start(lm, config, l3())) {

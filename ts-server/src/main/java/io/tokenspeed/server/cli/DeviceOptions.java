@@ -1,11 +1,15 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.cuda.CudaApi;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.CudaException;
 import io.tokenspeed.cuda.model.CudaCausalLm;
+import io.tokenspeed.cuda.model.CudaDeviceModel;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
@@ -15,7 +19,8 @@ import picocli.CommandLine.Spec;
 /**
  * Where a command's model computes: {@code --device cpu} (the default, the CPU backend) or {@code
  * cuda[:N]} (GPU N through CUDA, loaded only when asked for, so machines without a GPU need no
- * CUDA), and {@code --deterministic} for the GPU's batch-invariant kernels.
+ * CUDA), and {@code --deterministic} for the GPU's batch-invariant kernels. {@link #load} is the
+ * one way a command turns them into the model its engines run on.
  */
 final class DeviceOptions {
 
@@ -61,13 +66,107 @@ final class DeviceOptions {
         // the usage error below says what is allowed
       }
     }
-    throw new ParameterException(
-        spec.commandLine(),
-        "--device=" + device + " is not supported; allowed: cpu, cuda, cuda:N (N >= 0)");
+    throw usage("--device=" + device + " is not supported; allowed: cpu, cuda, cuda:N (N >= 0)");
+  }
+
+  /** Whether {@code --deterministic} was given. */
+  boolean deterministic() {
+    return deterministic;
+  }
+
+  /** The {@code --device} value as given. */
+  String device() {
+    return device;
+  }
+
+  /**
+   * The flags that give a worker process of a multi-process command the same device: none on the
+   * CPU (its command line stays as it was), else {@code --device} and {@code --deterministic}.
+   */
+  List<String> workerArgs() {
+    if (!gpu()) {
+      return List.of();
+    }
+    List<String> args = new ArrayList<>(List.of("--device", device));
+    if (deterministic) {
+      args.add("--deterministic");
+    }
+    return args;
+  }
+
+  /** A GPU runs one rank: {@code --tp} above 1 with a GPU is a usage error. */
+  void checkTensorParallel(int tpSize) {
+    if (gpu() && tpSize > 1) {
+      throw usage(
+          "--device="
+              + device
+              + " runs one rank: --tp="
+              + tpSize
+              + " is for the CPU backend (give --device cpu or leave --tp out)");
+    }
+  }
+
+  /**
+   * Checks, without opening it, that the GPU {@code --device} names is there: the CUDA libraries
+   * load and the runtime sees it (no context is created, no kernel compiled). A command that starts
+   * worker processes calls it first, so that a machine without the GPU fails at once, naming {@code
+   * --device}, as invalid input. Nothing on the CPU.
+   */
+  void checkAvailable() {
+    if (!gpu()) {
+      return;
+    }
+    int n = ordinal();
+    try {
+      CudaApi api = CudaApi.get();
+      int count = api.deviceCount();
+      if (n >= count) {
+        String why = api.noDeviceReason();
+        throw new IllegalArgumentException(
+            "--device="
+                + device
+                + ": cuda:"
+                + n
+                + " is not a GPU of this machine: "
+                + (why != null ? why : count + " GPU(s), cuda:0 to cuda:" + (count - 1)));
+      }
+    } catch (CudaException e) {
+      throw new IllegalArgumentException("--device=" + device + ": " + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * The checkpoint of {@code folder} (named {@code model} in errors) on the device {@code --device}
+   * names: on the CPU, {@code tp}'s load (this process's rank's share under {@code --tp}); on a
+   * GPU, the device opened, the weights loaded onto it and bound for the engine. The caller owns
+   * the result and closes it after every engine it started over it.
+   *
+   * @throws ParameterException for a malformed {@code --device}, or a GPU with {@code --tp} above 1
+   * @throws IllegalArgumentException when the GPU or its libraries are missing (naming {@code
+   *     --device}) or the checkpoint cannot be loaded (naming {@code --model})
+   */
+  EngineModel load(Path folder, String model, TensorParallelOptions tp) {
+    checkTensorParallel(tp.size());
+    if (!gpu()) {
+      return EngineModel.onCpu(tp.load(folder, model), tp);
+    }
+    CudaDevice gpu = open();
+    CudaCausalLm lm = null;
+    try {
+      lm = load(gpu, folder, model);
+      CudaDeviceModel bound = new CudaDeviceModel(lm);
+      return EngineModel.onDevice(bound, List.of(bound, lm, gpu));
+    } catch (RuntimeException | Error e) {
+      if (lm != null) {
+        lm.close();
+      }
+      gpu.close();
+      throw e;
+    }
   }
 
   /** Opens the GPU {@code --device} names; a machine without it is invalid input. */
-  CudaDevice open() {
+  private CudaDevice open() {
     try {
       return CudaDevice.open(ordinal());
     } catch (CudaException e) {
@@ -76,7 +175,7 @@ final class DeviceOptions {
   }
 
   /** Loads the checkpoint of {@code folder} (named {@code model}) onto {@code gpu}. */
-  CudaCausalLm load(CudaDevice gpu, Path folder, String model) {
+  private CudaCausalLm load(CudaDevice gpu, Path folder, String model) {
     try {
       return CudaCausalLm.load(
           gpu, folder, model, ModelIdentity.DEFAULT_WEIGHT_VERSION, deterministic);
@@ -85,5 +184,10 @@ final class DeviceOptions {
     } catch (IllegalArgumentException | CudaException e) {
       throw new IllegalArgumentException("--device=" + device + ": " + e.getMessage(), e);
     }
+  }
+
+  /** A usage error about {@code --device}'s value (naming its source when not a flag). */
+  private ParameterException usage(String message) {
+    return new ParameterException(spec.commandLine(), message, spec.findOption("--device"), device);
   }
 }

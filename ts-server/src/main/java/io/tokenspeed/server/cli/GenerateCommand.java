@@ -3,15 +3,11 @@ package io.tokenspeed.server.cli;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import io.tokenspeed.cuda.CudaDevice;
-import io.tokenspeed.cuda.model.CudaCausalLm;
-import io.tokenspeed.cuda.model.CudaDeviceModel;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
 import io.tokenspeed.model.tokenizer.StreamingDecoder;
@@ -63,6 +59,7 @@ import picocli.CommandLine.Spec;
       "                           [--min-p=P] [--sampling-seed=N] [--stop-token-ids=ID,...]",
       "                           [--ignore-eos] [--json] [--device-tokens=N] [--seed=N]",
       "                           [--dtype=f32|bf16] [--threads=N] [--tp=N]",
+      "                           [--device=cpu|cuda[:N]] [--deterministic]",
       ""
     },
     description = {
@@ -82,6 +79,7 @@ import picocli.CommandLine.Spec;
       "  tokenspeed generate --model ~/models/Qwen2-0.5B --prompt \"The capital of France is\""
           + " --temperature 0",
       "  tokenspeed generate --model ~/models/Qwen2-0.5B --tokens 785,6722,315 --json",
+      "  tokenspeed generate --model ~/models/Qwen2-0.5B --prompt \"Hello\" --device cuda",
       "",
       "Synthetic models are cached under $TOKENSPEED_SYNTHETIC_DIR (default"
           + " ${java.io.tmpdir}/tokenspeed-synthetic).",
@@ -205,27 +203,22 @@ final class GenerateCommand implements Callable<Integer> {
     Optional<StorageExtraConfig.Resolved> storage = storageOptions.resolve();
     int[] ids = tokens == null ? null : modelOptions.parseTokens(tokens);
     modelOptions.requireVectorModule();
+    deviceOptions.checkTensorParallel(tp.size());
     Path folder = modelOptions.folder(weightType);
     if (tp.launcher()) {
       return tp.launch(); // every rank runs this command, rank 0 prints
     }
     Tokenizer tokenizer = modelOptions.tokenizer(folder);
-    if (deviceOptions.gpu()) {
-      if (tp.ranked()) {
-        throw modelOptions.usage("--device=cuda runs one rank: --tp is for the CPU backend");
-      }
-      return generateOnGpu(folder, tokenizer, ids, params, storage);
-    }
-    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
+    try (EngineModel model = deviceOptions.load(folder, modelOptions.model(), tp)) {
       if (ids == null) {
         ids = modelOptions.tokenize(folder, tokenizer, "--prompt", prompt);
       }
-      modelOptions.checkVocab(ids, lm.vocabSize(), tokens != null ? "--tokens" : "--prompt");
-      if (!json && lm.vocabSize() > tokenizer.vocabSize() && printsText(tokenizer)) {
+      modelOptions.checkVocab(ids, model.vocabSize(), tokens != null ? "--tokens" : "--prompt");
+      if (!json && model.vocabSize() > tokenizer.vocabSize() && printsText(tokenizer)) {
         PrintWriter err = spec.commandLine().getErr();
         err.println(
             "note: the model's vocab_size="
-                + lm.vocabSize()
+                + model.vocabSize()
                 + " exceeds the tokenizer's "
                 + tokenizer.vocabSize()
                 + " ids; ids past them print nothing (--json lists every id)");
@@ -233,7 +226,7 @@ final class GenerateCommand implements Callable<Integer> {
       }
       int target =
           deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
-      Engine engine = startEngine(lm, target, tokenizer.specialTokens().eosId(), storage);
+      Engine engine = startEngine(model, target, tokenizer.specialTokens().eosId(), storage);
       try {
         if (tp.follower()) {
           return tp.follow(engine);
@@ -243,44 +236,6 @@ final class GenerateCommand implements Callable<Integer> {
         engine.close(); // with L3: after the write-through of the prompt's pages
       }
       tp.reportStorage(engine);
-    }
-    return 0;
-  }
-
-  /** The same generation with the model on the GPU {@code --device} names. */
-  private int generateOnGpu(
-      Path folder,
-      Tokenizer tokenizer,
-      int[] tokenIds,
-      SamplingParams params,
-      Optional<StorageExtraConfig.Resolved> storage)
-      throws InterruptedException {
-    try (CudaDevice gpu = deviceOptions.open();
-        CudaCausalLm glm = deviceOptions.load(gpu, folder, modelOptions.model());
-        CudaDeviceModel model = new CudaDeviceModel(glm)) {
-      int[] ids =
-          tokenIds != null
-              ? tokenIds
-              : modelOptions.tokenize(folder, tokenizer, "--prompt", prompt);
-      modelOptions.checkVocab(ids, model.vocabSize(), tokens != null ? "--tokens" : "--prompt");
-      int target =
-          deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
-      EngineConfig config;
-      try {
-        config =
-            EngineConfig.defaults(Engine.deviceParentsFor(model, target))
-                .withComputeThreads(modelOptions.computeThreads());
-      } catch (IllegalArgumentException e) {
-        throw new IllegalArgumentException(
-            "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
-      }
-      Engine engine =
-          StorageOptions.startEngine(model, config, tokenizer.specialTokens().eosId(), storage);
-      try {
-        generate(engine, ids, params, tokenizer);
-      } finally {
-        engine.close(); // with L3: after the write-through of the prompt's pages
-      }
     }
     return 0;
   }
@@ -321,17 +276,20 @@ final class GenerateCommand implements Callable<Integer> {
    * that give it), with L3 under its Host tier when a backend is selected.
    */
   private Engine startEngine(
-      CausalLm lm, int target, OptionalInt eos, Optional<StorageExtraConfig.Resolved> storage) {
+      EngineModel model,
+      int target,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage) {
     EngineConfig config;
     try {
       config =
-          EngineConfig.defaults(Engine.deviceParentsFor(lm, target))
+          EngineConfig.defaults(model.deviceParentsFor(target))
               .withComputeThreads(modelOptions.computeThreads());
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(
           "--model=" + modelOptions.model() + ": " + e.getMessage(), e);
     }
-    return StorageOptions.startEngine(lm, config, eos, storage, tp.ranked() ? tp.control() : null);
+    return StorageOptions.startEngine(model, config, eos, storage);
   }
 
   private void generate(Engine engine, int[] ids, SamplingParams params, Tokenizer tokenizer)

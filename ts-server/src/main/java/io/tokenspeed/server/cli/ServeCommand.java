@@ -2,7 +2,6 @@ package io.tokenspeed.server.cli;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatTemplate;
 import io.tokenspeed.server.config.StorageExtraConfig;
@@ -32,7 +31,8 @@ import picocli.CommandLine.Spec;
  * the compute path, and turns ready. On SIGTERM it stops intake (503), lets the requests in flight
  * finish until the shutdown deadline, cancels the rest, stops listening and closes the engine — its
  * loop, then the L3 executor (which lets pending backups finish within its own deadline), then the
- * copy thread and the tiers.
+ * copy thread and the tiers. With {@code --device cuda[:N]} the model computes on that GPU (one
+ * rank); the weights and the device are freed after the engine.
  */
 @Command(
     name = "serve",
@@ -59,6 +59,8 @@ final class ServeCommand implements Callable<Integer> {
   @Mixin private StorageOptions storageOptions;
 
   @Mixin private TensorParallelOptions tp;
+
+  @Mixin private DeviceOptions deviceOptions;
 
   @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on.")
   private String host = "127.0.0.1";
@@ -157,6 +159,7 @@ final class ServeCommand implements Callable<Integer> {
     modelOptions.requireVectorModule();
     PrintWriter err = spec.commandLine().getErr();
     HELIDON_LOG.setLevel(Level.WARNING);
+    deviceOptions.checkTensorParallel(tp.size());
     Path folder = modelOptions.folder(weightType);
     if (tp.launcher()) {
       return tp.launch(); // rank 0 serves; the others compute with it
@@ -166,11 +169,10 @@ final class ServeCommand implements Callable<Integer> {
     ServingState state = new ServingState();
     CountDownLatch stopped = new CountDownLatch(1);
     var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
-    try (CausalLm lm = tp.load(folder, modelOptions.model())) {
+    try (EngineModel lm = deviceOptions.load(folder, modelOptions.model(), tp)) {
       EngineConfig config = engineConfig(lm);
       OptionalInt eos = tokenizer.specialTokens().eosId();
-      Engine engine =
-          StorageOptions.startEngine(lm, config, eos, storage, tp.ranked() ? tp.control() : null);
+      Engine engine = StorageOptions.startEngine(lm, config, eos, storage);
       if (tp.follower()) {
         try {
           return tp.follow(engine);
@@ -230,6 +232,7 @@ final class ServeCommand implements Callable<Integer> {
               + " ms; max_model_len "
               + Math.min(maxModelLen, engine.maxRequestTokens())
               + (storage.isPresent() ? "; L3 " + storage.get().backend().name() : "; L3 off")
+              + (lm.gpu() ? "; on " + lm.deviceName() : "")
               + ")");
       err.flush();
       stopped.await();
@@ -290,14 +293,14 @@ final class ServeCommand implements Callable<Integer> {
         spec.commandLine(), message, spec.findOption(flag), String.valueOf(value));
   }
 
-  private EngineConfig engineConfig(CausalLm lm) {
+  private EngineConfig engineConfig(EngineModel lm) {
     int capacity =
         deviceTokens != null
             ? deviceTokens
             : (int) Math.min(Integer.MAX_VALUE / 2, 4L * maxModelLen);
     int parents;
     try {
-      parents = Engine.deviceParentsFor(lm, capacity);
+      parents = lm.deviceParentsFor(capacity);
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(
           "--model=" + modelOptions.model() + ": " + e.getMessage(), e);

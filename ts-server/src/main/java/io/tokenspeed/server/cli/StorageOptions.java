@@ -4,7 +4,6 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
-import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.server.config.FileNames;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.IOException;
@@ -162,30 +161,13 @@ final class StorageOptions {
       EngineConfig config,
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage) {
-    return startEngine(lm, config, eos, storage, null);
-  }
-
-  /**
-   * {@link #startEngine(CausalLm, EngineConfig, OptionalInt, Optional)} as a rank of a
-   * tensor-parallel replica when {@code control} is given (this rank's own store client).
-   */
-  static Engine startEngine(
-      CausalLm lm,
-      EngineConfig config,
-      OptionalInt eos,
-      Optional<StorageExtraConfig.Resolved> storage,
-      io.tokenspeed.control.ControlConfig control) {
     if (storage.isEmpty()) {
-      return control == null
-          ? Engine.start(lm, config, eos)
-          : Engine.startRank(lm, config, eos, null, control);
+      return Engine.start(lm, config, eos);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
     L3Settings settings = openL3(l3);
     try {
-      return control == null
-          ? Engine.start(lm, config, eos, settings)
-          : Engine.startRank(lm, config, eos, settings, control);
+      return Engine.start(lm, config, eos, settings);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);
@@ -193,24 +175,23 @@ final class StorageOptions {
   }
 
   /**
-   * An engine over {@code model} on its device (a GPU, say), with L3 under its Host tier when a
-   * backend is selected, its KV named by the model's attention backend. The binding stays the
-   * caller's.
+   * An engine over {@code model} (on the CPU, as this process's rank of a replica under {@code
+   * --tp}, or on a GPU), with L3 under its Host tier when {@code storage} selects a store, its KV
+   * named by the model's attention backend; a store that cannot be opened or started is invalid
+   * input naming {@value #BACKEND}. The model stays the caller's.
    */
   static Engine startEngine(
-      DeviceModel model,
+      EngineModel model,
       EngineConfig config,
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage) {
     if (storage.isEmpty()) {
-      return Engine.start(model, config, eos, null);
+      return model.start(config, eos, null);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
-    L3Settings opened = openL3(l3);
-    L3Settings settings =
-        new L3Settings(opened.store(), opened.runtime(), model.attentionBackend());
+    L3Settings settings = openL3(l3);
     try {
-      return Engine.start(model, config, eos, settings);
+      return model.start(config, eos, settings);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

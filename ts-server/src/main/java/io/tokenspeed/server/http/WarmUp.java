@@ -39,6 +39,41 @@ public final class WarmUp {
   private WarmUp() {}
 
   /**
+   * What the warm-up's throwaway engine runs on: a model loaded once, over which engines are
+   * started (on the CPU or a GPU), each closed by its starter.
+   */
+  public interface Engines {
+    /** The model's vocabulary size. */
+    int vocabSize();
+
+    /** {@link Engine#deviceParentsFor(CausalLm, int)} of the model. */
+    int deviceParentsFor(int tokens);
+
+    /** Starts an engine over the model, with L3 when {@code l3} is given (null: none). */
+    Engine start(EngineConfig config, OptionalInt eos, L3Settings l3);
+  }
+
+  /** The CPU model {@code model}: each engine binds it to compute threads of its own. */
+  static Engines onCpu(CausalLm model) {
+    return new Engines() {
+      @Override
+      public int vocabSize() {
+        return model.vocabSize();
+      }
+
+      @Override
+      public int deviceParentsFor(int tokens) {
+        return Engine.deviceParentsFor(model, tokens);
+      }
+
+      @Override
+      public Engine start(EngineConfig config, OptionalInt eos, L3Settings l3) {
+        return l3 == null ? Engine.start(model, config, eos) : Engine.start(model, config, eos, l3);
+      }
+    };
+  }
+
+  /**
    * Runs the warm-up and returns its wall time in milliseconds.
    *
    * @param serving the serving engine's configuration (the warm-up engine takes its batch sizes)
@@ -55,12 +90,28 @@ public final class WarmUp {
       Supplier<L3Settings> l3,
       int rounds)
       throws Exception {
+    return run(onCpu(model), serving, eos, tokenizer, chatPrompt, l3, rounds);
+  }
+
+  /**
+   * {@link #run(CausalLm, EngineConfig, OptionalInt, Tokenizer, Function, Supplier, int)} with the
+   * throwaway engine started over {@code model} (a model on a GPU, say).
+   */
+  public static long run(
+      Engines model,
+      EngineConfig serving,
+      OptionalInt eos,
+      Tokenizer tokenizer,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      Supplier<L3Settings> l3,
+      int rounds)
+      throws Exception {
     long start = System.nanoTime();
     if (rounds <= 0) {
       return 0;
     }
     int promptTokens = Math.min(2 * serving.tokenBudget() + 7, 1024);
-    int parents = Engine.deviceParentsFor(model, 4 * (promptTokens + 64));
+    int parents = model.deviceParentsFor(4 * (promptTokens + 64));
     EngineConfig config =
         new EngineConfig(
             serving.prefixGranularity(),
@@ -76,10 +127,7 @@ public final class WarmUp {
     HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
     String namespaceVersion = "warm-up-" + UUID.randomUUID();
     L3Settings storage = l3 == null ? null : l3.get();
-    try (Engine engine =
-            storage == null
-                ? Engine.start(model, config, eos)
-                : Engine.start(model, config, eos, storage);
+    try (Engine engine = model.start(config, eos, storage);
         Serving server =
             Serving.start(
                 new Serving.Options(

@@ -226,7 +226,7 @@ class GenerateCommandTest {
     // this machine has no GPU (the CPU suite runs without one): the error names the device and
     // what CUDA said (a library missing, or no GPU found), not a stack trace
     CliRun gpu = greedy(fixture, "--device", "cuda:0");
-    assertTrue(gpu.exitCode() != 0, gpu::toString);
+    assertEquals(CliErrors.EXIT_INVALID_INPUT, gpu.exitCode(), gpu::toString);
     assertTrue(gpu.err().contains("--device=cuda:0: "), gpu::toString);
     assertTrue(
         gpu.err().contains("not found") || gpu.err().contains("cudaGetDeviceCount"), gpu::toString);

@@ -1,0 +1,138 @@
+package io.tokenspeed.server.cli;
+
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.device.DeviceModel;
+import io.tokenspeed.server.http.WarmUp;
+import java.util.List;
+import java.util.OptionalInt;
+
+/**
+ * The model a command's engines run on, loaded once per process: the CPU model (this process's rank
+ * of the replica under {@code --tp}), or the checkpoint on the GPU {@code --device} names, bound
+ * for the engine. Any number of engines may be started over it, one after another or side by side;
+ * each is closed by whoever started it, and all of them before this.
+ *
+ * <p>On the CPU every engine binds the model to compute threads of its own and frees them when it
+ * closes, as {@link Engine#start(CausalLm, EngineConfig, OptionalInt, L3Settings)} does. On a GPU
+ * the binding (its copy stream and pinned memory), the weights in GPU memory and the device are
+ * this object's, and {@link #close()} frees them; an engine frees only its Device tier.
+ */
+final class EngineModel implements AutoCloseable, WarmUp.Engines {
+
+  private final CausalLm cpu;
+  private final TensorParallelOptions tp;
+  private final DeviceModel device;
+
+  /** What the GPU path loaded, in closing order (the binding, the weights, the device). */
+  private final List<AutoCloseable> owned;
+
+  private boolean closed;
+
+  private EngineModel(
+      CausalLm cpu, TensorParallelOptions tp, DeviceModel device, List<AutoCloseable> owned) {
+    this.cpu = cpu;
+    this.tp = tp;
+    this.device = device;
+    this.owned = owned;
+  }
+
+  /** The CPU model {@code lm}, of the replica {@code tp} names when it is a rank of one. */
+  static EngineModel onCpu(CausalLm lm, TensorParallelOptions tp) {
+    return new EngineModel(lm, tp, null, List.of(lm));
+  }
+
+  /**
+   * {@code model} on its device; {@code owned} is closed, in order, by {@link #close()} (the
+   * binding first).
+   */
+  static EngineModel onDevice(DeviceModel model, List<AutoCloseable> owned) {
+    return new EngineModel(null, null, model, List.copyOf(owned));
+  }
+
+  /** Whether the model computes on a GPU. */
+  boolean gpu() {
+    return device != null;
+  }
+
+  /** The device as logs name it: {@code cpu} or {@code cuda:N}. */
+  String deviceName() {
+    return device != null ? device.deviceName() : "cpu";
+  }
+
+  /** The CPU model; null on a GPU. */
+  CausalLm cpuModel() {
+    return cpu;
+  }
+
+  @Override
+  public int vocabSize() {
+    return device != null ? device.vocabSize() : cpu.vocabSize();
+  }
+
+  /** The attention implementation the L3 namespace of this model's KV names. */
+  String attentionBackend() {
+    return device != null ? device.attentionBackend() : L3Settings.CPU_ATTENTION_BACKEND;
+  }
+
+  /** See {@link Engine#deviceParentsFor(CausalLm, int)}. */
+  @Override
+  public int deviceParentsFor(int tokens) {
+    return device != null
+        ? Engine.deviceParentsFor(device, tokens)
+        : Engine.deviceParentsFor(cpu, tokens);
+  }
+
+  /**
+   * Starts an engine over the model (this process's rank of the replica under {@code --tp}), with
+   * L3 under its Host tier when {@code l3} is given: the engine owns its store from then on, and
+   * its KV is named by this model's attention backend, whatever {@code l3} says.
+   *
+   * @throws IllegalStateException when L3 cannot start (nothing is left running)
+   */
+  @Override
+  public Engine start(EngineConfig config, OptionalInt eos, L3Settings l3) {
+    L3Settings settings =
+        l3 == null || l3.attentionBackend().equals(attentionBackend())
+            ? l3
+            : new L3Settings(l3.store(), l3.runtime(), attentionBackend());
+    if (device != null) {
+      return Engine.start(device, config, eos, settings);
+    }
+    if (tp != null && tp.ranked()) {
+      return Engine.startRank(cpu, config, eos, settings, tp.control());
+    }
+    return settings == null
+        ? Engine.start(cpu, config, eos)
+        : Engine.start(cpu, config, eos, settings);
+  }
+
+  /** Frees what was loaded: the CPU model, or the GPU's binding, weights and device. */
+  @Override
+  public void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    RuntimeException failure = null;
+    for (AutoCloseable c : owned) {
+      try {
+        c.close();
+      } catch (Exception e) {
+        if (failure == null) {
+          failure =
+              e instanceof RuntimeException r
+                  ? r
+                  : new IllegalStateException("closing the model failed: " + e, e);
+        } else {
+          failure.addSuppressed(e);
+        }
+      }
+    }
+    if (failure != null) {
+      throw failure;
+    }
+  }
+}

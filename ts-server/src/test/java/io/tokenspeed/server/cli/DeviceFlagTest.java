@@ -1,0 +1,144 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+
+/**
+ * {@code --device} on every command that runs a model (generate, serve, demo, bench ttft): a form
+ * that is not {@code cpu}, {@code cuda} or {@code cuda:N} is a usage error listing them; a GPU with
+ * {@code --tp} above 1 is a usage error; and on this machine, which has no GPU (the CPU suite runs
+ * without one), {@code --device cuda} is invalid input naming {@code --device} and what CUDA said,
+ * never a stack trace, and the multi-process commands say so before they start any process. The
+ * CPU, the default, is the path the other tests of each command run; here the worker processes'
+ * command lines are checked to be what they were without the flag.
+ */
+class DeviceFlagTest {
+  @TempDir static Path tmp;
+
+  private static Path llama;
+
+  @BeforeAll
+  static void extractFixture() {
+    llama = ModelFixtures.extract("llama", tmp);
+  }
+
+  /** Each command with the flags it needs to get as far as its device. */
+  static Stream<List<String>> commands() {
+    return Stream.of(
+        List.of("generate", "--model", "LLAMA", "--tokens", "1,2,3", "--max-tokens", "2"),
+        List.of("serve", "--model", "LLAMA", "--port", "0", "--warmup-rounds", "0"),
+        List.of("demo", "--prefixes", "1", "--prefix-tokens", "64"),
+        List.of("bench", "ttft", "--stores", "memory", "--prompts", "1", "--prefix-tokens", "128"));
+  }
+
+  private static CliRun run(List<String> command, String... extra) {
+    List<String> args = new ArrayList<>();
+    for (String a : command) {
+      args.add(a.equals("LLAMA") ? llama.toString() : a);
+    }
+    args.addAll(List.of(extra));
+    return CliRun.of(args.toArray(String[]::new));
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("commands")
+  void shouldRefuseAnUnknownDeviceWithAUsageErrorListingTheForms(List<String> command) {
+    for (String bad : List.of("bogus", "cuda:-1", "cuda:x", "gpu")) {
+      CliRun r = run(command, "--device=" + bad);
+      assertEquals(2, r.exitCode(), r::toString);
+      assertTrue(
+          r.err()
+              .startsWith(
+                  "error: --device="
+                      + bad
+                      + " is not supported; allowed: cpu, cuda, cuda:N (N >= 0)"),
+          r::toString);
+      assertEquals("", r.out(), r::toString);
+    }
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("commands")
+  void shouldRefuseAGpuWithSeveralTensorParallelRanks(List<String> command) {
+    CliRun r = run(command, "--device", "cuda", "--tp", "2");
+    assertEquals(2, r.exitCode(), r::toString);
+    assertTrue(
+        r.err().startsWith("error: --device=cuda runs one rank: --tp=2 is for the CPU backend"),
+        r::toString);
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("commands")
+  void shouldNameTheDeviceWhenThisMachineHasNoGpu(List<String> command) {
+    for (String gpu : List.of("cuda", "cuda:3")) {
+      CliRun r = run(command, "--device", gpu, "--deterministic");
+      assertEquals(CliErrors.EXIT_INVALID_INPUT, r.exitCode(), r::toString);
+      assertTrue(r.err().startsWith("error: --device=" + gpu + ": "), r::toString);
+      assertTrue(
+          r.err().contains("not found") || r.err().contains("cudaGetDeviceCount"), r::toString);
+      assertFalse(r.err().contains("\tat "), r::toString);
+      assertEquals(1, r.err().lines().count(), "one line, no process started: " + r);
+    }
+  }
+
+  @Test
+  void shouldNameServesVariableWhenItGivesTheDevice() {
+    StringWriter out = new StringWriter();
+    StringWriter err = new StringWriter();
+    int code =
+        TokenSpeedCli.commandLine(
+                new PrintWriter(out, true),
+                new PrintWriter(err, true),
+                Map.of("TOKENSPEED_SERVE_DEVICE", "tpu"))
+            .execute("serve", "--model", llama.toString());
+    assertEquals(2, code, err::toString);
+    assertTrue(err.toString().contains("TOKENSPEED_SERVE_DEVICE=tpu"), err::toString);
+    assertTrue(err.toString().contains("allowed: cpu, cuda, cuda:N (N >= 0)"), err::toString);
+  }
+
+  /** A command with the mixin alone, to read what it hands the worker processes. */
+  @Command(name = "probe")
+  static final class Probe implements Runnable {
+    @Mixin DeviceOptions device;
+
+    @Override
+    public void run() {}
+  }
+
+  private static DeviceOptions parse(String... args) {
+    Probe probe = new Probe();
+    new CommandLine(probe).parseArgs(args);
+    return probe.device;
+  }
+
+  @Test
+  void shouldHandWorkersTheGpuAndLeaveTheirCpuCommandLineAsItWas() {
+    assertEquals(List.of(), parse().workerArgs(), "the default: no flag added");
+    assertEquals(List.of(), parse("--device", "cpu").workerArgs());
+    assertEquals(List.of(), parse("--device", "CPU", "--deterministic").workerArgs());
+    assertEquals(List.of("--device", "cuda"), parse("--device", "cuda").workerArgs());
+    assertEquals(
+        List.of("--device", "cuda:1", "--deterministic"),
+        parse("--device=cuda:1", "--deterministic").workerArgs());
+    assertEquals(-1, parse().ordinal());
+    assertEquals(0, parse("--device", "cuda").ordinal());
+    assertEquals(2, parse("--device", "cuda:2").ordinal());
+  }
+}
