@@ -110,7 +110,9 @@ final class BenchTtftCommand implements Callable<Integer> {
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")
   private Path out = Path.of("docs", "benchmarks");
 
-  @Option(names = "--name", description = "Report name (default: DATE-l3-ttft).")
+  @Option(
+      names = "--name",
+      description = "Report name (default: DATE-l3-ttft, then -tpN at --tp N, -cuda on a GPU).")
   private String name;
 
   /** One reader's measurements. */
