@@ -45,6 +45,8 @@ class BenchTtftIT {
                 "2",
                 "--threads",
                 "1",
+                "--device",
+                "cpu",
                 "--out",
                 out.toString(),
                 "--name",
@@ -75,6 +77,16 @@ class BenchTtftIT {
       assertTrue(
           summary[2].contains("raw") && summary[3].contains("GETs"), String.join("|", summary));
       assertTrue(summary[4].contains("L3's own time"), String.join("|", summary));
+    }
+    assertTrue(report.contains("on the CPU, TP=1"), report);
+    for (String store : List.of("memory", "file-warm", "file-cold")) {
+      // the Host->Device table: the restored blocks' bytes (192 tokens' KV) and their copy time
+      var h2d =
+          java.util.regex.Pattern.compile(
+                  "\\| " + store + " \\| ([0-9]+\\.[0-9]) \\| ([0-9]+\\.[0-9]{2}) \\| ")
+              .matcher(report);
+      assertTrue(h2d.find(), store + ": a Host->Device row in " + report);
+      assertTrue(Double.parseDouble(h2d.group(1)) > 0, store + ": restored bytes went up");
     }
     assertTrue(
         java.util.regex.Pattern.compile(

@@ -113,6 +113,8 @@ class ServeIT {
   void shouldRestoreOnTheSecondServerThroughAFileStoreWhatTheFirstComputed() throws Exception {
     twoServers(
         List.of(
+            "--device", // the default, named: the CPU path as without it
+            "cpu",
             "--kvstore-storage-backend",
             "file",
             "--kvstore-storage-backend-extra-config",
