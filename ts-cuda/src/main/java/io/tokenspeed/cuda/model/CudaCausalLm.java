@@ -554,12 +554,18 @@ public final class CudaCausalLm implements AutoCloseable {
     }
   }
 
+  /**
+   * The scratch for a batch, grown when one does not fit: the token rows to what the batch needs
+   * (the engine's token budget bounds them), block tables (at least 16,384 entries, they are small)
+   * and logit rows to at least twice their old size, so a prompt whose chunks need ever longer
+   * tables reallocates a logarithmic number of times, not at every chunk.
+   */
   private Workspace workspace(int tokens, int tableInts, int logitRows) {
     Workspace w = workspace;
     if (w == null || w.tokens < tokens || w.tableInts < tableInts || w.logitRows < logitRows) {
       int t = Math.max(16, w == null ? tokens : Math.max(tokens, w.tokens));
-      int ti = Math.max(64, w == null ? tableInts : Math.max(tableInts, w.tableInts));
-      int lr = Math.max(16, w == null ? logitRows : Math.max(logitRows, w.logitRows));
+      int ti = grown(1 << 14, tableInts, w == null ? 0 : w.tableInts);
+      int lr = grown(16, logitRows, w == null ? 0 : w.logitRows);
       if (w != null) {
         device.synchronize();
         w.close();
@@ -568,6 +574,15 @@ public final class CudaCausalLm implements AutoCloseable {
       workspace = new Workspace(t, ti, lr);
     }
     return workspace;
+  }
+
+  /** {@code need} rounded up: at least {@code floor}, and twice {@code old} when it outgrows it. */
+  private static int grown(int floor, int need, int old) {
+    int size = Math.max(floor, Math.max(need, old));
+    if (old > 0 && need > old) {
+      size = (int) Math.min(Integer.MAX_VALUE, Math.max((long) size, 2L * old));
+    }
+    return size;
   }
 
   /**
