@@ -50,6 +50,14 @@ final class BenchTtftCommand implements Callable<Integer> {
   @Option(names = "--model", description = "Model (default: ${DEFAULT-VALUE}).")
   private String model = "synthetic:llama-100m";
 
+  @Option(
+      names = "--dtype",
+      paramLabel = "f32|bf16",
+      description =
+          "Weight type of a synthetic model (default: ${DEFAULT-VALUE}; on a GPU bf16 runs the"
+              + " tensor cores).")
+  private String dtype = "f32";
+
   @Option(names = "--stores", split = ",", description = "memory, file, redis (default: file).")
   private List<String> stores = List.of("file");
 
@@ -195,6 +203,10 @@ final class BenchTtftCommand implements Callable<Integer> {
             spec.commandLine(), "--stores: " + s + " is not one of: memory, file, redis");
       }
     }
+    if (!List.of("f32", "bf16").contains(dtype.toLowerCase(java.util.Locale.ROOT))) {
+      throw new ParameterException(
+          spec.commandLine(), "--dtype=" + dtype + " is not supported; allowed: f32, bf16");
+    }
     if (stores.contains("redis") && redisUri == null) {
       throw new ParameterException(spec.commandLine(), "--stores redis needs --redis-uri URI");
     }
@@ -298,6 +310,8 @@ final class BenchTtftCommand implements Callable<Integer> {
                 label,
                 "--model",
                 model,
+                "--dtype",
+                dtype,
                 "--prompts",
                 Integer.toString(prompts),
                 "--prefix-tokens",
@@ -540,6 +554,9 @@ final class BenchTtftCommand implements Callable<Integer> {
     }
     return "GPU "
         + name
+        + ", "
+        + dtype
+        + " weights"
         + (deviceOptions.deterministic()
             ? " (deterministic: fixed-order GEMMs)"
             : " (cuBLAS GEMMs, not batch-invariant)");

@@ -23,6 +23,7 @@ class BenchCommandTest {
         "bench ttft --threads 0; --threads=0 must be at least 1",
         "bench ttft --tp 0; --tp=0 must be in [1, 64]",
         "bench ttft --tp 65; --tp=65 must be in [1, 64]",
+        "bench ttft --dtype fp8; --dtype=fp8 is not supported",
       })
   void shouldRejectABadFlagWithAUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));
