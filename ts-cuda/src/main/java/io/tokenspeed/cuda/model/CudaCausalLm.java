@@ -577,7 +577,7 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /** {@code need} rounded up: at least {@code floor}, and twice {@code old} when it outgrows it. */
-  private static int grown(int floor, int need, int old) {
+  static int grown(int floor, int need, int old) {
     int size = Math.max(floor, Math.max(need, old));
     if (old > 0 && need > old) {
       size = (int) Math.min(Integer.MAX_VALUE, Math.max((long) size, 2L * old));

@@ -37,6 +37,42 @@ class CudaCausalLmLayoutTest {
     }
   }
 
+  /**
+   * The bf16 KV layout of the tensor-core attention: the float32 one's geometry, half the bytes.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"llama", "synthetic:llama-100m"})
+  void shouldHalveTheBytesOfABlockWithBf16Kv(String name, @TempDir Path dir) {
+    Path folder =
+        name.startsWith("synthetic:")
+            ? SyntheticCheckpoints.materialize(name, 1, DType.BF16, dir)
+            : Fixtures.extract(name, dir);
+    try (CausalLm cpu = CausalLm.load(folder)) {
+      var f32 = CudaCausalLm.cacheLayoutOf(cpu.config().dims(), 64, 16, false);
+      var bf16 = CudaCausalLm.cacheLayoutOf(cpu.config().dims(), 64, 16, true);
+      assertEquals(CudaCausalLm.KV_BF16, bf16.dtype());
+      assertEquals(f32.numGroups(), bf16.numGroups());
+      assertEquals(f32.group(0).blockGranularity(), bf16.group(0).blockGranularity());
+      assertEquals(f32.group(0).fields().size(), bf16.group(0).fields().size());
+      assertEquals(f32.group(0).bytesPerBlock(), 2 * bf16.group(0).bytesPerBlock());
+    }
+  }
+
+  /** Scratch sizes grow to their floor, to what is needed, and to at least twice the old size. */
+  @ParameterizedTest
+  @org.junit.jupiter.params.provider.CsvSource({
+    "16384, 32, 0, 16384",
+    "16384, 16385, 16384, 32768",
+    "16384, 70000, 16384, 70000",
+    "16, 17, 16, 32",
+    "16, 5, 16, 16",
+    "16, 3, 0, 16",
+    "16, 2000000000, 1500000000, 2147483647"
+  })
+  void shouldGrowTheScratchGeometrically(int floor, int need, int old, int want) {
+    assertEquals(want, CudaCausalLm.grown(floor, need, old));
+  }
+
   @ParameterizedTest
   @ValueSource(longs = {1, 2, 3})
   void shouldRoundToBf16AsTheCheckpointsDo(long seed) {
