@@ -57,7 +57,8 @@ import picocli.CommandLine.Spec;
       "tokenspeed generate --model=DIR|synthetic:NAME (--prompt=TEXT | --tokens=ID,ID,...)",
       "                           [--max-tokens=N] [--temperature=T] [--top-k=K] [--top-p=P]",
       "                           [--min-p=P] [--sampling-seed=N] [--stop-token-ids=ID,...]",
-      "                           [--ignore-eos] [--json] [--device-tokens=N] [--seed=N]",
+      "                           [--ignore-eos] [--json] [--device-tokens=N] [--warm-up=N]",
+      "                           [--seed=N]",
       "                           [--dtype=f32|bf16] [--threads=N] [--tp=N]",
       "                           [--device=cpu|cuda[:N]] [--deterministic]",
       ""
@@ -186,6 +187,25 @@ final class GenerateCommand implements Callable<Integer> {
               + " one page).")
   private Integer deviceTokens;
 
+  @Option(
+      names = "--warm-up",
+      paramLabel = "N",
+      description =
+          "Before the request, run it N times (greedy, at most "
+              + WARM_UP_TOKENS
+              + " tokens, no L3) on a throwaway engine over the same weights, so that its TTFT is"
+              + " not the JIT compiling the kernels (default: ${DEFAULT-VALUE}; 0: none; one"
+              + " rank only).")
+  private int warmUp = 2;
+
+  /** Tokens a warm-up round generates at most: the decode step compiles in a few. */
+  static final int WARM_UP_TOKENS = 4;
+
+  /** What the warm-up ran: rounds done, its wall time, and the last round's TTFT (NaN: none). */
+  private record WarmUpRun(int rounds, double seconds, double lastTtftMs) {}
+
+  private WarmUpRun warmUpRun = new WarmUpRun(0, 0, Double.NaN);
+
   @Override
   public Integer call() throws InterruptedException, java.io.IOException {
     if (prompt != null && tokens != null) {
@@ -196,6 +216,9 @@ final class GenerateCommand implements Callable<Integer> {
     }
     if (deviceTokens != null && deviceTokens < 1) {
       throw modelOptions.usage("--device-tokens=" + deviceTokens + " must be at least 1");
+    }
+    if (warmUp < 0 || warmUp > 100) {
+      throw modelOptions.usage("--warm-up=" + warmUp + " must be in [0, 100]");
     }
     modelOptions.checkThreads();
     var weightType = modelOptions.weightType();
@@ -226,6 +249,9 @@ final class GenerateCommand implements Callable<Integer> {
       }
       int target =
           deviceTokens != null ? deviceTokens : ids.length + params.maxTokens() + pageTokens();
+      if (tp.size() == 1) {
+        warmUp(model, target, ids, tokenizer.specialTokens().eosId());
+      }
       Engine engine = startEngine(model, target, tokenizer.specialTokens().eosId(), storage);
       try {
         if (tp.follower()) {
@@ -292,6 +318,39 @@ final class GenerateCommand implements Callable<Integer> {
     return StorageOptions.startEngine(model, config, eos, storage);
   }
 
+  /**
+   * {@code --warm-up} rounds of the request's prompt on a throwaway engine without L3 (its own
+   * Device, the same weights); their count, time and the last round's TTFT go on stderr before the
+   * summary (with {@code --json}, into the object: {@code warm_up_rounds}, {@code
+   * warm_up_ttft_ms}). A round that fails stops the warm-up: the request itself then reports what
+   * is wrong.
+   */
+  private void warmUp(EngineModel model, int target, int[] ids, OptionalInt eos)
+      throws InterruptedException {
+    if (warmUp == 0) {
+      return;
+    }
+    long start = System.nanoTime();
+    double lastTtftMs = Double.NaN;
+    int rounds = 0;
+    try (Engine engine = startEngine(model, target, eos, Optional.empty())) {
+      for (; rounds < warmUp; rounds++) {
+        GenerationResult r =
+            engine
+                .submit(ids, SamplingParams.greedy(Math.min(WARM_UP_TOKENS, maxTokens)))
+                .result()
+                .join();
+        if (r.metrics() == null || r.error() != null) {
+          break;
+        }
+        lastTtftMs = r.metrics().ttftNs() / 1e6;
+      }
+    } catch (RuntimeException e) {
+      // the request itself reports what is wrong
+    }
+    warmUpRun = new WarmUpRun(rounds, (System.nanoTime() - start) / 1e9, lastTtftMs);
+  }
+
   private void generate(Engine engine, int[] ids, SamplingParams params, Tokenizer tokenizer)
       throws InterruptedException {
     PrintWriter out = spec.commandLine().getOut();
@@ -339,13 +398,22 @@ final class GenerateCommand implements Callable<Integer> {
         out.print(decoder.flush());
       }
       out.println();
+      if (warmUpRun.rounds() > 0) {
+        err.printf(
+            Locale.ROOT,
+            "warm-up: %d round%s in %.2f s (last TTFT %.1f ms)%n",
+            warmUpRun.rounds(),
+            warmUpRun.rounds() == 1 ? "" : "s",
+            warmUpRun.seconds(),
+            warmUpRun.lastTtftMs());
+      }
       err.println(summary(result));
       err.flush();
     }
     out.flush();
   }
 
-  private static String json(GenerationResult result, Tokenizer tokenizer) {
+  private String json(GenerationResult result, Tokenizer tokenizer) {
     RequestMetrics m = result.metrics();
     ObjectNode node = JSON.createObjectNode();
     ArrayNode ids = node.putArray("tokens");
@@ -362,6 +430,10 @@ final class GenerateCommand implements Callable<Integer> {
     node.put("reused_host_tokens", m.reusedHostTokens());
     node.put("reused_storage_tokens", m.reusedStorageTokens());
     node.put("computed_tokens", m.computedTokens());
+    node.put("warm_up_rounds", warmUpRun.rounds());
+    if (!Double.isNaN(warmUpRun.lastTtftMs())) {
+      node.put("warm_up_ttft_ms", warmUpRun.lastTtftMs());
+    }
     return node.toString();
   }
 

@@ -119,6 +119,8 @@ class GenerateCommandTest {
     assertTrue(node.get("tpot_ms").asDouble() > 0, run::out);
     assertEquals(0, node.get("reused_device_tokens").asInt());
     assertEquals(0, node.get("reused_host_tokens").asInt());
+    assertEquals(2, node.get("warm_up_rounds").asInt(), run::out);
+    assertTrue(node.get("warm_up_ttft_ms").asDouble() > 0, run::out);
     assertEquals(
         node.get("prompt_tokens").asInt() + want.length - 1,
         node.get("computed_tokens").asLong(),
@@ -231,5 +233,41 @@ class GenerateCommandTest {
     assertTrue(
         gpu.err().contains("not found") || gpu.err().contains("cudaGetDeviceCount"), gpu::toString);
     assertTrue(!gpu.err().contains("\tat "), gpu::toString);
+  }
+
+  /**
+   * The warm-up runs the request on a throwaway engine first (its line on stderr before the
+   * request's), none with --warm-up 0, and the request's output is the same either way.
+   */
+  @Test
+  void shouldWarmUpBeforeTheRequestUnlessToldNot() throws Exception {
+    Path fixture = ModelFixtures.extract("llama", tmp);
+    int[] want = ModelFixtures.greedy(fixture, 0);
+    CliRun warm = greedy(fixture);
+    CliRun cold = greedy(fixture, "--warm-up", "0");
+    CliRun three = greedy(fixture, "--warm-up", "3");
+    for (CliRun run : List.of(warm, cold, three)) {
+      assertEquals(0, run.exitCode(), run::toString);
+      int[] got =
+          Stream.of(run.outLines().getFirst().split(" ")).mapToInt(Integer::parseInt).toArray();
+      assertArrayEquals(want, got, run::toString);
+    }
+    List<String> warmLines = warm.err().lines().toList();
+    assertEquals(2, warmLines.size(), warm::toString);
+    assertTrue(warmLines.get(0).startsWith("warm-up: 2 rounds in "), warm::toString);
+    assertTrue(warmLines.get(1).startsWith("generated "), warm::toString);
+    assertTrue(three.err().startsWith("warm-up: 3 rounds in "), three::toString);
+    assertEquals(1, cold.err().lines().count(), cold::toString);
+    assertTrue(cold.err().startsWith("generated "), cold::toString);
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"-1", "101"})
+  void shouldRefuseAWarmUpOutOfRange(String rounds) {
+    Path fixture = ModelFixtures.extract("llama", tmp);
+    CliRun run = greedy(fixture, "--warm-up", rounds);
+    assertEquals(2, run.exitCode(), run::toString);
+    assertTrue(
+        run.err().startsWith("error: --warm-up=" + rounds + " must be in [0, 100]"), run::toString);
   }
 }
