@@ -266,7 +266,7 @@ public final class ModelCpuHarness {
   }
 
   /** Prefills {@code ids}; returns nanoseconds of each chunk. */
-  private static long[] prefill(
+  static long[] prefill(
       CausalLm model, BenchKv kv, int[] ids, int[][] table, int chunk, ComputePool pool) {
     int chunks = Math.ceilDiv(ids.length, chunk);
     long[] ns = new long[chunks];
