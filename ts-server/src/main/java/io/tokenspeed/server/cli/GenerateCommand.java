@@ -196,7 +196,7 @@ final class GenerateCommand implements Callable<Integer> {
               + " tokens, no L3) on a throwaway engine over the same weights, so that its TTFT is"
               + " not the JIT compiling the kernels (default: ${DEFAULT-VALUE}; 0: none; one"
               + " rank only).")
-  private int warmUp = 2;
+  private int warmUp = 6;
 
   /** Tokens a warm-up round generates at most: the decode step compiles in a few. */
   static final int WARM_UP_TOKENS = 4;

@@ -119,7 +119,7 @@ class GenerateCommandTest {
     assertTrue(node.get("tpot_ms").asDouble() > 0, run::out);
     assertEquals(0, node.get("reused_device_tokens").asInt());
     assertEquals(0, node.get("reused_host_tokens").asInt());
-    assertEquals(2, node.get("warm_up_rounds").asInt(), run::out);
+    assertEquals(6, node.get("warm_up_rounds").asInt(), run::out);
     assertTrue(node.get("warm_up_ttft_ms").asDouble() > 0, run::out);
     assertEquals(
         node.get("prompt_tokens").asInt() + want.length - 1,
@@ -254,7 +254,7 @@ class GenerateCommandTest {
     }
     List<String> warmLines = warm.err().lines().toList();
     assertEquals(2, warmLines.size(), warm::toString);
-    assertTrue(warmLines.get(0).startsWith("warm-up: 2 rounds in "), warm::toString);
+    assertTrue(warmLines.get(0).startsWith("warm-up: 6 rounds in "), warm::toString);
     assertTrue(warmLines.get(1).startsWith("generated "), warm::toString);
     assertTrue(three.err().startsWith("warm-up: 3 rounds in "), three::toString);
     assertEquals(1, cold.err().lines().count(), cold::toString);
