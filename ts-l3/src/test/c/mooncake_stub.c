@@ -2,17 +2,29 @@
  * An in-memory stand-in for Mooncake's C API (mooncake-store/include/store_c.h), used only by
  * ts-l3's tests. It exports the same function names and C signatures as the real library, so
  * MooncakeStore binds it exactly as it binds libmooncake_store.so, and it adds test controls
- * (stub_*) that inject return codes, force short reads, produce malformed batch answers and count
- * calls.
+ * (stub_*) that inject return codes, force short reads, produce malformed batch answers, move the
+ * lease clock and count calls.
  *
- * Behaviour of the data path, per key:
- *   put_from   create-only: 0 when created, -705 (OBJECT_ALREADY_EXISTS) when present
- *   get_into   the object's length when it fits the buffer, -704 (OBJECT_NOT_FOUND) when absent,
- *              -600 (INVALID_PARAMS) when the buffer is too small
+ * Behaviour of the data path, per key, as the real client and master answer:
+ *   put_from   create-only: 0 when created, and 0 again when the key is already present (the
+ *              real client turns the master's OBJECT_ALREADY_EXISTS into success); the stored
+ *              bytes are never replaced. -705 only when injected.
+ *   get_into   the object's length when it fits the buffer (a larger buffer still answers the
+ *              object's length), -704 (OBJECT_NOT_FOUND) when absent, -600 (INVALID_PARAMS)
+ *              when the buffer is smaller than the object; nothing is copied then
  *   is_exist   1 or 0
- * Every payload buffer must lie inside a registered buffer; a row that names one outside any
- * registration reports -800 (TRANSFER_FAIL) and touches nothing. Objects live in one process-wide
- * table shared by every handle, as a master's metadata is shared by its clients.
+ * Read leases: every get_into and is_exist (single or batch) that finds an object grants it a
+ * read lease of lease_ttl_ms (default 10,000 ms, the master's default_kv_lease_ttl), extended,
+ * never shortened, by a later grant. remove and remove_by_regex with force=0 skip leased objects
+ * (remove answers -706 OBJECT_HAS_LEASE); force=1 removes them. remove_by_regex and remove_all
+ * answer the number of objects removed. The lease clock is a test clock that only stub_advance_ms
+ * moves, so a test expires leases deterministically and never sleeps.
+ *
+ * Payload buffers: with protocol "tcp" (the setup argument) any buffer is accepted, registered or
+ * not, as the real TCP transport copies from any address. With any other protocol a row that
+ * names a buffer outside every registration reports -800 (TRANSFER_FAIL) and touches nothing.
+ * Objects live in one process-wide table shared by every handle, as a master's metadata is shared
+ * by its clients.
  *
  * All state is guarded by one mutex; the stub is for correctness tests, not for speed.
  */
@@ -28,8 +40,10 @@
 #define STUB_INVALID_PARAMS (-600)
 #define STUB_OBJECT_NOT_FOUND (-704)
 #define STUB_OBJECT_ALREADY_EXISTS (-705)
+#define STUB_OBJECT_HAS_LEASE (-706)
 #define STUB_TRANSFER_FAIL (-800)
 #define STUB_HANDLE_MAGIC 0x4d4f4f4e43414b45ULL
+#define STUB_DEFAULT_LEASE_TTL_MS 10000
 
 typedef void *mooncake_store_t;
 
@@ -38,12 +52,16 @@ struct mooncake_replicate_config;
 
 struct stub_handle {
   uint64_t magic;
+  /* 1 after a setup with protocol "tcp": unregistered payload buffers are accepted. */
+  int any_buffer;
 };
 
 struct stub_object {
   char *key;
   unsigned char *bytes;
   size_t length;
+  /* The read lease ends at this lease-clock instant (milliseconds); 0 = never leased. */
+  int64_t lease_until_ms;
 };
 
 struct stub_region {
@@ -96,6 +114,8 @@ static int create_null_remaining;
 static int short_read_remaining;
 static int64_t short_read_shortfall;
 static char last_setup[1024];
+static int64_t lease_ttl_ms = STUB_DEFAULT_LEASE_TTL_MS;
+static int64_t clock_ms;
 
 static int fn_index(const char *name) {
   if (name == NULL) {
@@ -111,6 +131,10 @@ static int fn_index(const char *name) {
 
 static int valid_handle(mooncake_store_t store) {
   return store != NULL && ((struct stub_handle *)store)->magic == STUB_HANDLE_MAGIC;
+}
+
+static int any_buffer(mooncake_store_t store) {
+  return ((struct stub_handle *)store)->any_buffer;
 }
 
 /* Counts the call; returns 1 and sets *code when an injected top-level answer applies. */
@@ -149,6 +173,31 @@ static struct stub_object *find(const char *key) {
   return NULL;
 }
 
+/* The lease clock, in milliseconds: it starts at 0 and moves only by stub_advance_ms. */
+static int64_t now_ms(void) {
+  return clock_ms;
+}
+
+static void grant_lease(struct stub_object *object) {
+  int64_t until = now_ms() + lease_ttl_ms;
+  if (until > object->lease_until_ms) {
+    object->lease_until_ms = until;
+  }
+}
+
+static int leased(const struct stub_object *object) {
+  return object->lease_until_ms > now_ms();
+}
+
+/* Looks a key up as the master's GetReplicaList and ExistKey do: a hit grants a read lease. */
+static struct stub_object *find_and_lease(const char *key) {
+  struct stub_object *object = find(key);
+  if (object != NULL) {
+    grant_lease(object);
+  }
+  return object;
+}
+
 static void erase_at(size_t index) {
   free(objects[index].key);
   free(objects[index].bytes);
@@ -167,15 +216,15 @@ static int inside_registered(const void *buffer, size_t size) {
   return 0;
 }
 
-static int64_t put_one(const char *key, const void *buffer, size_t size) {
+static int64_t put_one(int tcp, const char *key, const void *buffer, size_t size) {
   if (key == NULL || (buffer == NULL && size > 0)) {
     return STUB_INVALID_PARAMS;
   }
-  if (!inside_registered(buffer, size)) {
+  if (!tcp && !inside_registered(buffer, size)) {
     return STUB_TRANSFER_FAIL;
   }
   if (find(key) != NULL) {
-    return STUB_OBJECT_ALREADY_EXISTS;
+    return 0; /* create-only, and the real client reports the existing object as success */
   }
   if (object_count == object_capacity) {
     size_t capacity = object_capacity == 0 ? 64 : object_capacity * 2;
@@ -196,23 +245,25 @@ static int64_t put_one(const char *key, const void *buffer, size_t size) {
   }
   memcpy(object->bytes, buffer, size);
   object->length = size;
+  object->lease_until_ms = 0;
   object_count++;
   return 0;
 }
 
-static int64_t get_one(const char *key, void *buffer, size_t size) {
+/* The order of the real client: metadata (which grants the lease), buffer size, transfer. */
+static int64_t get_one(int tcp, const char *key, void *buffer, size_t size) {
   if (key == NULL || (buffer == NULL && size > 0)) {
     return STUB_INVALID_PARAMS;
   }
-  if (!inside_registered(buffer, size)) {
-    return STUB_TRANSFER_FAIL;
-  }
-  struct stub_object *object = find(key);
+  struct stub_object *object = find_and_lease(key);
   if (object == NULL) {
     return STUB_OBJECT_NOT_FOUND;
   }
   if (object->length > size) {
     return STUB_INVALID_PARAMS;
+  }
+  if (!tcp && !inside_registered(buffer, size)) {
+    return STUB_TRANSFER_FAIL;
   }
   int64_t reported = (int64_t)object->length;
   size_t copied = object->length;
@@ -242,6 +293,7 @@ mooncake_store_t mooncake_store_create(void) {
     handle = malloc(sizeof(*handle));
     if (handle != NULL) {
       handle->magic = STUB_HANDLE_MAGIC;
+      handle->any_buffer = 0;
     }
   }
   pthread_mutex_unlock(&lock);
@@ -266,6 +318,9 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
   int64_t code = 0;
   if (!enter(FN_SETUP, &code)) {
     code = valid_handle(store) ? 0 : -1;
+    if (code == 0) {
+      ((struct stub_handle *)store)->any_buffer = protocol != NULL && strcmp(protocol, "tcp") == 0;
+    }
     snprintf(last_setup, sizeof(last_setup), "%s|%s|%llu|%llu|%s|%s|%s",
              local_hostname ? local_hostname : "(null)",
              metadata_server ? metadata_server : "(null)",
@@ -330,7 +385,7 @@ int mooncake_store_put_from(mooncake_store_t store, const char *key, void *buffe
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_PUT_FROM, &code)) {
-    code = valid_handle(store) ? put_one(key, buffer, size) : -1;
+    code = valid_handle(store) ? put_one(any_buffer(store), key, buffer, size) : -1;
   }
   pthread_mutex_unlock(&lock);
   return (int)code;
@@ -363,7 +418,7 @@ int mooncake_store_batch_put_from(mooncake_store_t store, const char **keys, voi
   for (size_t i = 0; i < rows; i++) {
     int64_t row = 0;
     if (!row_injected(FN_BATCH_PUT_FROM, &row)) {
-      row = put_one(keys[i], buffers[i], sizes[i]);
+      row = put_one(any_buffer(store), keys[i], buffers[i], sizes[i]);
     }
     results_out[i] = (int)row;
   }
@@ -381,7 +436,7 @@ int64_t mooncake_store_get_into(mooncake_store_t store, const char *key, void *b
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_GET_INTO, &code)) {
-    code = valid_handle(store) ? get_one(key, buffer, size) : -1;
+    code = valid_handle(store) ? get_one(any_buffer(store), key, buffer, size) : -1;
   }
   pthread_mutex_unlock(&lock);
   return code;
@@ -405,7 +460,7 @@ int mooncake_store_batch_get_into(mooncake_store_t store, const char **keys, voi
   for (size_t i = 0; i < rows; i++) {
     int64_t row = 0;
     if (!row_injected(FN_BATCH_GET_INTO, &row)) {
-      row = get_one(keys[i], buffers[i], sizes[i]);
+      row = get_one(any_buffer(store), keys[i], buffers[i], sizes[i]);
     }
     results_out[i] = row;
   }
@@ -422,7 +477,7 @@ int mooncake_store_is_exist(mooncake_store_t store, const char *key) {
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_IS_EXIST, &code)) {
-    code = (valid_handle(store) && key != NULL) ? (find(key) != NULL) : -1;
+    code = (valid_handle(store) && key != NULL) ? (find_and_lease(key) != NULL) : -1;
   }
   pthread_mutex_unlock(&lock);
   return (int)code;
@@ -445,7 +500,7 @@ int mooncake_store_batch_is_exist(mooncake_store_t store, const char **keys, siz
   for (size_t i = 0; i < rows; i++) {
     int64_t row = 0;
     if (!row_injected(FN_BATCH_IS_EXIST, &row)) {
-      row = keys[i] == NULL ? STUB_INVALID_PARAMS : (find(keys[i]) != NULL);
+      row = keys[i] == NULL ? STUB_INVALID_PARAMS : (find_and_lease(keys[i]) != NULL);
     }
     results_out[i] = (int)row;
   }
@@ -459,7 +514,6 @@ int mooncake_store_batch_is_exist(mooncake_store_t store, const char **keys, siz
 }
 
 int mooncake_store_remove(mooncake_store_t store, const char *key, int force) {
-  (void)force;
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_REMOVE, &code)) {
@@ -468,8 +522,12 @@ int mooncake_store_remove(mooncake_store_t store, const char *key, int force) {
       code = STUB_OBJECT_NOT_FOUND;
       for (size_t i = 0; i < object_count; i++) {
         if (strcmp(objects[i].key, key) == 0) {
-          erase_at(i);
-          code = 0;
+          if (!force && leased(&objects[i])) {
+            code = STUB_OBJECT_HAS_LEASE;
+          } else {
+            erase_at(i);
+            code = 0;
+          }
           break;
         }
       }
@@ -479,9 +537,11 @@ int mooncake_store_remove(mooncake_store_t store, const char *key, int force) {
   return (int)code;
 }
 
-/* POSIX extended expressions searched anywhere in the key, like the master's regex_search. */
+/*
+ * POSIX extended expressions searched anywhere in the key, like the master's regex_search. With
+ * force=0 a leased object is skipped and stays; the answer counts the objects removed.
+ */
 int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *pattern, int force) {
-  (void)force;
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (enter(FN_REMOVE_BY_REGEX, &code)) {
@@ -500,7 +560,7 @@ int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *patte
   int64_t removed = 0;
   size_t i = 0;
   while (i < object_count) {
-    if (regexec(&compiled, objects[i].key, 0, NULL, 0) == 0) {
+    if (regexec(&compiled, objects[i].key, 0, NULL, 0) == 0 && (force || !leased(&objects[i]))) {
       erase_at(i);
       removed++;
     } else {
@@ -513,15 +573,20 @@ int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *patte
 }
 
 int64_t mooncake_store_remove_all(mooncake_store_t store, int force) {
-  (void)force;
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_REMOVE_ALL, &code)) {
     code = -1;
     if (valid_handle(store)) {
-      code = (int64_t)object_count;
-      while (object_count > 0) {
-        erase_at(object_count - 1);
+      code = 0;
+      size_t i = 0;
+      while (i < object_count) {
+        if (force || !leased(&objects[i])) {
+          erase_at(i);
+          code++;
+        } else {
+          i++;
+        }
       }
     }
   }
@@ -548,7 +613,34 @@ void stub_reset(void) {
   short_read_remaining = 0;
   short_read_shortfall = 0;
   last_setup[0] = '\0';
+  lease_ttl_ms = STUB_DEFAULT_LEASE_TTL_MS;
+  clock_ms = 0;
   pthread_mutex_unlock(&lock);
+}
+
+/* Sets the read lease every later hit grants (default 10,000 ms); leases granted stay as they are. */
+void stub_set_lease_ttl_ms(int64_t ttl_ms) {
+  pthread_mutex_lock(&lock);
+  lease_ttl_ms = ttl_ms < 0 ? 0 : ttl_ms;
+  pthread_mutex_unlock(&lock);
+}
+
+/* Moves the lease clock forward by `ms` milliseconds. */
+void stub_advance_ms(int64_t ms) {
+  pthread_mutex_lock(&lock);
+  clock_ms += ms < 0 ? 0 : ms;
+  pthread_mutex_unlock(&lock);
+}
+
+/* Objects whose read lease has not ended. */
+long stub_leased_count(void) {
+  pthread_mutex_lock(&lock);
+  long count = 0;
+  for (size_t i = 0; i < object_count; i++) {
+    count += leased(&objects[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  return count;
 }
 
 /* The next `count` calls of `fn` (a name without the mooncake_store_ prefix) return `code`. */

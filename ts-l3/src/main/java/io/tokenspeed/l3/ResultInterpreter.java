@@ -24,6 +24,7 @@ import java.util.List;
  *   Missing                            FAILED (absent)  MISSING             malformed
  *   Invalid                            FAILED           INVALID             malformed
  *   Rejected                           FAILED           FAILED              FAILED (re-offer)
+ *                                      (all three retired; an outage only when the row says so)
  *   Unknown                            FAILED, outage   FAILED, unretired,  FAILED, unretired,
  *                                                       outage              outage
  *   malformed row                      -                FAILED, outage; retired only if the
@@ -88,7 +89,10 @@ final class ResultInterpreter {
       switch (job.kind()) {
         case QUERY -> {
           outcome = r instanceof RowResult.Ok ? KeyOutcome.OK : KeyOutcome.FAILED;
-          outage |= r instanceof RowResult.Unknown || r == null;
+          outage |=
+              r instanceof RowResult.Unknown
+                  || r == null
+                  || (r instanceof RowResult.Rejected rej && rej.outage());
         }
         case GET -> {
           switch (r) {
@@ -107,7 +111,10 @@ final class ResultInterpreter {
             }
             case RowResult.Missing m -> outcome = KeyOutcome.MISSING;
             case RowResult.Invalid inv -> outcome = KeyOutcome.INVALID;
-            case RowResult.Rejected rej -> outcome = KeyOutcome.FAILED;
+            case RowResult.Rejected rej -> {
+              outcome = KeyOutcome.FAILED;
+              outage |= rej.outage();
+            }
             case RowResult.Unknown u -> {
               outcome = KeyOutcome.FAILED;
               retired = false;
@@ -131,7 +138,10 @@ final class ResultInterpreter {
                 written++;
               }
             }
-            case RowResult.Rejected rej -> outcome = KeyOutcome.FAILED;
+            case RowResult.Rejected rej -> {
+              outcome = KeyOutcome.FAILED;
+              outage |= rej.outage();
+            }
             case RowResult.Unknown u -> {
               outcome = KeyOutcome.FAILED;
               retired = false;

@@ -9,8 +9,10 @@ package io.tokenspeed.l3.spi;
  *   Ok(bytes, existed)     exists / read bytes / created or existed  yes        no
  *   Missing                not found, before any transfer            yes        no
  *   Invalid(bytes)         exists but unusable (torn, wrong length)  yes        no
- *   Rejected(code)         per-row refusal before any transfer       yes        no
+ *   Rejected(code)         per-row failure the store proves retired  yes        no
  *                          (e.g. no space for a PUT: re-offer later)
+ *   Rejected(code, true)   the same, from an unwell backend (an RPC  yes        yes
+ *                          to it failed or timed out)
  *   Unknown(code)          anything else: the store may still touch  NO         yes
  *                          the buffer
  * </pre>
@@ -42,10 +44,21 @@ public sealed interface RowResult
    */
   record Invalid(long bytes) implements RowResult {}
 
-  /** A retired per-row refusal (for example a PUT the store has no space for). */
-  record Rejected(int code) implements RowResult {
+  /**
+   * A retired per-row failure without object evidence: the store proves it no longer touches the
+   * row's buffer (it refused before any transfer, or the transfer finished and the answer still
+   * failed), and the object is neither proven missing nor invalid. {@code outage} says whether the
+   * failure also reports an unwell backend to the executor's health monitor (for example an RPC
+   * timeout), as an ordinary refusal such as no space for a PUT does not.
+   */
+  record Rejected(int code, boolean outage) implements RowResult {
     /** The store has no space for a PUT (Mooncake's NO_AVAILABLE_HANDLE): re-offer it later. */
     public static final int NO_SPACE = -200;
+
+    /** A refusal that reports no outage. */
+    public Rejected(int code) {
+      this(code, false);
+    }
   }
 
   /** A failure whose retirement is unknown: the row's buffer may still be in use. */

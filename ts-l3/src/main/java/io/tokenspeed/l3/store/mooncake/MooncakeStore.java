@@ -31,12 +31,20 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *       before any native call. A segment outside it is rejected with an exception and nothing is
  *       submitted.
  *   <li><b>Retirement is claimed only where the SDK proves it.</b> A row is retired when its answer
- *       says the transfer completed (a GET byte count, a PUT {@code 0}) or when it is one of the
- *       three codes Mooncake decides before submitting any transfer ({@code -704}, {@code -705},
- *       {@code -200}); everything else is {@link RowResult.Unknown} with {@code retired=false},
- *       which quarantines the job (table below, and {@link MooncakeCodes}).
+ *       says the transfer completed (a GET byte count, a PUT {@code 0}) or when it is a code the
+ *       real client produces only before submitting the row's transfer or only after waiting for
+ *       every transfer of the call ({@code -704}, {@code -705}, {@code -200}, and the codes of
+ *       {@link MooncakeCodes#retiredGetFailure} and {@link MooncakeCodes#retiredPutFailure});
+ *       everything else is {@link RowResult.Unknown} with {@code retired=false}, which quarantines
+ *       the job (table below, and {@link MooncakeCodes}).
+ *   <li><b>Exact sizes.</b> A GET passes the SDK exactly the destination's length, which is the
+ *       block payload every object of the namespace holds. The real client answers the object's own
+ *       size whenever it fits, so a smaller answer is an object shorter than the block (a retired
+ *       short read, {@link RowResult.Invalid}) and an object longer than the block is refused
+ *       before any transfer ({@code -600}).
  *   <li><b>Create-only PUT.</b> {@code OBJECT_ALREADY_EXISTS} is idempotent success and is counted
- *       apart from new writes ({@link MooncakeCounters}).
+ *       apart from new writes ({@link MooncakeCounters}); the real client answers {@code 0} for an
+ *       existing object instead, so with it the two cannot be told apart.
  *   <li><b>Keys are validated before any native call</b>: non-empty, no NUL, at most {@link
  *       MooncakeStoreSettings#maxKeyBytes()} UTF-8 bytes, passed as NUL-terminated UTF-8.
  *   <li><b>Close never races a call.</b> Calls hold a read lock for the length of their downcall;
@@ -52,10 +60,13 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *   GET     0 &lt;= n &lt; destination length        Invalid(n)  (short read)       yes
  *   GET     n &gt; destination length              Unknown(MALFORMED_RESULT)      NO
  *   GET     -704 OBJECT_NOT_FOUND                 Missing                        yes
+ *   GET     -703 -702 -600 -200 -707              Rejected(code)                 yes
+ *   GET     -801 -900 -901                        Rejected(code, outage=true)    yes
  *   GET     any other negative                    Unknown(code)                  NO
  *   PUT     0                                     Ok(length, false)              yes
  *   PUT     -705 OBJECT_ALREADY_EXISTS            Ok(length, true)               yes
  *   PUT     -200 NO_AVAILABLE_HANDLE              Rejected(-200)                 yes
+ *   PUT     -900 -901                             Rejected(code, outage=true)    yes
  *   PUT     any other negative                    Unknown(code)                  NO
  *   QUERY   1 / 0                                 Ok(0, false) / Missing         yes
  *   QUERY   any negative                          Unknown(code)                  yes (no payload)
@@ -149,6 +160,7 @@ public final class MooncakeStore implements Store {
   private final AtomicLong existsOk = new AtomicLong();
   private final AtomicLong existsMissing = new AtomicLong();
   private final AtomicLong rejected = new AtomicLong();
+  private final AtomicLong retiredFailures = new AtomicLong();
   private final AtomicLong unknown = new AtomicLong();
   private final AtomicLong malformed = new AtomicLong();
   private final AtomicLong nativeCalls = new AtomicLong();
@@ -251,6 +263,7 @@ public final class MooncakeStore implements Store {
         existsOk.get(),
         existsMissing.get(),
         rejected.get(),
+        retiredFailures.get(),
         unknown.get(),
         malformed.get(),
         nativeCalls.get());
@@ -671,6 +684,9 @@ public final class MooncakeStore implements Store {
       } else if (answer == MooncakeCodes.OBJECT_NOT_FOUND) {
         getsMissing.incrementAndGet();
         rows.add(RowResult.MISSING);
+      } else if (MooncakeCodes.retiredGetFailure(answer)) {
+        retiredFailures.incrementAndGet();
+        rows.add(new RowResult.Rejected((int) answer, MooncakeCodes.outage(answer)));
       } else {
         unknown.incrementAndGet();
         rows.add(new RowResult.Unknown((int) answer));
@@ -703,6 +719,9 @@ public final class MooncakeStore implements Store {
       } else if (answer == MooncakeCodes.NO_AVAILABLE_HANDLE) {
         rejected.incrementAndGet();
         rows.add(new RowResult.Rejected(answer));
+      } else if (MooncakeCodes.retiredPutFailure(answer)) {
+        retiredFailures.incrementAndGet();
+        rows.add(new RowResult.Rejected(answer, MooncakeCodes.outage(answer)));
       } else {
         unknown.incrementAndGet();
         rows.add(new RowResult.Unknown(answer));

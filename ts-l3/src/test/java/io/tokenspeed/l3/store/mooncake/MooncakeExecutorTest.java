@@ -81,12 +81,15 @@ class MooncakeExecutorTest {
   }
 
   @Test
-  void shouldRoundTripAndCountAlreadyExistingObjectsApart() {
+  void shouldRoundTripAndReadARepeatedPutAsSuccess() {
     assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "aa").outcomes());
-    StorageDone again = run(StorageKind.PUT, 0, "aa"); // the stub answers -705
+    StorageDone again = run(StorageKind.PUT, 0, "aa"); // 0, as the real client answers
     assertEquals(List.of(KeyOutcome.OK), again.outcomes());
-    assertEquals(1, executor.metrics().putsNewlyWritten());
-    assertEquals(1, executor.metrics().putsAlreadyExisted());
+    assertEquals(2, executor.metrics().putsNewlyWritten());
+    assertEquals(0, executor.metrics().putsAlreadyExisted());
+    MooncakeStub.injectRows("batch_put_from", MooncakeCodes.OBJECT_ALREADY_EXISTS, 1);
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "aa").outcomes());
+    assertEquals(1, executor.metrics().putsAlreadyExisted(), "-705 is still idempotent success");
     StorageDone get = run(StorageKind.GET, 65536, "aa");
     assertEquals(4096, get.bytes());
     assertEquals(-1L, host.asSlice(0, 4096).mismatch(host.asSlice(65536, 4096)));
@@ -102,6 +105,35 @@ class MooncakeExecutorTest {
     assertEquals("HEALTHY", executor.metrics().healthState());
     assertFalse(executor.quarantined());
     assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "bb").outcomes(), "re-offered");
+  }
+
+  @Test
+  void shouldRetireAReplicaNotReadyOrAnExpiredLeaseWithoutEvidenceOrOutage() {
+    run(StorageKind.PUT, 0, "ff");
+    MooncakeStub.injectRows("batch_get_into", MooncakeCodes.REPLICA_IS_NOT_READY, 1);
+    StorageDone notReady = run(StorageKind.GET, 65536, "ff");
+    MooncakeStub.injectRows("batch_get_into", MooncakeCodes.LEASE_EXPIRED, 1);
+    StorageDone expired = run(StorageKind.GET, 65536, "ff");
+
+    for (StorageDone d : List.of(notReady, expired)) {
+      assertEquals(List.of(KeyOutcome.FAILED), d.outcomes(), "no MISSING or INVALID evidence");
+      assertTrue(d.retired());
+    }
+    assertEquals("HEALTHY", executor.metrics().healthState());
+    assertFalse(executor.quarantined());
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.GET, 65536, "ff").outcomes());
+  }
+
+  @Test
+  void shouldRetireAnRpcTimeoutButReportAnOutage() {
+    run(StorageKind.PUT, 0, "gg");
+    MooncakeStub.injectRows("batch_get_into", MooncakeCodes.RPC_TIMEOUT, 1);
+    StorageDone d = run(StorageKind.GET, 65536, "gg");
+
+    assertEquals(List.of(KeyOutcome.FAILED), d.outcomes());
+    assertTrue(d.retired());
+    assertFalse(executor.quarantined(), "retired: no restart needed");
+    assertFalse("HEALTHY".equals(executor.metrics().healthState()), "an outage signal");
   }
 
   @Test

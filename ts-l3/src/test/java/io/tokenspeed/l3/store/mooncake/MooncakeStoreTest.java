@@ -150,8 +150,66 @@ class MooncakeStoreTest {
     assertTrue(store.counters().malformed() > 0);
   }
 
+  @Test
+  void shouldAnswerTheObjectsSizeAsAShortReadWhenTheDestinationIsLarger() {
+    MemorySegment source = putOne(key("a"), 0, 100);
+    MemorySegment destination = host.asSlice(8192, 160);
+
+    StoreResult get = store.get(List.of(key("a")), List.of(destination));
+
+    // the real client answers the object's own size; 100 of 160 bytes is an object shorter than
+    // the block the key names, so a retired invalid row
+    assertEquals(StoreResult.of(List.of(new RowResult.Invalid(100))), get);
+    assertEquals(-1, source.mismatch(destination.asSlice(0, 100)), "the object's bytes landed");
+    assertEquals(1, store.counters().getsInvalid());
+  }
+
+  @Test
+  void shouldRetireWithoutObjectEvidenceWhenTheObjectIsLargerThanTheDestination() {
+    putOne(key("a"), 0, 100);
+    MemorySegment destination = host.asSlice(8192, 64);
+
+    StoreResult get = store.get(List.of(key("a")), List.of(destination));
+
+    assertEquals(
+        StoreResult.of(List.of(new RowResult.Rejected(MooncakeCodes.INVALID_PARAMS, false))), get);
+    assertEquals(-1, host.asSlice(8192, 64).mismatch(MemorySegment.ofArray(new byte[64])));
+    assertEquals(1, store.counters().retiredFailures());
+    assertEquals(0, store.counters().getsInvalid(), "no object evidence");
+  }
+
   @ParameterizedTest(name = "code {0}")
-  @ValueSource(ints = {-1, -703, -800, -900})
+  @ValueSource(ints = {-703, -702, -600, -200, -707})
+  void shouldRetireWithoutOutageWhenGetRowFailsBeforeOrAfterItsTransfer(int code) {
+    putOne(key("a"), 0, 64);
+    putOne(key("b"), 64, 64);
+    MooncakeStub.injectRows("batch_get_into", code, 1);
+
+    StoreResult get =
+        store.get(
+            List.of(key("a"), key("b")), List.of(host.asSlice(4096, 64), host.asSlice(8192, 64)));
+
+    assertEquals(
+        StoreResult.of(List.of(new RowResult.Rejected(code, false), new RowResult.Ok(64, false))),
+        get);
+    assertEquals(1, store.counters().retiredFailures());
+    assertEquals(0, store.counters().unknown());
+  }
+
+  @ParameterizedTest(name = "code {0}")
+  @ValueSource(ints = {-801, -900, -901})
+  void shouldRetireAndReportAnOutageWhenGetRowFailsAtTheMasterOrItsChecksum(int code) {
+    putOne(key("a"), 0, 64);
+    MooncakeStub.injectRows("batch_get_into", code, 1);
+
+    StoreResult get = store.get(List.of(key("a")), List.of(host.asSlice(4096, 64)));
+
+    assertEquals(StoreResult.of(List.of(new RowResult.Rejected(code, true))), get);
+    assertEquals(1, store.counters().retiredFailures());
+  }
+
+  @ParameterizedTest(name = "code {0}")
+  @ValueSource(ints = {-1, -706, -713, -800, -1000})
   void shouldReportUnknownAndUnretiredWhenGetRowFailsOtherwise(int code) {
     putOne(key("a"), 0, 64);
     putOne(key("b"), 64, 64);
@@ -181,8 +239,26 @@ class MooncakeStoreTest {
   // --- PUT codes --------------------------------------------------------------------------------
 
   @Test
-  void shouldCountAlreadyExistedApartFromNewlyWrittenWhenPutRepeats() {
-    putOne(key("a"), 0, 128);
+  void shouldAnswerZeroAndKeepTheBytesWhenPutRepeatsLikeTheRealClient() {
+    MemorySegment first = putOne(key("a"), 0, 128);
+    byte[] written = first.toArray(ValueLayout.JAVA_BYTE);
+    MemorySegment other = filled(4096, 128, 99);
+
+    StoreResult put = store.put(List.of(key("a")), List.of(other));
+    MemorySegment back = host.asSlice(8192, 128);
+    StoreResult get = store.get(List.of(key("a")), List.of(back));
+
+    // the real client reports an existing object as a plain 0: it cannot be counted apart
+    assertEquals(StoreResult.of(List.of(new RowResult.Ok(128, false))), put);
+    assertEquals(StoreResult.of(List.of(new RowResult.Ok(128, false))), get);
+    assertEquals(-1, back.mismatch(MemorySegment.ofArray(written)), "create-only: bytes kept");
+    assertEquals(2, store.counters().putsNewlyWritten());
+    assertEquals(0, store.counters().putsAlreadyExisted());
+  }
+
+  @Test
+  void shouldCountAlreadyExistedApartWhenTheSdkAnswersObjectAlreadyExists() {
+    MooncakeStub.injectRows("batch_put_from", MooncakeCodes.OBJECT_ALREADY_EXISTS, 1);
 
     StoreResult put =
         store.put(
@@ -191,8 +267,20 @@ class MooncakeStoreTest {
     assertEquals(
         StoreResult.of(List.of(new RowResult.Ok(128, true), new RowResult.Ok(32, false))), put);
     MooncakeCounters counters = store.counters();
-    assertEquals(2, counters.putsNewlyWritten());
+    assertEquals(1, counters.putsNewlyWritten());
     assertEquals(1, counters.putsAlreadyExisted());
+  }
+
+  @ParameterizedTest(name = "code {0}")
+  @ValueSource(ints = {-900, -901})
+  void shouldRetireAndReportAnOutageWhenPutRowFailsAtTheMaster(int code) {
+    MooncakeStub.injectRows("batch_put_from", code, 1);
+
+    StoreResult put = store.put(List.of(key("a")), List.of(host.asSlice(0, 64)));
+
+    assertEquals(StoreResult.of(List.of(new RowResult.Rejected(code, true))), put);
+    assertFalse(MooncakeStub.has(key("a")));
+    assertEquals(1, store.counters().retiredFailures());
   }
 
   @Test
@@ -213,7 +301,7 @@ class MooncakeStoreTest {
   }
 
   @ParameterizedTest(name = "code {0}")
-  @ValueSource(ints = {-1, -704, -800, -900})
+  @ValueSource(ints = {-1, -600, -703, -704, -707, -800})
   void shouldReportUnknownAndUnretiredWhenPutRowFailsOtherwise(int code) {
     MooncakeStub.injectRows("batch_put_from", code, 1);
 
@@ -314,6 +402,62 @@ class MooncakeStoreTest {
         StoreResult.of(List.of(new RowResult.Unknown(MooncakeCodes.INTERNAL_ERROR))), callFailure);
     assertEquals(
         StoreResult.of(List.of(new RowResult.Unknown(MooncakeCodes.MALFORMED_RESULT))), malformed);
+  }
+
+  // --- the stand-in's read leases and buffers, as the real master and client behave --------------
+
+  @Test
+  void shouldLeaseExistingObjectsWhenQueriedOrReadAndLetTheLeaseEnd() {
+    putOne(key("a"), 0, 64);
+    putOne(key("b"), 64, 64);
+    putOne(key("c"), 128, 64);
+    assertEquals(0, MooncakeStub.leasedCount(), "a PUT grants no lease");
+
+    store.exists(List.of(key("a"), key("absent")));
+    store.get(List.of(key("b"), key("gone")), List.of(host.asSlice(4096, 64), host.asSlice(0, 8)));
+
+    assertEquals(
+        2, MooncakeStub.leasedCount(), "a and b leased, c untouched, misses lease nothing");
+    MooncakeStub.advanceMs(MooncakeStub.DEFAULT_LEASE_TTL_MS - 1);
+    assertEquals(2, MooncakeStub.leasedCount());
+    MooncakeStub.advanceMs(1);
+    assertEquals(0, MooncakeStub.leasedCount());
+  }
+
+  @ParameterizedTest(name = "protocol {0}")
+  @ValueSource(strings = {"tcp", "rdma"})
+  void shouldAcceptUnregisteredBuffersOnlyOverTcp(String protocol) {
+    MooncakeNative library = MooncakeNative.load(MooncakeStub.LIBRARY);
+    MemorySegment client = library.create();
+    try (Arena call = Arena.ofConfined()) {
+      assertEquals(
+          0,
+          library.setup(
+              client,
+              call.allocateFrom("127.0.0.1"),
+              call.allocateFrom("P2PHANDSHAKE"),
+              0,
+              0,
+              call.allocateFrom(protocol),
+              call.allocateFrom(""),
+              call.allocateFrom("127.0.0.1:50051")));
+      MemorySegment unregistered = call.allocate(32);
+      MemorySegment keys = call.allocate(ValueLayout.ADDRESS, 1);
+      keys.setAtIndex(ValueLayout.ADDRESS, 0, call.allocateFrom(key("u")));
+      MemorySegment buffers = call.allocate(ValueLayout.ADDRESS, 1);
+      buffers.setAtIndex(ValueLayout.ADDRESS, 0, unregistered);
+      MemorySegment sizes = call.allocate(ValueLayout.JAVA_LONG, 1);
+      sizes.setAtIndex(ValueLayout.JAVA_LONG, 0, 32);
+      MemorySegment results = call.allocate(ValueLayout.JAVA_INT, 1);
+
+      assertEquals(0, library.batchPutFrom(client, keys, buffers, sizes, 1, results));
+
+      int expected = protocol.equals("tcp") ? MooncakeCodes.OK : MooncakeCodes.TRANSFER_FAIL;
+      assertEquals(expected, results.getAtIndex(ValueLayout.JAVA_INT, 0));
+      assertEquals(protocol.equals("tcp"), MooncakeStub.has(key("u")));
+    } finally {
+      library.destroy(client);
+    }
   }
 
   // --- namespace deletion -----------------------------------------------------------------------

@@ -48,6 +48,15 @@ final class MooncakeStub {
       bind("stub_has", FunctionDescriptor.of(JAVA_INT, ADDRESS));
   private static final MethodHandle LAST_SETUP =
       bind("stub_last_setup", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+  private static final MethodHandle SET_LEASE_TTL =
+      bind("stub_set_lease_ttl_ms", FunctionDescriptor.ofVoid(JAVA_LONG));
+  private static final MethodHandle ADVANCE =
+      bind("stub_advance_ms", FunctionDescriptor.ofVoid(JAVA_LONG));
+  private static final MethodHandle LEASED_COUNT =
+      bind("stub_leased_count", FunctionDescriptor.of(JAVA_LONG));
+
+  /** The read lease the stub grants unless a test sets another: the master's default. */
+  static final long DEFAULT_LEASE_TTL_MS = 10_000;
 
   /** Malformed answers {@link #malform} can arm. */
   static final int LAST_ROW_UNWRITTEN = 1;
@@ -73,6 +82,48 @@ final class MooncakeStub {
         0,
         MooncakeStoreSettings.DEFAULT_LOCAL_BUFFER_SIZE_BYTES,
         maxKeyBytes);
+  }
+
+  /** The same settings over another transfer protocol. */
+  static MooncakeStoreSettings settings(int maxKeyBytes, String protocol) {
+    MooncakeStoreSettings tcp = settings(maxKeyBytes);
+    return new MooncakeStoreSettings(
+        tcp.libraryPath(),
+        tcp.localHostname(),
+        tcp.metadataServer(),
+        tcp.masterServerAddress(),
+        protocol,
+        tcp.deviceName(),
+        tcp.globalSegmentSizeBytes(),
+        tcp.localBufferSizeBytes(),
+        tcp.maxKeyBytes());
+  }
+
+  /** The read lease every later hit of a GET or an existence query grants. */
+  static void setLeaseTtlMs(long ttlMs) {
+    try {
+      SET_LEASE_TTL.invokeExact(ttlMs);
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
+  }
+
+  /** Moves the stub's lease clock forward, so leases end without a test sleeping. */
+  static void advanceMs(long ms) {
+    try {
+      ADVANCE.invokeExact(ms);
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
+  }
+
+  /** Objects whose read lease has not ended. */
+  static long leasedCount() {
+    try {
+      return (long) LEASED_COUNT.invokeExact();
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
   }
 
   static void reset() {
