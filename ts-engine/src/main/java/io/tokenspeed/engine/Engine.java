@@ -14,6 +14,7 @@ import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.engine.memory.DevicePools;
 import io.tokenspeed.engine.memory.HostCacheStorage;
 import io.tokenspeed.l3.CloseReport;
+import io.tokenspeed.l3.spi.NamespaceDeletion;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ModelIdentity;
@@ -346,7 +347,8 @@ public final class Engine implements AutoCloseable {
    *   <li>wait (on the calling thread, never the loop's) until every operation already inside the
    *       store has retired, so no write can land in the old namespace after its deletion;
    *   <li>delete the old namespace's objects from the store (on the calling thread: a slow store
-   *       delays this call, never a round);
+   *       delays this call, never a round; a store whose objects can stay under read leases waits
+   *       for them within its own bound, {@link Store#purgeNamespace});
    *   <li>switch (on the loop thread; on a replica, every rank in one agreed round): clear the
    *       cache as {@link #clearCache} does, build every later key under the namespace of {@code
    *       version}, lift the fence.
@@ -371,22 +373,35 @@ public final class Engine implements AutoCloseable {
    * @throws Exception the store's deletion failure, or a wait for retirement that timed out
    */
   public long updateWeightVersion(String version) throws Exception {
+    return updateWeights(version).removedObjects();
+  }
+
+  /**
+   * {@link #updateWeightVersion}, reporting what the deletion did: the objects removed and, for a
+   * store that can leave objects behind (Mooncake skips objects under a read lease), how many
+   * stayed and why ({@link Store#purgeNamespace}). Objects that stayed do not fail the update:
+   * their namespace is never built again, so they are never read. Without L3: {@link
+   * NamespaceDeletion#NONE}.
+   *
+   * @throws Exception the store's deletion failure, or a wait for retirement that timed out
+   */
+  public NamespaceDeletion updateWeights(String version) throws Exception {
     checkVersion(version);
     synchronized (weightUpdates) {
       String current = onLoop(() -> weightVersion).get();
-      long deleted = 0;
+      NamespaceDeletion deletion = NamespaceDeletion.NONE;
       if (storage != null) {
         command(Replica.Command.FENCE_STORAGE).get();
         try {
           awaitStorageRetired();
-          deleted = storageStore.deleteNamespace(namespaceFor(current).toString());
+          deletion = storageStore.purgeNamespace(namespaceFor(current).toString());
         } catch (Exception | Error e) {
           command(Replica.Command.LIFT_FENCE);
           throw e;
         }
       }
       command(Replica.Command.switchTo(version)).get();
-      return deleted;
+      return deletion;
     }
   }
 

@@ -225,6 +225,13 @@ class EngineL3AdminTest {
     Forwarding failing =
         new Forwarding(shared) {
           @Override
+          public io.tokenspeed.l3.spi.NamespaceDeletion purgeNamespace(String namespace)
+              throws Exception {
+            // the engine deletes through purgeNamespace: route it through this deleteNamespace
+            return io.tokenspeed.l3.spi.NamespaceDeletion.complete(deleteNamespace(namespace));
+          }
+
+          @Override
           public long deleteNamespace(String namespace) {
             throw new IllegalStateException("the store refuses to delete " + namespace);
           }

@@ -263,6 +263,13 @@ class EngineL3WeightUpdateTest {
           }
 
           @Override
+          public io.tokenspeed.l3.spi.NamespaceDeletion purgeNamespace(String namespace)
+              throws Exception {
+            // the engine deletes through purgeNamespace: route it through this deleteNamespace
+            return io.tokenspeed.l3.spi.NamespaceDeletion.complete(deleteNamespace(namespace));
+          }
+
+          @Override
           public long deleteNamespace(String namespace) throws Exception {
             if (deletions.incrementAndGet() == 1) {
               deleting.countDown();

@@ -114,6 +114,13 @@ class EngineTensorParallelFaultsTest {
     }
 
     @Override
+    public io.tokenspeed.l3.spi.NamespaceDeletion purgeNamespace(String namespace)
+        throws Exception {
+      // the engine deletes through purgeNamespace: route it through this deleteNamespace
+      return io.tokenspeed.l3.spi.NamespaceDeletion.complete(deleteNamespace(namespace));
+    }
+
+    @Override
     public long deleteNamespace(String namespace) throws Exception {
       if (failDeletes) {
         throw new IOException("namespace deletion refused by the test");

@@ -6,6 +6,8 @@ import java.util.List;
 /**
  * A store that passes every call to another one: the base of wrappers that change one thing (a
  * client several engines share and none may close, a counting or fault-injecting store in tests).
+ * {@link #purgeNamespace} goes to the inner store's, so a wrapper that intercepts namespace
+ * deletion overrides both it and {@link #deleteNamespace}.
  */
 public class ForwardingStore implements Store {
   private final Store inner;
@@ -65,6 +67,11 @@ public class ForwardingStore implements Store {
   @Override
   public long deleteNamespace(String namespace) throws Exception {
     return inner.deleteNamespace(namespace);
+  }
+
+  @Override
+  public NamespaceDeletion purgeNamespace(String namespace) throws Exception {
+    return inner.purgeNamespace(namespace);
   }
 
   @Override

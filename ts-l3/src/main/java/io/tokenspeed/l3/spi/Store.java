@@ -73,6 +73,16 @@ public interface Store extends AutoCloseable {
    */
   long deleteNamespace(String namespace) throws Exception;
 
+  /**
+   * Deletes the namespace's objects as {@link #deleteNamespace} does and reports what stayed. A
+   * store that can leave matching objects behind (Mooncake skips objects under a read lease)
+   * overrides this to wait, retry and say so. Default: one {@link #deleteNamespace} call, after
+   * which nothing of the namespace stays.
+   */
+  default NamespaceDeletion purgeNamespace(String namespace) throws Exception {
+    return NamespaceDeletion.complete(deleteNamespace(namespace));
+  }
+
   /** Releases the store's resources. Never called while a call may still touch a buffer. */
   @Override
   void close() throws Exception;

@@ -88,7 +88,9 @@ public final class StorageExtraConfig {
           "device_name",
           "global_segment_size_bytes",
           "local_buffer_size_bytes",
-          "max_key_bytes");
+          "max_key_bytes",
+          "lease_ttl_ms",
+          "namespace_delete_wait_ms");
 
   /** The mooncake fields without a default. */
   public static final List<String> MOONCAKE_REQUIRED =
@@ -411,6 +413,10 @@ public final class StorageExtraConfig {
         f.longInteger(
             "local_buffer_size_bytes", MooncakeStoreSettings.DEFAULT_LOCAL_BUFFER_SIZE_BYTES);
     int maxKeyBytes = f.integer("max_key_bytes", MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES);
+    long leaseTtlMs = f.longInteger("lease_ttl_ms", MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS);
+    long namespaceDeleteWaitMs =
+        f.longInteger(
+            "namespace_delete_wait_ms", MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS);
     return new StorageBackend.Mooncake(
         f.build(
             () ->
@@ -423,7 +429,9 @@ public final class StorageExtraConfig {
                     deviceName,
                     globalSegmentSizeBytes,
                     localBufferSizeBytes,
-                    maxKeyBytes)));
+                    maxKeyBytes,
+                    leaseTtlMs,
+                    namespaceDeleteWaitMs)));
   }
 
   private static StorageRuntimeConfig runtime(Fields a) {

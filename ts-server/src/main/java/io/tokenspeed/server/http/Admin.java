@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineStats;
+import io.tokenspeed.l3.spi.NamespaceDeletion;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.concurrent.ExecutionException;
@@ -104,9 +105,9 @@ final class Admin {
     String previous = engine.weightVersion();
     String oldNamespace = namespace();
     long start = System.nanoTime();
-    long deleted;
+    NamespaceDeletion deletion;
     try {
-      deleted = engine.updateWeightVersion(version);
+      deletion = engine.updateWeights(version);
     } catch (TimeoutException e) {
       throw new ApiException(503, "service_unavailable", null, null, e.getMessage());
     }
@@ -116,7 +117,15 @@ final class Admin {
         "fenced storage, waited for the store's operations to retire, deleted the old namespace's"
             + " objects, cleared the caches and switched later keys to the new namespace");
     versions(out, previous, version, oldNamespace);
-    out.put("deleted_objects", deleted);
+    out.put("deleted_objects", deletion.removedObjects());
+    if (deletion.remainingObjects() < 0) {
+      out.putNull("remaining_objects"); // the store cannot count them: see remaining_reason
+    } else {
+      out.put("remaining_objects", deletion.remainingObjects());
+    }
+    out.put("deletion_passes", deletion.passes());
+    out.put("deletion_waited_ms", deletion.waitedMs());
+    out.put("remaining_reason", deletion.remainingReason());
     return out;
   }
 

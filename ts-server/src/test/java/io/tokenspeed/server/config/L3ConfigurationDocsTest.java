@@ -146,6 +146,8 @@ class L3ConfigurationDocsTest {
     mooncakeDefaults.put("global_segment_size_bytes", str(mooncake.globalSegmentSizeBytes()));
     mooncakeDefaults.put("local_buffer_size_bytes", str(mooncake.localBufferSizeBytes()));
     mooncakeDefaults.put("max_key_bytes", str(mooncake.maxKeyBytes()));
+    mooncakeDefaults.put("lease_ttl_ms", str(mooncake.leaseTtlMs()));
+    mooncakeDefaults.put("namespace_delete_wait_ms", str(mooncake.namespaceDeleteWaitMs()));
     defaults.put("mooncake", mooncakeDefaults);
     Map<String, String> asyncDefaults = new LinkedHashMap<>();
     for (Record r : List.<Record>of(StorageConfig.defaults(), L3ExecutorConfig.defaults())) {

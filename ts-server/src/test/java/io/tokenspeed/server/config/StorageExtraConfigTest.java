@@ -194,7 +194,9 @@ class StorageExtraConfigTest {
             "mlx5_0,mlx5_1",
             1L << 44,
             0,
-            4096);
+            4096,
+            MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS,
+            MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS);
     assertEquals(new StorageBackend.Mooncake(expected), r.backend());
   }
 
@@ -966,7 +968,13 @@ class StorageExtraConfigTest {
       List.of(
           new Range("global_segment_size_bytes", 0, MooncakeStoreSettings.MAX_SIZE_BYTES, false),
           new Range("local_buffer_size_bytes", 0, MooncakeStoreSettings.MAX_SIZE_BYTES, false),
-          new Range("max_key_bytes", 1, MooncakeStoreSettings.MAX_KEY_BYTES_LIMIT, true));
+          new Range("max_key_bytes", 1, MooncakeStoreSettings.MAX_KEY_BYTES_LIMIT, true),
+          new Range("lease_ttl_ms", 0, MooncakeStoreSettings.MAX_LEASE_TTL_MS, false),
+          new Range(
+              "namespace_delete_wait_ms",
+              0,
+              MooncakeStoreSettings.MAX_NAMESPACE_DELETE_WAIT_MS,
+              false));
 
   private static final long HOUR_MS = 3_600_000;
 

@@ -507,7 +507,13 @@ class HttpServerTest {
         "weight_version", TestServer.json(missing.body()).get("error").get("param").asText());
     HttpResponse<String> update = admin("/admin/update_weights", "{\"weight_version\":\"v2\"}");
     assertEquals(200, update.statusCode(), update.body());
-    assertEquals("v2", TestServer.json(update.body()).get("weight_version").asText());
+    JsonNode updated = TestServer.json(update.body());
+    assertEquals("v2", updated.get("weight_version").asText());
+    // no L3 here: nothing deleted, nothing can have stayed, no pass run
+    assertEquals(0, updated.get("deleted_objects").asLong(), update.body());
+    assertEquals(0, updated.get("remaining_objects").asLong(), update.body());
+    assertEquals(0, updated.get("deletion_passes").asInt(), update.body());
+    assertEquals("", updated.get("remaining_reason").asText(), update.body());
     assertEquals("v2", server.engine.weightVersion());
     HttpResponse<String> rotate = admin("/admin/rotate_namespace", "{\"weight_version\":\"v3\"}");
     assertEquals(200, rotate.statusCode(), rotate.body());

@@ -5,6 +5,7 @@ import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
+import io.tokenspeed.l3.spi.NamespaceDeletion;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
@@ -14,6 +15,7 @@ import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
@@ -125,11 +127,27 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *   <li>Unload the library or destroy the client while a call may be inside it.
  * </ul>
  *
- * <p>{@link #deleteNamespace} removes the objects whose key starts with {@code namespace + "_"} by
- * {@code mooncake_store_remove_by_regex} with the pattern {@code ^<escaped namespace>_} (ECMAScript
- * syntax, searched anywhere in the key, hence the anchor). It does not force: objects under an
- * active read lease are skipped by the master and survive, so the count may be lower than the
- * number of matching objects.
+ * <h2>Namespace deletion and read leases</h2>
+ *
+ * The master grants a read lease ({@code default_kv_lease_ttl}, 10 s by default) on every object a
+ * GET or an existence query finds, and {@code mooncake_store_remove_by_regex} without {@code force}
+ * skips leased objects (and objects whose PUT has not finished). A deletion right after the engine
+ * queried its own keys would therefore leave them all behind. {@link #purgeNamespace} does not
+ * force (a forced removal frees an object another replica may be reading, whose bytes could then be
+ * overwritten under that reader); instead it waits, within {@link
+ * MooncakeStoreSettings#namespaceDeleteWaitMs()}:
+ *
+ * <pre>
+ *   now            own lease end          + 1 lease             + 1 lease
+ *    |---- wait ------|-- pass 1 --|---- wait ----|-- pass 2 --|-- ... until a pass removes 0
+ *    this client's GET/QUERY leases end;   leases other clients held at pass 1 have ended
+ * </pre>
+ *
+ * The store knows when its own leases end (it notes the end of every GET and QUERY call), so the
+ * first pass runs once they have. Each later pass runs one lease after the previous one and stops
+ * when a pass removes nothing or the bound would be passed. The C API has no call that lists or
+ * counts keys, so what stays cannot be counted: the result says so and why ({@link
+ * NamespaceDeletion#remainingObjects()} is -1). {@link #deleteNamespace} is one pass at once.
  *
  * <p>Thread-safe: the executor's workers call one instance concurrently.
  */
@@ -149,6 +167,14 @@ public final class MooncakeStore implements Store {
   /** Guarded by {@link #lifecycle}: written under the write lock, read under either. */
   private boolean closed;
 
+  private final Clock clock;
+
+  /**
+   * When the read leases this client's own GET and QUERY calls were granted have all ended
+   * (nanoTime), as far as this client can tell: the end of the latest such call plus one lease.
+   */
+  private final AtomicLong ownLeaseEndNs;
+
   private final Object registration = new Object();
   private volatile MemorySegment registered;
 
@@ -165,11 +191,39 @@ public final class MooncakeStore implements Store {
   private final AtomicLong malformed = new AtomicLong();
   private final AtomicLong nativeCalls = new AtomicLong();
 
+  /** Time and waiting for namespace deletion; tests replace it to move a manual clock. */
+  interface Clock {
+    long nowNs();
+
+    void sleepNs(long ns) throws InterruptedException;
+
+    Clock SYSTEM =
+        new Clock() {
+          @Override
+          public long nowNs() {
+            return System.nanoTime();
+          }
+
+          @Override
+          public void sleepNs(long ns) throws InterruptedException {
+            TimeUnit.NANOSECONDS.sleep(ns);
+          }
+        };
+  }
+
+  /**
+   * Added to every lease end this client computes: the master starts a lease while it answers,
+   * before the call returns here, so the margin only covers timer granularity.
+   */
+  static final long LEASE_MARGIN_MS = 100;
+
   private MooncakeStore(
-      MooncakeStoreSettings settings, MooncakeNative library, MemorySegment client) {
+      MooncakeStoreSettings settings, MooncakeNative library, MemorySegment client, Clock clock) {
     this.settings = settings;
     this.library = library;
     this.client = client;
+    this.clock = clock;
+    this.ownLeaseEndNs = new AtomicLong(clock.nowNs());
   }
 
   /**
@@ -179,13 +233,18 @@ public final class MooncakeStore implements Store {
    * @throws IOException when the client cannot be created or setup fails (the client is destroyed)
    */
   public static MooncakeStore open(MooncakeStoreSettings settings) throws IOException {
+    return open(settings, Clock.SYSTEM);
+  }
+
+  /** {@link #open(MooncakeStoreSettings)} with another clock for namespace deletion. */
+  static MooncakeStore open(MooncakeStoreSettings settings, Clock clock) throws IOException {
     MooncakeNative library = MooncakeNative.load(settings.libraryPath());
     MemorySegment client = library.create();
     if (client == null || client.address() == 0) {
       throw new IOException(
           "mooncake_store_create returned NULL (library_path=" + settings.libraryPath() + ")");
     }
-    MooncakeStore store = new MooncakeStore(settings, library, client);
+    MooncakeStore store = new MooncakeStore(settings, library, client, clock);
     store.nativeCalls.incrementAndGet();
     try {
       store.setup();
@@ -328,6 +387,7 @@ public final class MooncakeStore implements Store {
       MemorySegment results = intResults(arena, count);
       nativeCalls.incrementAndGet();
       int status = library.batchIsExist(client, keyArray, count, results);
+      noteLeases();
       // A QUERY hands the SDK no payload buffer: whatever it answers, nothing stays in use.
       return new StoreResult(decodeExists(status, results, count), true);
     } finally {
@@ -353,6 +413,7 @@ public final class MooncakeStore implements Store {
       MemorySegment results = longResults(arena, count);
       nativeCalls.incrementAndGet();
       int status = library.batchGetInto(client, keyArray, buffers, sizes, count, results);
+      noteLeases();
       return decodeGet(status, results, destinations);
     } finally {
       lock.unlock();
@@ -384,8 +445,9 @@ public final class MooncakeStore implements Store {
   }
 
   /**
-   * Removes every object whose key starts with {@code namespace + "_"} by {@code
-   * mooncake_store_remove_by_regex(client, "^<escaped namespace>_", force=0)}.
+   * Removes every object whose key starts with {@code namespace + "_"} by one {@code
+   * mooncake_store_remove_by_regex(client, "^<escaped namespace>_", force=0)}, at once: objects
+   * under a read lease stay. {@link #purgeNamespace} waits for leases to end.
    *
    * @return how many objects the master removed (leased objects are skipped)
    * @throws IOException when the SDK answers a negative code
@@ -393,7 +455,89 @@ public final class MooncakeStore implements Store {
   @Override
   public long deleteNamespace(String namespace) throws IOException {
     byte[] utf8 = encodeKey("namespace", namespace);
+    return removeOnce(namespacePattern(namespace), utf8.length);
+  }
+
+  /**
+   * Removes the namespace's objects in passes of {@code remove_by_regex(force=0)}, waiting for read
+   * leases to end before and between them within {@link
+   * MooncakeStoreSettings#namespaceDeleteWaitMs()} (class comment). Runs on the calling thread (an
+   * administrative call); holds no lock while it waits.
+   *
+   * @return the objects removed over every pass; what stayed cannot be counted (-1), and the reason
+   *     says what may have stayed
+   * @throws IOException when a pass answers a negative code: the deletion failed
+   * @throws InterruptedException when the waiting thread is interrupted
+   */
+  @Override
+  public NamespaceDeletion purgeNamespace(String namespace)
+      throws IOException, InterruptedException {
+    byte[] utf8 = encodeKey("namespace", namespace);
     String pattern = namespacePattern(namespace);
+    long leaseNs = TimeUnit.MILLISECONDS.toNanos(settings.leaseTtlMs());
+    long startNs = clock.nowNs();
+    long deadlineNs = startNs + TimeUnit.MILLISECONDS.toNanos(settings.namespaceDeleteWaitMs());
+    long waitedNs = 0;
+
+    long ownEndNs = ownLeaseEndNs.get();
+    boolean ownLeasesEnded = ownEndNs - startNs <= 0;
+    if (!ownLeasesEnded) {
+      long untilNs = ownEndNs - deadlineNs <= 0 ? ownEndNs : deadlineNs;
+      clock.sleepNs(untilNs - startNs);
+      waitedNs += untilNs - startNs;
+      ownLeasesEnded = untilNs == ownEndNs;
+    }
+    long removed = removeOnce(pattern, utf8.length);
+    int passes = 1;
+    boolean settled = false;
+    while (leaseNs > 0 && clock.nowNs() + leaseNs - deadlineNs <= 0) {
+      clock.sleepNs(leaseNs);
+      waitedNs += leaseNs;
+      long pass = removeOnce(pattern, utf8.length);
+      passes++;
+      removed += pass;
+      if (pass == 0) {
+        settled = true;
+        break;
+      }
+    }
+    return new NamespaceDeletion(
+        removed,
+        -1,
+        passes,
+        TimeUnit.NANOSECONDS.toMillis(waitedNs),
+        remainingReason(ownLeasesEnded, settled));
+  }
+
+  private String remainingReason(boolean ownLeasesEnded, boolean settled) {
+    StringBuilder why =
+        new StringBuilder(
+            "Mooncake cannot count the objects that stay: remove_by_regex without force skips"
+                + " objects under a read lease (lease_ttl_ms="
+                + settings.leaseTtlMs()
+                + ") and objects whose PUT has not finished; ");
+    if (!ownLeasesEnded) {
+      why.append(
+          "this client's own read leases had not ended when namespace_delete_wait_ms="
+              + settings.namespaceDeleteWaitMs()
+              + " ran out, so objects it had read or queried may have stayed");
+    } else if (settled) {
+      why.append(
+          "a pass one lease after the previous one removed nothing, so only objects another"
+              + " client read or queried within the last lease, or was still writing, can have"
+              + " stayed");
+    } else {
+      why.append(
+          "namespace_delete_wait_ms="
+              + settings.namespaceDeleteWaitMs()
+              + " ran out before a pass removed nothing, so objects other clients had read,"
+              + " queried or were writing may have stayed");
+    }
+    return why.toString();
+  }
+
+  /** One {@code remove_by_regex(pattern, force=0)} under the read lock. */
+  private long removeOnce(String pattern, int namespaceBytes) throws IOException {
     Lock lock = lifecycle.readLock();
     lock.lock();
     try (Arena arena = Arena.ofConfined()) {
@@ -407,13 +551,20 @@ public final class MooncakeStore implements Store {
                 + " returned "
                 + MooncakeCodes.describe(removed)
                 + " (namespace of "
-                + utf8.length
+                + namespaceBytes
                 + " bytes)");
       }
       return removed;
     } finally {
       lock.unlock();
     }
+  }
+
+  /** A GET or QUERY call just returned: the leases it was granted end one lease from now. */
+  private void noteLeases() {
+    long endNs =
+        clock.nowNs() + TimeUnit.MILLISECONDS.toNanos(settings.leaseTtlMs() + LEASE_MARGIN_MS);
+    ownLeaseEndNs.accumulateAndGet(endNs, (current, next) -> next - current > 0 ? next : current);
   }
 
   /**

@@ -20,6 +20,8 @@ import java.util.regex.Pattern;
  *   global_segment_size_bytes  global_segment_size    [0, 2^44]; 0 = pure client
  *   local_buffer_size_bytes    local_buffer_size      [0, 2^44]
  *   max_key_bytes              (adapter)              [1, 4096]
+ *   lease_ttl_ms               (adapter)              [0, 3600000]; the master's default_kv_lease_ttl
+ *   namespace_delete_wait_ms   (adapter)              [0, 600000]
  * </pre>
  *
  * <p><b>{@code global_segment_size_bytes = 0} makes this rank a pure client</b>: it mounts no
@@ -43,6 +45,11 @@ import java.util.regex.Pattern;
  * @param localBufferSizeBytes the client's own staging buffer; the zero-copy path of this adapter
  *     does not use it
  * @param maxKeyBytes longest object key accepted, in UTF-8 bytes, checked before any native call
+ * @param leaseTtlMs the read lease the master grants on every GET and existence query that finds an
+ *     object: its {@code default_kv_lease_ttl} flag, which this setting must equal. A namespace
+ *     deletion waits for leases to end before and between removal passes
+ * @param namespaceDeleteWaitMs the most a namespace deletion waits in all for read leases to end
+ *     ({@link MooncakeStore#purgeNamespace}); 0 = one pass at once, leased objects stay
  */
 public record MooncakeStoreSettings(
     Path libraryPath,
@@ -53,7 +60,9 @@ public record MooncakeStoreSettings(
     String deviceName,
     long globalSegmentSizeBytes,
     long localBufferSizeBytes,
-    int maxKeyBytes) {
+    int maxKeyBytes,
+    long leaseTtlMs,
+    long namespaceDeleteWaitMs) {
 
   /** Default metadata service: the transfer engine's peer handshake, which needs no etcd. */
   public static final String DEFAULT_METADATA_SERVER = "P2PHANDSHAKE";
@@ -75,6 +84,21 @@ public record MooncakeStoreSettings(
    * (about 170 bytes: architecture §7).
    */
   public static final int DEFAULT_MAX_KEY_BYTES = 512;
+
+  /** Default read lease: 10,000 ms, the master's default {@code default_kv_lease_ttl}. */
+  public static final long DEFAULT_LEASE_TTL_MS = 10_000;
+
+  /**
+   * Default bound of a namespace deletion's waiting: 25,000 ms, enough for this client's own leases
+   * to end before the first pass (one lease) and for one more pass a lease later.
+   */
+  public static final long DEFAULT_NAMESPACE_DELETE_WAIT_MS = 25_000;
+
+  /** Largest accepted {@code lease_ttl_ms}: one hour. */
+  public static final long MAX_LEASE_TTL_MS = 3_600_000;
+
+  /** Largest accepted {@code namespace_delete_wait_ms}: ten minutes. */
+  public static final long MAX_NAMESPACE_DELETE_WAIT_MS = 600_000;
 
   /** Largest accepted segment or buffer size: 2^44 bytes (16 TiB), far above any host. */
   public static final long MAX_SIZE_BYTES = 1L << 44;
@@ -103,6 +127,18 @@ public record MooncakeStoreSettings(
       throw new IllegalArgumentException(
           "mooncake max_key_bytes=" + maxKeyBytes + " must be in [1, " + MAX_KEY_BYTES_LIMIT + "]");
     }
+    if (leaseTtlMs < 0 || leaseTtlMs > MAX_LEASE_TTL_MS) {
+      throw new IllegalArgumentException(
+          "mooncake lease_ttl_ms=" + leaseTtlMs + " must be in [0, " + MAX_LEASE_TTL_MS + "]");
+    }
+    if (namespaceDeleteWaitMs < 0 || namespaceDeleteWaitMs > MAX_NAMESPACE_DELETE_WAIT_MS) {
+      throw new IllegalArgumentException(
+          "mooncake namespace_delete_wait_ms="
+              + namespaceDeleteWaitMs
+              + " must be in [0, "
+              + MAX_NAMESPACE_DELETE_WAIT_MS
+              + "]");
+    }
   }
 
   /**
@@ -119,7 +155,9 @@ public record MooncakeStoreSettings(
         DEFAULT_DEVICE_NAME,
         DEFAULT_GLOBAL_SEGMENT_SIZE_BYTES,
         DEFAULT_LOCAL_BUFFER_SIZE_BYTES,
-        DEFAULT_MAX_KEY_BYTES);
+        DEFAULT_MAX_KEY_BYTES,
+        DEFAULT_LEASE_TTL_MS,
+        DEFAULT_NAMESPACE_DELETE_WAIT_MS);
   }
 
   /** Whether this rank mounts no storage of its own. */
@@ -138,7 +176,9 @@ public record MooncakeStoreSettings(
         deviceName,
         bytes,
         localBufferSizeBytes,
-        maxKeyBytes);
+        maxKeyBytes,
+        leaseTtlMs,
+        namespaceDeleteWaitMs);
   }
 
   /** A copy with another key limit. */
@@ -152,7 +192,25 @@ public record MooncakeStoreSettings(
         deviceName,
         globalSegmentSizeBytes,
         localBufferSizeBytes,
-        bytes);
+        bytes,
+        leaseTtlMs,
+        namespaceDeleteWaitMs);
+  }
+
+  /** A copy with another lease and namespace-deletion bound. */
+  public MooncakeStoreSettings withLease(long ttlMs, long deleteWaitMs) {
+    return new MooncakeStoreSettings(
+        libraryPath,
+        localHostname,
+        metadataServer,
+        masterServerAddress,
+        protocol,
+        deviceName,
+        globalSegmentSizeBytes,
+        localBufferSizeBytes,
+        maxKeyBytes,
+        ttlMs,
+        deleteWaitMs);
   }
 
   private static void requireToken(String field, String value, boolean emptyAllowed) {

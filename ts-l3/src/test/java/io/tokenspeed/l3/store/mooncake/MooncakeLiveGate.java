@@ -68,7 +68,9 @@ final class MooncakeLiveGate {
             orDefault(env, "MOONCAKE_DEVICE", MooncakeStoreSettings.DEFAULT_DEVICE_NAME),
             Long.parseLong(orDefault(env, "MOONCAKE_SEGMENT_BYTES", "0")),
             MooncakeStoreSettings.DEFAULT_LOCAL_BUFFER_SIZE_BYTES,
-            MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES));
+            MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES,
+            MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS,
+            MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS));
   }
 
   private static String value(Map<String, String> env, String name) {

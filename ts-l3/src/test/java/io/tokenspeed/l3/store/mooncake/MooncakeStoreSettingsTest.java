@@ -38,7 +38,9 @@ class MooncakeStoreSettingsTest {
         device,
         s.globalSegmentSizeBytes(),
         s.localBufferSizeBytes(),
-        s.maxKeyBytes());
+        s.maxKeyBytes(),
+        s.leaseTtlMs(),
+        s.namespaceDeleteWaitMs());
   }
 
   static Stream<Arguments> invalid() {
@@ -56,7 +58,9 @@ class MooncakeStoreSettingsTest {
                         "",
                         0,
                         0,
-                        MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES))),
+                        MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES,
+                        MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS,
+                        MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS))),
         Arguments.of(
             "local_hostname=", new Change(s -> with(s, "", s.metadataServer(), "a:1", "tcp", ""))),
         Arguments.of(

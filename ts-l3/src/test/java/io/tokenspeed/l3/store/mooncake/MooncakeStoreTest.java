@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.l3.spi.NamespaceDeletion;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
@@ -498,6 +499,157 @@ class MooncakeStoreTest {
         MooncakeStore.namespacePattern(namespace));
     assertEquals(1, removed);
     assertEquals(2, MooncakeStub.objectCount());
+  }
+
+  /** A manual clock whose waiting also moves the stub's lease clock; runs a hook per wait. */
+  private static final class StubClock implements MooncakeStore.Clock {
+    long nowNs = 1_000_000_000L;
+    long sleptNs;
+    Runnable onSleep = () -> {};
+
+    @Override
+    public long nowNs() {
+      return nowNs;
+    }
+
+    @Override
+    public void sleepNs(long ns) {
+      nowNs += ns;
+      sleptNs += ns;
+      MooncakeStub.advanceMs(ns / 1_000_000);
+      onSleep.run();
+    }
+  }
+
+  private static final long LEASE_MS = MooncakeStub.DEFAULT_LEASE_TTL_MS;
+
+  private MooncakeStore clocked(StubClock clock, long deleteWaitMs) throws IOException {
+    return MooncakeStore.open(
+        MooncakeStub.settings(MAX_KEY_BYTES).withLease(LEASE_MS, deleteWaitMs), clock);
+  }
+
+  @Test
+  void shouldLeaveQueriedObjectsWhenOnePassRunsInsideTheirLeaseLikeTheRealMaster()
+      throws IOException {
+    putOne(key("a"), 0, 8);
+    putOne(key("b"), 8, 8);
+    store.exists(List.of(key("a")));
+
+    long removed = store.deleteNamespace(NS);
+
+    assertEquals(1, removed, "b went, a is leased and stays");
+    assertTrue(MooncakeStub.has(key("a")));
+    assertFalse(MooncakeStub.has(key("b")));
+  }
+
+  @Test
+  void shouldWaitOutItsOwnLeasesThenRemoveEverythingWhenPurgingAQueriedNamespace()
+      throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 25_000)) {
+      putOne(key("a"), 0, 8);
+      putOne(key("b"), 8, 8);
+      putOne("other_k", 16, 8);
+      assertEquals(2, purger.exists(List.of(key("a"), key("b"))).rows().size());
+
+      NamespaceDeletion d = purger.purgeNamespace(NS);
+
+      assertEquals(2, d.removedObjects());
+      assertEquals(-1, d.remainingObjects(), "Mooncake cannot count what stays");
+      assertEquals(2, d.passes(), "one after its own leases, one a lease later that removed 0");
+      assertEquals(LEASE_MS + MooncakeStore.LEASE_MARGIN_MS + LEASE_MS, d.waitedMs());
+      assertEquals(d.waitedMs() * 1_000_000, clock.sleptNs);
+      assertTrue(d.remainingReason().contains("removed nothing"), d.remainingReason());
+      assertFalse(MooncakeStub.has(key("a")));
+      assertFalse(MooncakeStub.has(key("b")));
+      assertTrue(MooncakeStub.has("other_k"), "another namespace's object");
+    }
+  }
+
+  @Test
+  void shouldRemoveObjectsAnotherClientLeasedOneLeaseLaterWhenPurging() throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 25_000)) {
+      putOne(key("a"), 0, 8);
+      putOne(key("b"), 8, 8);
+      store.exists(List.of(key("a"))); // another client's lease; the purger holds none
+
+      NamespaceDeletion d = purger.purgeNamespace(NS);
+
+      // pass 1 at once removes b, pass 2 a lease later removes a, pass 3 removes nothing
+      assertEquals(2, d.removedObjects());
+      assertEquals(3, d.passes());
+      assertEquals(2 * LEASE_MS, d.waitedMs());
+      assertEquals(0, MooncakeStub.objectCount());
+    }
+  }
+
+  @Test
+  void shouldLeaveAnObjectAnotherClientKeepsReadingAndSaySo() throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 25_000)) {
+      putOne(key("a"), 0, 8);
+      putOne(key("b"), 8, 8);
+      putOne(key("c"), 16, 8);
+      store.exists(List.of(key("a"), key("b")));
+      clock.onSleep = () -> store.exists(List.of(key("a"))); // a is read again every lease
+
+      NamespaceDeletion d = purger.purgeNamespace(NS);
+
+      // pass 1 removes c; b's lease ends and pass 2 removes it; a is leased at every pass, so
+      // pass 3 removes nothing and a stays
+      assertEquals(2, d.removedObjects());
+      assertEquals(3, d.passes());
+      assertTrue(MooncakeStub.has(key("a")));
+      assertTrue(d.remainingReason().contains("another client read"), d.remainingReason());
+    }
+  }
+
+  @Test
+  void shouldSayTheBoundRanOutWhenEveryPassStillRemovesObjects() throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 25_000)) {
+      putOne(key("a"), 0, 8);
+      long[] next = {1};
+      clock.onSleep = () -> putOne(key("late" + next[0]++), 8, 8); // a writer still at work
+
+      NamespaceDeletion d = purger.purgeNamespace(NS);
+
+      // passes at 0 s, 10 s and 20 s each remove one object; a fourth at 30 s would pass 25 s
+      assertEquals(3, d.removedObjects());
+      assertEquals(3, d.passes());
+      assertEquals(2 * LEASE_MS, d.waitedMs());
+      assertTrue(d.remainingReason().contains("ran out"), d.remainingReason());
+    }
+  }
+
+  @Test
+  void shouldRunOnePassAtOnceWhenTheWaitBoundIsZero() throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 0)) {
+      putOne(key("a"), 0, 8);
+      purger.exists(List.of(key("a")));
+
+      NamespaceDeletion d = purger.purgeNamespace(NS);
+
+      assertEquals(new NamespaceDeletion(0, -1, 1, 0, d.remainingReason()), d);
+      assertTrue(d.remainingReason().contains("own read leases had not ended"));
+      assertTrue(MooncakeStub.has(key("a")));
+      assertEquals(0, clock.sleptNs);
+    }
+  }
+
+  @Test
+  void shouldFailThePurgeWhenAPassAnswersANegativeCode() throws Exception {
+    StubClock clock = new StubClock();
+    try (MooncakeStore purger = clocked(clock, 25_000)) {
+      MooncakeStub.inject("remove_by_regex", MooncakeCodes.RPC_TIMEOUT, 1);
+
+      IOException e = assertThrows(IOException.class, () -> purger.purgeNamespace(NS));
+
+      assertTrue(e.getMessage().contains("RPC_TIMEOUT"), e.getMessage());
+      assertEquals(0, clock.sleptNs, "a failed first pass ends the deletion");
+    }
   }
 
   @Test

@@ -81,7 +81,9 @@ final class MooncakeStub {
         "",
         0,
         MooncakeStoreSettings.DEFAULT_LOCAL_BUFFER_SIZE_BYTES,
-        maxKeyBytes);
+        maxKeyBytes,
+        DEFAULT_LEASE_TTL_MS,
+        MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS);
   }
 
   /** The same settings over another transfer protocol. */
@@ -96,7 +98,9 @@ final class MooncakeStub {
         tcp.deviceName(),
         tcp.globalSegmentSizeBytes(),
         tcp.localBufferSizeBytes(),
-        tcp.maxKeyBytes());
+        tcp.maxKeyBytes(),
+        tcp.leaseTtlMs(),
+        tcp.namespaceDeleteWaitMs());
   }
 
   /** The read lease every later hit of a GET or an existence query grants. */
