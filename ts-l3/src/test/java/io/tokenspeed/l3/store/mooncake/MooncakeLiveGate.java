@@ -18,7 +18,9 @@ import java.util.Optional;
  * <p>Optional variables, with their defaults: {@code MOONCAKE_METADATA} ({@code P2PHANDSHAKE}),
  * {@code MOONCAKE_LOCAL_HOSTNAME} ({@code 127.0.0.1}), {@code MOONCAKE_PROTOCOL} ({@code tcp}),
  * {@code MOONCAKE_DEVICE} (empty), {@code MOONCAKE_SEGMENT_BYTES} ({@code 0}: a pure client, so a
- * storage owner must already be mounted on the master).
+ * storage owner must already be mounted on the master), {@code MOONCAKE_LEASE_TTL_MS} ({@code
+ * 10000}: the master's {@code default_kv_lease_ttl}; the namespace-deletion bound is twice that
+ * plus 5.1 s).
  */
 final class MooncakeLiveGate {
 
@@ -58,6 +60,12 @@ final class MooncakeLiveGate {
               + LIB
               + " is unset: set it to the path of the shared library implementing store_c.h");
     }
+    long leaseTtlMs =
+        Long.parseLong(
+            orDefault(
+                env,
+                "MOONCAKE_LEASE_TTL_MS",
+                Long.toString(MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS)));
     return Optional.of(
         new MooncakeStoreSettings(
             Path.of(lib),
@@ -69,8 +77,10 @@ final class MooncakeLiveGate {
             Long.parseLong(orDefault(env, "MOONCAKE_SEGMENT_BYTES", "0")),
             MooncakeStoreSettings.DEFAULT_LOCAL_BUFFER_SIZE_BYTES,
             MooncakeStoreSettings.DEFAULT_MAX_KEY_BYTES,
-            MooncakeStoreSettings.DEFAULT_LEASE_TTL_MS,
-            MooncakeStoreSettings.DEFAULT_NAMESPACE_DELETE_WAIT_MS));
+            leaseTtlMs,
+            Math.min(
+                MooncakeStoreSettings.MAX_NAMESPACE_DELETE_WAIT_MS,
+                2 * leaseTtlMs + MooncakeStore.LEASE_MARGIN_MS + 5_000)));
   }
 
   private static String value(Map<String, String> env, String name) {
