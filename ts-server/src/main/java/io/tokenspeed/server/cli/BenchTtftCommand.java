@@ -1,6 +1,7 @@
 package io.tokenspeed.server.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.l3.store.mooncake.MooncakeStoreSettings;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -22,16 +23,17 @@ import picocli.CommandLine.Spec;
 /**
  * {@code tokenspeed bench ttft}: time to first token with L3 against recomputation, following the
  * specification's validation method. Per store (memory; file with a warm and a cold page cache;
- * Redis): a writer process serves prompts with long shared prefixes and exits; then a fresh reader
- * process with empty local caches runs, each on a fresh engine of the same configuration (equal
- * Device capacity, the same wait budget, warm code paths), the cohorts {@code l3}, {@code partial}
- * (half the prefix stored), {@code recompute}, then pairs of {@code miss-l3} / {@code miss-off}
- * requests (prefixes no one wrote, with and without L3) and of decode TPOT with L3 idle / without,
- * the two sides of a pair back to back. Resets (the page-cache drop, the warm-up, the raw bandwidth
- * read) happen only outside timed cohorts. With {@code --tp N} every writer and reader is a
- * tensor-parallel replica of N rank processes (see {@link BenchWorkerCommand}); with {@code
- * --device cuda[:N]} every process computes on that GPU, and the report adds the Host→Device copy
- * time of the restored blocks. Writes a Markdown report and an SVG chart.
+ * Redis; Mooncake, through a running master and storage owner): a writer process serves prompts
+ * with long shared prefixes and exits; then a fresh reader process with empty local caches runs,
+ * each on a fresh engine of the same configuration (equal Device capacity, the same wait budget,
+ * warm code paths), the cohorts {@code l3}, {@code partial} (half the prefix stored), {@code
+ * recompute}, then pairs of {@code miss-l3} / {@code miss-off} requests (prefixes no one wrote,
+ * with and without L3) and of decode TPOT with L3 idle / without, the two sides of a pair back to
+ * back. Resets (the page-cache drop, the warm-up, the raw bandwidth read) happen only outside timed
+ * cohorts. With {@code --tp N} every writer and reader is a tensor-parallel replica of N rank
+ * processes (see {@link BenchWorkerCommand}); with {@code --device cuda[:N]} every process computes
+ * on that GPU, and the report adds the Host→Device copy time of the restored blocks. Writes a
+ * Markdown report and an SVG chart.
  */
 @Command(
     name = "ttft",
@@ -58,11 +60,32 @@ final class BenchTtftCommand implements Callable<Integer> {
               + " tensor cores).")
   private String dtype = "f32";
 
-  @Option(names = "--stores", split = ",", description = "memory, file, redis (default: file).")
+  @Option(
+      names = "--stores",
+      split = ",",
+      description = "memory, file, redis, mooncake (default: file).")
   private List<String> stores = List.of("file");
 
   @Option(names = "--redis-uri", description = "The Redis server of the redis store.")
   private String redisUri;
+
+  @Option(
+      names = "--mooncake-master",
+      description =
+          "The Mooncake master (host:port) of the mooncake store; a storage owner must be"
+              + " mounted on it (the bench processes are pure clients).")
+  private String mooncakeMaster;
+
+  @Option(
+      names = "--mooncake-lib",
+      description = "The shared library implementing store_c.h (libmooncake_store.so).")
+  private Path mooncakeLib;
+
+  @Option(
+      names = "--mooncake-local-hostname",
+      description =
+          "This machine's address as Mooncake nodes reach it (default: ${DEFAULT-VALUE}).")
+  private String mooncakeLocalHostname = "127.0.0.1";
 
   @Option(names = "--prompts", description = "Prompts per cohort (default: ${DEFAULT-VALUE}).")
   private int prompts = 3;
@@ -195,12 +218,14 @@ final class BenchTtftCommand implements Callable<Integer> {
 
   private static final String[] COHORTS = {"l3", "partial", "recompute", "miss-l3", "miss-off"};
 
+  private static final List<String> STORES = List.of("memory", "file", "redis", "mooncake");
+
   @Override
   public Integer call() throws Exception {
     for (String s : stores) {
-      if (!List.of("memory", "file", "redis").contains(s)) {
+      if (!STORES.contains(s)) {
         throw new ParameterException(
-            spec.commandLine(), "--stores: " + s + " is not one of: memory, file, redis");
+            spec.commandLine(), "--stores: " + s + " is not one of: " + String.join(", ", STORES));
       }
     }
     if (!List.of("f32", "bf16").contains(dtype.toLowerCase(java.util.Locale.ROOT))) {
@@ -209,6 +234,12 @@ final class BenchTtftCommand implements Callable<Integer> {
     }
     if (stores.contains("redis") && redisUri == null) {
       throw new ParameterException(spec.commandLine(), "--stores redis needs --redis-uri URI");
+    }
+    if (stores.contains("mooncake")) {
+      checkMooncake();
+    } else if (mooncakeMaster != null || mooncakeLib != null) {
+      throw new ParameterException(
+          spec.commandLine(), "--mooncake-master and --mooncake-lib are for --stores mooncake");
     }
     if (prompts < 1
         || prefixTokens < 128
@@ -254,10 +285,23 @@ final class BenchTtftCommand implements Callable<Integer> {
             readers.add(run("reader", "file-warm", config, null, runSeed + 1, err));
             readers.add(run("reader", "file-cold", config, dir, runSeed + 2, err));
           }
-          default -> {
+          case "redis" -> {
             String config = config("redis", "\"uri\": " + quote(redisUri));
             run("writer", "redis-writer", config, null, runSeed, err);
             readers.add(run("reader", "redis", config, null, runSeed + 3, err));
+          }
+          default -> {
+            String config =
+                config(
+                    "mooncake",
+                    "\"library_path\": "
+                        + quote(mooncakeLib.toAbsolutePath().toString())
+                        + ", \"local_hostname\": "
+                        + quote(mooncakeLocalHostname)
+                        + ", \"master_server_address\": "
+                        + quote(mooncakeMaster));
+            run("writer", "mooncake-writer", config, null, runSeed, err);
+            readers.add(run("reader", "mooncake", config, null, runSeed + 4, err));
           }
         }
       }
@@ -281,6 +325,31 @@ final class BenchTtftCommand implements Callable<Integer> {
     o.printf("wrote %s and %s%n", out.resolve(base + ".md"), out.resolve(base + ".svg"));
     o.flush();
     return 0;
+  }
+
+  /**
+   * {@code --stores mooncake}: the master and the library are given, the library is a file, and the
+   * three make valid {@link MooncakeStoreSettings} (checked before any process starts).
+   */
+  private void checkMooncake() {
+    if (mooncakeMaster == null || mooncakeLib == null) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--stores mooncake needs --mooncake-master HOST:PORT and --mooncake-lib"
+              + " PATH/libmooncake_store.so");
+    }
+    if (!Files.isRegularFile(mooncakeLib)) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--mooncake-lib="
+              + mooncakeLib
+              + " is not a file (the shared library implementing store_c.h)");
+    }
+    try {
+      MooncakeStoreSettings.pureClient(mooncakeLib, mooncakeLocalHostname, mooncakeMaster);
+    } catch (IllegalArgumentException e) {
+      throw new ParameterException(spec.commandLine(), e.getMessage());
+    }
   }
 
   private String config(String backend, String fields) {

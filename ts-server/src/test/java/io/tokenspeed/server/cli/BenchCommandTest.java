@@ -3,6 +3,11 @@ package io.tokenspeed.server.cli;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -14,8 +19,16 @@ class BenchCommandTest {
       delimiter = ';',
       value = {
         "bench; a benchmark is required: ttft, serve",
-        "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis",
+        "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis, mooncake",
         "bench ttft --stores redis; --stores redis needs --redis-uri URI",
+        "bench ttft --stores mooncake; --stores mooncake needs --mooncake-master HOST:PORT",
+        "bench ttft --stores mooncake --mooncake-master 127.0.0.1:50051; --stores mooncake needs",
+        "bench ttft --stores mooncake --mooncake-lib pom.xml; --stores mooncake needs",
+        "bench ttft --stores mooncake --mooncake-master 127.0.0.1:50051 --mooncake-lib"
+            + " no/such/libmooncake_store.so; --mooncake-lib=no/such/libmooncake_store.so is not a"
+            + " file",
+        "bench ttft --mooncake-master 127.0.0.1:50051; --mooncake-master and --mooncake-lib are"
+            + " for --stores mooncake",
         "bench ttft --prompts 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --prefix-tokens 64; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --pairs 0; --prompts >= 1, --prefix-tokens >= 128",
@@ -26,6 +39,32 @@ class BenchCommandTest {
         "bench ttft --dtype fp8; --dtype=fp8 is not supported",
       })
   void shouldRejectABadFlagWithAUsageError(String args, String message) {
+    assertUsageError(args, message);
+  }
+
+  @Test
+  void shouldRejectABadMooncakeAddressBeforeAnyProcessStarts(@TempDir Path dir) throws IOException {
+    Path lib = Files.createFile(dir.resolve("libmooncake_store.so"));
+
+    // the master address must be a token: no whitespace
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "ttft",
+            "--stores",
+            "mooncake",
+            "--mooncake-lib",
+            lib.toString(),
+            "--mooncake-master",
+            "127.0.0.1: 50051");
+
+    assertEquals(2, run.exitCode(), run::toString);
+    assertTrue(
+        run.err().startsWith("error: mooncake master_server_address='127.0.0.1: 50051'"),
+        run::toString);
+  }
+
+  private static void assertUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));
     assertEquals(2, run.exitCode(), run::toString);
     assertTrue(run.err().startsWith("error: " + message), run::toString);
