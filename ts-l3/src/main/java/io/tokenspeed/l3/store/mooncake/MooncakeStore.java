@@ -147,7 +147,9 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * first pass runs once they have. Each later pass runs one lease after the previous one and stops
  * when a pass removes nothing or the bound would be passed. The C API has no call that lists or
  * counts keys, so what stays cannot be counted: the result says so and why ({@link
- * NamespaceDeletion#remainingObjects()} is -1). {@link #deleteNamespace} is one pass at once.
+ * NamespaceDeletion#remainingObjects()} is -1). {@link #deleteNamespace} is one pass at once. A
+ * pass is {@code mooncake_store_remove_by_regex} with the pattern {@code ^<escaped namespace>_}
+ * (ECMAScript syntax, searched anywhere in the key, hence the anchor).
  *
  * <p>Thread-safe: the executor's workers call one instance concurrently.
  */
