@@ -468,13 +468,27 @@ final class BenchWorkerCommand implements Callable<Integer> {
     int threads = storage.runtime().executor().getWorkers();
     StorageBackend backend = storage.backend();
     List<Store> clients = new ArrayList<>();
-    try (Arena arena = Arena.ofShared()) {
+    Arena arena = Arena.ofShared();
+    try {
+      // one allocation, sliced: a store that reads only into registered memory (Mooncake)
+      // registers it once per fresh client, as the engine registers its Host allocation
+      long[] offsets = new long[sizes.size()];
+      long end = 0;
+      for (int i = 0; i < sizes.size(); i++) {
+        offsets[i] = end;
+        end = (end + sizes.get(i) + 63) / 64 * 64;
+      }
+      MemorySegment all = arena.allocate(Math.max(end, 64), 64);
       List<MemorySegment> dest = new ArrayList<>();
-      for (long s : sizes) {
-        dest.add(arena.allocate(s, 64));
+      for (int i = 0; i < sizes.size(); i++) {
+        dest.add(all.asSlice(offsets[i], sizes.get(i)));
       }
       for (int t = 0; t < threads; t++) {
-        clients.add(shared != null ? shared : backend.open());
+        Store client = shared != null ? shared : backend.open();
+        clients.add(client);
+        if (shared == null) {
+          client.registerHostBuffer(all);
+        }
       }
       double one = Double.MAX_VALUE;
       double parallel = Double.MAX_VALUE;
@@ -493,10 +507,14 @@ final class BenchWorkerCommand implements Callable<Integer> {
               .put("threads", threads)
               .put("cold", dropPageCache != null));
     } finally {
-      if (shared == null) {
-        for (Store c : clients) {
-          c.close();
+      try {
+        if (shared == null) {
+          for (Store c : clients) {
+            c.close(); // unregisters the allocation before it is freed
+          }
         }
+      } finally {
+        arena.close();
       }
     }
   }
