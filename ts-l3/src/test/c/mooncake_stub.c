@@ -28,6 +28,10 @@
  *
  * All state is guarded by one mutex; the stub is for correctness tests, not for speed.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stddef.h>
@@ -54,6 +58,10 @@ struct stub_handle {
   uint64_t magic;
   /* 1 after a setup with protocol "tcp": unregistered payload buffers are accepted. */
   int any_buffer;
+  /* Like the real client's transfer listener: a TCP socket on every interface (0.0.0.0, an
+   * ephemeral port) opened by a successful setup whatever local_hostname says, closed by
+   * destroy; -1 before setup. */
+  int listen_fd;
 };
 
 struct stub_object {
@@ -283,6 +291,24 @@ static int64_t get_one(int tcp, const char *key, void *buffer, size_t size) {
  * store_c.h
  * ------------------------------------------------------------------------------------------- */
 
+/* A listening TCP socket bound to 0.0.0.0 on an ephemeral port, or -1. */
+static int listen_on_every_interface(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return -1;
+  }
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 8) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 mooncake_store_t mooncake_store_create(void) {
   pthread_mutex_lock(&lock);
   calls[FN_CREATE]++;
@@ -294,6 +320,7 @@ mooncake_store_t mooncake_store_create(void) {
     if (handle != NULL) {
       handle->magic = STUB_HANDLE_MAGIC;
       handle->any_buffer = 0;
+      handle->listen_fd = -1;
     }
   }
   pthread_mutex_unlock(&lock);
@@ -305,6 +332,9 @@ void mooncake_store_destroy(mooncake_store_t store) {
   calls[FN_DESTROY]++;
   if (valid_handle(store)) {
     ((struct stub_handle *)store)->magic = 0;
+    if (((struct stub_handle *)store)->listen_fd >= 0) {
+      close(((struct stub_handle *)store)->listen_fd);
+    }
     free(store);
   }
   pthread_mutex_unlock(&lock);
@@ -320,6 +350,9 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
     code = valid_handle(store) ? 0 : -1;
     if (code == 0) {
       ((struct stub_handle *)store)->any_buffer = protocol != NULL && strcmp(protocol, "tcp") == 0;
+      if (((struct stub_handle *)store)->listen_fd < 0) {
+        ((struct stub_handle *)store)->listen_fd = listen_on_every_interface();
+      }
     }
     snprintf(last_setup, sizeof(last_setup), "%s|%s|%llu|%llu|%s|%s|%s",
              local_hostname ? local_hostname : "(null)",

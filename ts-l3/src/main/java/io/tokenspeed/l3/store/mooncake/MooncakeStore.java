@@ -15,6 +15,8 @@ import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
@@ -177,6 +179,9 @@ public final class MooncakeStore implements Store {
    */
   private final AtomicLong ownLeaseEndNs;
 
+  /** The TCP sockets setup opened, as {@code address:port} (empty when /proc is unreadable). */
+  private List<String> clientListeners = List.of();
+
   private final Object registration = new Object();
   private volatile MemorySegment registered;
 
@@ -260,6 +265,7 @@ public final class MooncakeStore implements Store {
 
   private void setup() throws IOException {
     int status;
+    Optional<Set<ListeningSockets.Listener>> before = ListeningSockets.ofThisProcess();
     try (Arena arena = Arena.ofConfined()) {
       nativeCalls.incrementAndGet();
       status =
@@ -287,6 +293,51 @@ public final class MooncakeStore implements Store {
               + settings.localHostname()
               + " (the client was destroyed)");
     }
+    Optional<Set<ListeningSockets.Listener>> after = ListeningSockets.ofThisProcess();
+    if (before.isPresent() && after.isPresent()) {
+      List<ListeningSockets.Listener> opened =
+          after.get().stream().filter(l -> !before.get().contains(l)).toList();
+      clientListeners = opened.stream().map(ListeningSockets.Listener::toString).toList();
+      reportListeners(opened);
+    }
+  }
+
+  /**
+   * Says which sockets the client opened. The real client binds its transfer listeners to every
+   * interface whatever {@code local_hostname} names, and none of them authenticates its peers: a
+   * warning when {@code local_hostname} is a loopback address (the operator evidently meant the
+   * store to stay on this machine), otherwise a note, both pointing at the firewall advice.
+   */
+  private void reportListeners(List<ListeningSockets.Listener> opened) {
+    List<String> wildcard =
+        opened.stream()
+            .filter(ListeningSockets.Listener::allInterfaces)
+            .map(ListeningSockets.Listener::toString)
+            .toList();
+    if (wildcard.isEmpty()) {
+      return;
+    }
+    String host = settings.localHostname();
+    boolean loopback = host.equals("localhost") || host.startsWith("127.") || host.equals("::1");
+    System.getLogger(MooncakeStore.class.getName())
+        .log(
+            loopback ? System.Logger.Level.WARNING : System.Logger.Level.INFO,
+            "the Mooncake client listens on every interface at "
+                + String.join(", ", wildcard)
+                + " (local_hostname="
+                + host
+                + " only names the address peers are told); these ports accept unauthenticated"
+                + " reads and writes of the store: firewall them (docs/mooncake.md, Network"
+                + " exposure)");
+  }
+
+  /**
+   * The TCP sockets the client opened in {@code mooncake_store_setup}, as {@code address:port}
+   * ({@code 0.0.0.0} and {@code [0:0:0:0:0:0:0:0]} are every interface); empty when this is not
+   * Linux. For operators and tests: what the inference process exposes on the network.
+   */
+  public List<String> clientListeners() {
+    return clientListeners;
   }
 
   @Override

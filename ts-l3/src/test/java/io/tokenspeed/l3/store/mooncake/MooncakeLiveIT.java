@@ -1,6 +1,7 @@
 package io.tokenspeed.l3.store.mooncake;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.l3.spi.NamespaceDeletion;
@@ -121,6 +122,18 @@ class MooncakeLiveIT {
       slice.set(ValueLayout.JAVA_BYTE, i, (byte) random.nextInt());
     }
     return slice;
+  }
+
+  @Test
+  void shouldListenOnEveryInterfaceWhateverLocalHostnameSays() {
+    // the real client's handshake daemon and TCP data listener bind to every interface even with
+    // local_hostname 127.0.0.1 (docs/mooncake.md, Network exposure): the store names them
+    List<String> listeners = store.clientListeners();
+    assertFalse(listeners.isEmpty(), "no listener named after setup");
+    assertTrue(
+        listeners.stream().anyMatch(l -> l.startsWith("0.0.0.0:") || l.startsWith("[0:0:0:0:")),
+        listeners::toString);
+    System.out.println("MooncakeLiveIT: the client opened " + listeners);
   }
 
   @Test

@@ -2,6 +2,7 @@ package io.tokenspeed.l3.store.mooncake;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -719,6 +720,31 @@ class MooncakeStoreTest {
     putOne(key("last"), HOST_BYTES - 1, 1);
 
     assertEquals(2, MooncakeStub.objectCount());
+  }
+
+  @Test
+  void shouldNameTheSocketTheClientOpensOnEveryInterfaceAndSeeItClosed() throws IOException {
+    // the stand-in, like the real client, listens on 0.0.0.0 although local_hostname is loopback
+    assertTrue(MooncakeStub.settings(MAX_KEY_BYTES).localHostname().startsWith("127."));
+    String listener;
+    try (MooncakeStore fresh = MooncakeStore.open(MooncakeStub.settings(MAX_KEY_BYTES))) {
+      assertEquals(1, fresh.clientListeners().size(), fresh.clientListeners()::toString);
+      listener = fresh.clientListeners().getFirst();
+      assertTrue(listener.startsWith("0.0.0.0:"), listener);
+      assertTrue(Integer.parseInt(listener.substring("0.0.0.0:".length())) > 0, listener);
+      assertTrue(listening().contains(listener), listener);
+      // the other store of this test opened its own socket: different ports
+      assertEquals(1, store.clientListeners().size(), store.clientListeners()::toString);
+      assertNotEquals(listener, store.clientListeners().getFirst());
+    }
+    assertFalse(listening().contains(listener), listener);
+    assertTrue(listening().contains(store.clientListeners().getFirst()));
+  }
+
+  private static List<String> listening() {
+    return ListeningSockets.ofThisProcess().orElseThrow().stream()
+        .map(ListeningSockets.Listener::toString)
+        .toList();
   }
 
   @Test
