@@ -23,6 +23,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 
@@ -379,12 +380,9 @@ public final class EngineHarness {
     int[] batches = {1, 16};
     int repeats = 5;
     int threads = Runtime.getRuntime().availableProcessors();
-    for (int i = 0; i < args.length; i++) {
-      String a = args[i];
-      String v = i + 1 < args.length ? args[++i] : null;
-      if (v == null) {
-        throw new IllegalArgumentException(a + " needs a value");
-      }
+    for (Map.Entry<String, String> flag : BenchFlags.of(args)) {
+      String a = flag.getKey();
+      String v = flag.getValue();
       switch (a) {
         case "--model" -> modelName = v;
         case "--prompt" -> promptTokens = Integer.parseInt(v);

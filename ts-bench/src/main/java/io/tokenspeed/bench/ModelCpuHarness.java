@@ -363,12 +363,9 @@ public final class ModelCpuHarness {
     long peakIterations = 40_000_000L;
     int peakRepeats = 5;
     int threads = Runtime.getRuntime().availableProcessors();
-    for (int i = 0; i < args.length; i++) {
-      String a = args[i];
-      String v = i + 1 < args.length ? args[++i] : null;
-      if (v == null) {
-        throw new IllegalArgumentException(a + " needs a value");
-      }
+    for (Map.Entry<String, String> flag : BenchFlags.of(args)) {
+      String a = flag.getKey();
+      String v = flag.getValue();
       switch (a) {
         case "--model" -> {
           int eq = v.lastIndexOf('=');

@@ -110,12 +110,9 @@ public final class PrefillProfile {
     int tokens = 8192;
     int chunk = 512;
     int threads = Runtime.getRuntime().availableProcessors();
-    for (int i = 0; i < args.length; i++) {
-      String a = args[i];
-      String v = i + 1 < args.length ? args[++i] : null;
-      if (v == null) {
-        throw new IllegalArgumentException(a + " needs a value");
-      }
+    for (Map.Entry<String, String> flag : BenchFlags.of(args)) {
+      String a = flag.getKey();
+      String v = flag.getValue();
       switch (a) {
         case "--model" -> name = v;
         case "--tokens" -> tokens = Integer.parseInt(v);
