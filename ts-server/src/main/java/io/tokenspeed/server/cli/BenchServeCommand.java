@@ -70,9 +70,10 @@ import picocli.CommandLine.Spec;
  *       store gave. Every configuration runs on fresh engines and a fresh store (a new file-store
  *       directory, or a new Redis namespace deleted afterwards); with two servers every client
  *       sends its even requests to the first and its odd ones to the second, so the first wave
- *       reaches the first server alone and the second server, started empty, can have the first's
- *       prefixes only through the store. The configurations' order is reversed on every other
- *       repeat.
+ *       reaches the first server alone and each server can have the other's prefixes only through
+ *       the store (usually the second restores the first's; when the second's own write-through
+ *       lands first, the first restores the second's). The configurations' order is reversed on
+ *       every other repeat.
  * </ul>
  *
  * The JIT warm-up ({@link WarmUp}, and in load mode an L3 round trip through two throwaway servers)

@@ -162,7 +162,12 @@ class BenchServeCommandTest {
     String[] a = row(report, perServer, c -> c[5].equals("A"));
     String[] b = row(report, perServer, c -> c[5].equals("B"));
     assertEquals(16, Integer.parseInt(a[6]) + Integer.parseInt(b[6]), "every request on a server");
-    assertTrue(Long.parseLong(b[10]) > 0, "the second server's storage tokens: " + report);
+    // Which server restores from the other depends on whose write-through lands first: the first
+    // wave goes to A, but B's first request can arrive before A's PUTs are done, and then A later
+    // restores what B wrote. Either way the tokens came through the store, from the other server.
+    assertTrue(
+        Long.parseLong(a[10]) + Long.parseLong(b[10]) > 0,
+        "a server restored the other's prefixes from the store: " + report);
   }
 
   @Test
