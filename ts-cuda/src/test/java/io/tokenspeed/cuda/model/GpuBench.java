@@ -8,15 +8,19 @@ import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.SplittableRandom;
 
 /**
  * Prefill and decode times of the GPU forward pass on a synthetic checkpoint, as {@code
  * bin/test-gpu --bench} runs it beside PyTorch on the same card and the same weights. Prints one
  * line per figure: {@code ours <mode> prefill <tokens> <ms>} and {@code ours <mode> decode <batch>
- * <ms per step>} (best of the repeats, after a warm-up).
+ * <ms per step>} (best of the repeats, after a warm-up). Each mode after the first also prints how
+ * far its prefill logits lie from the first mode's (the same prompt: {@code max |diff|}, and
+ * whether they are bit-identical).
  *
  * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
  * normal, deterministic, float32-attention: normal GEMMs with the float32 attention), for example
@@ -46,6 +50,7 @@ public final class GpuBench {
         preset,
         (System.nanoTime() - t0) / 1e9,
         folder);
+    Map<Integer, float[]> firstLogits = new HashMap<>();
     try (CudaDevice device = CudaDevice.open(0)) {
       for (String mode : modes) {
         boolean det = mode.equals("deterministic");
@@ -71,16 +76,35 @@ public final class GpuBench {
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
               int[] table = sequential(1, Math.ceilDiv(n, BLOCK));
               double best = Double.MAX_VALUE;
+              float[] logits = null;
               for (int r = 0; r <= REPEATS; r++) {
                 long s = System.nanoTime();
-                m.forward(
-                    ForwardBatch.of(new ForwardRequest(ids, 0, new int[][] {table}, false)), kv);
+                logits =
+                    m.forward(
+                            ForwardBatch.of(new ForwardRequest(ids, 0, new int[][] {table}, false)),
+                            kv)
+                        .logits(0);
                 double ms = (System.nanoTime() - s) / 1e6;
                 if (r > 0) {
                   best = Math.min(best, ms);
                 }
               }
               System.out.printf(Locale.ROOT, "ours %s prefill %d %.2f%n", mode, n, best);
+              float[] before = firstLogits.putIfAbsent(n, logits);
+              if (before != null) {
+                double diff = 0;
+                for (int i = 0; i < logits.length; i++) {
+                  diff = Math.max(diff, Math.abs(logits[i] - before[i]));
+                }
+                System.out.printf(
+                    Locale.ROOT,
+                    "ours %s prefill %d logits vs %s: max |diff| %.3g, bit-identical %s%n",
+                    mode,
+                    n,
+                    modes.get(0),
+                    diff,
+                    Arrays.equals(logits, before));
+              }
             }
             // the engine's way: chunks of 512 tokens, each attending over the chunks before it
             for (int n : prefills) {

@@ -70,6 +70,13 @@ final class BenchTtftCommand implements Callable<Integer> {
   private String redisUri;
 
   @Option(
+      names = "--redis-command-timeout-ms",
+      description =
+          "The redis store's command_timeout_ms, the bound of one store call (default: the"
+              + " store's, 2000): a call reading gigabytes over one connection needs more.")
+  private Integer redisCommandTimeoutMs;
+
+  @Option(
       names = "--mooncake-master",
       description =
           "The Mooncake master (host:port) of the mooncake store; a storage owner must be"
@@ -235,6 +242,18 @@ final class BenchTtftCommand implements Callable<Integer> {
     if (stores.contains("redis") && redisUri == null) {
       throw new ParameterException(spec.commandLine(), "--stores redis needs --redis-uri URI");
     }
+    if (redisCommandTimeoutMs != null) {
+      if (!stores.contains("redis")) {
+        throw new ParameterException(
+            spec.commandLine(), "--redis-command-timeout-ms is for --stores redis");
+      }
+      // the redis store's range for command_timeout_ms (RedisStoreSettings)
+      if (redisCommandTimeoutMs < 10 || redisCommandTimeoutMs > 600_000) {
+        throw new ParameterException(
+            spec.commandLine(),
+            "--redis-command-timeout-ms=" + redisCommandTimeoutMs + " must be in [10, 600000]");
+      }
+    }
     if (stores.contains("mooncake")) {
       checkMooncake();
     } else if (mooncakeMaster != null || mooncakeLib != null) {
@@ -286,7 +305,14 @@ final class BenchTtftCommand implements Callable<Integer> {
             readers.add(run("reader", "file-cold", config, dir, runSeed + 2, err));
           }
           case "redis" -> {
-            String config = config("redis", "\"uri\": " + quote(redisUri));
+            String config =
+                config(
+                    "redis",
+                    "\"uri\": "
+                        + quote(redisUri)
+                        + (redisCommandTimeoutMs == null
+                            ? ""
+                            : ", \"command_timeout_ms\": " + redisCommandTimeoutMs));
             run("writer", "redis-writer", config, null, runSeed, err);
             readers.add(run("reader", "redis", config, null, runSeed + 3, err));
           }

@@ -21,6 +21,12 @@ class BenchCommandTest {
         "bench; a benchmark is required: ttft, serve",
         "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis, mooncake",
         "bench ttft --stores redis; --stores redis needs --redis-uri URI",
+        "bench ttft --redis-command-timeout-ms 5000; --redis-command-timeout-ms is for --stores"
+            + " redis",
+        "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-command-timeout-ms 9;"
+            + " --redis-command-timeout-ms=9 must be in [10, 600000]",
+        "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-command-timeout-ms"
+            + " 600001; --redis-command-timeout-ms=600001 must be in [10, 600000]",
         "bench ttft --stores mooncake; --stores mooncake needs --mooncake-master HOST:PORT",
         "bench ttft --stores mooncake --mooncake-master 127.0.0.1:50051; --stores mooncake needs",
         "bench ttft --stores mooncake --mooncake-lib pom.xml; --stores mooncake needs",
