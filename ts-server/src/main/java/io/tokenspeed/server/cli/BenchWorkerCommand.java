@@ -185,13 +185,25 @@ final class BenchWorkerCommand implements Callable<Integer> {
     withEngine(
         l3,
         w -> {
+          long served = System.nanoTime();
           for (int i = 0; i < p.seeds().length; i++) {
             progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
             WorkerProcess.serve(w, p.seeds()[i], maxTokens);
           }
           progress("writer: writing to the store");
+          // the engine's close drains the write-through for a bounded time only (10 s), less than
+          // a slow store needs for gigabytes of prefixes: wait for it here first
+          long w0 = System.nanoTime();
+          if (!WorkerProcess.awaitStorageIdle(w, served, WRITE_THROUGH_NS)) {
+            throw new IllegalStateException(
+                "writer: the write-through of the prompts did not finish within "
+                    + WRITE_THROUGH_NS / 1_000_000_000L
+                    + " s: the store takes writes slower than the benchmark can wait for");
+          }
+          long drained = System.nanoTime() - w0;
           w.close();
           ObjectNode line = line("writer-closed");
+          line.put("write_through_wait_ms", drained / 1e6);
           line.put("store_closed", w.storageCloseReport().orElseThrow().storeClosed());
           emit(line);
         });
@@ -309,8 +321,11 @@ final class BenchWorkerCommand implements Callable<Integer> {
     }
   }
 
-  /** How long a decode run's engine waits for the write-through of its prompt. */
-  private static final long WRITE_THROUGH_NS = 10_000_000_000L;
+  /**
+   * How long the writer, and a decode run's engine, wait for the write-through of their prompts (an
+   * 8B shape's 32k-token prefix is 4.3 GB: tens of seconds into a store that syncs to disk).
+   */
+  private static final long WRITE_THROUGH_NS = 300_000_000_000L;
 
   /**
    * Decode on a tensor-parallel replica, whose ranks run one engine at a time (one control-plane
