@@ -288,6 +288,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     PrintWriter err = spec.commandLine().getErr();
     long runSeed = System.nanoTime();
     List<Reader> readers = new ArrayList<>();
+    List<Reader> writers = new ArrayList<>(); // the memory role writes and reads in one process
     Path work = Files.createTempDirectory("tokenspeed-bench");
     long t0 = System.nanoTime();
     try {
@@ -300,7 +301,7 @@ final class BenchTtftCommand implements Callable<Integer> {
           case "file" -> {
             Path dir = work.resolve("file-store");
             String config = config("file", "\"path\": " + quote(dir.toString()));
-            run("writer", "file-writer", config, null, runSeed, err);
+            writers.add(run("writer", "file-writer", config, null, runSeed, err));
             readers.add(run("reader", "file-warm", config, null, runSeed + 1, err));
             readers.add(run("reader", "file-cold", config, dir, runSeed + 2, err));
           }
@@ -313,7 +314,7 @@ final class BenchTtftCommand implements Callable<Integer> {
                         + (redisCommandTimeoutMs == null
                             ? ""
                             : ", \"command_timeout_ms\": " + redisCommandTimeoutMs));
-            run("writer", "redis-writer", config, null, runSeed, err);
+            writers.add(run("writer", "redis-writer", config, null, runSeed, err));
             readers.add(run("reader", "redis", config, null, runSeed + 3, err));
           }
           default -> {
@@ -326,7 +327,7 @@ final class BenchTtftCommand implements Callable<Integer> {
                         + quote(mooncakeLocalHostname)
                         + ", \"master_server_address\": "
                         + quote(mooncakeMaster));
-            run("writer", "mooncake-writer", config, null, runSeed, err);
+            writers.add(run("writer", "mooncake-writer", config, null, runSeed, err));
             readers.add(run("reader", "mooncake", config, null, runSeed + 4, err));
           }
         }
@@ -334,7 +335,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     } finally {
       DemoCommand.deleteTree(work);
     }
-    String report = report(readers, runSeed, (System.nanoTime() - t0) / 1e9);
+    String report = report(readers, writers, runSeed, (System.nanoTime() - t0) / 1e9);
     String base =
         name != null
             ? name
@@ -451,6 +452,61 @@ final class BenchTtftCommand implements Callable<Integer> {
     return new Reader(label, lines);
   }
 
+  /**
+   * The writers' figures: what each put into the store, and the backup keys its engine dropped (a
+   * reader falls back where a prefix's keys were dropped). Each writer served its prompts one at a
+   * time and waited for each one's write-through.
+   */
+  private static void writers(StringBuilder b, List<Reader> readers, List<Reader> writers) {
+    List<JsonNode> lines = new ArrayList<>();
+    for (Reader r : readers) {
+      JsonNode n = r.first("writer-closed"); // the memory role's own writer
+      if (n != null) {
+        lines.add(n);
+      }
+    }
+    for (Reader w : writers) {
+      JsonNode n = w.first("writer-closed");
+      if (n != null) {
+        lines.add(n);
+      }
+    }
+    if (lines.isEmpty()) {
+      return;
+    }
+    b.append(
+        "| writer | PUT rows written / issued | PUT GB | write-through wait s | backup keys dropped"
+            + " by the engine |\n|---|---:|---:|---:|---|\n");
+    for (JsonNode n : lines) {
+      StringBuilder dropped = new StringBuilder();
+      n.get("dropped_backup_keys")
+          .properties()
+          .forEach(
+              e ->
+                  dropped
+                      .append(dropped.isEmpty() ? "" : ", ")
+                      .append(e.getValue().asLong())
+                      .append(" (")
+                      .append(e.getKey())
+                      .append(')'));
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %s | %d / %d | %.2f | %.1f | %s |%n",
+              n.get("label").asText(),
+              n.get("put_ok_keys").asLong(),
+              n.get("put_keys").asLong(),
+              n.get("put_bytes").asLong() / 1e9,
+              n.get("write_through_wait_ms").asDouble() / 1e3,
+              dropped.isEmpty() ? "none" : dropped.toString()));
+    }
+    b.append(
+        "\nEach writer served its prompts one at a time and waited for each one's write-through"
+            + " before the next: the engine sheds backups while the store's queue is over its"
+            + " pressure bounds (async.high_queued_bytes, high_oldest_age_ms), so a store slower"
+            + " than the prefill would otherwise lose the next prompt's pages.\n\n");
+  }
+
   private static double pct(double[] sorted, double q) {
     return DemoCommand.percentile(sorted, q);
   }
@@ -463,7 +519,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     return pct(sorted, 0.5);
   }
 
-  private String report(List<Reader> readers, long runSeed, double seconds) {
+  private String report(List<Reader> readers, List<Reader> writers, long runSeed, double seconds) {
     StringBuilder b = new StringBuilder();
     int page = 64;
     int full = prefixTokens / page * page;
@@ -545,6 +601,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     b.append(
         "\nA fallback is a request that reused less from L3 than its cohort stores (the prefix's"
             + " full pages for l3, half of them for partial, nothing for the others).\n\n");
+    writers(b, readers, writers);
     b.append(
         "| store | recompute / L3 TTFT (p50) | L3 wait / raw read time of its bytes: one GET |"
             + " the same: parallel GETs | all-miss TTFT, L3 on / off: median of pairs (range) |"

@@ -10,6 +10,7 @@ import io.tokenspeed.core.ObjectKey;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.engine.EngineStats;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestMetrics;
@@ -29,6 +30,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
@@ -185,28 +187,56 @@ final class BenchWorkerCommand implements Callable<Integer> {
     withEngine(
         l3,
         w -> {
-          long served = System.nanoTime();
+          // one prompt at a time, each one's write-through waited for before the next: a store
+          // slower than the prefill (an 8B shape's 32k-token prefix is 4.3 GB) would otherwise
+          // close the pressure gate while the next prompt runs, and the engine sheds backups
+          // under pressure by design; the readers need every prefix in the store. The engine's
+          // close drains for a bounded time only (10 s), so the wait is here, not in the close.
+          long waited = 0;
           for (int i = 0; i < p.seeds().length; i++) {
             progress("writer: seed prompt " + (i + 1) + "/" + p.seeds().length);
+            long served = System.nanoTime();
             WorkerProcess.serve(w, p.seeds()[i], maxTokens);
+            progress("writer: writing prompt " + (i + 1) + " to the store");
+            long w0 = System.nanoTime();
+            if (!WorkerProcess.awaitStorageIdle(w, served, WRITE_THROUGH_NS)) {
+              throw new IllegalStateException(
+                  "writer: the write-through of prompt "
+                      + (i + 1)
+                      + " did not finish within "
+                      + WRITE_THROUGH_NS / 1_000_000_000L
+                      + " s: the store takes writes slower than the benchmark can wait for");
+            }
+            waited += System.nanoTime() - w0;
           }
-          progress("writer: writing to the store");
-          // the engine's close drains the write-through for a bounded time only (10 s), less than
-          // a slow store needs for gigabytes of prefixes: wait for it here first
-          long w0 = System.nanoTime();
-          if (!WorkerProcess.awaitStorageIdle(w, served, WRITE_THROUGH_NS)) {
-            throw new IllegalStateException(
-                "writer: the write-through of the prompts did not finish within "
-                    + WRITE_THROUGH_NS / 1_000_000_000L
-                    + " s: the store takes writes slower than the benchmark can wait for");
-          }
-          long drained = System.nanoTime() - w0;
+          ObjectNode line = writerFigures(line("writer-closed"), w.metrics());
           w.close();
-          ObjectNode line = line("writer-closed");
-          line.put("write_through_wait_ms", drained / 1e6);
+          line.put("write_through_wait_ms", waited / 1e6);
           line.put("store_closed", w.storageCloseReport().orElseThrow().storeClosed());
           emit(line);
         });
+  }
+
+  /**
+   * Adds the writer's L3 write figures to {@code line}: the PUT rows issued and written, their
+   * bytes, and the backup keys the engine dropped, by reason (only reasons with drops; a reader
+   * falls back where a prefix's keys were dropped).
+   */
+  static ObjectNode writerFigures(ObjectNode line, EngineMetrics m) {
+    EngineMetrics.Storage s = m.storage().orElseThrow();
+    line.put("put_keys", s.executor().put().keys());
+    line.put("put_ok_keys", s.executor().put().okKeys());
+    line.put("put_bytes", s.executor().put().payloadBytes());
+    ObjectNode dropped = line.putObject("dropped_backup_keys");
+    s.transfers()
+        .droppedBackupKeys()
+        .forEach(
+            (reason, n) -> {
+              if (n > 0) {
+                dropped.put(reason.name().toLowerCase(Locale.ROOT), n);
+              }
+            });
+    return line;
   }
 
   /**

@@ -79,6 +79,20 @@ class BenchTtftIT {
       assertTrue(summary[4].contains("L3's own time"), String.join("|", summary));
     }
     assertTrue(report.contains("on the CPU, TP=1"), report);
+    for (String writer : List.of("memory", "file-writer")) {
+      // the writers' table: every PUT row issued was written, and the engine dropped no backup
+      var w =
+          java.util.regex.Pattern.compile(
+                  "\\| "
+                      + writer
+                      + " \\| ([0-9]+) / ([0-9]+) \\| [0-9]+\\.[0-9]{2} \\| [0-9]+\\.[0-9] \\|"
+                      + " (.*) \\|\n")
+              .matcher(report);
+      assertTrue(w.find(), writer + ": a writer row in " + report);
+      assertTrue(Long.parseLong(w.group(2)) > 0, writer + ": PUT rows issued");
+      assertEquals(w.group(2), w.group(1), writer + ": every PUT row written");
+      assertEquals("none", w.group(3), writer + ": no backup key dropped");
+    }
     for (String store : List.of("memory", "file-warm", "file-cold")) {
       // the Host->Device table: the restored blocks' bytes (192 tokens' KV) and their copy time
       var h2d =
