@@ -5,6 +5,7 @@ import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatTemplate;
 import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.HttpFrontend;
 import io.tokenspeed.server.http.Serving;
 import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.http.WarmUp;
@@ -119,6 +120,14 @@ final class ServeCommand implements Callable<Integer> {
   private long maxBodyBytes = 4L << 20;
 
   @Option(
+      names = "--header-timeout",
+      paramLabel = "SECONDS",
+      description =
+          "How long a request's line and headers may take to arrive; also how long an idle"
+              + " keep-alive connection stays open.")
+  private int headerTimeout = HttpFrontend.DEFAULT_HEADER_TIMEOUT_S;
+
+  @Option(
       names = "--admin-token",
       paramLabel = "TOKEN",
       description =
@@ -197,7 +206,8 @@ final class ServeCommand implements Callable<Integer> {
                     adminToken,
                     engineRole,
                     dpRank,
-                    state));
+                    state,
+                    headerTimeout * 1000L));
       } catch (RuntimeException | Error e) {
         engine.close();
         throw e;
@@ -261,6 +271,7 @@ final class ServeCommand implements Callable<Integer> {
           "--max-body-bytes=" + maxBodyBytes + " must be in [1024, 1073741824]");
     }
     range("--shutdown-timeout", shutdownTimeout, 0, 86_400);
+    range("--header-timeout", headerTimeout, 1, 3600);
     range("--warmup-rounds", warmupRounds, 0, 100);
     range("--dp-rank", dpRank, 0, 1 << 16);
     if (!"fused".equals(engineRole)) {

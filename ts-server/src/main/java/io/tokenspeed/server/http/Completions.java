@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.helidon.webserver.CloseConnectionException;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.IntakeFullException;
@@ -18,6 +19,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.logging.Logger;
 
 /**
  * {@code POST /v1/completions} and {@code POST /v1/chat/completions}: submits every choice of a
@@ -25,10 +27,17 @@ import java.util.concurrent.locks.ReentrantLock;
  * ({@code data: <json>\n\n} per chunk, ending in {@code data: [DONE]\n\n}). HTTP threads only
  * submit, stream and cancel: the engine's loop stays the only owner of engine state.
  *
- * <p>A client that goes away during a stream (a write fails) cancels every choice of its request;
- * the engine frees what they held at its next round.
+ * <p>A client that goes away (a write fails, or {@link ClientWatch} sees its connection closed
+ * while nothing is written) cancels every choice of its request; the engine frees what they held at
+ * its next round, and the departure is logged as one line.
+ *
+ * <p>A request the server cuts before it finishes (a shutdown's deadline, the engine closing or
+ * failing) never looks finished: a non-streamed one is answered 503 with the error; on a stream,
+ * each cut choice's last chunk says {@code finish_reason} {@code abort} (or {@code error}), and an
+ * error event {@code data: {"error": {...}}} follows the usage chunk, before {@code data: [DONE]}.
  */
 final class Completions {
+  private static final Logger LOG = Logger.getLogger(Completions.class.getName());
   static final ObjectMapper JSON = new ObjectMapper();
   private static final byte[] DONE = "data: [DONE]\n\n".getBytes(StandardCharsets.US_ASCII);
 
@@ -59,6 +68,9 @@ final class Completions {
 
     /** Commits a 200 with the event-stream content type and returns its body. */
     OutputStream events();
+
+    /** Runs {@code onGone} if the client closes its connection before the registration closes. */
+    ClientWatch.Registration watchClient(Runnable onGone);
   }
 
   /** Serves one request whose body was read and found to be JSON. */
@@ -67,14 +79,19 @@ final class Completions {
     state.requireServing();
     GenerationRequest req = parser.parse(body, chat);
     List<ChoiceRun> runs = submit(req);
-    try {
-      String id = (chat ? "chatcmpl-" : "cmpl-") + UUID.randomUUID().toString().replace("-", "");
+    Call call = new Call(runs);
+    String id = (chat ? "chatcmpl-" : "cmpl-") + UUID.randomUUID().toString().replace("-", "");
+    try (ClientWatch.Registration watch = answer.watchClient(call::clientGone)) {
       long created = System.currentTimeMillis() / 1000;
       if (req.stream()) {
-        stream(req, runs, id, created, answer);
+        stream(req, call, id, created, answer);
       } else {
         runAll(runs, (run, text, first, end) -> {});
+        if (call.clientGone) {
+          return; // nobody to answer
+        }
         checkFailures(runs);
+        checkCut(runs);
         ObjectNode out = JSON.createObjectNode();
         out.put("id", id);
         out.put("object", chat ? "chat.completion" : "text_completion");
@@ -101,18 +118,113 @@ final class Completions {
       for (ChoiceRun r : runs) {
         r.handle.cancel();
         state.untrack(r.handle);
-        GenerationResult res = r.result();
-        String reason = res == null ? "cancelled" : r.finishReason();
-        if (res != null && "error".equals(res.finishReason())) {
-          reason = "error";
-        } else if (reason == null) {
-          reason = "cancelled";
+      }
+      if (call.clientGone) {
+        int tokens = 0;
+        for (ChoiceRun r : runs) {
+          tokens += r.completionTokens();
         }
-        observer.onRequestFinished(
-            res == null ? null : res.metrics(),
-            r.completionTokens(),
-            System.nanoTime() - arrivalNs,
-            reason);
+        LOG.info(
+            "client went away: "
+                + id
+                + (req.stream() ? " (stream)" : " (not streamed)")
+                + " cancelled after "
+                + tokens
+                + " generated tokens");
+      }
+      observe(req, call, arrivalNs);
+    }
+  }
+
+  /**
+   * Tells the observer of each prompt's end once, whatever {@code n} is: the tokens of all its
+   * choices, the figures of the choice whose first token came first, and the most severe finish
+   * reason among its choices (error, cancelled, length, stop).
+   */
+  private void observe(GenerationRequest req, Call call, long arrivalNs) {
+    long e2eNs = System.nanoTime() - arrivalNs;
+    List<ChoiceRun> runs = call.runs;
+    for (int first = 0; first < runs.size(); first += req.n()) {
+      RequestMetrics best = null;
+      int tokens = 0;
+      String reason = null;
+      for (int i = first; i < Math.min(runs.size(), first + req.n()); i++) {
+        ChoiceRun r = runs.get(i);
+        tokens += r.completionTokens();
+        reason = moreSevere(reason, observedReason(r));
+        GenerationResult res = r.result();
+        RequestMetrics m = res == null ? null : res.metrics();
+        if (m != null
+            && (best == null
+                || (m.ttftNs() > 0 && (best.ttftNs() <= 0 || m.ttftNs() < best.ttftNs())))) {
+          best = m;
+        }
+      }
+      observer.onRequestFinished(best, tokens, e2eNs, reason);
+    }
+  }
+
+  private static final List<String> SEVERITY = List.of("stop", "length", "cancelled", "error");
+
+  private static String moreSevere(String a, String b) {
+    return a == null || SEVERITY.indexOf(b) > SEVERITY.indexOf(a) ? b : a;
+  }
+
+  /** A choice's finish reason as the metrics count it. */
+  private static String observedReason(ChoiceRun r) {
+    GenerationResult res = r.result();
+    if (res == null) {
+      return "cancelled";
+    }
+    if ("error".equals(res.finishReason())) {
+      return "error";
+    }
+    String reason = r.finishReason();
+    return reason == null ? "cancelled" : reason;
+  }
+
+  /**
+   * A choice the server cut (a shutdown's cancellation, the engine closing) while its client was
+   * still there fails the whole non-streamed request with a 503: its text is not the completion.
+   */
+  private void checkCut(List<ChoiceRun> runs) {
+    for (ChoiceRun r : runs) {
+      if (r.finishReason() == null) {
+        throw ApiException.unavailable(cutMessage(r));
+      }
+    }
+  }
+
+  /** Why a choice ended without {@code stop} or {@code length}. */
+  private String cutMessage(ChoiceRun r) {
+    GenerationResult res = r.result();
+    if (res != null && "error".equals(res.finishReason()) && res.error() != null) {
+      return "the request failed before it finished: " + res.error();
+    }
+    String why = state.cutReason();
+    if (why != null) {
+      return why;
+    }
+    return res != null && res.error() != null
+        ? "the request was cancelled before it finished: " + res.error()
+        : "the request was cancelled before it finished";
+  }
+
+  /** One HTTP request's choices, and whether its client is still there. */
+  private static final class Call {
+    final List<ChoiceRun> runs;
+    final ReentrantLock lock = new ReentrantLock();
+    volatile boolean clientGone;
+
+    Call(List<ChoiceRun> runs) {
+      this.runs = runs;
+    }
+
+    /** The client closed its connection: every choice is cancelled. */
+    void clientGone() {
+      clientGone = true;
+      for (ChoiceRun r : runs) {
+        r.handle.cancel();
       }
     }
   }
@@ -195,9 +307,9 @@ final class Completions {
     }
   }
 
-  private void stream(
-      GenerationRequest req, List<ChoiceRun> runs, String id, long created, Answer answer)
+  private void stream(GenerationRequest req, Call call, String id, long created, Answer answer)
       throws InterruptedException {
+    List<ChoiceRun> runs = call.runs;
     // A refusal at intake ends a handle at once: answer it as an error before committing a 200.
     for (ChoiceRun r : runs) {
       if (r.handle.result().isDone() && r.handle.result().join().metrics() == null) {
@@ -206,8 +318,6 @@ final class Completions {
       }
     }
     OutputStream out = answer.events();
-    ReentrantLock lock = new ReentrantLock();
-    boolean[] gone = {false};
     String object = req.chat() ? "chat.completion.chunk" : "text_completion";
     ChoiceRun.Listener writer =
         (run, text, first, end) -> {
@@ -224,7 +334,7 @@ final class Completions {
           }
           c.set("logprobs", Logprobs.of(run, first, end, req, tokenizer, 0));
           c.putNull("finish_reason");
-          send(out, lock, gone, runs, chunk);
+          send(out, call, chunk);
         };
     if (req.chat()) {
       for (ChoiceRun r : runs) {
@@ -236,10 +346,14 @@ final class Completions {
         delta.put("content", "");
         c.putNull("logprobs");
         c.putNull("finish_reason");
-        send(out, lock, gone, runs, chunk);
+        send(out, call, chunk);
       }
     }
     runAll(runs, writer);
+    if (call.clientGone) {
+      return; // nobody reads the rest
+    }
+    String cut = null;
     for (ChoiceRun r : runs) {
       ObjectNode chunk = chunk(id, object, created, req.model());
       ObjectNode c = chunk.putArray("choices").addObject();
@@ -250,21 +364,39 @@ final class Completions {
         c.put("text", "");
       }
       c.putNull("logprobs");
-      c.put("finish_reason", r.finishReason());
-      send(out, lock, gone, runs, chunk);
+      String reason = r.finishReason();
+      if (reason == null) {
+        // cut by the server or failed: never a null reason on a choice's last chunk
+        boolean failed = r.result() != null && "error".equals(r.result().finishReason());
+        reason = failed ? "error" : "abort";
+        if (cut == null) {
+          cut = cutMessage(r);
+        }
+      }
+      c.put("finish_reason", reason);
+      send(out, call, chunk);
     }
     if (req.includeUsage()) {
       ObjectNode chunk = chunk(id, object, created, req.model());
       chunk.putArray("choices");
       chunk.set("usage", usage(req, runs));
-      send(out, lock, gone, runs, chunk);
+      send(out, call, chunk);
     }
-    write(out, lock, gone, runs, DONE);
-    if (!gone[0]) {
+    if (cut != null) {
+      ObjectNode event = JSON.createObjectNode();
+      ObjectNode error = event.putObject("error");
+      error.put("message", cut);
+      error.put("type", "service_unavailable");
+      error.putNull("param");
+      error.put("code", 503);
+      send(out, call, event);
+    }
+    write(out, call, DONE);
+    if (!call.clientGone) {
       try {
         out.close();
-      } catch (IOException | UncheckedIOException e) {
-        gone[0] = true;
+      } catch (IOException | UncheckedIOException | CloseConnectionException e) {
+        call.clientGone();
       }
     }
   }
@@ -278,34 +410,29 @@ final class Completions {
     return chunk;
   }
 
-  private static void send(
-      OutputStream out, ReentrantLock lock, boolean[] gone, List<ChoiceRun> runs, ObjectNode e) {
+  private static void send(OutputStream out, Call call, ObjectNode e) {
     byte[] json = bytes(e);
     byte[] frame = new byte[json.length + 8];
     System.arraycopy("data: ".getBytes(StandardCharsets.US_ASCII), 0, frame, 0, 6);
     System.arraycopy(json, 0, frame, 6, json.length);
     frame[frame.length - 2] = '\n';
     frame[frame.length - 1] = '\n';
-    write(out, lock, gone, runs, frame);
+    write(out, call, frame);
   }
 
   /** Writes one event; a failed write means the client went away: every choice is cancelled. */
-  private static void write(
-      OutputStream out, ReentrantLock lock, boolean[] gone, List<ChoiceRun> runs, byte[] frame) {
-    lock.lock();
+  private static void write(OutputStream out, Call call, byte[] frame) {
+    call.lock.lock();
     try {
-      if (gone[0]) {
+      if (call.clientGone) {
         return;
       }
       out.write(frame);
       out.flush();
-    } catch (IOException | UncheckedIOException e) {
-      gone[0] = true;
-      for (ChoiceRun r : runs) {
-        r.handle.cancel();
-      }
+    } catch (IOException | UncheckedIOException | CloseConnectionException e) {
+      call.clientGone();
     } finally {
-      lock.unlock();
+      call.lock.unlock();
     }
   }
 

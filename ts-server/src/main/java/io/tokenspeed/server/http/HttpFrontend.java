@@ -8,10 +8,12 @@ import com.fasterxml.jackson.databind.ObjectReader;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.helidon.http.HeaderNames;
 import io.helidon.http.Status;
+import io.helidon.webserver.CloseConnectionException;
 import io.helidon.webserver.WebServer;
 import io.helidon.webserver.http.HttpRouting;
 import io.helidon.webserver.http.ServerRequest;
 import io.helidon.webserver.http.ServerResponse;
+import io.helidon.webserver.http1.Http1Config;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.io.IOException;
@@ -22,6 +24,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
@@ -63,6 +66,8 @@ public final class HttpFrontend implements AutoCloseable {
    * @param observer receives every finished request's figures
    * @param metrics the {@code /metrics} exposition
    * @param storage what {@code /ready} says of L3 (null without it)
+   * @param headerTimeoutMs how long a request's head may take ({@link ConnectionGuard}); also how
+   *     long an idle keep-alive connection stays open
    */
   public record Settings(
       Engine engine,
@@ -78,7 +83,11 @@ public final class HttpFrontend implements AutoCloseable {
       ServingState state,
       RequestObserver observer,
       MetricsText metrics,
-      Supplier<JsonNode> storage) {}
+      Supplier<JsonNode> storage,
+      long headerTimeoutMs) {}
+
+  /** The default of {@code --header-timeout}, in seconds. */
+  public static final int DEFAULT_HEADER_TIMEOUT_S = 10;
 
   private static final ObjectReader READER =
       Completions.JSON
@@ -90,6 +99,8 @@ public final class HttpFrontend implements AutoCloseable {
   private final Completions completions;
   private final Admin admin;
   private final WebServer server;
+  private final ConnectionGuard guard;
+  private final ClientWatch clientWatch;
   private final long created = System.currentTimeMillis() / 1000;
 
   private HttpFrontend(Settings s) {
@@ -103,11 +114,23 @@ public final class HttpFrontend implements AutoCloseable {
             s.chatPrompt());
     this.completions = new Completions(s.engine(), s.tokenizer(), parser, s.state(), s.observer());
     this.admin = new Admin(s.engine(), s.adminToken());
+    this.guard = new ConnectionGuard(s.headerTimeoutMs());
+    this.clientWatch = ClientWatch.ofKernel();
     this.server =
         WebServer.builder()
             .host(s.host())
             .port(s.port())
             .shutdownHook(false)
+            // one HTTP/1.1 configuration, this one: with the discovered default beside it the
+            // server would wait for a connection's first bytes to choose between them, and a
+            // connection that sends nothing would never meet the idle timeout
+            .protocolsDiscoverServices(false)
+            .addProtocol(Http1Config.builder().addReceiveListener(guard).build())
+            .directHandlers(ProtocolErrors.handlers())
+            // a connection whose next request line does not come within the header timeout is
+            // closed (checked every 1/4 of it): idle keep-alive connections and slow request lines
+            .idleConnectionTimeout(Duration.ofMillis(s.headerTimeoutMs()))
+            .idleConnectionPeriod(Duration.ofMillis(Math.max(100, s.headerTimeoutMs() / 4)))
             // Nagle's algorithm off: a stream's events are small writes, and with it on a write
             // waits while an earlier one is unacknowledged, which a client delays: in bench serve
             // the first event's median came 18-33 ms after the headers' (docs/benchmarks/
@@ -138,10 +161,18 @@ public final class HttpFrontend implements AutoCloseable {
   @Override
   public void close() {
     server.stop();
+    guard.close();
+    clientWatch.close();
+  }
+
+  /** The guard of the connections' request boundaries and header deadlines. */
+  ConnectionGuard guard() {
+    return guard;
   }
 
   private void routes(HttpRouting.Builder r) {
-    r.post("/v1/completions", (req, res) -> generate(req, res, false))
+    r.addFilter(guard)
+        .post("/v1/completions", (req, res) -> generate(req, res, false))
         .post("/v1/chat/completions", (req, res) -> generate(req, res, true))
         .get("/v1/models", (req, res) -> guarded(res, () -> sendJson(res, 200, models())))
         .get("/health", (req, res) -> sendJson(res, 200, status("ok")))
@@ -157,19 +188,44 @@ public final class HttpFrontend implements AutoCloseable {
         .post(
             "/admin/update_weights",
             (req, res) -> admin(req, res, body -> admin.updateWeights(body)))
-        .any(
-            (req, res) ->
-                sendError(
-                    res,
-                    new ApiException(
-                        404,
-                        "invalid_request_error",
-                        null,
-                        "not_found",
-                        "no endpoint "
-                            + req.prologue().method().text()
-                            + " "
-                            + req.path().path())));
+        .any(this::unrouted);
+  }
+
+  /** The methods each route takes, for the 405 of another method on its path. */
+  private static final Map<String, String> ALLOWED =
+      Map.of(
+          "/v1/completions", "POST",
+          "/v1/chat/completions", "POST",
+          "/v1/models", "GET",
+          "/health", "GET",
+          "/ready", "GET",
+          "/metrics", "GET",
+          "/admin/clear_cache", "POST",
+          "/admin/clear_device_cache", "POST",
+          "/admin/rotate_namespace", "POST",
+          "/admin/update_weights", "POST");
+
+  /** A known path with another method: 405 with {@code Allow}; any other path: 404. */
+  private void unrouted(ServerRequest req, ServerResponse res) {
+    String path = req.path().path();
+    String method = req.prologue().method().text();
+    String allowed = ALLOWED.get(path);
+    if (allowed != null) {
+      res.header(HeaderNames.ALLOW, allowed);
+      sendError(
+          res,
+          new ApiException(
+              405,
+              "invalid_request_error",
+              null,
+              "method_not_allowed",
+              "method " + method + " is not allowed on " + path + "; allowed: " + allowed));
+      return;
+    }
+    sendError(
+        res,
+        new ApiException(
+            404, "invalid_request_error", null, "not_found", "no endpoint " + method + " " + path));
   }
 
   private interface Body {
@@ -192,6 +248,12 @@ public final class HttpFrontend implements AutoCloseable {
               chat,
               arrival,
               new Completions.Answer() {
+                @Override
+                public ClientWatch.Registration watchClient(Runnable onGone) {
+                  return clientWatch.watch(
+                      req.localPeer().address(), req.remotePeer().address(), onGone);
+                }
+
                 @Override
                 public void json(int status, byte[] bytes) {
                   res.status(status);
@@ -360,6 +422,12 @@ public final class HttpFrontend implements AutoCloseable {
       sendError(res, ApiException.unavailable("the request was interrupted"));
     } catch (IllegalArgumentException e) {
       sendError(res, ApiException.invalid(null, e.getMessage()));
+    } catch (UncheckedIOException | CloseConnectionException e) {
+      // the client closed its connection before its answer was written: nothing to answer
+      LOG.info("client went away before its answer was written: " + e.getMessage());
+      throw e instanceof CloseConnectionException c
+          ? c
+          : new CloseConnectionException("the client went away", e);
     } catch (Exception | Error e) {
       LOG.log(Level.WARNING, "request failed", e);
       sendError(res, new ApiException(500, "internal_error", null, null, "internal error: " + e));

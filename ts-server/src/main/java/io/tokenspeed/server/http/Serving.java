@@ -36,6 +36,7 @@ public final class Serving implements AutoCloseable {
    * @param engineRole the metrics' {@code engine_role}
    * @param dpRank the metrics' {@code dp_rank}
    * @param state the server's phase (turned ready by the caller after warm-up)
+   * @param headerTimeoutMs how long a request's head may take, and an idle connection stay open
    */
   public record Options(
       Engine engine,
@@ -50,7 +51,41 @@ public final class Serving implements AutoCloseable {
       String adminToken,
       String engineRole,
       int dpRank,
-      ServingState state) {}
+      ServingState state,
+      long headerTimeoutMs) {
+
+    /** Options with the default header timeout. */
+    public Options(
+        Engine engine,
+        int vocabSize,
+        Tokenizer tokenizer,
+        Function<List<Map<String, Object>>, int[]> chatPrompt,
+        String servedModelName,
+        int maxRequestTokens,
+        String host,
+        int port,
+        long maxBodyBytes,
+        String adminToken,
+        String engineRole,
+        int dpRank,
+        ServingState state) {
+      this(
+          engine,
+          vocabSize,
+          tokenizer,
+          chatPrompt,
+          servedModelName,
+          maxRequestTokens,
+          host,
+          port,
+          maxBodyBytes,
+          adminToken,
+          engineRole,
+          dpRank,
+          state,
+          HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L);
+    }
+  }
 
   private final ServerMetrics metrics;
   private final HttpFrontend frontend;
@@ -58,6 +93,11 @@ public final class Serving implements AutoCloseable {
   private Serving(ServerMetrics metrics, HttpFrontend frontend) {
     this.metrics = metrics;
     this.frontend = frontend;
+  }
+
+  /** The guard of the server's connections (for tests). */
+  ConnectionGuard frontendGuard() {
+    return frontend.guard();
   }
 
   /** Starts listening (503 until the state turns ready). */
@@ -91,7 +131,8 @@ public final class Serving implements AutoCloseable {
                     return metrics.scrape().getBytes(java.nio.charset.StandardCharsets.UTF_8);
                   }
                 },
-                engine.storageNamespace().isPresent() ? () -> storageHealth(engine) : null));
+                engine.storageNamespace().isPresent() ? () -> storageHealth(engine) : null,
+                o.headerTimeoutMs()));
     return new Serving(metrics, frontend);
   }
 

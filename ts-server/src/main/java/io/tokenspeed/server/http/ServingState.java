@@ -20,6 +20,7 @@ public final class ServingState {
 
   private volatile Phase phase = Phase.STARTING;
   private volatile String failure;
+  private volatile String cutReason;
   private final Set<RequestHandle> inFlight = ConcurrentHashMap.newKeySet();
 
   public Phase phase() {
@@ -73,8 +74,20 @@ public final class ServingState {
     return inFlight.size();
   }
 
+  /**
+   * Why the server cancelled requests it held (the end of a drain), or null: what a cut request's
+   * error says.
+   */
+  String cutReason() {
+    return cutReason;
+  }
+
   /** Cancels every engine request held now (the end of a drain). */
   public void cancelAll() {
+    cutReason =
+        phase == Phase.DRAINING
+            ? "the server is shutting down and cancelled the request before it finished"
+            : "the server cancelled the request before it finished";
     for (RequestHandle h : inFlight) {
       h.cancel();
     }

@@ -236,7 +236,7 @@ public final class ServerMetrics {
     if (generatedTokens >= 1 && m.ttftNs() > 0) {
       timeToFirstToken.observe(m.ttftNs() / NANOS_PER_SECOND);
     }
-    if (generatedTokens >= 2) {
+    if (generatedTokens >= 2 && m.tpotNs() > 0) {
       timePerOutputToken.observe(m.tpotNs() / NANOS_PER_SECOND);
     }
   }

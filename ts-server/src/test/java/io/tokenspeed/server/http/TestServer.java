@@ -61,7 +61,8 @@ final class TestServer implements AutoCloseable {
       CausalLm model,
       Engine engine,
       long maxBodyBytes,
-      Function<List<Map<String, Object>>, int[]> chatPrompt) {
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      long headerTimeoutMs) {
     this.model = model;
     this.engine = engine;
     this.serving =
@@ -79,7 +80,8 @@ final class TestServer implements AutoCloseable {
                 ADMIN_TOKEN,
                 "fused",
                 0,
-                state));
+                state,
+                headerTimeoutMs));
   }
 
   /** A ready server over a fresh engine (no L3 when {@code l3} is null). */
@@ -114,6 +116,25 @@ final class TestServer implements AutoCloseable {
       boolean ready,
       Function<List<Map<String, Object>>, int[]> chatPrompt,
       int maxQueued) {
+    return over(
+        model,
+        l3,
+        maxBodyBytes,
+        ready,
+        chatPrompt,
+        maxQueued,
+        HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L);
+  }
+
+  /** {@link #over} with a header timeout of {@code headerTimeoutMs}. */
+  static TestServer over(
+      CausalLm model,
+      L3Settings l3,
+      long maxBodyBytes,
+      boolean ready,
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      int maxQueued,
+      long headerTimeoutMs) {
     EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
     EngineConfig config =
         new EngineConfig(
@@ -130,7 +151,7 @@ final class TestServer implements AutoCloseable {
         l3 == null
             ? Engine.start(model, config, OptionalInt.empty())
             : Engine.start(model, config, OptionalInt.empty(), l3);
-    TestServer s = new TestServer(model, engine, maxBodyBytes, chatPrompt);
+    TestServer s = new TestServer(model, engine, maxBodyBytes, chatPrompt, headerTimeoutMs);
     if (ready) {
       s.state.ready();
     }

@@ -1,0 +1,196 @@
+package io.tokenspeed.server.http;
+
+import io.helidon.http.HeaderNames;
+import io.helidon.http.HeaderValues;
+import io.helidon.http.Headers;
+import io.helidon.http.HttpPrologue;
+import io.helidon.webserver.CloseConnectionException;
+import io.helidon.webserver.ConnectionContext;
+import io.helidon.webserver.http.Filter;
+import io.helidon.webserver.http.FilterChain;
+import io.helidon.webserver.http.RoutingRequest;
+import io.helidon.webserver.http.RoutingResponse;
+import io.helidon.webserver.http1.Http1ConnectionListener;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * Keeps every HTTP/1.1 connection of the server at a request boundary it can trust: after an
+ * answer, the next bytes the server parses as a request are a request the client sent as one.
+ *
+ * <p><b>No body is ever read as a request.</b> A route may answer without reading the body (an
+ * unknown path, a refused admin token, a declared length over the limit, the 503 while starting or
+ * draining). The web server library keeps such a connection open in two cases where the unread body
+ * would then be parsed as further requests: when the request said {@code Connection: close} (it
+ * answers {@code Connection: close} and goes on reading), and when it never tried to consume the
+ * body. This guard runs around every route and, once the answer is out:
+ *
+ * <ul>
+ *   <li>closes the connection when the request said {@code Connection: close};
+ *   <li>when the body was not read to its end: drains it if its declared length is at most {@link
+ *       #DRAIN_LIMIT_BYTES} (and no {@code Expect: 100-continue} is pending), else closes the
+ *       connection; the answer then carries {@code Connection: close}, set before it is sent.
+ * </ul>
+ *
+ * <p><b>A request's head arrives within the header timeout.</b> The connection's idle timeout (the
+ * web server's, set to the header timeout by {@link HttpFrontend}) closes a connection whose
+ * request line has not arrived that long after its previous request ended, or after it opened; once
+ * the request line is in, the headers must follow within the header timeout, or this guard
+ * interrupts the connection's thread, which closes the socket (a virtual thread blocked on a socket
+ * read is woken by closing the socket). A client that sends a byte a second therefore holds a
+ * connection for at most twice the header timeout.
+ *
+ * <p>Thread-safe: the listener and the filter run on each connection's own thread; one daemon
+ * thread sweeps the deadlines.
+ */
+final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoCloseable {
+
+  /** The largest unread body drained to keep a connection open; larger ones close it. */
+  static final long DRAIN_LIMIT_BYTES = 64 * 1024;
+
+  /** How often the header deadlines are checked. */
+  private static final long SWEEP_PERIOD_MS = 200;
+
+  /** A connection thread's request head in progress: when its request line came. */
+  private static final class Head {
+    final long startNs;
+
+    /** Set once: by the headers' arrival (done) or by the sweep (timed out), whichever is first. */
+    final AtomicReference<String> outcome = new AtomicReference<>();
+
+    Head(long startNs) {
+      this.startNs = startNs;
+    }
+  }
+
+  private final long headerTimeoutNs;
+  private final Map<Thread, Head> heads = new ConcurrentHashMap<>();
+  private final AtomicLong headerTimeouts = new AtomicLong();
+  private final AtomicLong closedAfterAnswer = new AtomicLong();
+  private final ScheduledExecutorService sweeper;
+
+  /**
+   * @param headerTimeoutMs how long a request's headers may take after its request line
+   */
+  ConnectionGuard(long headerTimeoutMs) {
+    if (headerTimeoutMs < 1) {
+      throw new IllegalArgumentException("header_timeout_ms=" + headerTimeoutMs + " must be >= 1");
+    }
+    this.headerTimeoutNs = TimeUnit.MILLISECONDS.toNanos(headerTimeoutMs);
+    this.sweeper =
+        Executors.newSingleThreadScheduledExecutor(
+            r -> {
+              Thread t = new Thread(r, "ts-http-header-deadlines");
+              t.setDaemon(true);
+              return t;
+            });
+    long period = Math.min(SWEEP_PERIOD_MS, Math.max(10, headerTimeoutMs / 4));
+    sweeper.scheduleWithFixedDelay(this::sweep, period, period, TimeUnit.MILLISECONDS);
+  }
+
+  // ---- the request head's deadline (connection listener, on the connection's thread) ----
+
+  @Override
+  public void prologue(ConnectionContext ctx, HttpPrologue prologue) {
+    heads.put(Thread.currentThread(), new Head(System.nanoTime()));
+  }
+
+  @Override
+  public void headers(ConnectionContext ctx, Headers headers) {
+    Head head = heads.remove(Thread.currentThread());
+    if (head != null && !head.outcome.compareAndSet(null, "done")) {
+      // the sweep timed it out a moment ago and is interrupting this thread: end here
+      throw new CloseConnectionException("the request headers came after the header timeout");
+    }
+  }
+
+  /** Interrupts the connections whose headers are overdue; forgets threads that ended. */
+  private void sweep() {
+    long nowNs = System.nanoTime();
+    for (var e : heads.entrySet()) {
+      Thread thread = e.getKey();
+      Head head = e.getValue();
+      if (!thread.isAlive()) {
+        heads.remove(thread, head);
+      } else if (nowNs - head.startNs - headerTimeoutNs > 0
+          && head.outcome.compareAndSet(null, "timed out")) {
+        heads.remove(thread, head);
+        headerTimeouts.incrementAndGet();
+        thread.interrupt(); // closes the socket the thread is blocked reading
+      }
+    }
+  }
+
+  /** Connections closed because their headers did not arrive within the header timeout. */
+  long headerTimeouts() {
+    return headerTimeouts.get();
+  }
+
+  /** Connections closed after an answer (Connection: close, or a body left unread). */
+  long closedAfterAnswer() {
+    return closedAfterAnswer.get();
+  }
+
+  // ---- the request boundary (routing filter, on the connection's thread) ----
+
+  @Override
+  public void filter(FilterChain chain, RoutingRequest req, RoutingResponse res) {
+    boolean closeRequested = req.headers().containsToken(HeaderValues.CONNECTION_CLOSE);
+    // decided as the answer goes out, so that the answer itself says the connection ends
+    boolean[] closing = {closeRequested};
+    res.beforeSend(
+        () -> {
+          if (!closing[0] && !bodyDone(req) && !drainable(req)) {
+            closing[0] = true;
+          }
+          if (closing[0]) {
+            res.header(HeaderValues.CONNECTION_CLOSE);
+          }
+        });
+    chain.proceed();
+    if (!closing[0] && !bodyDone(req)) {
+      if (drainable(req)) {
+        try {
+          req.content().consume();
+        } catch (RuntimeException e) {
+          closing[0] = true; // the client stopped sending mid-body
+        }
+      } else {
+        closing[0] = true;
+      }
+    }
+    if (closing[0]) {
+      closedAfterAnswer.incrementAndGet();
+      throw new CloseConnectionException(
+          closeRequested
+              ? "the client asked to close the connection after this request"
+              : "the request body was not read to its end; the connection closes after the answer");
+    }
+  }
+
+  private static boolean bodyDone(RoutingRequest req) {
+    return !req.content().hasEntity() || req.content().consumed();
+  }
+
+  /** Whether an unread body is small enough, and known to be coming, to read and drop. */
+  private static boolean drainable(RoutingRequest req) {
+    if (req.headers().containsToken(HeaderValues.EXPECT_100) && !req.continueSent()) {
+      return false; // the client waits for our go-ahead before it sends the body
+    }
+    if (!req.headers().contains(HeaderNames.CONTENT_LENGTH)) {
+      return false; // chunked: its length is unknown until read
+    }
+    var length = req.headers().contentLength();
+    return length.isPresent() && length.getAsLong() <= DRAIN_LIMIT_BYTES;
+  }
+
+  @Override
+  public void close() {
+    sweeper.shutdownNow();
+  }
+}
