@@ -33,8 +33,10 @@ import java.util.logging.Logger;
  * {@code CLOSE_WAIT} (the client's FIN arrived), {@code LAST_ACK} or {@code CLOSE}, or gone from
  * the table (a reset); its watch then fires once. A watch arms only once the poller has seen its
  * connection established, so a connection it cannot find (another table layout, a proxy's socket)
- * is never taken for a closed one: such requests are noticed at their next write, as before. Where
- * the table cannot be read (not Linux), nothing is watched.
+ * is never taken for a closed one: such requests are noticed at their next write, as before. A
+ * watch arms once the poller has found its connection in the table, in any state; one it never
+ * finds within {@code ARM_POLLS} polls is dropped. Where the table cannot be read (not Linux),
+ * nothing is watched.
  *
  * <p>A client that half-closes its side after sending the request (legal in HTTP/1.1, done by no
  * common client) is taken for one that left.
@@ -51,9 +53,8 @@ final class ClientWatch implements AutoCloseable {
   private static final int ARM_POLLS = 8;
 
   /** TCP states of /proc/net/tcp (include/net/tcp_states.h). */
-  private static final int ESTABLISHED = 0x01;
-
   private static final int CLOSE = 0x07;
+
   private static final int CLOSE_WAIT = 0x08;
   private static final int LAST_ACK = 0x09;
 
@@ -176,12 +177,14 @@ final class ClientWatch implements AutoCloseable {
         Integer state = states.get(w.key);
         w.polls++;
         if (!w.armed) {
-          if (state != null && state == ESTABLISHED) {
-            w.armed = true;
-          } else if (w.polls >= ARM_POLLS) {
-            watches.remove(w); // never seen: this table does not show it; rely on writes
+          if (state != null) {
+            w.armed = true; // the table shows this connection: its state can be trusted
+          } else {
+            if (w.polls >= ARM_POLLS) {
+              watches.remove(w); // never seen: this table does not show it; rely on writes
+            }
+            continue;
           }
-          continue;
         }
         if (state == null || state == CLOSE_WAIT || state == LAST_ACK || state == CLOSE) {
           watches.remove(w);

@@ -88,7 +88,8 @@ final class Completions {
       } else {
         runAll(runs, (run, text, first, end) -> {});
         if (call.clientGone) {
-          return; // nobody to answer
+          // nobody to answer: the connection ends here, quietly (the departure is logged below)
+          throw new ClientGoneException();
         }
         checkFailures(runs);
         checkCut(runs);
@@ -117,7 +118,10 @@ final class Completions {
     } finally {
       for (ChoiceRun r : runs) {
         r.handle.cancel();
-        state.untrack(r.handle);
+      }
+      observe(req, call, arrivalNs);
+      for (ChoiceRun r : runs) {
+        state.untrack(r.handle); // after the figures: a drain that sees none in flight sees them
       }
       if (call.clientGone) {
         int tokens = 0;
@@ -132,7 +136,6 @@ final class Completions {
                 + tokens
                 + " generated tokens");
       }
-      observe(req, call, arrivalNs);
     }
   }
 
@@ -208,6 +211,13 @@ final class Completions {
     return res != null && res.error() != null
         ? "the request was cancelled before it finished: " + res.error()
         : "the request was cancelled before it finished";
+  }
+
+  /** Ends a request whose client left: the connection closes without an answer, already logged. */
+  static final class ClientGoneException extends CloseConnectionException {
+    ClientGoneException() {
+      super("the client closed its connection");
+    }
   }
 
   /** One HTTP request's choices, and whether its client is still there. */

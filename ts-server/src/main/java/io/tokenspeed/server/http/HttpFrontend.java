@@ -422,12 +422,12 @@ public final class HttpFrontend implements AutoCloseable {
       sendError(res, ApiException.unavailable("the request was interrupted"));
     } catch (IllegalArgumentException e) {
       sendError(res, ApiException.invalid(null, e.getMessage()));
+    } catch (Completions.ClientGoneException e) {
+      throw e; // the connection ends without an answer; the departure is logged
     } catch (UncheckedIOException | CloseConnectionException e) {
       // the client closed its connection before its answer was written: nothing to answer
       LOG.info("client went away before its answer was written: " + e.getMessage());
-      throw e instanceof CloseConnectionException c
-          ? c
-          : new CloseConnectionException("the client went away", e);
+      throw new CloseConnectionException("the client went away", e);
     } catch (Exception | Error e) {
       LOG.log(Level.WARNING, "request failed", e);
       sendError(res, new ApiException(500, "internal_error", null, null, "internal error: " + e));
