@@ -8,9 +8,11 @@ import io.tokenspeed.model.checkpoint.TensorShape;
 import io.tokenspeed.model.config.Gemma3Config;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
+import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
+import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.FileSystemException;
 import java.nio.file.Files;
@@ -39,6 +41,9 @@ import java.util.stream.Stream;
  *       so every architecture the loader supports is covered and the two cannot drift apart.
  *   <li>The same (config text, seed, dtype) gives byte-identical files; values follow {@link
  *       SyntheticWeights} (Hugging Face's initializer scales).
+ *   <li>Text is visible: a model of more than 256 ids gets the {@code tokenizer.json} of {@link
+ *       SyntheticTokenizer}, which encodes as the byte tokenizer does and decodes every id past the
+ *       bytes to a word, so the ids seeded random weights sample print as words.
  *   <li>A folder is generated once and reused: the cache key is the SHA-256 of the config text, the
  *       seed, the dtype and {@link #FORMAT_VERSION}. It is written into a temporary directory next
  *       to its final place and renamed, so a reader never sees a half-written folder; when two
@@ -50,6 +55,7 @@ import java.util.stream.Stream;
  *     qwen2-0.5b-3f9a1c0e5b7d-seed0-f32/
  *       config.json          the preset's text, as is
  *       model.safetensors    every tensor the loader expects, in the order it asks for them
+ *       tokenizer.json       bytes, then words up to vocab_size (only when vocab_size > 256)
  *     .tmp-...               a folder being written (removed or renamed when done)
  * </pre>
  *
@@ -67,8 +73,11 @@ public final class SyntheticCheckpoints {
   /** Environment variable naming the cache directory (the property wins). */
   public static final String DIR_ENV = "TOKENSPEED_SYNTHETIC_DIR";
 
-  /** Bumped whenever the values generated for a given key change. */
-  public static final int FORMAT_VERSION = 1;
+  /**
+   * Bumped whenever the files generated for a given key change, so that a folder an older version
+   * wrote is not reused. 2: the {@code tokenizer.json} of {@link SyntheticTokenizer}.
+   */
+  public static final int FORMAT_VERSION = 2;
 
   /**
    * The named presets: real configs (Qwen2-0.5B, Gemma 3 270M), small benchmark models, and the
@@ -186,7 +195,7 @@ public final class SyntheticCheckpoints {
             + "-"
             + dtype.name().toLowerCase(Locale.ROOT);
     Path folder = root.resolve(name);
-    if (isComplete(folder)) {
+    if (isComplete(folder, config)) {
       return folder;
     }
     try {
@@ -197,7 +206,7 @@ public final class SyntheticCheckpoints {
         try {
           Files.move(tmp, folder, StandardCopyOption.ATOMIC_MOVE);
         } catch (FileSystemException e) {
-          if (!isComplete(folder)) {
+          if (!isComplete(folder, config)) {
             throw e;
           }
           // another process finished first: its folder holds the same bytes
@@ -212,13 +221,23 @@ public final class SyntheticCheckpoints {
     return folder;
   }
 
-  /** Writes {@code config.json} and {@code model.safetensors} into {@code dir}. */
+  /**
+   * Writes {@code config.json}, {@code model.safetensors} and, when the vocabulary goes past the
+   * bytes, {@code tokenizer.json} into {@code dir}.
+   */
   static void write(Path dir, String configJson, ModelConfig config, long seed, DType dtype)
       throws IOException {
     Files.writeString(dir.resolve(Checkpoint.CONFIG_FILE), configJson, StandardCharsets.UTF_8);
     List<TensorShape> tensors = CausalLm.expectedTensors(config);
     SyntheticWeights weights = new SyntheticWeights(seed, config instanceof Gemma3Config);
     SafetensorsWriter.write(dir.resolve(Checkpoint.SINGLE_FILE), dtype, tensors, weights::of);
+    if (SyntheticTokenizer.isWritten(config.vocabSize())) {
+      try (Writer out =
+          Files.newBufferedWriter(
+              dir.resolve(Tokenizer.TOKENIZER_JSON), StandardCharsets.US_ASCII)) {
+        SyntheticTokenizer.write(config.vocabSize(), out);
+      }
+    }
   }
 
   /** Parameters of the model {@code configJson} describes (every tensor the loader expects). */
@@ -231,9 +250,11 @@ public final class SyntheticCheckpoints {
     return n;
   }
 
-  private static boolean isComplete(Path folder) {
+  private static boolean isComplete(Path folder, ModelConfig config) {
     return Files.isRegularFile(folder.resolve(Checkpoint.CONFIG_FILE))
-        && Files.isRegularFile(folder.resolve(Checkpoint.SINGLE_FILE));
+        && Files.isRegularFile(folder.resolve(Checkpoint.SINGLE_FILE))
+        && (!SyntheticTokenizer.isWritten(config.vocabSize())
+            || Files.isRegularFile(folder.resolve(Tokenizer.TOKENIZER_JSON)));
   }
 
   static String key(String configJson, long seed, DType dtype) {

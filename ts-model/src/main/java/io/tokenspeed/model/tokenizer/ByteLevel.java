@@ -8,8 +8,11 @@ import java.nio.charset.StandardCharsets;
  * are printable Latin-1 ({@code '!'..'~'}, {@code '¡'..'¬'}, {@code '®'..'ÿ'}) stand for
  * themselves; the other 68 map, in byte order, to U+0100 onwards (space becomes {@code 'Ġ'}, line
  * feed {@code 'Ċ'}).
+ *
+ * <p>Public for writers of vocabularies ({@code io.tokenspeed.model.synthetic} spells its byte ids
+ * with {@link #charOf}); the rest stays with the tokenizer.
  */
-final class ByteLevel {
+public final class ByteLevel {
 
   /** Character shown for each byte value. */
   private static final char[] BYTE_TO_CHAR = new char[256];
@@ -31,7 +34,7 @@ final class ByteLevel {
   private ByteLevel() {}
 
   /** The character that stands for byte {@code b} (0..255). */
-  static char charOf(int b) {
+  public static char charOf(int b) {
     return BYTE_TO_CHAR[b];
   }
 
