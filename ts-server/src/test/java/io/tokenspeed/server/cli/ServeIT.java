@@ -298,4 +298,60 @@ class ServeIT {
       s.close();
     }
   }
+
+  /**
+   * Regression: streams cut at the shutdown deadline ended like finished ones (a final chunk with a
+   * null finish_reason, usage, [DONE]) and non-streamed ones got a 200 with truncated text.
+   */
+  @Test
+  void shouldEndRequestsCutAtTheShutdownDeadlineWithAnError() throws Exception {
+    List<String> args = new ArrayList<>(model());
+    args.addAll(List.of("--shutdown-timeout", "1"));
+    ServeProcess s = ServeProcess.start(workDir, args, 120);
+    try {
+      String body = "{\"prompt\":\"abc\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true";
+      CompletableFuture<HttpResponse<String>> streamed =
+          s.client.sendAsync(
+              HttpRequest.newBuilder(s.uri("/v1/completions"))
+                  .POST(HttpRequest.BodyPublishers.ofString(body + ",\"stream\":true}"))
+                  .build(),
+              HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+      CompletableFuture<HttpResponse<String>> plain =
+          s.client.sendAsync(
+              HttpRequest.newBuilder(s.uri("/v1/completions"))
+                  .POST(HttpRequest.BodyPublishers.ofString(body + "}"))
+                  .build(),
+              HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (PrometheusText.value(s.metrics(), "tokenspeed:num_requests_running") < 2) {
+        assertTrue(System.nanoTime() < deadline, "the requests did not start");
+        Thread.sleep(20);
+      }
+      s.process.destroy(); // SIGTERM
+      HttpResponse<String> stream = streamed.get(60, TimeUnit.SECONDS);
+      assertEquals(200, stream.statusCode());
+      String text = stream.body();
+      assertTrue(text.endsWith("data: [DONE]\n\n"), text);
+      String[] frames = text.split("\n\n");
+      JsonNode error = JSON.readTree(frames[frames.length - 2].substring("data: ".length()));
+      assertTrue(error.path("error").path("message").asText().contains("shutting down"), text);
+      JsonNode last = JSON.readTree(frames[frames.length - 3].substring("data: ".length()));
+      assertEquals(
+          "abort",
+          last.path("choices").path(0).path("finish_reason").asText(),
+          () -> text.substring(Math.max(0, text.length() - 1500)));
+      HttpResponse<String> cut = plain.get(60, TimeUnit.SECONDS);
+      assertEquals(503, cut.statusCode(), cut.body());
+      assertTrue(
+          JSON.readTree(cut.body())
+              .path("error")
+              .path("message")
+              .asText()
+              .contains("shutting down"));
+      assertTrue(s.process.waitFor(60, TimeUnit.SECONDS), s.stderr());
+      assertTrue(s.stderr().contains("cancelling 2 requests still in flight"), s.stderr());
+    } finally {
+      s.close();
+    }
+  }
 }
