@@ -22,9 +22,19 @@
  *
  * Payload buffers: with protocol "tcp" (the setup argument) any buffer is accepted, registered or
  * not, as the real TCP transport copies from any address. With any other protocol a row that
- * names a buffer outside every registration reports -800 (TRANSFER_FAIL) and touches nothing.
+ * names a buffer outside every registration reports -800 (TRANSFER_FAIL) and touches nothing, as
+ * the real RDMA transport fails a transfer from memory it has no registration for.
  * Objects live in one process-wide table shared by every handle, as a master's metadata is shared
- * by its clients.
+ * by its clients; they do not outlive the process.
+ *
+ * The master's connection: the real client reaches the master through a pool of RPC connections,
+ * one for every call it ran at once. A master restart leaves those connections stale: each fails
+ * the next call made on it with RPC_FAIL (-900, every row of a batch, before any transfer) and is
+ * then dropped, so the call after it opens a fresh connection to the new master. stub_master_stop
+ * and stub_master_start(stale) model that: while the master is stopped every call that needs it
+ * fails with -900; after the start, every client that existed keeps `stale` connections to the old
+ * master, spent one per call. The new master has no metadata: every object was forgotten at the
+ * stop.
  *
  * All state is guarded by one mutex; the stub is for correctness tests, not for speed.
  */
@@ -46,6 +56,7 @@
 #define STUB_OBJECT_ALREADY_EXISTS (-705)
 #define STUB_OBJECT_HAS_LEASE (-706)
 #define STUB_TRANSFER_FAIL (-800)
+#define STUB_RPC_FAIL (-900)
 #define STUB_HANDLE_MAGIC 0x4d4f4f4e43414b45ULL
 #define STUB_DEFAULT_LEASE_TTL_MS 10000
 
@@ -62,6 +73,10 @@ struct stub_handle {
    * ephemeral port) opened by a successful setup whatever local_hostname says, closed by
    * destroy; -1 before setup. */
   int listen_fd;
+  /* Pooled connections to a master that was restarted: each fails one call, then is dropped. */
+  int stale_connections;
+  /* The live handles, newest first (stub_master_start reaches every client through it). */
+  struct stub_handle *next;
 };
 
 struct stub_object {
@@ -124,6 +139,9 @@ static int64_t short_read_shortfall;
 static char last_setup[1024];
 static int64_t lease_ttl_ms = STUB_DEFAULT_LEASE_TTL_MS;
 static int64_t clock_ms;
+static struct stub_handle *handles;
+static int master_stopped;
+static long stale_failures;
 
 static int fn_index(const char *name) {
   if (name == NULL) {
@@ -143,6 +161,20 @@ static int valid_handle(mooncake_store_t store) {
 
 static int any_buffer(mooncake_store_t store) {
   return ((struct stub_handle *)store)->any_buffer;
+}
+
+/*
+ * Whether a call of this handle that needs the master fails with RPC_FAIL: the master is stopped,
+ * or the call lands on a stale pooled connection, which it spends.
+ */
+static int master_unreachable(mooncake_store_t store) {
+  struct stub_handle *handle = (struct stub_handle *)store;
+  if (handle->stale_connections > 0) {
+    handle->stale_connections--;
+    stale_failures++;
+    return 1;
+  }
+  return master_stopped;
 }
 
 /* Counts the call; returns 1 and sets *code when an injected top-level answer applies. */
@@ -321,6 +353,9 @@ mooncake_store_t mooncake_store_create(void) {
       handle->magic = STUB_HANDLE_MAGIC;
       handle->any_buffer = 0;
       handle->listen_fd = -1;
+      handle->stale_connections = 0;
+      handle->next = handles;
+      handles = handle;
     }
   }
   pthread_mutex_unlock(&lock);
@@ -331,6 +366,12 @@ void mooncake_store_destroy(mooncake_store_t store) {
   pthread_mutex_lock(&lock);
   calls[FN_DESTROY]++;
   if (valid_handle(store)) {
+    for (struct stub_handle **link = &handles; *link != NULL; link = &(*link)->next) {
+      if (*link == (struct stub_handle *)store) {
+        *link = (*link)->next;
+        break;
+      }
+    }
     ((struct stub_handle *)store)->magic = 0;
     if (((struct stub_handle *)store)->listen_fd >= 0) {
       close(((struct stub_handle *)store)->listen_fd);
@@ -347,7 +388,7 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_SETUP, &code)) {
-    code = valid_handle(store) ? 0 : -1;
+    code = valid_handle(store) && !master_stopped ? 0 : -1;
     if (code == 0) {
       ((struct stub_handle *)store)->any_buffer = protocol != NULL && strcmp(protocol, "tcp") == 0;
       if (((struct stub_handle *)store)->listen_fd < 0) {
@@ -418,10 +459,19 @@ int mooncake_store_put_from(mooncake_store_t store, const char *key, void *buffe
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_PUT_FROM, &code)) {
-    code = valid_handle(store) ? put_one(any_buffer(store), key, buffer, size) : -1;
+    code = !valid_handle(store)          ? -1
+           : master_unreachable(store) ? STUB_RPC_FAIL
+                                       : put_one(any_buffer(store), key, buffer, size);
   }
   pthread_mutex_unlock(&lock);
   return (int)code;
+}
+
+/* Every row of a batch call the master could not answer: RPC_FAIL, before any transfer. */
+static void fail_rows_int(int *results_out, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    results_out[i] = STUB_RPC_FAIL;
+  }
 }
 
 /*
@@ -446,6 +496,11 @@ int mooncake_store_batch_put_from(mooncake_store_t store, const char **keys, voi
     pthread_mutex_unlock(&lock);
     return -1;
   }
+  if (master_unreachable(store)) {
+    fail_rows_int(results_out, count);
+    pthread_mutex_unlock(&lock);
+    return 0;
+  }
   int mode = take_malform(FN_BATCH_PUT_FROM);
   size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
   for (size_t i = 0; i < rows; i++) {
@@ -469,7 +524,9 @@ int64_t mooncake_store_get_into(mooncake_store_t store, const char *key, void *b
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_GET_INTO, &code)) {
-    code = valid_handle(store) ? get_one(any_buffer(store), key, buffer, size) : -1;
+    code = !valid_handle(store)          ? -1
+           : master_unreachable(store) ? STUB_RPC_FAIL
+                                       : get_one(any_buffer(store), key, buffer, size);
   }
   pthread_mutex_unlock(&lock);
   return code;
@@ -487,6 +544,13 @@ int mooncake_store_batch_get_into(mooncake_store_t store, const char **keys, voi
       results_out == NULL) {
     pthread_mutex_unlock(&lock);
     return -1;
+  }
+  if (master_unreachable(store)) {
+    for (size_t i = 0; i < count; i++) {
+      results_out[i] = STUB_RPC_FAIL;
+    }
+    pthread_mutex_unlock(&lock);
+    return 0;
   }
   int mode = take_malform(FN_BATCH_GET_INTO);
   size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
@@ -510,7 +574,9 @@ int mooncake_store_is_exist(mooncake_store_t store, const char *key) {
   pthread_mutex_lock(&lock);
   int64_t code = 0;
   if (!enter(FN_IS_EXIST, &code)) {
-    code = (valid_handle(store) && key != NULL) ? (find_and_lease(key) != NULL) : -1;
+    code = !(valid_handle(store) && key != NULL) ? -1
+           : master_unreachable(store)         ? STUB_RPC_FAIL
+                                               : (find_and_lease(key) != NULL);
   }
   pthread_mutex_unlock(&lock);
   return (int)code;
@@ -527,6 +593,11 @@ int mooncake_store_batch_is_exist(mooncake_store_t store, const char **keys, siz
   if (!valid_handle(store) || keys == NULL || results_out == NULL) {
     pthread_mutex_unlock(&lock);
     return -1;
+  }
+  if (master_unreachable(store)) {
+    fail_rows_int(results_out, count);
+    pthread_mutex_unlock(&lock);
+    return 0;
   }
   int mode = take_malform(FN_BATCH_IS_EXIST);
   size_t rows = (mode == 1 && count > 0) ? count - 1 : count;
@@ -551,7 +622,9 @@ int mooncake_store_remove(mooncake_store_t store, const char *key, int force) {
   int64_t code = 0;
   if (!enter(FN_REMOVE, &code)) {
     code = -1;
-    if (valid_handle(store) && key != NULL) {
+    if (valid_handle(store) && key != NULL && master_unreachable(store)) {
+      code = STUB_RPC_FAIL;
+    } else if (valid_handle(store) && key != NULL) {
       code = STUB_OBJECT_NOT_FOUND;
       for (size_t i = 0; i < object_count; i++) {
         if (strcmp(objects[i].key, key) == 0) {
@@ -585,6 +658,10 @@ int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *patte
     pthread_mutex_unlock(&lock);
     return -1;
   }
+  if (master_unreachable(store)) {
+    pthread_mutex_unlock(&lock);
+    return STUB_RPC_FAIL;
+  }
   regex_t compiled;
   if (regcomp(&compiled, pattern, REG_EXTENDED | REG_NOSUB) != 0) {
     pthread_mutex_unlock(&lock);
@@ -610,7 +687,9 @@ int64_t mooncake_store_remove_all(mooncake_store_t store, int force) {
   int64_t code = 0;
   if (!enter(FN_REMOVE_ALL, &code)) {
     code = -1;
-    if (valid_handle(store)) {
+    if (valid_handle(store) && master_unreachable(store)) {
+      code = STUB_RPC_FAIL;
+    } else if (valid_handle(store)) {
       code = 0;
       size_t i = 0;
       while (i < object_count) {
@@ -648,7 +727,47 @@ void stub_reset(void) {
   last_setup[0] = '\0';
   lease_ttl_ms = STUB_DEFAULT_LEASE_TTL_MS;
   clock_ms = 0;
+  master_stopped = 0;
+  stale_failures = 0;
+  for (struct stub_handle *h = handles; h != NULL; h = h->next) {
+    h->stale_connections = 0;
+  }
   pthread_mutex_unlock(&lock);
+}
+
+/*
+ * The master stops: every later call that needs it fails with RPC_FAIL (-900), and setup fails,
+ * until stub_master_start. Its metadata is lost: every object is forgotten.
+ */
+void stub_master_stop(void) {
+  pthread_mutex_lock(&lock);
+  master_stopped = 1;
+  while (object_count > 0) {
+    erase_at(object_count - 1);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/*
+ * A new master answers. Every client handle that exists now keeps `stale_connections` pooled
+ * connections to the old master: each of its next that-many calls that need the master fails with
+ * RPC_FAIL and drops one; later calls reach the new master. Handles created later have none.
+ */
+void stub_master_start(int stale_connections) {
+  pthread_mutex_lock(&lock);
+  master_stopped = 0;
+  for (struct stub_handle *h = handles; h != NULL; h = h->next) {
+    h->stale_connections = stale_connections < 0 ? 0 : stale_connections;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* Calls failed on a stale connection since the last reset. */
+long stub_stale_failures(void) {
+  pthread_mutex_lock(&lock);
+  long failures = stale_failures;
+  pthread_mutex_unlock(&lock);
+  return failures;
 }
 
 /* Sets the read lease every later hit grants (default 10,000 ms); leases granted stay as they are. */

@@ -5,12 +5,10 @@ import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.l3.L3Settings;
-import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.engine.l3.StorageExercise;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.Tokenizer;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -27,13 +25,19 @@ import java.util.function.Function;
 import java.util.function.Supplier;
 
 /**
- * Compiles the serving path before the first request. A throwaway engine of the same model (Device
- * and Host tiers only, no L3: nothing reaches the store and the serving engine's caches stay empty)
- * is put behind its own HTTP server on a free loopback port, and a few seeded requests go through
- * it as clients send them — a prefill of several chunks, short prompts decoding together, greedy
- * and sampled, streamed and not, completions and chat (the chat template), with logprobs — until
- * the just-in-time compiler has compiled the kernels, the HTTP server, the JSON code and the
- * tokenizer. The compiled code is shared by every engine and server in the process.
+ * Compiles the serving path before the first request. A throwaway engine of the same model (the
+ * serving engine's caches stay empty) is put behind its own HTTP server on a free loopback port,
+ * and a few seeded requests go through it as clients send them — a prefill of several chunks, short
+ * prompts decoding together, greedy and sampled, streamed and not, completions and chat (the chat
+ * template), with logprobs — until the just-in-time compiler has compiled the kernels, the HTTP
+ * server, the JSON code and the tokenizer. The compiled code is shared by every engine and server
+ * in the process.
+ *
+ * <p>With L3 the throwaway engine has a store client of its own, under a namespace of its own: each
+ * round also writes a prompt's pages through and restores them, and then {@link StorageExercise}
+ * calls the store many times through an L3 executor over a Host allocation it registers, exactly as
+ * the engine's storage commands do (a store that accepts only its registered memory, Mooncake, sees
+ * nothing else). A weight update deletes the namespace's objects at the end.
  */
 public final class WarmUp {
   private WarmUp() {}
@@ -189,7 +193,14 @@ public final class WarmUp {
         }
       }
       if (storage != null) {
-        exerciseStore(storage.store(), engine.storageNamespace().orElseThrow().toString());
+        // A client of its own (the engine owns the one above), under the warm-up's namespace.
+        StorageExercise.run(
+            l3.get(),
+            engine.layout(),
+            engine.storageNamespace().orElseThrow(),
+            STORE_OBJECTS,
+            STORE_ROUNDS,
+            STORE_EXERCISE_NS);
         engine.updateWeightVersion(namespaceVersion + "-deleted"); // deletes the warm-up's objects
       }
     } finally {
@@ -248,32 +259,14 @@ public final class WarmUp {
     check(post(client, server, "/v1/completions", body).join());
   }
 
-  /**
-   * Calls the store client directly for a while — one PUT of a page's worth of objects under the
-   * warm-up's namespace, then QUERYs and GETs of them — so that its code is compiled, not only
-   * loaded: a handful of restores through the engine would leave it interpreted.
+  /*
+   * The store exercise (StorageExercise): one PUT of this many objects under the warm-up's
+   * namespace, then rounds of QUERYs and GETs of them, through an L3 executor over a Host
+   * allocation registered with the store, as the engine's commands reach it — so that the store
+   * client's code is compiled, not only loaded: a handful of restores through the engine would
+   * leave it interpreted.
    */
-  private static void exerciseStore(Store store, String namespace) throws Exception {
-    List<String> keys = new ArrayList<>();
-    List<MemorySegment> buffers = new ArrayList<>();
-    try (Arena arena = Arena.ofConfined()) {
-      for (int i = 0; i < STORE_OBJECTS; i++) {
-        keys.add(namespace + "_warm-up-" + i);
-        MemorySegment b = arena.allocate(STORE_OBJECT_BYTES, 64);
-        b.fill((byte) i);
-        buffers.add(b);
-      }
-      store.put(keys, buffers);
-      long deadline = System.nanoTime() + STORE_EXERCISE_NS;
-      for (int i = 0; i < STORE_ROUNDS && System.nanoTime() < deadline; i++) {
-        store.exists(keys);
-        store.get(keys, buffers);
-      }
-    }
-  }
-
   private static final int STORE_OBJECTS = 16;
-  private static final long STORE_OBJECT_BYTES = 16 << 10;
   private static final int STORE_ROUNDS = 400;
   private static final long STORE_EXERCISE_NS = 4_000_000_000L;
 

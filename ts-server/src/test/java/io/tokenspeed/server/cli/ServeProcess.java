@@ -97,14 +97,30 @@ final class ServeProcess implements AutoCloseable {
       }
     }
     ServeProcess s = new ServeProcess(p, err, port);
-    while (s.get("/ready").statusCode() != 200) {
+    while (!s.ready()) {
       if (!p.isAlive() || System.nanoTime() > deadline) {
+        String exited = p.isAlive() ? "" : " (it exited with " + p.exitValue() + ")";
         s.close();
-        throw new AssertionError("serve did not turn ready: " + s.stderr());
+        throw new AssertionError("serve did not turn ready" + exited + ": " + s.stderr());
       }
       Thread.sleep(50);
     }
     return s;
+  }
+
+  /**
+   * Whether {@code /ready} answers 200; false when nothing answers because the server is exiting (a
+   * start-up failure closes the listener before the process ends).
+   */
+  private boolean ready() throws InterruptedException {
+    try {
+      return get("/ready").statusCode() == 200;
+    } catch (UncheckedIOException e) {
+      if (process.waitFor(30, TimeUnit.SECONDS)) {
+        return false;
+      }
+      throw e;
+    }
   }
 
   URI uri(String path) {

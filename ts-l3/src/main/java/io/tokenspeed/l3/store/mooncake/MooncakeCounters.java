@@ -31,6 +31,8 @@ package io.tokenspeed.l3.store.mooncake;
  * @param malformed rows whose answer broke the SDK's contract (unwritten, outside the documented
  *     set, or a call that wrote past its rows)
  * @param nativeCalls downcalls into the library, setup and administration included
+ * @param reconnectRoundTrips existence queries made to re-establish the master's connection before
+ *     the first call after an outage answer (counted in {@code nativeCalls} too)
  */
 public record MooncakeCounters(
     long putsNewlyWritten,
@@ -44,4 +46,5 @@ public record MooncakeCounters(
     long retiredFailures,
     long unknown,
     long malformed,
-    long nativeCalls) {}
+    long nativeCalls,
+    long reconnectRoundTrips) {}

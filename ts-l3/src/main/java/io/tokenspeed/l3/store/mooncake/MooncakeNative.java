@@ -43,6 +43,7 @@ final class MooncakeNative {
   private final MethodHandle batchPutFrom;
   private final MethodHandle batchGetInto;
   private final MethodHandle batchIsExist;
+  private final MethodHandle isExist;
   private final MethodHandle removeByRegex;
 
   private MooncakeNative(Path libraryPath, Linker linker, SymbolLookup lookup) {
@@ -102,6 +103,13 @@ final class MooncakeNative {
             lookup,
             "mooncake_store_batch_is_exist",
             FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS));
+    // int mooncake_store_is_exist(store, const char *key);
+    isExist =
+        bind(
+            linker,
+            lookup,
+            "mooncake_store_is_exist",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
     // int64_t mooncake_store_remove_by_regex(store, const char *pattern, int force);
     removeByRegex =
         bind(
@@ -246,6 +254,14 @@ final class MooncakeNative {
   int batchIsExist(MemorySegment store, MemorySegment keys, long count, MemorySegment results) {
     try {
       return (int) batchIsExist.invokeExact(store, keys, count, results);
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  int isExist(MemorySegment store, MemorySegment key) {
+    try {
+      return (int) isExist.invokeExact(store, key);
     } catch (Throwable t) {
       throw rethrow(t);
     }

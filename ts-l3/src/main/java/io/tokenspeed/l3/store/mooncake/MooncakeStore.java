@@ -14,10 +14,13 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
@@ -51,6 +54,10 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *       existing object instead, so with it the two cannot be told apart.
  *   <li><b>Keys are validated before any native call</b>: non-empty, no NUL, at most {@link
  *       MooncakeStoreSettings#maxKeyBytes()} UTF-8 bytes, passed as NUL-terminated UTF-8.
+ *   <li><b>A restarted master costs one health cooldown.</b> After an answer that reads as an
+ *       outage, the next call first re-establishes the connection to the master with existence
+ *       queries of a key no object has ({@link #reconnectIfDue}), so a recovery probe does not fail
+ *       on a connection the restart left stale.
  *   <li><b>Close never races a call.</b> Calls hold a read lock for the length of their downcall;
  *       {@link #close} takes the write lock, so {@code mooncake_store_destroy} never frees a client
  *       another thread is inside. Close runs once.
@@ -197,6 +204,18 @@ public final class MooncakeStore implements Store {
   private final AtomicLong unknown = new AtomicLong();
   private final AtomicLong malformed = new AtomicLong();
   private final AtomicLong nativeCalls = new AtomicLong();
+  private final AtomicLong reconnectRoundTrips = new AtomicLong();
+
+  /**
+   * Set by an answer that reads as an outage (the master may have restarted): the next call that
+   * reaches the master re-establishes the connection first ({@link #reconnectIfDue}).
+   */
+  private final AtomicBoolean reconnectDue = new AtomicBoolean();
+
+  /** Data-path calls inside the library now, and the most there ever were at once. */
+  private final AtomicInteger callsInside = new AtomicInteger();
+
+  private final AtomicInteger peakCallsInside = new AtomicInteger();
 
   /** Time and waiting for namespace deletion; tests replace it to move a manual clock. */
   interface Clock {
@@ -378,7 +397,8 @@ public final class MooncakeStore implements Store {
         retiredFailures.get(),
         unknown.get(),
         malformed.get(),
-        nativeCalls.get());
+        nativeCalls.get(),
+        reconnectRoundTrips.get());
   }
 
   /**
@@ -436,13 +456,20 @@ public final class MooncakeStore implements Store {
     lock.lock();
     try (Arena arena = Arena.ofConfined()) {
       requireOpen();
+      reconnectIfDue(arena);
       MemorySegment keyArray = keyArray(arena, encoded);
       MemorySegment results = intResults(arena, count);
       nativeCalls.incrementAndGet();
-      int status = library.batchIsExist(client, keyArray, count, results);
+      enterLibrary();
+      int status;
+      try {
+        status = library.batchIsExist(client, keyArray, count, results);
+      } finally {
+        leaveLibrary();
+      }
       noteLeases();
       // A QUERY hands the SDK no payload buffer: whatever it answers, nothing stays in use.
-      return new StoreResult(decodeExists(status, results, count), true);
+      return noteOutage(status, new StoreResult(decodeExists(status, results, count), true));
     } finally {
       lock.unlock();
     }
@@ -460,14 +487,21 @@ public final class MooncakeStore implements Store {
     lock.lock();
     try (Arena arena = Arena.ofConfined()) {
       requireOpen();
+      reconnectIfDue(arena);
       MemorySegment keyArray = keyArray(arena, encoded);
       MemorySegment buffers = bufferArray(arena, destinations);
       MemorySegment sizes = sizeArray(arena, destinations);
       MemorySegment results = longResults(arena, count);
       nativeCalls.incrementAndGet();
-      int status = library.batchGetInto(client, keyArray, buffers, sizes, count, results);
+      enterLibrary();
+      int status;
+      try {
+        status = library.batchGetInto(client, keyArray, buffers, sizes, count, results);
+      } finally {
+        leaveLibrary();
+      }
       noteLeases();
-      return decodeGet(status, results, destinations);
+      return noteOutage(status, decodeGet(status, results, destinations));
     } finally {
       lock.unlock();
     }
@@ -485,13 +519,20 @@ public final class MooncakeStore implements Store {
     lock.lock();
     try (Arena arena = Arena.ofConfined()) {
       requireOpen();
+      reconnectIfDue(arena);
       MemorySegment keyArray = keyArray(arena, encoded);
       MemorySegment buffers = bufferArray(arena, sources);
       MemorySegment sizes = sizeArray(arena, sources);
       MemorySegment results = intResults(arena, count);
       nativeCalls.incrementAndGet();
-      int status = library.batchPutFrom(client, keyArray, buffers, sizes, count, results);
-      return decodePut(status, results, sources);
+      enterLibrary();
+      int status;
+      try {
+        status = library.batchPutFrom(client, keyArray, buffers, sizes, count, results);
+      } finally {
+        leaveLibrary();
+      }
+      return noteOutage(status, decodePut(status, results, sources));
     } finally {
       lock.unlock();
     }
@@ -595,8 +636,12 @@ public final class MooncakeStore implements Store {
     lock.lock();
     try (Arena arena = Arena.ofConfined()) {
       requireOpen();
+      reconnectIfDue(arena);
       nativeCalls.incrementAndGet();
       long removed = library.removeByRegex(client, arena.allocateFrom(pattern), 0);
+      if (removed == MooncakeCodes.RPC_FAIL || removed == MooncakeCodes.RPC_TIMEOUT) {
+        reconnectDue.set(true);
+      }
       if (removed < 0) {
         throw new IOException(
             "mooncake_store_remove_by_regex pattern="
@@ -612,6 +657,92 @@ public final class MooncakeStore implements Store {
       lock.unlock();
     }
   }
+
+  /** A data-path call enters the library: counts it, and the most calls inside at once. */
+  private void enterLibrary() {
+    int inside = callsInside.incrementAndGet();
+    peakCallsInside.accumulateAndGet(inside, Math::max);
+  }
+
+  private void leaveLibrary() {
+    callsInside.decrementAndGet();
+  }
+
+  /**
+   * Marks the connection for re-establishment when {@code result} reads as an outage: a top-level
+   * failure, a row the executor takes as an outage signal, or an unknown row. Returns {@code
+   * result}.
+   */
+  private StoreResult noteOutage(int status, StoreResult result) {
+    boolean outage = status != MooncakeCodes.OK;
+    for (RowResult row : result.rows()) {
+      outage |=
+          row instanceof RowResult.Unknown
+              || (row instanceof RowResult.Rejected rejected && rejected.outage());
+    }
+    if (outage) {
+      reconnectDue.set(true);
+    }
+    return result;
+  }
+
+  /**
+   * Re-establishes the connection to the master after an answer that read as an outage, before the
+   * call that follows it: with the executor, that call is the recovery probe.
+   *
+   * <p>The real client talks to the master through a pool of RPC connections, one for each call it
+   * ran at once. A master restart leaves them stale, and each fails the next call made on it with
+   * {@code RPC_FAIL} before it is dropped and replaced by a fresh one. Left alone, the probe would
+   * spend a stale connection and fail although the master is back, and recovery would take a second
+   * cooldown. So the store first makes round trips of its own: {@code mooncake_store_is_exist} of a
+   * key no object has ({@link #RECONNECT_KEY}; it touches no payload and, finding nothing, grants
+   * no lease), until one is answered. Each {@code RPC_FAIL} spends one stale connection; there can
+   * be no more of them than the most calls this store ever had inside the library at once, so it
+   * stops after that many round trips plus one. Any other failure means the master does not answer
+   * (it is still down, or times out): it stops at once and lets the call go on, whose answer
+   * reports the outage, and the next call tries again.
+   */
+  private void reconnectIfDue(Arena arena) {
+    if (!reconnectDue.getAndSet(false)) {
+      return;
+    }
+    byte[] key = RECONNECT_KEY.getBytes(StandardCharsets.UTF_8);
+    if (key.length > settings.maxKeyBytes()) {
+      key = Arrays.copyOf(key, settings.maxKeyBytes());
+    }
+    MemorySegment cKey = arena.allocate(key.length + 1L); // zero-filled: NUL-terminated
+    MemorySegment.copy(key, 0, cKey, JAVA_BYTE, 0, key.length);
+    int roundTrips = peakCallsInside.get() + 1;
+    for (int i = 1; i <= roundTrips; i++) {
+      nativeCalls.incrementAndGet();
+      reconnectRoundTrips.incrementAndGet();
+      int answer = library.isExist(client, cKey);
+      if (answer == 0 || answer == 1) {
+        if (i > 1) {
+          System.getLogger(MooncakeStore.class.getName())
+              .log(
+                  System.Logger.Level.INFO,
+                  "the Mooncake client reached the master "
+                      + settings.masterServerAddress()
+                      + " again after "
+                      + (i - 1)
+                      + " failed round trips on stale connections");
+        }
+        return;
+      }
+      if (answer != MooncakeCodes.RPC_FAIL) {
+        break; // not a stale connection: the master does not answer
+      }
+    }
+    reconnectDue.set(true);
+  }
+
+  /**
+   * The key of {@link #reconnectIfDue}'s existence queries (cut to {@link
+   * MooncakeStoreSettings#maxKeyBytes()}). It has no {@code _}, so it is in no namespace, and
+   * nothing writes it.
+   */
+  static final String RECONNECT_KEY = "tsl3-reconnect";
 
   /** A GET or QUERY call just returned: the leases it was granted end one lease from now. */
   private void noteLeases() {

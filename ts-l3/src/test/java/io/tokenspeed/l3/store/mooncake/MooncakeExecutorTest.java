@@ -18,6 +18,8 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -61,13 +63,26 @@ class MooncakeExecutorTest {
   }
 
   private StorageDone run(StorageKind kind, long offset, String... hashes) {
+    StorageJob job = job(kind, offset, hashes);
+    SubmitResult r = executor.submit(job);
+    assertTrue(r.accepted(), r.name());
+    return await(job);
+  }
+
+  private StorageJob job(StorageKind kind, long offset, String... hashes) {
     List<JobRow> rows =
         java.util.Arrays.stream(hashes)
             .map(h -> JobRow.owned(NS + "_" + h + "|g0|o0|r0", new HostRange(offset, 4096)))
             .toList();
-    StorageJob job = new StorageJob(nextId++, kind, rows);
-    SubmitResult r = executor.submit(job);
-    assertTrue(r.accepted(), r.name());
+    return new StorageJob(nextId++, kind, rows);
+  }
+
+  private StorageJob query(String hash) {
+    return new StorageJob(
+        nextId++, StorageKind.QUERY, List.of(JobRow.query(NS + "_" + hash + "|g0|o0|r0")));
+  }
+
+  private StorageDone await(StorageJob job) {
     long deadline = System.nanoTime() + 10_000_000_000L;
     while (System.nanoTime() - deadline < 0) {
       for (StorageDone d : executor.poll().completions()) {
@@ -173,5 +188,77 @@ class MooncakeExecutorTest {
     assertTrue(report.restartRequired(), report.message());
     assertFalse(report.storeClosed(), "the client keeps its Host registration");
     executor = null;
+  }
+
+  // --- a master restart -------------------------------------------------------------------------
+
+  private static final long COOLDOWN_MS = 1_000;
+
+  /** Replaces the executor by one whose health cooldown runs on {@code clock}. */
+  private void withCooldownOn(AtomicLong clock) throws Exception {
+    executor.close();
+    executor =
+        L3Executor.start(
+            MooncakeStore.open(MooncakeStub.settings(256)),
+            new L3ExecutorConfig(1, 1, 1, 8, 8, 8, 64, COOLDOWN_MS, 2_000),
+            host,
+            clock::get);
+  }
+
+  @Test
+  void shouldRecoverFromAMasterRestartInOneCooldown() throws Exception {
+    AtomicLong clock = new AtomicLong();
+    withCooldownOn(clock);
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "aa").outcomes());
+
+    MooncakeStub.masterStop();
+    MooncakeStub.masterStart(2); // back at once; the client's pool holds two stale connections
+    StorageDone failed = run(StorageKind.GET, 65536, "aa");
+    assertEquals(List.of(KeyOutcome.FAILED), failed.outcomes());
+    assertTrue(failed.retired(), "RPC_FAIL comes before any transfer");
+    assertEquals("COOLDOWN", executor.metrics().healthState());
+
+    StorageJob duringCooldown = query("aa");
+    assertEquals(SubmitResult.REJECTED_UNHEALTHY, executor.submit(duringCooldown));
+    assertEquals(List.of(KeyOutcome.FAILED), await(duringCooldown).outcomes());
+
+    clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(COOLDOWN_MS));
+    StorageJob probe = query("aa");
+    assertEquals(SubmitResult.QUEUED_AS_PROBE, executor.submit(probe));
+    StorageDone answered = await(probe);
+    assertEquals(
+        List.of(KeyOutcome.FAILED), answered.outcomes(), "absent: the new master has none");
+    assertTrue(answered.retired());
+
+    assertEquals("HEALTHY", executor.metrics().healthState(), "the first probe recovered");
+    assertEquals(1, executor.metrics().outages(), "one outage, one cooldown");
+    assertEquals(2, MooncakeStub.staleFailures(), "the GET and a reconnect round trip");
+    assertFalse(executor.quarantined());
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.PUT, 0, "aa").outcomes());
+    assertEquals(List.of(KeyOutcome.OK), run(StorageKind.GET, 65536, "aa").outcomes());
+  }
+
+  @Test
+  void shouldFailTheProbeWhileTheMasterIsDownAndRecoverAtTheNextOne() throws Exception {
+    AtomicLong clock = new AtomicLong();
+    withCooldownOn(clock);
+    run(StorageKind.PUT, 0, "bb");
+
+    MooncakeStub.masterStop();
+    run(StorageKind.GET, 65536, "bb");
+    clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(COOLDOWN_MS));
+    StorageJob early = job(StorageKind.PUT, 0, "bb");
+    assertEquals(SubmitResult.QUEUED_AS_PROBE, executor.submit(early));
+    assertEquals(List.of(KeyOutcome.FAILED), await(early).outcomes());
+    assertEquals("COOLDOWN", executor.metrics().healthState(), "still down: a new cooldown");
+    assertEquals(2, executor.metrics().outages());
+
+    MooncakeStub.masterStart(1);
+    clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(COOLDOWN_MS));
+    StorageJob probe = job(StorageKind.PUT, 0, "bb");
+    assertEquals(SubmitResult.QUEUED_AS_PROBE, executor.submit(probe));
+    assertEquals(List.of(KeyOutcome.OK), await(probe).outcomes());
+    assertEquals("HEALTHY", executor.metrics().healthState());
+    assertEquals(2, executor.metrics().outages());
   }
 }

@@ -406,6 +406,72 @@ class MooncakeStoreTest {
         StoreResult.of(List.of(new RowResult.Unknown(MooncakeCodes.MALFORMED_RESULT))), malformed);
   }
 
+  // --- the master's connection after an outage --------------------------------------------------
+
+  @Test
+  void shouldMakeNoReconnectRoundTripWhileTheMasterAnswers() {
+    putOne(key("a"), 0, 64);
+    store.exists(List.of(key("a"), key("b")));
+    store.get(List.of(key("a")), List.of(host.asSlice(4096, 64)));
+
+    assertEquals(0, store.counters().reconnectRoundTrips());
+    assertEquals(0, MooncakeStub.calls("is_exist"));
+  }
+
+  @Test
+  void shouldReconnectOnceBeforeTheCallAfterAnOutageAnswer() {
+    putOne(key("a"), 0, 64);
+    MooncakeStub.injectRows("batch_get_into", MooncakeCodes.RPC_FAIL, 1);
+    assertEquals(
+        StoreResult.of(List.of(new RowResult.Rejected(MooncakeCodes.RPC_FAIL, true))),
+        store.get(List.of(key("a")), List.of(host.asSlice(4096, 64))));
+    assertEquals(0, store.counters().reconnectRoundTrips(), "nothing before the next call");
+
+    StoreResult query = store.exists(List.of(key("a")));
+    store.exists(List.of(key("a")));
+
+    assertEquals(StoreResult.of(List.of(new RowResult.Ok(0, false))), query);
+    assertEquals(1, store.counters().reconnectRoundTrips(), "one answered round trip, once");
+    assertEquals(1, MooncakeStub.calls("is_exist"));
+    assertFalse(MooncakeStub.has(MooncakeStore.RECONNECT_KEY), "the round trip writes nothing");
+  }
+
+  @Test
+  void shouldSpendTheConnectionsARestartLeftStaleBeforeTheNextCall() {
+    putOne(key("a"), 0, 64);
+    MooncakeStub.masterStop();
+    MooncakeStub.masterStart(2); // a new master; this client's pool still holds 2 old connections
+
+    StoreResult first = store.exists(List.of(key("a")));
+    StoreResult next = store.put(List.of(key("a")), List.of(host.asSlice(0, 64)));
+
+    assertEquals(StoreResult.of(List.of(new RowResult.Unknown(MooncakeCodes.RPC_FAIL))), first);
+    assertEquals(StoreResult.of(List.of(new RowResult.Ok(64, false))), next, "the new master");
+    assertEquals(2, MooncakeStub.staleFailures());
+    assertEquals(2, store.counters().reconnectRoundTrips(), "one spent, one answered");
+  }
+
+  @Test
+  void shouldStopReconnectingAtTheBoundAndLetTheCallReportTheOutage() {
+    putOne(key("a"), 0, 64);
+    MooncakeStub.masterStop(); // still down at the next calls
+
+    StoreResult first = store.exists(List.of(key("a")));
+    StoreResult second = store.exists(List.of(key("a")));
+
+    assertEquals(StoreResult.of(List.of(new RowResult.Unknown(MooncakeCodes.RPC_FAIL))), first);
+    assertEquals(first, second, "the master is still down: the call says so");
+    assertEquals(
+        2,
+        store.counters().reconnectRoundTrips(),
+        "at most one call was ever inside at once: two round trips, then the call");
+
+    MooncakeStub.masterStart(0);
+    assertEquals(
+        StoreResult.of(List.of(RowResult.MISSING)), store.exists(List.of(key("a"))), "forgotten");
+    assertEquals(3, store.counters().reconnectRoundTrips(), "tried again before the next call");
+  }
+
   // --- the stand-in's read leases and buffers, as the real master and client behave --------------
 
   @Test

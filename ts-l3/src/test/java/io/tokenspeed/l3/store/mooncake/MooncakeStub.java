@@ -54,6 +54,12 @@ final class MooncakeStub {
       bind("stub_advance_ms", FunctionDescriptor.ofVoid(JAVA_LONG));
   private static final MethodHandle LEASED_COUNT =
       bind("stub_leased_count", FunctionDescriptor.of(JAVA_LONG));
+  private static final MethodHandle MASTER_STOP =
+      bind("stub_master_stop", FunctionDescriptor.ofVoid());
+  private static final MethodHandle MASTER_START =
+      bind("stub_master_start", FunctionDescriptor.ofVoid(JAVA_INT));
+  private static final MethodHandle STALE_FAILURES =
+      bind("stub_stale_failures", FunctionDescriptor.of(JAVA_LONG));
 
   /** The read lease the stub grants unless a test sets another: the master's default. */
   static final long DEFAULT_LEASE_TTL_MS = 10_000;
@@ -125,6 +131,39 @@ final class MooncakeStub {
   static long leasedCount() {
     try {
       return (long) LEASED_COUNT.invokeExact();
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
+  }
+
+  /**
+   * The master stops: every call that needs it answers {@code RPC_FAIL} until {@link #masterStart},
+   * and every object is forgotten (the master's metadata is in its memory).
+   */
+  static void masterStop() {
+    try {
+      MASTER_STOP.invokeExact();
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
+  }
+
+  /**
+   * A new master answers; every client open now keeps {@code staleConnections} pooled connections
+   * to the old one, each of which fails one call with {@code RPC_FAIL} before it is dropped.
+   */
+  static void masterStart(int staleConnections) {
+    try {
+      MASTER_START.invokeExact(staleConnections);
+    } catch (Throwable t) {
+      throw new AssertionError(t);
+    }
+  }
+
+  /** Calls that failed on a stale connection since the last reset. */
+  static long staleFailures() {
+    try {
+      return (long) STALE_FAILURES.invokeExact();
     } catch (Throwable t) {
       throw new AssertionError(t);
     }
