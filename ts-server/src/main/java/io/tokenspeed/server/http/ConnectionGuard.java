@@ -1,5 +1,6 @@
 package io.tokenspeed.server.http;
 
+import io.helidon.common.buffers.BufferData;
 import io.helidon.http.HeaderNames;
 import io.helidon.http.HeaderValues;
 import io.helidon.http.Headers;
@@ -10,8 +11,13 @@ import io.helidon.webserver.http.Filter;
 import io.helidon.webserver.http.FilterChain;
 import io.helidon.webserver.http.RoutingRequest;
 import io.helidon.webserver.http.RoutingResponse;
+import io.helidon.webserver.http1.Http1Config;
 import io.helidon.webserver.http1.Http1ConnectionListener;
+import io.helidon.webserver.http1.Http1ConnectionSelector;
+import io.helidon.webserver.spi.ServerConnection;
+import io.helidon.webserver.spi.ServerConnectionSelector;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -93,19 +99,64 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
     sweeper.scheduleWithFixedDelay(this::sweep, period, period, TimeUnit.MILLISECONDS);
   }
 
-  // ---- the request head's deadline (connection listener, on the connection's thread) ----
+  // ---- the request head's deadline (on the connection's thread) ----
+
+  /**
+   * The HTTP/1.1 connection selector of {@code http1}, which starts each new connection's wait for
+   * its first request line. With it the only selector, the server hands it every connection at
+   * once, on the connection's own thread.
+   */
+  ServerConnectionSelector selector(Http1Config http1) {
+    ServerConnectionSelector delegate = Http1ConnectionSelector.builder().config(http1).build();
+    return new ServerConnectionSelector() {
+      @Override
+      public int bytesToIdentifyConnection() {
+        return delegate.bytesToIdentifyConnection();
+      }
+
+      @Override
+      public Support supports(BufferData data) {
+        return delegate.supports(data);
+      }
+
+      @Override
+      public Set<String> supportedApplicationProtocols() {
+        return delegate.supportedApplicationProtocols();
+      }
+
+      @Override
+      public ServerConnection connection(ConnectionContext ctx) {
+        await(); // a fresh connection awaits its first request line
+        return delegate.connection(ctx);
+      }
+    };
+  }
+
+  /** This connection thread now waits for a request line. */
+  private void await() {
+    replace(new Head(System.nanoTime()));
+  }
 
   @Override
   public void prologue(ConnectionContext ctx, HttpPrologue prologue) {
-    heads.put(Thread.currentThread(), new Head(System.nanoTime()));
+    replace(new Head(System.nanoTime())); // the request line is in: now its headers
   }
 
   @Override
   public void headers(ConnectionContext ctx, Headers headers) {
-    Head head = heads.remove(Thread.currentThread());
-    if (head != null && !head.outcome.compareAndSet(null, "done")) {
-      // the sweep timed it out a moment ago and is interrupting this thread: end here
-      throw new CloseConnectionException("the request headers came after the header timeout");
+    replace(null); // the head is complete: no deadline while the request is handled
+  }
+
+  /**
+   * Ends this thread's current deadline (and starts {@code next}, unless null); if the sweep timed
+   * the current one out a moment ago (and is interrupting this thread), the connection ends here.
+   */
+  private void replace(Head next) {
+    Thread me = Thread.currentThread();
+    Head current = next == null ? heads.remove(me) : heads.put(me, next);
+    if (current != null && !current.outcome.compareAndSet(null, "done")) {
+      heads.remove(me, next);
+      throw new CloseConnectionException("the request head did not arrive within the timeout");
     }
   }
 
@@ -126,7 +177,7 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
     }
   }
 
-  /** Connections closed because their headers did not arrive within the header timeout. */
+  /** Connections closed because their request head did not arrive within the header timeout. */
   long headerTimeouts() {
     return headerTimeouts.get();
   }
@@ -164,13 +215,15 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
         closing[0] = true;
       }
     }
-    if (closing[0]) {
-      closedAfterAnswer.incrementAndGet();
-      throw new CloseConnectionException(
-          closeRequested
-              ? "the client asked to close the connection after this request"
-              : "the request body was not read to its end; the connection closes after the answer");
+    if (!closing[0]) {
+      await(); // kept open: the next request line is due within the header timeout
+      return;
     }
+    closedAfterAnswer.incrementAndGet();
+    throw new CloseConnectionException(
+        closeRequested
+            ? "the client asked to close the connection after this request"
+            : "the request body was not read to its end; the connection closes after the answer");
   }
 
   private static boolean bodyDone(RoutingRequest req) {

@@ -24,7 +24,6 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
@@ -121,16 +120,13 @@ public final class HttpFrontend implements AutoCloseable {
             .host(s.host())
             .port(s.port())
             .shutdownHook(false)
-            // one HTTP/1.1 configuration, this one: with the discovered default beside it the
-            // server would wait for a connection's first bytes to choose between them, and a
-            // connection that sends nothing would never meet the idle timeout
+            // one HTTP/1.1 selector, the guard's: it sees each connection open (with the
+            // discovered default beside it the server would wait for a connection's first bytes
+            // to choose between them); the guard bounds the request heads and idle connections
             .protocolsDiscoverServices(false)
-            .addProtocol(Http1Config.builder().addReceiveListener(guard).build())
+            .addConnectionSelector(
+                guard.selector(Http1Config.builder().addReceiveListener(guard).build()))
             .directHandlers(ProtocolErrors.handlers())
-            // a connection whose next request line does not come within the header timeout is
-            // closed (checked every 1/4 of it): idle keep-alive connections and slow request lines
-            .idleConnectionTimeout(Duration.ofMillis(s.headerTimeoutMs()))
-            .idleConnectionPeriod(Duration.ofMillis(Math.max(100, s.headerTimeoutMs() / 4)))
             // Nagle's algorithm off: a stream's events are small writes, and with it on a write
             // waits while an earlier one is unacknowledged, which a client delays: in bench serve
             // the first event's median came 18-33 ms after the headers' (docs/benchmarks/
