@@ -164,7 +164,10 @@ class ServerMetricsTest {
         n(rnd),
         n(rnd),
         "",
-        n(rnd));
+        n(rnd),
+        rnd.nextBoolean(),
+        n(rnd),
+        "OOM command not allowed when used memory > 'maxmemory'.");
   }
 
   static EngineMetrics snapshot(SplittableRandom rnd, boolean withStorage, long timeNs) {
