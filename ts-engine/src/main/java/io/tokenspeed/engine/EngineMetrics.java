@@ -110,7 +110,8 @@ public record EngineMetrics(
    * never summed across owners).
    *
    * @param pending whether storage work is pending: operations without an agreed completion, backup
-   *     candidates not yet written, or refused backups waiting for their retry
+   *     candidates not yet written, or backups held back after a refusal, waiting for their probe
+   *     (not those of a store that refuses persistently)
    * @param executor this rank's executor's counters and gauges, health included
    * @param transfers the storage transfer manager's counters and gauges
    * @param otherRanks on the leader of a tensor-parallel replica, the other ranks' executor figures
@@ -154,7 +155,12 @@ public record EngineMetrics(
    * @param operationsInUse operation credits in use
    * @param hostCreditsInUse Host credits in use
    * @param queuedCandidates backup candidates a permitted round would dispatch
-   * @param deferredCandidates refused backup candidates waiting for their retry
+   * @param deferredCandidates backup candidates held back after the store refused a PUT, waiting
+   *     for the probe (pending work)
+   * @param heldCandidates backup candidates held back while the store refuses persistently (five
+   *     refusals in a row): probed, but no pending work
+   * @param backupBackoffMs the current hold after the store's consecutive refusals; 0 while its
+   *     latest answers were successes
    */
   public record Transfers(
       long softTimeouts,
@@ -172,7 +178,9 @@ public record EngineMetrics(
       int operationsInUse,
       int hostCreditsInUse,
       int queuedCandidates,
-      int deferredCandidates) {
+      int deferredCandidates,
+      int heldCandidates,
+      long backupBackoffMs) {
 
     public Transfers {
       for (DropReason r : DropReason.values()) {
@@ -216,7 +224,9 @@ public record EngineMetrics(
           stm.operationsInUse(),
           stm.hostCreditsInUse(),
           stm.queuedCandidates(),
-          stm.deferredCandidates());
+          stm.deferredCandidates(),
+          stm.heldCandidates(),
+          java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(stm.backupBackoffNs()));
     }
   }
 }

@@ -14,15 +14,17 @@ import java.util.TreeMap;
 /**
  * A follower's L3 executor figures ({@link L3Metrics}) as they ride its report to the leader
  * ({@link RankStatus}): every counter and gauge, the health state, the rejections by reason (at
- * most {@value #MAX_REJECTIONS}) and the latest configuration failure's message cut to {@value
- * #MAX_TEXT_BYTES} bytes, so that an encoding never exceeds {@link RankStatus#MAX_BYTES}. The
- * leader exports them labelled by the follower's rank; they never feed a decision.
+ * most {@value #MAX_REJECTIONS}), the latest configuration failure's message cut to {@value
+ * #MAX_TEXT_BYTES} bytes and the store's reason for refusing writes cut to {@value
+ * #MAX_REASON_BYTES}, so that an encoding never exceeds {@link RankStatus#MAX_BYTES} (at most 1,022
+ * bytes). The leader exports them labelled by the follower's rank; they never feed a decision.
  */
 final class ExecutorFigures {
-  private static final int VERSION = 1;
+  private static final int VERSION = 2;
   static final int MAX_REJECTIONS = 8;
   static final int MAX_NAME_BYTES = 32;
-  static final int MAX_TEXT_BYTES = 256;
+  static final int MAX_TEXT_BYTES = 192;
+  static final int MAX_REASON_BYTES = 120;
 
   private ExecutorFigures() {}
 
@@ -67,6 +69,9 @@ final class ExecutorFigures {
       out.writeLong(m.configurationFailures());
       text(out, m.lastConfigurationFailure(), MAX_TEXT_BYTES);
       out.writeLong(m.queuedRejectedByOutage());
+      out.writeBoolean(m.writesRefused());
+      out.writeLong(m.refusedPutKeys());
+      text(out, m.writesRefusedReason(), MAX_REASON_BYTES);
     } catch (IOException e) {
       throw new UncheckedIOException(e); // a byte array does not fail
     }
@@ -118,6 +123,9 @@ final class ExecutorFigures {
       long configurationFailures = in.readLong();
       String lastFailure = in.readUTF();
       long rejectedByOutage = in.readLong();
+      boolean writesRefused = in.readBoolean();
+      long refusedPutKeys = in.readLong();
+      String refusedReason = in.readUTF();
       if (in.available() != 0) {
         throw new IllegalArgumentException(
             "executor figures end with " + in.available() + " bytes more");
@@ -138,7 +146,10 @@ final class ExecutorFigures {
           faults,
           configurationFailures,
           lastFailure,
-          rejectedByOutage);
+          rejectedByOutage,
+          writesRefused,
+          refusedPutKeys,
+          refusedReason);
     } catch (IOException e) {
       throw new IllegalArgumentException("executor figures are cut short: " + e, e);
     }

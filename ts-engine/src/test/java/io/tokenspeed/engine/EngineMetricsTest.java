@@ -234,7 +234,11 @@ class EngineMetricsTest {
     assertEquals(0, t.quarantinedRefs(), when + ": quarantined references");
     assertEquals(0, t.operationsInUse(), when + ": operation credits");
     assertEquals(0, t.hostCreditsInUse(), when + ": Host credits");
-    assertEquals(0, t.queuedCandidates() + t.deferredCandidates(), when + ": backup candidates");
+    assertEquals(
+        0,
+        t.queuedCandidates() + t.deferredCandidates() + t.heldCandidates(),
+        when + ": backup candidates");
+    assertEquals(0, t.backupBackoffMs(), when + ": backup hold");
     assertFalse(t.gateClosed() || t.quarantined(), when);
     for (DropReason r : DropReason.values()) {
       assertEquals(0L, t.droppedBackupKeys().get(r), when + ": dropped " + r);

@@ -257,7 +257,8 @@ class EngineTensorParallelFaultsTest {
             s.highQueuedBytes(),
             s.lowQueuedBytes(),
             100,
-            0);
+            0,
+            s.maxBackupBackoffMs());
     return new L3Settings(
         store, new StorageRuntimeConfig(scheduling, executor), L3Settings.CPU_ATTENTION_BACKEND);
   }

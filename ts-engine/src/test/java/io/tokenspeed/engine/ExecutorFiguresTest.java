@@ -76,7 +76,10 @@ class ExecutorFiguresTest {
         rnd.nextLong(),
         rnd.nextLong(),
         text(rnd, textChars),
-        rnd.nextLong());
+        rnd.nextLong(),
+        rnd.nextBoolean(),
+        rnd.nextLong(),
+        text(rnd, textChars));
   }
 
   @ParameterizedTest(name = "seed={0}")
@@ -103,7 +106,10 @@ class ExecutorFiguresTest {
               rnd.nextLong(),
               rnd.nextLong(),
               "store refused: " + rnd.nextInt(),
-              rnd.nextLong());
+              rnd.nextLong(),
+              rnd.nextBoolean(),
+              rnd.nextLong(),
+              "OOM command not allowed when used memory > 'maxmemory'. " + rnd.nextInt());
       assertEquals(m, ExecutorFigures.decode(ExecutorFigures.encode(m)), "seed " + seed);
     }
   }
@@ -121,6 +127,9 @@ class ExecutorFiguresTest {
       assertEquals(m.backendCalls(), back.backendCalls());
       assertTrue(back.rejections().size() <= ExecutorFigures.MAX_REJECTIONS);
       assertTrue(m.lastConfigurationFailure().startsWith(back.lastConfigurationFailure()));
+      assertTrue(m.writesRefusedReason().startsWith(back.writesRefusedReason()));
+      assertEquals(m.writesRefused(), back.writesRefused());
+      assertEquals(m.refusedPutKeys(), back.refusedPutKeys());
     }
   }
 

@@ -68,6 +68,10 @@ import java.util.logging.Logger;
  *       whose rows this rank owns makes no store call: it is admitted without consulting health (it
  *       is no backend work, so neither a cooldown nor a probe concerns it) and its retired, empty
  *       success says nothing about the backend.
+ *   <li><b>A full store is not an outage either.</b> A PUT row the store refuses for capacity (a
+ *       retired {@code Rejected} row without an outage) leaves health untouched; {@link
+ *       WriteRefusals} records that the store refuses writes, logs it once when that starts and
+ *       once when it ends, and {@link L3Metrics#writesRefused()} shows it.
  *   <li><b>A configuration failure is not an outage.</b> A store that throws {@link
  *       StoreConfigurationException} (a permission or credential the backend refused before any
  *       transfer) fails the job's rows as retired, without object evidence; health is untouched
@@ -184,6 +188,7 @@ public final class L3Executor {
   private final Map<Long, Entry> live = new HashMap<>();
   private final ArrayList<Completed> completions = new ArrayList<>();
   private final HealthMonitor health;
+  private final WriteRefusals writeRefusals;
   private final Map<SubmitResult, Long> rejections = new EnumMap<>(SubmitResult.class);
   private final List<Thread> workers = new ArrayList<>();
 
@@ -222,6 +227,7 @@ public final class L3Executor {
     this.maxKeyBytes = store.maxKeyBytes();
     this.maxValueBytes = store.maxValueBytes();
     this.health = new HealthMonitor(TimeUnit.MILLISECONDS.toNanos(config.healthCooldownMs()));
+    this.writeRefusals = new WriteRefusals(store.name());
     kinds.put(
         StorageKind.QUERY,
         new KindState(StorageKind.QUERY, config.queryQueueCapacity(), lock.newCondition()));
@@ -669,6 +675,9 @@ public final class L3Executor {
       } else if (calls > 0) {
         health.onSuccess(e.healthEpoch); // only a call that reached the backend heals
       }
+      if (calls > 0 && e.job.kind() == StorageKind.PUT) {
+        writeRefusals.onPutAnswered(facts.refused(), facts.newlyWritten(), facts.refusal(), now);
+      }
       if (fatal) {
         diedOfError = true;
       }
@@ -885,7 +894,10 @@ public final class L3Executor {
           workerFaults,
           configurationFailures,
           lastConfigurationFailure,
-          queuedRejectedByOutage);
+          queuedRejectedByOutage,
+          writeRefusals.refusing(),
+          writeRefusals.refusedKeys(),
+          writeRefusals.reason());
     } finally {
       lock.unlock();
     }

@@ -24,6 +24,11 @@ import java.util.Map;
  * @param lastConfigurationFailure the message of the latest of them, or empty
  * @param queuedRejectedByOutage queued jobs completed as rejected, without a store call, because an
  *     outage was recorded before a worker took them
+ * @param writesRefused whether the store refuses writes: its latest PUT call that refused or wrote
+ *     a row refused one for capacity (no space; not an outage, see {@code WriteRefusals})
+ * @param refusedPutKeys PUT rows the store refused for capacity
+ * @param writesRefusedReason the store's reason for the refusal that started the current refusing
+ *     state (e.g. Redis's {@code OOM} reply); empty while writes are accepted
  */
 public record L3Metrics(
     Kind query,
@@ -41,11 +46,15 @@ public record L3Metrics(
     long workerFaults,
     long configurationFailures,
     String lastConfigurationFailure,
-    long queuedRejectedByOutage) {
+    long queuedRejectedByOutage,
+    boolean writesRefused,
+    long refusedPutKeys,
+    String writesRefusedReason) {
 
   public L3Metrics {
     rejections = Map.copyOf(rejections);
     lastConfigurationFailure = lastConfigurationFailure == null ? "" : lastConfigurationFailure;
+    writesRefusedReason = writesRefusedReason == null ? "" : writesRefusedReason;
   }
 
   /**

@@ -23,7 +23,9 @@ import java.util.List;
  *                                                       bytes &gt; len
  *   Missing                            FAILED (absent)  MISSING             malformed
  *   Invalid                            FAILED           INVALID             malformed
- *   Rejected                           FAILED           FAILED              FAILED (re-offer)
+ *   Rejected                           FAILED           FAILED              FAILED (re-offer;
+ *                                                                           a write refusal
+ *                                                                           unless an outage)
  *                                      (all three retired; an outage only when the row says so)
  *   Unknown                            FAILED, outage   FAILED, unretired,  FAILED, unretired,
  *                                                       outage              outage
@@ -48,14 +50,32 @@ final class ResultInterpreter {
 
   private ResultInterpreter() {}
 
-  /** The facts of one finished call. */
+  /**
+   * The facts of one finished call. {@code refused} counts the PUT rows the store refused without
+   * reporting an outage (a {@code Rejected} row: no space, a full server), the store's write
+   * refusals; {@code refusal} is the first one's reason ({@link RowResult.Rejected#describe}),
+   * empty when none was refused.
+   */
   record Facts(
       List<KeyOutcome> outcomes,
       boolean retired,
       long bytes,
       boolean outage,
       int alreadyExisted,
-      int newlyWritten) {}
+      int newlyWritten,
+      int refused,
+      String refusal) {
+
+    Facts(
+        List<KeyOutcome> outcomes,
+        boolean retired,
+        long bytes,
+        boolean outage,
+        int alreadyExisted,
+        int newlyWritten) {
+      this(outcomes, retired, bytes, outage, alreadyExisted, newlyWritten, 0, "");
+    }
+  }
 
   /** Indexes of the rows this rank moves or asks about, in row order. */
   static int[] ownedRows(StorageJob job) {
@@ -81,6 +101,8 @@ final class ResultInterpreter {
     long bytes = 0;
     int existed = 0;
     int written = 0;
+    int refused = 0;
+    String refusal = "";
     for (int i = 0; i < owned.length; i++) {
       int row = owned[i];
       JobRow jobRow = job.rows().get(row);
@@ -141,6 +163,9 @@ final class ResultInterpreter {
             case RowResult.Rejected rej -> {
               outcome = KeyOutcome.FAILED;
               outage |= rej.outage();
+              if (!rej.outage()) {
+                refusal = refused++ == 0 ? rej.describe() : refusal;
+              }
             }
             case RowResult.Unknown u -> {
               outcome = KeyOutcome.FAILED;
@@ -171,7 +196,7 @@ final class ResultInterpreter {
     if (!retired) {
       bytes = 0; // nothing is proven to have landed
     }
-    return new Facts(List.of(outcomes), retired, bytes, outage, existed, written);
+    return new Facts(List.of(outcomes), retired, bytes, outage, existed, written, refused, refusal);
   }
 
   /** Facts when the call threw or returned a malformed answer. */

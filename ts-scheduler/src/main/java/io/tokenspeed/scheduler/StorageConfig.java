@@ -24,6 +24,9 @@ package io.tokenspeed.scheduler;
  * @param lowQueuedBytes and reopens at or below this many
  * @param highOldestAgeMs pressure closes when the oldest job is this old
  * @param lowOldestAgeMs and reopens at or below this age
+ * @param maxBackupBackoffMs the longest time backups are held back after the store refused a PUT:
+ *     the hold starts at {@link #DEFAULT_BACKUP_RETRY_BACKOFF_MS} and doubles with each consecutive
+ *     refusal up to this, and ends in a probe of one page (see {@code BackupPacer})
  */
 public record StorageConfig(
     int maxOperations,
@@ -41,7 +44,8 @@ public record StorageConfig(
     long highQueuedBytes,
     long lowQueuedBytes,
     long highOldestAgeMs,
-    long lowOldestAgeMs) {
+    long lowOldestAgeMs,
+    long maxBackupBackoffMs) {
 
   public static final int DEFAULT_MAX_OPERATIONS = 64;
   public static final int DEFAULT_MAX_HOST_BLOCKS = 8192;
@@ -59,18 +63,22 @@ public record StorageConfig(
   public static final long DEFAULT_LOW_QUEUED_BYTES = 1L << 30;
   public static final long DEFAULT_HIGH_OLDEST_AGE_MS = 2_000;
   public static final long DEFAULT_LOW_OLDEST_AGE_MS = 500;
+  public static final long DEFAULT_MAX_BACKUP_BACKOFF_MS = 10_000;
 
   /**
-   * How long a backup key refused by the store (a retired refusal: no space, an ACL, a cooldown
-   * rejection) waits before it is offered again, from the first tick after the refusal; the wait
-   * doubles with each further refusal. Fixed in this version (not a setting).
+   * How long every backup is held back after the store refused a PUT (a retired refusal: no space,
+   * an ACL, a cooldown rejection), from the first tick after the refusal; the hold doubles with
+   * each consecutive refusal up to {@code max_backup_backoff_ms} and ends in a probe of one page.
+   * Fixed in this version (not a setting).
    */
   public static final long DEFAULT_BACKUP_RETRY_BACKOFF_MS = 100;
 
   /**
-   * PUT attempts per backup key, the first included: the refusal of the last one drops the key
-   * (counted as {@code refused}), so a refusal that will not change is not retried forever. With
-   * the backoff above a key is tried at 0, 100, 300, 700 and 1,500 ms. Fixed in this version.
+   * PUT attempts per backup key, the first included, probes not counted: the refusal of the last
+   * one drops the key (counted as {@code refused}), so a key the store keeps refusing while it
+   * takes others is not retried forever. It is also the number of consecutive refusals (at 0, 100,
+   * 300, 700 and 1,500 ms) after which the store is taken to refuse persistently: the backups it
+   * holds are then no pending work. Fixed in this version.
    */
   public static final int DEFAULT_MAX_BACKUP_ATTEMPTS = 5;
 
@@ -93,6 +101,7 @@ public record StorageConfig(
     range("low_queued_bytes", lowQueuedBytes, 0, highQueuedBytes - 1);
     range("high_oldest_age_ms", highOldestAgeMs, 1, HOUR_MS);
     range("low_oldest_age_ms", lowOldestAgeMs, 0, highOldestAgeMs - 1);
+    range("max_backup_backoff_ms", maxBackupBackoffMs, DEFAULT_BACKUP_RETRY_BACKOFF_MS, HOUR_MS);
   }
 
   /** The documented defaults. */
@@ -113,7 +122,8 @@ public record StorageConfig(
         DEFAULT_HIGH_QUEUED_BYTES,
         DEFAULT_LOW_QUEUED_BYTES,
         DEFAULT_HIGH_OLDEST_AGE_MS,
-        DEFAULT_LOW_OLDEST_AGE_MS);
+        DEFAULT_LOW_OLDEST_AGE_MS,
+        DEFAULT_MAX_BACKUP_BACKOFF_MS);
   }
 
   /** Operation credits backups may hold: half, rounded down. */
@@ -158,7 +168,30 @@ public record StorageConfig(
         highQueuedBytes,
         lowQueuedBytes,
         highOldestAgeMs,
-        lowOldestAgeMs);
+        lowOldestAgeMs,
+        maxBackupBackoffMs);
+  }
+
+  /** A copy with another longest backup hold (tests and tuning). */
+  public StorageConfig withMaxBackupBackoffMs(long ms) {
+    return new StorageConfig(
+        maxOperations,
+        maxHostBlocks,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs,
+        ms);
   }
 
   private static void range(String field, long value, long min, long max) {

@@ -14,7 +14,7 @@ public final class StorageCounters {
   public enum DropReason {
     /** The pressure gate closed on it, or was closed when it was offered or refused. */
     PRESSURE,
-    /** The bounded candidate queue (or the deferred set of refusals) dropped its oldest entry. */
+    /** The bounded candidate queue (held-back refusals included) dropped its oldest entry. */
     OVERFLOW,
     /** Its Host data was gone at dispatch, or the engine could not copy it to the Host. */
     UNAVAILABLE,
@@ -25,7 +25,10 @@ public final class StorageCounters {
     DISABLED,
     /** A clear or a frozen round's cleanup discarded it. */
     CLEANUP,
-    /** The store refused it (a retired refusal) as many times as a key may be tried. */
+    /**
+     * The store refused it (a retired refusal) as many times as a key may be tried, probes aside: a
+     * page the store keeps refusing while it takes others.
+     */
     REFUSED
   }
 

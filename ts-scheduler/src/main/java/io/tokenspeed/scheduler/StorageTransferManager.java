@@ -74,9 +74,9 @@ import java.util.concurrent.TimeUnit;
  *
  * <h2>Timers</h2>
  *
- * <p>Soft deadlines, Ready holds and backup backoffs are read against agreed ticks only, so every
- * rank ends the same waits in the same round. A timer starts at the first tick applied after the
- * round that set it, never at the tick that round ran under:
+ * <p>Soft deadlines, Ready holds and backup holds are read against agreed ticks only, so every rank
+ * ends the same waits in the same round. A timer starts at the first tick applied after the round
+ * that set it, never at the tick that round ran under:
  *
  * <pre>
  *   clock     c0      c1 ........ idle gap ........ c2        c3
@@ -88,24 +88,35 @@ import java.util.concurrent.TimeUnit;
  * <p>The round that issues a query still carries the clock of the round before it — from before the
  * gap, after an idle period — and counting from it would end the wait at once. The next tick is
  * exactly the issuing round's clock. The same holds for a Ready hold (from the round that published
- * the read) and a refused backup's backoff (from the round that learned the refusal).
+ * the read) and the backup hold after a refusal (from the round that learned the refusal).
  *
  * <h2>Backups</h2>
  *
  * <pre>
- *   offerBackup ──▶ queued ──dispatch──▶ PUT ──accepted──▶ forgotten
- *                     ▲                   │ retired refusal n (no space, an ACL, a cooldown)
- *                     │ retry tick        ▼
- *                     └───────────── deferred: backoff 100 ms · 2^(n-1) from the next tick
- *                                         │ n = max attempts: dropped (refused)
- *   unretired ─▶ quarantine: queued and deferred dropped (disabled), every later offer too
+ *   offerBackup ──▶ candidates ──dispatch, as the pacer allows──▶ PUT ──accepted──▶ forgotten
+ *                     ▲  (bounded, drop-oldest)                     │ retired refusal (no space,
+ *                     │                                             │ an ACL, a cooldown)
+ *                     └──── back at the tail, refusals + 1 ◀────────┘ (a probe's: + 0)
+ *                                                 │ refusals = max attempts: dropped (refused)
+ *   any refusal ──▶ BackupPacer: every backup held, then one probe of one page, then a ramp
+ *   unretired ─▶ quarantine: candidates dropped (disabled), every later offer too
  * </pre>
  *
- * <p>Only queued candidates are work ({@link #queuedCandidates}); a deferred one waits for {@link
- * #nextBackupRetryNs}, so a store that refuses everything leaves the loop quiet between paced
- * retries and sees each key a bounded number of times. Queued and deferred candidates are bounded
- * alike (drop-oldest, {@code overflow}); pressure closure, frozen-round cleanup and clears drop
- * both. The refusal count of a key lives only while the key is queued, deferred or in a PUT.
+ * <p>The store, not the key, sets the pace ({@link BackupPacer}): after a refusal nothing is sent
+ * for a backoff that doubles with each consecutive refusal (capped at {@code
+ * max_backup_backoff_ms}), then one page; a store that keeps refusing sees one page per hold,
+ * however many prompts publish pages meanwhile, and the bytes re-offered once it takes pages again
+ * grow with what it takes. Refused keys wait among the candidates for that pace, so pages refused
+ * during a cooldown are offered again once the store answers, as long as they are still on the Host
+ * (dispatch skips evicted ones). A key counts only the refusals of PUTs that were not probes, so a
+ * long outage does not use up its attempts; a key the store refuses while it takes others goes
+ * after {@link StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS}.
+ *
+ * <p>Candidates held back are no dispatchable work ({@link #queuedCandidates} is 0 while held): the
+ * loop sleeps until {@link #nextBackupRetryNs}. They are pending work ({@link #deferredCandidates})
+ * until the store is taken to refuse persistently; then they are {@link #heldCandidates}, which
+ * nothing waits for. Pressure closure, frozen-round cleanup and clears drop the candidates. The
+ * refusal count of a key lives only while the key is a candidate or in a PUT.
  *
  * <p>Deterministic: the same inputs produce the same operations, ids and wake-ups on every rank
  * (insertion-ordered maps, no clocks of its own, no hashing of identities).
@@ -127,6 +138,13 @@ public final class StorageTransferManager {
     final int[] hostBlocks; // GET destinations, PUT sources; 0 once released
     final boolean backup;
     final long generation;
+
+    /** A backup's write epoch at dispatch ({@link BackupPacer#epoch}). */
+    long writeEpoch;
+
+    /** A backup dispatched as the pacer's probe: its refusal is the store's, not its keys'. */
+    boolean probe;
+
     Phase phase = Phase.INFLIGHT;
     StorageLease lease;
     long deadlineNs;
@@ -170,19 +188,6 @@ public final class StorageTransferManager {
     }
   }
 
-  /** A refused backup key waiting for its retry tick. */
-  private static final class Deferral {
-    final long backoffNs;
-    long retryAtNs;
-
-    /** False until the first tick after the refusal: then {@code retryAtNs} is set. */
-    boolean started;
-
-    Deferral(long backoffNs) {
-      this.backoffNs = backoffNs;
-    }
-  }
-
   /** The outcome of {@link #prepare}: a bypass, or a lease on the issued query. */
   public record Preparation(Bypass bypass, StorageLease lease) {
     public boolean waiting() {
@@ -204,19 +209,11 @@ public final class StorageTransferManager {
   private final Set<CacheKey> candidateSet = new HashSet<>();
   private final Map<CacheKey, Integer> pendingPutKeys = new LinkedHashMap<>();
 
-  /**
-   * Refused candidates waiting for their retry tick, oldest refusal first; bounded like the queue.
-   */
-  private final LinkedHashMap<CacheKey, Deferral> deferred = new LinkedHashMap<>();
-
-  /** Refusals so far of each key that is queued, deferred or in a PUT after a refusal. */
+  /** Refusals so far (probes' not counted) of each key that is a candidate or in a PUT. */
   private final Map<CacheKey, Integer> refusals = new HashMap<>();
 
-  /** Deferrals whose backoff starts at the next tick (their refusal arrived this round). */
-  private int deferralsToStart;
-
-  /** No started deferral is due before this tick: {@link #onTick} skips its scan. */
-  private long nextRetryNs = Long.MAX_VALUE;
+  /** The store-wide pace of backups. */
+  private final BackupPacer pacer;
 
   /** Advanced by every full clear; tickets of an earlier generation touch nothing current. */
   private long generation;
@@ -234,7 +231,7 @@ public final class StorageTransferManager {
   enum SafetyRule {
     /** Timers start at the tick after the round that set them, not at that round's stale tick. */
     TIMERS_AT_NEXT_TICK,
-    /** A refused backup is offered again only after its backoff. */
+    /** After a refusal, backups are held back for the store's backoff and then probed. */
     BACKUP_BACKOFF
   }
 
@@ -275,6 +272,7 @@ public final class StorageTransferManager {
     this.config = config;
     this.cache = cache;
     this.host = cache.host();
+    this.pacer = new BackupPacer(config.maxBackupBackoffMs(), config.backupHostCredits());
   }
 
   // ================================================================ read transaction
@@ -483,8 +481,8 @@ public final class StorageTransferManager {
    * Offers a newly published Host block for backup. Candidates are non-owning: the block may be
    * evicted while queued, in which case dispatch skips it. The offer is dropped and counted when
    * writes are disabled — no backup budget, or quarantine ({@code disabled}) — or the pressure gate
-   * is closed ({@code pressure}). It coalesces, uncounted, with the same key already queued,
-   * deferred after a refusal, or in a pending PUT: the deferral keeps its backoff.
+   * is closed ({@code pressure}). It coalesces, uncounted, with the same key already a candidate
+   * (refused before, or not) or in a pending PUT.
    */
   public void offerBackup(CacheKey key) {
     if (config.backupOperationCredits() == 0 || config.backupHostCredits() == 0 || quarantined) {
@@ -499,10 +497,8 @@ public final class StorageTransferManager {
       counters.drop(StorageCounters.DropReason.PRESSURE, 1);
       return;
     }
-    if (candidateSet.contains(key)
-        || deferred.containsKey(key)
-        || pendingPutKeys.containsKey(key)) {
-      return; // coalesced with a queued or deferred candidate or a pending PUT: not a loss
+    if (candidateSet.contains(key) || pendingPutKeys.containsKey(key)) {
+      return; // coalesced with a candidate or a pending PUT: not a loss
     }
     enqueue(key);
   }
@@ -522,16 +518,22 @@ public final class StorageTransferManager {
     candidateSet.add(key);
   }
 
-  /** Turns queued candidates into create-only PUTs while backup credits last. */
+  /**
+   * Turns candidates into create-only PUTs, oldest first, while backup credits last and the pacer's
+   * window allows (nothing while it holds backups back; one key when it probes).
+   */
   private void dispatchBackups() {
+    int window = pacer.window();
     while (!candidates.isEmpty()
         && backupOpUsed < config.backupOperationCredits()
-        && opUsed < config.maxOperations()) {
+        && opUsed < config.maxOperations()
+        && backupHostUsed < window) {
       List<CacheKey> keys = new ArrayList<>();
       List<Integer> blocks = new ArrayList<>();
       while (!candidates.isEmpty()
           && keys.size() < config.maxPutKeys()
           && backupHostUsed + keys.size() < config.backupHostCredits()
+          && backupHostUsed + keys.size() < window
           && hostUsed + keys.size() < config.maxHostBlocks()) {
         CacheKey k = candidates.pollFirst();
         candidateSet.remove(k);
@@ -550,6 +552,8 @@ public final class StorageTransferManager {
       Ticket t =
           newTicket(
               StorageKind.PUT, keys, blocks.stream().mapToInt(Integer::intValue).toArray(), true);
+      t.writeEpoch = pacer.epoch();
+      t.probe = pacer.probing();
       for (CacheKey k : keys) {
         pendingPutKeys.merge(k, 1, Integer::sum);
       }
@@ -579,52 +583,44 @@ public final class StorageTransferManager {
     if (!current) {
       return; // an old generation's refused rows are never offered again
     }
+    int accepted = f.okCount();
+    if (!disabledRules.contains(SafetyRule.BACKUP_BACKOFF)) {
+      pacer.onPutAnswered(t.writeEpoch, accepted < t.keys.size(), accepted);
+    }
     for (int i = 0; i < t.keys.size(); i++) {
       if (f.ok(i)) {
         refusals.remove(t.keys.get(i));
       } else {
-        onRefused(t.keys.get(i));
+        onRefused(t.keys.get(i), t.probe);
       }
     }
   }
 
   /**
-   * A retired refusal (no space, an ACL, a cooldown rejection): the local Host entry stays usable
-   * and the key is offered again after a backoff that doubles with each refusal, starting at the
-   * next tick; the {@link StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS}th refusal drops it ({@code
-   * refused}). A store that refuses everything thus sees each key a bounded number of times, paced,
-   * and the loop has nothing dispatchable in between.
+   * A retired refusal of {@code key} (no space, an ACL, a cooldown rejection): the local Host entry
+   * stays usable and the key goes back to the tail of the candidates, where the pacer's hold keeps
+   * it until the store takes a probe. A refusal counts against the key unless its PUT was the probe
+   * (the store refusing, not the key); the {@link StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS}th
+   * drops it ({@code refused}).
    */
-  private void onRefused(CacheKey key) {
-    int n = refusals.getOrDefault(key, 0) + 1;
+  private void onRefused(CacheKey key, boolean probe) {
+    int n = refusals.getOrDefault(key, 0) + (probe ? 0 : 1);
     if (quarantined) {
       forget(key, StorageCounters.DropReason.DISABLED);
     } else if (gateClosed) {
       forget(key, StorageCounters.DropReason.PRESSURE);
     } else if (n >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS) {
       forget(key, StorageCounters.DropReason.REFUSED);
-    } else if (config.backupCandidateCapacity() == 0) {
-      forget(key, StorageCounters.DropReason.OVERFLOW);
-    } else if (disabledRules.contains(SafetyRule.BACKUP_BACKOFF)) {
-      refusals.put(key, n);
-      enqueue(key);
+    } else if (candidateSet.contains(key)) {
+      refusals.put(key, n); // offered again meanwhile: one candidate
     } else {
-      if (deferred.size() == config.backupCandidateCapacity()) {
-        Map.Entry<CacheKey, Deferral> oldest = deferred.pollFirstEntry();
-        if (!oldest.getValue().started) {
-          deferralsToStart--;
-        }
-        forget(oldest.getKey(), StorageCounters.DropReason.OVERFLOW);
+      if (n > 0) {
+        refusals.put(key, n);
+      } else {
+        refusals.remove(key);
       }
-      refusals.put(key, n);
-      deferred.put(key, new Deferral(backoffNs(n)));
-      deferralsToStart++;
+      enqueue(key);
     }
-  }
-
-  /** The backoff after the {@code n}th refusal of a key: the base, doubled per earlier refusal. */
-  static long backoffNs(int n) {
-    return TimeUnit.MILLISECONDS.toNanos(StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS) << (n - 1);
   }
 
   /** Drops one candidate occurrence: counted by reason, its refusals forgotten. */
@@ -634,56 +630,16 @@ public final class StorageTransferManager {
   }
 
   /**
-   * Drops every queued and deferred candidate — pressure closure, frozen-round cleanup, a clear,
-   * quarantine — counted as {@code reason}. Keys in pending PUTs keep their refusals until their
-   * facts arrive.
+   * Drops every candidate — pressure closure, frozen-round cleanup, a clear, quarantine — counted
+   * as {@code reason}. Keys in pending PUTs keep their refusals until their facts arrive.
    */
   private void dropQueued(StorageCounters.DropReason reason) {
-    counters.drop(reason, candidates.size() + deferred.size());
+    counters.drop(reason, candidates.size());
     for (CacheKey k : candidates) {
-      refusals.remove(k);
-    }
-    for (CacheKey k : deferred.keySet()) {
       refusals.remove(k);
     }
     candidates.clear();
     candidateSet.clear();
-    deferred.clear();
-    deferralsToStart = 0;
-    nextRetryNs = Long.MAX_VALUE;
-  }
-
-  /** Starts the backoffs refused last round and queues the deferrals that are due. */
-  private void retryDeferred(long tickNs) {
-    if (deferralsToStart > 0) {
-      for (Deferral d : deferred.values()) {
-        if (!d.started) {
-          d.started = true;
-          d.retryAtNs = tickNs + d.backoffNs;
-          armRetry(d.retryAtNs);
-        }
-      }
-      deferralsToStart = 0;
-    }
-    if (nextRetryNs == Long.MAX_VALUE || tickNs - nextRetryNs < 0) {
-      return; // nothing is due: no scan
-    }
-    nextRetryNs = Long.MAX_VALUE;
-    for (var it = deferred.entrySet().iterator(); it.hasNext(); ) {
-      Map.Entry<CacheKey, Deferral> e = it.next();
-      if (tickNs - e.getValue().retryAtNs >= 0) {
-        it.remove();
-        enqueue(e.getKey()); // keeps its refusals: the next one backs off longer
-      } else {
-        armRetry(e.getValue().retryAtNs);
-      }
-    }
-  }
-
-  private void armRetry(long atNs) {
-    if (nextRetryNs == Long.MAX_VALUE || atNs - nextRetryNs < 0) {
-      nextRetryNs = atNs;
-    }
   }
 
   /**
@@ -708,12 +664,12 @@ public final class StorageTransferManager {
    * cancellations and before completions, so a parked query of a request cancelled this round never
    * becomes a GET. Frozen and idle rounds still take completions, deadlines and cancellations, but
    * a finished query reserves nothing and issues no GET until a permitted round; their cleanup
-   * discards queued and deferred backup candidates (counted as {@code cleanup}), as pressure
-   * closure does.
+   * discards backup candidates, held back or not (counted as {@code cleanup}), as pressure closure
+   * does.
    */
   public void beginRound(boolean storagePermitted) {
     this.permitted = storagePermitted;
-    if (!storagePermitted && (!candidates.isEmpty() || !deferred.isEmpty())) {
+    if (!storagePermitted && !candidates.isEmpty()) {
       dropQueued(StorageCounters.DropReason.CLEANUP);
     }
     if (!storagePermitted || gateClosed || quarantined || fenced || parked == 0) {
@@ -731,17 +687,15 @@ public final class StorageTransferManager {
 
   /**
    * The agreed tick, applied first every round (before cancellations and completions): timers set
-   * by the previous round start, soft deadlines end waits, Ready holds expire, deferred backup
-   * candidates whose backoff is over are queued again.
+   * by the previous round start, soft deadlines end waits, Ready holds expire, a backup hold
+   * learned last round starts and one that is over ends in a probe.
    */
   public void onTick(long tickNs) {
     this.nowNs = tickNs;
     if (timersToStart) {
       startTimers(tickNs);
     }
-    if (!deferred.isEmpty()) {
-      retryDeferred(tickNs);
-    }
+    pacer.onTick(tickNs);
     if (nextTimerNs == Long.MAX_VALUE || tickNs - nextTimerNs < 0) {
       return; // nothing is due: no scan
     }
@@ -947,6 +901,7 @@ public final class StorageTransferManager {
     pendingPutKeys.clear();
     negative.clear();
     negativeFifo.clear();
+    pacer.reset(); // a new namespace: its writes start open
   }
 
   // ================================================================ leases
@@ -1095,9 +1050,9 @@ public final class StorageTransferManager {
   }
 
   /**
-   * Quarantines an unretired ticket and, the first time, stops new L3 work for good: queued and
-   * deferred backup candidates are dropped ({@code disabled}) and {@link #offerBackup} drops every
-   * later offer; no query, GET or PUT is issued again.
+   * Quarantines an unretired ticket and, the first time, stops new L3 work for good: backup
+   * candidates are dropped ({@code disabled}) and {@link #offerBackup} drops every later offer; no
+   * query, GET or PUT is issued again.
    */
   private void quarantine(Ticket t) {
     transition(t, Phase.QUARANTINED);
@@ -1185,32 +1140,50 @@ public final class StorageTransferManager {
   }
 
   /**
-   * Backup candidates that a permitted round would dispatch now (credits allowing). Deferred ones
-   * (refused, waiting for their retry tick) are not counted: they are no work until {@link
-   * #nextBackupRetryNs}. 0 for good once quarantined.
+   * Backup candidates that a permitted round would dispatch now (credits and the pacer's window
+   * allowing). While the store's refusal holds backups back they are not counted: they are no work
+   * until {@link #nextBackupRetryNs}. 0 for good once quarantined.
    */
   public int queuedCandidates() {
-    return candidates.size();
-  }
-
-  /** Refused backup candidates waiting for their retry tick (a gauge). */
-  public int deferredCandidates() {
-    return deferred.size();
+    return pacer.held() ? 0 : candidates.size();
   }
 
   /**
-   * The agreed tick from which the earliest deferred backup candidate is queued again ({@link
-   * #onTick} at or after it), or {@link Long#MAX_VALUE} when none is deferred. A refusal learned in
-   * this round starts its backoff at the next tick; until that tick is applied this returns the
-   * current tick: one more round is due. It may be earlier than the true time after a deferral was
-   * dropped, never later. With a one-round-late exchange, the tick reaches this value one round
-   * after the clock does.
+   * Backup candidates held back after the store refused a PUT, waiting for the probe at {@link
+   * #nextBackupRetryNs}, while a retry is expected to succeed: pending work (a gauge). Once the
+   * store is taken to refuse persistently they are {@link #heldCandidates} instead.
+   */
+  public int deferredCandidates() {
+    return pacer.held() && !pacer.persistent() ? candidates.size() : 0;
+  }
+
+  /**
+   * Backup candidates held back while the store refuses persistently ({@link
+   * StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS} refusals in a row): no pending work, so an idle
+   * engine stays idle and close() does not wait for them; probes go on at the capped backoff and a
+   * probe the store takes sends them (a gauge).
+   */
+  public int heldCandidates() {
+    return pacer.held() && pacer.persistent() ? candidates.size() : 0;
+  }
+
+  /**
+   * The current backup hold's length, in nanoseconds: 0 while the store's latest answers were
+   * successes, else the backoff after its consecutive refusals (a gauge).
+   */
+  public long backupBackoffNs() {
+    return pacer.backoffNs();
+  }
+
+  /**
+   * The agreed tick from which held-back backups are probed ({@link #onTick} at or after it ends
+   * the hold), or {@link Long#MAX_VALUE} when no candidate is held back. A refusal learned in this
+   * round starts its hold at the next tick; until that tick is applied this returns the current
+   * tick: one more round is due. With a one-round-late exchange, the tick reaches this value one
+   * round after the clock does.
    */
   public long nextBackupRetryNs() {
-    if (deferred.isEmpty()) {
-      return Long.MAX_VALUE;
-    }
-    return deferralsToStart > 0 ? nowNs : nextRetryNs;
+    return candidates.isEmpty() ? Long.MAX_VALUE : pacer.holdEndNs(nowNs);
   }
 
   /**
@@ -1225,7 +1198,7 @@ public final class StorageTransferManager {
     return inFlight;
   }
 
-  /** Keys with refusals remembered: queued, deferred or in a PUT after a refusal (tests). */
+  /** Keys with refusals remembered: candidates or in a PUT after a refusal (tests). */
   int trackedRefusals() {
     return refusals.size();
   }
@@ -1315,31 +1288,17 @@ public final class StorageTransferManager {
           };
       check(n == gauge, phase + " gauge " + gauge + " but " + n + " tickets");
     }
-    check(deferred.size() <= config.backupCandidateCapacity(), "deferred candidates overflowed");
-    int unstarted = 0;
-    for (Map.Entry<CacheKey, Deferral> e : deferred.entrySet()) {
-      CacheKey k = e.getKey();
-      check(!candidateSet.contains(k), "deferred and queued at once: " + k);
-      check(!pendingPutKeys.containsKey(k), "deferred and in a PUT at once: " + k);
-      check(refusals.containsKey(k), "deferred without a refusal: " + k);
-      unstarted += e.getValue().started ? 0 : 1;
-      check(
-          !e.getValue().started || nextRetryNs - e.getValue().retryAtNs <= 0,
-          "deferral of " + k + " due before the next retry scan");
-    }
-    check(
-        unstarted == deferralsToStart,
-        "unstarted deferrals " + deferralsToStart + " vs " + unstarted);
+    pacer.checkInvariants();
     for (CacheKey k : refusals.keySet()) {
       check(
-          candidateSet.contains(k) || deferred.containsKey(k) || pendingPutKeys.containsKey(k),
+          candidateSet.contains(k) || pendingPutKeys.containsKey(k),
           "refusals of " + k + " remembered but it is nowhere: a leak");
       check(
           refusals.get(k) < StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS,
           "key " + k + " refused " + refusals.get(k) + " times and still kept");
     }
     if (quarantined || gateClosed) {
-      check(candidates.isEmpty() && deferred.isEmpty(), "candidates kept while writes are off");
+      check(candidates.isEmpty(), "candidates kept while writes are off");
     }
     check(candidates.size() <= config.backupCandidateCapacity(), "candidate queue overflowed");
     check(negative.size() <= config.negativeMetadataCapacity(), "negative metadata overflowed");

@@ -67,13 +67,13 @@ import java.util.concurrent.TimeUnit;
  * reference's; every published Device or Host block and every object written to the store holds the
  * reference bytes of its key; no request ends twice; quarantined Host blocks stay held and are
  * never read or written again; soft timeouts end only waits that lasted the soft deadline in agreed
- * time; a refused backup is not offered again before its backoff; an idle replica's executors hold
- * no work (so it makes no store call) and its heartbeat rounds plan none; nothing is written under
- * a namespace after its deletion returned; when idle, Host credits, operations and Ready holds are
- * back to baseline and no Device block is held; and the cache's, scheduler's and manager's own
- * invariants hold. At the end of the run arrivals, faults and administrative commands stop and the
- * loop runs until the replica is idle: every request must have ended by then, so every request ends
- * exactly once.
+ * time; after the store refused a PUT, no backup goes before the hold's end and then one page until
+ * the store answers it; an idle replica's executors hold no work (so it makes no store call) and
+ * its heartbeat rounds plan none; nothing is written under a namespace after its deletion returned;
+ * when idle, Host credits, operations and Ready holds are back to baseline and no Device block is
+ * held; and the cache's, scheduler's and manager's own invariants hold. At the end of the run
+ * arrivals, faults and administrative commands stop and the loop runs until the replica is idle:
+ * every request must have ended by then, so every request ends exactly once.
  *
  * <p>A violation throws {@link Violation} naming the seed and the round; the same seed replays the
  * same run exactly.
@@ -87,7 +87,7 @@ final class LoopSimulation {
     PUBLISH_UNAGREED_GET,
     /** Soft deadlines and Ready holds start at the round's (possibly stale) tick. */
     STALE_TICK_TIMERS,
-    /** A refused backup is offered again without its backoff. */
+    /** After a refusal, backups go on without the store's hold. */
     REOFFER_WITHOUT_BACKOFF,
     /** The store lands a wrong byte now and then and answers OK: KV restored wrong. */
     STORE_LANDS_WRONG_BYTES
@@ -368,7 +368,8 @@ final class LoopSimulation {
     this.storageConfig =
         StorageConfig.defaults()
             .withMinExtensionTokens(BG)
-            .withCredits(2 + rnd.nextInt(12), 16 + rnd.nextInt(120));
+            .withCredits(2 + rnd.nextInt(12), 16 + rnd.nextInt(120))
+            .withMaxBackupBackoffMs(List.of(400L, 2_000L, 10_000L).get((int) (seed & 1) * 2));
     this.schedulerConfig =
         new Scheduler.Config(32 + rnd.nextInt(200), 1 + rnd.nextInt(4), 16, rnd.nextInt(8));
     this.deviceParents = 12 + rnd.nextInt(40);
@@ -756,7 +757,7 @@ final class LoopSimulation {
     }
     replica = new Replica();
     replicas++;
-    forgetRefusals(); // the fresh processes know nothing of the old ones' refusals
+    resetPace(); // the fresh processes know nothing of the old ones' refusals
     if (update != null) {
       update = null; // the update's caller saw the replica stop
     }
@@ -885,11 +886,6 @@ final class LoopSimulation {
       }
     }
     ExecutionPlan plan = plans[0];
-    noteDrops(rep.leader());
-    StorageTransferManager leaderStm = rep.leader().stm;
-    if (frozen || leaderStm.gateClosed() || leaderStm.quarantined()) {
-      forgetRefusals();
-    }
     if (d != null) {
       checkSoftTimeouts(rep, softBefore, d.tickNs(), waiting);
       for (long id : d.cancels()) {
@@ -934,19 +930,10 @@ final class LoopSimulation {
     if (!copiesFirst) {
       d2h(rep, plan, pages);
     }
-    List<CacheKey> republished = new ArrayList<>();
     for (Rank k : rep.ranks) {
-      List<CacheKey> published = publish(k, pages.get(k.r));
+      publish(k, pages.get(k.r));
       k.scheduler.onForwardDone(plan); // publishes the demotions' Host blocks
-      if (k.r == 0) {
-        republished.addAll(published);
-        for (ExecutionPlan.Demotion dm : plan.demotions()) {
-          republished.add(dm.key());
-        }
-      }
     }
-    noteDrops(rep.leader()); // offers may have overflowed the queue
-    notePublished(republished);
     sample(rep, plan);
     resumeRetracted(rep);
     for (Rank k : rep.ranks) {
@@ -991,22 +978,22 @@ final class LoopSimulation {
       case LIFT -> k.scheduler.fenceStorage(false);
     }
     // the manager's rejectAll (a full clear, a rotation, a fence, a switch's rotation) starts a new
-    // generation and forgets every refusal; a Device-only clear and a lifted fence keep them
+    // generation, whose writes start open; a Device-only clear and a lifted fence keep the pace
     boolean resetsStorage =
         switch (c.kind()) {
           case CLEAR_ALL, ROTATE, FENCE, SWITCH -> true;
           case CLEAR_DEVICE, LIFT -> false;
         };
     if (k.r == 0 && resetsStorage) {
-      forgetRefusals(); // the leader's, before its round learns new refusals
+      resetPace(); // the leader's, before its round learns new refusals
     }
   }
 
-  /** Candidates dropped wholesale (clears, pressure, frozen rounds, quarantine): offered afresh. */
-  private void forgetRefusals() {
-    refusedAt.clear();
-    refusals.clear();
-    mayBeDropped.clear();
+  /** A new generation (or new processes): writes start open, PUTs in flight are stale. */
+  private void resetPace() {
+    paceEpoch++;
+    paceLevel = 0;
+    paceKeys = 0;
   }
 
   private void rotate(Rank k, int v) {
@@ -1115,30 +1102,15 @@ final class LoopSimulation {
         }
         case StorageOp.Put p -> {
           kind = StorageKind.PUT;
+          if (k.r == 0) {
+            checkPace(p, tickNs);
+          }
           for (int i = 0; i < p.keys().size(); i++) {
             int b = p.hostBlocks().get(i);
             if (k.quarantinedHost.contains(b)) {
               throw fail("a PUT reads quarantined Host block " + b);
             }
             CacheKey key = p.keys().get(i);
-            if (k.r == 0) {
-              Long refused = refusedAt.get(key);
-              // the backoff doubles with each refusal of the key
-              long backoff =
-                  refused == null ? 0 : StorageTransferManager.backoffNs(refusals.get(key));
-              if (!(refused == null || tickNs - refused >= backoff)) {
-                throw fail(
-                    "key "
-                        + key
-                        + " offered again "
-                        + Math.max(0, tickNs - refused) / MS
-                        + " ms after its refusal "
-                        + refusals.get(key)
-                        + ", before its backoff of "
-                        + backoff / MS
-                        + " ms");
-              }
-            }
             rows.add(JobRow.owned(k.key(key), k.range(b)));
           }
         }
@@ -1151,51 +1123,47 @@ final class LoopSimulation {
     }
   }
 
-  /** Backup keys refused by an agreed PUT: the agreed tick of the round that learned it. */
-  private final Map<CacheKey, Long> refusedAt = new HashMap<>();
+  // The store's pace as the leader's manager must keep it (BackupPacer), rebuilt from the agreed
+  // facts alone: after a fresh refusal (of a PUT sent since the last one) nothing goes before the
+  // hold's end, the hold starting at the next tick; then one page until a fresh answer.
 
-  /** The refusals of each key in {@link #refusedAt}: its backoff is the one after the last. */
-  private final Map<CacheKey, Integer> refusals = new HashMap<>();
+  /** Advanced by every fresh refusal and every reset: PUTs of an earlier epoch are stale. */
+  private long paceEpoch;
 
-  /**
-   * Refused keys the leader's manager may have dropped since: it forgets their refusals, and a new
-   * publication offers them afresh, at once and counting from one. It drops keys one by one where
-   * this simulation cannot tell which (a full queue or deferred set, Host data gone at dispatch),
-   * and a key's last attempt may come earlier than this count says: a frozen round or a closing
-   * gate, which this simulation takes as forgetting every refusal, leaves the refusals of keys in
-   * PUTs (or refused in that very round) to the manager. Such a key's record goes at its next
-   * publication.
-   */
-  private final Set<CacheKey> mayBeDropped = new HashSet<>();
+  /** Consecutive fresh refusals: 0 once the store took a fresh PUT. */
+  private int paceLevel;
 
-  /** The leader's manager's dropped backup keys, all reasons, seen so far. */
-  private long drops;
+  /** The agreed tick from which a PUT may go again after the last fresh refusal. */
+  private long paceHoldUntilNs;
 
-  /** Marks every refused key as possibly dropped when the leader's manager dropped any key. */
-  private void noteDrops(Rank leader) {
-    long n = 0;
-    for (StorageCounters.DropReason reason : StorageCounters.DropReason.values()) {
-      n += leader.stm.counters().droppedBackupKeys(reason);
+  /** Keys of PUTs of the current epoch whose facts are due. */
+  private int paceKeys;
+
+  /** The epoch each of the leader's PUTs was dispatched in. */
+  private final Map<Long, Long> paceEpochOf = new HashMap<>();
+
+  private void checkPace(StorageOp.Put p, long tickNs) {
+    if (paceLevel > 0 && tickNs - paceHoldUntilNs < 0) {
+      throw fail(
+          "a backup PUT of "
+              + p.keys().size()
+              + " pages went "
+              + Math.max(0, tickNs - (paceHoldUntilNs - backoffNs(paceLevel))) / MS
+              + " ms after the store's refusal "
+              + paceLevel
+              + ", before its hold of "
+              + backoffNs(paceLevel) / MS
+              + " ms");
     }
-    if (n != drops) {
-      drops = n;
-      mayBeDropped.addAll(refusedAt.keySet());
+    paceKeys += p.keys().size();
+    if (paceLevel > 0 && paceKeys > BackupPacer.PROBE_KEYS) {
+      throw fail(paceKeys + " pages sent to a store that refused, more than one probe");
     }
+    paceEpochOf.put(p.operationId(), paceEpoch);
   }
 
-  /** Keys the leader published this round: offered to its manager, afresh where it forgot them. */
-  private void notePublished(List<CacheKey> keys) {
-    for (CacheKey key : keys) {
-      if (mayBeDropped.contains(key)) {
-        forgetRefusal(key);
-      }
-    }
-  }
-
-  private void forgetRefusal(CacheKey key) {
-    refusedAt.remove(key);
-    refusals.remove(key);
-    mayBeDropped.remove(key);
+  private long backoffNs(int level) {
+    return BackupPacer.backoffNs(level, storageConfig.maxBackupBackoffMs());
   }
 
   private void noteCompletion(Rank k, AgreedCompletion c, long tickNs) {
@@ -1227,22 +1195,19 @@ final class LoopSimulation {
         }
       }
     }
-    // the manager never offers again the refused rows of an earlier generation: the key comes
-    // back only through a new publication, offered afresh
-    if (op instanceof StorageOp.Put p && !c.detached() && generation == k.stm.generation()) {
-      for (int i = 0; i < p.keys().size(); i++) {
-        CacheKey key = p.keys().get(i);
-        if (c.outcomes().get(i) == KeyOutcome.OK) {
-          forgetRefusal(key);
+    Long putEpoch = paceEpochOf.remove(c.operationId());
+    if (op instanceof StorageOp.Put p && generation == k.stm.generation()) {
+      int accepted = c.okCount();
+      refusedBackups += p.keys().size() - accepted;
+      if (putEpoch != null && putEpoch == paceEpoch) {
+        paceKeys -= p.keys().size();
+        if (accepted < p.keys().size()) {
+          paceEpoch++; // a fresh refusal: the hold starts at the next tick
+          paceKeys = 0;
+          paceLevel++;
+          paceHoldUntilNs = replica.held.tickNs() + backoffNs(paceLevel);
         } else {
-          refusedBackups++;
-          int n = refusals.merge(key, 1, Integer::sum);
-          if (n >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS) {
-            forgetRefusal(key); // dropped: a later publication offers it afresh
-          } else {
-            // the next tick starts the backoff: the earliest legal retry is a backoff after it
-            refusedAt.put(key, replica.held.tickNs());
-          }
+          paceLevel = 0;
         }
       }
     }

@@ -134,8 +134,8 @@ class LoopSimulationTest {
   }
 
   @Test
-  void shouldFindARefusedBackupOfferedAgainWithoutBackoff() {
-    assertFound(LoopSimulation.Bug.REOFFER_WITHOUT_BACKOFF, 1, "before its backoff");
+  void shouldFindABackupSentToARefusingStoreBeforeItsHold() {
+    assertFound(LoopSimulation.Bug.REOFFER_WITHOUT_BACKOFF, 1, "before its hold of");
   }
 
   @Test

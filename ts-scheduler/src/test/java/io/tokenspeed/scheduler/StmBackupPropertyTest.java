@@ -25,14 +25,19 @@ import org.junit.jupiter.params.provider.MethodSource;
  * Seeded random rounds of backups against a store that accepts, refuses (a retired refusal) or
  * loses (an unretired failure: quarantine) PUTs at random, with ticks delivered one round late
  * after gaps of random length (idle periods included), offers, evictions, pressure, frozen rounds
- * and clears. A small reference model of what the store answered checks, after every round, that
+ * and clears. A small reference model of the store's pace (what {@link BackupPacer} promises,
+ * rebuilt from the agreed facts alone) checks, after every round, that
  *
  * <ul>
  *   <li>credits are conserved and the manager's own invariants hold;
- *   <li>no refused key is dispatched before the tick its backoff allows, nor more than {@link
- *       StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS} times after the engine offered it;
- *   <li>{@link StorageTransferManager#nextBackupRetryNs} is never later than a deferred key's
- *       return, so an engine that sleeps until then loses nothing;
+ *   <li>after the store refused a PUT sent since its last refusal, no backup at all is dispatched
+ *       before the tick its doubling, capped hold allows; then one PUT of one page (the probe)
+ *       until the store answers it; after a probe it took, the pages in flight grow by at most what
+ *       it took;
+ *   <li>no key is dispatched more than {@link StorageConfig#DEFAULT_MAX_BACKUP_ATTEMPTS} times
+ *       outside probes after the engine offered it;
+ *   <li>{@link StorageTransferManager#nextBackupRetryNs} is never later than the hold's end, so an
+ *       engine that sleeps until then loses nothing;
  *   <li>nothing is dispatched or queued after quarantine, and {@link
  *       StorageTransferManager#inFlightOperations} counts exactly the PUTs whose facts are due;
  * </ul>
@@ -59,7 +64,7 @@ class StmBackupPropertyTest {
     synchronized (COVERAGE) {
       COVERAGE[0]++;
       COVERAGE[1] += run.retries;
-      COVERAGE[2] += run.f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED);
+      COVERAGE[2] += run.probes;
       COVERAGE[3] += run.f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.OVERFLOW);
       COVERAGE[4] += run.f.stm.quarantined() ? 1 : 0;
       COVERAGE[5] += run.idleGaps;
@@ -72,7 +77,7 @@ class StmBackupPropertyTest {
       return; // a filtered run
     }
     assertTrue(COVERAGE[1] >= 100, "refused keys dispatched again: " + COVERAGE[1]);
-    assertTrue(COVERAGE[2] >= 20, "keys dropped after their last attempt: " + COVERAGE[2]);
+    assertTrue(COVERAGE[2] >= 100, "probes after a refusal: " + COVERAGE[2]);
     assertTrue(COVERAGE[3] >= 5, "overflow drops: " + COVERAGE[3]);
     assertTrue(COVERAGE[4] >= 3, "sequences that quarantined: " + COVERAGE[4]);
     assertTrue(COVERAGE[5] >= 100, "idle gaps: " + COVERAGE[5]);
@@ -90,16 +95,30 @@ class StmBackupPropertyTest {
 
     final Map<Long, Long> generationOf = new HashMap<>();
 
+    // The model of the store's pace, from the agreed facts only.
+    final long maxBackoffMs;
+    final int openWindow;
+    long epoch;
+    int level;
+    boolean holdToStart;
+    long holdUntil;
+    boolean held;
+    long window = Long.MAX_VALUE;
+    boolean learnedThisRound;
+    final Map<Long, Long> epochOf = new HashMap<>();
+    final Map<Long, Boolean> probeOf = new HashMap<>();
+
+    /** Keys of PUTs dispatched in the model's current epoch whose facts are due. */
+    int keysInEpoch;
+
     // The model, per key, since the engine last offered it (or it was accepted, or a clear).
-    final Map<CacheKey, Integer> refusals = new HashMap<>();
-    final Map<CacheKey, Long> backoffToStart = new HashMap<>();
-    final Map<CacheKey, Long> notBefore = new HashMap<>();
     final Map<CacheKey, Integer> dispatches = new HashMap<>();
 
     long clock;
     long lastClock;
     long tick;
     int retries;
+    int probes;
     int idleGaps;
 
     Run(long seed) {
@@ -121,8 +140,11 @@ class StmBackupPropertyTest {
               4L << 30,
               1L << 30,
               2_000,
-              500);
+              500,
+              List.of(400L, 1_000L, 10_000L).get(rnd.nextInt(3)));
       f = new StmFixture(config, 16, 128);
+      maxBackoffMs = config.maxBackupBackoffMs();
+      openWindow = config.backupHostCredits();
       refusePercent = List.of(20, 60, 100).get(rnd.nextInt(3));
       mayQuarantine = rnd.nextInt(3) == 0;
       for (int i = 0; i < 8; i++) {
@@ -152,15 +174,20 @@ class StmBackupPropertyTest {
       long promised = f.stm.nextBackupRetryNs();
       boolean nothingQueued = f.stm.queuedCandidates() == 0;
       f.stm.onTick(tick);
-      for (var e : backoffToStart.entrySet()) {
-        notBefore.put(e.getKey(), tick + e.getValue());
+      learnedThisRound = false;
+      if (held && holdToStart) {
+        holdToStart = false;
+        holdUntil = tick + BackupPacer.backoffNs(level, maxBackoffMs);
       }
-      backoffToStart.clear();
+      if (held && tick - holdUntil >= 0) {
+        held = false; // the probe may go
+        window = BackupPacer.PROBE_KEYS;
+      }
       if (nothingQueued && (promised == Long.MAX_VALUE || tick - promised < 0)) {
         assertEquals(
             0,
             f.stm.queuedCandidates(),
-            "a deferred key came back at " + tick + ", before nextBackupRetryNs " + promised);
+            "held-back keys came back at " + tick + ", before nextBackupRetryNs " + promised);
       }
       int p = rnd.nextInt(100);
       if (p < 6) {
@@ -200,6 +227,11 @@ class StmBackupPropertyTest {
         }
         StorageOp.Put put = pending.remove(id);
         boolean current = generationOf.remove(id) == f.stm.generation();
+        long putEpoch = epochOf.remove(id);
+        boolean probe = probeOf.remove(id);
+        if (putEpoch == epoch) {
+          keysInEpoch -= put.keys().size();
+        }
         if (mayQuarantine && late && rnd.nextInt(150) == 0) {
           f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), false, false));
           assertTrue(f.stm.quarantined());
@@ -213,14 +245,30 @@ class StmBackupPropertyTest {
         if (!current) {
           continue; // a clear came between: the manager ignores it, and so does the model
         }
+        int accepted = ok.cardinality();
+        if (putEpoch == epoch) { // a fresh answer: it sets the pace
+          if (accepted < put.keys().size()) {
+            epoch++;
+            keysInEpoch = 0;
+            level++;
+            held = true;
+            holdToStart = true;
+            learnedThisRound = true;
+            window = BackupPacer.PROBE_KEYS;
+          } else if (level > 0 || window != Long.MAX_VALUE) {
+            level = 0;
+            window += accepted;
+            if (window >= openWindow) {
+              window = Long.MAX_VALUE;
+            }
+          }
+        }
         for (int i = 0; i < put.keys().size(); i++) {
           CacheKey k = put.keys().get(i);
           if (ok.get(i)) {
             forget(k);
-          } else {
-            int n = refusals.merge(k, 1, Integer::sum);
-            notBefore.remove(k);
-            backoffToStart.put(k, StorageTransferManager.backoffNs(n));
+          } else if (probe) {
+            dispatches.merge(k, -1, Integer::sum); // a probe's refusal is not the key's
           }
         }
       }
@@ -230,38 +278,49 @@ class StmBackupPropertyTest {
       for (StorageOp op : ops) {
         assertFalse(f.stm.quarantined(), "a storage op after quarantine: " + op);
         StorageOp.Put put = (StorageOp.Put) op; // nothing else is asked for here
+        assertFalse(learnedThisRound, "a PUT in the round that learned of a refusal: " + put);
+        assertFalse(
+            held,
+            "a PUT at "
+                + tick / MS
+                + " ms while held back until "
+                + (holdToStart ? "the hold starts" : holdUntil / MS + " ms")
+                + " after refusal "
+                + level);
+        keysInEpoch += put.keys().size();
+        assertTrue(
+            keysInEpoch <= window,
+            keysInEpoch + " pages in flight since the last refusal, window " + window);
+        boolean probe = level > 0;
+        probes += probe ? 1 : 0;
         for (CacheKey k : put.keys()) {
-          assertFalse(
-              backoffToStart.containsKey(k), "dispatched in the round that learned its refusal");
-          Long due = notBefore.get(k);
-          assertTrue(
-              due == null || tick - due >= 0,
-              "key " + k + " dispatched at " + tick + " before its retry tick " + due);
-          retries += due == null ? 0 : 1;
+          retries += dispatches.containsKey(k) ? 1 : 0;
           int n = dispatches.merge(k, 1, Integer::sum);
           assertTrue(
               n <= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS,
-              "key " + k + " dispatched " + n + " times after one offer");
+              "key " + k + " dispatched " + n + " times after one offer, probes aside");
         }
         pending.put(put.operationId(), put);
         generationOf.put(put.operationId(), f.stm.generation());
+        epochOf.put(put.operationId(), epoch);
+        probeOf.put(put.operationId(), probe);
       }
     }
 
     private void clear() {
       f.stm.rejectAll();
       f.cache.clear();
-      refusals.clear();
-      backoffToStart.clear();
-      notBefore.clear();
       dispatches.clear();
+      epoch++; // the PUTs in flight are of the old generation: ignored
+      keysInEpoch = 0;
+      level = 0;
+      held = false;
+      holdToStart = false;
+      window = Long.MAX_VALUE;
       f.put(Tier.HOST, keys);
     }
 
     private void forget(CacheKey k) {
-      refusals.remove(k);
-      backoffToStart.remove(k);
-      notBefore.remove(k);
       dispatches.remove(k);
     }
 
@@ -269,9 +328,15 @@ class StmBackupPropertyTest {
       f.checkInvariants(List.of());
       assertEquals(pending.size(), f.stm.inFlightOperations(), "PUTs whose facts are due");
       assertEquals(
-          f.stm.deferredCandidates() == 0,
+          f.stm.deferredCandidates() + f.stm.heldCandidates() == 0,
           f.stm.nextBackupRetryNs() == Long.MAX_VALUE,
-          "a retry tick exactly while something is deferred");
+          "a retry tick exactly while something is held back");
+      if (held) {
+        assertEquals(0, f.stm.queuedCandidates(), "held back while the model holds");
+      } else {
+        assertEquals(
+            0, f.stm.deferredCandidates() + f.stm.heldCandidates(), "held back, not the model");
+      }
       if (f.stm.quarantined()) {
         assertEquals(0, f.stm.queuedCandidates(), "queued after quarantine");
         assertEquals(0, f.stm.deferredCandidates(), "deferred after quarantine");
@@ -296,7 +361,7 @@ class StmBackupPropertyTest {
       f.checkInvariants(List.of());
       assertEquals(0, f.stm.inFlightOperations());
       assertEquals(0, f.stm.queuedCandidates());
-      assertEquals(0, f.stm.deferredCandidates());
+      assertEquals(0, f.stm.deferredCandidates() + f.stm.heldCandidates());
       assertEquals(0, f.stm.trackedRefusals(), "refusals remembered after everything retired");
       assertEquals(0, f.stm.pendingPutKeys());
       assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());

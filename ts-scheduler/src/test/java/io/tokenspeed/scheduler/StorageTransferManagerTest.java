@@ -475,7 +475,7 @@ class StorageTransferManagerTest {
     StorageConfig small =
         new StorageConfig(
             64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
-            500);
+            500, 10_000);
     f = new StmFixture(small, 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 34), 64);
     f.put(Tier.HOST, keys);
@@ -615,41 +615,69 @@ class StorageTransferManagerTest {
   }
 
   @Test
-  void shouldNotReofferARefusedPutAtOnce() {
+  void shouldHoldEveryBackupAfterARefusalThenProbeWithOnePageAndRampUp() {
     f = new StmFixture(StmFixture.config(), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 46), 64);
+    List<CacheKey> more = f.cache.neededKeys(f.prompt(128, 146), 64);
     f.put(Tier.HOST, keys);
+    f.put(Tier.HOST, more);
     keys.forEach(f.stm::offerBackup);
     f.stm.onTick(0);
     StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
     f.stm.onTick(1 * MS);
     f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false)); // no space
-    assertEquals(0, f.stm.queuedCandidates(), "a deferred candidate is no dispatchable work");
+    more.forEach(f.stm::offerBackup); // pages of a new prompt: held back with the refused ones
+    int all = keys.size() + more.size();
+    assertEquals(0, f.stm.queuedCandidates(), "held-back candidates are no dispatchable work");
     assertTrue(f.drain().isEmpty(), "no PUT in the round that learned of the refusal");
-    assertEquals(keys.size(), f.stm.deferredCandidates());
-    assertEquals(1 * MS, f.stm.nextBackupRetryNs(), "the backoff starts at the next tick");
+    assertEquals(all, f.stm.deferredCandidates());
+    assertEquals(1 * MS, f.stm.nextBackupRetryNs(), "the hold starts at the next tick");
     long backoff = StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS;
+    assertEquals(backoff, f.stm.backupBackoffNs());
     f.stm.onTick(2 * MS);
     assertTrue(f.drain().isEmpty(), "nor in the next one");
     assertEquals(2 * MS + backoff, f.stm.nextBackupRetryNs());
     f.stm.onTick(2 * MS + backoff - 1);
     assertTrue(f.drain().isEmpty());
     f.stm.onTick(2 * MS + backoff);
-    assertEquals(keys.size(), f.stm.queuedCandidates());
+    assertEquals(all, f.stm.queuedCandidates());
     assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
-    StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
-    assertEquals(put.keys(), retry.keys(), "offered again once the backoff is over");
-    f.stm.onCompletion(allOk(retry));
+    StorageOp.Put probe = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(put.keys().get(0)), probe.keys(), "one page, the oldest candidate");
+    assertTrue(f.drain().isEmpty(), "nothing beside the probe");
+    f.stm.onCompletion(allOk(probe));
+    assertEquals(0, f.stm.backupBackoffNs(), "the store took it: no backoff");
+    List<Integer> want = new ArrayList<>();
+    for (int left = all - 1, window = 2; left > 0; window *= 2) {
+      want.add(Math.min(window, left));
+      left -= Math.min(window, left);
+    }
+    List<Integer> sizes = new ArrayList<>();
+    List<CacheKey> sent = new ArrayList<>(probe.keys());
+    for (int round = 0; round < 20 && sent.size() < all; round++) {
+      List<StorageOp> ops = f.drain();
+      int keysThisRound = 0;
+      for (StorageOp op : ops) {
+        sent.addAll(((StorageOp.Put) op).keys());
+        keysThisRound += Facts.keysOf(op);
+      }
+      sizes.add(keysThisRound);
+      ops.forEach(op -> f.stm.onCompletion(allOk(op)));
+    }
+    assertEquals(want, sizes, "the window doubles per round trip (" + all + " pages)");
+    assertEquals(all, new java.util.HashSet<>(sent).size(), "every refused page went again");
     assertEquals(0, f.stm.trackedRefusals(), "an accepted key leaves no bookkeeping");
+    f.checkInvariants(List.of());
   }
 
   @Test
-  void shouldBackOffDoublingAndDropAKeyAfterItsLastAttempt() {
+  void shouldProbeARefusingStoreWithOnePagePerHoldAndKeepItsPages() {
     f = new StmFixture(StmFixture.config(), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 48), 64);
     f.put(Tier.HOST, keys);
     keys.forEach(f.stm::offerBackup);
     List<Long> putTicks = new ArrayList<>();
+    List<Integer> putKeys = new ArrayList<>();
     List<StorageOp> inFlight = new ArrayList<>();
     for (int round = 0; round < 5_000; round++) { // a round every millisecond, for five seconds
       long tick = round * MS;
@@ -660,27 +688,125 @@ class StorageTransferManagerTest {
       inFlight.clear();
       for (StorageOp op : f.drain()) {
         putTicks.add(tick);
+        putKeys.add(Facts.keysOf(op));
         inFlight.add(op);
       }
       f.stm.checkInvariants();
     }
-    assertEquals(StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS, putTicks.size(), "ticks " + putTicks);
+    // 0 ms, then a probe 100, 200, 400, 800, 1600 ms after each refusal was learned
+    assertEquals(6, putTicks.size(), "ticks " + putTicks);
+    assertEquals(keys.size(), putKeys.get(0));
     for (int i = 1; i < putTicks.size(); i++) {
-      // refused a round after dispatch, the backoff starts a round later
+      assertEquals(1, putKeys.get(i), "a probe is one page: " + putKeys);
+      // refused a round after dispatch, the hold starts a round later
       assertEquals(
-          2 * MS + StorageTransferManager.backoffNs(i),
+          2 * MS + BackupPacer.backoffNs(i, StorageConfig.DEFAULT_MAX_BACKUP_BACKOFF_MS),
           putTicks.get(i) - putTicks.get(i - 1),
           "attempt " + (i + 1) + " of " + putTicks);
     }
     assertEquals(
-        keys.size(), f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED));
+        0,
+        f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED),
+        "a probe's refusal is the store's, not its page's: nothing used up its attempts");
     assertEquals(0, f.stm.queuedCandidates());
-    assertEquals(0, f.stm.deferredCandidates());
-    assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs(), "nothing to wake up for");
-    assertEquals(0, f.stm.trackedRefusals());
+    assertEquals(0, f.stm.deferredCandidates(), "refusing persistently: no pending work");
+    assertEquals(keys.size(), f.stm.heldCandidates(), "but the pages are kept");
+    assertTrue(f.stm.nextBackupRetryNs() < Long.MAX_VALUE, "and probed again later");
     for (CacheKey k : keys) {
       assertTrue(f.cache.host().contains(k), "a refused page stays usable locally: " + k);
     }
+  }
+
+  @Test
+  void shouldCapTheHoldAtTheConfiguredBackoff() {
+    f = new StmFixture(StmFixture.config().withMaxBackupBackoffMs(400), 64, 256);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 58), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    List<Long> putTicks = new ArrayList<>();
+    for (int round = 0; round < 3_000; round++) {
+      long tick = round * MS;
+      f.stm.onTick(tick);
+      for (StorageOp op : f.drain()) {
+        putTicks.add(tick);
+        f.stm.onCompletion(Facts.of(op, new BitSet(), new BitSet(), true, false));
+      }
+    }
+    List<Long> gaps = new ArrayList<>();
+    for (int i = 1; i < putTicks.size(); i++) {
+      gaps.add((putTicks.get(i) - putTicks.get(i - 1)) / MS);
+    }
+    // refused in the round that sent it, the hold starts at the next tick
+    assertEquals(List.of(101L, 201L, 401L, 401L, 401L, 401L, 401L, 401L), gaps.subList(0, 8));
+  }
+
+  @Test
+  void shouldTakeNoPaceFromTheAnswersOfPutsSentBeforeTheRefusal() {
+    f = new StmFixture(StmFixture.config(), 64, 256);
+    List<List<CacheKey>> prompts = new ArrayList<>();
+    List<StorageOp.Put> burst = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 60 + i), 64);
+      prompts.add(keys);
+      f.put(Tier.HOST, keys);
+      keys.forEach(f.stm::offerBackup);
+      burst.add((StorageOp.Put) only(f.drain(), StorageOp.Put.class));
+    }
+    f.stm.onTick(0);
+    f.stm.onCompletion(Facts.of(burst.get(0), new BitSet(), new BitSet(), true, false));
+    f.stm.onCompletion(Facts.of(burst.get(1), new BitSet(), new BitSet(), true, false));
+    f.stm.onCompletion(allOk(burst.get(2))); // sent before the refusal: reopens nothing
+    f.stm.onTick(1 * MS);
+    long backoff = StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS;
+    assertEquals(1 * MS + backoff, f.stm.nextBackupRetryNs(), "one refusal, not two");
+    assertTrue(f.drain().isEmpty(), "still held");
+    f.stm.onTick(1 * MS + backoff);
+    StorageOp.Put probe = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(1, probe.keys().size());
+    f.stm.onCompletion(allOk(probe));
+    f.checkInvariants(List.of());
+  }
+
+  /**
+   * A store that refuses one page (say, on a full Cluster master) and takes the others, while
+   * prompts keep publishing pages: the page is dropped after its attempts, probes aside, and no
+   * other page is.
+   */
+  @Test
+  void shouldDropAKeyTheStoreKeepsRefusingWhileItTakesOthers() {
+    f = new StmFixture(StmFixture.config(), 64, 1024);
+    List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 59), 64);
+    f.put(Tier.HOST, keys);
+    keys.forEach(f.stm::offerBackup);
+    CacheKey bad = keys.get(3);
+    int sentBad = 0;
+    for (int round = 0; round < 20_000; round++) {
+      f.stm.onTick(round * MS);
+      if (round % 500 == 0 && round < 15_000) {
+        List<CacheKey> more = f.cache.neededKeys(f.prompt(128, 1_000 + round), 64);
+        f.put(Tier.HOST, more);
+        more.forEach(f.stm::offerBackup);
+      }
+      for (StorageOp op : f.drain()) {
+        List<CacheKey> put = ((StorageOp.Put) op).keys();
+        BitSet ok = new BitSet();
+        for (int i = 0; i < put.size(); i++) {
+          ok.set(i, !put.get(i).equals(bad));
+          sentBad += put.get(i).equals(bad) ? 1 : 0;
+        }
+        f.stm.onCompletion(Facts.of(op, ok, new BitSet(), true, false));
+      }
+      f.stm.checkInvariants();
+    }
+    assertEquals(
+        1,
+        f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED),
+        "that page, and only that one");
+    assertTrue(
+        sentBad >= StorageConfig.DEFAULT_MAX_BACKUP_ATTEMPTS,
+        "its attempts, and probes between some of them: " + sentBad);
+    assertEquals(0, f.stm.trackedRefusals());
+    assertEquals(0, f.stm.queuedCandidates() + f.stm.deferredCandidates());
   }
 
   @ParameterizedTest(name = "seed={0}")
@@ -704,7 +830,8 @@ class StorageTransferManagerTest {
             4L << 30,
             1L << 30,
             2000,
-            500);
+            500,
+            10_000);
     f = new StmFixture(small, 64, 512);
     List<CacheKey> keys = new ArrayList<>();
     for (int i = 0; i < 12; i++) {
@@ -736,13 +863,24 @@ class StorageTransferManagerTest {
     for (int i = 0; i < 300; i++) {
       rounds.accept(30); // mostly refused
     }
-    assertTrue(f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.REFUSED) > 0);
-    assertTrue(f.stm.trackedRefusals() > 0, "refusals are being remembered");
-    for (int i = 0; i < 100 && (!inFlight.isEmpty() || f.stm.deferredCandidates() > 0); i++) {
+    assertTrue(
+        f.stm.trackedRefusals()
+                + f.stm.deferredCandidates()
+                + f.stm.heldCandidates()
+                + f.stm.queuedCandidates()
+                + inFlight.size()
+            > 0,
+        "refused pages wait: " + f.stm.counters());
+    for (int i = 0;
+        i < 1_000
+            && (!inFlight.isEmpty()
+                || f.stm.deferredCandidates() + f.stm.heldCandidates() + f.stm.queuedCandidates()
+                    > 0);
+        i++) {
       rounds.accept(100); // the store accepts everything now; nothing new is offered
     }
     assertTrue(inFlight.isEmpty());
-    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(0, f.stm.deferredCandidates() + f.stm.heldCandidates());
     assertEquals(0, f.stm.queuedCandidates());
     assertEquals(0, f.stm.trackedRefusals(), "accepted keys are forgotten");
     assertEquals(0, f.stm.pendingPutKeys());
@@ -754,7 +892,7 @@ class StorageTransferManagerTest {
       f.stm.onCompletion(Facts.of(op, new BitSet(), new BitSet(), true, false));
     }
     f.drain();
-    assertEquals(0, f.stm.deferredCandidates());
+    assertEquals(0, f.stm.deferredCandidates() + f.stm.heldCandidates());
     assertEquals(0, f.stm.queuedCandidates());
     assertEquals(0, f.stm.trackedRefusals(), "a clear forgets every refusal");
     assertEquals(0, f.stm.pendingPutKeys());
@@ -763,8 +901,15 @@ class StorageTransferManagerTest {
     assertEquals(Long.MAX_VALUE, f.stm.nextBackupRetryNs());
   }
 
-  /** Offers {@code key}, dispatches it and has the store refuse it: it is deferred. */
+  private long farTick;
+
+  /**
+   * Ends any hold of earlier refusals (ticks far apart), then offers {@code key}, dispatches it and
+   * has the store refuse it: it is held back with the other candidates.
+   */
   private StorageOp.Put refuseOnce(CacheKey key) {
+    f.stm.onTick(farTick += 60_000 * MS);
+    f.stm.onTick(farTick += 60_000 * MS);
     f.stm.offerBackup(key);
     StorageOp.Put put = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
     f.stm.onCompletion(Facts.of(put, new BitSet(), new BitSet(), true, false));
@@ -773,7 +918,7 @@ class StorageTransferManagerTest {
   }
 
   @Test
-  void shouldDropDeferredCandidatesOnPressureFrozenRoundsAndClears() {
+  void shouldDropHeldBackCandidatesOnPressureFrozenRoundsAndClears() {
     f = new StmFixture(StmFixture.config(), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 49), 64);
     f.put(Tier.HOST, keys);
@@ -803,11 +948,11 @@ class StorageTransferManagerTest {
   }
 
   @Test
-  void shouldBoundTheDeferredCandidatesAndCountTheOverflow() {
+  void shouldBoundTheHeldBackCandidatesAndCountTheOverflow() {
     StorageConfig small =
         new StorageConfig(
             64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
-            500);
+            500, 10_000);
     f = new StmFixture(small, 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 50), 64);
     f.put(Tier.HOST, keys);
@@ -820,13 +965,16 @@ class StorageTransferManagerTest {
     f.stm.onCompletion(Facts.of(second, new BitSet(), new BitSet(), true, false));
     assertEquals(2, f.stm.deferredCandidates(), "bounded like the candidate queue");
     assertEquals(1, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.OVERFLOW));
-    f.stm.offerBackup(keys.get(1)); // deferred: coalesced, keeps its backoff
+    f.stm.offerBackup(keys.get(1)); // held back: coalesced
     assertEquals(0, f.stm.queuedCandidates());
     f.stm.onTick(0);
     f.stm.onTick(StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS);
-    StorageOp.Put retry = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
-    assertEquals(List.of(keys.get(1), keys.get(2)), retry.keys(), "the oldest refusal went");
-    f.stm.onCompletion(allOk(retry));
+    StorageOp.Put probe = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(keys.get(1)), probe.keys(), "the oldest refusal went");
+    f.stm.onCompletion(allOk(probe));
+    StorageOp.Put rest = (StorageOp.Put) only(f.drain(), StorageOp.Put.class);
+    assertEquals(List.of(keys.get(2)), rest.keys());
+    f.stm.onCompletion(allOk(rest));
     assertEquals(0, f.stm.trackedRefusals());
   }
 
@@ -845,12 +993,12 @@ class StorageTransferManagerTest {
     f.stm.onCompletion(Facts.of(refused, new BitSet(), new BitSet(), true, false));
     f.stm.offerBackup(keys.get(2));
     f.stm.offerBackup(keys.get(3));
-    assertEquals(2, f.stm.queuedCandidates());
-    assertEquals(1, f.stm.deferredCandidates());
+    assertEquals(0, f.stm.queuedCandidates(), "held back after the refusal");
+    assertEquals(3, f.stm.deferredCandidates(), "the refused page and the two new ones");
     f.stm.onCompletion(Facts.of(unretired, new BitSet(), new BitSet(), false, false));
     assertTrue(f.stm.quarantined());
-    assertEquals(0, f.stm.queuedCandidates(), "quarantine drops what was queued");
-    assertEquals(0, f.stm.deferredCandidates(), "and what was deferred");
+    assertEquals(0, f.stm.queuedCandidates(), "quarantine drops the candidates");
+    assertEquals(0, f.stm.deferredCandidates(), "held back or not");
     assertEquals(3, f.stm.counters().droppedBackupKeys(StorageCounters.DropReason.DISABLED));
     f.stm.offerBackup(keys.get(5));
     assertEquals(0, f.stm.queuedCandidates(), "and queues nothing new");

@@ -54,7 +54,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *                                  WRONGTYPE                    Invalid(0)
  *   PUT     SET key value NX       OK                           Ok(length, false)  newly written
  *                                  nil (key exists)             Ok(length, true)   already existed
- *                                  OOM (server full)            Rejected(NO_SPACE): re-offer later
+ *                                  OOM (server full)            Rejected(NO_SPACE, reply):
+ *                                                               re-offer later
  *   any     NOPERM, WRONGPASS, NOAUTH (refused by ACL or         the call throws
  *           credentials, before the command ran)                StoreConfigurationException:
  *                                                               not an outage; the message names
@@ -401,7 +402,7 @@ public final class RedisStore implements Store {
         rows.add(new RowResult.Ok(values[i].length, !created));
       } else if (isServerError(error, "OOM")) {
         rejected++;
-        rows.add(new RowResult.Rejected(RowResult.Rejected.NO_SPACE));
+        rows.add(RowResult.Rejected.noSpace(error.getMessage())); // the server's OOM reply
       } else {
         putsNewlyWritten.addAndGet(newly);
         putsAlreadyExisted.addAndGet(existed);

@@ -274,6 +274,7 @@ class RedisBadInputIT {
             store.put(List.of(StoreTesting.key(ns, i)), List.of(source)).rows().getFirst();
         if (row instanceof RowResult.Rejected r) {
           assertEquals(RowResult.Rejected.NO_SPACE, r.code());
+          assertTrue(r.reason().startsWith("OOM "), "the server's reply: " + r.reason());
           rejected++;
         } else {
           assertEquals(new RowResult.Ok(size, false), row);

@@ -10,7 +10,8 @@ package io.tokenspeed.l3.spi;
  *   Missing                not found, before any transfer            yes        no
  *   Invalid(bytes)         exists but unusable (torn, wrong length)  yes        no
  *   Rejected(code)         per-row failure the store proves retired  yes        no
- *                          (e.g. no space for a PUT: re-offer later)
+ *                          (e.g. no space for a PUT: re-offer later;
+ *                          a PUT refused so is a "write refusal")
  *   Rejected(code, true)   the same, from an unwell backend (an RPC  yes        yes
  *                          to it failed or timed out)
  *   Unknown(code)          anything else: the store may still touch  NO         yes
@@ -49,15 +50,37 @@ public sealed interface RowResult
    * row's buffer (it refused before any transfer, or the transfer finished and the answer still
    * failed), and the object is neither proven missing nor invalid. {@code outage} says whether the
    * failure also reports an unwell backend to the executor's health monitor (for example an RPC
-   * timeout), as an ordinary refusal such as no space for a PUT does not.
+   * timeout), as an ordinary refusal such as no space for a PUT does not. {@code reason} is the
+   * store's own words for it, for the executor's log and {@code /ready} (a server's reply such as
+   * Redis's {@code OOM ...}, the operating system's text of {@code ENOSPC}, a Mooncake code's
+   * name); empty when the store has none. It never names an object key.
    */
-  record Rejected(int code, boolean outage) implements RowResult {
+  record Rejected(int code, boolean outage, String reason) implements RowResult {
     /** The store has no space for a PUT (Mooncake's NO_AVAILABLE_HANDLE): re-offer it later. */
     public static final int NO_SPACE = -200;
 
-    /** A refusal that reports no outage. */
+    public Rejected {
+      reason = reason == null ? "" : reason;
+    }
+
+    /** A refusal that reports no outage and gives no reason. */
     public Rejected(int code) {
-      this(code, false);
+      this(code, false, "");
+    }
+
+    /** A refusal without a reason. */
+    public Rejected(int code, boolean outage) {
+      this(code, outage, "");
+    }
+
+    /** A PUT the store has no space for ({@link #NO_SPACE}, no outage), in the store's words. */
+    public static Rejected noSpace(String reason) {
+      return new Rejected(NO_SPACE, false, reason);
+    }
+
+    /** The reason, or {@code code=<code>} when the store gave none. */
+    public String describe() {
+      return reason.isEmpty() ? "code=" + code : reason;
     }
   }
 

@@ -114,7 +114,8 @@ public final class StorageExtraConfig {
           "high_queued_bytes",
           "low_queued_bytes",
           "high_oldest_age_ms",
-          "low_oldest_age_ms");
+          "low_oldest_age_ms",
+          "max_backup_backoff_ms");
 
   /** The {@code async} fields that set {@link L3ExecutorConfig}, in its component order. */
   public static final List<String> EXECUTOR_FIELDS =
@@ -457,6 +458,8 @@ public final class StorageExtraConfig {
         a.longInteger("high_oldest_age_ms", StorageConfig.DEFAULT_HIGH_OLDEST_AGE_MS);
     long lowOldestAgeMs =
         a.longInteger("low_oldest_age_ms", StorageConfig.DEFAULT_LOW_OLDEST_AGE_MS);
+    long maxBackupBackoffMs =
+        a.longInteger("max_backup_backoff_ms", StorageConfig.DEFAULT_MAX_BACKUP_BACKOFF_MS);
     // the watermark pairs: the record's range for a low mark is [0, high - 1]; say why
     Map<String, String> notes =
         Map.of(
@@ -487,7 +490,8 @@ public final class StorageExtraConfig {
                     highQueuedBytes,
                     lowQueuedBytes,
                     highOldestAgeMs,
-                    lowOldestAgeMs));
+                    lowOldestAgeMs,
+                    maxBackupBackoffMs));
     int queryWorkers = a.integer("query_workers", L3ExecutorConfig.DEFAULT_QUERY_WORKERS);
     int getWorkers = a.integer("get_workers", L3ExecutorConfig.DEFAULT_GET_WORKERS);
     int putWorkers = a.integer("put_workers", L3ExecutorConfig.DEFAULT_PUT_WORKERS);

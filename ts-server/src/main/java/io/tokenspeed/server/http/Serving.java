@@ -136,16 +136,33 @@ public final class Serving implements AutoCloseable {
     return new Serving(metrics, frontend);
   }
 
-  /** What {@code /ready} says of L3: the executor's health state and epoch, from the snapshot. */
-  private static JsonNode storageHealth(Engine engine) {
+  /**
+   * What {@code /ready} says of L3, from the snapshot: the executor's health state and epoch (its
+   * outages), and apart from them whether the store refuses writes for capacity ({@code
+   * writes_refused}: on any rank of the replica, with the store's reason) and how long backups are
+   * held back after its refusals ({@code backup_backoff_ms}, 0 while it takes them).
+   */
+  static JsonNode storageHealth(Engine engine) {
     ObjectNode out = Completions.JSON.createObjectNode();
     EngineMetrics m = engine.metrics();
     out.put("namespace", engine.storageNamespace().map(Object::toString).orElse(null));
     if (m.storage().isPresent()) {
-      var executor = m.storage().get().executor();
+      EngineMetrics.Storage storage = m.storage().get();
+      var executor = storage.executor();
       out.put("health", executor.healthState());
       out.put("health_epoch", executor.healthEpoch());
       out.put("quarantined", executor.quarantined());
+      String reason = executor.writesRefused() ? executor.writesRefusedReason() : null;
+      for (var other : storage.otherRanks().values()) {
+        if (reason == null && other.writesRefused()) {
+          reason = other.writesRefusedReason();
+        }
+      }
+      out.put("writes_refused", reason != null);
+      if (reason != null) {
+        out.put("writes_refused_reason", reason);
+      }
+      out.put("backup_backoff_ms", storage.transfers().backupBackoffMs());
     } else {
       out.put("health", "unknown");
     }

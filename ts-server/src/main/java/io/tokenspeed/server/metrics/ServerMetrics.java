@@ -404,6 +404,16 @@ public final class ServerMetrics {
         "tokenspeed:l3_put_existing_keys",
         "PUT keys that found the object already there (an idempotent success, no new write).",
         (cb, rank, e) -> cb.call(e.map(L3Metrics::putsAlreadyExisted).orElse(0L), rank));
+    rankGauge(
+        "tokenspeed:l3_writes_refused",
+        "1 while the store refuses writes for capacity (no space, a full Redis's OOM): its latest"
+            + " PUT that refused or wrote a page refused one. Not an outage: health stays as it"
+            + " is, and backups are held back and probed.",
+        (cb, rank, e) -> cb.call(e.map(x -> x.writesRefused() ? 1 : 0).orElse(0), rank));
+    rankCounter(
+        "tokenspeed:l3_refused_put_keys",
+        "PUT keys the store refused for capacity (retired, offered again later).",
+        (cb, rank, e) -> cb.call(e.map(L3Metrics::refusedPutKeys).orElse(0L), rank));
     rankCounter(
         "tokenspeed:l3_configuration_failures",
         "Store calls the backend refused because of how the deployment is configured (a"
@@ -460,18 +470,26 @@ public final class ServerMetrics {
         EngineMetrics.Transfers::hostCreditsInUse);
     gauge(
         "tokenspeed:l3_backup_candidates",
-        "Backup candidates by state: queued (a permitted round dispatches them) or deferred (a"
-            + " refused PUT's keys waiting for their retry).",
+        "Backup candidates by state: queued (a permitted round dispatches them), deferred (held"
+            + " back after the store refused a PUT, waiting for the probe) or held (held back while"
+            + " the store refuses persistently: probed, but no pending work).",
         cb -> {
           Optional<EngineMetrics.Transfers> t = transfers();
           cb.call(t.map(EngineMetrics.Transfers::queuedCandidates).orElse(0), "queued");
           cb.call(t.map(EngineMetrics.Transfers::deferredCandidates).orElse(0), "deferred");
+          cb.call(t.map(EngineMetrics.Transfers::heldCandidates).orElse(0), "held");
         },
         "state");
+    transferGauge(
+        "tokenspeed:l3_backup_backoff_seconds",
+        "How long backups are held back after the store's consecutive refusals before the next"
+            + " probe; 0 while its latest answers were successes.",
+        t -> t.backupBackoffMs() / 1000.0);
     gauge(
         "tokenspeed:l3_storage_pending",
-        "1 while L3 work is pending: operations without an agreed completion, or backups not yet"
-            + " written.",
+        "1 while L3 work is pending: operations without an agreed completion, backups not yet"
+            + " written, or backups held back after a refusal (not those of a store that refuses"
+            + " persistently).",
         cb -> cb.call(storage().map(s -> s.pending() ? 1 : 0).orElse(0)));
     transferCounter(
         "tokenspeed:l3_soft_timeouts",

@@ -305,7 +305,8 @@ class FaultMatrixIT {
   /**
    * The file store's directory made read-only under a running reader: its PUTs fail (counted), its
    * reads go on (pages the writer stored are restored, no outage stops them), every completion
-   * equals recomputation; writable again, new pages are stored.
+   * equals recomputation; the backups are held back, probed one page at a time; writable again, the
+   * held pages and new ones are stored.
    */
   @Test
   void fileStoreDirectoryMadeReadOnly() throws Exception {
@@ -342,40 +343,57 @@ class FaultMatrixIT {
             read2.storageTokens(),
             () -> "reads go on after failed PUTs:\n" + l3Lines(reader) + tail(reader));
         assertEquals(objects, objects(store), "nothing was written into the read-only store");
-        m = awaitIdle(reader);
+        // the new prefixes' pages stay held for the store (no pending work: it refuses
+        // persistently); the server is otherwise idle
+        m =
+            awaitMetrics(
+                reader,
+                f ->
+                    sum(f, "tokenspeed:l3_storage_pending") == 0
+                        && sum(f, "tokenspeed:num_requests_running") == 0
+                        && sum(f, "tokenspeed:l3_operation_credits_in_use") == 0
+                        && sum(f, "tokenspeed:l3_backup_candidates", "state", "held")
+                            == 2 * PREFIX_KEYS);
         assertEquals(0, epoch(m), "a read-only store is not an outage");
         assertTrue(
             sum(m, "tokenspeed:l3_configuration_failures_total") > 0,
             "the refusals are counted as configuration failures");
         assertEquals(1, health(m, "healthy"), "still healthy");
         assertEquals(
-            2 * PREFIX_KEYS,
+            0,
             sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"),
-            "the two new prefixes' backups were dropped after their retries");
+            "the two new prefixes' backups are held for the store, not dropped");
+        assertTrue(
+            sum(m, "tokenspeed:l3_backup_candidates", "state", "held") > 0,
+            "held while the store refuses them");
         report(
             "fileStoreDirectoryMadeReadOnly",
             "%s: PUT keys failed %.0f in %.0f configuration failures, GET keys ok %.0f, health"
-                + " epoch %.0f, dropped refused %.0f",
+                + " epoch %.0f, dropped refused %.0f, held %.0f",
             readOnly,
             failed(m, "put"),
             sum(m, "tokenspeed:l3_configuration_failures_total"),
             sum(m, "tokenspeed:l3_ok_keys_total", "kind", "get"),
             epoch(m),
-            sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"));
+            sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"),
+            sum(m, "tokenspeed:l3_backup_candidates", "state", "held"));
       } finally {
         readOnly.lift(reader, store);
       }
       assertExpected(complete(reader, prompt(35, 0)), prompt(35, 0), "writable again");
-      awaitMetrics(reader, f -> objects(store) >= objects + PREFIX_KEYS);
+      // the next probe finds the store writable: the held prefixes go with the new one
+      awaitMetrics(reader, f -> objects(store) >= objects + 3 * PREFIX_KEYS);
       awaitIdle(reader);
     }
   }
 
   /**
    * The file store's file system full under a running server: PUTs are refused (a retired refusal,
-   * not an outage: the health epoch stays 0), retried with backoff and dropped as refused; reads of
-   * stored pages go on; every completion equals recomputation; with room again, new pages are
-   * stored.
+   * not an outage: the health epoch stays 0, the store is shown refusing writes); backups are held
+   * back and the store is probed with one page per hold, so the second prefix's pages are not sent
+   * while it is full, and nothing is dropped as refused; reads of stored pages go on (a full clear
+   * drops the held pages); every completion equals recomputation; with room again, new pages are
+   * stored and the store is no longer shown refusing.
    */
   @Test
   void fileStoreDiskFull() throws Exception {
@@ -395,14 +413,19 @@ class FaultMatrixIT {
             awaitMetrics(
                 server,
                 f ->
-                    sum(f, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused")
-                            >= 2 * PREFIX_KEYS
+                    sum(f, "tokenspeed:l3_writes_refused") == 1
+                        && sum(f, "tokenspeed:l3_backup_candidates", "state", "held") > 0
                         && sum(f, "tokenspeed:l3_storage_pending") == 0);
-        assertEquals(
-            2 * PREFIX_KEYS,
-            sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"),
-            "the two new prefixes' backups were dropped after their retries");
+        assertEquals(1, sum(m, "tokenspeed:l3_writes_refused"), "the store refuses writes");
         assertTrue(failed(m, "put") > 0, "PUTs failed");
+        assertTrue(
+            failed(m, "put") < 2 * PREFIX_KEYS,
+            "the second prefix's pages were held back, not sent to a full disk: "
+                + failed(m, "put"));
+        assertEquals(
+            0,
+            sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"),
+            "held for the store to take, not dropped");
         assertEquals(0, epoch(m), "a full disk is not an outage");
         assertEquals(1, health(m, "healthy"), "still healthy");
         clearCache(server);
@@ -414,17 +437,24 @@ class FaultMatrixIT {
       }
       double written = sum(m, "tokenspeed:l3_put_written_keys_total");
       assertExpected(complete(server, prompt(43, 0)), prompt(43, 0), "room again");
+      // the clear above dropped the held pages (cleanup); the new prefix is written once a probe
+      // (at most max_backup_backoff_ms away) finds room, and the store is no longer refusing
       Map<String, PrometheusText.Family> after =
           awaitMetrics(
-              server, f -> sum(f, "tokenspeed:l3_put_written_keys_total") >= written + PREFIX_KEYS);
+              server,
+              f ->
+                  sum(f, "tokenspeed:l3_put_written_keys_total") >= written + PREFIX_KEYS
+                      && sum(f, "tokenspeed:l3_writes_refused") == 0);
       awaitIdle(server);
       report(
           "fileStoreDiskFull",
-          "%s: PUT keys failed %.0f, dropped as refused %.0f, health epoch %.0f,"
-              + " keys written before/after %.0f/%.0f",
+          "%s: PUT keys failed %.0f (refused %.0f), dropped as refused %.0f, held %.0f, health"
+              + " epoch %.0f, keys written before/after %.0f/%.0f",
           disk,
           failed(m, "put"),
+          sum(m, "tokenspeed:l3_refused_put_keys_total"),
           sum(m, "tokenspeed:l3_dropped_backup_keys_total", "reason", "refused"),
+          sum(m, "tokenspeed:l3_backup_candidates", "state", "held"),
           epoch(m),
           written,
           sum(after, "tokenspeed:l3_put_written_keys_total"));

@@ -232,7 +232,8 @@ class StorageExtraConfigTest {
             StorageConfig.DEFAULT_HIGH_QUEUED_BYTES,
             StorageConfig.DEFAULT_LOW_QUEUED_BYTES,
             StorageConfig.DEFAULT_HIGH_OLDEST_AGE_MS,
-            StorageConfig.DEFAULT_LOW_OLDEST_AGE_MS),
+            StorageConfig.DEFAULT_LOW_OLDEST_AGE_MS,
+            StorageConfig.DEFAULT_MAX_BACKUP_BACKOFF_MS),
         s,
         "nothing else in the scheduling settings changes");
     assertEquals(
@@ -294,7 +295,7 @@ class StorageExtraConfigTest {
     redis.set(redis.indexOf("uris"), "uri");
     assertEquals(StorageExtraConfig.REDIS_FIELDS, redis);
     assertEquals(
-        25, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
+        26, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
   }
 
   // ---------------------------------------------------------------- errors
@@ -991,6 +992,11 @@ class StorageExtraConfigTest {
           new Range("negative_metadata_capacity", 0, 1 << 24, true),
           new Range("backup_candidate_capacity", 0, 1 << 24, true),
           new Range("max_put_keys", 1, 1 << 20, true),
+          new Range(
+              "max_backup_backoff_ms",
+              StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS,
+              HOUR_MS,
+              false),
           new Range("query_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),
           new Range("get_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),
           new Range("put_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),

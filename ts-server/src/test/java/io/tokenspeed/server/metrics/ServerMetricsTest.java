@@ -73,7 +73,8 @@ class ServerMetricsTest {
             "tokenspeed:l3_pressure_bypasses_total",
             "tokenspeed:l3_published_blocks_total",
             "tokenspeed:l3_operations_issued_total",
-            "tokenspeed:l3_dropped_backup_keys_total")) {
+            "tokenspeed:l3_dropped_backup_keys_total",
+            "tokenspeed:l3_refused_put_keys_total")) {
       FAMILIES.put(c, Type.COUNTER);
     }
     for (String g :
@@ -95,6 +96,8 @@ class ServerMetricsTest {
             "tokenspeed:l3_operation_credits_in_use",
             "tokenspeed:l3_host_credits_in_use",
             "tokenspeed:l3_backup_candidates",
+            "tokenspeed:l3_backup_backoff_seconds",
+            "tokenspeed:l3_writes_refused",
             "tokenspeed:l3_storage_pending")) {
       FAMILIES.put(g, Type.GAUGE);
     }
@@ -164,7 +167,10 @@ class ServerMetricsTest {
         n(rnd),
         n(rnd),
         "",
-        n(rnd));
+        n(rnd),
+        rnd.nextBoolean(),
+        n(rnd),
+        "OOM command not allowed when used memory > 'maxmemory'.");
   }
 
   static EngineMetrics snapshot(SplittableRandom rnd, boolean withStorage, long timeNs) {
@@ -192,7 +198,9 @@ class ServerMetricsTest {
               i(rnd),
               i(rnd),
               i(rnd),
-              i(rnd));
+              i(rnd),
+              i(rnd),
+              n(rnd));
       storage = Optional.of(new EngineMetrics.Storage(rnd.nextBoolean(), executor, t));
     }
     return new EngineMetrics(timeNs, i(rnd), i(rnd), usage(rnd), usage(rnd), storage);
@@ -278,6 +286,10 @@ class ServerMetricsTest {
     eq(
         e.map(L3Metrics::configurationFailures).orElse(0L),
         value(f, "tokenspeed:l3_configuration_failures_total"));
+    eq(e.map(x -> x.writesRefused() ? 1 : 0).orElse(0), value(f, "tokenspeed:l3_writes_refused"));
+    eq(
+        e.map(L3Metrics::refusedPutKeys).orElse(0L),
+        value(f, "tokenspeed:l3_refused_put_keys_total"));
 
     Optional<Transfers> t = m.storage().map(EngineMetrics.Storage::transfers);
     eq(t.map(Transfers::readyHolds).orElse(0), value(f, "tokenspeed:l3_ready_holds"));
@@ -294,6 +306,12 @@ class ServerMetricsTest {
     eq(
         t.map(Transfers::deferredCandidates).orElse(0),
         value(f, "tokenspeed:l3_backup_candidates", "state", "deferred"));
+    eq(
+        t.map(Transfers::heldCandidates).orElse(0),
+        value(f, "tokenspeed:l3_backup_candidates", "state", "held"));
+    eq(
+        t.map(Transfers::backupBackoffMs).orElse(0L) / 1000.0,
+        value(f, "tokenspeed:l3_backup_backoff_seconds"));
     eq(
         m.storage().map(s -> s.pending() ? 1 : 0).orElse(0),
         value(f, "tokenspeed:l3_storage_pending"));
@@ -413,6 +431,10 @@ class ServerMetricsTest {
           PrometheusText.value(f, "tokenspeed:l3_configuration_failures_total", rank),
           "rank " + r + " configuration failures");
       eq(
+          want.writesRefused() ? 1 : 0,
+          PrometheusText.value(f, "tokenspeed:l3_writes_refused", rank),
+          "rank " + r + " writes refused");
+      eq(
           1,
           PrometheusText.value(
               f,
@@ -438,6 +460,8 @@ class ServerMetricsTest {
                       "backend_calls",
                       "put_written_keys",
                       "put_existing_keys",
+                      "writes_refused",
+                      "refused_put_keys",
                       "configuration_failures")
                   .contains(family.substring("tokenspeed:l3_".length()).replace("_total", ""));
       java.util.Set<String> seen = new java.util.TreeSet<>();

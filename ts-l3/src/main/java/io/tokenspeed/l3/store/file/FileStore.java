@@ -300,7 +300,7 @@ public final class FileStore implements Store {
         removed = false;
       }
       if (removed && t instanceof IOException io && isOutOfSpace(io)) {
-        return new RowResult.Rejected(RowResult.Rejected.NO_SPACE);
+        return RowResult.Rejected.noSpace(reason(io)); // ENOSPC, EDQUOT or EFBIG, in the OS's words
       }
       if (t instanceof IOException io && isWriteRefused(io)) {
         throw new StoreConfigurationException(

@@ -160,7 +160,10 @@ public final class MemoryStore implements Store {
       return new RowResult.Ok(length, true);
     }
     if (!reserve(length)) {
-      return new RowResult.Rejected(REJECTED_NO_SPACE);
+      return new RowResult.Rejected(
+          REJECTED_NO_SPACE,
+          false,
+          "memory store full: capacity_bytes=" + settings.capacityBytes() + " reached");
     }
     byte[] copy;
     try {

@@ -164,6 +164,10 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  */
 public final class MooncakeStore implements Store {
 
+  /** The reason of a PUT row the master refused for space, for the executor's log. */
+  static final String NO_HANDLE_REASON =
+      "NO_AVAILABLE_HANDLE (-200): the Mooncake master has no space for the object";
+
   private static final String REGEX_METACHARACTERS = "\\^$.|?*+()[]{}";
   private static final long LONG_SENTINEL = Long.MIN_VALUE;
   private static final int INT_SENTINEL = MooncakeCodes.MALFORMED_RESULT;
@@ -1053,7 +1057,7 @@ public final class MooncakeStore implements Store {
         rows.add(new RowResult.Ok(length, true));
       } else if (answer == MooncakeCodes.NO_AVAILABLE_HANDLE) {
         rejected.incrementAndGet();
-        rows.add(new RowResult.Rejected(answer));
+        rows.add(new RowResult.Rejected(answer, false, NO_HANDLE_REASON));
       } else if (MooncakeCodes.retiredPutFailure(answer)) {
         retiredFailures.incrementAndGet();
         rows.add(new RowResult.Rejected(answer, MooncakeCodes.outage(answer)));

@@ -27,6 +27,7 @@ import java.util.concurrent.locks.LockSupport;
  *   put OUTCOMES retired=B        an executor PUT of [big, small]
  *   get OUTCOMES retired=B bytes=N an executor GET of the small object written directly
  *   health STATE epoch=E outages=O faults=F
+ *   writes refused=B keys=N reason=R   the executor's record of the store's write refusals
  *   closed B
  * </pre>
  */
@@ -88,6 +89,13 @@ public final class FileStoreDiskFullChild {
               + m.outages()
               + " faults="
               + m.workerFaults());
+      System.out.println(
+          "writes refused="
+              + m.writesRefused()
+              + " keys="
+              + m.refusedPutKeys()
+              + " reason="
+              + m.writesRefusedReason());
       CloseReport closed = ex.close();
       System.out.println("closed " + closed.storeClosed());
     }

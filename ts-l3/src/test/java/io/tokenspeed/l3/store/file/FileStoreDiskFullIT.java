@@ -45,7 +45,7 @@ class FileStoreDiskFullIT {
         line(lines, "direct-small"),
         all);
     assertEquals(
-        "direct-big " + new RowResult.Rejected(RowResult.Rejected.NO_SPACE),
+        "direct-big " + RowResult.Rejected.noSpace("File too large"),
         line(lines, "direct-big"),
         all);
     assertEquals("put [FAILED, OK] retired=true", line(lines, "put"), all);
@@ -53,6 +53,7 @@ class FileStoreDiskFullIT {
         "get [OK] retired=true bytes=" + FileStoreDiskFullChild.SMALL, line(lines, "get"), all);
     assertEquals("same-bytes true", line(lines, "same-bytes"), all);
     assertEquals("health HEALTHY epoch=0 outages=0 faults=0", line(lines, "health"), all);
+    assertEquals("writes refused=true keys=1 reason=File too large", line(lines, "writes"), all);
     assertEquals("closed true", line(lines, "closed"), all);
 
     try (FileStore store = new FileStore(FileStoreSettings.of(root))) {

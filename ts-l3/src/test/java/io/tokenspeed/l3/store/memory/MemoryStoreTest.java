@@ -37,7 +37,7 @@ class MemoryStoreTest extends StoreContractTest {
       assertEquals(new RowResult.Ok(4000, false), put(bounded, StoreTesting.key(ns, 1), source));
       assertEquals(new RowResult.Ok(4000, false), put(bounded, StoreTesting.key(other, 1), source));
       assertEquals(
-          new RowResult.Rejected(MemoryStore.REJECTED_NO_SPACE),
+          RowResult.Rejected.noSpace("memory store full: capacity_bytes=10000 reached"),
           put(bounded, StoreTesting.key(ns, 2), source));
       assertEquals(RowResult.MISSING, row(bounded.exists(List.of(StoreTesting.key(ns, 2)))));
       assertEquals(new RowResult.Ok(4000, true), put(bounded, StoreTesting.key(ns, 1), source));

@@ -295,7 +295,8 @@ class MooncakeStoreTest {
     assertEquals(
         StoreResult.of(
             List.of(
-                new RowResult.Rejected(MooncakeCodes.NO_AVAILABLE_HANDLE),
+                new RowResult.Rejected(
+                    MooncakeCodes.NO_AVAILABLE_HANDLE, false, MooncakeStore.NO_HANDLE_REASON),
                 new RowResult.Ok(64, false))),
         put);
     assertFalse(MooncakeStub.has(key("a")), "a rejected PUT created the object");
