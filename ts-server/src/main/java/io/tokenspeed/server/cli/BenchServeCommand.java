@@ -5,9 +5,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineMetrics;
+import io.tokenspeed.engine.EngineStats;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
-import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
@@ -46,6 +47,7 @@ import java.util.function.ToDoubleFunction;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
@@ -72,12 +74,20 @@ import picocli.CommandLine.Spec;
  *       sends its even requests to the first and its odd ones to the second, so the first wave
  *       reaches the first server alone and each server can have the other's prefixes only through
  *       the store (usually the second restores the first's; when the second's own write-through
- *       lands first, the first restores the second's). The configurations' order is reversed on
+ *       lands first, the first restores the second's). A fourth configuration is a fresh server
+ *       over a store that a first server (untimed, then closed) filled with every system prompt:
+ *       every request that does not find its prefix on the server asks for one the store holds, and
+ *       the report gives the share restored, the soft timeouts and the TTFT of restored and
+ *       computed requests. With several {@code --soft-deadline-ms} every configuration with L3 runs
+ *       once per deadline. The order of the configurations and of the deadlines is reversed on
  *       every other repeat.
  * </ul>
  *
- * The JIT warm-up ({@link WarmUp}, and in load mode an L3 round trip through two throwaway servers)
- * runs once, before any timed request.
+ * <p>{@code --device cuda} runs every engine on the GPU (one set of weights, loaded once; the
+ * engines of a configuration side by side over it).
+ *
+ * <p>The JIT warm-up ({@link WarmUp}, and in load mode an L3 round trip through two throwaway
+ * servers) runs once, before any timed request.
  */
 @Command(
     name = "serve",
@@ -87,7 +97,8 @@ import picocli.CommandLine.Spec;
       "The serving path from a client's side, in-process: --mode overhead (HTTP time to the first"
           + " streamed token vs Engine.submit) or --mode load (concurrent clients over a"
           + " shared-prefix workload: one server with L3 off and on, two servers behind one"
-          + " store). Prints a Markdown report."
+          + " store, a fresh server over a filled store; per soft deadline). Prints a Markdown"
+          + " report."
     })
 final class BenchServeCommand implements Callable<Integer> {
 
@@ -101,6 +112,8 @@ final class BenchServeCommand implements Callable<Integer> {
 
   @Spec private CommandSpec spec;
 
+  @Mixin private DeviceOptions deviceOptions;
+
   @Option(
       names = "--mode",
       required = true,
@@ -113,6 +126,14 @@ final class BenchServeCommand implements Callable<Integer> {
       paramLabel = "DIR|synthetic:NAME",
       description = "Model (default: ${DEFAULT-VALUE}).")
   private String model = "synthetic:llama-100m";
+
+  @Option(
+      names = "--dtype",
+      paramLabel = "f32|bf16",
+      description =
+          "A synthetic model's weight type (default: ${DEFAULT-VALUE}; bf16 runs a GPU's tensor"
+              + " cores).")
+  private String dtype = "f32";
 
   @Option(
       names = "--threads",
@@ -211,11 +232,23 @@ final class BenchServeCommand implements Callable<Integer> {
 
   @Option(
       names = "--soft-deadline-ms",
-      paramLabel = "MS",
+      split = ",",
+      paramLabel = "MS[,MS...]",
       description =
-          "load: how long a request waits for L3 (async.soft_deadline_ms; default:"
-              + " ${DEFAULT-VALUE}: several rounds of prefill under load).")
-  private int softDeadlineMs = 2000;
+          "load: how long a request waits for L3 (async.soft_deadline_ms); several values run"
+              + " every L3 configuration once per value; soak: the first value (default: 2000:"
+              + " several rounds of prefill under load).")
+  private List<Integer> softDeadlinesMs = List.of(2000);
+
+  @Option(
+      names = "--setups",
+      split = ",",
+      paramLabel = "ID[,ID...]",
+      description =
+          "load: the configurations to run: off (one server, L3 off), on (one server, L3 on, its"
+              + " store empty), two (two servers behind one store), filled (a fresh server over a"
+              + " store that a first server filled with every system prompt) (default: all).")
+  private List<String> setupIds = List.of("off", "on", "two", "filled");
 
   @Option(
       names = "--device-tokens",
@@ -280,14 +313,26 @@ final class BenchServeCommand implements Callable<Integer> {
               + " ${DEFAULT-VALUE}).")
   private long recoveryS = 90;
 
-  /** One load configuration. */
-  record Setup(String name, int servers, boolean l3) {}
+  /** Where the model computes ({@code cpu} or {@code cuda:N}), once it is loaded. */
+  private String deviceName = "cpu";
+
+  /**
+   * One load configuration: {@code servers} timed servers; with {@code filled} a first server
+   * (untimed, then closed) has written every system prompt to the store before they start.
+   */
+  record Setup(String id, String name, int servers, boolean l3, boolean filled) {}
 
   static final List<Setup> SETUPS =
       List.of(
-          new Setup("one server, L3 off", 1, false),
-          new Setup("one server, L3 on", 1, true),
-          new Setup("two servers, one store, L3 on", 2, true));
+          new Setup("off", "one server, L3 off", 1, false, false),
+          new Setup("on", "one server, L3 on", 1, true, false),
+          new Setup("two", "two servers, one store, L3 on", 2, true, false),
+          new Setup("filled", "second server, store filled first", 1, true, true));
+
+  /** The configurations {@code --setups} names, in the order of {@link #SETUPS}. */
+  private List<Setup> chosen() {
+    return SETUPS.stream().filter(s -> setupIds.contains(s.id())).toList();
+  }
 
   /** One engine behind its HTTP server. */
   private record Replica(Engine engine, Serving serving) implements AutoCloseable {
@@ -308,7 +353,7 @@ final class BenchServeCommand implements Callable<Integer> {
 
   /** What every run of one invocation shares. */
   private record Env(
-      CausalLm lm,
+      EngineModel lm,
       Tokenizer tokenizer,
       Function<List<Map<String, Object>>, int[]> chatPrompt,
       StreamClient client,
@@ -331,8 +376,9 @@ final class BenchServeCommand implements Callable<Integer> {
     Machine before = Machine.now();
     Path work = Files.createTempDirectory("tokenspeed-bench-serve");
     String body;
-    try (CausalLm lm = load(folder);
+    try (EngineModel lm = deviceOptions.load(folder, model, new TensorParallelOptions());
         StreamClient client = new StreamClient()) {
+      deviceName = lm.deviceName();
       Env env = new Env(lm, tokenizer, chatPrompt, client, work, err);
       body =
           switch (mode) {
@@ -381,7 +427,22 @@ final class BenchServeCommand implements Callable<Integer> {
     positive("--repeats", repeats);
     positive("--max-running", maxRunning);
     positive("--token-budget", tokenBudget);
-    positive("--soft-deadline-ms", softDeadlineMs);
+    if (softDeadlinesMs.isEmpty() || softDeadlinesMs.stream().anyMatch(d -> d < 1)) {
+      throw usage("--soft-deadline-ms=" + softDeadlinesMs + " must list numbers of at least 1");
+    }
+    if (setupIds.isEmpty()
+        || !SETUPS.stream().map(Setup::id).toList().containsAll(setupIds)
+        || setupIds.stream().distinct().count() != setupIds.size()) {
+      throw usage(
+          "--setups="
+              + String.join(",", setupIds)
+              + " must list distinct ones of: "
+              + String.join(", ", SETUPS.stream().map(Setup::id).toList()));
+    }
+    if (!dtype.equals("f32") && !dtype.equals("bf16")) {
+      throw usage("--dtype=" + dtype + " is not supported; allowed: f32, bf16");
+    }
+    deviceOptions.checkAvailable(); // a malformed --device is a usage error, a missing GPU invalid
     if (warmupRounds < 0) {
       throw usage("--warmup-rounds=" + warmupRounds + " must be at least 0");
     }
@@ -421,7 +482,7 @@ final class BenchServeCommand implements Callable<Integer> {
     }
     if (redisUri != null) {
       try {
-        store(Path.of("unused"));
+        store(Path.of("unused"), 1);
       } catch (IllegalArgumentException e) {
         throw usage("--redis-uri=" + redisUri + ": " + e.getMessage());
       }
@@ -442,7 +503,9 @@ final class BenchServeCommand implements Callable<Integer> {
     if (SyntheticCheckpoints.isSynthetic(model)) {
       try {
         return SyntheticCheckpoints.materialize(
-            model, SyntheticCheckpoints.DEFAULT_SEED, DType.F32);
+            model,
+            SyntheticCheckpoints.DEFAULT_SEED,
+            dtype.equals("bf16") ? DType.BF16 : DType.F32);
       } catch (IllegalArgumentException e) {
         throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
       }
@@ -455,16 +518,8 @@ final class BenchServeCommand implements Callable<Integer> {
     return dir;
   }
 
-  private CausalLm load(Path folder) {
-    try {
-      return CausalLm.load(folder);
-    } catch (io.tokenspeed.model.checkpoint.CheckpointException e) {
-      throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
-    }
-  }
-
-  private EngineConfig engineConfig(CausalLm lm, int computeThreads) {
-    int parents = Engine.deviceParentsFor(lm, deviceTokens);
+  private EngineConfig engineConfig(EngineModel lm, int computeThreads) {
+    int parents = lm.deviceParentsFor(deviceTokens);
     EngineConfig base = EngineConfig.defaults(parents);
     return new EngineConfig(
         base.prefixGranularity(),
@@ -811,31 +866,73 @@ final class BenchServeCommand implements Callable<Integer> {
   /** One request as measured, with the server it went to. */
   record Sample(int server, Completion completion) {}
 
-  /** One server's engine-side figures after a run. */
+  /**
+   * One server's engine-side figures over a run: the scheduler's L3 counters, the executor's jobs
+   * (cumulative since the engine started; every run's engines are fresh) and the loop's rounds
+   * while the clients were sending.
+   */
   record ServerFigures(
       long softTimeouts,
       long readyExpirations,
       long pressureBypasses,
       String droppedBackupKeys,
+      long queriesIssued,
       long getsIssued,
       long putsIssued,
+      long publishedBlocks,
       int deviceParents,
-      int hostParents) {
+      int hostParents,
+      long queryJobs,
+      long queryNanos,
+      long getJobs,
+      long getOkKeys,
+      long getNanos,
+      long putOkKeys,
+      long rounds,
+      long roundNanos) {
 
     long fallbacks() {
       return softTimeouts + readyExpirations + pressureBypasses;
     }
+
+    /**
+     * GET rows the store returned that no Host entry came of: the wait had ended before their fact
+     * arrived (or another read had published the block first).
+     */
+    long lateRows() {
+      return Math.max(0, getOkKeys - publishedBlocks);
+    }
+
+    /** A QUERY's time in the executor, queue and store call, per job; NaN without one. */
+    double queryMs() {
+      return queryJobs == 0 ? Double.NaN : queryNanos / 1e6 / queryJobs;
+    }
+
+    /** A GET's time in the executor, queue and store calls, per job; NaN without one. */
+    double getMs() {
+      return getJobs == 0 ? Double.NaN : getNanos / 1e6 / getJobs;
+    }
+
+    /** The loop's mean round while the clients were sending; NaN without rounds. */
+    double roundMs() {
+      return rounds == 0 ? Double.NaN : roundNanos / 1e6 / rounds;
+    }
   }
 
-  /** One run of one configuration at one number of clients. */
+  /**
+   * One run of one configuration at one number of clients and one soft deadline ({@code 0} without
+   * L3); {@code filledKeys}: the PUT rows the first server wrote, with {@code filled}.
+   */
   record Run(
       Setup setup,
       int clients,
+      int deadlineMs,
       int repeat,
       int computeThreads,
       double wallS,
       List<Sample> samples,
-      List<ServerFigures> servers) {
+      List<ServerFigures> servers,
+      long filledKeys) {
 
     List<Completion> ok() {
       return samples.stream().map(Sample::completion).filter(Completion::ok).toList();
@@ -871,6 +968,36 @@ final class BenchServeCommand implements Callable<Integer> {
     long fallbacks() {
       return servers.stream().mapToLong(ServerFigures::fallbacks).sum();
     }
+
+    long sum(java.util.function.ToLongFunction<ServerFigures> f) {
+      return servers.stream().mapToLong(f).sum();
+    }
+
+    /** Requests that reused prompt tokens the store gave. */
+    List<Completion> restored() {
+      return ok().stream().filter(c -> c.storageTokens() > 0).toList();
+    }
+
+    /** Requests that reused less than {@code systemTokens}, none of it from the store. */
+    List<Completion> computed(int systemTokens) {
+      return ok().stream()
+          .filter(c -> c.storageTokens() == 0 && c.cachedTokens() < systemTokens)
+          .toList();
+    }
+
+    /**
+     * Of the requests that did not find their system prompt on this server (restored or computed),
+     * the share restored; NaN without any.
+     */
+    double restoreRate(int systemTokens) {
+      int asked = restored().size() + computed(systemTokens).size();
+      return asked == 0 ? Double.NaN : (double) restored().size() / asked;
+    }
+  }
+
+  /** The TTFT percentile {@code q} of {@code requests}, ms; NaN without any. */
+  private static double ttft(List<Completion> requests, double q) {
+    return pct(sorted(requests.stream().mapToDouble(Completion::ttftMs).toArray()), q);
   }
 
   private String load(Env env) throws Exception {
@@ -883,29 +1010,45 @@ final class BenchServeCommand implements Callable<Integer> {
     List<Run> runs = new ArrayList<>();
     int index = 0;
     for (int r = 0; r < repeats; r++) {
-      List<Setup> order = new ArrayList<>(SETUPS);
+      List<Setup> order = new ArrayList<>(chosen());
+      List<Integer> deadlines = new ArrayList<>(softDeadlinesMs);
       if (r % 2 == 1) {
         java.util.Collections.reverse(order);
+        java.util.Collections.reverse(deadlines);
       }
       for (int c : clients) {
         for (Setup setup : order) {
-          progress(
-              env,
-              "repeat " + (r + 1) + "/" + repeats + ": " + setup.name() + ", " + c + " clients");
-          Run run = runLoad(env, setup, c, r, workload, index++);
-          runs.add(run);
-          progress(
-              env,
-              String.format(
-                  Locale.ROOT,
-                  "  %.1f s, %.2f requests/s, TTFT p50 %.1f ms, prefill saved %.1f %% (%.1f %%"
-                      + " of it from the store), %d errors",
-                  run.wallS(),
-                  run.requestsPerSecond(),
-                  pct(run.values(Completion::ttftMs), 0.5),
-                  100 * run.saved(),
-                  100 * run.storageShare(),
-                  run.errors()));
+          for (int d : setup.l3() ? deadlines : List.of(0)) {
+            progress(
+                env,
+                "repeat "
+                    + (r + 1)
+                    + "/"
+                    + repeats
+                    + ": "
+                    + setup.name()
+                    + ", "
+                    + c
+                    + " clients"
+                    + (setup.l3() ? ", soft deadline " + d + " ms" : ""));
+            Run run = runLoad(env, setup, c, d, r, workload, index++);
+            runs.add(run);
+            progress(
+                env,
+                String.format(
+                    Locale.ROOT,
+                    "  %.1f s, %.2f requests/s, TTFT p50 %.1f ms, prefill saved %.1f %% (%.1f %%"
+                        + " of it from the store), restored %d of %d, soft timeouts %d, %d errors",
+                    run.wallS(),
+                    run.requestsPerSecond(),
+                    pct(run.values(Completion::ttftMs), 0.5),
+                    100 * run.saved(),
+                    100 * run.storageShare(),
+                    run.restored().size(),
+                    run.restored().size() + run.computed(systemTokens).size(),
+                    run.sum(ServerFigures::softTimeouts),
+                    run.errors()));
+          }
         }
       }
     }
@@ -927,8 +1070,13 @@ final class BenchServeCommand implements Callable<Integer> {
     return warmMs + warmL3(env, env.lm().vocabSize());
   }
 
+  /** The longest soft deadline asked for: the warm-up's and the soak's wait. */
+  private int longestDeadlineMs() {
+    return softDeadlinesMs.stream().mapToInt(Integer::intValue).max().orElseThrow();
+  }
+
   /** The store's settings for one configuration: a fresh directory, or Redis. */
-  private Optional<StorageExtraConfig.Resolved> store(Path dir) {
+  private Optional<StorageExtraConfig.Resolved> store(Path dir, int deadlineMs) {
     ObjectNode json = JSON.createObjectNode();
     String backend;
     if (redisUri != null) {
@@ -941,20 +1089,21 @@ final class BenchServeCommand implements Callable<Integer> {
     }
     json.putObject("async")
         .put("min_extension_tokens", MIN_EXTENSION_TOKENS)
-        .put("soft_deadline_ms", softDeadlineMs);
+        .put("soft_deadline_ms", deadlineMs);
     return Optional.of(StorageExtraConfig.parse(backend, json.toString()));
   }
 
   /**
    * Starts {@code n} replicas, over one store when {@code l3} (under a namespace of their own with
-   * Redis: {@code version}).
+   * Redis: {@code version}), each waiting at most {@code deadlineMs} for L3.
    */
   private List<Replica> replicas(
-      Env env, EngineConfig config, int n, boolean l3, Path dir, String version) throws Exception {
+      Env env, EngineConfig config, int n, boolean l3, Path dir, String version, int deadlineMs)
+      throws Exception {
     List<Replica> out = new ArrayList<>();
     try {
       for (int s = 0; s < n; s++) {
-        Replica r = start(env, config, l3 ? store(dir) : Optional.empty());
+        Replica r = start(env, config, l3 ? store(dir, deadlineMs) : Optional.empty());
         out.add(r);
         if (l3 && redisUri != null) {
           r.engine().rotateNamespace(version);
@@ -987,7 +1136,14 @@ final class BenchServeCommand implements Callable<Integer> {
     String version = "bench-serve-warm-up-" + System.nanoTime();
     EngineConfig config = engineConfig(env.lm(), Math.max(1, cores() / 2));
     List<Replica> pair =
-        replicas(env, config, 2, true, env.work().resolve("warm-up-store"), version);
+        replicas(
+            env,
+            config,
+            2,
+            true,
+            env.work().resolve("warm-up-store"),
+            version,
+            longestDeadlineMs());
     try {
       for (int i = 0; i < 2; i++) {
         int[] prompt = Arrays.copyOf(prefix, prefix.length + 8);
@@ -1023,18 +1179,23 @@ final class BenchServeCommand implements Callable<Integer> {
     return (System.nanoTime() - t0) / 1_000_000;
   }
 
-  private Run runLoad(Env env, Setup setup, int numClients, int repeat, Workload w, int index)
+  private Run runLoad(
+      Env env, Setup setup, int numClients, int deadlineMs, int repeat, Workload w, int index)
       throws Exception {
     int computeThreads = threads != null ? threads : Math.max(1, cores() / setup.servers());
     EngineConfig config = engineConfig(env.lm(), computeThreads);
     Path dir = env.work().resolve("store-" + index);
     String version = "bench-serve-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
-    List<Replica> replicas = replicas(env, config, setup.servers(), setup.l3(), dir, version);
+    long filledKeys = setup.filled() ? fill(env, w, dir, version, deadlineMs) : 0;
+    List<Replica> replicas =
+        replicas(env, config, setup.servers(), setup.l3(), dir, version, deadlineMs);
     try {
       List<List<Sample>> perClient = new ArrayList<>();
       CountDownLatch go = new CountDownLatch(1);
       long t0;
       long t1;
+      List<EngineStats> before = replicas.stream().map(r -> r.engine().stats()).toList();
+      List<EngineStats> after;
       try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
         List<Future<?>> all = new ArrayList<>();
         for (int c = 0; c < numClients; c++) {
@@ -1064,20 +1225,60 @@ final class BenchServeCommand implements Callable<Integer> {
           f.get();
         }
         t1 = System.nanoTime();
+        after = replicas.stream().map(r -> r.engine().stats()).toList();
       }
       List<ServerFigures> figures = new ArrayList<>();
-      for (Replica r : replicas) {
-        awaitQuiet(r.engine());
-        figures.add(figures(r.engine()));
+      for (int s = 0; s < replicas.size(); s++) {
+        awaitQuiet(replicas.get(s).engine());
+        figures.add(figures(replicas.get(s).engine(), before.get(s), after.get(s)));
       }
       if (setup.l3()) {
         dropNamespace(replicas, version);
       }
       List<Sample> samples = perClient.stream().flatMap(List::stream).toList();
-      return new Run(setup, numClients, repeat, computeThreads, (t1 - t0) / 1e9, samples, figures);
+      return new Run(
+          setup,
+          numClients,
+          deadlineMs,
+          repeat,
+          computeThreads,
+          (t1 - t0) / 1e9,
+          samples,
+          figures,
+          filledKeys);
     } finally {
       replicas.forEach(Replica::close);
       DemoCommand.deleteTree(dir);
+    }
+  }
+
+  /**
+   * Untimed: a first server over the store (every core) serves each system prompt once, with a
+   * suffix of its own, one after the other, waits for its write-through and closes; the PUT rows it
+   * wrote. The timed server then starts with every system prompt in the store and none in its own
+   * caches.
+   */
+  private long fill(Env env, Workload w, Path dir, String version, int deadlineMs)
+      throws Exception {
+    EngineConfig config = engineConfig(env.lm(), threads != null ? threads : cores());
+    List<Replica> writer = replicas(env, config, 1, true, dir, version, deadlineMs);
+    try {
+      Replica r = writer.getFirst();
+      SplittableRandom random = new SplittableRandom(workloadSeed ^ 0xf111ed);
+      for (int[] system : w.systems()) {
+        int[] prompt = Arrays.copyOf(system, system.length + userTokens);
+        for (int t = system.length; t < prompt.length; t++) {
+          prompt[t] = random.nextInt(env.lm().vocabSize());
+        }
+        Completion c = env.client().complete(r.completions(), prompt, maxTokens);
+        if (!c.ok()) {
+          throw new IllegalStateException("a request filling the store failed: " + c.error());
+        }
+      }
+      awaitQuiet(r.engine());
+      return r.engine().storageExecutorMetrics().orElseThrow().put().okKeys();
+    } finally {
+      writer.forEach(Replica::close);
     }
   }
 
@@ -1094,22 +1295,53 @@ final class BenchServeCommand implements Callable<Integer> {
     throw new IllegalStateException("an engine was still busy a minute after its last request");
   }
 
-  private static ServerFigures figures(Engine engine) {
+  /** An engine's figures after a run; its rounds between {@code from} and {@code to}. */
+  private static ServerFigures figures(Engine engine, EngineStats from, EngineStats to) {
     EngineMetrics m = engine.metrics();
+    long rounds = to.rounds() - from.rounds();
+    long roundNanos = to.roundNanos() - from.roundNanos();
     if (m.storage().isEmpty()) {
       return new ServerFigures(
-          0, 0, 0, "–", 0, 0, m.device().totalParents(), m.host().totalParents());
+          0,
+          0,
+          0,
+          "–",
+          0,
+          0,
+          0,
+          0,
+          m.device().totalParents(),
+          m.host().totalParents(),
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          rounds,
+          roundNanos);
     }
     EngineMetrics.Transfers t = m.storage().get().transfers();
+    L3Metrics x = engine.storageExecutorMetrics().orElseThrow();
     return new ServerFigures(
         t.softTimeouts(),
         t.readyExpirations(),
         t.pressureBypasses(),
         dropped(t.droppedBackupKeys()),
+        t.queriesIssued(),
         t.getsIssued(),
         t.putsIssued(),
+        t.publishedBlocks(),
         m.device().totalParents(),
-        m.host().totalParents());
+        m.host().totalParents(),
+        x.query().jobs(),
+        x.query().queueNanos() + x.query().backendNanos(),
+        x.get().jobs(),
+        x.get().okKeys(),
+        x.get().queueNanos() + x.get().backendNanos(),
+        x.put().okKeys(),
+        rounds,
+        roundNanos);
   }
 
   /** The dropped backup keys by reason, e.g. {@code 16 (unavailable 16)}, or {@code 0}. */
@@ -1131,6 +1363,9 @@ final class BenchServeCommand implements Callable<Integer> {
     StringBuilder b = new StringBuilder();
     Run first = runs.getFirst();
     int reusable = systemTokens;
+    List<Setup> setups = chosen();
+    int perRepeat =
+        clients.size() * setups.stream().mapToInt(s -> s.l3() ? softDeadlinesMs.size() : 1).sum();
     b.append(
         String.format(
             Locale.ROOT,
@@ -1139,12 +1374,12 @@ final class BenchServeCommand implements Callable<Integer> {
                 + " — the system prompt's whole pages — can be reused: %.1f %%), greedy, %d"
                 + " generated tokens, logprobs 0 (every token its own event), streamed with"
                 + " usage. Each client sends %d requests one after the other (closed loop). Each"
-                + " engine: Device %d tokens (%d parents), Host %.3f× the Device (%d parents),"
-                + " max running %d, token budget %d; compute threads per engine: %s. Store: %s;"
-                + " L3 extensions from %d tokens, soft deadline %d ms, other L3 settings at their"
-                + " defaults. Warm-up"
-                + " (untimed, once): %d serving rounds and an L3 round trip, %d ms. Configurations"
-                + " per repeat: %d (order reversed on every other repeat).%n%n",
+                + " engine: %s, Device %d tokens (%d parents), Host %.3f× the Device (%d"
+                + " parents), max running %d, token budget %d; compute threads per engine: %s."
+                + " Store: %s; L3 extensions from %d tokens, soft deadline %s ms, other L3"
+                + " settings at their defaults. Warm-up (untimed, once): %d serving rounds and an"
+                + " L3 round trip, %d ms. Runs per repeat: %d (configurations and deadlines in"
+                + " reverse order on every other repeat).%n%n",
             workloadSeed,
             systemPrompts,
             systemTokens,
@@ -1154,6 +1389,7 @@ final class BenchServeCommand implements Callable<Integer> {
             100.0 * reusable / (systemTokens + userTokens),
             maxTokens,
             requests,
+            deviceName,
             deviceTokens,
             first.servers().getFirst().deviceParents(),
             hostRatio,
@@ -1169,36 +1405,39 @@ final class BenchServeCommand implements Callable<Integer> {
                     + (fileFsync ? "on" : "off")
                     + ")",
             MIN_EXTENSION_TOKENS,
-            softDeadlineMs,
+            String.join(", ", softDeadlinesMs.stream().map(String::valueOf).toList()),
             warmupRounds,
             warmMs,
-            SETUPS.size() * clients.size()));
+            perRepeat));
     String spread = repeats > 1 ? " (median of " + repeats + " repeats, min – max)" : "";
     b.append(
-        "| configuration | clients | requests | errors | requests/s | TTFT p50 ms | TTFT p99 ms |"
-            + " TPOT p50 ms | TPOT p99 ms | prefill saved | of it from the store | system prompt"
-            + " computed | L3 fallbacks |\n");
-    b.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| configuration | clients | soft deadline ms | requests | errors | requests/s | TTFT p50"
+            + " ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | prefill saved | of it from the"
+            + " store | system prompt computed | L3 fallbacks |\n");
+    b.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int c : clients) {
-      for (Setup s : SETUPS) {
-        List<Run> rs = runs.stream().filter(r -> r.setup() == s && r.clients() == c).toList();
-        b.append(
-            String.format(
-                Locale.ROOT,
-                "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d |%n",
-                s.name(),
-                c,
-                rs.stream().mapToInt(r -> r.samples().size()).sum(),
-                rs.stream().mapToLong(Run::errors).sum(),
-                figure(rs, Run::requestsPerSecond, "%.2f", 1),
-                figure(rs, r -> pct(r.values(Completion::ttftMs), 0.5), "%.1f", 1),
-                figure(rs, r -> pct(r.values(Completion::ttftMs), 0.99), "%.1f", 1),
-                figure(rs, r -> pct(r.values(Completion::tpotMs), 0.5), "%.2f", 1),
-                figure(rs, r -> pct(r.values(Completion::tpotMs), 0.99), "%.2f", 1),
-                figure(rs, Run::saved, "%.1f %%", 100),
-                figure(rs, Run::storageShare, "%.1f %%", 100),
-                rs.stream().mapToLong(r -> systemComputed(r)).sum(),
-                rs.stream().mapToLong(Run::fallbacks).sum()));
+      for (Setup s : setups) {
+        for (int d : deadlines(s)) {
+          List<Run> rs = runs(runs, s, c, d);
+          b.append(
+              String.format(
+                  Locale.ROOT,
+                  "| %s | %d | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d |%n",
+                  s.name(),
+                  c,
+                  s.l3() ? Integer.toString(d) : "–",
+                  rs.stream().mapToInt(r -> r.samples().size()).sum(),
+                  rs.stream().mapToLong(Run::errors).sum(),
+                  figure(rs, Run::requestsPerSecond, "%.2f", 1),
+                  figure(rs, r -> pct(r.values(Completion::ttftMs), 0.5), "%.1f", 1),
+                  figure(rs, r -> pct(r.values(Completion::ttftMs), 0.99), "%.1f", 1),
+                  figure(rs, r -> pct(r.values(Completion::tpotMs), 0.5), "%.2f", 1),
+                  figure(rs, r -> pct(r.values(Completion::tpotMs), 0.99), "%.2f", 1),
+                  figure(rs, Run::saved, "%.1f %%", 100),
+                  figure(rs, Run::storageShare, "%.1f %%", 100),
+                  rs.stream().mapToLong(r -> systemComputed(r)).sum(),
+                  rs.stream().mapToLong(Run::fallbacks).sum()));
+        }
       }
     }
     b.append(
@@ -1212,42 +1451,138 @@ final class BenchServeCommand implements Callable<Integer> {
             + " system prompt (its pages computed again, or first computed). L3 fallbacks: waits"
             + " for L3 that ended by their soft deadline, Ready holds that expired and pressure"
             + " bypasses, summed over the servers.\n\n");
-    b.append(
-        "Against the baseline of the same client count and repeat (one server, L3 off)"
-            + spread
-            + ":\n\n| configuration | clients | requests/s ratio | TTFT p50 ratio | TTFT p99 ratio |"
-            + " TPOT p50 ratio |\n|---|---:|---:|---:|---:|---:|\n");
-    for (int c : clients) {
-      for (Setup s : SETUPS.subList(1, SETUPS.size())) {
-        List<double[]> ratios = new ArrayList<>();
-        for (int r = 0; r < repeats; r++) {
-          Run base = find(runs, SETUPS.getFirst(), c, r);
-          Run run = find(runs, s, c, r);
-          ratios.add(
-              new double[] {
-                run.requestsPerSecond() / base.requestsPerSecond(),
-                pct(run.values(Completion::ttftMs), 0.5)
-                    / pct(base.values(Completion::ttftMs), 0.5),
-                pct(run.values(Completion::ttftMs), 0.99)
-                    / pct(base.values(Completion::ttftMs), 0.99),
-                pct(run.values(Completion::tpotMs), 0.5) / pct(base.values(Completion::tpotMs), 0.5)
-              });
+    Setup base = SETUPS.getFirst();
+    if (setups.contains(base) && setups.size() > 1) {
+      b.append(
+          "Against the baseline of the same client count and repeat (one server, L3 off)"
+              + spread
+              + ":\n\n| configuration | clients | soft deadline ms | requests/s ratio | TTFT p50"
+              + " ratio | TTFT p99 ratio | TPOT p50 ratio |\n"
+              + "|---|---:|---:|---:|---:|---:|---:|\n");
+      for (int c : clients) {
+        for (Setup s : setups) {
+          if (s == base) {
+            continue;
+          }
+          for (int d : deadlines(s)) {
+            List<double[]> ratios = new ArrayList<>();
+            for (int r = 0; r < repeats; r++) {
+              Run off = find(runs, base, c, 0, r);
+              Run run = find(runs, s, c, d, r);
+              ratios.add(
+                  new double[] {
+                    run.requestsPerSecond() / off.requestsPerSecond(),
+                    pct(run.values(Completion::ttftMs), 0.5)
+                        / pct(off.values(Completion::ttftMs), 0.5),
+                    pct(run.values(Completion::ttftMs), 0.99)
+                        / pct(off.values(Completion::ttftMs), 0.99),
+                    pct(run.values(Completion::tpotMs), 0.5)
+                        / pct(off.values(Completion::tpotMs), 0.5)
+                  });
+            }
+            b.append("| ").append(s.name()).append(" | ").append(c).append(" | ").append(d);
+            for (int k = 0; k < 4; k++) {
+              int col = k;
+              b.append(" | ")
+                  .append(spreadOf(ratios.stream().mapToDouble(v -> v[col]).toArray(), "%.3f×", 1));
+            }
+            b.append(" |\n");
+          }
         }
-        b.append("| ").append(s.name()).append(" | ").append(c);
-        for (int k = 0; k < 4; k++) {
-          int col = k;
-          b.append(" | ")
-              .append(spreadOf(ratios.stream().mapToDouble(v -> v[col]).toArray(), "%.3f×", 1));
-        }
-        b.append(" |\n");
       }
+      b.append('\n');
+    }
+    Setup filled = SETUPS.get(3);
+    if (setups.contains(filled)) {
+      b.append(
+          "Restores of prefixes the store holds, by soft deadline: a fresh server over a store"
+              + " that a first server filled with every system prompt"
+              + spread
+              + ".\n\n| clients | soft deadline ms | requests | asked the store | restored |"
+              + " restore rate | soft timeouts | GET rows read too late | TTFT p50 / p90 ms,"
+              + " restored | TTFT p50 / p90 ms, computed | requests/s | QUERY ms | GET ms | round"
+              + " ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|\n");
+      for (int c : clients) {
+        for (int d : softDeadlinesMs) {
+          List<Run> rs = runs(runs, filled, c, d);
+          b.append(
+              String.format(
+                  Locale.ROOT,
+                  "| %d | %d | %d | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s | %s |"
+                      + " %s |%n",
+                  c,
+                  d,
+                  rs.stream().mapToInt(r -> r.samples().size()).sum(),
+                  figure(rs, r -> r.restored().size() + r.computed(systemTokens).size(), "%.0f", 1),
+                  figure(rs, r -> r.restored().size(), "%.0f", 1),
+                  figure(rs, r -> r.restoreRate(systemTokens), "%.0f %%", 100),
+                  figure(rs, r -> r.sum(ServerFigures::softTimeouts), "%.0f", 1),
+                  figure(rs, r -> r.sum(ServerFigures::lateRows), "%.0f", 1),
+                  figure(rs, r -> ttft(r.restored(), 0.5), "%.0f", 1),
+                  figure(rs, r -> ttft(r.restored(), 0.9), "%.0f", 1),
+                  figure(rs, r -> ttft(r.computed(systemTokens), 0.5), "%.0f", 1),
+                  figure(rs, r -> ttft(r.computed(systemTokens), 0.9), "%.0f", 1),
+                  figure(rs, Run::requestsPerSecond, "%.2f", 1),
+                  figure(rs, r -> r.servers().getFirst().queryMs(), "%.1f", 1),
+                  figure(rs, r -> r.servers().getFirst().getMs(), "%.1f", 1),
+                  figure(rs, r -> r.servers().getFirst().roundMs(), "%.0f", 1)));
+        }
+      }
+      b.append(
+          "\nAsked the store: requests that did not find their system prompt on this server"
+              + " (restored, or computed); restored: requests that reused tokens from the store;"
+              + " computed: the others, which reused less than their system prompt. The first"
+              + " server wrote "
+              + range(runs(runs, filled).stream().mapToLong(Run::filledKeys).toArray())
+              + " PUT rows per run (every system prompt's pages) and closed before the timed"
+              + " server started. GET rows read too late: rows the store returned of which no"
+              + " Host entry came (the wait had ended, or another read had published the block). QUERY ms /"
+              + " GET ms: a job's time in the executor, queue and store calls, per job; round ms:"
+              + " the loop's mean round while the clients were sending.\n\n");
+    }
+    Setup empty = SETUPS.get(1);
+    if (setups.contains(empty)) {
+      b.append(
+          "Misses on an empty store, by soft deadline: one server, L3 on; its requests that"
+              + " computed their system prompt asked the store and found nothing (the server's"
+              + " own writes are of prefixes it holds)"
+              + spread
+              + ".\n\n| clients | soft deadline ms | misses | soft timeouts | TTFT p50 / p90 ms |"
+              + " L3 off, same requests: TTFT p50 / p90 ms | QUERY ms | round ms |\n"
+              + "|---:|---:|---:|---:|---|---|---:|---:|\n");
+      for (int c : clients) {
+        for (int d : softDeadlinesMs) {
+          List<Run> rs = runs(runs, empty, c, d);
+          List<Run> off = setups.contains(base) ? runs(runs, base, c, 0) : List.of();
+          b.append(
+              String.format(
+                  Locale.ROOT,
+                  "| %d | %d | %s | %s | %s / %s | %s | %s | %s |%n",
+                  c,
+                  d,
+                  figure(rs, r -> r.computed(systemTokens).size(), "%.0f", 1),
+                  figure(rs, r -> r.sum(ServerFigures::softTimeouts), "%.0f", 1),
+                  figure(rs, r -> ttft(r.computed(systemTokens), 0.5), "%.0f", 1),
+                  figure(rs, r -> ttft(r.computed(systemTokens), 0.9), "%.0f", 1),
+                  off.isEmpty()
+                      ? "–"
+                      : figure(off, r -> ttft(r.computed(systemTokens), 0.5), "%.0f", 1)
+                          + " / "
+                          + figure(off, r -> ttft(r.computed(systemTokens), 0.9), "%.0f", 1),
+                  figure(rs, r -> r.servers().getFirst().queryMs(), "%.1f", 1),
+                  figure(rs, r -> r.servers().getFirst().roundMs(), "%.0f", 1)));
+        }
+      }
+      b.append('\n');
     }
     b.append(
-        "\nPer run and server: requests, prompt tokens, reused tokens by source, and the L3"
-            + " counters.\n\n| repeat | configuration | clients | compute threads | wall s |"
-            + " server | requests | prompt tokens | device | host | storage | GETs | PUTs | soft"
-            + " timeouts | Ready expirations | pressure bypasses | dropped backup keys |\n"
-            + "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "Per run and server: requests, prompt tokens, reused tokens by source, and the L3"
+            + " counters.\n\n| repeat | configuration | clients | soft deadline ms | compute"
+            + " threads | wall s | server | requests | prompt tokens | device | host | storage |"
+            + " QUERYs | GETs | PUTs | soft timeouts | GET rows read too late | Ready expirations"
+            + " | pressure bypasses | dropped backup keys | rounds | round ms |\n"
+            + "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            + "---:|---:|---:|---:|---:|---:|\n");
     for (Run r : runs) {
       for (int s = 0; s < r.servers().size(); s++) {
         int server = s;
@@ -1260,11 +1595,12 @@ final class BenchServeCommand implements Callable<Integer> {
         b.append(
             String.format(
                 Locale.ROOT,
-                "| %d | %s | %d | %d | %.1f | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |"
-                    + " %s |%n",
+                "| %d | %s | %d | %s | %d | %.1f | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s"
+                    + " | %s | %s | %s | %s | %d | %.1f |%n",
                 r.repeat() + 1,
                 r.setup().name(),
                 r.clients(),
+                r.setup().l3() ? Integer.toString(r.deadlineMs()) : "–",
                 r.computeThreads(),
                 r.wallS(),
                 s == 0 ? "A" : "B",
@@ -1273,12 +1609,16 @@ final class BenchServeCommand implements Callable<Integer> {
                 mine.stream().mapToLong(Completion::deviceTokens).sum(),
                 mine.stream().mapToLong(Completion::hostTokens).sum(),
                 mine.stream().mapToLong(Completion::storageTokens).sum(),
+                l3(r, f.queriesIssued()),
                 l3(r, f.getsIssued()),
                 l3(r, f.putsIssued()),
                 l3(r, f.softTimeouts()),
+                l3(r, f.lateRows()),
                 l3(r, f.readyExpirations()),
                 l3(r, f.pressureBypasses()),
-                f.droppedBackupKeys()));
+                f.droppedBackupKeys(),
+                f.rounds(),
+                f.roundMs()));
       }
     }
     List<String> errors =
@@ -1296,6 +1636,11 @@ final class BenchServeCommand implements Callable<Integer> {
     return b.toString();
   }
 
+  /** The soft deadlines a configuration ran with: every one with L3, {@code 0} without. */
+  private List<Integer> deadlines(Setup s) {
+    return s.l3() ? softDeadlinesMs : List.of(0);
+  }
+
   private static String l3(Run r, long value) {
     return r.setup().l3() ? Long.toString(value) : "–";
   }
@@ -1305,9 +1650,24 @@ final class BenchServeCommand implements Callable<Integer> {
     return r.ok().stream().filter(c -> c.cachedTokens() < systemTokens).count();
   }
 
-  private static Run find(List<Run> runs, Setup s, int clients, int repeat) {
+  private static List<Run> runs(List<Run> runs, Setup s) {
+    return runs.stream().filter(r -> r.setup() == s).toList();
+  }
+
+  private static List<Run> runs(List<Run> runs, Setup s, int clients, int deadlineMs) {
     return runs.stream()
-        .filter(r -> r.setup() == s && r.clients() == clients && r.repeat() == repeat)
+        .filter(r -> r.setup() == s && r.clients() == clients && r.deadlineMs() == deadlineMs)
+        .toList();
+  }
+
+  private static Run find(List<Run> runs, Setup s, int clients, int deadlineMs, int repeat) {
+    return runs.stream()
+        .filter(
+            r ->
+                r.setup() == s
+                    && r.clients() == clients
+                    && r.deadlineMs() == deadlineMs
+                    && r.repeat() == repeat)
         .findFirst()
         .orElseThrow();
   }
@@ -1315,6 +1675,13 @@ final class BenchServeCommand implements Callable<Integer> {
   /** The median over runs of {@code f}, with the range when there are several runs. */
   private static String figure(List<Run> rs, ToDoubleFunction<Run> f, String format, double scale) {
     return spreadOf(rs.stream().mapToDouble(f).toArray(), format, scale);
+  }
+
+  /** {@code 256}, or {@code 250–256} when the values differ. */
+  private static String range(long[] values) {
+    long min = Arrays.stream(values).min().orElse(0);
+    long max = Arrays.stream(values).max().orElse(0);
+    return min == max ? Long.toString(min) : min + "–" + max;
   }
 
   private static String spreadOf(double[] values, String format, double scale) {
@@ -1353,11 +1720,12 @@ final class BenchServeCommand implements Callable<Integer> {
     List<String> args = spec.commandLine().getParseResult().originalArgs();
     return String.format(
         Locale.ROOT,
-        "# %s (%s)%n%nCommand: `tokenspeed %s`%n%nBuild: tokenspeed %s, commit %s. Machine: %d"
+        "# %s (%s, %s)%n%nCommand: `tokenspeed %s`%n%nBuild: tokenspeed %s, commit %s. Machine: %d"
             + " cores (%s), %s memory, JDK %s. Run %s – %s UTC, load average %.2f at the start"
             + " and %.2f at the end.%n%n",
         title,
         model,
+        deviceName,
         String.join(" ", args),
         VersionProvider.buildVersion(),
         commit(),
@@ -1447,7 +1815,7 @@ final class BenchServeCommand implements Callable<Integer> {
     EngineConfig config = engineConfig(env.lm(), computeThreads);
     Path dir = env.work().resolve("soak-store");
     String version = "bench-soak-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
-    List<Replica> one = replicas(env, config, 1, true, dir, version);
+    List<Replica> one = replicas(env, config, 1, true, dir, version, softDeadlinesMs.getFirst());
     Replica r = one.getFirst();
     SoakRun.Result result;
     try {

@@ -95,7 +95,7 @@ class BenchServeCommandTest {
   }
 
   @Test
-  void shouldReportEveryLoadConfigurationWithSaneFiguresAndStorageReuseOnTheSecondServer()
+  void shouldReportEveryLoadConfigurationPerDeadlineWithSaneFiguresAndStorageReuse()
       throws Exception {
     CliRun run =
         CliRun.of(
@@ -122,35 +122,62 @@ class BenchServeCommandTest {
             "--device-tokens",
             "1024",
             "--threads",
-            "1");
+            "1",
+            "--soft-deadline-ms",
+            "30000,60000");
     assertEquals(0, run.exitCode(), run::toString);
     String report = run.out();
     assertTrue(report.startsWith("# Serving under load: shared prefixes, L3"), report);
     assertTrue(report.contains("Command: `tokenspeed bench serve --mode load --model "), report);
+    assertTrue(report.contains(", cpu)\n"), "the device in the title: " + report);
     for (BenchServeCommand.Setup setup : BenchServeCommand.SETUPS) {
-      String[] cells = row(report, setup.name() + " | 2 |", c -> c.length == 13);
-      String what = setup.name() + ": " + String.join(" | ", cells);
-      assertEquals("16", cells[2], what + ": two clients, eight requests each");
-      assertEquals("0", cells[3], what + ": no errors");
-      double[] v = numbers(cells, 4);
-      assertTrue(v[4] > 0, what + ": requests/s");
-      assertTrue(v[5] > 0 && v[6] >= v[5], what + ": 0 < TTFT p50 <= p99");
-      // A tiny model's steps take microseconds: when the client falls behind, a request's events
-      // arrive in one read and its TPOT is 0 (the report rounds to 0.01 ms). Every request had
-      // two tokens or more (otherwise the cell reads NaN and fails), and the percentiles are
-      // ordered.
-      assertTrue(v[7] >= 0 && v[8] >= v[7], what + ": 0 <= TPOT p50 <= p99");
-      assertTrue(v[9] > 0, what + ": the system prompts were reused");
-      if (setup.servers() == 2) {
-        assertTrue(v[10] > 0, what + ": the second server restored prefixes from the store");
-      }
-      if (!setup.l3()) {
-        assertEquals(0, v[10], what + ": nothing from a store without L3");
+      for (String deadline : setup.l3() ? List.of("30000", "60000") : List.of("–")) {
+        String[] cells =
+            row(report, setup.name() + " | 2 | " + deadline + " |", c -> c.length == 14);
+        String what = setup.name() + ": " + String.join(" | ", cells);
+        assertEquals("16", cells[3], what + ": two clients, eight requests each");
+        assertEquals("0", cells[4], what + ": no errors");
+        double[] v = numbers(cells, 5);
+        assertTrue(v[5] > 0, what + ": requests/s");
+        assertTrue(v[6] > 0 && v[7] >= v[6], what + ": 0 < TTFT p50 <= p99");
+        // A tiny model's steps take microseconds: when the client falls behind, a request's
+        // events arrive in one read and its TPOT is 0 (the report rounds to 0.01 ms). Every
+        // request had two tokens or more (otherwise the cell reads NaN and fails), and the
+        // percentiles are ordered.
+        assertTrue(v[8] >= 0 && v[9] >= v[8], what + ": 0 <= TPOT p50 <= p99");
+        assertTrue(v[10] > 0, what + ": the system prompts were reused");
+        if (setup.servers() == 2 || setup.filled()) {
+          assertTrue(v[11] > 0, what + ": a server restored prefixes from the store");
+        }
+        if (!setup.l3()) {
+          assertEquals(0, v[11], what + ": nothing from a store without L3");
+        }
       }
     }
-    for (String setup : List.of("one server, L3 on", "two servers, one store, L3 on")) {
-      double[] ratios = numbers(row(report, setup + " | 2 |", c -> c[2].endsWith("×")), 2);
-      for (int i = 2; i < ratios.length; i++) {
+    for (String deadline : List.of("30000", "60000")) {
+      // every request of the filled store's server asked it or found its prefix locally; with a
+      // deadline of half a minute none waited in vain
+      String[] restores = row(report, "2 | " + deadline + " |", c -> c.length == 14);
+      String what = "restores at " + deadline + " ms: " + String.join(" | ", restores);
+      assertEquals("16", restores[2], what);
+      double[] v = numbers(restores, 3);
+      assertTrue(v[3] >= 1 && v[4] >= 1 && v[4] <= v[3], what + ": 1 <= restored <= asked");
+      assertEquals(100 * v[4] / v[3], v[5], 0.5, what + ": the restore rate");
+      assertEquals(0, v[6], what + ": no soft timeout");
+      assertTrue(numbers(restores[8].split(" / "), 0)[0] > 0, what + ": restored TTFT p50");
+      String[] misses = row(report, "2 | " + deadline + " |", c -> c.length == 8);
+      what = "misses at " + deadline + " ms: " + String.join(" | ", misses);
+      assertTrue(number(misses[2]) >= 1, what + ": the first request of a prompt missed");
+      assertEquals(0, number(misses[3]), what + ": a miss is answered, not timed out");
+      assertTrue(number(misses[4]) > 0 && number(misses[5]) > 0, what + ": TTFT, both sides");
+    }
+    assertTrue(
+        report.contains("The first server wrote ") && !report.contains("wrote 0 PUT rows"),
+        "the store was filled: " + report);
+    for (String setup :
+        List.of("one server, L3 on", "two servers, one store, L3 on", "second server,")) {
+      double[] ratios = numbers(row(report, setup, c -> c[3].endsWith("×")), 3);
+      for (int i = 3; i < ratios.length; i++) {
         // the TPOT ratio (last column) divides by a p50 that may be 0 (see above): NaN or ∞
         boolean tpot = i == ratios.length - 1;
         assertTrue(
@@ -158,15 +185,15 @@ class BenchServeCommandTest {
             setup + ": ratios against the baseline: " + report);
       }
     }
-    String perServer = "1 | two servers, one store, L3 on | 2 | 1 |";
-    String[] a = row(report, perServer, c -> c[5].equals("A"));
-    String[] b = row(report, perServer, c -> c[5].equals("B"));
-    assertEquals(16, Integer.parseInt(a[6]) + Integer.parseInt(b[6]), "every request on a server");
+    String perServer = "1 | two servers, one store, L3 on | 2 | 30000 | 1 |";
+    String[] a = row(report, perServer, c -> c[6].equals("A"));
+    String[] b = row(report, perServer, c -> c[6].equals("B"));
+    assertEquals(16, Integer.parseInt(a[7]) + Integer.parseInt(b[7]), "every request on a server");
     // Which server restores from the other depends on whose write-through lands first: the first
     // wave goes to A, but B's first request can arrive before A's PUTs are done, and then A later
     // restores what B wrote. Either way the tokens came through the store, from the other server.
     assertTrue(
-        Long.parseLong(a[10]) + Long.parseLong(b[10]) > 0,
+        Long.parseLong(a[11]) + Long.parseLong(b[11]) > 0,
         "a server restored the other's prefixes from the store: " + report);
   }
 
@@ -244,6 +271,14 @@ class BenchServeCommandTest {
         "--mode load --device-tokens 200; --device-tokens=200 must hold one request: at least 304",
         "--mode load --redis-uri redis://u:p@h:1; --redis-uri=redis://u:p@h:1: uri=h:1 carries"
             + " credentials",
+        "--mode load --soft-deadline-ms 200,0; --soft-deadline-ms=[200, 0] must list numbers of at"
+            + " least 1",
+        "--mode load --setups on,x; --setups=on,x must list distinct ones of: off, on, two, filled",
+        "--mode load --setups on,on; --setups=on,on must list distinct ones of: off, on, two,"
+            + " filled",
+        "--mode load --dtype f16; --dtype=f16 is not supported; allowed: f32, bf16",
+        "--mode load --device tpu; --device=tpu is not supported; allowed: cpu, cuda, cuda:N (N >="
+            + " 0)",
       })
   void shouldRejectABadFlagWithAUsageError(String flags, String message) {
     CliRun run = CliRun.of(("bench serve " + flags).split(" "));
