@@ -35,15 +35,21 @@ class CutAndDepartureTest {
   @TempDir Path dir;
 
   private static String completion(String prompt, int maxTokens, String extra) {
-    return "{\"model\":\""
-        + TestServer.MODEL
-        + "\",\"prompt\":"
-        + TestServer.JSON.valueToTree(prompt)
-        + ",\"max_tokens\":"
-        + maxTokens
-        + ",\"temperature\":0,\"ignore_eos\":true"
-        + extra
-        + "}";
+    return HttpServerTest.completion(prompt, maxTokens, extra);
+  }
+
+  /** Sends a completion request over a raw socket (the caller closes it to leave). */
+  private static void send(Socket socket, String body) throws java.io.IOException {
+    byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
+    OutputStream out = socket.getOutputStream();
+    out.write(
+        ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + "Content-Length: "
+                + bytes.length
+                + "\r\n\r\n")
+            .getBytes(StandardCharsets.US_ASCII));
+    out.write(bytes);
+    out.flush();
   }
 
   private static HttpRequest post(TestServer s, String body) {
@@ -144,18 +150,8 @@ class CutAndDepartureTest {
     loggers.forEach(l -> l.addHandler(capture));
     try (TestServer s = TestServer.start(dir, null)) {
       double cancelled = cancelled(s);
-      String body = completion("leave me", 4000, "");
-      byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
       try (Socket socket = new Socket("127.0.0.1", s.serving.port())) {
-        OutputStream out = socket.getOutputStream();
-        out.write(
-            ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: "
-                    + bytes.length
-                    + "\r\n\r\n")
-                .getBytes(StandardCharsets.US_ASCII));
-        out.write(bytes);
-        out.flush();
+        send(socket, completion("leave me", 4000, ""));
         awaitRunning(s, 1);
       } // the client leaves while the server writes nothing
       long leftNs = System.nanoTime();
@@ -191,18 +187,8 @@ class CutAndDepartureTest {
   void shouldCancelAStreamWhoseClientLeavesWithoutReading() throws Exception {
     try (TestServer s = TestServer.start(dir, null)) {
       double cancelled = cancelled(s);
-      byte[] bytes =
-          completion("stream to nobody", 4000, ",\"stream\":true").getBytes(StandardCharsets.UTF_8);
       try (Socket socket = new Socket("127.0.0.1", s.serving.port())) {
-        OutputStream out = socket.getOutputStream();
-        out.write(
-            ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: "
-                    + bytes.length
-                    + "\r\n\r\n")
-                .getBytes(StandardCharsets.US_ASCII));
-        out.write(bytes);
-        out.flush();
+        send(socket, completion("stream to nobody", 4000, ",\"stream\":true"));
         InputStream in = socket.getInputStream();
         assertTrue(in.read() >= 0, "the stream began");
         awaitRunning(s, 1);

@@ -89,18 +89,8 @@ class HostileClientTest {
       throws Exception {
     TestServer s = which.equals("ready") ? ready : starting;
     long before = submitted(s);
-    String body = bodyFor(status);
-    String wire =
-        method
-            + " "
-            + path
-            + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            + extra
-            + "Content-Length: "
-            + declaredLength(status, body)
-            + "\r\n\r\n"
-            + body;
-    Exchange e = exchange(s, wire, false);
+    Exchange e =
+        exchange(s, refusedRequest(method, path, "Connection: close\r\n" + extra, status), false);
     assertEquals(List.of(status), e.statuses(), () -> name + ": one answer only\n" + e.text);
     assertTrue(e.closed, name + ": the connection closed after the answer");
     assertTrue(e.text.contains("Connection: close"), e.text);
@@ -115,19 +105,7 @@ class HostileClientTest {
       throws Exception {
     TestServer s = which.equals("ready") ? ready : starting;
     long before = submitted(s);
-    String body = bodyFor(status);
-    String wire =
-        method
-            + " "
-            + path
-            + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + extra
-            + "Content-Length: "
-            + declaredLength(status, body)
-            + "\r\n\r\n"
-            + body;
-    // the client sends its next request only after the answer, as a keep-alive client does
-    Exchange e = exchange(s, wire, true);
+    Exchange e = exchange(s, refusedRequest(method, path, extra, status), true);
     List<Integer> statuses = e.statuses();
     assertEquals(status, statuses.getFirst(), e.text);
     assertFalse(
@@ -350,14 +328,21 @@ class HostileClientTest {
     return stats.endedRequests() + stats.activeRequests();
   }
 
-  /** The body of an early refusal: requests to smuggle (or, for the 413, a declared larger one). */
-  private static String bodyFor(int status) {
-    return SMUGGLED;
-  }
-
-  /** The declared length: the body's own, or over the limit for the 413 (the rest never comes). */
-  private static long declaredLength(int status, String body) {
-    return status == 413 ? MAX_BODY * 1000 : body.length();
+  /**
+   * A request the server refuses without reading its body, which holds requests to smuggle; for the
+   * 413 the declared length is over the limit (the rest never comes).
+   */
+  private static String refusedRequest(String method, String path, String headers, int status) {
+    long declared = status == 413 ? MAX_BODY * 1000 : SMUGGLED.length();
+    return method
+        + " "
+        + path
+        + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + headers
+        + "Content-Length: "
+        + declared
+        + "\r\n\r\n"
+        + SMUGGLED;
   }
 
   private static String manyHeaders(int n) {
