@@ -49,7 +49,19 @@ public record StorageConfig(
 
   public static final int DEFAULT_MAX_OPERATIONS = 64;
   public static final int DEFAULT_MAX_HOST_BLOCKS = 8192;
-  public static final long DEFAULT_SOFT_DEADLINE_MS = 200;
+
+  /**
+   * The soft deadline's default. A restore takes at least four rounds whatever the store (its
+   * QUERY's fact is agreed two rounds after the issue, its GET's two rounds after that), and under
+   * load a round is a forward pass. With 8 and 16 clients on two CPU cores every prefix the store
+   * held was restored from 1,000 ms on (500 ms with 8 clients), 50 to 88 % of them at 200 ms; the
+   * store's own calls were a few percent of the wait (docs/benchmarks/2026-12-05-soft-deadline.md).
+   * A wait the store answers ends with its fact, so a longer deadline costs only when the store is
+   * slow or hung: then a request waits this long before it computes its prefix
+   * (docs/l3-configuration.md).
+   */
+  public static final long DEFAULT_SOFT_DEADLINE_MS = 2_000;
+
   public static final long DEFAULT_READY_HOLD_MS = 1_000;
   public static final int DEFAULT_MIN_EXTENSION_TOKENS = 256;
   public static final int DEFAULT_LOOKAHEAD_TOKENS = 131_072;

@@ -356,6 +356,9 @@ final class LoopSimulation {
       List<Cmd> commands,
       List<AgreedCompletion> completions) {}
 
+  /** The simulation's soft deadline (the default before it became 2 s). */
+  static final long SOFT_DEADLINE_MS = 200;
+
   LoopSimulation(long seed, int numRanks, Bug bug) {
     this.seed = seed;
     this.numRanks = numRanks;
@@ -368,6 +371,9 @@ final class LoopSimulation {
     this.storageConfig =
         StorageConfig.defaults()
             .withMinExtensionTokens(BG)
+            // below the simulated store's slow calls (up to 800 ms), so that waits end by their
+            // deadline too: with the default, 2 s, none would
+            .withSoftDeadlineMs(SOFT_DEADLINE_MS)
             .withCredits(2 + rnd.nextInt(12), 16 + rnd.nextInt(120))
             .withMaxBackupBackoffMs(List.of(400L, 2_000L, 10_000L).get((int) (seed & 1) * 2));
     this.schedulerConfig =
