@@ -59,11 +59,15 @@ class CutAndDepartureTest {
         .build();
   }
 
+  /**
+   * Waits until the server holds {@code n} engine requests (submitted by their HTTP exchanges; the
+   * engine's metrics snapshot, published about once a second, could miss requests this short).
+   */
   private static void awaitRunning(TestServer s, int n) throws InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-    while (s.engine.metrics().runningRequests() < n) {
+    while (s.state.inFlight() < n) {
       assertTrue(System.nanoTime() < deadline, "the requests did not start");
-      Thread.sleep(10);
+      Thread.sleep(1);
     }
   }
 
