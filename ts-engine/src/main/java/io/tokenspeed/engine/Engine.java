@@ -91,6 +91,7 @@ public final class Engine implements AutoCloseable {
   private final Copies loopCopies;
 
   private boolean closed; // guarded by this
+  private boolean closeRequested; // guarded by this
   private volatile CloseReport closeReport;
 
   private Engine(
@@ -819,19 +820,44 @@ public final class Engine implements AutoCloseable {
    * finish for up to {@value #L3_DRAIN_MS} ms, waits for the loop, closes the L3 executor, then
    * frees the copy thread and the tiers (the Host tier stays mapped when the executor reports that
    * native I/O may still address it). Later calls return at once.
+   *
+   * <p>Nothing is freed while the loop runs: a loop still inside a round when the wait ends (a
+   * forward longer than {@value #LOOP_JOIN_MS} ms past the drain, an exchange with a rank that does
+   * not answer) may still read the tiers and the model, so close refuses with an {@link
+   * IllegalStateException} and leaves everything allocated; the loop ends at its next round, and a
+   * later close frees what it held.
    */
   @Override
-  public synchronized void close() {
+  public void close() {
+    close(LOOP_JOIN_MS + L3_DRAIN_MS);
+  }
+
+  /** How long {@link #close} waits for the loop beyond the L3 drain. */
+  static final long LOOP_JOIN_MS = 30_000;
+
+  /** {@link #close}, waiting at most {@code joinMs} for the loop to end. */
+  synchronized void close(long joinMs) {
     if (closed) {
       return; // a second close finds everything freed
     }
-    closed = true;
-    loop.close(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS));
+    if (!closeRequested) {
+      closeRequested = true;
+      loop.close(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS));
+    }
     try {
-      loopThread.join(TimeUnit.SECONDS.toMillis(30) + L3_DRAIN_MS);
+      loopThread.join(joinMs);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
+    if (loopThread.isAlive()) {
+      throw new IllegalStateException(
+          "the engine's loop did not end within "
+              + joinMs
+              + " ms of close (a round still running: a long forward, or a rank that does not"
+              + " answer); nothing was freed, as the loop may still use it: close again once it"
+              + " has ended");
+    }
+    closed = true;
     loop.failPendingTasks();
     if (storage != null && closeReport == null) {
       closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup
