@@ -363,10 +363,15 @@ final class ServeCommand implements Callable<Integer> {
       Thread.currentThread().interrupt();
     }
     frontend.close();
-    engine.close();
-    err.println(
-        "stopped" + engine.storageCloseReport().map(r -> " (L3 executor: " + r + ")").orElse(""));
-    err.flush();
-    stopped.countDown();
+    try {
+      engine.close();
+      err.println(
+          "stopped" + engine.storageCloseReport().map(r -> " (L3 executor: " + r + ")").orElse(""));
+    } catch (IllegalStateException e) {
+      err.println("stopped without freeing the engine: " + e.getMessage());
+    } finally {
+      err.flush();
+      stopped.countDown();
+    }
   }
 }
