@@ -164,6 +164,11 @@ public record StorageConfig(
   }
 
   private StorageConfig with(int operations, int hostBlocks, long deadlineMs, int minExtension) {
+    return with(operations, hostBlocks, deadlineMs, minExtension, maxBackupBackoffMs);
+  }
+
+  private StorageConfig with(
+      int operations, int hostBlocks, long deadlineMs, int minExtension, long backupBackoffMs) {
     return new StorageConfig(
         operations,
         hostBlocks,
@@ -181,29 +186,12 @@ public record StorageConfig(
         lowQueuedBytes,
         highOldestAgeMs,
         lowOldestAgeMs,
-        maxBackupBackoffMs);
+        backupBackoffMs);
   }
 
   /** A copy with another longest backup hold (tests and tuning). */
   public StorageConfig withMaxBackupBackoffMs(long ms) {
-    return new StorageConfig(
-        maxOperations,
-        maxHostBlocks,
-        softDeadlineMs,
-        readyHoldMs,
-        minExtensionTokens,
-        lookaheadTokens,
-        maxQueryKeys,
-        negativeMetadataCapacity,
-        backupCandidateCapacity,
-        maxPutKeys,
-        highQueuedJobs,
-        lowQueuedJobs,
-        highQueuedBytes,
-        lowQueuedBytes,
-        highOldestAgeMs,
-        lowOldestAgeMs,
-        ms);
+    return with(maxOperations, maxHostBlocks, softDeadlineMs, minExtensionTokens, ms);
   }
 
   private static void range(String field, long value, long min, long max) {
