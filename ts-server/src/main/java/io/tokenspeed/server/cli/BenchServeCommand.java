@@ -16,6 +16,7 @@ import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatTemplate;
 import io.tokenspeed.server.cli.StreamClient.Completion;
 import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.HttpFrontend;
 import io.tokenspeed.server.http.Serving;
 import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.http.WarmUp;
@@ -557,7 +558,8 @@ final class BenchServeCommand implements Callable<Integer> {
                   null,
                   "fused",
                   0,
-                  state));
+                  state,
+                  HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L));
       state.ready();
       return new Replica(engine, serving);
     } catch (RuntimeException | Error e) {

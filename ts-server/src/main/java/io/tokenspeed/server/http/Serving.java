@@ -52,40 +52,7 @@ public final class Serving implements AutoCloseable {
       String engineRole,
       int dpRank,
       ServingState state,
-      long headerTimeoutMs) {
-
-    /** Options with the default header timeout. */
-    public Options(
-        Engine engine,
-        int vocabSize,
-        Tokenizer tokenizer,
-        Function<List<Map<String, Object>>, int[]> chatPrompt,
-        String servedModelName,
-        int maxRequestTokens,
-        String host,
-        int port,
-        long maxBodyBytes,
-        String adminToken,
-        String engineRole,
-        int dpRank,
-        ServingState state) {
-      this(
-          engine,
-          vocabSize,
-          tokenizer,
-          chatPrompt,
-          servedModelName,
-          maxRequestTokens,
-          host,
-          port,
-          maxBodyBytes,
-          adminToken,
-          engineRole,
-          dpRank,
-          state,
-          HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L);
-    }
-  }
+      long headerTimeoutMs) {}
 
   private final ServerMetrics metrics;
   private final HttpFrontend frontend;

@@ -147,7 +147,8 @@ public final class WarmUp {
                     null,
                     "fused",
                     0,
-                    state))) {
+                    state,
+                    HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L))) {
       if (l3 != null) {
         engine.rotateNamespace(namespaceVersion);
       }
