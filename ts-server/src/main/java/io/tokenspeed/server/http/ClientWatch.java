@@ -77,7 +77,6 @@ final class ClientWatch implements AutoCloseable {
     final Set<Watch> owner;
     boolean armed;
     int polls;
-    volatile boolean fired;
 
     Watch(String key, Runnable onGone, Set<Watch> owner) {
       this.key = key;
@@ -188,7 +187,6 @@ final class ClientWatch implements AutoCloseable {
         }
         if (state == null || state == CLOSE_WAIT || state == LAST_ACK || state == CLOSE) {
           watches.remove(w);
-          w.fired = true;
           w.onGone.run();
         }
       }

@@ -77,7 +77,6 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
   private final long headerTimeoutNs;
   private final Map<Thread, Head> heads = new ConcurrentHashMap<>();
   private final AtomicLong headerTimeouts = new AtomicLong();
-  private final AtomicLong closedAfterAnswer = new AtomicLong();
   private final ScheduledExecutorService sweeper;
 
   /**
@@ -182,11 +181,6 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
     return headerTimeouts.get();
   }
 
-  /** Connections closed after an answer (Connection: close, or a body left unread). */
-  long closedAfterAnswer() {
-    return closedAfterAnswer.get();
-  }
-
   // ---- the request boundary (routing filter, on the connection's thread) ----
 
   @Override
@@ -219,7 +213,6 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
       await(); // kept open: the next request line is due within the header timeout
       return;
     }
-    closedAfterAnswer.incrementAndGet();
     throw new CloseConnectionException(
         closeRequested
             ? "the client asked to close the connection after this request"
