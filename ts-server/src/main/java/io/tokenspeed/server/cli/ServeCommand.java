@@ -229,7 +229,7 @@ final class ServeCommand implements Callable<Integer> {
                   chatPrompt,
                   storage.isPresent() ? () -> StorageOptions.openL3(storage.get()) : null,
                   warmupRounds);
-      state.ready();
+      // The line goes out before /ready turns 200, so whoever saw the server ready finds it logged.
       err.println(
           "ready: serving "
               + name
@@ -245,6 +245,7 @@ final class ServeCommand implements Callable<Integer> {
               + (lm.gpu() ? "; on " + lm.deviceName() : "")
               + ")");
       err.flush();
+      state.ready();
       stopped.await();
     }
     return 0;
