@@ -786,9 +786,13 @@ public final class Engine implements AutoCloseable {
     return active.size();
   }
 
-  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
+  /**
+   * Every reference the scheduler, the storage transfer manager and the tails waiting for
+   * write-through hold (for the checker).
+   */
   List<HeldBlock> heldBlocks() {
     List<HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
+    out.addAll(publication.heldBlocks());
     if (stm != null) {
       out.addAll(stm.heldHostBlocks());
       stm.checkInvariants();
