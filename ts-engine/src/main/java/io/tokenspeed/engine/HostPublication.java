@@ -33,8 +33,9 @@ import java.util.Set;
  *       from the request's own block table (they are private, or published under a full page's key)
  *       and pinned from its end until the next round copies them. They go the way of any
  *       written-through page: a private Host block, published under the tail key once copied, a
- *       backup candidate, a create-only PUT. Only layouts without State groups write tails: the
- *       forward runs the last chunk through the last prompt token, so no checkpoint at B exists.
+ *       backup candidate, a create-only PUT, except that a tail takes only free Host room. Only
+ *       layouts without State groups write tails: the forward runs the last chunk through the last
+ *       prompt token, so no checkpoint at B exists.
  * </ul>
  *
  * <p>It never overwrites a published block and never publishes a block whose copy has not
@@ -52,8 +53,8 @@ final class HostPublication {
   /** Keys of finished requests to write through to the Host in the next round (with L3). */
   private final List<CacheKey> backups = new ArrayList<>();
 
-  /** Tail rows of finished requests to write through in the next round, their blocks pinned. */
-  private final List<TailRow> tails = new ArrayList<>();
+  /** Tails of finished requests to write through in the next round, their blocks pinned. */
+  private final List<Tail> tails = new ArrayList<>();
 
   /** No group keeps State checkpoints: a tail's every key is a row the request computed. */
   private final boolean tailsWritable;
@@ -69,8 +70,8 @@ final class HostPublication {
    */
   record ImagePage(CacheKey key, int hostBlock, int deviceBlock) {}
 
-  /** A row of a finished prompt's tail object and the Device block holding it, pinned for it. */
-  private record TailRow(CacheKey key, int deviceBlock) {}
+  /** A finished prompt's tail object: its keys and the Device blocks holding them, pinned. */
+  private record Tail(List<CacheKey> keys, int[] deviceBlocks) {}
 
   HostPublication(
       CacheLayout layout,
@@ -102,15 +103,27 @@ final class HostPublication {
   /** Forgets the prefixes waiting for write-through and unpins their tails (a full clear). */
   void clearBackups() {
     backups.clear();
-    for (TailRow t : tails) {
-      cache.device().unref(t.deviceBlock());
+    for (Tail t : tails) {
+      unpin(t);
     }
     tails.clear();
   }
 
+  private void unpin(Tail t) {
+    for (int b : t.deviceBlocks()) {
+      cache.device().unref(b);
+    }
+  }
+
   /** The Device references pinned for tails waiting for write-through (the invariant checkers). */
   List<HeldBlock> heldBlocks() {
-    return tails.stream().map(t -> new HeldBlock(Tier.DEVICE, t.deviceBlock())).toList();
+    List<HeldBlock> out = new ArrayList<>();
+    for (Tail t : tails) {
+      for (int b : t.deviceBlocks()) {
+        out.add(new HeldBlock(Tier.DEVICE, b));
+      }
+    }
+    return out;
   }
 
   /**
@@ -164,10 +177,10 @@ final class HostPublication {
         return;
       }
     }
-    for (int i = 0; i < blocks.length; i++) {
-      cache.device().ref(blocks[i]);
-      tails.add(new TailRow(keys.get(i), blocks[i]));
+    for (int b : blocks) {
+      cache.device().ref(b);
     }
+    tails.add(new Tail(keys, blocks));
   }
 
   /**
@@ -286,19 +299,37 @@ final class HostPublication {
       }
     }
     backups.clear();
-    for (TailRow t : tails) {
-      if (!cache.host().contains(t.key())
-          && (hostFull || !copyToHost(t.key(), t.deviceBlock(), ops, pages))) {
-        hostFull = true;
-        unavailable++;
-      }
-      cache.device().unref(t.deviceBlock()); // the copy holds its own pin
+    for (Tail t : tails) {
+      writeTail(t, ops, pages);
+      unpin(t); // each copy holds its own pin
     }
     tails.clear();
     if (unavailable > 0) {
       stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, unavailable);
     }
     return pages;
+  }
+
+  /**
+   * Copies the rows of a tail the Host lacks, all of them or none, into free Host room only: a tail
+   * never evicts a cached block. Most tails belong to one prompt alone, while what eviction would
+   * take are pages many prompts share, or the room a restore is about to need; a tail that finds no
+   * room is simply not written (best effort beside the pages, not counted as a dropped backup).
+   */
+  private void writeTail(Tail t, List<BlockTransfer> ops, List<ImagePage> pages) {
+    int[] needs = new int[layout.numGroups()];
+    for (CacheKey k : t.keys()) {
+      needs[k.groupId()] += cache.host().contains(k) ? 0 : 1;
+    }
+    if (!cache.host().pool().canAcquire(needs)) {
+      return;
+    }
+    for (int i = 0; i < t.keys().size(); i++) {
+      CacheKey k = t.keys().get(i);
+      if (!cache.host().contains(k)) {
+        copyToHost(k, t.deviceBlocks()[i], ops, pages); // fits: the room was checked
+      }
+    }
   }
 
   /**
