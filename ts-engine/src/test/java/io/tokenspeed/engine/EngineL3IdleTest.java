@@ -20,7 +20,6 @@ import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -86,7 +85,13 @@ class EngineL3IdleTest {
   }
 
   private static Engine started(CausalLm model, Checked rec, L3Settings l3) {
-    Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, l3);
+    Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(rec)
+                .l3(l3)
+                .paused()
+                .conclude());
     e.resume();
     return e;
   }
