@@ -7,7 +7,7 @@ package io.tokenspeed.engine;
  */
 interface EngineObserver {
   /** After a round: the scheduler, cache and tiers are between rounds and may be checked. */
-  default void afterRound(EngineView engine) {}
+  default void afterRound(EngineView view) {}
 
   /**
    * The logits row the request's token {@code step} (0 = the first generated token) was sampled

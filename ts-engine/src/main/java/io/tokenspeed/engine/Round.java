@@ -33,8 +33,9 @@ import java.util.function.LongSupplier;
 /**
  * One round of the engine (architecture §4), called with the agreed clock: {@link #doWork} runs the
  * round's steps once and says what it did. It owns no thread, never waits for work and reads no
- * clock to decide anything: the tick, deadlines and admissions take the {@code nowNs} it is given,
- * and only the figures that measure the round's own length read the injected {@code nanoClock}.
+ * clock to decide anything: the tick, deadlines and admissions take the {@code nowNs} it is given;
+ * only figures (how long the round and its forward took, when a token was sampled, when the round's
+ * metrics snapshot was taken) read the settings' {@code nanoClock}, which a simulation replaces.
  * {@link LoopRunner} owns the thread, the idle policy and close.
  *
  * <pre>
