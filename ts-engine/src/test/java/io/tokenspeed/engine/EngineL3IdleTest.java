@@ -85,15 +85,8 @@ class EngineL3IdleTest {
   }
 
   private static Engine started(CausalLm model, Checked rec, L3Settings l3) {
-    Engine e =
-        Engine.start(
-            EngineSettings.of(model, EngineTest.small(256))
-                .observer(rec)
-                .l3(l3)
-                .paused()
-                .conclude());
-    e.resume();
-    return e;
+    return Engine.start(
+        EngineSettings.of(model, EngineTest.small(256)).observer(rec).l3(l3).conclude());
   }
 
   private Run recompute(int[] prompt) throws Exception {

@@ -185,15 +185,8 @@ class EngineL3RefusingStoreTest {
   }
 
   private Engine started(Checked rec, L3Settings l3) {
-    Engine e =
-        Engine.start(
-            EngineSettings.of(model, EngineTest.small(256))
-                .observer(rec)
-                .l3(l3)
-                .paused()
-                .conclude());
-    e.resume();
-    return e;
+    return Engine.start(
+        EngineSettings.of(model, EngineTest.small(256)).observer(rec).l3(l3).conclude());
   }
 
   private static Run serve(Engine e, Checked rec, int[] prompt) throws Exception {
