@@ -43,9 +43,9 @@ import java.util.function.LongSupplier;
  * prefix came from) and, with L3, {@link StorageTier} (the executor and the relay exchange).
  *
  * <p>The scheduler and cache are owned by the loop thread; callers only touch the bounded intake
- * queue and the cancellation queue ({@link LoopProxy}), and read their {@link RequestHandle}.
- * Administrative calls run on the loop thread between rounds. No class the engine wires refers back
- * to it: each gets the narrow callbacks it needs.
+ * queue and the cancellation queue, leave administrative tasks and wake-ups with {@link LoopProxy},
+ * and read their {@link RequestHandle}. Administrative calls run on the loop thread between rounds.
+ * No class the engine wires refers back to this one: each gets the narrow callbacks it needs.
  */
 public final class Engine implements AutoCloseable {
   /** How long close() lets pending L3 work (backups) finish before closing the executor. */
