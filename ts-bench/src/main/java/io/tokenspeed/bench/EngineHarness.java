@@ -3,6 +3,7 @@ package io.tokenspeed.bench;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.EngineStats;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
@@ -24,7 +25,6 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -448,9 +448,8 @@ public final class EngineHarness {
       long w0 = System.nanoTime();
       try (Engine w =
           Engine.start(
-              model,
-              config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads),
-              OptionalInt.empty())) {
+              EngineSettings.of(model, config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads))
+                  .conclude())) {
         serve(w, ModelCpuHarness.randomTokens(warmup, vocab, seed + 1), 8, "warm-up");
       }
       System.out.printf(
@@ -468,9 +467,8 @@ public final class EngineHarness {
       int maxRequestTokens;
       try (Engine a =
           Engine.start(
-              model,
-              config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads),
-              OptionalInt.empty())) {
+              EngineSettings.of(model, config(deviceParents, 1.0, TOKEN_BUDGET, 16, 0, threads))
+                  .conclude())) {
         maxRequestTokens = a.maxRequestTokens();
         coldA = serve(a, prompt, 1, "A cold");
         System.out.println("engine A: cold done");
@@ -482,9 +480,9 @@ public final class EngineHarness {
       long demoteWaitNs;
       try (Engine b =
           Engine.start(
-              model,
-              config(deviceParents, 1.0, TOKEN_BUDGET, 16, deviceParents, threads),
-              OptionalInt.empty())) {
+              EngineSettings.of(
+                      model, config(deviceParents, 1.0, TOKEN_BUDGET, 16, deviceParents, threads))
+                  .conclude())) {
         coldB = serve(b, prompt, 1, "B cold");
         System.out.println("engine B: cold done");
         long d0 = System.nanoTime();
@@ -512,15 +510,16 @@ public final class EngineHarness {
       List<DecodeRow> decodes = new ArrayList<>();
       try (Engine c =
           Engine.start(
-              model,
-              config(
-                  decodeParents,
-                  1.0,
-                  Math.max(TOKEN_BUDGET, maxBatch * decodePrompt + P),
-                  maxBatch,
-                  0,
-                  threads),
-              OptionalInt.empty())) {
+              EngineSettings.of(
+                      model,
+                      config(
+                          decodeParents,
+                          1.0,
+                          Math.max(TOKEN_BUDGET, maxBatch * decodePrompt + P),
+                          maxBatch,
+                          0,
+                          threads))
+                  .conclude())) {
         for (int batch : batches) {
           int[][] prompts = new int[batch][];
           for (int i = 0; i < batch; i++) {

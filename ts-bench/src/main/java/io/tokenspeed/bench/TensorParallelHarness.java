@@ -4,6 +4,7 @@ import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.ReplicaSecret;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageRuntimeConfig;
@@ -32,7 +33,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -137,7 +137,8 @@ public final class TensorParallelHarness {
     try (CausalLm lm = CausalLm.load(folder);
         Engine one =
             Engine.start(
-                lm, config(lm, decodePrompt + decodeTokens, threads), OptionalInt.empty());
+                EngineSettings.of(lm, config(lm, decodePrompt + decodeTokens, threads))
+                    .conclude());
         Replica two =
             Replica.start(
                 folder, decodePrompt + decodeTokens, Math.max(1, threads / 2), r -> null)) {
@@ -436,13 +437,13 @@ public final class TensorParallelHarness {
           started.add(
               starts.submit(
                   () ->
-                      Engine.startRank(
-                          lm,
-                          config(lm, tokens, threadsPerRank),
-                          OptionalInt.empty(),
-                          l3.apply(k),
-                          ControlConfig.of(0, k, addresses, secret)
-                              .withTimeouts(60_000, 120_000))));
+                      Engine.start(
+                          EngineSettings.of(lm, config(lm, tokens, threadsPerRank))
+                              .l3(l3.apply(k))
+                              .control(
+                                  ControlConfig.of(0, k, addresses, secret)
+                                      .withTimeouts(60_000, 120_000))
+                              .conclude())));
         }
         for (Future<Engine> f : started) {
           r.engines.add(f.get(5, TimeUnit.MINUTES));

@@ -5,7 +5,6 @@ import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.MeshException;
 import io.tokenspeed.core.CacheLayout;
-import io.tokenspeed.core.DeploymentIdentity;
 import io.tokenspeed.core.Namespace;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageJobs;
@@ -17,13 +16,11 @@ import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.spi.NamespaceDeletion;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.model.CausalLm;
-import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
 import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageTransferManager;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -31,23 +28,24 @@ import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.function.Supplier;
+import java.util.function.LongSupplier;
 
 /**
  * One engine replica, or one rank of a tensor-parallel replica: the Device and Host KV tiers, the
  * copy thread between them, L3 under the Host tier when a backend is given, and the event loop that
  * runs the scheduler's plans on the model. This class is the façade — submission, cancellation,
- * administration, figures and close — and wires the owners together; the round itself is {@link
- * EventLoop}'s, and each of its steps has its own class: {@link Intake} (checks and the bounded
- * queue), {@link ForwardStep} (batch, forward, State checkpoints, sampling), {@link
+ * administration ({@link EngineAdmin}), figures and close — and wires the owners together from one
+ * {@link EngineSettings}; the round itself is {@link Round}'s, its thread and idle policy {@link
+ * LoopRunner}'s, and each of the round's steps has its own class: {@link Intake} (checks and the
+ * bounded queue), {@link ForwardStep} (batch, forward, State checkpoints, sampling), {@link
  * HostPublication} (retraction images and write-through), {@link ReuseAccounting} (where each
  * prefix came from) and, with L3, {@link StorageTier} (the executor and the relay exchange).
  *
  * <p>The scheduler and cache are owned by the loop thread; callers only touch the bounded intake
- * queue and the cancellation queue, and read their {@link RequestHandle}. Administrative calls run
- * on the loop thread between rounds.
+ * queue and the cancellation queue, leave administrative tasks and wake-ups with {@link LoopProxy},
+ * and read their {@link RequestHandle}. Administrative calls run on the loop thread between rounds.
+ * No class the engine wires refers back to this one: each gets the narrow callbacks it needs.
  */
 public final class Engine implements AutoCloseable {
   /** How long close() lets pending L3 work (backups) finish before closing the executor. */
@@ -62,28 +60,23 @@ public final class Engine implements AutoCloseable {
   private final DevicePools device;
   private final HostCacheStorage host;
   private final DeviceHandle copies;
-  private final CacheCoordinator cache;
   private final Scheduler scheduler;
   private final Intake intake;
   private final OptionalInt eosId;
+  private final LongSupplier nanoClock;
   private final AtomicLong ids = new AtomicLong();
   private final AtomicLong seeds = new AtomicLong(0x5eed);
   private final Map<Long, ActiveRequest> active = new LinkedHashMap<>();
-  private final HostPublication publication;
-  private final EventLoop loop;
-  private final Thread loopThread;
+  private final LoopProxy loop;
+  private final Round round;
+  private final LoopRunner runner;
+  private final EngineAdmin admin;
+
+  /** What observers and tests read between rounds. */
+  private final EngineView view;
 
   /** L3 under the Host tier, or null without a backend. */
-  private final StorageTransferManager stm;
-
   private final StorageTier storage;
-  private volatile String weightVersion;
-
-  /** Serializes weight updates. */
-  private final Object weightUpdates = new Object();
-
-  private final String attentionBackend;
-  private final Store storageStore;
 
   /** The replica's exchange at TP > 1; null for a single rank. */
   private final Replica replica;
@@ -94,30 +87,26 @@ public final class Engine implements AutoCloseable {
   private boolean closeRequested; // guarded by this
   private volatile CloseReport closeReport;
 
-  private Engine(
-      DeviceModel model,
-      boolean ownsModel,
-      EngineConfig config,
-      OptionalInt eosId,
-      EngineObserver observer,
-      L3Settings l3,
-      ControlConfig control) {
+  private Engine(DeviceModel model, boolean ownsModel, EngineSettings settings) {
+    EngineConfig config = settings.config();
+    L3Settings l3 = settings.l3();
     this.model = model;
     this.ownsModel = ownsModel;
-    this.eosId = eosId;
-    this.replica = joinReplica(model, control, l3);
+    this.eosId = settings.eosId();
+    this.nanoClock = settings.nanoClock();
+    this.replica = joinReplica(settings.control(), l3, nanoClock);
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
     this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank(), model);
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
     model.pinHost(host.memory().segment());
     this.copies = new DeviceHandle(device, host);
-    this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
-    this.stm = l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
+    CacheCoordinator cache =
+        new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
+    StorageTransferManager stm =
+        l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
     this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
-    this.weightVersion = model.identity().weightVersion();
-    this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
-    this.storageStore = l3 == null ? null : l3.store();
-    this.storage = l3 == null ? null : startStorage(l3);
+    String attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
+    this.storage = l3 == null ? null : startStorage(l3, attentionBackend);
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
     this.loopCopies =
         new Copies(
@@ -125,60 +114,67 @@ public final class Engine implements AutoCloseable {
             PageTransfers.needed(layout, model.collective())
                 ? new PageTransfers(layout, model.collective(), copies)
                 : null);
-    this.publication = new HostPublication(layout, cache, scheduler, stm, active);
-    this.loop =
-        new EventLoop(
-            this,
+    HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);
+    this.loop = new LoopProxy();
+    this.admin =
+        new EngineAdmin(
+            model,
+            layout,
+            attentionBackend,
+            scheduler,
+            publication,
+            storage,
+            stm,
+            l3 == null ? null : l3.store(),
+            replica,
+            loop,
+            nanoClock);
+    EngineObserver observer = settings.observer();
+    this.view = new EngineView(scheduler, cache, stm, publication, copies, active);
+    this.round =
+        new Round(
             layout,
             cache,
             scheduler,
             stm,
             storage,
             intake,
+            loop,
             copies,
             loopCopies,
-            new ForwardStep(model, layout, cache, scheduler, device, loopCopies, observer, active),
+            new ForwardStep(
+                model, layout, cache, scheduler, device, loopCopies, observer, active, nanoClock),
             publication,
             new ReuseAccounting(layout, cache, scheduler, active),
             observer,
+            view,
             active,
             replica,
-            eosId);
+            admin::apply,
+            this::cancel,
+            model.collective()::abort,
+            eosId,
+            nanoClock);
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
-    loop.publishInitialMetrics();
-    this.loopThread = new Thread(loop::run, "ts-engine-loop");
-    this.loopThread.setDaemon(true);
-  }
-
-  /** The namespace of this engine's deployment identity at weight version {@code version}. */
-  private Namespace namespaceFor(String version) {
-    ModelIdentity mi = model.identity();
-    return Namespace.of(
-        new DeploymentIdentity(
-            mi.modelId(),
-            mi.checkpointRevision(),
-            version,
-            null,
-            null,
-            layout,
-            model.shard().size(),
-            1,
-            1,
-            1,
-            attentionBackend));
+    round.publishInitialMetrics(nanoClock.getAsLong());
+    this.runner = new LoopRunner(round, loop, nanoClock);
   }
 
   /** The executor and the exchange over the Host allocation; frees everything on failure. */
-  private StorageTier startStorage(L3Settings l3) {
+  private StorageTier startStorage(L3Settings l3, String attentionBackend) {
     try {
       StorageJobs jobs =
           new StorageJobs(
-              namespaceFor(weightVersion), layout, host.geometry(), model.shard().rank());
+              EngineAdmin.namespaceFor(
+                  model, layout, attentionBackend, model.identity().weightVersion()),
+              layout,
+              host.geometry(),
+              model.shard().rank());
       return replica == null
-          ? StorageTier.start(l3, jobs, host.memory().segment())
-          : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size());
+          ? StorageTier.start(l3, jobs, host.memory().segment(), nanoClock)
+          : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size(), nanoClock);
     } catch (Exception e) {
       copies.close();
       device.close();
@@ -192,33 +188,14 @@ public final class Engine implements AutoCloseable {
 
   /**
    * Joins the replica's mesh when {@code control} names more than one rank (blocks until every rank
-   * is connected); null for a single rank. The control plane's ranks must be the model's.
+   * is connected); null for a single rank. The settings checked that its ranks are the model's.
    */
-  private static Replica joinReplica(DeviceModel model, ControlConfig control, L3Settings l3) {
+  private static Replica joinReplica(ControlConfig control, L3Settings l3, LongSupplier nanoClock) {
     if (control == null || control.worldSize() == 1) {
-      if (model.shard().size() != 1) {
-        throw new IllegalArgumentException(
-            "the model is rank "
-                + model.shard().rank()
-                + " of "
-                + model.shard().size()
-                + ": the engine needs the replica's control plane");
-      }
       return null;
     }
-    if (control.worldSize() != model.shard().size() || control.rank() != model.shard().rank()) {
-      throw new IllegalArgumentException(
-          "control plane rank "
-              + control.rank()
-              + " of "
-              + control.worldSize()
-              + " but the model is rank "
-              + model.shard().rank()
-              + " of "
-              + model.shard().size());
-    }
     try {
-      return Replica.join(control);
+      return Replica.join(control, nanoClock);
     } catch (MeshException e) {
       if (l3 != null) {
         try {
@@ -230,11 +207,6 @@ public final class Engine implements AutoCloseable {
       throw new IllegalStateException(
           "rank " + control.rank() + " could not join its replica's mesh: " + e.getMessage(), e);
     }
-  }
-
-  /** Makes the replica's collective fail for every rank (this rank's loop stopped). */
-  void abortReplica(String reason) {
-    model.collective().abort(reason);
   }
 
   /**
@@ -258,11 +230,6 @@ public final class Engine implements AutoCloseable {
 
   // ---------------------------------------------------------------- administration
 
-  /** Runs {@code task} on the loop thread before its next round; completes with its result. */
-  private <T> CompletableFuture<T> onLoop(Supplier<T> task) {
-    return loop.onLoop(task);
-  }
-
   /**
    * A full cache clear, before the next round: every cached Device and Host block goes and nothing
    * matches any more; with L3, every outstanding storage operation (Ready holds and quarantined
@@ -272,7 +239,7 @@ public final class Engine implements AutoCloseable {
    * agreed round; the future completes once the leader has.
    */
   public CompletableFuture<Void> clearCache() {
-    return command(Replica.Command.CLEAR_ALL);
+    return admin.command(Replica.Command.CLEAR_ALL);
   }
 
   /**
@@ -281,61 +248,7 @@ public final class Engine implements AutoCloseable {
    * replica every rank clears in the same agreed round.
    */
   public CompletableFuture<Void> clearDeviceCache() {
-    return command(Replica.Command.CLEAR_DEVICE);
-  }
-
-  /**
-   * Applies {@code command}: on a single rank on the loop thread before its next round; on a
-   * replica, the leader sends it through the exchange and every rank applies it in the round that
-   * agrees on it. Completes once this rank (the leader) has applied it.
-   */
-  private CompletableFuture<Void> command(Replica.Command command) {
-    if (replica == null) {
-      return onLoop(
-          () -> {
-            apply(command);
-            return null;
-          });
-    }
-    if (loop.closing()) {
-      return CompletableFuture.failedFuture(new IllegalStateException("engine is closed"));
-    }
-    CompletableFuture<Void> done = replica.command(command);
-    loop.wake();
-    return done;
-  }
-
-  /**
-   * What an administrative command does to this rank (on the loop thread, between rounds; on a
-   * replica in the agreed round that carried it, the same on every rank). {@link Replica.Kind#STOP}
-   * is the loop's.
-   */
-  void apply(Replica.Command command) {
-    switch (command.kind()) {
-      case CLEAR_ALL -> {
-        scheduler.clearAll();
-        publication.clearBackups();
-      }
-      case CLEAR_DEVICE -> scheduler.clearDevice();
-      case ROTATE -> rotate(command.weightVersion());
-      case SWITCH -> {
-        rotate(command.weightVersion());
-        scheduler.fenceStorage(false);
-      }
-      case FENCE_STORAGE -> scheduler.fenceStorage(true);
-      case LIFT_FENCE -> scheduler.fenceStorage(false);
-      case STOP -> throw new IllegalArgumentException("a stop is the loop's to apply");
-    }
-  }
-
-  /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
-  private void rotate(String version) {
-    scheduler.clearAll();
-    publication.clearBackups();
-    if (storage != null) {
-      storage.switchNamespace(namespaceFor(version));
-    }
-    weightVersion = version; // after the namespace: whoever reads the version reads its namespace
+    return admin.command(Replica.Command.CLEAR_DEVICE);
   }
 
   /**
@@ -355,11 +268,11 @@ public final class Engine implements AutoCloseable {
    *       version}, lift the fence.
    * </ol>
    *
-   * If the wait passes {@code WEIGHT_UPDATE_RETIREMENT_MS} or the deletion fails, the fence lifts
-   * (on every rank) and nothing is cleared, deleted further or switched. Concurrent updates and
-   * rotations run one after the other. Operations quarantined before the update never retire: their
-   * late writes may still land in the old namespace (quarantine already requires a restart).
-   * Without L3 it clears and records the version. Returns the objects deleted.
+   * If the wait passes {@link EngineAdmin#WEIGHT_UPDATE_RETIREMENT_MS} or the deletion fails, the
+   * fence lifts (on every rank) and nothing is cleared, deleted further or switched. Concurrent
+   * updates and rotations run one after the other. Operations quarantined before the update never
+   * retire: their late writes may still land in the old namespace (quarantine already requires a
+   * restart). Without L3 it clears and records the version. Returns the objects deleted.
    *
    * <p>On a tensor-parallel replica (called on the leader) the wait covers every rank: an operation
    * stays pending on every rank until every rank's executor has reported it (its agreed
@@ -387,23 +300,7 @@ public final class Engine implements AutoCloseable {
    * @throws Exception the store's deletion failure, or a wait for retirement that timed out
    */
   public NamespaceDeletion updateWeights(String version) throws Exception {
-    checkVersion(version);
-    synchronized (weightUpdates) {
-      String current = onLoop(() -> weightVersion).get();
-      NamespaceDeletion deletion = NamespaceDeletion.NONE;
-      if (storage != null) {
-        command(Replica.Command.FENCE_STORAGE).get();
-        try {
-          awaitStorageRetired();
-          deletion = storageStore.purgeNamespace(namespaceFor(current).toString());
-        } catch (Exception | Error e) {
-          command(Replica.Command.LIFT_FENCE);
-          throw e;
-        }
-      }
-      command(Replica.Command.switchTo(version)).get();
-      return deletion;
-    }
+    return admin.updateWeights(version);
   }
 
   /**
@@ -416,59 +313,11 @@ public final class Engine implements AutoCloseable {
    * round; the call returns once the leader has.
    */
   public void rotateNamespace(String version) throws Exception {
-    checkVersion(version);
-    synchronized (weightUpdates) {
-      command(Replica.Command.rotate(version)).get();
-    }
+    admin.rotateNamespace(version);
   }
 
   /** The longest weight version a rotation or an update takes, in UTF-8 bytes. */
   public static final int MAX_WEIGHT_VERSION_BYTES = Replica.Command.MAX_VERSION_BYTES;
-
-  private void checkVersion(String version) {
-    if (replica != null && !replica.leader()) {
-      throw new IllegalStateException(
-          "rank "
-              + replica.rank()
-              + " of the replica is not its leader: administration goes to rank 0");
-    }
-    if (version == null || version.isBlank()) {
-      throw new IllegalArgumentException("weight_version must be a non-empty string");
-    }
-    if (version.getBytes(java.nio.charset.StandardCharsets.UTF_8).length
-        > MAX_WEIGHT_VERSION_BYTES) {
-      throw new IllegalArgumentException(
-          "weight_version must be at most " + MAX_WEIGHT_VERSION_BYTES + " UTF-8 bytes");
-    }
-  }
-
-  /** How long a weight update waits for the storage operations in the store to retire. */
-  static final long WEIGHT_UPDATE_RETIREMENT_MS = 60_000;
-
-  /**
-   * Waits until no storage operation is inside the store (asked on the loop thread between rounds,
-   * every storage tick); on a replica, inside any rank's store (see {@link #updateWeightVersion}).
-   */
-  private void awaitStorageRetired() throws Exception {
-    long deadlineNs =
-        System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WEIGHT_UPDATE_RETIREMENT_MS);
-    while (true) {
-      int inFlight = onLoop(() -> storage.busy() ? Math.max(1, stm.inFlightOperations()) : 0).get();
-      if (inFlight == 0) {
-        return;
-      }
-      if (System.nanoTime() - deadlineNs >= 0) {
-        throw new TimeoutException(
-            inFlight
-                + " storage operations were still inside the store"
-                + (replica == null ? "" : " of a rank of the replica")
-                + " after "
-                + WEIGHT_UPDATE_RETIREMENT_MS
-                + " ms: the weight update was abandoned (nothing deleted or switched)");
-      }
-      Thread.sleep(EventLoop.STORAGE_TICK_MS);
-    }
-  }
 
   /**
    * Transfers of a page-cyclic group between blocks of two owners, moved through the collective so
@@ -485,129 +334,48 @@ public final class Engine implements AutoCloseable {
 
   /** The weight version of the deployment identity (the model's, or the last update's). */
   public String weightVersion() {
-    return weightVersion;
+    return admin.weightVersion();
   }
 
   /**
-   * Starts an engine serving {@code model}, with the Device and Host tiers only. The model stays
-   * the caller's: closing the engine does not close it.
+   * Starts an engine from {@code settings}: the Device and Host tiers, L3 under the Host tier when
+   * the settings give a backend (the engine owns its store from then on; without one there is no
+   * executor, no exchange and no storage work at all), and the loop. A CPU model's binding is the
+   * engine's and closes with it; a device model stays the caller's, to close after the engine.
    *
-   * @param eosId the tokenizer's end-of-sequence id, if any (a stop token unless ignore_eos)
-   */
-  public static Engine start(CausalLm model, EngineConfig config, OptionalInt eosId) {
-    return start(model, config, eosId, (L3Settings) null);
-  }
-
-  /**
-   * Starts an engine serving {@code model} with L3 under its Host tier when {@code l3} is given
-   * (the engine owns its store from then on); without it there is no executor, no exchange and no
-   * storage work at all.
+   * <p>With a control plane of several ranks this starts rank {@code control.rank()} of a
+   * tensor-parallel replica over the model's share of the weights ({@link
+   * CausalLm#load(java.nio.file.Path, String, String, io.tokenspeed.model.parallel.Collective)}),
+   * joined to the other ranks by the control plane's mesh (this blocks until every rank has
+   * joined). Every rank runs the same loop; rank 0 leads: it alone takes requests ({@link #submit})
+   * and administration, and the exchange carries them to the others. With L3, every rank reads and
+   * writes its own objects through its own store client.
    *
-   * @throws IllegalStateException when L3 cannot start (nothing is left running)
-   */
-  public static Engine start(
-      CausalLm model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
-    Engine e = create(model, config, eosId, EngineObserver.NONE, l3, null);
-    e.resume();
-    return e;
-  }
-
-  /**
-   * Starts an engine whose model computes on {@code model}'s device (a GPU backend, say), with L3
-   * when {@code l3} is given. The binding stays the caller's: close it after the engine.
-   *
-   * @throws IllegalStateException when L3 cannot start (nothing is left running)
-   */
-  public static Engine start(
-      DeviceModel model, EngineConfig config, OptionalInt eosId, L3Settings l3) {
-    Engine e = new Engine(model, false, config, eosId, EngineObserver.NONE, l3, null);
-    e.resume();
-    return e;
-  }
-
-  /** An engine over {@code model} on the CPU, with compute threads it owns. */
-  private static Engine create(
-      CausalLm model,
-      EngineConfig config,
-      OptionalInt eosId,
-      EngineObserver observer,
-      L3Settings l3,
-      ControlConfig control) {
-    CpuDeviceModel cpu = new CpuDeviceModel(model, config.computeThreads());
-    try {
-      return new Engine(cpu, true, config, eosId, observer, l3, control);
-    } catch (RuntimeException | Error e) {
-      cpu.close();
-      throw e;
-    }
-  }
-
-  /**
-   * Starts rank {@code control.rank()} of a tensor-parallel replica over {@code model}, this rank's
-   * share of the weights ({@link CausalLm#load(java.nio.file.Path, String, String,
-   * io.tokenspeed.model.parallel.Collective)}), joined to the other ranks by {@code control}'s mesh
-   * (this blocks until every rank has joined). Every rank runs the same loop; rank 0 leads: it
-   * alone takes requests ({@link #submit}) and administration, and the exchange carries them to the
-   * others. With {@code l3}, every rank reads and writes its own objects through its own store
-   * client.
-   *
-   * @throws IllegalArgumentException when the model's rank or size is not the control plane's
    * @throws IllegalStateException when the mesh or L3 cannot start (nothing is left running)
    */
-  public static Engine startRank(
-      CausalLm model,
-      EngineConfig config,
-      OptionalInt eosId,
-      L3Settings l3,
-      ControlConfig control) {
-    Engine e = create(model, config, eosId, EngineObserver.NONE, l3, control);
-    e.resume();
+  public static Engine start(EngineSettings settings) {
+    Engine e;
+    if (settings.cpuModel() == null) {
+      e = new Engine(settings.deviceModel(), false, settings);
+    } else {
+      CpuDeviceModel cpu =
+          new CpuDeviceModel(settings.cpuModel(), settings.config().computeThreads());
+      try {
+        e = new Engine(cpu, true, settings);
+      } catch (RuntimeException | Error failure) {
+        cpu.close();
+        throw failure;
+      }
+    }
+    if (!settings.paused()) {
+      e.resume();
+    }
     return e;
   }
 
-  /** {@link #startRank} with a hook each rank's loop thread runs after every round (tests). */
-  static Engine startRank(
-      CausalLm model,
-      EngineConfig config,
-      OptionalInt eosId,
-      L3Settings l3,
-      ControlConfig control,
-      EngineObserver observer) {
-    Engine e = create(model, config, eosId, observer, l3, control);
-    e.resume();
-    return e;
-  }
-
-  /** {@link #start} with a hook the loop thread runs after every round (tests check invariants). */
-  static Engine start(
-      CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    Engine e = paused(model, config, eosId, observer);
-    e.resume();
-    return e;
-  }
-
-  /**
-   * An engine whose loop has not started: requests submitted now wait in the intake queue, and the
-   * first round after {@link #resume} takes them all (tests that need them in one round).
-   */
-  static Engine paused(
-      CausalLm model, EngineConfig config, OptionalInt eosId, EngineObserver observer) {
-    return create(model, config, eosId, observer, null, null);
-  }
-
-  /** {@link #paused} with L3 (null for none). */
-  static Engine paused(
-      CausalLm model,
-      EngineConfig config,
-      OptionalInt eosId,
-      EngineObserver observer,
-      L3Settings l3) {
-    return create(model, config, eosId, observer, l3, null);
-  }
-
-  /** Starts the loop of a {@link #paused} engine. */
+  /** Starts the loop of an engine whose settings asked for it {@code paused}. */
   void resume() {
-    loopThread.start();
+    runner.start();
   }
 
   /**
@@ -699,7 +467,7 @@ public final class Engine implements AutoCloseable {
           fatal == null ? "engine is closed" : "engine stopped after a failure: " + fatal);
     }
     long id = ids.incrementAndGet();
-    RequestHandle handle = new RequestHandle(id, this, topLogprobs);
+    RequestHandle handle = new RequestHandle(id, this::cancel, topLogprobs);
     String error = intake.check(prompt, params, topLogprobs);
     if (error != null) {
       handle.end(new GenerationResult(id, new int[0], "error", error, null));
@@ -708,7 +476,7 @@ public final class Engine implements AutoCloseable {
     SamplingParams resolved = params.withSeedIfAbsent(seeds::incrementAndGet);
     ActiveRequest a =
         new ActiveRequest(
-            id, handle, prompt, new SamplingState(resolved, eosId), System.nanoTime());
+            id, handle, prompt, new SamplingState(resolved, eosId), nanoClock.getAsLong());
     if (!intake.offer(a)) {
       throw new IntakeFullException(
           "engine intake is full (max_queued="
@@ -733,7 +501,7 @@ public final class Engine implements AutoCloseable {
    * on a tensor-parallel replica, when the replica stopped (its leader closed, or a rank failed).
    */
   public boolean stopped() {
-    return loopThread.getState() == Thread.State.TERMINATED;
+    return runner.ended();
   }
 
   /** Why the loop stopped, when it stopped after a failure; later submissions are refused. */
@@ -751,7 +519,7 @@ public final class Engine implements AutoCloseable {
 
   /** The figures of the latest round. */
   public EngineStats stats() {
-    return loop.stats();
+    return round.stats();
   }
 
   /**
@@ -760,17 +528,17 @@ public final class Engine implements AutoCloseable {
    * feeds no decision.
    */
   public EngineMetrics metrics() {
-    return loop.metrics();
+    return round.metrics();
   }
 
   // ---------------------------------------------------------------- for tests
 
   Scheduler scheduler() {
-    return scheduler;
+    return view.scheduler();
   }
 
   CacheCoordinator cache() {
-    return cache;
+    return view.cache();
   }
 
   /**
@@ -778,26 +546,17 @@ public final class Engine implements AutoCloseable {
    * L3. Read it on the loop thread (an observer), between rounds.
    */
   StorageTransferManager storageTransferManager() {
-    return stm;
+    return view.storageTransferManager();
   }
 
   /** Requests the loop serves right now. */
   int activeCount() {
-    return active.size();
+    return view.activeCount();
   }
 
-  /**
-   * Every reference the scheduler, the storage transfer manager and the tails waiting for
-   * write-through hold (for the checker).
-   */
+  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
   List<HeldBlock> heldBlocks() {
-    List<HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
-    out.addAll(publication.heldBlocks());
-    if (stm != null) {
-      out.addAll(stm.heldHostBlocks());
-      stm.checkInvariants();
-    }
-    return out;
+    return view.heldBlocks();
   }
 
   /**
@@ -805,17 +564,17 @@ public final class Engine implements AutoCloseable {
    * thread, between rounds).
    */
   boolean storageBusyNow() throws Exception {
-    return onLoop(loop::storagePending).get(10, TimeUnit.SECONDS);
+    return loop.onLoop(round::storagePending).get(10, TimeUnit.SECONDS);
   }
 
   /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
   long copyBacklog() {
-    return copies.submittedSequence() - copies.completedSequence();
+    return view.copyBacklog();
   }
 
   /** The ids of the requests the loop serves right now (on the loop thread, between rounds). */
   List<Long> activeIds() {
-    return List.copyOf(active.keySet());
+    return view.activeIds();
   }
 
   /**
@@ -846,14 +605,14 @@ public final class Engine implements AutoCloseable {
     }
     if (!closeRequested) {
       closeRequested = true;
-      loop.close(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS));
+      loop.close(nanoClock.getAsLong() + TimeUnit.MILLISECONDS.toNanos(L3_DRAIN_MS));
     }
     try {
-      loopThread.join(joinMs);
+      runner.join(joinMs);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
-    if (loopThread.isAlive()) {
+    if (runner.alive()) {
       throw new IllegalStateException(
           "the engine's loop did not end within "
               + joinMs

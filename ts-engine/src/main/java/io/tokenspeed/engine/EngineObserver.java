@@ -7,7 +7,7 @@ package io.tokenspeed.engine;
  */
 interface EngineObserver {
   /** After a round: the scheduler, cache and tiers are between rounds and may be checked. */
-  default void afterRound(Engine engine) {}
+  default void afterRound(EngineView view) {}
 
   /**
    * The logits row the request's token {@code step} (0 = the first generated token) was sampled
@@ -15,7 +15,7 @@ interface EngineObserver {
    */
   default void onLogits(long requestId, int step, float[] logits) {}
 
-  /** A metrics snapshot the loop just published ({@link Engine#metrics}). */
+  /** A metrics snapshot the loop just published (the façade's {@code metrics()} reads it). */
   default void onMetrics(EngineMetrics metrics) {}
 
   /** An observer that does nothing. */

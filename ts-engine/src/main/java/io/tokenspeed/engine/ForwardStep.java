@@ -20,6 +20,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.function.LongSupplier;
 
 /**
  * The forward step of a round: builds the batch from the plan (each request's tokens and block
@@ -40,6 +41,10 @@ final class ForwardStep {
   private final Copies copies;
   private final EngineObserver observer;
   private final Map<Long, ActiveRequest> active;
+
+  /** Times the forward and stamps sampled tokens (the settings' clock). */
+  private final LongSupplier nanoClock;
+
   private final Sampler sampler;
   private final LogSoftmax logSoftmax = new LogSoftmax();
   private long forwardNanos;
@@ -55,7 +60,9 @@ final class ForwardStep {
       DevicePools device,
       Copies copies,
       EngineObserver observer,
-      Map<Long, ActiveRequest> active) {
+      Map<Long, ActiveRequest> active,
+      LongSupplier nanoClock) {
+    this.nanoClock = nanoClock;
     this.model = model;
     this.layout = layout;
     this.cache = cache;
@@ -97,9 +104,9 @@ final class ForwardStep {
       reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
     }
     copies.checkForwardMayRun();
-    long forwardStart = System.nanoTime();
+    long forwardStart = nanoClock.getAsLong();
     ForwardResult out = model.forward(new ForwardBatch(reqs), device.bytes());
-    forwardNanos += System.nanoTime() - forwardStart;
+    forwardNanos += nanoClock.getAsLong() - forwardStart;
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       ActiveRequest a = active.get(item.requestId());
       a.stateInWorkingSlot = true;
@@ -214,7 +221,7 @@ final class ForwardStep {
    * that a stop token or their token limit ended.
    */
   List<Finished> sample(ExecutionPlan plan, ForwardResult out) {
-    long now = System.nanoTime();
+    long now = nanoClock.getAsLong();
     List<Finished> finished = new ArrayList<>();
     List<ExecutionPlan.ForwardItem> items = plan.forward();
     for (int i = 0; i < items.size(); i++) {

@@ -29,6 +29,8 @@ import java.util.OptionalLong;
 import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.function.LongConsumer;
+import java.util.function.LongSupplier;
 
 /**
  * One rank's view of its tensor-parallel replica: the relay exchange every round goes through, and
@@ -144,6 +146,10 @@ final class Replica implements AutoCloseable {
   private record Pending(Command command, CompletableFuture<Void> done) {}
 
   private final RelayExchange exchange;
+
+  /** Times the exchange (a diagnostic: {@link #takeExchangeNanos}). */
+  private final LongSupplier nanoClock;
+
   private final int rank;
   private final int size;
 
@@ -162,8 +168,9 @@ final class Replica implements AutoCloseable {
   /** The digest of the plan this rank ran in its last round (0 before the first). */
   private long planDigest;
 
-  private Replica(RelayExchange exchange) {
+  private Replica(RelayExchange exchange, LongSupplier nanoClock) {
     this.exchange = exchange;
+    this.nanoClock = nanoClock;
     this.rank = exchange.config().rank();
     this.size = exchange.config().worldSize();
   }
@@ -173,8 +180,8 @@ final class Replica implements AutoCloseable {
    *
    * @throws MeshException when the mesh cannot form
    */
-  static Replica join(ControlConfig control) throws MeshException {
-    return new Replica(RelayExchange.connect(control));
+  static Replica join(ControlConfig control, LongSupplier nanoClock) throws MeshException {
+    return new Replica(RelayExchange.connect(control), nanoClock);
   }
 
   int rank() {
@@ -253,7 +260,7 @@ final class Replica implements AutoCloseable {
       List<ActiveRequest> newRequests,
       List<Long> cancellations,
       RankStatus status,
-      Engine engine,
+      LongConsumer cancel,
       OptionalInt eosId)
       throws ControlPlaneException {
     List<FrontendMessage> frontend = new ArrayList<>();
@@ -277,10 +284,10 @@ final class Replica implements AutoCloseable {
         poll == null
             ? new LocalReport(nowNs, PressureSnapshot.IDLE, List.of(), frontend, null)
             : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
-    long t0 = System.nanoTime();
+    long t0 = nanoClock.getAsLong();
     Optional<AgreedRound> agreed =
         exchange.exchange(report.withPlanDigest(planDigest).withStatus(status));
-    recordExchange(System.nanoTime() - t0);
+    recordExchange(nanoClock.getAsLong() - t0);
     if (agreed.isEmpty()) {
       return new Agreed(agreed, List.of(), List.of(), List.of());
     }
@@ -290,7 +297,7 @@ final class Replica implements AutoCloseable {
       ActiveRequest a =
           leader()
               ? sent.remove(m.requestId())
-              : decode(m.requestId(), m.payload(), engine, eosId, nowNs);
+              : decode(m.requestId(), m.payload(), cancel, eosId, nowNs);
       if (a == null) {
         throw new IllegalStateException(
             "round "
@@ -420,7 +427,7 @@ final class Replica implements AutoCloseable {
 
   /** A follower's copy of a request the leader sent (its handle streams to nobody). */
   static ActiveRequest decode(
-      long id, byte[] payload, Engine engine, OptionalInt eosId, long nowNs) {
+      long id, byte[] payload, LongConsumer cancel, OptionalInt eosId, long nowNs) {
     try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(payload))) {
       int version = in.readUnsignedByte();
       if (version != CODEC_VERSION) {
@@ -456,7 +463,7 @@ final class Replica implements AutoCloseable {
               ignoreEos);
       return new ActiveRequest(
           id,
-          new RequestHandle(id, engine, topLogprobs),
+          new RequestHandle(id, cancel, topLogprobs),
           prompt,
           new SamplingState(params, eosId),
           nowNs);

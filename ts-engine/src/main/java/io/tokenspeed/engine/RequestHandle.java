@@ -6,6 +6,7 @@ import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.function.LongConsumer;
 
 /**
  * The caller's side of one request: its generated tokens as they come, their log probabilities when
@@ -23,7 +24,10 @@ public final class RequestHandle {
   private static final int END = -1;
 
   private final long id;
-  private final Engine engine;
+
+  /** Asks the loop to stop this request (by id). */
+  private final LongConsumer cancel;
+
   private final LinkedBlockingQueue<Integer> tokens = new LinkedBlockingQueue<>();
   private final CompletableFuture<GenerationResult> result = new CompletableFuture<>();
   private final int topLogprobs;
@@ -40,9 +44,9 @@ public final class RequestHandle {
    *     {@link TokenLogprobs#MAX_TOP_LOGPROBS} (a request asking for another value ends with an
    *     error before anything is stored)
    */
-  RequestHandle(long id, Engine engine, int topLogprobs) {
+  RequestHandle(long id, LongConsumer cancel, int topLogprobs) {
     this.id = id;
-    this.engine = engine;
+    this.cancel = cancel;
     this.topLogprobs = topLogprobs;
   }
 
@@ -122,7 +126,7 @@ public final class RequestHandle {
    * request that already ended is left as it is.
    */
   public void cancel() {
-    engine.cancel(id);
+    cancel.accept(id);
   }
 
   /**

@@ -57,13 +57,17 @@ final class ReuseAccounting {
     }
   }
 
-  /** Records the admission time and reused prefix of every request admitted this round. */
+  /**
+   * Records the admission time and reused prefix of every request admitted this round. The round's
+   * time was read before its head took the intake in, so a request submitted in between counts as
+   * admitted when it was submitted, never before.
+   */
   void noteAdmissions(long nowNs) {
     for (ActiveRequest a : active.values()) {
       if (a.admittedNs == 0) {
         Admission adm = scheduler.admission(a.id);
         if (adm != null) {
-          a.admittedNs = nowNs;
+          a.admittedNs = Math.max(nowNs, a.submittedNs);
           if (a.reusedDevice < 0) {
             a.reusedDevice = adm.deviceHit();
             a.reusedHost = adm.hit() - adm.deviceHit();

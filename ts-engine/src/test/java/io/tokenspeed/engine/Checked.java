@@ -28,7 +28,7 @@ class Checked implements EngineObserver {
   volatile boolean checking = true;
 
   @Override
-  public void afterRound(Engine e) {
+  public void afterRound(EngineView e) {
     rounds.incrementAndGet();
     if (!checking) {
       return;

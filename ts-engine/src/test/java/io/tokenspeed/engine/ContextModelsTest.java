@@ -8,7 +8,6 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.TreeSet;
 import org.junit.jupiter.api.AfterAll;
@@ -48,7 +47,8 @@ class ContextModelsTest {
     int last = 17;
     TreeSet<Integer> next = new TreeSet<>();
     Checked rec = new Checked();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       for (int i = 0; i < 8; i++) {
         int[] prompt = rnd.ints(24, 0, model.vocabSize()).toArray();
         prompt[prompt.length - 1] = last;

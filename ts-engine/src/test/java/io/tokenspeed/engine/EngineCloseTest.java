@@ -17,7 +17,6 @@ import io.tokenspeed.model.parallel.Shard;
 import io.tokenspeed.model.sampling.SamplingParams;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
-import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -131,7 +130,7 @@ class EngineCloseTest {
   void shouldRefuseToFreeAnythingWhileTheLoopIsInsideAForwardAndFreeOnceItEnds() throws Exception {
     try (CausalLm lm = ContextModels.llama(dir)) {
       GatedModel model = new GatedModel(lm);
-      Engine engine = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), null);
+      Engine engine = Engine.start(EngineSettings.of(model, EngineTest.small(256)).conclude());
       model.armed.set(true);
       RequestHandle h = engine.submit(new int[] {1, 2, 3, 4, 5}, SamplingParams.greedy(4));
       assertTrue(model.entered.await(30, TimeUnit.SECONDS), "the forward began");
@@ -154,7 +153,7 @@ class EngineCloseTest {
   void shouldWaitForALongForwardToEndBeforeFreeing() throws Exception {
     try (CausalLm lm = ContextModels.llama(dir)) {
       GatedModel model = new GatedModel(lm);
-      Engine engine = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), null);
+      Engine engine = Engine.start(EngineSettings.of(model, EngineTest.small(256)).conclude());
       model.armed.set(true);
       engine.submit(new int[] {1, 2, 3, 4, 5}, SamplingParams.greedy(4));
       assertTrue(model.entered.await(30, TimeUnit.SECONDS), "the forward began");

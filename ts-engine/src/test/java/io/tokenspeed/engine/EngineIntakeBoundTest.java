@@ -9,7 +9,6 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -36,7 +35,7 @@ class EngineIntakeBoundTest {
     volatile boolean first = true;
 
     @Override
-    public void afterRound(Engine engine) {
+    public void afterRound(EngineView engine) {
       if (first) {
         first = false;
         held.release();
@@ -67,7 +66,7 @@ class EngineIntakeBoundTest {
     }
 
     @Override
-    public void afterRound(Engine engine) {
+    public void afterRound(EngineView engine) {
       if (firstRound) {
         firstRound = false;
         afterRound.release();
@@ -90,7 +89,8 @@ class EngineIntakeBoundTest {
     int[] prompt = {1, 2, 3, 4, 5, 6, 7, 8};
     List<RequestHandle> handles = new ArrayList<>();
     ExecutorService submitters = Executors.newFixedThreadPool(8);
-    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), hold)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, config).observer(hold).paused().conclude())) {
       try {
         for (int i = 0; i < maxQueued; i++) {
           handles.add(e.submit(prompt, SamplingParams.greedy(64)));
@@ -156,7 +156,8 @@ class EngineIntakeBoundTest {
     HoldAfterFirstRound hold = new HoldAfterFirstRound();
     int[] prompt = {1, 2, 3, 4, 5, 6, 7, 8};
     List<RequestHandle> handles = new ArrayList<>();
-    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), hold)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, config).observer(hold).paused().conclude())) {
       for (int i = 0; i < maxQueued; i++) {
         handles.add(e.submit(prompt, SamplingParams.greedy(64)));
       }

@@ -15,7 +15,6 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -44,7 +43,8 @@ class EngineL3AdminTest {
     model = CausalLm.load(Fixtures.extract("llama", dir));
     prompt = new SplittableRandom(43).ints(81, 0, model.vocabSize()).toArray();
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       want = serve(e, rec);
     }
   }
@@ -60,12 +60,12 @@ class EngineL3AdminTest {
 
   private Engine engine(Recorder rec, io.tokenspeed.l3.spi.Store store) {
     Engine e =
-        Engine.paused(
-            model,
-            EngineTest.small(256),
-            OptionalInt.empty(),
-            rec,
-            store == null ? null : EngineL3FaultsTest.settings(store));
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(rec)
+                .l3(store == null ? null : EngineL3FaultsTest.settings(store))
+                .paused()
+                .conclude());
     e.resume();
     return e;
   }

@@ -28,7 +28,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -63,7 +62,8 @@ class EngineL3FaultsTest {
     written = rnd.ints(101, 0, model.vocabSize()).toArray();
     extended = EngineL3Test.extend(written, 121, model.vocabSize(), rnd);
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       want = serve(e, rec, extended);
     }
   }
@@ -116,7 +116,12 @@ class EngineL3FaultsTest {
   private void write(Store store) throws Exception {
     Recorder w = new Recorder();
     try (Engine e =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), w, settings(store))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(w)
+                .l3(settings(store))
+                .paused()
+                .conclude())) {
       e.resume();
       serve(e, w, written);
     }
@@ -128,7 +133,12 @@ class EngineL3FaultsTest {
     Recorder r = new Recorder();
     Run got;
     try (Engine e =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r, settings(store))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(r)
+                .l3(settings(store))
+                .paused()
+                .conclude())) {
       e.resume();
       got = serve(e, r, extended);
       int[] other = new SplittableRandom(31).ints(40, 0, model.vocabSize()).toArray();
@@ -165,7 +175,12 @@ class EngineL3FaultsTest {
     Recorder r = new Recorder();
     Run got;
     try (Engine e =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), r, settings(hung))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(r)
+                .l3(settings(hung))
+                .paused()
+                .conclude())) {
       e.resume();
       long t0 = System.nanoTime();
       got = serve(e, r, extended);
@@ -242,12 +257,12 @@ class EngineL3FaultsTest {
       int[] second = rnd.ints(101, 0, model.vocabSize()).toArray();
       Recorder r = new Recorder();
       try (Engine e =
-          Engine.paused(
-              model,
-              EngineTest.small(256),
-              OptionalInt.empty(),
-              r,
-              settings(RedisStore.open(redis)))) {
+          Engine.start(
+              EngineSettings.of(model, EngineTest.small(256))
+                  .observer(r)
+                  .l3(settings(RedisStore.open(redis)))
+                  .paused()
+                  .conclude())) {
         e.resume();
         server.kill();
         Run down = serve(e, r, extended);
@@ -263,18 +278,19 @@ class EngineL3FaultsTest {
       int[] secondExtended = EngineL3Test.extend(second, 121, model.vocabSize(), rnd);
       Run recomputed;
       Recorder c = new Recorder();
-      try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), c)) {
+      try (Engine e =
+          Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(c).conclude())) {
         recomputed = serve(e, c, secondExtended);
       }
       Recorder r3 = new Recorder();
       Run restored;
       try (Engine e =
-          Engine.paused(
-              model,
-              EngineTest.small(256),
-              OptionalInt.empty(),
-              r3,
-              settings(RedisStore.open(redis)))) {
+          Engine.start(
+              EngineSettings.of(model, EngineTest.small(256))
+                  .observer(r3)
+                  .l3(settings(RedisStore.open(redis)))
+                  .paused()
+                  .conclude())) {
         e.resume();
         restored = serve(e, r3, secondExtended);
       }

@@ -20,7 +20,6 @@ import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -86,9 +85,8 @@ class EngineL3IdleTest {
   }
 
   private static Engine started(CausalLm model, Checked rec, L3Settings l3) {
-    Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, l3);
-    e.resume();
-    return e;
+    return Engine.start(
+        EngineSettings.of(model, EngineTest.small(256)).observer(rec).l3(l3).conclude());
   }
 
   private Run recompute(int[] prompt) throws Exception {

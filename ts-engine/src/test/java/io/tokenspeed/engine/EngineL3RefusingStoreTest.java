@@ -25,7 +25,6 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
@@ -186,9 +185,8 @@ class EngineL3RefusingStoreTest {
   }
 
   private Engine started(Checked rec, L3Settings l3) {
-    Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, l3);
-    e.resume();
-    return e;
+    return Engine.start(
+        EngineSettings.of(model, EngineTest.small(256)).observer(rec).l3(l3).conclude());
   }
 
   private static Run serve(Engine e, Checked rec, int[] prompt) throws Exception {

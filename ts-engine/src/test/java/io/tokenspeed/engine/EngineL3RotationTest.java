@@ -26,7 +26,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Collection;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.TreeSet;
@@ -84,7 +83,8 @@ class EngineL3RotationTest {
     prompt = new SplittableRandom(61).ints(81, 0, model.vocabSize()).toArray();
     restorable = (prompt.length - 1) / P * P;
     Checked rec = new Checked();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       want = rec.await(e.submit(prompt, SamplingParams.greedy(8)));
       other = new SplittableRandom(67).ints(81, 0, model.vocabSize()).toArray();
       wantOther = rec.await(e.submit(other, SamplingParams.greedy(8)));
@@ -99,7 +99,13 @@ class EngineL3RotationTest {
   }
 
   private Engine engine(EngineObserver observer, L3Settings l3) {
-    Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), observer, l3);
+    Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(observer)
+                .l3(l3)
+                .paused()
+                .conclude());
     e.resume();
     return e;
   }

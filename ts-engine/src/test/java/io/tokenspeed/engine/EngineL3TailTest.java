@@ -10,16 +10,10 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.nio.file.Path;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -34,7 +28,6 @@ import org.junit.jupiter.params.provider.MethodSource;
  * logits and logprobs of an engine without storage. Before tails were written the reader restored
  * only the full pages below the tail.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class EngineL3TailTest {
   private static final int P = 16;
   private static final int TOP_LOGPROBS = 5;
@@ -42,18 +35,7 @@ class EngineL3TailTest {
   /** P = 16 with blocks of 4 tokens: a tail has whole rows under its hash and a partial one. */
   private static final EngineConfig CONFIG = new EngineConfig(P, 4, 256, 4.0, 64, 8, 2, 2, 64);
 
-  private final Map<String, CausalLm> models = new HashMap<>();
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    models.put("llama", ContextModels.llama(dir));
-    models.put("gemma3", ContextModels.gemma3(dir));
-  }
-
-  @AfterAll
-  void close() {
-    models.values().forEach(CausalLm::close);
-  }
+  @TempDir Path dir;
 
   /**
    * Each context model with a prompt of 3 pages and 6 tokens (a tail of 5 tokens: one whole row and
@@ -71,7 +53,13 @@ class EngineL3TailTest {
   @MethodSource("prompts")
   void shouldRestoreANonAlignedPromptsTailFromTheStoreAndMatchAnEngineWithoutStorage(
       String name, int length) throws Exception {
-    CausalLm model = models.get(name);
+    try (CausalLm model =
+        name.equals("llama") ? ContextModels.llama(dir) : ContextModels.gemma3(dir)) {
+      check(model, name, length);
+    }
+  }
+
+  private static void check(CausalLm model, String name, int length) throws Exception {
     int[] prompt =
         new SplittableRandom(length * 31L + name.hashCode())
             .ints(length, 0, model.vocabSize())
@@ -110,14 +98,14 @@ class EngineL3TailTest {
     Checked rec =
         new Checked() {
           @Override
-          public void afterRound(Engine e) {
+          public void afterRound(EngineView e) {
             super.afterRound(e);
             hints.set(e.cache().tails().size());
           }
         };
     Served out;
-    try (Engine e = Engine.paused(model, CONFIG, OptionalInt.empty(), rec, l3)) {
-      e.resume();
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, CONFIG).observer(rec).l3(l3).conclude())) {
       RequestHandle h = e.submit(prompt, SamplingParams.greedy(8), TOP_LOGPROBS);
       Run run = rec.await(h);
       out = new Served(run, h.logprobs());

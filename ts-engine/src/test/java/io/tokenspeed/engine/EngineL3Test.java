@@ -23,7 +23,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Semaphore;
@@ -169,7 +168,12 @@ class EngineL3Test {
     Recorder rec = new Recorder();
     Run run;
     try (Engine e =
-        Engine.paused(model, EngineTest.small(deviceParents), OptionalInt.empty(), rec, l3)) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(deviceParents))
+                .observer(rec)
+                .l3(l3)
+                .paused()
+                .conclude())) {
       e.resume();
       run = serve(e, rec, prompt);
     }
@@ -245,7 +249,9 @@ class EngineL3Test {
     List<String> before = storageThreads();
     Recorder off = new Recorder();
     Run without;
-    try (Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), off, null)) {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256)).observer(off).paused().conclude())) {
       e.resume();
       without = serve(e, off, prompt);
       serve(e, off, prompt); // a Device hit too
@@ -264,7 +270,12 @@ class EngineL3Test {
     Recorder on = new Recorder();
     Run with;
     try (Engine e =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), on, l3(empty))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(on)
+                .l3(l3(empty))
+                .paused()
+                .conclude())) {
       e.resume();
       assertFalse(storageThreads().isEmpty(), "the executor's workers run with a backend");
       with = serve(e, on, prompt);
@@ -312,14 +323,17 @@ class EngineL3Test {
     long roundsBefore;
     long roundsAfter;
     try (Engine reader =
-        Engine.paused(
-            model,
-            EngineTest.small(256),
-            OptionalInt.empty(),
-            r,
-            l3(
-                slow,
-                StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(60_000)))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(r)
+                .l3(
+                    l3(
+                        slow,
+                        StorageConfig.defaults()
+                            .withMinExtensionTokens(P)
+                            .withSoftDeadlineMs(60_000)))
+                .paused()
+                .conclude())) {
       reader.resume();
       Thread.sleep(50); // let the first idle rounds pass
       roundsBefore = reader.stats().rounds();
@@ -379,14 +393,17 @@ class EngineL3Test {
         };
     Recorder r = new Recorder();
     try (Engine reader =
-        Engine.paused(
-            model,
-            EngineTest.small(1024),
-            OptionalInt.empty(),
-            r,
-            l3(
-                gated,
-                StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(60_000)))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(1024))
+                .observer(r)
+                .l3(
+                    l3(
+                        gated,
+                        StorageConfig.defaults()
+                            .withMinExtensionTokens(P)
+                            .withSoftDeadlineMs(60_000)))
+                .paused()
+                .conclude())) {
       reader.resume();
       RequestHandle first = reader.submit(extended, SamplingParams.greedy(8));
       assertTrue(

@@ -20,7 +20,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.TreeMap;
@@ -60,12 +59,12 @@ class EngineL3WeightUpdateTest {
 
   private Engine engine(Checked rec, Store store) {
     Engine e =
-        Engine.paused(
-            model,
-            EngineTest.small(256),
-            OptionalInt.empty(),
-            rec,
-            EngineL3FaultsTest.settings(store));
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(rec)
+                .l3(EngineL3FaultsTest.settings(store))
+                .paused()
+                .conclude());
     e.resume();
     return e;
   }

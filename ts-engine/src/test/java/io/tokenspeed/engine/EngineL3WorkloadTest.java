@@ -24,7 +24,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -185,7 +184,7 @@ class EngineL3WorkloadTest {
     volatile CompletableFuture<List<String>> baseline;
 
     @Override
-    public void afterRound(Engine e) {
+    public void afterRound(EngineView e) {
       super.afterRound(e);
       int n = e.scheduler().retractedThisRound().size();
       mostRetractionsInOneRound.accumulateAndGet(n, Math::max);
@@ -199,7 +198,7 @@ class EngineL3WorkloadTest {
       }
     }
 
-    private static List<String> offBaseline(Engine e) {
+    private static List<String> offBaseline(EngineView e) {
       List<String> off = new ArrayList<>();
       StorageTransferManager stm = e.storageTransferManager();
       Scheduler s = e.scheduler();
@@ -256,7 +255,8 @@ class EngineL3WorkloadTest {
     }
     Checked rec = new Checked();
     Run r;
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       r = rec.await(e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens())));
     }
     aloneRuns.put(j.id(), r);
@@ -318,7 +318,8 @@ class EngineL3WorkloadTest {
     String counters;
     long queriesBefore = 0;
     long queriesAfterClear;
-    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), obs, l3)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, config).observer(obs).l3(l3).paused().conclude())) {
       for (int b = 0; b < BURSTS; b++) {
         List<Job> burst = bursts.get(b);
         List<RequestHandle> handles = new ArrayList<>();

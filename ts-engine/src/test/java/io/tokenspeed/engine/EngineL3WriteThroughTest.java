@@ -22,7 +22,6 @@ import java.util.EnumMap;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
@@ -65,7 +64,8 @@ class EngineL3WriteThroughTest {
       throws Exception {
     Checked rec = new Checked();
     Run run;
-    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), rec, l3)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, config).observer(rec).l3(l3).paused().conclude())) {
       e.resume();
       run = rec.await(e.submit(prompt, SamplingParams.greedy(8)));
     } // close drains the write-through's PUTs
@@ -148,7 +148,7 @@ class EngineL3WriteThroughTest {
     Checked rec =
         new Checked() {
           @Override
-          public void afterRound(Engine e) {
+          public void afterRound(EngineView e) {
             super.afterRound(e);
             StorageCounters c = e.storageTransferManager().counters();
             for (DropReason r : DropReason.values()) {
@@ -158,7 +158,9 @@ class EngineL3WriteThroughTest {
         };
     int needed;
     int hostBlocks;
-    try (Engine e = Engine.paused(model, tinyHost, OptionalInt.empty(), rec, l3(store))) {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(model, tinyHost).observer(rec).l3(l3(store)).paused().conclude())) {
       e.resume();
       rec.await(e.submit(prompt, SamplingParams.greedy(8)));
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);

@@ -174,7 +174,8 @@ class EngineLogprobsTest {
     int[] prompt = rnd.ints(5 + rnd.nextInt(60), 0, model.vocabSize()).toArray();
     int numTop = 1 + rnd.nextInt(TokenLogprobs.MAX_TOP_LOGPROBS);
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       RequestHandle h = e.submit(prompt, SamplingParams.greedy(12), numTop);
       assertEquals(numTop, h.topLogprobs());
       Streamed s = streamOk(h, rec);
@@ -206,7 +207,8 @@ class EngineLogprobsTest {
             .withSeed(seed)
             .withMaxTokens(40);
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       Streamed greedy = streamOk(e.submit(prompt, SamplingParams.greedy(40), 5), rec);
       Streamed hotRun = streamOk(e.submit(prompt, hot, 1), rec);
       Streamed filteredRun = streamOk(e.submit(prompt, filtered, 5), rec);
@@ -260,7 +262,8 @@ class EngineLogprobsTest {
     List<Streamed> alone = new ArrayList<>();
     for (Ask a : asks) {
       Recorder rec = new Recorder();
-      try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+      try (Engine e =
+          Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
         Streamed s = streamOk(e.submit(a.prompt(), a.params(), a.numTop()), rec);
         assertEquals(s.tokens().length, s.logprobs().size());
         alone.add(s);
@@ -273,7 +276,8 @@ class EngineLogprobsTest {
     for (EngineConfig config :
         List.of(withBudget(512, 64), withBudget(512, 7), withBudget(single, 64))) {
       Recorder rec = new Recorder();
-      try (Engine e = Engine.paused(model, config, OptionalInt.empty(), rec)) {
+      try (Engine e =
+          Engine.start(EngineSettings.of(model, config).observer(rec).paused().conclude())) {
         List<RequestHandle> hs = new ArrayList<>();
         for (Ask a : asks) {
           hs.add(e.submit(a.prompt(), a.params(), a.numTop()));
@@ -294,7 +298,9 @@ class EngineLogprobsTest {
     }
     // a Host hit: every cached Device block is demoted at once, the prompt loaded back
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.alwaysDemote(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.alwaysDemote(256)).observer(rec).conclude())) {
       for (int i = 0; i < 2; i++) {
         Ask a = asks.get(i);
         streamOk(e.submit(a.prompt(), a.params(), a.numTop()), rec);
@@ -323,7 +329,8 @@ class EngineLogprobsTest {
     CausalLm model = models.get(GEMMA3);
     int[] prompt = new SplittableRandom(7).ints(25, 0, model.vocabSize()).toArray();
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
       Streamed zero = streamOk(e.submit(prompt, SamplingParams.greedy(10), 0), rec);
       Streamed twenty = streamOk(e.submit(prompt, SamplingParams.greedy(10), 20), rec);
       RequestHandle plain = e.submit(prompt, SamplingParams.greedy(10));
@@ -354,7 +361,7 @@ class EngineLogprobsTest {
     EngineObserver observer =
         new EngineObserver() {
           @Override
-          public void afterRound(Engine e) {
+          public void afterRound(EngineView e) {
             rec.afterRound(e);
           }
 
@@ -371,7 +378,9 @@ class EngineLogprobsTest {
             }
           }
         };
-    try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), observer)) {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256)).observer(observer).conclude())) {
       RequestHandle h = e.submit(prompt, SamplingParams.greedy(200), 5);
       for (int i = 0; i < 3; i++) {
         int token = h.nextToken(60, TimeUnit.SECONDS).getAsInt();
@@ -402,7 +411,8 @@ class EngineLogprobsTest {
     CausalLm model = models.get(LLAMA);
     int[] prompt = new SplittableRandom(5).ints(9, 0, model.vocabSize()).toArray();
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(model, EngineTest.small(64), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, EngineTest.small(64)).observer(rec).conclude())) {
       RequestHandle bad = e.submit(prompt, SamplingParams.greedy(4), topLogprobs);
       GenerationResult r = bad.result().get(10, TimeUnit.SECONDS);
       assertEquals("error", r.finishReason());

@@ -21,7 +21,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -108,7 +107,9 @@ class EngineMetricsTest {
   void shouldReadIdleWhenRequestsFinishAndPublishAtMostOncePerSecondWhileBusy() throws Exception {
     Snapshots rec = new Snapshots();
     SplittableRandom rnd = new SplittableRandom(5);
-    try (Engine e = Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, null)) {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256)).observer(rec).paused().conclude())) {
       EngineMetrics fresh = e.metrics();
       assertNotNull(fresh, "a snapshot exists before the first round");
       assertTrue(fresh.idle());
@@ -259,7 +260,12 @@ class EngineMetricsTest {
     CountingStore store = new CountingStore();
     Snapshots rec = new Snapshots();
     try (Engine e =
-        Engine.paused(model, EngineTest.small(256), OptionalInt.empty(), rec, l3(store))) {
+        Engine.start(
+            EngineSettings.of(model, EngineTest.small(256))
+                .observer(rec)
+                .l3(l3(store))
+                .paused()
+                .conclude())) {
       EngineMetrics fresh = e.metrics();
       EngineMetrics.Storage s0 = fresh.storage().orElseThrow();
       assertFalse(s0.pending());

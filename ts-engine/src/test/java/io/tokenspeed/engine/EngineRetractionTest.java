@@ -10,7 +10,6 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterAll;
@@ -90,7 +89,8 @@ class EngineRetractionTest {
     List<Run> alone = new ArrayList<>();
     for (int i = 0; i < REQUESTS; i++) {
       Recorder rec = new Recorder();
-      try (Engine e = Engine.start(model, EngineTest.small(256), OptionalInt.empty(), rec)) {
+      try (Engine e =
+          Engine.start(EngineSettings.of(model, EngineTest.small(256)).observer(rec).conclude())) {
         alone.add(
             EngineTest.await(
                 e.submit(prompts.get(i), SamplingParams.greedy(maxTokens.get(i))), rec));
@@ -103,7 +103,7 @@ class EngineRetractionTest {
     EngineObserver observer =
         new EngineObserver() {
           @Override
-          public void afterRound(Engine e) {
+          public void afterRound(EngineView e) {
             if (e.scheduler().retractedThisRound().size() > 1) {
               severalInOneRound.incrementAndGet();
             }
@@ -117,7 +117,8 @@ class EngineRetractionTest {
         };
     long retractions;
     List<String> differ = new ArrayList<>();
-    try (Engine e = Engine.paused(model, config, OptionalInt.empty(), observer)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(model, config).observer(observer).paused().conclude())) {
       List<RequestHandle> handles = new ArrayList<>();
       for (int i = 0; i < REQUESTS; i++) {
         handles.add(e.submit(prompts.get(i), SamplingParams.greedy(maxTokens.get(i))));

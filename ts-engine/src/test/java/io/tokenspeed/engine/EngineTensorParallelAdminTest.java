@@ -18,7 +18,6 @@ import io.tokenspeed.scheduler.StorageConfig;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -54,7 +53,7 @@ class EngineTensorParallelAdminTest {
   void load() {
     folder = Fixtures.extract("llama", dir);
     single = CausalLm.load(folder);
-    reference = Engine.start(single, EngineTest.small(256), OptionalInt.empty());
+    reference = Engine.start(EngineSettings.of(single, EngineTest.small(256)).conclude());
   }
 
   @AfterAll

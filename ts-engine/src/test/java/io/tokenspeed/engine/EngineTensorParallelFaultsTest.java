@@ -20,7 +20,6 @@ import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -136,7 +135,7 @@ class EngineTensorParallelFaultsTest {
   void writePrefix() throws Exception {
     folder = Fixtures.extract("llama", dir);
     try (CausalLm model = CausalLm.load(folder);
-        Engine single = Engine.start(model, EngineTest.small(256), OptionalInt.empty())) {
+        Engine single = Engine.start(EngineSettings.of(model, EngineTest.small(256)).conclude())) {
       prompt = new SplittableRandom(53).ints(81, 0, model.vocabSize()).toArray();
       want =
           single

@@ -9,7 +9,6 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
@@ -33,7 +32,7 @@ class EngineTensorParallelL3Test {
     int[] prompt;
     int[] want;
     try (CausalLm model = CausalLm.load(folder);
-        Engine single = Engine.start(model, EngineTest.small(256), OptionalInt.empty())) {
+        Engine single = Engine.start(EngineSettings.of(model, EngineTest.small(256)).conclude())) {
       prompt = new SplittableRandom(47).ints(81, 0, model.vocabSize()).toArray();
       want =
           single

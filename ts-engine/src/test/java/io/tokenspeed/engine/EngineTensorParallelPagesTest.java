@@ -19,7 +19,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
@@ -83,7 +82,7 @@ class EngineTensorParallelPagesTest {
   private static int[] single(Path folder, EngineConfig config, int[] prompt, int n)
       throws Exception {
     try (CausalLm model = CausalLm.load(folder);
-        Engine e = Engine.start(model, config, OptionalInt.empty())) {
+        Engine e = Engine.start(EngineSettings.of(model, config).conclude())) {
       return e.submit(prompt, SamplingParams.greedy(n)).result().get(60, TimeUnit.SECONDS).tokens();
     }
   }

@@ -12,7 +12,6 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -85,7 +84,7 @@ class EngineTensorParallelRetractionTest {
       maxTokens.add(24 + rnd.nextInt(17));
     }
     List<int[]> alone = new ArrayList<>();
-    try (Engine e = Engine.start(single, EngineTest.small(256), OptionalInt.empty())) {
+    try (Engine e = Engine.start(EngineSettings.of(single, EngineTest.small(256)).conclude())) {
       for (int i = 0; i < REQUESTS; i++) {
         e.clearCache().get(10, TimeUnit.SECONDS);
         GenerationResult r =
@@ -106,7 +105,7 @@ class EngineTensorParallelRetractionTest {
     Checked leaderCheck =
         new Checked() {
           @Override
-          public void afterRound(Engine e) {
+          public void afterRound(EngineView e) {
             if (e.scheduler().retractedThisRound().size() > 1) {
               severalInOneRound.incrementAndGet();
             }

@@ -20,7 +20,6 @@ import java.net.ServerSocket;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -111,7 +110,7 @@ class EngineTensorParallelTest {
       List<Long> sorted = new ArrayList<>(queueMs);
       sorted.sort(null);
       assertTrue(
-          sorted.get(sorted.size() / 2) < EventLoop.HEARTBEAT_MS / 2,
+          sorted.get(sorted.size() / 2) < LoopRunner.HEARTBEAT_MS / 2,
           "median wait before admission (ms) " + queueMs);
     }
   }
@@ -124,7 +123,8 @@ class EngineTensorParallelTest {
     List<int[]> want;
     try (CausalLm model = CausalLm.load(folder)) {
       w = Workload.of(fixture.hashCode(), model.vocabSize(), 6);
-      try (Engine single = Engine.start(model, EngineTest.small(256), OptionalInt.empty())) {
+      try (Engine single =
+          Engine.start(EngineSettings.of(model, EngineTest.small(256)).conclude())) {
         want = serve(single, w);
       }
     }
@@ -144,12 +144,10 @@ class EngineTensorParallelTest {
         started.add(
             starts.submit(
                 () ->
-                    Engine.startRank(
-                        models.get(rank),
-                        EngineTest.small(256),
-                        OptionalInt.empty(),
-                        null,
-                        controls.get(rank))));
+                    Engine.start(
+                        EngineSettings.of(models.get(rank), EngineTest.small(256))
+                            .control(controls.get(rank))
+                            .conclude())));
       }
       for (Future<Engine> f : started) {
         engines.add(f.get(60, TimeUnit.SECONDS));

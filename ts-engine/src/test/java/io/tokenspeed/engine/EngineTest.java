@@ -16,7 +16,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -90,7 +89,7 @@ class EngineTest {
     volatile boolean releaseSquat;
 
     @Override
-    public void afterRound(Engine e) {
+    public void afterRound(EngineView e) {
       deviceCached = e.cache().device().cachedCount();
       hostCached = e.cache().host().cachedCount();
       if (squatOn != null && !squatDone && deviceCached == 0 && e.activeCount() == 0) {
@@ -121,7 +120,7 @@ class EngineTest {
       }
     }
 
-    private void squat(Engine e) {
+    private void squat(EngineView e) {
       var device = e.cache().device();
       int groups = squatOn.length;
       for (int g = 0; g < groups; g++) {
@@ -234,7 +233,8 @@ class EngineTest {
   void shouldReproduceTransformersGreedyIdsThroughTheEngine(String fixture, int p)
       throws Exception {
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(models.get(fixture), small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(models.get(fixture), small(256)).observer(rec).conclude())) {
       Run r = await(e.submit(prompt(fixture, p), SamplingParams.greedy(16)), rec);
       assertArrayEquals(
           Fixtures.referenceInts(folders.get(fixture), "greedy_" + p), r.tokens(), "greedy ids");
@@ -247,7 +247,8 @@ class EngineTest {
   @MethodSource("allPrompts")
   void shouldGiveIdenticalOutputOnAFullDeviceHit(String fixture, int p) throws Exception {
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(models.get(fixture), small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(models.get(fixture), small(256)).observer(rec).conclude())) {
       int[] prompt = prompt(fixture, p);
       Run cold = await(e.submit(prompt, SamplingParams.greedy(8)), rec);
       Run hit = await(e.submit(prompt, SamplingParams.greedy(8)), rec);
@@ -265,13 +266,15 @@ class EngineTest {
     Recorder rec = new Recorder();
     int[] prompt = prompt(fixture, 2); // 133 tokens
     Run cold;
-    try (Engine e = Engine.start(models.get(fixture), small(256), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(models.get(fixture), small(256)).observer(rec).conclude())) {
       cold = await(e.submit(prompt, SamplingParams.greedy(8)), rec);
     }
     // every cached Device block is demoted to the Host at once: the second run loads them back
     Recorder rec2 = new Recorder(); // request ids start again in a new engine
     try (Engine e =
-        Engine.start(models.get(fixture), alwaysDemote(256), OptionalInt.empty(), rec2)) {
+        Engine.start(
+            EngineSettings.of(models.get(fixture), alwaysDemote(256)).observer(rec2).conclude())) {
       Run first = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
       int[][] before = rec2.tables.get(first.result().requestId());
       // once every cached Device block is demoted, the first run's Device blocks are taken and
@@ -324,7 +327,7 @@ class EngineTest {
     List<Run> alone = new ArrayList<>();
     for (int[] p : prompts) {
       Recorder rec = new Recorder();
-      try (Engine e = Engine.start(model, small(256), OptionalInt.empty(), rec)) {
+      try (Engine e = Engine.start(EngineSettings.of(model, small(256)).observer(rec).conclude())) {
         alone.add(await(e.submit(p, SamplingParams.greedy(40)), rec));
       }
     }
@@ -340,7 +343,9 @@ class EngineTest {
         kinds.stream().anyMatch(k -> !(k instanceof io.tokenspeed.core.GroupKind.StateCheckpoints));
     for (int deviceParents : new int[] {512, 2 * single, single}) {
       Recorder r2 = new Recorder();
-      try (Engine e = Engine.paused(model, small(deviceParents), OptionalInt.empty(), r2)) {
+      try (Engine e =
+          Engine.start(
+              EngineSettings.of(model, small(deviceParents)).observer(r2).paused().conclude())) {
         List<RequestHandle> hs = new ArrayList<>();
         for (int[] p : prompts) {
           hs.add(e.submit(p, SamplingParams.greedy(40)));
@@ -385,7 +390,8 @@ class EngineTest {
   @ValueSource(strings = {"llama"})
   void shouldRejectBadInputAndKeepServingTheOthers(String fixture) throws Exception {
     Recorder rec = new Recorder();
-    try (Engine e = Engine.start(models.get(fixture), small(64), OptionalInt.empty(), rec)) {
+    try (Engine e =
+        Engine.start(EngineSettings.of(models.get(fixture), small(64)).observer(rec).conclude())) {
       RequestHandle good = e.submit(prompt(fixture, 1), SamplingParams.greedy(8));
       GenerationResult empty =
           e.submit(new int[0], SamplingParams.greedy(4)).result().get(10, TimeUnit.SECONDS);

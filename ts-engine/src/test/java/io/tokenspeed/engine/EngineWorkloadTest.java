@@ -76,7 +76,7 @@ class EngineWorkloadTest {
     EngineTest.Recorder rec = new EngineTest.Recorder();
     List<RequestHandle> handles = new ArrayList<>();
     List<List<Integer>> streamed = new ArrayList<>();
-    try (Engine e = Engine.start(model, config, OptionalInt.empty(), rec)) {
+    try (Engine e = Engine.start(EngineSettings.of(model, config).observer(rec).conclude())) {
       for (int i = 0; i < jobs.size(); i++) {
         Job j = jobs.get(i);
         RequestHandle h = e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens()));
@@ -135,7 +135,7 @@ class EngineWorkloadTest {
   }
 
   private int[] aloneRun(Job j) {
-    try (Engine e = Engine.start(model, EngineTest.small(512), OptionalInt.empty())) {
+    try (Engine e = Engine.start(EngineSettings.of(model, EngineTest.small(512)).conclude())) {
       return e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens()))
           .result()
           .get(60, TimeUnit.SECONDS)

@@ -9,7 +9,6 @@ import io.tokenspeed.model.parallel.Shard;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.OptionalInt;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -91,13 +90,12 @@ final class TpReplica implements AutoCloseable {
         started.add(
             starts.submit(
                 () ->
-                    Engine.startRank(
-                        replica.models.get(rank),
-                        configs.apply(rank),
-                        OptionalInt.empty(),
-                        l3 == null ? null : l3.apply(rank),
-                        controls.get(rank),
-                        observers.apply(rank))));
+                    Engine.start(
+                        EngineSettings.of(replica.models.get(rank), configs.apply(rank))
+                            .l3(l3 == null ? null : l3.apply(rank))
+                            .control(controls.get(rank))
+                            .observer(observers.apply(rank))
+                            .conclude())));
       }
       for (Future<Engine> f : started) {
         replica.engines.add(f.get(60, TimeUnit.SECONDS));

@@ -9,11 +9,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.Tier;
-import io.tokenspeed.core.CacheField;
-import io.tokenspeed.core.CacheGroupSpec;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
-import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.StorageOp;
 import java.util.ArrayList;
@@ -54,28 +51,12 @@ class StmTailTest {
     return LongStream.rangeClosed(1, 8).map(i -> 0x7A11_0000L + i * 104_729);
   }
 
+  /** The fixture's layout without its State group. */
   private StmFixture fixture() {
+    CacheLayout full = StmFixture.layout();
     StmFixture f =
         new StmFixture(
-            new CacheLayout(
-                64,
-                "bf16",
-                List.of(
-                    new CacheGroupSpec(
-                        0,
-                        new GroupKind.FullHistory(),
-                        16,
-                        List.of(new CacheField("kv", 64)),
-                        null),
-                    new CacheGroupSpec(
-                        1,
-                        new GroupKind.SlidingWindow(80),
-                        32,
-                        List.of(new CacheField("kv", 128)),
-                        null))),
-            StmFixture.config(),
-            64,
-            512);
+            new CacheLayout(64, "bf16", full.groups().subList(0, 2)), StmFixture.config(), 64, 512);
     fixtures.add(f);
     return f;
   }

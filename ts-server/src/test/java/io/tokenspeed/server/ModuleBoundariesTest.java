@@ -14,6 +14,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import javax.xml.XMLConstants;
 import javax.xml.parsers.DocumentBuilder;
 import javax.xml.parsers.DocumentBuilderFactory;
@@ -31,6 +33,10 @@ import org.w3c.dom.Node;
  * counts, and so does a dependency that only arrives transitively. The test-only modules ({@link
  * #TEST_ONLY}) are the other way round: no module may reach them outside test scope, except the
  * modules on no product path ({@link #OFF_PRODUCT_PATH}).
+ *
+ * <p>Inside ts-engine the arrows point downward too: {@code Engine} is the façade that wires the
+ * owners together, and no class it wires refers back to it ({@link #FACADE}); the sources are read
+ * with comments and string literals left out, so a sentence may still name it.
  */
 class ModuleBoundariesTest {
 
@@ -41,6 +47,7 @@ class ModuleBoundariesTest {
           Rule.mayOnlyReach("ts-cache", "ts-core"),
           Rule.mayOnlyReach("ts-l3", "ts-core"),
           Rule.mayOnlyReach("ts-model", "ts-core"),
+          Rule.mayOnlyReach("ts-cuda", "ts-core", "ts-model"),
           Rule.mayOnlyReach("ts-l3-redis", "ts-core", "ts-l3"),
           Rule.mayOnlyReach("ts-testkit", "ts-core"),
           Rule.mustNotReach(
@@ -66,6 +73,19 @@ class ModuleBoundariesTest {
   static final Set<String> OFF_PRODUCT_PATH = Set.of("ts-bench");
 
   private static final String GROUP_ID = "io.tokenspeed";
+
+  /** The engine's package, below which only the façade may refer to {@code Engine}. */
+  static final String ENGINE_PACKAGE_DIR = "ts-engine/src/main/java/io/tokenspeed/engine";
+
+  /** The source files of {@link #ENGINE_PACKAGE_DIR} that may refer to {@code Engine}. */
+  static final Set<String> FACADE = Set.of("Engine.java");
+
+  private static final Pattern ENGINE_NAME = Pattern.compile("\\bEngine\\b");
+
+  /** Block and line comments, and string, text-block and character literals. */
+  private static final Pattern NOT_CODE =
+      Pattern.compile(
+          "/\\*(?s:.*?)\\*/|//[^\\n]*|\"\"\"(?s:.*?)\"\"\"|\"(?:\\\\.|[^\"\\\\])*\"|'(?:\\\\.|[^'\\\\])*'");
 
   /**
    * A module's allowed reach: either an allow-list ({@code only}) or a deny-list.
@@ -178,6 +198,27 @@ class ModuleBoundariesTest {
     return paths;
   }
 
+  /**
+   * The source files under {@code packageDir} (subpackages included), apart from {@code facade},
+   * whose code refers to {@code Engine}: paths relative to {@code packageDir}, sorted.
+   */
+  static List<String> engineReferences(Path packageDir, Set<String> facade) throws IOException {
+    List<String> out = new ArrayList<>();
+    try (Stream<Path> files = Files.walk(packageDir)) {
+      for (Path file : files.filter(f -> f.toString().endsWith(".java")).sorted().toList()) {
+        String relative = packageDir.relativize(file).toString().replace('\\', '/');
+        if (facade.contains(relative)) {
+          continue;
+        }
+        String code = NOT_CODE.matcher(Files.readString(file)).replaceAll(" ");
+        if (ENGINE_NAME.matcher(code).find()) {
+          out.add(relative);
+        }
+      }
+    }
+    return out;
+  }
+
   private static Element parse(Path pom) throws Exception {
     DocumentBuilderFactory f = DocumentBuilderFactory.newInstance();
     f.setFeature("http://apache.org/xml/features/disallow-doctype-decl", true);
@@ -210,6 +251,37 @@ class ModuleBoundariesTest {
     assertTrue(graph.keySet().containsAll(List.of("ts-core", "ts-server")), graph::toString);
     assertEquals(List.of(), check(graph, RULES));
     assertEquals(List.of(), checkTestOnly(graph, TEST_ONLY, OFF_PRODUCT_PATH));
+  }
+
+  @Test
+  void shouldFindNoClassBelowTheEngineFacadeReferringToIt() throws Exception {
+    Path engine = ReactorRoot.find().resolve(ENGINE_PACKAGE_DIR);
+    assertTrue(Files.isRegularFile(engine.resolve("Engine.java")), engine::toString);
+    assertEquals(List.of(), engineReferences(engine, FACADE));
+  }
+
+  @Test
+  void shouldReportExactlyTheClassesWhoseCodeRefersToEngineWhenSourcesArePlanted(@TempDir Path dir)
+      throws Exception {
+    Files.createDirectories(dir.resolve("l3"));
+    Files.writeString(dir.resolve("Engine.java"), "final class Engine { Engine self; }");
+    Files.writeString(dir.resolve("Round.java"), "final class Round { private Engine engine; }");
+    Files.writeString(
+        dir.resolve("l3/Tier.java"),
+        "final class Tier { void f(io.tokenspeed.engine.Engine e) {} }");
+    Files.writeString(
+        dir.resolve("Quiet.java"),
+        """
+        /** Handed to the {@link Engine}'s round. */
+        final class Quiet {
+          EngineConfig config; // not the Engine
+          String s = "Engine";
+          char c = 'E';
+          EngineView view;
+        }
+        """);
+    assertEquals(
+        List.of("Round.java", "l3/Tier.java"), engineReferences(dir, Set.of("Engine.java")));
   }
 
   @Test

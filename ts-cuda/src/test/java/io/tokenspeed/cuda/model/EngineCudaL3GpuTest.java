@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.TokenLogprobs;
@@ -35,7 +36,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -118,7 +118,10 @@ class EngineCudaL3GpuTest {
 
   static Run serveFresh(CudaDeviceModel m, Store store, int[] prompt) throws Exception {
     try (Engine e =
-        Engine.start(m, config(), OptionalInt.empty(), store == null ? null : settings(store, m))) {
+        Engine.start(
+            EngineSettings.of(m, config())
+                .l3(store == null ? null : settings(store, m))
+                .conclude())) {
       return serve(e, prompt);
     }
   }

@@ -23,6 +23,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Optional;
 import java.util.Set;
+import java.util.function.LongSupplier;
 
 /**
  * L3 under one engine (TP = 1): the executor over the store and the Host allocation, and the
@@ -54,12 +55,13 @@ public final class StorageTier {
 
   /**
    * Checks what the rank will store ({@link StoragePayloads}), starts the executor over {@code
-   * settings.store()} and {@code hostAllocation}, and joins a one-rank mesh on a loopback port. On
-   * failure nothing is left running and the store is closed.
+   * settings.store()} and {@code hostAllocation} (its job ages read {@code nanoClock}), and joins a
+   * one-rank mesh on a loopback port. On failure nothing is left running and the store is closed.
    */
   public static StorageTier start(
-      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation) throws Exception {
-    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1);
+      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, LongSupplier nanoClock)
+      throws Exception {
+    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock);
     try {
       ServerSocketChannel listener =
           ServerSocketChannel.open()
@@ -87,13 +89,22 @@ public final class StorageTier {
    * failure nothing is left running and the store is closed.
    */
   public static StorageTier onReplica(
-      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, int tpSize)
+      L3Settings settings,
+      StorageJobs jobs,
+      MemorySegment hostAllocation,
+      int tpSize,
+      LongSupplier nanoClock)
       throws Exception {
-    return new StorageTier(jobs, startExecutor(settings, jobs, hostAllocation, tpSize), null);
+    return new StorageTier(
+        jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock), null);
   }
 
   private static L3Executor startExecutor(
-      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, int tpSize)
+      L3Settings settings,
+      StorageJobs jobs,
+      MemorySegment hostAllocation,
+      int tpSize,
+      LongSupplier nanoClock)
       throws Exception {
     try {
       StoragePayloads.validate(jobs.layout(), tpSize, jobs.namespace(), settings.store());
@@ -102,7 +113,7 @@ public final class StorageTier {
       throw e;
     }
     return L3Executor.start(
-        settings.store(), settings.runtime().executor(), hostAllocation, System::nanoTime);
+        settings.store(), settings.runtime().executor(), hostAllocation, nanoClock);
   }
 
   /** The translation of storage commands into this rank's jobs. */

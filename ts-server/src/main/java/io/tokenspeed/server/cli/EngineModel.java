@@ -2,6 +2,7 @@ package io.tokenspeed.server.cli;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
@@ -98,15 +99,12 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
         l3 == null || l3.attentionBackend().equals(attentionBackend())
             ? l3
             : new L3Settings(l3.store(), l3.runtime(), attentionBackend());
-    if (device != null) {
-      return Engine.start(device, config, eos, settings);
+    EngineSettings.Builder engine =
+        device != null ? EngineSettings.of(device, config) : EngineSettings.of(cpu, config);
+    if (device == null && tp != null && tp.ranked()) {
+      engine.control(tp.control());
     }
-    if (tp != null && tp.ranked()) {
-      return Engine.startRank(cpu, config, eos, settings, tp.control());
-    }
-    return settings == null
-        ? Engine.start(cpu, config, eos)
-        : Engine.start(cpu, config, eos, settings);
+    return Engine.start(engine.eosId(eos).l3(settings).conclude());
   }
 
   /** Frees what was loaded: the CPU model, or the GPU's binding, weights and device. */

@@ -2,6 +2,7 @@ package io.tokenspeed.server.cli;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.FileNames;
@@ -162,12 +163,12 @@ final class StorageOptions {
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage) {
     if (storage.isEmpty()) {
-      return Engine.start(lm, config, eos);
+      return Engine.start(EngineSettings.of(lm, config).eosId(eos).conclude());
     }
     StorageExtraConfig.Resolved l3 = storage.get();
     L3Settings settings = openL3(l3);
     try {
-      return Engine.start(lm, config, eos, settings);
+      return Engine.start(EngineSettings.of(lm, config).eosId(eos).l3(settings).conclude());
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

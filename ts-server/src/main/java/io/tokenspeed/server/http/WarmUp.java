@@ -2,6 +2,7 @@ package io.tokenspeed.server.http;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.l3.L3Settings;
@@ -72,7 +73,7 @@ public final class WarmUp {
 
       @Override
       public Engine start(EngineConfig config, OptionalInt eos, L3Settings l3) {
-        return l3 == null ? Engine.start(model, config, eos) : Engine.start(model, config, eos, l3);
+        return Engine.start(EngineSettings.of(model, config).eosId(eos).l3(l3).conclude());
       }
     };
   }

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.checkpoint.DType;
@@ -22,7 +23,6 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.function.Function;
 
 /**
@@ -147,10 +147,7 @@ final class TestServer implements AutoCloseable {
             base.demoteBelowFreeParents(),
             2,
             maxQueued);
-    Engine engine =
-        l3 == null
-            ? Engine.start(model, config, OptionalInt.empty())
-            : Engine.start(model, config, OptionalInt.empty(), l3);
+    Engine engine = Engine.start(EngineSettings.of(model, config).l3(l3).conclude());
     TestServer s = new TestServer(model, engine, maxBodyBytes, chatPrompt, headerTimeoutMs);
     if (ready) {
       s.state.ready();

@@ -1,0 +1,239 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.DeploymentIdentity;
+import io.tokenspeed.core.Namespace;
+import io.tokenspeed.engine.l3.StorageTier;
+import io.tokenspeed.l3.spi.NamespaceDeletion;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.model.ModelIdentity;
+import io.tokenspeed.model.device.DeviceModel;
+import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageTransferManager;
+import java.nio.charset.StandardCharsets;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.LongSupplier;
+
+/**
+ * The engine's administration: cache clears, namespace rotations and weight updates. A command is
+ * applied in two places: the caller's side ({@link #command}) hands it to the loop — as a task on a
+ * single rank, through the exchange on a replica, where every rank applies it in the round that
+ * agrees on it — and the loop's side ({@link #apply}) changes the scheduler, Host publication and
+ * the storage tier between rounds.
+ *
+ * <p>A weight update's slow steps (waiting for storage operations to retire, deleting the old
+ * namespace) run on the calling thread, never the loop's: a slow store delays the update, never a
+ * round. Updates and rotations are serialized among themselves.
+ */
+final class EngineAdmin {
+  /** How long a weight update waits for the storage operations in the store to retire. */
+  static final long WEIGHT_UPDATE_RETIREMENT_MS = 60_000;
+
+  private final DeviceModel model;
+  private final CacheLayout layout;
+  private final String attentionBackend;
+  private final Scheduler scheduler;
+  private final HostPublication publication;
+
+  /** L3 under the Host tier, or null without a backend (then so are the store and manager). */
+  private final StorageTier storage;
+
+  private final StorageTransferManager stm;
+  private final Store store;
+
+  /** The replica's exchange at TP > 1; null for a single rank. */
+  private final Replica replica;
+
+  private final LoopProxy loop;
+  private final LongSupplier nanoClock;
+  private volatile String weightVersion;
+
+  /** Serializes weight updates. */
+  private final Object weightUpdates = new Object();
+
+  EngineAdmin(
+      DeviceModel model,
+      CacheLayout layout,
+      String attentionBackend,
+      Scheduler scheduler,
+      HostPublication publication,
+      StorageTier storage,
+      StorageTransferManager stm,
+      Store store,
+      Replica replica,
+      LoopProxy loop,
+      LongSupplier nanoClock) {
+    this.model = model;
+    this.layout = layout;
+    this.attentionBackend = attentionBackend;
+    this.scheduler = scheduler;
+    this.publication = publication;
+    this.storage = storage;
+    this.stm = stm;
+    this.store = store;
+    this.replica = replica;
+    this.loop = loop;
+    this.nanoClock = nanoClock;
+    this.weightVersion = model.identity().weightVersion();
+  }
+
+  /**
+   * The namespace of {@code model}'s deployment identity at weight version {@code version}, with
+   * {@code layout} and {@code attentionBackend}.
+   */
+  static Namespace namespaceFor(
+      DeviceModel model, CacheLayout layout, String attentionBackend, String version) {
+    ModelIdentity mi = model.identity();
+    return Namespace.of(
+        new DeploymentIdentity(
+            mi.modelId(),
+            mi.checkpointRevision(),
+            version,
+            null,
+            null,
+            layout,
+            model.shard().size(),
+            1,
+            1,
+            1,
+            attentionBackend));
+  }
+
+  /** The weight version of the deployment identity (the model's, or the last update's). */
+  String weightVersion() {
+    return weightVersion;
+  }
+
+  /**
+   * Applies {@code command}: on a single rank on the loop thread before its next round; on a
+   * replica, the leader sends it through the exchange and every rank applies it in the round that
+   * agrees on it. Completes once this rank (the leader) has applied it.
+   */
+  CompletableFuture<Void> command(Replica.Command command) {
+    if (replica == null) {
+      return loop.onLoop(
+          () -> {
+            apply(command);
+            return null;
+          });
+    }
+    if (loop.closing()) {
+      return CompletableFuture.failedFuture(new IllegalStateException("engine is closed"));
+    }
+    CompletableFuture<Void> done = replica.command(command);
+    loop.wake();
+    return done;
+  }
+
+  /**
+   * What an administrative command does to this rank (on the loop thread, between rounds; on a
+   * replica in the agreed round that carried it, the same on every rank). {@link Replica.Kind#STOP}
+   * is the loop's.
+   */
+  void apply(Replica.Command command) {
+    switch (command.kind()) {
+      case CLEAR_ALL -> {
+        scheduler.clearAll();
+        publication.clearBackups();
+      }
+      case CLEAR_DEVICE -> scheduler.clearDevice();
+      case ROTATE -> rotate(command.weightVersion());
+      case SWITCH -> {
+        rotate(command.weightVersion());
+        scheduler.fenceStorage(false);
+      }
+      case FENCE_STORAGE -> scheduler.fenceStorage(true);
+      case LIFT_FENCE -> scheduler.fenceStorage(false);
+      case STOP -> throw new IllegalArgumentException("a stop is the loop's to apply");
+    }
+  }
+
+  /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
+  private void rotate(String version) {
+    scheduler.clearAll();
+    publication.clearBackups();
+    if (storage != null) {
+      storage.switchNamespace(namespaceFor(model, layout, attentionBackend, version));
+    }
+    weightVersion = version; // after the namespace: whoever reads the version reads its namespace
+  }
+
+  /**
+   * A weight update: fence, wait for retirement, delete the old namespace, switch (the façade's
+   * {@code updateWeightVersion} says each step and what a failure leaves).
+   */
+  NamespaceDeletion updateWeights(String version) throws Exception {
+    checkVersion(version);
+    synchronized (weightUpdates) {
+      String current = loop.onLoop(() -> weightVersion).get();
+      NamespaceDeletion deletion = NamespaceDeletion.NONE;
+      if (storage != null) {
+        command(Replica.Command.FENCE_STORAGE).get();
+        try {
+          awaitStorageRetired();
+          deletion =
+              store.purgeNamespace(
+                  namespaceFor(model, layout, attentionBackend, current).toString());
+        } catch (Exception | Error e) {
+          command(Replica.Command.LIFT_FENCE);
+          throw e;
+        }
+      }
+      command(Replica.Command.switchTo(version)).get();
+      return deletion;
+    }
+  }
+
+  /** A namespace rotation that leaves the old namespace's objects in the store. */
+  void rotateNamespace(String version) throws Exception {
+    checkVersion(version);
+    synchronized (weightUpdates) {
+      command(Replica.Command.rotate(version)).get();
+    }
+  }
+
+  private void checkVersion(String version) {
+    if (replica != null && !replica.leader()) {
+      throw new IllegalStateException(
+          "rank "
+              + replica.rank()
+              + " of the replica is not its leader: administration goes to rank 0");
+    }
+    if (version == null || version.isBlank()) {
+      throw new IllegalArgumentException("weight_version must be a non-empty string");
+    }
+    if (version.getBytes(StandardCharsets.UTF_8).length > Replica.Command.MAX_VERSION_BYTES) {
+      throw new IllegalArgumentException(
+          "weight_version must be at most " + Replica.Command.MAX_VERSION_BYTES + " UTF-8 bytes");
+    }
+  }
+
+  /**
+   * Waits until no storage operation is inside the store (asked on the loop thread between rounds,
+   * every storage tick); on a replica, inside any rank's store: an operation stays pending on every
+   * rank until every rank's executor has reported it.
+   */
+  private void awaitStorageRetired() throws Exception {
+    long deadlineNs =
+        nanoClock.getAsLong() + TimeUnit.MILLISECONDS.toNanos(WEIGHT_UPDATE_RETIREMENT_MS);
+    while (true) {
+      int inFlight =
+          loop.onLoop(() -> storage.busy() ? Math.max(1, stm.inFlightOperations()) : 0).get();
+      if (inFlight == 0) {
+        return;
+      }
+      if (nanoClock.getAsLong() - deadlineNs >= 0) {
+        throw new TimeoutException(
+            inFlight
+                + " storage operations were still inside the store"
+                + (replica == null ? "" : " of a rank of the replica")
+                + " after "
+                + WEIGHT_UPDATE_RETIREMENT_MS
+                + " ms: the weight update was abandoned (nothing deleted or switched)");
+      }
+      Thread.sleep(LoopRunner.STORAGE_TICK_MS);
+    }
+  }
+}

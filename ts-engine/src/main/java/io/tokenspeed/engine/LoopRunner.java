@@ -1,0 +1,166 @@
+package io.tokenspeed.engine;
+
+import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
+
+/**
+ * The engine's loop thread: it runs {@link Round}s while there is work and sleeps until there is.
+ * It alone reads the clock for the loop, once per round, and hands the time to {@link
+ * Round#doWork}; it owns the idle policy, close and what a failure does.
+ *
+ * <pre>
+ *   work          requests active, work arrived, an idle round due (housekeeping), or an agreement
+ *                 the next round returns: a round at once
+ *   storage wait  the last round planned no forward while L3 work is pending: a storage tick, or
+ *                 less when a completion record wakes the loop
+ *   idle          a wait until work arrives, at most the idle wait, at most a storage tick while L3
+ *                 facts are still to come, until a refused backup's paced retry; on a replica's
+ *                 leader a heartbeat round at least every {@link #HEARTBEAT_MS}
+ *   follower      a replica's other ranks run a round after another: the leader paces them, as
+ *                 the exchange waits for its report
+ * </pre>
+ *
+ * <p>Rounds run while requests are active and, once they are not, until the background work is
+ * done: a round after a request ends, rounds while demotions are planned, and, with L3, a round per
+ * completion record or storage tick while storage operations are pending. Closing cancels every
+ * request and lets pending L3 work drain until the deadline close gave; a failure ends every
+ * request with it and, on a replica, aborts the collective so that the other ranks stop too.
+ */
+final class LoopRunner {
+  private static final long IDLE_WAIT_MS = 20;
+
+  /**
+   * On a tensor-parallel replica, the longest the leader lets the ranks wait in the exchange while
+   * the replica idles: an idle round at least this often proves every rank alive.
+   */
+  static final long HEARTBEAT_MS = 100;
+
+  /**
+   * The longest wait between rounds while only L3 work is pending: a completion record wakes the
+   * loop at once, so this only paces the ticks that expire soft deadlines.
+   */
+  static final long STORAGE_TICK_MS = 5;
+
+  private final Round round;
+  private final LoopProxy loop;
+  private final LongSupplier nanoClock;
+  private final Thread thread;
+  private long lastRoundNs;
+
+  LoopRunner(Round round, LoopProxy loop, LongSupplier nanoClock) {
+    this.round = round;
+    this.loop = loop;
+    this.nanoClock = nanoClock;
+    this.lastRoundNs = nanoClock.getAsLong();
+    this.thread = new Thread(this::run, "ts-engine-loop");
+    this.thread.setDaemon(true);
+  }
+
+  /** Starts the loop thread. */
+  void start() {
+    thread.start();
+  }
+
+  /** Waits at most {@code ms} for the loop thread to end. */
+  void join(long ms) throws InterruptedException {
+    thread.join(ms);
+  }
+
+  boolean alive() {
+    return thread.isAlive();
+  }
+
+  /** Whether the loop thread has ended. */
+  boolean ended() {
+    return thread.getState() == Thread.State.TERMINATED;
+  }
+
+  private void run() {
+    try {
+      RoundResult last = RoundResult.NONE;
+      while (!last.stopAgreed()
+          && (round.replicated()
+              || !loop.closing()
+              || round.hasActiveRequests()
+              || round.requestsPending()
+              || draining())) {
+        if (round.follower()) {
+          if (loop.closing()) {
+            break; // a follower that stops alone leaves the mesh: the others stop, naming it
+          }
+          last = runRound();
+          continue;
+        }
+        if (loop.closing()) {
+          round.cancelAll(draining());
+        }
+        if (roundDue(last)) {
+          last = runRound();
+        }
+      }
+    } catch (Throwable t) {
+      loop.failed(t);
+      round.fail(t);
+    }
+    round.ended();
+  }
+
+  private RoundResult runRound() throws Exception {
+    long nowNs = nanoClock.getAsLong();
+    lastRoundNs = nowNs;
+    return round.doWork(nowNs);
+  }
+
+  /** Waits while there is nothing to compute; false when the wait ended with no round due. */
+  private boolean roundDue(RoundResult last) throws InterruptedException {
+    boolean arrived = round.workArrived() || round.awaitingAgreement();
+    boolean agreementDue = round.storageAgreementDue(); // the next round returns it
+    if (!round.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
+      return idleWait();
+    }
+    if (last.storageWait() && !arrived && !agreementDue) {
+      loop.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers
+    }
+    return true;
+  }
+
+  /**
+   * The idle wait; true when a round is due after it: L3 facts still to come (a round per event or
+   * tick), a backup retry due, a heartbeat due, or work arrived. Otherwise the metrics snapshot is
+   * refreshed when stale.
+   */
+  private boolean idleWait() throws InterruptedException {
+    boolean busy = round.storageBusy();
+    long retryInNs = round.backupRetryInNs(nanoClock.getAsLong());
+    loop.awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
+    long nowNs = nanoClock.getAsLong();
+    boolean retryDue = round.backupRetryInNs(nowNs) <= 0;
+    boolean heartbeat =
+        round.replicated() && nowNs - lastRoundNs >= TimeUnit.MILLISECONDS.toNanos(HEARTBEAT_MS);
+    if (busy || retryDue || heartbeat || round.workArrived()) {
+      return true;
+    }
+    round.refreshIdleMetrics(nowNs);
+    return false;
+  }
+
+  /**
+   * Closing with L3 work left — refused backups waiting for their paced retry included, so that a
+   * transient outage at shutdown does not cost the pages a short-lived process wrote through:
+   * rounds go on until it is done or the drain deadline passes.
+   */
+  private boolean draining() {
+    return round.storagePending() && nanoClock.getAsLong() < loop.drainDeadlineNs();
+  }
+
+  /**
+   * An idle wait: until the next backup retry, at least one storage tick, at most the idle wait.
+   */
+  private static long idleWaitMs(long retryInNs) {
+    if (retryInNs == Long.MAX_VALUE) {
+      return IDLE_WAIT_MS;
+    }
+    long ms = TimeUnit.NANOSECONDS.toMillis(Math.max(0, retryInNs));
+    return Math.clamp(ms, STORAGE_TICK_MS, IDLE_WAIT_MS);
+  }
+}

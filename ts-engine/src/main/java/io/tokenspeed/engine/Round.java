@@ -1,0 +1,716 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.BlockCopy;
+import io.tokenspeed.cache.BlockPool;
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.TierCache;
+import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.RankStatus;
+import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.engine.l3.StorageTier;
+import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.CopyFence;
+import io.tokenspeed.engine.memory.DeviceHandle;
+import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.scheduler.ExecutionPlan;
+import io.tokenspeed.scheduler.RequestState;
+import io.tokenspeed.scheduler.RoundInput;
+import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageTransferManager;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.TreeMap;
+import java.util.function.Consumer;
+import java.util.function.LongConsumer;
+import java.util.function.LongSupplier;
+
+/**
+ * One round of the engine (architecture §4), called with the agreed clock: {@link #doWork} runs the
+ * round's steps once and says what it did. It owns no thread, never waits for work and reads no
+ * clock to decide anything: the tick, deadlines and admissions take the {@code nowNs} it is given;
+ * only figures (how long the round and its forward took, when a token was sampled, when the round's
+ * metrics snapshot was taken) read the settings' {@code nanoClock}, which a simulation replaces.
+ * {@link LoopRunner} owns the thread, the idle policy and close.
+ *
+ * <pre>
+ *   1. head        administrative tasks, new requests and cancellations, then the exchange: with
+ *                  L3 the executor's poll rides it, and on a replica the leader's intake and
+ *                  commands do; the agreed tick, pressure, cancellations and completions come back
+ *   2. plan        scheduler.round: forward batch, Device copies, demotions, storage commands; the
+ *                  storage commands go to the executor at once
+ *   3. dispatch    the images of requests just retracted, then H2D loads and copy-on-write, which
+ *                  the forward waits for; the D2H demotions and write-through, which copy while the
+ *                  forward computes
+ *   4. forward     the model over the Device pools ({@link ForwardStep})
+ *   5. commit      Host publication of what was copied, scheduler.onForwardDone
+ *   6. sample      the next tokens; finished requests end and their prefixes are written through
+ *   7. resume      requests retracted after they generated tokens go back to the scheduler
+ *   8. publish     the round's figures ({@link EngineStats}) and, when the publication rule of
+ *                  {@link MetricsPublication} says so, a metrics snapshot ({@link EngineMetrics})
+ * </pre>
+ *
+ * <p>One head whatever the TP size: a single rank exchanges its L3 poll through its storage tier's
+ * one-rank mesh, a replica's ranks through the replica's exchange, and both come back as one {@link
+ * Head} — the scheduler's input, the round's cancellations and the agreed round.
+ *
+ * <p>The scheduler, the cache and every step are the loop thread's; other threads read only the
+ * published figures (volatile fields) and reach the loop through {@link LoopProxy} and {@link
+ * Intake}.
+ */
+final class Round {
+  private static final System.Logger LOG = System.getLogger(Round.class.getName());
+
+  private final CacheLayout layout;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final StorageTransferManager stm;
+  private final StorageTier storage;
+  private final Intake intake;
+  private final LoopProxy loop;
+  private final DeviceHandle deviceHandle;
+  private final Copies copies;
+  private final ForwardStep forward;
+  private final HostPublication publication;
+  private final ReuseAccounting reuse;
+  private final EngineObserver observer;
+  private final EngineView view;
+  private final Map<Long, ActiveRequest> active;
+
+  /** The replica's exchange at TP > 1, null for a single rank. */
+  private final Replica replica;
+
+  /** What an agreed administrative command does to this rank. */
+  private final Consumer<Replica.Command> applyCommand;
+
+  /** Cancels a request by id (the handles of a follower's copies of the leader's requests). */
+  private final LongConsumer cancel;
+
+  /** Makes the replica's collective fail for every rank (this rank's loop stopped). */
+  private final Consumer<String> abortReplica;
+
+  private final OptionalInt eosId;
+  private final LongSupplier nanoClock;
+
+  private volatile EngineStats stats = EngineStats.NONE;
+
+  /** The latest metrics snapshot (null until {@link #publishInitialMetrics}). */
+  private volatile EngineMetrics metrics;
+
+  private final MetricsPublication metricsRule = new MetricsPublication();
+
+  private long rounds;
+  private long endedRequests;
+  private long roundNanos;
+
+  /** This round leaves an idle round due (see {@link RoundResult#housekeeping}). */
+  private boolean housekeeping;
+
+  /** On a replica: a stop was agreed, and this round is the last. */
+  private boolean stopped;
+
+  /** Whether the loop said that quarantine stopped L3 (it says so once). */
+  private boolean quarantineReported;
+
+  /**
+   * On a follower with L3: the executor figures of its latest metrics snapshot, which its next
+   * report carries to the leader (then empty again: a status rides only the rounds that have one).
+   */
+  private RankStatus outgoingStatus = RankStatus.EMPTY;
+
+  /** On the leader: the other ranks' executor figures, by rank, as last received. */
+  private final Map<Integer, L3Metrics> otherRankExecutors = new TreeMap<>();
+
+  private boolean unreadableFiguresReported;
+
+  /** The agreed input of one round (see the class essay). */
+  private record Head(RoundInput input, List<Long> cancelled, Optional<AgreedRound> agreed) {}
+
+  /** The copies dispatch started: the Host pages written through, the demotions' fence. */
+  private record Dispatched(List<HostPublication.ImagePage> written, CopyFence demoted) {}
+
+  Round(
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      StorageTransferManager stm,
+      StorageTier storage,
+      Intake intake,
+      LoopProxy loop,
+      DeviceHandle deviceHandle,
+      Copies copies,
+      ForwardStep forward,
+      HostPublication publication,
+      ReuseAccounting reuse,
+      EngineObserver observer,
+      EngineView view,
+      Map<Long, ActiveRequest> active,
+      Replica replica,
+      Consumer<Replica.Command> applyCommand,
+      LongConsumer cancel,
+      Consumer<String> abortReplica,
+      OptionalInt eosId,
+      LongSupplier nanoClock) {
+    this.layout = layout;
+    this.cache = cache;
+    this.scheduler = scheduler;
+    this.stm = stm;
+    this.storage = storage;
+    this.intake = intake;
+    this.loop = loop;
+    this.deviceHandle = deviceHandle;
+    this.copies = copies;
+    this.forward = forward;
+    this.publication = publication;
+    this.reuse = reuse;
+    this.observer = observer;
+    this.view = view;
+    this.active = active;
+    this.replica = replica;
+    this.applyCommand = applyCommand;
+    this.cancel = cancel;
+    this.abortReplica = abortReplica;
+    this.eosId = eosId;
+    this.nanoClock = nanoClock;
+  }
+
+  // ---------------------------------------------------------------- the round
+
+  /** One round at {@code nowNs} (see the class essay); returns what it did. */
+  RoundResult doWork(long nowNs) throws InterruptedException, ControlPlaneException {
+    long endedBefore = endedRequests;
+    Head head = head(nowNs);
+    long evictedBefore = scheduler.redundantEvictions();
+    ExecutionPlan plan = plan(head);
+    // a round that demoted or freed blocks may have left more for the next one
+    housekeeping =
+        !plan.demotions().isEmpty()
+            || scheduler.redundantEvictions() != evictedBefore
+            || !head.cancelled().isEmpty()
+            || publication.backupsPending();
+    boolean storageWait = storage != null && plan.forward().isEmpty() && storageBusy();
+    endCancelled(head.cancelled());
+    reuse.noteAdmissions(nowNs);
+    Dispatched dispatched = dispatch(plan);
+    ForwardResult out = plan.forward().isEmpty() ? null : forward.forward(plan);
+    commit(plan, dispatched);
+    sample(plan, out);
+    resumeRetracted();
+    publish(nowNs);
+    return new RoundResult(
+        !plan.forward().isEmpty(),
+        Math.toIntExact(endedRequests - endedBefore),
+        housekeeping,
+        storageWait,
+        stopped);
+  }
+
+  /** The head: administrative tasks, then the exchange of this rank's kind. */
+  private Head head(long nowNs) throws ControlPlaneException {
+    loop.runTasks();
+    return replica == null ? singleRankHead(nowNs) : replicaHead(nowNs);
+  }
+
+  /**
+   * A single rank's head: new requests enter the scheduler; with L3 the executor's poll goes
+   * through the storage tier's one-rank exchange and the agreed round comes back.
+   */
+  private Head singleRankHead(long nowNs) throws ControlPlaneException {
+    for (ActiveRequest a; (a = intake.poll()) != null; ) {
+      submitToScheduler(a);
+    }
+    List<Long> cancelled = intake.drainCancellations();
+    RoundInput input =
+        storage == null
+            ? new RoundInput(nowNs, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
+            : storage.roundInput(nowNs, cancelled);
+    return new Head(input, cancelled, Optional.empty());
+  }
+
+  /**
+   * A replica's head: the exchange (the leader's intake rides it), then what the agreed round
+   * brings, in the leader's order: commands, new requests. Before the first agreed round: a round
+   * with nothing permitted at tick 0, the same on every rank.
+   */
+  private Head replicaHead(long nowNs) throws ControlPlaneException {
+    Replica.Agreed agreed = exchange(nowNs);
+    noteOtherRanks(agreed);
+    for (Replica.Command c : agreed.commands()) {
+      if (c.kind() == Replica.Kind.STOP) {
+        stopped = true;
+      } else {
+        applyCommand.accept(c); // every rank, this round, before the round's new requests
+      }
+    }
+    for (ActiveRequest a : agreed.newRequests()) {
+      submitToScheduler(a);
+    }
+    RoundInput input;
+    if (agreed.round().isEmpty()) {
+      input = new RoundInput(0, PressureSnapshot.IDLE, List.of(), List.of(), false, false);
+    } else if (storage == null) {
+      input = RoundInput.of(agreed.round().get(), true, false);
+    } else {
+      input = storage.input(agreed.round(), nowNs, agreed.cancellations());
+    }
+    return new Head(input, agreed.cancellations(), agreed.round());
+  }
+
+  /** The replica's exchange: the leader sends its intake; every rank its poll and status. */
+  private Replica.Agreed exchange(long nowNs) throws ControlPlaneException {
+    List<ActiveRequest> fresh = new ArrayList<>();
+    List<Long> cancels = List.of();
+    if (replica.leader()) {
+      for (ActiveRequest a; (a = intake.poll()) != null; ) {
+        fresh.add(a);
+      }
+      cancels = intake.drainCancellations();
+    }
+    Replica.Agreed agreed =
+        replica.exchange(
+            nowNs,
+            storage == null ? null : storage.poll(),
+            fresh,
+            cancels,
+            outgoingStatus,
+            cancel,
+            eosId);
+    outgoingStatus = RankStatus.EMPTY;
+    return agreed;
+  }
+
+  /**
+   * The plan from the agreed input; the plan's storage commands go to the executor at once, beside
+   * the Device copies, never behind them. On a replica's leader the commands of the agreed round
+   * are then complete.
+   */
+  private ExecutionPlan plan(Head head) {
+    long hostMark = cache.host().publications();
+    ExecutionPlan plan = scheduler.round(head.input());
+    rounds++;
+    if (storage != null) {
+      reuse.noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
+      storage.dispatch(plan.storage());
+      noteQuarantine();
+    }
+    if (replica != null) {
+      replica.commandsApplied(head.agreed());
+    }
+    return plan;
+  }
+
+  /**
+   * The copies of the plan: retraction images first (their blocks may be reused below), then the
+   * loads the forward reads, awaited; the demotions copy cached blocks no request reads, so they
+   * run while the forward computes.
+   */
+  private Dispatched dispatch(ExecutionPlan plan) throws InterruptedException {
+    List<BlockTransfer> loads = new ArrayList<>();
+    publication.saveRetractedImages(loads);
+    for (BlockCopy c : plan.deviceCopies()) {
+      loads.add(BlockTransfer.of(c));
+    }
+    copies.await(loads);
+    attachImages();
+    List<BlockTransfer> stores = new ArrayList<>();
+    for (ExecutionPlan.Demotion d : plan.demotions()) {
+      stores.add(BlockTransfer.of(d));
+    }
+    List<HostPublication.ImagePage> written = publication.writeThrough(stores);
+    return new Dispatched(written, copies.submit(stores));
+  }
+
+  /** The Host publishes what the demotions copied; the scheduler learns the forward is done. */
+  private void commit(ExecutionPlan plan, Dispatched dispatched) throws InterruptedException {
+    if (dispatched.demoted() != null) {
+      Copies.await(dispatched.demoted());
+    }
+    publication.publish(dispatched.written());
+    scheduler.onForwardDone(plan);
+  }
+
+  /** Samples the next tokens (when the plan ran a forward) and ends the requests they finished. */
+  private void sample(ExecutionPlan plan, ForwardResult out) {
+    if (out == null) {
+      notePlan(plan);
+      return;
+    }
+    List<ForwardStep.Finished> done = forward.sample(plan, out);
+    notePlan(plan);
+    finish(done);
+  }
+
+  /** The round's figures, a metrics snapshot when due, then the observer. */
+  private void publish(long nowNs) {
+    long endNs = nanoClock.getAsLong();
+    roundNanos += endNs - nowNs;
+    publishStats();
+    publishMetricsAfterRound(endNs);
+    observer.afterRound(view);
+  }
+
+  // ---------------------------------------------------------------- the steps' rules
+
+  /**
+   * The leader keeps the executor figures the other ranks sent this round, for its next metrics
+   * snapshot (figures this build cannot read are left out, once said).
+   */
+  private void noteOtherRanks(Replica.Agreed agreed) {
+    if (!replica.leader()) {
+      return;
+    }
+    for (int r = 1; r < replica.size(); r++) {
+      RankStatus s = agreed.status(r);
+      if (s.isEmpty()) {
+        continue;
+      }
+      try {
+        otherRankExecutors.put(r, ExecutorFigures.decode(s));
+      } catch (IllegalArgumentException e) {
+        if (!unreadableFiguresReported) {
+          unreadableFiguresReported = true;
+          LOG.log(
+              System.Logger.Level.WARNING,
+              "rank " + r + "'s L3 figures are unreadable and left out of /metrics: " + e);
+        }
+      }
+    }
+  }
+
+  /**
+   * On a replica: the digest of the round's plan and of the tokens it sampled, which the next
+   * round's report carries; the exchange stops the replica when the ranks' digests differ.
+   */
+  private void notePlan(ExecutionPlan plan) {
+    if (replica == null) {
+      return;
+    }
+    long h = mix(0x7470_6c61_6e00_0001L, plan.round());
+    for (ExecutionPlan.ForwardItem f : plan.forward()) {
+      h = mix(h, f.requestId());
+      h = mix(h, ((long) f.startToken() << 32) | (f.numTokens() & 0xffffffffL));
+      h = mix(h, f.decode() ? 1 : 0);
+      ActiveRequest a = active.get(f.requestId());
+      if (a != null && a.known > 0) {
+        h = mix(h, ((long) a.known << 32) | (a.tokens[a.known - 1] & 0xffffffffL));
+      }
+    }
+    // records of enums hash by identity, which differs between processes: their text does not
+    h = mix(h, plan.deviceCopies().toString().hashCode());
+    h = mix(h, plan.demotions().toString().hashCode());
+    h = mix(h, plan.storage().toString().hashCode());
+    replica.notePlan(h);
+  }
+
+  /** One step of a 64-bit mix (SplitMix64's finalizer over the running value and the next). */
+  private static long mix(long h, long v) {
+    long z = h ^ (v + 0x9e37_79b9_7f4a_7c15L + (h << 6) + (h >>> 2));
+    z = (z ^ (z >>> 30)) * 0xbf58_476d_1ce4_e5b9L;
+    z = (z ^ (z >>> 27)) * 0x94d0_49bb_1331_11ebL;
+    return z ^ (z >>> 31);
+  }
+
+  private void endCancelled(List<Long> cancelled) {
+    for (long id : cancelled) {
+      ActiveRequest a = active.remove(id);
+      if (a != null) {
+        end(a, a.result("cancelled", null));
+      }
+    }
+  }
+
+  /** Ends the requests a sampled token finished; with L3 their prefixes are written through. */
+  private void finish(List<ForwardStep.Finished> finished) {
+    for (ForwardStep.Finished f : finished) {
+      ActiveRequest a = f.request();
+      housekeeping = true;
+      if (storage != null) {
+        publication.writeThroughLater(a);
+      }
+      scheduler.complete(a.id);
+      active.remove(a.id);
+      end(a, a.result(f.reason().wireName(), null));
+    }
+  }
+
+  /**
+   * Hands the images saved this round (their copies completed) to the scheduler, for requests
+   * retracted during their prompt; those that generated tokens take theirs along when they are
+   * resubmitted ({@link #resumeRetracted}).
+   */
+  private void attachImages() {
+    for (ActiveRequest a : active.values()) {
+      if (a.image != null && a.generated() == 0) {
+        if (!scheduler.attachImage(a.id, a.image)) {
+          publication.dropImage(a.image);
+        }
+        a.image = null;
+      }
+    }
+  }
+
+  /**
+   * A request the scheduler retracted after it generated tokens is resubmitted with them as its
+   * prompt (the scheduler knows only prompt keys), in Retracted: it resumes from its exact image,
+   * or, when the Host could not hold one, recomputes through ordinary admission (exact too: the
+   * forward pass does not depend on chunking). It never starts a fresh L3 preparation.
+   */
+  private void resumeRetracted() {
+    for (Scheduler.RetractedBlocks rb : scheduler.retractedThisRound()) {
+      ActiveRequest a = active.get(rb.requestId());
+      if (a != null
+          && a.generated() > 0
+          && scheduler.state(a.id) instanceof RequestState.Retracted) {
+        scheduler.complete(a.id);
+        active.remove(a.id);
+        submitToScheduler(a);
+      }
+    }
+  }
+
+  /** Submits a new or resumed request; a refused one ends with the refusal (its image dropped). */
+  private void submitToScheduler(ActiveRequest a) {
+    String refusal = Intake.submit(scheduler, layout, a);
+    if (refusal == null) {
+      active.put(a.id, a);
+    } else {
+      if (a.image != null) {
+        publication.dropImage(a.image);
+      }
+      end(a, a.result("error", refusal));
+    }
+    a.image = null; // the scheduler's now, or dropped
+  }
+
+  /** Ends a request the loop served (counted in {@link EngineStats#endedRequests()}). */
+  private void end(ActiveRequest a, GenerationResult r) {
+    endedRequests++;
+    a.handle.end(r);
+  }
+
+  /** Says once that quarantine stopped L3: the engine serves on from the Device and the Host. */
+  private void noteQuarantine() {
+    if (!quarantineReported && stm.quarantined()) {
+      quarantineReported = true;
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "L3 is quarantined: a storage operation's retirement is unproven, so its Host blocks stay"
+              + " held and no new L3 work starts until the process restarts; requests are served"
+              + " from the Device and Host tiers");
+    }
+  }
+
+  // ---------------------------------------------------------------- figures and snapshots
+
+  /**
+   * Accepted requests the loop holds that do not run yet: in the scheduler, and on a replica's
+   * leader those sent to the other ranks and not yet agreed.
+   */
+  private int waitingInLoop() {
+    int waiting = active.size() - Math.min(active.size(), scheduler.runningCount());
+    return replica == null ? waiting : waiting + replica.unagreedCount();
+  }
+
+  private void publishStats() {
+    intake.noteWaitingInLoop(waitingInLoop());
+    stats =
+        new EngineStats(
+            rounds,
+            active.size(),
+            endedRequests,
+            cache.device().cachedCount(),
+            cache.host().cachedCount(),
+            cache.device().pool().freeParents(),
+            scheduler.retractions(),
+            publication.imageBlocks(),
+            deviceHandle.copiedBytes(),
+            deviceHandle.copyNanos(),
+            deviceHandle.loadedBytes(),
+            deviceHandle.loadNanos(),
+            roundNanos,
+            forward.forwardNanos());
+  }
+
+  /** The figures of the latest round (any thread). */
+  EngineStats stats() {
+    return stats;
+  }
+
+  /** The latest metrics snapshot (any thread: a volatile read, no loop state is touched). */
+  EngineMetrics metrics() {
+    return metrics;
+  }
+
+  /**
+   * The snapshot of an engine whose loop has not run yet (on the constructing thread, before the
+   * loop thread starts).
+   */
+  void publishInitialMetrics(long nowNs) {
+    publishMetrics(nowNs, intake.queuedCount(), storagePending());
+  }
+
+  /** After a round: a new snapshot when the publication rule says so. */
+  private void publishMetricsAfterRound(long nowNs) {
+    int queued = intake.queuedCount();
+    boolean pending = storagePending();
+    if (metricsRule.dueAfterRound(nowNs, active.isEmpty() && queued == 0, pending)) {
+      publishMetrics(nowNs, queued, pending);
+    }
+  }
+
+  /** In an idle wait that ran no round: refreshes a snapshot the last rounds left stale. */
+  void refreshIdleMetrics(long nowNs) {
+    if (metricsRule.dueWhileIdle(nowNs)) {
+      publishMetrics(nowNs, intake.queuedCount(), storagePending());
+    }
+  }
+
+  /**
+   * Takes and publishes a snapshot: {@code queued} requests in the intake queue (read once, so that
+   * the rule and the snapshot agree on whether the loop is idle).
+   */
+  private void publishMetrics(long nowNs, int queued, boolean pending) {
+    int running = Math.min(active.size(), scheduler.runningCount());
+    int waiting = queued + waitingInLoop();
+    Optional<EngineMetrics.Storage> l3 = Optional.empty();
+    if (storage != null) {
+      L3Metrics executor = storage.metrics();
+      if (replica != null && !replica.leader()) {
+        outgoingStatus = ExecutorFigures.encode(executor); // to the leader, in the next round
+      }
+      l3 =
+          Optional.of(
+              new EngineMetrics.Storage(
+                  pending, executor, EngineMetrics.Transfers.of(stm), otherRankExecutors));
+    }
+    EngineMetrics m =
+        new EngineMetrics(nowNs, running, waiting, usage(cache.device()), usage(cache.host()), l3);
+    metricsRule.published(nowNs, m.idle(), pending);
+    metrics = m;
+    observer.onMetrics(m);
+  }
+
+  private static EngineMetrics.TierUsage usage(TierCache tier) {
+    BlockPool pool = tier.pool();
+    return new EngineMetrics.TierUsage(
+        pool.numParents(), pool.referencedParents(), pool.freeParents());
+  }
+
+  // ---------------------------------------------------------------- for the runner (loop thread)
+
+  /** Whether this rank is one of a tensor-parallel replica's. */
+  boolean replicated() {
+    return replica != null;
+  }
+
+  /** Whether this rank follows a replica's leader (whose rounds pace it). */
+  boolean follower() {
+    return replica != null && !replica.leader();
+  }
+
+  /** Whether the loop serves requests. */
+  boolean hasActiveRequests() {
+    return !active.isEmpty();
+  }
+
+  /** Whether requests wait in the intake queue, or cancellations to be taken in. */
+  boolean requestsPending() {
+    return intake.requestsPending();
+  }
+
+  /**
+   * Whether work arrived for the next round's head: requests or cancellations, administrative
+   * tasks, or, on a replica's leader, commands to send.
+   */
+  boolean workArrived() {
+    return intake.pending()
+        || loop.tasksPending()
+        || (replica != null && replica.commandsPending());
+  }
+
+  /** On a replica: requests or commands sent whose agreement the next exchange brings. */
+  boolean awaitingAgreement() {
+    return replica != null && replica.awaitingAgreement();
+  }
+
+  /** The latest round reported completions whose agreement the next round returns. */
+  boolean storageAgreementDue() {
+    return storage != null && storage.agreementDue();
+  }
+
+  /** L3 operations without an agreed completion, or backup candidates not yet written. */
+  boolean storageBusy() {
+    return storage != null
+        && (storage.busy() || stm.queuedCandidates() > 0 || publication.backupsPending());
+  }
+
+  /**
+   * Whether storage work is pending: {@link #storageBusy}, or refused backups waiting for their
+   * retry. False without L3.
+   */
+  boolean storagePending() {
+    return storageBusy() || (stm != null && stm.deferredCandidates() > 0);
+  }
+
+  /**
+   * Nanoseconds after {@code nowNs} until a deferred backup candidate (a refused PUT's page) may be
+   * offered again: {@link Long#MAX_VALUE} when there is none, at most 0 when it is due. The manager
+   * counts in agreed ticks, which follow the clock by one round, so a due retry takes a round or
+   * two.
+   */
+  long backupRetryInNs(long nowNs) {
+    if (stm == null || stm.quarantined()) {
+      return Long.MAX_VALUE;
+    }
+    long at = stm.nextBackupRetryNs();
+    return at == Long.MAX_VALUE ? Long.MAX_VALUE : at - nowNs;
+  }
+
+  /**
+   * Closing: queued requests end cancelled and every active one is cancelled (one round ends them
+   * all); a replica's leader asks for the stop once nothing is left to serve or {@code draining}.
+   */
+  void cancelAll(boolean draining) {
+    for (ActiveRequest a; (a = intake.poll()) != null; ) {
+      a.handle.end(a.result("cancelled", "engine closed"));
+    }
+    for (long id : active.keySet()) {
+      intake.cancel(id);
+    }
+    if (replica != null && active.isEmpty() && !draining) {
+      replica.stop(); // every rank ends in the round that agrees on it
+    }
+  }
+
+  /**
+   * The loop failed with {@code t}: the replica's collective aborts, and every request the loop
+   * knows of — unagreed on a replica's leader, active, queued — ends with the failure.
+   */
+  void fail(Throwable t) {
+    if (replica != null) {
+      abortReplica.accept("rank " + replica.rank() + " stopped: " + t);
+      replica.failPending(t);
+      for (ActiveRequest a : replica.unagreed()) {
+        a.handle.end(a.result("error", "engine loop failed: " + t));
+      }
+    }
+    for (ActiveRequest a : active.values()) {
+      a.handle.end(a.result("error", "engine loop failed: " + t));
+    }
+    for (ActiveRequest a : intake.queued()) {
+      a.handle.end(a.result("error", "engine loop failed: " + t));
+    }
+  }
+
+  /** The loop ended: a replica's commands still waiting fail. */
+  void ended() {
+    if (replica != null) {
+      replica.failPending(new IllegalStateException("engine closed"));
+    }
+  }
+}
