@@ -218,7 +218,8 @@ public final class Engine implements AutoCloseable {
               + model.shard().size());
     }
     try {
-      return Replica.join(control);
+      return Replica.join(
+          l3 == null ? control : StorageTier.windowFor(control, l3.runtime().scheduling()));
     } catch (MeshException e) {
       if (l3 != null) {
         try {
@@ -551,7 +552,9 @@ public final class Engine implements AutoCloseable {
    * others. With {@code l3}, every rank reads and writes its own objects through its own store
    * client.
    *
-   * @throws IllegalArgumentException when the model's rank or size is not the control plane's
+   * @throws IllegalArgumentException when the model's rank or size is not the control plane's, or
+   *     the control plane's explicit agreement window cannot hold what {@code l3}'s credits let be
+   *     in flight ({@link StorageTier#windowFor})
    * @throws IllegalStateException when the mesh or L3 cannot start (nothing is left running)
    */
   public static Engine startRank(
