@@ -46,12 +46,13 @@ import java.util.TreeMap;
  * never agreed again and never an error. Every rank sees the same gathered records, so every rank
  * drops the same ones.
  *
- * <p><b>Remembering what was agreed.</b> The agreed ids are kept as runs of consecutive ids:
+ * <p><b>Remembering what was agreed.</b> The agreed ids are kept as runs of consecutive ids, each
+ * its first and last id (here 0..41, 43..97 and 100..130):
  *
  * <pre>
- *   ids   0 ........ 41 | 42 | 43 ..... 97 | 98 99 | 100 ... 130 | 131 ...
- *         [ agreed run  ) gap [ agreed run ) gaps  [ agreed run  )  not agreed yet
- *                        in flight            in flight
+ *   id   0 ......... 41   42   43 ......... 97   98  99   100 ....... 130   131 ...
+ *        [ agreed run  ]  gap  [ agreed run  ]   gaps     [ agreed run  ]   none agreed yet
+ *                     in flight              in flight
  * </pre>
  *
  * A gap is an id not agreed below the newest agreed one. The scheduler issues ids densely (one per
@@ -74,7 +75,7 @@ public final class Agreement {
   private long pendingKeys;
   private final int agreedMemory;
 
-  /** The agreed ids, as runs: first id of a run to the id after its last. */
+  /** The agreed ids, as runs: the first id of each run to its last. */
   private final TreeMap<Long, Long> agreedRuns = new TreeMap<>();
 
   private long lateReports;
@@ -137,26 +138,28 @@ public final class Agreement {
   /** True when {@code operationId} has been agreed (or lies in a gap merged away). */
   public boolean agreed(long operationId) {
     Map.Entry<Long, Long> run = agreedRuns.floorEntry(operationId);
-    return run != null && operationId < run.getValue();
+    return run != null && operationId <= run.getValue();
   }
 
   /** Records {@code operationId}, not agreed before, as agreed. */
   private void rememberAgreed(long operationId) {
-    long start = operationId;
-    long end = operationId + 1; // ids are below Long.MAX_VALUE: the scheduler counts from 0
+    long first = operationId;
+    long last = operationId;
     Map.Entry<Long, Long> below = agreedRuns.floorEntry(operationId);
-    if (below != null && below.getValue() == operationId) {
-      start = below.getKey(); // the common case: ids agreed in order extend the newest run
+    if (below != null && below.getValue() == operationId - 1) {
+      first = below.getKey(); // the common case: ids agreed in order extend the newest run
     }
-    Long aboveEnd = agreedRuns.remove(end);
-    if (aboveEnd != null) {
-      end = aboveEnd;
+    if (operationId < Long.MAX_VALUE) {
+      Long aboveLast = agreedRuns.remove(operationId + 1);
+      if (aboveLast != null) {
+        last = aboveLast;
+      }
     }
-    agreedRuns.put(start, end);
+    agreedRuns.put(first, last);
     if (agreedRuns.size() > agreedMemory) {
       Map.Entry<Long, Long> oldest = agreedRuns.pollFirstEntry();
       Map.Entry<Long, Long> next = agreedRuns.pollFirstEntry();
-      forgottenIds += next.getKey() - oldest.getValue();
+      forgottenIds += next.getKey() - oldest.getValue() - 1;
       agreedRuns.put(oldest.getKey(), next.getValue());
     }
   }

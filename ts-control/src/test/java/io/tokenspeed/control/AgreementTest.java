@@ -157,6 +157,13 @@ class AgreementTest {
     }
     assertFalse(a.agreed(5_000));
     assertEquals(0, a.forgottenIds());
+    for (long id : new long[] {Long.MAX_VALUE, Long.MAX_VALUE - 2, Long.MAX_VALUE - 1}) {
+      assertFalse(a.agreed(id));
+      assertEquals(1, a.apply(round++, List.of(List.of(get(id, OK)))).size());
+    }
+    assertTrue(a.agreed(Long.MAX_VALUE - 2) && a.agreed(Long.MAX_VALUE));
+    assertEquals(List.of(), a.apply(round, List.of(List.of(get(Long.MAX_VALUE, OK)))));
+    assertEquals(1, a.lateReports());
   }
 
   /**
