@@ -237,25 +237,38 @@ public record ControlConfig(
    *     configured bound, when an explicit bound is smaller
    */
   public ControlConfig withWindowFor(InFlightBound inFlight) {
-    if (maxPendingOperations != 0 && maxPendingOperations < inFlight.operations()) {
-      throw new IllegalArgumentException(
-          inFlight.operationsSource()
-              + " needs an agreement window of at least "
-              + inFlight.operations()
-              + " operations, control max_pending_operations="
-              + maxPendingOperations);
+    long operations =
+        sized(
+            maxPendingOperations,
+            inFlight.operations(),
+            inFlight.operationsSource(),
+            "operations, control max_pending_operations=");
+    long keys =
+        sized(
+            maxPendingKeys,
+            inFlight.keys(),
+            inFlight.keysSource(),
+            "keys, control max_pending_keys=");
+    return withWindow((int) operations, keys);
+  }
+
+  /**
+   * {@code need} for a bound left at 0, else {@code configured}, refused when below {@code need}.
+   */
+  private static long sized(long configured, long need, String source, String whatAndField) {
+    if (configured == 0) {
+      return need;
     }
-    if (maxPendingKeys != 0 && maxPendingKeys < inFlight.keys()) {
+    if (configured < need) {
       throw new IllegalArgumentException(
-          inFlight.keysSource()
+          source
               + " needs an agreement window of at least "
-              + inFlight.keys()
-              + " keys, control max_pending_keys="
-              + maxPendingKeys);
+              + need
+              + " "
+              + whatAndField
+              + configured);
     }
-    return withWindow(
-        maxPendingOperations == 0 ? inFlight.operations() : maxPendingOperations,
-        maxPendingKeys == 0 ? inFlight.keys() : maxPendingKeys);
+    return configured;
   }
 
   /** These settings with {@code roundTimeoutMs} and {@code connectTimeoutMs} replaced. */

@@ -134,20 +134,14 @@ class ControlConfigTest {
   void shouldRejectAnExplicitWindowSmallerThanTheCreditsNamingBothNumbers() {
     ControlConfig c = ControlConfig.of(0, 0, TWO, SECRET);
     InFlightBound need = credits(100_000, 5_000_000);
-    IllegalArgumentException ops =
-        assertThrows(
-            IllegalArgumentException.class, () -> c.withWindow(65_536, 0).withWindowFor(need));
-    assertEquals(
+    assertRejected(
         "async.max_operations=100000 needs an agreement window of at least 100000 operations,"
             + " control max_pending_operations=65536",
-        ops.getMessage());
-    IllegalArgumentException keys =
-        assertThrows(
-            IllegalArgumentException.class, () -> c.withWindow(0, 4_999_999).withWindowFor(need));
-    assertEquals(
+        () -> c.withWindow(65_536, 0).withWindowFor(need));
+    assertRejected(
         "the keys=5000000 needs an agreement window of at least 5000000 keys,"
             + " control max_pending_keys=4999999",
-        keys.getMessage());
+        () -> c.withWindow(0, 4_999_999).withWindowFor(need));
     // Each bound left at 0 follows the credits while the other is explicit.
     assertEquals(100_000, c.withWindow(0, 6_000_000).withWindowFor(need).windowOperations());
     assertEquals(6_000_000, c.withWindow(0, 6_000_000).withWindowFor(need).windowKeys());
