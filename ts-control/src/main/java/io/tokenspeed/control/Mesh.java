@@ -592,8 +592,8 @@ final class Mesh implements AutoCloseable {
       return "world_size=" + theirs.worldSize() + ", expected " + config.worldSize();
     }
     if (theirs.maxFrameBytes() != config.maxFrameBytes()
-        || theirs.maxPendingOperations() != config.maxPendingOperations()
-        || theirs.maxPendingKeys() != config.maxPendingKeys()) {
+        || theirs.maxPendingOperations() != config.windowOperations()
+        || theirs.maxPendingKeys() != config.windowKeys()) {
       return "max_frame_bytes="
           + theirs.maxFrameBytes()
           + " max_pending_operations="
@@ -603,9 +603,9 @@ final class Mesh implements AutoCloseable {
           + ", expected "
           + config.maxFrameBytes()
           + " "
-          + config.maxPendingOperations()
+          + config.windowOperations()
           + " "
-          + config.maxPendingKeys()
+          + config.windowKeys()
           + " (these must be equal on every rank)";
     }
     return null;

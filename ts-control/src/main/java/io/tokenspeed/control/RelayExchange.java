@@ -12,6 +12,8 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * The replica's relay exchange: once per round, every cache-owning rank contributes one report and
@@ -45,11 +47,11 @@ import java.util.Optional;
  *
  * <p><b>Why every rank agrees.</b> Each rank decodes the same bytes — its own frame included — and
  * feeds them to its own {@link Agreement} in rank order. The tick, pressure, frontend messages,
- * completions and any {@link ProtocolException} are therefore identical on every rank. A local
- * report that fails validation (a poll error, a record contradicting the window, frontend messages
- * from a rank other than the leader, a report larger than a frame) is not withheld: it is sent as
- * an error report, so that every rank raises the same error in the same round instead of one rank
- * leaving the collective.
+ * completions, the late records dropped and any {@link ProtocolException} are therefore identical
+ * on every rank. A local report that fails validation (a poll error, a record contradicting the
+ * window, frontend messages from a rank other than the leader, a report larger than a frame) is not
+ * withheld: it is sent as an error report, so that every rank raises the same error in the same
+ * round instead of one rank leaving the collective.
  *
  * <p><b>Plans are compared every round.</b> Each report carries {@link LocalReport#planDigest()},
  * the digest of the plan its rank executed in its previous round. Every rank of a healthy replica
@@ -92,6 +94,8 @@ import java.util.Optional;
  */
 public final class RelayExchange implements AutoCloseable {
 
+  private static final Logger LOG = Logger.getLogger(RelayExchange.class.getName());
+
   private final ControlConfig config;
   private final Mesh mesh;
   private final FrameDecoder decoder;
@@ -108,7 +112,7 @@ public final class RelayExchange implements AutoCloseable {
     this.mesh = mesh;
     this.decoder = new FrameDecoder(config.maxFrameBytes());
     this.agreement =
-        new Agreement(config.worldSize(), config.maxPendingOperations(), config.maxPendingKeys());
+        new Agreement(config.worldSize(), config.windowOperations(), config.windowKeys());
   }
 
   /**
@@ -152,6 +156,14 @@ public final class RelayExchange implements AutoCloseable {
   /** Keys of those operations. */
   public long pendingKeys() {
     return agreement.pendingKeys();
+  }
+
+  /**
+   * Completion records dropped because their operation was already agreed: an owner's second
+   * report, arriving late. Every rank drops the same ones; the first is logged, the rest counted.
+   */
+  public long lateReports() {
+    return agreement.lateReports();
   }
 
   /**
@@ -317,7 +329,14 @@ public final class RelayExchange implements AutoCloseable {
       pressure = pressure.max(r.pressure());
       byRank.add(r.completions());
     }
+    long lateBefore = agreement.lateReports();
     List<AgreedCompletion> completions = agreement.apply(n, byRank);
+    if (lateBefore == 0 && agreement.lateReports() > 0) {
+      LOG.log(
+          Level.WARNING,
+          "rank {0} dropped a late report of an agreed {1}; later ones are only counted",
+          new Object[] {config.rank(), agreement.firstLateReport()});
+    }
     lastTickNs = tickNs;
     List<FrontendMessage> frontend = leader.frontend();
     return new AgreedRound(n, tickNs, pressure, frontend, completions, statuses(reports));

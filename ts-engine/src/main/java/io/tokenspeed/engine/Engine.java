@@ -195,7 +195,9 @@ public final class Engine implements AutoCloseable {
       return null;
     }
     try {
-      return Replica.join(control, nanoClock);
+      return Replica.join(
+          l3 == null ? control : StorageTier.windowFor(control, l3.runtime().scheduling()),
+          nanoClock);
     } catch (MeshException e) {
       if (l3 != null) {
         try {
@@ -351,6 +353,8 @@ public final class Engine implements AutoCloseable {
    * and administration, and the exchange carries them to the others. With L3, every rank reads and
    * writes its own objects through its own store client.
    *
+   * @throws IllegalArgumentException when the control plane's explicit agreement window cannot hold
+   *     what the L3 credits let be in flight ({@link StorageTier#windowFor})
    * @throws IllegalStateException when the mesh or L3 cannot start (nothing is left running)
    */
   public static Engine start(EngineSettings settings) {

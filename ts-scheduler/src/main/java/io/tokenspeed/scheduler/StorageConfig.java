@@ -138,6 +138,17 @@ public record StorageConfig(
         DEFAULT_MAX_BACKUP_BACKOFF_MS);
   }
 
+  /**
+   * The most keys the operations of one rank carry while they are in flight, from issue until the
+   * scheduler applies their agreed fact: {@code maxOperations × maxQueryKeys + maxHostBlocks}. A
+   * QUERY carries at most {@code maxQueryKeys} keys and holds no Host credit; every key of a GET (a
+   * destination) and of a PUT (a source) holds one Host credit until that fact. The operations
+   * themselves are at most {@code maxOperations}, one operation credit each.
+   */
+  public long maxKeysInFlight() {
+    return (long) maxOperations * maxQueryKeys + maxHostBlocks;
+  }
+
   /** Operation credits backups may hold: half, rounded down. */
   public int backupOperationCredits() {
     return maxOperations / 2;

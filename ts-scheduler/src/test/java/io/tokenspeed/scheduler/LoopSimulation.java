@@ -309,7 +309,9 @@ final class LoopSimulation {
       hostRows = new long[cache.host().pool().blockIdLimit() * BG];
       host = MemorySegment.ofArray(hostRows);
       executor = L3Executor.startStepped(store, executorConfig, host, () -> clock);
-      agreement = new Agreement(numRanks, 4096, 1L << 20);
+      // exactly what the credits let be in flight, as the engine sizes it: no margin
+      agreement =
+          new Agreement(numRanks, storageConfig.maxOperations(), storageConfig.maxKeysInFlight());
     }
 
     String key(CacheKey k) {

@@ -17,6 +17,31 @@ class StorageConfigTest {
   }
 
   @Test
+  void shouldBoundTheKeysInFlightByEveryQueryAndEveryHostCreditWhenCreditsAreAtTheirExtremes() {
+    assertEquals(64L * 4096 + 8192, StorageConfig.defaults().maxKeysInFlight());
+    StorageConfig most =
+        new StorageConfig(
+            1 << 20,
+            Integer.MAX_VALUE,
+            200,
+            1000,
+            256,
+            131072,
+            1 << 24,
+            16,
+            4096,
+            1 << 20,
+            100,
+            10,
+            10,
+            5,
+            2000,
+            500,
+            10_000);
+    assertEquals((1L << 44) + Integer.MAX_VALUE, most.maxKeysInFlight(), "no overflow");
+  }
+
+  @Test
   void shouldNameTheFieldTheValueAndTheRangeWhenAValueIsBad() {
     IllegalArgumentException e =
         assertThrows(

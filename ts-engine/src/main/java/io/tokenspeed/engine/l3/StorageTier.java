@@ -2,6 +2,7 @@ package io.tokenspeed.engine.l3;
 
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.control.InFlightBound;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.control.ReplicaSecret;
@@ -14,6 +15,7 @@ import io.tokenspeed.l3.L3Executor;
 import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
+import io.tokenspeed.scheduler.StorageConfig;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.InetAddress;
@@ -73,9 +75,9 @@ public final class StorageTier {
         listener.close();
         throw e;
       }
+      ControlConfig control = ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate());
       RelayExchange exchange =
-          RelayExchange.connect(
-              ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate()), listener);
+          RelayExchange.connect(windowFor(control, settings.runtime().scheduling()), listener);
       return new StorageTier(jobs, executor, exchange);
     } catch (Exception e) {
       executor.close();
@@ -97,6 +99,28 @@ public final class StorageTier {
       throws Exception {
     return new StorageTier(
         jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock), null);
+  }
+
+  /**
+   * {@code control} with its agreement window sized for what {@code credits} let one rank have in
+   * flight ({@link ControlConfig#withWindowFor}): {@code async.max_operations} operations and
+   * {@link StorageConfig#maxKeysInFlight} keys.
+   *
+   * @throws IllegalArgumentException when {@code control} sets a smaller window explicitly, naming
+   *     the credit settings, the window they need and the configured one
+   */
+  public static ControlConfig windowFor(ControlConfig control, StorageConfig credits) {
+    return control.withWindowFor(
+        new InFlightBound(
+            credits.maxOperations(),
+            "async.max_operations=" + credits.maxOperations(),
+            credits.maxKeysInFlight(),
+            "async.max_operations="
+                + credits.maxOperations()
+                + " x async.max_query_keys="
+                + credits.maxQueryKeys()
+                + " + async.max_host_blocks="
+                + credits.maxHostBlocks()));
   }
 
   private static L3Executor startExecutor(
