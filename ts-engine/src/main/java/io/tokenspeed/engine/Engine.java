@@ -112,7 +112,7 @@ public final class Engine implements AutoCloseable {
     model.pinHost(host.memory().segment());
     this.copies = new DeviceHandle(device, host);
     this.cache = new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
-    this.stm = l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
+    this.stm = l3 == null ? null : storageManager(l3);
     this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
     this.weightVersion = model.identity().weightVersion();
     this.attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
@@ -170,6 +170,28 @@ public final class Engine implements AutoCloseable {
             attentionBackend));
   }
 
+  /**
+   * The owner of L3's tickets and credits over the Host tier; frees everything when its Host
+   * credits do not fit the tier (the startup check of {@code max_host_blocks}).
+   */
+  private StorageTransferManager storageManager(L3Settings l3) {
+    try {
+      return new StorageTransferManager(l3.runtime().scheduling(), cache);
+    } catch (IllegalArgumentException e) {
+      closeTiers();
+      throw e;
+    }
+  }
+
+  private void closeTiers() {
+    copies.close();
+    device.close();
+    host.close();
+    if (replica != null) {
+      replica.close();
+    }
+  }
+
   /** The executor and the exchange over the Host allocation; frees everything on failure. */
   private StorageTier startStorage(L3Settings l3) {
     try {
@@ -180,12 +202,7 @@ public final class Engine implements AutoCloseable {
           ? StorageTier.start(l3, jobs, host.memory().segment())
           : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size());
     } catch (Exception e) {
-      copies.close();
-      device.close();
-      host.close();
-      if (replica != null) {
-        replica.close();
-      }
+      closeTiers();
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
     }
   }

@@ -244,6 +244,7 @@ class EngineTensorParallelFaultsTest {
         new StorageConfig(
             s.maxOperations(),
             s.maxHostBlocks(),
+            s.retractionReservePercent(),
             s.softDeadlineMs(),
             s.readyHoldMs(),
             s.minExtensionTokens(),

@@ -219,6 +219,7 @@ class StorageExtraConfigTest {
         new StorageConfig(
             8,
             StorageConfig.DEFAULT_MAX_HOST_BLOCKS,
+            StorageConfig.DEFAULT_RETRACTION_RESERVE_PERCENT,
             750,
             StorageConfig.DEFAULT_READY_HOLD_MS,
             64,
@@ -983,7 +984,8 @@ class StorageExtraConfigTest {
   static final List<Range> ASYNC_RANGES =
       List.of(
           new Range("max_operations", 1, 1 << 20, true),
-          new Range("max_host_blocks", 1, Integer.MAX_VALUE, true),
+          new Range("max_host_blocks", 0, Integer.MAX_VALUE, true),
+          new Range("retraction_reserve_percent", 0, 99, true),
           new Range("soft_deadline_ms", 1, HOUR_MS, false),
           new Range("ready_hold_ms", 1, HOUR_MS, false),
           new Range("min_extension_tokens", 1, Integer.MAX_VALUE, true),
