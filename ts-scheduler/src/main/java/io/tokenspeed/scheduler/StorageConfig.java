@@ -68,8 +68,8 @@ public record StorageConfig(
    * from actual rounded pinned sizes for L2, retraction snapshots and slot-state arenas, but leaves
    * how many snapshots open. A retraction images what its victim held on the Device, so a quarter
    * of a Host twice the Device (the default ratio) holds the image of a request that filled half
-   * the Device, while L3 keeps three quarters of the Host for its credits. Retractions need no L3:
-   * with zero, images compete with L3 for every parent, as before this reserve existed.
+   * the Device, while L3 keeps three quarters of the Host for its credits. With zero, images
+   * compete with L3 for every parent.
    */
   public static final int DEFAULT_RETRACTION_RESERVE_PERCENT = 25;
 
@@ -168,7 +168,7 @@ public record StorageConfig(
     return maxOperations / 2;
   }
 
-  /** Host credits backups may hold: half, rounded down. */
+  /** Host credits backups may hold: half, rounded down (of the credits {@link #forHost} fits). */
   public int backupHostCredits() {
     return maxHostBlocks / 2;
   }
