@@ -1,5 +1,6 @@
 package io.tokenspeed.engine;
 
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.CacheCoordinator;
@@ -26,6 +27,7 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -188,5 +190,26 @@ class EngineL3RetractionReserveTest {
     for (int i = 0; i < requests; i++) {
       EngineTest.assertSame(alone.get(i), got.get(i), "request " + i);
     }
+  }
+
+  /** Host credits beyond what the Host tier holds after the reserve stop the engine at startup. */
+  @Test
+  void shouldRejectHostCreditsTheHostTierCannotHoldAtStartup() {
+    HungReads store = new HungReads();
+    L3Settings l3 = settings(store);
+    L3Settings tooMany =
+        new L3Settings(
+            store,
+            new StorageRuntimeConfig(
+                l3.runtime().scheduling().withCredits(64, 8192), l3.runtime().executor()),
+            L3Settings.CPU_ATTENTION_BACKEND);
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () ->
+                Engine.paused(
+                    model, EngineTest.small(256), OptionalInt.empty(), new Checked(), tooMany));
+    assertTrue(e.getMessage().startsWith("max_host_blocks=8192 exceeds"), e.getMessage());
+    assertTrue(e.getMessage().contains("1024 parents less the 256"), e.getMessage());
   }
 }
