@@ -298,7 +298,7 @@ final class LoopSimulation {
     Rank(int r) throws Exception {
       this.r = r;
       cache = new CacheCoordinator(layout, deviceParents, hostParents, 64);
-      stm = new StorageTransferManager(storageConfig, cache);
+      stm = new StorageTransferManager(StmFixture.fitted(storageConfig, hostParents), cache);
       if (bug == Bug.STALE_TICK_TIMERS) {
         stm.disableForTest(StorageTransferManager.SafetyRule.TIMERS_AT_NEXT_TICK);
       } else if (bug == Bug.REOFFER_WITHOUT_BACKOFF) {

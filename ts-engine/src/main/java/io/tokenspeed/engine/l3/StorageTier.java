@@ -58,10 +58,15 @@ public final class StorageTier {
   /**
    * Checks what the rank will store ({@link StoragePayloads}), starts the executor over {@code
    * settings.store()} and {@code hostAllocation} (its job ages read {@code nanoClock}), and joins a
-   * one-rank mesh on a loopback port. On failure nothing is left running and the store is closed.
+   * one-rank mesh on a loopback port, its agreement window sized from {@code credits} (the storage
+   * settings fitted to the Host tier). On failure nothing is left running and the store is closed.
    */
   public static StorageTier start(
-      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, LongSupplier nanoClock)
+      L3Settings settings,
+      StorageJobs jobs,
+      MemorySegment hostAllocation,
+      StorageConfig credits,
+      LongSupplier nanoClock)
       throws Exception {
     L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock);
     try {
@@ -76,8 +81,7 @@ public final class StorageTier {
         throw e;
       }
       ControlConfig control = ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate());
-      RelayExchange exchange =
-          RelayExchange.connect(windowFor(control, settings.runtime().scheduling()), listener);
+      RelayExchange exchange = RelayExchange.connect(windowFor(control, credits), listener);
       return new StorageTier(jobs, executor, exchange);
     } catch (Exception e) {
       executor.close();
