@@ -142,6 +142,31 @@ public final class CacheCoordinator {
   }
 
   /**
+   * The tail object at {@code boundary} (not a multiple of P): the keys the groups need there that
+   * lie in its partial page, all named by the tail's hash, in {@link #neededKeys} order. The rest
+   * of what a restore at the tail needs is named by full page hashes and belongs to the aligned
+   * boundaries below it.
+   *
+   * <pre>
+   *   |-- page 0 --|-- page 1 --|-- partial page: tokens [B - B mod P, B) --|
+   *    page keys     page keys    Full rows, window rows, the checkpoint at B
+   *                               under tailHash(B); the last row may hold fewer
+   *                               than bg tokens of the tail (copy-on-write)
+   * </pre>
+   */
+  public List<CacheKey> tailKeys(PromptKeys keys, int boundary) {
+    checkPrompt(keys);
+    var hash = keys.tailHash(boundary);
+    List<CacheKey> out = new ArrayList<>();
+    for (CacheKey k : HybridMatcher.neededKeys(keys, boundary)) {
+      if (k.pageHash().equals(hash)) {
+        out.add(k);
+      }
+    }
+    return out;
+  }
+
+  /**
    * The keys needed at {@code boundary} that neither the Device nor the Host holds: exactly what a
    * query to L3 asks for (the Host-suffix rule — what the Device holds below the split is never
    * read again, and Host entries are not read twice).

@@ -105,6 +105,71 @@ class HybridMatcherPropertyTest {
     assertTrue(tailHits > 0, "tail hits " + tailHits + " of " + trials);
   }
 
+  /**
+   * The tail object of a prompt whose reusable bound B is not a multiple of P: {@link
+   * CacheCoordinator#tailKeys} names exactly the needed keys at B that the brute-force hasher puts
+   * under the partial page's hash. For a layout without State groups, the keys a finished prompt
+   * writes through — those of every aligned boundary of its full pages — complete a restore at B
+   * with the tail object and fall short of B without it; admission then copies the partial history
+   * row into a private block (never published) and publishes the whole tail rows it loads.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @MethodSource("seeds")
+  void shouldNameATailObjectThatCompletesARestoreAtTheReusableBound(long seed) {
+    Random rnd = new Random(seed);
+    int restores = 0;
+    int partialRows = 0;
+    for (int i = 0; i < LAYOUTS_PER_SEED; i++) {
+      CacheLayout layout = randomLayout(rnd);
+      int p = layout.prefixGranularity();
+      int length = 2 + rnd.nextInt(5 * p + 4);
+      if ((length - 1) % p == 0) {
+        length++;
+      }
+      int[] tokens = new int[length];
+      for (int t = 0; t < tokens.length; t++) {
+        tokens[t] = rnd.nextInt(rnd.nextBoolean() ? 4 : 50_000);
+      }
+      PromptKeys keys = PromptKeys.of(layout, tokens, List.of());
+      Reference ref = new Reference(layout, tokens);
+      int bound = keys.reusableBound();
+      String where = "seed=" + seed + " layout#" + i + " bound=" + bound + " " + layout;
+      ContentHash tailHash =
+          ref.hasher.hashPage(
+              bound < p ? null : ref.pages[bound / p - 1], tokens, bound / p * p, bound % p);
+      List<CacheKey> expected =
+          ref.needed(bound).stream().filter(k -> k.pageHash().equals(tailHash)).toList();
+      CacheFixture f = new CacheFixture(layout, 4096, 4096);
+      assertEquals(expected, f.cache.tailKeys(keys, bound), "tail keys, " + where);
+      if (layout.groups().stream().anyMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints)) {
+        f.checkAndForget();
+        continue; // the checkpoint at B is one of them: no forward materializes it
+      }
+      Set<CacheKey> written = new HashSet<>();
+      for (int b = p; b <= keys.numFullPages() * p; b += p) {
+        written.addAll(ref.needed(b));
+      }
+      f.put(Tier.HOST, written);
+      int withoutTail = f.cache.probe(keys, bound).hostHit();
+      assertTrue(withoutTail < bound || expected.isEmpty(), "no restore at B without it, " + where);
+      f.put(Tier.HOST, expected);
+      assertEquals(bound, f.cache.probe(keys, bound).hostHit(), "restore at B, " + where);
+      Admission a = f.admit(keys, bound, 1);
+      assertEquals(bound, a.hit(), where);
+      for (BlockCopy c : a.copies()) {
+        boolean partial = (c.row() + 1) * layout.group(c.groupId()).blockGranularity() > bound;
+        assertEquals(!partial, c.publishOnComplete(), "copy-on-write of the partial row, " + where);
+        partialRows += partial ? 1 : 0;
+      }
+      f.finishCopies(a, true);
+      f.release(a);
+      f.checkAndForget();
+      restores++;
+    }
+    assertTrue(restores > LAYOUTS_PER_SEED / 10, "restores at a tail " + restores);
+    assertTrue(partialRows > 0, "partial rows " + partialRows);
+  }
+
   private static CacheLayout randomLayout(Random rnd) {
     int p = 1 << (1 + rnd.nextInt(6)); // 2 .. 64
     int numGroups = 1 + rnd.nextInt(4);

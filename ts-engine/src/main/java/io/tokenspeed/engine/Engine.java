@@ -131,7 +131,7 @@ public final class Engine implements AutoCloseable {
             loop,
             nanoClock);
     EngineObserver observer = settings.observer();
-    this.view = new EngineView(scheduler, cache, stm, copies, active);
+    this.view = new EngineView(scheduler, cache, stm, publication, copies, active);
     this.round =
         new Round(
             layout,
@@ -581,7 +581,10 @@ public final class Engine implements AutoCloseable {
     return view.activeCount();
   }
 
-  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
+  /**
+   * Every reference the scheduler, the storage transfer manager and the tails waiting for
+   * write-through hold (for the checker).
+   */
   List<HeldBlock> heldBlocks() {
     return view.heldBlocks();
   }

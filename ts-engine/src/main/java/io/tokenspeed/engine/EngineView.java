@@ -18,6 +18,7 @@ final class EngineView {
   private final Scheduler scheduler;
   private final CacheCoordinator cache;
   private final StorageTransferManager stm;
+  private final HostPublication publication;
   private final DeviceHandle copies;
   private final Map<Long, ActiveRequest> active;
 
@@ -25,11 +26,13 @@ final class EngineView {
       Scheduler scheduler,
       CacheCoordinator cache,
       StorageTransferManager stm,
+      HostPublication publication,
       DeviceHandle copies,
       Map<Long, ActiveRequest> active) {
     this.scheduler = scheduler;
     this.cache = cache;
     this.stm = stm;
+    this.publication = publication;
     this.copies = copies;
     this.active = active;
   }
@@ -60,9 +63,13 @@ final class EngineView {
     return List.copyOf(active.keySet());
   }
 
-  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
+  /**
+   * Every reference the scheduler, the storage transfer manager and the tails waiting for
+   * write-through hold (for the checker).
+   */
   List<HeldBlock> heldBlocks() {
     List<HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
+    out.addAll(publication.heldBlocks());
     if (stm != null) {
       out.addAll(stm.heldHostBlocks());
       stm.checkInvariants();

@@ -1,7 +1,10 @@
 package io.tokenspeed.engine;
 
+import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.cache.RetractionImage;
+import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheKey;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
@@ -17,7 +20,7 @@ import java.util.Set;
 
 /**
  * What the loop copies to the Host besides the scheduler's demotions: the exact images of retracted
- * requests, and, with L3, the write-through of finished prefixes.
+ * requests, and, with L3, the write-through of finished prefixes and of their exact tails.
  *
  * <ul>
  *   <li>An image goes Device → Host into private Host blocks the request holds; it is never
@@ -25,6 +28,14 @@ import java.util.Set;
  *   <li>A written-through page goes Device → Host into a private Host block and is published under
  *       its content key only once its copy completed; a published Host block becomes a backup
  *       candidate for L3.
+ *   <li>A finished prompt whose reusable bound B is not a multiple of P also writes its tail
+ *       object: the rows of the partial page below B ({@link CacheCoordinator#tailKeys}), taken
+ *       from the request's own block table (they are private, or published under a full page's key)
+ *       and pinned from its end until the next round copies them. They go the way of any
+ *       written-through page: a private Host block, published under the tail key once copied, a
+ *       backup candidate, a create-only PUT, except that a tail takes only free Host room. Only
+ *       layouts without State groups write tails: the forward runs the last chunk through the last
+ *       prompt token, so no checkpoint at B exists.
  * </ul>
  *
  * <p>It never overwrites a published block and never publishes a block whose copy has not
@@ -42,6 +53,12 @@ final class HostPublication {
   /** Keys of finished requests to write through to the Host in the next round (with L3). */
   private final List<CacheKey> backups = new ArrayList<>();
 
+  /** Tails of finished requests to write through in the next round, their blocks pinned. */
+  private final List<Tail> tails = new ArrayList<>();
+
+  /** No group keeps State checkpoints: a tail's every key is a row the request computed. */
+  private final boolean tailsWritable;
+
   private long imageBlocks;
 
   /** Every group keeps full history: a shorter boundary needs nothing the longest does not. */
@@ -52,6 +69,9 @@ final class HostPublication {
    * published Device block stays pinned until then.
    */
   record ImagePage(CacheKey key, int hostBlock, int deviceBlock) {}
+
+  /** A finished prompt's tail object: its keys and the Device blocks holding them, pinned. */
+  private record Tail(List<CacheKey> keys, int[] deviceBlocks) {}
 
   HostPublication(
       CacheLayout layout,
@@ -66,6 +86,8 @@ final class HostPublication {
     this.stm = stm;
     this.historyOnly =
         layout.groups().stream().allMatch(g -> g.kind() instanceof GroupKind.FullHistory);
+    this.tailsWritable =
+        layout.groups().stream().noneMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints);
   }
 
   /** Image blocks of retracted requests saved to the Host since start. */
@@ -75,12 +97,33 @@ final class HostPublication {
 
   /** Whether finished prefixes wait to be written through. */
   boolean backupsPending() {
-    return !backups.isEmpty();
+    return !backups.isEmpty() || !tails.isEmpty();
   }
 
-  /** Forgets the prefixes waiting for write-through (a full clear). */
+  /** Forgets the prefixes waiting for write-through and unpins their tails (a full clear). */
   void clearBackups() {
     backups.clear();
+    for (Tail t : tails) {
+      unpin(t);
+    }
+    tails.clear();
+  }
+
+  private void unpin(Tail t) {
+    for (int b : t.deviceBlocks()) {
+      cache.device().unref(b);
+    }
+  }
+
+  /** The Device references pinned for tails waiting for write-through (the invariant checkers). */
+  List<HeldBlock> heldBlocks() {
+    List<HeldBlock> out = new ArrayList<>();
+    for (Tail t : tails) {
+      for (int b : t.deviceBlocks()) {
+        out.add(new HeldBlock(Tier.DEVICE, b));
+      }
+    }
+    return out;
   }
 
   /**
@@ -88,21 +131,56 @@ final class HostPublication {
    * key a restore at its longest full boundary needs, then, for a model with sliding windows or
    * State, the windows and checkpoints of each shorter aligned boundary, longest first: a later
    * prompt that shares only a shorter prefix restores at that boundary (the specification's shorter
-   * fallback boundaries). Full history below a boundary is part of the longest one's keys.
+   * fallback boundaries). Full history below a boundary is part of the longest one's keys. Then the
+   * tail object at its reusable bound, when that bound is not a multiple of P.
    */
   void writeThroughLater(ActiveRequest a) {
     int p = layout.prefixGranularity();
     int longest = a.keys.numFullPages() * p;
-    if (longest == 0) {
+    if (longest > 0) {
+      Set<CacheKey> keys = new LinkedHashSet<>(cache.neededKeys(a.keys, longest));
+      if (!historyOnly) {
+        for (int b = longest - p; b >= p; b -= p) {
+          keys.addAll(cache.neededKeys(a.keys, b));
+        }
+      }
+      backups.addAll(keys);
+    }
+    writeTailLater(a);
+  }
+
+  /**
+   * Pins the rows of the tail object at the prompt's reusable bound, when that bound is not a
+   * multiple of P, for the next round's write-through: called before the request's blocks go back.
+   * Nothing is pinned when a row is gone (a window that slid past it) or the request was admitted
+   * before a full clear (what it computed is published nowhere).
+   */
+  private void writeTailLater(ActiveRequest a) {
+    int bound = a.keys.reusableBound();
+    if (!tailsWritable || bound == 0 || a.keys.aligned(bound)) {
       return;
     }
-    Set<CacheKey> keys = new LinkedHashSet<>(cache.neededKeys(a.keys, longest));
-    if (!historyOnly) {
-      for (int b = longest - p; b >= p; b -= p) {
-        keys.addAll(cache.neededKeys(a.keys, b));
+    Admission admission = scheduler.admission(a.id);
+    int[][] rows = scheduler.blockTables(a.id);
+    if (admission == null || rows == null || !cache.isCurrent(admission)) {
+      return;
+    }
+    List<CacheKey> keys = cache.tailKeys(a.keys, bound);
+    int pageStart = bound / layout.prefixGranularity() * layout.prefixGranularity();
+    int[] blocks = new int[keys.size()];
+    for (int i = 0; i < blocks.length; i++) {
+      CacheKey key = keys.get(i);
+      int row = pageStart / layout.group(key.groupId()).blockGranularity() + key.pageOffset();
+      int[] table = rows[key.groupId()];
+      blocks[i] = row < table.length ? table[row] : 0;
+      if (blocks[i] == 0) {
+        return;
       }
     }
-    backups.addAll(keys);
+    for (int b : blocks) {
+      cache.device().ref(b);
+    }
+    tails.add(new Tail(keys, blocks));
   }
 
   /**
@@ -199,11 +277,12 @@ final class HostPublication {
   /**
    * With L3, the prefix of every finished request goes to the Host as soon as it finishes (so that
    * it becomes a backup candidate, not only under Device pressure): each key of its longest full
-   * boundary that the Device has published and the Host lacks is copied D2H with this round's
-   * demotions. The Device source stays pinned until the copy is done.
+   * boundary that the Device has published and the Host lacks, and each row of its tail the Host
+   * lacks, is copied D2H with this round's demotions. The Device source stays pinned until the copy
+   * is done.
    */
   List<ImagePage> writeThrough(List<BlockTransfer> ops) {
-    if (backups.isEmpty()) {
+    if (!backupsPending()) {
       return List.of();
     }
     List<ImagePage> pages = new ArrayList<>();
@@ -220,10 +299,37 @@ final class HostPublication {
       }
     }
     backups.clear();
+    for (Tail t : tails) {
+      writeTail(t, ops, pages);
+      unpin(t); // each copy holds its own pin
+    }
+    tails.clear();
     if (unavailable > 0) {
       stm.onBackupsDropped(StorageCounters.DropReason.UNAVAILABLE, unavailable);
     }
     return pages;
+  }
+
+  /**
+   * Copies the rows of a tail the Host lacks, all of them or none, into free Host room only: a tail
+   * never evicts a cached block. Most tails belong to one prompt alone, while what eviction would
+   * take are pages many prompts share, or the room a restore is about to need; a tail that finds no
+   * room is simply not written (best effort beside the pages, not counted as a dropped backup).
+   */
+  private void writeTail(Tail t, List<BlockTransfer> ops, List<ImagePage> pages) {
+    int[] needs = new int[layout.numGroups()];
+    for (CacheKey k : t.keys()) {
+      needs[k.groupId()] += cache.host().contains(k) ? 0 : 1;
+    }
+    if (!cache.host().pool().canAcquire(needs)) {
+      return;
+    }
+    for (int i = 0; i < t.keys().size(); i++) {
+      CacheKey k = t.keys().get(i);
+      if (!cache.host().contains(k)) {
+        copyToHost(k, t.deviceBlocks()[i], ops, pages); // fits: the room was checked
+      }
+    }
   }
 
   /**
