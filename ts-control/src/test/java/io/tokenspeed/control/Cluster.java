@@ -110,6 +110,23 @@ final class Cluster implements AutoCloseable {
     return new Cluster(List.copyOf(ranks), threads);
   }
 
+  /**
+   * {@code worldSize} ranks joined over {@code hub} (in memory, no sockets), with the configs of
+   * {@link #configs} adjusted by {@code tweak}; their addresses are placeholders nothing listens
+   * on.
+   */
+  static Cluster overHub(LocalRelayHub hub, UnaryOperator<ControlConfig> tweak) throws Exception {
+    List<InetSocketAddress> placeholders = new ArrayList<>();
+    for (int r = 0; r < hub.worldSize(); r++) {
+      placeholders.add(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1 + r));
+    }
+    List<RelayExchange> ranks = new ArrayList<>();
+    for (ControlConfig c : configs(placeholders, tweak)) {
+      ranks.add(RelayExchange.connect(c, hub));
+    }
+    return new Cluster(List.copyOf(ranks), Executors.newFixedThreadPool(hub.worldSize()));
+  }
+
   /** Runs {@code body} on every rank at once and waits (bounded) for every rank to finish. */
   <T> List<Outcome<T>> run(RankBody<T> body) throws Exception {
     List<Future<T>> futures = new ArrayList<>();
