@@ -168,6 +168,29 @@ final class Cluster implements AutoCloseable {
     return out;
   }
 
+  /**
+   * Every rank exchanges three idle rounds; rank {@code closing} then closes its exchange and the
+   * others enter round 4. Returns what each rank's round 4 threw (null for the closing rank).
+   */
+  List<Outcome<MeshException>> closeAfterThreeRounds(int closing) throws Exception {
+    return run(
+        (rank, x) -> {
+          for (int n = 1; n <= 3; n++) {
+            x.exchange(LocalReport.idle(n));
+          }
+          if (rank == closing) {
+            x.close();
+            return null;
+          }
+          try {
+            x.exchange(LocalReport.idle(4));
+          } catch (MeshException e) {
+            return e;
+          }
+          throw new AssertionError("rank " + rank + " exchanged round 4 without rank " + closing);
+        });
+  }
+
   /** One round with {@code local}, received through a second, idle exchange. */
   static AgreedRound oneRound(RelayExchange x, LocalReport local) throws ControlPlaneException {
     return rounds(x, n -> local, 1).getFirst();

@@ -66,30 +66,15 @@ class LocalRelayHubTest {
     }
   }
 
-  /** Three ranks exchange three rounds; rank 1 then closes and the others enter round 4. */
-  private static List<Outcome<MeshException>> rank1Closes(Cluster cluster) throws Exception {
-    return cluster.run(
-        (rank, x) -> {
-          for (int n = 1; n <= 3; n++) {
-            x.exchange(LocalReport.idle(n));
-          }
-          if (rank == 1) {
-            x.close();
-            return null;
-          }
-          return assertThrows(MeshException.class, () -> x.exchange(LocalReport.idle(4)));
-        });
-  }
-
   @Test
   void shouldFailTheOthersAsTheTcpMeshDoesWhenARankCloses() throws Exception {
     List<Outcome<MeshException>> overTcp;
     try (Cluster tcp = Cluster.start(3)) {
-      overTcp = rank1Closes(tcp);
+      overTcp = tcp.closeAfterThreeRounds(1);
     }
     List<Outcome<MeshException>> overHub;
     try (Cluster hub = Cluster.overHub(new LocalRelayHub(3), UnaryOperator.identity())) {
-      overHub = rank1Closes(hub);
+      overHub = hub.closeAfterThreeRounds(1);
     }
     for (int r : new int[] {0, 2}) {
       MeshException tcp = overTcp.get(r).get();

@@ -169,6 +169,11 @@ class SimModelTest {
     return LocalCollective.group(tp);
   }
 
+  /** The reference tokens of a replica of {@code tp} ranks. */
+  private static int[] reference(int tp, int window, long seed, int[] prompt, int numTokens) {
+    return new SimModel(VOCAB, 2, window, seed, group(tp)[0]).reference(prompt, numTokens);
+  }
+
   @FunctionalInterface
   private interface RankBody {
     int[] run(Rank k) throws Exception;
@@ -180,7 +185,7 @@ class SimModelTest {
     for (long seed = 1; seed <= 5; seed++) {
       SplittableRandom rnd = new SplittableRandom(seed * 97 + tp * 13 + window);
       int[] prompt = prompt(rnd, 1 + rnd.nextInt(60));
-      int[] reference = new SimModel(VOCAB, 2, window, seed, group(tp)[0]).reference(prompt, 24);
+      int[] reference = reference(tp, window, seed, prompt, 24);
       long chunking = seed;
       int[] generated =
           onEveryRank(
@@ -203,7 +208,7 @@ class SimModelTest {
     for (int i = 2 * PAGE_TOKENS; i < second.length; i++) {
       second[i] = rnd.nextInt(VOCAB);
     }
-    int[] reference = new SimModel(VOCAB, 2, window, seed, group(tp)[0]).reference(second, 16);
+    int[] reference = reference(tp, window, seed, second, 16);
     int[] generated =
         onEveryRank(
             tp,
@@ -233,7 +238,7 @@ class SimModelTest {
     int tp = 1 + (int) (seed % 3);
     int window = seed % 2 == 0 ? 0 : 2 + rnd.nextInt(8);
     int[] prompt = prompt(rnd, 2 + rnd.nextInt(50));
-    int[] reference = new SimModel(VOCAB, 2, window, seed, group(tp)[0]).reference(prompt, 2);
+    int[] reference = reference(tp, window, seed, prompt, 2);
     int wrongRank = rnd.nextInt(tp);
     int g = window == 0 ? 0 : rnd.nextInt(2);
     int n = prompt.length;

@@ -228,6 +228,15 @@ class SimStoreTest {
     assertEquals(Long.MAX_VALUE, store.nextDueNs());
   }
 
+  /** Submits one job on an idle store, runs its call when due, and returns its record. */
+  private StorageDone runAlone(SimStore store, Rank k, StorageKind kind, List<String> keys) {
+    k.submit(kind, keys);
+    store.step();
+    clockNs.set(store.nextDueNs());
+    assertEquals(1, store.step());
+    return k.executor.poll().completions().getFirst();
+  }
+
   @Test
   void shouldHoldAHungCallUntilTheStoreRestartsAndThenFailItRetired() throws Exception {
     SimStore store = new SimStore(8, clockNs::get, Faults.NONE.with(Fault.HUNG, 1), true);
@@ -250,11 +259,7 @@ class SimStoreTest {
   void shouldQuarantineTheExecutorWhenACallAnswersUnretired() throws Exception {
     SimStore store = new SimStore(9, clockNs::get, Faults.NONE.with(Fault.UNRETIRED, 1), true);
     Rank k = new Rank(store);
-    k.submit(StorageKind.PUT, List.of("ns_a"));
-    store.step();
-    clockNs.set(store.nextDueNs());
-    store.step();
-    StorageDone done = k.executor.poll().completions().getFirst();
+    StorageDone done = runAlone(store, k, StorageKind.PUT, List.of("ns_a"));
     assertFalse(done.retired());
     assertTrue(k.executor.quarantined());
     assertEquals(1, store.count(Fault.UNRETIRED));
@@ -265,19 +270,12 @@ class SimStoreTest {
     Faults two = new Faults(1, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0); // room for two objects
     SimStore store = new SimStore(10, clockNs::get, two, true);
     Rank k = new Rank(store);
-    k.submit(StorageKind.PUT, List.of("ns_a", "ns_b", "ns_c"));
-    store.step();
-    clockNs.addAndGet(10);
-    store.step();
-    StorageDone done = k.executor.poll().completions().getFirst();
+    StorageDone done = runAlone(store, k, StorageKind.PUT, List.of("ns_a", "ns_b", "ns_c"));
     assertEquals(List.of(KeyOutcome.OK, KeyOutcome.OK, KeyOutcome.FAILED), done.outcomes());
     assertTrue(done.retired(), "a refusal is retired");
     assertEquals(1, store.count(Fault.REFUSED));
     assertEquals(2, store.deleteNamespace("ns"));
-    k.submit(StorageKind.PUT, List.of("ns_c"));
-    store.step();
-    clockNs.addAndGet(10);
-    store.step();
-    assertEquals(List.of(KeyOutcome.OK), k.executor.poll().completions().getFirst().outcomes());
+    assertEquals(
+        List.of(KeyOutcome.OK), runAlone(store, k, StorageKind.PUT, List.of("ns_c")).outcomes());
   }
 }
