@@ -69,10 +69,10 @@ import java.util.logging.Logger;
  * every rank prove that every rank gathered round n-1 (a rank starts round n only after it gathered
  * n-1), so when a rank returns round n-1, every rank holds it. If a rank failed while gathering
  * round n, the survivors settle: each sends its newest gathered round to every peer it still
- * reaches (see {@link Mesh#settle}) and stops at the smallest round among itself and those it heard
- * from — its own when it heard from none. That is either the round it last returned or the one it
- * held back, which the exception then carries ({@link ControlPlaneException#finalRound()}) for the
- * caller to apply before it stops:
+ * reaches (see {@link RelayTransport#settle}) and stops at the smallest round among itself and
+ * those it heard from — its own when it heard from none. That is either the round it last returned
+ * or the one it held back, which the exception then carries ({@link
+ * ControlPlaneException#finalRound()}) for the caller to apply before it stops:
  *
  * <pre>
  *   gathered G (every rank's G is within one of every other's), returned G-1
@@ -97,7 +97,7 @@ public final class RelayExchange implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(RelayExchange.class.getName());
 
   private final ControlConfig config;
-  private final Mesh mesh;
+  private final RelayTransport mesh;
   private final FrameDecoder decoder;
   private final Agreement agreement;
   private long round;
@@ -107,7 +107,7 @@ public final class RelayExchange implements AutoCloseable {
   private ControlPlaneException failure;
   private boolean closed;
 
-  private RelayExchange(ControlConfig config, Mesh mesh) {
+  private RelayExchange(ControlConfig config, RelayTransport mesh) {
     this.config = config;
     this.mesh = mesh;
     this.decoder = new FrameDecoder(config.maxFrameBytes());
@@ -131,6 +131,19 @@ public final class RelayExchange implements AutoCloseable {
   public static RelayExchange connect(ControlConfig config, ServerSocketChannel listener)
       throws MeshException {
     return new RelayExchange(config, Mesh.open(config, listener));
+  }
+
+  /**
+   * Joins {@code hub}, the in-memory transport among the ranks of one replica in this JVM (a
+   * simulation's): the exchange runs exactly as over TCP, on frames of the same bytes. Returns at
+   * once; the ranks meet in their first exchange.
+   *
+   * @throws MeshException HANDSHAKE when {@code config} disagrees with the hub or with a rank that
+   *     joined before (world size, replica, shared limits), or its rank has joined already
+   */
+  public static RelayExchange connect(ControlConfig config, LocalRelayHub hub)
+      throws MeshException {
+    return new RelayExchange(config, hub.join(config));
   }
 
   /** This rank's settings. */
