@@ -4,10 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.GenerationResult;
-import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.sampling.SamplingParams;
-import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
@@ -25,7 +24,7 @@ class SimModelEngineTest {
     SimModel model = new SimModel(1021, 2, 24, 5);
     EngineConfig config = EngineConfig.defaults(64).withComputeThreads(1);
     SplittableRandom rnd = new SplittableRandom(5);
-    try (Engine e = Engine.start(model, config, OptionalInt.empty(), (L3Settings) null)) {
+    try (Engine e = Engine.start(EngineSettings.of(model, config).conclude())) {
       for (int i = 0; i < 6; i++) {
         int[] prompt = new int[1 + rnd.nextInt(200)];
         for (int t = 0; t < prompt.length; t++) {
