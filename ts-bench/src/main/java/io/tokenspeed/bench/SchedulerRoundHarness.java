@@ -40,8 +40,7 @@ public final class SchedulerRoundHarness {
   private static Histogram rounds(boolean storage, int rounds) {
     CacheLayout layout = BenchLayouts.threeGroups();
     CacheCoordinator cache = cache(layout);
-    StorageConfig config =
-        StorageConfig.defaults().withCredits(400, 1 << 20).withMinExtensionTokens(64);
+    StorageConfig config = StorageConfig.defaults().withCredits(400, 0).withMinExtensionTokens(64);
     StorageTransferManager stm = storage ? new StorageTransferManager(config, cache) : null;
     Scheduler s = new Scheduler(cache, stm, new Scheduler.Config(256, 8, 16));
     long id = 1;
@@ -104,7 +103,7 @@ public final class SchedulerRoundHarness {
     CacheCoordinator cache = cache(layout);
     StorageTransferManager stm =
         new StorageTransferManager(
-            StorageConfig.defaults().withCredits(64, 1 << 20).withMinExtensionTokens(64), cache);
+            StorageConfig.defaults().withCredits(64, 0).withMinExtensionTokens(64), cache);
     PromptKeys prompt = PromptKeys.of(layout, BenchLayouts.prompt(tokens, seed), List.of());
     long t0 = System.nanoTime();
     StorageTransferManager.Preparation p = stm.prepare(1, prompt, true);

@@ -308,6 +308,12 @@ public final class BlockPool {
     return parentGroup[(blockId - 1) / maxChildren];
   }
 
+  /** The LCM parent an allocated block is a child of. */
+  public int parentOf(int blockId) {
+    checkAllocated(blockId);
+    return (blockId - 1) / maxChildren;
+  }
+
   /** Byte offset of the block inside the tier's arena. */
   public long byteOffset(int blockId) {
     int p = (blockId - 1) / maxChildren;

@@ -11,7 +11,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.TreeSet;
+import java.util.TreeMap;
 
 /**
  * Owner agreement on storage completion facts: the window of operations that some but not all
@@ -25,7 +25,9 @@ import java.util.TreeSet;
  * owner reports it, whatever the order of the owners and whatever other operations are still
  * pending. A slow earlier operation therefore never blocks a later complete one, and the window is
  * never truncated to a prefix of operation ids: it is bounded by {@code maxPendingOperations} and
- * {@code maxPendingKeys} instead, and overflowing either is an agreed protocol error.
+ * {@code maxPendingKeys} instead, and overflowing either is an agreed protocol error. The engine
+ * sizes both from the storage credits ({@link ControlConfig#withWindowFor}), which bound what can
+ * be in flight, so a window over its bounds means a broken replica, never load.
  *
  * <p><b>The reduction</b>, per key: OK when every owner reports OK (AND); otherwise an object
  * failure when any owner confirmed the object missing or invalid (OR; INVALID before MISSING);
@@ -33,19 +35,34 @@ import java.util.TreeSet;
  * row reports it OK and so contributes no object evidence.
  *
  * <p><b>What it refuses</b> (each a {@link ProtocolException} naming the operation and ranks): an
- * owner reporting an operation twice, owners disagreeing on an operation's kind or key count (the
- * masks must have equal lengths), and a window over its bounds. Before the exchange, {@link
+ * owner reporting a pending operation twice, owners disagreeing on an operation's kind or key count
+ * (the masks must have equal lengths), and a window over its bounds. Before the exchange, {@link
  * #checkLocal} applies the same checks to this rank's own records against the window, so that an
  * invalid local report can join the exchange as an error instead.
  *
- * <p><b>Never agreed twice.</b> An operation reported again after it was agreed is a protocol error
- * (locally, before the exchange, for this rank's own records). The agreed operation ids are kept as
- * a floor below which every id counts as agreed, plus the agreed ids above it; the floor advances
- * over each contiguous run. Operation ids are dense (one per ticket, never reused), so the ids
- * above the floor are about as many as the operations in flight. Should they ever exceed {@link
- * #agreedMemory} (ids skipped for good), the floor moves up to the oldest of them, and a first
- * report of a skipped id below it is refused as a late duplicate — an error, never a second
- * agreement.
+ * <p><b>Never agreed twice; a late report is dropped.</b> Completions may arrive late or twice. An
+ * operation agreed once has been reported by every owner, so any later record of it is a second
+ * report by an owner whose first already counted: it is dropped and counted ({@link #lateReports}),
+ * never agreed again and never an error. Every rank sees the same gathered records, so every rank
+ * drops the same ones.
+ *
+ * <p><b>Remembering what was agreed.</b> The agreed ids are kept as runs of consecutive ids, each
+ * its first and last id (here 0..41, 43..97 and 100..130):
+ *
+ * <pre>
+ *   id   0 ......... 41   42   43 ......... 97   98  99   100 ....... 130   131 ...
+ *        [ agreed run  ]  gap  [ agreed run  ]   gaps     [ agreed run  ]   none agreed yet
+ *                     in flight              in flight
+ * </pre>
+ *
+ * A gap is an id not agreed below the newest agreed one. The scheduler issues ids densely (one per
+ * ticket, never reused) and holds an operation credit for each until its agreed fact, so the gaps
+ * are operations in flight: at most {@code async.max_operations}, whatever the replica's age, and
+ * the runs at most one more. Should the runs ever exceed {@link #agreedMemory} (ids skipped for
+ * good, which the scheduler never does), the two oldest runs merge and the ids between them count
+ * as agreed ({@link #forgottenIds}). {@code agreedMemory} is four times the window, at least 65,536
+ * and at most 4 Mi runs, above the 1 Mi operation credits {@code async.max_operations} accepts, so
+ * with the window sized from the credits this never happens to an operation in flight.
  *
  * <p>Single-threaded: owned by the event loop thread.
  */
@@ -57,8 +74,13 @@ public final class Agreement {
   private final Map<Long, Pending> pending = new HashMap<>();
   private long pendingKeys;
   private final int agreedMemory;
-  private final TreeSet<Long> agreedAbove = new TreeSet<>();
-  private long agreedFloor;
+
+  /** The agreed ids, as runs: the first id of each run to its last. */
+  private final TreeMap<Long, Long> agreedRuns = new TreeMap<>();
+
+  private long lateReports;
+  private String firstLateReport;
+  private long forgottenIds;
 
   /** Records of one operation reported by some owners so far. */
   private static final class Pending {
@@ -108,37 +130,56 @@ public final class Agreement {
     this.agreedMemory = (int) Math.min(1 << 22, Math.max(1 << 16, 4L * maxPendingOperations));
   }
 
-  /** How many agreed ids above the floor are remembered before the floor moves up. */
+  /** How many runs of agreed ids are remembered before the two oldest merge. */
   int agreedMemory() {
     return agreedMemory;
   }
 
-  /** True when {@code operationId} has been agreed (or lies below the remembered floor). */
+  /** True when {@code operationId} has been agreed (or lies in a gap merged away). */
   public boolean agreed(long operationId) {
-    return operationId < agreedFloor || agreedAbove.contains(operationId);
+    Map.Entry<Long, Long> run = agreedRuns.floorEntry(operationId);
+    return run != null && operationId <= run.getValue();
   }
 
+  /** Records {@code operationId}, not agreed before, as agreed. */
   private void rememberAgreed(long operationId) {
-    if (operationId < agreedFloor) {
-      return;
+    long first = operationId;
+    long last = operationId;
+    Map.Entry<Long, Long> below = agreedRuns.floorEntry(operationId);
+    if (below != null && below.getValue() == operationId - 1) {
+      first = below.getKey(); // the common case: ids agreed in order extend the newest run
     }
-    if (operationId == agreedFloor) {
-      // The common case (ids agreed in order): the floor moves, the set is not touched.
-      agreedFloor++;
-      while (!agreedAbove.isEmpty() && agreedAbove.first() == agreedFloor) {
-        agreedAbove.pollFirst();
-        agreedFloor++;
+    if (operationId < Long.MAX_VALUE) {
+      Long aboveLast = agreedRuns.remove(operationId + 1);
+      if (aboveLast != null) {
+        last = aboveLast;
       }
-      return;
     }
-    agreedAbove.add(operationId);
-    while (agreedAbove.size() > agreedMemory) {
-      agreedFloor = agreedAbove.pollFirst() + 1;
+    agreedRuns.put(first, last);
+    if (agreedRuns.size() > agreedMemory) {
+      Map.Entry<Long, Long> oldest = agreedRuns.pollFirstEntry();
+      Map.Entry<Long, Long> next = agreedRuns.pollFirstEntry();
+      forgottenIds += next.getKey() - oldest.getValue() - 1;
+      agreedRuns.put(oldest.getKey(), next.getValue());
     }
-    while (!agreedAbove.isEmpty() && agreedAbove.first() == agreedFloor) {
-      agreedAbove.pollFirst();
-      agreedFloor++;
-    }
+  }
+
+  /**
+   * Records dropped because their operation was already agreed: an owner's second report, arriving
+   * late. The same on every rank.
+   */
+  public long lateReports() {
+    return lateReports;
+  }
+
+  /** The first of those records (operation, rank and round), or null when none was dropped. */
+  public String firstLateReport() {
+    return firstLateReport;
+  }
+
+  /** Ids never agreed that count as agreed because the runs outgrew {@link #agreedMemory}. */
+  public long forgottenIds() {
+    return forgottenIds;
   }
 
   /** Operations some but not all owners have reported. */
@@ -152,7 +193,8 @@ public final class Agreement {
   }
 
   /**
-   * Validates this rank's records before the exchange, against each other and the window.
+   * Validates this rank's records before the exchange, against each other and the window. A record
+   * of an operation already agreed passes: every rank drops it from the gathered reports.
    *
    * @return null when they may be sent, otherwise the reason (which the error report carries)
    */
@@ -168,7 +210,7 @@ public final class Agreement {
         return "operation " + op + " appears twice in one report";
       }
       if (agreed(op)) {
-        return "operation " + op + " was already agreed; rank " + rank + " reports it again";
+        continue; // a late second report: every rank drops it from the gathered reports
       }
       if (d.outcomes().size() > maxPendingKeys) {
         return "operation "
@@ -191,7 +233,8 @@ public final class Agreement {
 
   /**
    * Adds one round's gathered records and returns the operations that are now reported by every
-   * owner, reduced, in ascending operation id.
+   * owner, reduced, in ascending operation id. Records of operations already agreed are dropped and
+   * counted ({@link #lateReports}).
    *
    * @param byRank each rank's records, indexed by rank
    * @throws ProtocolException when records contradict each other or the window overflows
@@ -207,8 +250,10 @@ public final class Agreement {
       for (StorageDone d : byRank.get(rank)) {
         long op = d.operationId();
         if (agreed(op)) {
-          throw new ProtocolException(
-              round, "operation " + op + " was already agreed; rank " + rank + " reports it again");
+          if (lateReports++ == 0) {
+            firstLateReport = "operation " + op + " from rank " + rank + " in round " + round;
+          }
+          continue;
         }
         Pending p = pending.get(op);
         if (p == null) {

@@ -9,10 +9,23 @@ import java.util.List;
  * agreement window.
  *
  * <p>Three settings must be equal on every rank, because the agreement's verdicts depend on them:
- * {@code maxFrameBytes}, {@code maxPendingOperations} and {@code maxPendingKeys}. The handshake
- * exchanges and compares them, together with the replica id, the world size and the protocol
- * version, and each side proves that it holds the same {@link ReplicaSecret}. The timeouts are
- * local and may differ.
+ * {@code maxFrameBytes} and the agreement window ({@link #windowOperations}, {@link #windowKeys}).
+ * The handshake exchanges and compares them, together with the replica id, the world size and the
+ * protocol version, and each side proves that it holds the same {@link ReplicaSecret}. The timeouts
+ * are local and may differ.
+ *
+ * <p><b>The agreement window follows the credits.</b> The window must hold every operation that
+ * some owners have reported and others not yet. An operation enters it only after the scheduler
+ * issued it, charging an operation credit, and the scheduler returns that credit only when it
+ * applies the operation's agreed fact, which the agreement produces as the operation leaves the
+ * window. Every rank runs the same scheduler on the same agreed rounds, so after any round the
+ * window holds a subset of the operations whose credits are charged: no more than the credits allow
+ * in flight, and no more keys than they carry ({@link InFlightBound}). A window of exactly that
+ * size therefore needs no margin, and one that overflows proves a broken replica, not load. Left at
+ * 0 (the default), {@code maxPendingOperations} and {@code maxPendingKeys} are sized from the
+ * credits when the engine starts ({@link #withWindowFor}); set explicitly, they must hold them. A
+ * mesh that nothing sized (a replica without L3, whose owners report no operations) holds {@link
+ * #UNSIZED_MAX_PENDING_OPERATIONS} and {@link #UNSIZED_MAX_PENDING_KEYS}.
  *
  * @param replicaId the replica (DP rank) whose owners form this mesh; every peer must name the same
  * @param rank this rank's index into {@code addresses} (the attention-TP rank); rank 0 leads
@@ -24,8 +37,10 @@ import java.util.List;
  * @param handshakeTimeoutMs how long an accepted connection may take to complete its handshake
  *     before it is closed as not a peer (setup itself goes on until {@code connectTimeoutMs})
  * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included
- * @param maxPendingOperations the most operations the agreement may retain with partial reports
- * @param maxPendingKeys the most keys, summed over those operations, it may retain
+ * @param maxPendingOperations the most operations the agreement may retain with partial reports; 0
+ *     to size it from the storage credits
+ * @param maxPendingKeys the most keys, summed over those operations, it may retain; 0 to size it
+ *     from the storage credits
  * @param tls mutual TLS on every mesh connection, or null for plain TCP (see {@link ControlTls})
  */
 public record ControlConfig(
@@ -58,11 +73,26 @@ public record ControlConfig(
   /** Default {@code maxFrameBytes}: 16 MiB, about 670,000 single-key completion records. */
   public static final int DEFAULT_MAX_FRAME_BYTES = 16 << 20;
 
-  /** Default {@code maxPendingOperations}: 65,536, far above any operation-credit setting. */
-  public static final int DEFAULT_MAX_PENDING_OPERATIONS = 65_536;
+  /**
+   * Default {@code maxPendingOperations}: 0, the operations the storage credits let be in flight
+   * ({@code async.max_operations}), once the engine sizes the window ({@link #withWindowFor}).
+   */
+  public static final int DEFAULT_MAX_PENDING_OPERATIONS = 0;
 
-  /** Default {@code maxPendingKeys}: 4,194,304. */
-  public static final long DEFAULT_MAX_PENDING_KEYS = 4L << 20;
+  /**
+   * Default {@code maxPendingKeys}: 0, the keys the storage credits let be in flight, once the
+   * engine sizes the window ({@link #withWindowFor}).
+   */
+  public static final long DEFAULT_MAX_PENDING_KEYS = 0;
+
+  /**
+   * The operations a window holds when nothing sized it from storage credits: 65,536, for a mesh
+   * whose owners report no storage operations (a replica without L3) or carry their own records.
+   */
+  public static final int UNSIZED_MAX_PENDING_OPERATIONS = 65_536;
+
+  /** The keys a window holds when nothing sized it from storage credits: 4,194,304. */
+  public static final long UNSIZED_MAX_PENDING_KEYS = 4L << 20;
 
   /** The largest supported world size (ranks of one replica in one mesh). */
   public static final int MAX_WORLD_SIZE = 1024;
@@ -115,12 +145,17 @@ public record ControlConfig(
       throw new IllegalArgumentException(
           "max_frame_bytes=" + maxFrameBytes + " must be >= " + MIN_MAX_FRAME_BYTES);
     }
-    if (maxPendingOperations < 1) {
+    if (maxPendingOperations < 0) {
       throw new IllegalArgumentException(
-          "max_pending_operations=" + maxPendingOperations + " must be >= 1");
+          "max_pending_operations="
+              + maxPendingOperations
+              + " must be >= 0 (0: sized from the storage credits)");
     }
-    if (maxPendingKeys < 1) {
-      throw new IllegalArgumentException("max_pending_keys=" + maxPendingKeys + " must be >= 1");
+    if (maxPendingKeys < 0) {
+      throw new IllegalArgumentException(
+          "max_pending_keys="
+              + maxPendingKeys
+              + " must be >= 0 (0: sized from the storage credits)");
     }
   }
 
@@ -177,6 +212,65 @@ public record ControlConfig(
     return rank == 0;
   }
 
+  /**
+   * The most operations the agreement retains with partial reports: {@code maxPendingOperations},
+   * or {@link #UNSIZED_MAX_PENDING_OPERATIONS} while it is 0.
+   */
+  public int windowOperations() {
+    return maxPendingOperations == 0 ? UNSIZED_MAX_PENDING_OPERATIONS : maxPendingOperations;
+  }
+
+  /**
+   * The most keys of those operations the agreement retains: {@code maxPendingKeys}, or {@link
+   * #UNSIZED_MAX_PENDING_KEYS} while it is 0.
+   */
+  public long windowKeys() {
+    return maxPendingKeys == 0 ? UNSIZED_MAX_PENDING_KEYS : maxPendingKeys;
+  }
+
+  /**
+   * These settings with an agreement window that holds what the storage credits let be in flight
+   * (see the class comment for why exactly that much suffices): each bound left at 0 becomes the
+   * credits' bound, and each one set explicitly is kept if it holds the credits' bound.
+   *
+   * @throws IllegalArgumentException naming the credit settings, the window they need and the
+   *     configured bound, when an explicit bound is smaller
+   */
+  public ControlConfig withWindowFor(InFlightBound inFlight) {
+    long operations =
+        sized(
+            maxPendingOperations,
+            inFlight.operations(),
+            inFlight.operationsSource(),
+            "operations, control max_pending_operations=");
+    long keys =
+        sized(
+            maxPendingKeys,
+            inFlight.keys(),
+            inFlight.keysSource(),
+            "keys, control max_pending_keys=");
+    return withWindow((int) operations, keys);
+  }
+
+  /**
+   * {@code need} for a bound left at 0, else {@code configured}, refused when below {@code need}.
+   */
+  private static long sized(long configured, long need, String source, String whatAndField) {
+    if (configured == 0) {
+      return need;
+    }
+    if (configured < need) {
+      throw new IllegalArgumentException(
+          source
+              + " needs an agreement window of at least "
+              + need
+              + " "
+              + whatAndField
+              + configured);
+    }
+    return configured;
+  }
+
   /** These settings with {@code roundTimeoutMs} and {@code connectTimeoutMs} replaced. */
   public ControlConfig withTimeouts(long roundTimeoutMs, long connectTimeoutMs) {
     return with(
@@ -191,7 +285,10 @@ public record ControlConfig(
     return with(d -> d.handshakeTimeoutMs = handshakeTimeoutMs);
   }
 
-  /** These settings with the agreement window replaced. */
+  /**
+   * These settings with the agreement window replaced: explicit bounds, or 0 for a bound sized from
+   * the storage credits ({@link #withWindowFor}).
+   */
   public ControlConfig withWindow(int maxPendingOperations, long maxPendingKeys) {
     return with(
         d -> {

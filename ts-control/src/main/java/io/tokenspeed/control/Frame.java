@@ -71,8 +71,8 @@ public sealed interface Frame {
           config.worldSize(),
           config.rank(),
           config.maxFrameBytes(),
-          config.maxPendingOperations(),
-          config.maxPendingKeys(),
+          config.windowOperations(),
+          config.windowKeys(),
           nonce);
     }
   }

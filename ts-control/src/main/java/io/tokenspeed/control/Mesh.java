@@ -72,7 +72,7 @@ import javax.net.ssl.SSLException;
  * within {@code roundTimeoutMs}. The mesh keeps its sockets open until {@link #close()}, so that
  * the owner decides when peers see this rank leave.
  */
-final class Mesh implements AutoCloseable {
+final class Mesh implements RelayTransport {
 
   private static final Logger LOG = Logger.getLogger(Mesh.class.getName());
 
@@ -592,8 +592,8 @@ final class Mesh implements AutoCloseable {
       return "world_size=" + theirs.worldSize() + ", expected " + config.worldSize();
     }
     if (theirs.maxFrameBytes() != config.maxFrameBytes()
-        || theirs.maxPendingOperations() != config.maxPendingOperations()
-        || theirs.maxPendingKeys() != config.maxPendingKeys()) {
+        || theirs.maxPendingOperations() != config.windowOperations()
+        || theirs.maxPendingKeys() != config.windowKeys()) {
       return "max_frame_bytes="
           + theirs.maxFrameBytes()
           + " max_pending_operations="
@@ -603,9 +603,9 @@ final class Mesh implements AutoCloseable {
           + ", expected "
           + config.maxFrameBytes()
           + " "
-          + config.maxPendingOperations()
+          + config.windowOperations()
           + " "
-          + config.maxPendingKeys()
+          + config.windowKeys()
           + " (these must be equal on every rank)";
     }
     return null;
@@ -961,7 +961,8 @@ final class Mesh implements AutoCloseable {
    *
    * @return the frames indexed by rank; this rank's entry is {@code own}
    */
-  byte[][] allGather(long round, byte[] own) throws MeshException {
+  @Override
+  public byte[][] allGather(long round, byte[] own) throws MeshException {
     byte[][] frames = new byte[config.worldSize()][];
     frames[config.rank()] = own;
     if (peerList.isEmpty()) {
@@ -1052,35 +1053,11 @@ final class Mesh implements AutoCloseable {
           int type = FrameDecoder.frameType(f, 0);
           if (type == FrameDescriptor.TYPE_FINAL) {
             p.last = finalOf(p, f, round);
-            throw new MeshException(
-                Reason.PEER_STOPPED,
-                p.rank,
-                round,
-                "rank "
-                    + p.rank
-                    + " stopped in round "
-                    + round
-                    + (p.last.blamedRank() >= 0 ? " after losing rank " + p.last.blamedRank() : "")
-                    + " (it gathered up to round "
-                    + p.last.gatheredRound()
-                    + "); this is rank "
-                    + config.rank()
-                    + " of replica "
-                    + config.replicaId());
+            throw peerStopped(config, p.rank, round, p.last);
           }
           if (type != FrameDescriptor.TYPE_REPORT) {
             p.dead = true;
-            throw new MeshException(
-                Reason.MALFORMED_FRAME,
-                p.rank,
-                round,
-                "rank "
-                    + p.rank
-                    + " sent a "
-                    + FrameDecoder.typeName(type)
-                    + " frame in round "
-                    + round
-                    + " where its report was due");
+            throw notAReport(p.rank, round, type);
           }
           p.frame = f;
           p.received = true;
@@ -1089,7 +1066,7 @@ final class Mesh implements AutoCloseable {
       }
     } catch (EOFException e) {
       p.dead = true;
-      throw disconnected(p, round, "end of stream", null);
+      throw disconnected(config, p.rank, round, "end of stream", null);
     } catch (FrameReader.BadHeader e) {
       p.dead = true;
       throw new MeshException(
@@ -1099,21 +1076,72 @@ final class Mesh implements AutoCloseable {
           "rank " + p.rank + " sent a malformed frame header in round " + round + ": " + e);
     } catch (IOException e) {
       p.dead = true;
-      throw disconnected(p, round, e.toString(), e);
+      throw disconnected(config, p.rank, round, e.toString(), e);
     }
     return done;
   }
 
   private Frame.Final finalOf(Peer p, byte[] f, long round) throws MeshException {
-    if (decoder.decode(f) instanceof Decoded.Ok(Frame.Final last) && last.rank() == p.rank) {
+    try {
+      return finalOf(decoder, p.rank, f, round);
+    } catch (MeshException e) {
+      p.dead = true;
+      throw e;
+    }
+  }
+
+  /** The FINAL frame {@code f} of {@code peer}, decoded; MALFORMED_FRAME when it is not one. */
+  static Frame.Final finalOf(FrameDecoder decoder, int peer, byte[] f, long round)
+      throws MeshException {
+    if (decoder.decode(f) instanceof Decoded.Ok(Frame.Final last) && last.rank() == peer) {
       return last;
     }
-    p.dead = true;
     throw new MeshException(
         Reason.MALFORMED_FRAME,
-        p.rank,
+        peer,
         round,
-        "rank " + p.rank + " sent an unreadable final frame in round " + round);
+        "rank " + peer + " sent an unreadable final frame in round " + round);
+  }
+
+  /** This rank's FINAL: it gathered up to {@code gatheredRound} and blames {@code blamedRank}. */
+  static byte[] finalFrame(ControlConfig config, long gatheredRound, int blamedRank) {
+    return FrameEncoder.encode(
+        new Frame.Final(config.rank(), gatheredRound, Math.max(-1, blamedRank)),
+        config.maxFrameBytes());
+  }
+
+  /** {@code peer} sent its FINAL where its report of {@code round} was due. */
+  static MeshException peerStopped(ControlConfig config, int peer, long round, Frame.Final last) {
+    return new MeshException(
+        Reason.PEER_STOPPED,
+        peer,
+        round,
+        "rank "
+            + peer
+            + " stopped in round "
+            + round
+            + (last.blamedRank() >= 0 ? " after losing rank " + last.blamedRank() : "")
+            + " (it gathered up to round "
+            + last.gatheredRound()
+            + "); this is rank "
+            + config.rank()
+            + " of replica "
+            + config.replicaId());
+  }
+
+  /** {@code peer} sent a frame of {@code type}, neither a report nor a FINAL, in a round. */
+  static MeshException notAReport(int peer, long round, int type) {
+    return new MeshException(
+        Reason.MALFORMED_FRAME,
+        peer,
+        round,
+        "rank "
+            + peer
+            + " sent a "
+            + FrameDecoder.typeName(type)
+            + " frame in round "
+            + round
+            + " where its report was due");
   }
 
   /**
@@ -1129,12 +1157,10 @@ final class Mesh implements AutoCloseable {
    *
    * @return the gathered round of every peer that answered, by rank
    */
-  Map<Integer, Long> settle(long round, long gatheredRound, int blamedRank) {
+  @Override
+  public Map<Integer, Long> settle(long round, long gatheredRound, int blamedRank) {
     Map<Integer, Long> heard = new TreeMap<>();
-    byte[] last =
-        FrameEncoder.encode(
-            new Frame.Final(config.rank(), gatheredRound, Math.max(-1, blamedRank)),
-            config.maxFrameBytes());
+    byte[] last = finalFrame(config, gatheredRound, blamedRank);
     List<Peer> live = new ArrayList<>();
     for (Peer p : peerList) {
       if (p.dead || p.key == null || !p.key.isValid()) {
@@ -1214,13 +1240,15 @@ final class Mesh implements AutoCloseable {
     }
   }
 
-  private MeshException disconnected(Peer p, long round, String what, Throwable cause) {
+  /** {@code peer}'s connection ended ({@code what}: end of stream, a reset) in {@code round}. */
+  static MeshException disconnected(
+      ControlConfig config, int peer, long round, String what, Throwable cause) {
     return new MeshException(
         Reason.DISCONNECTED,
-        p.rank,
+        peer,
         round,
         "rank "
-            + p.rank
+            + peer
             + " disconnected in round "
             + round
             + " ("
@@ -1242,6 +1270,15 @@ final class Mesh implements AutoCloseable {
         notReading.add(p.rank);
       }
     }
+    return timeout(config, round, silent, notReading);
+  }
+
+  /**
+   * The round timeout: {@code silent} ranks sent no complete frame, else {@code notReading} ranks
+   * did not take this rank's whole frame (one of the lists is non-empty).
+   */
+  static MeshException timeout(
+      ControlConfig config, long round, List<Integer> silent, List<Integer> notReading) {
     List<Integer> blamed = silent.isEmpty() ? notReading : silent;
     String what =
         silent.isEmpty() ? " did not take this rank's whole frame" : " sent no complete frame";

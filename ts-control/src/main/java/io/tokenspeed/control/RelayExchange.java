@@ -12,6 +12,8 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * The replica's relay exchange: once per round, every cache-owning rank contributes one report and
@@ -45,11 +47,11 @@ import java.util.Optional;
  *
  * <p><b>Why every rank agrees.</b> Each rank decodes the same bytes — its own frame included — and
  * feeds them to its own {@link Agreement} in rank order. The tick, pressure, frontend messages,
- * completions and any {@link ProtocolException} are therefore identical on every rank. A local
- * report that fails validation (a poll error, a record contradicting the window, frontend messages
- * from a rank other than the leader, a report larger than a frame) is not withheld: it is sent as
- * an error report, so that every rank raises the same error in the same round instead of one rank
- * leaving the collective.
+ * completions, the late records dropped and any {@link ProtocolException} are therefore identical
+ * on every rank. A local report that fails validation (a poll error, a record contradicting the
+ * window, frontend messages from a rank other than the leader, a report larger than a frame) is not
+ * withheld: it is sent as an error report, so that every rank raises the same error in the same
+ * round instead of one rank leaving the collective.
  *
  * <p><b>Plans are compared every round.</b> Each report carries {@link LocalReport#planDigest()},
  * the digest of the plan its rank executed in its previous round. Every rank of a healthy replica
@@ -67,10 +69,10 @@ import java.util.Optional;
  * every rank prove that every rank gathered round n-1 (a rank starts round n only after it gathered
  * n-1), so when a rank returns round n-1, every rank holds it. If a rank failed while gathering
  * round n, the survivors settle: each sends its newest gathered round to every peer it still
- * reaches (see {@link Mesh#settle}) and stops at the smallest round among itself and those it heard
- * from — its own when it heard from none. That is either the round it last returned or the one it
- * held back, which the exception then carries ({@link ControlPlaneException#finalRound()}) for the
- * caller to apply before it stops:
+ * reaches (see {@link RelayTransport#settle}) and stops at the smallest round among itself and
+ * those it heard from — its own when it heard from none. That is either the round it last returned
+ * or the one it held back, which the exception then carries ({@link
+ * ControlPlaneException#finalRound()}) for the caller to apply before it stops:
  *
  * <pre>
  *   gathered G (every rank's G is within one of every other's), returned G-1
@@ -92,8 +94,10 @@ import java.util.Optional;
  */
 public final class RelayExchange implements AutoCloseable {
 
+  private static final Logger LOG = Logger.getLogger(RelayExchange.class.getName());
+
   private final ControlConfig config;
-  private final Mesh mesh;
+  private final RelayTransport mesh;
   private final FrameDecoder decoder;
   private final Agreement agreement;
   private long round;
@@ -103,12 +107,12 @@ public final class RelayExchange implements AutoCloseable {
   private ControlPlaneException failure;
   private boolean closed;
 
-  private RelayExchange(ControlConfig config, Mesh mesh) {
+  private RelayExchange(ControlConfig config, RelayTransport mesh) {
     this.config = config;
     this.mesh = mesh;
     this.decoder = new FrameDecoder(config.maxFrameBytes());
     this.agreement =
-        new Agreement(config.worldSize(), config.maxPendingOperations(), config.maxPendingKeys());
+        new Agreement(config.worldSize(), config.windowOperations(), config.windowKeys());
   }
 
   /**
@@ -127,6 +131,19 @@ public final class RelayExchange implements AutoCloseable {
   public static RelayExchange connect(ControlConfig config, ServerSocketChannel listener)
       throws MeshException {
     return new RelayExchange(config, Mesh.open(config, listener));
+  }
+
+  /**
+   * Joins {@code hub}, the in-memory transport among the ranks of one replica in this JVM (a
+   * simulation's): the exchange runs exactly as over TCP, on frames of the same bytes. Returns at
+   * once; the ranks meet in their first exchange.
+   *
+   * @throws MeshException HANDSHAKE when {@code config} disagrees with the hub or with a rank that
+   *     joined before (world size, replica, shared limits), or its rank has joined already
+   */
+  public static RelayExchange connect(ControlConfig config, LocalRelayHub hub)
+      throws MeshException {
+    return new RelayExchange(config, hub.join(config));
   }
 
   /** This rank's settings. */
@@ -152,6 +169,14 @@ public final class RelayExchange implements AutoCloseable {
   /** Keys of those operations. */
   public long pendingKeys() {
     return agreement.pendingKeys();
+  }
+
+  /**
+   * Completion records dropped because their operation was already agreed: an owner's second
+   * report, arriving late. Every rank drops the same ones; the first is logged, the rest counted.
+   */
+  public long lateReports() {
+    return agreement.lateReports();
   }
 
   /**
@@ -317,7 +342,14 @@ public final class RelayExchange implements AutoCloseable {
       pressure = pressure.max(r.pressure());
       byRank.add(r.completions());
     }
+    long lateBefore = agreement.lateReports();
     List<AgreedCompletion> completions = agreement.apply(n, byRank);
+    if (lateBefore == 0 && agreement.lateReports() > 0) {
+      LOG.log(
+          Level.WARNING,
+          "rank {0} dropped a late report of an agreed {1}; later ones are only counted",
+          new Object[] {config.rank(), agreement.firstLateReport()});
+    }
     lastTickNs = tickNs;
     List<FrontendMessage> frontend = leader.frontend();
     return new AgreedRound(n, tickNs, pressure, frontend, completions, statuses(reports));

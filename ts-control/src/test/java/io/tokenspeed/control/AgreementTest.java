@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import static io.tokenspeed.control.Records.get;
+import static io.tokenspeed.control.Records.ok;
 import static io.tokenspeed.control.Records.put;
 import static io.tokenspeed.control.Records.query;
 import static io.tokenspeed.core.storage.KeyOutcome.FAILED;
@@ -86,27 +87,58 @@ class AgreementTest {
     assertEquals("protocol error in round 2: operation 1 reported twice by rank 0", e.getMessage());
   }
 
-  /** Regression: every owner re-reporting an agreed operation used to agree it a second time. */
+  /**
+   * Regression: every owner re-reporting an agreed operation used to agree it a second time, and
+   * then stopped the replica with a protocol error. A report after agreement is a late second one:
+   * dropped and counted, never agreed again.
+   */
   @Test
-  void shouldNeverAgreeAnOperationTwiceWhenEveryOwnerReportsItAgain() throws Exception {
+  void shouldDropEveryOwnersLateReportWhenTheOperationWasAgreed() throws Exception {
     Agreement a = new Agreement(2, 10, 100);
     assertEquals(1, a.apply(1, round(List.of(get(1, OK)), List.of(get(1, OK)))).size());
     assertTrue(a.agreed(1));
-    assertEquals(
-        "operation 1 was already agreed; rank 1 reports it again",
-        a.checkLocal(1, List.of(get(1, OK))));
-    ProtocolException e =
-        assertThrows(
-            ProtocolException.class,
-            () -> a.apply(2, round(List.of(get(1, OK)), List.of(get(1, OK)))));
-    assertEquals(
-        "protocol error in round 2: operation 1 was already agreed; rank 0 reports it again",
-        e.getMessage());
+    assertNull(a.checkLocal(1, List.of(get(1, OK), get(2, OK))));
+    List<AgreedCompletion> out =
+        a.apply(2, round(List.of(get(1, FAILED), get(2, OK)), List.of(get(1, OK), get(2, OK))));
+    assertEquals(List.of(2L), out.stream().map(AgreedCompletion::operationId).toList());
+    assertEquals(2, a.lateReports());
+    assertEquals("operation 1 from rank 0 in round 2", a.firstLateReport());
+    assertEquals(0, a.pendingOperations());
   }
 
-  /** Agreed ids are remembered as a floor plus the ids above it, out of order included. */
+  /**
+   * Regression: agreed ids were a floor plus the ids above it, bounded at agreedMemory; an
+   * operation in flight while more than agreedMemory later ones were agreed fell below the moved
+   * floor, and its first reports were then refused as a duplicate, stopping the replica.
+   */
   @Test
-  void shouldRememberAgreedIdsOutOfOrderAndForgetNothingBelowTheFloor() throws Exception {
+  void shouldAgreeAnOperationInFlightWhileMoreThanAgreedMemoryLaterOnesAreAgreed()
+      throws Exception {
+    Agreement a = new Agreement(2, 64, 64L * 4096 + 8192);
+    int later = a.agreedMemory() + 5_000;
+    a.apply(1, round(List.of(get(0, OK)), List.of())); // operation 0: rank 1 is slow
+    long n = 2;
+    for (long id = 1; id <= later; id += 1_000) {
+      List<StorageDone> batch = new ArrayList<>();
+      for (long k = id; k < Math.min(later + 1, id + 1_000); k++) {
+        batch.add(get(k, OK));
+      }
+      assertEquals(batch.size(), a.apply(n++, round(batch, batch)).size());
+    }
+    assertFalse(a.agreed(0), "operation 0 is still in flight");
+    List<AgreedCompletion> out = a.apply(n++, round(List.of(), List.of(get(0, OK))));
+    assertEquals(List.of(0L), out.stream().map(AgreedCompletion::operationId).toList());
+    assertEquals(0, a.lateReports());
+    assertEquals(0, a.forgottenIds());
+    // Far below every agreed id now, a second report of operation 0 is late: dropped.
+    assertEquals(List.of(), a.apply(n, round(List.of(), List.of(get(0, FAILED)))));
+    assertEquals(1, a.lateReports());
+    assertEquals(0, a.pendingOperations());
+  }
+
+  /** Agreed ids are remembered as runs of consecutive ids, out of order included. */
+  @Test
+  void shouldRememberAgreedIdsOutOfOrderAndForgetNone() throws Exception {
     Agreement a = new Agreement(1, 10, 100);
     SplittableRandom rnd = new SplittableRandom(7);
     List<Long> ids = new ArrayList<>(LongStream.range(0, 5_000).boxed().toList());
@@ -124,6 +156,33 @@ class AgreementTest {
       assertTrue(a.agreed(id), "id " + id);
     }
     assertFalse(a.agreed(5_000));
+    assertEquals(0, a.forgottenIds());
+    for (long id : new long[] {Long.MAX_VALUE, Long.MAX_VALUE - 2, Long.MAX_VALUE - 1}) {
+      assertFalse(a.agreed(id));
+      assertEquals(1, a.apply(round++, List.of(List.of(get(id, OK)))).size());
+    }
+    assertTrue(a.agreed(Long.MAX_VALUE - 2) && a.agreed(Long.MAX_VALUE));
+    assertEquals(List.of(), a.apply(round, List.of(List.of(get(Long.MAX_VALUE, OK)))));
+    assertEquals(1, a.lateReports());
+  }
+
+  /**
+   * Ids skipped for good (never issued by the scheduler) are the one way runs outgrow their bound:
+   * then the two oldest merge, and a first report in the gap between them counts as late.
+   */
+  @Test
+  void shouldMergeTheOldestRunsWhenIdsAreSkippedForGood() throws Exception {
+    Agreement a = new Agreement(1, 1, 1);
+    int memory = a.agreedMemory();
+    for (long i = 0; i <= memory; i++) {
+      a.apply(i + 1, List.of(List.of(get(2 * i, OK)))); // every odd id skipped
+    }
+    assertEquals(1, a.forgottenIds());
+    assertTrue(a.agreed(1), "the gap between the two oldest runs merged");
+    assertFalse(a.agreed(3));
+    assertEquals(List.of(), a.apply(memory + 2, List.of(List.of(get(1, OK)))));
+    assertEquals(1, a.lateReports());
+    assertEquals(1, a.apply(memory + 3, List.of(List.of(get(3, OK)))).size());
   }
 
   @Test
@@ -182,6 +241,91 @@ class AgreementTest {
 
   static LongStream seeds() {
     return LongStream.range(0, 400);
+  }
+
+  static LongStream creditSeeds() {
+    return LongStream.range(0, 60);
+  }
+
+  /**
+   * A scheduler's credits drive the window: dense ids, each issued only while fewer than {@code
+   * maxOperations} operations are in flight, its credit returned when its agreed fact is delivered
+   * (one round after agreement, as the exchange does); every owner reports each operation once, in
+   * a random later round, and now and then reports an agreed one again, late (also long after, far
+   * below every id still in flight). A window of exactly the credits never overflows, every
+   * operation is agreed once in the round its last owner first reported it, and every late record
+   * is dropped and counted.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @MethodSource("creditSeeds")
+  void shouldHoldEveryOperationTheCreditsAllowAndDropLateReportsWhenSizedFromTheCredits(long seed)
+      throws Exception {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    int worldSize = 2 + rnd.nextInt(3);
+    int maxOperations = 1 + rnd.nextInt(rnd.nextBoolean() ? 4 : 200);
+    int maxKeys = 1 + rnd.nextInt(8);
+    int rounds = 300 + rnd.nextInt(300);
+    Agreement a = new Agreement(worldSize, maxOperations, (long) maxOperations * maxKeys);
+    // reports[round][rank]; the round in which each operation's last owner first reports it
+    List<List<List<StorageDone>>> reports = new ArrayList<>();
+    for (int n = 0; n <= rounds + 40; n++) {
+      List<List<StorageDone>> ranks = new ArrayList<>();
+      for (int r = 0; r < worldSize; r++) {
+        ranks.add(new ArrayList<>());
+      }
+      reports.add(ranks);
+    }
+    java.util.Map<Long, Integer> lastOwnerRound = new java.util.HashMap<>();
+    java.util.Map<Long, StorageDone> recordOf = new java.util.HashMap<>();
+    List<Long> agreedSoFar = new ArrayList<>();
+    List<AgreedCompletion> delivered = List.of(); // agreed in the previous round
+    long nextId = 0;
+    int inFlight = 0;
+    long lateSent = 0;
+    java.util.Set<Long> agreedIds = new java.util.HashSet<>();
+    for (int n = 1; n <= rounds + 40; n++) {
+      inFlight -= delivered.size(); // credits come back with the delivered facts
+      while (n <= rounds && inFlight < maxOperations && rnd.nextInt(3) != 0) {
+        long id = nextId++;
+        inFlight++;
+        StorageDone d =
+            new StorageDone(
+                id, StorageKind.GET, List.of(ok(1 + rnd.nextInt(maxKeys))), true, 0, false);
+        recordOf.put(id, d);
+        int last = 0;
+        for (int r = 0; r < worldSize; r++) {
+          int at = n + rnd.nextInt(rnd.nextInt(8) == 0 ? 30 : 3); // sometimes many rounds late
+          reports.get(at).get(r).add(d);
+          last = Math.max(last, at);
+        }
+        lastOwnerRound.put(id, last);
+      }
+      List<List<StorageDone>> gathered = reports.get(n);
+      if (!agreedSoFar.isEmpty() && rnd.nextInt(4) == 0) {
+        long late = agreedSoFar.get(rnd.nextInt(agreedSoFar.size()));
+        int r = rnd.nextInt(worldSize);
+        if (!gathered.get(r).contains(recordOf.get(late))) {
+          gathered.get(r).add(recordOf.get(late));
+          lateSent++;
+        }
+      }
+      for (int r = 0; r < worldSize; r++) {
+        assertNull(a.checkLocal(r, gathered.get(r)), "seed " + seed + " round " + n);
+      }
+      List<AgreedCompletion> out = a.apply(n, gathered);
+      for (AgreedCompletion c : out) {
+        assertTrue(agreedIds.add(c.operationId()), "agreed twice: " + c.operationId());
+        assertEquals(n, lastOwnerRound.get(c.operationId()), "operation " + c.operationId());
+        agreedSoFar.add(c.operationId());
+      }
+      assertTrue(a.pendingOperations() <= maxOperations, "seed " + seed + " round " + n);
+      delivered = out;
+    }
+    assertTrue(lateSent > 0, "the run carries late reports");
+    assertEquals(nextId, agreedIds.size(), "every operation agreed");
+    assertEquals(lateSent, a.lateReports());
+    assertEquals(0, a.pendingOperations());
+    assertEquals(0, a.forgottenIds());
   }
 
   /**

@@ -110,6 +110,23 @@ final class Cluster implements AutoCloseable {
     return new Cluster(List.copyOf(ranks), threads);
   }
 
+  /**
+   * {@code worldSize} ranks joined over {@code hub} (in memory, no sockets), with the configs of
+   * {@link #configs} adjusted by {@code tweak}; their addresses are placeholders nothing listens
+   * on.
+   */
+  static Cluster overHub(LocalRelayHub hub, UnaryOperator<ControlConfig> tweak) throws Exception {
+    List<InetSocketAddress> placeholders = new ArrayList<>();
+    for (int r = 0; r < hub.worldSize(); r++) {
+      placeholders.add(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1 + r));
+    }
+    List<RelayExchange> ranks = new ArrayList<>();
+    for (ControlConfig c : configs(placeholders, tweak)) {
+      ranks.add(RelayExchange.connect(c, hub));
+    }
+    return new Cluster(List.copyOf(ranks), Executors.newFixedThreadPool(hub.worldSize()));
+  }
+
   /** Runs {@code body} on every rank at once and waits (bounded) for every rank to finish. */
   <T> List<Outcome<T>> run(RankBody<T> body) throws Exception {
     List<Future<T>> futures = new ArrayList<>();
@@ -149,6 +166,29 @@ final class Cluster implements AutoCloseable {
       throw new AssertionError("expected rounds 1.." + rounds + ", got " + out.size());
     }
     return out;
+  }
+
+  /**
+   * Every rank exchanges three idle rounds; rank {@code closing} then closes its exchange and the
+   * others enter round 4. Returns what each rank's round 4 threw (null for the closing rank).
+   */
+  List<Outcome<MeshException>> closeAfterThreeRounds(int closing) throws Exception {
+    return run(
+        (rank, x) -> {
+          for (int n = 1; n <= 3; n++) {
+            x.exchange(LocalReport.idle(n));
+          }
+          if (rank == closing) {
+            x.close();
+            return null;
+          }
+          try {
+            x.exchange(LocalReport.idle(4));
+          } catch (MeshException e) {
+            return e;
+          }
+          throw new AssertionError("rank " + rank + " exchanged round 4 without rank " + closing);
+        });
   }
 
   /** One round with {@code local}, received through a second, idle exchange. */

@@ -128,18 +128,7 @@ class MeshFailureTest {
   @Test
   void shouldFailNamingTheRankWhenAPeerClosesItsConnections() throws Exception {
     try (Cluster cluster = Cluster.start(3)) {
-      List<Outcome<MeshException>> outcomes =
-          cluster.run(
-              (rank, x) -> {
-                for (int n = 1; n <= 3; n++) {
-                  x.exchange(LocalReport.idle(n));
-                }
-                if (rank == 1) {
-                  x.close();
-                  return null;
-                }
-                return assertThrows(MeshException.class, () -> x.exchange(LocalReport.idle(4)));
-              });
+      List<Outcome<MeshException>> outcomes = cluster.closeAfterThreeRounds(1);
       for (int r : new int[] {0, 2}) {
         MeshException e = outcomes.get(r).get();
         assertEquals(Reason.DISCONNECTED, e.reason(), e.getMessage());

@@ -75,15 +75,15 @@ final class RawPeer implements AutoCloseable {
     return new RawPeer(s);
   }
 
-  /** A HELLO of replica 7 with the default limits. */
+  /** A HELLO of replica 7 with the default limits: the window of a mesh nothing sized. */
   static Frame.Hello hello(int rank, int worldSize) {
     return new Frame.Hello(
         7,
         worldSize,
         rank,
         ControlConfig.DEFAULT_MAX_FRAME_BYTES,
-        ControlConfig.DEFAULT_MAX_PENDING_OPERATIONS,
-        ControlConfig.DEFAULT_MAX_PENDING_KEYS,
+        ControlConfig.UNSIZED_MAX_PENDING_OPERATIONS,
+        ControlConfig.UNSIZED_MAX_PENDING_KEYS,
         Bytes32.random());
   }
 

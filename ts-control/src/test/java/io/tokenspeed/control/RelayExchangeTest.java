@@ -239,24 +239,87 @@ class RelayExchangeTest {
     assertTrue(message.contains(text), message);
   }
 
-  @Test
-  void shouldRaiseTheSameErrorWhenOwnersReportAnAgreedOperationAgain() throws Exception {
-    try (Cluster cluster = Cluster.start(2)) {
-      List<Outcome<Long>> outcomes =
+  /**
+   * Regression: a late second report of an agreed operation stopped the replica with a protocol
+   * error. Operation 0 is agreed in round 1 together with more than agreedMemory others; in round 2
+   * one owner reports it again, late, beside a new operation: every rank drops it identically,
+   * counts it, and goes on agreeing.
+   */
+  @ParameterizedTest(name = "ranks={0}")
+  @ValueSource(ints = {2, 3})
+  void shouldDropALateReportOfAnAgreedOperationIdenticallyOnEveryRank(int worldSize)
+      throws Exception {
+    int many = new Agreement(worldSize, 64, 1).agreedMemory() + 1_000;
+    List<StorageDone> first = new ArrayList<>(many);
+    for (long id = 0; id < many; id++) {
+      first.add(get(id, OK));
+    }
+    Schedule s = new Schedule();
+    for (int r = 0; r < worldSize; r++) {
+      s.at(r, 1, first.toArray(StorageDone[]::new)).at(r, 2, get(many, OK));
+      s.at(r, 3, get(many + 1L, OK));
+    }
+    s.at(worldSize - 1, 2, get(0, FAILED)); // late, and not what it said the first time
+    s.at(0, 3, get(many - 1L, OK));
+    try (Cluster cluster = Cluster.start(worldSize)) {
+      List<Outcome<List<AgreedRound>>> outcomes =
           cluster.run(
               (rank, x) -> {
-                x.exchange(LocalReport.of(1, PressureSnapshot.IDLE, List.of(get(5, OK))));
-                // Operation 5 was agreed in round 1; both owners report it again in round 2.
-                x.exchange(LocalReport.of(2, PressureSnapshot.IDLE, List.of(get(5, OK))));
-                return x.round();
+                List<AgreedRound> out = Cluster.rounds(x, n -> s.report(rank, n), 3);
+                assertEquals(2, x.lateReports(), "rank " + rank);
+                assertEquals(0, x.pendingOperations(), "rank " + rank);
+                return out;
               });
-      assertSameErrorEverywhere(
-          outcomes, 2, "rank 0: operation 5 was already agreed; rank 0 reports it again");
-      for (Outcome<Long> o : outcomes) {
-        ProtocolException e = (ProtocolException) o.error();
-        assertTrue(e.finalRound().isPresent(), e.getMessage());
-        assertEquals(List.of(5L), ids(e.finalRound().get()), "round 1 agreed operation 5 once");
-        assertEquals(1, e.lastAppliedRound());
+      List<AgreedRound> leader = outcomes.getFirst().get();
+      for (int r = 1; r < worldSize; r++) {
+        assertEquals(leader, outcomes.get(r).get(), "rank " + r + " agreed differently");
+      }
+      assertEquals(many, leader.get(0).completions().size());
+      assertEquals(OK, leader.get(0).completions().getFirst().outcomes().getFirst());
+      assertEquals(List.of((long) many), ids(leader.get(1)));
+      assertEquals(List.of(many + 1L), ids(leader.get(2)));
+    }
+  }
+
+  /**
+   * A window sized from credits above the 65,536 operations the control plane used to hold: one
+   * owner reports 70,000 operations two rounds before the other, and every rank holds them all and
+   * then agrees them, none stopping.
+   */
+  @Test
+  void shouldHoldMoreThan65536PendingOperationsWhenTheCreditsAllowThem() throws Exception {
+    int operations = 70_000;
+    InFlightBound credits =
+        new InFlightBound(
+            100_000, "async.max_operations=100000", 100_000L * 4, "async.max_query_keys=4");
+    List<StorageDone> all = new ArrayList<>(operations);
+    for (long id = 0; id < operations; id++) {
+      all.add(get(id, OK));
+    }
+    Schedule s =
+        new Schedule()
+            .at(0, 1, all.toArray(StorageDone[]::new))
+            .at(1, 3, all.toArray(StorageDone[]::new));
+    try (Cluster cluster = Cluster.start(2, c -> c.withWindowFor(credits))) {
+      List<Outcome<List<AgreedRound>>> outcomes =
+          cluster.run(
+              (rank, x) -> {
+                assertEquals(100_000, x.config().windowOperations());
+                List<AgreedRound> out = new ArrayList<>();
+                for (int n = 1; n <= 4; n++) {
+                  x.exchange(s.report(rank, n)).ifPresent(out::add);
+                  if (n <= 2) {
+                    assertEquals(operations, x.pendingOperations(), "round " + n);
+                  }
+                }
+                assertEquals(0, x.pendingOperations());
+                return out;
+              });
+      for (Outcome<List<AgreedRound>> o : outcomes) {
+        List<AgreedRound> agreed = o.get();
+        assertEquals(List.of(), agreed.get(0).completions());
+        assertEquals(List.of(), agreed.get(1).completions());
+        assertEquals(operations, agreed.get(2).completions().size());
       }
     }
   }

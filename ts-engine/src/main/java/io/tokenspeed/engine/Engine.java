@@ -20,6 +20,7 @@ import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
 import io.tokenspeed.scheduler.Scheduler;
+import io.tokenspeed.scheduler.StorageConfig;
 import io.tokenspeed.scheduler.StorageTransferManager;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -94,7 +95,6 @@ public final class Engine implements AutoCloseable {
     this.ownsModel = ownsModel;
     this.eosId = settings.eosId();
     this.nanoClock = settings.nanoClock();
-    this.replica = joinReplica(settings.control(), l3, nanoClock);
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
     this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank(), model);
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
@@ -102,11 +102,12 @@ public final class Engine implements AutoCloseable {
     this.copies = new DeviceHandle(device, host);
     CacheCoordinator cache =
         new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
-    StorageTransferManager stm =
-        l3 == null ? null : new StorageTransferManager(l3.runtime().scheduling(), cache);
+    StorageTransferManager stm = l3 == null ? null : storageManager(l3, cache);
+    // after the Host tier: the agreement window is sized from the credits that fit it
+    this.replica = joinReplica(settings.control(), l3, stm == null ? null : stm.config());
     this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
     String attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
-    this.storage = l3 == null ? null : startStorage(l3, attentionBackend);
+    this.storage = l3 == null ? null : startStorage(l3, stm.config(), attentionBackend);
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
     this.loopCopies =
         new Copies(
@@ -162,8 +163,30 @@ public final class Engine implements AutoCloseable {
     this.runner = new LoopRunner(round, loop, nanoClock);
   }
 
+  /**
+   * The owner of L3's tickets and credits over the Host tier; frees everything when its Host
+   * credits do not fit the tier (the startup check of {@code max_host_blocks}).
+   */
+  private StorageTransferManager storageManager(L3Settings l3, CacheCoordinator cache) {
+    try {
+      return new StorageTransferManager(l3.runtime().scheduling(), cache);
+    } catch (IllegalArgumentException e) {
+      closeTiers();
+      throw e;
+    }
+  }
+
+  private void closeTiers() {
+    copies.close();
+    device.close();
+    host.close();
+    if (replica != null) {
+      replica.close();
+    }
+  }
+
   /** The executor and the exchange over the Host allocation; frees everything on failure. */
-  private StorageTier startStorage(L3Settings l3, String attentionBackend) {
+  private StorageTier startStorage(L3Settings l3, StorageConfig credits, String attentionBackend) {
     try {
       StorageJobs jobs =
           new StorageJobs(
@@ -173,36 +196,38 @@ public final class Engine implements AutoCloseable {
               host.geometry(),
               model.shard().rank());
       return replica == null
-          ? StorageTier.start(l3, jobs, host.memory().segment(), nanoClock)
+          ? StorageTier.start(l3, jobs, host.memory().segment(), credits, nanoClock)
           : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size(), nanoClock);
     } catch (Exception e) {
-      copies.close();
-      device.close();
-      host.close();
-      if (replica != null) {
-        replica.close();
-      }
+      closeTiers();
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
     }
   }
 
   /**
    * Joins the replica's mesh when {@code control} names more than one rank (blocks until every rank
-   * is connected); null for a single rank. The settings checked that its ranks are the model's.
+   * is connected); null for a single rank. The settings checked that its ranks are the model's; the
+   * agreement window is sized from {@code credits} (the Host-fitted storage settings, null without
+   * L3). On failure the memory tiers and the store are freed.
    */
-  private static Replica joinReplica(ControlConfig control, L3Settings l3, LongSupplier nanoClock) {
+  private Replica joinReplica(ControlConfig control, L3Settings l3, StorageConfig credits) {
     if (control == null || control.worldSize() == 1) {
       return null;
     }
     try {
-      return Replica.join(control, nanoClock);
-    } catch (MeshException e) {
+      return Replica.join(
+          credits == null ? control : StorageTier.windowFor(control, credits), nanoClock);
+    } catch (MeshException | RuntimeException e) {
+      closeTiers();
       if (l3 != null) {
         try {
           l3.store().close();
         } catch (Exception ignored) {
-          // the mesh failure is what the caller needs to see
+          // the join's failure is what the caller needs to see
         }
+      }
+      if (e instanceof RuntimeException refused) {
+        throw refused; // an agreement window the credits do not fit, named by windowFor
       }
       throw new IllegalStateException(
           "rank " + control.rank() + " could not join its replica's mesh: " + e.getMessage(), e);
@@ -351,6 +376,8 @@ public final class Engine implements AutoCloseable {
    * and administration, and the exchange carries them to the others. With L3, every rank reads and
    * writes its own objects through its own store client.
    *
+   * @throws IllegalArgumentException when the control plane's explicit agreement window cannot hold
+   *     what the L3 credits let be in flight ({@link StorageTier#windowFor})
    * @throws IllegalStateException when the mesh or L3 cannot start (nothing is left running)
    */
   public static Engine start(EngineSettings settings) {

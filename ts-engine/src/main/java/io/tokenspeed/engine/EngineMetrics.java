@@ -153,7 +153,7 @@ public record EngineMetrics(
    * @param gateClosed whether the pressure (admission) gate is closed
    * @param quarantined whether an unproven retirement stopped new L3 work until restart
    * @param operationsInUse operation credits in use
-   * @param hostCreditsInUse Host credits in use
+   * @param hostCreditsInUse Host credits in use: Host block references, each one LCM parent
    * @param queuedCandidates backup candidates a permitted round would dispatch
    * @param deferredCandidates backup candidates held back after the store refused a PUT, waiting
    *     for the probe (pending work)

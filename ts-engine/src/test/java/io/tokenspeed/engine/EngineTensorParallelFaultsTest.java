@@ -243,6 +243,7 @@ class EngineTensorParallelFaultsTest {
         new StorageConfig(
             s.maxOperations(),
             s.maxHostBlocks(),
+            s.retractionReservePercent(),
             s.softDeadlineMs(),
             s.readyHoldMs(),
             s.minExtensionTokens(),

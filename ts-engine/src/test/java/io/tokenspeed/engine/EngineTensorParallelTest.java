@@ -82,7 +82,7 @@ class EngineTensorParallelTest {
     return out;
   }
 
-  private static int[] tokens(RequestHandle h) throws Exception {
+  static int[] tokens(RequestHandle h) throws Exception {
     GenerationResult r = h.result().get(60, TimeUnit.SECONDS);
     assertEquals(null, r.error(), () -> "request " + h.id() + ": " + r.error());
     return r.tokens();

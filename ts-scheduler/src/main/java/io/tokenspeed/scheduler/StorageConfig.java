@@ -7,7 +7,13 @@ package io.tokenspeed.scheduler;
  *
  * @param maxOperations operation credits: tickets alive at once (queries, reads, backups)
  * @param maxHostBlocks Host credits: logical Host block references held by tickets, Ready holds and
- *     quarantine, each charged as one LCM parent
+ *     quarantine, each charged as one potentially pinned LCM parent of the Host tier; at most the
+ *     Host tier's parents less the retraction reserve, and 0 (the default) for exactly that many
+ *     (see {@link #forHost})
+ * @param retractionReservePercent the share of the Host tier's parents, in percent and rounded down
+ *     to whole parents, kept for the exact images of retracted requests (the specification's
+ *     retraction snapshots): no Host credit reaches it, so an image finds room however many credits
+ *     L3 holds
  * @param softDeadlineMs how long a request waits for QUERY and GET, from query issue (the first
  *     tick after the round that issued the query: the clock of that round)
  * @param readyHoldMs how long a finished read's Ready hold protects its blocks, from the first tick
@@ -31,6 +37,7 @@ package io.tokenspeed.scheduler;
 public record StorageConfig(
     int maxOperations,
     int maxHostBlocks,
+    int retractionReservePercent,
     long softDeadlineMs,
     long readyHoldMs,
     int minExtensionTokens,
@@ -48,7 +55,23 @@ public record StorageConfig(
     long maxBackupBackoffMs) {
 
   public static final int DEFAULT_MAX_OPERATIONS = 64;
-  public static final int DEFAULT_MAX_HOST_BLOCKS = 8192;
+
+  /**
+   * Host credits follow the Host tier: every parent the retraction reserve leaves ({@link
+   * #forHost}). A fixed count would either exceed a small Host tier, letting L3 pin the memory
+   * retraction images need, or leave a large one unused.
+   */
+  public static final int DEFAULT_MAX_HOST_BLOCKS = 0;
+
+  /**
+   * The retraction snapshots' share of the Host tier. The specification sizes the Host allocation
+   * from actual rounded pinned sizes for L2, retraction snapshots and slot-state arenas, but leaves
+   * how many snapshots open. A retraction images what its victim held on the Device, so a quarter
+   * of a Host twice the Device (the default ratio) holds the image of a request that filled half
+   * the Device, while L3 keeps three quarters of the Host for its credits. With zero, images
+   * compete with L3 for every parent.
+   */
+  public static final int DEFAULT_RETRACTION_RESERVE_PERCENT = 25;
 
   /**
    * The soft deadline's default. A restore takes at least four rounds whatever the store (its
@@ -98,7 +121,8 @@ public record StorageConfig(
 
   public StorageConfig {
     range("max_operations", maxOperations, 1, 1 << 20);
-    range("max_host_blocks", maxHostBlocks, 1, Integer.MAX_VALUE);
+    range("max_host_blocks", maxHostBlocks, 0, Integer.MAX_VALUE);
+    range("retraction_reserve_percent", retractionReservePercent, 0, 99);
     range("soft_deadline_ms", softDeadlineMs, 1, HOUR_MS);
     range("ready_hold_ms", readyHoldMs, 1, HOUR_MS);
     range("min_extension_tokens", minExtensionTokens, 1, Integer.MAX_VALUE);
@@ -121,6 +145,7 @@ public record StorageConfig(
     return new StorageConfig(
         DEFAULT_MAX_OPERATIONS,
         DEFAULT_MAX_HOST_BLOCKS,
+        DEFAULT_RETRACTION_RESERVE_PERCENT,
         DEFAULT_SOFT_DEADLINE_MS,
         DEFAULT_READY_HOLD_MS,
         DEFAULT_MIN_EXTENSION_TOKENS,
@@ -138,40 +163,143 @@ public record StorageConfig(
         DEFAULT_MAX_BACKUP_BACKOFF_MS);
   }
 
+  /**
+   * The most keys the operations of one rank carry while they are in flight, from issue until the
+   * scheduler applies their agreed fact: {@code maxOperations × maxQueryKeys + maxHostBlocks}. A
+   * QUERY carries at most {@code maxQueryKeys} keys and holds no Host credit; every key of a GET (a
+   * destination) and of a PUT (a source) holds one Host credit until that fact. The operations
+   * themselves are at most {@code maxOperations}, one operation credit each.
+   */
+  public long maxKeysInFlight() {
+    return (long) maxOperations * maxQueryKeys + maxHostBlocks;
+  }
+
   /** Operation credits backups may hold: half, rounded down. */
   public int backupOperationCredits() {
     return maxOperations / 2;
   }
 
-  /** Host credits backups may hold: half, rounded down. */
+  /** Host credits backups may hold: half, rounded down (of the credits {@link #forHost} fits). */
   public int backupHostCredits() {
     return maxHostBlocks / 2;
   }
 
+  /**
+   * Parents of a Host tier of {@code hostParents} kept for retraction images: {@code
+   * retraction_reserve_percent} of them, rounded down to whole parents (fewer than all of them).
+   */
+  public int retractionReserveParents(int hostParents) {
+    return (int) ((long) hostParents * retractionReservePercent / 100);
+  }
+
+  /**
+   * This contract over a Host tier of {@code hostParents} LCM parents, checked once at startup.
+   * Every held Host block is charged as one whole parent, since one block can pin its parent, so
+   * Host credits can never exceed the parents outside the retraction reserve: {@code
+   * max_host_blocks=0} becomes exactly that many, and a larger explicit value is rejected rather
+   * than letting L3 pin what retraction images need (the specification: an explicit size that does
+   * not fit is rejected).
+   *
+   * <pre>
+   *   Host tier:  [ parents for Host credits (L3 at most)     | retraction reserve ]
+   *               |<-------- hostParents - reserve ---------->|<---- reserve ----->|
+   *   reserve = floor(hostParents * retraction_reserve_percent / 100)
+   * </pre>
+   *
+   * @throws IllegalArgumentException naming {@code max_host_blocks}, its value, the Host tier's
+   *     parents and the reserve, when the credits do not fit
+   */
+  public StorageConfig forHost(int hostParents) {
+    if (hostParents < 1) {
+      throw new IllegalArgumentException("Host tier host_parents=" + hostParents + " must be >= 1");
+    }
+    int reserve = retractionReserveParents(hostParents);
+    int fit = hostParents - reserve;
+    if (maxHostBlocks > fit) {
+      throw new IllegalArgumentException(
+          "max_host_blocks="
+              + maxHostBlocks
+              + " exceeds the Host tier: each Host credit is one LCM parent, and the tier's "
+              + hostParents
+              + " parents less the "
+              + reserve
+              + " of retraction_reserve_percent="
+              + retractionReservePercent
+              + " leave "
+              + fit
+              + ": set it in [1, "
+              + fit
+              + "], or 0 for all of them");
+    }
+    return maxHostBlocks == 0 ? withCredits(maxOperations, fit) : this;
+  }
+
   /** A copy with other credit limits (tests and tuning). */
   public StorageConfig withCredits(int operations, int hostBlocks) {
-    return with(operations, hostBlocks, softDeadlineMs, minExtensionTokens);
+    return with(
+        operations,
+        hostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        minExtensionTokens,
+        maxBackupBackoffMs);
+  }
+
+  /** A copy with another retraction reserve (tests and tuning). */
+  public StorageConfig withRetractionReservePercent(int percent) {
+    return with(
+        maxOperations,
+        maxHostBlocks,
+        percent,
+        softDeadlineMs,
+        minExtensionTokens,
+        maxBackupBackoffMs);
   }
 
   /** A copy with another minimum extension (tests and tuning). */
   public StorageConfig withMinExtensionTokens(int tokens) {
-    return with(maxOperations, maxHostBlocks, softDeadlineMs, tokens);
+    return with(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        tokens,
+        maxBackupBackoffMs);
   }
 
   /** A copy with another soft deadline (tests and tuning). */
   public StorageConfig withSoftDeadlineMs(long ms) {
-    return with(maxOperations, maxHostBlocks, ms, minExtensionTokens);
+    return with(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        ms,
+        minExtensionTokens,
+        maxBackupBackoffMs);
   }
 
-  private StorageConfig with(int operations, int hostBlocks, long deadlineMs, int minExtension) {
-    return with(operations, hostBlocks, deadlineMs, minExtension, maxBackupBackoffMs);
+  /** A copy with another longest backup hold (tests and tuning). */
+  public StorageConfig withMaxBackupBackoffMs(long ms) {
+    return with(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        minExtensionTokens,
+        ms);
   }
 
   private StorageConfig with(
-      int operations, int hostBlocks, long deadlineMs, int minExtension, long backupBackoffMs) {
+      int operations,
+      int hostBlocks,
+      int reservePercent,
+      long deadlineMs,
+      int minExtension,
+      long backupBackoffMs) {
     return new StorageConfig(
         operations,
         hostBlocks,
+        reservePercent,
         deadlineMs,
         readyHoldMs,
         minExtension,
@@ -187,11 +315,6 @@ public record StorageConfig(
         highOldestAgeMs,
         lowOldestAgeMs,
         backupBackoffMs);
-  }
-
-  /** A copy with another longest backup hold (tests and tuning). */
-  public StorageConfig withMaxBackupBackoffMs(long ms) {
-    return with(maxOperations, maxHostBlocks, softDeadlineMs, minExtensionTokens, ms);
   }
 
   private static void range(String field, long value, long min, long max) {

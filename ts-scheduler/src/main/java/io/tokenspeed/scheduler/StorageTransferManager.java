@@ -32,16 +32,31 @@ import java.util.concurrent.TimeUnit;
  *   ticket (one per operation id, ids monotonic, never reused — not even across clears)
  *     QUERY   1 operation credit                          released when the agreed fact arrives
  *     GET     1 operation credit + 1 Host credit / dest   released at retirement, or kept as a
- *                                                           Ready hold on the published blocks
+ *             (1 Host credit = 1 LCM parent)              Ready hold on the published blocks
  *     PUT     1 operation credit + 1 Host credit / source  released at retirement (backups: at most
  *                                                           half of each budget, rounded down)
  *     any     unretired on some owner -> QUARANTINED: never freed, published or repaired
  * </pre>
  *
  * <p>Every Host reference a ticket holds is a real reference in the Host tier of the {@link
- * CacheCoordinator}, and is charged one Host credit. Requests never hold Host references: they hold
- * a {@link StorageLease} on a ticket. Closing the lease detaches the request; the ticket and its
- * references live on until every owner reported retirement.
+ * CacheCoordinator}, and is charged one Host credit: one potentially pinned LCM parent, since a
+ * single referenced child keeps its whole parent from the free list. Requests never hold Host
+ * references: they hold a {@link StorageLease} on a ticket. Closing the lease detaches the request;
+ * the ticket and its references live on until every owner reported retirement.
+ *
+ * <h2>Host credits and the retraction reserve</h2>
+ *
+ * <pre>
+ *   Host tier (parents):  [ Host credits: what tickets may pin    | retraction reserve ]
+ *   held Host blocks  <=  Host credits  <=  parents - reserve      (checked at construction)
+ *   parents tickets pin  <=  held Host blocks                      (one parent per block at most)
+ * </pre>
+ *
+ * <p>The charge is conservative: blocks packed into one parent are charged one parent each, which
+ * can underuse packed Host capacity but cannot oversubscribe it. Because no credit reaches the
+ * reserve, however many credits slow or hung operations hold, at least the reserve's parents stay
+ * free of L3 references, and a retracted request's exact image finds room there instead of falling
+ * back to recomputation ({@link StorageConfig#forHost}).
  *
  * <h2>What it must never do</h2>
  *
@@ -268,11 +283,18 @@ public final class StorageTransferManager {
   /** A weight update's fence: no new storage work until it lifts (see {@link #fence}). */
   private boolean fenced;
 
+  /**
+   * The manager of {@code cache}'s L3 work under {@code config}, its Host credits fitted to the
+   * Host tier ({@link StorageConfig#forHost}).
+   *
+   * @throws IllegalArgumentException when {@code max_host_blocks} exceeds the Host tier's parents
+   *     less the retraction reserve
+   */
   public StorageTransferManager(StorageConfig config, CacheCoordinator cache) {
-    this.config = config;
-    this.cache = cache;
     this.host = cache.host();
-    this.pacer = new BackupPacer(config.maxBackupBackoffMs(), config.backupHostCredits());
+    this.config = config.forHost(host.pool().numParents());
+    this.cache = cache;
+    this.pacer = new BackupPacer(this.config.maxBackupBackoffMs(), this.config.backupHostCredits());
   }
 
   // ================================================================ read transaction
@@ -1118,9 +1140,21 @@ public final class StorageTransferManager {
     return opUsed;
   }
 
-  /** Host credits in use. */
+  /**
+   * Host credits in use: Host block references tickets hold, each one potentially pinned parent.
+   */
   public int hostCreditsInUse() {
     return hostUsed;
+  }
+
+  /** The contract it runs under, its Host credits fitted to the Host tier. */
+  public StorageConfig config() {
+    return config;
+  }
+
+  /** Host parents no credit reaches, kept for retraction images. */
+  public int retractionReserveParents() {
+    return config.retractionReserveParents(host.pool().numParents());
   }
 
   /** Ready holds alive (a gauge). */
@@ -1274,6 +1308,13 @@ public final class StorageTransferManager {
         "backup Host credits " + backupHostUsed + " vs " + backupRefs);
     check(opUsed <= config.maxOperations(), "operation credits overdrawn: " + opUsed);
     check(hostUsed <= config.maxHostBlocks(), "Host credits overdrawn: " + hostUsed);
+    int parents = host.pool().numParents();
+    check(
+        config.maxHostBlocks() <= parents - retractionReserveParents(),
+        "Host credits " + config.maxHostBlocks() + " reach the retraction reserve of " + parents);
+    check(
+        pinnedParents() <= hostUsed,
+        "tickets pin " + pinnedParents() + " Host parents on " + hostUsed + " credits");
     check(backupOpUsed <= config.backupOperationCredits(), "backups overdrew operations");
     check(backupHostUsed <= config.backupHostCredits(), "backups overdrew Host credits");
     check(candidates.size() == candidateSet.size(), "candidate index out of step");
@@ -1320,6 +1361,19 @@ public final class StorageTransferManager {
         }
       }
     }
+  }
+
+  /** Distinct Host parents that ticket references pin. */
+  private int pinnedParents() {
+    Set<Integer> parents = new HashSet<>();
+    for (Ticket t : tickets.values()) {
+      for (int b : t.hostBlocks) {
+        if (b != 0) {
+          parents.add(host.pool().parentOf(b));
+        }
+      }
+    }
+    return parents.size();
   }
 
   private static void check(boolean ok, String message) {

@@ -298,7 +298,7 @@ final class LoopSimulation {
     Rank(int r) throws Exception {
       this.r = r;
       cache = new CacheCoordinator(layout, deviceParents, hostParents, 64);
-      stm = new StorageTransferManager(storageConfig, cache);
+      stm = new StorageTransferManager(StmFixture.fitted(storageConfig, hostParents), cache);
       if (bug == Bug.STALE_TICK_TIMERS) {
         stm.disableForTest(StorageTransferManager.SafetyRule.TIMERS_AT_NEXT_TICK);
       } else if (bug == Bug.REOFFER_WITHOUT_BACKOFF) {
@@ -309,7 +309,9 @@ final class LoopSimulation {
       hostRows = new long[cache.host().pool().blockIdLimit() * BG];
       host = MemorySegment.ofArray(hostRows);
       executor = L3Executor.startStepped(store, executorConfig, host, () -> clock);
-      agreement = new Agreement(numRanks, 4096, 1L << 20);
+      // exactly what the credits let be in flight, as the engine sizes it: no margin
+      agreement =
+          new Agreement(numRanks, storageConfig.maxOperations(), storageConfig.maxKeysInFlight());
     }
 
     String key(CacheKey k) {

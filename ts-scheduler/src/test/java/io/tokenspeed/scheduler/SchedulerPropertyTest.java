@@ -124,11 +124,12 @@ class SchedulerPropertyTest {
       boolean tight,
       Coverage cov) {
     Random rnd = new Random(seed);
+    StorageConfig config =
+        StmFixture.config().withCredits(2 + rnd.nextInt(10), 16 + rnd.nextInt(200));
+    int deviceParents = tight ? 12 + rnd.nextInt(10) : 24 + rnd.nextInt(40);
+    int hostParents = 24 + rnd.nextInt(64);
     StmFixture f =
-        new StmFixture(
-            StmFixture.config().withCredits(2 + rnd.nextInt(10), 16 + rnd.nextInt(200)),
-            tight ? 12 + rnd.nextInt(10) : 24 + rnd.nextInt(40),
-            24 + rnd.nextInt(64));
+        new StmFixture(StmFixture.fitted(config, hostParents), deviceParents, hostParents);
     Scheduler s =
         new Scheduler(
             f.cache, f.stm, new Scheduler.Config(64 + rnd.nextInt(200), 4, 16, rnd.nextInt(12)));

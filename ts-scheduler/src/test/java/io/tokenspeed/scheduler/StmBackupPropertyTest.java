@@ -127,6 +127,7 @@ class StmBackupPropertyTest {
           new StorageConfig(
               2 + rnd.nextInt(8),
               8 + rnd.nextInt(80),
+              StorageConfig.DEFAULT_RETRACTION_RESERVE_PERCENT,
               200,
               1_000,
               1,

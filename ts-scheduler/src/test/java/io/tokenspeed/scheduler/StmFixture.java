@@ -65,6 +65,15 @@ final class StmFixture {
     return StorageConfig.defaults().withMinExtensionTokens(1);
   }
 
+  /**
+   * {@code config} with its Host credits lowered to what a Host tier of {@code hostParents} leaves
+   * after the retraction reserve, when they exceed it (randomized tests draw them independently).
+   */
+  static StorageConfig fitted(StorageConfig config, int hostParents) {
+    int fit = hostParents - config.retractionReserveParents(hostParents);
+    return config.withCredits(config.maxOperations(), Math.min(config.maxHostBlocks(), fit));
+  }
+
   PromptKeys prompt(int n, int seed) {
     return PromptKeys.of(cache.layout(), tokens(n, seed), List.of());
   }

@@ -103,7 +103,7 @@ class StmRefusingStoreTest {
     long capMs = List.of(1_000L, 10_000L).get((int) (seed % 2));
     Run run = new Run(seed, StmFixture.config().withMaxBackupBackoffMs(capMs));
     run.rounds(600_000, true, 1 + run.rnd.nextInt(40));
-    int burst = StmFixture.config().backupHostCredits(); // sent before the first refusal came
+    int burst = run.f.stm.config().backupHostCredits(); // sent before the first refusal came
     // holds of 100, 200, ... ms up to the cap, then the cap: one probe after each
     long holds = 0;
     long spentMs = 0;
@@ -145,7 +145,7 @@ class StmRefusingStoreTest {
     run.rounds(5_000, true, 20 + run.rnd.nextInt(20));
     long sentWhileRefusing = run.pagesSent;
     assertTrue(
-        sentWhileRefusing <= StmFixture.config().backupHostCredits() + 8,
+        sentWhileRefusing <= run.f.stm.config().backupHostCredits() + 8,
         "pages sent while refused: " + sentWhileRefusing);
     assertTrue(run.f.stm.deferredCandidates() + run.f.stm.heldCandidates() > 0);
     run.rounds(30_000, false, 0); // the store answers again; no new prompt

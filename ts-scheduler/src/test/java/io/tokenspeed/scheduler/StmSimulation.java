@@ -62,7 +62,8 @@ final class StmSimulation {
   StmSimulation(long seed) {
     rnd = new Random(seed);
     StorageConfig config = StmFixture.config().withCredits(2 + rnd.nextInt(8), 8 + rnd.nextInt(80));
-    f = new StmFixture(config, 16, 24 + rnd.nextInt(40));
+    int hostParents = 24 + rnd.nextInt(40);
+    f = new StmFixture(StmFixture.fitted(config, hostParents), 16, hostParents);
     int[] base = StmFixture.tokens(400, (int) seed);
     for (int i = 0; i < 6; i++) {
       int[] t = java.util.Arrays.copyOf(base, 70 + rnd.nextInt(330));

@@ -17,6 +17,32 @@ class StorageConfigTest {
   }
 
   @Test
+  void shouldBoundTheKeysInFlightByEveryQueryAndEveryHostCreditWhenCreditsAreAtTheirExtremes() {
+    assertEquals(64L * 4096 + 768, StorageConfig.defaults().forHost(1024).maxKeysInFlight());
+    StorageConfig most =
+        new StorageConfig(
+            1 << 20,
+            Integer.MAX_VALUE,
+            0,
+            200,
+            1000,
+            256,
+            131072,
+            1 << 24,
+            16,
+            4096,
+            1 << 20,
+            100,
+            10,
+            10,
+            5,
+            2000,
+            500,
+            10_000);
+    assertEquals((1L << 44) + Integer.MAX_VALUE, most.maxKeysInFlight(), "no overflow");
+  }
+
+  @Test
   void shouldNameTheFieldTheValueAndTheRangeWhenAValueIsBad() {
     IllegalArgumentException e =
         assertThrows(
@@ -27,7 +53,7 @@ class StorageConfigTest {
             IllegalArgumentException.class,
             () ->
                 new StorageConfig(
-                    64, 8192, 200, 1000, 256, 131072, 4096, 16, 4096, 256, 100, 100, 10, 5, 2000,
+                    64, 0, 25, 200, 1000, 256, 131072, 4096, 16, 4096, 256, 100, 100, 10, 5, 2000,
                     500, 10_000));
     assertTrue(e.getMessage().contains("low_queued_jobs=100 must be in [0, 99]"), e.getMessage());
   }

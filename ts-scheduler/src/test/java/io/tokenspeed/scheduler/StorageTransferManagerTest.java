@@ -295,7 +295,7 @@ class StorageTransferManagerTest {
 
   @Test
   void shouldNeverLetBackupsTakeTheCreditsReadsNeed() {
-    f = new StmFixture(StmFixture.config().withCredits(4, 1000), 64, 512);
+    f = new StmFixture(StmFixture.config().withCredits(4, 0), 64, 512);
     for (int i = 0; i < 8; i++) {
       PromptKeys p = f.prompt(64, 100 + i);
       List<CacheKey> keys = f.cache.neededKeys(p, 64);
@@ -314,7 +314,7 @@ class StorageTransferManagerTest {
 
   @Test
   void shouldAdmitReadsButNoBackupsWithOneCreditAndRejectCandidatesWithoutAWriteBudget() {
-    f = new StmFixture(StmFixture.config().withCredits(1, 1000), 64, 256);
+    f = new StmFixture(StmFixture.config().withCredits(1, 0), 64, 256);
     PromptKeys p = f.prompt(128, 16);
     List<CacheKey> keys = f.cache.neededKeys(p, 64);
     f.put(Tier.HOST, keys);
@@ -474,7 +474,7 @@ class StorageTransferManagerTest {
   void shouldDropTheOldestCandidateOnOverflowAndCountIt() {
     StorageConfig small =
         new StorageConfig(
-            64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
+            64, 0, 25, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
             500, 10_000);
     f = new StmFixture(small, 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 34), 64);
@@ -816,7 +816,8 @@ class StorageTransferManagerTest {
     StorageConfig small =
         new StorageConfig(
             64,
-            8192,
+            0,
+            StorageConfig.DEFAULT_RETRACTION_RESERVE_PERCENT,
             200,
             1000,
             1,
@@ -951,7 +952,7 @@ class StorageTransferManagerTest {
   void shouldBoundTheHeldBackCandidatesAndCountTheOverflow() {
     StorageConfig small =
         new StorageConfig(
-            64, 8192, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
+            64, 0, 25, 200, 1000, 1, 131072, 4096, 16, 2, 256, 192, 64, 4L << 30, 1L << 30, 2000,
             500, 10_000);
     f = new StmFixture(small, 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 50), 64);
@@ -1062,7 +1063,7 @@ class StorageTransferManagerTest {
 
   @Test
   void shouldDiscardQueuedBackupCandidatesInAFrozenRound() {
-    f = new StmFixture(StmFixture.config().withCredits(2, 1000), 64, 256);
+    f = new StmFixture(StmFixture.config().withCredits(2, 0), 64, 256);
     List<CacheKey> keys = f.cache.neededKeys(f.prompt(128, 43), 64);
     f.put(Tier.HOST, keys);
     keys.forEach(f.stm::offerBackup);

@@ -2,6 +2,7 @@ package io.tokenspeed.engine.l3;
 
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.control.InFlightBound;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.control.ReplicaSecret;
@@ -14,6 +15,7 @@ import io.tokenspeed.l3.L3Executor;
 import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
+import io.tokenspeed.scheduler.StorageConfig;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.InetAddress;
@@ -56,10 +58,15 @@ public final class StorageTier {
   /**
    * Checks what the rank will store ({@link StoragePayloads}), starts the executor over {@code
    * settings.store()} and {@code hostAllocation} (its job ages read {@code nanoClock}), and joins a
-   * one-rank mesh on a loopback port. On failure nothing is left running and the store is closed.
+   * one-rank mesh on a loopback port, its agreement window sized from {@code credits} (the storage
+   * settings fitted to the Host tier). On failure nothing is left running and the store is closed.
    */
   public static StorageTier start(
-      L3Settings settings, StorageJobs jobs, MemorySegment hostAllocation, LongSupplier nanoClock)
+      L3Settings settings,
+      StorageJobs jobs,
+      MemorySegment hostAllocation,
+      StorageConfig credits,
+      LongSupplier nanoClock)
       throws Exception {
     L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock);
     try {
@@ -73,9 +80,8 @@ public final class StorageTier {
         listener.close();
         throw e;
       }
-      RelayExchange exchange =
-          RelayExchange.connect(
-              ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate()), listener);
+      ControlConfig control = ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate());
+      RelayExchange exchange = RelayExchange.connect(windowFor(control, credits), listener);
       return new StorageTier(jobs, executor, exchange);
     } catch (Exception e) {
       executor.close();
@@ -97,6 +103,28 @@ public final class StorageTier {
       throws Exception {
     return new StorageTier(
         jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock), null);
+  }
+
+  /**
+   * {@code control} with its agreement window sized for what {@code credits} let one rank have in
+   * flight ({@link ControlConfig#withWindowFor}): {@code async.max_operations} operations and
+   * {@link StorageConfig#maxKeysInFlight} keys.
+   *
+   * @throws IllegalArgumentException when {@code control} sets a smaller window explicitly, naming
+   *     the credit settings, the window they need and the configured one
+   */
+  public static ControlConfig windowFor(ControlConfig control, StorageConfig credits) {
+    return control.withWindowFor(
+        new InFlightBound(
+            credits.maxOperations(),
+            "async.max_operations=" + credits.maxOperations(),
+            credits.maxKeysInFlight(),
+            "async.max_operations="
+                + credits.maxOperations()
+                + " x async.max_query_keys="
+                + credits.maxQueryKeys()
+                + " + async.max_host_blocks="
+                + credits.maxHostBlocks()));
   }
 
   private static L3Executor startExecutor(

@@ -101,6 +101,7 @@ public final class StorageExtraConfig {
       List.of(
           "max_operations",
           "max_host_blocks",
+          "retraction_reserve_percent",
           "soft_deadline_ms",
           "ready_hold_ms",
           "min_extension_tokens",
@@ -438,6 +439,8 @@ public final class StorageExtraConfig {
   private static StorageRuntimeConfig runtime(Fields a) {
     int maxOperations = a.integer("max_operations", StorageConfig.DEFAULT_MAX_OPERATIONS);
     int maxHostBlocks = a.integer("max_host_blocks", StorageConfig.DEFAULT_MAX_HOST_BLOCKS);
+    int retractionReservePercent =
+        a.integer("retraction_reserve_percent", StorageConfig.DEFAULT_RETRACTION_RESERVE_PERCENT);
     long softDeadlineMs = a.longInteger("soft_deadline_ms", StorageConfig.DEFAULT_SOFT_DEADLINE_MS);
     long readyHoldMs = a.longInteger("ready_hold_ms", StorageConfig.DEFAULT_READY_HOLD_MS);
     int minExtensionTokens =
@@ -477,6 +480,7 @@ public final class StorageExtraConfig {
                 new StorageConfig(
                     maxOperations,
                     maxHostBlocks,
+                    retractionReservePercent,
                     softDeadlineMs,
                     readyHoldMs,
                     minExtensionTokens,

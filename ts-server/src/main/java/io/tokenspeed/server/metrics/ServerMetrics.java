@@ -466,7 +466,7 @@ public final class ServerMetrics {
         EngineMetrics.Transfers::operationsInUse);
     transferGauge(
         "tokenspeed:l3_host_credits_in_use",
-        "Host credits in use by L3 operations.",
+        "Host credits in use by L3 operations, each one LCM parent of the Host tier.",
         EngineMetrics.Transfers::hostCreditsInUse);
     gauge(
         "tokenspeed:l3_backup_candidates",

@@ -219,6 +219,7 @@ class StorageExtraConfigTest {
         new StorageConfig(
             8,
             StorageConfig.DEFAULT_MAX_HOST_BLOCKS,
+            StorageConfig.DEFAULT_RETRACTION_RESERVE_PERCENT,
             750,
             StorageConfig.DEFAULT_READY_HOLD_MS,
             64,
@@ -256,13 +257,17 @@ class StorageExtraConfigTest {
     return StorageExtraConfig.ASYNC_FIELDS.stream();
   }
 
-  /** Each async field, set alone to its default minus one, changes exactly its own component. */
+  /**
+   * Each async field, set alone to its default minus one (plus one for a default of 0), changes
+   * exactly its own component.
+   */
   @ParameterizedTest
   @MethodSource("asyncFields")
   void shouldChangeExactlyTheNamedComponentForEachAsyncField(String field) throws Exception {
     boolean scheduling = StorageExtraConfig.SCHEDULING_FIELDS.contains(field);
     Record defaults = scheduling ? StorageConfig.defaults() : L3ExecutorConfig.defaults();
-    long value = ((Number) component(defaults, camel(field))).longValue() - 1;
+    long byDefault = ((Number) component(defaults, camel(field))).longValue();
+    long value = byDefault == 0 ? 1 : byDefault - 1;
     StorageExtraConfig.Resolved r =
         StorageExtraConfig.parse("file", j("{'async': {'" + field + "': " + value + "}}"));
     Record changed = scheduling ? r.runtime().scheduling() : r.runtime().executor();
@@ -295,7 +300,7 @@ class StorageExtraConfigTest {
     redis.set(redis.indexOf("uris"), "uri");
     assertEquals(StorageExtraConfig.REDIS_FIELDS, redis);
     assertEquals(
-        26, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
+        27, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
   }
 
   // ---------------------------------------------------------------- errors
@@ -983,7 +988,8 @@ class StorageExtraConfigTest {
   static final List<Range> ASYNC_RANGES =
       List.of(
           new Range("max_operations", 1, 1 << 20, true),
-          new Range("max_host_blocks", 1, Integer.MAX_VALUE, true),
+          new Range("max_host_blocks", 0, Integer.MAX_VALUE, true),
+          new Range("retraction_reserve_percent", 0, 99, true),
           new Range("soft_deadline_ms", 1, HOUR_MS, false),
           new Range("ready_hold_ms", 1, HOUR_MS, false),
           new Range("min_extension_tokens", 1, Integer.MAX_VALUE, true),
