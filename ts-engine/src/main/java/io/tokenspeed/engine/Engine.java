@@ -581,7 +581,10 @@ public final class Engine implements AutoCloseable {
     return view.activeCount();
   }
 
-  /** Every reference the scheduler and the storage transfer manager hold (for the checker). */
+  /**
+   * Every reference the scheduler, the storage transfer manager and the tails waiting for
+   * write-through hold (for the checker).
+   */
   List<HeldBlock> heldBlocks() {
     return view.heldBlocks();
   }
