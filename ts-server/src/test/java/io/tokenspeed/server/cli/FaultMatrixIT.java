@@ -24,6 +24,7 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -88,6 +89,12 @@ class FaultMatrixIT {
    * per block.
    */
   private static final int PREFIX_KEYS = PREFIX_TOKENS / 16;
+
+  /**
+   * Objects of a prompt's tail on one rank: its reusable bound (every token but the last) ends 39
+   * tokens into its last page, whose rows below the bound fill three 16-token blocks.
+   */
+  private static final int TAIL_KEYS = ((PREFIX_TOKENS + SUFFIX_TOKENS - 1) % 64 + 15) / 16;
 
   @TempDir static Path shared;
 
@@ -343,8 +350,9 @@ class FaultMatrixIT {
             read2.storageTokens(),
             () -> "reads go on after failed PUTs:\n" + l3Lines(reader) + tail(reader));
         assertEquals(objects, objects(store), "nothing was written into the read-only store");
-        // the new prefixes' pages stay held for the store (no pending work: it refuses
-        // persistently); the server is otherwise idle
+        // the new prefixes' pages and tails stay held for the store (no pending work: it
+        // refuses persistently), and so do the tails of the two prompts read (their suffixes are
+        // new); the server is otherwise idle
         m =
             awaitMetrics(
                 reader,
@@ -353,7 +361,7 @@ class FaultMatrixIT {
                         && sum(f, "tokenspeed:num_requests_running") == 0
                         && sum(f, "tokenspeed:l3_operation_credits_in_use") == 0
                         && sum(f, "tokenspeed:l3_backup_candidates", "state", "held")
-                            == 2 * PREFIX_KEYS);
+                            == 2 * (PREFIX_KEYS + TAIL_KEYS) + 2 * TAIL_KEYS);
         assertEquals(0, epoch(m), "a read-only store is not an outage");
         assertTrue(
             sum(m, "tokenspeed:l3_configuration_failures_total") > 0,
@@ -475,12 +483,13 @@ class FaultMatrixIT {
     Set<Path> first;
     Set<Path> second;
     try (ServeProcess writer = serve(l3)) {
-      writeThrough(writer, 50);
+      // prompts without a tail, so that every object damaged below is one of a prefix's pages
+      writeThrough(writer, aligned(50));
       first = objectFiles(store);
-      writeThrough(writer, 51);
+      writeThrough(writer, aligned(51));
       second = objectFiles(store);
       second.removeAll(first);
-      writeThrough(writer, 52);
+      writeThrough(writer, aligned(52));
     }
     assertEquals(PREFIX_KEYS, first.size(), "one object per block of the first prefix");
     assertEquals(PREFIX_KEYS, second.size(), "one object per block of the second prefix");
@@ -1099,12 +1108,25 @@ class FaultMatrixIT {
   }
 
   /**
-   * Completes prefix {@code p} with suffix 0 on {@code s} and waits until its objects are written
-   * and no storage work is left.
+   * Completes prefix {@code p} with suffix 0 on {@code s} and waits until its prefix's objects are
+   * written and no storage work is left.
    */
   private static void writeThrough(ServeProcess s, int p) throws Exception {
+    writeThrough(s, prompt(p, 0));
+  }
+
+  /**
+   * Prefix {@code p} and one token: the reusable bound is the prefix's end, a page boundary, so the
+   * prompt writes exactly the prefix's objects and no tail.
+   */
+  private static int[] aligned(int p) {
+    return Arrays.copyOf(prompt(p, 0), PREFIX_TOKENS + 1);
+  }
+
+  /** Completes {@code prompt} on {@code s} and waits until its prefix's objects are written. */
+  private static void writeThrough(ServeProcess s, int[] prompt) throws Exception {
     double before = sum(s.metrics(), "tokenspeed:l3_put_written_keys_total");
-    assertExpected(complete(s, prompt(p, 0)), prompt(p, 0), "writing prefix " + p);
+    assertExpected(complete(s, prompt), prompt, "writing a prefix");
     awaitMetrics(
         s,
         m ->

@@ -135,7 +135,7 @@ class ServeMooncakeIT {
       JsonNode restored = complete(s, prompt);
       JsonNode details = restored.get("usage").get("prompt_tokens_details");
       assertEquals(
-          192, details.get("cached_tokens_by_source").get("storage").asInt(), restored::toString);
+          199, details.get("cached_tokens_by_source").get("storage").asInt(), restored::toString);
       assertEquals(
           0, details.get("cached_tokens_by_source").get("device").asInt(), restored::toString);
       assertEquals(
