@@ -4,8 +4,8 @@ package io.tokenspeed.engine;
  * The control state every rank of a replica holds alike, from which each round's forward and
  * storage permissions come (the specification's "Completion agreement and ordering"). It changes
  * only when an administrative command is applied at the round's head: on a single rank between
- * rounds on the loop thread, on a replica in the agreed round that carried the command, the same
- * on every rank, so every scheduler plans with the same permissions.
+ * rounds on the loop thread, on a replica in the agreed round that carried the command, the same on
+ * every rank, so every scheduler plans with the same permissions.
  *
  * <pre>
  *   state      set by          forward   storage   what still flows

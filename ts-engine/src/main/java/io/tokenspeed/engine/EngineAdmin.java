@@ -25,12 +25,12 @@ import java.util.function.LongSupplier;
  * the scheduler, Host publication and the storage tier between rounds. The control state is the
  * only source of a round's forward and storage permissions ({@link #control}).
  *
- * <p>A weight update waits for storage operations to retire on the calling thread (it asks the
- * loop between rounds, every storage tick). After that replica-agreed preflight, the deletion of
- * the old namespace is a synchronous call on the loop thread, the control thread, between rounds
- * (on a replica, the leader's): no round runs until the store returns, so a slow deletion delays
- * request and control processing, and nothing bounds or cancels it but the store's own limits.
- * Updates and rotations are serialized among themselves.
+ * <p>A weight update waits for storage operations to retire on the calling thread (it asks the loop
+ * between rounds, every storage tick). After that replica-agreed preflight, the deletion of the old
+ * namespace is a synchronous call on the loop thread, the control thread, between rounds (on a
+ * replica, the leader's): no round runs until the store returns, so a slow deletion delays request
+ * and control processing, and nothing bounds or cancels it but the store's own limits. Updates and
+ * rotations are serialized among themselves.
  */
 final class EngineAdmin {
   /** How long a weight update waits for the storage operations in the store to retire. */
@@ -167,8 +167,8 @@ final class EngineAdmin {
   }
 
   /**
-   * Sets or lifts a weight update's fence: the control state takes storage permission away while
-   * it stands, and the scheduler rejects the outstanding operations when it is set and lets new
+   * Sets or lifts a weight update's fence: the control state takes storage permission away while it
+   * stands, and the scheduler rejects the outstanding operations when it is set and lets new
    * requests bypass L3 until it lifts ({@link Scheduler#fenceStorage}).
    */
   private void fence(boolean on) {

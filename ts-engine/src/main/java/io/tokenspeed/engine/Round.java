@@ -247,9 +247,9 @@ final class Round {
 
   /**
    * A replica's head: the exchange (the leader's intake rides it), then what the agreed round
-   * brings, in the leader's order: commands, new requests. The permissions are those of the
-   * control state the round's commands left, the same on every rank; before the first agreed
-   * round: a round with nothing permitted at tick 0, the same on every rank.
+   * brings, in the leader's order: commands, new requests. The permissions are those of the control
+   * state the round's commands left, the same on every rank; before the first agreed round: a round
+   * with nothing permitted at tick 0, the same on every rank.
    */
   private Head replicaHead(long nowNs) throws ControlPlaneException {
     Replica.Agreed agreed = exchange(nowNs);

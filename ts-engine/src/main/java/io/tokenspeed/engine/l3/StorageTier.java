@@ -185,9 +185,9 @@ public final class StorageTier {
 
   /**
    * The scheduler's input from the agreed round (the clock and no completions before the first):
-   * the agreed tick, pressure and completions with {@code cancellations} and the permissions of
-   * the engine's control state. The completions enter whatever the permissions: a frozen round
-   * still applies them.
+   * the agreed tick, pressure and completions with {@code cancellations} and the permissions of the
+   * engine's control state. The completions enter whatever the permissions: a frozen round still
+   * applies them.
    */
   public RoundInput input(
       Optional<AgreedRound> agreed,
