@@ -329,6 +329,8 @@ class EngineFrozenRoundsTest {
       running.nextToken();
       e.freeze().get(10, TimeUnit.SECONDS);
       RequestHandle waiting = e.submit(other, SamplingParams.greedy(8));
+      // a whole frozen round with both requests in the scheduler before they are cancelled
+      watch.whenFrozen(v -> v.scheduler().state(waiting.id()) != null).get(10, TimeUnit.SECONDS);
       CompletableFuture<Void> ended =
           watch.whenFrozen(v -> v.activeCount() == 0 && v.scheduler().size() == 0);
       running.cancel();
