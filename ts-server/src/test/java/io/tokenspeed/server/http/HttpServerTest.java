@@ -532,8 +532,8 @@ class HttpServerTest {
     for (String action : List.of("freeze", "unfreeze")) {
       assertEquals(401, server.post("/admin/" + action, "").statusCode(), action);
     }
-    String body = "{"prompt":"frozen a while","max_tokens":6,"temperature":0}";
-    String want = TestServer.json(server.post("/v1/completions", body).body()).toString();
+    String body = "{\"prompt\":\"frozen a while\",\"max_tokens\":6,\"temperature\":0}";
+    JsonNode want = TestServer.json(server.post("/v1/completions", body).body());
     HttpResponse<String> frozen = admin("/admin/freeze", "");
     assertEquals(200, frozen.statusCode(), frozen.body());
     assertTrue(TestServer.json(frozen.body()).get("frozen").asBoolean(), frozen.body());
@@ -554,7 +554,7 @@ class HttpServerTest {
     }
     JsonNode answered = TestServer.json(waiting.get(60, TimeUnit.SECONDS).body());
     assertEquals(
-        TestServer.json(want).get("choices").get(0).get("text"),
+        want.get("choices").get(0).get("text"),
         answered.get("choices").get(0).get("text"),
         "the same text as unfrozen");
     assertFalse(server.engine.frozen());
