@@ -8,15 +8,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.engine.EngineL3Test.SharedStore;
 import io.tokenspeed.engine.EngineTensorParallelFaultsTest.RankClient;
-import io.tokenspeed.l3.spi.ForwardingStore;
-import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.memory.MemoryStore;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.RequestState;
 import io.tokenspeed.scheduler.StorageConfig;
-import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -156,51 +153,6 @@ class EngineFrozenRoundsTest {
     }
   }
 
-  /** A store whose existence queries and GETs can be held at a gate (each once entered). */
-  static final class GatedStore extends ForwardingStore {
-    final AtomicInteger queries = new AtomicInteger();
-    final CountDownLatch queryEntered = new CountDownLatch(1);
-    final CountDownLatch getEntered = new CountDownLatch(1);
-    volatile CountDownLatch queryGate;
-    volatile CountDownLatch getGate;
-
-    GatedStore(SharedStore inner) {
-      super(inner);
-    }
-
-    @Override
-    public StoreResult exists(List<String> keys) throws Exception {
-      queries.incrementAndGet();
-      queryEntered.countDown();
-      CountDownLatch gate = queryGate;
-      if (gate != null) {
-        gate.await();
-      }
-      return super.exists(keys);
-    }
-
-    @Override
-    public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
-      getEntered.countDown();
-      CountDownLatch gate = getGate;
-      if (gate != null) {
-        gate.await();
-      }
-      return super.get(keys, destinations);
-    }
-
-    void open() {
-      CountDownLatch q = queryGate;
-      CountDownLatch g = getGate;
-      if (q != null) {
-        q.countDown();
-      }
-      if (g != null) {
-        g.countDown();
-      }
-    }
-  }
-
   /** A store holding {@link #prompt}'s prefix, written by an engine that served it and closed. */
   private SharedStore storeWithPrompt() throws Exception {
     SharedStore shared = new SharedStore();
@@ -215,8 +167,35 @@ class EngineFrozenRoundsTest {
     return shared;
   }
 
+  /** What a TP = 1 test does with its engine, its watch and the clock its loop runs by. */
+  private interface Scenario {
+    void run(Engine e, FrozenWatch watch, AtomicLong clock) throws Exception;
+  }
+
+  /**
+   * Runs {@code scenario} on a TP = 1 engine over {@code store} whose loop runs by a clock only the
+   * scenario advances; opens the store's gates before the engine closes, then checks what every
+   * frozen round had to show.
+   */
+  private void frozen(RankClient store, Scenario scenario) throws Exception {
+    FrozenWatch watch = new FrozenWatch();
+    AtomicLong clock = new AtomicLong(1_000_000_000L);
+    try (Engine e = engine(watch, store, clock)) {
+      try {
+        scenario.run(e, watch, clock);
+      } finally {
+        for (CountDownLatch gate : new CountDownLatch[] {store.queryGate, store.getGate}) {
+          if (gate != null) {
+            gate.countDown();
+          }
+        }
+      }
+    }
+    watch.assertHeld();
+  }
+
   /** A TP = 1 engine over {@code store} whose loop runs by {@code clock}. */
-  private Engine engine(FrozenWatch watch, GatedStore store, AtomicLong clock) {
+  private Engine engine(FrozenWatch watch, RankClient store, AtomicLong clock) {
     StorageConfig scheduling =
         StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(SOFT_DEADLINE_MS);
     return Engine.start(
@@ -239,41 +218,44 @@ class EngineFrozenRoundsTest {
    */
   @Test
   void shouldApplyAStorageCompletionDuringAFreezeAndStartNothingUntilItLifts() throws Exception {
-    GatedStore store = new GatedStore(storeWithPrompt());
+    RankClient store = new RankClient(storeWithPrompt());
     store.getGate = new CountDownLatch(1);
-    FrozenWatch watch = new FrozenWatch();
-    AtomicLong clock = new AtomicLong(1_000_000_000L);
-    try (Engine e = engine(watch, store, clock)) {
-      try {
-        RequestHandle restoring = e.submit(prompt, SamplingParams.greedy(8));
-        assertTrue(store.getEntered.await(10, TimeUnit.SECONDS), "the GET is inside the store");
-        e.freeze().get(10, TimeUnit.SECONDS);
-        assertTrue(e.frozen());
-        int queries = store.queries.get();
-        RequestHandle waiting = e.submit(other, SamplingParams.greedy(8));
-        CompletableFuture<Void> applied =
-            watch.whenFrozen(
-                v ->
-                    !prefetching(v, restoring.id())
-                        && v.storageTransferManager().inFlightOperations() == 0
-                        && v.scheduler().state(waiting.id()) != null);
-        store.getGate.countDown();
-        applied.get(10, TimeUnit.SECONDS);
-        assertFalse(restoring.result().isDone(), "nothing computed while frozen");
-        assertFalse(waiting.result().isDone(), "nothing computed while frozen");
-        assertEquals(queries, store.queries.get(), "no query while frozen");
+    frozen(
+        store,
+        (e, watch, clock) -> {
+          RequestHandle restoring = e.submit(prompt, greedy());
+          awaitTrue(() -> store.getsEntered.get() > 0, "the GET is inside the store");
+          e.freeze().get(10, TimeUnit.SECONDS);
+          assertTrue(e.frozen());
+          int queries = store.queries.get();
+          RequestHandle waiting = e.submit(other, greedy());
+          CompletableFuture<Void> applied =
+              watch.whenFrozen(restoredAndWaiting(restoring, waiting));
+          store.getGate.countDown();
+          applied.get(10, TimeUnit.SECONDS);
+          assertFalse(restoring.result().isDone(), "nothing computed while frozen");
+          assertFalse(waiting.result().isDone(), "nothing computed while frozen");
+          assertEquals(queries, store.queries.get(), "no query while frozen");
 
-        e.unfreeze().get(10, TimeUnit.SECONDS);
-        assertFalse(e.frozen());
-        GenerationResult restored = finished(restoring);
-        assertArrayEquals(want.tokens(), restored.tokens(), "the restored prompt's output");
-        assertEquals((prompt.length - 1) / P * P, restored.metrics().reusedStorageTokens());
-        assertArrayEquals(wantOther.tokens(), finished(waiting).tokens(), "the waiting prompt's");
-      } finally {
-        store.open();
-      }
-    }
-    watch.assertHeld();
+          e.unfreeze().get(10, TimeUnit.SECONDS);
+          assertFalse(e.frozen());
+          GenerationResult restored = finished(restoring);
+          assertArrayEquals(want.tokens(), restored.tokens(), "the restored prompt's output");
+          assertEquals((prompt.length - 1) / P * P, restored.metrics().reusedStorageTokens());
+          assertArrayEquals(wantOther.tokens(), finished(waiting).tokens(), "the waiting prompt's");
+        });
+  }
+
+  /**
+   * In a frozen round: the restoring request's GET was agreed and applied (it left Prefetching, no
+   * operation is in flight) and the waiting request is in the scheduler.
+   */
+  private static Predicate<EngineView> restoredAndWaiting(
+      RequestHandle restoring, RequestHandle waiting) {
+    return v ->
+        !prefetching(v, restoring.id())
+            && v.storageTransferManager().inFlightOperations() == 0
+            && v.scheduler().state(waiting.id()) != null;
   }
 
   /**
@@ -283,35 +265,30 @@ class EngineFrozenRoundsTest {
    */
   @Test
   void shouldExpireASoftDeadlineDuringAFreeze() throws Exception {
-    GatedStore store = new GatedStore(storeWithPrompt());
+    RankClient store = new RankClient(storeWithPrompt());
     store.queryGate = new CountDownLatch(1);
-    FrozenWatch watch = new FrozenWatch();
-    AtomicLong clock = new AtomicLong(1_000_000_000L);
-    try (Engine e = engine(watch, store, clock)) {
-      try {
-        RequestHandle h = e.submit(prompt, SamplingParams.greedy(8));
-        assertTrue(store.queryEntered.await(10, TimeUnit.SECONDS), "the query is in the store");
-        e.freeze().get(10, TimeUnit.SECONDS);
-        CompletableFuture<Void> expired =
-            watch.whenFrozen(
-                v ->
-                    !prefetching(v, h.id())
-                        && v.storageTransferManager().counters().softTimeouts() == 1);
-        // past the deadline, short of the job age that closes the pressure gate (which would
-        // detach the wait first)
-        clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(2 * SOFT_DEADLINE_MS));
-        expired.get(10, TimeUnit.SECONDS);
-        assertFalse(h.result().isDone(), "nothing computed while frozen");
+    frozen(
+        store,
+        (e, watch, clock) -> {
+          RequestHandle h = e.submit(prompt, greedy());
+          awaitTrue(() -> store.queries.get() > 0, "the query is inside the store");
+          e.freeze().get(10, TimeUnit.SECONDS);
+          CompletableFuture<Void> expired =
+              watch.whenFrozen(
+                  v ->
+                      !prefetching(v, h.id())
+                          && v.storageTransferManager().counters().softTimeouts() == 1);
+          // past the deadline, short of the job age that closes the pressure gate (which would
+          // detach the wait first)
+          clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(2 * SOFT_DEADLINE_MS));
+          expired.get(10, TimeUnit.SECONDS);
+          assertFalse(h.result().isDone(), "nothing computed while frozen");
 
-        e.unfreeze().get(10, TimeUnit.SECONDS);
-        GenerationResult r = finished(h);
-        assertArrayEquals(want.tokens(), r.tokens(), "computed after the freeze");
-        assertEquals(0, r.metrics().reusedStorageTokens(), "the wait had ended: nothing restored");
-      } finally {
-        store.open();
-      }
-    }
-    watch.assertHeld();
+          e.unfreeze().get(10, TimeUnit.SECONDS);
+          GenerationResult r = finished(h);
+          assertArrayEquals(want.tokens(), r.tokens(), "computed after the freeze");
+          assertEquals(0, r.metrics().reusedStorageTokens(), "the wait had ended: none restored");
+        });
   }
 
   /**
@@ -321,30 +298,31 @@ class EngineFrozenRoundsTest {
    */
   @Test
   void shouldEndCancelledRequestsDuringAFreeze() throws Exception {
-    GatedStore store = new GatedStore(new SharedStore());
-    FrozenWatch watch = new FrozenWatch();
-    AtomicLong clock = new AtomicLong(1_000_000_000L);
-    try (Engine e = engine(watch, store, clock)) {
-      RequestHandle running = e.submit(prompt, SamplingParams.greedy(120));
-      running.nextToken();
-      e.freeze().get(10, TimeUnit.SECONDS);
-      RequestHandle waiting = e.submit(other, SamplingParams.greedy(8));
-      // a whole frozen round with both requests in the scheduler before they are cancelled
-      watch.whenFrozen(v -> v.scheduler().state(waiting.id()) != null).get(10, TimeUnit.SECONDS);
-      CompletableFuture<Void> ended =
-          watch.whenFrozen(v -> v.activeCount() == 0 && v.scheduler().size() == 0);
-      running.cancel();
-      waiting.cancel();
-      assertEquals("cancelled", running.result().get(10, TimeUnit.SECONDS).finishReason());
-      assertEquals("cancelled", waiting.result().get(10, TimeUnit.SECONDS).finishReason());
-      ended.get(10, TimeUnit.SECONDS);
-      assertTrue(e.frozen(), "still frozen");
-      assertTrue(running.result().get().tokens().length < 120, "the running request stopped early");
+    frozen(
+        new RankClient(new SharedStore()),
+        (e, watch, clock) -> {
+          RequestHandle running = e.submit(prompt, SamplingParams.greedy(120));
+          running.nextToken();
+          e.freeze().get(10, TimeUnit.SECONDS);
+          RequestHandle waiting = e.submit(other, greedy());
+          // a whole frozen round with both requests in the scheduler before they are cancelled
+          watch
+              .whenFrozen(v -> v.scheduler().state(waiting.id()) != null)
+              .get(10, TimeUnit.SECONDS);
+          CompletableFuture<Void> ended =
+              watch.whenFrozen(v -> v.activeCount() == 0 && v.scheduler().size() == 0);
+          running.cancel();
+          waiting.cancel();
+          assertEquals("cancelled", running.result().get(10, TimeUnit.SECONDS).finishReason());
+          assertEquals("cancelled", waiting.result().get(10, TimeUnit.SECONDS).finishReason());
+          ended.get(10, TimeUnit.SECONDS);
+          assertTrue(e.frozen(), "still frozen");
+          assertTrue(
+              running.result().get().tokens().length < 120, "the running request stopped early");
 
-      e.unfreeze().get(10, TimeUnit.SECONDS);
-      assertArrayEquals(wantThird.tokens(), serve(e, third).tokens(), "served after the freeze");
-    }
-    watch.assertHeld();
+          e.unfreeze().get(10, TimeUnit.SECONDS);
+          assertArrayEquals(wantThird.tokens(), serve(e, third).tokens(), "served after it");
+        });
   }
 
   /**
@@ -384,12 +362,7 @@ class EngineFrozenRoundsTest {
         RequestHandle cancelled = leader.submit(third, greedy());
         List<CompletableFuture<Void>> applied = new java.util.ArrayList<>();
         for (FrozenWatch w : watches) {
-          applied.add(
-              w.whenFrozen(
-                  v ->
-                      !prefetching(v, restoring.id())
-                          && v.storageTransferManager().inFlightOperations() == 0
-                          && v.scheduler().state(waiting.id()) != null));
+          applied.add(w.whenFrozen(restoredAndWaiting(restoring, waiting)));
         }
         gate.countDown();
         for (CompletableFuture<Void> f : applied) {

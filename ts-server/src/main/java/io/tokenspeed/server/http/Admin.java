@@ -86,24 +86,18 @@ final class Admin {
     return out;
   }
 
-  ObjectNode freeze() throws Exception {
+  /** A freeze ({@code on}) or its lift. */
+  ObjectNode freeze(boolean on) throws Exception {
     long start = System.nanoTime();
-    await(engine.freeze());
-    ObjectNode out = done("freeze", start);
+    await(on ? engine.freeze() : engine.unfreeze());
+    ObjectNode out = done(on ? "freeze" : "unfreeze", start);
     out.put(
         "did",
-        "froze the engine: nothing is computed and no storage operation starts until unfreeze;"
-            + " completions, deadlines and cancellations still apply, and requests are accepted"
-            + " and wait");
-    out.put("frozen", engine.frozen());
-    return out;
-  }
-
-  ObjectNode unfreeze() throws Exception {
-    long start = System.nanoTime();
-    await(engine.unfreeze());
-    ObjectNode out = done("unfreeze", start);
-    out.put("did", "lifted the freeze: waiting requests go on");
+        on
+            ? "froze the engine: nothing is computed and no storage operation starts until"
+                + " unfreeze; completions, deadlines and cancellations still apply, and requests"
+                + " are accepted and wait"
+            : "lifted the freeze: waiting requests go on");
     out.put("frozen", engine.frozen());
     return out;
   }

@@ -184,8 +184,8 @@ public final class HttpFrontend implements AutoCloseable {
         .post(
             "/admin/update_weights",
             (req, res) -> admin(req, res, body -> admin.updateWeights(body)))
-        .post("/admin/freeze", (req, res) -> admin(req, res, a -> admin.freeze()))
-        .post("/admin/unfreeze", (req, res) -> admin(req, res, a -> admin.unfreeze()))
+        .post("/admin/freeze", (req, res) -> admin(req, res, a -> admin.freeze(true)))
+        .post("/admin/unfreeze", (req, res) -> admin(req, res, a -> admin.freeze(false)))
         .any(this::unrouted);
   }
 
