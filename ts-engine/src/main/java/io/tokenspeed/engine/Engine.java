@@ -131,7 +131,7 @@ public final class Engine implements AutoCloseable {
             loop,
             nanoClock);
     EngineObserver observer = settings.observer();
-    this.view = new EngineView(scheduler, cache, stm, publication, copies, active);
+    this.view = new EngineView(scheduler, cache, stm, publication, copies, active, admin::control);
     this.round =
         new Round(
             layout,
@@ -152,6 +152,7 @@ public final class Engine implements AutoCloseable {
             active,
             replica,
             admin::apply,
+            admin::control,
             this::cancel,
             model.collective()::abort,
             eosId,
@@ -277,6 +278,33 @@ public final class Engine implements AutoCloseable {
   }
 
   /**
+   * An administrative freeze, from the next round on (on a replica, every rank from the round that
+   * agrees on it): rounds go on with forward and storage permissions off. Nothing is admitted,
+   * computed or demoted and no new storage operation starts, but every round still takes the agreed
+   * tick (soft deadlines and Ready holds expire), cancellations (a cancelled request ends) and the
+   * agreed completions of storage operations issued before (what a GET read is published on the
+   * Host). Requests submitted meanwhile are accepted and wait. The future completes once the loop
+   * (the leader's) has applied it. A second freeze changes nothing.
+   */
+  public CompletableFuture<Void> freeze() {
+    return admin.command(Replica.Command.FREEZE);
+  }
+
+  /**
+   * Lifts the freeze from the next round on (on a replica, every rank in the round that agrees on
+   * it): waiting requests are admitted and computed as if the freeze had not been. Without a freeze
+   * it changes nothing.
+   */
+  public CompletableFuture<Void> unfreeze() {
+    return admin.command(Replica.Command.UNFREEZE);
+  }
+
+  /** Whether this rank's loop has applied a freeze that no unfreeze has lifted since. */
+  public boolean frozen() {
+    return admin.control().frozen();
+  }
+
+  /**
    * A weight-version update, which rotates the L3 namespace. In order, with L3:
    *
    * <ol>
@@ -285,9 +313,13 @@ public final class Engine implements AutoCloseable {
    *       — and no new storage work starts: requests that arrive meanwhile are served without L3;
    *   <li>wait (on the calling thread, never the loop's) until every operation already inside the
    *       store has retired, so no write can land in the old namespace after its deletion;
-   *   <li>delete the old namespace's objects from the store (on the calling thread: a slow store
-   *       delays this call, never a round; a store whose objects can stay under read leases waits
-   *       for them within its own bound, {@link Store#purgeNamespace});
+   *   <li>delete the old namespace's objects from the store, a synchronous call on the loop thread
+   *       between two rounds (on a replica, the leader's, whose followers wait in the exchange
+   *       meanwhile): no round runs until the store returns, so a slow store delays requests and
+   *       administration alike, and nothing but the store's own bound limits it (a store whose
+   *       objects can stay under read leases waits for them, {@link Store#purgeNamespace}; on a
+   *       replica a deletion longer than the round timeout stops the replica); the calling thread
+   *       waits for the outcome;
    *   <li>switch (on the loop thread; on a replica, every rank in one agreed round): clear the
    *       cache as {@link #clearCache} does, build every later key under the namespace of {@code
    *       version}, lift the fence.

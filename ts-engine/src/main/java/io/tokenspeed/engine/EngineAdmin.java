@@ -12,20 +12,25 @@ import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageTransferManager;
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.LongSupplier;
 
 /**
- * The engine's administration: cache clears, namespace rotations and weight updates. A command is
- * applied in two places: the caller's side ({@link #command}) hands it to the loop — as a task on a
- * single rank, through the exchange on a replica, where every rank applies it in the round that
- * agrees on it — and the loop's side ({@link #apply}) changes the scheduler, Host publication and
- * the storage tier between rounds.
+ * The engine's administration: cache clears, namespace rotations, weight updates and the freeze. A
+ * command is applied in two places: the caller's side ({@link #command}) hands it to the loop — as
+ * a task on a single rank, through the exchange on a replica, where every rank applies it in the
+ * round that agrees on it — and the loop's side ({@link #apply}) changes the {@link ControlState},
+ * the scheduler, Host publication and the storage tier between rounds. The control state is the
+ * only source of a round's forward and storage permissions ({@link #control}).
  *
- * <p>A weight update's slow steps (waiting for storage operations to retire, deleting the old
- * namespace) run on the calling thread, never the loop's: a slow store delays the update, never a
- * round. Updates and rotations are serialized among themselves.
+ * <p>A weight update waits for storage operations to retire on the calling thread (it asks the loop
+ * between rounds, every storage tick). After that replica-agreed preflight, the deletion of the old
+ * namespace is a synchronous call on the loop thread, the control thread, between rounds (on a
+ * replica, the leader's): no round runs until the store returns, so a slow deletion delays request
+ * and control processing, and nothing bounds or cancels it but the store's own limits. Updates and
+ * rotations are serialized among themselves.
  */
 final class EngineAdmin {
   /** How long a weight update waits for the storage operations in the store to retire. */
@@ -49,6 +54,9 @@ final class EngineAdmin {
   private final LoopProxy loop;
   private final LongSupplier nanoClock;
   private volatile String weightVersion;
+
+  /** Written by the loop thread only, when it applies a command; read by any thread. */
+  private volatile ControlState control = ControlState.NORMAL;
 
   /** Serializes weight updates. */
   private final Object weightUpdates = new Object();
@@ -106,6 +114,11 @@ final class EngineAdmin {
     return weightVersion;
   }
 
+  /** The control state the next round's permissions come from (as the loop last applied it). */
+  ControlState control() {
+    return control;
+  }
+
   /**
    * Applies {@code command}: on a single rank on the loop thread before its next round; on a
    * replica, the leader sends it through the exchange and every rank applies it in the round that
@@ -142,12 +155,25 @@ final class EngineAdmin {
       case ROTATE -> rotate(command.weightVersion());
       case SWITCH -> {
         rotate(command.weightVersion());
-        scheduler.fenceStorage(false);
+        fence(false);
       }
-      case FENCE_STORAGE -> scheduler.fenceStorage(true);
-      case LIFT_FENCE -> scheduler.fenceStorage(false);
+      case FENCE_STORAGE -> fence(true);
+      case LIFT_FENCE -> fence(false);
+      case FREEZE -> control = control.withFrozen(true);
+      case UNFREEZE -> control = control.withFrozen(false);
+      case DRAIN -> control = control.withDraining();
       case STOP -> throw new IllegalArgumentException("a stop is the loop's to apply");
     }
+  }
+
+  /**
+   * Sets or lifts a weight update's fence: the control state takes storage permission away while it
+   * stands, and the scheduler rejects the outstanding operations when it is set and lets new
+   * requests bypass L3 until it lifts ({@link Scheduler#fenceStorage}).
+   */
+  private void fence(boolean on) {
+    control = control.withFenced(on);
+    scheduler.fenceStorage(on);
   }
 
   /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
@@ -173,9 +199,7 @@ final class EngineAdmin {
         command(Replica.Command.FENCE_STORAGE).get();
         try {
           awaitStorageRetired();
-          deletion =
-              store.purgeNamespace(
-                  namespaceFor(model, layout, attentionBackend, current).toString());
+          deletion = purge(namespaceFor(model, layout, attentionBackend, current).toString());
         } catch (Exception | Error e) {
           command(Replica.Command.LIFT_FENCE);
           throw e;
@@ -183,6 +207,24 @@ final class EngineAdmin {
       }
       command(Replica.Command.switchTo(version)).get();
       return deletion;
+    }
+  }
+
+  /**
+   * Deletes {@code namespace}'s objects on the loop thread, between rounds, and waits for the
+   * outcome: the store's failure is rethrown as it was.
+   */
+  private NamespaceDeletion purge(String namespace) throws Exception {
+    try {
+      return loop.onLoop(() -> store.purgeNamespace(namespace)).get();
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof Exception failure) {
+        throw failure;
+      }
+      if (e.getCause() instanceof Error error) {
+        throw error;
+      }
+      throw e;
     }
   }
 

@@ -8,6 +8,7 @@ import io.tokenspeed.scheduler.StorageTransferManager;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Supplier;
 
 /**
  * The loop's state as an observer sees it between rounds ({@link EngineObserver#afterRound}): the
@@ -22,6 +23,7 @@ final class EngineView {
   private final HostPublication publication;
   private final DeviceHandle copies;
   private final Map<Long, ActiveRequest> active;
+  private final Supplier<ControlState> control;
 
   EngineView(
       Scheduler scheduler,
@@ -29,13 +31,20 @@ final class EngineView {
       StorageTransferManager stm,
       HostPublication publication,
       DeviceHandle copies,
-      Map<Long, ActiveRequest> active) {
+      Map<Long, ActiveRequest> active,
+      Supplier<ControlState> control) {
     this.scheduler = scheduler;
     this.cache = cache;
     this.stm = stm;
     this.publication = publication;
     this.copies = copies;
     this.active = active;
+    this.control = control;
+  }
+
+  /** The control state the latest round took its permissions from. */
+  ControlState control() {
+    return control.get();
   }
 
   Scheduler scheduler() {

@@ -1,10 +1,10 @@
 package io.tokenspeed.engine;
 
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
-import java.util.function.Supplier;
 
 /**
  * The loop's front door for other threads: administrative tasks for the loop thread, the wake-up of
@@ -30,8 +30,11 @@ final class LoopProxy {
 
   // ---------------------------------------------------------------- any thread
 
-  /** Runs {@code task} on the loop thread before its next round; completes with its result. */
-  <T> CompletableFuture<T> onLoop(Supplier<T> task) {
+  /**
+   * Runs {@code task} on the loop thread before its next round; completes with its result, or with
+   * what it threw.
+   */
+  <T> CompletableFuture<T> onLoop(Callable<T> task) {
     CompletableFuture<T> f = new CompletableFuture<>();
     if (closing) {
       f.completeExceptionally(new IllegalStateException("engine is closed"));
@@ -41,7 +44,7 @@ final class LoopProxy {
         new Task(
             () -> {
               try {
-                f.complete(task.get());
+                f.complete(task.call());
               } catch (Throwable t) {
                 f.completeExceptionally(t);
               }

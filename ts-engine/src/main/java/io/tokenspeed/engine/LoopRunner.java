@@ -11,8 +11,9 @@ import java.util.function.LongSupplier;
  * <pre>
  *   work          requests active, work arrived, an idle round due (housekeeping), or an agreement
  *                 the next round returns: a round at once
- *   storage wait  the last round planned no forward while L3 work is pending: a storage tick, or
- *                 less when a completion record wakes the loop
+ *   storage wait  the last round planned no forward while L3 work is pending, or the control
+ *                 state withheld the forward (frozen, draining): a storage tick, or less when a
+ *                 completion record or work wakes the loop
  *   idle          a wait until work arrives, at most the idle wait, at most a storage tick while L3
  *                 facts are still to come, until a refused backup's paced retry; on a replica's
  *                 leader a heartbeat round at least every {@link #HEARTBEAT_MS}
@@ -118,8 +119,8 @@ final class LoopRunner {
     if (!round.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
       return idleWait();
     }
-    if (last.storageWait() && !arrived && !agreementDue) {
-      loop.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers
+    if ((last.storageWait() || last.forwardWithheld()) && !arrived && !agreementDue) {
+      loop.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers or the freeze lifts
     }
     return true;
   }

@@ -68,7 +68,13 @@ final class Replica implements AutoCloseable {
     /** The fence lifts: an abandoned weight update. */
     LIFT_FENCE,
     /** A weight update's switch: a rotation that also lifts the fence. */
-    SWITCH
+    SWITCH,
+    /** An administrative freeze: rounds go on with forward and storage permissions off. */
+    FREEZE,
+    /** The freeze lifts. */
+    UNFREEZE,
+    /** The replica closes: rounds go on without forward while its L3 work drains. */
+    DRAIN
   }
 
   /**
@@ -85,6 +91,9 @@ final class Replica implements AutoCloseable {
     static final Command STOP = new Command(Kind.STOP, null);
     static final Command FENCE_STORAGE = new Command(Kind.FENCE_STORAGE, null);
     static final Command LIFT_FENCE = new Command(Kind.LIFT_FENCE, null);
+    static final Command FREEZE = new Command(Kind.FREEZE, null);
+    static final Command UNFREEZE = new Command(Kind.UNFREEZE, null);
+    static final Command DRAIN = new Command(Kind.DRAIN, null);
 
     Command {
       boolean versioned = kind == Kind.ROTATE || kind == Kind.SWITCH;

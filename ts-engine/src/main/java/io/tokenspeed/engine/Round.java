@@ -29,6 +29,7 @@ import java.util.TreeMap;
 import java.util.function.Consumer;
 import java.util.function.LongConsumer;
 import java.util.function.LongSupplier;
+import java.util.function.Supplier;
 
 /**
  * One round of the engine (architecture §4), called with the agreed clock: {@link #doWork} runs the
@@ -87,6 +88,12 @@ final class Round {
 
   /** What an agreed administrative command does to this rank. */
   private final Consumer<Replica.Command> applyCommand;
+
+  /** The control state the commands applied so far left: the round's permissions. */
+  private final Supplier<ControlState> control;
+
+  /** Closing: the drain was asked for (once). */
+  private boolean drainAsked;
 
   /** Cancels a request by id (the handles of a follower's copies of the leader's requests). */
   private final LongConsumer cancel;
@@ -152,6 +159,7 @@ final class Round {
       Map<Long, ActiveRequest> active,
       Replica replica,
       Consumer<Replica.Command> applyCommand,
+      Supplier<ControlState> control,
       LongConsumer cancel,
       Consumer<String> abortReplica,
       OptionalInt eosId,
@@ -173,6 +181,7 @@ final class Round {
     this.active = active;
     this.replica = replica;
     this.applyCommand = applyCommand;
+    this.control = control;
     this.cancel = cancel;
     this.abortReplica = abortReplica;
     this.eosId = eosId;
@@ -207,7 +216,8 @@ final class Round {
         Math.toIntExact(endedRequests - endedBefore),
         housekeeping,
         storageWait,
-        stopped);
+        stopped,
+        !head.input().forwardPermitted());
   }
 
   /** The head: administrative tasks, then the exchange of this rank's kind. */
@@ -218,23 +228,27 @@ final class Round {
 
   /**
    * A single rank's head: new requests enter the scheduler; with L3 the executor's poll goes
-   * through the storage tier's one-rank exchange and the agreed round comes back.
+   * through the storage tier's one-rank exchange and the agreed round comes back. The permissions
+   * are the control state's (storage none without L3).
    */
   private Head singleRankHead(long nowNs) throws ControlPlaneException {
     for (ActiveRequest a; (a = intake.poll()) != null; ) {
       submitToScheduler(a);
     }
     List<Long> cancelled = intake.drainCancellations();
+    ControlState c = control.get();
     RoundInput input =
         storage == null
-            ? new RoundInput(nowNs, PressureSnapshot.IDLE, cancelled, List.of(), true, false)
-            : storage.roundInput(nowNs, cancelled);
+            ? new RoundInput(
+                nowNs, PressureSnapshot.IDLE, cancelled, List.of(), c.forwardPermitted(), false)
+            : storage.roundInput(nowNs, cancelled, c.forwardPermitted(), c.storagePermitted());
     return new Head(input, cancelled, Optional.empty());
   }
 
   /**
    * A replica's head: the exchange (the leader's intake rides it), then what the agreed round
-   * brings, in the leader's order: commands, new requests. Before the first agreed round: a round
+   * brings, in the leader's order: commands, new requests. The permissions are those of the control
+   * state the round's commands left, the same on every rank; before the first agreed round: a round
    * with nothing permitted at tick 0, the same on every rank.
    */
   private Head replicaHead(long nowNs) throws ControlPlaneException {
@@ -250,13 +264,20 @@ final class Round {
     for (ActiveRequest a : agreed.newRequests()) {
       submitToScheduler(a);
     }
+    ControlState c = control.get();
     RoundInput input;
     if (agreed.round().isEmpty()) {
       input = new RoundInput(0, PressureSnapshot.IDLE, List.of(), List.of(), false, false);
     } else if (storage == null) {
-      input = RoundInput.of(agreed.round().get(), true, false);
+      input = RoundInput.of(agreed.round().get(), c.forwardPermitted(), false);
     } else {
-      input = storage.input(agreed.round(), nowNs, agreed.cancellations());
+      input =
+          storage.input(
+              agreed.round(),
+              nowNs,
+              agreed.cancellations(),
+              c.forwardPermitted(),
+              c.storagePermitted());
     }
     return new Head(input, agreed.cancellations(), agreed.round());
   }
@@ -672,10 +693,19 @@ final class Round {
   }
 
   /**
-   * Closing: queued requests end cancelled and every active one is cancelled (one round ends them
+   * Closing: the control state turns to draining (on a replica, every rank in the round that agrees
+   * on it), queued requests end cancelled and every active one is cancelled (one round ends them
    * all); a replica's leader asks for the stop once nothing is left to serve or {@code draining}.
    */
   void cancelAll(boolean draining) {
+    if (!drainAsked) {
+      drainAsked = true;
+      if (replica == null) {
+        applyCommand.accept(Replica.Command.DRAIN); // the loop thread, between rounds
+      } else if (replica.leader()) {
+        replica.command(Replica.Command.DRAIN);
+      }
+    }
     for (ActiveRequest a; (a = intake.poll()) != null; ) {
       a.handle.end(a.result("cancelled", "engine closed"));
     }

@@ -2,7 +2,9 @@ package io.tokenspeed.engine;
 
 import static org.junit.jupiter.api.Assertions.assertAll;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.engine.EngineL3Test.SharedStore;
@@ -29,6 +31,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -235,6 +238,63 @@ class EngineL3WeightUpdateTest {
                 "objects left under the old namespace ("
                     + before
                     + " before the update) once it returned and the PUT finished"));
+  }
+
+  /**
+   * The old namespace's deletion is a synchronous call on the loop thread between two rounds (issue
+   * 38): the store sees the thread that runs the rounds, no round ends while it deletes (a request
+   * submitted meanwhile waits), and the caller gets the deletion's outcome. Before, the deletion
+   * ran on the calling thread.
+   */
+  @Test
+  void shouldDeleteTheOldNamespaceOnTheLoopThreadWhileNoRoundRuns() throws Exception {
+    SharedStore shared = new SharedStore();
+    CountDownLatch deleting = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    AtomicReference<Thread> deleter = new AtomicReference<>();
+    long[] roundsAround = new long[2];
+    AtomicReference<Thread> loopThread = new AtomicReference<>();
+    Checked rec =
+        new Checked() {
+          @Override
+          public void afterRound(EngineView view) {
+            loopThread.set(Thread.currentThread());
+            super.afterRound(view);
+          }
+        };
+    ForwardingStore store =
+        new ForwardingStore(shared) {
+          @Override
+          public io.tokenspeed.l3.spi.NamespaceDeletion purgeNamespace(String namespace)
+              throws Exception {
+            deleter.set(Thread.currentThread());
+            roundsAround[0] = rec.rounds.get();
+            deleting.countDown();
+            release.await();
+            roundsAround[1] = rec.rounds.get();
+            return super.purgeNamespace(namespace);
+          }
+        };
+    try (Engine e = engine(rec, store)) {
+      rec.await(e.submit(prompt(103), SamplingParams.greedy(8)));
+      awaitStorageIdle(e, 10_000);
+      CompletableFuture<Long> update = updateAsync(e, "2");
+      try {
+        assertTrue(deleting.await(10, TimeUnit.SECONDS), "the deletion started");
+        RequestHandle meanwhile = e.submit(prompt(107), SamplingParams.greedy(8));
+        assertFalse(meanwhile.result().isDone(), "no round serves it while the store deletes");
+        release.countDown();
+        assertTrue(update.get(10, TimeUnit.SECONDS) > 0, "the old namespace's objects went");
+        rec.await(meanwhile);
+      } finally {
+        release.countDown();
+      }
+      assertEquals("2", e.weightVersion());
+    }
+    assertAll(
+        () -> assertSame(loopThread.get(), deleter.get(), "the deletion ran on the loop thread"),
+        () -> assertEquals(roundsAround[0], roundsAround[1], "rounds ended while it deleted"),
+        () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
   }
 
   /**

@@ -66,6 +66,9 @@ class EngineTensorParallelFaultsTest {
     volatile CountDownLatch getGate;
     volatile CountDownLatch putGate;
 
+    /** Holds existence queries (counted before they wait) while set. */
+    volatile CountDownLatch queryGate;
+
     RankClient(Store shared) {
       super(shared);
     }
@@ -73,16 +76,21 @@ class EngineTensorParallelFaultsTest {
     @Override
     public StoreResult exists(List<String> keys) throws Exception {
       queries.incrementAndGet();
+      pass(queryGate);
       return super.exists(keys);
+    }
+
+    /** Waits at {@code gate} while one is set. */
+    private static void pass(CountDownLatch gate) throws InterruptedException {
+      if (gate != null) {
+        gate.await();
+      }
     }
 
     @Override
     public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
       getsEntered.incrementAndGet();
-      CountDownLatch gate = getGate;
-      if (gate != null) {
-        gate.await();
-      }
+      pass(getGate);
       if (failGets) {
         throw new IOException("GET refused on this rank by the test");
       }
@@ -102,10 +110,7 @@ class EngineTensorParallelFaultsTest {
     @Override
     public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
       putsEntered.incrementAndGet();
-      CountDownLatch gate = putGate;
-      if (gate != null) {
-        gate.await();
-      }
+      pass(putGate);
       puts.incrementAndGet();
       this.keys.addAll(keys);
       putKeys.addAll(keys);

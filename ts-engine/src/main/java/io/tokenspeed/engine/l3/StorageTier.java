@@ -160,15 +160,17 @@ public final class StorageTier {
   /**
    * The round's input: polls the executor, exchanges the poll, and returns the agreed tick,
    * pressure and completions (the clock and no completions before the first agreed round) with the
-   * local cancellations.
+   * local cancellations and the permissions of the engine's control state.
    *
    * @throws ControlPlaneException when the exchange fails: the replica must stop
    */
-  public RoundInput roundInput(long nowNs, List<Long> cancellations) throws ControlPlaneException {
+  public RoundInput roundInput(
+      long nowNs, List<Long> cancellations, boolean forwardPermitted, boolean storagePermitted)
+      throws ControlPlaneException {
     L3Poll poll = poll();
     Optional<AgreedRound> agreed =
         exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
-    return input(agreed, nowNs, cancellations);
+    return input(agreed, nowNs, cancellations, forwardPermitted, storagePermitted);
   }
 
   /**
@@ -183,18 +185,36 @@ public final class StorageTier {
 
   /**
    * The scheduler's input from the agreed round (the clock and no completions before the first):
-   * the agreed tick, pressure and completions with {@code cancellations}.
+   * the agreed tick, pressure and completions with {@code cancellations} and the permissions of the
+   * engine's control state. The completions enter whatever the permissions: a frozen round still
+   * applies them.
    */
-  public RoundInput input(Optional<AgreedRound> agreed, long nowNs, List<Long> cancellations) {
+  public RoundInput input(
+      Optional<AgreedRound> agreed,
+      long nowNs,
+      List<Long> cancellations,
+      boolean forwardPermitted,
+      boolean storagePermitted) {
     if (agreed.isEmpty()) {
-      return new RoundInput(nowNs, PressureSnapshot.IDLE, cancellations, List.of(), true, true);
+      return new RoundInput(
+          nowNs,
+          PressureSnapshot.IDLE,
+          cancellations,
+          List.of(),
+          forwardPermitted,
+          storagePermitted);
     }
     AgreedRound round = agreed.get();
     for (AgreedCompletion c : round.completions()) {
       unagreed.remove(c.operationId());
     }
     return new RoundInput(
-        round.tickNs(), round.pressure(), cancellations, round.completions(), true, true);
+        round.tickNs(),
+        round.pressure(),
+        cancellations,
+        round.completions(),
+        forwardPermitted,
+        storagePermitted);
   }
 
   /** Submits the plan's storage commands to the executor, in plan order. */

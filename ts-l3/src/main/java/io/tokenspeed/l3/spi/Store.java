@@ -69,7 +69,8 @@ public interface Store extends AutoCloseable {
   /**
    * Deletes every object whose key starts with {@code namespace + "_"}; returns how many were
    * removed, or -1 when the store cannot count them. Namespaces never contain {@code _} (see {@link
-   * io.tokenspeed.core.Namespace}). An administrative call, never on the loop.
+   * io.tokenspeed.core.Namespace}). An administrative call, never on an executor worker: the engine
+   * makes it on its loop thread between rounds, which waits for it.
    */
   long deleteNamespace(String namespace) throws Exception;
 

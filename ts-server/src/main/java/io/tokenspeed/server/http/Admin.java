@@ -13,14 +13,15 @@ import java.util.concurrent.TimeoutException;
 
 /**
  * The administrative calls under {@code /admin/}: a full cache clear, an L1-only (Device) clear, a
- * namespace rotation and a weight-version update. Each needs the configured admin token as {@code
- * Authorization: Bearer TOKEN} (none configured: administration is off) and answers with what it
- * did. The engine runs each between two rounds of its loop (on a tensor-parallel replica, every
- * rank in the same agreed round); a weight update's store deletion runs on the calling HTTP thread,
- * never on the loop.
+ * namespace rotation, a weight-version update, and a freeze and its lift. Each needs the configured
+ * admin token as {@code Authorization: Bearer TOKEN} (none configured: administration is off) and
+ * answers with what it did. The engine runs each between two rounds of its loop (on a
+ * tensor-parallel replica, every rank in the same agreed round); a weight update waits for storage
+ * retirement on the calling HTTP thread, and its store deletion runs on the loop thread between
+ * rounds (no round runs meanwhile), the HTTP thread waiting for its outcome.
  */
 final class Admin {
-  /** How long a clear waits for the loop to run it. */
+  /** How long a clear, a freeze or an unfreeze waits for the loop to apply it. */
   private static final long CLEAR_TIMEOUT_S = 60;
 
   private final Engine engine;
@@ -82,6 +83,22 @@ final class Admin {
         "did",
         "dropped every cached Device block; Host blocks and Host-only storage I/O were left alone");
     out.put("device_cached_blocks_before", before.deviceCachedBlocks());
+    return out;
+  }
+
+  /** A freeze ({@code on}) or its lift. */
+  ObjectNode freeze(boolean on) throws Exception {
+    long start = System.nanoTime();
+    await(on ? engine.freeze() : engine.unfreeze());
+    ObjectNode out = done(on ? "freeze" : "unfreeze", start);
+    out.put(
+        "did",
+        on
+            ? "froze the engine: nothing is computed and no storage operation starts until"
+                + " unfreeze; completions, deadlines and cancellations still apply, and requests"
+                + " are accepted and wait"
+            : "lifted the freeze: waiting requests go on");
+    out.put("frozen", engine.frozen());
     return out;
   }
 

@@ -184,22 +184,26 @@ public final class HttpFrontend implements AutoCloseable {
         .post(
             "/admin/update_weights",
             (req, res) -> admin(req, res, body -> admin.updateWeights(body)))
+        .post("/admin/freeze", (req, res) -> admin(req, res, a -> admin.freeze(true)))
+        .post("/admin/unfreeze", (req, res) -> admin(req, res, a -> admin.freeze(false)))
         .any(this::unrouted);
   }
 
   /** The methods each route takes, for the 405 of another method on its path. */
   private static final Map<String, String> ALLOWED =
-      Map.of(
-          "/v1/completions", "POST",
-          "/v1/chat/completions", "POST",
-          "/v1/models", "GET",
-          "/health", "GET",
-          "/ready", "GET",
-          "/metrics", "GET",
-          "/admin/clear_cache", "POST",
-          "/admin/clear_device_cache", "POST",
-          "/admin/rotate_namespace", "POST",
-          "/admin/update_weights", "POST");
+      Map.ofEntries(
+          Map.entry("/v1/completions", "POST"),
+          Map.entry("/v1/chat/completions", "POST"),
+          Map.entry("/v1/models", "GET"),
+          Map.entry("/health", "GET"),
+          Map.entry("/ready", "GET"),
+          Map.entry("/metrics", "GET"),
+          Map.entry("/admin/clear_cache", "POST"),
+          Map.entry("/admin/clear_device_cache", "POST"),
+          Map.entry("/admin/rotate_namespace", "POST"),
+          Map.entry("/admin/update_weights", "POST"),
+          Map.entry("/admin/freeze", "POST"),
+          Map.entry("/admin/unfreeze", "POST"));
 
   /** A known path with another method: 405 with {@code Allow}; any other path: 404. */
   private void unrouted(ServerRequest req, ServerResponse res) {

@@ -523,6 +523,43 @@ class HttpServerTest {
     assertEquals("v3", server.engine.weightVersion());
   }
 
+  /**
+   * A freeze and its lift need the admin token like every administrative call; a completion asked
+   * for while frozen is answered once the freeze lifts, with the text it has unfrozen.
+   */
+  @Test
+  void shouldFreezeAndUnfreezeWithTheAdminToken() throws Exception {
+    for (String action : List.of("freeze", "unfreeze")) {
+      assertEquals(401, server.post("/admin/" + action, "").statusCode(), action);
+    }
+    String body = "{\"prompt\":\"frozen a while\",\"max_tokens\":6,\"temperature\":0}";
+    JsonNode want = TestServer.json(server.post("/v1/completions", body).body());
+    HttpResponse<String> frozen = admin("/admin/freeze", "");
+    assertEquals(200, frozen.statusCode(), frozen.body());
+    assertTrue(TestServer.json(frozen.body()).get("frozen").asBoolean(), frozen.body());
+    assertTrue(server.engine.frozen());
+    CompletableFuture<HttpResponse<String>> waiting;
+    try {
+      waiting = CompletableFuture.supplyAsync(() -> server.post("/v1/completions", body));
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (server.engine.stats().activeRequests() == 0 && System.nanoTime() < deadline) {
+        Thread.sleep(2); // the request reaches the frozen loop
+      }
+      assertEquals(1, server.engine.stats().activeRequests(), "the request waits in the loop");
+      assertFalse(waiting.isDone(), "not answered while frozen");
+    } finally {
+      HttpResponse<String> lifted = admin("/admin/unfreeze", "");
+      assertEquals(200, lifted.statusCode(), lifted.body());
+      assertFalse(TestServer.json(lifted.body()).get("frozen").asBoolean(), lifted.body());
+    }
+    JsonNode answered = TestServer.json(waiting.get(60, TimeUnit.SECONDS).body());
+    assertEquals(
+        want.get("choices").get(0).get("text"),
+        answered.get("choices").get(0).get("text"),
+        "the same text as unfrozen");
+    assertFalse(server.engine.frozen());
+  }
+
   @Test
   void shouldStreamSeveralChoicesEachAsItsNonStreamedText() {
     String body =
