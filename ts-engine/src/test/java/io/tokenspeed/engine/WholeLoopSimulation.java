@@ -212,7 +212,7 @@ final class WholeLoopSimulation implements AutoCloseable {
     store.onDelete(deletedNamespaces::add);
     int window = rnd.nextBoolean() ? 0 : 17 + rnd.nextInt(48);
     long modelSeed = rnd.nextLong();
-    int deviceParents = 8 + rnd.nextInt(24);
+    int deviceParents = rnd.nextInt(3) == 0 ? 6 + rnd.nextInt(4) : 8 + rnd.nextInt(24);
     this.maxTokens = 1 + rnd.nextInt(64);
     EngineConfig config =
         new EngineConfig(32, 16, deviceParents, 1.0 + rnd.nextInt(3), 256, 8, 2, 1, 1024);
@@ -521,7 +521,7 @@ final class WholeLoopSimulation implements AutoCloseable {
     for (int i = shared; i < length; i++) {
       prompt[i] = rnd.nextInt(VOCAB);
     }
-    int tokens = 1 + rnd.nextInt(maxTokens);
+    int tokens = Math.min(1 + rnd.nextInt(maxTokens), engines.getFirst().maxRequestTokens() / 2);
     int limit = engines.getFirst().maxRequestTokens() - tokens;
     if (prompt.length > limit) {
       prompt = Arrays.copyOf(prompt, Math.max(1, limit));
@@ -573,7 +573,13 @@ final class WholeLoopSimulation implements AutoCloseable {
       }
       return;
     }
-    store.purgeNamespace(update.oldNamespace);
+    try {
+      store.purgeNamespace(update.oldNamespace);
+    } catch (java.io.IOException e) {
+      engines.getFirst().command(Replica.Command.LIFT_FENCE); // a failed deletion abandons it
+      update = null;
+      return;
+    }
     engines.getFirst().command(Replica.Command.switchTo("v" + ++version));
     refusedAt.clear();
     weightUpdates++;

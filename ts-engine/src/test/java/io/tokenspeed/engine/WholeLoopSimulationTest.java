@@ -132,7 +132,7 @@ class WholeLoopSimulationTest {
           case NONE -> throw new IllegalArgumentException();
         };
     int tp = bug == Planted.RETIRED_BY_ANY_RANK ? 2 : 1;
-    for (long seed = 1; seed <= 40; seed++) {
+    for (long seed = 1; seed <= 100; seed++) {
       if (bug != Planted.STORE_LANDS_WRONG_BYTES && seed % 4 == 0) {
         continue; // a seed with a well-behaved store
       }
