@@ -786,6 +786,11 @@ final class WholeLoopSimulation implements AutoCloseable {
         cause);
   }
 
+  /** The leader's retractions for lack of Device memory. */
+  long retractions() {
+    return engines.getFirst().stats().retractions();
+  }
+
   /** The figures of the run, equal for two runs of one seed. */
   String figures() {
     return "seed="
@@ -815,7 +820,7 @@ final class WholeLoopSimulation implements AutoCloseable {
         + " quarantines="
         + quarantines
         + " retractions="
-        + engines.getFirst().stats().retractions()
+        + retractions()
         + " store="
         + store.faultCounts()
         + " log="

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.engine.WholeLoopSimulation.Planted;
+import io.tokenspeed.engine.sim.SimStore;
 import io.tokenspeed.l3.L3Executor;
 import java.util.Arrays;
 import java.util.Set;
@@ -43,6 +44,10 @@ class WholeLoopSimulationTest {
   private static final AtomicLong SOFT_TIMEOUTS = new AtomicLong();
   private static final AtomicLong QUARANTINES = new AtomicLong();
   private static final AtomicLong UPDATES = new AtomicLong();
+  private static final AtomicLong RETRACTIONS = new AtomicLong();
+  private static final AtomicLong REFUSED = new AtomicLong();
+  private static final AtomicLong DAMAGED = new AtomicLong();
+  private static final AtomicLong HUNG = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -94,6 +99,11 @@ class WholeLoopSimulationTest {
       SOFT_TIMEOUTS.addAndGet(sim.softTimeouts);
       QUARANTINES.addAndGet(sim.quarantines > 0 ? 1 : 0);
       UPDATES.addAndGet(sim.weightUpdates);
+      RETRACTIONS.addAndGet(sim.retractions());
+      REFUSED.addAndGet(sim.store.count(SimStore.Fault.REFUSED));
+      DAMAGED.addAndGet(
+          sim.store.count(SimStore.Fault.SHORT_READ) + sim.store.count(SimStore.Fault.CORRUPTED));
+      HUNG.addAndGet(sim.store.count(SimStore.Fault.HUNG));
       assertTrue(sim.requestsFinished > 0, "requests went through: " + sim.figures());
       if (Boolean.getBoolean("sim.verbose")) {
         System.out.println(sim.figures());
@@ -182,6 +192,25 @@ class WholeLoopSimulationTest {
             + ", seeds with quarantine "
             + QUARANTINES.get()
             + ", weight updates "
-            + UPDATES.get());
+            + UPDATES.get()
+            + ", retractions "
+            + RETRACTIONS.get()
+            + ", refused PUT rows "
+            + REFUSED.get()
+            + ", damaged reads "
+            + DAMAGED.get()
+            + ", hung calls "
+            + HUNG.get());
+    long rounds = ROUNDS.get();
+    if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
+      // a full run takes every path the faults open
+      assertTrue(SOFT_TIMEOUTS.get() > 0, "soft timeouts: " + SOFT_TIMEOUTS.get());
+      assertTrue(QUARANTINES.get() > 0, "seeds with quarantine: " + QUARANTINES.get());
+      assertTrue(UPDATES.get() > 0, "weight updates: " + UPDATES.get());
+      assertTrue(RETRACTIONS.get() > 0, "retractions: " + RETRACTIONS.get());
+      assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
+      assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());
+      assertTrue(HUNG.get() > 0, "hung calls: " + HUNG.get());
+    }
   }
 }
