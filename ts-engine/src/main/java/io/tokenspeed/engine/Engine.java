@@ -574,6 +574,11 @@ public final class Engine implements AutoCloseable {
 
   // ---------------------------------------------------------------- for tests
 
+  /** What observers read between rounds (the whole-loop simulation checks it). */
+  EngineView view() {
+    return view;
+  }
+
   /** The round, which the whole-loop simulation calls itself (its loop thread never starts). */
   Round round() {
     return round;

@@ -56,9 +56,14 @@ class WholeLoopSimulationTest {
 
   private static final Logger ROUND_LOG = Logger.getLogger(Round.class.getName());
 
+  private static Level executorLevel;
+  private static Level roundLevel;
+
   @BeforeAll
   static void quietLogs() {
     // the simulated faults make the executor and the loop log what an operator should see
+    executorLevel = EXECUTOR_LOG.getLevel();
+    roundLevel = ROUND_LOG.getLevel();
     EXECUTOR_LOG.setLevel(Level.OFF);
     ROUND_LOG.setLevel(Level.OFF);
   }
@@ -172,6 +177,8 @@ class WholeLoopSimulationTest {
 
   @AfterAll
   static void report() {
+    EXECUTOR_LOG.setLevel(executorLevel); // the other tests of this JVM read these logs
+    ROUND_LOG.setLevel(roundLevel);
     System.out.println(
         "whole-loop simulation (real round): rounds="
             + ROUNDS.get()
