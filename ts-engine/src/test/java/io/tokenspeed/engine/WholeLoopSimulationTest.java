@@ -68,7 +68,7 @@ class WholeLoopSimulationTest {
     ROUND_LOG.setLevel(Level.OFF);
   }
 
-  /** The seeds to run: one in eight at TP 2–4, the others at TP 1. */
+  /** The seeds to run. */
   static LongStream seeds() {
     String list = System.getProperty("sim.seedList", "");
     if (!list.isBlank()) {
@@ -77,7 +77,7 @@ class WholeLoopSimulationTest {
     return LongStream.range(0, SEEDS).map(i -> FIRST_SEED + i);
   }
 
-  /** TP 1 for most seeds; 2, 3 and 4 for one seed in eight each... in turn. */
+  /** TP 2, 3 and 4 for one seed in sixteen each, TP 1 for the others. */
   static int tpOf(long seed) {
     return switch ((int) Math.floorMod(seed, 16)) {
       case 3 -> 2;
