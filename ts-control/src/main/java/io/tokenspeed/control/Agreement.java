@@ -113,6 +113,26 @@ public final class Agreement {
    * @param maxPendingOperations the most operations that may stay partially reported after a round
    * @param maxPendingKeys the most keys those operations may hold together
    */
+  /**
+   * A planted bug for the engine's simulation (never set outside its tests): an operation counts as
+   * retired when any one of its owners retired it, instead of all of them.
+   */
+  private boolean retiredByAnyRank;
+
+  /** Plants the bug above (the simulation's planted-bug tests only). */
+  void plantRetiredByAnyRank() {
+    retiredByAnyRank = true;
+  }
+
+  private static boolean anyRetired(StorageDone[] owners) {
+    for (StorageDone d : owners) {
+      if (d.retired()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   public Agreement(int worldSize, int maxPendingOperations, long maxPendingKeys) {
     if (worldSize < 1 || maxPendingOperations < 1 || maxPendingKeys < 1) {
       throw new IllegalArgumentException(
@@ -279,7 +299,13 @@ public final class Agreement {
         pending.remove(p.operationId);
         pendingKeys -= p.numKeys;
         rememberAgreed(p.operationId);
-        out.add(reduce(p.operationId, p.kind, Arrays.asList(p.byRank)));
+        AgreedCompletion c = reduce(p.operationId, p.kind, Arrays.asList(p.byRank));
+        if (retiredByAnyRank) {
+          c =
+              new AgreedCompletion(
+                  c.operationId(), c.kind(), c.outcomes(), anyRetired(p.byRank), c.detached());
+        }
+        out.add(c);
       }
     }
     if (pending.size() > maxPendingOperations) {

@@ -146,6 +146,11 @@ public final class RelayExchange implements AutoCloseable {
     return new RelayExchange(config, hub.join(config));
   }
 
+  /** The owner agreement (the simulation's planted-bug tests reach it). */
+  Agreement agreement() {
+    return agreement;
+  }
+
   /** This rank's settings. */
   public ControlConfig config() {
     return config;

@@ -84,6 +84,9 @@ public final class Engine implements AutoCloseable {
 
   private final Copies loopCopies;
 
+  /** How the whole-loop simulation runs this engine; null in production. */
+  private final Simulation simulation;
+
   private boolean closed; // guarded by this
   private boolean closeRequested; // guarded by this
   private volatile CloseReport closeReport;
@@ -95,6 +98,7 @@ public final class Engine implements AutoCloseable {
     this.ownsModel = ownsModel;
     this.eosId = settings.eosId();
     this.nanoClock = settings.nanoClock();
+    this.simulation = settings.simulation();
     this.layout = model.cacheLayout(config.prefixGranularity(), config.blockGranularity());
     this.device = new DevicePools(layout, config.deviceParents(), model.shard().rank(), model);
     this.host = HostCacheStorage.ofRatio(layout, config.deviceParents(), config.hostRatio());
@@ -103,6 +107,9 @@ public final class Engine implements AutoCloseable {
     CacheCoordinator cache =
         new CacheCoordinator(layout, config.deviceParents(), host.numParents(), 1024);
     StorageTransferManager stm = l3 == null ? null : storageManager(l3, cache);
+    if (stm != null && simulation != null) {
+      simulation.planting().manager(stm);
+    }
     // after the Host tier: the agreement window is sized from the credits that fit it
     this.replica = joinReplica(settings.control(), l3, stm == null ? null : stm.config());
     this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
@@ -116,6 +123,9 @@ public final class Engine implements AutoCloseable {
                 ? new PageTransfers(layout, model.collective(), copies)
                 : null);
     HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);
+    if (simulation != null) {
+      simulation.planting().publication(publication);
+    }
     this.loop = new LoopProxy();
     this.admin =
         new EngineAdmin(
@@ -196,9 +206,11 @@ public final class Engine implements AutoCloseable {
               layout,
               host.geometry(),
               model.shard().rank());
+      StorageTier.Stepping stepping = simulation == null ? null : simulation.stepping();
       return replica == null
-          ? StorageTier.start(l3, jobs, host.memory().segment(), credits, nanoClock)
-          : StorageTier.onReplica(l3, jobs, host.memory().segment(), replica.size(), nanoClock);
+          ? StorageTier.start(l3, jobs, host.memory().segment(), credits, nanoClock, stepping)
+          : StorageTier.onReplica(
+              l3, jobs, host.memory().segment(), replica.size(), nanoClock, stepping);
     } catch (Exception e) {
       closeTiers();
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
@@ -216,8 +228,10 @@ public final class Engine implements AutoCloseable {
       return null;
     }
     try {
-      return Replica.join(
-          credits == null ? control : StorageTier.windowFor(control, credits), nanoClock);
+      ControlConfig sized = credits == null ? control : StorageTier.windowFor(control, credits);
+      return simulation == null
+          ? Replica.join(sized, nanoClock)
+          : Replica.join(sized, nanoClock, simulation);
     } catch (MeshException | RuntimeException e) {
       closeTiers();
       if (l3 != null) {
@@ -591,6 +605,26 @@ public final class Engine implements AutoCloseable {
   }
 
   // ---------------------------------------------------------------- for tests
+
+  /** What observers read between rounds (the whole-loop simulation checks it). */
+  EngineView view() {
+    return view;
+  }
+
+  /** The round, which the whole-loop simulation calls itself (its loop thread never starts). */
+  Round round() {
+    return round;
+  }
+
+  /** Whether a storage operation has no agreed completion yet (loop thread, between rounds). */
+  boolean storageOperationsPending() {
+    return storage != null && storage.busy();
+  }
+
+  /** An administrative command, applied before the next round (tests: without blocking). */
+  CompletableFuture<Void> command(Replica.Command command) {
+    return admin.command(command);
+  }
 
   Scheduler scheduler() {
     return view.scheduler();

@@ -41,6 +41,7 @@ public final class EngineSettings {
   private final EngineObserver observer;
   private final boolean paused;
   private final LongSupplier nanoClock;
+  private final Simulation simulation;
 
   private EngineSettings(Builder b) {
     this.cpuModel = b.cpuModel;
@@ -52,6 +53,7 @@ public final class EngineSettings {
     this.observer = b.observer;
     this.paused = b.paused;
     this.nanoClock = b.nanoClock;
+    this.simulation = b.simulation;
   }
 
   /** Settings for an engine computing {@code model} on the CPU with threads of its own. */
@@ -104,6 +106,11 @@ public final class EngineSettings {
     return nanoClock;
   }
 
+  /** How the whole-loop simulation runs this engine; null in production. */
+  Simulation simulation() {
+    return simulation;
+  }
+
   /** Collects the settings; {@link #conclude} validates them once and freezes them. */
   public static final class Builder {
     private final CausalLm cpuModel;
@@ -115,6 +122,7 @@ public final class EngineSettings {
     private EngineObserver observer = EngineObserver.NONE;
     private boolean paused;
     private LongSupplier nanoClock = DEFAULT_NANO_CLOCK;
+    private Simulation simulation;
 
     private Builder(CausalLm cpuModel, DeviceModel deviceModel, EngineConfig config) {
       this.cpuModel = cpuModel;
@@ -149,6 +157,16 @@ public final class EngineSettings {
     /** A hook the loop thread runs after every round and sample (tests check invariants). */
     Builder observer(EngineObserver observer) {
       this.observer = observer;
+      return this;
+    }
+
+    /**
+     * Runs the engine under the whole-loop simulation (its tests): L3 stepped, the exchange in
+     * memory, the loop thread never started (implies {@link #paused}).
+     */
+    Builder simulation(Simulation simulation) {
+      this.simulation = simulation;
+      this.paused = true;
       return this;
     }
 

@@ -184,6 +184,17 @@ final class HostPublication {
   }
 
   /**
+   * A planted bug for the engine's simulation (never set outside its tests): a victim keeps what it
+   * knew of its Device KV after its retraction.
+   */
+  private boolean plantedKeepsVictimKv;
+
+  /** Plants the bug above (the simulation's planted-bug tests only). */
+  void plantKeepVictimKv() {
+    plantedKeepsVictimKv = true;
+  }
+
+  /**
    * The exact images of the requests this round retracted (the specification's retraction through
    * the Host executor): for each, every Device block it needs to go on from the tokens it computed
    * — the rows of its history and window groups, the partial last row included, and its State
@@ -205,9 +216,11 @@ final class HostPublication {
       boolean working = a.stateInWorkingSlot;
       // every victim forgets its Device KV, whether or not it keeps an image: a request retracted
       // again before its next forward holds blocks that were never written for its keys
-      a.kvTokens = 0;
-      a.admission = null;
-      a.stateInWorkingSlot = false;
+      if (!plantedKeepsVictimKv) {
+        a.kvTokens = 0;
+        a.admission = null;
+        a.stateInWorkingSlot = false;
+      }
       if (tokens == 0 || tokens >= a.known || a.image != null) {
         continue; // nothing computed since its last admission (which keeps its image, if any)
       }

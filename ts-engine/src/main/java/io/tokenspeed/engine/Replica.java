@@ -193,6 +193,14 @@ final class Replica implements AutoCloseable {
     return new Replica(RelayExchange.connect(control), nanoClock);
   }
 
+  /** Joins the replica's in-memory hub, as the whole-loop simulation runs it. */
+  static Replica join(ControlConfig control, LongSupplier nanoClock, Simulation simulation)
+      throws MeshException {
+    RelayExchange exchange = RelayExchange.connect(control, simulation.hub());
+    simulation.planting().exchange(exchange);
+    return new Replica(exchange, nanoClock);
+  }
+
   int rank() {
     return rank;
   }

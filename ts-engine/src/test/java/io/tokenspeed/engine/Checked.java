@@ -34,14 +34,22 @@ class Checked implements EngineObserver {
       return;
     }
     try {
-      if (e.copyBacklog() != 0) {
-        throw new AssertionError("a round ended with " + e.copyBacklog() + " copy batches due");
-      }
-      e.scheduler().checkInvariants();
-      CacheInvariants.check(e.cache(), e.heldBlocks());
+      check(e);
     } catch (Throwable t) {
       broken.add(t);
     }
+  }
+
+  /**
+   * The owners' invariants between rounds: no copy batch left over, the scheduler's own checks, and
+   * the cache's references against every holder's (the manager's checks run with them).
+   */
+  static void check(EngineView e) {
+    if (e.copyBacklog() != 0) {
+      throw new AssertionError("a round ended with " + e.copyBacklog() + " copy batches due");
+    }
+    e.scheduler().checkInvariants();
+    CacheInvariants.check(e.cache(), e.heldBlocks());
   }
 
   @Override

@@ -247,7 +247,9 @@ public final class StorageTransferManager {
     /** Timers start at the tick after the round that set them, not at that round's stale tick. */
     TIMERS_AT_NEXT_TICK,
     /** After a refusal, backups are held back for the store's backoff and then probed. */
-    BACKUP_BACKOFF
+    BACKUP_BACKOFF,
+    /** A GET publishes only the rows every owner read whole. */
+    FAILED_ROWS_UNPUBLISHED
   }
 
   /** Switches {@code rule} off (planted-bug tests only). */
@@ -472,7 +474,8 @@ public final class StorageTransferManager {
         rememberNegative(k); // a fact from before a clear is about a namespace no longer asked
       }
       int b = t.hostBlocks[i];
-      if (attached && f.ok(i) && host.publish(k, b)) {
+      boolean ok = f.ok(i) || disabledRules.contains(SafetyRule.FAILED_ROWS_UNPUBLISHED);
+      if (attached && ok && host.publish(k, b)) {
         published++; // keep the reference: it becomes the Ready hold
       } else {
         releaseRef(t, i);

@@ -3,6 +3,7 @@ package io.tokenspeed.engine.l3;
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.control.InFlightBound;
+import io.tokenspeed.control.LocalRelayHub;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.control.ReplicaSecret;
@@ -12,6 +13,7 @@ import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageOp;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.L3Executor;
+import io.tokenspeed.l3.L3ExecutorConfig;
 import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
@@ -49,6 +51,17 @@ public final class StorageTier {
 
   private long refused;
 
+  /**
+   * How a simulation of the engine runs L3 instead of worker threads and a loopback mesh: the
+   * executor starts stepped ({@link L3Executor#startStepped}) and is handed to the simulation,
+   * which runs its store calls on simulated time; a single rank's exchange goes through an
+   * in-memory hub. Null in production.
+   */
+  public interface Stepping {
+    /** Takes {@code executor}, started stepped with {@code config}, whose calls it will run. */
+    void attach(L3Executor executor, L3ExecutorConfig config);
+  }
+
   private StorageTier(StorageJobs jobs, L3Executor executor, RelayExchange exchange) {
     this.jobs = jobs;
     this.executor = executor;
@@ -68,8 +81,36 @@ public final class StorageTier {
       StorageConfig credits,
       LongSupplier nanoClock)
       throws Exception {
-    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock);
+    return start(settings, jobs, hostAllocation, credits, nanoClock, null);
+  }
+
+  /**
+   * {@link #start(L3Settings, StorageJobs, MemorySegment, StorageConfig, LongSupplier)}, run by a
+   * simulation when {@code stepping} is not null: a stepped executor and an in-memory one-rank
+   * exchange.
+   */
+  public static StorageTier start(
+      L3Settings settings,
+      StorageJobs jobs,
+      MemorySegment hostAllocation,
+      StorageConfig credits,
+      LongSupplier nanoClock,
+      Stepping stepping)
+      throws Exception {
+    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock, stepping);
     try {
+      if (stepping != null) {
+        ControlConfig control =
+            ControlConfig.of(
+                0,
+                0,
+                List.of(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1)),
+                ReplicaSecret.generate());
+        return new StorageTier(
+            jobs,
+            executor,
+            RelayExchange.connect(windowFor(control, credits), new LocalRelayHub(1)));
+      }
       ServerSocketChannel listener =
           ServerSocketChannel.open()
               .bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
@@ -99,10 +140,11 @@ public final class StorageTier {
       StorageJobs jobs,
       MemorySegment hostAllocation,
       int tpSize,
-      LongSupplier nanoClock)
+      LongSupplier nanoClock,
+      Stepping stepping)
       throws Exception {
     return new StorageTier(
-        jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock), null);
+        jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock, stepping), null);
   }
 
   /**
@@ -132,13 +174,21 @@ public final class StorageTier {
       StorageJobs jobs,
       MemorySegment hostAllocation,
       int tpSize,
-      LongSupplier nanoClock)
+      LongSupplier nanoClock,
+      Stepping stepping)
       throws Exception {
     try {
       StoragePayloads.validate(jobs.layout(), tpSize, jobs.namespace(), settings.store());
     } catch (IllegalArgumentException e) {
       settings.store().close(); // nothing registered or started yet
       throw e;
+    }
+    if (stepping != null) {
+      L3Executor executor =
+          L3Executor.startStepped(
+              settings.store(), settings.runtime().executor(), hostAllocation, nanoClock);
+      stepping.attach(executor, settings.runtime().executor());
+      return executor;
     }
     return L3Executor.start(
         settings.store(), settings.runtime().executor(), hostAllocation, nanoClock);

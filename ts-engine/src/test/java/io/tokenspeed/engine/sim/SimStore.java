@@ -270,6 +270,15 @@ public final class SimStore implements Store {
   private long fullUntilNs;
   private boolean full;
 
+  /** Told of every answered PUT call; a simulation's checks. */
+  public interface PutListener {
+    /** The PUT of {@code keys} answered at {@code nowNs}; {@code refused.get(i)} for key i. */
+    void answered(long nowNs, List<String> keys, List<Boolean> refused);
+  }
+
+  private PutListener putListener = (now, keys, refused) -> {};
+  private java.util.function.Consumer<String> deleteListener = ns -> {};
+
   /** The call that is running now, if it failed by a restart while hung. */
   private boolean failingHung;
 
@@ -398,6 +407,21 @@ public final class SimStore implements Store {
     down = true;
     downUntilNs = untilNs;
     log(nowNs.getAsLong() + " OUTAGE until " + untilNs);
+  }
+
+  /** Tells {@code listener} of every answered PUT call (one listener). */
+  public synchronized void onPut(PutListener listener) {
+    this.putListener = listener;
+  }
+
+  /** Tells {@code listener} of every namespace deletion, once it returned (one listener). */
+  public synchronized void onDelete(java.util.function.Consumer<String> listener) {
+    this.deleteListener = listener;
+  }
+
+  /** How often each fault happened, as text (figures of a run). */
+  public synchronized String faultCounts() {
+    return counts.toString();
   }
 
   /** How often {@code fault} happened. */
@@ -609,8 +633,11 @@ public final class SimStore implements Store {
       return new StoreResult(unknownRows(keys.size()), false);
     }
     List<RowResult> rows = new ArrayList<>(keys.size());
+    List<Boolean> refused = new ArrayList<>(keys.size());
     for (int i = 0; i < keys.size(); i++) {
       String key = keys.get(i);
+      refused.add(
+          !objects.containsKey(key) && (full || objects.size() >= faults.capacityObjects()));
       if (objects.containsKey(key)) {
         rows.add(new RowResult.Ok(sources.get(i).byteSize(), true));
       } else if (full || objects.size() >= faults.capacityObjects()) {
@@ -622,6 +649,7 @@ public final class SimStore implements Store {
       }
     }
     log(now + " " + what + " -> " + rows);
+    putListener.answered(now, keys, refused);
     return StoreResult.of(rows);
   }
 
@@ -644,6 +672,7 @@ public final class SimStore implements Store {
       }
     }
     log(nowNs.getAsLong() + " " + what + " -> " + n);
+    deleteListener.accept(namespace);
     return n;
   }
 

@@ -1,0 +1,837 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.control.LocalRelayHub;
+import io.tokenspeed.control.PlantedAgreement;
+import io.tokenspeed.control.ReplicaSecret;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageRuntimeConfig;
+import io.tokenspeed.engine.l3.StorageTier;
+import io.tokenspeed.engine.sim.SimModel;
+import io.tokenspeed.engine.sim.SimStore;
+import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.LocalCollective;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.scheduler.PlantedRules;
+import io.tokenspeed.scheduler.StorageConfig;
+import io.tokenspeed.scheduler.StorageTransferManager;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The whole-loop simulation: the production engine — one {@link Engine} per rank, its real {@link
+ * Round}, scheduler, storage transfer manager, cache coordinator, {@link HostPublication}, {@link
+ * StorageTier} and relay exchange — run on simulated time, over a seeded simulated store ({@link
+ * SimStore}) and a model whose next token depends on every byte of the KV it reads ({@link
+ * SimModel}). Nothing of the round is re-implemented here: the simulation only decides when a round
+ * runs (the idle policy of {@link LoopRunner}, on the simulated clock), moves the clock, runs the
+ * store's due calls, plays the frontend and checks.
+ *
+ * <pre>
+ *   the driver thread, one step                     every rank, the same round
+ *   ------------------------------------            ------------------------------------------
+ *   frontend: arrivals, cancellations, deadlines,   Round.doWork(nowNs), all ranks at once (one
+ *             clears, rotations, weight updates     thread each at TP > 1: the exchange is a
+ *   a round due?  (LoopRunner's policy)      ─────► blocking collective over a LocalRelayHub);
+ *   check every invariant                           at TP = 1 the storage exchange's own hub
+ *   clock += the round's cost or the idle gap
+ *   SimStore.step(): every due store call runs, on the driver thread, in due order
+ * </pre>
+ *
+ * <p>Every choice comes from the seed and every thread's work is awaited before the next step, so a
+ * seed replays exactly (the store's call log included): the exchange orders everything by rank, the
+ * copies are awaited inside the round, and the store's calls run only on the driver thread.
+ *
+ * <p><b>Faults.</b> In three seeds of four the store is hostile ({@link SimStore.Faults#HOSTILE}):
+ * slow calls past the soft deadline (reordered completions), hung calls until a restart, refusal
+ * spells, short reads, rotted objects, outages, restarts; one seed in eight also answers unretired
+ * now and then (quarantine). Every seed has idle gaps of up to 6 s, bursts over shared system
+ * prompts, cancellations and request deadlines, and administrative calls at random points: full
+ * clear, Device-only clear, namespace rotation, and the weight update (fence, wait until every
+ * operation retired, delete the old namespace, switch).
+ *
+ * <p><b>Checked after every round</b> (the figures say how often each was exercised):
+ *
+ * <ul>
+ *   <li>every rank's round ran: the exchange compares the ranks' plan digests and stops the replica
+ *       when they differ, so a rank's failure is a violation;
+ *   <li>every request's tokens are the reference's (the same model over the tokens alone, which is
+ *       what an engine without storage generates: {@code SimModelEngineTest}), and a request that
+ *       ran to its length has all of them;
+ *   <li>no request ends twice: the loop's count of ended requests never exceeds the requests that
+ *       ended, and at the end of the run arrivals, faults and commands stop and the rounds go on
+ *       until the replica is idle, when every request must have ended exactly once;
+ *   <li>a round's soft timeouts are at most the requests submitted the soft deadline before its
+ *       clock;
+ *   <li>a key the store refused is not offered to it again before the manager's first backoff;
+ *   <li>nothing is written under a namespace after its deletion returned;
+ *   <li>every 16 rounds and in every idle round: the scheduler's, the manager's and the cache's own
+ *       invariants (references balanced, credits conserved), and no copy batch is left over;
+ *   <li>when the replica is idle: no store call in flight and no job in any executor (an idle
+ *       replica calls the store no more), no Ready hold, operations and Host credits in use only by
+ *       quarantined operations, no Device block held by a request, and an executor that quarantined
+ *       means every rank's manager quarantined (nothing published without agreement).
+ * </ul>
+ *
+ * <p>A violation throws {@link Violation} with {@code seed=… tp=… round=… clock=…} and what broke.
+ * {@link Planted} bugs switch one safety rule off each, to show that the checks can fail.
+ */
+final class WholeLoopSimulation implements AutoCloseable {
+
+  /** A safety rule switched off (or a store bug), to show that the simulation notices. */
+  enum Planted {
+    NONE,
+    /** A GET publishes the rows it failed to read (missing, short, rotted) as well. */
+    PUBLISH_FAILED_GET,
+    /** An operation counts as retired when any owner retired it (the retirement AND as OR). */
+    RETIRED_BY_ANY_RANK,
+    /** Soft deadlines and Ready holds start at the round's own, possibly stale, tick. */
+    DEADLINE_FROM_STALE_TICK,
+    /** A refused backup is offered again without the store's hold. */
+    REOFFER_WITHOUT_HOLD,
+    /** A retracted victim keeps what it knew of its Device KV. */
+    VICTIM_KEEPS_DEVICE_KV,
+    /** The store lands a wrong byte now and then and answers OK. */
+    STORE_LANDS_WRONG_BYTES
+  }
+
+  /** An invariant failed: the message names the seed that replays it. */
+  static final class Violation extends AssertionError {
+    Violation(String message, Throwable cause) {
+      super(message, cause);
+    }
+  }
+
+  private static final long MS = 1_000_000L;
+  private static final int VOCAB = 1021;
+  private static final long STORAGE_TICK_NS = LoopRunner.STORAGE_TICK_MS * MS;
+  private static final long HEARTBEAT_NS = LoopRunner.HEARTBEAT_MS * MS;
+  private static final long SOFT_DEADLINE_MS = 200;
+  private static final long RETIREMENT_WAIT_NS = 60_000 * MS;
+  private static final int DRAIN_ROUNDS = 200_000;
+
+  final long seed;
+  final int tp;
+  final Planted planted;
+  private final SplittableRandom rnd;
+  private final AtomicLong clock = new AtomicLong(1_000 * MS);
+  final SimStore store;
+  private final List<Engine> engines = new ArrayList<>();
+  private final List<Round> rounds = new ArrayList<>();
+  private final SimModel reference;
+  private final ExecutorService rankThreads;
+  private final LocalRelayHub hub;
+  private final int maxTokens;
+  private final boolean faulty;
+
+  /** The requests submitted, by id, until they ended and were checked. */
+  private final Map<Long, Req> open = new LinkedHashMap<>();
+
+  private final List<int[]> systemPrompts = new ArrayList<>();
+
+  // the frontend's pace
+  private long nextArrivalNs;
+  private long nextAdminNs;
+  private boolean draining;
+  private int version;
+  private WeightUpdate update;
+
+  // the idle policy's state (LoopRunner's)
+  private RoundResult last = RoundResult.NONE;
+  private long lastRoundNs;
+
+  // the checks' state
+  private long softTimeoutsSeen;
+  private final Map<String, Long> refusedAt = new HashMap<>();
+  private final List<String> deletedNamespaces = new ArrayList<>();
+  private String storeViolation;
+
+  // figures
+  long roundsRun;
+  long requestsSubmitted;
+  long requestsEnded;
+  long requestsFinished;
+  long requestsCancelled;
+  long softTimeouts;
+  long clears;
+  long rotations;
+  long weightUpdates;
+  long idleChecks;
+  long quarantines;
+
+  private record Req(
+      long id, RequestHandle handle, int[] prompt, int maxTokens, long submitNs, long deadlineNs) {}
+
+  /** A weight update in progress: fenced, waiting for retirement, then deletion and switch. */
+  private static final class WeightUpdate {
+    final CompletableFuture<Void> fenced;
+    final long startNs;
+    final String oldNamespace;
+
+    WeightUpdate(CompletableFuture<Void> fenced, long startNs, String oldNamespace) {
+      this.fenced = fenced;
+      this.startNs = startNs;
+      this.oldNamespace = oldNamespace;
+    }
+  }
+
+  WholeLoopSimulation(long seed, int tp, Planted planted) {
+    this.seed = seed;
+    this.tp = tp;
+    this.planted = planted;
+    this.rnd = new SplittableRandom(seed);
+    this.faulty = seed % 4 != 0;
+    SimStore.Faults faults = faulty ? SimStore.Faults.HOSTILE : SimStore.Faults.NONE;
+    if (faulty && seed % 8 == 1) {
+      faults = faults.with(SimStore.Fault.UNRETIRED, 0.005);
+    }
+    if (planted == Planted.STORE_LANDS_WRONG_BYTES) {
+      faults = faults.with(SimStore.Fault.WRONG_BYTES, 0.01);
+    }
+    if (planted == Planted.RETIRED_BY_ANY_RANK) {
+      faults = faults.with(SimStore.Fault.UNRETIRED, 0.01);
+    }
+    this.store = new SimStore(rnd.nextLong(), clock::get, faults);
+    store.onPut(this::onPut);
+    store.onDelete(deletedNamespaces::add);
+    int window = rnd.nextBoolean() ? 0 : 17 + rnd.nextInt(48);
+    long modelSeed = rnd.nextLong();
+    int deviceParents = rnd.nextInt(3) == 0 ? 6 + rnd.nextInt(4) : 8 + rnd.nextInt(24);
+    this.maxTokens = 1 + rnd.nextInt(64);
+    EngineConfig config =
+        new EngineConfig(32, 16, deviceParents, 1.0 + rnd.nextInt(3), 256, 8, 2, 1, 1024);
+    StorageConfig scheduling =
+        StorageConfig.defaults().withSoftDeadlineMs(SOFT_DEADLINE_MS).withMinExtensionTokens(16);
+    L3ExecutorConfig executor = new L3ExecutorConfig(2, 2, 2, 64, 64, 64, 128, 1_000, 0);
+    this.hub = tp == 1 ? null : new LocalRelayHub(tp, clock::get);
+    Collective[] collectives =
+        tp == 1 ? new Collective[] {Collective.single()} : LocalCollective.group(tp);
+    List<InetSocketAddress> addresses = new ArrayList<>();
+    for (int r = 0; r < tp; r++) {
+      addresses.add(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1 + r));
+    }
+    ReplicaSecret secret = ReplicaSecret.generate();
+    Simulation.Planting planting = planting(planted);
+    StorageTier.Stepping stepping = store::attach;
+    this.rankThreads = tp == 1 ? null : Executors.newFixedThreadPool(tp - 1, daemon());
+    SimModel rank0 = null;
+    try {
+      for (int r = 0; r < tp; r++) {
+        SimModel model = new SimModel(VOCAB, 2, window, modelSeed, collectives[r]);
+        rank0 = rank0 == null ? model : rank0;
+        Engine e =
+            Engine.start(
+                EngineSettings.of(model, config)
+                    .l3(
+                        new L3Settings(
+                            store,
+                            new StorageRuntimeConfig(scheduling, executor),
+                            SimModel.ATTENTION_BACKEND))
+                    .control(
+                        tp == 1
+                            ? null
+                            : ControlConfig.of(0, r, addresses, secret).withTimeouts(2_000, 10_000))
+                    .nanoClock(clock::get)
+                    .simulation(new Simulation(stepping, hub, planting))
+                    .conclude());
+        engines.add(e);
+        rounds.add(e.round());
+      }
+    } catch (RuntimeException | Error e) {
+      close();
+      throw e;
+    }
+    this.reference = rank0;
+    int systems = 1 + rnd.nextInt(3);
+    for (int i = 0; i < systems; i++) {
+      systemPrompts.add(tokens(16 + rnd.nextInt(80)));
+    }
+    this.lastRoundNs = clock.get();
+    this.nextArrivalNs = clock.get();
+    this.nextAdminNs = clock.get() + (200 + rnd.nextInt(3_000)) * MS;
+  }
+
+  private static java.util.concurrent.ThreadFactory daemon() {
+    return r -> {
+      Thread t = new Thread(r, "sim-rank");
+      t.setDaemon(true);
+      return t;
+    };
+  }
+
+  /** Switches {@code planted}'s rule off in each owner as the engine builds it. */
+  private static Simulation.Planting planting(Planted planted) {
+    return switch (planted) {
+      case NONE, STORE_LANDS_WRONG_BYTES -> Simulation.Planting.NONE;
+      case PUBLISH_FAILED_GET ->
+          new Simulation.Planting() {
+            @Override
+            public void manager(StorageTransferManager stm) {
+              PlantedRules.publishFailedRows(stm);
+            }
+          };
+      case DEADLINE_FROM_STALE_TICK ->
+          new Simulation.Planting() {
+            @Override
+            public void manager(StorageTransferManager stm) {
+              PlantedRules.timersAtStaleTick(stm);
+            }
+          };
+      case REOFFER_WITHOUT_HOLD ->
+          new Simulation.Planting() {
+            @Override
+            public void manager(StorageTransferManager stm) {
+              PlantedRules.noBackupBackoff(stm);
+            }
+          };
+      case RETIRED_BY_ANY_RANK ->
+          new Simulation.Planting() {
+            @Override
+            public void exchange(io.tokenspeed.control.RelayExchange exchange) {
+              PlantedAgreement.retiredByAnyRank(exchange);
+            }
+          };
+      case VICTIM_KEEPS_DEVICE_KV ->
+          new Simulation.Planting() {
+            @Override
+            public void publication(HostPublication publication) {
+              publication.plantKeepVictimKv();
+            }
+          };
+    };
+  }
+
+  // ---------------------------------------------------------------- the run
+
+  /** Runs {@code maxRounds} rounds, then drains until the replica is idle; returns this. */
+  WholeLoopSimulation run(long maxRounds) {
+    try {
+      while (roundsRun < maxRounds) {
+        step();
+      }
+      drain();
+    } catch (Violation v) {
+      throw v;
+    } catch (Throwable t) {
+      throw violation("unexpected " + t, t);
+    }
+    return this;
+  }
+
+  /** One step: the frontend, then a round when LoopRunner's policy runs one, then time moves. */
+  private void step() throws Exception {
+    frontend();
+    Round leader = rounds.getFirst();
+    boolean arrived = leader.workArrived() || leader.awaitingAgreement();
+    boolean agreementDue = leader.storageAgreementDue();
+    if (!leader.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
+      idle(leader);
+      return;
+    }
+    if (last.storageWait() && !arrived && !agreementDue) {
+      advanceTo(Math.min(clock.get() + STORAGE_TICK_NS, store.nextDueNs()));
+    }
+    runRound();
+  }
+
+  /**
+   * LoopRunner's idle wait: a storage tick while L3 facts are to come, else until work arrives, a
+   * paced backup retry or (TP > 1) a heartbeat; the simulation jumps to the earliest of them.
+   */
+  private void idle(Round leader) throws Exception {
+    long now = clock.get();
+    boolean busy = leader.storageBusy();
+    long until;
+    if (busy) {
+      until = Math.min(now + STORAGE_TICK_NS, store.nextDueNs());
+    } else {
+      long retryIn = leader.backupRetryInNs(now);
+      until = Math.min(nextArrivalNs, nextAdminNs);
+      if (retryIn != Long.MAX_VALUE) {
+        until = Math.min(until, now + Math.max(STORAGE_TICK_NS, retryIn));
+      }
+      if (tp > 1) {
+        until = Math.min(until, lastRoundNs + HEARTBEAT_NS);
+      }
+      if (update != null || draining) {
+        until = Math.min(until, now + STORAGE_TICK_NS);
+      }
+      checkIdle();
+    }
+    advanceTo(Math.max(until, now + 1));
+    now = clock.get();
+    boolean heartbeat = tp > 1 && now - lastRoundNs >= HEARTBEAT_NS;
+    if (busy || leader.backupRetryInNs(now) <= 0 || heartbeat || leader.workArrived()) {
+      runRound();
+    } else {
+      leader.refreshIdleMetrics(now);
+    }
+  }
+
+  private void advanceTo(long ns) {
+    if (ns - clock.get() > 0) {
+      clock.set(ns);
+      if (hub != null) {
+        hub.timeAdvanced();
+      }
+    }
+    store.step();
+    if (storeViolation != null) {
+      throw violation(storeViolation, null);
+    }
+  }
+
+  /** Every rank's round at the same clock; the round's cost moves the clock after it. */
+  private void runRound() throws Exception {
+    long now = clock.get();
+    lastRoundNs = now;
+    long softBefore = manager(0).counters().softTimeouts();
+    RoundResult[] results = new RoundResult[tp];
+    if (tp == 1) {
+      results[0] = doWork(0, now);
+    } else {
+      List<Future<RoundResult>> others = new ArrayList<>();
+      for (int r = 1; r < tp; r++) {
+        int rank = r;
+        others.add(rankThreads.submit(() -> doWork(rank, now)));
+      }
+      Throwable failed = null;
+      try {
+        results[0] = doWork(0, now);
+      } catch (Violation v) {
+        failed = v;
+      }
+      for (int r = 1; r < tp; r++) {
+        try {
+          results[r] = others.get(r - 1).get();
+        } catch (ExecutionException e) {
+          failed = failed == null ? e.getCause() : failed;
+        }
+      }
+      if (failed instanceof Violation v) {
+        throw v;
+      }
+      if (failed != null) {
+        throw violation("a rank failed: " + failed, failed);
+      }
+    }
+    roundsRun++;
+    last = results[0];
+    checkRound(now, manager(0).counters().softTimeouts() - softBefore);
+    boolean forward = last.forwardPlanned();
+    advanceTo(now + (forward ? 50_000 + rnd.nextLong(1_000_000) : 5_000 + rnd.nextLong(20_000)));
+  }
+
+  private RoundResult doWork(int rank, long now) {
+    try {
+      return rounds.get(rank).doWork(now);
+    } catch (Throwable t) {
+      throw violation("rank " + rank + "'s round failed: " + t, t);
+    }
+  }
+
+  /** The final drain: no arrivals, faults or commands; rounds until every request ended. */
+  private void drain() throws Exception {
+    draining = true;
+    long limit = roundsRun + DRAIN_ROUNDS;
+    while (!settled()) {
+      if (roundsRun > limit) {
+        throw violation(
+            "the replica did not settle within "
+                + DRAIN_ROUNDS
+                + " rounds: "
+                + open.size()
+                + " requests open, storage pending "
+                + rounds.getFirst().storagePending(),
+            null);
+      }
+      if (store.hungCalls() > 0 && rnd.nextInt(64) == 0) {
+        store.restart(); // hung calls end only by a restart
+      }
+      step();
+    }
+    checkIdle();
+    if (requestsEnded != requestsSubmitted) {
+      throw violation(
+          requestsSubmitted + " requests submitted but " + requestsEnded + " ended", null);
+    }
+  }
+
+  private boolean settled() {
+    if (!open.isEmpty() || update != null) {
+      return false;
+    }
+    for (Round r : rounds) {
+      if (r.hasActiveRequests() || r.requestsPending() || r.storageBusy()) {
+        return false;
+      }
+    }
+    return !rounds.getFirst().workArrived() && !rounds.getFirst().awaitingAgreement();
+  }
+
+  // ---------------------------------------------------------------- the frontend
+
+  private void frontend() throws Exception {
+    long now = clock.get();
+    if (!draining && now - nextArrivalNs >= 0) {
+      int burst = 1 + rnd.nextInt(rnd.nextInt(4) == 0 ? 6 : 2);
+      for (int i = 0; i < burst; i++) {
+        submit(now);
+      }
+      long gap = rnd.nextInt(4) == 0 ? rnd.nextLong(6_000) * MS : rnd.nextLong(30) * MS;
+      nextArrivalNs = now + gap;
+    }
+    for (Req q : open.values()) {
+      if (q.handle.result().isDone()) {
+        continue;
+      }
+      if (now - q.deadlineNs >= 0 || (!draining && rnd.nextInt(4_000) == 0)) {
+        q.handle.cancel();
+      }
+    }
+    if (update != null) {
+      weightUpdate(now);
+    } else if (!draining && now - nextAdminNs >= 0) {
+      admin(now);
+      nextAdminNs = now + (500 + rnd.nextInt(8_000)) * MS;
+    }
+  }
+
+  private void submit(long now) {
+    int[] system = systemPrompts.get(rnd.nextInt(systemPrompts.size()));
+    int shared = rnd.nextInt(4) == 0 ? 0 : Math.min(system.length, 1 + rnd.nextInt(system.length));
+    int length = Math.max(shared + 1, shared + rnd.nextInt(120));
+    int[] prompt = Arrays.copyOf(system, length);
+    for (int i = shared; i < length; i++) {
+      prompt[i] = rnd.nextInt(VOCAB);
+    }
+    int tokens = Math.min(1 + rnd.nextInt(maxTokens), engines.getFirst().maxRequestTokens() / 2);
+    int limit = engines.getFirst().maxRequestTokens() - tokens;
+    if (prompt.length > limit) {
+      prompt = Arrays.copyOf(prompt, Math.max(1, limit));
+    }
+    RequestHandle h = engines.getFirst().submit(prompt, SamplingParams.greedy(tokens));
+    long deadline = rnd.nextInt(8) == 0 ? now + rnd.nextLong(2_000) * MS : Long.MAX_VALUE / 2;
+    open.put(h.id(), new Req(h.id(), h, prompt, tokens, now, deadline));
+    requestsSubmitted++;
+  }
+
+  /** An administrative call at a random point: full clear, Device-only clear, rotation, update. */
+  private void admin(long now) {
+    Engine leader = engines.getFirst();
+    switch (rnd.nextInt(4)) {
+      case 0 -> {
+        leader.clearCache();
+        clears++;
+        refusedAt.clear(); // a PUT of an earlier generation is never retried
+      }
+      case 1 -> {
+        leader.clearDeviceCache();
+        clears++;
+      }
+      case 2 -> {
+        leader.command(Replica.Command.rotate("v" + ++version));
+        rotations++;
+        refusedAt.clear();
+      }
+      default -> {
+        String old = leader.storageNamespace().orElseThrow().toString();
+        update = new WeightUpdate(leader.command(Replica.Command.FENCE_STORAGE), now, old);
+      }
+    }
+  }
+
+  /**
+   * The weight update's steps on simulated time, as {@link EngineAdmin#updateWeights} takes them:
+   * once fenced, wait until no operation is inside the store, delete the old namespace, switch; a
+   * wait past the bound lifts the fence.
+   */
+  private void weightUpdate(long now) throws Exception {
+    if (!update.fenced.isDone()) {
+      return;
+    }
+    if (engines.getFirst().storageOperationsPending()) {
+      if (now - update.startNs > RETIREMENT_WAIT_NS) {
+        engines.getFirst().command(Replica.Command.LIFT_FENCE);
+        update = null;
+      }
+      return;
+    }
+    try {
+      store.purgeNamespace(update.oldNamespace);
+    } catch (java.io.IOException e) {
+      engines.getFirst().command(Replica.Command.LIFT_FENCE); // a failed deletion abandons it
+      update = null;
+      return;
+    }
+    engines.getFirst().command(Replica.Command.switchTo("v" + ++version));
+    refusedAt.clear();
+    weightUpdates++;
+    update = null;
+  }
+
+  // ---------------------------------------------------------------- checks
+
+  /** After every round. */
+  private void checkRound(long now, long softThisRound) {
+    if (softThisRound > 0) {
+      softTimeouts += softThisRound;
+      long waitedLongEnough = 0;
+      for (Req q : open.values()) {
+        if (now - q.submitNs >= SOFT_DEADLINE_MS * MS) {
+          waitedLongEnough++;
+        }
+      }
+      if (softThisRound > waitedLongEnough) {
+        throw violation(
+            softThisRound
+                + " soft timeouts at clock "
+                + now
+                + " but only "
+                + waitedLongEnough
+                + " requests were submitted "
+                + SOFT_DEADLINE_MS
+                + " ms before",
+            null);
+      }
+    }
+    long endedByLoop = engines.getFirst().stats().endedRequests();
+    for (var it = open.values().iterator(); it.hasNext(); ) {
+      Req q = it.next();
+      if (q.handle.result().isDone()) {
+        checkEnded(q);
+        it.remove();
+      }
+    }
+    if (endedByLoop > requestsEnded) {
+      throw violation(
+          "the loop ended " + endedByLoop + " requests, but only " + requestsEnded + " ended",
+          null);
+    }
+    if (roundsRun % 16 == 0) {
+      checkOwners();
+    }
+  }
+
+  /** The request's tokens against the reference. */
+  private void checkEnded(Req q) {
+    requestsEnded++;
+    GenerationResult r = q.handle.result().join();
+    int[] ref = reference.reference(q.prompt, q.maxTokens);
+    int n = r.tokens().length;
+    if (n > q.maxTokens || !Arrays.equals(r.tokens(), Arrays.copyOf(ref, n))) {
+      throw violation(
+          "request "
+              + q.id
+              + " ("
+              + r.finishReason()
+              + ") generated "
+              + Arrays.toString(r.tokens())
+              + " but its reference is "
+              + Arrays.toString(ref)
+              + ": its KV is wrong",
+          null);
+    }
+    switch (r.finishReason()) {
+      case "length" -> {
+        requestsFinished++;
+        if (n != q.maxTokens) {
+          throw violation("request " + q.id + " finished with " + n + " tokens", null);
+        }
+      }
+      case "cancelled" -> requestsCancelled++;
+      default ->
+          throw violation(
+              "request " + q.id + " ended " + r.finishReason() + ": " + r.error(), null);
+    }
+  }
+
+  /** The owners' own invariants on every rank. */
+  private void checkOwners() {
+    for (int r = 0; r < tp; r++) {
+      try {
+        Checked.check(engines.get(r).view());
+      } catch (Throwable t) {
+        throw violation("rank " + r + ": " + t, t);
+      }
+    }
+  }
+
+  /**
+   * An idle replica: back to baseline on every rank, and no store call in flight (it calls the
+   * store no more).
+   */
+  private void checkIdle() {
+    for (Round r : rounds) {
+      if (r.hasActiveRequests() || r.requestsPending() || r.storageBusy()) {
+        return;
+      }
+    }
+    idleChecks++;
+    checkOwners();
+    boolean anyExecutorQuarantined = false;
+    for (int r = 0; r < tp; r++) {
+      L3Metrics m = engines.get(r).storageExecutorMetrics().orElseThrow();
+      anyExecutorQuarantined |= m.quarantined();
+    }
+    if (store.inFlight() != 0) {
+      throw violation("an idle replica has " + store.inFlight() + " store calls in flight", null);
+    }
+    for (int r = 0; r < tp; r++) {
+      StorageTransferManager stm = manager(r);
+      if (anyExecutorQuarantined && !stm.quarantined()) {
+        throw violation(
+            "an executor answered unretired, but rank "
+                + r
+                + "'s manager did not quarantine: an unretired operation was agreed retired",
+            null);
+      }
+      if (stm.quarantined()) {
+        quarantines++;
+        continue;
+      }
+      if (stm.readyHolds() != 0 || stm.operationsInUse() != 0 || stm.hostCreditsInUse() != 0) {
+        throw violation(
+            "idle rank "
+                + r
+                + " holds "
+                + stm.readyHolds()
+                + " Ready holds, "
+                + stm.operationsInUse()
+                + " operations and "
+                + stm.hostCreditsInUse()
+                + " Host credits",
+            null);
+      }
+      if (!engines.get(r).scheduler().heldBlocks().isEmpty()) {
+        throw violation("idle rank " + r + " holds Device blocks for no request", null);
+      }
+    }
+  }
+
+  /** Every PUT the store answered: backoff after refusals, nothing under a deleted namespace. */
+  private void onPut(long nowNs, List<String> keys, List<Boolean> refused) {
+    for (int i = 0; i < keys.size(); i++) {
+      String key = keys.get(i);
+      for (String ns : deletedNamespaces) {
+        if (key.startsWith(ns + "_") && storeViolation == null) {
+          storeViolation = "PUT " + key + " after namespace " + ns + " was deleted";
+        }
+      }
+      Long at = refusedAt.get(key);
+      long hold = StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS * MS;
+      if (at != null && nowNs - at < hold && storeViolation == null) {
+        storeViolation =
+            "key "
+                + key
+                + " offered again "
+                + (nowNs - at) / 1_000
+                + " us after its refusal, before its hold of "
+                + hold / MS
+                + " ms";
+      }
+      if (refused.get(i)) {
+        refusedAt.put(key, nowNs);
+      } else {
+        refusedAt.remove(key);
+      }
+    }
+  }
+
+  private StorageTransferManager manager(int rank) {
+    return engines.get(rank).storageTransferManager();
+  }
+
+  private int[] tokens(int n) {
+    int[] t = new int[n];
+    for (int i = 0; i < n; i++) {
+      t[i] = rnd.nextInt(VOCAB);
+    }
+    return t;
+  }
+
+  private Violation violation(String what, Throwable cause) {
+    return new Violation(
+        "seed="
+            + seed
+            + " tp="
+            + tp
+            + " round="
+            + roundsRun
+            + " clock="
+            + clock.get()
+            + ": "
+            + what,
+        cause);
+  }
+
+  /** The leader's retractions for lack of Device memory. */
+  long retractions() {
+    return engines.getFirst().stats().retractions();
+  }
+
+  /** The figures of the run, equal for two runs of one seed. */
+  String figures() {
+    return "seed="
+        + seed
+        + " tp="
+        + tp
+        + " rounds="
+        + roundsRun
+        + " clock="
+        + clock.get()
+        + " submitted="
+        + requestsSubmitted
+        + " finished="
+        + requestsFinished
+        + " cancelled="
+        + requestsCancelled
+        + " softTimeouts="
+        + softTimeouts
+        + " clears="
+        + clears
+        + " rotations="
+        + rotations
+        + " weightUpdates="
+        + weightUpdates
+        + " idleChecks="
+        + idleChecks
+        + " quarantines="
+        + quarantines
+        + " retractions="
+        + retractions()
+        + " store="
+        + store.faultCounts()
+        + " log="
+        + Long.toHexString(store.logDigest());
+  }
+
+  @Override
+  public void close() {
+    for (Engine e : engines) {
+      try {
+        e.close();
+      } catch (RuntimeException ignored) {
+        // a violation's engine may not close cleanly; the violation is what matters
+      }
+    }
+    if (rankThreads != null) {
+      rankThreads.shutdownNow();
+    }
+  }
+}

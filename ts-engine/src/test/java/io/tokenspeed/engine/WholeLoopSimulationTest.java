@@ -1,0 +1,223 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.engine.WholeLoopSimulation.Planted;
+import io.tokenspeed.engine.sim.SimStore;
+import io.tokenspeed.l3.L3Executor;
+import java.util.Arrays;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import java.util.stream.LongStream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The whole-loop simulation ({@link WholeLoopSimulation}) of the production round over many seeds
+ * and TP 1–4, and the planted bugs it must catch. The build log carries one line: {@code whole-loop
+ * simulation (real round): rounds=N seeds=S tp=1..4 violations=0 planted=P/P caught}.
+ */
+class WholeLoopSimulationTest {
+
+  /**
+   * Seeds of the build's run and rounds each. A longer run sets {@code -Dsim.seeds=N -Dsim.rounds=M
+   * -Dsim.firstSeed=S}; {@code -Dsim.seedList=S1,S2,...} replays chosen seeds.
+   */
+  static final int SEEDS = Integer.getInteger("sim.seeds", 200);
+
+  static final int ROUNDS_PER_SEED = Integer.getInteger("sim.rounds", 5_000);
+
+  static final long FIRST_SEED = Long.getLong("sim.firstSeed", 0x5100_0000L);
+
+  private static final AtomicLong ROUNDS = new AtomicLong();
+  private static final AtomicLong SEEDS_RUN = new AtomicLong();
+  private static final AtomicLong VIOLATIONS = new AtomicLong();
+  private static final AtomicLong FINISHED = new AtomicLong();
+  private static final AtomicLong SOFT_TIMEOUTS = new AtomicLong();
+  private static final AtomicLong QUARANTINES = new AtomicLong();
+  private static final AtomicLong UPDATES = new AtomicLong();
+  private static final AtomicLong RETRACTIONS = new AtomicLong();
+  private static final AtomicLong REFUSED = new AtomicLong();
+  private static final AtomicLong DAMAGED = new AtomicLong();
+  private static final AtomicLong HUNG = new AtomicLong();
+  private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
+  private static final int PLANTED = Planted.values().length - 1;
+
+  /** Held here: a logger nobody references may be collected, and its level with it. */
+  private static final Logger EXECUTOR_LOG = Logger.getLogger(L3Executor.class.getName());
+
+  private static final Logger ROUND_LOG = Logger.getLogger(Round.class.getName());
+
+  private static Level executorLevel;
+  private static Level roundLevel;
+
+  @BeforeAll
+  static void quietLogs() {
+    // the simulated faults make the executor and the loop log what an operator should see
+    executorLevel = EXECUTOR_LOG.getLevel();
+    roundLevel = ROUND_LOG.getLevel();
+    EXECUTOR_LOG.setLevel(Level.OFF);
+    ROUND_LOG.setLevel(Level.OFF);
+  }
+
+  /** The seeds to run. */
+  static LongStream seeds() {
+    String list = System.getProperty("sim.seedList", "");
+    if (!list.isBlank()) {
+      return Arrays.stream(list.split(",")).mapToLong(x -> Long.parseLong(x.trim()));
+    }
+    return LongStream.range(0, SEEDS).map(i -> FIRST_SEED + i);
+  }
+
+  /** TP 2, 3 and 4 for one seed in sixteen each, TP 1 for the others. */
+  static int tpOf(long seed) {
+    return switch ((int) Math.floorMod(seed, 16)) {
+      case 3 -> 2;
+      case 7 -> 3;
+      case 11 -> 4;
+      default -> 1;
+    };
+  }
+
+  @ParameterizedTest(name = "seed={0}")
+  @MethodSource("seeds")
+  void shouldKeepEveryInvariantOfTheRealRound(long seed) {
+    try (WholeLoopSimulation sim = new WholeLoopSimulation(seed, tpOf(seed), Planted.NONE)) {
+      try {
+        sim.run(ROUNDS_PER_SEED);
+      } catch (WholeLoopSimulation.Violation v) {
+        VIOLATIONS.incrementAndGet();
+        throw v;
+      } finally {
+        ROUNDS.addAndGet(sim.roundsRun);
+        SEEDS_RUN.incrementAndGet();
+      }
+      FINISHED.addAndGet(sim.requestsFinished);
+      SOFT_TIMEOUTS.addAndGet(sim.softTimeouts);
+      QUARANTINES.addAndGet(sim.quarantines > 0 ? 1 : 0);
+      UPDATES.addAndGet(sim.weightUpdates);
+      RETRACTIONS.addAndGet(sim.retractions());
+      REFUSED.addAndGet(sim.store.count(SimStore.Fault.REFUSED));
+      DAMAGED.addAndGet(
+          sim.store.count(SimStore.Fault.SHORT_READ) + sim.store.count(SimStore.Fault.CORRUPTED));
+      HUNG.addAndGet(sim.store.count(SimStore.Fault.HUNG));
+      assertTrue(sim.requestsFinished > 0, "requests went through: " + sim.figures());
+      if (Boolean.getBoolean("sim.verbose")) {
+        System.out.println(sim.figures());
+      }
+    }
+  }
+
+  @ParameterizedTest(name = "tp={0}")
+  @MethodSource("replayCases")
+  void shouldReplayASeedExactly(int tp) {
+    String a;
+    String b;
+    try (WholeLoopSimulation s = new WholeLoopSimulation(77 + tp, tp, Planted.NONE)) {
+      a = s.run(3_000).figures();
+    }
+    try (WholeLoopSimulation s = new WholeLoopSimulation(77 + tp, tp, Planted.NONE)) {
+      b = s.run(3_000).figures();
+    }
+    assertEquals(a, b);
+  }
+
+  static java.util.stream.IntStream replayCases() {
+    return java.util.stream.IntStream.of(1, 3);
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @EnumSource(value = Planted.class, names = "NONE", mode = EnumSource.Mode.EXCLUDE)
+  void shouldCatchEveryPlantedBug(Planted bug) {
+    String[] expected =
+        switch (bug) {
+          case PUBLISH_FAILED_GET, VICTIM_KEEPS_DEVICE_KV, STORE_LANDS_WRONG_BYTES ->
+              new String[] {": its KV is wrong"};
+          case RETIRED_BY_ANY_RANK -> new String[] {"did not quarantine"};
+          case DEADLINE_FROM_STALE_TICK -> new String[] {" soft timeouts at clock "};
+          case REOFFER_WITHOUT_HOLD -> new String[] {"before its hold of"};
+          case NONE -> throw new IllegalArgumentException();
+        };
+    int tp = bug == Planted.RETIRED_BY_ANY_RANK ? 2 : 1;
+    for (long seed = 1; seed <= 100; seed++) {
+      if (bug != Planted.STORE_LANDS_WRONG_BYTES && seed % 4 == 0) {
+        continue; // a seed with a well-behaved store
+      }
+      String first;
+      try (WholeLoopSimulation s = new WholeLoopSimulation(seed, tp, bug)) {
+        s.run(20_000);
+        continue;
+      } catch (WholeLoopSimulation.Violation v) {
+        first = v.getMessage();
+      }
+      String found = first;
+      assertFalse(found.contains(": unexpected "), () -> bug + " broke the run: " + found);
+      assertTrue(
+          Arrays.stream(expected).anyMatch(found::contains),
+          () ->
+              bug
+                  + " was not caught by its check ("
+                  + String.join(" or ", expected)
+                  + "): "
+                  + found);
+      CAUGHT.add(bug);
+      System.out.println("planted " + bug + " caught: " + first);
+      return;
+    }
+    throw new AssertionError("the simulation did not catch the planted bug " + bug);
+  }
+
+  @AfterAll
+  static void report() {
+    EXECUTOR_LOG.setLevel(executorLevel); // the other tests of this JVM read these logs
+    ROUND_LOG.setLevel(roundLevel);
+    System.out.println(
+        "whole-loop simulation (real round): rounds="
+            + ROUNDS.get()
+            + " seeds="
+            + SEEDS_RUN.get()
+            + " tp=1..4 violations="
+            + VIOLATIONS.get()
+            + " planted="
+            + CAUGHT.size()
+            + "/"
+            + PLANTED
+            + " caught");
+    System.out.println(
+        "  finished requests "
+            + FINISHED.get()
+            + ", soft timeouts "
+            + SOFT_TIMEOUTS.get()
+            + ", seeds with quarantine "
+            + QUARANTINES.get()
+            + ", weight updates "
+            + UPDATES.get()
+            + ", retractions "
+            + RETRACTIONS.get()
+            + ", refused PUT rows "
+            + REFUSED.get()
+            + ", damaged reads "
+            + DAMAGED.get()
+            + ", hung calls "
+            + HUNG.get());
+    long rounds = ROUNDS.get();
+    if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
+      // a full run takes every path the faults open
+      assertTrue(SOFT_TIMEOUTS.get() > 0, "soft timeouts: " + SOFT_TIMEOUTS.get());
+      assertTrue(QUARANTINES.get() > 0, "seeds with quarantine: " + QUARANTINES.get());
+      assertTrue(UPDATES.get() > 0, "weight updates: " + UPDATES.get());
+      assertTrue(RETRACTIONS.get() > 0, "retractions: " + RETRACTIONS.get());
+      assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
+      assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());
+      assertTrue(HUNG.get() > 0, "hung calls: " + HUNG.get());
+    }
+  }
+}

@@ -1,0 +1,24 @@
+package io.tokenspeed.scheduler;
+
+/**
+ * The storage transfer manager's safety rules that the whole-loop simulation's planted-bug tests
+ * switch off (in the manager's package: the switch is package-private).
+ */
+public final class PlantedRules {
+  private PlantedRules() {}
+
+  /** Soft deadlines and Ready holds start at the round's own, possibly stale, tick. */
+  public static void timersAtStaleTick(StorageTransferManager stm) {
+    stm.disableForTest(StorageTransferManager.SafetyRule.TIMERS_AT_NEXT_TICK);
+  }
+
+  /** A refused backup is offered again without the store's hold. */
+  public static void noBackupBackoff(StorageTransferManager stm) {
+    stm.disableForTest(StorageTransferManager.SafetyRule.BACKUP_BACKOFF);
+  }
+
+  /** A GET publishes its rows that failed (missing, short, invalid) as well. */
+  public static void publishFailedRows(StorageTransferManager stm) {
+    stm.disableForTest(StorageTransferManager.SafetyRule.FAILED_ROWS_UNPUBLISHED);
+  }
+}
