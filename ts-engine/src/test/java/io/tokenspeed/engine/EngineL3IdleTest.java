@@ -108,9 +108,7 @@ class EngineL3IdleTest {
 
   /** Turns {@code e}'s loop until {@code prompt} is served. */
   private static Run serve(SteppedEngine e, Checked rec, int[] prompt) throws Exception {
-    RequestHandle h = e.engine.submit(prompt, SamplingParams.greedy(8));
-    e.finish(h);
-    return rec.await(h);
+    return rec.await(e.serve(prompt, SamplingParams.greedy(8)));
   }
 
   /**

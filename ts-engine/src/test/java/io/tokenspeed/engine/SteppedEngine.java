@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.core.storage.StorageKind;
 import io.tokenspeed.l3.L3Executor;
 import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.model.sampling.SamplingParams;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -119,6 +120,25 @@ final class SteppedEngine implements AutoCloseable {
     return true;
   }
 
+  /**
+   * Runs a round now, whether or not the idle policy has one due (an idle engine's housekeeping on
+   * demand); returns what it did.
+   */
+  RoundResult runRound() throws Exception {
+    last = round().doWork(clock.get());
+    rounds++;
+    clock.addAndGet(ROUND_NS);
+    return last;
+  }
+
+  /** Runs rounds ({@link #runRound}) until {@code done}; fails naming {@code what} if never. */
+  void runRoundsUntil(BooleanSupplier done, String what) throws Exception {
+    for (int n = 0; !done.getAsBoolean(); n++) {
+      assertTrue(n < MAX_STEPS, () -> "never happened within " + MAX_STEPS + " rounds: " + what);
+      runRound();
+    }
+  }
+
   /** Moves the clock {@code ms} on (no round runs). */
   void advanceMs(long ms) {
     clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(ms));
@@ -141,6 +161,13 @@ final class SteppedEngine implements AutoCloseable {
   /** Turns the loop until {@code h} ended; returns its result. */
   GenerationResult finish(RequestHandle h) throws Exception {
     return await(h.result());
+  }
+
+  /** Submits {@code prompt} and turns the loop until the request ended; returns its handle. */
+  RequestHandle serve(int[] prompt, SamplingParams params) throws Exception {
+    RequestHandle h = engine.submit(prompt, params);
+    finish(h);
+    return h;
   }
 
   /**
