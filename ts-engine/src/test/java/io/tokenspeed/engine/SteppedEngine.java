@@ -28,8 +28,9 @@ import java.util.function.BooleanSupplier;
  * </pre>
  *
  * <p>Outside a step nothing moves: no round runs, no store call happens and the clock stands, so a
- * test submits, cancels, moves the clock and holds store calls back ({@link #holdStore}) exactly
- * between two turns. Close it only after {@link #settle}: a paused engine's close does not drain.
+ * test submits, cancels, moves the clock and holds store calls inside the store ({@link
+ * #holdStore}) exactly between two turns. Close it only after {@link #settle}: a paused engine's
+ * close does not drain.
  */
 final class SteppedEngine implements AutoCloseable {
   /** What a round costs on the manual clock: a spinning loop still moves time on. */
@@ -46,8 +47,11 @@ final class SteppedEngine implements AutoCloseable {
   private long rounds;
   private long storeCalls;
 
-  /** While true, the store calls the executor queued stay queued (a store that does not answer). */
-  boolean holdStore;
+  /** Store calls taken while the store is held: inside it, not answered yet. */
+  private final List<Runnable> held = new ArrayList<>();
+
+  /** Whether store calls stay inside the store, unanswered ({@link #holdStore}). */
+  private boolean holdStore;
 
   /** Starts an engine of {@code settings} (its clock and L3 executor are replaced) paused. */
   SteppedEngine(EngineSettings.Builder settings) {
@@ -87,25 +91,48 @@ final class SteppedEngine implements AutoCloseable {
   }
 
   /**
-   * Runs every store call the executor has queued, and those their completions queue, unless {@link
-   * #holdStore}; returns how many ran.
+   * Runs every store call the executor has queued, and those their completions queue; returns how
+   * many ran. While the store is held they are taken and kept instead.
    */
   int runStoreCalls() {
     int ran = 0;
-    for (boolean took = !holdStore; took; ) {
+    for (boolean took = true; took; ) {
       took = false;
       for (L3Executor executor : executors) {
         for (StorageKind kind : StorageKind.values()) {
           for (Runnable call; (call = executor.takeWork(kind)) != null; ) {
-            call.run();
             took = true;
-            ran++;
+            if (holdStore) {
+              held.add(call);
+            } else {
+              call.run();
+              ran++;
+            }
           }
         }
       }
     }
     storeCalls += ran;
     return ran;
+  }
+
+  /** From now on store calls stay inside the store, unanswered, until {@link #releaseStore}. */
+  void holdStore() {
+    holdStore = true;
+  }
+
+  /** Store calls inside the held store. */
+  int heldStoreCalls() {
+    return held.size();
+  }
+
+  /** The held store answers: its calls run now, in the order they were taken. */
+  void releaseStore() {
+    holdStore = false;
+    List<Runnable> calls = new ArrayList<>(held);
+    held.clear();
+    calls.forEach(Runnable::run);
+    storeCalls += calls.size();
   }
 
   /** One turn of the loop: its wait, then a round when one is due; true when a round ran. */
