@@ -50,6 +50,9 @@ final class SteppedEngine implements AutoCloseable {
   /** Store calls taken while the store is held: inside it, not answered yet. */
   private final List<Runnable> held = new ArrayList<>();
 
+  /** Held calls the store was told to answer: they run at the loop's next wait. */
+  private final List<Runnable> answering = new ArrayList<>();
+
   /** Whether store calls stay inside the store, unanswered ({@link #holdStore}). */
   private boolean holdStore;
 
@@ -95,7 +98,9 @@ final class SteppedEngine implements AutoCloseable {
    * many ran. While the store is held they are taken and kept instead.
    */
   int runStoreCalls() {
-    int ran = 0;
+    int ran = answering.size();
+    answering.forEach(Runnable::run);
+    answering.clear();
     for (boolean took = true; took; ) {
       took = false;
       for (L3Executor executor : executors) {
@@ -126,13 +131,14 @@ final class SteppedEngine implements AutoCloseable {
     return held.size();
   }
 
-  /** The held store answers: its calls run now, in the order they were taken. */
+  /**
+   * The held store answers: its calls run at the loop's next wait, in the order they were taken,
+   * and their completions wake it; later calls run as they come until the store is held again.
+   */
   void releaseStore() {
     holdStore = false;
-    List<Runnable> calls = new ArrayList<>(held);
+    answering.addAll(held);
     held.clear();
-    calls.forEach(Runnable::run);
-    storeCalls += calls.size();
   }
 
   /** One turn of the loop: its wait, then a round when one is due; true when a round ran. */
