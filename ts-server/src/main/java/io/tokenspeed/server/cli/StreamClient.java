@@ -17,6 +17,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -109,6 +110,15 @@ final class StreamClient implements AutoCloseable {
   private final ScheduledExecutorService deadlines =
       Executors.newSingleThreadScheduledExecutor(
           Thread.ofPlatform().daemon().name("ts-bench-deadlines").factory());
+
+  /**
+   * Requests in flight at once: a quarter of the process's descriptor limit. The server in the same
+   * process ({@code bench serve}) holds at most half of it in connections ({@link
+   * io.tokenspeed.server.http.HttpFrontend}), so an open-loop burst waits here, its wait counted in
+   * its latency, instead of exhausting the descriptors both sides share.
+   */
+  private final Semaphore inFlight = new Semaphore(maxInFlight());
+
   private final HttpClient http =
       HttpClient.newBuilder()
           .version(HttpClient.Version.HTTP_1_1)
@@ -153,6 +163,26 @@ final class StreamClient implements AutoCloseable {
             .build();
     Reading r = new Reading();
     r.sentNs = System.nanoTime();
+    inFlight.acquire();
+    try {
+      return send(request, r, maxTokens);
+    } finally {
+      inFlight.release();
+    }
+  }
+
+  /** The most requests in flight: a quarter of the descriptor limit, at least 64. */
+  private static int maxInFlight() {
+    long limit =
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean()
+                instanceof com.sun.management.UnixOperatingSystemMXBean unix
+            ? unix.getMaxFileDescriptorCount()
+            : -1;
+    return limit <= 0 ? Integer.MAX_VALUE : (int) Math.clamp(limit / 4, 64, Integer.MAX_VALUE);
+  }
+
+  private Completion send(HttpRequest request, Reading r, int maxTokens)
+      throws InterruptedException {
     AtomicBoolean expired = new AtomicBoolean();
     try {
       HttpResponse<InputStream> response =

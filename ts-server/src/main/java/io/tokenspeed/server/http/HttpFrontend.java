@@ -132,8 +132,39 @@ public final class HttpFrontend implements AutoCloseable {
             // the first event's median came 18-33 ms after the headers' (docs/benchmarks/
             // 2026-12-02-serving.md)
             .connectionOptions(o -> o.tcpNoDelay(true))
+            // the listener stops for good when accept fails, and accept fails when the process
+            // is out of file descriptors: connections beyond the bound wait in the backlog
+            .maxTcpConnections(maxConnections(openFileLimit()))
             .routing(this::routes)
             .build();
+  }
+
+  /**
+   * The most connections the listener holds at once for a process allowed {@code openFileLimit}
+   * descriptors (-1 when unknown: no bound): half of the limit, at least 16. The other half is left
+   * to everything else the process opens (the store's files and sockets, the model, the JVM's own
+   * files, and in {@code bench serve} the clients' sockets in the same process). An accept that
+   * finds no descriptor stops the web server's listener for good; with this bound a burst of
+   * connections waits in the kernel's backlog instead.
+   */
+  static int maxConnections(long openFileLimit) {
+    if (openFileLimit <= 0) {
+      return -1;
+    }
+    return (int) Math.clamp(openFileLimit / 2, 16, Integer.MAX_VALUE);
+  }
+
+  /** The process's limit of open file descriptors, or -1 where the platform does not say. */
+  private static long openFileLimit() {
+    return java.lang.management.ManagementFactory.getOperatingSystemMXBean()
+            instanceof com.sun.management.UnixOperatingSystemMXBean unix
+        ? unix.getMaxFileDescriptorCount()
+        : -1;
+  }
+
+  /** The bound on the listener's connections ({@link #maxConnections}). */
+  int maxTcpConnections() {
+    return server.prototype().maxTcpConnections();
   }
 
   /** Whether accepted connections send each write at once (TCP_NODELAY: Nagle's algorithm off). */

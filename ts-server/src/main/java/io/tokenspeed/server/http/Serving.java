@@ -172,6 +172,11 @@ public final class Serving implements AutoCloseable {
     return frontend.tcpNoDelay();
   }
 
+  /** The bound on the listener's connections at once (-1: none). */
+  int maxTcpConnections() {
+    return frontend.maxTcpConnections();
+  }
+
   public ServerMetrics metrics() {
     return metrics;
   }

@@ -79,6 +79,24 @@ class HttpServerTest {
     assertTrue(server.serving.tcpNoDelay(), "TCP_NODELAY on accepted connections");
   }
 
+  /**
+   * Regression: a burst of connections that used up the process's file descriptors made accept
+   * fail, which stops the web server's listener for good (every later request failed, the process
+   * alive). The listener holds at most half of the descriptor limit in connections.
+   */
+  @Test
+  void shouldBoundTheListenersConnectionsToHalfTheDescriptorLimit() {
+    assertEquals(10_000, HttpFrontend.maxConnections(20_000));
+    assertEquals(16, HttpFrontend.maxConnections(10), "a floor for tiny limits");
+    assertEquals(-1, HttpFrontend.maxConnections(-1), "no bound where the limit is unknown");
+    long limit =
+        ((com.sun.management.UnixOperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean())
+            .getMaxFileDescriptorCount();
+    assertEquals(HttpFrontend.maxConnections(limit), server.serving.maxTcpConnections());
+    assertTrue(server.serving.maxTcpConnections() > 0, "bounded on this platform");
+  }
+
   static String completion(String prompt, int maxTokens, String extra) {
     return "{\"model\":\""
         + TestServer.MODEL
