@@ -616,6 +616,21 @@ public final class Engine implements AutoCloseable {
     return round;
   }
 
+  /**
+   * What the loop thread does when its round fails with {@code t}, for the whole-loop simulation,
+   * which runs the rounds itself: every request ends with the failure, the replica's collective
+   * aborts, and the loop ends.
+   */
+  void roundFailed(Throwable t) {
+    runner.failed(t);
+    round.ended();
+  }
+
+  /** The Host tier's memory (the whole-loop simulation reads its published blocks). */
+  io.tokenspeed.engine.memory.TierMemory hostMemory() {
+    return host.memory();
+  }
+
   /** Whether a storage operation has no agreed completion yet (loop thread, between rounds). */
   boolean storageOperationsPending() {
     return storage != null && storage.busy();

@@ -276,7 +276,14 @@ public final class SimStore implements Store {
     void answered(long nowNs, List<String> keys, List<Boolean> refused);
   }
 
+  /** Told of every object a PUT writes, as it writes it; a simulation's checks. */
+  public interface WriteListener {
+    /** {@code key} now holds {@code bytes} (a copy the listener may keep). */
+    void written(String key, byte[] bytes);
+  }
+
   private PutListener putListener = (now, keys, refused) -> {};
+  private WriteListener writeListener = (key, bytes) -> {};
   private java.util.function.Consumer<String> deleteListener = ns -> {};
 
   /** The call that is running now, if it failed by a restart while hung. */
@@ -317,6 +324,24 @@ public final class SimStore implements Store {
         new Attached(executors.size(), executor, workers, new int[StorageKind.values().length]);
     executors.add(a);
     return a.index();
+  }
+
+  /**
+   * Forgets the executors attached as {@code indexes} (their processes are gone): their calls in
+   * flight, hung ones included, never run (the connections went with the processes: nothing of them
+   * reaches the store), and no more work is taken from them. Returns how many calls were dropped.
+   */
+  public synchronized int detach(List<Integer> indexes) {
+    int dropped = 0;
+    for (var it = inFlight.iterator(); it.hasNext(); ) {
+      if (indexes.contains(it.next().owner.index())) {
+        it.remove();
+        dropped++;
+      }
+    }
+    executors.removeIf(a -> indexes.contains(a.index()));
+    log(nowNs.getAsLong() + " DETACH " + indexes + " -> " + dropped + " calls dropped");
+    return dropped;
   }
 
   /**
@@ -412,6 +437,24 @@ public final class SimStore implements Store {
   /** Tells {@code listener} of every answered PUT call (one listener). */
   public synchronized void onPut(PutListener listener) {
     this.putListener = listener;
+  }
+
+  /** Tells {@code listener} of every object a PUT writes (one listener). */
+  public synchronized void onWrite(WriteListener listener) {
+    this.writeListener = listener;
+  }
+
+  /**
+   * Hands {@code listener} every object whose bytes are still those its PUT wrote (a rotted object,
+   * which reads back as invalid, is left out), in no particular order.
+   */
+  public synchronized void forEachIntact(WriteListener listener) {
+    for (Map.Entry<String, StoredObject> e : objects.entrySet()) {
+      StoredObject o = e.getValue();
+      if (checksum(o.bytes()) == o.checksum()) {
+        listener.written(e.getKey(), o.bytes().clone());
+      }
+    }
   }
 
   /** Tells {@code listener} of every namespace deletion, once it returned (one listener). */
@@ -657,6 +700,7 @@ public final class SimStore implements Store {
     if (!objects.containsKey(key)) {
       byte[] bytes = source.toArray(ValueLayout.JAVA_BYTE);
       objects.put(key, new StoredObject(bytes, checksum(bytes)));
+      writeListener.written(key, bytes.clone());
     }
   }
 
