@@ -598,7 +598,7 @@ final class WholeLoopSimulation implements AutoCloseable {
             null);
       }
     }
-    replicaStopped(failures);
+    replicaStopped();
   }
 
   /** Waits until every rank waits on the hub (none can go on before the clock moves). */
@@ -675,22 +675,22 @@ final class WholeLoopSimulation implements AutoCloseable {
           results[r] = ranks.get(r).get();
         } catch (ExecutionException e) {
           failures[r] = e.getCause();
+          // its loop thread would at once: the collective aborts, so a rank that goes on into a
+          // forward finds it broken rather than waiting for this one
+          engines.get(r).roundFailed(failures[r]);
         }
       }
     }
   }
 
   /**
-   * The replica stopped: every rank's loop does what a failed round makes it do, every request the
-   * replica held must have ended (with an error, unless it had ended before), the store holds only
-   * reference bytes, and a fresh replica takes over the store. The old processes are gone: their
-   * store calls in flight with them.
+   * The replica stopped (every rank's loop did what its failed round makes it do): every request
+   * the replica held must have ended (with an error, unless it had ended before), the store holds
+   * only reference bytes, and a fresh replica takes over the store. The old processes are gone:
+   * their store calls in flight with them.
    */
-  private void replicaStopped(Throwable[] failures) {
+  private void replicaStopped() {
     replicaStops++;
-    for (int r = 0; r < tp; r++) {
-      engines.get(r).roundFailed(failures[r]);
-    }
     for (Req q : open.values()) {
       if (!q.handle.result().isDone()) {
         throw violation(
