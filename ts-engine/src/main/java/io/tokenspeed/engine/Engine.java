@@ -170,6 +170,9 @@ public final class Engine implements AutoCloseable {
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
+    if (simulation != null) {
+      simulation.planting().round(round);
+    }
     round.publishInitialMetrics(nanoClock.getAsLong());
     this.runner = new LoopRunner(round, loop, nanoClock);
   }

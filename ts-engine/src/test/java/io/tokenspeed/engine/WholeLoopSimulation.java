@@ -107,7 +107,13 @@ final class WholeLoopSimulation implements AutoCloseable {
     /** A retracted victim keeps what it knew of its Device KV. */
     VICTIM_KEEPS_DEVICE_KV,
     /** The store lands a wrong byte now and then and answers OK. */
-    STORE_LANDS_WRONG_BYTES
+    STORE_LANDS_WRONG_BYTES,
+    /** The store writes an object with a wrong byte now and then, which reads back OK. */
+    STORE_WRITES_WRONG_BYTES,
+    /** A rank's round goes on when its exchange fails (a peer died or stalled). */
+    SERVES_ALONE,
+    /** A failed loop does not end the requests it serves. */
+    FAILED_LOOP_LEAVES_REQUESTS
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -251,6 +257,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     if (planted == Planted.RETIRED_BY_ANY_RANK) {
       faults = faults.with(SimStore.Fault.UNRETIRED, 0.01);
     }
+    if (planted == Planted.STORE_WRITES_WRONG_BYTES) {
+      faults = faults.with(SimStore.Fault.WRONG_WRITE, 0.01);
+    }
     this.store = new SimStore(rnd.nextLong(), clock::get, faults);
     store.onPut(this::onPut);
     store.onWrite(this::onWrite);
@@ -342,7 +351,21 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** Switches {@code planted}'s rule off in each owner as the engine builds it. */
   private static Simulation.Planting planting(Planted planted) {
     return switch (planted) {
-      case NONE, STORE_LANDS_WRONG_BYTES -> Simulation.Planting.NONE;
+      case NONE, STORE_LANDS_WRONG_BYTES, STORE_WRITES_WRONG_BYTES -> Simulation.Planting.NONE;
+      case SERVES_ALONE ->
+          new Simulation.Planting() {
+            @Override
+            public void round(Round round) {
+              round.plantServeAlone();
+            }
+          };
+      case FAILED_LOOP_LEAVES_REQUESTS ->
+          new Simulation.Planting() {
+            @Override
+            public void round(Round round) {
+              round.plantLeaveActiveOnFailure();
+            }
+          };
       case PUBLISH_FAILED_GET ->
           new Simulation.Planting() {
             @Override
@@ -591,8 +614,8 @@ final class WholeLoopSimulation implements AutoCloseable {
         throw violation(
             "rank "
                 + r
-                + "'s round went on after rank "
-                + victim
+                + "'s round went on after "
+                + (r == victim ? "it" : "rank " + victim)
                 + (fault == RankFault.KILLED ? " died" : " stalled past the round timeout")
                 + ": it serves alone",
             null);

@@ -51,6 +51,9 @@ import java.util.function.LongSupplier;
  *   RESTART      any call                every object is lost; hung calls fail
  *   WRONG_BYTES  a GET row (planted)     a wrong byte lands and the row answers Ok — a store
  *                                        bug no real store may have; the simulation must see it
+ *   WRONG_WRITE  a PUT row (planted)     the object is written with a wrong byte, checksummed as
+ *                                        written, so that it reads back Ok — the same bug on the
+ *                                        way in
  * </pre>
  *
  * <p>Each object keeps the checksum of the bytes its PUT wrote, as a checksummed store (the file
@@ -73,7 +76,8 @@ public final class SimStore implements Store {
     UNRETIRED,
     OUTAGE,
     RESTART,
-    WRONG_BYTES
+    WRONG_BYTES,
+    WRONG_WRITE
   }
 
   /**
@@ -95,6 +99,8 @@ public final class SimStore implements Store {
    * @param restartChance the chance, per call, that the store restarts and loses every object
    * @param wrongBytesChance the chance that a GET row lands a wrong byte and answers Ok (a planted
    *     bug; 0 for a correct store)
+   * @param wrongWriteChance the chance that a PUT row writes its object with a wrong byte, which
+   *     reads back Ok (a planted bug; 0 for a correct store)
    */
   public record Faults(
       long minLatencyNs,
@@ -111,11 +117,12 @@ public final class SimStore implements Store {
       double outageChance,
       long outageNs,
       double restartChance,
-      double wrongBytesChance) {
+      double wrongBytesChance,
+      double wrongWriteChance) {
 
     /** Ordinary delays of 50 µs to 3 ms, no faults, room for a million objects. */
     public static final Faults NONE =
-        new Faults(50_000, 3_000_000, 0, 0, 0, 0, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0);
+        new Faults(50_000, 3_000_000, 0, 0, 0, 0, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0, 0);
 
     /**
      * Every fault of a correct store that leaves the executor working, a few times in a thousand
@@ -138,6 +145,7 @@ public final class SimStore implements Store {
             0.002,
             300_000_000,
             0.001,
+            0,
             0);
 
     public Faults {
@@ -171,7 +179,8 @@ public final class SimStore implements Store {
         unretiredChance,
         outageChance,
         restartChance,
-        wrongBytesChance
+        wrongBytesChance,
+        wrongWriteChance
       };
       for (double c : chances) {
         if (!(c >= 0 && c <= 1)) {
@@ -195,7 +204,8 @@ public final class SimStore implements Store {
         unretiredChance,
         outageChance,
         restartChance,
-        wrongBytesChance
+        wrongBytesChance,
+        wrongWriteChance
       };
       int at =
           switch (fault) {
@@ -208,6 +218,7 @@ public final class SimStore implements Store {
             case OUTAGE -> 6;
             case RESTART -> 7;
             case WRONG_BYTES -> 8;
+            case WRONG_WRITE -> 9;
             case REORDERED ->
                 throw new IllegalArgumentException("reordering follows from the delays");
           };
@@ -227,7 +238,8 @@ public final class SimStore implements Store {
           c[6],
           outageNs,
           c[7],
-          c[8]);
+          c[8],
+          c[9]);
     }
   }
 
@@ -699,6 +711,12 @@ public final class SimStore implements Store {
   private void write(String key, MemorySegment source) {
     if (!objects.containsKey(key)) {
       byte[] bytes = source.toArray(ValueLayout.JAVA_BYTE);
+      if (faults.wrongWriteChance() > 0
+          && bytes.length > 0
+          && rnd.nextDouble() < faults.wrongWriteChance()) {
+        injected(Fault.WRONG_WRITE);
+        bytes[rnd.nextInt(bytes.length)] ^= 0x5A;
+      }
       objects.put(key, new StoredObject(bytes, checksum(bytes)));
       writeListener.written(key, bytes.clone());
     }

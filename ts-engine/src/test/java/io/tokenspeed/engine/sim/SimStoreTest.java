@@ -267,7 +267,7 @@ class SimStoreTest {
 
   @Test
   void shouldRefusePutsPastItsCapacityAndTakeThemAgainOnceANamespaceIsDeleted() throws Exception {
-    Faults two = new Faults(1, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0); // room for two objects
+    Faults two = new Faults(1, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0); // room for two objects
     SimStore store = new SimStore(10, clockNs::get, two, true);
     Rank k = new Rank(store);
     StorageDone done = runAlone(store, k, StorageKind.PUT, List.of("ns_a", "ns_b", "ns_c"));
