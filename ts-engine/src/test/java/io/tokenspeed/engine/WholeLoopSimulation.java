@@ -55,7 +55,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Every choice comes from the seed and every thread's work is awaited before the next step, so a
  * seed replays exactly (the store's call log included): the exchange orders everything by rank, the
- * copies are awaited inside the round, and the store's calls run only on the driver thread.
+ * copies are awaited inside the round, and the store's calls run only on the driver thread. In a
+ * round with a dead or stalled rank the clock moves only while every rank still in its round waits
+ * on the hub ({@link LocalRelayHub#waiting()}), a round timeout at a time.
  *
  * <p><b>Faults.</b> In three seeds of four the store is hostile ({@link SimStore.Faults#HOSTILE}):
  * slow calls past the soft deadline (reordered completions), hung calls until a restart, refusal
@@ -63,13 +65,17 @@ import java.util.concurrent.atomic.AtomicLong;
  * now and then (quarantine). Every seed has idle gaps of up to 6 s, bursts over shared system
  * prompts, cancellations and request deadlines, and administrative calls at random points: full
  * clear, Device-only clear, namespace rotation, and the weight update (fence, wait until every
- * operation retired, delete the old namespace, switch).
+ * operation retired, delete the old namespace, switch). At TP > 1, every 2 to 40 s of simulated
+ * time one rank, at random, dies (the hub kills it, half the time), stalls past the round timeout
+ * (a quarter) or stalls for less (a quarter); the first two stop the replica, and a fresh one (new
+ * engines, new hub, empty Device and Host tiers, the weight version the last one ended with) takes
+ * over the store, while the old processes' store calls in flight are dropped with them.
  *
  * <p><b>Checked after every round</b> (the figures say how often each was exercised):
  *
  * <ul>
  *   <li>every rank's round ran: the exchange compares the ranks' plan digests and stops the replica
- *       when they differ, so a rank's failure is a violation;
+ *       when they differ, so a rank's failure, other than by the rank faults above, is a violation;
  *   <li>every request's tokens are the reference's (the same model over the tokens alone, which is
  *       what an engine without storage generates: {@code SimModelEngineTest}), and a request that
  *       ran to its length has all of them;
@@ -85,7 +91,16 @@ import java.util.concurrent.atomic.AtomicLong;
  *   <li>when the replica is idle: no store call in flight and no job in any executor (an idle
  *       replica calls the store no more), no Ready hold, operations and Host credits in use only by
  *       quarantined operations, no Device block held by a request, and an executor that quarantined
- *       means every rank's manager quarantined (nothing published without agreement).
+ *       means every rank's manager quarantined (nothing published without agreement);
+ *   <li>every object a PUT writes, as the store writes it, and every Host block published in the
+ *       round, on every rank, holds the reference bytes of its key on that rank ({@link
+ *       ReferenceBlocks}: the rows the model writes for the prefix its hash names); the whole
+ *       store's intact objects again whenever a replica stops and at the end of the run;
+ *   <li>when a rank died or stalled past the round timeout: every rank's round fails (the stalled
+ *       one, released, at the latest in the round after the one it had every report of), so no rank
+ *       serves alone; a failed round's loop aborts the collective at once, as the loop thread does;
+ *       every request the replica held has ended, with an error unless it ended before; a rank
+ *       stalled for less than the round timeout holds the round up, and it goes on.
  * </ul>
  *
  * <p>A violation throws {@link Violation} with {@code seed=… tp=… round=… clock=…} and what broke.
