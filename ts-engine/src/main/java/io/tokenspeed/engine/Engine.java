@@ -634,6 +634,14 @@ public final class Engine implements AutoCloseable {
     return host.memory();
   }
 
+  /**
+   * A runner of this engine's loop whose waits are {@code waits}', for a test that steps a paused
+   * engine ({@link LoopRunner#step}) on its own thread instead of resuming it.
+   */
+  LoopRunner steppedRunner(LoopRunner.Waits waits) {
+    return new LoopRunner(round, loop, nanoClock, waits);
+  }
+
   /** Whether a storage operation has no agreed completion yet (loop thread, between rounds). */
   boolean storageOperationsPending() {
     return storage != null && storage.busy();

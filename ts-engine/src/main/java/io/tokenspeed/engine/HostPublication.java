@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.cache.Admission;
+import io.tokenspeed.cache.BlockPool;
 import io.tokenspeed.cache.CacheCoordinator;
 import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.cache.RetractionImage;
@@ -324,18 +325,22 @@ final class HostPublication {
   }
 
   /**
-   * Copies the rows of a tail the Host lacks, all of them or none, into free Host room only: a tail
-   * never evicts a cached block. Most tails belong to one prompt alone, while what eviction would
-   * take are pages many prompts share, or the room a restore is about to need; a tail that finds no
-   * room is simply not written (best effort beside the pages, not counted as a dropped backup).
+   * Copies the rows of a tail the Host lacks, all of them or none, into free Host room only, and
+   * only while more than half of the Host tier's parents are free: a tail never evicts a cached
+   * block, and it leaves the pages of later rounds the room they need. Most tails belong to one
+   * prompt alone, while what eviction would take are pages many prompts share, or the room a
+   * restore is about to need; and a written tail holds its Host blocks until its PUT is done. A
+   * tail that finds no such room is simply not written (best effort beside the pages, not counted
+   * as a dropped backup).
    */
   private void writeTail(Tail t, List<BlockTransfer> ops, List<ImagePage> pages) {
     int[] needs = new int[layout.numGroups()];
     for (CacheKey k : t.keys()) {
       needs[k.groupId()] += cache.host().contains(k) ? 0 : 1;
     }
-    if (!cache.host().pool().canAcquire(needs)) {
-      return;
+    BlockPool pool = cache.host().pool();
+    if (pool.freeParents() <= pool.numParents() / 2 || !pool.canAcquire(needs)) {
+      return; // the pages come first: they need the room more than one prompt's tail does
     }
     for (int i = 0; i < t.keys().size(); i++) {
       CacheKey k = t.keys().get(i);

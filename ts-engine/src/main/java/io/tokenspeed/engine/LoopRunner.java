@@ -42,16 +42,36 @@ final class LoopRunner {
    */
   static final long STORAGE_TICK_MS = 5;
 
+  /**
+   * How the loop waits for a reason to run a round: {@link LoopProxy#awaitWork} in production. A
+   * test that steps a paused engine's loop passes a wait of its own that moves a manual clock
+   * instead of the thread's time ({@link #step}).
+   */
+  interface Waits {
+    /** Waits up to {@code ms} for work (returns earlier when work arrives). */
+    void awaitWork(long ms) throws InterruptedException;
+  }
+
   private final Round round;
   private final LoopProxy loop;
   private final LongSupplier nanoClock;
+  private final Waits waits;
   private final Thread thread;
   private long lastRoundNs;
 
   LoopRunner(Round round, LoopProxy loop, LongSupplier nanoClock) {
+    this(round, loop, nanoClock, loop::awaitWork);
+  }
+
+  /**
+   * A runner whose waits are {@code waits}' (tests step it with {@link #step}; its thread is never
+   * started).
+   */
+  LoopRunner(Round round, LoopProxy loop, LongSupplier nanoClock, Waits waits) {
     this.round = round;
     this.loop = loop;
     this.nanoClock = nanoClock;
+    this.waits = waits;
     this.lastRoundNs = nanoClock.getAsLong();
     this.thread = new Thread(this::run, "ts-engine-loop");
     this.thread.setDaemon(true);
@@ -95,9 +115,8 @@ final class LoopRunner {
         if (loop.closing()) {
           round.cancelAll(draining());
         }
-        if (roundDue(last)) {
-          last = runRound();
-        }
+        RoundResult r = step(last);
+        last = r == null ? last : r;
       }
     } catch (Throwable t) {
       failed(t);
@@ -114,6 +133,16 @@ final class LoopRunner {
     round.fail(t);
   }
 
+  /**
+   * One turn of a leader's or a single rank's loop after {@code last}: the wait the idle policy
+   * asks for, then a round when one is due. Returns the round's result, or null when the wait ended
+   * with no round due. The loop thread calls it; a test that steps a paused engine calls it in its
+   * place, on one thread.
+   */
+  RoundResult step(RoundResult last) throws Exception {
+    return roundDue(last) ? runRound() : null;
+  }
+
   private RoundResult runRound() throws Exception {
     long nowNs = nanoClock.getAsLong();
     lastRoundNs = nowNs;
@@ -128,7 +157,7 @@ final class LoopRunner {
       return idleWait();
     }
     if ((last.storageWait() || last.forwardWithheld()) && !arrived && !agreementDue) {
-      loop.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers or the freeze lifts
+      waits.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers or the freeze lifts
     }
     return true;
   }
@@ -141,7 +170,7 @@ final class LoopRunner {
   private boolean idleWait() throws InterruptedException {
     boolean busy = round.storageBusy();
     long retryInNs = round.backupRetryInNs(nanoClock.getAsLong());
-    loop.awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
+    waits.awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
     long nowNs = nanoClock.getAsLong();
     boolean retryDue = round.backupRetryInNs(nowNs) <= 0;
     boolean heartbeat =

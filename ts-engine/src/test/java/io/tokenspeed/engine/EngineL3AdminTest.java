@@ -8,15 +8,11 @@ import io.tokenspeed.engine.EngineL3FaultsTest.Forwarding;
 import io.tokenspeed.engine.EngineL3Test.SharedStore;
 import io.tokenspeed.engine.EngineTest.Recorder;
 import io.tokenspeed.engine.EngineTest.Run;
-import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.sampling.SamplingParams;
-import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
-import java.util.List;
 import java.util.SplittableRandom;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -70,6 +66,18 @@ class EngineL3AdminTest {
     return e;
   }
 
+  /** A stepped engine over {@code store} (its turns, store calls and clock are the test's). */
+  private SteppedEngine stepped(Recorder rec, io.tokenspeed.l3.spi.Store store) {
+    return new SteppedEngine(
+        EngineSettings.of(model, EngineTest.small(256))
+            .observer(rec)
+            .l3(EngineL3FaultsTest.settings(store)));
+  }
+
+  private Run serve(SteppedEngine e, Recorder rec) throws Exception {
+    return EngineTest.await(e.serve(prompt, SamplingParams.greedy(8)), rec);
+  }
+
   /** Waits until the engine's write-through of finished prompts has reached the store. */
   private static void awaitPuts(SharedStore store) throws InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
@@ -79,47 +87,37 @@ class EngineL3AdminTest {
     assertTrue(store.puts.get() > 0, "the prefix was put");
   }
 
+  /**
+   * The store keeps a prefix; after a full clear the repeat queries it, and its GET stays inside
+   * the store, unanswered; a full clear meanwhile rejects the operation without waiting for it, the
+   * repeat is recomputed, and the late GET's rows are never published.
+   */
   @Test
   void shouldClearEverythingLocalWhileAReadHangsAndThenRestoreFromTheStore() throws Exception {
     SharedStore shared = new SharedStore();
-    CountDownLatch answer = new CountDownLatch(1);
-    CountDownLatch hung = new CountDownLatch(1);
-    Forwarding hanging =
-        new Forwarding(shared) {
-          volatile boolean hang;
-
-          @Override
-          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
-              throws Exception {
-            if (hang) {
-              hung.countDown();
-              answer.await();
-            }
-            return super.get(keys, destinations);
-          }
-
-          @Override
-          public StoreResult exists(List<String> keys) throws Exception {
-            hang = true; // from the first read on, GETs hang until released
-            return super.exists(keys);
-          }
-        };
     Recorder rec = new Recorder();
-    try (Engine e = engine(rec, hanging)) {
+    try (SteppedEngine e = stepped(rec, shared)) {
       EngineTest.assertSame(want, serve(e, rec), "cold");
-      awaitPuts(shared);
-      e.clearCache().get(10, TimeUnit.SECONDS);
-      // the store still has the prefix: the repeat queries it, and its GET hangs past the soft
-      // deadline; a full clear meanwhile rejects the operation without waiting for it
-      var handle = e.submit(prompt, SamplingParams.greedy(8));
-      Thread.sleep(50);
-      e.clearCache().get(10, TimeUnit.SECONDS);
+      e.settle(); // the write-through's PUTs are in the store
+      assertTrue(shared.puts.get() > 0, "the prefix was put");
+      e.await(e.engine.clearCache());
+      var handle = e.engine.submit(prompt, SamplingParams.greedy(8));
+      e.stepUntil(
+          () -> e.engine.storageTransferManager().counters().getsIssued() > 0,
+          "the repeat's query found the prefix and its GET was issued");
+      e.holdStore(); // the GET stays inside the store
+      e.stepUntil(() -> e.heldStoreCalls() > 0, "the repeat's GET is inside the store");
+      int gets = shared.gets.get();
+      e.await(e.engine.clearCache());
+      e.finish(handle);
       Run again = EngineTest.await(handle, rec);
       EngineTest.assertSame(want, again, "recomputed after the clears");
-      assertTrue(hung.await(0, TimeUnit.SECONDS), "a GET was hanging in the store meanwhile");
-      answer.countDown(); // the hung GET retires late: its rows are never published
+      assertEquals(gets, shared.gets.get(), "the GET was still inside the store meanwhile");
+      assertEquals(0, again.result().metrics().reusedStorageTokens(), "nothing was restored");
+      e.releaseStore(); // the hung GET retires late: its rows are never published
       Run third = serve(e, rec);
       EngineTest.assertSame(want, third, "after the late GET");
+      e.settle();
     }
     assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
   }
@@ -129,8 +127,9 @@ class EngineL3AdminTest {
    * again and checks that the output is unchanged, nothing came from the Device and the Host kept
    * every full page of the prefix.
    */
-  private void assertL1OnlyClearKeepsTheHost(Engine e, Recorder rec, String when) throws Exception {
-    e.clearDeviceCache().get(10, TimeUnit.SECONDS);
+  private void assertL1OnlyClearKeepsTheHost(SteppedEngine e, Recorder rec, String when)
+      throws Exception {
+    e.await(e.engine.clearDeviceCache());
     Run again = serve(e, rec);
     EngineTest.assertSame(want, again, when);
     assertEquals(0, again.result().metrics().reusedDeviceTokens(), "the Device was cleared");
@@ -143,13 +142,11 @@ class EngineL3AdminTest {
   @Test
   void shouldKeepTheHostOnAnL1OnlyClear() throws Exception {
     Recorder rec = new Recorder();
-    try (Engine e = engine(rec, new SharedStore())) {
+    try (SteppedEngine e = stepped(rec, new SharedStore())) {
       serve(e, rec);
-      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-      while (rec.hostCached <= 0 && System.nanoTime() < deadline) {
-        Thread.sleep(2); // the finished prefix is written through to the Host
-      }
+      e.stepUntil(() -> rec.hostCached > 0, "the finished prefix is written through to the Host");
       assertL1OnlyClearKeepsTheHost(e, rec, "after an L1-only clear");
+      e.settle();
     }
     assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString());
   }
@@ -157,25 +154,17 @@ class EngineL3AdminTest {
   @Test
   void shouldClearOnlyTheDeviceWhileAHostPutIsInsideTheStoreAndLetThePutFinish() throws Exception {
     SharedStore shared = new SharedStore();
-    CountDownLatch inside = new CountDownLatch(1);
-    CountDownLatch release = new CountDownLatch(1);
-    Forwarding slowPuts =
-        new Forwarding(shared) {
-          @Override
-          public StoreResult put(List<String> keys, List<MemorySegment> sources) throws Exception {
-            inside.countDown();
-            release.await(); // the write-through's PUT reads the Host until released
-            return super.put(keys, sources);
-          }
-        };
     Recorder rec = new Recorder();
-    try (Engine e = engine(rec, slowPuts)) {
+    try (SteppedEngine e = stepped(rec, shared)) {
       serve(e, rec);
-      assertTrue(inside.await(10, TimeUnit.SECONDS), "the finished prefix's PUT started");
+      assertEquals(0, shared.puts.get(), "nothing was put yet");
+      e.holdStore(); // the write-through's PUT reads the Host until released
+      e.stepUntil(() -> e.heldStoreCalls() > 0, "the finished prefix's PUT is inside the store");
       assertL1OnlyClearKeepsTheHost(e, rec, "after an L1-only clear with a PUT in flight");
       assertEquals(0, shared.puts.get(), "the PUT is still inside the store");
-      release.countDown();
-      awaitPuts(shared);
+      e.releaseStore();
+      e.settle();
+      assertTrue(shared.puts.get() > 0, "the prefix was put");
     }
     // what the PUT wrote after the clear is the prefix: a fresh engine restores it from the store
     Recorder fresh = new Recorder();

@@ -38,7 +38,11 @@ import org.junit.jupiter.params.provider.ValueSource;
  * comes after an idle gap counts from its own query, not from the last round before the gap; a
  * store that refuses every PUT, or one whose result quarantined the executor, leaves an idle engine
  * quiet — at most one round per 5 ms tick, no store call beyond a health probe — serving on, and
- * closing within its deadline. Outputs are compared on the untied model of {@link ContextModels}.
+ * its L3 work done within the close's drain. Outputs are compared on the untied model of {@link
+ * ContextModels}.
+ *
+ * <p>The engines under test are stepped ({@link SteppedEngine}): the loop's turns, its store calls
+ * and its clock are the test's, so an idle gap or a counting window is simulated time, exact.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class EngineL3IdleTest {
@@ -47,11 +51,11 @@ class EngineL3IdleTest {
   /** The loop's tick while only L3 work is pending. */
   private static final long TICK_MS = 5;
 
-  /** The idle window over which rounds and store calls are counted. */
+  /** The idle window over which rounds and store calls are counted (simulated time). */
   private static final long WINDOW_MS = 1_000;
 
-  /** At most one round per tick over the window, with slack for scheduling noise. */
-  private static final long MAX_IDLE_ROUNDS = WINDOW_MS / TICK_MS + 20;
+  /** At most one round per tick over the window. */
+  private static final long MAX_IDLE_ROUNDS = WINDOW_MS / TICK_MS;
 
   /**
    * A quiet loop: with L3 quarantined nothing is pending, so an idle engine runs no round (a few
@@ -59,6 +63,7 @@ class EngineL3IdleTest {
    */
   private static final long MAX_QUIET_ROUNDS = 20;
 
+  /** How long the L3 work left after the window may take to end (simulated time). */
   private static final long MAX_CLOSE_MS = 2_000;
 
   private CausalLm model;
@@ -96,12 +101,24 @@ class EngineL3IdleTest {
     }
   }
 
-  /** Waits (up to 10 s) until the engine has no L3 work pending. */
-  private static void awaitStorageIdle(Engine e) throws Exception {
-    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-    while (e.storageBusyNow() && System.nanoTime() < deadline) {
-      Thread.sleep(2);
-    }
+  /** A stepped engine over {@code l3}, checked by {@code rec}. */
+  private SteppedEngine stepped(Checked rec, L3Settings l3) {
+    return new SteppedEngine(EngineSettings.of(model, EngineTest.small(256)).observer(rec).l3(l3));
+  }
+
+  /** Turns {@code e}'s loop until {@code prompt} is served. */
+  private static Run serve(SteppedEngine e, Checked rec, int[] prompt) throws Exception {
+    return rec.await(e.serve(prompt, SamplingParams.greedy(8)));
+  }
+
+  /**
+   * Turns {@code e}'s loop until its L3 work is done, which is what a close drains; returns the
+   * simulated milliseconds it took.
+   */
+  private static long drainMs(SteppedEngine e) throws Exception {
+    long t0 = e.clock.get();
+    e.settle();
+    return TimeUnit.NANOSECONDS.toMillis(e.clock.get() - t0);
   }
 
   /** Counts every store call; tests override the call they break. */
@@ -164,11 +181,14 @@ class EngineL3IdleTest {
 
     Checked r = new Checked();
     Run got;
-    try (Engine reader = started(model, r, settings(store, 200))) {
+    try (SteppedEngine reader = stepped(r, settings(store, 200))) {
       serve(reader, r, unrelated);
-      awaitStorageIdle(reader); // its own write-through done: the loop runs no more rounds
-      Thread.sleep(idleMs);
+      reader.settle(); // its own write-through done: the loop runs no more rounds
+      long rounds = reader.rounds();
+      reader.advanceMs(idleMs);
       got = serve(reader, r, extended);
+      assertTrue(reader.rounds() > rounds, "the gap ended with the request's rounds");
+      reader.settle();
     }
     assertTrue(r.broken.isEmpty() && w.broken.isEmpty(), () -> r.broken + " " + w.broken);
     EngineTest.assertSame(want, got, "idle " + idleMs + " ms: the output equals recomputation");
@@ -187,8 +207,8 @@ class EngineL3IdleTest {
    * A store that refuses every PUT with a retired per-key refusal (no space; an ACL or a full disk
    * answer the same way, and will not change): after one request, the idle engine runs at most one
    * round per tick over a second, the store sees a handful of PUTs at most (a refused page may be
-   * offered again, paced, or dropped with its reason counted — never in a loop), and close()
-   * returns within 2 s. On 66f0a4f the refused pages are re-offered at once, round after round.
+   * offered again, paced, or dropped with its reason counted — never in a loop), and what a close
+   * drains ends within 3 s. On 66f0a4f the refused pages are re-offered at once, round after round.
    */
   @Test
   void shouldStayQuietAndCloseQuicklyWhenTheStoreRefusesEveryPut() throws Exception {
@@ -207,28 +227,19 @@ class EngineL3IdleTest {
     int[] prompt = new SplittableRandom(67).ints(41, 0, model.vocabSize()).toArray();
     Run want = recompute(prompt);
     Checked rec = new Checked();
-    Engine e = started(model, rec, settings(refusing, 200));
-    long rounds;
-    long puts;
-    long closeMs;
-    try {
+    long idleRounds;
+    long idlePuts;
+    long closedMs;
+    try (SteppedEngine e = stepped(rec, settings(refusing, 200))) {
       EngineTest.assertSame(want, serve(e, rec, prompt), "served over a refusing store");
-      Thread.sleep(50); // the finished prefix's write-through and its first PUT
-      rec.checking = false; // a check per round would slow a spinning loop down
-      long rounds0 = rec.rounds.get();
+      e.stepUntil(() -> refusing.puts.get() > 0, "the finished prefix's write-through PUT");
+      long rounds0 = e.rounds();
       long puts0 = refusing.puts.get();
-      Thread.sleep(WINDOW_MS);
-      rounds = rec.rounds.get() - rounds0;
-      puts = refusing.puts.get() - puts0;
-      rec.checking = true;
-    } finally {
-      long t0 = System.nanoTime();
-      e.close();
-      closeMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+      idleRounds = e.runForMs(WINDOW_MS);
+      idlePuts = refusing.puts.get() - puts0;
+      assertEquals(idleRounds, rec.rounds.get() - rounds0, "the observer saw every round");
+      closedMs = drainMs(e);
     }
-    long idleRounds = rounds;
-    long idlePuts = puts;
-    long closedMs = closeMs;
     assertAll(
         () ->
             assertTrue(
@@ -241,14 +252,14 @@ class EngineL3IdleTest {
         () ->
             assertTrue(
                 closedMs < MAX_REFUSING_CLOSE_MS,
-                "close() took " + closedMs + " ms (the pages' last paced attempts run first)"),
+                "the drain took " + closedMs + " ms (the pages' last paced attempts run first)"),
         () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
   }
 
   /**
    * close() lets refused pages' paced attempts run within its drain deadline: once the last of them
-   * (1.5 s after the first refusal, which came about a second before close) is refused, the pages
-   * are dropped and close() returns, long before the 10 s drain deadline.
+   * (1.5 s after the first refusal, which came a second before the drain) is refused, the pages are
+   * dropped and the drain ends, long before the 10 s drain deadline.
    */
   private static final long MAX_REFUSING_CLOSE_MS = 3_000;
 
@@ -315,10 +326,10 @@ class EngineL3IdleTest {
    * One store call whose retirement is unproven quarantines the executor: the engine keeps serving
    * without L3 (outputs equal recomputation); afterwards the idle loop goes quiet — quarantine
    * stops new L3 work, so nothing is pending and it runs (almost) no round, far below one per tick
-   * — and calls the store nothing but (at most) a health probe over a second; close() returns
-   * within 2 s. On 66f0a4f the backup candidates of the request served after quarantine stay queued
-   * without ever dispatching: about 190 rounds a second for ever, and close() waits out its 10 s
-   * drain.
+   * — and calls the store nothing but (at most) a health probe over a second; what a close drains
+   * ends within 2 s. On 66f0a4f the backup candidates of the request served after quarantine stay
+   * queued without ever dispatching: about 190 rounds a second for ever, and close() waits out its
+   * 10 s drain.
    */
   @ParameterizedTest(name = "{0}")
   @EnumSource(Unretired.class)
@@ -372,35 +383,28 @@ class EngineL3IdleTest {
           }
         };
     Checked rec = new Checked();
-    Engine e = started(model, rec, settings(broken, 200));
-    long rounds;
-    long calls;
-    long closeMs;
+    long idleRounds;
+    long idleCalls;
+    long closedMs;
     Run first;
     Run second;
-    try {
+    try (SteppedEngine e = stepped(rec, settings(broken, 200))) {
       first = serve(e, rec, how == Unretired.GET_NOT_RETIRED ? extended : written);
-      assertTrue(failed.await(10, TimeUnit.SECONDS), "the unretired call happened");
-      Thread.sleep(50); // its completion is agreed: the executor is quarantined
+      e.stepUntil(() -> failed.getCount() == 0, "the unretired call");
+      e.stepUntil(
+          () -> e.engine.storageTransferManager().quarantined(),
+          "its completion is agreed: the manager is quarantined");
       second = serve(e, rec, later); // served without L3: its prefix is not backed up
-      Thread.sleep(50);
-      rec.checking = false; // a check per round would slow a spinning loop down
-      long rounds0 = rec.rounds.get();
+      e.settle();
+      long rounds0 = e.rounds();
       long calls0 = broken.calls();
-      Thread.sleep(WINDOW_MS);
-      rounds = rec.rounds.get() - rounds0;
-      calls = broken.calls() - calls0;
-      rec.checking = true;
-    } finally {
-      long t0 = System.nanoTime();
-      e.close();
-      closeMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+      idleRounds = e.runForMs(WINDOW_MS);
+      idleCalls = broken.calls() - calls0;
+      assertEquals(idleRounds, rec.rounds.get() - rounds0, "the observer saw every round");
+      closedMs = drainMs(e);
     }
     Run wantFirst = recompute(how == Unretired.GET_NOT_RETIRED ? extended : written);
     Run wantSecond = recompute(later);
-    long idleRounds = rounds;
-    long idleCalls = calls;
-    long closedMs = closeMs;
     assertAll(
         () -> EngineTest.assertSame(wantFirst, first, how + ": the request that quarantined L3"),
         () -> EngineTest.assertSame(wantSecond, second, how + ": a request after quarantine"),
@@ -419,7 +423,7 @@ class EngineL3IdleTest {
             assertTrue(
                 idleCalls <= 1,
                 how + ": store calls in " + WINDOW_MS + " ms idle after quarantine: " + idleCalls),
-        () -> assertTrue(closedMs < MAX_CLOSE_MS, how + ": close() took " + closedMs + " ms"),
+        () -> assertTrue(closedMs < MAX_CLOSE_MS, how + ": the drain took " + closedMs + " ms"),
         () -> assertTrue(rec.broken.isEmpty(), () -> rec.broken.toString()));
   }
 

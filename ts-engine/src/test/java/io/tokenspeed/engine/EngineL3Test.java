@@ -302,43 +302,44 @@ class EngineL3Test {
     SharedStore store = new SharedStore();
     serveFresh(model, 256, l3(store), written);
     long delayMs = 300;
-    ForwardingStore slow =
-        new ForwardingStore(store) {
-          @Override
-          public StoreResult exists(List<String> keys) throws Exception {
-            Thread.sleep(delayMs);
-            return super.exists(keys);
-          }
-
-          @Override
-          public StoreResult get(List<String> keys, List<MemorySegment> destinations)
-              throws Exception {
-            Thread.sleep(delayMs);
-            return super.get(keys, destinations);
-          }
-        };
     Run want = recompute(model, extended);
     Recorder r = new Recorder();
     Run got;
     long roundsBefore;
     long roundsAfter;
-    try (Engine reader =
-        Engine.start(
+    try (SteppedEngine reader =
+        new SteppedEngine(
             EngineSettings.of(model, EngineTest.small(256))
                 .observer(r)
                 .l3(
                     l3(
-                        slow,
+                        store,
                         StorageConfig.defaults()
                             .withMinExtensionTokens(P)
-                            .withSoftDeadlineMs(60_000)))
-                .paused()
-                .conclude())) {
-      reader.resume();
-      Thread.sleep(50); // let the first idle rounds pass
-      roundsBefore = reader.stats().rounds();
-      got = serve(reader, r, extended);
-      roundsAfter = reader.stats().rounds();
+                            .withSoftDeadlineMs(60_000))))) {
+      reader.holdStore(); // every call takes delayMs of the clock inside the store
+      roundsBefore = reader.rounds();
+      RequestHandle h = reader.engine.submit(extended, SamplingParams.greedy(8));
+      for (String call : List.of("query", "GET")) {
+        reader.stepUntil(() -> reader.heldStoreCalls() > 0, "the " + call + " is in the store");
+        long waiting = reader.runForMs(delayMs);
+        assertTrue(
+            waiting <= delayMs / LoopRunner.STORAGE_TICK_MS + 1,
+            "rounds while the " + call + " took " + delayMs + " ms: " + waiting);
+        reader.releaseStore();
+        long answeredNs = reader.clock.get();
+        reader.holdStore();
+        reader.step();
+        assertEquals(
+            answeredNs + SteppedEngine.ROUND_NS,
+            reader.clock.get(),
+            "the " + call + "'s completion woke the loop for a round at once");
+      }
+      reader.releaseStore();
+      reader.finish(h);
+      got = EngineTest.await(h, r);
+      roundsAfter = reader.rounds();
+      reader.settle();
     }
     assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
     EngineTest.assertSame(want, got, "restored through a slow store vs recomputed");

@@ -25,7 +25,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -158,16 +157,11 @@ class EngineL3WriteThroughTest {
         };
     int needed;
     int hostBlocks;
-    try (Engine e =
-        Engine.start(
-            EngineSettings.of(model, tinyHost).observer(rec).l3(l3(store)).paused().conclude())) {
-      e.resume();
-      rec.await(e.submit(prompt, SamplingParams.greedy(8)));
-      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-      while (e.storageBusyNow() && System.nanoTime() < deadline) {
-        Thread.sleep(2);
-      }
-      Thread.sleep(50); // a last round publishes the counters
+    try (SteppedEngine stepped =
+        new SteppedEngine(EngineSettings.of(model, tinyHost).observer(rec).l3(l3(store)))) {
+      rec.await(stepped.serve(prompt, SamplingParams.greedy(8)));
+      stepped.settle(); // the write-through done; the observer saw the last round's counters
+      Engine e = stepped.engine;
       needed = e.cache().neededKeys(PromptKeys.of(e.layout(), prompt, List.of()), 10 * P).size();
       hostBlocks = e.cache().host().pool().numParents();
     }

@@ -95,6 +95,12 @@ class EngineLogprobsTest {
     return new Streamed(ids, read, r, rec.logits.getOrDefault(h.id(), List.of()));
   }
 
+  /** {@link #streamOk(RequestHandle, Recorder)} of a request {@code e}'s turns serve. */
+  static Streamed streamOk(RequestHandle h, SteppedEngine e, Recorder rec) throws Exception {
+    e.finish(h);
+    return streamOk(h, rec);
+  }
+
   static Streamed streamOk(RequestHandle h, Recorder rec) throws Exception {
     Streamed s = stream(h, rec);
     assertNull(s.result().error(), () -> "request " + h.id() + " failed: " + s.result().error());
@@ -298,22 +304,15 @@ class EngineLogprobsTest {
     }
     // a Host hit: every cached Device block is demoted at once, the prompt loaded back
     Recorder rec = new Recorder();
-    try (Engine e =
-        Engine.start(
-            EngineSettings.of(model, EngineTest.alwaysDemote(256)).observer(rec).conclude())) {
+    try (SteppedEngine e =
+        new SteppedEngine(EngineSettings.of(model, EngineTest.alwaysDemote(256)).observer(rec))) {
       for (int i = 0; i < 2; i++) {
         Ask a = asks.get(i);
-        streamOk(e.submit(a.prompt(), a.params(), a.numTop()), rec);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        for (int polls = 0;
-            polls < 5
-                || ((rec.deviceCached != 0 || rec.hostCached <= 0) && System.nanoTime() < deadline);
-            polls++) {
-          e.cancel(Long.MAX_VALUE); // no such request: it only makes the idle loop run a round
-          Thread.sleep(2);
-        }
-        assertEquals(0, rec.deviceCached, "every cached Device block was demoted");
-        Streamed again = streamOk(e.submit(a.prompt(), a.params(), a.numTop()), rec);
+        streamOk(e.engine.submit(a.prompt(), a.params(), a.numTop()), e, rec);
+        e.runRoundsUntil(
+            () -> rec.deviceCached == 0 && rec.hostCached > 0,
+            "every cached Device block is demoted to the Host");
+        Streamed again = streamOk(e.engine.submit(a.prompt(), a.params(), a.numTop()), e, rec);
         assertTrue(
             again.result().metrics().reusedHostTokens() > 0,
             () -> "reused from the Host: " + again.result().metrics());

@@ -272,27 +272,23 @@ class EngineTest {
     }
     // every cached Device block is demoted to the Host at once: the second run loads them back
     Recorder rec2 = new Recorder(); // request ids start again in a new engine
-    try (Engine e =
-        Engine.start(
-            EngineSettings.of(models.get(fixture), alwaysDemote(256)).observer(rec2).conclude())) {
-      Run first = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
+    try (SteppedEngine e =
+        new SteppedEngine(
+            EngineSettings.of(models.get(fixture), alwaysDemote(256)).observer(rec2))) {
+      Run first = await(e.serve(prompt, SamplingParams.greedy(8)), rec2);
       int[][] before = rec2.tables.get(first.result().requestId());
       // once every cached Device block is demoted, the first run's Device blocks are taken and
       // held: the Host hit must load into other slots
       rec2.squatOn = before;
-      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-      while (!rec2.squatDone && System.nanoTime() < deadline) {
-        e.cancel(Long.MAX_VALUE); // no such request: it only makes the idle loop run a round
-        Thread.sleep(2); // rounds demote every cached Device block, then the squat runs
-      }
-      assertTrue(rec2.squatDone && rec2.hostCached > 0, "demoted and squatted");
+      e.runRoundsUntil(() -> rec2.squatDone, "rounds demote every cached Device block, then squat");
+      assertTrue(rec2.hostCached > 0, "demoted to the Host");
       java.util.Set<Integer> taken = new java.util.HashSet<>(rec2.squatted);
       for (int[] row : before) {
         for (int b : row) {
           assertTrue(b == 0 || taken.contains(b), "block " + b + " of the first run is held");
         }
       }
-      Run again = await(e.submit(prompt, SamplingParams.greedy(8)), rec2);
+      Run again = await(e.serve(prompt, SamplingParams.greedy(8)), rec2);
       assertSame(cold, first, fixture + " demoting engine, cold");
       assertSame(cold, again, fixture + " host hit");
       for (int[] row : rec2.tables.get(again.result().requestId())) {
@@ -301,10 +297,7 @@ class EngineTest {
         }
       }
       rec2.releaseSquat = true;
-      while (!rec2.squatted.isEmpty() && System.nanoTime() < deadline) {
-        e.cancel(Long.MAX_VALUE);
-        Thread.sleep(2);
-      }
+      e.runRoundsUntil(rec2.squatted::isEmpty, "the held blocks go back");
       assertTrue(rec2.squatted.isEmpty(), "the held blocks went back");
       assertEquals(0, again.result().metrics().reusedDeviceTokens(), "nothing left on Device");
       assertEquals(

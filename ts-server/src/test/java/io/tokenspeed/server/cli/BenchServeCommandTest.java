@@ -121,6 +121,11 @@ class BenchServeCommandTest {
             "1",
             "--device-tokens",
             "1024",
+            // a Host as large as the Device: the 2-parent Host of the default ratio leaves the
+            // backups one Host credit, and the pages a filler writes through are evicted before
+            // their turn
+            "--host-ratio",
+            "1",
             "--threads",
             "1",
             "--soft-deadline-ms",
