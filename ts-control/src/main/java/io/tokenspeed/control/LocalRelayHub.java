@@ -3,6 +3,7 @@ package io.tokenspeed.control;
 import io.tokenspeed.control.MeshException.Reason;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -48,7 +49,9 @@ import java.util.function.LongSupplier;
  * simulation's clock, which must be readable from every rank's thread. Under a simulated clock a
  * waiting rank rechecks its deadline whenever something happens on the hub and whenever the
  * simulation calls {@link #timeAdvanced()}, so a deadline passes exactly when the simulated time
- * passes it, however long that takes in wall time.
+ * passes it, however long that takes in wall time. {@link #waiting()} tells the simulation when
+ * every rank inside a round waits on the hub, so that only moving the clock (or a release) lets the
+ * round go on: a simulation that moves its clock only then replays exactly.
  *
  * <p>Thread-safe: one lock guards every link, and each rank's thread calls only its own transport.
  */
@@ -69,6 +72,12 @@ public final class LocalRelayHub {
   private final boolean[] joined;
   private final boolean[] killed;
   private final boolean[] held;
+
+  /**
+   * {@code parked[r]}: rank r waits on the hub and nothing woke it since it began to wait (a wake
+   * clears every flag; a rank that finds nothing to do parks again).
+   */
+  private final boolean[] parked;
 
   /** The first config that joined: the others must agree with it as a handshake checks. */
   private ControlConfig first;
@@ -101,6 +110,7 @@ public final class LocalRelayHub {
     this.joined = new boolean[worldSize];
     this.killed = new boolean[worldSize];
     this.held = new boolean[worldSize];
+    this.parked = new boolean[worldSize];
     for (int from = 0; from < worldSize; from++) {
       List<ArrayDeque<byte[]>> row = new ArrayList<>(worldSize);
       for (int to = 0; to < worldSize; to++) {
@@ -128,7 +138,7 @@ public final class LocalRelayHub {
       for (int to = 0; to < worldSize; to++) {
         ended[rank][to] = true;
       }
-      changed.signalAll();
+      wake();
     } finally {
       lock.unlock();
     }
@@ -151,7 +161,7 @@ public final class LocalRelayHub {
     lock.lock();
     try {
       held[rank] = false;
-      changed.signalAll();
+      wake();
     } finally {
       lock.unlock();
     }
@@ -175,10 +185,34 @@ public final class LocalRelayHub {
   public void timeAdvanced() {
     lock.lock();
     try {
-      changed.signalAll();
+      wake();
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * How many ranks wait on the hub for something only another rank, the clock or a {@link #release}
+   * can bring: a frame, a FINAL, a deadline, their release. When every rank still inside a round
+   * waits here, nothing happens until the simulated time moves (or a held rank is released).
+   */
+  public int waiting() {
+    lock.lock();
+    try {
+      int n = 0;
+      for (boolean p : parked) {
+        n += p ? 1 : 0;
+      }
+      return n;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Wakes every waiting rank. Holds the lock. */
+  private void wake() {
+    Arrays.fill(parked, false);
+    changed.signalAll();
   }
 
   private void check(int rank) {
@@ -269,7 +303,7 @@ public final class LocalRelayHub {
             links.get(rank).get(p).addLast(own);
           }
         }
-        changed.signalAll();
+        wake();
         long deadlineNs = nanoClock.getAsLong() + roundTimeoutNs;
         int missing = worldSize - 1;
         while (true) {
@@ -349,7 +383,7 @@ public final class LocalRelayHub {
             }
           }
         }
-        changed.signalAll();
+        wake();
         long deadlineNs = nanoClock.getAsLong() + 2 * roundTimeoutNs;
         while (true) {
           boolean pending = false;
@@ -408,10 +442,13 @@ public final class LocalRelayHub {
     /** Waits while this rank is held; fails once it is killed. Holds the lock. */
     private void awaitUnheld(long round) throws MeshException {
       while (held[rank]) {
+        parked[rank] = true;
         try {
           changed.await();
         } catch (InterruptedException e) {
           throw interrupted(round);
+        } finally {
+          parked[rank] = false;
         }
       }
       if (killed[rank]) {
@@ -422,6 +459,7 @@ public final class LocalRelayHub {
 
     /** Waits for a change on the hub, or up to {@code leftNs} of wall time. Holds the lock. */
     private void await(long leftNs, long round) throws MeshException {
+      parked[rank] = true;
       try {
         if (simulatedClock) {
           changed.await();
@@ -430,6 +468,8 @@ public final class LocalRelayHub {
         }
       } catch (InterruptedException e) {
         throw interrupted(round);
+      } finally {
+        parked[rank] = false;
       }
     }
 
@@ -446,7 +486,7 @@ public final class LocalRelayHub {
         for (int to = 0; to < worldSize; to++) {
           ended[rank][to] = true;
         }
-        changed.signalAll();
+        wake();
       } finally {
         lock.unlock();
       }

@@ -170,6 +170,9 @@ public final class Engine implements AutoCloseable {
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
+    if (simulation != null) {
+      simulation.planting().round(round);
+    }
     round.publishInitialMetrics(nanoClock.getAsLong());
     this.runner = new LoopRunner(round, loop, nanoClock);
   }
@@ -614,6 +617,21 @@ public final class Engine implements AutoCloseable {
   /** The round, which the whole-loop simulation calls itself (its loop thread never starts). */
   Round round() {
     return round;
+  }
+
+  /**
+   * What the loop thread does when its round fails with {@code t}, for the whole-loop simulation,
+   * which runs the rounds itself: every request ends with the failure, the replica's collective
+   * aborts, and the loop ends.
+   */
+  void roundFailed(Throwable t) {
+    runner.failed(t);
+    round.ended();
+  }
+
+  /** The Host tier's memory (the whole-loop simulation reads its published blocks). */
+  io.tokenspeed.engine.memory.TierMemory hostMemory() {
+    return host.memory();
   }
 
   /**

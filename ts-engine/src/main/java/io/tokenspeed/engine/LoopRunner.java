@@ -119,10 +119,18 @@ final class LoopRunner {
         last = r == null ? last : r;
       }
     } catch (Throwable t) {
-      loop.failed(t);
-      round.fail(t);
+      failed(t);
     }
     round.ended();
+  }
+
+  /**
+   * A round failed with {@code t}: the loop refuses new work, every request it knows of ends with
+   * the failure and, on a replica, the collective aborts. The loop ends after it.
+   */
+  void failed(Throwable t) {
+    loop.failed(t);
+    round.fail(t);
   }
 
   /**

@@ -252,7 +252,15 @@ final class Round {
    * with nothing permitted at tick 0, the same on every rank.
    */
   private Head replicaHead(long nowNs) throws ControlPlaneException {
-    Replica.Agreed agreed = exchange(nowNs);
+    Replica.Agreed agreed;
+    try {
+      agreed = exchange(nowNs);
+    } catch (ControlPlaneException e) {
+      if (!plantedServesAlone) {
+        throw e;
+      }
+      agreed = new Replica.Agreed(Optional.empty(), List.of(), List.of(), List.of());
+    }
     noteOtherRanks(agreed);
     for (Replica.Command c : agreed.commands()) {
       if (c.kind() == Replica.Kind.STOP) {
@@ -718,6 +726,24 @@ final class Round {
   }
 
   /**
+   * Planted bugs for the engine's simulation (never set outside its tests): a rank's round goes on
+   * when its exchange fails; a failed loop leaves the requests it serves without an end.
+   */
+  private boolean plantedServesAlone;
+
+  private boolean plantedLeavesActive;
+
+  /** Plants the first bug above (the simulation's planted-bug tests only). */
+  void plantServeAlone() {
+    plantedServesAlone = true;
+  }
+
+  /** Plants the second bug above (the simulation's planted-bug tests only). */
+  void plantLeaveActiveOnFailure() {
+    plantedLeavesActive = true;
+  }
+
+  /**
    * The loop failed with {@code t}: the replica's collective aborts, and every request the loop
    * knows of — unagreed on a replica's leader, active, queued — ends with the failure.
    */
@@ -729,7 +755,7 @@ final class Round {
         a.handle.end(a.result("error", "engine loop failed: " + t));
       }
     }
-    for (ActiveRequest a : active.values()) {
+    for (ActiveRequest a : plantedLeavesActive ? List.<ActiveRequest>of() : active.values()) {
       a.handle.end(a.result("error", "engine loop failed: " + t));
     }
     for (ActiveRequest a : intake.queued()) {

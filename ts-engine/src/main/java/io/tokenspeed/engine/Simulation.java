@@ -30,6 +30,8 @@ record Simulation(StorageTier.Stepping stepping, LocalRelayHub hub, Planting pla
 
     default void publication(HostPublication publication) {}
 
+    default void round(Round round) {}
+
     Planting NONE = new Planting() {};
   }
 

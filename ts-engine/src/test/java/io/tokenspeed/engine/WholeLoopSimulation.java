@@ -55,7 +55,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Every choice comes from the seed and every thread's work is awaited before the next step, so a
  * seed replays exactly (the store's call log included): the exchange orders everything by rank, the
- * copies are awaited inside the round, and the store's calls run only on the driver thread.
+ * copies are awaited inside the round, and the store's calls run only on the driver thread. In a
+ * round with a dead or stalled rank the clock moves only while every rank still in its round waits
+ * on the hub ({@link LocalRelayHub#waiting()}), a round timeout at a time.
  *
  * <p><b>Faults.</b> In three seeds of four the store is hostile ({@link SimStore.Faults#HOSTILE}):
  * slow calls past the soft deadline (reordered completions), hung calls until a restart, refusal
@@ -63,13 +65,17 @@ import java.util.concurrent.atomic.AtomicLong;
  * now and then (quarantine). Every seed has idle gaps of up to 6 s, bursts over shared system
  * prompts, cancellations and request deadlines, and administrative calls at random points: full
  * clear, Device-only clear, namespace rotation, and the weight update (fence, wait until every
- * operation retired, delete the old namespace, switch).
+ * operation retired, delete the old namespace, switch). At TP > 1, every 2 to 40 s of simulated
+ * time one rank, at random, dies (the hub kills it, half the time), stalls past the round timeout
+ * (a quarter) or stalls for less (a quarter); the first two stop the replica, and a fresh one (new
+ * engines, new hub, empty Device and Host tiers, the weight version the last one ended with) takes
+ * over the store, while the old processes' store calls in flight are dropped with them.
  *
  * <p><b>Checked after every round</b> (the figures say how often each was exercised):
  *
  * <ul>
  *   <li>every rank's round ran: the exchange compares the ranks' plan digests and stops the replica
- *       when they differ, so a rank's failure is a violation;
+ *       when they differ, so a rank's failure, other than by the rank faults above, is a violation;
  *   <li>every request's tokens are the reference's (the same model over the tokens alone, which is
  *       what an engine without storage generates: {@code SimModelEngineTest}), and a request that
  *       ran to its length has all of them;
@@ -85,7 +91,16 @@ import java.util.concurrent.atomic.AtomicLong;
  *   <li>when the replica is idle: no store call in flight and no job in any executor (an idle
  *       replica calls the store no more), no Ready hold, operations and Host credits in use only by
  *       quarantined operations, no Device block held by a request, and an executor that quarantined
- *       means every rank's manager quarantined (nothing published without agreement).
+ *       means every rank's manager quarantined (nothing published without agreement);
+ *   <li>every object a PUT writes, as the store writes it, and every Host block published in the
+ *       round, on every rank, holds the reference bytes of its key on that rank ({@link
+ *       ReferenceBlocks}: the rows the model writes for the prefix its hash names); the whole
+ *       store's intact objects again whenever a replica stops and at the end of the run;
+ *   <li>when a rank died or stalled past the round timeout: every rank's round fails (the stalled
+ *       one, released, at the latest in the round after the one it had every report of), so no rank
+ *       serves alone; a failed round's loop aborts the collective at once, as the loop thread does;
+ *       every request the replica held has ended, with an error unless it ended before; a rank
+ *       stalled for less than the round timeout holds the round up, and it goes on.
  * </ul>
  *
  * <p>A violation throws {@link Violation} with {@code seed=… tp=… round=… clock=…} and what broke.
@@ -107,7 +122,13 @@ final class WholeLoopSimulation implements AutoCloseable {
     /** A retracted victim keeps what it knew of its Device KV. */
     VICTIM_KEEPS_DEVICE_KV,
     /** The store lands a wrong byte now and then and answers OK. */
-    STORE_LANDS_WRONG_BYTES
+    STORE_LANDS_WRONG_BYTES,
+    /** The store writes an object with a wrong byte now and then, which reads back OK. */
+    STORE_WRITES_WRONG_BYTES,
+    /** A rank's round goes on when its exchange fails (a peer died or stalled). */
+    SERVES_ALONE,
+    /** A failed loop does not end the requests it serves. */
+    FAILED_LOOP_LEAVES_REQUESTS
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -124,20 +145,41 @@ final class WholeLoopSimulation implements AutoCloseable {
   private static final long SOFT_DEADLINE_MS = 200;
   private static final long RETIREMENT_WAIT_NS = 60_000 * MS;
   private static final int DRAIN_ROUNDS = 200_000;
+  private static final long ROUND_TIMEOUT_MS = 2_000;
+  private static final long ROUND_TIMEOUT_NS = ROUND_TIMEOUT_MS * MS;
+
+  /** The most round timeouts a round with a dead or stalled rank may take to end on every rank. */
+  private static final int MAX_TIMEOUTS_TO_STOP = 8;
 
   final long seed;
   final int tp;
   final Planted planted;
   private final SplittableRandom rnd;
+
+  /** The ranks' faults (deaths and stalls), apart from {@link #rnd}: TP 1 seeds draw none. */
+  private final SplittableRandom rankFaults;
+
   private final AtomicLong clock = new AtomicLong(1_000 * MS);
   final SimStore store;
-  private final List<Engine> engines = new ArrayList<>();
-  private final List<Round> rounds = new ArrayList<>();
-  private final SimModel reference;
   private final ExecutorService rankThreads;
-  private final LocalRelayHub hub;
   private final int maxTokens;
   private final boolean faulty;
+
+  // what every replica is built of
+  private final int window;
+  private final long modelSeed;
+  private final EngineConfig config;
+  private final StorageRuntimeConfig runtime;
+  private final List<InetSocketAddress> addresses = new ArrayList<>();
+
+  // the replica serving now: a fresh one takes over the store when one stops
+  private final List<Engine> engines = new ArrayList<>();
+  private final List<Round> rounds = new ArrayList<>();
+  private final List<Integer> attached = new ArrayList<>();
+  private SimModel reference;
+  private LocalRelayHub hub;
+  private ReferenceBlocks blocks;
+  private long[] hostPublications;
 
   /** The requests submitted, by id, until they ended and were checked. */
   private final Map<Long, Req> open = new LinkedHashMap<>();
@@ -156,10 +198,12 @@ final class WholeLoopSimulation implements AutoCloseable {
   private long lastRoundNs;
 
   // the checks' state
-  private long softTimeoutsSeen;
   private final Map<String, Long> refusedAt = new HashMap<>();
   private final List<String> deletedNamespaces = new ArrayList<>();
   private String storeViolation;
+  private long endedBeforeReplica;
+  private long retractionsBefore;
+  private long nextRankFaultNs = Long.MAX_VALUE;
 
   // figures
   long roundsRun;
@@ -173,9 +217,30 @@ final class WholeLoopSimulation implements AutoCloseable {
   long weightUpdates;
   long idleChecks;
   long quarantines;
+  long requestsStopped;
+  long replicaStops;
+  long rankStalls;
+  long objectsChecked;
+  long hostBlocksChecked;
 
   private record Req(
-      long id, RequestHandle handle, int[] prompt, int maxTokens, long submitNs, long deadlineNs) {}
+      long id,
+      RequestHandle handle,
+      int[] prompt,
+      int[] ref,
+      int maxTokens,
+      long submitNs,
+      long deadlineNs) {}
+
+  /** What befalls a rank at a seeded point (TP > 1). */
+  private enum RankFault {
+    /** Its process dies: the replica stops. */
+    KILLED,
+    /** It stalls past the round timeout: the replica stops. */
+    STALLED,
+    /** It stalls for less than the round timeout: the round waits for it and goes on. */
+    SLOW
+  }
 
   /** A weight update in progress: fenced, waiting for retirement, then deletion and switch. */
   private static final class WeightUpdate {
@@ -195,6 +260,7 @@ final class WholeLoopSimulation implements AutoCloseable {
     this.tp = tp;
     this.planted = planted;
     this.rnd = new SplittableRandom(seed);
+    this.rankFaults = new SplittableRandom(seed ^ 0x7A4B_D1E5_0C39_F286L);
     this.faulty = seed % 4 != 0;
     SimStore.Faults faults = faulty ? SimStore.Faults.HOSTILE : SimStore.Faults.NONE;
     if (faulty && seed % 8 == 1) {
@@ -206,46 +272,69 @@ final class WholeLoopSimulation implements AutoCloseable {
     if (planted == Planted.RETIRED_BY_ANY_RANK) {
       faults = faults.with(SimStore.Fault.UNRETIRED, 0.01);
     }
+    if (planted == Planted.STORE_WRITES_WRONG_BYTES) {
+      faults = faults.with(SimStore.Fault.WRONG_WRITE, 0.01);
+    }
     this.store = new SimStore(rnd.nextLong(), clock::get, faults);
     store.onPut(this::onPut);
+    store.onWrite(this::onWrite);
     store.onDelete(deletedNamespaces::add);
-    int window = rnd.nextBoolean() ? 0 : 17 + rnd.nextInt(48);
-    long modelSeed = rnd.nextLong();
+    this.window = rnd.nextBoolean() ? 0 : 17 + rnd.nextInt(48);
+    this.modelSeed = rnd.nextLong();
     int deviceParents = rnd.nextInt(3) == 0 ? 6 + rnd.nextInt(4) : 8 + rnd.nextInt(24);
     this.maxTokens = 1 + rnd.nextInt(64);
-    EngineConfig config =
-        new EngineConfig(32, 16, deviceParents, 1.0 + rnd.nextInt(3), 256, 8, 2, 1, 1024);
+    this.config = new EngineConfig(32, 16, deviceParents, 1.0 + rnd.nextInt(3), 256, 8, 2, 1, 1024);
     StorageConfig scheduling =
         StorageConfig.defaults().withSoftDeadlineMs(SOFT_DEADLINE_MS).withMinExtensionTokens(16);
     L3ExecutorConfig executor = new L3ExecutorConfig(2, 2, 2, 64, 64, 64, 128, 1_000, 0);
-    this.hub = tp == 1 ? null : new LocalRelayHub(tp, clock::get);
-    Collective[] collectives =
-        tp == 1 ? new Collective[] {Collective.single()} : LocalCollective.group(tp);
-    List<InetSocketAddress> addresses = new ArrayList<>();
+    this.runtime = new StorageRuntimeConfig(scheduling, executor);
     for (int r = 0; r < tp; r++) {
       addresses.add(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1 + r));
     }
+    this.rankThreads = tp == 1 ? null : Executors.newFixedThreadPool(tp, daemon());
+    startReplica();
+    int systems = 1 + rnd.nextInt(3);
+    for (int i = 0; i < systems; i++) {
+      systemPrompts.add(tokens(16 + rnd.nextInt(80)));
+    }
+    this.nextArrivalNs = clock.get();
+    this.nextAdminNs = clock.get() + (200 + rnd.nextInt(3_000)) * MS;
+    if (tp > 1) {
+      this.nextRankFaultNs = clock.get() + nextRankFaultGapNs();
+    }
+  }
+
+  /**
+   * Starts a replica, one engine per rank, over the store: the first, or a fresh one (new
+   * processes: empty Device and Host tiers, a new hub) taking over from one that stopped, under the
+   * weight version the last one ended with.
+   */
+  private void startReplica() {
+    engines.clear();
+    rounds.clear();
+    attached.clear();
+    this.hub = tp == 1 ? null : new LocalRelayHub(tp, clock::get);
+    Collective[] collectives =
+        tp == 1 ? new Collective[] {Collective.single()} : LocalCollective.group(tp);
     ReplicaSecret secret = ReplicaSecret.generate();
     Simulation.Planting planting = planting(planted);
-    StorageTier.Stepping stepping = store::attach;
-    this.rankThreads = tp == 1 ? null : Executors.newFixedThreadPool(tp - 1, daemon());
+    StorageTier.Stepping stepping = (ex, cfg) -> attached.add(store.attach(ex, cfg));
+    String weightVersion =
+        version == 0 ? io.tokenspeed.model.ModelIdentity.DEFAULT_WEIGHT_VERSION : "v" + version;
     SimModel rank0 = null;
     try {
       for (int r = 0; r < tp; r++) {
-        SimModel model = new SimModel(VOCAB, 2, window, modelSeed, collectives[r]);
+        SimModel model = new SimModel(VOCAB, 2, window, modelSeed, collectives[r], weightVersion);
         rank0 = rank0 == null ? model : rank0;
         Engine e =
             Engine.start(
                 EngineSettings.of(model, config)
-                    .l3(
-                        new L3Settings(
-                            store,
-                            new StorageRuntimeConfig(scheduling, executor),
-                            SimModel.ATTENTION_BACKEND))
+                    .l3(new L3Settings(store, runtime, SimModel.ATTENTION_BACKEND))
                     .control(
                         tp == 1
                             ? null
-                            : ControlConfig.of(0, r, addresses, secret).withTimeouts(2_000, 10_000))
+                            : ControlConfig.of(0, r, addresses, secret)
+                                .withTimeouts(ROUND_TIMEOUT_MS, 10_000))
                     .nanoClock(clock::get)
                     .simulation(new Simulation(stepping, hub, planting))
                     .conclude());
@@ -256,14 +345,14 @@ final class WholeLoopSimulation implements AutoCloseable {
       close();
       throw e;
     }
-    this.reference = rank0;
-    int systems = 1 + rnd.nextInt(3);
-    for (int i = 0; i < systems; i++) {
-      systemPrompts.add(tokens(16 + rnd.nextInt(80)));
+    if (reference == null) {
+      this.reference = rank0;
+      this.blocks = new ReferenceBlocks(rank0, engines.getFirst().layout(), tp);
     }
+    this.hostPublications = new long[tp];
     this.lastRoundNs = clock.get();
-    this.nextArrivalNs = clock.get();
-    this.nextAdminNs = clock.get() + (200 + rnd.nextInt(3_000)) * MS;
+    this.last = RoundResult.NONE;
+    this.endedBeforeReplica = requestsEnded;
   }
 
   private static java.util.concurrent.ThreadFactory daemon() {
@@ -277,7 +366,21 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** Switches {@code planted}'s rule off in each owner as the engine builds it. */
   private static Simulation.Planting planting(Planted planted) {
     return switch (planted) {
-      case NONE, STORE_LANDS_WRONG_BYTES -> Simulation.Planting.NONE;
+      case NONE, STORE_LANDS_WRONG_BYTES, STORE_WRITES_WRONG_BYTES -> Simulation.Planting.NONE;
+      case SERVES_ALONE ->
+          new Simulation.Planting() {
+            @Override
+            public void round(Round round) {
+              round.plantServeAlone();
+            }
+          };
+      case FAILED_LOOP_LEAVES_REQUESTS ->
+          new Simulation.Planting() {
+            @Override
+            public void round(Round round) {
+              round.plantLeaveActiveOnFailure();
+            }
+          };
       case PUBLISH_FAILED_GET ->
           new Simulation.Planting() {
             @Override
@@ -399,6 +502,11 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** Every rank's round at the same clock; the round's cost moves the clock after it. */
   private void runRound() throws Exception {
     long now = clock.get();
+    if (tp > 1 && !draining && now - nextRankFaultNs >= 0) {
+      nextRankFaultNs = now + nextRankFaultGapNs();
+      faultedRound(now);
+      return;
+    }
     lastRoundNs = now;
     long softBefore = manager(0).counters().softTimeouts();
     RoundResult[] results = new RoundResult[tp];
@@ -430,11 +538,219 @@ final class WholeLoopSimulation implements AutoCloseable {
         throw violation("a rank failed: " + failed, failed);
       }
     }
+    roundDone(now, results[0], softBefore);
+  }
+
+  /** After a round every rank ran: the checks, then the round's cost moves the clock. */
+  private void roundDone(long now, RoundResult leader, long softBefore) {
     roundsRun++;
-    last = results[0];
+    last = leader;
     checkRound(now, manager(0).counters().softTimeouts() - softBefore);
     boolean forward = last.forwardPlanned();
     advanceTo(now + (forward ? 50_000 + rnd.nextLong(1_000_000) : 5_000 + rnd.nextLong(20_000)));
+  }
+
+  /** Simulated time to the next rank's fault: 2 to 40 s. */
+  private long nextRankFaultGapNs() {
+    return (2_000 + rankFaults.nextLong(38_000)) * MS;
+  }
+
+  /**
+   * A round in which one rank dies (the hub kills it) or stalls (the hub holds it), every rank's
+   * round on its own thread. The simulated clock moves only when every rank still inside its round
+   * waits on the hub, by a round timeout each time, so the round ends the same way in every run.
+   *
+   * <pre>
+   *   killed    every rank's round fails at once: the victim's own exchange, the others on its
+   *             end of stream; the replica stops
+   *   stalled   the others wait a round timeout, settle, and fail; released, the victim finds
+   *             their FINALs and fails too; the replica stops
+   *   slow      released before the round timeout: the round goes on, nothing stops
+   * </pre>
+   *
+   * When the replica stops: no rank's round may have gone on (no rank serves alone), every request
+   * it held has ended (with an error when it had not ended before), and a fresh replica takes over
+   * the store.
+   */
+  private void faultedRound(long now) throws Exception {
+    RankFault fault = RankFault.values()[rankFaults.nextInt(4) % 3];
+    int victim = rankFaults.nextInt(tp);
+    long softBefore = manager(0).counters().softTimeouts();
+    lastRoundNs = now;
+    if (fault == RankFault.KILLED) {
+      hub.kill(victim);
+    } else {
+      hub.hold(victim);
+    }
+    List<Future<RoundResult>> ranks = new ArrayList<>();
+    for (int r = 0; r < tp; r++) {
+      int rank = r;
+      ranks.add(rankThreads.submit(() -> rounds.get(rank).doWork(now)));
+    }
+    Throwable[] failures = new Throwable[tp];
+    RoundResult[] results = new RoundResult[tp];
+    if (fault == RankFault.SLOW) {
+      rankStalls++;
+      awaitParked(ranks);
+      clock.set(now + (1 + rankFaults.nextLong(ROUND_TIMEOUT_MS - 1)) * MS);
+      hub.timeAdvanced();
+      hub.release(victim);
+      awaitRanks(ranks, victim, fault, results, failures, true);
+      for (int r = 0; r < tp; r++) {
+        if (failures[r] != null) {
+          throw violation(
+              "rank "
+                  + r
+                  + "'s round failed though rank "
+                  + victim
+                  + " stalled for less than the round timeout: "
+                  + failures[r],
+              failures[r]);
+        }
+      }
+      roundDone(now, results[0], softBefore);
+      return;
+    }
+    awaitRanks(ranks, victim, fault, results, failures, fault == RankFault.KILLED);
+    if (fault == RankFault.STALLED) {
+      hub.release(victim); // the stalled process goes on: it must find the replica stopped
+      awaitRanks(ranks, victim, fault, results, failures, true);
+      if (failures[victim] == null) {
+        // It had every report of the round it stalled in, which it completes; the others' FINALs
+        // come after those reports, so its next exchange must fail.
+        results[victim] = null;
+        long at = clock.get();
+        ranks.set(victim, rankThreads.submit(() -> rounds.get(victim).doWork(at)));
+        awaitRanks(ranks, victim, fault, results, failures, true);
+      }
+    }
+    for (int r = 0; r < tp; r++) {
+      if (failures[r] == null) {
+        throw violation(
+            "rank "
+                + r
+                + "'s round went on after "
+                + (r == victim ? "it" : "rank " + victim)
+                + (fault == RankFault.KILLED ? " died" : " stalled past the round timeout")
+                + ": it serves alone",
+            null);
+      }
+    }
+    replicaStopped();
+  }
+
+  /** Waits until every rank waits on the hub (none can go on before the clock moves). */
+  private void awaitParked(List<Future<RoundResult>> ranks) {
+    while (!parked(ranks)) {
+      Thread.yield();
+    }
+  }
+
+  /**
+   * Whether every rank inside its round waits on the hub: only the clock or a release moves them
+   * on. The ranks done before and after the hub's count are the same ranks (a rank that is done
+   * stays done), so at the count every other rank was waiting.
+   */
+  private boolean parked(List<Future<RoundResult>> ranks) {
+    int inRound = inRound(ranks);
+    return inRound > 0 && hub.waiting() == inRound && inRound(ranks) == inRound;
+  }
+
+  /** Whether a rank awaited is still in its round: any but a held {@code victim}, or any. */
+  private boolean awaited(List<Future<RoundResult>> ranks, int victim, boolean withVictim) {
+    for (int r = 0; r < tp; r++) {
+      if ((withVictim || r != victim) && !ranks.get(r).isDone()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static int inRound(List<Future<RoundResult>> ranks) {
+    int n = 0;
+    for (Future<RoundResult> f : ranks) {
+      n += f.isDone() ? 0 : 1;
+    }
+    return n;
+  }
+
+  /**
+   * Waits for the rounds of every rank but a held {@code victim} ({@code withVictim}: of every
+   * rank), moving the clock a round timeout whenever every rank inside its round waits on the hub.
+   */
+  private void awaitRanks(
+      List<Future<RoundResult>> ranks,
+      int victim,
+      RankFault fault,
+      RoundResult[] results,
+      Throwable[] failures,
+      boolean withVictim)
+      throws InterruptedException {
+    int timeouts = 0;
+    while (awaited(ranks, victim, withVictim)) {
+      // a rank still awaited after the count was waiting at the count (done ranks stay done)
+      if (!parked(ranks) || !awaited(ranks, victim, withVictim)) {
+        Thread.yield();
+        continue;
+      }
+      if (++timeouts > MAX_TIMEOUTS_TO_STOP) {
+        throw violation(
+            "rank "
+                + victim
+                + " "
+                + fault
+                + ", and the ranks are still in their round after "
+                + MAX_TIMEOUTS_TO_STOP
+                + " round timeouts: a round hangs",
+            null);
+      }
+      clock.addAndGet(ROUND_TIMEOUT_NS);
+      hub.timeAdvanced();
+    }
+    for (int r = 0; r < tp; r++) {
+      if (ranks.get(r).isDone() && results[r] == null && failures[r] == null) {
+        try {
+          results[r] = ranks.get(r).get();
+        } catch (ExecutionException e) {
+          failures[r] = e.getCause();
+          // its loop thread would at once: the collective aborts, so a rank that goes on into a
+          // forward finds it broken rather than waiting for this one
+          engines.get(r).roundFailed(failures[r]);
+        }
+      }
+    }
+  }
+
+  /**
+   * The replica stopped (every rank's loop did what its failed round makes it do): every request
+   * the replica held must have ended (with an error, unless it had ended before), the store holds
+   * only reference bytes, and a fresh replica takes over the store. The old processes are gone:
+   * their store calls in flight with them.
+   */
+  private void replicaStopped() {
+    replicaStops++;
+    for (Req q : open.values()) {
+      if (!q.handle.result().isDone()) {
+        throw violation(
+            "request " + q.id + " has not ended though the replica stopped: its caller hangs",
+            null);
+      }
+      checkEnded(q, true);
+    }
+    open.clear();
+    retractionsBefore += engines.getFirst().stats().retractions();
+    for (Engine e : engines) {
+      try {
+        e.close();
+      } catch (RuntimeException ignored) {
+        // a stopped replica's engine may leave its store calls behind: the store drops them below
+      }
+    }
+    store.detach(attached);
+    checkStore();
+    update = null; // its caller saw the replica stop
+    refusedAt.clear(); // the fresh processes know nothing of the old ones' refusals
+    startReplica();
   }
 
   private RoundResult doWork(int rank, long now) {
@@ -466,6 +782,7 @@ final class WholeLoopSimulation implements AutoCloseable {
       step();
     }
     checkIdle();
+    checkStore();
     if (requestsEnded != requestsSubmitted) {
       throw violation(
           requestsSubmitted + " requests submitted but " + requestsEnded + " ended", null);
@@ -527,7 +844,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     }
     RequestHandle h = engines.getFirst().submit(prompt, SamplingParams.greedy(tokens));
     long deadline = rnd.nextInt(8) == 0 ? now + rnd.nextLong(2_000) * MS : Long.MAX_VALUE / 2;
-    open.put(h.id(), new Req(h.id(), h, prompt, tokens, now, deadline));
+    int[] ref = reference.reference(prompt, tokens);
+    blocks.add(prompt, ref);
+    open.put(h.id(), new Req(h.id(), h, prompt, ref, tokens, now, deadline));
     requestsSubmitted++;
   }
 
@@ -614,25 +933,59 @@ final class WholeLoopSimulation implements AutoCloseable {
     for (var it = open.values().iterator(); it.hasNext(); ) {
       Req q = it.next();
       if (q.handle.result().isDone()) {
-        checkEnded(q);
+        checkEnded(q, false);
         it.remove();
       }
     }
-    if (endedByLoop > requestsEnded) {
+    if (endedByLoop > requestsEnded - endedBeforeReplica) {
       throw violation(
-          "the loop ended " + endedByLoop + " requests, but only " + requestsEnded + " ended",
+          "the loop ended "
+              + endedByLoop
+              + " requests, but only "
+              + (requestsEnded - endedBeforeReplica)
+              + " ended",
           null);
     }
+    checkHostPublications();
     if (roundsRun % 16 == 0) {
       checkOwners();
     }
   }
 
-  /** The request's tokens against the reference. */
-  private void checkEnded(Req q) {
+  /**
+   * Every Host block published since the last round, on every rank, still published: it holds the
+   * reference bytes of its key on that rank.
+   */
+  private void checkHostPublications() {
+    for (int r = 0; r < tp; r++) {
+      io.tokenspeed.cache.TierCache host = engines.get(r).view().cache().host();
+      List<io.tokenspeed.core.CacheKey> keys = host.publishedSince(hostPublications[r]);
+      hostPublications[r] = host.publications();
+      if (keys == null) {
+        continue; // more than the ring keeps: the next round checks again
+      }
+      for (io.tokenspeed.core.CacheKey key : keys) {
+        int block = host.lookup(key);
+        if (block == 0) {
+          continue; // evicted or withdrawn since
+        }
+        hostBlocksChecked++;
+        String wrong =
+            blocks.check(key, r, engines.get(r).hostMemory().block(key.groupId(), block));
+        if (wrong != null) {
+          throw violation(
+              "rank " + r + " published Host block " + block + " under " + key + ", but " + wrong,
+              null);
+        }
+      }
+    }
+  }
+
+  /** The request's tokens against the reference; an error only when the replica stopped. */
+  private void checkEnded(Req q, boolean replicaStopped) {
     requestsEnded++;
     GenerationResult r = q.handle.result().join();
-    int[] ref = reference.reference(q.prompt, q.maxTokens);
+    int[] ref = q.ref;
     int n = r.tokens().length;
     if (n > q.maxTokens || !Arrays.equals(r.tokens(), Arrays.copyOf(ref, n))) {
       throw violation(
@@ -655,6 +1008,12 @@ final class WholeLoopSimulation implements AutoCloseable {
         }
       }
       case "cancelled" -> requestsCancelled++;
+      case "error" -> {
+        if (!replicaStopped) {
+          throw violation("request " + q.id + " ended error: " + r.error(), null);
+        }
+        requestsStopped++;
+      }
       default ->
           throw violation(
               "request " + q.id + " ended " + r.finishReason() + ": " + r.error(), null);
@@ -724,6 +1083,33 @@ final class WholeLoopSimulation implements AutoCloseable {
     }
   }
 
+  /** Every object a PUT writes holds the reference bytes of its key. */
+  private void onWrite(String key, byte[] bytes) {
+    objectsChecked++;
+    String wrong = objectWrong(key, bytes);
+    if (wrong != null && storeViolation == null) {
+      storeViolation = "PUT " + key + " wrote an object, but " + wrong;
+    }
+  }
+
+  /** What is wrong with the object {@code key} holding {@code bytes}, or null. */
+  private String objectWrong(String key, byte[] bytes) {
+    io.tokenspeed.core.ObjectKey k = io.tokenspeed.core.ObjectKey.parse(key);
+    return blocks.check(
+        k.cacheKey(), k.payloadReplica(), java.lang.foreign.MemorySegment.ofArray(bytes));
+  }
+
+  /** Every object in the store whose bytes are intact holds the reference bytes of its key. */
+  private void checkStore() {
+    store.forEachIntact(
+        (key, bytes) -> {
+          String wrong = objectWrong(key, bytes);
+          if (wrong != null) {
+            throw violation("the store holds " + key + ", but " + wrong, null);
+          }
+        });
+  }
+
   /** Every PUT the store answered: backoff after refusals, nothing under a deleted namespace. */
   private void onPut(long nowNs, List<String> keys, List<Boolean> refused) {
     for (int i = 0; i < keys.size(); i++) {
@@ -780,9 +1166,9 @@ final class WholeLoopSimulation implements AutoCloseable {
         cause);
   }
 
-  /** The leader's retractions for lack of Device memory. */
+  /** The leaders' retractions for lack of Device memory. */
   long retractions() {
-    return engines.getFirst().stats().retractions();
+    return retractionsBefore + engines.getFirst().stats().retractions();
   }
 
   /** The figures of the run, equal for two runs of one seed. */
@@ -815,6 +1201,16 @@ final class WholeLoopSimulation implements AutoCloseable {
         + quarantines
         + " retractions="
         + retractions()
+        + " replicaStops="
+        + replicaStops
+        + " rankStalls="
+        + rankStalls
+        + " stopped="
+        + requestsStopped
+        + " objectsChecked="
+        + objectsChecked
+        + " hostBlocksChecked="
+        + hostBlocksChecked
         + " store="
         + store.faultCounts()
         + " log="

@@ -48,6 +48,11 @@ class WholeLoopSimulationTest {
   private static final AtomicLong REFUSED = new AtomicLong();
   private static final AtomicLong DAMAGED = new AtomicLong();
   private static final AtomicLong HUNG = new AtomicLong();
+  private static final AtomicLong REPLICA_STOPS = new AtomicLong();
+  private static final AtomicLong RANK_STALLS = new AtomicLong();
+  private static final AtomicLong STOPPED_REQUESTS = new AtomicLong();
+  private static final AtomicLong OBJECTS_CHECKED = new AtomicLong();
+  private static final AtomicLong HOST_BLOCKS_CHECKED = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -109,6 +114,11 @@ class WholeLoopSimulationTest {
       DAMAGED.addAndGet(
           sim.store.count(SimStore.Fault.SHORT_READ) + sim.store.count(SimStore.Fault.CORRUPTED));
       HUNG.addAndGet(sim.store.count(SimStore.Fault.HUNG));
+      REPLICA_STOPS.addAndGet(sim.replicaStops);
+      RANK_STALLS.addAndGet(sim.rankStalls);
+      STOPPED_REQUESTS.addAndGet(sim.requestsStopped);
+      OBJECTS_CHECKED.addAndGet(sim.objectsChecked);
+      HOST_BLOCKS_CHECKED.addAndGet(sim.hostBlocksChecked);
       assertTrue(sim.requestsFinished > 0, "requests went through: " + sim.figures());
       if (Boolean.getBoolean("sim.verbose")) {
         System.out.println(sim.figures());
@@ -139,16 +149,33 @@ class WholeLoopSimulationTest {
   void shouldCatchEveryPlantedBug(Planted bug) {
     String[] expected =
         switch (bug) {
-          case PUBLISH_FAILED_GET, VICTIM_KEEPS_DEVICE_KV, STORE_LANDS_WRONG_BYTES ->
-              new String[] {": its KV is wrong"};
+          case PUBLISH_FAILED_GET, STORE_LANDS_WRONG_BYTES ->
+              new String[] {": its KV is wrong", " published Host block "};
+          case VICTIM_KEEPS_DEVICE_KV -> new String[] {": its KV is wrong"};
           case RETIRED_BY_ANY_RANK -> new String[] {"did not quarantine"};
           case DEADLINE_FROM_STALE_TICK -> new String[] {" soft timeouts at clock "};
           case REOFFER_WITHOUT_HOLD -> new String[] {"before its hold of"};
+          case STORE_WRITES_WRONG_BYTES -> new String[] {" wrote an object, but "};
+          case SERVES_ALONE -> new String[] {": it serves alone"};
+          case FAILED_LOOP_LEAVES_REQUESTS -> new String[] {": its caller hangs"};
           case NONE -> throw new IllegalArgumentException();
         };
-    int tp = bug == Planted.RETIRED_BY_ANY_RANK ? 2 : 1;
+    int tp =
+        switch (bug) {
+          case RETIRED_BY_ANY_RANK, SERVES_ALONE, FAILED_LOOP_LEAVES_REQUESTS -> 2;
+          default -> 1;
+        };
+    boolean needsHostileStore =
+        switch (bug) {
+          case STORE_LANDS_WRONG_BYTES,
+              STORE_WRITES_WRONG_BYTES,
+              SERVES_ALONE,
+              FAILED_LOOP_LEAVES_REQUESTS ->
+              false;
+          default -> true;
+        };
     for (long seed = 1; seed <= 100; seed++) {
-      if (bug != Planted.STORE_LANDS_WRONG_BYTES && seed % 4 == 0) {
+      if (needsHostileStore && seed % 4 == 0) {
         continue; // a seed with a well-behaved store
       }
       String first;
@@ -208,6 +235,17 @@ class WholeLoopSimulationTest {
             + DAMAGED.get()
             + ", hung calls "
             + HUNG.get());
+    System.out.println(
+        "  replica stops (a rank died or stalled past the round timeout) "
+            + REPLICA_STOPS.get()
+            + ", requests ended by them "
+            + STOPPED_REQUESTS.get()
+            + ", ranks stalled within the round timeout "
+            + RANK_STALLS.get()
+            + ", objects written checked "
+            + OBJECTS_CHECKED.get()
+            + ", Host blocks published checked "
+            + HOST_BLOCKS_CHECKED.get());
     long rounds = ROUNDS.get();
     if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
       // a full run takes every path the faults open
@@ -218,6 +256,12 @@ class WholeLoopSimulationTest {
       assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
       assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());
       assertTrue(HUNG.get() > 0, "hung calls: " + HUNG.get());
+      // about 50 in a million rounds: a rank's fault every 2 to 40 s of a TP > 1 seed
+      assertTrue(REPLICA_STOPS.get() >= rounds / 100_000, "replica stops: " + REPLICA_STOPS.get());
+      assertTrue(RANK_STALLS.get() > 0, "ranks stalled within the timeout: " + RANK_STALLS.get());
+      assertTrue(OBJECTS_CHECKED.get() > 0, "objects checked: " + OBJECTS_CHECKED.get());
+      assertTrue(
+          HOST_BLOCKS_CHECKED.get() > 0, "Host blocks checked: " + HOST_BLOCKS_CHECKED.get());
     }
   }
 }

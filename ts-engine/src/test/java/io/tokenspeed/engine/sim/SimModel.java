@@ -105,6 +105,20 @@ public final class SimModel implements DeviceModel {
    * @param seed what the rows hash with (two seeds are two models)
    */
   public SimModel(int vocabSize, int rowWords, int windowTokens, long seed, Collective collective) {
+    this(vocabSize, rowWords, windowTokens, seed, collective, ModelIdentity.DEFAULT_WEIGHT_VERSION);
+  }
+
+  /**
+   * The same model under weight version {@code weightVersion} (its L3 namespace): the weights, and
+   * so the rows and the tokens, do not change with it.
+   */
+  public SimModel(
+      int vocabSize,
+      int rowWords,
+      int windowTokens,
+      long seed,
+      Collective collective,
+      String weightVersion) {
     if (vocabSize <= 256 || vocabSize >= 65_536 || !isPrime(vocabSize)) {
       throw new IllegalArgumentException(
           "vocab_size=" + vocabSize + " must be a prime in (256, 65536)");
@@ -134,7 +148,7 @@ public final class SimModel implements DeviceModel {
         new ModelIdentity(
             "sim-" + vocabSize + "-" + rowWords + "-" + windowTokens,
             HexFormat.of().formatHex(revision),
-            ModelIdentity.DEFAULT_WEIGHT_VERSION);
+            weightVersion);
   }
 
   /** The model of a replica of one rank. */
@@ -439,6 +453,45 @@ public final class SimModel implements DeviceModel {
       }
     }
     return Arrays.copyOfRange(tokens, prompt.length, length);
+  }
+
+  /**
+   * The KV rows rank {@code rank} writes for the first {@code length} positions of {@code tokens}
+   * in group {@code group}, as a run without any cache reuse writes them: {@code rowWords} words
+   * per position, position after position, computed from the tokens alone.
+   */
+  public long[] referenceRows(int[] tokens, int length, int rank, int group) {
+    if (length < 0 || length > tokens.length) {
+      throw new IllegalArgumentException(
+          "length=" + length + " must be in [0, " + tokens.length + "]");
+    }
+    if (rank < 0 || rank >= shard.size() || group < 0 || group >= numGroups()) {
+      throw new IllegalArgumentException(
+          "rank " + rank + " of " + shard.size() + ", group " + group + " of " + numGroups());
+    }
+    SimModel r = rank == shard.rank() ? this : new SimModel(this, rank);
+    long[] rows = new long[length * rowWords];
+    for (int p = 0; p < length; p++) {
+      long prev = seed;
+      if (r.hasPrevious(group, p)) {
+        long h = 0;
+        for (int w = 0; w < rowWords; w++) {
+          h = h * 0x9E3779B97F4A7C15L + rows[(p - 1) * rowWords + w];
+        }
+        prev = h;
+      }
+      long h = r.rowSeed(tokens[p], p, group, prev);
+      for (int w = 0; w < rowWords; w++) {
+        h = mix(h + w);
+        rows[p * rowWords + w] = h;
+      }
+    }
+    return rows;
+  }
+
+  /** Words of one row (a row is {@link #rowBytes()} bytes). */
+  public int rowWords() {
+    return rowWords;
   }
 
   /** A copy of {@code other} as rank {@code rank} (for the reference): its rows differ. */

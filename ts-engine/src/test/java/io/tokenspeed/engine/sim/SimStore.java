@@ -51,6 +51,9 @@ import java.util.function.LongSupplier;
  *   RESTART      any call                every object is lost; hung calls fail
  *   WRONG_BYTES  a GET row (planted)     a wrong byte lands and the row answers Ok — a store
  *                                        bug no real store may have; the simulation must see it
+ *   WRONG_WRITE  a PUT row (planted)     the object is written with a wrong byte, checksummed as
+ *                                        written, so that it reads back Ok — the same bug on the
+ *                                        way in
  * </pre>
  *
  * <p>Each object keeps the checksum of the bytes its PUT wrote, as a checksummed store (the file
@@ -73,7 +76,8 @@ public final class SimStore implements Store {
     UNRETIRED,
     OUTAGE,
     RESTART,
-    WRONG_BYTES
+    WRONG_BYTES,
+    WRONG_WRITE
   }
 
   /**
@@ -95,6 +99,8 @@ public final class SimStore implements Store {
    * @param restartChance the chance, per call, that the store restarts and loses every object
    * @param wrongBytesChance the chance that a GET row lands a wrong byte and answers Ok (a planted
    *     bug; 0 for a correct store)
+   * @param wrongWriteChance the chance that a PUT row writes its object with a wrong byte, which
+   *     reads back Ok (a planted bug; 0 for a correct store)
    */
   public record Faults(
       long minLatencyNs,
@@ -111,11 +117,12 @@ public final class SimStore implements Store {
       double outageChance,
       long outageNs,
       double restartChance,
-      double wrongBytesChance) {
+      double wrongBytesChance,
+      double wrongWriteChance) {
 
     /** Ordinary delays of 50 µs to 3 ms, no faults, room for a million objects. */
     public static final Faults NONE =
-        new Faults(50_000, 3_000_000, 0, 0, 0, 0, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0);
+        new Faults(50_000, 3_000_000, 0, 0, 0, 0, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0, 0);
 
     /**
      * Every fault of a correct store that leaves the executor working, a few times in a thousand
@@ -138,6 +145,7 @@ public final class SimStore implements Store {
             0.002,
             300_000_000,
             0.001,
+            0,
             0);
 
     public Faults {
@@ -171,7 +179,8 @@ public final class SimStore implements Store {
         unretiredChance,
         outageChance,
         restartChance,
-        wrongBytesChance
+        wrongBytesChance,
+        wrongWriteChance
       };
       for (double c : chances) {
         if (!(c >= 0 && c <= 1)) {
@@ -195,7 +204,8 @@ public final class SimStore implements Store {
         unretiredChance,
         outageChance,
         restartChance,
-        wrongBytesChance
+        wrongBytesChance,
+        wrongWriteChance
       };
       int at =
           switch (fault) {
@@ -208,6 +218,7 @@ public final class SimStore implements Store {
             case OUTAGE -> 6;
             case RESTART -> 7;
             case WRONG_BYTES -> 8;
+            case WRONG_WRITE -> 9;
             case REORDERED ->
                 throw new IllegalArgumentException("reordering follows from the delays");
           };
@@ -227,7 +238,8 @@ public final class SimStore implements Store {
           c[6],
           outageNs,
           c[7],
-          c[8]);
+          c[8],
+          c[9]);
     }
   }
 
@@ -276,7 +288,14 @@ public final class SimStore implements Store {
     void answered(long nowNs, List<String> keys, List<Boolean> refused);
   }
 
+  /** Told of every object a PUT writes, as it writes it; a simulation's checks. */
+  public interface WriteListener {
+    /** {@code key} now holds {@code bytes} (a copy the listener may keep). */
+    void written(String key, byte[] bytes);
+  }
+
   private PutListener putListener = (now, keys, refused) -> {};
+  private WriteListener writeListener = (key, bytes) -> {};
   private java.util.function.Consumer<String> deleteListener = ns -> {};
 
   /** The call that is running now, if it failed by a restart while hung. */
@@ -317,6 +336,24 @@ public final class SimStore implements Store {
         new Attached(executors.size(), executor, workers, new int[StorageKind.values().length]);
     executors.add(a);
     return a.index();
+  }
+
+  /**
+   * Forgets the executors attached as {@code indexes} (their processes are gone): their calls in
+   * flight, hung ones included, never run (the connections went with the processes: nothing of them
+   * reaches the store), and no more work is taken from them. Returns how many calls were dropped.
+   */
+  public synchronized int detach(List<Integer> indexes) {
+    int dropped = 0;
+    for (var it = inFlight.iterator(); it.hasNext(); ) {
+      if (indexes.contains(it.next().owner.index())) {
+        it.remove();
+        dropped++;
+      }
+    }
+    executors.removeIf(a -> indexes.contains(a.index()));
+    log(nowNs.getAsLong() + " DETACH " + indexes + " -> " + dropped + " calls dropped");
+    return dropped;
   }
 
   /**
@@ -412,6 +449,24 @@ public final class SimStore implements Store {
   /** Tells {@code listener} of every answered PUT call (one listener). */
   public synchronized void onPut(PutListener listener) {
     this.putListener = listener;
+  }
+
+  /** Tells {@code listener} of every object a PUT writes (one listener). */
+  public synchronized void onWrite(WriteListener listener) {
+    this.writeListener = listener;
+  }
+
+  /**
+   * Hands {@code listener} every object whose bytes are still those its PUT wrote (a rotted object,
+   * which reads back as invalid, is left out), in no particular order.
+   */
+  public synchronized void forEachIntact(WriteListener listener) {
+    for (Map.Entry<String, StoredObject> e : objects.entrySet()) {
+      StoredObject o = e.getValue();
+      if (checksum(o.bytes()) == o.checksum()) {
+        listener.written(e.getKey(), o.bytes().clone());
+      }
+    }
   }
 
   /** Tells {@code listener} of every namespace deletion, once it returned (one listener). */
@@ -656,7 +711,14 @@ public final class SimStore implements Store {
   private void write(String key, MemorySegment source) {
     if (!objects.containsKey(key)) {
       byte[] bytes = source.toArray(ValueLayout.JAVA_BYTE);
+      if (faults.wrongWriteChance() > 0
+          && bytes.length > 0
+          && rnd.nextDouble() < faults.wrongWriteChance()) {
+        injected(Fault.WRONG_WRITE);
+        bytes[rnd.nextInt(bytes.length)] ^= 0x5A;
+      }
       objects.put(key, new StoredObject(bytes, checksum(bytes)));
+      writeListener.written(key, bytes.clone());
     }
   }
 

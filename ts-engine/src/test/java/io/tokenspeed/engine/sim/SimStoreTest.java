@@ -189,12 +189,13 @@ class SimStoreTest {
       throws Exception {
     Run run = run(42, Faults.HOSTILE, 40_000);
     for (Fault f : Fault.values()) {
-      if (f != Fault.UNRETIRED && f != Fault.WRONG_BYTES) {
+      if (f != Fault.UNRETIRED && f != Fault.WRONG_BYTES && f != Fault.WRONG_WRITE) {
         assertTrue(run.store().count(f) > 0, f + " never happened");
       }
     }
     assertEquals(0, run.store().count(Fault.UNRETIRED));
     assertEquals(0, run.store().count(Fault.WRONG_BYTES));
+    assertEquals(0, run.store().count(Fault.WRONG_WRITE));
     assertEquals(0, run.wrongOkRows(), "a GET answered OK with bytes its PUT did not write");
     for (KeyOutcome o : KeyOutcome.values()) {
       assertTrue(run.outcomes().getOrDefault(o, 0) > 0, o + " never came back");
@@ -206,6 +207,43 @@ class SimStoreTest {
     Run run = run(43, Faults.NONE.with(Fault.WRONG_BYTES, 0.05), 5_000);
     assertTrue(run.store().count(Fault.WRONG_BYTES) > 0);
     assertTrue(run.wrongOkRows() > 0, "no wrong bytes reached the Host buffers as OK");
+  }
+
+  @Test
+  void shouldWriteWrongBytesThatReadBackOkWhenTheBugIsPlanted() throws Exception {
+    Run run = run(44, Faults.NONE.with(Fault.WRONG_WRITE, 0.05), 5_000);
+    assertTrue(run.store().count(Fault.WRONG_WRITE) > 0);
+    assertTrue(run.wrongOkRows() > 0, "no wrongly written object read back as OK");
+  }
+
+  @Test
+  void shouldTellEveryWriteAndHandBackOnlyIntactObjects() throws Exception {
+    SimStore store = new SimStore(11, clockNs::get, Faults.NONE, true);
+    List<String> written = new ArrayList<>();
+    store.onWrite((key, bytes) -> written.add(key + "=" + bytes.length));
+    Rank k = new Rank(store);
+    runAlone(store, k, StorageKind.PUT, List.of("ns_a", "ns_b"));
+    runAlone(store, k, StorageKind.PUT, List.of("ns_a")); // already there: nothing is written
+    assertEquals(2, written.size(), written.toString());
+    List<String> intact = new ArrayList<>();
+    store.forEachIntact((key, bytes) -> intact.add(key));
+    assertEquals(List.of("ns_a", "ns_b"), intact.stream().sorted().toList());
+  }
+
+  @Test
+  void shouldDropTheCallsOfADetachedExecutorAndTakeNoMoreOfItsWork() throws Exception {
+    SimStore store = new SimStore(12, clockNs::get, Faults.NONE.with(Fault.HUNG, 1), true);
+    Rank k = new Rank(store);
+    k.submit(StorageKind.PUT, List.of("ns_a"));
+    store.step();
+    assertEquals(1, store.inFlight());
+    assertEquals(1, store.detach(List.of(0)));
+    assertEquals(0, store.inFlight());
+    assertEquals(0, store.hungCalls());
+    k.submit(StorageKind.PUT, List.of("ns_b"));
+    clockNs.addAndGet(1_000_000_000L);
+    assertEquals(0, store.step(), "a detached executor's work is never taken");
+    assertEquals(0, store.size());
   }
 
   @Test
@@ -267,7 +305,7 @@ class SimStoreTest {
 
   @Test
   void shouldRefusePutsPastItsCapacityAndTakeThemAgainOnceANamespaceIsDeleted() throws Exception {
-    Faults two = new Faults(1, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0); // room for two objects
+    Faults two = new Faults(1, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0); // room for two objects
     SimStore store = new SimStore(10, clockNs::get, two, true);
     Rank k = new Rank(store);
     StorageDone done = runAlone(store, k, StorageKind.PUT, List.of("ns_a", "ns_b", "ns_c"));

@@ -18,6 +18,9 @@ public final class LocalCollective implements Collective {
     final CyclicBarrier barrier;
     final float[][] slots;
 
+    /** Why a rank aborted the collective, or null: every waiting and later call throws. */
+    volatile String aborted;
+
     Shared(int size) {
       barrier = new CyclicBarrier(size);
       slots = new float[size][];
@@ -76,18 +79,28 @@ public final class LocalCollective implements Collective {
   }
 
   private void await() {
+    checkAborted();
     try {
       shared.barrier.await(30, TimeUnit.SECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new CollectiveException("rank " + rank + " interrupted", e);
     } catch (BrokenBarrierException | TimeoutException e) {
+      checkAborted();
       throw new CollectiveException("rank " + rank + ": the barrier broke", e);
+    }
+  }
+
+  private void checkAborted() {
+    String why = shared.aborted;
+    if (why != null) {
+      throw new CollectiveException("rank " + rank + ": the collective was aborted: " + why);
     }
   }
 
   @Override
   public void abort(String reason) {
+    shared.aborted = reason == null ? "aborted" : reason;
     shared.barrier.reset();
   }
 
