@@ -59,6 +59,12 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
   /** The largest unread body drained to keep a connection open; larger ones close it. */
   static final long DRAIN_LIMIT_BYTES = 64 * 1024;
 
+  /**
+   * The most of an unread body read and dropped before its connection closes ({@link #linger}), so
+   * that the answer reaches a client still sending: four times the default body limit.
+   */
+  static final long LINGER_LIMIT_BYTES = 4L << 20;
+
   /** How often the header deadlines are checked. */
   private static final long SWEEP_PERIOD_MS = 200;
 
@@ -207,6 +213,7 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
         }
       } else {
         closing[0] = true;
+        linger(req);
       }
     }
     if (!closing[0]) {
@@ -217,6 +224,32 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
         closeRequested
             ? "the client asked to close the connection after this request"
             : "the request body was not read to its end; the connection closes after the answer");
+  }
+
+  /**
+   * Before a connection closes with a body unread, reads and drops up to {@link
+   * #LINGER_LIMIT_BYTES} more of it, within the header timeout: a socket closed with bytes unread
+   * answers the client with a reset, and a client still sending its body may then lose the answer
+   * already sent (a 413 for a body over the limit, say). A body longer than that, or a client that
+   * stalls, is cut off as before.
+   */
+  private void linger(RoutingRequest req) {
+    if (req.headers().containsToken(HeaderValues.EXPECT_100) && !req.continueSent()) {
+      return; // the client waits for our go-ahead: it sends no body
+    }
+    replace(new Head(System.nanoTime())); // the sweep closes a client that stalls mid-body
+    try (java.io.InputStream in = req.content().inputStream()) {
+      byte[] buffer = new byte[64 * 1024];
+      long left = LINGER_LIMIT_BYTES;
+      for (int n;
+          left > 0 && (n = in.read(buffer, 0, (int) Math.min(buffer.length, left))) >= 0; ) {
+        left -= n;
+      }
+    } catch (java.io.IOException | RuntimeException e) {
+      // the client stopped sending, or the sweep closed the connection: it closes either way
+    } finally {
+      heads.remove(Thread.currentThread());
+    }
   }
 
   private static boolean bodyDone(RoutingRequest req) {
