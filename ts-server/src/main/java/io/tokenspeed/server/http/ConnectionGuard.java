@@ -204,13 +204,11 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
           }
         });
     chain.proceed();
-    if (!closing[0] && !bodyDone(req)) {
+    if (!bodyDone(req)) {
+      // the answer is out (and may already say the connection closes): the body is read either
+      // way, whole when small, else up to the linger limit so that the client gets the answer
       if (drainable(req)) {
-        try {
-          req.content().consume();
-        } catch (RuntimeException e) {
-          closing[0] = true; // the client stopped sending mid-body
-        }
+        closing[0] |= !drain(req); // closed when the client stopped sending mid-body
       } else {
         closing[0] = true;
         linger(req);
@@ -249,6 +247,16 @@ final class ConnectionGuard implements Filter, Http1ConnectionListener, AutoClos
       // the client stopped sending, or the sweep closed the connection: it closes either way
     } finally {
       heads.remove(Thread.currentThread());
+    }
+  }
+
+  /** Reads and drops a small unread body; false when the client stopped sending mid-body. */
+  private static boolean drain(RoutingRequest req) {
+    try {
+      req.content().consume();
+      return true;
+    } catch (RuntimeException e) {
+      return false;
     }
   }
 
