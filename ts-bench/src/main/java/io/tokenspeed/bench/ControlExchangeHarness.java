@@ -1,6 +1,7 @@
 package io.tokenspeed.bench;
 
 import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.control.LocalRelayHub;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.control.ReplicaSecret;
@@ -25,7 +26,9 @@ import org.HdrHistogram.Histogram;
 /**
  * The cost of one relay-exchange round (all-gather over loopback TCP, decoding every report, owner
  * agreement) for 2 and 4 ranks running as threads of one JVM, idle and carrying completion records,
- * all measured in the same run.
+ * all measured in the same run; and for 1 rank, a single engine's exchange (in memory, as {@code
+ * Engine} runs it: encoding and decoding its own report, the agreement, the round delivered at
+ * once), the cost every single-engine round pays.
  *
  * <p>Every rank reports the same {@code R} single-key GET records each round, so every operation
  * completes in the round it is reported and the window stays empty: a round with {@code R} records
@@ -65,7 +68,7 @@ public final class ControlExchangeHarness {
         Runtime.getRuntime().availableProcessors(),
         rounds);
     List<Cell> cells = new ArrayList<>();
-    for (int ranks : new int[] {2, 4}) {
+    for (int ranks : new int[] {1, 2, 4}) {
       cells.addAll(run(ranks, rounds));
     }
     System.out.println(
@@ -146,7 +149,10 @@ public final class ControlExchangeHarness {
                 () -> {
                   ControlConfig config =
                       ControlConfig.of(1, rank, addresses, secret).withTimeouts(30_000, 30_000);
-                  try (RelayExchange x = RelayExchange.connect(config, listeners.get(rank))) {
+                  try (RelayExchange x =
+                      ranks == 1
+                          ? RelayExchange.connect(config, new LocalRelayHub(1))
+                          : RelayExchange.connect(config, listeners.get(rank))) {
                     long nextOperationId = 0;
                     int previousKind = -1;
                     for (int n = 0; n < total; n++) {
@@ -158,9 +164,11 @@ public final class ControlExchangeHarness {
                       long t0 = System.nanoTime();
                       Optional<AgreedRound> a = x.exchange(local);
                       long t = System.nanoTime() - t0;
-                      // Rounds arrive one exchange late: this one is the previous round's.
-                      if (previousKind >= 0
-                          && a.orElseThrow().completions().size() != RECORDS[previousKind]) {
+                      // Rounds arrive one exchange late (this one is the previous round's), a
+                      // single rank's at once.
+                      int agreedKind = ranks == 1 ? kind : previousKind;
+                      if (agreedKind >= 0
+                          && a.orElseThrow().completions().size() != RECORDS[agreedKind]) {
                         throw new IllegalStateException("round " + n + " agreed " + a);
                       }
                       previousKind = kind;
@@ -177,6 +185,9 @@ public final class ControlExchangeHarness {
       }
     } finally {
       threads.shutdownNow();
+      if (ranks == 1) {
+        listeners.getFirst().close(); // the in-memory exchange never took it
+      }
     }
     List<Cell> cells = new ArrayList<>();
     for (int i = 0; i < RECORDS.length; i++) {

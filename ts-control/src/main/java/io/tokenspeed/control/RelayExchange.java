@@ -87,6 +87,11 @@ import java.util.logging.Logger;
  * rank stops having applied round n-1. A loop that ends on its own (an agreed stop) runs one more
  * exchange with an idle report to receive its last round.
  *
+ * <p><b>One rank delivers at once.</b> A replica of one rank has no other rank that might not hold
+ * the round it gathered, so its exchange returns round n from the call that gathers round n: the
+ * tick is the caller's clock and its completions are agreed in the round that polled them. A single
+ * engine's loop goes through the same exchange as a replica's ranks, with nothing to wait for.
+ *
  * <p><b>Failure.</b> The first {@link ControlPlaneException} ends the exchange: later calls throw
  * it again. Sockets stay open until {@link #close()}.
  *
@@ -186,9 +191,9 @@ public final class RelayExchange implements AutoCloseable {
 
   /**
    * Runs one round: contributes {@code local}, gathers every rank's report, and returns the round
-   * before it — the newest round that every rank is known to hold (empty on the first call). Call
-   * it exactly once per event-loop round, idle and frozen rounds included, and apply what it
-   * returns.
+   * before it — the newest round that every rank is known to hold (empty on the first call); a
+   * replica of one rank returns the round just gathered (see the class essay). Call it exactly once
+   * per event-loop round, idle and frozen rounds included, and apply what it returns.
    *
    * @throws ProtocolException when any rank's report was invalid, the ranks' plan digests differ,
    *     or the reports contradict each other (identically on every rank)
@@ -226,8 +231,13 @@ public final class RelayExchange implements AutoCloseable {
       stop(e, settled == gathered ? held : null);
       throw e;
     }
-    AgreedRound out = held;
-    held = agreed;
+    AgreedRound out;
+    if (config.worldSize() == 1) {
+      out = agreed; // no other rank to wait for
+    } else {
+      out = held;
+      held = agreed;
+    }
     if (out != null) {
       delivered = out.round();
     }

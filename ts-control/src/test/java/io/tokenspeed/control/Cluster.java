@@ -150,14 +150,16 @@ final class Cluster implements AutoCloseable {
   }
 
   /**
-   * Runs {@code rounds} rounds with {@code reportOf(n)} and one more idle exchange to receive the
-   * last round (rounds arrive one exchange late); returns rounds 1..{@code rounds} in order.
+   * Runs {@code rounds} rounds with {@code reportOf(n)} and, on a replica of several ranks, one
+   * more idle exchange to receive the last round (rounds arrive one exchange late there; a single
+   * rank's at once); returns rounds 1..{@code rounds} in order.
    */
   static List<AgreedRound> rounds(RelayExchange x, IntFunction<LocalReport> reportOf, int rounds)
       throws ControlPlaneException {
     List<AgreedRound> out = new ArrayList<>(rounds);
     long clockNs = 0;
-    for (int n = 1; n <= rounds + 1; n++) {
+    int exchanges = x.config().worldSize() == 1 ? rounds : rounds + 1;
+    for (int n = 1; n <= exchanges; n++) {
       LocalReport local = n <= rounds ? reportOf.apply(n) : LocalReport.idle(clockNs + 1);
       clockNs = local.clockNs();
       x.exchange(local).ifPresent(out::add);

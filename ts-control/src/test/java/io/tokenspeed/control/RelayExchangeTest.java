@@ -693,6 +693,25 @@ class RelayExchangeTest {
   }
 
   @Test
+  void shouldDeliverEachRoundFromTheExchangeThatGatheredItWhenTheReplicaHasOneRank()
+      throws Exception {
+    try (Cluster cluster = Cluster.start(1)) {
+      RelayExchange x = cluster.ranks.getFirst();
+      for (int n = 1; n <= 50; n++) {
+        java.util.Optional<AgreedRound> a =
+            x.exchange(
+                LocalReport.of(
+                    n * 7L, PressureSnapshot.IDLE, n % 5 == 0 ? List.of(get(n, OK)) : List.of()));
+        assertTrue(a.isPresent(), "round " + n + " is delivered by its own exchange");
+        assertEquals(n, a.get().round());
+        assertEquals(n, x.deliveredRound());
+        assertEquals(n * 7L, a.get().tickNs());
+        assertEquals(n % 5 == 0 ? List.of((long) n) : List.of(), ids(a.get()));
+      }
+    }
+  }
+
+  @Test
   void shouldAgreeAtOnceWhenTheReplicaHasOneOwner() throws Exception {
     try (Cluster cluster = Cluster.start(1)) {
       RelayExchange x = cluster.ranks.getFirst();

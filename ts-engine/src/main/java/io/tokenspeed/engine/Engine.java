@@ -4,6 +4,7 @@ import io.tokenspeed.cache.CacheCoordinator;
 import io.tokenspeed.cache.HeldBlock;
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.MeshException;
+import io.tokenspeed.control.ReplicaSecret;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.Namespace;
 import io.tokenspeed.engine.l3.L3Settings;
@@ -22,6 +23,8 @@ import io.tokenspeed.model.sampling.SamplingState;
 import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageConfig;
 import io.tokenspeed.scheduler.StorageTransferManager;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -79,7 +82,7 @@ public final class Engine implements AutoCloseable {
   /** L3 under the Host tier, or null without a backend. */
   private final StorageTier storage;
 
-  /** The replica's exchange at TP > 1; null for a single rank. */
+  /** The replica's exchange (a single engine's: one rank's, in memory). */
   private final Replica replica;
 
   private final Copies loopCopies;
@@ -210,10 +213,8 @@ public final class Engine implements AutoCloseable {
               host.geometry(),
               model.shard().rank());
       StorageTier.Stepping stepping = simulation == null ? null : simulation.stepping();
-      return replica == null
-          ? StorageTier.start(l3, jobs, host.memory().segment(), credits, nanoClock, stepping)
-          : StorageTier.onReplica(
-              l3, jobs, host.memory().segment(), replica.size(), nanoClock, stepping);
+      return StorageTier.start(
+          l3, jobs, host.memory().segment(), replica.size(), nanoClock, stepping);
     } catch (Exception e) {
       closeTiers();
       throw new IllegalStateException("L3 could not start over " + l3.store().name() + ": " + e, e);
@@ -222,16 +223,18 @@ public final class Engine implements AutoCloseable {
 
   /**
    * Joins the replica's mesh when {@code control} names more than one rank (blocks until every rank
-   * is connected); null for a single rank. The settings checked that its ranks are the model's; the
-   * agreement window is sized from {@code credits} (the Host-fitted storage settings, null without
-   * L3). On failure the memory tiers and the store are freed.
+   * is connected); a single engine is a replica of one rank over an in-memory transport. The
+   * settings checked that its ranks are the model's; the agreement window is sized from {@code
+   * credits} (the Host-fitted storage settings, null without L3). On failure the memory tiers and
+   * the store are freed.
    */
   private Replica joinReplica(ControlConfig control, L3Settings l3, StorageConfig credits) {
-    if (control == null || control.worldSize() == 1) {
-      return null;
-    }
     try {
-      ControlConfig sized = credits == null ? control : StorageTier.windowFor(control, credits);
+      ControlConfig own = control == null ? soloControl() : control;
+      ControlConfig sized = credits == null ? own : StorageTier.windowFor(own, credits);
+      if (own.worldSize() == 1) {
+        return Replica.solo(sized, nanoClock, simulation);
+      }
       return simulation == null
           ? Replica.join(sized, nanoClock)
           : Replica.join(sized, nanoClock, simulation);
@@ -252,13 +255,22 @@ public final class Engine implements AutoCloseable {
     }
   }
 
+  /** A single engine's control settings: one rank, which never opens its address. */
+  private static ControlConfig soloControl() {
+    return ControlConfig.of(
+        0,
+        0,
+        List.of(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1)),
+        ReplicaSecret.generate());
+  }
+
   /**
    * On a tensor-parallel replica: the time each round since the last call spent in the replica's
    * exchange (the round's agreement), in nanoseconds, oldest first; empty for a single rank. A
    * diagnostic for benchmarks (any thread).
    */
   public long[] recentExchangeNanos() {
-    return replica == null ? new long[0] : replica.takeExchangeNanos();
+    return replica.takeExchangeNanos();
   }
 
   /** This engine's rank in its tensor-parallel replica (0 for a single rank). */
@@ -533,7 +545,7 @@ public final class Engine implements AutoCloseable {
    * @throws IllegalStateException when the engine is closed
    */
   public RequestHandle submit(int[] prompt, SamplingParams params, int topLogprobs) {
-    if (replica != null && !replica.leader()) {
+    if (!replica.leader()) {
       throw new IllegalStateException(
           "rank " + replica.rank() + " of the replica is not its leader: submit to rank 0");
     }
@@ -617,6 +629,11 @@ public final class Engine implements AutoCloseable {
   /** The round, which the whole-loop simulation calls itself (its loop thread never starts). */
   Round round() {
     return round;
+  }
+
+  /** The loop's runner, whose idle policy the whole-loop simulation asks in the loop's place. */
+  LoopRunner runner() {
+    return runner;
   }
 
   /**
@@ -744,12 +761,11 @@ public final class Engine implements AutoCloseable {
     }
     closed = true;
     loop.failPendingTasks();
+    replica.failPending(new IllegalStateException("engine closed")); // asked after the loop ended
     if (storage != null && closeReport == null) {
       closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup
     }
-    if (replica != null) {
-      replica.close();
-    }
+    replica.close();
     copies.close();
     device.close();
     if (closeReport == null || !closeReport.restartRequired()) {

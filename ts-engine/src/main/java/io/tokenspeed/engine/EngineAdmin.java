@@ -19,11 +19,12 @@ import java.util.function.LongSupplier;
 
 /**
  * The engine's administration: cache clears, namespace rotations, weight updates and the freeze. A
- * command is applied in two places: the caller's side ({@link #command}) hands it to the loop — as
- * a task on a single rank, through the exchange on a replica, where every rank applies it in the
- * round that agrees on it — and the loop's side ({@link #apply}) changes the {@link ControlState},
- * the scheduler, Host publication and the storage tier between rounds. The control state is the
- * only source of a round's forward and storage permissions ({@link #control}).
+ * command is applied in two places: the caller's side ({@link #command}) hands it to the loop
+ * through the replica's exchange, where every rank applies it in the round that agrees on it (a
+ * single engine, a replica of one rank, in its next round) — and the loop's side ({@link #apply})
+ * changes the {@link ControlState}, the scheduler, Host publication and the storage tier between
+ * rounds. The control state is the only source of a round's forward and storage permissions ({@link
+ * #control}).
  *
  * <p>A weight update waits for storage operations to retire on the calling thread (it asks the loop
  * between rounds, every storage tick). After that replica-agreed preflight, the deletion of the old
@@ -48,7 +49,7 @@ final class EngineAdmin {
   private final StorageTransferManager stm;
   private final Store store;
 
-  /** The replica's exchange at TP > 1; null for a single rank. */
+  /** The replica's exchange (a single engine's: one rank's). */
   private final Replica replica;
 
   private final LoopProxy loop;
@@ -120,18 +121,11 @@ final class EngineAdmin {
   }
 
   /**
-   * Applies {@code command}: on a single rank on the loop thread before its next round; on a
-   * replica, the leader sends it through the exchange and every rank applies it in the round that
-   * agrees on it. Completes once this rank (the leader) has applied it.
+   * Applies {@code command}: the leader sends it through the exchange and every rank applies it in
+   * the round that agrees on it (a single engine in its next round's head). Completes once this
+   * rank (the leader) has applied it.
    */
   CompletableFuture<Void> command(Replica.Command command) {
-    if (replica == null) {
-      return loop.onLoop(
-          () -> {
-            apply(command);
-            return null;
-          });
-    }
     if (loop.closing()) {
       return CompletableFuture.failedFuture(new IllegalStateException("engine is closed"));
     }
@@ -237,7 +231,7 @@ final class EngineAdmin {
   }
 
   private void checkVersion(String version) {
-    if (replica != null && !replica.leader()) {
+    if (!replica.leader()) {
       throw new IllegalStateException(
           "rank "
               + replica.rank()
@@ -270,7 +264,7 @@ final class EngineAdmin {
         throw new TimeoutException(
             inFlight
                 + " storage operations were still inside the store"
-                + (replica == null ? "" : " of a rank of the replica")
+                + (replica.size() == 1 ? "" : " of a rank of the replica")
                 + " after "
                 + WEIGHT_UPDATE_RETIREMENT_MS
                 + " ms: the weight update was abandoned (nothing deleted or switched)");

@@ -140,46 +140,79 @@ final class LoopRunner {
    * place, on one thread.
    */
   RoundResult step(RoundResult last) throws Exception {
-    return roundDue(last) ? runRound() : null;
+    Turn turn = nextTurn(last);
+    if (turn.waitMs() > 0) {
+      waits.awaitWork(turn.waitMs());
+    }
+    if (turn.idle() && !dueAfterIdle(turn, nanoClock.getAsLong())) {
+      return null;
+    }
+    return runRound();
   }
 
   private RoundResult runRound() throws Exception {
     long nowNs = nanoClock.getAsLong();
-    lastRoundNs = nowNs;
+    roundStarted(nowNs);
     return round.doWork(nowNs);
   }
 
-  /** Waits while there is nothing to compute; false when the wait ended with no round due. */
-  private boolean roundDue(RoundResult last) throws InterruptedException {
-    boolean arrived = round.workArrived() || round.awaitingAgreement();
-    boolean agreementDue = round.storageAgreementDue(); // the next round returns it
-    if (!round.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
-      return idleWait();
-    }
-    if ((last.storageWait() || last.forwardWithheld()) && !arrived && !agreementDue) {
-      waits.awaitWork(STORAGE_TICK_MS); // nothing to compute until L3 answers or the freeze lifts
-    }
-    return true;
+  /**
+   * What the idle policy asks of the next turn: wait up to {@code waitMs} (returning earlier when
+   * work arrives; 0: none); after an {@code idle} wait a round follows only when {@link
+   * #dueAfterIdle} says so, after any other wait it follows at once. {@code busy}: L3 facts were
+   * still to come when the idle wait began.
+   */
+  record Turn(long waitMs, boolean idle, boolean busy) {
+    static final Turn NOW = new Turn(0, false, false);
   }
 
   /**
-   * The idle wait; true when a round is due after it: L3 facts still to come (a round per event or
-   * tick), a backup retry due, a heartbeat due, or work arrived. Otherwise the metrics snapshot is
-   * refreshed when stale.
+   * The idle policy after {@code last} (see the class essay). Reads the clock only for a refused
+   * backup's retry. A simulation of the loop asks it in the loop's place and moves its clock by the
+   * wait.
    */
-  private boolean idleWait() throws InterruptedException {
-    boolean busy = round.storageBusy();
-    long retryInNs = round.backupRetryInNs(nanoClock.getAsLong());
-    waits.awaitWork(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs));
-    long nowNs = nanoClock.getAsLong();
+  Turn nextTurn(RoundResult last) {
+    boolean arrived = round.workArrived() || round.awaitingAgreement();
+    boolean agreementDue = round.storageAgreementDue(); // the next round returns it
+    if (!round.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
+      boolean busy = round.storageBusy();
+      long retryInNs = round.backupRetryInNs(nanoClock.getAsLong());
+      return new Turn(busy ? STORAGE_TICK_MS : idleWaitMs(retryInNs), true, busy);
+    }
+    if ((last.storageWait() || last.forwardWithheld()) && !arrived && !agreementDue) {
+      // nothing to compute until L3 answers or the freeze lifts
+      return new Turn(STORAGE_TICK_MS, false, false);
+    }
+    return Turn.NOW;
+  }
+
+  /**
+   * After {@code turn}'s idle wait, at {@code nowNs}: whether a round is due — L3 facts still to
+   * come (a round per event or tick), a backup retry due, a heartbeat due, or work arrived.
+   * Otherwise the metrics snapshot is refreshed when stale.
+   */
+  boolean dueAfterIdle(Turn turn, long nowNs) {
     boolean retryDue = round.backupRetryInNs(nowNs) <= 0;
     boolean heartbeat =
         round.replicated() && nowNs - lastRoundNs >= TimeUnit.MILLISECONDS.toNanos(HEARTBEAT_MS);
-    if (busy || retryDue || heartbeat || round.workArrived()) {
+    if (turn.busy() || retryDue || heartbeat || round.workArrived()) {
       return true;
     }
     round.refreshIdleMetrics(nowNs);
     return false;
+  }
+
+  /** A round starts at {@code nowNs} (the heartbeat counts from it). */
+  void roundStarted(long nowNs) {
+    lastRoundNs = nowNs;
+  }
+
+  /**
+   * When the next heartbeat round is due on a replica's leader: {@link #HEARTBEAT_MS} after the
+   * last round (a single rank has none: see {@link Round#replicated}).
+   */
+  long heartbeatDueNs() {
+    return lastRoundNs + TimeUnit.MILLISECONDS.toNanos(HEARTBEAT_MS);
   }
 
   /**

@@ -2,6 +2,7 @@ package io.tokenspeed.engine;
 
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.control.ControlPlaneException;
+import io.tokenspeed.control.LocalRelayHub;
 import io.tokenspeed.control.LocalReport;
 import io.tokenspeed.control.MeshException;
 import io.tokenspeed.control.RelayExchange;
@@ -49,6 +50,12 @@ import java.util.function.LongSupplier;
  * it when the round that carried it is agreed, so every rank's scheduler sees the same requests in
  * the same round and plans the same batch. Only the leader's requests have callers: a follower's
  * copies of them stream to nobody.
+ *
+ * <p>A single engine is a replica of one rank ({@link #solo}): the same exchange over an in-memory
+ * one-rank transport, which returns each round from the call that gathered it. Its intake and
+ * commands do not ride the frame (there is nobody to send them to): the call returns them as they
+ * came, in the same round, so a single engine admits a request in the round after its submission,
+ * with no encoding, as a replica's leader would one exchange later.
  *
  * <p>Only the loop thread calls the exchange; {@link #command} is called from any thread.
  */
@@ -193,6 +200,24 @@ final class Replica implements AutoCloseable {
     return new Replica(RelayExchange.connect(control), nanoClock);
   }
 
+  /**
+   * A single engine's replica of one rank, over a one-rank in-memory transport (no socket), its
+   * agreement window from {@code control} (one rank's, sized by the caller); a simulation's planted
+   * bugs reach its exchange when {@code simulation} is not null.
+   */
+  static Replica solo(ControlConfig control, LongSupplier nanoClock, Simulation simulation)
+      throws MeshException {
+    if (control.worldSize() != 1) {
+      throw new IllegalArgumentException(
+          "a single engine is a replica of one rank, not " + control.worldSize());
+    }
+    RelayExchange exchange = RelayExchange.connect(control, new LocalRelayHub(1));
+    if (simulation != null) {
+      simulation.planting().exchange(exchange);
+    }
+    return new Replica(exchange, nanoClock);
+  }
+
   /** Joins the replica's in-memory hub, as the whole-loop simulation runs it. */
   static Replica join(ControlConfig control, LongSupplier nanoClock, Simulation simulation)
       throws MeshException {
@@ -211,6 +236,14 @@ final class Replica implements AutoCloseable {
 
   boolean leader() {
     return rank == 0;
+  }
+
+  /**
+   * Whether the exchange returns each round one call late (several ranks); a single rank's returns
+   * it from the call that gathered it.
+   */
+  boolean deliversLate() {
+    return size > 1;
   }
 
   /** The round timeout: the longest one rank waits for another in any exchange. */
@@ -266,7 +299,9 @@ final class Replica implements AutoCloseable {
    * cancellations} and the commands asked for since; every rank sends its clock, {@code status}
    * (empty for none) and, with L3, its executor's poll. Returns what the agreed round (one exchange
    * late) brings: new requests (the leader's own objects there, decoded copies elsewhere),
-   * cancellations and commands, in the leader's order, and every rank's status.
+   * cancellations and commands, in the leader's order, and every rank's status. A single rank's
+   * round is the one just gathered, and it brings the intake and commands of this call as they
+   * came.
    *
    * @throws ControlPlaneException when a rank is silent past the round timeout, leaves, or the
    *     reports contradict each other: the replica must stop
@@ -280,6 +315,9 @@ final class Replica implements AutoCloseable {
       LongConsumer cancel,
       OptionalInt eosId)
       throws ControlPlaneException {
+    if (size == 1) {
+      return soloExchange(nowNs, poll, newRequests, cancellations);
+    }
     List<FrontendMessage> frontend = new ArrayList<>();
     if (leader()) {
       for (ActiveRequest a : newRequests) {
@@ -333,9 +371,38 @@ final class Replica implements AutoCloseable {
   }
 
   /**
+   * A single rank's exchange: the report carries the clock and the poll; the intake and the
+   * commands stay local and come back with the round (the commands' callers complete in {@link
+   * #commandsApplied}, as a leader's do).
+   */
+  private Agreed soloExchange(
+      long nowNs, L3Poll poll, List<ActiveRequest> newRequests, List<Long> cancellations)
+      throws ControlPlaneException {
+    LocalReport report =
+        poll == null
+            ? LocalReport.idle(nowNs)
+            : LocalReport.of(nowNs, poll.pressure(), poll.completions());
+    Optional<AgreedRound> agreed = exchange.exchange(report);
+    List<Command> applied = new ArrayList<>();
+    for (Pending p; (p = commands.poll()) != null; ) {
+      applied.add(p.command());
+      soloApplied.add(p);
+    }
+    return new Agreed(agreed, List.copyOf(newRequests), List.copyOf(cancellations), applied);
+  }
+
+  /** A single rank: the commands its latest exchange returned, completed once applied. */
+  private final List<Pending> soloApplied = new ArrayList<>();
+
+  /**
    * Completes the callers of the commands of {@code agreed} (leader; after the loop applied them).
    */
   void commandsApplied(Optional<AgreedRound> agreed) {
+    if (size == 1) {
+      soloApplied.forEach(p -> p.done().complete(null));
+      soloApplied.clear();
+      return;
+    }
     if (!leader() || agreed.isEmpty()) {
       return;
     }
@@ -362,7 +429,7 @@ final class Replica implements AutoCloseable {
   /**
    * The time each round since the last call spent in the exchange (the round's agreement: this
    * rank's report out, every report in), in nanoseconds, oldest first (at most {@value
-   * #EXCHANGE_RECORD}; any thread).
+   * #EXCHANGE_RECORD}; any thread); none on a single rank, which waits for nobody.
    */
   synchronized long[] takeExchangeNanos() {
     long[] out = java.util.Arrays.copyOf(exchangeNanos, exchangeCount);
@@ -392,6 +459,10 @@ final class Replica implements AutoCloseable {
       p.done().completeExceptionally(why);
     }
     sentCommands.clear();
+    for (Pending p : soloApplied) {
+      p.done().completeExceptionally(why);
+    }
+    soloApplied.clear();
   }
 
   /** Requests sent and not yet agreed (leader): their callers wait on them. */

@@ -40,9 +40,9 @@ import java.util.function.Supplier;
  * {@link LoopRunner} owns the thread, the idle policy and close.
  *
  * <pre>
- *   1. head        administrative tasks, new requests and cancellations, then the exchange: with
- *                  L3 the executor's poll rides it, and on a replica the leader's intake and
- *                  commands do; the agreed tick, pressure, cancellations and completions come back
+ *   1. head        administrative tasks, then the replica's exchange: the leader's intake and
+ *                  commands ride it and, with L3, every rank's executor poll; the agreed tick,
+ *                  pressure, commands, new requests, cancellations and completions come back
  *   2. plan        scheduler.round: forward batch, Device copies, demotions, storage commands; the
  *                  storage commands go to the executor at once
  *   3. dispatch    the images of requests just retracted, then H2D loads and copy-on-write, which
@@ -56,9 +56,11 @@ import java.util.function.Supplier;
  *                  {@link MetricsPublication} says so, a metrics snapshot ({@link EngineMetrics})
  * </pre>
  *
- * <p>One head whatever the TP size: a single rank exchanges its L3 poll through its storage tier's
- * one-rank mesh, a replica's ranks through the replica's exchange, and both come back as one {@link
- * Head} — the scheduler's input, the round's cancellations and the agreed round.
+ * <p>One head whatever the TP size: every rank, a single engine included (a replica of one rank),
+ * goes through its {@link Replica}'s exchange, the one owner of the relay exchange, and gets one
+ * {@link Head} back: the scheduler's input, the round's cancellations and the agreed round. Only
+ * timing differs with the size: a replica of several ranks agrees on a round one exchange late, a
+ * single rank in the round itself.
  *
  * <p>The scheduler, the cache and every step are the loop thread's; other threads read only the
  * published figures (volatile fields) and reach the loop through {@link LoopProxy} and {@link
@@ -83,7 +85,7 @@ final class Round {
   private final EngineView view;
   private final Map<Long, ActiveRequest> active;
 
-  /** The replica's exchange at TP > 1, null for a single rank. */
+  /** The replica's exchange (a single engine's: one rank's). */
   private final Replica replica;
 
   /** What an agreed administrative command does to this rank. */
@@ -220,38 +222,14 @@ final class Round {
         !head.input().forwardPermitted());
   }
 
-  /** The head: administrative tasks, then the exchange of this rank's kind. */
+  /**
+   * The head: administrative tasks, then the exchange (the leader's intake rides it), then what the
+   * agreed round brings, in the leader's order: commands, new requests. The permissions are those
+   * of the control state the round's commands left, the same on every rank; before a replica's
+   * first agreed round: a round with nothing permitted at tick 0, the same on every rank.
+   */
   private Head head(long nowNs) throws ControlPlaneException {
     loop.runTasks();
-    return replica == null ? singleRankHead(nowNs) : replicaHead(nowNs);
-  }
-
-  /**
-   * A single rank's head: new requests enter the scheduler; with L3 the executor's poll goes
-   * through the storage tier's one-rank exchange and the agreed round comes back. The permissions
-   * are the control state's (storage none without L3).
-   */
-  private Head singleRankHead(long nowNs) throws ControlPlaneException {
-    for (ActiveRequest a; (a = intake.poll()) != null; ) {
-      submitToScheduler(a);
-    }
-    List<Long> cancelled = intake.drainCancellations();
-    ControlState c = control.get();
-    RoundInput input =
-        storage == null
-            ? new RoundInput(
-                nowNs, PressureSnapshot.IDLE, cancelled, List.of(), c.forwardPermitted(), false)
-            : storage.roundInput(nowNs, cancelled, c.forwardPermitted(), c.storagePermitted());
-    return new Head(input, cancelled, Optional.empty());
-  }
-
-  /**
-   * A replica's head: the exchange (the leader's intake rides it), then what the agreed round
-   * brings, in the leader's order: commands, new requests. The permissions are those of the control
-   * state the round's commands left, the same on every rank; before the first agreed round: a round
-   * with nothing permitted at tick 0, the same on every rank.
-   */
-  private Head replicaHead(long nowNs) throws ControlPlaneException {
     Replica.Agreed agreed;
     try {
       agreed = exchange(nowNs);
@@ -272,12 +250,20 @@ final class Round {
     for (ActiveRequest a : agreed.newRequests()) {
       submitToScheduler(a);
     }
-    ControlState c = control.get();
+    ControlState c = plantedIgnoresControl ? ControlState.NORMAL : control.get();
     RoundInput input;
     if (agreed.round().isEmpty()) {
       input = new RoundInput(0, PressureSnapshot.IDLE, List.of(), List.of(), false, false);
     } else if (storage == null) {
-      input = RoundInput.of(agreed.round().get(), c.forwardPermitted(), false);
+      AgreedRound round = agreed.round().get();
+      input =
+          new RoundInput(
+              round.tickNs(),
+              round.pressure(),
+              agreed.cancellations(),
+              List.of(),
+              c.forwardPermitted(),
+              false);
     } else {
       input =
           storage.input(
@@ -327,9 +313,7 @@ final class Round {
       storage.dispatch(plan.storage());
       noteQuarantine();
     }
-    if (replica != null) {
-      replica.commandsApplied(head.agreed());
-    }
+    replica.commandsApplied(head.agreed());
     return plan;
   }
 
@@ -416,8 +400,8 @@ final class Round {
    * round's report carries; the exchange stops the replica when the ranks' digests differ.
    */
   private void notePlan(ExecutionPlan plan) {
-    if (replica == null) {
-      return;
+    if (replica.size() == 1) {
+      return; // one rank has nobody to compare with
     }
     long h = mix(0x7470_6c61_6e00_0001L, plan.round());
     for (ExecutionPlan.ForwardItem f : plan.forward()) {
@@ -542,7 +526,7 @@ final class Round {
    */
   private int waitingInLoop() {
     int waiting = active.size() - Math.min(active.size(), scheduler.runningCount());
-    return replica == null ? waiting : waiting + replica.unagreedCount();
+    return waiting + replica.unagreedCount();
   }
 
   private void publishStats() {
@@ -609,7 +593,7 @@ final class Round {
     Optional<EngineMetrics.Storage> l3 = Optional.empty();
     if (storage != null) {
       L3Metrics executor = storage.metrics();
-      if (replica != null && !replica.leader()) {
+      if (!replica.leader()) {
         outgoingStatus = ExecutorFigures.encode(executor); // to the leader, in the next round
       }
       l3 =
@@ -632,14 +616,14 @@ final class Round {
 
   // ---------------------------------------------------------------- for the runner (loop thread)
 
-  /** Whether this rank is one of a tensor-parallel replica's. */
+  /** Whether this rank is one of a tensor-parallel replica's (of more than one rank). */
   boolean replicated() {
-    return replica != null;
+    return replica.size() > 1;
   }
 
   /** Whether this rank follows a replica's leader (whose rounds pace it). */
   boolean follower() {
-    return replica != null && !replica.leader();
+    return !replica.leader();
   }
 
   /** Whether the loop serves requests. */
@@ -657,19 +641,20 @@ final class Round {
    * tasks, or, on a replica's leader, commands to send.
    */
   boolean workArrived() {
-    return intake.pending()
-        || loop.tasksPending()
-        || (replica != null && replica.commandsPending());
+    return intake.pending() || loop.tasksPending() || replica.commandsPending();
   }
 
   /** On a replica: requests or commands sent whose agreement the next exchange brings. */
   boolean awaitingAgreement() {
-    return replica != null && replica.awaitingAgreement();
+    return replica.awaitingAgreement();
   }
 
-  /** The latest round reported completions whose agreement the next round returns. */
+  /**
+   * The latest round reported completions whose agreement the next round returns (a replica of
+   * several ranks; a single rank's exchange agreed on them in that round).
+   */
   boolean storageAgreementDue() {
-    return storage != null && storage.agreementDue();
+    return storage != null && replica.deliversLate() && storage.agreementDue();
   }
 
   /** L3 operations without an agreed completion, or backup candidates not yet written. */
@@ -708,7 +693,7 @@ final class Round {
   void cancelAll(boolean draining) {
     if (!drainAsked) {
       drainAsked = true;
-      if (replica == null) {
+      if (!replicated()) {
         applyCommand.accept(Replica.Command.DRAIN); // the loop thread, between rounds
       } else if (replica.leader()) {
         replica.command(Replica.Command.DRAIN);
@@ -720,7 +705,7 @@ final class Round {
     for (long id : active.keySet()) {
       intake.cancel(id);
     }
-    if (replica != null && active.isEmpty() && !draining) {
+    if (replicated() && active.isEmpty() && !draining) {
       replica.stop(); // every rank ends in the round that agrees on it
     }
   }
@@ -743,17 +728,25 @@ final class Round {
     plantedLeavesActive = true;
   }
 
+  /** Planted: a round takes forward and storage as permitted whatever the control state says. */
+  private boolean plantedIgnoresControl;
+
+  /** Plants the bug above (the simulation's planted-bug tests only). */
+  void plantIgnoreControlState() {
+    plantedIgnoresControl = true;
+  }
+
   /**
    * The loop failed with {@code t}: the replica's collective aborts, and every request the loop
    * knows of — unagreed on a replica's leader, active, queued — ends with the failure.
    */
   void fail(Throwable t) {
-    if (replica != null) {
+    if (replicated()) {
       abortReplica.accept("rank " + replica.rank() + " stopped: " + t);
-      replica.failPending(t);
-      for (ActiveRequest a : replica.unagreed()) {
-        a.handle.end(a.result("error", "engine loop failed: " + t));
-      }
+    }
+    replica.failPending(t);
+    for (ActiveRequest a : replica.unagreed()) {
+      a.handle.end(a.result("error", "engine loop failed: " + t));
     }
     for (ActiveRequest a : plantedLeavesActive ? List.<ActiveRequest>of() : active.values()) {
       a.handle.end(a.result("error", "engine loop failed: " + t));
@@ -765,8 +758,6 @@ final class Round {
 
   /** The loop ended: a replica's commands still waiting fail. */
   void ended() {
-    if (replica != null) {
-      replica.failPending(new IllegalStateException("engine closed"));
-    }
+    replica.failPending(new IllegalStateException("engine closed"));
   }
 }

@@ -11,9 +11,10 @@ import io.tokenspeed.scheduler.StorageTransferManager;
  * simulation takes the {@link Round} ({@link Engine#round()}) and calls it with simulated time.
  *
  * <pre>
- *   stepping   L3's executor starts stepped and goes to the simulation, which runs its store calls;
- *              a single rank's exchange goes through a one-rank in-memory hub (null: no L3 seen)
- *   hub        the replica's relay exchange over an in-memory transport (null for a single rank)
+ *   stepping   L3's executor starts stepped and goes to the simulation, which runs its store calls
+ *              (null: no L3 seen)
+ *   hub        the replica's relay exchange over an in-memory transport (null for a single rank,
+ *              whose exchange is always in memory)
  *   planting   the simulation's planted bugs, switched on in the owners it is handed
  * </pre>
  */

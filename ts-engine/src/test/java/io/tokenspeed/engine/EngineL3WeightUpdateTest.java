@@ -148,8 +148,12 @@ class EngineL3WeightUpdateTest {
       rec.await(e.submit(prompt(79), SamplingParams.greedy(8)));
       assertTrue(inside.await(10, TimeUnit.SECONDS), "the finished prompt's PUT is in the store");
       CompletableFuture<Long> update = updateAsync(e, "2");
-      Thread.sleep(100);
-      release.countDown(); // the PUT lands while (or after) the update runs
+      long fencedBy = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+      while (!e.view().control().fenced() && System.nanoTime() - fencedBy < 0) {
+        Thread.sleep(1); // the loop applies the fence in its next round
+      }
+      assertTrue(e.view().control().fenced(), "the update fenced storage");
+      release.countDown(); // the PUT lands while the update waits for it to retire
       try {
         update.get(10, TimeUnit.SECONDS);
       } catch (Exception ex) {
@@ -354,8 +358,8 @@ class EngineL3WeightUpdateTest {
         failures.add(ex);
       }
       // a prompt meanwhile (not awaited here: an update may hold the loop while it deletes)
+      // queued while the loop deletes (the deletion runs on the loop thread), served after it
       RequestHandle meanwhile = e.submit(prompt(101), SamplingParams.greedy(8));
-      Thread.sleep(300); // served, and its write-through reaches the store (or is fenced)
       release.countDown();
       rec.await(meanwhile);
       for (CompletableFuture<Long> f : List.of(first, second)) {

@@ -115,8 +115,6 @@ final class WholeLoopSimulation implements AutoCloseable {
     PUBLISH_FAILED_GET,
     /** An operation counts as retired when any owner retired it (the retirement AND as OR). */
     RETIRED_BY_ANY_RANK,
-    /** Soft deadlines and Ready holds start at the round's own, possibly stale, tick. */
-    DEADLINE_FROM_STALE_TICK,
     /** A refused backup is offered again without the store's hold. */
     REOFFER_WITHOUT_HOLD,
     /** A retracted victim keeps what it knew of its Device KV. */
@@ -128,7 +126,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     /** A rank's round goes on when its exchange fails (a peer died or stalled). */
     SERVES_ALONE,
     /** A failed loop does not end the requests it serves. */
-    FAILED_LOOP_LEAVES_REQUESTS
+    FAILED_LOOP_LEAVES_REQUESTS,
+    /** A frozen round takes its permissions as granted: it computes and starts storage work. */
+    FROZEN_ROUND_RUNS
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -141,7 +141,6 @@ final class WholeLoopSimulation implements AutoCloseable {
   private static final long MS = 1_000_000L;
   private static final int VOCAB = 1021;
   private static final long STORAGE_TICK_NS = LoopRunner.STORAGE_TICK_MS * MS;
-  private static final long HEARTBEAT_NS = LoopRunner.HEARTBEAT_MS * MS;
   private static final long SOFT_DEADLINE_MS = 200;
   private static final long RETIREMENT_WAIT_NS = 60_000 * MS;
   private static final int DRAIN_ROUNDS = 200_000;
@@ -193,9 +192,18 @@ final class WholeLoopSimulation implements AutoCloseable {
   private int version;
   private WeightUpdate update;
 
-  // the idle policy's state (LoopRunner's)
+  // the round's start, for the frozen-round checks
+  private long issuedBefore;
+  private int inFlightBefore;
+
+  // an administrative freeze: asked, lifted at unfreezeAtNs (each future completes once applied)
+  private CompletableFuture<Void> freezing;
+  private CompletableFuture<Void> unfreezing;
+  private long unfreezeAtNs;
+
+  // the leader's runner, whose idle policy the simulation asks, and the last round it ran
+  private LoopRunner runner;
   private RoundResult last = RoundResult.NONE;
-  private long lastRoundNs;
 
   // the checks' state
   private final Map<String, Long> refusedAt = new HashMap<>();
@@ -215,6 +223,11 @@ final class WholeLoopSimulation implements AutoCloseable {
   long clears;
   long rotations;
   long weightUpdates;
+  long freezes;
+  long frozenRounds;
+  long frozenCompletions;
+  long frozenSoftTimeouts;
+  long frozenCancellations;
   long idleChecks;
   long quarantines;
   long requestsStopped;
@@ -350,7 +363,10 @@ final class WholeLoopSimulation implements AutoCloseable {
       this.blocks = new ReferenceBlocks(rank0, engines.getFirst().layout(), tp);
     }
     this.hostPublications = new long[tp];
-    this.lastRoundNs = clock.get();
+    this.freezing = null; // a fresh replica starts unfrozen
+    this.unfreezing = null;
+    this.runner = engines.getFirst().runner();
+    this.runner.roundStarted(clock.get());
     this.last = RoundResult.NONE;
     this.endedBeforeReplica = requestsEnded;
   }
@@ -381,18 +397,18 @@ final class WholeLoopSimulation implements AutoCloseable {
               round.plantLeaveActiveOnFailure();
             }
           };
+      case FROZEN_ROUND_RUNS ->
+          new Simulation.Planting() {
+            @Override
+            public void round(Round round) {
+              round.plantIgnoreControlState();
+            }
+          };
       case PUBLISH_FAILED_GET ->
           new Simulation.Planting() {
             @Override
             public void manager(StorageTransferManager stm) {
               PlantedRules.publishFailedRows(stm);
-            }
-          };
-      case DEADLINE_FROM_STALE_TICK ->
-          new Simulation.Planting() {
-            @Override
-            public void manager(StorageTransferManager stm) {
-              PlantedRules.timersAtStaleTick(stm);
             }
           };
       case REOFFER_WITHOUT_HOLD ->
@@ -436,54 +452,57 @@ final class WholeLoopSimulation implements AutoCloseable {
     return this;
   }
 
-  /** One step: the frontend, then a round when LoopRunner's policy runs one, then time moves. */
+  /**
+   * One step: the frontend, then LoopRunner's own idle policy ({@link LoopRunner#nextTurn}): its
+   * wait moves the clock to its end or to the first event that would wake the loop (an arrival, an
+   * administrative call, a store call's completion), then a round when the policy runs one.
+   */
   private void step() throws Exception {
     frontend();
-    Round leader = rounds.getFirst();
-    boolean arrived = leader.workArrived() || leader.awaitingAgreement();
-    boolean agreementDue = leader.storageAgreementDue();
-    if (!leader.hasActiveRequests() && !arrived && !last.housekeeping() && !agreementDue) {
-      idle(leader);
-      return;
+    LoopRunner.Turn turn = runner.nextTurn(last);
+    long now = clock.get();
+    if (turn.waitMs() > 0) {
+      long until = Math.min(now + turn.waitMs() * MS, wakeNs());
+      if (turn.idle()) {
+        if (!turn.busy()) {
+          checkIdle();
+        }
+        if (tp > 1) {
+          until = Math.min(until, runner.heartbeatDueNs());
+        }
+      }
+      advanceTo(Math.max(until, now + 1));
+      now = clock.get();
     }
-    if (last.storageWait() && !arrived && !agreementDue) {
-      advanceTo(Math.min(clock.get() + STORAGE_TICK_NS, store.nextDueNs()));
+    if (turn.idle() && !runner.dueAfterIdle(turn, now)) {
+      return;
     }
     runRound();
   }
 
   /**
-   * LoopRunner's idle wait: a storage tick while L3 facts are to come, else until work arrives, a
-   * paced backup retry or (TP > 1) a heartbeat; the simulation jumps to the earliest of them.
+   * The first event after now that wakes a waiting loop: an arrival, an administrative call, a
+   * store call's completion, or a storage tick while a weight update or the drain polls the loop.
    */
-  private void idle(Round leader) throws Exception {
+  private long wakeNs() {
     long now = clock.get();
-    boolean busy = leader.storageBusy();
-    long until;
-    if (busy) {
-      until = Math.min(now + STORAGE_TICK_NS, store.nextDueNs());
-    } else {
-      long retryIn = leader.backupRetryInNs(now);
-      until = Math.min(nextArrivalNs, nextAdminNs);
-      if (retryIn != Long.MAX_VALUE) {
-        until = Math.min(until, now + Math.max(STORAGE_TICK_NS, retryIn));
-      }
-      if (tp > 1) {
-        until = Math.min(until, lastRoundNs + HEARTBEAT_NS);
-      }
-      if (update != null || draining) {
-        until = Math.min(until, now + STORAGE_TICK_NS);
-      }
-      checkIdle();
+    long until = future(now, store.nextDueNs(), Long.MAX_VALUE);
+    if (!draining) {
+      until = future(now, nextArrivalNs, until);
+      until = update == null ? future(now, nextAdminNs, until) : until;
     }
-    advanceTo(Math.max(until, now + 1));
-    now = clock.get();
-    boolean heartbeat = tp > 1 && now - lastRoundNs >= HEARTBEAT_NS;
-    if (busy || leader.backupRetryInNs(now) <= 0 || heartbeat || leader.workArrived()) {
-      runRound();
-    } else {
-      leader.refreshIdleMetrics(now);
+    if (freezing != null && unfreezing == null) {
+      until = future(now, unfreezeAtNs, until);
     }
+    if (update != null || draining) {
+      until = Math.min(until, now + STORAGE_TICK_NS);
+    }
+    return until;
+  }
+
+  /** {@code min(until, at)} when {@code at} is after {@code now}; {@code until} otherwise. */
+  private static long future(long now, long at, long until) {
+    return at - now > 0 ? Math.min(until, at) : until;
   }
 
   private void advanceTo(long ns) {
@@ -507,8 +526,8 @@ final class WholeLoopSimulation implements AutoCloseable {
       faultedRound(now);
       return;
     }
-    lastRoundNs = now;
-    long softBefore = manager(0).counters().softTimeouts();
+    runner.roundStarted(now);
+    long softBefore = markRoundStart();
     RoundResult[] results = new RoundResult[tp];
     if (tp == 1) {
       results[0] = doWork(0, now);
@@ -545,7 +564,10 @@ final class WholeLoopSimulation implements AutoCloseable {
   private void roundDone(long now, RoundResult leader, long softBefore) {
     roundsRun++;
     last = leader;
-    checkRound(now, manager(0).counters().softTimeouts() - softBefore);
+    long cancelledBefore = requestsCancelled;
+    long soft = manager(0).counters().softTimeouts() - softBefore;
+    checkRound(now, soft);
+    checkFrozen(leader, soft, cancelledBefore);
     boolean forward = last.forwardPlanned();
     advanceTo(now + (forward ? 50_000 + rnd.nextLong(1_000_000) : 5_000 + rnd.nextLong(20_000)));
   }
@@ -575,8 +597,8 @@ final class WholeLoopSimulation implements AutoCloseable {
   private void faultedRound(long now) throws Exception {
     RankFault fault = RankFault.values()[rankFaults.nextInt(4) % 3];
     int victim = rankFaults.nextInt(tp);
-    long softBefore = manager(0).counters().softTimeouts();
-    lastRoundNs = now;
+    long softBefore = markRoundStart();
+    runner.roundStarted(now);
     if (fault == RankFault.KILLED) {
       hub.kill(victim);
     } else {
@@ -790,7 +812,7 @@ final class WholeLoopSimulation implements AutoCloseable {
   }
 
   private boolean settled() {
-    if (!open.isEmpty() || update != null) {
+    if (!open.isEmpty() || update != null || freezing != null) {
       return false;
     }
     for (Round r : rounds) {
@@ -820,6 +842,9 @@ final class WholeLoopSimulation implements AutoCloseable {
       if (now - q.deadlineNs >= 0 || (!draining && rnd.nextInt(4_000) == 0)) {
         q.handle.cancel();
       }
+    }
+    if (freezing != null && unfreezing == null && now - unfreezeAtNs >= 0) {
+      unfreezing = engines.getFirst().unfreeze();
     }
     if (update != null) {
       weightUpdate(now);
@@ -853,7 +878,7 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** An administrative call at a random point: full clear, Device-only clear, rotation, update. */
   private void admin(long now) {
     Engine leader = engines.getFirst();
-    switch (rnd.nextInt(4)) {
+    switch (rnd.nextInt(5)) {
       case 0 -> {
         leader.clearCache();
         clears++;
@@ -867,6 +892,13 @@ final class WholeLoopSimulation implements AutoCloseable {
         leader.command(Replica.Command.rotate("v" + ++version));
         rotations++;
         refusedAt.clear();
+      }
+      case 3 -> {
+        if (freezing == null) {
+          freezing = leader.freeze();
+          unfreezeAtNs = now + (20 + rnd.nextInt(4_000)) * MS;
+          freezes++;
+        }
       }
       default -> {
         String old = leader.storageNamespace().orElseThrow().toString();
@@ -905,6 +937,52 @@ final class WholeLoopSimulation implements AutoCloseable {
   }
 
   // ---------------------------------------------------------------- checks
+
+  /**
+   * After a round the freeze covered (from the round that applied the freeze to the one before the
+   * round that applied the unfreeze): no forward and no storage operation started on any rank,
+   * while completions, soft timeouts and cancellations go on (counted, for the test to see).
+   */
+  private void checkFrozen(RoundResult leader, long softThisRound, long cancelledBefore) {
+    if (freezing == null || !freezing.isDone()) {
+      return;
+    }
+    if (unfreezing != null && unfreezing.isDone()) {
+      freezing = null; // this round applied the unfreeze: it was not frozen
+      unfreezing = null;
+      return;
+    }
+    frozenRounds++;
+    if (leader.forwardPlanned()) {
+      throw violation("a frozen round planned a forward", null);
+    }
+    long started = issuedOperations() - issuedBefore;
+    if (started > 0) {
+      throw violation("a frozen round started " + started + " storage operations", null);
+    }
+    if (manager(0).inFlightOperations() < inFlightBefore) {
+      frozenCompletions++;
+    }
+    frozenSoftTimeouts += softThisRound;
+    frozenCancellations += requestsCancelled - cancelledBefore;
+  }
+
+  /** Notes what the frozen-round checks compare with; returns the leader's soft timeouts so far. */
+  private long markRoundStart() {
+    issuedBefore = issuedOperations();
+    inFlightBefore = manager(0).inFlightOperations();
+    return manager(0).counters().softTimeouts();
+  }
+
+  /** Storage operations every rank's manager issued so far. */
+  private long issuedOperations() {
+    long n = 0;
+    for (int r = 0; r < tp; r++) {
+      io.tokenspeed.scheduler.StorageCounters c = manager(r).counters();
+      n += c.queriesIssued() + c.getsIssued() + c.putsIssued();
+    }
+    return n;
+  }
 
   /** After every round. */
   private void checkRound(long now, long softThisRound) {
@@ -1195,6 +1273,16 @@ final class WholeLoopSimulation implements AutoCloseable {
         + rotations
         + " weightUpdates="
         + weightUpdates
+        + " freezes="
+        + freezes
+        + " frozenRounds="
+        + frozenRounds
+        + " frozenCompletions="
+        + frozenCompletions
+        + " frozenSoftTimeouts="
+        + frozenSoftTimeouts
+        + " frozenCancellations="
+        + frozenCancellations
         + " idleChecks="
         + idleChecks
         + " quarantines="

@@ -53,6 +53,10 @@ class WholeLoopSimulationTest {
   private static final AtomicLong STOPPED_REQUESTS = new AtomicLong();
   private static final AtomicLong OBJECTS_CHECKED = new AtomicLong();
   private static final AtomicLong HOST_BLOCKS_CHECKED = new AtomicLong();
+  private static final AtomicLong FROZEN_ROUNDS = new AtomicLong();
+  private static final AtomicLong FROZEN_COMPLETIONS = new AtomicLong();
+  private static final AtomicLong FROZEN_SOFT_TIMEOUTS = new AtomicLong();
+  private static final AtomicLong FROZEN_CANCELLATIONS = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -119,6 +123,10 @@ class WholeLoopSimulationTest {
       STOPPED_REQUESTS.addAndGet(sim.requestsStopped);
       OBJECTS_CHECKED.addAndGet(sim.objectsChecked);
       HOST_BLOCKS_CHECKED.addAndGet(sim.hostBlocksChecked);
+      FROZEN_ROUNDS.addAndGet(sim.frozenRounds);
+      FROZEN_COMPLETIONS.addAndGet(sim.frozenCompletions);
+      FROZEN_SOFT_TIMEOUTS.addAndGet(sim.frozenSoftTimeouts);
+      FROZEN_CANCELLATIONS.addAndGet(sim.frozenCancellations);
       assertTrue(sim.requestsFinished > 0, "requests went through: " + sim.figures());
       if (Boolean.getBoolean("sim.verbose")) {
         System.out.println(sim.figures());
@@ -153,11 +161,12 @@ class WholeLoopSimulationTest {
               new String[] {": its KV is wrong", " published Host block "};
           case VICTIM_KEEPS_DEVICE_KV -> new String[] {": its KV is wrong"};
           case RETIRED_BY_ANY_RANK -> new String[] {"did not quarantine"};
-          case DEADLINE_FROM_STALE_TICK -> new String[] {" soft timeouts at clock "};
           case REOFFER_WITHOUT_HOLD -> new String[] {"before its hold of"};
           case STORE_WRITES_WRONG_BYTES -> new String[] {" wrote an object, but "};
           case SERVES_ALONE -> new String[] {": it serves alone"};
           case FAILED_LOOP_LEAVES_REQUESTS -> new String[] {": its caller hangs"};
+          case FROZEN_ROUND_RUNS ->
+              new String[] {"a frozen round planned a forward", "a frozen round started "};
           case NONE -> throw new IllegalArgumentException();
         };
     int tp =
@@ -170,7 +179,8 @@ class WholeLoopSimulationTest {
           case STORE_LANDS_WRONG_BYTES,
               STORE_WRITES_WRONG_BYTES,
               SERVES_ALONE,
-              FAILED_LOOP_LEAVES_REQUESTS ->
+              FAILED_LOOP_LEAVES_REQUESTS,
+              FROZEN_ROUND_RUNS ->
               false;
           default -> true;
         };
@@ -246,6 +256,16 @@ class WholeLoopSimulationTest {
             + OBJECTS_CHECKED.get()
             + ", Host blocks published checked "
             + HOST_BLOCKS_CHECKED.get());
+    System.out.println(
+        "  frozen rounds "
+            + FROZEN_ROUNDS.get()
+            + " (no forward, no storage operation started), in which L3 completions were agreed"
+            + " in "
+            + FROZEN_COMPLETIONS.get()
+            + ", soft deadlines expired "
+            + FROZEN_SOFT_TIMEOUTS.get()
+            + " and requests were cancelled "
+            + FROZEN_CANCELLATIONS.get());
     long rounds = ROUNDS.get();
     if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
       // a full run takes every path the faults open
@@ -262,6 +282,12 @@ class WholeLoopSimulationTest {
       assertTrue(OBJECTS_CHECKED.get() > 0, "objects checked: " + OBJECTS_CHECKED.get());
       assertTrue(
           HOST_BLOCKS_CHECKED.get() > 0, "Host blocks checked: " + HOST_BLOCKS_CHECKED.get());
+      // frozen rounds still deliver completions, expire deadlines and cancel
+      assertTrue(FROZEN_COMPLETIONS.get() > 0, "frozen completions: " + FROZEN_COMPLETIONS.get());
+      assertTrue(
+          FROZEN_SOFT_TIMEOUTS.get() > 0, "frozen soft timeouts: " + FROZEN_SOFT_TIMEOUTS.get());
+      assertTrue(
+          FROZEN_CANCELLATIONS.get() > 0, "frozen cancellations: " + FROZEN_CANCELLATIONS.get());
     }
   }
 }

@@ -7,11 +7,6 @@ package io.tokenspeed.scheduler;
 public final class PlantedRules {
   private PlantedRules() {}
 
-  /** Soft deadlines and Ready holds start at the round's own, possibly stale, tick. */
-  public static void timersAtStaleTick(StorageTransferManager stm) {
-    stm.disableForTest(StorageTransferManager.SafetyRule.TIMERS_AT_NEXT_TICK);
-  }
-
   /** A refused backup is offered again without the store's hold. */
   public static void noBackupBackoff(StorageTransferManager stm) {
     stm.disableForTest(StorageTransferManager.SafetyRule.BACKUP_BACKOFF);

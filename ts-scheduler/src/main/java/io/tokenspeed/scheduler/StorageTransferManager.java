@@ -244,8 +244,6 @@ public final class StorageTransferManager {
 
   /** Rules of this manager that a simulation's planted-bug test may switch off. */
   enum SafetyRule {
-    /** Timers start at the tick after the round that set them, not at that round's stale tick. */
-    TIMERS_AT_NEXT_TICK,
     /** After a refusal, backups are held back for the store's backoff and then probed. */
     BACKUP_BACKOFF,
     /** A GET publishes only the rows every owner read whole. */
@@ -755,15 +753,13 @@ public final class StorageTransferManager {
   }
 
   /**
-   * Marks {@code t}'s timer to start at the next tick. The round that sets a timer runs under the
-   * tick of the round before it (the exchange delivers the agreed clock one round late), and after
-   * an idle gap that tick is older still; the next tick is the clock of the round that set it.
+   * Marks {@code t}'s timer to start at the next tick. On a replica of several ranks the round that
+   * sets a timer runs under the tick of the round before it (the exchange delivers the agreed clock
+   * one round late), and after a gap (a rank that stalled the exchange) that tick is older still;
+   * the next tick is the clock of the round that set it. A single rank's tick is its round's own
+   * clock, and the timer starts one round later than it could.
    */
   private void startTimerAtNextTick(Ticket t) {
-    if (disabledRules.contains(SafetyRule.TIMERS_AT_NEXT_TICK)) {
-      startTimer(t, nowNs);
-      return;
-    }
     t.timerPending = true;
     timersToStart = true;
   }

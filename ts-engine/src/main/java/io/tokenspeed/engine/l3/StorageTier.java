@@ -1,12 +1,7 @@
 package io.tokenspeed.engine.l3;
 
 import io.tokenspeed.control.ControlConfig;
-import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.control.InFlightBound;
-import io.tokenspeed.control.LocalRelayHub;
-import io.tokenspeed.control.LocalReport;
-import io.tokenspeed.control.RelayExchange;
-import io.tokenspeed.control.ReplicaSecret;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -18,11 +13,7 @@ import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
 import io.tokenspeed.scheduler.StorageConfig;
-import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
-import java.nio.channels.ServerSocketChannel;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Optional;
@@ -30,112 +21,45 @@ import java.util.Set;
 import java.util.function.LongSupplier;
 
 /**
- * L3 under one engine (TP = 1): the executor over the store and the Host allocation, and the
- * replica's relay exchange. Each round the loop thread polls the executor, sends the poll through
- * the exchange once (idle rounds included) and hands the agreed facts to the scheduler; after the
- * scheduler plans, it submits the plan's storage commands in plan order. Only the loop thread calls
- * it.
- *
- * <p>At TP = 1 the exchange is a mesh of one rank on a loopback listener: the same agreement code
- * as a multi-rank replica, whose result arrives one round later.
+ * L3 under one rank: the executor over the store and the Host allocation. Each round the loop
+ * thread polls the executor ({@link #poll}), sends the poll through its replica's relay exchange
+ * (idle rounds included; a single engine is a replica of one rank) and hands the agreed facts to
+ * the scheduler ({@link #input}); after the scheduler plans, it submits the plan's storage commands
+ * in plan order ({@link #dispatch}). Only the loop thread calls it.
  */
 public final class StorageTier {
   private volatile StorageJobs jobs;
   private final L3Executor executor;
-  private final RelayExchange exchange;
   private final Set<Long> unagreed = new HashSet<>();
   private long submitted;
 
-  /** The latest exchange carried completions: their agreement comes back with the next one. */
+  /** The latest poll carried completions, for a replica whose exchange agrees on them later. */
   private boolean agreementDue;
 
   private long refused;
 
   /**
-   * How a simulation of the engine runs L3 instead of worker threads and a loopback mesh: the
-   * executor starts stepped ({@link L3Executor#startStepped}) and is handed to the simulation,
-   * which runs its store calls on simulated time; a single rank's exchange goes through an
-   * in-memory hub. Null in production.
+   * How a simulation of the engine runs L3 instead of worker threads: the executor starts stepped
+   * ({@link L3Executor#startStepped}) and is handed to the simulation, which runs its store calls
+   * on simulated time. Null in production.
    */
   public interface Stepping {
     /** Takes {@code executor}, started stepped with {@code config}, whose calls it will run. */
     void attach(L3Executor executor, L3ExecutorConfig config);
   }
 
-  private StorageTier(StorageJobs jobs, L3Executor executor, RelayExchange exchange) {
+  private StorageTier(StorageJobs jobs, L3Executor executor) {
     this.jobs = jobs;
     this.executor = executor;
-    this.exchange = exchange;
   }
 
   /**
-   * Checks what the rank will store ({@link StoragePayloads}), starts the executor over {@code
-   * settings.store()} and {@code hostAllocation} (its job ages read {@code nanoClock}), and joins a
-   * one-rank mesh on a loopback port, its agreement window sized from {@code credits} (the storage
-   * settings fitted to the Host tier). On failure nothing is left running and the store is closed.
+   * L3 under one rank of a replica of {@code tpSize} ranks (1 for a single engine): checks what the
+   * rank will store ({@link StoragePayloads}) and starts the executor over {@code settings.store()}
+   * and {@code hostAllocation} (its job ages read {@code nanoClock}); stepped by a simulation when
+   * {@code stepping} is not null. On failure nothing is left running and the store is closed.
    */
   public static StorageTier start(
-      L3Settings settings,
-      StorageJobs jobs,
-      MemorySegment hostAllocation,
-      StorageConfig credits,
-      LongSupplier nanoClock)
-      throws Exception {
-    return start(settings, jobs, hostAllocation, credits, nanoClock, null);
-  }
-
-  /**
-   * {@link #start(L3Settings, StorageJobs, MemorySegment, StorageConfig, LongSupplier)}, run by a
-   * simulation when {@code stepping} is not null: a stepped executor and an in-memory one-rank
-   * exchange.
-   */
-  public static StorageTier start(
-      L3Settings settings,
-      StorageJobs jobs,
-      MemorySegment hostAllocation,
-      StorageConfig credits,
-      LongSupplier nanoClock,
-      Stepping stepping)
-      throws Exception {
-    L3Executor executor = startExecutor(settings, jobs, hostAllocation, 1, nanoClock, stepping);
-    try {
-      if (stepping != null) {
-        ControlConfig control =
-            ControlConfig.of(
-                0,
-                0,
-                List.of(new InetSocketAddress(InetAddress.getLoopbackAddress(), 1)),
-                ReplicaSecret.generate());
-        return new StorageTier(
-            jobs,
-            executor,
-            RelayExchange.connect(windowFor(control, credits), new LocalRelayHub(1)));
-      }
-      ServerSocketChannel listener =
-          ServerSocketChannel.open()
-              .bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
-      InetSocketAddress address;
-      try {
-        address = (InetSocketAddress) listener.getLocalAddress();
-      } catch (IOException e) {
-        listener.close();
-        throw e;
-      }
-      ControlConfig control = ControlConfig.of(0, 0, List.of(address), ReplicaSecret.generate());
-      RelayExchange exchange = RelayExchange.connect(windowFor(control, credits), listener);
-      return new StorageTier(jobs, executor, exchange);
-    } catch (Exception e) {
-      executor.close();
-      throw e;
-    }
-  }
-
-  /**
-   * L3 under one rank of a tensor-parallel replica of {@code tpSize} ranks: the executor only,
-   * whose polls the loop sends through the replica's exchange ({@link #poll}, {@link #input}). On
-   * failure nothing is left running and the store is closed.
-   */
-  public static StorageTier onReplica(
       L3Settings settings,
       StorageJobs jobs,
       MemorySegment hostAllocation,
@@ -144,7 +68,7 @@ public final class StorageTier {
       Stepping stepping)
       throws Exception {
     return new StorageTier(
-        jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock, stepping), null);
+        jobs, startExecutor(settings, jobs, hostAllocation, tpSize, nanoClock, stepping));
   }
 
   /**
@@ -208,24 +132,8 @@ public final class StorageTier {
   }
 
   /**
-   * The round's input: polls the executor, exchanges the poll, and returns the agreed tick,
-   * pressure and completions (the clock and no completions before the first agreed round) with the
-   * local cancellations and the permissions of the engine's control state.
-   *
-   * @throws ControlPlaneException when the exchange fails: the replica must stop
-   */
-  public RoundInput roundInput(
-      long nowNs, List<Long> cancellations, boolean forwardPermitted, boolean storagePermitted)
-      throws ControlPlaneException {
-    L3Poll poll = poll();
-    Optional<AgreedRound> agreed =
-        exchange.exchange(LocalReport.of(nowNs, poll.pressure(), poll.completions()));
-    return input(agreed, nowNs, cancellations, forwardPermitted, storagePermitted);
-  }
-
-  /**
-   * Polls the executor: its new completion records and its pressure, for this round's report (on a
-   * replica, the loop sends them through the replica's exchange).
+   * Polls the executor: its new completion records and its pressure, for this round's report, which
+   * the loop sends through its replica's exchange.
    */
   public L3Poll poll() {
     L3Poll poll = executor.poll();
@@ -283,8 +191,8 @@ public final class StorageTier {
   }
 
   /**
-   * True when the latest round reported completions whose agreement the next round returns: that
-   * round should run at once rather than after a wait.
+   * True when the latest poll carried completions: on a replica whose exchange agrees one round
+   * late, the next round returns their agreement and should run at once rather than after a wait.
    */
   public boolean agreementDue() {
     return agreementDue;
@@ -326,14 +234,10 @@ public final class StorageTier {
 
   /**
    * Closes the executor (its queued jobs are cancelled, its workers joined with a deadline, its
-   * store closed unless native retirement is unknown) and the exchange. When the report says a
-   * restart is required, the Host allocation must stay mapped for the life of the process.
+   * store closed unless native retirement is unknown). When the report says a restart is required,
+   * the Host allocation must stay mapped for the life of the process.
    */
   public CloseReport close() {
-    CloseReport report = executor.close();
-    if (exchange != null) {
-      exchange.close();
-    }
-    return report;
+    return executor.close();
   }
 }
