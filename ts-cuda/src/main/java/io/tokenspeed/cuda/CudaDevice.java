@@ -160,7 +160,7 @@ public final class CudaDevice implements AutoCloseable {
   /**
    * Launches kernel {@code name} on the compute stream with a one-dimensional block of {@code
    * threads}; each argument is a {@link Long} (device pointer, 64-bit integer, or 0L for null), an
-   * {@link Integer} or a {@link Float}, in the kernel's parameter order.
+   * {@link Integer}, a {@link Float} or a {@link Double}, in the kernel's parameter order.
    */
   public void launch(
       String name, int gridX, int gridY, int threads, int sharedBytes, Object... args) {
@@ -177,6 +177,7 @@ public final class CudaDevice implements AutoCloseable {
               case Long l -> a.allocateFrom(ValueLayout.JAVA_LONG, l);
               case Integer n -> a.allocateFrom(ValueLayout.JAVA_INT, n);
               case Float x -> a.allocateFrom(ValueLayout.JAVA_FLOAT, x);
+              case Double x -> a.allocateFrom(ValueLayout.JAVA_DOUBLE, x);
               default ->
                   throw new IllegalArgumentException(
                       name + " argument " + i + " has unsupported type " + args[i].getClass());

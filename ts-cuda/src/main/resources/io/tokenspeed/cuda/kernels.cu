@@ -930,3 +930,466 @@ extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sampling on the device: one block of SAMPLE_THREADS threads per sampled row, the CPU sampler's
+// arithmetic (Sampler) reproduced bit for bit. Its sums are of integer weights
+//   wq = floor(exp(((double) x - max) / temperature) * scale)      scale = 2^(53 - ceil(log2 V))
+// so they are exact and the same in any order: a parallel reduction gives the host's totals. Order
+// questions ("the first candidate, in logit-descending order, whose running sum exceeds t") are
+// answered by a radix descent over the 64-bit order keys (logit descending, then id ascending;
+// unique, because the id is their low half): eight levels of 256 buckets, each level a pass over
+// the row that counts (top-k) or sums the weights (top-p, the draw) of the candidates still in the
+// chosen prefix. The logits never leave the device; one SampleOut per row comes down.
+
+#define SAMPLE_THREADS 1024
+#define MAX_TOP 20
+
+struct SampleRow {   // written by the host, 48 bytes
+  double temperature;  // 0: greedy
+  double top_p;        // >= 1: off
+  double min_p;        // 0: off
+  double u;            // the row's uniform draw in [0, 1), from (seed, step)
+  int top_k;           // 0: off
+  int num_top;         // -1: no logprobs; else 0..MAX_TOP alternatives
+  int logit_row;       // the row of the logits matrix
+  int pad;
+};
+
+struct SampleOut {   // read by the host, 192 bytes
+  int token;
+  int error;           // 0 ok; 1 a NaN or +Infinity at error_pos (its bits in error_bits); 2 every
+                       // logit is -Infinity
+  int error_pos;
+  int error_bits;
+  float logprob;       // the token's log probability (num_top >= 0)
+  int n_top;
+  int top_ids[MAX_TOP];
+  float top_lps[MAX_TOP];
+  int pad[2];
+};
+
+// The order key of Sampler.orderKey as an unsigned number with the same order as the signed key:
+// ascending = logit descending, then id ascending.
+__device__ __forceinline__ unsigned long long sample_key(float v, int id) {
+  int bits = __float_as_int(v + 0.0f);
+  int ascending = bits ^ ((bits >> 31) & 0x7fffffff);
+  long long key = ((long long)(~ascending) << 32) | (unsigned int)id;
+  return (unsigned long long)key ^ 0x8000000000000000ull;
+}
+
+struct SampleScratch {
+  unsigned long long hist[256];
+  unsigned long long red[SAMPLE_THREADS / 32];
+  double dred[SAMPLE_THREADS / 32];
+  int ired[SAMPLE_THREADS / 32];
+  float fred[SAMPLE_THREADS / 32];
+  int chosen;
+  unsigned long long below;
+  int count;
+  unsigned long long top_keys[MAX_TOP];
+};
+
+__device__ unsigned long long block_sum_u64(unsigned long long v, SampleScratch* s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  int w = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    s->red[w] = v;
+  }
+  __syncthreads();
+  unsigned long long total = 0;
+  for (int i = 0; i < (int)(blockDim.x >> 5); i++) {
+    total += s->red[i];
+  }
+  __syncthreads();
+  return total;
+}
+
+__device__ unsigned long long block_max_u64(unsigned long long v, SampleScratch* s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    unsigned long long other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  int w = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    s->red[w] = v;
+  }
+  __syncthreads();
+  unsigned long long best = 0;
+  for (int i = 0; i < (int)(blockDim.x >> 5); i++) {
+    best = s->red[i] > best ? s->red[i] : best;
+  }
+  __syncthreads();
+  return best;
+}
+
+// A fixed-order double sum: each warp's lanes in a butterfly, then the warps in index order.
+__device__ double block_sum_f64(double v, SampleScratch* s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  int w = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    s->dred[w] = v;
+  }
+  __syncthreads();
+  double total = 0;
+  for (int i = 0; i < (int)(blockDim.x >> 5); i++) {
+    total += s->dred[i];
+  }
+  __syncthreads();
+  return total;
+}
+
+// What a radix descent selects: the smallest key K (of the elements its filter admits) with
+//   COUNT: count(key <= K) >= need          (the need-th smallest)
+//   MASS_GE: (double) sum(wq, key <= K) >= bound
+//   MASS_GT: (double) sum(wq, key <= K) > bound
+#define SEL_COUNT 0
+#define SEL_MASS_GE 1
+#define SEL_MASS_GT 2
+
+// Which elements a descent sees.
+struct SampleFilter {
+  const float* x;
+  int vocab;
+  int all;                      // every element (the logprobs' top ones), else the candidates:
+  float max;                    // finite, w >= min_p
+  double temperature;
+  double min_p;
+  double scale;
+  unsigned long long cut;       // and key <= cut (ULLONG_MAX: no cut)
+};
+
+__device__ __forceinline__ bool sample_element(
+    const SampleFilter& f, int i, unsigned long long* key, unsigned long long* wq) {
+  float v = f.x[i];
+  *key = sample_key(v, i);
+  if (f.all) {
+    *wq = 0;
+    return true;
+  }
+  if (v == NEG_INF) {
+    return false;
+  }
+  double w = exp(((double)v - (double)f.max) / f.temperature);
+  if (w < f.min_p || *key > f.cut) {
+    return false;
+  }
+  *wq = (unsigned long long)floor(w * f.scale);
+  return true;
+}
+
+// The radix descent; returns K (ULLONG_MAX when no key qualifies) and, in *mass_through (MASS
+// modes), the weights of the admitted elements with key <= K.
+__device__ unsigned long long sample_select(
+    const SampleFilter& f, int mode, unsigned long long need, double bound,
+    unsigned long long* mass_through, SampleScratch* s) {
+  unsigned long long prefix = 0;
+  unsigned long long below = 0;  // count or mass of the admitted elements before the prefix
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+      s->hist[b] = 0;
+    }
+    __syncthreads();
+    unsigned long long high = shift == 56 ? 0 : prefix >> (shift + 8);
+    for (int i = threadIdx.x; i < f.vocab; i += blockDim.x) {
+      unsigned long long key, wq;
+      if (!sample_element(f, i, &key, &wq)) {
+        continue;
+      }
+      if (shift != 56 && (key >> (shift + 8)) != high) {
+        continue;
+      }
+      int digit = (int)((key >> shift) & 255);
+      atomicAdd(&s->hist[digit], mode == SEL_COUNT ? 1ull : wq);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1;
+      unsigned long long acc = below;
+      for (int b = 0; b < 256; b++) {
+        unsigned long long through = acc + s->hist[b];
+        bool ok = mode == SEL_COUNT ? through >= need
+            : mode == SEL_MASS_GE ? (double)through >= bound
+                                  : (double)through > bound;
+        if (ok && s->hist[b] != 0) {
+          chosen = b;
+          break;
+        }
+        acc = through;
+      }
+      s->chosen = chosen;
+      s->below = acc;
+    }
+    __syncthreads();
+    int chosen = s->chosen;
+    below = s->below;
+    __syncthreads();
+    if (chosen < 0) {
+      return ~0ull;
+    }
+    prefix |= (unsigned long long)chosen << shift;
+  }
+  // the last level's bucket holds one element: K itself
+  if (mass_through != nullptr) {
+    unsigned long long wq_k = 0;
+    int id = (int)(prefix & 0xffffffffull);
+    unsigned long long key;
+    sample_element(f, id, &key, &wq_k);
+    *mass_through = below + wq_k;
+  }
+  return prefix;
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
+    const float* logits, int vocab, const SampleRow* rows, SampleOut* outs, double scale) {
+  __shared__ SampleScratch s;
+  const SampleRow r = rows[blockIdx.x];
+  SampleOut* out = outs + blockIdx.x;
+  const float* x = logits + (long long)r.logit_row * vocab;
+  int t = threadIdx.x;
+
+  // 1. the check and the argmax: the first NaN or +Infinity fails the row; the argmax is the
+  //    lowest id among the largest logits
+  float best = NEG_INF;
+  int best_id = 0x7fffffff;
+  int err_pos = 0x7fffffff;
+  for (int i = t; i < vocab; i += blockDim.x) {
+    float v = x[i];
+    if (v != v || v == __int_as_float(0x7f800000u)) {
+      err_pos = min(err_pos, i);
+    } else if (v > best) {
+      best = v;
+      best_id = i;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    int oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+    if (ob > best || (ob == best && oi < best_id)) {
+      best = ob;
+      best_id = oi;
+    }
+    err_pos = min(err_pos, __shfl_xor_sync(0xffffffffu, err_pos, o));
+  }
+  int w = t >> 5;
+  if ((t & 31) == 0) {
+    s.fred[w] = best;
+    s.ired[w] = best_id;
+    s.red[w] = (unsigned long long)(unsigned int)err_pos;
+  }
+  __syncthreads();
+  if (t == 0) {
+    float b = NEG_INF;
+    int bi = 0x7fffffff;
+    int e = 0x7fffffff;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) {
+      if (s.fred[i] > b || (s.fred[i] == b && s.ired[i] < bi)) {
+        b = s.fred[i];
+        bi = s.ired[i];
+      }
+      e = min(e, (int)s.red[i]);
+    }
+    s.fred[0] = b;
+    s.ired[0] = bi;
+    s.count = e;
+  }
+  __syncthreads();
+  best = s.fred[0];
+  best_id = s.ired[0];
+  err_pos = s.count;
+  __syncthreads();
+  if (err_pos != 0x7fffffff || best_id == 0x7fffffff) {
+    if (t == 0) {
+      out->token = -1;
+      out->error = err_pos != 0x7fffffff ? 1 : 2;
+      out->error_pos = err_pos;
+      out->error_bits = err_pos != 0x7fffffff ? __float_as_int(x[err_pos]) : 0;
+      out->n_top = 0;
+    }
+    return;
+  }
+
+  // 2. the token
+  int token = best_id;
+  if (r.temperature != 0) {
+    SampleFilter f;
+    f.x = x;
+    f.vocab = vocab;
+    f.all = 0;
+    f.max = best;
+    f.temperature = r.temperature;
+    f.min_p = r.min_p;
+    f.scale = scale;
+    f.cut = ~0ull;
+    unsigned long long count = 0;
+    unsigned long long mass = 0;
+    for (int i = t; i < vocab; i += blockDim.x) {
+      unsigned long long key, wq;
+      if (sample_element(f, i, &key, &wq)) {
+        count++;
+        mass += wq;
+      }
+    }
+    count = block_sum_u64(count, &s);
+    mass = block_sum_u64(mass, &s);
+    bool top_k_cuts = r.top_k > 0 && (unsigned long long)r.top_k < count;
+    bool sorted = top_k_cuts || r.top_p < 1;
+    if (!sorted) {
+      // candidates in id order: the first whose running sum exceeds u * total, by a scan over
+      // contiguous chunks of the row
+      double target = r.u * (double)mass;
+      int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+      int lo = min(vocab, t * chunk);
+      int hi = min(vocab, lo + chunk);
+      unsigned long long mine = 0;
+      long long last_positive = -1;
+      for (int i = lo; i < hi; i++) {
+        unsigned long long key, wq;
+        if (sample_element(f, i, &key, &wq)) {
+          mine += wq;
+          if (wq > 0) {
+            last_positive = i;
+          }
+        }
+      }
+      // exclusive prefix of the chunks' sums, in thread order
+      __shared__ unsigned long long chunk_sums[SAMPLE_THREADS];
+      chunk_sums[t] = mine;
+      __syncthreads();
+      if (t == 0) {
+        unsigned long long acc = 0;
+        for (int i = 0; i < (int)blockDim.x; i++) {
+          unsigned long long v = chunk_sums[i];
+          chunk_sums[i] = acc;
+          acc += v;
+        }
+      }
+      __syncthreads();
+      unsigned long long base = chunk_sums[t];
+      s.count = 0x7fffffff;
+      __syncthreads();
+      if (mine > 0 && (double)(base + mine) > target && !((double)base > target)) {
+        unsigned long long cum = base;
+        for (int i = lo; i < hi; i++) {
+          unsigned long long key, wq;
+          if (sample_element(f, i, &key, &wq)) {
+            cum += wq;
+            if (target < (double)cum) {
+              atomicMin(&s.count, i);
+              break;
+            }
+          }
+        }
+      }
+      // the last candidate with a positive weight, should the draw pass the end
+      unsigned long long lp = block_max_u64((unsigned long long)(last_positive + 1), &s);
+      token = s.count != 0x7fffffff ? s.count : (int)lp - 1;
+      __syncthreads();
+    } else {
+      unsigned long long total = mass;
+      if (top_k_cuts) {
+        f.cut = sample_select(f, SEL_COUNT, (unsigned long long)r.top_k, 0, nullptr, &s);
+        unsigned long long kept = 0;
+        for (int i = t; i < vocab; i += blockDim.x) {
+          unsigned long long key, wq;
+          if (sample_element(f, i, &key, &wq)) {
+            kept += wq;
+          }
+        }
+        total = block_sum_u64(kept, &s);
+      }
+      if (r.top_p < 1) {
+        double threshold = r.top_p * (double)total;
+        unsigned long long through = 0;
+        unsigned long long cut = sample_select(f, SEL_MASS_GE, 0, threshold, &through, &s);
+        if (cut != ~0ull) {
+          f.cut = cut;
+          total = through;
+        }
+      }
+      double target = r.u * (double)total;
+      unsigned long long k = sample_select(f, SEL_MASS_GT, 0, target, nullptr, &s);
+      if (k == ~0ull) {
+        // the draw passed the end: the last kept candidate with a positive weight
+        unsigned long long last = 0;
+        for (int i = t; i < vocab; i += blockDim.x) {
+          unsigned long long key, wq;
+          if (sample_element(f, i, &key, &wq) && wq > 0) {
+            last = key > last ? key : last;
+          }
+        }
+        k = block_max_u64(last, &s);
+      }
+      token = (int)(k & 0xffffffffull);
+    }
+  }
+
+  // 3. log probabilities: of the token and of the num_top most likely ids, under
+  //    logZ = max + ln(sum exp(x - max)), in double
+  int n = r.num_top;
+  if (n >= 0) {
+    double sum = 0;
+    for (int i = t; i < vocab; i += blockDim.x) {
+      sum += exp((double)x[i] - (double)best);
+    }
+    sum = block_sum_f64(sum, &s);
+    double log_z = (double)best + log(sum);
+    n = min(n, vocab);
+    if (n > 0) {
+      SampleFilter all;
+      all.x = x;
+      all.vocab = vocab;
+      all.all = 1;
+      all.max = best;
+      all.temperature = 1;
+      all.min_p = 0;
+      all.scale = 0;
+      all.cut = ~0ull;
+      unsigned long long kn = sample_select(all, SEL_COUNT, (unsigned long long)n, 0, nullptr, &s);
+      if (t == 0) {
+        s.count = 0;
+      }
+      __syncthreads();
+      for (int i = t; i < vocab; i += blockDim.x) {
+        unsigned long long key = sample_key(x[i], i);
+        if (key <= kn) {
+          int at = atomicAdd(&s.count, 1);
+          if (at < MAX_TOP) {
+            s.top_keys[at] = key;
+          }
+        }
+      }
+      __syncthreads();
+      if (t == 0) {
+        for (int i = 1; i < n; i++) {
+          unsigned long long k = s.top_keys[i];
+          int j = i - 1;
+          while (j >= 0 && s.top_keys[j] > k) {
+            s.top_keys[j + 1] = s.top_keys[j];
+            j--;
+          }
+          s.top_keys[j + 1] = k;
+        }
+        for (int i = 0; i < n; i++) {
+          int id = (int)(s.top_keys[i] & 0xffffffffull);
+          out->top_ids[i] = id;
+          out->top_lps[i] = (float)fmin(0.0, (double)x[id] - log_z);
+        }
+      }
+    }
+    if (t == 0) {
+      out->logprob = (float)fmin(0.0, (double)x[token] - log_z);
+    }
+  }
+  if (t == 0) {
+    out->token = token;
+    out->error = 0;
+    out->error_pos = 0;
+    out->error_bits = 0;
+    out->n_top = n < 0 ? 0 : n;
+  }
+}

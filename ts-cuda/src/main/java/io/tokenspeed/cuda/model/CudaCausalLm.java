@@ -14,6 +14,9 @@ import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardChecks;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.SampledForward;
+import io.tokenspeed.model.sampling.SampledRow;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.Checkpoint;
 import io.tokenspeed.model.checkpoint.CheckpointException;
@@ -502,6 +505,18 @@ public final class CudaCausalLm implements AutoCloseable {
     final MemorySegment logitsHost;
     final PinnedHost logitsPinned;
 
+    /**
+     * The round's tables (token metadata, attention tiles, block tables) staged in pinned host
+     * memory and copied up asynchronously on the compute stream, ahead of the kernels that read
+     * them: the forward pass waits for its stream before it returns, so the next round may refill
+     * them.
+     */
+    final MemorySegment intsHost;
+
+    final MemorySegment tablesHost;
+    final PinnedHost intsPinned;
+    final PinnedHost tablesPinned;
+
     Workspace(int tokens, int tableInts, int logitRows) {
       this.tokens = tokens;
       this.tableInts = tableInts;
@@ -526,10 +541,18 @@ public final class CudaCausalLm implements AutoCloseable {
         throw e;
       }
       hostArena = Arena.ofShared();
+      List<PinnedHost> pinnedMade = new ArrayList<>();
       try {
         logitsHost = hostArena.allocate(logits.bytes(), 64);
         logitsPinned = PinnedHost.register(device, logitsHost);
+        pinnedMade.add(logitsPinned);
+        intsHost = hostArena.allocate(ints.bytes(), 64);
+        intsPinned = PinnedHost.register(device, intsHost);
+        pinnedMade.add(intsPinned);
+        tablesHost = hostArena.allocate(tables.bytes(), 64);
+        tablesPinned = PinnedHost.register(device, tablesHost);
       } catch (RuntimeException e) {
+        pinnedMade.forEach(PinnedHost::close);
         hostArena.close();
         for (DeviceBuffer b : made) {
           b.close();
@@ -550,6 +573,8 @@ public final class CudaCausalLm implements AutoCloseable {
         b.close();
       }
       logitsPinned.close();
+      intsPinned.close();
+      tablesPinned.close();
       hostArena.close();
     }
   }
@@ -593,6 +618,58 @@ public final class CudaCausalLm implements AutoCloseable {
    *     the model or the cache
    */
   public ForwardResult forward(ForwardBatch batch, CudaKvCache kv) {
+    int logitRows = runToLogits(batch, kv);
+    return copyLogits(batch.requests(), logitRows);
+  }
+
+  /**
+   * Computes one batch as {@link #forward} does and samples the next token of each request whose
+   * entry of {@code rows} is not null from its last logits row, on the device ({@link
+   * DeviceSampler}): only the tokens, and the log probabilities the rows ask for, come down. The
+   * logits come down too when {@code keepLogits}.
+   *
+   * @throws IllegalArgumentException as {@link #forward} does, and for a logits row the sampler
+   *     refuses (a NaN or +Infinity, or every logit -Infinity)
+   */
+  public SampledForward forwardAndSample(
+      ForwardBatch batch, CudaKvCache kv, List<RowSampling> rows, boolean keepLogits) {
+    List<ForwardRequest> requests = batch.requests();
+    if (rows.size() != requests.size()) {
+      throw new IllegalArgumentException(
+          rows.size() + " sampling rows for a batch of " + requests.size() + " requests");
+    }
+    int logitRows = runToLogits(batch, kv);
+    int[] last = new int[requests.size()];
+    int through = 0;
+    for (int r = 0; r < requests.size(); r++) {
+      through += requests.get(r).numLogitRows();
+      last[r] = through - 1;
+    }
+    if (sampler == null) {
+      sampler = new DeviceSampler(device, d.vocabSize());
+    }
+    List<SampledRow> sampled = sampler.sample(workspace.logits.pointer(), last, rows);
+    return new SampledForward(sampled, keepLogits ? copyLogits(requests, logitRows) : null);
+  }
+
+  /** The device sampler, made at the first sampled batch. */
+  private DeviceSampler sampler;
+
+  /** The batch's logits, copied to the host (waits for the compute stream). */
+  private ForwardResult copyLogits(List<ForwardRequest> requests, int logitRows) {
+    Workspace ws = workspace;
+    int vocab = d.vocabSize();
+    long bytes = (long) logitRows * vocab * Float.BYTES;
+    device.api().memcpyAsync(ws.logitsHost.address(), ws.logits.pointer(), bytes, device.stream());
+    device.synchronize();
+    return ForwardResult.split(vocab, requests, ws.logitsHost.asSlice(0, bytes));
+  }
+
+  /**
+   * Runs the batch up to its logits, in the workspace's logits buffer on the device (issued on the
+   * compute stream, not waited for); returns how many logits rows it wrote.
+   */
+  private int runToLogits(ForwardBatch batch, CudaKvCache kv) {
     if (kv.layout().numGroups() != 1
         || !kv.layout()
             .group(0)
@@ -651,10 +728,16 @@ public final class CudaCausalLm implements AutoCloseable {
       }
     }
     Workspace ws = workspace(numTokens, tables.length, logitRows);
-    ws.ints.write(0, meta);
     long tileTable = ws.ints.pointer() + 4L * numTokens * 4;
-    ws.ints.write(4L * numTokens, java.util.Arrays.copyOf(tiles, 2 * numTiles));
-    ws.tables.write(0, tables);
+    MemorySegment.copy(meta, 0, ws.intsHost, ValueLayout.JAVA_INT, 0, meta.length);
+    MemorySegment.copy(tiles, 0, ws.intsHost, ValueLayout.JAVA_INT, 16L * numTokens, 2 * numTiles);
+    MemorySegment.copy(tables, 0, ws.tablesHost, ValueLayout.JAVA_INT, 0, tables.length);
+    long stream = device.stream();
+    device.api().memcpyAsync(ws.ints.pointer(), ws.intsHost.address(), 4L * meta.length, stream);
+    device.api()
+        .memcpyAsync(tileTable, ws.intsHost.address() + 16L * numTokens, 8L * numTiles, stream);
+    device.api()
+        .memcpyAsync(ws.tables.pointer(), ws.tablesHost.address(), 4L * tables.length, stream);
     long tokens = ws.ints.pointer();
     long positions = tokens + (long) numTokens * 4;
     long tokenRequest = tokens + 2L * numTokens * 4;
@@ -833,10 +916,7 @@ public final class CudaCausalLm implements AutoCloseable {
     int vocab = d.vocabSize();
     gemm.apply(
         act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
-    long bytes = (long) logitRows * vocab * Float.BYTES;
-    device.api().memcpyAsync(ws.logitsHost.address(), ws.logits.pointer(), bytes, device.stream());
-    device.synchronize();
-    return ForwardResult.split(vocab, requests, ws.logitsHost.asSlice(0, bytes));
+    return logitRows;
   }
 
   private void rmsNorm(
@@ -869,6 +949,10 @@ public final class CudaCausalLm implements AutoCloseable {
   public void close() {
     device.bind();
     device.synchronize();
+    if (sampler != null) {
+      sampler.close();
+      sampler = null;
+    }
     if (workspace != null) {
       workspace.close();
       workspace = null;

@@ -7,6 +7,8 @@ import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.PinnedHost;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.SampledForward;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.device.DeviceBytes;
 import io.tokenspeed.model.device.DeviceModel;
@@ -14,6 +16,7 @@ import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.Shard;
 import java.lang.foreign.MemorySegment;
 import java.util.IdentityHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 
@@ -139,6 +142,25 @@ public final class CudaDeviceModel implements DeviceModel {
           "the CUDA backend computes over its own memory, not " + kv);
     }
     return model.forward(batch, b.view);
+  }
+
+  /**
+   * The forward pass, then the next tokens sampled on the device: the logits stay in GPU memory
+   * unless {@code keepLogits} ({@link CudaCausalLm#forwardAndSample}).
+   */
+  @Override
+  public SampledForward forwardAndSample(
+      ForwardBatch batch, DeviceBytes kv, List<RowSampling> rows, boolean keepLogits) {
+    if (!(kv instanceof Bytes b)) {
+      throw new IllegalArgumentException(
+          "the CUDA backend computes over its own memory, not " + kv);
+    }
+    return model.forwardAndSample(batch, b.view, rows, keepLogits);
+  }
+
+  @Override
+  public boolean samplesOnDevice() {
+    return true;
   }
 
   /** The Device tier in GPU memory; copies queue on the backend's copy stream. */

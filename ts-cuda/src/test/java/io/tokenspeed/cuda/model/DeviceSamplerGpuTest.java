@@ -1,0 +1,223 @@
+package io.tokenspeed.cuda.model;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.model.sampling.LogSoftmax;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.SampledRow;
+import io.tokenspeed.model.sampling.Sampler;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.TokenLogprobs;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.OptionalLong;
+import java.util.Set;
+import java.util.SplittableRandom;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * Sampling on the device against the CPU sampler on the same logits: every method (greedy,
+ * temperature, top-k, top-p, min-p and their combinations, per-request seeds and steps) over
+ * 10,000 rows of seeded random logits — flat and peaked rows, ties, masked tokens, tiny and large
+ * temperatures — must give the CPU sampler's token, row for row; the log probabilities those rows
+ * ask for must equal {@link LogSoftmax}'s to within an ulp of a float; rows the CPU sampler refuses
+ * fail with its message.
+ */
+class DeviceSamplerGpuTest {
+  static CudaDevice device;
+
+  @BeforeAll
+  static void open() {
+    device = CudaDevice.open(0);
+  }
+
+  @AfterAll
+  static void close() {
+    if (device != null) {
+      device.close();
+    }
+  }
+
+  @ParameterizedTest(name = "vocab={0} rows={1} seed={2}")
+  @CsvSource({"32000, 6000, 1", "128256, 2000, 2", "1000, 1500, 3", "3, 500, 4"})
+  void shouldChooseTheCpuSamplersTokenOnEveryRow(int vocab, int rows, long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    Sampler cpu = new Sampler(vocab);
+    LogSoftmax logSoftmax = new LogSoftmax();
+    int batch = Math.max(1, Math.min(rows, (int) (256L * 1024 * 1024 / 4 / vocab)));
+    int mismatches = 0;
+    int greedyRows = 0;
+    int sortedRows = 0;
+    List<String> firstMismatches = new ArrayList<>();
+    try (DeviceSampler sampler = new DeviceSampler(device, vocab);
+        DeviceBuffer logits = device.allocate((long) batch * vocab * 4);
+        Arena arena = Arena.ofConfined()) {
+      MemorySegment host = arena.allocate((long) batch * vocab * 4, 64);
+      for (int done = 0; done < rows; done += batch) {
+        int n = Math.min(batch, rows - done);
+        float[][] x = new float[n][];
+        List<RowSampling> specs = new ArrayList<>();
+        int[] rowOf = new int[n];
+        for (int i = 0; i < n; i++) {
+          x[i] = randomRow(rnd, vocab);
+          MemorySegment.copy(
+              x[i], 0, host, ValueLayout.JAVA_FLOAT, (long) (n - 1 - i) * vocab * 4, vocab);
+          rowOf[i] = n - 1 - i; // the rows in another order than the specs
+          SamplingParams p = randomParams(rnd, vocab);
+          greedyRows += p.isGreedy() ? 1 : 0;
+          sortedRows += p.isTopPOn() || p.isTopKOn() ? 1 : 0;
+          int top = rnd.nextInt(4) == 0 ? rnd.nextInt(-1, 21) : TokenLogprobs.NO_LOGPROBS;
+          specs.add(new RowSampling(p, rnd.nextLong(), rnd.nextInt(0, 5000), top));
+        }
+        copyUp(logits, host, (long) n * vocab * 4);
+        List<SampledRow> got = sampler.sample(logits.pointer(), rowOf, specs);
+        for (int i = 0; i < n; i++) {
+          RowSampling s = specs.get(i);
+          int want = cpu.sample(x[i], s.params(), s.seed(), s.step());
+          SampledRow g = got.get(i);
+          if (g.token() != want) {
+            mismatches++;
+            if (firstMismatches.size() < 5) {
+              firstMismatches.add(s + ": device " + g.token() + ", cpu " + want);
+            }
+            continue;
+          }
+          if (s.topLogprobs() == TokenLogprobs.NO_LOGPROBS) {
+            assertNull(g.logprobs());
+            continue;
+          }
+          TokenLogprobs w = logSoftmax.of(x[i], want, s.topLogprobs());
+          TokenLogprobs d = g.logprobs();
+          assertEquals(want, d.token());
+          assertEquals(w.logprob(), d.logprob(), ulps(w.logprob()), s.toString());
+          assertArrayEquals(w.topTokens(), d.topTokens(), s.toString());
+          for (int k = 0; k < w.topLogprobs().length; k++) {
+            assertEquals(w.topLogprobs()[k], d.topLogprobs()[k], ulps(w.topLogprobs()[k]));
+          }
+        }
+      }
+    }
+    assertEquals(0, mismatches, () -> "rows that differ, the first: " + firstMismatches);
+    assertTrue(greedyRows > 0 && sortedRows > 0 && sortedRows < rows - greedyRows);
+  }
+
+  @Test
+  void shouldRefuseTheRowsTheCpuSamplerRefusesWithItsMessage() {
+    int vocab = 4096;
+    Sampler cpu = new Sampler(vocab);
+    SamplingParams greedy = SamplingParams.greedy(4);
+    float[] nan = new float[vocab];
+    nan[1234] = Float.NaN;
+    nan[2000] = Float.POSITIVE_INFINITY;
+    float[] inf = new float[vocab];
+    inf[77] = Float.POSITIVE_INFINITY;
+    float[] masked = new float[vocab];
+    Arrays.fill(masked, Float.NEGATIVE_INFINITY);
+    try (DeviceSampler sampler = new DeviceSampler(device, vocab);
+        DeviceBuffer logits = device.allocate((long) vocab * 4);
+        Arena arena = Arena.ofConfined()) {
+      MemorySegment host = arena.allocate((long) vocab * 4, 64);
+      for (float[] row : List.of(nan, inf, masked)) {
+        MemorySegment.copy(row, 0, host, ValueLayout.JAVA_FLOAT, 0, vocab);
+        copyUp(logits, host, (long) vocab * 4);
+        String want =
+            assertThrows(IllegalArgumentException.class, () -> cpu.sample(row, greedy, 1, 0))
+                .getMessage();
+        String got =
+            assertThrows(
+                    IllegalArgumentException.class,
+                    () ->
+                        sampler.sample(
+                            logits.pointer(),
+                            new int[] {0},
+                            List.of(new RowSampling(greedy, 1, 0, TokenLogprobs.NO_LOGPROBS))))
+                .getMessage();
+        assertEquals(want, got);
+      }
+    }
+  }
+
+  private static void copyUp(DeviceBuffer to, MemorySegment from, long bytes) {
+    device.api().memcpyAsync(to.pointer(), from.address(), bytes, device.stream());
+    device.synchronize();
+  }
+
+  /** An ulp and a half of {@code v}'s float: the normalizer's last bits may differ. */
+  private static float ulps(float v) {
+    return v == Float.NEGATIVE_INFINITY ? 0 : 1.5f * Math.ulp(v);
+  }
+
+  /**
+   * A row of logits: gaussian at a random scale (flat to peaked), sometimes rounded to a coarse
+   * grid (ties, the argmax among them), sometimes with masked (-Infinity) tokens.
+   */
+  private static float[] randomRow(SplittableRandom rnd, int vocab) {
+    float[] x = new float[vocab];
+    double scale = switch (rnd.nextInt(4)) {
+      case 0 -> 0.05;
+      case 1 -> 1;
+      case 2 -> 4;
+      default -> 20;
+    };
+    boolean ties = rnd.nextInt(5) == 0;
+    double maskRate = rnd.nextInt(4) == 0 ? rnd.nextDouble(0.9) : 0;
+    for (int i = 0; i < vocab; i++) {
+      double v = rnd.nextGaussian() * scale;
+      if (ties) {
+        v = Math.rint(v * 2) / 2;
+      }
+      x[i] = rnd.nextDouble() < maskRate ? Float.NEGATIVE_INFINITY : (float) v;
+    }
+    if (maskRate > 0 && Arrays.stream(toDoubles(x)).allMatch(Double::isInfinite)) {
+      x[rnd.nextInt(vocab)] = 0;
+    }
+    return x;
+  }
+
+  private static double[] toDoubles(float[] x) {
+    double[] d = new double[x.length];
+    for (int i = 0; i < x.length; i++) {
+      d[i] = x[i];
+    }
+    return d;
+  }
+
+  /** Every method and their combinations, including the edges (k >= candidates, top_p = 1). */
+  private static SamplingParams randomParams(SplittableRandom rnd, int vocab) {
+    if (rnd.nextInt(6) == 0) {
+      return SamplingParams.greedy(16);
+    }
+    double temperature =
+        switch (rnd.nextInt(4)) {
+          case 0 -> 0.01 + rnd.nextDouble(0.1);
+          case 1 -> 0.5 + rnd.nextDouble();
+          case 2 -> 1;
+          default -> 1 + rnd.nextDouble(4);
+        };
+    int topK =
+        switch (rnd.nextInt(4)) {
+          case 0 -> 0;
+          case 1 -> 1 + rnd.nextInt(Math.min(vocab, 50));
+          case 2 -> 1 + rnd.nextInt(vocab);
+          default -> vocab + rnd.nextInt(10);
+        };
+    double topP = rnd.nextBoolean() ? 1 : 0.05 + rnd.nextDouble(0.95);
+    double minP = rnd.nextInt(3) == 0 ? rnd.nextDouble(0.5) : 0;
+    return new SamplingParams(
+        temperature, topK, topP, minP, OptionalLong.empty(), 16, Set.of(), false);
+  }
+}
