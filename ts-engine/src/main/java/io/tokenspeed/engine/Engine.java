@@ -20,6 +20,7 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageConfig;
 import io.tokenspeed.scheduler.StorageTransferManager;

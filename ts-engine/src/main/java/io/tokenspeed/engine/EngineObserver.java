@@ -10,8 +10,16 @@ interface EngineObserver {
   default void afterRound(EngineView view) {}
 
   /**
+   * Whether this observer wants {@link #onLogits}: the forward step then asks the model to keep the
+   * logits on the host, which a model that samples on the device would otherwise not copy there.
+   */
+  default boolean wantsLogits() {
+    return false;
+  }
+
+  /**
    * The logits row the request's token {@code step} (0 = the first generated token) was sampled
-   * from.
+   * from; called only when {@link #wantsLogits}.
    */
   default void onLogits(long requestId, int step, float[] logits) {}
 

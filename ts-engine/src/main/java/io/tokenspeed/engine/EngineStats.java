@@ -19,8 +19,9 @@ package io.tokenspeed.engine;
  * @param loadNanos of {@code copyNanos}, the part spent on {@code loadedBytes} (a batch's time is
  *     shared out by bytes when it also holds copies the other way)
  * @param roundNanos nanoseconds the loop spent in its rounds since start (idle waits excluded)
- * @param forwardNanos the part of them inside the model's forward pass; the rest is the loop's own
- *     work (intake, scheduler, block tables, copies waited for, sampling)
+ * @param forwardNanos the part of them inside the model's forward pass and its sampling (which a
+ *     device model does on the device); the rest is the loop's own work (intake, scheduler, block
+ *     tables, copies waited for, streaming the tokens)
  */
 public record EngineStats(
     long rounds,

@@ -9,10 +9,12 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.DevicePools;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
-import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.device.DeviceModel;
+import io.tokenspeed.model.device.SampledForward;
 import io.tokenspeed.model.sampling.FinishReason;
-import io.tokenspeed.model.sampling.Sampler;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.SampledRow;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.scheduler.ExecutionPlan;
 import io.tokenspeed.scheduler.Scheduler;
 import java.util.ArrayList;
@@ -25,8 +27,14 @@ import java.util.function.LongSupplier;
 /**
  * The forward step of a round: builds the batch from the plan (each request's tokens and block
  * tables, the State groups' tables with the checkpoints the chunk materializes), runs the model
- * over the Device pools, publishes those checkpoints on the Device, and samples the next token of
+ * over the Device pools, publishes those checkpoints on the Device, and takes the next token of
  * every request whose known tokens are all computed.
+ *
+ * <p>The model samples those tokens itself ({@link DeviceModel#forwardAndSample}): the step hands
+ * it each such request's {@link RowSampling} (params, seed, step, log probabilities asked) and gets
+ * the tokens back, so a model that samples on its device never copies a logits row to the host. The
+ * tokens are the host {@code Sampler}'s whichever model computes them, so sampling where the logits
+ * are changes no output.
  *
  * <p>It never allocates KV blocks for requests or decides what is cached: the scheduler's plan and
  * tables say where everything lives. The only blocks it allocates are the fresh Device blocks of
@@ -45,8 +53,6 @@ final class ForwardStep {
   /** Times the forward and stamps sampled tokens (the settings' clock). */
   private final LongSupplier nanoClock;
 
-  private final Sampler sampler;
-  private final LogSoftmax logSoftmax = new LogSoftmax();
   private long forwardNanos;
 
   /** A request that ended at a sampled token. */
@@ -71,17 +77,20 @@ final class ForwardStep {
     this.copies = copies;
     this.observer = observer;
     this.active = active;
-    this.sampler = new Sampler(model.vocabSize());
   }
 
-  /** Nanoseconds inside the model's forward pass since start. */
+  /** Nanoseconds inside the model's forward pass (its sampling included) since start. */
   long forwardNanos() {
     return forwardNanos;
   }
 
-  /** Runs the plan's forward batch; the copies it depends on must have completed. */
-  ForwardResult forward(ExecutionPlan plan) throws InterruptedException {
+  /**
+   * Runs the plan's forward batch and samples the next token of every request whose known tokens
+   * are all computed after its chunk; the copies it depends on must have completed.
+   */
+  SampledForward forward(ExecutionPlan plan) throws InterruptedException {
     List<ForwardRequest> reqs = new ArrayList<>(plan.forward().size());
+    List<RowSampling> rows = new ArrayList<>(plan.forward().size());
     List<Checkpoint> checkpoints = new ArrayList<>();
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       ActiveRequest a = active.get(item.requestId());
@@ -102,10 +111,14 @@ final class ForwardStep {
       }
       int[] ids = Arrays.copyOfRange(a.tokens, start, end);
       reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
+      // a prefill chunk before the prompt's end has nothing to sample yet
+      rows.add(end == a.known ? a.sampling.rowSampling(a.handle.topLogprobs()) : null);
     }
     copies.checkForwardMayRun();
     long forwardStart = nanoClock.getAsLong();
-    ForwardResult out = model.forward(new ForwardBatch(reqs), device.bytes());
+    SampledForward out =
+        model.forwardAndSample(
+            new ForwardBatch(reqs), device.bytes(), rows, observer.wantsLogits());
     forwardNanos += nanoClock.getAsLong() - forwardStart;
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       ActiveRequest a = active.get(item.requestId());
@@ -216,26 +229,28 @@ final class ForwardStep {
   }
 
   /**
-   * Samples the next token of every request of the plan whose known tokens are all computed and
-   * streams it, after storing its log probabilities when the request asked for them; returns those
-   * that a stop token or their token limit ended.
+   * Appends and streams the token the forward sampled for every request of the plan whose known
+   * tokens are all computed, after storing its log probabilities when the request asked for them;
+   * returns those that a stop token or their token limit ended.
    */
-  List<Finished> sample(ExecutionPlan plan, ForwardResult out) {
+  List<Finished> sample(ExecutionPlan plan, SampledForward out) {
     long now = nanoClock.getAsLong();
     List<Finished> finished = new ArrayList<>();
     List<ExecutionPlan.ForwardItem> items = plan.forward();
+    boolean observeLogits = out.logits() != null && observer.wantsLogits();
     for (int i = 0; i < items.size(); i++) {
       ExecutionPlan.ForwardItem item = items.get(i);
       ActiveRequest a = active.get(item.requestId());
-      if (a == null || item.startToken() + item.numTokens() != a.known) {
-        continue; // a prefill chunk before the prompt's end: nothing to sample yet
+      SampledRow row = out.row(i);
+      if (a == null || (row == null && item.startToken() + item.numTokens() != a.known)) {
+        continue; // a prefill chunk before the prompt's end: nothing sampled
       }
-      float[] logits = out.last(i);
-      observer.onLogits(a.id, a.generated(), logits);
-      int token = a.sampling.sample(sampler, logits, 0); // checks the row first
-      int numTop = a.handle.topLogprobs();
-      if (numTop != TokenLogprobs.NO_LOGPROBS) {
-        a.handle.addLogprobs(a.generated(), logSoftmax.of(logits, token, numTop));
+      int token = checkedToken(a, item, row);
+      if (observeLogits) {
+        observer.onLogits(a.id, a.generated(), out.logits().last(i));
+      }
+      if (row.logprobs() != null) {
+        a.handle.addLogprobs(a.generated(), row.logprobs());
       }
       Optional<FinishReason> done = a.sampling.onToken(token);
       a.tokens[a.known++] = token;
@@ -247,5 +262,36 @@ final class ForwardStep {
       done.ifPresent(reason -> finished.add(new Finished(a, reason)));
     }
     return finished;
+  }
+
+  /**
+   * The token of a request's sampled row, once the row is what the forward was asked for: present
+   * exactly when the chunk ends at the request's known tokens, an id of the vocabulary, with log
+   * probabilities exactly when the request asked for them. A device model's reply is checked before
+   * it changes a request.
+   */
+  private int checkedToken(ActiveRequest a, ExecutionPlan.ForwardItem item, SampledRow row) {
+    int end = item.startToken() + item.numTokens();
+    boolean logprobsAsked = a.handle.topLogprobs() != TokenLogprobs.NO_LOGPROBS;
+    if (row == null
+        || end != a.known
+        || row.token() >= model.vocabSize()
+        || (row.logprobs() != null) != logprobsAsked) {
+      throw new IllegalStateException(
+          "request "
+              + a.id
+              + ": the model returned "
+              + row
+              + " for topLogprobs="
+              + a.handle.topLogprobs()
+              + " after a chunk ending at "
+              + end
+              + " of known="
+              + a.known
+              + " tokens (vocabSize="
+              + model.vocabSize()
+              + ")");
+    }
+    return row.token();
   }
 }

@@ -3,6 +3,7 @@ package io.tokenspeed.engine;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.scheduler.Scheduler;
 import java.util.ArrayList;
 import java.util.Arrays;

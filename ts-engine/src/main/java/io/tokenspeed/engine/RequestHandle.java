@@ -1,5 +1,6 @@
 package io.tokenspeed.engine;
 
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import java.util.Arrays;
 import java.util.List;
 import java.util.OptionalInt;

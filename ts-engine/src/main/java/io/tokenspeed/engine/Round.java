@@ -14,7 +14,7 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.l3.L3Metrics;
-import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.device.SampledForward;
 import io.tokenspeed.scheduler.ExecutionPlan;
 import io.tokenspeed.scheduler.RequestState;
 import io.tokenspeed.scheduler.RoundInput;
@@ -48,9 +48,11 @@ import java.util.function.Supplier;
  *   3. dispatch    the images of requests just retracted, then H2D loads and copy-on-write, which
  *                  the forward waits for; the D2H demotions and write-through, which copy while the
  *                  forward computes
- *   4. forward     the model over the Device pools ({@link ForwardStep})
+ *   4. forward     the model over the Device pools, which also samples the next token of each
+ *                  request whose known tokens it computes all of ({@link ForwardStep})
  *   5. commit      Host publication of what was copied, scheduler.onForwardDone
- *   6. sample      the next tokens; finished requests end and their prefixes are written through
+ *   6. sample      the sampled tokens are appended and streamed; finished requests end and their
+ *                  prefixes are written through
  *   7. resume      requests retracted after they generated tokens go back to the scheduler
  *   8. publish     the round's figures ({@link EngineStats}) and, when the publication rule of
  *                  {@link MetricsPublication} says so, a metrics snapshot ({@link EngineMetrics})
@@ -208,7 +210,7 @@ final class Round {
     endCancelled(head.cancelled());
     reuse.noteAdmissions(nowNs);
     Dispatched dispatched = dispatch(plan);
-    ForwardResult out = plan.forward().isEmpty() ? null : forward.forward(plan);
+    SampledForward out = plan.forward().isEmpty() ? null : forward.forward(plan);
     commit(plan, dispatched);
     sample(plan, out);
     resumeRetracted();
@@ -347,8 +349,8 @@ final class Round {
     scheduler.onForwardDone(plan);
   }
 
-  /** Samples the next tokens (when the plan ran a forward) and ends the requests they finished. */
-  private void sample(ExecutionPlan plan, ForwardResult out) {
+  /** Takes the sampled tokens (when the plan ran a forward) and ends the requests they finished. */
+  private void sample(ExecutionPlan plan, SampledForward out) {
     if (out == null) {
       notePlan(plan);
       return;

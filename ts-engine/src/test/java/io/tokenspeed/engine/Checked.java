@@ -53,6 +53,11 @@ class Checked implements EngineObserver {
   }
 
   @Override
+  public boolean wantsLogits() {
+    return true;
+  }
+
+  @Override
   public void onLogits(long requestId, int step, float[] row) {
     logits.computeIfAbsent(requestId, k -> new CopyOnWriteArrayList<>()).add(row.clone());
   }

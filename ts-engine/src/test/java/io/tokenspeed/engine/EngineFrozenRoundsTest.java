@@ -101,6 +101,11 @@ class EngineFrozenRoundsTest {
     private volatile CompletableFuture<Void> seen;
 
     @Override
+    public boolean wantsLogits() {
+      return true;
+    }
+
+    @Override
     public void onLogits(long requestId, int step, float[] row) {
       super.onLogits(requestId, step, row);
       EngineView v = view; // the loop's own view: its control state is this round's

@@ -57,6 +57,11 @@ class EngineIntakeBoundTest {
     volatile boolean firstRound = true;
 
     @Override
+    public boolean wantsLogits() {
+      return true;
+    }
+
+    @Override
     public void onLogits(long requestId, int step, float[] logits) {
       if (firstLogits) {
         firstLogits = false;

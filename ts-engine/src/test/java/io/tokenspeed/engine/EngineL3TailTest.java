@@ -8,6 +8,7 @@ import io.tokenspeed.engine.EngineTest.Run;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.nio.file.Path;
 import java.util.List;

@@ -11,6 +11,7 @@ import io.tokenspeed.engine.EngineTest.Recorder;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -362,6 +363,11 @@ class EngineLogprobsTest {
           @Override
           public void afterRound(EngineView e) {
             rec.afterRound(e);
+          }
+
+          @Override
+          public boolean wantsLogits() {
+            return true;
           }
 
           @Override

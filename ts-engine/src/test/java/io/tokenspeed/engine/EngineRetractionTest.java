@@ -111,6 +111,11 @@ class EngineRetractionTest {
           }
 
           @Override
+          public boolean wantsLogits() {
+            return true;
+          }
+
+          @Override
           public void onLogits(long requestId, int step, float[] logits) {
             rec.onLogits(requestId, step, logits);
           }

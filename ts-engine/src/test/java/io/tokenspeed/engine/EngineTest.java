@@ -146,6 +146,11 @@ class EngineTest {
     }
 
     @Override
+    public boolean wantsLogits() {
+      return true;
+    }
+
+    @Override
     public void onLogits(long requestId, int step, float[] row) {
       logits.computeIfAbsent(requestId, k -> new CopyOnWriteArrayList<>()).add(row.clone());
     }

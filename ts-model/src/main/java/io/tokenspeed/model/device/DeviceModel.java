@@ -6,7 +6,11 @@ import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.Shard;
+import io.tokenspeed.model.sampling.LogSoftmax;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.Sampler;
 import java.lang.foreign.MemorySegment;
+import java.util.List;
 
 /**
  * A model bound to the device it computes on, as the engine's loop drives it: the CPU backend (the
@@ -57,6 +61,43 @@ public interface DeviceModel extends AutoCloseable {
    * memory for a backend that {@link #computesOnHost}); returns once the logits are on the host.
    */
   ForwardResult forward(ForwardBatch batch, DeviceBytes kv);
+
+  /**
+   * Computes one batch over {@code kv}, as {@link #forward}, and samples the next token of each
+   * request that has a {@link RowSampling} from that request's last logits row: a model that
+   * samples on the device brings only the tokens (and asked-for log probabilities) to the host, not
+   * {@code vocabSize} floats per request.
+   *
+   * <p>The tokens are those a {@link Sampler} gives on the host for the same rows and the same
+   * (params, seed, step), bit for bit, and the log probabilities those of {@link LogSoftmax}: the
+   * engine's tokens do not depend on where it samples. A row the sampler refuses (a NaN or
+   * +Infinity logit, or every logit -Infinity) fails with the sampler's {@link
+   * IllegalArgumentException}.
+   *
+   * <p>The default runs {@link #forward}, samples on the host with a {@link Sampler} and a {@link
+   * LogSoftmax} that the calling thread reuses from call to call, and always returns the logits.
+   * Like {@link #forward}, it is called by the engine's loop thread alone.
+   *
+   * @param rows one entry per request of {@code batch}, in batch order: what chooses its next
+   *     token, or {@code null} for a request with nothing to sample this round (a prefill chunk
+   *     before the prompt's end)
+   * @param keepLogits whether to return the logits even when they are not on the host otherwise (an
+   *     observer that checks them); a model that has them on the host returns them anyway
+   * @throws IllegalArgumentException when {@code rows} does not match the batch, or a sampled row
+   *     is not a distribution
+   */
+  default SampledForward forwardAndSample(
+      ForwardBatch batch, DeviceBytes kv, List<RowSampling> rows, boolean keepLogits) {
+    return HostSampling.sample(this, batch, kv, rows, keepLogits);
+  }
+
+  /**
+   * Whether {@link #forwardAndSample} samples on the device (and so brings no logits to the host
+   * unless asked); {@code false} for the default, which samples on the host. For figures and logs.
+   */
+  default boolean samplesOnDevice() {
+    return false;
+  }
 
   /**
    * Prepares the Host tier's memory for copies to and from the device (a GPU backend pins it, once,

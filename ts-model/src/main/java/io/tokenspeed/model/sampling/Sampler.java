@@ -4,36 +4,57 @@ import java.util.Arrays;
 
 /**
  * Chooses the next token from one row of logits. The result is a pure function of (logits, params,
- * seed, step): the only randomness is one uniform draw from {@link StepRandom} keyed by the
- * sequence's seed and step, and every sum runs in a fixed order over one row. The same row with the
+ * seed, step): the only randomness is one uniform draw from {@link #uniform} keyed by the
+ * sequence's seed and step, and every sum is a sum of integers over one row. The same row with the
  * same seed and step gives the same id whatever else is in the batch, whichever thread samples it,
- * and after a retracted sequence is recomputed.
+ * after a retracted sequence is recomputed, and on a device that sums the row in another order.
  *
- * <p>The steps, in order:
+ * <p>The steps, in order ({@code V} is {@link #vocabSize()}):
  *
  * <pre>
  *  logits row ──► check ──► greedy? ──yes──► argmax (lowest id on ties)
  *                              │no
  *                              ▼
- *   w[i] = exp((logit[i] - max) / temperature)      in double; -Infinity gives w = 0
+ *   w[i]  = Math.exp(((double) logit[i] - max) / temperature)    in double; a -Infinity logit is
+ *                              │                                  no candidate
+ *   candidates = finite tokens, minus w[i] < min_p   (min-p on the double w; w[argmax] = 1, so
+ *                              │                     it is p/p_max)
+ *   wq[i] = (long) floor(w[i] × SCALE)               SCALE = {@link #weightScale}(V)
+ *                              │                           = 2^(53 − max(1, ceil(log2 V)));
+ *                              │                     wq[argmax] = SCALE; a candidate whose wq is 0
+ *                              │                     stays one (top-k counts it) but is never drawn
+ *   order: by {@link #orderKey} ascending            (logit descending, id ascending; only when
+ *                              │                     top-k removes tokens or top-p is on;
+ *                              │                     otherwise the candidates stay in id order)
+ *   top-k: keep the first k                          (the k most likely)
  *                              │
- *   candidates = finite tokens, minus w[i] < min_p  (min-p; w[argmax] = 1, so it is p/p_max)
+ *   top-p: T = Σ wq over the kept (a long); keep the shortest prefix whose running sum C has
+ *          (double) C >= top_p × (double) T          (always at least the first)
  *                              │
- *   order: by logit descending, id ascending        (only when top-k removes tokens or top-p
- *                              │                     is on; otherwise candidates stay in id order)
- *   top-k: keep the first k                         (the k most likely)
- *                              │
- *   top-p: keep the shortest prefix whose mass      (over the candidates left by top-k;
- *          reaches top_p × their total               always at least the first)
- *                              │
- *   inverse CDF: u ∈ [0,1) from (seed, step); walk the kept candidates in order summing w, and
- *   return the first whose running sum exceeds u × (sum of the kept w)
+ *   inverse CDF: total = Σ wq over the kept (a long); target = {@link #uniform}(seed, step) ×
+ *          (double) total; walk the kept candidates in order with the running sum C (a long) and
+ *          return the first whose target < (double) C; past the end (rounding), the last kept
+ *          candidate whose wq > 0
  * </pre>
  *
  * <p>Min-p and top-k both keep a most-likely prefix and min-p's threshold is relative to the most
  * likely token, so they commute; top-p sees the distribution renormalized after both, which is
  * vLLM's order. The weights are never normalized: the walk compares against {@code u} times the
- * kept total, summed in the same order as the walk, so rounding cannot put the target past the end.
+ * kept total.
+ *
+ * <p><b>Why integer weights.</b> A sum of doubles depends on the order of its terms, and the only
+ * cheap order for a device is a tree reduction whose shape depends on the launch. A sum of {@code
+ * long}s is the same in any order, so a device that computes every {@code wq} as above and sums or
+ * scans them with any reduction gets the host's totals and running sums bit for bit. {@code SCALE}
+ * is the largest power of two for which a whole row's sum stays at most {@code V × SCALE <= 2^53}:
+ * every total and running sum then converts to double exactly, and the two comparisons in double
+ * (top-p's threshold, the draw's target) see the same numbers on both sides. What remains in
+ * floating point is per token (one subtraction, one division, {@code Math.exp}, and a multiply by a
+ * power of two, which is exact) and per row (two multiplies), each a single correctly rounded IEEE
+ * operation with no fused multiply-add, except {@code Math.exp}, which a port must reproduce bit
+ * for bit. Quantizing costs nothing a user can see: a weight loses at most one part in {@code
+ * SCALE} of the most likely token's weight (2^-35 at a vocabulary of 150,000), so only tokens at
+ * most that likely relative to the argmax can never be drawn.
  *
  * <p>Logits: NaN or +Infinity at any position is a broken model and fails with the position;
  * -Infinity marks a token that must never be sampled (a mask); a row that is all -Infinity fails.
@@ -44,7 +65,8 @@ import java.util.Arrays;
 public final class Sampler {
 
   private final int vocabSize;
-  private final double[] weights;
+  private final double scale;
+  private final long[] weights;
   private final long[] order;
   private final long[] heap;
 
@@ -52,17 +74,38 @@ public final class Sampler {
    * @param vocabSize the length of a logits row
    */
   public Sampler(int vocabSize) {
-    if (vocabSize < 1) {
-      throw new IllegalArgumentException("vocabSize=" + vocabSize + " must be >= 1");
-    }
+    this.scale = weightScale(vocabSize);
     this.vocabSize = vocabSize;
-    this.weights = new double[vocabSize];
+    this.weights = new long[vocabSize];
     this.order = new long[vocabSize];
     this.heap = new long[vocabSize];
   }
 
   public int vocabSize() {
     return vocabSize;
+  }
+
+  /**
+   * The factor {@code SCALE} that turns a weight {@code w} in {@code [0, 1]} into the integer
+   * {@code wq = (long) Math.floor(w * SCALE)}: {@code 2^(53 - max(1, ceil(log2(vocabSize))))}, so
+   * that the sum of a whole row's weights is at most {@code 2^53} and converts to double exactly.
+   */
+  public static double weightScale(int vocabSize) {
+    if (vocabSize < 1) {
+      throw new IllegalArgumentException("vocabSize=" + vocabSize + " must be >= 1");
+    }
+    int bits = Math.max(1, 64 - Long.numberOfLeadingZeros(vocabSize - 1L));
+    return Math.scalb(1.0, 53 - bits);
+  }
+
+  /**
+   * The uniform draw in {@code [0, 1)} of a sequence with {@code seed} at decode step {@code step
+   * >= 0}: the {@code step}-th {@link java.util.SplittableRandom#nextDouble()} of a generator
+   * seeded with a mix of {@code seed}, computed in O(1). A device sampler takes each row's draw
+   * from here, so host and device draw with the same {@code u}.
+   */
+  public static double uniform(long seed, int step) {
+    return StepRandom.uniform(seed, step);
   }
 
   /** Samples from {@code logits}, a row of exactly {@link #vocabSize()} values. */
@@ -135,7 +178,7 @@ public final class Sampler {
       if (w < minP) {
         continue;
       }
-      weights[i] = w;
+      weights[i] = (long) Math.floor(w * scale);
       order[numCandidates++] = orderKey(x, i);
     }
 
@@ -146,16 +189,16 @@ public final class Sampler {
       Arrays.sort(order, 0, numCandidates);
     }
 
-    double total = 0;
+    long total = 0;
     for (int j = 0; j < numKept; j++) {
       total += weights[(int) order[j]];
     }
     if (params.isTopPOn()) {
-      double threshold = params.topP() * total;
-      double cumulative = 0;
+      double threshold = params.topP() * (double) total;
+      long cumulative = 0;
       for (int j = 0; j < numKept; j++) {
         cumulative += weights[(int) order[j]];
-        if (cumulative >= threshold) {
+        if ((double) cumulative >= threshold) {
           numKept = j + 1;
           break;
         }
@@ -163,17 +206,17 @@ public final class Sampler {
       total = cumulative;
     }
 
-    double target = StepRandom.uniform(seed, step) * total;
-    double cumulative = 0;
+    double target = StepRandom.uniform(seed, step) * (double) total;
+    long cumulative = 0;
     int lastPositive = (int) order[0];
     for (int j = 0; j < numKept; j++) {
       int id = (int) order[j];
-      double w = weights[id];
-      cumulative += w;
-      if (target < cumulative) {
+      long wq = weights[id];
+      cumulative += wq;
+      if (target < (double) cumulative) {
         return id;
       }
-      if (w > 0) {
+      if (wq > 0) {
         lastPositive = id;
       }
     }
@@ -183,9 +226,11 @@ public final class Sampler {
   /**
    * A key whose signed ascending order is logit descending, then id ascending: the high half is the
    * complemented order-preserving int image of the logit, the low half the id. Sorting primitives
-   * keeps the sort allocation-free and its result unique.
+   * keeps the sort allocation-free and its result unique; a device port sorts by the same key (or
+   * compares the same pair) to walk the candidates in the same order. {@code -0.0} and {@code +0.0}
+   * have one key (they tie, as in the argmax).
    */
-  static long orderKey(float logit, int id) {
+  public static long orderKey(float logit, int id) {
     int bits = Float.floatToRawIntBits(logit + 0.0f); // -0.0 ties with +0.0, as in the argmax
     int ascending = bits ^ ((bits >> 31) & 0x7fffffff);
     return ((long) ~ascending << 32) | (id & 0xffffffffL);

@@ -9,7 +9,8 @@ import java.util.OptionalInt;
  * retracted sequence that is recomputed and resumes at the same step draws the same tokens.
  *
  * <pre>
- *   sample(step = n) ──► onToken(id) ──► n + 1 ──► ... ──► Stop(id) | Length(max_tokens)
+ *   sample(step = n) ───────────────────┬──► onToken(id) ──► n + 1 ──► ... ──► Stop(id)
+ *   rowSampling ──► sampled elsewhere ──┘                                  | Length(max_tokens)
  * </pre>
  *
  * <p>Single-threaded: owned by whoever owns the request.
@@ -66,7 +67,24 @@ public final class SamplingState {
     return sampler.sample(logits, offset, params, seed, numGeneratedTokens);
   }
 
-  /** Appends the generated token and checks the stop conditions. */
+  /**
+   * What choosing the next token needs, for a sampler elsewhere (a device model's, or the host's
+   * behind {@code DeviceModel.forwardAndSample}): the params, the seed and the step of the next
+   * draw. The token it gives is the one {@link #sample} would give from the same row; hand it to
+   * {@link #onToken}. Does not advance the step.
+   *
+   * @param topLogprobs {@link TokenLogprobs#NO_LOGPROBS} for none, else the number of most likely
+   *     alternatives to report with the token, {@code 0} to {@link TokenLogprobs#MAX_TOP_LOGPROBS}
+   */
+  public RowSampling rowSampling(int topLogprobs) {
+    checkNotFinished();
+    return new RowSampling(params, seed, numGeneratedTokens, topLogprobs);
+  }
+
+  /**
+   * Appends the generated token and checks the stop conditions. The token may have been sampled
+   * anywhere, by {@link #sample} or from {@link #rowSampling}, as long as it was for this step.
+   */
   public Optional<FinishReason> onToken(int tokenId) {
     checkNotFinished();
     numGeneratedTokens++;

@@ -181,38 +181,89 @@ class SamplerTest {
     assertEquals(Set.of(0, 2, 3), drawSet(row, SAMPLE.withMinP(0.25), 2_000));
   }
 
-  /** Against a brute-force model: same u, same id, for random rows, params, seeds and steps. */
-  @ParameterizedTest(name = "seed {0}")
-  @MethodSource("seeds")
-  void shouldMatchReferenceModelWhenSeeded(long seed) {
-    Random random = new Random(seed);
-    for (int c = 0; c < 40; c++) {
-      int vocab = 1 + random.nextInt(80);
-      float[] row = tiedLogits(random, vocab);
-      for (int i = 0; i < vocab; i++) {
-        if (random.nextInt(6) == 0) {
-          row[i] = Float.NEGATIVE_INFINITY;
-        }
+  // ---- integer weights -----------------------------------------------------------------------
+
+  @Test
+  void shouldScaleWeightsSoThatARowSumsToAtMostTwoToThe53() {
+    assertEquals(0x1p52, Sampler.weightScale(1));
+    assertEquals(0x1p52, Sampler.weightScale(2));
+    assertEquals(0x1p51, Sampler.weightScale(3));
+    assertEquals(0x1p51, Sampler.weightScale(4));
+    assertEquals(0x1p50, Sampler.weightScale(5));
+    assertEquals(0x1p43, Sampler.weightScale(1024));
+    assertEquals(0x1p42, Sampler.weightScale(1025));
+    assertEquals(0x1p35, Sampler.weightScale(151_936)); // Qwen's padded vocabulary
+    assertEquals(0x1p22, Sampler.weightScale(Integer.MAX_VALUE));
+    for (int v = 1; v < 5_000; v++) {
+      double scale = Sampler.weightScale(v);
+      assertTrue(v * scale <= 0x1p53, "vocabSize=" + v + ": a row's total fits");
+      if (v > 1) {
+        assertTrue(2 * v * scale > 0x1p53, "vocabSize=" + v + ": the largest such power of two");
       }
-      row[random.nextInt(vocab)] = random.nextInt(3);
-      SamplingParams p =
-          new SamplingParams(
-              random.nextInt(5) == 0 ? 0 : 0.05 + 3 * random.nextDouble(),
-              random.nextInt(3) == 0 ? random.nextInt(vocab + 2) - 1 : 0,
-              random.nextBoolean() ? 1 : Math.max(1e-6, random.nextDouble()),
-              random.nextInt(3) == 0 ? random.nextDouble() * 0.5 : 0,
-              java.util.OptionalLong.empty(),
-              1,
-              Set.of(),
-              false);
-      long drawSeed = random.nextLong();
-      int step = random.nextInt(1000);
-      int expected = reference(row, p, StepRandom.uniform(drawSeed, step));
-      assertEquals(
-          expected,
-          new Sampler(vocab).sample(row, p, drawSeed, step),
-          () -> "row=" + Arrays.toString(row) + " params=" + p);
     }
+    assertThrows(IllegalArgumentException.class, () -> Sampler.weightScale(0));
+  }
+
+  @Test
+  void shouldDrawWithTheStepRandomUniform() {
+    for (int step = 0; step < 100; step++) {
+      assertEquals(StepRandom.uniform(-7, step), Sampler.uniform(-7, step));
+    }
+  }
+
+  /**
+   * Over a uniform row of {@code V = 2^b} tokens every weight is {@code SCALE} and the total is
+   * exactly {@code 2^53}, the largest a row can sum to: the walk then returns {@code floor(u × V)},
+   * which {@code u × V} (a power-of-two multiple, so exact) gives directly.
+   */
+  @Test
+  void shouldDrawFloorOfUTimesVocabWhenRowIsUniform() {
+    for (int b = 0; b <= 20; b++) {
+      int vocab = 1 << b;
+      Sampler s = new Sampler(vocab);
+      float[] row = new float[vocab];
+      for (int step = 0; step < 40; step++) {
+        int expected = (int) Math.floor(Sampler.uniform(b, step) * vocab);
+        assertEquals(expected, s.sample(row, SAMPLE, b, step), "vocab=" + vocab + " step=" + step);
+      }
+    }
+  }
+
+  /**
+   * A candidate whose weight quantizes to 0 still counts for top-k. Row {@code [-0.1, 0, -1000]} at
+   * temperature 1: id 2's weight is 0, yet three candidates exceed {@code k = 2}, so the two kept
+   * are walked most likely first, [1, 0], with weights {@code SCALE} and {@code ≈ 0.905 SCALE}:
+   * {@code u < 0.5} gives 1, {@code u > 0.55} gives 0. (Counted out, k would not cut and the walk
+   * would run in id order, [0, 1], giving 0 for small u.)
+   */
+  @Test
+  void shouldCountZeroWeightCandidatesWhenTopKCuts() {
+    float[] row = {-0.1f, 0f, -1000f};
+    Sampler s = new Sampler(row.length);
+    int numChecked = 0;
+    for (int step = 0; step < 200; step++) {
+      double u = Sampler.uniform(3, step);
+      int token = s.sample(row, SAMPLE.withTopK(2), 3, step);
+      if (u < 0.5) {
+        assertEquals(1, token, "u=" + u);
+        numChecked++;
+      } else if (u > 0.55) {
+        assertEquals(0, token, "u=" + u);
+        numChecked++;
+      }
+    }
+    assertTrue(numChecked > 150);
+  }
+
+  /**
+   * A token whose weight is positive in double, and passes min-p, but is below one unit of SCALE is
+   * a candidate that is never drawn.
+   */
+  @Test
+  void shouldNeverDrawWeightsBelowOneUnitWhenQuantized() {
+    // V = 2: SCALE = 2^52; exp(-40) ≈ 4.2e-18 < 2^-52 ≈ 2.2e-16, so id 0's weight is 0.
+    float[] row = {-40f, 0f};
+    assertEquals(Set.of(1), drawSet(row, SAMPLE.withMinP(1e-18), 2_000));
   }
 
   // ---- determinism ----------------------------------------------------------------------------
@@ -445,34 +496,6 @@ class SamplerTest {
       }
     }
     return kept;
-  }
-
-  private static int reference(float[] logits, SamplingParams p, double u) {
-    if (p.isGreedy()) {
-      List<Integer> ids = new ArrayList<>();
-      for (int i = 0; i < logits.length; i++) {
-        ids.add(i);
-      }
-      return ids.stream().sorted(referenceOrder(logits)).findFirst().orElseThrow();
-    }
-    double[] weights = new double[logits.length];
-    List<Integer> kept = referenceKept(logits, p, weights);
-    double total = 0;
-    for (int id : kept) {
-      total += weights[id];
-    }
-    double cumulative = 0;
-    int lastPositive = kept.get(0);
-    for (int id : kept) {
-      cumulative += weights[id];
-      if (u * total < cumulative) {
-        return id;
-      }
-      if (weights[id] > 0) {
-        lastPositive = id;
-      }
-    }
-    return lastPositive;
   }
 
   private static double[] referenceProbabilities(float[] logits, SamplingParams p) {

@@ -1,6 +1,7 @@
 package io.tokenspeed.model.sampling;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -44,6 +45,28 @@ class SamplingStateTest {
     SamplingState resumed = new SamplingState(params, EOS);
     List<Integer> prefix = uninterrupted.subList(0, cut);
     assertEquals(uninterrupted, run(resumed, seed, cut, prefix));
+  }
+
+  /** A token sampled elsewhere from the state's row sampling is the one the state samples. */
+  @ParameterizedTest(name = "seed {0}")
+  @MethodSource("seeds")
+  void shouldDescribeTheSameDrawWhenSampledElsewhere(long seed) {
+    SamplingParams params = SamplingParams.defaults().withMaxTokens(20).withTopK(8).withSeed(seed);
+    SamplingState state = new SamplingState(params, OptionalInt.empty());
+    Sampler sampler = new Sampler(VOCAB);
+    Random random = new Random(seed);
+    while (!state.isFinished()) {
+      float[] row = new float[VOCAB];
+      for (int i = 0; i < VOCAB; i++) {
+        row[i] = (float) random.nextGaussian();
+      }
+      RowSampling r = state.rowSampling(TokenLogprobs.NO_LOGPROBS);
+      assertEquals(new RowSampling(params, seed, state.numGeneratedTokens(), -1), r);
+      int elsewhere = sampler.sample(row, r.params(), r.seed(), r.step());
+      assertEquals(state.sample(sampler, row, 0), elsewhere);
+      state.onToken(elsewhere);
+    }
+    assertThrows(IllegalStateException.class, () -> state.rowSampling(0));
   }
 
   /**

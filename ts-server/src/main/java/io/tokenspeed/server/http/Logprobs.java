@@ -4,7 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.NullNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import io.tokenspeed.engine.TokenLogprobs;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.nio.charset.StandardCharsets;
 

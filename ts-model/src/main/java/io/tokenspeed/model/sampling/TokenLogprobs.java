@@ -1,11 +1,11 @@
-package io.tokenspeed.engine;
+package io.tokenspeed.model.sampling;
 
 import java.util.Arrays;
 
 /**
  * The log probabilities of one generated token and of the most likely alternatives at its step, for
- * a request submitted with {@code topLogprobs >= 0} ({@link Engine#submit(int[],
- * io.tokenspeed.model.sampling.SamplingParams, int)}).
+ * a request submitted with {@code topLogprobs >= 0} (the engine's {@code submit(prompt, params,
+ * topLogprobs)}; a {@link RowSampling} carries the number to whoever samples).
  *
  * <p>Every value is the natural logarithm of a probability of the model's own distribution: the
  * log-softmax of the raw logits row the token was sampled from, before temperature and the top-k,

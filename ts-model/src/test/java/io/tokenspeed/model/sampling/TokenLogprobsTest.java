@@ -1,4 +1,4 @@
-package io.tokenspeed.engine;
+package io.tokenspeed.model.sampling;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

@@ -1,4 +1,4 @@
-package io.tokenspeed.engine;
+package io.tokenspeed.model.sampling;
 
 import java.util.Arrays;
 
@@ -26,16 +26,19 @@ import java.util.Arrays;
  * (an LM head padded for alignment) take part in the normalization and may be among the top ones.
  *
  * <p>The top N are selected with a bounded max-heap of N keys ordered by logit descending, then id
- * ascending (O(V log N), no sort of the vocabulary), and the N kept are then sorted. That is the
- * sampler's order: a greedy token (the argmax, lowest id on ties) always comes first, and since
- * rounding to float never reverses an order, the reported values never increase along the list (two
- * different logits may round to one value; they keep their logits' order).
+ * ascending ({@link Sampler#orderKey}; O(V log N), no sort of the vocabulary), and the N kept are
+ * then sorted. That is the sampler's order: a greedy token (the argmax, lowest id on ties) always
+ * comes first, and since rounding to float never reverses an order, the reported values never
+ * increase along the list (two different logits may round to one value; they keep their logits'
+ * order).
  *
  * <p>Not thread-safe: the heap is reused across calls; one per loop thread. It never writes the
  * row.
  */
-final class LogSoftmax {
+public final class LogSoftmax {
   private final long[] heap = new long[TokenLogprobs.MAX_TOP_LOGPROBS];
+
+  public LogSoftmax() {}
 
   /**
    * The log probabilities of {@code token} and of the {@code numTop} most likely ids of {@code row}
@@ -43,25 +46,34 @@ final class LogSoftmax {
    *
    * @param numTop {@code 0} to {@link TokenLogprobs#MAX_TOP_LOGPROBS}
    */
-  TokenLogprobs of(float[] row, int token, int numTop) {
+  public TokenLogprobs of(float[] row, int token, int numTop) {
+    return of(row, 0, row.length, token, numTop);
+  }
+
+  /**
+   * The same for the row {@code logits[offset, offset + length)}, for example the last row of a
+   * request's {@code [rows × vocabSize]} logits, without copying it out.
+   */
+  public TokenLogprobs of(float[] logits, int offset, int length, int token, int numTop) {
     if (numTop < 0 || numTop > TokenLogprobs.MAX_TOP_LOGPROBS) {
       throw new IllegalArgumentException(
           "numTop=" + numTop + " must be in [0, " + TokenLogprobs.MAX_TOP_LOGPROBS + "]");
     }
-    if (token < 0 || token >= row.length) {
+    checkRow(logits, offset, length);
+    if (token < 0 || token >= length) {
       throw new IllegalArgumentException(
-          "token=" + token + " is outside the row [0, " + row.length + ")");
+          "token=" + token + " is outside the row [0, " + length + ")");
     }
-    double logZ = logNormalizer(row);
-    int n = Math.min(numTop, row.length);
+    double logZ = logNormalizer(logits, offset, length);
+    int n = Math.min(numTop, length);
     for (int i = 0; i < n; i++) {
-      heap[i] = key(row[i], i);
+      heap[i] = Sampler.orderKey(logits[offset + i], i);
     }
     for (int i = n / 2 - 1; i >= 0; i--) {
       siftDown(i, n);
     }
-    for (int i = n; i < row.length && n > 0; i++) {
-      long k = key(row[i], i);
+    for (int i = n; i < length && n > 0; i++) {
+      long k = Sampler.orderKey(logits[offset + i], i);
       if (k < heap[0]) {
         heap[0] = k;
         siftDown(0, n);
@@ -73,9 +85,9 @@ final class LogSoftmax {
     for (int j = 0; j < n; j++) {
       int id = (int) heap[j];
       topTokens[j] = id;
-      topLogprobs[j] = logprob(row[id], logZ);
+      topLogprobs[j] = logprob(logits[offset + id], logZ);
     }
-    return new TokenLogprobs(token, logprob(row[token], logZ), topTokens, topLogprobs);
+    return new TokenLogprobs(token, logprob(logits[offset + token], logZ), topTokens, topLogprobs);
   }
 
   /**
@@ -84,10 +96,16 @@ final class LogSoftmax {
    * @throws IllegalArgumentException for NaN or +Infinity, or a row without a finite logit (the
    *     sampler refuses those rows first)
    */
-  static double logNormalizer(float[] row) {
+  public static double logNormalizer(float[] row) {
+    return logNormalizer(row, 0, row.length);
+  }
+
+  /** The same over the row {@code logits[offset, offset + length)}. */
+  public static double logNormalizer(float[] logits, int offset, int length) {
+    checkRow(logits, offset, length);
     float max = Float.NEGATIVE_INFINITY;
-    for (int i = 0; i < row.length; i++) {
-      float x = row[i];
+    for (int i = 0; i < length; i++) {
+      float x = logits[offset + i];
       if (Float.isNaN(x) || x == Float.POSITIVE_INFINITY) {
         throw new IllegalArgumentException(
             "logit at token id " + i + " is " + x + ": logits must be finite or -Infinity");
@@ -96,28 +114,30 @@ final class LogSoftmax {
     }
     if (max == Float.NEGATIVE_INFINITY) {
       throw new IllegalArgumentException(
-          "every logit is -Infinity (length=" + row.length + "): no distribution");
+          "every logit is -Infinity (length=" + length + "): no distribution");
     }
     double sum = 0;
-    for (float x : row) {
-      sum += Math.exp((double) x - max); // exp(-Infinity) = 0
+    for (int i = 0; i < length; i++) {
+      sum += Math.exp((double) logits[offset + i] - max); // exp(-Infinity) = 0
     }
     return max + Math.log(sum);
   }
 
   /** The reported log probability of a logit under {@code logZ}; never above 0. */
-  static float logprob(float logit, double logZ) {
+  public static float logprob(float logit, double logZ) {
     return (float) Math.min(0.0, (double) logit - logZ);
   }
 
-  /**
-   * A key whose signed ascending order is logit descending, then id ascending: the high half is the
-   * complement of the logit's order-preserving int image, the low half the id.
-   */
-  private static long key(float logit, int id) {
-    int bits = Float.floatToRawIntBits(logit + 0.0f); // -0.0 ties with +0.0, as in the argmax
-    int ascending = bits ^ ((bits >> 31) & 0x7fffffff);
-    return ((long) ~ascending << 32) | (id & 0xffffffffL);
+  private static void checkRow(float[] logits, int offset, int length) {
+    if (length < 0 || offset < 0 || offset > logits.length - length) {
+      throw new IllegalArgumentException(
+          "row [offset="
+              + offset
+              + ", offset+length="
+              + ((long) offset + length)
+              + ") must lie in logits.length="
+              + logits.length);
+    }
   }
 
   /** Restores the max-heap order of {@code heap[0, size)} below {@code i}. */

@@ -1,12 +1,10 @@
-package io.tokenspeed.engine;
+package io.tokenspeed.model.sampling;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.model.sampling.Sampler;
-import io.tokenspeed.model.sampling.SamplingParams;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
