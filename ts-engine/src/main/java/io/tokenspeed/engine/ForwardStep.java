@@ -41,6 +41,13 @@ import java.util.function.LongSupplier;
  * State checkpoints at aligned boundaries, which it publishes after the forward.
  */
 final class ForwardStep {
+  /**
+   * A diagnostic: {@code -Dtokenspeed.sampling=host} samples on the host even where the model
+   * samples on the device (its logits come down every round), the baseline that device sampling is
+   * measured against.
+   */
+  static final boolean HOST_SAMPLING = "host".equals(System.getProperty("tokenspeed.sampling"));
+
   private final DeviceModel model;
   private final CacheLayout layout;
   private final CacheCoordinator cache;
@@ -116,9 +123,11 @@ final class ForwardStep {
     }
     copies.checkForwardMayRun();
     long forwardStart = nanoClock.getAsLong();
+    ForwardBatch batch = new ForwardBatch(reqs);
     SampledForward out =
-        model.forwardAndSample(
-            new ForwardBatch(reqs), device.bytes(), rows, observer.wantsLogits());
+        HOST_SAMPLING
+            ? model.forwardAndSampleOnHost(batch, device.bytes(), rows, observer.wantsLogits())
+            : model.forwardAndSample(batch, device.bytes(), rows, observer.wantsLogits());
     forwardNanos += nanoClock.getAsLong() - forwardStart;
     for (ExecutionPlan.ForwardItem item : plan.forward()) {
       ActiveRequest a = active.get(item.requestId());

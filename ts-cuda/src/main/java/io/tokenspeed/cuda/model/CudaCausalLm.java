@@ -14,9 +14,6 @@ import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardChecks;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
-import io.tokenspeed.model.sampling.RowSampling;
-import io.tokenspeed.model.sampling.SampledForward;
-import io.tokenspeed.model.sampling.SampledRow;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.Checkpoint;
 import io.tokenspeed.model.checkpoint.CheckpointException;
@@ -29,6 +26,9 @@ import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.config.Qwen2Config;
 import io.tokenspeed.model.config.Qwen3Config;
+import io.tokenspeed.model.device.SampledForward;
+import io.tokenspeed.model.sampling.RowSampling;
+import io.tokenspeed.model.sampling.SampledRow;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -734,9 +734,11 @@ public final class CudaCausalLm implements AutoCloseable {
     MemorySegment.copy(tables, 0, ws.tablesHost, ValueLayout.JAVA_INT, 0, tables.length);
     long stream = device.stream();
     device.api().memcpyAsync(ws.ints.pointer(), ws.intsHost.address(), 4L * meta.length, stream);
-    device.api()
+    device
+        .api()
         .memcpyAsync(tileTable, ws.intsHost.address() + 16L * numTokens, 8L * numTiles, stream);
-    device.api()
+    device
+        .api()
         .memcpyAsync(ws.tables.pointer(), ws.tablesHost.address(), 4L * tables.length, stream);
     long tokens = ws.ints.pointer();
     long positions = tokens + (long) numTokens * 4;

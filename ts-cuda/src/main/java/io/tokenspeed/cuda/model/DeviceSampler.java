@@ -19,8 +19,8 @@ import java.util.List;
  * Samples the next tokens from logits rows that stay in GPU memory: the {@code sample_rows} kernel
  * of {@code kernels.cu} runs the CPU {@link Sampler}'s arithmetic, one block per row, and only the
  * chosen ids — with their log probabilities and the most likely alternatives for the rows that ask
- * — come down. A round's rows cost one upload of their settings (48 bytes a row), one launch and one
- * download (192 bytes a row), however large the vocabulary.
+ * — come down. A round's rows cost one upload of their settings (48 bytes a row), one launch and
+ * one download (192 bytes a row), however large the vocabulary.
  *
  * <pre>
  *   host: RowSampling ──► SampleRow {temperature, top_p, min_p, u = Sampler.uniform(seed, step),
@@ -101,7 +101,9 @@ final class DeviceSampler implements AutoCloseable {
       j++;
     }
     long stream = device.stream();
-    device.api().memcpyAsync(rowsDevice.pointer(), rowsHost.address(), (long) n * ROW_BYTES, stream);
+    device
+        .api()
+        .memcpyAsync(rowsDevice.pointer(), rowsHost.address(), (long) n * ROW_BYTES, stream);
     device.launch(
         "sample_rows",
         n,
@@ -113,7 +115,9 @@ final class DeviceSampler implements AutoCloseable {
         rowsDevice.pointer(),
         outsDevice.pointer(),
         scale);
-    device.api().memcpyAsync(outsHost.address(), outsDevice.pointer(), (long) n * OUT_BYTES, stream);
+    device
+        .api()
+        .memcpyAsync(outsHost.address(), outsDevice.pointer(), (long) n * OUT_BYTES, stream);
     device.synchronize();
     j = 0;
     for (int i = 0; i < rows.size(); i++) {

@@ -31,8 +31,8 @@ import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * Sampling on the device against the CPU sampler on the same logits: every method (greedy,
- * temperature, top-k, top-p, min-p and their combinations, per-request seeds and steps) over
- * 10,000 rows of seeded random logits — flat and peaked rows, ties, masked tokens, tiny and large
+ * temperature, top-k, top-p, min-p and their combinations, per-request seeds and steps) over 10,000
+ * rows of seeded random logits — flat and peaked rows, ties, masked tokens, tiny and large
  * temperatures — must give the CPU sampler's token, row for row; the log probabilities those rows
  * ask for must equal {@link LogSoftmax}'s to within an ulp of a float; rows the CPU sampler refuses
  * fail with its message.
@@ -167,12 +167,13 @@ class DeviceSamplerGpuTest {
    */
   private static float[] randomRow(SplittableRandom rnd, int vocab) {
     float[] x = new float[vocab];
-    double scale = switch (rnd.nextInt(4)) {
-      case 0 -> 0.05;
-      case 1 -> 1;
-      case 2 -> 4;
-      default -> 20;
-    };
+    double scale =
+        switch (rnd.nextInt(4)) {
+          case 0 -> 0.05;
+          case 1 -> 1;
+          case 2 -> 4;
+          default -> 20;
+        };
     boolean ties = rnd.nextInt(5) == 0;
     double maskRate = rnd.nextInt(4) == 0 ? rnd.nextDouble(0.9) : 0;
     for (int i = 0; i < vocab; i++) {

@@ -88,6 +88,17 @@ public interface DeviceModel extends AutoCloseable {
    */
   default SampledForward forwardAndSample(
       ForwardBatch batch, DeviceBytes kv, List<RowSampling> rows, boolean keepLogits) {
+    return forwardAndSampleOnHost(batch, kv, rows, keepLogits);
+  }
+
+  /**
+   * {@link #forwardAndSample} with the sampling on the host whatever the model can do: the logits
+   * come down and the host sampler chooses. The default of {@code forwardAndSample}; a device model
+   * that samples on the device keeps this as the baseline its sampling is measured and checked
+   * against.
+   */
+  default SampledForward forwardAndSampleOnHost(
+      ForwardBatch batch, DeviceBytes kv, List<RowSampling> rows, boolean keepLogits) {
     return HostSampling.sample(this, batch, kv, rows, keepLogits);
   }
 
