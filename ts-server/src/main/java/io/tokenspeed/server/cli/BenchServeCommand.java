@@ -47,6 +47,7 @@ import java.util.function.Function;
 import java.util.function.ToDoubleFunction;
 import java.util.logging.Level;
 import java.util.logging.Logger;
+import java.util.stream.Stream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -82,6 +83,14 @@ import picocli.CommandLine.Spec;
  *       computed requests. With several {@code --soft-deadline-ms} every configuration with L3 runs
  *       once per deadline. The order of the configurations and of the deadlines is reversed on
  *       every other repeat.
+ *   <li>{@code --mode throughput}: one warmed server over one engine, L3 off, and one shared prefix
+ *       of seeded random tokens (one untimed request caches it first) followed by a random suffix
+ *       of each request's own; per number of clients (closed loop, greedy, a fixed number of
+ *       generated tokens) the output tokens/s, TTFT and TPOT, and from the engine's {@link
+ *       EngineStats} over the level its rounds, forward and round time, so that the served
+ *       throughput stands beside the raw one the forward pass alone would deliver at the same batch
+ *       ({@link ServedThroughput}); with the process's CPU time and, on a GPU, its utilization
+ *       ({@link GpuUtilization}).
  * </ul>
  *
  * <p>{@code --device cuda} runs every engine on the GPU (one set of weights, loaded once; the
@@ -98,8 +107,9 @@ import picocli.CommandLine.Spec;
       "The serving path from a client's side, in-process: --mode overhead (HTTP time to the first"
           + " streamed token vs Engine.submit) or --mode load (concurrent clients over a"
           + " shared-prefix workload: one server with L3 off and on, two servers behind one"
-          + " store, a fresh server over a filled store; per soft deadline). Prints a Markdown"
-          + " report."
+          + " store, a fresh server over a filled store; per soft deadline) or --mode throughput"
+          + " (output tokens/s per number of clients beside the forward pass's own speed at the"
+          + " same batch). Prints a Markdown report."
     })
 final class BenchServeCommand implements Callable<Integer> {
 
@@ -107,6 +117,9 @@ final class BenchServeCommand implements Callable<Integer> {
   private static final Logger HELIDON_LOG = Logger.getLogger("io.helidon");
 
   private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** What {@code --mode} may name. */
+  static final List<String> MODES = List.of("overhead", "load", "soak", "throughput");
 
   /** L3 extensions of one page or more are worth a read (the default is four pages). */
   static final int MIN_EXTENSION_TOKENS = 64;
@@ -118,7 +131,7 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--mode",
       required = true,
-      paramLabel = "overhead|load|soak",
+      paramLabel = "overhead|load|soak|throughput",
       description = "What to measure.")
   private String mode;
 
@@ -147,8 +160,22 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--max-tokens",
       paramLabel = "M",
-      description = "Tokens generated per request (default: ${DEFAULT-VALUE}).")
-  private int maxTokens = 16;
+      description =
+          "Tokens generated per request (default: "
+              + DEFAULT_MAX_TOKENS
+              + "; throughput: "
+              + DEFAULT_THROUGHPUT_MAX_TOKENS
+              + ").")
+  private Integer maxTokensOption;
+
+  /** Tokens generated per request unless {@code --max-tokens} says. */
+  static final int DEFAULT_MAX_TOKENS = 16;
+
+  /** Tokens generated per request of {@code --mode throughput} unless {@code --max-tokens} says. */
+  static final int DEFAULT_THROUGHPUT_MAX_TOKENS = 64;
+
+  /** {@code --max-tokens} or the mode's default, once {@link #check} has run. */
+  private int maxTokens;
 
   @Option(
       names = "--workload-seed",
@@ -254,8 +281,18 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--device-tokens",
       paramLabel = "TOKENS",
-      description = "Device KV capacity of each engine, in tokens (default: ${DEFAULT-VALUE}).")
-  private int deviceTokens = 8192;
+      description =
+          "Device KV capacity of each engine, in tokens (default: "
+              + DEFAULT_DEVICE_TOKENS
+              + "; throughput: at least that, and enough for the shared prefix and every"
+              + " client's own pages at the most clients).")
+  private Integer deviceTokensOption;
+
+  /** Device KV capacity of each engine unless {@code --device-tokens} says. */
+  static final int DEFAULT_DEVICE_TOKENS = 8192;
+
+  /** {@code --device-tokens} or the mode's default, once {@link #check} has run. */
+  private int deviceTokens;
 
   @Option(
       names = "--host-ratio",
@@ -266,8 +303,17 @@ final class BenchServeCommand implements Callable<Integer> {
   @Option(
       names = "--max-running",
       paramLabel = "N",
-      description = "Most requests each engine decodes together (default: ${DEFAULT-VALUE}).")
-  private int maxRunning = 32;
+      description =
+          "Most requests each engine decodes together (default: "
+              + DEFAULT_MAX_RUNNING
+              + "; throughput: the most --concurrency, which it must not be below).")
+  private Integer maxRunningOption;
+
+  /** Most requests each engine decodes together unless {@code --max-running} says. */
+  static final int DEFAULT_MAX_RUNNING = 32;
+
+  /** {@code --max-running} or the mode's default, once {@link #check} has run. */
+  private int maxRunning;
 
   @Option(
       names = "--token-budget",
@@ -285,6 +331,48 @@ final class BenchServeCommand implements Callable<Integer> {
           "Most requests waiting for admission in each engine; more are refused with 429"
               + " (default: the engine's, 1024).")
   private Integer maxQueued;
+
+  @Option(
+      names = "--concurrency",
+      split = ",",
+      paramLabel = "C[,C...]",
+      description =
+          "throughput: concurrent clients, one level each, in this order (default:"
+              + " 1,8,16,32,64,128).")
+  private List<Integer> concurrency = List.of(1, 8, 16, 32, 64, 128);
+
+  @Option(
+      names = "--requests-per-client",
+      paramLabel = "R",
+      description = "throughput: requests each client sends per level (default: ${DEFAULT-VALUE}).")
+  private int requestsPerClient = 4;
+
+  @Option(
+      names = "--prefix-tokens",
+      paramLabel = "P",
+      description =
+          "throughput: tokens of the one system prefix every request shares (seeded random; 0:"
+              + " none) (default: ${DEFAULT-VALUE}).")
+  private int prefixTokens = 2048;
+
+  @Option(
+      names = "--suffix-tokens",
+      paramLabel = "U",
+      description =
+          "throughput: random tokens of each request's own after the prefix (default:"
+              + " ${DEFAULT-VALUE}).")
+  private int suffixTokens = 16;
+
+  @Option(
+      names = "--logprobs",
+      paramLabel = "N",
+      description =
+          "throughput: logprobs with N alternatives per token in every request (the completions"
+              + " API's logprobs: N), or -1 for none (default: ${DEFAULT-VALUE}).")
+  private int logprobs = StreamClient.NO_LOGPROBS;
+
+  /** The most alternatives per token a request may ask for (the server's bound). */
+  static final int MAX_LOGPROBS = 20;
 
   @Option(
       names = "--duration-s",
@@ -385,6 +473,7 @@ final class BenchServeCommand implements Callable<Integer> {
           switch (mode) {
             case "overhead" -> overhead(env);
             case "soak" -> soak(env);
+            case "throughput" -> throughput(env);
             default -> load(env);
           };
     } finally {
@@ -407,9 +496,11 @@ final class BenchServeCommand implements Callable<Integer> {
   }
 
   private void check() {
-    if (!mode.equals("overhead") && !mode.equals("load") && !mode.equals("soak")) {
-      throw usage("--mode=" + mode + " is not one of: overhead, load, soak");
+    if (!MODES.contains(mode)) {
+      throw usage("--mode=" + mode + " is not one of: " + String.join(", ", MODES));
     }
+    checkThroughput();
+    resolveDefaults();
     if (maxQueued != null) {
       positive("--max-queued", maxQueued);
     }
@@ -472,7 +563,11 @@ final class BenchServeCommand implements Callable<Integer> {
     if (!(hostRatio > 0) || !Double.isFinite(hostRatio)) {
       throw usage("--host-ratio=" + hostRatio + " must be a finite number > 0");
     }
-    int perRequest = Math.max(systemTokens + userTokens, promptTokens) + maxTokens;
+    int perRequest =
+        (throughput()
+                ? prefixTokens + suffixTokens
+                : Math.max(systemTokens + userTokens, promptTokens))
+            + maxTokens;
     if (deviceTokens < perRequest) {
       throw usage(
           "--device-tokens="
@@ -488,6 +583,65 @@ final class BenchServeCommand implements Callable<Integer> {
         throw usage("--redis-uri=" + redisUri + ": " + e.getMessage());
       }
     }
+  }
+
+  private boolean throughput() {
+    return mode.equals("throughput");
+  }
+
+  /** The throughput mode's own flags (their defaults are valid in every mode). */
+  private void checkThroughput() {
+    if (concurrency.isEmpty() || concurrency.stream().anyMatch(c -> c < 1)) {
+      throw usage("--concurrency=" + concurrency + " must list numbers of at least 1");
+    }
+    positive("--requests-per-client", requestsPerClient);
+    if (prefixTokens < 0) {
+      throw usage("--prefix-tokens=" + prefixTokens + " must be at least 0");
+    }
+    positive("--suffix-tokens", suffixTokens);
+    if (logprobs < StreamClient.NO_LOGPROBS || logprobs > MAX_LOGPROBS) {
+      throw usage(
+          "--logprobs="
+              + logprobs
+              + " must be in ["
+              + StreamClient.NO_LOGPROBS
+              + ", "
+              + MAX_LOGPROBS
+              + "] (-1: none)");
+    }
+  }
+
+  /**
+   * The flags whose default depends on the mode: in throughput mode 64 generated tokens, an engine
+   * that runs every client of the largest level together, and a Device that holds the shared prefix
+   * and every one of those clients' own pages (so that the batch is the clients, not what memory
+   * allows).
+   */
+  private void resolveDefaults() {
+    int most = concurrency.stream().mapToInt(Integer::intValue).max().orElseThrow();
+    if (throughput() && maxRunningOption != null && maxRunningOption < most) {
+      throw usage(
+          "--max-running="
+              + maxRunningOption
+              + " must be at least the largest --concurrency ("
+              + most
+              + "): a level's clients must all decode together");
+    }
+    maxTokens =
+        maxTokensOption != null
+            ? maxTokensOption
+            : throughput() ? DEFAULT_THROUGHPUT_MAX_TOKENS : DEFAULT_MAX_TOKENS;
+    maxRunning =
+        maxRunningOption != null ? maxRunningOption : throughput() ? most : DEFAULT_MAX_RUNNING;
+    int page = EngineConfig.defaults(2).prefixGranularity();
+    int shared = prefixTokens / page;
+    int own = Math.ceilDiv(prefixTokens % page + suffixTokens + Math.max(maxTokens, 1), page) + 1;
+    deviceTokens =
+        deviceTokensOption != null
+            ? deviceTokensOption
+            : throughput()
+                ? Math.max(DEFAULT_DEVICE_TOKENS, page * (shared + most * own))
+                : DEFAULT_DEVICE_TOKENS;
   }
 
   private void positive(String flag, int value) {
@@ -580,15 +734,7 @@ final class BenchServeCommand implements Callable<Integer> {
     int computeThreads = threads != null ? threads : cores();
     EngineConfig config = engineConfig(env.lm(), computeThreads);
     progress(env, "warming up (" + warmupRounds + " rounds)");
-    long warmMs =
-        WarmUp.run(
-            env.lm(),
-            config,
-            env.tokenizer().specialTokens().eosId(),
-            env.tokenizer(),
-            env.chatPrompt(),
-            null,
-            warmupRounds);
+    long warmMs = warmUp(env, config);
     int[] prompt =
         new SplittableRandom(workloadSeed).ints(promptTokens, 0, env.lm().vocabSize()).toArray();
     SamplingParams params = SamplingParams.greedy(maxTokens).withIgnoreEos(true);
@@ -949,7 +1095,7 @@ final class BenchServeCommand implements Callable<Integer> {
     }
 
     double[] values(ToDoubleFunction<Completion> f) {
-      return sorted(ok().stream().mapToDouble(f).filter(v -> !Double.isNaN(v)).toArray());
+      return okValues(ok(), f);
     }
 
     double saved() {
@@ -995,6 +1141,11 @@ final class BenchServeCommand implements Callable<Integer> {
       int asked = restored().size() + computed(systemTokens).size();
       return asked == 0 ? Double.NaN : (double) restored().size() / asked;
     }
+  }
+
+  /** {@code f} of every request of {@code ok}, sorted, NaN left out. */
+  private static double[] okValues(List<Completion> ok, ToDoubleFunction<Completion> f) {
+    return sorted(ok.stream().mapToDouble(f).filter(v -> !Double.isNaN(v)).toArray());
   }
 
   /** The TTFT percentile {@code q} of {@code requests}, ms; NaN without any. */
@@ -1060,16 +1211,20 @@ final class BenchServeCommand implements Callable<Integer> {
   /** The serving warm-up, then an L3 round trip through two throwaway servers; its wall ms. */
   private long warmUpWithL3(Env env) throws Exception {
     progress(env, "warming up (" + warmupRounds + " rounds, then an L3 round trip)");
-    long warmMs =
-        WarmUp.run(
-            env.lm(),
-            engineConfig(env.lm(), cores()),
-            env.tokenizer().specialTokens().eosId(),
-            env.tokenizer(),
-            env.chatPrompt(),
-            null,
-            warmupRounds);
+    long warmMs = warmUp(env, engineConfig(env.lm(), cores()));
     return warmMs + warmL3(env, env.lm().vocabSize());
+  }
+
+  /** The serving warm-up ({@link WarmUp}, without L3) on a throwaway engine of {@code config}. */
+  private long warmUp(Env env, EngineConfig config) throws Exception {
+    return WarmUp.run(
+        env.lm(),
+        config,
+        env.tokenizer().specialTokens().eosId(),
+        env.tokenizer(),
+        env.chatPrompt(),
+        null,
+        warmupRounds);
   }
 
   /** The longest soft deadline asked for: the warm-up's and the soak's wait. */
@@ -1192,43 +1347,20 @@ final class BenchServeCommand implements Callable<Integer> {
     List<Replica> replicas =
         replicas(env, config, setup.servers(), setup.l3(), dir, version, deadlineMs);
     try {
-      List<List<Sample>> perClient = new ArrayList<>();
-      CountDownLatch go = new CountDownLatch(1);
-      long t0;
-      long t1;
       List<EngineStats> before = replicas.stream().map(r -> r.engine().stats()).toList();
-      List<EngineStats> after;
-      try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
-        List<Future<?>> all = new ArrayList<>();
-        for (int c = 0; c < numClients; c++) {
-          List<Sample> mine = new ArrayList<>();
-          perClient.add(mine);
-          int client = c;
-          all.add(
-              pool.submit(
-                  () -> {
-                    go.await();
-                    for (int j = 0; j < requests; j++) {
-                      int server = j % replicas.size();
-                      Completion done =
-                          env.client()
-                              .complete(
-                                  replicas.get(server).completions(),
-                                  w.prompts()[client][j],
-                                  maxTokens);
-                      mine.add(new Sample(server, done));
-                    }
-                    return null;
-                  }));
-        }
-        t0 = System.nanoTime();
-        go.countDown();
-        for (Future<?> f : all) {
-          f.get();
-        }
-        t1 = System.nanoTime();
-        after = replicas.stream().map(r -> r.engine().stats()).toList();
-      }
+      ClosedLoop<Sample> loop =
+          closedLoop(
+              numClients,
+              requests,
+              (client, j) -> {
+                int server = j % replicas.size();
+                Completion done =
+                    env.client()
+                        .complete(
+                            replicas.get(server).completions(), w.prompts()[client][j], maxTokens);
+                return new Sample(server, done);
+              });
+      List<EngineStats> after = replicas.stream().map(r -> r.engine().stats()).toList();
       List<ServerFigures> figures = new ArrayList<>();
       for (int s = 0; s < replicas.size(); s++) {
         awaitQuiet(replicas.get(s).engine());
@@ -1237,21 +1369,73 @@ final class BenchServeCommand implements Callable<Integer> {
       if (setup.l3()) {
         dropNamespace(replicas, version);
       }
-      List<Sample> samples = perClient.stream().flatMap(List::stream).toList();
       return new Run(
           setup,
           numClients,
           deadlineMs,
           repeat,
           computeThreads,
-          (t1 - t0) / 1e9,
-          samples,
+          loop.wallNs() / 1e9,
+          loop.all(),
           figures,
           filledKeys);
     } finally {
       replicas.forEach(Replica::close);
       DemoCommand.deleteTree(dir);
     }
+  }
+
+  /** Client {@code client}'s request {@code j} of a closed loop, sent and read to its end. */
+  @FunctionalInterface
+  private interface ClientRequest<T> {
+    T send(int client, int j) throws Exception;
+  }
+
+  /** What a closed loop returned: each client's results in order, and its start and end. */
+  private record ClosedLoop<T>(List<List<T>> perClient, long startNs, long endNs) {
+    long wallNs() {
+      return endNs - startNs;
+    }
+
+    List<T> all() {
+      return perClient.stream().flatMap(List::stream).toList();
+    }
+  }
+
+  /**
+   * {@code numClients} clients on virtual threads, released together, each sending {@code
+   * requestsEach} requests one after the other; timed from the release to the last one's return.
+   */
+  private static <T> ClosedLoop<T> closedLoop(
+      int numClients, int requestsEach, ClientRequest<T> request) throws Exception {
+    List<List<T>> perClient = new ArrayList<>();
+    CountDownLatch go = new CountDownLatch(1);
+    long t0;
+    long t1;
+    try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
+      List<Future<?>> all = new ArrayList<>();
+      for (int c = 0; c < numClients; c++) {
+        List<T> mine = new ArrayList<>();
+        perClient.add(mine);
+        int client = c;
+        all.add(
+            pool.submit(
+                () -> {
+                  go.await();
+                  for (int j = 0; j < requestsEach; j++) {
+                    mine.add(request.send(client, j));
+                  }
+                  return null;
+                }));
+      }
+      t0 = System.nanoTime();
+      go.countDown();
+      for (Future<?> f : all) {
+        f.get();
+      }
+      t1 = System.nanoTime();
+    }
+    return new ClosedLoop<>(perClient, t0, t1);
   }
 
   /**
@@ -1623,19 +1807,18 @@ final class BenchServeCommand implements Callable<Integer> {
                 f.roundMs()));
       }
     }
+    appendErrors(b, runs.stream().flatMap(r -> r.samples().stream()).map(Sample::completion));
+    return b.toString();
+  }
+
+  /** The distinct errors of {@code completions}, at most five, as a list after the tables. */
+  private static void appendErrors(StringBuilder b, Stream<Completion> completions) {
     List<String> errors =
-        runs.stream()
-            .flatMap(r -> r.samples().stream())
-            .filter(s -> !s.completion().ok())
-            .map(s -> s.completion().error())
-            .distinct()
-            .limit(5)
-            .toList();
+        completions.filter(c -> !c.ok()).map(Completion::error).distinct().limit(5).toList();
     if (!errors.isEmpty()) {
       b.append("\nErrors (distinct, at most five):\n\n");
       errors.forEach(e -> b.append("- ").append(e).append('\n'));
     }
-    return b.toString();
   }
 
   /** The soft deadlines a configuration ran with: every one with L3, {@code 0} without. */
@@ -1701,6 +1884,224 @@ final class BenchServeCommand implements Callable<Integer> {
   }
 
   // ---------------------------------------------------------------------------------------------
+  // throughput
+
+  /**
+   * One level of the throughput mode: its clients, every request as measured, the served figures
+   * against the forward pass's, and the GPU's utilization while it ran (empty: not sampled).
+   */
+  record ThroughputLevel(
+      int clients,
+      List<Completion> completions,
+      ServedThroughput served,
+      Optional<GpuUtilization.Figures> gpu) {
+
+    List<Completion> ok() {
+      return completions.stream().filter(Completion::ok).toList();
+    }
+
+    /** The share of the prompt tokens whose KV the server reused. */
+    double cached() {
+      long prompt = ok().stream().mapToLong(Completion::promptTokens).sum();
+      return prompt == 0
+          ? 0
+          : (double) ok().stream().mapToLong(Completion::cachedTokens).sum() / prompt;
+    }
+  }
+
+  private String throughput(Env env) throws Exception {
+    int computeThreads = threads != null ? threads : cores();
+    EngineConfig config = engineConfig(env.lm(), computeThreads);
+    progress(env, "warming up (" + warmupRounds + " rounds)");
+    long warmMs = warmUp(env, config);
+    // one shared prefix; every request of every level a suffix of its own, and one more client
+    // (the last) for the request that caches the prefix
+    int clientsInAll = concurrency.stream().mapToInt(Integer::intValue).sum();
+    Workload w =
+        Workload.of(
+            workloadSeed,
+            env.lm().vocabSize(),
+            1,
+            prefixTokens,
+            suffixTokens,
+            clientsInAll + 1,
+            requestsPerClient);
+    List<ThroughputLevel> levels = new ArrayList<>();
+    try (Replica r = start(env, config, Optional.empty())) {
+      Completion first =
+          env.client().complete(r.completions(), w.prompts()[clientsInAll][0], maxTokens, logprobs);
+      if (!first.ok()) {
+        throw new IllegalStateException(
+            "the request that caches the shared prefix failed: " + first.error());
+      }
+      awaitQuiet(r.engine());
+      int from = 0;
+      for (int c : concurrency) {
+        levels.add(level(env, r, Arrays.copyOfRange(w.prompts(), from, from + c)));
+        from += c;
+      }
+    }
+    return throughputReport(config, computeThreads, warmMs, levels);
+  }
+
+  /**
+   * One level: a client per row of {@code prompts}, each sending its prompts one after the other;
+   * the engine's stats before the first request and after the engine is quiet again.
+   */
+  private ThroughputLevel level(Env env, Replica r, int[][][] prompts) throws Exception {
+    int numClients = prompts.length;
+    progress(env, numClients + " clients, " + requestsPerClient + " requests each");
+    EngineStats before = r.engine().stats();
+    long cpuBefore = processCpuNanos();
+    ClosedLoop<Completion> loop;
+    long cpuAfter;
+    Optional<GpuUtilization.Figures> gpu;
+    try (GpuUtilization sampler = GpuUtilization.start(deviceName)) {
+      loop =
+          closedLoop(
+              numClients,
+              requestsPerClient,
+              (client, j) ->
+                  env.client().complete(r.completions(), prompts[client][j], maxTokens, logprobs));
+      cpuAfter = processCpuNanos();
+      gpu = sampler.stop();
+    }
+    awaitQuiet(r.engine());
+    EngineStats after = r.engine().stats();
+    List<Completion> done = loop.all();
+    ServedThroughput served =
+        new ServedThroughput(
+            done.stream().filter(Completion::ok).mapToLong(Completion::tokens).sum(),
+            loop.wallNs(),
+            after.rounds() - before.rounds(),
+            after.forwardNanos() - before.forwardNanos(),
+            after.roundNanos() - before.roundNanos(),
+            cpuBefore < 0 || cpuAfter < 0 ? -1 : cpuAfter - cpuBefore);
+    ThroughputLevel level = new ThroughputLevel(numClients, done, served, gpu);
+    progress(
+        env,
+        String.format(
+            Locale.ROOT,
+            "  %.2f s, %.1f output tokens/s, mean batch %.1f, forward %.2f ms per round,"
+                + " served/raw %.3f, %d errors",
+            loop.wallNs() / 1e9,
+            served.servedTokensPerS(),
+            served.meanBatch(),
+            served.forwardMsPerRound(),
+            served.servedOverRaw(),
+            done.size() - level.ok().size()));
+    return level;
+  }
+
+  /** The process's CPU time so far, ns; -1 where the JVM cannot say. */
+  private static long processCpuNanos() {
+    return ManagementFactory.getOperatingSystemMXBean()
+            instanceof com.sun.management.OperatingSystemMXBean os
+        ? os.getProcessCpuTime()
+        : -1;
+  }
+
+  private String throughputReport(
+      EngineConfig config, int computeThreads, long warmMs, List<ThroughputLevel> levels) {
+    StringBuilder b = new StringBuilder();
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "Settings: model %s (%s), device %s; one shared prefix of %d seeded random tokens, the"
+                + " same for every request (an untimed request cached it before the first level),"
+                + " then %d random tokens of each request's own; greedy, %d generated tokens per"
+                + " request (ignore_eos), %s; streamed completions through HTTP with usage. At"
+                + " each level its clients, on virtual threads, send %d requests each, one after"
+                + " the other (closed loop). One engine (%d compute threads, Device %d tokens, max"
+                + " running %d, token budget %d, L3 off) behind one HTTP server on loopback;"
+                + " warm-up %d rounds (%d ms).%n%n",
+            model,
+            SyntheticCheckpoints.isSynthetic(model)
+                ? dtype + " weights"
+                : "its checkpoint's weights",
+            deviceName,
+            prefixTokens,
+            suffixTokens,
+            maxTokens,
+            logprobs == StreamClient.NO_LOGPROBS
+                ? "no logprobs"
+                : "logprobs " + logprobs + " (alternatives per token)",
+            requestsPerClient,
+            computeThreads,
+            deviceTokens,
+            config.maxRunning(),
+            config.tokenBudget(),
+            warmupRounds,
+            warmMs));
+    b.append(
+        "| clients | requests | errors | output tokens | wall s | output tokens/s | prompt cached |"
+            + " TTFT p50 ms | TTFT p90 ms | TPOT p50 ms | TPOT p90 ms | rounds | forward ms per"
+            + " round | round ms | mean batch | raw tokens/s | served/raw | host CPU % | GPU util"
+            + " mean / max % |\n");
+    b.append("|" + "---:|".repeat(18) + "---|\n");
+    for (ThroughputLevel l : levels) {
+      ServedThroughput t = l.served();
+      double[] ttft = okValues(l.ok(), Completion::ttftMs);
+      double[] tpot = okValues(l.ok(), Completion::tpotMs);
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %d | %d | %d | %d | %.2f | %.1f | %.1f %% | %.1f | %.1f | %.2f | %.2f | %d | %.3f |"
+                  + " %.3f | %.1f | %.1f | %.3f | %.0f %% | %s |%n",
+              l.clients(),
+              l.completions().size(),
+              l.completions().size() - l.ok().size(),
+              t.outputTokens(),
+              t.wallNs() / 1e9,
+              t.servedTokensPerS(),
+              100 * l.cached(),
+              pct(ttft, 0.5),
+              pct(ttft, 0.9),
+              pct(tpot, 0.5),
+              pct(tpot, 0.9),
+              t.rounds(),
+              t.forwardMsPerRound(),
+              t.roundMs(),
+              t.meanBatch(),
+              t.rawTokensPerS(),
+              t.servedOverRaw(),
+              t.hostCpuPercent(),
+              l.gpu()
+                  .map(
+                      g -> String.format(Locale.ROOT, "%.0f / %d", g.meanPercent(), g.maxPercent()))
+                  .orElse("n/a")));
+    }
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "%nRaw tokens/s is what the forward pass alone would deliver at the level's batch:"
+                + " the mean batch over the mean forward time per round; served/raw is the"
+                + " output tokens/s over it, which comes to the share of the level's wall time"
+                + " spent inside the forward pass (the rest: the loop's own work — intake,"
+                + " scheduling, sampling, logprobs — HTTP and the clients).%n%n"
+                + "Output tokens/s: every token the clients received over the level's wall time"
+                + " (the first request sent to the last one's end). Prompt cached: the usage's"
+                + " cached tokens over prompt tokens (the prefix's whole pages are reusable)."
+                + " TTFT: request sent to the first event carrying a token; TPOT: (last token's"
+                + " event − first token's event) / (tokens − 1), per request%s; percentiles"
+                + " nearest-rank over the level's requests. Rounds, forward ms and round ms: the"
+                + " engine's EngineStats over the level (from before its first request to the"
+                + " engine quiet after its last), per round. Mean batch: output tokens ÷ rounds, an"
+                + " approximation of the decode batch (rounds that prefilled count, and a prompt's"
+                + " first token is output). Host CPU: the process's CPU time over the level's wall"
+                + " time (100 %% = one core of %d). GPU util: nvidia-smi's utilization.gpu every %d"
+                + " ms during the level, mean / max (n/a on the CPU or without nvidia-smi).%n",
+            logprobs == StreamClient.NO_LOGPROBS
+                ? " (without logprobs an event carrying text stands for a token, and the tokens"
+                    + " are the usage's completion_tokens)"
+                : "",
+            cores(),
+            GpuUtilization.PERIOD_MS));
+    appendErrors(b, levels.stream().flatMap(l -> l.completions().stream()));
+    return b.toString();
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // the report's header
 
   /** The machine's state at one moment. */
@@ -1717,6 +2118,7 @@ final class BenchServeCommand implements Callable<Integer> {
         switch (mode) {
           case "overhead" -> "Serving overhead: HTTP streaming vs Engine.submit";
           case "soak" -> "Soak: overload and recovery with L3 on";
+          case "throughput" -> "Serving throughput: served vs the forward pass";
           default -> "Serving under load: shared prefixes, L3, one and two servers";
         };
     List<String> args = spec.commandLine().getParseResult().originalArgs();

@@ -41,7 +41,7 @@ final class KeepAliveClient implements AutoCloseable {
    * figures as {@link StreamClient#complete} gives them.
    */
   StreamClient.Completion complete(String path, int[] prompt, int maxTokens) throws IOException {
-    byte[] body = StreamClient.body(prompt, maxTokens).getBytes(StandardCharsets.UTF_8);
+    byte[] body = StreamClient.body(prompt, maxTokens, 0).getBytes(StandardCharsets.UTF_8);
     StreamClient.Reading r = new StreamClient.Reading();
     r.sentNs = System.nanoTime();
     send("POST", path, body);
@@ -55,7 +55,7 @@ final class KeepAliveClient implements AutoCloseable {
       String text = new String(bodyIn.readAllBytes(), StandardCharsets.UTF_8);
       return r.failed("status " + status + ": " + text);
     }
-    StreamClient.Completion c = StreamClient.read(reader, r, maxTokens);
+    StreamClient.Completion c = StreamClient.read(reader, r, maxTokens, 0);
     bodyIn.transferTo(OutputStream.nullOutputStream()); // to the body's end: the connection stays
     return c;
   }

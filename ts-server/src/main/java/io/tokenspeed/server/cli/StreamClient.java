@@ -25,11 +25,14 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * The client of {@code tokenspeed bench serve}: streamed completions over {@code java.net.http}
  * (HTTP/1.1, its work on virtual threads), timed per request as a user of the API sees them.
  *
- * <p>Every request asks for {@code logprobs: 0}, so that every generated token yields its own event
- * (the server holds back steps whose text is empty unless logprobs were asked for, and with the
- * byte tokenizer of a synthetic model most ids decode to nothing): a token is counted per entry of
- * an event's {@code logprobs.tokens}, never per character of text. The clock is read when an
- * event's line has arrived, before it is parsed.
+ * <p>A request asks for {@code logprobs: 0} unless told otherwise, so that every generated token
+ * yields its own event (the server holds back steps whose text is empty unless logprobs were asked
+ * for, and with the byte tokenizer of a small synthetic model most ids decode to nothing): a token
+ * is counted per entry of an event's {@code logprobs.tokens}, never per character of text. Without
+ * logprobs an event carrying text stands for a token, which is exact when every token has text of
+ * its own (the words of a synthetic preset's vocabulary); the count is then the usage's {@code
+ * completion_tokens}, and a request none of whose events carried text shows its tokens at the event
+ * that finished it. The clock is read when an event's line has arrived, before it is parsed.
  *
  * <pre>
  *   sent ──── headers ──── data: token 1 ── data: token 2 ── ... ── data: token n ── usage ── [DONE]
@@ -55,7 +58,8 @@ final class StreamClient implements AutoCloseable {
    * @param headersNs when the response's status and headers had arrived
    * @param firstTokenNs when the first event carrying a token had arrived (0: none)
    * @param lastTokenNs when the last event carrying a token had arrived (0: none)
-   * @param tokens generated tokens received
+   * @param tokens generated tokens received (without logprobs, the usage's {@code
+   *     completion_tokens})
    * @param promptTokens the usage's {@code prompt_tokens}
    * @param deviceTokens the usage's {@code cached_tokens_by_source.device}
    * @param hostTokens the usage's {@code cached_tokens_by_source.host}
@@ -105,6 +109,9 @@ final class StreamClient implements AutoCloseable {
    */
   static final Duration DEFAULT_TIMEOUT = Duration.ofMinutes(10);
 
+  /** A request's {@code logprobs} that asks for none. */
+  static final int NO_LOGPROBS = -1;
+
   private final Duration timeout;
   private final ExecutorService executor = Executors.newVirtualThreadPerTaskExecutor();
   private final ScheduledExecutorService deadlines =
@@ -135,37 +142,51 @@ final class StreamClient implements AutoCloseable {
     this.timeout = timeout;
   }
 
-  /** The body of a greedy streamed completion of {@code prompt} (token ids). */
-  static String body(int[] prompt, int maxTokens) {
+  /**
+   * The body of a greedy streamed completion of {@code prompt} (token ids) that generates {@code
+   * maxTokens} tokens whatever they are ({@code ignore_eos}); {@code logprobs}: the alternatives
+   * per token the completions API's {@code logprobs} asks for, or {@value #NO_LOGPROBS} for none.
+   */
+  static String body(int[] prompt, int maxTokens, int logprobs) {
     StringBuilder b = new StringBuilder(prompt.length * 6 + 160).append("{\"prompt\":[");
     for (int i = 0; i < prompt.length; i++) {
       b.append(i == 0 ? "" : ",").append(prompt[i]);
     }
-    return b.append("],\"max_tokens\":")
+    b.append("],\"max_tokens\":")
         .append(maxTokens)
-        .append(
-            ",\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0,\"stream\":true,"
-                + "\"stream_options\":{\"include_usage\":true}}")
-        .toString();
+        .append(",\"temperature\":0,\"ignore_eos\":true,");
+    if (logprobs != NO_LOGPROBS) {
+      b.append("\"logprobs\":").append(logprobs).append(',');
+    }
+    return b.append("\"stream\":true,\"stream_options\":{\"include_usage\":true}}").toString();
   }
 
   /**
    * Sends one streamed completion of {@code prompt} to {@code endpoint} ({@code
-   * .../v1/completions}) and reads it to its end; fails it when that takes longer than the client's
-   * timeout.
+   * .../v1/completions}) with {@code logprobs: 0} (every token its own event) and reads it to its
+   * end; fails it when that takes longer than the client's timeout.
    */
   Completion complete(URI endpoint, int[] prompt, int maxTokens) throws InterruptedException {
+    return complete(endpoint, prompt, maxTokens, 0);
+  }
+
+  /**
+   * {@link #complete(URI, int[], int)} asking for {@code logprobs} alternatives per token, or for
+   * no logprobs with {@value #NO_LOGPROBS}.
+   */
+  Completion complete(URI endpoint, int[] prompt, int maxTokens, int logprobs)
+      throws InterruptedException {
     HttpRequest request =
         HttpRequest.newBuilder(endpoint)
             .header("Content-Type", "application/json")
             .timeout(timeout)
-            .POST(HttpRequest.BodyPublishers.ofString(body(prompt, maxTokens)))
+            .POST(HttpRequest.BodyPublishers.ofString(body(prompt, maxTokens, logprobs)))
             .build();
     Reading r = new Reading();
     r.sentNs = System.nanoTime();
     inFlight.acquire();
     try {
-      return send(request, r, maxTokens);
+      return send(request, r, maxTokens, logprobs);
     } finally {
       inFlight.release();
     }
@@ -181,7 +202,7 @@ final class StreamClient implements AutoCloseable {
     return limit <= 0 ? Integer.MAX_VALUE : (int) Math.clamp(limit / 4, 64, Integer.MAX_VALUE);
   }
 
-  private Completion send(HttpRequest request, Reading r, int maxTokens)
+  private Completion send(HttpRequest request, Reading r, int maxTokens, int logprobs)
       throws InterruptedException {
     AtomicBoolean expired = new AtomicBoolean();
     try {
@@ -212,7 +233,7 @@ final class StreamClient implements AutoCloseable {
           }
           c = r.failed("status " + response.statusCode() + ": " + body);
         } else {
-          c = read(in, r, maxTokens);
+          c = read(in, r, maxTokens, logprobs);
         }
         return expired.get() && !c.ok() ? r.failed(timedOut()) : c;
       } finally {
@@ -229,9 +250,16 @@ final class StreamClient implements AutoCloseable {
     return "timed out: the stream had not ended " + timeout.toMillis() + " ms after it was sent";
   }
 
-  static Completion read(BufferedReader in, Reading r, int maxTokens) throws IOException {
+  /**
+   * Reads a streamed completion to its end: its token events (per entry of {@code logprobs.tokens},
+   * or without logprobs, {@value #NO_LOGPROBS}, per event carrying text) and its usage; fails it
+   * unless it generated exactly {@code maxTokens}.
+   */
+  static Completion read(BufferedReader in, Reading r, int maxTokens, int logprobs)
+      throws IOException {
     boolean done = false;
     JsonNode usage = null;
+    long finishNs = 0;
     for (String line; (line = in.readLine()) != null; ) {
       if (!line.startsWith("data: ")) {
         if (!line.isEmpty()) {
@@ -253,13 +281,19 @@ final class StreamClient implements AutoCloseable {
         usage = event.get("usage");
       }
       for (JsonNode choice : event.path("choices")) {
-        int n = choice.path("logprobs").path("tokens").size();
+        int n =
+            logprobs != NO_LOGPROBS
+                ? choice.path("logprobs").path("tokens").size()
+                : choice.path("text").asText().isEmpty() ? 0 : 1;
         if (n > 0) {
           if (r.tokens == 0) {
             r.firstTokenNs = nowNs;
           }
           r.lastTokenNs = nowNs;
           r.tokens += n;
+        }
+        if (choice.hasNonNull("finish_reason")) {
+          finishNs = nowNs;
         }
       }
     }
@@ -274,6 +308,13 @@ final class StreamClient implements AutoCloseable {
     r.deviceTokens = by.path("device").asLong();
     r.hostTokens = by.path("host").asLong();
     r.storageTokens = by.path("storage").asLong();
+    if (logprobs == NO_LOGPROBS) {
+      if (r.tokens == 0) {
+        r.firstTokenNs = finishNs;
+        r.lastTokenNs = finishNs;
+      }
+      r.tokens = usage.path("completion_tokens").asInt();
+    }
     if (r.tokens != maxTokens || usage.path("completion_tokens").asInt() != maxTokens) {
       return r.failed(
           "tokens="

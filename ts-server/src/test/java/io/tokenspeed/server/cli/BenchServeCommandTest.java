@@ -17,8 +17,9 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * {@code tokenspeed bench serve} at a tiny scale, in this JVM, on the tiny untied Llama: each mode
  * writes a report of the documented shape whose figures are sane — positive, ordered percentiles,
- * every request accounted for, prefill reused, and with two servers behind one store a share of it
- * restored from the store. Timings themselves are not checked.
+ * every request accounted for, prefill reused, with two servers behind one store a share of it
+ * restored from the store, and in throughput mode every generated token received and a forward time
+ * beside it. Timings themselves are not checked.
  */
 class BenchServeCommandTest {
   @TempDir Path dir;
@@ -261,11 +262,79 @@ class BenchServeCommandTest {
         report);
   }
 
+  @Test
+  void shouldReportOneThroughputRowPerLevelWithEveryTokenAndTheForwardPassBesideIt()
+      throws Exception {
+    String report = throughput("--concurrency", "1,2");
+    assertTrue(report.startsWith("# Serving throughput: served vs the forward pass"), report);
+    assertTrue(
+        report.contains("Command: `tokenspeed bench serve --mode throughput --model "), report);
+    assertTrue(report.contains("one shared prefix of 64 seeded random tokens"), report);
+    assertTrue(report.contains("no logprobs"), report);
+    for (int clients : new int[] {1, 2}) {
+      String[] cells = row(report, clients + " |", c -> c.length == 19);
+      String what = clients + " clients: " + String.join(" | ", cells);
+      assertEquals(Integer.toString(clients), cells[1], what + ": one request per client");
+      assertEquals("0", cells[2], what + ": no errors");
+      // greedy with ignore_eos: every request generates exactly --max-tokens tokens
+      assertEquals(Integer.toString(clients * 4), cells[3], what + ": every token received");
+      double[] v = numbers(java.util.Arrays.copyOf(cells, 18), 4); // the last cell is text
+      assertTrue(v[5] > 0, what + ": output tokens/s");
+      assertTrue(v[6] > 0, what + ": the shared prefix was cached");
+      assertTrue(v[7] > 0 && v[8] >= v[7], what + ": 0 < TTFT p50 <= p90");
+      assertTrue(v[11] >= 1, what + ": rounds");
+      assertTrue(v[12] > 0 && v[13] >= v[12], what + ": 0 < forward <= round, per round");
+      assertTrue(v[14] > 0 && v[15] > 0 && v[16] > 0, what + ": mean batch, raw, served/raw");
+      // the process's CPU clock may tick in 10 ms, longer than a level of the tiny model
+      assertTrue(v[17] >= 0, what + ": host CPU");
+      assertEquals("n/a", cells[18], what + ": no GPU sampled on the CPU");
+    }
+    assertTrue(report.contains("Raw tokens/s is what the forward pass alone would deliver"));
+  }
+
+  @Test
+  void shouldServeEveryThroughputRequestWithLogprobs() throws Exception {
+    String report = throughput("--concurrency", "2", "--logprobs", "2");
+    assertTrue(report.contains("logprobs 2 (alternatives per token)"), report);
+    String[] cells = row(report, "2 |", c -> c.length == 19);
+    assertEquals("0", cells[2], "no errors: " + report);
+    assertEquals("8", cells[3], "every token received: " + report);
+  }
+
+  /** The report of a small throughput run on the tiny Llama with {@code flags} added. */
+  private String throughput(String... flags) throws IOException {
+    List<String> args =
+        new java.util.ArrayList<>(
+            List.of(
+                "bench",
+                "serve",
+                "--mode",
+                "throughput",
+                "--model",
+                model(),
+                "--prefix-tokens",
+                "64",
+                "--suffix-tokens",
+                "4",
+                "--max-tokens",
+                "4",
+                "--requests-per-client",
+                "1",
+                "--warmup-rounds",
+                "1",
+                "--threads",
+                "1"));
+    args.addAll(List.of(flags));
+    CliRun run = CliRun.of(args.toArray(String[]::new));
+    assertEquals(0, run.exitCode(), run::toString);
+    return run.out();
+  }
+
   @ParameterizedTest(name = "{0}")
   @CsvSource(
       delimiter = ';',
       value = {
-        "--mode both; --mode=both is not one of: overhead, load, soak",
+        "--mode both; --mode=both is not one of: overhead, load, soak, throughput",
         "--mode soak --overload 0.5; --overload=0.5 must be a finite number >= 1",
         "--mode overhead --prompt-tokens 64; --prompt-tokens=64 must be in [1, 63]",
         "--mode load --system-tokens 100; --system-tokens=100 must be a positive multiple of the"
@@ -284,6 +353,18 @@ class BenchServeCommandTest {
         "--mode load --dtype f16; --dtype=f16 is not supported; allowed: f32, bf16",
         "--mode load --device tpu; --device=tpu is not supported; allowed: cpu, cuda, cuda:N (N >="
             + " 0)",
+        "--mode throughput --concurrency 1,0; --concurrency=[1, 0] must list numbers of at least"
+            + " 1",
+        "--mode throughput --prefix-tokens -1; --prefix-tokens=-1 must be at least 0",
+        "--mode throughput --suffix-tokens 0; --suffix-tokens=0 must be at least 1",
+        "--mode throughput --max-tokens 0; --max-tokens=0 must be at least 1",
+        "--mode throughput --requests-per-client 0; --requests-per-client=0 must be at least 1",
+        "--mode throughput --logprobs 21; --logprobs=21 must be in [-1, 20]",
+        "--mode throughput --logprobs -2; --logprobs=-2 must be in [-1, 20]",
+        "--mode throughput --concurrency 8,64 --max-running 32; --max-running=32 must be at least"
+            + " the largest --concurrency (64)",
+        "--mode throughput --device-tokens 2000; --device-tokens=2000 must hold one request: at"
+            + " least 2128",
       })
   void shouldRejectABadFlagWithAUsageError(String flags, String message) {
     CliRun run = CliRun.of(("bench serve " + flags).split(" "));
