@@ -953,8 +953,8 @@ struct SampleRow {   // written by the host, 48 bytes
   int top_k;           // 0: off
   int num_top;         // -1: no logprobs; else 0..MAX_TOP alternatives
   int logit_row;       // the row of the logits matrix
-  int pad;
-};
+  int penalized_row;   // -1; else the row of the penalized copies that the token is drawn from
+};                     // (the log probabilities stay those of the raw row)
 
 struct SampleOut {   // read by the host, 192 bytes
   int token;
@@ -1144,12 +1144,57 @@ __device__ unsigned long long sample_select(
   return prefix;
 }
 
+struct PenaltyRow {  // written by the host, 32 bytes
+  int raw_row;         // the row of the logits matrix
+  int out_row;         // the row of the penalized copies
+  int first;           // its first (id, count) pair
+  int count;           // its pairs: the distinct ids of its prompt and output, ascending
+  float presence;
+  float frequency;
+  float repetition;
+  int pad;
+};
+
+// The sampler's penalties (Penalties.apply), one block per penalized row: the raw row copied, then
+// for each distinct id of the request's prompt and output
+//   repetition != 1:            x = x > 0 ? x / repetition : x * repetition
+//   output count c > 0 and (presence or frequency): x = x - (frequency * c + presence)
+// each a separately rounded float operation, as the JVM computes it (no contraction into an FMA).
+extern "C" __global__ void penalize_rows(
+    const float* logits, float* penalized, int vocab, const PenaltyRow* rows, const int* ids,
+    const int* counts) {
+  const PenaltyRow r = rows[blockIdx.x];
+  const float* src = logits + (long long)r.raw_row * vocab;
+  float* dst = penalized + (long long)r.out_row * vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    dst[i] = src[i];
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
+    int id = ids[r.first + j];
+    int c = counts[r.first + j];
+    float x = dst[id];
+    if (r.repetition != 1.0f) {
+      x = x > 0.0f ? __fdiv_rn(x, r.repetition) : __fmul_rn(x, r.repetition);
+    }
+    if (c > 0 && (r.presence != 0.0f || r.frequency != 0.0f)) {
+      float m = __fmul_rn(r.frequency, (float)c);
+      float sum = __fadd_rn(m, r.presence);
+      x = __fsub_rn(x, sum);
+    }
+    dst[id] = x;
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
-    const float* logits, int vocab, const SampleRow* rows, SampleOut* outs, double scale) {
+    const float* logits, const float* penalized, int vocab, const SampleRow* rows, SampleOut* outs,
+    double scale) {
   __shared__ SampleScratch s;
   const SampleRow r = rows[blockIdx.x];
   SampleOut* out = outs + blockIdx.x;
-  const float* x = logits + (long long)r.logit_row * vocab;
+  const float* raw = logits + (long long)r.logit_row * vocab;
+  // the row the token is drawn from (and checked); the log probabilities read the raw row
+  const float* x = r.penalized_row < 0 ? raw : penalized + (long long)r.penalized_row * vocab;
   int t = threadIdx.x;
 
   // 1. the check and the argmax: the first NaN or +Infinity fails the row; the argmax is the
@@ -1331,6 +1376,29 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
   // 3. log probabilities: of the token and of the num_top most likely ids, under
   //    logZ = max + ln(sum exp(x - max)), in double
   int n = r.num_top;
+  if (n >= 0 && x != raw) {
+    // the raw row's maximum (the penalized row's is the check's)
+    float m = NEG_INF;
+    for (int i = t; i < vocab; i += blockDim.x) {
+      m = fmaxf(m, raw[i]);
+    }
+    m = warp_max(m);
+    if ((t & 31) == 0) {
+      s.fred[t >> 5] = m;
+    }
+    __syncthreads();
+    if (t == 0) {
+      float b = NEG_INF;
+      for (int i = 0; i < (int)(blockDim.x >> 5); i++) {
+        b = fmaxf(b, s.fred[i]);
+      }
+      s.fred[0] = b;
+    }
+    __syncthreads();
+    best = s.fred[0];
+    __syncthreads();
+    x = raw;
+  }
   if (n >= 0) {
     double sum = 0;
     for (int i = t; i < vocab; i += blockDim.x) {

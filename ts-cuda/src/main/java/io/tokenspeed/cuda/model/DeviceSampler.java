@@ -3,6 +3,7 @@ package io.tokenspeed.cuda.model;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.PinnedHost;
+import io.tokenspeed.model.sampling.Penalties;
 import io.tokenspeed.model.sampling.RowSampling;
 import io.tokenspeed.model.sampling.SampledRow;
 import io.tokenspeed.model.sampling.Sampler;
@@ -36,12 +37,18 @@ import java.util.List;
  * differ from the host's by an ulp of a float. A row with a NaN or +Infinity, or with every logit
  * -Infinity, fails with the host sampler's message.
  *
+ * <p>A row with penalties ({@link Penalties}) is first copied on the device and penalized there
+ * ({@code penalize_rows}: the same float operations as {@link Penalties#apply}); the token is
+ * drawn from the copy, the log probabilities read the raw row. Its distinct prior ids and their
+ * output counts go up with the row's settings (8 bytes an id).
+ *
  * <p>The caller's thread only, on the device's compute stream, after the kernels that wrote the
  * logits; not thread-safe.
  */
 final class DeviceSampler implements AutoCloseable {
   static final int ROW_BYTES = 48;
   static final int OUT_BYTES = 192;
+  static final int PENALTY_BYTES = 32;
   private static final int THREADS = 1024;
   private static final int MAX_TOP = 20;
 
@@ -56,6 +63,18 @@ final class DeviceSampler implements AutoCloseable {
   private MemorySegment outsHost;
   private PinnedHost rowsPinned;
   private PinnedHost outsPinned;
+
+  // the penalized rows: their copies, their settings and their (id, count) pairs, grown as needed
+  private int penalizedCapacity;
+  private DeviceBuffer penalizedDevice;
+  private int pairCapacity;
+  private DeviceBuffer pairsDevice;
+  private DeviceBuffer penaltyRowsDevice;
+  private Arena penaltyArena;
+  private MemorySegment pairsHost;
+  private MemorySegment penaltyRowsHost;
+  private PinnedHost pairsPinned;
+  private PinnedHost penaltyRowsPinned;
 
   DeviceSampler(CudaDevice device, int vocab) {
     this.device = device;
@@ -81,29 +100,88 @@ final class DeviceSampler implements AutoCloseable {
       return out;
     }
     ensure(n);
+    int penalized = 0;
+    int pairs = 0;
+    for (RowSampling r : rows) {
+      if (r != null && r.penalties() != null) {
+        penalized++;
+        pairs += r.penalties().ids().length;
+      }
+    }
+    if (penalized > 0) {
+      ensurePenalties(penalized, pairs);
+    }
     int j = 0;
+    int p = 0;
+    int pair = 0;
     for (int i = 0; i < rows.size(); i++) {
       RowSampling r = rows.get(i);
       if (r == null) {
         continue;
       }
-      SamplingParams p = r.params();
+      SamplingParams sp = r.params();
       long at = (long) j * ROW_BYTES;
-      rowsHost.set(ValueLayout.JAVA_DOUBLE, at, p.temperature());
-      rowsHost.set(ValueLayout.JAVA_DOUBLE, at + 8, p.topP());
-      rowsHost.set(ValueLayout.JAVA_DOUBLE, at + 16, p.minP());
-      rowsHost.set(
-          ValueLayout.JAVA_DOUBLE, at + 24, p.isGreedy() ? 0 : Sampler.uniform(r.seed(), r.step()));
-      rowsHost.set(ValueLayout.JAVA_INT, at + 32, p.isTopKOn() ? p.topK() : 0);
+      rowsHost.set(ValueLayout.JAVA_DOUBLE, at, sp.temperature());
+      rowsHost.set(ValueLayout.JAVA_DOUBLE, at + 8, sp.topP());
+      rowsHost.set(ValueLayout.JAVA_DOUBLE, at + 16, sp.minP());
+      double u = sp.isGreedy() ? 0 : Sampler.uniform(r.seed(), r.step());
+      rowsHost.set(ValueLayout.JAVA_DOUBLE, at + 24, u);
+      rowsHost.set(ValueLayout.JAVA_INT, at + 32, sp.isTopKOn() ? sp.topK() : 0);
       rowsHost.set(ValueLayout.JAVA_INT, at + 36, r.topLogprobs());
       rowsHost.set(ValueLayout.JAVA_INT, at + 40, logitRows[i]);
-      rowsHost.set(ValueLayout.JAVA_INT, at + 44, 0);
+      Penalties pen = r.penalties();
+      rowsHost.set(ValueLayout.JAVA_INT, at + 44, pen == null ? -1 : p);
+      if (pen != null) {
+        long pa = (long) p * PENALTY_BYTES;
+        int[] ids = pen.ids();
+        int[] counts = pen.outputCounts();
+        penaltyRowsHost.set(ValueLayout.JAVA_INT, pa, logitRows[i]);
+        penaltyRowsHost.set(ValueLayout.JAVA_INT, pa + 4, p);
+        penaltyRowsHost.set(ValueLayout.JAVA_INT, pa + 8, pair);
+        penaltyRowsHost.set(ValueLayout.JAVA_INT, pa + 12, ids.length);
+        penaltyRowsHost.set(ValueLayout.JAVA_FLOAT, pa + 16, pen.presence());
+        penaltyRowsHost.set(ValueLayout.JAVA_FLOAT, pa + 20, pen.frequency());
+        penaltyRowsHost.set(ValueLayout.JAVA_FLOAT, pa + 24, pen.repetition());
+        penaltyRowsHost.set(ValueLayout.JAVA_INT, pa + 28, 0);
+        MemorySegment.copy(ids, 0, pairsHost, ValueLayout.JAVA_INT, 4L * pair, ids.length);
+        long countsAt = 4L * (pairCapacity + pair);
+        MemorySegment.copy(counts, 0, pairsHost, ValueLayout.JAVA_INT, countsAt, ids.length);
+        pair += ids.length;
+        p++;
+      }
       j++;
     }
     long stream = device.stream();
     device
         .api()
         .memcpyAsync(rowsDevice.pointer(), rowsHost.address(), (long) n * ROW_BYTES, stream);
+    long penalizedRows = 0L;
+    if (penalized > 0) {
+      long rowBytes = (long) penalized * PENALTY_BYTES;
+      device
+          .api()
+          .memcpyAsync(penaltyRowsDevice.pointer(), penaltyRowsHost.address(), rowBytes, stream);
+      long idBytes = 4L * pair;
+      long countsAt = 4L * pairCapacity;
+      device.api().memcpyAsync(pairsDevice.pointer(), pairsHost.address(), idBytes, stream);
+      device
+          .api()
+          .memcpyAsync(
+              pairsDevice.pointer() + countsAt, pairsHost.address() + countsAt, idBytes, stream);
+      device.launch(
+          "penalize_rows",
+          penalized,
+          1,
+          THREADS,
+          0,
+          logits,
+          penalizedDevice.pointer(),
+          vocab,
+          penaltyRowsDevice.pointer(),
+          pairsDevice.pointer(),
+          pairsDevice.pointer() + 4L * pairCapacity);
+      penalizedRows = penalizedDevice.pointer();
+    }
     device.launch(
         "sample_rows",
         n,
@@ -111,6 +189,7 @@ final class DeviceSampler implements AutoCloseable {
         THREADS,
         0,
         logits,
+        penalizedRows,
         vocab,
         rowsDevice.pointer(),
         outsDevice.pointer(),
@@ -175,6 +254,43 @@ final class DeviceSampler implements AutoCloseable {
     capacity = size;
   }
 
+  /**
+   * Room for {@code rows} penalized copies and {@code pairs} (id, count) pairs: each grows to at
+   * least twice its size. The pairs' buffer holds every id first, then every count, {@link
+   * #pairCapacity} apart.
+   */
+  private void ensurePenalties(int rows, int pairs) {
+    if (penaltyArena == null) {
+      penaltyArena = Arena.ofShared();
+    }
+    if (rows > penalizedCapacity) {
+      int size = Math.max(rows, Math.max(8, 2 * penalizedCapacity));
+      if (penalizedDevice != null) {
+        device.synchronize();
+        penalizedDevice.close();
+        penaltyRowsPinned.close();
+        penaltyRowsDevice.close();
+      }
+      penalizedDevice = device.allocate((long) size * vocab * Float.BYTES);
+      penaltyRowsDevice = device.allocate((long) size * PENALTY_BYTES);
+      penaltyRowsHost = penaltyArena.allocate((long) size * PENALTY_BYTES, 64);
+      penaltyRowsPinned = PinnedHost.register(device, penaltyRowsHost);
+      penalizedCapacity = size;
+    }
+    if (pairs > pairCapacity || pairsDevice == null) {
+      int size = Math.max(pairs, Math.max(4096, 2 * pairCapacity));
+      if (pairsDevice != null) {
+        device.synchronize();
+        pairsPinned.close();
+        pairsDevice.close();
+      }
+      pairsDevice = device.allocate(8L * size);
+      pairsHost = penaltyArena.allocate(8L * size, 64);
+      pairsPinned = PinnedHost.register(device, pairsHost);
+      pairCapacity = size;
+    }
+  }
+
   private void release() {
     if (capacity == 0) {
       return;
@@ -191,5 +307,21 @@ final class DeviceSampler implements AutoCloseable {
   @Override
   public void close() {
     release();
+    if (penalizedDevice != null) {
+      device.synchronize();
+      penalizedDevice.close();
+      penaltyRowsPinned.close();
+      penaltyRowsDevice.close();
+      penalizedDevice = null;
+    }
+    if (pairsDevice != null) {
+      pairsPinned.close();
+      pairsDevice.close();
+      pairsDevice = null;
+    }
+    if (penaltyArena != null) {
+      penaltyArena.close();
+      penaltyArena = null;
+    }
   }
 }

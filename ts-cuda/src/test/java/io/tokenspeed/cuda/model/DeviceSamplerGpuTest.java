@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.model.sampling.LogSoftmax;
+import io.tokenspeed.model.sampling.Penalties;
 import io.tokenspeed.model.sampling.RowSampling;
 import io.tokenspeed.model.sampling.SampledRow;
 import io.tokenspeed.model.sampling.Sampler;
@@ -61,6 +62,7 @@ class DeviceSamplerGpuTest {
     int batch = Math.max(1, Math.min(rows, (int) (256L * 1024 * 1024 / 4 / vocab)));
     int mismatches = 0;
     int greedyRows = 0;
+    int penalizedRows = 0;
     int sortedRows = 0;
     List<String> firstMismatches = new ArrayList<>();
     try (DeviceSampler sampler = new DeviceSampler(device, vocab);
@@ -81,13 +83,19 @@ class DeviceSamplerGpuTest {
           greedyRows += p.isGreedy() ? 1 : 0;
           sortedRows += p.isTopPOn() || p.isTopKOn() ? 1 : 0;
           int top = rnd.nextInt(4) == 0 ? rnd.nextInt(-1, 21) : TokenLogprobs.NO_LOGPROBS;
-          specs.add(new RowSampling(p, rnd.nextLong(), rnd.nextInt(0, 5000), top));
+          Penalties penalties = null;
+          if (rnd.nextInt(3) == 0) {
+            penalties = randomPenalties(rnd, vocab);
+            p = p.withPenalties(penalties.presence(), penalties.frequency(), penalties.repetition());
+            penalizedRows++;
+          }
+          specs.add(new RowSampling(p, rnd.nextLong(), rnd.nextInt(0, 5000), top, penalties));
         }
         copyUp(logits, host, (long) n * vocab * 4);
         List<SampledRow> got = sampler.sample(logits.pointer(), rowOf, specs);
         for (int i = 0; i < n; i++) {
           RowSampling s = specs.get(i);
-          int want = cpu.sample(x[i], s.params(), s.seed(), s.step());
+          int want = cpu.sample(x[i], 0, s.params(), s.seed(), s.step(), s.penalties());
           SampledRow g = got.get(i);
           if (g.token() != want) {
             mismatches++;
@@ -115,6 +123,7 @@ class DeviceSamplerGpuTest {
     }
     assertEquals(0, mismatches, () -> "rows that differ, the first: " + firstMismatches);
     assertTrue(greedyRows > 0 && sortedRows > 0 && sortedRows < rows - greedyRows);
+    assertTrue(penalizedRows > rows / 4, "rows with penalties: " + penalizedRows);
   }
 
   @Test
@@ -205,6 +214,26 @@ class DeviceSamplerGpuTest {
       d[i] = x[i];
     }
     return d;
+  }
+
+  /**
+   * Penalties over a random set of distinct prior ids (some prompt-only, count 0; some repeated in
+   * the output), each penalty neutral or not: its float values are those the request would send.
+   */
+  private static Penalties randomPenalties(SplittableRandom rnd, int vocab) {
+    int n = 1 + rnd.nextInt(Math.min(vocab, 400));
+    int[] ids = rnd.ints(0, vocab).distinct().limit(n).sorted().toArray();
+    int[] counts = new int[ids.length];
+    for (int i = 0; i < counts.length; i++) {
+      counts[i] = rnd.nextInt(3) == 0 ? 0 : 1 + rnd.nextInt(rnd.nextBoolean() ? 3 : 50);
+    }
+    float presence = rnd.nextInt(3) == 0 ? 0 : (float) rnd.nextDouble(-2, 2);
+    float frequency = rnd.nextInt(3) == 0 ? 0 : (float) rnd.nextDouble(-2, 2);
+    float repetition = rnd.nextInt(3) == 0 ? 1 : (float) rnd.nextDouble(0.5, 2);
+    if (presence == 0 && frequency == 0 && repetition == 1) {
+      frequency = 0.5f;
+    }
+    return new Penalties(presence, frequency, repetition, ids, counts);
   }
 
   /** Every method and their combinations, including the edges (k >= candidates, top_p = 1). */
