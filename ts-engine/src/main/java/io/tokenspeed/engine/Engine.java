@@ -565,7 +565,7 @@ public final class Engine implements AutoCloseable {
     SamplingParams resolved = params.withSeedIfAbsent(seeds::incrementAndGet);
     ActiveRequest a =
         new ActiveRequest(
-            id, handle, prompt, new SamplingState(resolved, eosId), nanoClock.getAsLong());
+            id, handle, prompt, new SamplingState(resolved, eosId, prompt), nanoClock.getAsLong());
     if (!intake.offer(a)) {
       throw new IntakeFullException(
           "engine intake is full (max_queued="

@@ -482,9 +482,13 @@ final class Replica implements AutoCloseable {
 
   // ---------------------------------------------------------------- the request codec
 
-  private static final int CODEC_VERSION = 1;
+  /** Version 2 added the three penalties after {@code ignoreEos}. */
+  private static final int CODEC_VERSION = 2;
 
-  /** A new request as every rank needs it: prompt, resolved sampling parameters, logprobs. */
+  /**
+   * A new request as every rank needs it: prompt, resolved sampling parameters (penalties included,
+   * so a follower penalizes and samples its rows as the leader does), logprobs.
+   */
   static byte[] encode(ActiveRequest a) {
     SamplingParams p = a.sampling.params();
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(64 + a.promptTokens * 4);
@@ -506,6 +510,9 @@ final class Replica implements AutoCloseable {
         out.writeInt(id);
       }
       out.writeBoolean(p.ignoreEos());
+      out.writeDouble(p.presencePenalty());
+      out.writeDouble(p.frequencyPenalty());
+      out.writeDouble(p.repetitionPenalty());
       out.writeInt(a.handle.topLogprobs());
     } catch (IOException e) {
       throw new UncheckedIOException(e);
@@ -538,6 +545,9 @@ final class Replica implements AutoCloseable {
         stops.add(in.readInt());
       }
       boolean ignoreEos = in.readBoolean();
+      double presencePenalty = in.readDouble();
+      double frequencyPenalty = in.readDouble();
+      double repetitionPenalty = in.readDouble();
       int topLogprobs = in.readInt();
       SamplingParams params =
           new SamplingParams(
@@ -548,12 +558,15 @@ final class Replica implements AutoCloseable {
               seeded ? OptionalLong.of(seed) : OptionalLong.empty(),
               maxTokens,
               stops,
-              ignoreEos);
+              ignoreEos,
+              presencePenalty,
+              frequencyPenalty,
+              repetitionPenalty);
       return new ActiveRequest(
           id,
           new RequestHandle(id, cancel, topLogprobs),
           prompt,
-          new SamplingState(params, eosId),
+          new SamplingState(params, eosId, prompt),
           nowNs);
     } catch (IOException e) {
       throw new UncheckedIOException("request " + id + " is cut short", e);

@@ -13,12 +13,13 @@ import java.util.List;
 /**
  * The default {@link DeviceModel#forwardAndSample}: the forward pass brings the logits to the host,
  * and each request that has a {@link RowSampling} is sampled there from its last row, through the
- * same {@link Sampler} path as every host sampler (check the row, then the argmax or the tempered
- * draw), with {@link LogSoftmax} for the log probabilities it asks for. A device model that samples
- * on the device must return the same tokens: the sampler's arithmetic is order-independent for that
+ * same {@link Sampler} path as every host sampler (the request's penalties on a copy of the row,
+ * check the row, then the argmax or the tempered draw), with {@link LogSoftmax} for the log
+ * probabilities it asks for, which are those of the raw row. A device model that samples on the
+ * device must return the same tokens: the sampler's arithmetic is order-independent for that
  * reason.
  *
- * <p>The scratch (a sampler's three vocabulary-sized arrays, the log-softmax heap) lives in a
+ * <p>The scratch (a sampler's vocabulary-sized arrays, the log-softmax heap) lives in a
  * thread-local, not in the model: an interface's default method has no instance state, and a
  * sampler is not thread-safe. The engine's loop thread is the only caller of a model, so each loop
  * thread allocates its scratch once, at its first round, and reuses it every round after: sampling
@@ -59,7 +60,10 @@ final class HostSampling {
       }
       float[] logits = out.logits(i);
       int offset = logits.length - vocabSize; // the last row picks the next token
-      int token = scratch.sampler().sample(logits, offset, row.params(), row.seed(), row.step());
+      int token =
+          scratch
+              .sampler()
+              .sample(logits, offset, row.params(), row.seed(), row.step(), row.penalties());
       TokenLogprobs logprobs =
           row.wantsLogprobs()
               ? scratch.logSoftmax().of(logits, offset, vocabSize, token, row.topLogprobs())

@@ -12,7 +12,9 @@ import java.util.Arrays;
  * <p>The steps, in order ({@code V} is {@link #vocabSize()}):
  *
  * <pre>
- *  logits row ──► check ──► greedy? ──yes──► argmax (lowest id on ties)
+ *  logits row ──► penalties: only when given, {@link Penalties#apply} to a copy of the row
+ *                              │
+ *         row ──► check ──► greedy? ──yes──► argmax (lowest id on ties)
  *                              │no
  *                              ▼
  *   w[i]  = Math.exp(((double) logit[i] - max) / temperature)    in double; a -Infinity logit is
@@ -59,6 +61,12 @@ import java.util.Arrays;
  * <p>Logits: NaN or +Infinity at any position is a broken model and fails with the position;
  * -Infinity marks a token that must never be sampled (a mask); a row that is all -Infinity fails.
  *
+ * <p>Penalties ({@link Penalties}) are the only step that looks at a request's earlier tokens, and
+ * they change the row rather than the draw: the penalized row is the model's row with a few logits
+ * moved, computed per token in float, so a device that moves the same logits the same way samples
+ * the same token. They go into the sampler's own copy of the row, because the caller's row is the
+ * model's output and still gives the log probabilities ({@link LogSoftmax}) of the raw logits.
+ *
  * <p>Not thread-safe: the scratch arrays are reused across calls. Use one sampler per thread; it
  * never allocates on the sampling path and never writes the logits.
  */
@@ -69,6 +77,7 @@ public final class Sampler {
   private final long[] weights;
   private final long[] order;
   private final long[] heap;
+  private float[] penalized; // the penalized copy of a row, allocated at the first penalties
 
   /**
    * @param vocabSize the length of a logits row
@@ -123,6 +132,36 @@ public final class Sampler {
    * vocabSize)}.
    */
   public int sample(float[] logits, int offset, SamplingParams params, long seed, int step) {
+    checkRow(logits, offset, step);
+    int argmax = checkAndArgmax(logits, offset);
+    if (params.isGreedy()) {
+      return argmax;
+    }
+    return sampleTempered(logits, offset, logits[offset + argmax], params, seed, step);
+  }
+
+  /**
+   * Samples from the row {@code logits[offset, offset + vocabSize)} after the request's {@code
+   * penalties}: the row is copied into the sampler's scratch, {@link Penalties#apply} changes the
+   * copy, and the copy is sampled as {@link #sample(float[], int, SamplingParams, long, int)}
+   * samples a row. {@code logits} is never written. With {@code penalties == null} this is that
+   * method, at no extra cost.
+   */
+  public int sample(
+      float[] logits, int offset, SamplingParams params, long seed, int step, Penalties penalties) {
+    if (penalties == null) {
+      return sample(logits, offset, params, seed, step);
+    }
+    checkRow(logits, offset, step);
+    if (penalized == null) {
+      penalized = new float[vocabSize];
+    }
+    System.arraycopy(logits, offset, penalized, 0, vocabSize);
+    penalties.apply(penalized, 0);
+    return sample(penalized, 0, params, seed, step);
+  }
+
+  private void checkRow(float[] logits, int offset, int step) {
     if (offset < 0 || offset > logits.length - vocabSize) {
       throw new IllegalArgumentException(
           "row [offset="
@@ -135,11 +174,6 @@ public final class Sampler {
     if (step < 0) {
       throw new IllegalArgumentException("step=" + step + " must be >= 0");
     }
-    int argmax = checkAndArgmax(logits, offset);
-    if (params.isGreedy()) {
-      return argmax;
-    }
-    return sampleTempered(logits, offset, logits[offset + argmax], params, seed, step);
   }
 
   /** Fails on NaN/+Infinity or an all -Infinity row; returns the argmax, lowest id on ties. */

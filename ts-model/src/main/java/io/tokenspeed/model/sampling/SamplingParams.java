@@ -14,6 +14,10 @@ import java.util.function.LongSupplier;
  * <p>A request without a seed is given one by the engine at admission ({@link #withSeedIfAbsent}),
  * and the engine reports it: replaying the request with that seed gives the same tokens.
  *
+ * <p>The three penalties change the logits row before the sampler sees it, from the tokens of the
+ * request's prompt and those it generated so far; {@link Penalties} states their exact arithmetic.
+ * At their neutral values ({@code 0, 0, 1}) nothing is computed for them.
+ *
  * @param temperature divides the logits before the softmax; {@code 0} is greedy (argmax, lowest id
  *     on ties) and ignores the filters; finite and {@code >= 0}
  * @param topK keep the {@code topK} most likely tokens; {@code 0} or {@code -1} is off; {@code >=
@@ -26,6 +30,13 @@ import java.util.function.LongSupplier;
  * @param maxTokens the most tokens to generate, the stop token included; {@code >= 1}
  * @param stopTokenIds ids that end the sequence when sampled; each {@code >= 0}
  * @param ignoreEos if {@code false}, the tokenizer's end-of-sequence id also ends the sequence
+ * @param presencePenalty subtracted once from the logit of every token the request has generated at
+ *     least once (OpenAI's {@code presence_penalty}); {@code 0} is off; in {@code [-2, 2]}
+ * @param frequencyPenalty subtracted from the logit of every generated token as many times as it
+ *     was generated (OpenAI's {@code frequency_penalty}); {@code 0} is off; in {@code [-2, 2]}
+ * @param repetitionPenalty divides the positive logits and multiplies the negative logits of every
+ *     token in the prompt or generated (vLLM's {@code repetition_penalty}); {@code 1} is off; in
+ *     {@code (0, 10]}
  */
 public record SamplingParams(
     double temperature,
@@ -35,7 +46,10 @@ public record SamplingParams(
     OptionalLong seed,
     int maxTokens,
     Set<Integer> stopTokenIds,
-    boolean ignoreEos) {
+    boolean ignoreEos,
+    double presencePenalty,
+    double frequencyPenalty,
+    double repetitionPenalty) {
 
   /** Default {@code temperature}: sample from the model's distribution unchanged. */
   public static final double DEFAULT_TEMPERATURE = 1.0;
@@ -54,6 +68,21 @@ public record SamplingParams(
 
   /** Default {@code ignore_eos}: the end-of-sequence token ends the sequence. */
   public static final boolean DEFAULT_IGNORE_EOS = false;
+
+  /** Default {@code presence_penalty}: off. */
+  public static final double DEFAULT_PRESENCE_PENALTY = 0.0;
+
+  /** Default {@code frequency_penalty}: off. */
+  public static final double DEFAULT_FREQUENCY_PENALTY = 0.0;
+
+  /** Default {@code repetition_penalty}: off. */
+  public static final double DEFAULT_REPETITION_PENALTY = 1.0;
+
+  /** The bound of OpenAI's range for {@code presence_penalty} and {@code frequency_penalty}. */
+  public static final double MAX_ABS_PRESENCE_FREQUENCY_PENALTY = 2.0;
+
+  /** The upper bound of {@code repetition_penalty}, as vLLM's range. */
+  public static final double MAX_REPETITION_PENALTY = 10.0;
 
   public SamplingParams {
     if (!(temperature >= 0) || !Double.isFinite(temperature)) {
@@ -80,6 +109,42 @@ public record SamplingParams(
       }
     }
     stopTokenIds = Set.copyOf(stopTokenIds);
+    if (!(Math.abs(presencePenalty) <= MAX_ABS_PRESENCE_FREQUENCY_PENALTY)) {
+      throw new IllegalArgumentException(
+          "presencePenalty=" + presencePenalty + " must be in [-2, 2] (0 = off)");
+    }
+    if (!(Math.abs(frequencyPenalty) <= MAX_ABS_PRESENCE_FREQUENCY_PENALTY)) {
+      throw new IllegalArgumentException(
+          "frequencyPenalty=" + frequencyPenalty + " must be in [-2, 2] (0 = off)");
+    }
+    if (!(repetitionPenalty > 0 && repetitionPenalty <= MAX_REPETITION_PENALTY)) {
+      throw new IllegalArgumentException(
+          "repetitionPenalty=" + repetitionPenalty + " must be in (0, 10] (1 = off)");
+    }
+  }
+
+  /** The params without penalties, as before the penalties existed: each penalty is off. */
+  public SamplingParams(
+      double temperature,
+      int topK,
+      double topP,
+      double minP,
+      OptionalLong seed,
+      int maxTokens,
+      Set<Integer> stopTokenIds,
+      boolean ignoreEos) {
+    this(
+        temperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        DEFAULT_PRESENCE_PENALTY,
+        DEFAULT_FREQUENCY_PENALTY,
+        DEFAULT_REPETITION_PENALTY);
   }
 
   /** Every setting at its default, no seed, no stop token ids. */
@@ -120,6 +185,15 @@ public record SamplingParams(
     return minP > 0;
   }
 
+  /**
+   * Whether any penalty is on: a presence or frequency penalty other than {@code 0}, or a
+   * repetition penalty other than {@code 1}. Without one, sampling never looks at the request's
+   * earlier tokens.
+   */
+  public boolean hasPenalties() {
+    return presencePenalty != 0 || frequencyPenalty != 0 || repetitionPenalty != 1;
+  }
+
   /** These params with the seed the request gave, or else one drawn from {@code engineSeeds}. */
   public SamplingParams withSeedIfAbsent(LongSupplier engineSeeds) {
     return seed.isPresent() ? this : withSeed(engineSeeds.getAsLong());
@@ -134,41 +208,129 @@ public record SamplingParams(
         OptionalLong.of(newSeed),
         maxTokens,
         stopTokenIds,
-        ignoreEos);
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withTemperature(double newTemperature) {
     return new SamplingParams(
-        newTemperature, topK, topP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+        newTemperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withTopK(int newTopK) {
     return new SamplingParams(
-        temperature, newTopK, topP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+        temperature,
+        newTopK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withTopP(double newTopP) {
     return new SamplingParams(
-        temperature, topK, newTopP, minP, seed, maxTokens, stopTokenIds, ignoreEos);
+        temperature,
+        topK,
+        newTopP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withMinP(double newMinP) {
     return new SamplingParams(
-        temperature, topK, topP, newMinP, seed, maxTokens, stopTokenIds, ignoreEos);
+        temperature,
+        topK,
+        topP,
+        newMinP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withMaxTokens(int newMaxTokens) {
     return new SamplingParams(
-        temperature, topK, topP, minP, seed, newMaxTokens, stopTokenIds, ignoreEos);
+        temperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        newMaxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withStopTokenIds(Set<Integer> newStopTokenIds) {
     return new SamplingParams(
-        temperature, topK, topP, minP, seed, maxTokens, newStopTokenIds, ignoreEos);
+        temperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        newStopTokenIds,
+        ignoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
   }
 
   public SamplingParams withIgnoreEos(boolean newIgnoreEos) {
     return new SamplingParams(
-        temperature, topK, topP, minP, seed, maxTokens, stopTokenIds, newIgnoreEos);
+        temperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        newIgnoreEos,
+        presencePenalty,
+        frequencyPenalty,
+        repetitionPenalty);
+  }
+
+  public SamplingParams withPenalties(double presence, double frequency, double repetition) {
+    return new SamplingParams(
+        temperature,
+        topK,
+        topP,
+        minP,
+        seed,
+        maxTokens,
+        stopTokenIds,
+        ignoreEos,
+        presence,
+        frequency,
+        repetition);
   }
 }

@@ -16,6 +16,7 @@ import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.parallel.Collective;
 import io.tokenspeed.model.parallel.Shard;
 import io.tokenspeed.model.sampling.LogSoftmax;
+import io.tokenspeed.model.sampling.Penalties;
 import io.tokenspeed.model.sampling.RowSampling;
 import io.tokenspeed.model.sampling.SampledRow;
 import io.tokenspeed.model.sampling.Sampler;
@@ -55,7 +56,7 @@ class HostSamplingTest {
         int numTokens = 1 + random.nextInt(4);
         requests.add(
             new ForwardRequest(new int[numTokens], 0, new int[][] {{1}}, random.nextInt(3) == 0));
-        rows.add(random.nextInt(4) == 0 ? null : row(random));
+        rows.add(random.nextInt(4) == 0 ? null : row(random, vocab));
       }
       ForwardBatch batch = new ForwardBatch(requests);
       SampledForward out = model.forwardAndSample(batch, null, rows, random.nextBoolean());
@@ -73,8 +74,13 @@ class HostSamplingTest {
           continue;
         }
         float[] last = logits.last(r);
-        int token = sampler.sample(last, want.params(), want.seed(), want.step());
+        float[] penalized = last.clone();
+        if (want.penalties() != null) {
+          want.penalties().apply(penalized, 0);
+        }
+        int token = sampler.sample(penalized, want.params(), want.seed(), want.step());
         assertEquals(token, got.token(), "request " + r);
+        // the log probabilities are the raw row's, penalties or not
         if (want.topLogprobs() == TokenLogprobs.NO_LOGPROBS) {
           assertNull(got.logprobs());
         } else {
@@ -153,8 +159,8 @@ class HostSamplingTest {
     assertNotNull(new SampledForward(List.of(), null).rows());
   }
 
-  private static RowSampling row(SplittableRandom random) {
-    SamplingParams p =
+  private static RowSampling row(SplittableRandom random, int vocab) {
+    SamplingParams base =
         switch (random.nextInt(4)) {
           case 0 -> SamplingParams.greedy(1);
           case 1 -> SamplingParams.defaults().withTopK(1 + random.nextInt(20));
@@ -162,7 +168,14 @@ class HostSamplingTest {
           default -> SamplingParams.defaults().withMinP(0.05);
         };
     int topLogprobs = random.nextInt(-1, TokenLogprobs.MAX_TOP_LOGPROBS + 1);
-    return new RowSampling(p, random.nextLong(), random.nextInt(100), topLogprobs);
+    if (random.nextInt(3) != 0) {
+      return new RowSampling(base, random.nextLong(), random.nextInt(100), topLogprobs);
+    }
+    SamplingParams p = base.withPenalties(1.5, 0.5, 1.25);
+    int[] ids = random.ints(random.nextInt(8), 0, vocab).distinct().sorted().toArray();
+    int[] counts = random.ints(ids.length, 0, 4).toArray();
+    Penalties penalties = new Penalties(1.5f, 0.5f, 1.25f, ids, counts);
+    return new RowSampling(p, random.nextLong(), random.nextInt(100), topLogprobs, penalties);
   }
 
   /**

@@ -150,6 +150,21 @@ final class RequestParser {
     if (!(minP >= 0 && minP <= 1)) {
       throw ApiException.invalid("min_p", "min_p must be in [0, 1]");
     }
+    double presencePenalty =
+        number(body, "presence_penalty", SamplingParams.DEFAULT_PRESENCE_PENALTY);
+    if (!(Math.abs(presencePenalty) <= SamplingParams.MAX_ABS_PRESENCE_FREQUENCY_PENALTY)) {
+      throw ApiException.invalid("presence_penalty", "presence_penalty must be in [-2, 2]");
+    }
+    double frequencyPenalty =
+        number(body, "frequency_penalty", SamplingParams.DEFAULT_FREQUENCY_PENALTY);
+    if (!(Math.abs(frequencyPenalty) <= SamplingParams.MAX_ABS_PRESENCE_FREQUENCY_PENALTY)) {
+      throw ApiException.invalid("frequency_penalty", "frequency_penalty must be in [-2, 2]");
+    }
+    double repetitionPenalty =
+        number(body, "repetition_penalty", SamplingParams.DEFAULT_REPETITION_PENALTY);
+    if (!(repetitionPenalty > 0 && repetitionPenalty <= SamplingParams.MAX_REPETITION_PENALTY)) {
+      throw ApiException.invalid("repetition_penalty", "repetition_penalty must be in (0, 10]");
+    }
     OptionalLong seed = OptionalLong.empty();
     JsonNode seedNode = body.get("seed");
     if (seedNode != null && !seedNode.isNull()) {
@@ -175,18 +190,24 @@ final class RequestParser {
       includeUsage = bool(options, "include_usage", false, "stream_options.include_usage");
     }
     SamplingParams params =
-        new SamplingParams(temperature, topK, topP, minP, seed, maxTokens, stopIds, ignoreEos);
+        new SamplingParams(
+            temperature,
+            topK,
+            topP,
+            minP,
+            seed,
+            maxTokens,
+            stopIds,
+            ignoreEos,
+            presencePenalty,
+            frequencyPenalty,
+            repetitionPenalty);
     return new GenerationRequest(
         chat, servedModel, prompts, params, n, stop, topLogprobs, stream, includeUsage, messages);
   }
 
   /** Refuses fields of the OpenAI API that this server does not implement, unless neutral. */
   private static void unsupported(JsonNode body, boolean chat) {
-    for (String penalty : List.of("presence_penalty", "frequency_penalty")) {
-      if (body.hasNonNull(penalty) && number(body, penalty, 0) != 0) {
-        throw ApiException.invalid(penalty, penalty + " is not supported (only 0)");
-      }
-    }
     JsonNode bias = body.get("logit_bias");
     if (bias != null && !bias.isNull() && !(bias.isObject() && bias.isEmpty())) {
       throw ApiException.invalid("logit_bias", "logit_bias is not supported");

@@ -351,6 +351,11 @@ class HttpServerTest {
           logprobs too many | {"prompt": "hi", "logprobs": 50} | 400 | logprobs
           unknown model | {"model": "gpt-4", "prompt": "hi"} | 404 | model
           echo unsupported | {"prompt": "hi", "echo": true} | 400 | echo
+          presence_penalty above 2 | {"prompt": "hi", "presence_penalty": 2.5} | 400 | presence_penalty
+          presence_penalty as string | {"prompt": "hi", "presence_penalty": "1"} | 400 | presence_penalty
+          frequency_penalty below -2 | {"prompt": "hi", "frequency_penalty": -2.01} | 400 | frequency_penalty
+          repetition_penalty zero | {"prompt": "hi", "repetition_penalty": 0} | 400 | repetition_penalty
+          repetition_penalty above 10 | {"prompt": "hi", "repetition_penalty": 10.5} | 400 | repetition_penalty
           """)
   void shouldRefuseBadInputWithAClearErrorAndKeepServing(
       String name, String body, int status, String param) {
@@ -365,6 +370,34 @@ class HttpServerTest {
     }
     HttpResponse<String> ok = server.post("/v1/completions", completion("still there?", 2, ""));
     assertEquals(200, ok.statusCode(), "the server goes on after " + name);
+  }
+
+  @Test
+  void shouldAnswerACompletionWithPenaltiesWithTheEnginesPenalizedText() {
+    String p = prompt(3, 40);
+    String extra =
+        ",\"frequency_penalty\":1.5,\"presence_penalty\":-0.5,\"repetition_penalty\":1.3";
+    HttpResponse<String> res = server.post("/v1/completions", completion(p, 24, extra));
+    assertEquals(200, res.statusCode(), res.body());
+    JsonNode choice = TestServer.json(res.body()).get("choices").get(0);
+    int[] penalized =
+        server
+            .engine
+            .submit(
+                server.tokenizer.encode(p),
+                SamplingParams.greedy(24).withIgnoreEos(true).withPenalties(-0.5, 1.5, 1.3))
+            .result()
+            .join()
+            .tokens();
+    assertEquals(server.tokenizer.decode(penalized, true), choice.get("text").asText());
+    assertEquals(24, TestServer.json(res.body()).get("usage").get("completion_tokens").asInt());
+
+    HttpResponse<String> chat =
+        server.post(
+            "/v1/chat/completions",
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,"
+                + "\"temperature\":0,\"frequency_penalty\":2,\"presence_penalty\":2}");
+    assertEquals(200, chat.statusCode(), chat.body());
   }
 
   @Test

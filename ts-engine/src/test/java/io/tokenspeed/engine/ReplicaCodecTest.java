@@ -1,0 +1,98 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.SamplingState;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.OptionalInt;
+import java.util.Set;
+import java.util.SplittableRandom;
+import java.util.stream.LongStream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The request codec that carries a new request from the leader to the other ranks: every field a
+ * follower samples with, penalties included, comes back as the leader had it, so the follower's
+ * penalties and tokens are the leader's.
+ */
+class ReplicaCodecTest {
+
+  static LongStream seeds() {
+    return LongStream.range(0, 16);
+  }
+
+  private static SamplingParams randomParams(SplittableRandom rnd) {
+    Set<Integer> stops = new HashSet<>();
+    for (int i = rnd.nextInt(4); i > 0; i--) {
+      stops.add(rnd.nextInt(1000));
+    }
+    boolean penalized = rnd.nextBoolean();
+    return new SamplingParams(
+        rnd.nextInt(3) == 0 ? 0 : rnd.nextDouble(0.1, 2),
+        rnd.nextInt(-1, 50),
+        rnd.nextDouble(0.05, 1),
+        rnd.nextDouble(0, 1),
+        java.util.OptionalLong.of(rnd.nextLong()),
+        1 + rnd.nextInt(100),
+        stops,
+        rnd.nextBoolean(),
+        penalized ? rnd.nextDouble(-2, 2) : 0,
+        penalized ? rnd.nextDouble(-2, 2) : 0,
+        penalized ? rnd.nextDouble(0.01, 10) : 1);
+  }
+
+  @ParameterizedTest(name = "seed {0}")
+  @MethodSource("seeds")
+  void shouldRoundTripEverySamplingParamIncludingThePenalties(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    int[] prompt = rnd.ints(1 + rnd.nextInt(40), 0, 500).toArray();
+    SamplingParams params = randomParams(rnd);
+    int topLogprobs = rnd.nextInt(-1, 21);
+    ActiveRequest leader =
+        new ActiveRequest(
+            7,
+            new RequestHandle(7, id -> {}, topLogprobs),
+            prompt,
+            new SamplingState(params, OptionalInt.of(2), prompt),
+            0);
+    ActiveRequest follower =
+        Replica.decode(7, Replica.encode(leader), id -> {}, OptionalInt.of(2), 0);
+    assertEquals(params, follower.sampling.params());
+    assertEquals(topLogprobs, follower.handle.topLogprobs());
+    assertArrayEquals(prompt, Arrays.copyOf(follower.tokens, follower.promptTokens));
+    assertEquals(leader.sampling.penalties(), follower.sampling.penalties());
+    for (int i = 0; i < 5 && !leader.sampling.isFinished(); i++) {
+      int token = rnd.nextInt(500);
+      assertEquals(leader.sampling.onToken(token), follower.sampling.onToken(token));
+      if (!leader.sampling.isFinished()) {
+        assertEquals(leader.sampling.rowSampling(-1), follower.sampling.rowSampling(-1));
+      }
+    }
+  }
+
+  @Test
+  void shouldRefuseARequestEncodedInTheFirstVersion() {
+    int[] prompt = {1, 2, 3};
+    SamplingParams params = SamplingParams.greedy(4).withSeed(1);
+    ActiveRequest a =
+        new ActiveRequest(
+            3,
+            new RequestHandle(3, id -> {}, -1),
+            prompt,
+            new SamplingState(params, OptionalInt.empty(), prompt),
+            0);
+    byte[] bytes = Replica.encode(a);
+    bytes[0] = 1;
+    IllegalStateException e =
+        assertThrows(
+            IllegalStateException.class,
+            () -> Replica.decode(3, bytes, id -> {}, OptionalInt.empty(), 0));
+    assertEquals("request 3 is encoded in version 1, not 2", e.getMessage());
+  }
+}
