@@ -38,9 +38,9 @@ import java.util.List;
  * -Infinity, fails with the host sampler's message.
  *
  * <p>A row with penalties ({@link Penalties}) is first copied on the device and penalized there
- * ({@code penalize_rows}: the same float operations as {@link Penalties#apply}); the token is
- * drawn from the copy, the log probabilities read the raw row. Its distinct prior ids and their
- * output counts go up with the row's settings (8 bytes an id).
+ * ({@code penalize_rows}: the same float operations as {@link Penalties#apply}); the token is drawn
+ * from the copy, the log probabilities read the raw row. Its distinct prior ids and their output
+ * counts go up with the row's settings (8 bytes an id).
  *
  * <p>The caller's thread only, on the device's compute stream, after the kernels that wrote the
  * logits; not thread-safe.

@@ -86,7 +86,9 @@ class DeviceSamplerGpuTest {
           Penalties penalties = null;
           if (rnd.nextInt(3) == 0) {
             penalties = randomPenalties(rnd, vocab);
-            p = p.withPenalties(penalties.presence(), penalties.frequency(), penalties.repetition());
+            p =
+                p.withPenalties(
+                    penalties.presence(), penalties.frequency(), penalties.repetition());
             penalizedRows++;
           }
           specs.add(new RowSampling(p, rnd.nextLong(), rnd.nextInt(0, 5000), top, penalties));
