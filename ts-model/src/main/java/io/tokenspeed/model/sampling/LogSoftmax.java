@@ -142,21 +142,6 @@ public final class LogSoftmax {
 
   /** Restores the max-heap order of {@code heap[0, size)} below {@code i}. */
   private void siftDown(int i, int size) {
-    long k = heap[i];
-    while (true) {
-      int child = 2 * i + 1;
-      if (child >= size) {
-        break;
-      }
-      if (child + 1 < size && heap[child + 1] > heap[child]) {
-        child++;
-      }
-      if (heap[child] <= k) {
-        break;
-      }
-      heap[i] = heap[child];
-      i = child;
-    }
-    heap[i] = k;
+    Sampler.siftDown(heap, i, size);
   }
 }

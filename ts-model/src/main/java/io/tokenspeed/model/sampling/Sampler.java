@@ -292,6 +292,14 @@ public final class Sampler {
   }
 
   private void siftDown(int i, int size) {
+    siftDown(heap, i, size);
+  }
+
+  /**
+   * Restores the max-heap order of {@code heap[0, size)} below {@code i} (the bounded heaps of
+   * top-k here and of {@link LogSoftmax}'s most likely ids).
+   */
+  static void siftDown(long[] heap, int i, int size) {
     long key = heap[i];
     while (true) {
       int child = 2 * i + 1;

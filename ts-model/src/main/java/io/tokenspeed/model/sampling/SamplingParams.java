@@ -3,6 +3,7 @@ package io.tokenspeed.model.sampling;
 import java.util.Objects;
 import java.util.OptionalLong;
 import java.util.Set;
+import java.util.function.Consumer;
 import java.util.function.LongSupplier;
 
 /**
@@ -200,137 +201,94 @@ public record SamplingParams(
   }
 
   public SamplingParams withSeed(long newSeed) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        minP,
-        OptionalLong.of(newSeed),
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.seed = OptionalLong.of(newSeed));
   }
 
   public SamplingParams withTemperature(double newTemperature) {
-    return new SamplingParams(
-        newTemperature,
-        topK,
-        topP,
-        minP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.temperature = newTemperature);
   }
 
   public SamplingParams withTopK(int newTopK) {
-    return new SamplingParams(
-        temperature,
-        newTopK,
-        topP,
-        minP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.topK = newTopK);
   }
 
   public SamplingParams withTopP(double newTopP) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        newTopP,
-        minP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.topP = newTopP);
   }
 
   public SamplingParams withMinP(double newMinP) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        newMinP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.minP = newMinP);
   }
 
   public SamplingParams withMaxTokens(int newMaxTokens) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        minP,
-        seed,
-        newMaxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.maxTokens = newMaxTokens);
   }
 
   public SamplingParams withStopTokenIds(Set<Integer> newStopTokenIds) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        minP,
-        seed,
-        maxTokens,
-        newStopTokenIds,
-        ignoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.stopTokenIds = newStopTokenIds);
   }
 
   public SamplingParams withIgnoreEos(boolean newIgnoreEos) {
-    return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        minP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        newIgnoreEos,
-        presencePenalty,
-        frequencyPenalty,
-        repetitionPenalty);
+    return with(f -> f.ignoreEos = newIgnoreEos);
   }
 
   public SamplingParams withPenalties(double presence, double frequency, double repetition) {
+    return with(
+        f -> {
+          f.presencePenalty = presence;
+          f.frequencyPenalty = frequency;
+          f.repetitionPenalty = repetition;
+        });
+  }
+
+  /**
+   * These params with {@code change} applied to a copy of their fields, checked again by the
+   * canonical constructor: one place that lists every component, whichever one a {@code with}
+   * method changes.
+   */
+  private SamplingParams with(Consumer<Fields> change) {
+    Fields f = new Fields(this);
+    change.accept(f);
     return new SamplingParams(
-        temperature,
-        topK,
-        topP,
-        minP,
-        seed,
-        maxTokens,
-        stopTokenIds,
-        ignoreEos,
-        presence,
-        frequency,
-        repetition);
+        f.temperature,
+        f.topK,
+        f.topP,
+        f.minP,
+        f.seed,
+        f.maxTokens,
+        f.stopTokenIds,
+        f.ignoreEos,
+        f.presencePenalty,
+        f.frequencyPenalty,
+        f.repetitionPenalty);
+  }
+
+  /** The components as a mutable copy, for {@link #with}. */
+  private static final class Fields {
+    double temperature;
+    int topK;
+    double topP;
+    double minP;
+    OptionalLong seed;
+    int maxTokens;
+    Set<Integer> stopTokenIds;
+    boolean ignoreEos;
+    double presencePenalty;
+    double frequencyPenalty;
+    double repetitionPenalty;
+
+    Fields(SamplingParams p) {
+      temperature = p.temperature;
+      topK = p.topK;
+      topP = p.topP;
+      minP = p.minP;
+      seed = p.seed;
+      maxTokens = p.maxTokens;
+      stopTokenIds = p.stopTokenIds;
+      ignoreEos = p.ignoreEos;
+      presencePenalty = p.presencePenalty;
+      frequencyPenalty = p.frequencyPenalty;
+      repetitionPenalty = p.repetitionPenalty;
+    }
   }
 }
