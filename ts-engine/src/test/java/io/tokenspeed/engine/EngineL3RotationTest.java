@@ -20,6 +20,7 @@ import io.tokenspeed.l3.store.file.FileStoreSettings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.StorageConfig;
+import io.tokenspeed.testkit.LiveTree;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
@@ -183,12 +184,9 @@ class EngineL3RotationTest {
     if (!Files.isDirectory(dir)) {
       return Set.of();
     }
-    try (Stream<Path> walk = Files.walk(dir)) {
-      return walk.filter(Files::isRegularFile)
-          .filter(p -> !p.getFileName().toString().startsWith(".tmp-"))
-          .map(p -> dir.relativize(p).toString())
-          .collect(Collectors.toCollection(TreeSet::new));
-    }
+    return LiveTree.publishedFiles(dir).stream()
+        .map(p -> dir.relativize(p).toString())
+        .collect(Collectors.toCollection(TreeSet::new));
   }
 
   /** The namespace directories of a file store under {@code root}. */

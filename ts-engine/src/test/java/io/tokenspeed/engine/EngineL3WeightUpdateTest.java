@@ -15,6 +15,7 @@ import io.tokenspeed.l3.store.file.FileStore;
 import io.tokenspeed.l3.store.file.FileStoreSettings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.testkit.LiveTree;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
@@ -32,7 +33,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
-import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -112,11 +112,7 @@ class EngineL3WeightUpdateTest {
     if (!Files.isDirectory(dir)) {
       return 0;
     }
-    try (Stream<Path> walk = Files.walk(dir)) {
-      return walk.filter(Files::isRegularFile)
-          .filter(p -> !p.getFileName().toString().startsWith(".tmp-"))
-          .count();
-    }
+    return LiveTree.publishedFiles(dir).size();
   }
 
   /**

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.tokenspeed.server.cli.StallingRelay.Hold;
+import io.tokenspeed.testkit.LiveTree;
 import io.tokenspeed.testkit.PrometheusText;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
@@ -1249,11 +1250,9 @@ class FaultMatrixIT {
 
   /** The published object files of a file store (no temporaries, no filler). */
   private static Set<Path> objectFiles(Path store) throws IOException {
-    try (Stream<Path> walk = Files.walk(store)) {
-      return walk.filter(Files::isRegularFile)
-          .filter(f -> f.getFileName().toString().length() == 64)
-          .collect(Collectors.toCollection(HashSet::new));
-    }
+    return LiveTree.regularFiles(store).stream()
+        .filter(f -> f.getFileName().toString().length() == 64)
+        .collect(Collectors.toCollection(HashSet::new));
   }
 
   /**

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.tokenspeed.testkit.LiveTree;
 import java.io.InputStream;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -140,11 +141,7 @@ class ServeTpIT {
     if (!Files.isDirectory(dir)) {
       return 0;
     }
-    try (java.util.stream.Stream<Path> walk = Files.walk(dir)) {
-      return walk.filter(Files::isRegularFile)
-          .filter(f -> !f.getFileName().toString().startsWith(".tmp-"))
-          .count();
-    }
+    return LiveTree.publishedFiles(dir).size();
   }
 
   /** Waits up to 30 s until {@code namespace} holds an object. */
