@@ -631,7 +631,7 @@ public final class CudaApi {
       MemorySegment params,
       String name) {
     try {
-      checkDriver(
+      int status =
           (int)
               cuLaunchKernel.invokeExact(
                   function,
@@ -644,8 +644,11 @@ public final class CudaApi {
                   sharedBytes,
                   stream,
                   params,
-                  MemorySegment.NULL),
-          "cuLaunchKernel(" + name + ", grid " + gridX + "×" + gridY + "×" + gridZ + ")");
+                  MemorySegment.NULL);
+      if (status != 0) { // the call's description is built only for a failure
+        checkDriver(
+            status, "cuLaunchKernel(" + name + ", grid " + gridX + "×" + gridY + "×" + gridZ + ")");
+      }
     } catch (Throwable t) {
       throw rethrow(t);
     }

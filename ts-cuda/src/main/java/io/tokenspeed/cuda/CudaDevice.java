@@ -3,7 +3,6 @@ package io.tokenspeed.cuda;
 import java.io.IOException;
 import java.io.InputStream;
 import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
@@ -40,6 +39,10 @@ public final class CudaDevice implements AutoCloseable {
   private final Map<String, Long> functions = new HashMap<>();
   private final Map<String, Integer> sharedLimits = new HashMap<>();
   private final long compileMillis;
+
+  /** The launches' argument block (see {@link KernelArgs}); also the lock launches take. */
+  private final KernelArgs launchArgs = new KernelArgs(Arena.ofAuto());
+
   private boolean closed;
 
   private CudaDevice(CudaApi api, int ordinal) {
@@ -169,22 +172,9 @@ public final class CudaDevice implements AutoCloseable {
       api.setMaxDynamicShared(f, sharedBytes, name);
       sharedLimits.put(name, sharedBytes);
     }
-    try (Arena a = Arena.ofConfined()) {
-      MemorySegment params = a.allocate(ValueLayout.ADDRESS, Math.max(1, args.length));
-      for (int i = 0; i < args.length; i++) {
-        MemorySegment value =
-            switch (args[i]) {
-              case Long l -> a.allocateFrom(ValueLayout.JAVA_LONG, l);
-              case Integer n -> a.allocateFrom(ValueLayout.JAVA_INT, n);
-              case Float x -> a.allocateFrom(ValueLayout.JAVA_FLOAT, x);
-              case Double x -> a.allocateFrom(ValueLayout.JAVA_DOUBLE, x);
-              default ->
-                  throw new IllegalArgumentException(
-                      name + " argument " + i + " has unsupported type " + args[i].getClass());
-            };
-        params.setAtIndex(ValueLayout.ADDRESS, i, value);
-      }
-      api.launch(f, gridX, gridY, 1, threads, sharedBytes, stream, params, name);
+    synchronized (launchArgs) {
+      api.launch(
+          f, gridX, gridY, 1, threads, sharedBytes, stream, launchArgs.pack(name, args), name);
     }
   }
 
