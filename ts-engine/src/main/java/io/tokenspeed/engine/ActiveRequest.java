@@ -28,6 +28,17 @@ final class ActiveRequest {
   PromptKeys keys;
   Admission admission;
 
+  /**
+   * The scheduler's block tables as of {@link #tablesChanges} changes since {@link
+   * #tablesAdmission}, and their translation into the model's blocks ({@link ForwardStep}: a decode
+   * round reuses them until the scheduler's tables change).
+   */
+  int[][] cacheTables;
+
+  int[][] modelTables;
+  Admission tablesAdmission;
+  int tablesChanges = -1;
+
   /** Whether the State groups' running state lives in the working slot (after a forward). */
   boolean stateInWorkingSlot;
 

@@ -57,6 +57,9 @@ final class ForwardStep {
   private final EngineObserver observer;
   private final Map<Long, ActiveRequest> active;
 
+  /** Whether the layout has State groups, whose tables each chunk builds for itself. */
+  private final boolean hasStateGroups;
+
   /** Times the forward and stamps sampled tokens (the settings' clock). */
   private final LongSupplier nanoClock;
 
@@ -84,6 +87,8 @@ final class ForwardStep {
     this.copies = copies;
     this.observer = observer;
     this.active = active;
+    this.hasStateGroups =
+        layout.groups().stream().anyMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints);
   }
 
   /** Nanoseconds inside the model's forward pass (its sampling included) since start. */
@@ -103,21 +108,25 @@ final class ForwardStep {
       ActiveRequest a = active.get(item.requestId());
       int start = item.startToken();
       int end = start + item.numTokens();
-      int[][] tables = scheduler.blockTables(a.id);
       Admission adm = scheduler.admission(a.id);
       if (adm != a.admission) {
         a.admission = adm;
         a.stateInWorkingSlot = false;
         a.kvTokens = adm.hit(); // on the Device once this round's loads are done
       }
-      for (var g : layout.groups()) {
-        if (g.kind() instanceof GroupKind.StateCheckpoints) {
-          int gid = g.groupId();
-          tables[gid] = stateTable(a, gid, tables[gid], start, end, checkpoints);
+      int[][] tables = modelTables(a, adm);
+      if (hasStateGroups) {
+        tables = tables.clone(); // the State groups' tables are the chunk's own
+        for (var g : layout.groups()) {
+          if (g.kind() instanceof GroupKind.StateCheckpoints) {
+            int gid = g.groupId();
+            int[] t = stateTable(a, gid, a.cacheTables[gid], start, end, checkpoints);
+            tables[gid] = device.modelTable(gid, t);
+          }
         }
       }
       int[] ids = Arrays.copyOfRange(a.tokens, start, end);
-      reqs.add(new ForwardRequest(ids, start, device.modelTables(tables), false));
+      reqs.add(ForwardRequest.sharing(ids, start, tables, false));
       // a prefill chunk before the prompt's end has nothing to sample yet
       rows.add(end == a.known ? a.sampling.rowSampling(a.handle.topLogprobs()) : null);
     }
@@ -137,6 +146,26 @@ final class ForwardStep {
     }
     publishCheckpoints(checkpoints);
     return out;
+  }
+
+  /**
+   * The request's block tables in the model's blocks: translated again only when the scheduler's
+   * tables changed since the last round (a row added every {@code bg} tokens, a window row
+   * released, a new admission), so that a decode round does not translate every request's whole
+   * table. With assertions on (the tests), each reuse is checked against a fresh translation.
+   */
+  private int[][] modelTables(ActiveRequest a, Admission adm) {
+    int changes = scheduler.blockTablesChanges(a.id);
+    if (a.tablesAdmission != adm || a.tablesChanges != changes || a.modelTables == null) {
+      a.cacheTables = scheduler.blockTables(a.id);
+      a.modelTables = device.modelTables(a.cacheTables);
+      a.tablesAdmission = adm;
+      a.tablesChanges = changes;
+    }
+    assert Arrays.deepEquals(a.cacheTables, scheduler.blockTables(a.id))
+            && Arrays.deepEquals(a.modelTables, device.modelTables(a.cacheTables))
+        : "request " + a.id + ": reused block tables differ from the scheduler's";
+    return a.modelTables;
   }
 
   /**

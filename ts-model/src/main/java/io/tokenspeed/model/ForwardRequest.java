@@ -16,15 +16,33 @@ import java.util.Arrays;
  * a sliding-window group, rows entirely left of the chunk's first window (tokens {@code <
  * startPosition - W + 1}) may be holes (0): they are never read.
  *
- * @param tokenIds the tokens computed in this step (at least one)
- * @param startPosition tokens of this request whose KV is already in the blocks
- * @param blockTables per cache group, the request's block table
- * @param allLogits return logits for every token of the chunk (else only for the last)
+ * <p>The public constructor copies the arrays; {@link #sharing} does not.
  */
-public record ForwardRequest(
-    int[] tokenIds, int startPosition, int[][] blockTables, boolean allLogits) {
+public final class ForwardRequest {
+  private final int[] tokenIds;
+  private final int startPosition;
+  private final int[][] blockTables;
+  private final boolean allLogits;
 
-  public ForwardRequest {
+  /** A request over copies of {@code tokenIds} and {@code blockTables}. */
+  public ForwardRequest(int[] tokenIds, int startPosition, int[][] blockTables, boolean allLogits) {
+    this(tokenIds, startPosition, blockTables, allLogits, true);
+  }
+
+  /**
+   * A request over the caller's own arrays, not copied: the caller hands them over and changes none
+   * of them while the batch is in use (the engine's round hands every request's tables to the model
+   * each round, and reuses a decode request's tables from round to round while the scheduler's do
+   * not change; copying each round's tables again cost the loop half its time at 64 running
+   * requests).
+   */
+  public static ForwardRequest sharing(
+      int[] tokenIds, int startPosition, int[][] blockTables, boolean allLogits) {
+    return new ForwardRequest(tokenIds, startPosition, blockTables, allLogits, false);
+  }
+
+  private ForwardRequest(
+      int[] tokenIds, int startPosition, int[][] blockTables, boolean allLogits, boolean copy) {
     if (tokenIds == null || tokenIds.length == 0) {
       throw new IllegalArgumentException("token_ids must hold at least one token");
     }
@@ -35,15 +53,39 @@ public record ForwardRequest(
     if (blockTables == null || blockTables.length == 0) {
       throw new IllegalArgumentException("block_tables must hold one table per cache group");
     }
-    tokenIds = tokenIds.clone();
-    int[][] copy = new int[blockTables.length][];
-    for (int g = 0; g < copy.length; g++) {
+    int[][] tables = copy ? new int[blockTables.length][] : blockTables;
+    for (int g = 0; g < tables.length; g++) {
       if (blockTables[g] == null) {
         throw new IllegalArgumentException("block_tables[" + g + "] is missing");
       }
-      copy[g] = blockTables[g].clone();
+      if (copy) {
+        tables[g] = blockTables[g].clone();
+      }
     }
-    blockTables = copy;
+    this.tokenIds = copy ? tokenIds.clone() : tokenIds;
+    this.startPosition = startPosition;
+    this.blockTables = tables;
+    this.allLogits = allLogits;
+  }
+
+  /** The tokens computed in this step (not a copy: read only). */
+  public int[] tokenIds() {
+    return tokenIds;
+  }
+
+  /** Tokens of this request whose KV is already in the blocks. */
+  public int startPosition() {
+    return startPosition;
+  }
+
+  /** Per cache group, the request's block table (not a copy: read only). */
+  public int[][] blockTables() {
+    return blockTables;
+  }
+
+  /** Whether the step returns logits for every token of the chunk (else only for the last). */
+  public boolean allLogits() {
+    return allLogits;
   }
 
   /** Tokens computed in this step. */

@@ -26,6 +26,9 @@ final class RequestBlocks {
   private final int[][] rows;
   final Admission admission;
 
+  /** How many times {@link #rows} changed since the admission (grown, or window rows released). */
+  private int changes;
+
   RequestBlocks(CacheLayout layout, TierCache device, Admission admission) {
     this.layout = layout;
     this.device = device;
@@ -64,6 +67,7 @@ final class RequestBlocks {
         rows[g] = grown;
       }
     }
+    changes++;
     return true;
   }
 
@@ -77,10 +81,16 @@ final class RequestBlocks {
           if (r[i] != 0) {
             device.unref(r[i]);
             r[i] = 0;
+            changes++;
           }
         }
       }
     }
+  }
+
+  /** Changes of the table since the admission: equal counts, equal tables. */
+  int changes() {
+    return changes;
   }
 
   /**

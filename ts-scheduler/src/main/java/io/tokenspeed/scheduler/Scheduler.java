@@ -925,6 +925,17 @@ public final class Scheduler {
   }
 
   /**
+   * How many times an admitted request's Device block tables changed since its admission (rows
+   * added as it grows, window rows released); -1 when it is not admitted. For one {@link
+   * #admission}, an unchanged count means that {@link #blockTables} would return equal tables: a
+   * caller that translates them every round may keep its translation instead.
+   */
+  public int blockTablesChanges(long id) {
+    Request r = requests.get(id);
+    return r == null || r.blocks == null ? -1 : r.blocks.changes();
+  }
+
+  /**
    * The admission a running request was admitted with (its reused boundary and the Device part of
    * it), or null when it is not admitted.
    */

@@ -39,8 +39,42 @@ class SchedulerPropertyTest {
 
   private static final long MS = 1_000_000L;
 
+  /** A request's block tables as last seen, with the admission and change count they had. */
+  private record SeenTables(Object admission, int changes, int[][] tables) {}
+
+  /**
+   * {@link Scheduler#blockTablesChanges}' promise, which lets the engine keep its translation of a
+   * request's tables: for one admission, an unchanged count means equal tables.
+   */
+  private static void checkTableChanges(
+      Scheduler s, List<Long> known, Map<Long, SeenTables> seen, Coverage cov) {
+    for (long id : known) {
+      int[][] tables = s.blockTables(id);
+      if (tables == null) {
+        assertEquals(-1, s.blockTablesChanges(id), "request " + id + " is not admitted");
+        seen.remove(id);
+        continue;
+      }
+      SeenTables now = new SeenTables(s.admission(id), s.blockTablesChanges(id), tables);
+      SeenTables before = seen.put(id, now);
+      if (before != null && before.admission() == now.admission()) {
+        if (before.changes() == now.changes()) {
+          assertTrue(
+              java.util.Arrays.deepEquals(before.tables(), now.tables()),
+              "request " + id + ": tables changed without a change counted");
+          cov.tablesUnchanged++;
+        } else {
+          assertTrue(now.changes() > before.changes(), "request " + id + ": the count went back");
+          cov.tablesChanged++;
+        }
+      }
+    }
+  }
+
   /** What the sequences exercised (summed over the seeds of the short-sequence test). */
   static final class Coverage {
+    long tablesUnchanged;
+    long tablesChanged;
     long retractionsInBatch;
     long clearsWithPutsInFlight;
     long oldFactsAfterClear;
@@ -85,6 +119,9 @@ class SchedulerPropertyTest {
     if (SHORT.sequences < shortSeeds().count()) {
       return; // a filtered run: the sums would not mean anything
     }
+    assertTrue(
+        SHORT.tablesUnchanged >= 100 && SHORT.tablesChanged >= 100,
+        "tables seen unchanged " + SHORT.tablesUnchanged + ", changed " + SHORT.tablesChanged);
     assertTrue(
         SHORT.retractionsInBatch >= 40, "retractions within a batch: " + SHORT.retractionsInBatch);
     assertTrue(
@@ -146,6 +183,7 @@ class SchedulerPropertyTest {
     Map<Long, Set<Integer>> oldDevice = new HashMap<>();
     Set<CacheKey> oldEvidence = new HashSet<>();
     Set<CacheKey> currentEvidence = new HashSet<>();
+    Map<Long, SeenTables> seenTables = new HashMap<>();
     for (int round = 0; round < rounds; round++) {
       boolean draining = round >= drainAt;
       for (int a = 0; a < (tight ? 2 : 1) && !draining && rnd.nextInt(3) == 0; a++) {
@@ -314,6 +352,7 @@ class SchedulerPropertyTest {
       s.checkInvariants();
       List<HeldBlock> holders = new ArrayList<>(s.heldBlocks());
       f.checkInvariants(holders);
+      checkTableChanges(s, known, seenTables, cov);
     }
     for (long id : new ArrayList<>(pd)) {
       s.onBootstrapAck(id);

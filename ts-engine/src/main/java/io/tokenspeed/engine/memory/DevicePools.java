@@ -204,19 +204,24 @@ public final class DevicePools implements AutoCloseable {
     }
     int[][] out = new int[groups][];
     for (int g = 0; g < groups; g++) {
-      int[] table = cacheTables[g];
-      if (table == null) {
+      if (cacheTables[g] == null) {
         throw new IllegalArgumentException("block table of group " + g + " is missing");
       }
-      out[g] = new int[table.length];
-      Sharding.PageCyclic cyclic =
-          layout.group(g).sharding() instanceof Sharding.PageCyclic pc && pc.shardCount() > 1
-              ? pc
-              : null;
-      for (int i = 0; i < table.length; i++) {
-        boolean others = cyclic != null && table[i] != 0 && cyclic.ownerOf(table[i]) != rank;
-        out[g][i] = others ? 0 : modelBlock(g, table[i]);
-      }
+      out[g] = modelTable(g, cacheTables[g]);
+    }
+    return out;
+  }
+
+  /** One group's table of {@link #modelTables}: {@code table} translated into a new array. */
+  public int[] modelTable(int g, int[] table) {
+    int[] out = new int[table.length];
+    Sharding.PageCyclic cyclic =
+        layout.group(g).sharding() instanceof Sharding.PageCyclic pc && pc.shardCount() > 1
+            ? pc
+            : null;
+    for (int i = 0; i < table.length; i++) {
+      boolean others = cyclic != null && table[i] != 0 && cyclic.ownerOf(table[i]) != rank;
+      out[i] = others ? 0 : modelBlock(g, table[i]);
     }
     return out;
   }
