@@ -931,6 +931,106 @@ extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
   }
 }
 
+// ---------------------------------------------------------------------------------- decode GEMV
+
+// 16 bytes of a weight row, which a product reads once: through the read-only path without
+// taking room in L1, which the activations (read again by every block) keep.
+__device__ __forceinline__ uint4 load_once16(const bf16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 16 bytes through the read-only path, kept in L1 for the next reader.
+__device__ __forceinline__ uint4 load_reused16(const bf16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The product of a few rows (decode batches): y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when
+// accumulate), x and w bf16, float32 accumulation; rows 1 .. GV_ROWS, in % 8 == 0, x and w
+// 16-byte aligned. Its time is that of reading W once from memory, so the layout serves the
+// loads. A block owns GV_OUTS consecutive outputs; its GV_WARPS warps split k, warp v taking the
+// slices of GV_STEPS · 32 k that start at (v + GV_WARPS · i) · GV_STEPS · 32. In a slice, lane
+// (g = lane / 4, q = lane % 4) reads, for each step of 32 k from k, the 8 elements k + 8q ..
+// k + 8q + 7 of weight row o0 + g and of x row g with one 16-byte load each: all 2 · GV_STEPS
+// loads are in flight before the first multiply. The multiply-adds are the tensor cores'
+// (mma.sync m16n8k16, float32 accumulators; tensor throughput is far from the limit here): x is
+// the A operand (its rows 8 .. 15 zero), w the B operand, and the thread's words of either,
+// elements (k + 8q + 2j, k + 8q + 2j + 1) for j = 0 .. 3, fill the k slot pairs 2q and 2q + 8 of
+// two mmas (j = 0, 1 the first, j = 2, 3 the second). A sum over k does not care which slot holds
+// which k as long as x and w agree, so no shuffle or conversion is needed; one weight row per
+// quad of lanes keeps every 32-byte sector whole. x rows from `rows` on and weight rows from
+// `out` on read the last valid row again; their results are dropped.
+// Order: per warp, each mma adds its 16 products to one of two accumulators (elements 0-3 and
+// 4-7 of each 8), slices ascending; then the two accumulators are added, and the warps' sums
+// added in warp order. The order depends on in, never on rows or on the other rows' values.
+// Grid: ceil(out / GV_OUTS). Block: GV_WARPS · 32. Shared memory: static, GV_WARPS · 64 floats.
+#define GV_ROWS 8
+#define GV_OUTS 8
+#define GV_WARPS 8
+#define GV_STEPS 8
+
+extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16(
+    const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  __shared__ float part[GV_WARPS][2][32];
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  int g = lane / 4;
+  int q = lane % 4;
+  int o0 = blockIdx.x * GV_OUTS;
+  const bf16_t* wrow = w + (long long)min(o0 + g, out - 1) * in + 8 * q;
+  const bf16_t* xrow = x + (long long)min(g, rows - 1) * in + 8 * q;
+  float acc0[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc1[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k0 = warp * GV_STEPS * 32; k0 < in; k0 += GV_WARPS * GV_STEPS * 32) {
+    uint4 wv[GV_STEPS], xv[GV_STEPS];
+#pragma unroll
+    for (int s = 0; s < GV_STEPS; s++) {
+      int k = k0 + s * 32;
+      if (k + 8 * q < in) {
+        wv[s] = load_once16(wrow + k);
+        xv[s] = load_reused16(xrow + k);
+      } else {
+        wv[s] = make_uint4(0u, 0u, 0u, 0u);
+        xv[s] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    __syncwarp();  // the lanes leave the tail's branches together: mma.sync needs all 32
+#pragma unroll
+    for (int s = 0; s < GV_STEPS; s++) {
+      unsigned int a0[4] = {xv[s].x, 0u, xv[s].y, 0u};
+      mma_bf16(acc0, a0, wv[s].x, wv[s].y);
+      unsigned int a1[4] = {xv[s].z, 0u, xv[s].w, 0u};
+      mma_bf16(acc1, a1, wv[s].z, wv[s].w);
+    }
+  }
+  // acc[0], acc[1]: x row g, outputs o0 + 2q and o0 + 2q + 1 (acc[2], acc[3]: the zero rows)
+  part[warp][0][lane] = acc0[0] + acc1[0];
+  part[warp][1][lane] = acc0[1] + acc1[1];
+  __syncthreads();
+  // thread t: x row t / 8, output o0 + t % 8, held by lane t / 2 as its value t % 2
+  int t = threadIdx.x;
+  if (t < GV_ROWS * GV_OUTS) {
+    int r = t / GV_OUTS;
+    int o = o0 + t % GV_OUTS;
+    if (r < rows && o < out) {
+      float sum = part[0][t % 2][t / 2];
+#pragma unroll
+      for (int v = 1; v < GV_WARPS; v++) {
+        sum += part[v][t % 2][t / 2];
+      }
+      long long at = (long long)r * out + o;
+      y[at] = accumulate ? y[at] + sum : sum;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sampling on the device: one block of SAMPLE_THREADS threads per sampled row, the CPU sampler's
 // arithmetic (Sampler) reproduced bit for bit. Its sums are of integer weights
