@@ -618,8 +618,28 @@ public final class CudaCausalLm implements AutoCloseable {
    *     the model or the cache
    */
   public ForwardResult forward(ForwardBatch batch, CudaKvCache kv) {
-    int logitRows = runToLogits(batch, kv);
+    int logitRows = enqueue(batch, kv);
     return copyLogits(batch.requests(), logitRows);
+  }
+
+  /** Host nanoseconds spent issuing forward passes (up to their logits, not waiting for them). */
+  private long enqueueNanos;
+
+  /**
+   * Nanoseconds the host spent issuing this model's forward passes so far: building their tables
+   * and launching their kernels, without waiting for the GPU. Beside the GPU's time for the same
+   * passes it tells whether a step is bound by the host's launches (what CUDA graphs would remove)
+   * or by the GPU.
+   */
+  public long enqueueNanos() {
+    return enqueueNanos;
+  }
+
+  private int enqueue(ForwardBatch batch, CudaKvCache kv) {
+    long t0 = System.nanoTime();
+    int rows = runToLogits(batch, kv);
+    enqueueNanos += System.nanoTime() - t0;
+    return rows;
   }
 
   /**
@@ -638,7 +658,7 @@ public final class CudaCausalLm implements AutoCloseable {
       throw new IllegalArgumentException(
           rows.size() + " sampling rows for a batch of " + requests.size() + " requests");
     }
-    int logitRows = runToLogits(batch, kv);
+    int logitRows = enqueue(batch, kv);
     int[] last = new int[requests.size()];
     int through = 0;
     for (int r = 0; r < requests.size(); r++) {

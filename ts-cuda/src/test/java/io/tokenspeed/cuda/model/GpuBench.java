@@ -157,8 +157,10 @@ public final class GpuBench {
               }
               m.forward(new ForwardBatch(prefill), kv);
               double best = Double.MAX_VALUE;
+              double bestEnqueue = 0;
               for (int r = 0; r <= REPEATS; r++) {
                 long s = System.nanoTime();
+                long e0 = m.enqueueNanos();
                 for (int step = 0; step < STEPS; step++) {
                   List<ForwardRequest> decode = new ArrayList<>();
                   for (int i = 0; i < b; i++) {
@@ -173,11 +175,19 @@ public final class GpuBench {
                   m.forward(new ForwardBatch(decode), kv);
                 }
                 double ms = (System.nanoTime() - s) / 1e6 / STEPS;
-                if (r > 0) {
-                  best = Math.min(best, ms);
+                if (r > 0 && ms < best) {
+                  best = ms;
+                  bestEnqueue = (m.enqueueNanos() - e0) / 1e6 / STEPS;
                 }
               }
-              System.out.printf(Locale.ROOT, "ours %s decode %d %.3f%n", mode, b, best);
+              // the host's share: issuing the step's launches, while the GPU may already compute
+              System.out.printf(
+                  Locale.ROOT,
+                  "ours %s decode %d %.3f (host issues its launches in %.3f)%n",
+                  mode,
+                  b,
+                  best,
+                  bestEnqueue);
             }
           }
         }
