@@ -76,7 +76,8 @@ public final class RoundHostCostHarness {
       int clients, int requests, int prefix, int suffix, int maxTokens, boolean print)
       throws Exception {
     int tokensPerRequest = prefix + suffix + maxTokens;
-    int parents = 2 + clients * Math.ceilDiv(tokensPerRequest, P) + Math.ceilDiv(prefix, P);
+    // room for every client's request twice over: a round never waits for Device memory
+    int parents = 4 + 2 * (clients + 1) * Math.ceilDiv(tokensPerRequest, P);
     EngineConfig config = new EngineConfig(P, BG, parents, 1.0, 2048, clients, 0, 1, 4 * clients);
     NullModel model = new NullModel();
     int[] shared = new SplittableRandom(7).ints(prefix, 0, VOCAB).toArray();
@@ -100,7 +101,16 @@ public final class RoundHostCostHarness {
                     RequestHandle h = engine.submit(prompt, SamplingParams.greedy(maxTokens));
                     GenerationResult g = h.result().join();
                     if (g.failure().isPresent() || g.tokens().length != maxTokens) {
-                      failures.incrementAndGet();
+                      if (failures.incrementAndGet() == 1) {
+                        System.err.println(
+                            "first failure: "
+                                + g.error()
+                                + ", "
+                                + g.tokens().length
+                                + " of "
+                                + maxTokens
+                                + " tokens");
+                      }
                     }
                   }
                 },
