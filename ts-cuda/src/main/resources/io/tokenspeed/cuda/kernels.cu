@@ -359,7 +359,6 @@ extern "C" __global__ void paged_attention_tiled(
     }
   }
   int pos = positions[t];
-  int minPos = positions[row0];
   int maxPos = positions[row0 + count - 1];
   const int* table = tables + (long long)tokenRequest[row0] * tableStride;
   float m = NEG_INF;
@@ -705,6 +704,308 @@ __device__ __forceinline__ void flash_attention(
 
 FLASH_ATTENTION(64, 2, flash_attention_d64, 2)
 FLASH_ATTENTION(128, 1, flash_attention_d128, 1)
+
+// ---------------------------------------------------------------------------------- split-KV decode
+
+// Decode attention split over the keys (flash-decoding) for the bf16 pool of the tensor-core
+// models. In decode a request has one token, so the flash kernel runs one block per (request, KV
+// head): at batch 1 a long context streams its keys through a handful of multiprocessors. Here a
+// token's keys 0 .. pos are cut into splits of consecutive positions; decode_attention_split_dD
+// computes, per (token, KV head, split), the partial softmax of the split for every query head of
+// the KV head (its maximum m, its sum l and its unnormalized output acc, float32) and
+// decode_attention_combine merges a token's splits by their maxima. Scores are in base 2 as in the
+// flash kernel: s = (q·k)·scale·log2(e) with q rounded to bf16 as the flash kernel's fragments
+// are, p = 2^(s − m); the probabilities stay float32 (the flash kernel rounds them to bf16 for its
+// mma), so the two paths agree to the rounding of p and of the output, not bit for bit: the split
+// path serves non-deterministic models only.
+//
+// Splits: a token whose keys are 0 .. n−1 takes splits of split_size(n) positions, splitKeys or
+// the least multiple of it that keeps the splits at most `cap` (CudaCausalLm.splitSize is the same
+// rule; the grid's maxSplits, min(cap, ceil(longest context / splitKeys)), bounds every token's
+// splits, which do not grow with the context), so a split is a whole number of splitKeys-position
+// units and the last one is short. The partials of split s of (token t, query head h) sit at row (t·H + h)·maxSplits + s of
+// partM, partL ([t][H][maxSplits]) and partAcc ([t][H][maxSplits][D]).
+
+#define DS_WARPS 4
+#define DS_HEADS 8
+
+// Positions per split of a token whose keys are 0 .. n−1.
+__device__ __forceinline__ int split_size(int n, int splitKeys, int cap) {
+  int units = (n + splitKeys - 1) / splitKeys;
+  return splitKeys * ((units + cap - 1) / cap);
+}
+
+// Eight bf16 (16 bytes, the first in the low half of r.x) to float32.
+__device__ __forceinline__ void unpack_bf16x8(uint4 r, float* f) {
+  f[0] = __uint_as_float(r.x << 16);
+  f[1] = __uint_as_float(r.x & 0xffff0000u);
+  f[2] = __uint_as_float(r.y << 16);
+  f[3] = __uint_as_float(r.y & 0xffff0000u);
+  f[4] = __uint_as_float(r.z << 16);
+  f[5] = __uint_as_float(r.z & 0xffff0000u);
+  f[6] = __uint_as_float(r.w << 16);
+  f[7] = __uint_as_float(r.w & 0xffff0000u);
+}
+
+// Kernel 1: the partial attention of one split. A block takes one decode token, one KV head and up
+// to DS_HEADS of its query heads (a slice of the group: groups above DS_HEADS take several
+// blocks, each reading the keys again), and one split; blocks past the token's own splits exit.
+// Its warps take the split's keys 32 at a time (warp w the chunks w, w + DS_WARPS, ...):
+//   scores: lane j reads key c0 + j's row whole (16-byte loads), dots it with every query of the
+//           slice (held in shared memory as float32, read as float4 broadcasts) in dimension order;
+//   softmax: per head the chunk's maximum by butterfly, the warp's running m, the rescale of what
+//           it has, p = 2^(s − m) into shared memory, and l as a per-lane sum;
+//   values: 16-byte loads again, D/8 lanes a row, so a step reads 32·16 bytes of 32/(D/8) rows;
+//           each lane adds p·v into its 8 dimensions for every head, keys in position order of its
+//           rows.
+// At the end the lanes holding the same dimensions and then the warps merge by their maxima, in
+// a fixed order. A token with a single split writes its bf16 output directly (acc / l, the flash
+// kernel's format); otherwise the block writes its partials for decode_attention_combine.
+// Grid: (tokens · K · ceil(group / DS_HEADS), maxSplits). Block: 32 · DS_WARPS. Shared memory
+// (static): queries DS_HEADS·D, probabilities DS_WARPS·DS_HEADS·32, the warps' outputs
+// DS_WARPS·DS_HEADS·D floats, their m and l, and the chunk's row offsets.
+template <int D>
+__device__ __forceinline__ void decode_attention_split(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, int H, int K, int splitKeys, int cap, int maxSplits,
+    float scale, float* partM, float* partL, float* partAcc, bf16_t* out) {
+  constexpr int LPR = D / 8;     // lanes a value row takes, 8 dimensions (16 bytes) each
+  constexpr int RPS = 32 / LPR;  // value rows a warp reads per step
+  __shared__ __align__(16) float qs[DS_HEADS][D];
+  __shared__ float ps[DS_WARPS][DS_HEADS][32];
+  __shared__ __align__(16) float accs[DS_WARPS][DS_HEADS][D];
+  __shared__ float ms[DS_WARPS][DS_HEADS];
+  __shared__ float ls[DS_WARPS][DS_HEADS];
+  __shared__ long long rows[DS_WARPS][32];  // byte offset of a chunk key's block and slot
+
+  int group = H / K;
+  int slices = (group + DS_HEADS - 1) / DS_HEADS;
+  int slice = (int)(blockIdx.x % slices);
+  int kvHead = (int)((blockIdx.x / slices) % K);
+  int t = (int)(blockIdx.x / slices / K);
+  int split = blockIdx.y;
+  int n = positions[t] + 1;
+  int per = split_size(n, splitKeys, cap);
+  int splits = (n + per - 1) / per;
+  if (split >= splits) {
+    return;
+  }
+  int k0 = split * per;
+  int k1 = min(k0 + per, n);
+  int h0 = kvHead * group + slice * DS_HEADS;  // the slice's first query head
+  int heads = min(DS_HEADS, group - slice * DS_HEADS);
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  const int* table = tables + (long long)tokenRequest[t] * tableStride;
+
+  const float* qt = q + ((long long)t * H + h0) * D;
+  for (int i = threadIdx.x; i < DS_HEADS * D; i += blockDim.x) {
+    int h = i / D;
+    qs[h][i % D] = h < heads ? bf16_to_float(float_to_bf16(qt[i])) : 0.f;
+  }
+  __syncthreads();
+
+  float scaleLog2 = scale * 1.4426950408889634f;
+  float m[DS_HEADS], l[DS_HEADS], acc[DS_HEADS][8];
+#pragma unroll
+  for (int h = 0; h < DS_HEADS; h++) {
+    m[h] = NEG_INF;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      acc[h][i] = 0.f;
+    }
+  }
+  int sub = lane / LPR;    // the row of a value step this lane reads
+  int piece = lane % LPR;  // and its 16 bytes: dimensions 8·piece .. 8·piece + 7
+
+  for (int c0 = k0 + warp * 32; c0 < k1; c0 += DS_WARPS * 32) {
+    int key = c0 + lane;
+    bool valid = key < k1;
+    long long at = 0;
+    if (valid) {
+      at = (long long)table[key / blockTokens] * bytesPerBlock +
+           ((long long)kvHead * blockTokens + key % blockTokens) * (D * 2);
+    }
+    rows[warp][lane] = at;
+    float s[DS_HEADS];
+#pragma unroll
+    for (int h = 0; h < DS_HEADS; h++) {
+      s[h] = 0.f;
+    }
+    if (valid) {
+      const uint4* kr = (const uint4*)(pool + kOffset + at);
+      uint4 raw[D / 8];
+#pragma unroll
+      for (int c = 0; c < D / 8; c++) {
+        raw[c] = kr[c];
+      }
+#pragma unroll
+      for (int c = 0; c < D / 8; c++) {
+        float k[8];
+        unpack_bf16x8(raw[c], k);
+#pragma unroll
+        for (int h = 0; h < DS_HEADS; h++) {
+          if (h < heads) {
+            float4 qa = *(const float4*)&qs[h][c * 8];
+            float4 qb = *(const float4*)&qs[h][c * 8 + 4];
+            float v = s[h];
+            v = fmaf(qa.x, k[0], v);
+            v = fmaf(qa.y, k[1], v);
+            v = fmaf(qa.z, k[2], v);
+            v = fmaf(qa.w, k[3], v);
+            v = fmaf(qb.x, k[4], v);
+            v = fmaf(qb.y, k[5], v);
+            v = fmaf(qb.z, k[6], v);
+            v = fmaf(qb.w, k[7], v);
+            s[h] = v;
+          }
+        }
+      }
+    }
+    // the chunk holds key c0 < k1 (lane 0), so every head's new maximum is finite; the first
+    // rescale is 2^(−inf) = 0
+#pragma unroll
+    for (int h = 0; h < DS_HEADS; h++) {
+      if (h < heads) {
+        float sh = valid ? s[h] * scaleLog2 : NEG_INF;
+        float mNew = fmaxf(m[h], warp_max(sh));
+        float correction = fast_exp2(m[h] - mNew);
+        float p = valid ? fast_exp2(sh - mNew) : 0.f;
+        m[h] = mNew;
+        l[h] = fmaf(l[h], correction, p);
+        ps[warp][h][lane] = p;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          acc[h][i] *= correction;
+        }
+      }
+    }
+    __syncwarp();
+    int count = min(32, k1 - c0);
+#pragma unroll 4
+    for (int j0 = 0; j0 < 32; j0 += RPS) {
+      int j = j0 + sub;
+      if (j < count) {
+        uint4 raw = ((const uint4*)(pool + vOffset + rows[warp][j]))[piece];
+        float v[8];
+        unpack_bf16x8(raw, v);
+#pragma unroll
+        for (int h = 0; h < DS_HEADS; h++) {
+          if (h < heads) {
+            float p = ps[warp][h][j];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+              acc[h][i] = fmaf(p, v[i], acc[h][i]);
+            }
+          }
+        }
+      }
+    }
+    __syncwarp();  // ps and rows are the next chunk's
+  }
+
+  // the warp's lanes of the same dimensions (lane, lane + LPR, ...), then its l
+#pragma unroll
+  for (int h = 0; h < DS_HEADS; h++) {
+    if (h < heads) {
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+#pragma unroll
+        for (int o = LPR; o < 32; o <<= 1) {
+          acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], o);
+        }
+      }
+      float sum = warp_sum(l[h]);
+      if (lane < LPR) {
+        *(float4*)&accs[warp][h][piece * 8] =
+            make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        *(float4*)&accs[warp][h][piece * 8 + 4] =
+            make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+      }
+      if (lane == 0) {
+        ms[warp][h] = m[h];
+        ls[warp][h] = sum;
+      }
+    }
+  }
+  __syncthreads();
+  // the warps, in warp order (a warp without keys has m = −inf, l = 0, acc = 0: weight 0)
+  for (int i = threadIdx.x; i < heads * D; i += blockDim.x) {
+    int h = i / D;
+    int e = i % D;
+    float mMax = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < DS_WARPS; w++) {
+      mMax = fmaxf(mMax, ms[w][h]);
+    }
+    float a = 0.f;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < DS_WARPS; w++) {
+      float f = fast_exp2(ms[w][h] - mMax);
+      a = fmaf(accs[w][h][e], f, a);
+      sum = fmaf(ls[w][h], f, sum);
+    }
+    long long row = (long long)t * H + h0 + h;
+    if (splits == 1) {
+      out[row * D + e] = float_to_bf16(a * (1.f / sum));
+    } else {
+      long long at = row * maxSplits + split;
+      partAcc[at * D + e] = a;
+      if (e == 0) {
+        partM[at] = mMax;
+        partL[at] = sum;
+      }
+    }
+  }
+}
+
+// MIN_BLOCKS: blocks per multiprocessor the registers must allow
+#define DECODE_ATTENTION_SPLIT(D, NAME, MIN_BLOCKS)                                              \
+  extern "C" __global__ void __launch_bounds__(32 * DS_WARPS, MIN_BLOCKS) NAME(                 \
+      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
+      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
+      const int* tables, int tableStride, int H, int K, int splitKeys, int cap, int maxSplits,  \
+      float scale, float* partM, float* partL, float* partAcc, bf16_t* out) {                   \
+    decode_attention_split<D>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, positions, \
+                              tokenRequest, tables, tableStride, H, K, splitKeys, cap,          \
+                              maxSplits, scale, partM, partL, partAcc, out);                    \
+  }
+
+DECODE_ATTENTION_SPLIT(64, decode_attention_split_d64, 3)
+DECODE_ATTENTION_SPLIT(128, decode_attention_split_d128, 3)
+
+// Kernel 2: out[t][h·d + e] = Σ_s acc_s[e]·2^(m_s − M) / Σ_s l_s·2^(m_s − M), M = max_s m_s, over
+// the token's own splits in split order, rounded to bf16; tokens with a single split were
+// written by kernel 1 and are skipped. Grid: tokens · H. Block: d (a thread per dimension).
+extern "C" __global__ void decode_attention_combine(
+    const int* positions, int H, int d, int splitKeys, int cap, int maxSplits, const float* partM,
+    const float* partL, const float* partAcc, bf16_t* out) {
+  int t = blockIdx.x / H;
+  int h = blockIdx.x % H;
+  int e = threadIdx.x;
+  int n = positions[t] + 1;
+  int per = split_size(n, splitKeys, cap);
+  int splits = (n + per - 1) / per;
+  if (splits == 1 || e >= d) {
+    return;
+  }
+  long long row = ((long long)t * H + h) * maxSplits;
+  float mMax = NEG_INF;
+  for (int s = 0; s < splits; s++) {
+    mMax = fmaxf(mMax, partM[row + s]);
+  }
+  float a = 0.f;
+  float sum = 0.f;
+  for (int s = 0; s < splits; s++) {
+    float f = fast_exp2(partM[row + s] - mMax);
+    a = fmaf(partAcc[(row + s) * d + e], f, a);
+    sum = fmaf(partL[row + s], f, sum);
+  }
+  out[((long long)t * H + h) * d + e] = float_to_bf16(a * (1.f / sum));
+}
 
 // ---------------------------------------------------------------------------------- MLP and misc
 

@@ -51,6 +51,16 @@ import java.util.List;
  * <p>It reads and writes KV exactly where the CPU model does (the same {@link CacheLayout}, float32
  * values), so blocks restored from a store, or computed by a CPU replica, serve it unchanged. Like
  * the CPU model it never chooses blocks: a forward pass is handed block tables.
+ *
+ * <p>System property {@value #SPLIT_KV_PROPERTY} = {@code on|off} (default {@code off}, read once):
+ * with {@code on}, a batch of decode tokens only (one token per request) whose longest context is
+ * at least {@value #SPLIT_MIN_CONTEXT} positions runs its attention split over the keys
+ * (flash-decoding: {@code decode_attention_split_d64/d128} then {@code decode_attention_combine}),
+ * so that a long context at a small batch spreads over the multiprocessors instead of taking one
+ * block per (request, KV head). Only with the tensor-core attention and only when the model is not
+ * deterministic: the split path rounds the softmax's probabilities differently from the flash
+ * kernel, so a token's logits would depend on whether its batch took it. Any other value than
+ * {@code on} is {@code off}.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -60,6 +70,39 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** FA_ROWS of kernels.cu: the (token, query head) rows of a tensor-core attention block. */
   private static final int FLASH_ROWS = 128;
+
+  /** The system property that turns the split-KV decode on ({@code on}) or off ({@code off}). */
+  static final String SPLIT_KV_PROPERTY = "tokenspeed.cuda.splitkv";
+
+  /** The mode {@link #SPLIT_KV_PROPERTY} gives every model, read once. */
+  private static final SplitKv SPLIT_KV_DEFAULT =
+      splitKvMode(System.getProperty(SPLIT_KV_PROPERTY));
+
+  /**
+   * Key positions of a split, the unit splits grow by when a context would need more than the cap:
+   * a multiple of every power-of-two block size up to it, and eight chunks of 32 keys, two for each
+   * warp of a block.
+   */
+  static final int SPLIT_KEYS = 256;
+
+  /** The shortest longest-context of a batch for which {@link SplitKv#AUTO} splits. */
+  static final int SPLIT_MIN_CONTEXT = 1024;
+
+  /** The most splits of one token (the grid's second dimension and the partials' stride). */
+  static final int SPLIT_MAX = 128;
+
+  /**
+   * Blocks of the split kernel a batch aims at per multiprocessor: the cap on splits per token is
+   * this many blocks over the blocks one split of every token takes, so long contexts at small
+   * batches fill the device about four times over while the partials (and the combine) stay small.
+   */
+  static final int SPLIT_BLOCKS_PER_SM = 4;
+
+  /** DS_HEADS of kernels.cu: the query heads of a KV head one split block serves. */
+  static final int SPLIT_HEADS = 8;
+
+  /** DS_WARPS of kernels.cu: the warps of a split block. */
+  private static final int SPLIT_WARPS = 4;
 
   private record Layer(
       DeviceBuffer inputNorm,
@@ -92,6 +135,17 @@ public final class CudaCausalLm implements AutoCloseable {
   private final boolean kvBf16;
 
   private Workspace workspace;
+
+  /** When decode batches take the split-KV attention. */
+  private SplitKv splitKv = SPLIT_KV_DEFAULT;
+
+  /**
+   * The split-KV partials (m, l, acc: float32), grown to the largest plan seen; null until then.
+   */
+  private DeviceBuffer splitPartials;
+
+  /** Forward passes that took the split-KV attention. */
+  private long splitForwards;
 
   private CudaCausalLm(
       CudaDevice device,
@@ -441,6 +495,262 @@ public final class CudaCausalLm implements AutoCloseable {
     this.attention = kernel;
   }
 
+  /** When a decode batch takes the split-KV attention. */
+  enum SplitKv {
+    /** Never: the flash kernel for every batch. */
+    OFF,
+    /**
+     * Batches of decode tokens whose longest context is at least {@link #SPLIT_MIN_CONTEXT} and
+     * whose plan gives that context two splits or more.
+     */
+    AUTO,
+    /**
+     * Every batch of decode tokens, whatever its contexts (tests compare it with the flash kernel).
+     */
+    ALWAYS
+  }
+
+  /**
+   * The mode a value of {@link #SPLIT_KV_PROPERTY} gives: {@code on} is AUTO, anything else OFF.
+   */
+  static SplitKv splitKvMode(String value) {
+    return "on".equals(value) ? SplitKv.AUTO : SplitKv.OFF;
+  }
+
+  /**
+   * How a batch's decode attention is split: a token whose context is {@code n} positions takes
+   * {@link #splitsOf} splits of {@link #splitSize} positions, and {@code maxSplits} bounds them for
+   * every token of the batch (the split kernel's second grid dimension, the partials' stride).
+   */
+  record SplitPlan(int splitKeys, int cap, int maxSplits) {}
+
+  /**
+   * Positions per split of a context of {@code n} positions: {@code splitKeys}, or the least
+   * multiple of it that keeps the splits at most {@code cap} (split_size of kernels.cu).
+   */
+  static int splitSize(int n, int splitKeys, int cap) {
+    return splitKeys * Math.ceilDiv(Math.ceilDiv(n, splitKeys), cap);
+  }
+
+  /** Splits of a context of {@code n} positions (the last one may be short). */
+  static int splitsOf(int n, int splitKeys, int cap) {
+    return Math.ceilDiv(n, splitSize(n, splitKeys, cap));
+  }
+
+  /**
+   * The split plan of a batch, or null for the flash kernel: only a batch of decode tokens (one per
+   * request) splits; under {@link SplitKv#AUTO} only when its longest context is at least {@link
+   * #SPLIT_MIN_CONTEXT} and gets two splits or more. The cap on splits per token aims at {@link
+   * #SPLIT_BLOCKS_PER_SM} blocks per multiprocessor over the blocks one split of every token takes
+   * ({@code tokens · kvHeads · ⌈group / SPLIT_HEADS⌉}), between 1 and {@link #SPLIT_MAX}: a large
+   * batch fills the device with few splits, and the partials stay about that many blocks' worth.
+   */
+  static SplitPlan splitPlan(
+      SplitKv mode,
+      boolean pureDecode,
+      int numTokens,
+      int maxContext,
+      int kvHeads,
+      int group,
+      int multiprocessors) {
+    if (mode == SplitKv.OFF || !pureDecode) {
+      return null;
+    }
+    if (mode == SplitKv.AUTO && maxContext < SPLIT_MIN_CONTEXT) {
+      return null;
+    }
+    long perSplit = (long) numTokens * kvHeads * Math.ceilDiv(group, SPLIT_HEADS);
+    long target = (long) SPLIT_BLOCKS_PER_SM * multiprocessors;
+    int cap = Math.clamp(Math.ceilDiv(target, perSplit), 1, SPLIT_MAX);
+    int splits = maxSplits(maxContext, SPLIT_KEYS, cap);
+    if (mode == SplitKv.AUTO && splits < 2) {
+      return null;
+    }
+    return new SplitPlan(SPLIT_KEYS, cap, splits);
+  }
+
+  /**
+   * A bound on {@link #splitsOf} for every context up to {@code maxContext}: the splits do not grow
+   * with the context (65 positions in units of 32 under a cap of 3 take three splits of 32, 97 take
+   * two of 64), but they are at most the cap and at most the units of the context.
+   */
+  static int maxSplits(int maxContext, int splitKeys, int cap) {
+    return Math.min(cap, Math.ceilDiv(maxContext, splitKeys));
+  }
+
+  /** Bytes of the partials of {@code plan} for a batch: m, l and acc per (token, head, split). */
+  static long splitPartialBytes(SplitPlan plan, int numTokens, int heads, int headDim) {
+    return (long) numTokens * heads * plan.maxSplits() * (headDim + 2) * Float.BYTES;
+  }
+
+  /**
+   * Turns the split-KV decode on for every batch of decode tokens, whatever its contexts ({@link
+   * SplitKv#ALWAYS}), or off, over what {@link #SPLIT_KV_PROPERTY} chose.
+   *
+   * @throws IllegalArgumentException for a model without the tensor-core attention, or a
+   *     deterministic one (its logits must not depend on the path its batch took)
+   */
+  void useSplitKv(boolean on) {
+    if (!kvBf16 || deterministic) {
+      throw new IllegalArgumentException(
+          "the split-KV decode needs the tensor-core attention and a non-deterministic model: "
+              + attention
+              + (deterministic ? ", deterministic" : ""));
+    }
+    this.splitKv = on ? SplitKv.ALWAYS : SplitKv.OFF;
+  }
+
+  /** Forward passes so far that took the split-KV attention. */
+  long splitForwards() {
+    return splitForwards;
+  }
+
+  /**
+   * Launches the split-KV decode attention of {@code numTokens} decode tokens: the partials of
+   * every (token, KV head, head slice, split) into {@code partials} ({@link #splitPartialBytes}: m
+   * {@code [t][H][maxSplits]}, then l, then acc {@code [t][H][maxSplits][d]}, float32), then their
+   * merge into {@code out} (bf16 {@code [t][H·d]}, where the flash kernel writes). The other
+   * arguments are the flash kernel's.
+   */
+  static void launchSplitDecode(
+      CudaDevice device,
+      SplitPlan plan,
+      int headDim,
+      int numTokens,
+      int heads,
+      int kvHeads,
+      long q,
+      long pool,
+      long bytesPerBlock,
+      long kOffset,
+      long vOffset,
+      int blockTokens,
+      long positions,
+      long tokenRequest,
+      long tables,
+      int tableStride,
+      float scale,
+      long partials,
+      long out) {
+    long rows = (long) numTokens * heads * plan.maxSplits();
+    long partM = partials;
+    long partL = partials + rows * Float.BYTES;
+    long partAcc = partials + 2 * rows * Float.BYTES;
+    int slices = Math.ceilDiv(heads / kvHeads, SPLIT_HEADS);
+    device.launch(
+        "decode_attention_split_d" + headDim,
+        Math.multiplyExact(numTokens, Math.multiplyExact(kvHeads, slices)),
+        plan.maxSplits(),
+        32 * SPLIT_WARPS,
+        0,
+        q,
+        pool,
+        bytesPerBlock,
+        kOffset,
+        vOffset,
+        blockTokens,
+        positions,
+        tokenRequest,
+        tables,
+        tableStride,
+        heads,
+        kvHeads,
+        plan.splitKeys(),
+        plan.cap(),
+        plan.maxSplits(),
+        scale,
+        partM,
+        partL,
+        partAcc,
+        out);
+    if (plan.maxSplits() > 1) {
+      // tokens of a single split were written by the split kernel; the combine skips them
+      device.launch(
+          "decode_attention_combine",
+          Math.multiplyExact(numTokens, heads),
+          1,
+          headDim,
+          0,
+          positions,
+          heads,
+          headDim,
+          plan.splitKeys(),
+          plan.cap(),
+          plan.maxSplits(),
+          partM,
+          partL,
+          partAcc,
+          out);
+    }
+  }
+
+  /**
+   * Launches the tensor-core attention of {@code numTiles} tiles ({@code tiles}: first row and
+   * count per tile, at most {@code FLASH_ROWS / group} tokens of one request each) into {@code out}
+   * (bf16 {@code [t][H·d]}).
+   */
+  static void launchFlash(
+      CudaDevice device,
+      int headDim,
+      int numTiles,
+      int heads,
+      int kvHeads,
+      long q,
+      long pool,
+      long bytesPerBlock,
+      long kOffset,
+      long vOffset,
+      int blockTokens,
+      long positions,
+      long tokenRequest,
+      long tables,
+      int tableStride,
+      long tiles,
+      float scale,
+      long out) {
+    device.launch(
+        "flash_attention_d" + headDim,
+        numTiles,
+        kvHeads,
+        // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
+        headDim == 64 ? FLASH_ROWS : 2 * FLASH_ROWS,
+        0,
+        q,
+        pool,
+        bytesPerBlock,
+        kOffset,
+        vOffset,
+        blockTokens,
+        positions,
+        tokenRequest,
+        tables,
+        tableStride,
+        tiles,
+        numTiles,
+        heads,
+        kvHeads,
+        scale,
+        out);
+  }
+
+  /**
+   * The split-KV partials for {@code bytes}, grown to at least twice their old size when they do
+   * not fit (after the compute stream's work that may still read the old ones).
+   */
+  private long splitPartials(long bytes) {
+    DeviceBuffer b = splitPartials;
+    if (b == null || b.bytes() < bytes) {
+      long size = b == null ? bytes : Math.max(bytes, 2 * b.bytes());
+      if (b != null) {
+        device.synchronize();
+        b.close();
+        splitPartials = null;
+      }
+      splitPartials = device.allocate(size);
+    }
+    return splitPartials.pointer();
+  }
+
   /**
    * The name of the attention arithmetic, for the deployment identity: KV computed by one kernel
    * family is not bit-identical to another's.
@@ -707,12 +1017,16 @@ public final class CudaCausalLm implements AutoCloseable {
     int bg = kv.layout().group(0).blockGranularity();
     int stride = 1;
     int logitRows = 0;
+    boolean pureDecode = true;
+    int maxContext = 0;
     for (int r = 0; r < requests.size(); r++) {
       ForwardRequest req = requests.get(r);
       validate(r, req, kv);
       stride =
           Math.max(stride, kv.layout().group(0).rowsFor(req.startPosition() + req.numTokens()));
       logitRows += req.numLogitRows();
+      pureDecode &= req.numTokens() == 1;
+      maxContext = Math.max(maxContext, req.startPosition() + req.numTokens());
     }
     // per token: id, position, request; per logit row: its token; then the attention's tiles
     int group = d.numHeads() / d.numKvHeads();
@@ -721,6 +1035,17 @@ public final class CudaCausalLm implements AutoCloseable {
     if (kernel == Attention.TENSOR_CORE) {
       tileTokens = FLASH_ROWS / group;
     }
+    SplitPlan split =
+        kernel == Attention.TENSOR_CORE && !deterministic
+            ? splitPlan(
+                splitKv,
+                pureDecode,
+                numTokens,
+                maxContext,
+                d.numKvHeads(),
+                group,
+                device.multiprocessors())
+            : null;
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
@@ -775,6 +1100,11 @@ public final class CudaCausalLm implements AutoCloseable {
     long actF32 = bf ? 0L : act;
     long actBf16 = bf ? act : 0L;
     long pool = kv.base(0);
+    long partials =
+        split == null ? 0L : splitPartials(splitPartialBytes(split, numTokens, heads, d.headDim()));
+    if (split != null) {
+      splitForwards++;
+    }
 
     device.launch(
         bf ? "embed_bf16" : "embed_f32",
@@ -831,14 +1161,34 @@ public final class CudaCausalLm implements AutoCloseable {
       long kOff = kv.fieldOffset(0, "layers." + l + ".k");
       long vOff = kv.fieldOffset(0, "layers." + l + ".v");
       long bpb = kv.layout().group(0).bytesPerBlock();
-      if (kernel == Attention.TENSOR_CORE) {
-        device.launch(
-            "flash_attention_d" + hd,
-            numTiles,
+      if (split != null) {
+        launchSplitDecode(
+            device,
+            split,
+            hd,
+            numTokens,
+            heads,
             kvHeads,
-            // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
-            hd == 64 ? FLASH_ROWS : 2 * FLASH_ROWS,
-            0,
+            ws.q.pointer(),
+            pool,
+            bpb,
+            kOff,
+            vOff,
+            bg,
+            positions,
+            tokenRequest,
+            ws.tables.pointer(),
+            stride,
+            scale,
+            partials,
+            act);
+      } else if (kernel == Attention.TENSOR_CORE) {
+        launchFlash(
+            device,
+            hd,
+            numTiles,
+            heads,
+            kvHeads,
             ws.q.pointer(),
             pool,
             bpb,
@@ -850,9 +1200,6 @@ public final class CudaCausalLm implements AutoCloseable {
             ws.tables.pointer(),
             stride,
             tileTable,
-            numTiles,
-            heads,
-            kvHeads,
             scale,
             act);
       } else if (kernel == Attention.TILED) {
@@ -978,6 +1325,10 @@ public final class CudaCausalLm implements AutoCloseable {
     if (workspace != null) {
       workspace.close();
       workspace = null;
+    }
+    if (splitPartials != null) {
+      splitPartials.close();
+      splitPartials = null;
     }
     for (DeviceBuffer b : owned) {
       b.close();

@@ -23,7 +23,8 @@ import java.util.SplittableRandom;
  * whether they are bit-identical).
  *
  * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
- * normal, deterministic, float32-attention: normal GEMMs with the float32 attention), for example
+ * normal, deterministic, float32-attention: normal GEMMs with the float32 attention, split-kv:
+ * normal with the split-KV decode attention for every decode batch, decode only), for example
  * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
@@ -31,6 +32,7 @@ public final class GpuBench {
   private static final int STEPS = 32;
   private static final int REPEATS = 3;
   private static final int CHUNK = 512;
+  private static final int CONTEXT_CHUNK = 8192;
 
   private GpuBench() {}
 
@@ -58,18 +60,24 @@ public final class GpuBench {
         CudaCausalLm.Attention attention =
             mode.equals("float32-attention") ? CudaCausalLm.Attention.TILED : null;
         try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det, attention)) {
+          boolean splitKv = mode.equals("split-kv");
+          if (splitKv) {
+            m.useSplitKv(true);
+          }
           System.out.printf(
               Locale.ROOT,
               "ours %s load %.1f s, attention %s%n",
               mode,
               (System.nanoTime() - l0) / 1e9,
               m.attentionName());
+          int maxBatch = Arrays.stream(batches).max().orElse(0);
           int maxTokens =
-              Math.max(Arrays.stream(prefills).max().orElse(0), 64 * (context + STEPS + 1));
+              Math.max(Arrays.stream(prefills).max().orElse(0), maxBatch * (context + STEPS + 1));
           int blocks = 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
           try (CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(BLOCK, BLOCK), blocks)) {
             SplittableRandom rnd = new SplittableRandom(1);
-            for (int n : prefills) {
+            // prefill batches never split: the split-kv mode times decode only
+            for (int n : splitKv ? new int[0] : prefills) {
               if (!mode.equals("normal") && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
@@ -107,7 +115,7 @@ public final class GpuBench {
               }
             }
             // the engine's way: chunks of 512 tokens, each attending over the chunks before it
-            for (int n : prefills) {
+            for (int n : splitKv ? new int[0] : prefills) {
               if (n > 8192) {
                 continue;
               }
@@ -144,18 +152,20 @@ public final class GpuBench {
             for (int b : batches) {
               int rows = Math.ceilDiv(context + STEPS + 1, BLOCK);
               List<int[]> tables = new ArrayList<>();
-              List<ForwardRequest> prefill = new ArrayList<>();
               for (int i = 0; i < b; i++) {
                 int[] table = sequential(1 + i * rows, rows);
                 tables.add(table);
-                prefill.add(
-                    new ForwardRequest(
-                        rnd.ints(context, 0, m.vocabSize()).toArray(),
-                        0,
-                        new int[][] {table},
-                        false));
+                // one request at a time, in chunks: long contexts at large batches fit the scratch
+                int[] ids = rnd.ints(context, 0, m.vocabSize()).toArray();
+                for (int from = 0; from < context; from += CONTEXT_CHUNK) {
+                  int to = Math.min(context, from + CONTEXT_CHUNK);
+                  m.forward(
+                      ForwardBatch.of(
+                          new ForwardRequest(
+                              Arrays.copyOfRange(ids, from, to), from, new int[][] {table}, false)),
+                      kv);
+                }
               }
-              m.forward(new ForwardBatch(prefill), kv);
               double best = Double.MAX_VALUE;
               double bestEnqueue = 0;
               for (int r = 0; r <= REPEATS; r++) {

@@ -1,0 +1,178 @@
+package io.tokenspeed.cuda.model;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cuda.model.CudaCausalLm.SplitKv;
+import io.tokenspeed.cuda.model.CudaCausalLm.SplitPlan;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * When a batch takes the split-KV decode attention and how many splits its tokens get: the Java
+ * side of the plan, whose rule the kernels repeat ({@code split_size} in kernels.cu) to find each
+ * token's own splits.
+ */
+class SplitKvPlanTest {
+
+  /** An H100's multiprocessors. */
+  static final int SMS = 132;
+
+  @Test
+  void shouldBeOffUnlessThePropertySaysOn() {
+    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(null));
+    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode("off"));
+    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode("ON"));
+    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(""));
+    assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode("on"));
+    assertEquals("tokenspeed.cuda.splitkv", CudaCausalLm.SPLIT_KV_PROPERTY);
+  }
+
+  @Test
+  void shouldSplitNothingWhenOffOrWhenABatchIsNotPureDecode() {
+    for (SplitKv mode : SplitKv.values()) {
+      assertNull(CudaCausalLm.splitPlan(mode, false, 1, 32768, 8, 4, SMS), mode + " prefill");
+    }
+    assertNull(CudaCausalLm.splitPlan(SplitKv.OFF, true, 1, 32768, 8, 4, SMS));
+  }
+
+  @Test
+  void shouldSplitUnderAutoFromTheMinimumContextOn() {
+    assertNull(
+        CudaCausalLm.splitPlan(
+            SplitKv.AUTO, true, 1, CudaCausalLm.SPLIT_MIN_CONTEXT - 1, 8, 4, SMS));
+    // batch 1, 8 KV heads of 4 query heads: the cap aims at 4 · 132 blocks, ⌈528 / 8⌉ = 66
+    assertEquals(
+        new SplitPlan(256, 66, 4),
+        CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, CudaCausalLm.SPLIT_MIN_CONTEXT, 8, 4, SMS));
+    // 32768 positions are 128 units of 256: over the cap, 64 splits of 512 positions (the grid
+    // bounds them by the cap)
+    assertEquals(64, CudaCausalLm.splitsOf(32768, 256, 66));
+    assertEquals(
+        new SplitPlan(256, 66, 66),
+        CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 32768, 8, 4, SMS));
+    // a batch of 16 on 8 KV heads: ⌈528 / 128⌉ = 5 splits at most
+    assertEquals(
+        new SplitPlan(256, 5, 5), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 16, 20000, 8, 4, SMS));
+  }
+
+  @Test
+  void shouldNotSplitUnderAutoWhenTheBatchAloneFillsTheDevice() {
+    // 66 tokens · 8 KV heads = 528 blocks: the cap is 1
+    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 66, 32768, 8, 4, SMS));
+    assertEquals(
+        new SplitPlan(256, 1, 1),
+        CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 66, 32768, 8, 4, SMS));
+    // 65 tokens: the cap is 2
+    assertEquals(
+        new SplitPlan(256, 2, 2), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 65, 32768, 8, 4, SMS));
+  }
+
+  @Test
+  void shouldSplitEveryDecodeBatchWhenAlwaysWhateverItsContexts() {
+    assertEquals(
+        new SplitPlan(256, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 1, 8, 4, SMS));
+    assertEquals(
+        new SplitPlan(256, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 17, 8, 4, SMS));
+    assertEquals(
+        new SplitPlan(256, 66, 4),
+        CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 1000, 8, 4, SMS));
+  }
+
+  @Test
+  void shouldCountAGroupAboveEightQueryHeadsAsSeveralBlocks() {
+    // 16 query heads per KV head take two blocks per split: the cap halves
+    assertEquals(
+        new SplitPlan(256, 33, 33),
+        CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 16384, 8, 16, SMS));
+    assertEquals(32, CudaCausalLm.splitsOf(16384, 256, 33));
+    assertEquals(
+        new SplitPlan(256, 66, 64),
+        CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 16384, 8, 8, SMS));
+    assertEquals(64, CudaCausalLm.splitsOf(16384, 256, 66));
+  }
+
+  @Test
+  void shouldCapTheSplitsOfASmallDevice() {
+    // one multiprocessor, one KV head: ⌈4 / 1⌉ = 4
+    assertEquals(
+        new SplitPlan(256, 4, 4), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 100000, 1, 1, 1));
+    // many multiprocessors: at most SPLIT_MAX
+    SplitPlan p = CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 1 << 20, 1, 1, 10000);
+    assertEquals(CudaCausalLm.SPLIT_MAX, p.cap());
+    assertEquals(CudaCausalLm.SPLIT_MAX, p.maxSplits());
+  }
+
+  @ParameterizedTest
+  @CsvSource({
+    "1, 256, 66, 256, 1",
+    "17, 256, 66, 256, 1",
+    "256, 256, 66, 256, 1",
+    "257, 256, 66, 256, 2",
+    "1000, 256, 66, 256, 4",
+    "16896, 256, 66, 256, 66",
+    "16897, 256, 66, 512, 34",
+    "20000, 256, 5, 4096, 5",
+    "20000, 256, 1, 20224, 1",
+    "100, 32, 3, 64, 2"
+  })
+  void shouldSizeSplitsInWholeUnitsOfSplitKeys(
+      int n, int splitKeys, int cap, int size, int splits) {
+    assertEquals(size, CudaCausalLm.splitSize(n, splitKeys, cap));
+    assertEquals(splits, CudaCausalLm.splitsOf(n, splitKeys, cap));
+  }
+
+  /** The grid's bound holds every shorter context's splits, though they do not grow with it. */
+  @Test
+  void shouldBoundTheSplitsOfEveryShorterContext() {
+    assertEquals(3, CudaCausalLm.splitsOf(65, 32, 3));
+    assertEquals(2, CudaCausalLm.splitsOf(97, 32, 3));
+    assertEquals(3, CudaCausalLm.maxSplits(97, 32, 3));
+    for (int splitKeys : new int[] {32, 256}) {
+      for (int cap = 1; cap <= 40; cap++) {
+        int most = 0;
+        for (int n = 1; n <= 12_000; n++) {
+          most = Math.max(most, CudaCausalLm.splitsOf(n, splitKeys, cap));
+          int bound = CudaCausalLm.maxSplits(n, splitKeys, cap);
+          String at = "n=" + n + " splitKeys=" + splitKeys + " cap=" + cap;
+          assertTrue(most <= bound, at);
+          assertTrue(bound <= cap, at);
+        }
+      }
+    }
+  }
+
+  /**
+   * Every split holds keys, the splits cover the context, there are at most cap of them, and their
+   * size is the least whole number of units that allows it.
+   */
+  @Test
+  void shouldCoverEveryContextWithNonEmptySplitsUpToTheCap() {
+    Random rnd = new Random(3);
+    for (int i = 0; i < 100_000; i++) {
+      int n = 1 + rnd.nextInt(i % 2 == 0 ? 5000 : 1 << 20);
+      int splitKeys = 32 << rnd.nextInt(5);
+      int cap = 1 + rnd.nextInt(CudaCausalLm.SPLIT_MAX);
+      int size = CudaCausalLm.splitSize(n, splitKeys, cap);
+      int splits = CudaCausalLm.splitsOf(n, splitKeys, cap);
+      String at = "n=" + n + " splitKeys=" + splitKeys + " cap=" + cap;
+      assertEquals(0, size % splitKeys, at);
+      assertTrue(splits >= 1 && splits <= cap, at);
+      assertTrue((long) splits * size >= n, at + ": covered");
+      assertTrue((long) (splits - 1) * size < n, at + ": the last split holds keys");
+      // the least such size: one unit less would need more than cap splits
+      assertTrue(size == splitKeys || Math.ceilDiv(n, size - splitKeys) > cap, at + ": least");
+    }
+  }
+
+  @Test
+  void shouldSizeThePartialsPerTokenHeadAndSplit() {
+    // m and l, then d floats of acc, per (token, head, split)
+    assertEquals(
+        3L * 12 * 5 * (64 + 2) * 4,
+        CudaCausalLm.splitPartialBytes(new SplitPlan(256, 5, 5), 3, 12, 64));
+  }
+}
