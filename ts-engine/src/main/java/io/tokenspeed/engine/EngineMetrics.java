@@ -118,21 +118,38 @@ public record EngineMetrics(
    *     by rank, as each last sent them through the exchange (a follower sends its figures when it
    *     takes a snapshot of its own, at most about once a second while busy; so they are at most a
    *     couple of seconds older than this snapshot); empty elsewhere and before they arrive
+   * @param lateCompletionReports completion reports of operations already agreed, which the
+   *     replica's agreement dropped (an owner's second report, arriving late): the same on every
+   *     rank, never agreed twice
    */
   public record Storage(
       boolean pending,
       L3Metrics executor,
       Transfers transfers,
-      Map<Integer, L3Metrics> otherRanks) {
+      Map<Integer, L3Metrics> otherRanks,
+      long lateCompletionReports) {
     public Storage {
       Objects.requireNonNull(executor, "executor");
       Objects.requireNonNull(transfers, "transfers");
       otherRanks = Collections.unmodifiableMap(new TreeMap<>(otherRanks));
+      if (lateCompletionReports < 0) {
+        throw new IllegalArgumentException(
+            "late_completion_reports=" + lateCompletionReports + " must be >= 0");
+      }
     }
 
-    /** A single rank's figures (no other ranks). */
+    /** Figures with the other ranks' executors and no late completion report. */
+    public Storage(
+        boolean pending,
+        L3Metrics executor,
+        Transfers transfers,
+        Map<Integer, L3Metrics> otherRanks) {
+      this(pending, executor, transfers, otherRanks, 0);
+    }
+
+    /** A single rank's figures (no other ranks, no late completion report). */
     public Storage(boolean pending, L3Metrics executor, Transfers transfers) {
-      this(pending, executor, transfers, Map.of());
+      this(pending, executor, transfers, Map.of(), 0);
     }
   }
 

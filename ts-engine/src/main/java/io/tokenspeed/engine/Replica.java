@@ -230,6 +230,10 @@ final class Replica implements AutoCloseable {
     return rank;
   }
 
+  long lateCompletionReports() {
+    return exchange.lateReports();
+  }
+
   int size() {
     return size;
   }

@@ -601,7 +601,11 @@ final class Round {
       l3 =
           Optional.of(
               new EngineMetrics.Storage(
-                  pending, executor, EngineMetrics.Transfers.of(stm), otherRankExecutors));
+                  pending,
+                  executor,
+                  EngineMetrics.Transfers.of(stm),
+                  otherRankExecutors,
+                  replica.lateCompletionReports()));
     }
     EngineMetrics m =
         new EngineMetrics(nowNs, running, waiting, usage(cache.device()), usage(cache.host()), l3);

@@ -491,6 +491,11 @@ public final class ServerMetrics {
             + " written, or backups held back after a refusal (not those of a store that refuses"
             + " persistently).",
         cb -> cb.call(storage().map(s -> s.pending() ? 1 : 0).orElse(0)));
+    callbackCounter(
+        "tokenspeed:l3_late_completion_reports",
+        "Completion reports of L3 operations that were already agreed, dropped by the replica's"
+            + " agreement (an owner's second report, arriving late); the same on every rank.",
+        cb -> cb.call(storage().map(EngineMetrics.Storage::lateCompletionReports).orElse(0L)));
     transferCounter(
         "tokenspeed:l3_soft_timeouts",
         "Waits for L3 ended by their soft deadline (client detachment counts neither here nor in"

@@ -69,6 +69,7 @@ class ServerMetricsTest {
             "tokenspeed:l3_put_existing_keys_total",
             "tokenspeed:l3_configuration_failures_total",
             "tokenspeed:l3_soft_timeouts_total",
+            "tokenspeed:l3_late_completion_reports_total",
             "tokenspeed:l3_ready_expirations_total",
             "tokenspeed:l3_pressure_bypasses_total",
             "tokenspeed:l3_published_blocks_total",
@@ -201,7 +202,8 @@ class ServerMetricsTest {
               i(rnd),
               i(rnd),
               n(rnd));
-      storage = Optional.of(new EngineMetrics.Storage(rnd.nextBoolean(), executor, t));
+      storage =
+          Optional.of(new EngineMetrics.Storage(rnd.nextBoolean(), executor, t, Map.of(), n(rnd)));
     }
     return new EngineMetrics(timeNs, i(rnd), i(rnd), usage(rnd), usage(rnd), storage);
   }
@@ -316,6 +318,9 @@ class ServerMetricsTest {
         m.storage().map(s -> s.pending() ? 1 : 0).orElse(0),
         value(f, "tokenspeed:l3_storage_pending"));
     eq(t.map(Transfers::softTimeouts).orElse(0L), value(f, "tokenspeed:l3_soft_timeouts_total"));
+    eq(
+        m.storage().map(EngineMetrics.Storage::lateCompletionReports).orElse(0L),
+        value(f, "tokenspeed:l3_late_completion_reports_total"));
     eq(
         t.map(Transfers::readyExpirations).orElse(0L),
         value(f, "tokenspeed:l3_ready_expirations_total"));
