@@ -25,6 +25,19 @@ import java.util.Locale;
  * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.gemv=on} where a script builds that command line (as {@code
  * bin/test-gpu --bench} does). Deterministic mode never takes this path: its products stay on the
  * fixed-order kernel whatever the switch says.
+ *
+ * <p>Deterministic mode's bf16 products (with {@code in} a multiple of 8) run on {@code
+ * gemm_fixed_bf16_mma}, 64 × 128 outputs a block. {@code gemm_fixed_bf16_mma_v2} gives the same
+ * bits, because every output is the same chain of tensor-core steps over k in ascending order in
+ * both, from 128 × 256 tiles fed by a cp.async pipeline: the layout prefill's thousands of rows
+ * need, and too coarse for a few rows (its blocks would leave most multiprocessors idle). The
+ * system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v1} (the default, until the
+ * second has been measured on the GPU) keeps every product on the first kernel; {@code v2} sends a
+ * product to the second when it has more rows than one block of the first and enough 128 × 256
+ * tiles to occupy half the GPU's multiprocessors ({@link #fixedOrderKernel}). Choosing by shape
+ * keeps deterministic mode's promise only because the bits agree: a row's result still does not
+ * depend on the rows beside it. The property is read once, when the class loads, like the one above
+ * ({@code -Dtokenspeed.cuda.fixedgemm=v2}).
  */
 public final class Gemm {
 
@@ -48,6 +61,43 @@ public final class Gemm {
 
   /** Threads per block of {@code gemv_bf16} (GV_WARPS · 32 in kernels.cu). */
   private static final int GEMV_THREADS = 256;
+
+  /** The system property that picks the fixed-order bf16 kernel (see the class comment). */
+  static final String FIXED_GEMM_PROPERTY = "tokenspeed.cuda.fixedgemm";
+
+  /**
+   * Whether deterministic mode may send bf16 products to {@code gemm_fixed_bf16_mma_v2}: the
+   * property, read once.
+   */
+  static final boolean FIXED_GEMM_V2 = fixedGemmSwitch(System.getProperty(FIXED_GEMM_PROPERTY));
+
+  /** Rows per block of {@code gemm_fixed_bf16_mma} (GT_ROWS in kernels.cu). */
+  static final int V1_ROWS = 64;
+
+  /** Outputs per block of {@code gemm_fixed_bf16_mma} (GT_OUTS). */
+  static final int V1_OUTS = 128;
+
+  /** Threads per block of {@code gemm_fixed_bf16_mma}. */
+  private static final int V1_THREADS = 128;
+
+  /** Rows per block of {@code gemm_fixed_bf16_mma_v2} (F2_ROWS in kernels.cu). */
+  static final int V2_ROWS = 128;
+
+  /** Outputs per block of {@code gemm_fixed_bf16_mma_v2} (F2_OUTS). */
+  static final int V2_OUTS = 256;
+
+  /** Threads per block of {@code gemm_fixed_bf16_mma_v2} (F2_THREADS). */
+  private static final int V2_THREADS = 256;
+
+  /**
+   * Dynamic shared memory of {@code gemm_fixed_bf16_mma_v2}: F2_STAGES (4) slices of F2_K (64) k
+   * for its 128 x rows and 256 w rows, bf16 (192 KiB; {@link CudaDevice#launch} raises the kernel's
+   * limit).
+   */
+  static final int V2_SHARED_BYTES = 4 * (V2_ROWS + V2_OUTS) * 64 * 2;
+
+  private static final String V1_KERNEL = "gemm_fixed_bf16_mma";
+  private static final String V2_KERNEL = "gemm_fixed_bf16_mma_v2";
 
   private static final int OP_N = 0;
   private static final int OP_T = 1;
@@ -194,34 +244,86 @@ public final class Gemm {
   }
 
   /**
+   * The switch's value: {@code v1} or {@code v2} (either case, spaces around ignored), {@code v1}
+   * when unset; true for {@code v2}. Anything else is refused, so that a misspelt value does not
+   * silently measure the other kernel.
+   */
+  static boolean fixedGemmSwitch(String value) {
+    if (value == null) {
+      return false;
+    }
+    return switch (value.strip().toLowerCase(Locale.ROOT)) {
+      case "v1" -> false;
+      case "v2" -> true;
+      default ->
+          throw new IllegalArgumentException(
+              FIXED_GEMM_PROPERTY + " must be v1 or v2, not \"" + value + "\"");
+    };
+  }
+
+  /**
+   * The kernel deterministic mode runs a product on: for bf16 with {@code in} a multiple of 8,
+   * {@code gemm_fixed_bf16_mma}, or with {@code v2} its twin {@code gemm_fixed_bf16_mma_v2} when
+   * the product has more rows than one block of the first and its 128 × 256 tiles number at least
+   * half of the GPU's {@code multiprocessors} (one block of the second fills a multiprocessor;
+   * below that the first kernel's smaller blocks spread better); else the one-thread-per-output
+   * kernels. The two tensor-core kernels give the same bits, so this choice by shape keeps a row's
+   * result independent of the rows beside it.
+   */
+  static String fixedOrderKernel(
+      boolean v2, int type, int rows, int in, int out, int multiprocessors) {
+    if (type != R_16BF) {
+      return "gemm_fixed_f32";
+    }
+    if (in % 8 != 0) {
+      return "gemm_fixed_bf16";
+    }
+    long tiles = (long) Math.ceilDiv(rows, V2_ROWS) * Math.ceilDiv(out, V2_OUTS);
+    if (v2 && rows > V1_ROWS && 2 * tiles >= multiprocessors) {
+      return V2_KERNEL;
+    }
+    return V1_KERNEL;
+  }
+
+  /**
    * The fixed-order kernels: bf16 on the tensor cores ({@code gemm_fixed_bf16_mma}, 64 × 128
-   * outputs a block, k in ascending slices of 32) where {@code in} is a multiple of 8, else one
-   * thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
+   * outputs a block, k in ascending slices of 32, or {@code gemm_fixed_bf16_mma_v2}, the same bits
+   * from 128 × 256 outputs a block; see {@link #fixedOrderKernel}) where {@code in} is a multiple
+   * of 8, else one thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
    */
   private void applyFixedOrder(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
-    int acc = accumulate ? 1 : 0;
-    if (type == R_16BF && in % 8 == 0) {
-      device.launch(
-          "gemm_fixed_bf16_mma",
-          Math.ceilDiv(out, 128),
-          Math.ceilDiv(rows, 64),
-          128,
-          0,
-          x,
-          w,
-          y,
-          rows,
-          in,
-          out,
-          acc);
-      return;
+    String kernel = fixedOrderKernel(FIXED_GEMM_V2, type, rows, in, out, device.multiprocessors());
+    switch (kernel) {
+      case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
+      case V2_KERNEL -> applyFixedOrderV2(x, w, y, rows, in, out, accumulate);
+      default ->
+          device.launch(
+              kernel,
+              Math.ceilDiv(out, 16),
+              Math.ceilDiv(rows, 16),
+              256,
+              0,
+              x,
+              w,
+              y,
+              rows,
+              in,
+              out,
+              accumulate ? 1 : 0);
     }
+  }
+
+  /**
+   * {@code y = x · wᵀ} (or {@code +=}) through {@code gemm_fixed_bf16_mma}, whatever the switch:
+   * bf16 x and w (16-byte aligned), {@code in} a multiple of 8, float32 y.
+   */
+  void applyFixedOrderV1(long x, long w, long y, int rows, int in, int out, boolean accumulate) {
     device.launch(
-        type == R_16BF ? "gemm_fixed_bf16" : "gemm_fixed_f32",
-        Math.ceilDiv(out, 16),
-        Math.ceilDiv(rows, 16),
-        256,
+        V1_KERNEL,
+        Math.ceilDiv(out, V1_OUTS),
+        Math.ceilDiv(rows, V1_ROWS),
+        V1_THREADS,
         0,
         x,
         w,
@@ -229,6 +331,28 @@ public final class Gemm {
         rows,
         in,
         out,
-        acc);
+        accumulate ? 1 : 0);
+  }
+
+  /**
+   * {@code y = x · wᵀ} (or {@code +=}) through {@code gemm_fixed_bf16_mma_v2}, whatever the switch
+   * and the shape: the same bits as {@link #applyFixedOrderV1}, for the same arguments. Its blocks
+   * form one dimension of grid (the kernel orders the tiles itself).
+   */
+  void applyFixedOrderV2(long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+    int blocks = Math.multiplyExact(Math.ceilDiv(rows, V2_ROWS), Math.ceilDiv(out, V2_OUTS));
+    device.launch(
+        V2_KERNEL,
+        blocks,
+        1,
+        V2_THREADS,
+        V2_SHARED_BYTES,
+        x,
+        w,
+        y,
+        rows,
+        in,
+        out,
+        accumulate ? 1 : 0);
   }
 }

@@ -8,8 +8,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import org.junit.jupiter.api.Test;
 
 /**
- * Which products {@link Gemm#apply} sends to the few-row kernel {@code gemv_bf16}, and how the
- * {@code tokenspeed.cuda.gemv} switch reads: decided on the host, so checked without a GPU.
+ * Which products {@link Gemm#apply} sends to the few-row kernel {@code gemv_bf16} and, in
+ * deterministic mode, to which fixed-order kernel, and how the {@code tokenspeed.cuda.gemv} and
+ * {@code tokenspeed.cuda.fixedgemm} switches read: decided on the host, so checked without a GPU.
  */
 class GemmRoutingTest {
   private static final long X = 0x7f00_0000_1000L;
@@ -58,5 +59,46 @@ class GemmRoutingTest {
     assertTrue(e.getMessage().contains("tokenspeed.cuda.gemv"), e::getMessage);
     // what this JVM was started with (unset in the build: off)
     assertEquals(Gemm.gemvSwitch(System.getProperty(Gemm.GEMV_PROPERTY)), Gemm.GEMV);
+  }
+
+  @Test
+  void shouldReadTheFixedGemmSwitchAsV1OrV2AndV1WhenUnset() {
+    assertFalse(Gemm.fixedGemmSwitch(null));
+    assertFalse(Gemm.fixedGemmSwitch("v1"));
+    assertFalse(Gemm.fixedGemmSwitch(" V1"));
+    assertTrue(Gemm.fixedGemmSwitch("v2"));
+    assertTrue(Gemm.fixedGemmSwitch("V2 "));
+    for (String bad : new String[] {"", "2", "v3", "on", "v2x"}) {
+      IllegalArgumentException e =
+          assertThrows(IllegalArgumentException.class, () -> Gemm.fixedGemmSwitch(bad), bad);
+      assertTrue(e.getMessage().contains("tokenspeed.cuda.fixedgemm"), e::getMessage);
+      assertTrue(e.getMessage().contains("v1 or v2"), e::getMessage);
+    }
+    // what this JVM was started with (unset in the build: v1)
+    assertEquals(
+        Gemm.fixedGemmSwitch(System.getProperty(Gemm.FIXED_GEMM_PROPERTY)), Gemm.FIXED_GEMM_V2);
+  }
+
+  @Test
+  void shouldSendPrefillToTheSecondFixedOrderKernelOnlyWhenTheSwitchSaysV2() {
+    int sms = 132;
+    String v1 = "gemm_fixed_bf16_mma";
+    String v2 = "gemm_fixed_bf16_mma_v2";
+    for (int rows : new int[] {2048, 8192}) {
+      for (int[] nk : new int[][] {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
+        assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, nk[1], nk[0], sms));
+        assertEquals(v1, Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, nk[1], nk[0], sms));
+      }
+    }
+    // few rows, or too few 128 × 256 tiles to occupy half the multiprocessors: the first kernel
+    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 1, 4096, 6144, sms));
+    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 64, 4096, 28672, sms));
+    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 512, 4096, 4096, sms));
+    assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 65, 4096, 28672, sms));
+    assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 1024, 4096, 4096, sms));
+    // in not a multiple of 8, float32: the one-thread-per-output kernels whatever the switch
+    assertEquals(
+        "gemm_fixed_bf16", Gemm.fixedOrderKernel(true, Gemm.R_16BF, 4096, 4100, 4096, sms));
+    assertEquals("gemm_fixed_f32", Gemm.fixedOrderKernel(true, Gemm.R_32F, 4096, 4096, 4096, sms));
   }
 }
