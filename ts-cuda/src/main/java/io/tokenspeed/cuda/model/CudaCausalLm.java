@@ -35,6 +35,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
@@ -51,6 +52,18 @@ import java.util.List;
  * <p>It reads and writes KV exactly where the CPU model does (the same {@link CacheLayout}, float32
  * values), so blocks restored from a store, or computed by a CPU replica, serve it unchanged. Like
  * the CPU model it never chooses blocks: a forward pass is handed block tables.
+ *
+ * <p>The system property {@code tokenspeed.cuda.flash} picks the kernel of the tensor-core
+ * attention: {@code v1} (the default, until {@code v2} has been measured on the GPU) runs {@code
+ * flash_attention_d64/d128}, {@code v2} runs {@code flash_attention_v2_d64/d128}, written for long
+ * prefills (each warp 32 query rows, so a fragment of keys or values read from shared memory feeds
+ * two row tiles; keys and values copied into a second shared buffer by {@code cp.async} while the
+ * current tile is computed); any other value is refused when the class loads. Both take the same
+ * tiles of {@code FA_ROWS} (token, query head) rows, and {@code v2} runs {@code v1}'s arithmetic in
+ * {@code v1}'s order (the GPU test checks their bits against each other), so the attention's name
+ * in the deployment identity is the same for both. It is read once, when the class loads: pass it
+ * on the java command line ({@code -Dtokenspeed.cuda.flash=v2}), or as {@code
+ * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.flash=v2} where a script builds that command line.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -60,6 +73,18 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** FA_ROWS of kernels.cu: the (token, query head) rows of a tensor-core attention block. */
   private static final int FLASH_ROWS = 128;
+
+  /** The system property that picks the flash kernel (see the class comment). */
+  static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
+
+  /** Whether the tensor-core attention runs {@code flash_attention_v2}: the property, read once. */
+  static final boolean FLASH_V2 = flashSwitch(System.getProperty(FLASH_PROPERTY));
+
+  /** FA2_KEYS of kernels.cu: the keys of one pipeline stage of {@code flash_attention_v2}. */
+  private static final int FLASH_V2_KEYS = 64;
+
+  /** FA2_WARPS of kernels.cu, in threads. */
+  private static final int FLASH_V2_THREADS = 128;
 
   private record Layer(
       DeviceBuffer inputNorm,
@@ -92,6 +117,9 @@ public final class CudaCausalLm implements AutoCloseable {
   private final boolean kvBf16;
 
   private Workspace workspace;
+
+  /** Whether the tensor-core attention runs {@code flash_attention_v2} ({@link #FLASH_V2}). */
+  private boolean flashV2 = FLASH_V2;
 
   private CudaCausalLm(
       CudaDevice device,
@@ -442,6 +470,62 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
+   * Switches the tensor-core attention between {@code flash_attention} ({@code false}) and {@code
+   * flash_attention_v2} ({@code true}) whatever {@link #FLASH_PROPERTY} says, so that one process
+   * can compare them. Both use the same tiles and the same KV pool.
+   */
+  void useFlashV2(boolean v2) {
+    this.flashV2 = v2;
+  }
+
+  /**
+   * The value of {@link #FLASH_PROPERTY}: {@code v1} (or none) or {@code v2}, any case, spaces
+   * around ignored.
+   *
+   * @throws IllegalArgumentException for anything else, naming the property
+   */
+  static boolean flashSwitch(String value) {
+    if (value == null) {
+      return false;
+    }
+    return switch (value.strip().toLowerCase(Locale.ROOT)) {
+      case "v1" -> false;
+      case "v2" -> true;
+      default ->
+          throw new IllegalArgumentException(
+              FLASH_PROPERTY + " must be v1 or v2, not \"" + value + "\"");
+    };
+  }
+
+  /** The flash kernel for head size {@code headDim} (64 or 128). */
+  static String flashKernel(int headDim, boolean v2) {
+    return (v2 ? "flash_attention_v2_d" : "flash_attention_d") + headDim;
+  }
+
+  /** Threads per block of {@link #flashKernel}. */
+  static int flashThreads(int headDim, boolean v2) {
+    if (v2) {
+      return FLASH_V2_THREADS;
+    }
+    // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
+    return headDim == 64 ? FLASH_ROWS : 2 * FLASH_ROWS;
+  }
+
+  /**
+   * Dynamic shared memory of {@link #flashKernel}, in bytes: none for {@code v1} (static arrays);
+   * for {@code v2} two stages of K and V of {@link #FLASH_V2_KEYS} rows of {@code headDim + 8}
+   * bf16, and at head size 128 the block's {@link #FLASH_ROWS} query rows as well
+   * (FLASH_ATTENTION_V2's QSHARED in kernels.cu).
+   */
+  static int flashSharedBytes(int headDim, boolean v2) {
+    if (!v2) {
+      return 0;
+    }
+    int row = (headDim + 8) * 2;
+    return 2 * 2 * FLASH_V2_KEYS * row + (headDim == 128 ? FLASH_ROWS * row : 0);
+  }
+
+  /**
    * The name of the attention arithmetic, for the deployment identity: KV computed by one kernel
    * family is not bit-identical to another's.
    */
@@ -719,7 +803,7 @@ public final class CudaCausalLm implements AutoCloseable {
     int tileTokens = Math.max(1, Math.min(8, 16 / group));
     Attention kernel = attention == Attention.TILED && group > 32 ? Attention.PER_TOKEN : attention;
     if (kernel == Attention.TENSOR_CORE) {
-      tileTokens = FLASH_ROWS / group;
+      tileTokens = FLASH_ROWS / group; // flash_attention and flash_attention_v2 alike
     }
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
@@ -833,12 +917,11 @@ public final class CudaCausalLm implements AutoCloseable {
       long bpb = kv.layout().group(0).bytesPerBlock();
       if (kernel == Attention.TENSOR_CORE) {
         device.launch(
-            "flash_attention_d" + hd,
+            flashKernel(hd, flashV2),
             numTiles,
             kvHeads,
-            // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
-            hd == 64 ? FLASH_ROWS : 2 * FLASH_ROWS,
-            0,
+            flashThreads(hd, flashV2),
+            flashSharedBytes(hd, flashV2),
             ws.q.pointer(),
             pool,
             bpb,
