@@ -35,6 +35,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
@@ -61,6 +62,18 @@ import java.util.List;
  * deterministic: the split path rounds the softmax's probabilities differently from the flash
  * kernel, so a token's logits would depend on whether its batch took it. Any other value than
  * {@code on} is {@code off}.
+ *
+ * <p>The system property {@code tokenspeed.cuda.flash} picks the kernel of the tensor-core
+ * attention: {@code v1} (the default, until {@code v2} has been measured on the GPU) runs {@code
+ * flash_attention_d64/d128}, {@code v2} runs {@code flash_attention_v2_d64/d128}, written for long
+ * prefills (each warp 32 query rows, so a fragment of keys or values read from shared memory feeds
+ * two row tiles; keys and values copied into a second shared buffer by {@code cp.async} while the
+ * current tile is computed); any other value is refused when the class loads. Both take the same
+ * tiles of {@code FA_ROWS} (token, query head) rows, and {@code v2} runs {@code v1}'s arithmetic in
+ * {@code v1}'s order (the GPU test checks their bits against each other), so the attention's name
+ * in the deployment identity is the same for both. It is read once, when the class loads: pass it
+ * on the java command line ({@code -Dtokenspeed.cuda.flash=v2}), or as {@code
+ * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.flash=v2} where a script builds that command line.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -104,6 +117,18 @@ public final class CudaCausalLm implements AutoCloseable {
   /** DS_WARPS of kernels.cu: the warps of a split block. */
   private static final int SPLIT_WARPS = 4;
 
+  /** The system property that picks the flash kernel (see the class comment). */
+  static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
+
+  /** Whether the tensor-core attention runs {@code flash_attention_v2}: the property, read once. */
+  static final boolean FLASH_V2 = flashSwitch(System.getProperty(FLASH_PROPERTY));
+
+  /** FA2_KEYS of kernels.cu: the keys of one pipeline stage of {@code flash_attention_v2}. */
+  private static final int FLASH_V2_KEYS = 64;
+
+  /** FA2_WARPS of kernels.cu, in threads. */
+  private static final int FLASH_V2_THREADS = 128;
+
   private record Layer(
       DeviceBuffer inputNorm,
       DeviceBuffer qkv,
@@ -146,6 +171,9 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** Forward passes that took the split-KV attention. */
   private long splitForwards;
+
+  /** Whether the tensor-core attention runs {@code flash_attention_v2} ({@link #FLASH_V2}). */
+  private boolean flashV2 = FLASH_V2;
 
   private CudaCausalLm(
       CudaDevice device,
@@ -687,10 +715,11 @@ public final class CudaCausalLm implements AutoCloseable {
   /**
    * Launches the tensor-core attention of {@code numTiles} tiles ({@code tiles}: first row and
    * count per tile, at most {@code FLASH_ROWS / group} tokens of one request each) into {@code out}
-   * (bf16 {@code [t][H·d]}).
+   * (bf16 {@code [t][H·d]}), with {@code flash_attention_v2} when {@code v2}.
    */
   static void launchFlash(
       CudaDevice device,
+      boolean v2,
       int headDim,
       int numTiles,
       int heads,
@@ -709,12 +738,11 @@ public final class CudaCausalLm implements AutoCloseable {
       float scale,
       long out) {
     device.launch(
-        "flash_attention_d" + headDim,
+        flashKernel(headDim, v2),
         numTiles,
         kvHeads,
-        // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
-        headDim == 64 ? FLASH_ROWS : 2 * FLASH_ROWS,
-        0,
+        flashThreads(headDim, v2),
+        flashSharedBytes(headDim, v2),
         q,
         pool,
         bytesPerBlock,
@@ -749,6 +777,62 @@ public final class CudaCausalLm implements AutoCloseable {
       splitPartials = device.allocate(size);
     }
     return splitPartials.pointer();
+  }
+
+  /**
+   * Switches the tensor-core attention between {@code flash_attention} ({@code false}) and {@code
+   * flash_attention_v2} ({@code true}) whatever {@link #FLASH_PROPERTY} says, so that one process
+   * can compare them. Both use the same tiles and the same KV pool.
+   */
+  void useFlashV2(boolean v2) {
+    this.flashV2 = v2;
+  }
+
+  /**
+   * The value of {@link #FLASH_PROPERTY}: {@code v1} (or none) or {@code v2}, any case, spaces
+   * around ignored.
+   *
+   * @throws IllegalArgumentException for anything else, naming the property
+   */
+  static boolean flashSwitch(String value) {
+    if (value == null) {
+      return false;
+    }
+    return switch (value.strip().toLowerCase(Locale.ROOT)) {
+      case "v1" -> false;
+      case "v2" -> true;
+      default ->
+          throw new IllegalArgumentException(
+              FLASH_PROPERTY + " must be v1 or v2, not \"" + value + "\"");
+    };
+  }
+
+  /** The flash kernel for head size {@code headDim} (64 or 128). */
+  static String flashKernel(int headDim, boolean v2) {
+    return (v2 ? "flash_attention_v2_d" : "flash_attention_d") + headDim;
+  }
+
+  /** Threads per block of {@link #flashKernel}. */
+  static int flashThreads(int headDim, boolean v2) {
+    if (v2) {
+      return FLASH_V2_THREADS;
+    }
+    // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
+    return headDim == 64 ? FLASH_ROWS : 2 * FLASH_ROWS;
+  }
+
+  /**
+   * Dynamic shared memory of {@link #flashKernel}, in bytes: none for {@code v1} (static arrays);
+   * for {@code v2} two stages of K and V of {@link #FLASH_V2_KEYS} rows of {@code headDim + 8}
+   * bf16, and at head size 128 the block's {@link #FLASH_ROWS} query rows as well
+   * (FLASH_ATTENTION_V2's QSHARED in kernels.cu).
+   */
+  static int flashSharedBytes(int headDim, boolean v2) {
+    if (!v2) {
+      return 0;
+    }
+    int row = (headDim + 8) * 2;
+    return 2 * 2 * FLASH_V2_KEYS * row + (headDim == 128 ? FLASH_ROWS * row : 0);
   }
 
   /**
@@ -1033,7 +1117,7 @@ public final class CudaCausalLm implements AutoCloseable {
     int tileTokens = Math.max(1, Math.min(8, 16 / group));
     Attention kernel = attention == Attention.TILED && group > 32 ? Attention.PER_TOKEN : attention;
     if (kernel == Attention.TENSOR_CORE) {
-      tileTokens = FLASH_ROWS / group;
+      tileTokens = FLASH_ROWS / group; // flash_attention and flash_attention_v2 alike
     }
     SplitPlan split =
         kernel == Attention.TENSOR_CORE && !deterministic
@@ -1185,6 +1269,7 @@ public final class CudaCausalLm implements AutoCloseable {
       } else if (kernel == Attention.TENSOR_CORE) {
         launchFlash(
             device,
+            flashV2,
             hd,
             numTiles,
             heads,

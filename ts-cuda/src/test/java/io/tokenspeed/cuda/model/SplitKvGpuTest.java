@@ -265,6 +265,7 @@ class SplitKvGpuTest {
             outSplit.pointer());
         CudaCausalLm.launchFlash(
             device,
+            false,
             d,
             tokens,
             heads,

@@ -1,0 +1,869 @@
+package io.tokenspeed.cuda.model;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cuda.CudaApi;
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.Locale;
+import java.util.Random;
+import java.util.SplittableRandom;
+import java.util.stream.IntStream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * The second flash attention ({@code flash_attention_v2_d64/d128}, {@code
+ * -Dtokenspeed.cuda.flash=v2}) against the first ({@code flash_attention_d64/d128}).
+ *
+ * <p>On the kernels themselves, called directly over a paged pool this test fills: every output
+ * within a bf16 bound of a float64 reference, the same bits as the first kernel (the second runs
+ * the first one's arithmetic in its order), and a request's rows bit-identical alone, inside a
+ * batch of others and under any cut of its tokens into tiles. Then on a synthetic bf16 model
+ * through {@link CudaCausalLm#useFlashV2}: prefills of 1 to 5,000 tokens, a chunked prefill and a
+ * mixed batch give the first kernel's logits within bf16's tolerance and its greedy ids, and a
+ * request's logits are bit-identical alone and in a batch. Last, the two kernels' times on the
+ * attention of Llama 3 8B and Llama 3.2 1B at 8k and 32k tokens (printed, not asserted).
+ */
+class FlashV2GpuTest {
+
+  /**
+   * Logits, v2 against v1: max |Δ| over the largest |logit|. The bound of the tensor-core attention
+   * against the float32 one ({@link CudaCausalLmGpuTest#BF16_RELATIVE}): two bf16 attentions that
+   * sum in another order may round a probability or an output to the neighbouring bf16 (2^-8
+   * relative), and such a unit propagates through every later layer's bf16 activations as the
+   * float32 attention's differences do. The current v2 is expected to give the same bits.
+   */
+  static final double LOGITS_RELATIVE = CudaCausalLmGpuTest.BF16_RELATIVE;
+
+  /** The variant of v2 at head size 128 that keeps the queries in registers (kernels.cu). */
+  static final String REGISTER_VARIANT = "flash_attention_v2r_d128";
+
+  /** Its dynamic shared memory: two stages of K and V of 64 rows of 128 + 8 bf16. */
+  static final int REGISTER_VARIANT_SHARED = 2 * 2 * 64 * (128 + 8) * 2;
+
+  /** Bf16 quiet NaN: the pool's unwritten slots and the output's guard. */
+  static final short NAN_BF16 = (short) 0x7fc0;
+
+  static CudaDevice device;
+
+  @BeforeAll
+  static void open() {
+    device = CudaDevice.open(0);
+  }
+
+  @AfterAll
+  static void close() {
+    if (device != null) {
+      device.close();
+    }
+  }
+
+  // ------------------------------------------------------------------------------ kernel level
+
+  /** The bf16 bits of {@code v}, rounded to nearest even (finite values), as cvt.rn does. */
+  static short bf16(float v) {
+    int u = Float.floatToRawIntBits(v);
+    u += 0x7fff + ((u >>> 16) & 1);
+    return (short) (u >>> 16);
+  }
+
+  static double value(short bits) {
+    return Float.intBitsToFloat(bits << 16);
+  }
+
+  /** One request of a kernel-level problem: positions start .. start + n - 1 attend. */
+  record Request(int start, int n, int[] table, float[] q) {
+    int keys() {
+      return start + n;
+    }
+  }
+
+  /**
+   * A paged pool of bf16 K and V (layer {@code layer} of {@code layers} in each block, the other
+   * layer's fields and every unwritten slot NaN, so a read past the positions shows), on the host
+   * and on the device, and the requests whose keys it holds.
+   */
+  static final class Problem implements AutoCloseable {
+    final int heads;
+    final int kvHeads;
+    final int headDim;
+    final int blockTokens;
+    final long bytesPerBlock;
+    final long kOffset;
+    final long vOffset;
+    final short[] pool;
+    final List<Request> requests = new ArrayList<>();
+    final DeviceBuffer devicePool;
+    private final int numBlocks;
+
+    Problem(int heads, int kvHeads, int headDim, int blockTokens, int[][] startAndN, long seed) {
+      this.heads = heads;
+      this.kvHeads = kvHeads;
+      this.headDim = headDim;
+      this.blockTokens = blockTokens;
+      int layers = 2;
+      int layer = 1;
+      long field = (long) kvHeads * blockTokens * headDim * 2;
+      this.bytesPerBlock = layers * 2 * field;
+      this.kOffset = layer * 2 * field;
+      this.vOffset = kOffset + field;
+      int blocks = 1;
+      for (int[] r : startAndN) {
+        blocks += Math.ceilDiv(r[0] + r[1], blockTokens);
+      }
+      this.numBlocks = blocks;
+      this.pool = new short[Math.toIntExact(numBlocks * bytesPerBlock / 2)];
+      Arrays.fill(pool, NAN_BF16);
+      List<Integer> free = new ArrayList<>();
+      for (int b = 1; b < numBlocks; b++) {
+        free.add(b);
+      }
+      SplittableRandom rnd = new SplittableRandom(seed);
+      Collections.shuffle(free, new Random(seed));
+      for (int[] r : startAndN) {
+        int start = r[0];
+        int n = r[1];
+        int[] table = new int[Math.ceilDiv(start + n, blockTokens)];
+        for (int i = 0; i < table.length; i++) {
+          table[i] = free.removeFirst();
+        }
+        for (int p = 0; p < start + n; p++) {
+          for (int h = 0; h < kvHeads; h++) {
+            for (int e = 0; e < headDim; e++) {
+              pool[keyIndex(table, p, h, e, kOffset)] = bf16(uniform(rnd, 1f));
+              pool[keyIndex(table, p, h, e, vOffset)] = bf16(uniform(rnd, 1f));
+            }
+          }
+        }
+        // queries of several sizes, so that some rows' softmax is flat and some peaked
+        float[] q = new float[n * heads * headDim];
+        for (int t = 0; t < n; t++) {
+          for (int h = 0; h < heads; h++) {
+            float size = 0.5f + 3.5f * (float) ((t * 7 + h * 3) % 5) / 4f;
+            for (int e = 0; e < headDim; e++) {
+              q[(t * heads + h) * headDim + e] = uniform(rnd, size);
+            }
+          }
+        }
+        requests.add(new Request(start, n, table, q));
+      }
+      this.devicePool = device.allocate((long) pool.length * 2);
+      try (Arena a = Arena.ofConfined()) {
+        devicePool.copyFrom(a.allocateFrom(ValueLayout.JAVA_SHORT, pool), 0);
+      }
+    }
+
+    /** The index in {@link #pool} of element e of head h at position p, in field {@code off}. */
+    int keyIndex(int[] table, int p, int h, int e, long off) {
+      long at =
+          table[p / blockTokens] * bytesPerBlock
+              + off
+              + (((long) h * blockTokens + p % blockTokens) * headDim + e) * 2;
+      return Math.toIntExact(at / 2);
+    }
+
+    int group() {
+      return heads / kvHeads;
+    }
+
+    @Override
+    public void close() {
+      devicePool.close();
+    }
+  }
+
+  /**
+   * Tiles of the requests {@code which}: cut every {@code FA_ROWS / group} tokens, or at random.
+   */
+  static int[] tiles(Problem p, int[] which, SplittableRandom cutAtRandom) {
+    int tileTokens = 128 / p.group();
+    List<Integer> t = new ArrayList<>();
+    int row = 0;
+    for (int r : which) {
+      int n = p.requests.get(r).n();
+      for (int i = 0; i < n; ) {
+        int size = cutAtRandom == null ? tileTokens : 1 + cutAtRandom.nextInt(tileTokens);
+        size = Math.min(size, n - i);
+        t.add(row + i);
+        t.add(size);
+        i += size;
+      }
+      row += n;
+    }
+    return t.stream().mapToInt(Integer::intValue).toArray();
+  }
+
+  /**
+   * Runs {@code kernel} on the requests {@code which} of {@code p} (in that order, one batch, cut
+   * into {@code tiles}); returns the bf16 output, one row per token past the last checked to be
+   * left untouched.
+   */
+  static short[] attend(
+      Problem p, int[] which, int[] tiles, String kernel, int threads, int sharedBytes) {
+    int tokens = 0;
+    int stride = 1;
+    for (int r : which) {
+      tokens += p.requests.get(r).n();
+      stride = Math.max(stride, p.requests.get(r).table().length);
+    }
+    int width = p.heads * p.headDim;
+    float[] q = new float[tokens * width];
+    int[] positions = new int[tokens];
+    int[] tokenRequest = new int[tokens];
+    int[] tables = new int[which.length * stride];
+    int row = 0;
+    for (int i = 0; i < which.length; i++) {
+      Request r = p.requests.get(which[i]);
+      System.arraycopy(r.q(), 0, q, row * width, r.n() * width);
+      System.arraycopy(r.table(), 0, tables, i * stride, r.table().length);
+      for (int t = 0; t < r.n(); t++) {
+        positions[row + t] = r.start() + t;
+        tokenRequest[row + t] = i;
+      }
+      row += r.n();
+    }
+    short[] guarded = new short[(tokens + 1) * width];
+    Arrays.fill(guarded, NAN_BF16);
+    try (Arena a = Arena.ofConfined();
+        DeviceBuffer dq = device.allocate((long) q.length * 4);
+        DeviceBuffer dPositions = device.allocate(tokens * 4L);
+        DeviceBuffer dTokenRequest = device.allocate(tokens * 4L);
+        DeviceBuffer dTables = device.allocate(tables.length * 4L);
+        DeviceBuffer dTiles = device.allocate(tiles.length * 4L);
+        DeviceBuffer out = device.allocate(guarded.length * 2L)) {
+      dq.write(0, q);
+      dPositions.write(0, positions);
+      dTokenRequest.write(0, tokenRequest);
+      dTables.write(0, tables);
+      dTiles.write(0, tiles);
+      MemorySegment host = a.allocateFrom(ValueLayout.JAVA_SHORT, guarded);
+      out.copyFrom(host, 0);
+      launch(
+          p,
+          kernel,
+          threads,
+          sharedBytes,
+          dq,
+          dPositions,
+          dTokenRequest,
+          dTables,
+          stride,
+          dTiles,
+          tiles.length / 2,
+          out);
+      device.synchronize();
+      out.copyTo(0, host);
+      short[] got = host.toArray(ValueLayout.JAVA_SHORT);
+      for (int i = tokens * width; i < got.length; i++) {
+        assertEquals(NAN_BF16, got[i], kernel + " wrote past the last token");
+      }
+      return Arrays.copyOf(got, tokens * width);
+    }
+  }
+
+  static void launch(
+      Problem p,
+      String kernel,
+      int threads,
+      int sharedBytes,
+      DeviceBuffer q,
+      DeviceBuffer positions,
+      DeviceBuffer tokenRequest,
+      DeviceBuffer tables,
+      int stride,
+      DeviceBuffer tiles,
+      int numTiles,
+      DeviceBuffer out) {
+    device.launch(
+        kernel,
+        numTiles,
+        p.kvHeads,
+        threads,
+        sharedBytes,
+        q.pointer(),
+        p.devicePool.pointer(),
+        p.bytesPerBlock,
+        p.kOffset,
+        p.vOffset,
+        p.blockTokens,
+        positions.pointer(),
+        tokenRequest.pointer(),
+        tables.pointer(),
+        stride,
+        tiles.pointer(),
+        numTiles,
+        p.heads,
+        p.kvHeads,
+        (float) (1.0 / Math.sqrt(p.headDim)),
+        out.pointer());
+  }
+
+  /**
+   * Float64 attention of request {@code r} over its bf16-rounded queries: out[t][h][e], and the
+   * mean of |v| under the same probabilities (the scale of the kernel's rounding), in {@code
+   * scaleOut}.
+   */
+  static double[] reference(Problem p, Request r, double[] scaleOut) {
+    int d = p.headDim;
+    int width = p.heads * d;
+    int keys = r.keys();
+    double[][] k = new double[p.kvHeads][keys * d];
+    double[][] v = new double[p.kvHeads][keys * d];
+    for (int h = 0; h < p.kvHeads; h++) {
+      for (int j = 0; j < keys; j++) {
+        for (int e = 0; e < d; e++) {
+          k[h][j * d + e] = value(p.pool[p.keyIndex(r.table(), j, h, e, p.kOffset)]);
+          v[h][j * d + e] = value(p.pool[p.keyIndex(r.table(), j, h, e, p.vOffset)]);
+        }
+      }
+    }
+    double scale = 1.0 / Math.sqrt(d);
+    double[] out = new double[r.n() * width];
+    IntStream.range(0, r.n() * p.heads)
+        .parallel()
+        .forEach(
+            item -> {
+              int t = item / p.heads;
+              int h = item % p.heads;
+              int kv = h / p.group();
+              int pos = r.start() + t;
+              double[] qb = new double[d];
+              for (int e = 0; e < d; e++) {
+                qb[e] = value(bf16(r.q()[t * width + h * d + e]));
+              }
+              double[] s = new double[pos + 1];
+              double max = Double.NEGATIVE_INFINITY;
+              for (int j = 0; j <= pos; j++) {
+                double dot = 0;
+                for (int e = 0; e < d; e++) {
+                  dot += qb[e] * k[kv][j * d + e];
+                }
+                s[j] = dot * scale;
+                max = Math.max(max, s[j]);
+              }
+              double l = 0;
+              double[] o = new double[d];
+              double[] mag = new double[d];
+              for (int j = 0; j <= pos; j++) {
+                double w = Math.exp(s[j] - max);
+                l += w;
+                for (int e = 0; e < d; e++) {
+                  double x = v[kv][j * d + e];
+                  o[e] += w * x;
+                  mag[e] += w * Math.abs(x);
+                }
+              }
+              for (int e = 0; e < d; e++) {
+                out[t * width + h * d + e] = o[e] / l;
+                scaleOut[t * width + h * d + e] = mag[e] / l;
+              }
+            });
+    return out;
+  }
+
+  /**
+   * The bound of one output against float64: the probabilities multiply v as bf16 (relative error
+   * at most 2^-8 each, so at most 2^-8 · Σ p|v| / Σ p over the row) and the output is rounded to
+   * bf16 (2^-8 of |out| ≤ the same mean), 2^-7 together; float32 sums over {@code keys} keys add at
+   * most keys · 2^-25 of it (the mma chains, the rescales and the sum of p).
+   */
+  static double bound(double meanAbsV, int keys) {
+    return (0x1p-7 + keys * 0x1p-25) * meanAbsV + 1e-6;
+  }
+
+  /** The kernels compared at a head size: v1, v2 and (at 128) the register variant of v2. */
+  record Kernel(String name, int threads, int sharedBytes) {}
+
+  static List<Kernel> kernels(int headDim) {
+    List<Kernel> k = new ArrayList<>();
+    for (boolean v2 : new boolean[] {false, true}) {
+      k.add(
+          new Kernel(
+              CudaCausalLm.flashKernel(headDim, v2),
+              CudaCausalLm.flashThreads(headDim, v2),
+              CudaCausalLm.flashSharedBytes(headDim, v2)));
+    }
+    if (headDim == 128) {
+      k.add(new Kernel(REGISTER_VARIANT, 128, REGISTER_VARIANT_SHARED));
+    }
+    return k;
+  }
+
+  /**
+   * Per head size, query and KV heads and block size: prefills of 1, 17, 200, 1,000 and 5,000
+   * tokens, chunks that start past earlier keys (77 tokens at 300, 250 at 129) and a decode (one
+   * token at 1,000), each alone, then all in one batch, then cut into tiles at random. Every
+   * kernel's output lies within {@link #bound} of float64; v2's bits are v1's; each kernel's rows
+   * of a request are the same bits alone, in the batch and in any tiles.
+   */
+  @ParameterizedTest
+  @CsvSource({
+    "128, 32, 8, 16", // Llama 3 8B: 4 query heads per KV head
+    "128, 6, 2, 12", // 3 per KV head (126 of a block's 128 rows), blocks of 12 positions
+    "128, 16, 2, 64", // 8 per KV head: tiles of 16 tokens
+    "64, 12, 4, 16", // llama-100m
+    "64, 8, 8, 16" // one per KV head: tiles of 128 tokens
+  })
+  void shouldMatchFloat64AndV1AndStayBatchInvariant(
+      int headDim, int heads, int kvHeads, int blockTokens) {
+    boolean large = heads >= 16; // the float64 reference of 5,000 tokens of 16+ heads is long
+    int[][] startAndN = {
+      {0, 1},
+      {0, 17},
+      {0, 200},
+      {0, 1000},
+      {0, large ? 1500 : 5000},
+      {300, 77},
+      {129, 250},
+      {1000, 1}
+    };
+    try (Problem p =
+        new Problem(heads, kvHeads, headDim, blockTokens, startAndN, headDim * 31L + heads)) {
+      int width = heads * headDim;
+      int all = p.requests.size();
+      int[] batch = IntStream.range(0, all).toArray();
+      int[] offsets = new int[all + 1];
+      for (int r = 0; r < all; r++) {
+        offsets[r + 1] = offsets[r] + p.requests.get(r).n() * width;
+      }
+      double[][] want = new double[all][];
+      double[][] mag = new double[all][];
+      for (int r = 0; r < all; r++) {
+        mag[r] = new double[p.requests.get(r).n() * width];
+        want[r] = reference(p, p.requests.get(r), mag[r]);
+      }
+      List<Kernel> kernels = kernels(headDim);
+      short[][] alone = new short[kernels.size()][offsets[all]];
+      for (int k = 0; k < kernels.size(); k++) {
+        Kernel kernel = kernels.get(k);
+        double worst = 0;
+        int failures = 0;
+        String first = null;
+        for (int r = 0; r < all; r++) {
+          int[] one = {r};
+          short[] got =
+              attend(
+                  p,
+                  one,
+                  tiles(p, one, null),
+                  kernel.name(),
+                  kernel.threads(),
+                  kernel.sharedBytes());
+          System.arraycopy(got, 0, alone[k], offsets[r], got.length);
+          Request req = p.requests.get(r);
+          for (int i = 0; i < got.length; i++) {
+            int keys = req.start() + i / width + 1;
+            double err = Math.abs(value(got[i]) - want[r][i]);
+            double b = bound(mag[r][i], keys);
+            worst = Math.max(worst, err / b);
+            if (!(err <= b)) {
+              failures++;
+              if (first == null) {
+                first =
+                    String.format(
+                        Locale.ROOT,
+                        "request %d (start %d, %d tokens), token %d, head %d, dim %d: %s %.6g,"
+                            + " float64 %.6g, bound %.3g",
+                        r,
+                        req.start(),
+                        req.n(),
+                        i / width,
+                        i % width / headDim,
+                        i % headDim,
+                        kernel.name(),
+                        value(got[i]),
+                        want[r][i],
+                        b);
+              }
+            }
+          }
+        }
+        // the same requests in one batch, then in tiles cut at random
+        short[] batched =
+            attend(
+                p,
+                batch,
+                tiles(p, batch, null),
+                kernel.name(),
+                kernel.threads(),
+                kernel.sharedBytes());
+        short[] retiled =
+            attend(
+                p,
+                batch,
+                tiles(p, batch, new SplittableRandom(headDim + heads)),
+                kernel.name(),
+                kernel.threads(),
+                kernel.sharedBytes());
+        int batchDiffer = differ(batched, alone[k]);
+        int tileDiffer = differ(retiled, alone[k]);
+        System.out.printf(
+            Locale.ROOT,
+            "%s, %d heads on %d KV heads, blocks of %d: worst error / bound %.3f over %d outputs;"
+                + " %d outputs differ in bits in the batch, %d in random tiles%n",
+            kernel.name(),
+            heads,
+            kvHeads,
+            blockTokens,
+            worst,
+            offsets[all],
+            batchDiffer,
+            tileDiffer);
+        String firstFailure = first;
+        assertEquals(0, failures, () -> "outputs past the bound; the first: " + firstFailure);
+        assertEquals(0, batchDiffer, kernel.name() + ": outputs that change in a batch");
+        assertEquals(0, tileDiffer, kernel.name() + ": outputs that change with the tiles");
+      }
+      int v2Differ = differ(alone[1], alone[0]);
+      System.out.printf(
+          Locale.ROOT,
+          "head size %d: %s vs %s: %d of %d outputs differ in bits%s%n",
+          headDim,
+          kernels.get(1).name(),
+          kernels.get(0).name(),
+          v2Differ,
+          offsets[all],
+          kernels.size() > 2
+              ? String.format(
+                  Locale.ROOT,
+                  "; %s vs %s: %d differ",
+                  kernels.get(2).name(),
+                  kernels.get(0).name(),
+                  differ(alone[2], alone[0]))
+              : "");
+      assertEquals(0, v2Differ, "v2 runs v1's arithmetic in v1's order: outputs that differ");
+    }
+  }
+
+  static int differ(short[] a, short[] b) {
+    assertEquals(b.length, a.length, "lengths");
+    int n = 0;
+    for (int i = 0; i < a.length; i++) {
+      n += a[i] != b[i] ? 1 : 0;
+    }
+    return n;
+  }
+
+  private static float uniform(SplittableRandom rnd, float scale) {
+    return (float) ((rnd.nextDouble() * 2 - 1) * scale);
+  }
+
+  // ------------------------------------------------------------------------------- model level
+
+  /**
+   * A 4-layer synthetic bf16 Llama of head size {@code headDim}: llama-100m's shape at 64 (12 query
+   * heads on 4 KV heads), 8 query heads of 128 on 2 KV heads at 128; a vocabulary of 8,192 so that
+   * 5,000 rows of logits stay small.
+   */
+  static Path model(int headDim, Path dir) {
+    String config =
+        SyntheticCheckpoints.presetConfig("llama-100m")
+            .replaceFirst("\"num_hidden_layers\": 12", "\"num_hidden_layers\": 4")
+            .replaceFirst("\"vocab_size\": 32000", "\"vocab_size\": 8192");
+    if (headDim == 128) {
+      config =
+          config
+              .replaceFirst("\"head_dim\": 64", "\"head_dim\": 128")
+              .replaceFirst("\"hidden_size\": 768", "\"hidden_size\": 1024")
+              .replaceFirst("\"num_attention_heads\": 12", "\"num_attention_heads\": 8")
+              .replaceFirst("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2");
+      assertTrue(config.contains("\"head_dim\": 128") && config.contains("\"hidden_size\": 1024"));
+    }
+    assertTrue(config.contains("\"num_hidden_layers\": 4") && config.contains("8192"));
+    return SyntheticCheckpoints.materialize("flash2-" + headDim, config, 8, DType.BF16, dir);
+  }
+
+  /** v2's logits against v1's: within {@link #LOGITS_RELATIVE}, greedy ids on 95% of the rows. */
+  static void assertClose(String what, float[] v2, float[] v1, int vocab) {
+    double err = CudaCausalLmGpuTest.relative(v2, v1);
+    int rows = v1.length / vocab;
+    int same = 0;
+    int bitsDiffer = 0;
+    for (int t = 0; t < rows; t++) {
+      same +=
+          CudaCausalLmGpuTest.argmax(v2, t * vocab, vocab)
+                  == CudaCausalLmGpuTest.argmax(v1, t * vocab, vocab)
+              ? 1
+              : 0;
+    }
+    for (int i = 0; i < v1.length; i++) {
+      bitsDiffer += Float.floatToRawIntBits(v2[i]) != Float.floatToRawIntBits(v1[i]) ? 1 : 0;
+    }
+    System.out.printf(
+        Locale.ROOT,
+        "%s: v2 vs v1 logits %.2e relative, greedy ids equal at %d of %d rows, %d of %d logits"
+            + " differ in bits%n",
+        what,
+        err,
+        same,
+        rows,
+        bitsDiffer,
+        v1.length);
+    assertTrue(err <= LOGITS_RELATIVE, what + ": v2 vs v1 " + err);
+    assertTrue(same >= rows * 95 / 100, what + ": greedy ids equal at " + same + " of " + rows);
+  }
+
+  static void assertSameBits(String what, float[] got, float[] want) {
+    assertEquals(want.length, got.length, what + ": lengths");
+    int differ = 0;
+    for (int i = 0; i < want.length; i++) {
+      differ += Float.floatToRawIntBits(got[i]) != Float.floatToRawIntBits(want[i]) ? 1 : 0;
+    }
+    assertEquals(0, differ, what + ": logits that differ in any bit");
+  }
+
+  /**
+   * Prefills of 1, 17, 200, 1,000 and 5,000 tokens, a prefill in two chunks (the second attends to
+   * the first's KV in the cache) and a batch of a prefill, a chunk, a decode and a short prefill:
+   * v2's logits against v1's. In deterministic mode (fixed-order GEMMs), v2's logits of a request
+   * are also the same bits chunked as whole, and in the batch as alone.
+   */
+  @ParameterizedTest
+  @ValueSource(ints = {64, 128})
+  void shouldGiveV1sLogitsAndStayBatchInvariant(int headDim, @TempDir Path dir) {
+    Path folder = model(headDim, dir);
+    SplittableRandom rnd = new SplittableRandom(41 + headDim);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash2", "test", true);
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 1200)) {
+      assertEquals("cuda-flash-bf16", m.attentionName());
+      int vocab = m.vocabSize();
+      CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(0), 9);
+      for (int n : new int[] {1, 17, 200, 1000, 5000}) {
+        int[] ids = rnd.ints(n, 0, vocab).toArray();
+        int[] table = blocks.table(Math.ceilDiv(n, 16));
+        float[][] logits = new float[2][];
+        for (int v = 0; v < 2; v++) {
+          m.useFlashV2(v == 1);
+          logits[v] = CudaCausalLmGpuTest.prefill(m, kv, ids, table, n);
+        }
+        assertClose("head size " + headDim + ", prefill " + n, logits[1], logits[0], vocab);
+      }
+      // one prompt in chunks of 300 and 477 against itself whole
+      int[] ids = rnd.ints(777, 0, vocab).toArray();
+      int[] table = blocks.table(Math.ceilDiv(ids.length, 16));
+      float[][] chunked = new float[2][];
+      for (int v = 0; v < 2; v++) {
+        m.useFlashV2(v == 1);
+        chunked[v] = CudaCausalLmGpuTest.prefill(m, kv, ids, table, 300);
+      }
+      assertClose("head size " + headDim + ", chunks of 300", chunked[1], chunked[0], vocab);
+      float[] whole = CudaCausalLmGpuTest.prefill(m, kv, ids, table, ids.length);
+      assertSameBits("v2 chunked vs whole", chunked[1], whole);
+
+      // a batch: a prefill of 250, a chunk of 272 at 128, a decode at 90, a prefill of 33
+      int[] a = rnd.ints(250, 0, vocab).toArray();
+      int[] b = rnd.ints(400, 0, vocab).toArray();
+      int[] c = rnd.ints(91, 0, vocab).toArray();
+      int[] d = rnd.ints(33, 0, vocab).toArray();
+      int[] ta = blocks.table(16);
+      int[] tb = blocks.table(25);
+      int[] tc = blocks.table(6);
+      int[] td = blocks.table(3);
+      m.useFlashV2(false);
+      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(b, 128), tb, 128);
+      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(c, 90), tc, 90);
+      List<ForwardRequest> requests =
+          List.of(
+              new ForwardRequest(a, 0, new int[][] {ta}, true),
+              new ForwardRequest(Arrays.copyOfRange(b, 128, 400), 128, new int[][] {tb}, true),
+              new ForwardRequest(new int[] {c[90]}, 90, new int[][] {tc}, false),
+              new ForwardRequest(d, 0, new int[][] {td}, true));
+      ForwardResult[] results = new ForwardResult[2];
+      for (int v = 0; v < 2; v++) {
+        m.useFlashV2(v == 1);
+        results[v] = m.forward(new ForwardBatch(requests), kv);
+      }
+      String[] names = {"prefill of 250", "chunk of 272 at 128", "decode at 90", "prefill of 33"};
+      for (int r = 0; r < requests.size(); r++) {
+        assertClose(
+            "head size " + headDim + ", batch: " + names[r],
+            results[1].logits(r),
+            results[0].logits(r),
+            vocab);
+      }
+      // v2 alone, each request in a batch of its own
+      for (int r = 0; r < requests.size(); r++) {
+        ForwardResult alone = m.forward(ForwardBatch.of(requests.get(r)), kv);
+        assertSameBits(
+            "v2 " + names[r] + " alone vs in the batch", alone.logits(0), results[1].logits(r));
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "head size %d: v2 chunked = whole and alone = batched, bit for bit%n",
+          headDim);
+    }
+  }
+
+  // ------------------------------------------------------------------------------------ timing
+
+  /**
+   * The attention of one layer of Llama 3 8B (32 query heads of 128 on 8 KV heads) and of Llama 3.2
+   * 1B (32 of 64 on 8) over a causal prefill of 8,192 and 32,768 tokens from position 0, blocks of
+   * 16 positions: each kernel's time (median of 5 launches after one, timed by events), its
+   * arithmetic rate (4 · heads · d · Σ keys floating-point operations) and the 32 layers' total;
+   * and whether v2's output has v1's bits. Asserts only that v2 (not the register variant) has.
+   */
+  @Test
+  void shouldReportAttentionTimesAt8kAnd32k() {
+    CudaApi api = device.api();
+    int launches = 5;
+    long[] starts = new long[launches];
+    long[] ends = new long[launches];
+    for (int i = 0; i < launches; i++) {
+      starts[i] = api.eventCreate(0);
+      ends[i] = api.eventCreate(0);
+    }
+    try {
+      for (int headDim : new int[] {128, 64}) {
+        for (int n : new int[] {8192, 32768}) {
+          timeOneShape(headDim, n, starts, ends);
+        }
+      }
+    } finally {
+      for (int i = 0; i < launches; i++) {
+        api.eventDestroy(starts[i]);
+        api.eventDestroy(ends[i]);
+      }
+    }
+  }
+
+  private static void timeOneShape(int headDim, int n, long[] starts, long[] ends) {
+    int heads = 32;
+    int kvHeads = 8;
+    int blockTokens = 16;
+    int width = heads * headDim;
+    long field = (long) kvHeads * blockTokens * headDim * 2;
+    long bytesPerBlock = 2 * field;
+    int blocks = n / blockTokens;
+    int tileTokens = 128 / (heads / kvHeads);
+    int numTiles = Math.ceilDiv(n, tileTokens);
+    int[] positions = IntStream.range(0, n).toArray();
+    int[] table = IntStream.range(0, blocks).map(b -> blocks - 1 - b).toArray();
+    int[] tiles = new int[2 * numTiles];
+    for (int t = 0; t < numTiles; t++) {
+      tiles[2 * t] = t * tileTokens;
+      tiles[2 * t + 1] = Math.min(tileTokens, n - t * tileTokens);
+    }
+    CudaApi api = device.api();
+    try (Arena a = Arena.ofConfined();
+        DeviceBuffer q = device.allocate((long) n * width * 4);
+        DeviceBuffer pool = device.allocate(blocks * bytesPerBlock);
+        DeviceBuffer dPositions = device.allocate(n * 4L);
+        DeviceBuffer dTokenRequest = device.allocate(n * 4L);
+        DeviceBuffer dTable = device.allocate(blocks * 4L);
+        DeviceBuffer dTiles = device.allocate(tiles.length * 4L);
+        DeviceBuffer out = device.allocate((long) n * width * 2)) {
+      // random queries and keys, a slice at a time
+      SplittableRandom rnd = new SplittableRandom(n + headDim);
+      int slice = 1 << 22;
+      MemorySegment floats = a.allocate(ValueLayout.JAVA_FLOAT, slice);
+      for (long at = 0; at < (long) n * width; at += slice) {
+        int count = (int) Math.min(slice, (long) n * width - at);
+        for (int i = 0; i < count; i++) {
+          floats.setAtIndex(ValueLayout.JAVA_FLOAT, i, uniform(rnd, 2f));
+        }
+        q.copyFrom(floats.asSlice(0, count * 4L), at * 4);
+      }
+      MemorySegment shorts = a.allocate(ValueLayout.JAVA_SHORT, slice);
+      for (long at = 0; at < blocks * bytesPerBlock / 2; at += slice) {
+        int count = (int) Math.min(slice, blocks * bytesPerBlock / 2 - at);
+        for (int i = 0; i < count; i++) {
+          shorts.setAtIndex(ValueLayout.JAVA_SHORT, i, bf16(uniform(rnd, 1f)));
+        }
+        pool.copyFrom(shorts.asSlice(0, count * 2L), at * 2);
+      }
+      dPositions.write(0, positions);
+      dTokenRequest.write(0, new int[n]);
+      dTable.write(0, table);
+      dTiles.write(0, tiles);
+      double flops = 4.0 * heads * headDim * ((double) n * (n + 1) / 2);
+      List<Kernel> kernels = kernels(headDim);
+      short[][] outputs = new short[kernels.size()][];
+      double[] ms = new double[kernels.size()];
+      for (int k = 0; k < kernels.size(); k++) {
+        Kernel kernel = kernels.get(k);
+        Runnable run =
+            () ->
+                device.launch(
+                    kernel.name(),
+                    numTiles,
+                    kvHeads,
+                    kernel.threads(),
+                    kernel.sharedBytes(),
+                    q.pointer(),
+                    pool.pointer(),
+                    bytesPerBlock,
+                    0L,
+                    field,
+                    blockTokens,
+                    dPositions.pointer(),
+                    dTokenRequest.pointer(),
+                    dTable.pointer(),
+                    blocks,
+                    dTiles.pointer(),
+                    numTiles,
+                    heads,
+                    kvHeads,
+                    (float) (1.0 / Math.sqrt(headDim)),
+                    out.pointer());
+        run.run(); // warm-up
+        for (int i = 0; i < starts.length; i++) {
+          api.eventRecord(starts[i], device.stream());
+          run.run();
+          api.eventRecord(ends[i], device.stream());
+        }
+        device.synchronize();
+        double[] t = new double[starts.length];
+        for (int i = 0; i < t.length; i++) {
+          t[i] = api.eventElapsedMs(starts[i], ends[i]);
+        }
+        Arrays.sort(t);
+        ms[k] = t[t.length / 2];
+        MemorySegment host = a.allocate(ValueLayout.JAVA_SHORT, (long) n * width);
+        out.copyTo(0, host);
+        outputs[k] = host.toArray(ValueLayout.JAVA_SHORT);
+        System.out.printf(
+            Locale.ROOT,
+            "attention timing, head size %d, %d heads on %d KV heads, %d tokens: %s %.2f ms"
+                + " (%.0f TFLOP/s; 32 layers %.0f ms), %.2fx v1%s%n",
+            headDim,
+            heads,
+            kvHeads,
+            n,
+            kernel.name(),
+            ms[k],
+            flops / ms[k] / 1e9,
+            32 * ms[k],
+            ms[0] / ms[k],
+            k == 0
+                ? ""
+                : String.format(
+                    Locale.ROOT,
+                    ", %d of %d outputs differ from v1 in bits",
+                    differ(outputs[k], outputs[0]),
+                    outputs[0].length));
+      }
+      assertEquals(0, differ(outputs[1], outputs[0]), "v2 vs v1 at " + n + " tokens: bits");
+    }
+  }
+}
