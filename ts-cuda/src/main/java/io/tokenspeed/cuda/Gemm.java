@@ -3,7 +3,6 @@ package io.tokenspeed.cuda;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.Locale;
 
 /**
  * Row-major matrix products through cuBLAS (or, in deterministic mode, a fixed-order kernel):
@@ -165,16 +164,7 @@ public final class Gemm {
    * other path.
    */
   static boolean gemvSwitch(String value) {
-    if (value == null) {
-      return false;
-    }
-    return switch (value.strip().toLowerCase(Locale.ROOT)) {
-      case "on" -> true;
-      case "off" -> false;
-      default ->
-          throw new IllegalArgumentException(
-              GEMV_PROPERTY + " must be on or off, not \"" + value + "\"");
-    };
+    return KernelSwitch.read(GEMV_PROPERTY, value, "off", "on");
   }
 
   /**
@@ -249,16 +239,7 @@ public final class Gemm {
    * silently measure the other kernel.
    */
   static boolean fixedGemmSwitch(String value) {
-    if (value == null) {
-      return false;
-    }
-    return switch (value.strip().toLowerCase(Locale.ROOT)) {
-      case "v1" -> false;
-      case "v2" -> true;
-      default ->
-          throw new IllegalArgumentException(
-              FIXED_GEMM_PROPERTY + " must be v1 or v2, not \"" + value + "\"");
-    };
+    return KernelSwitch.read(FIXED_GEMM_PROPERTY, value, "v1", "v2");
   }
 
   /**

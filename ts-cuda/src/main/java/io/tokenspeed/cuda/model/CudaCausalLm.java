@@ -8,6 +8,7 @@ import io.tokenspeed.core.Sharding;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.Gemm;
+import io.tokenspeed.cuda.KernelSwitch;
 import io.tokenspeed.cuda.PinnedHost;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
@@ -35,7 +36,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 
 /**
  * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
@@ -60,8 +60,8 @@ import java.util.Locale;
  * so that a long context at a small batch spreads over the multiprocessors instead of taking one
  * block per (request, KV head). Only with the tensor-core attention and only when the model is not
  * deterministic: the split path rounds the softmax's probabilities differently from the flash
- * kernel, so a token's logits would depend on whether its batch took it. Any other value than
- * {@code on} is {@code off}.
+ * kernel, so a token's logits would depend on whether its batch took it. Any other value is refused
+ * when the class loads.
  *
  * <p>The system property {@code tokenspeed.cuda.flash} picks the kernel of the tensor-core
  * attention: {@code v1} (the default, until {@code v2} has been measured on the GPU) runs {@code
@@ -539,10 +539,13 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The mode a value of {@link #SPLIT_KV_PROPERTY} gives: {@code on} is AUTO, anything else OFF.
+   * The mode a value of {@link #SPLIT_KV_PROPERTY} gives: {@code on} is AUTO, {@code off} (or none)
+   * OFF, in any case.
+   *
+   * @throws IllegalArgumentException for anything else, naming the property
    */
   static SplitKv splitKvMode(String value) {
-    return "on".equals(value) ? SplitKv.AUTO : SplitKv.OFF;
+    return KernelSwitch.read(SPLIT_KV_PROPERTY, value, "off", "on") ? SplitKv.AUTO : SplitKv.OFF;
   }
 
   /**
@@ -795,16 +798,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * @throws IllegalArgumentException for anything else, naming the property
    */
   static boolean flashSwitch(String value) {
-    if (value == null) {
-      return false;
-    }
-    return switch (value.strip().toLowerCase(Locale.ROOT)) {
-      case "v1" -> false;
-      case "v2" -> true;
-      default ->
-          throw new IllegalArgumentException(
-              FLASH_PROPERTY + " must be v1 or v2, not \"" + value + "\"");
-    };
+    return KernelSwitch.read(FLASH_PROPERTY, value, "v1", "v2");
   }
 
   /** The flash kernel for head size {@code headDim} (64 or 128). */

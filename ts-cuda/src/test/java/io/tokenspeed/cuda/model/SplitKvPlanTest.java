@@ -25,9 +25,12 @@ class SplitKvPlanTest {
   void shouldBeOffUnlessThePropertySaysOn() {
     assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(null));
     assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode("off"));
-    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode("ON"));
-    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(""));
+    assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode(" ON "));
     assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode("on"));
+    var bad =
+        org.junit.jupiter.api.Assertions.assertThrows(
+            IllegalArgumentException.class, () -> CudaCausalLm.splitKvMode(""));
+    assertEquals("tokenspeed.cuda.splitkv must be off or on, not \"\"", bad.getMessage());
     assertEquals("tokenspeed.cuda.splitkv", CudaCausalLm.SPLIT_KV_PROPERTY);
   }
 
