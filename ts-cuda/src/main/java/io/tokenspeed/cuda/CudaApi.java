@@ -81,6 +81,12 @@ public final class CudaApi {
   private final MethodHandle cudaDeviceSynchronize;
   private final MethodHandle cudaRuntimeGetVersion;
   private final MethodHandle cudaDriverGetVersion;
+  private final MethodHandle cudaStreamBeginCapture;
+  private final MethodHandle cudaStreamEndCapture;
+  private final MethodHandle cudaGraphInstantiate;
+  private final MethodHandle cudaGraphLaunch;
+  private final MethodHandle cudaGraphExecDestroy;
+  private final MethodHandle cudaGraphDestroy;
   // driver
   private final MethodHandle cuGetErrorString;
   private final MethodHandle cuModuleLoadData;
@@ -182,6 +188,15 @@ public final class CudaApi {
     cudaDeviceSynchronize = h(rt, "cudaDeviceSynchronize", i);
     cudaRuntimeGetVersion = h(rt, "cudaRuntimeGetVersion", i.appendArgumentLayouts(ADDRESS));
     cudaDriverGetVersion = h(rt, "cudaDriverGetVersion", i.appendArgumentLayouts(ADDRESS));
+    cudaStreamBeginCapture =
+        h(rt, "cudaStreamBeginCapture", i.appendArgumentLayouts(JAVA_LONG, JAVA_INT));
+    cudaStreamEndCapture =
+        h(rt, "cudaStreamEndCapture", i.appendArgumentLayouts(JAVA_LONG, ADDRESS));
+    cudaGraphInstantiate =
+        h(rt, "cudaGraphInstantiate", i.appendArgumentLayouts(ADDRESS, JAVA_LONG, JAVA_LONG));
+    cudaGraphLaunch = h(rt, "cudaGraphLaunch", i.appendArgumentLayouts(JAVA_LONG, JAVA_LONG));
+    cudaGraphExecDestroy = h(rt, "cudaGraphExecDestroy", i.appendArgumentLayouts(JAVA_LONG));
+    cudaGraphDestroy = h(rt, "cudaGraphDestroy", i.appendArgumentLayouts(JAVA_LONG));
 
     cuGetErrorString = h(cu, "cuGetErrorString", i.appendArgumentLayouts(JAVA_INT, ADDRESS));
     cuModuleLoadData = h(cu, "cuModuleLoadData", i.appendArgumentLayouts(ADDRESS, ADDRESS));
@@ -459,6 +474,71 @@ public final class CudaApi {
   public void streamSynchronize(long stream) {
     try {
       check((int) cudaStreamSynchronize.invokeExact(stream), "cudaStreamSynchronize");
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  /** {@code cudaStreamCaptureModeThreadLocal}: other threads' calls are not affected. */
+  private static final int CAPTURE_THREAD_LOCAL = 1;
+
+  /**
+   * Starts recording the work issued on {@code stream} by this thread into a graph instead of
+   * running it, until {@link #endCapture}; other threads' calls (the copy threads') are not
+   * affected.
+   */
+  public void beginCapture(long stream) {
+    try {
+      check(
+          (int) cudaStreamBeginCapture.invokeExact(stream, CAPTURE_THREAD_LOCAL),
+          "cudaStreamBeginCapture");
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  /** Ends the capture {@link #beginCapture} started; returns the graph recorded. */
+  public long endCapture(long stream) {
+    try (Arena a = Arena.ofConfined()) {
+      MemorySegment p = a.allocate(ADDRESS);
+      check((int) cudaStreamEndCapture.invokeExact(stream, p), "cudaStreamEndCapture");
+      return p.get(JAVA_LONG, 0);
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  /** An executable instance of {@code graph}, which stays the caller's to destroy. */
+  public long graphInstantiate(long graph) {
+    try (Arena a = Arena.ofConfined()) {
+      MemorySegment p = a.allocate(ADDRESS);
+      check((int) cudaGraphInstantiate.invokeExact(p, graph, 0L), "cudaGraphInstantiate");
+      return p.get(JAVA_LONG, 0);
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  /** Replays {@code exec} on {@code stream}, after the work issued there before. */
+  public void graphLaunch(long exec, long stream) {
+    try {
+      check((int) cudaGraphLaunch.invokeExact(exec, stream), "cudaGraphLaunch");
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  public void graphExecDestroy(long exec) {
+    try {
+      check((int) cudaGraphExecDestroy.invokeExact(exec), "cudaGraphExecDestroy");
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  public void graphDestroy(long graph) {
+    try {
+      check((int) cudaGraphDestroy.invokeExact(graph), "cudaGraphDestroy");
     } catch (Throwable t) {
       throw rethrow(t);
     }

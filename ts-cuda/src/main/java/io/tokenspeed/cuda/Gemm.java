@@ -139,6 +139,16 @@ public final class Gemm {
   }
 
   /**
+   * Whether every product of {@code rows} rows of element type {@code type} runs on the project's
+   * own kernels rather than cuBLAS: in fixed-order mode, or on {@code gemv_bf16} (the switch on,
+   * bf16, at most {@link #GEMV_MAX_ROWS} rows; the model's dimensions are multiples of 8 and its
+   * buffers aligned). A step made only of such launches can be recorded as a CUDA graph.
+   */
+  public boolean ownKernels(int rows, int type) {
+    return fixedOrder || (GEMV && type == R_16BF && rows >= 1 && rows <= GEMV_MAX_ROWS);
+  }
+
+  /**
    * Whether {@link #apply} sends a product to {@code gemv_bf16}: only when the switch is on and the
    * mode is not fixed-order (the kernel's sum order is its own, not the fixed-order kernel's, so
    * deterministic mode must not mix the two), for bf16 with 1 to 8 rows (the kernel's most), {@code

@@ -74,6 +74,11 @@ import java.util.List;
  * in the deployment identity is the same for both. It is read once, when the class loads: pass it
  * on the java command line ({@code -Dtokenspeed.cuda.flash=v2}), or as {@code
  * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.flash=v2} where a script builds that command line.
+ *
+ * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code off}, read once):
+ * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
+ * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
+ * step's tables are uploaded before the replay as before a launch.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -116,6 +121,23 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** DS_WARPS of kernels.cu: the warps of a split block. */
   private static final int SPLIT_WARPS = 4;
+
+  /** The system property that turns decode graphs on ({@code on}) or off ({@code off}). */
+  static final String GRAPHS_PROPERTY = "tokenspeed.cuda.graphs";
+
+  /** Whether decode steps replay CUDA graphs by default: the property, read once. */
+  static final boolean GRAPHS_DEFAULT =
+      KernelSwitch.read(GRAPHS_PROPERTY, System.getProperty(GRAPHS_PROPERTY), "off", "on");
+
+  /**
+   * A decode step's table stride is rounded up to a power of two of at least this many rows when it
+   * replays a graph: the stride is a kernel argument, so a graph serves every step whose longest
+   * context fits, and a request growing by one token does not need a new graph.
+   */
+  static final int GRAPH_MIN_STRIDE = 64;
+
+  /** The most graphs a model keeps; past it, the least recently captured ones are destroyed. */
+  static final int GRAPH_LIMIT = 64;
 
   /** The system property that picks the flash kernel (see the class comment). */
   static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
@@ -171,6 +193,33 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** Forward passes that took the split-KV attention. */
   private long splitForwards;
+
+  /** Whether decode steps replay CUDA graphs ({@link #GRAPHS_DEFAULT}, {@link #useGraphs}). */
+  private boolean graphs = GRAPHS_DEFAULT;
+
+  /**
+   * What a captured decode step depends on besides the data its kernels read from device memory:
+   * the launches' grids and scalar arguments (tokens, tiles, stride), the buffers they point at
+   * (the workspace and the KV pool, by identity) and the kernels chosen.
+   */
+  private record GraphKey(
+      int numTokens,
+      int numTiles,
+      int stride,
+      Object workspace,
+      Object kv,
+      Attention kernel,
+      boolean flashV2) {}
+
+  /** Executable graphs by key, least recently captured first. */
+  private final java.util.LinkedHashMap<GraphKey, Long> graphExecs =
+      new java.util.LinkedHashMap<>();
+
+  /** Keys seen once: a step is captured the second time its key comes, after an eager run. */
+  private final java.util.Set<GraphKey> graphCandidates = new java.util.HashSet<>();
+
+  private long graphCaptures;
+  private long graphReplays;
 
   /** Whether the tensor-core attention runs {@code flash_attention_v2} ({@link #FLASH_V2}). */
   private boolean flashV2 = FLASH_V2;
@@ -792,6 +841,69 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
+   * Turns decode graphs on or off for this model (tests and the benchmark compare both; the
+   * property {@link #GRAPHS_PROPERTY} gives the default). Turning them off destroys the graphs.
+   */
+  void useGraphs(boolean on) {
+    this.graphs = on;
+    if (!on) {
+      destroyGraphs();
+    }
+  }
+
+  /** Decode steps captured into a graph, and steps that replayed one, so far. */
+  long[] graphCounts() {
+    return new long[] {graphCaptures, graphReplays};
+  }
+
+  /**
+   * Whether a step may replay a graph: decode only (one token a request), graphs on, no split-KV
+   * plan (its grid follows the contexts), and every product on the project's own kernels (cuBLAS is
+   * left out of captures: it may allocate its workspace while recording).
+   */
+  private boolean graphable(boolean pureDecode, int numTokens, Object split) {
+    return graphs
+        && pureDecode
+        && split == null
+        && gemm.ownKernels(numTokens, weightType)
+        && (deterministic || weightsFitGemv());
+  }
+
+  /**
+   * Whether every product of a decode step meets {@code gemv_bf16}'s conditions besides the rows:
+   * dimensions that are multiples of 8 and weights on 16-byte boundaries (else {@link Gemm} would
+   * send the product to cuBLAS, which a capture must not record).
+   */
+  private boolean weightsFitGemv() {
+    boolean ok =
+        d.hiddenSize() % 8 == 0
+            && (d.numHeads() * d.headDim()) % 8 == 0
+            && d.intermediateSize() % 8 == 0
+            && lmHead.pointer() % 16 == 0;
+    for (Layer l : layers) {
+      ok &=
+          l.qkv().pointer() % 16 == 0
+              && l.o().pointer() % 16 == 0
+              && l.gateUp().pointer() % 16 == 0
+              && l.down().pointer() % 16 == 0;
+    }
+    return ok;
+  }
+
+  /** The stride a graphed step uses: a power of two of at least {@link #GRAPH_MIN_STRIDE}. */
+  static int graphStride(int stride) {
+    return Math.max(GRAPH_MIN_STRIDE, Integer.highestOneBit(Math.max(1, stride - 1)) << 1);
+  }
+
+  private void destroyGraphs() {
+    for (long exec : graphExecs.values()) {
+      device.api().graphExecDestroy(exec);
+    }
+    graphExecs.clear();
+    graphCandidates.clear();
+  }
+
+  /**
    * The value of {@link #FLASH_PROPERTY}: {@code v1} (or none) or {@code v2}, any case, spaces
    * around ignored.
    *
@@ -981,6 +1093,7 @@ public final class CudaCausalLm implements AutoCloseable {
       int lr = grown(16, logitRows, w == null ? 0 : w.logitRows);
       if (w != null) {
         device.synchronize();
+        destroyGraphs(); // their launches point into the old buffers
         w.close();
         workspace = null;
       }
@@ -1124,6 +1237,10 @@ public final class CudaCausalLm implements AutoCloseable {
                 group,
                 device.multiprocessors())
             : null;
+    boolean graphed = graphable(pureDecode, numTokens, split);
+    if (graphed) {
+      stride = graphStride(stride);
+    }
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
@@ -1183,188 +1300,243 @@ public final class CudaCausalLm implements AutoCloseable {
     if (split != null) {
       splitForwards++;
     }
-
-    device.launch(
-        bf ? "embed_bf16" : "embed_f32",
-        numTokens,
-        1,
-        256,
-        0,
-        embed.pointer(),
-        tokens,
-        ws.x.pointer(),
-        hidden,
-        1f);
-    float eps = (float) d.rmsNormEps();
-    float scale = (float) (1.0 / Math.sqrt(hd));
-    int ropeThreads = Integer.highestOneBit(Math.max(32, hd / 2 - 1) * 2);
-    for (int l = 0; l < layers.size(); l++) {
-      Layer layer = layers.get(l);
-      rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
-      gemm.apply(
-          act,
-          layer.qkv().pointer(),
-          weightType,
-          ws.qkv.pointer(),
-          numTokens,
-          hidden,
-          (heads + 2 * kvHeads) * hd,
-          false);
-      device.launch(
-          "qkv_rope_store",
-          numTokens,
-          heads + kvHeads,
-          ropeThreads,
-          ropeThreads * 4,
-          ws.qkv.pointer(),
-          ptr(layer.qkvBias()),
-          ptr(layer.qNorm()),
-          ptr(layer.kNorm()),
-          eps,
-          invFreq.pointer(),
-          positions,
-          tokenRequest,
-          ws.tables.pointer(),
-          stride,
-          heads,
-          kvHeads,
-          hd,
-          ws.q.pointer(),
-          pool,
-          kv.layout().group(0).bytesPerBlock(),
-          kv.fieldOffset(0, "layers." + l + ".k"),
-          kv.fieldOffset(0, "layers." + l + ".v"),
-          bg,
-          kvBf16 ? 1 : 0);
-      long kOff = kv.fieldOffset(0, "layers." + l + ".k");
-      long vOff = kv.fieldOffset(0, "layers." + l + ".v");
-      long bpb = kv.layout().group(0).bytesPerBlock();
-      if (split != null) {
-        launchSplitDecode(
-            device,
-            split,
-            hd,
-            numTokens,
-            heads,
-            kvHeads,
-            ws.q.pointer(),
-            pool,
-            bpb,
-            kOff,
-            vOff,
-            bg,
-            positions,
-            tokenRequest,
-            ws.tables.pointer(),
-            stride,
-            scale,
-            partials,
-            act);
-      } else if (kernel == Attention.TENSOR_CORE) {
-        launchFlash(
-            device,
-            flashV2,
-            hd,
-            numTiles,
-            heads,
-            kvHeads,
-            ws.q.pointer(),
-            pool,
-            bpb,
-            kOff,
-            vOff,
-            bg,
-            positions,
-            tokenRequest,
-            ws.tables.pointer(),
-            stride,
-            tileTable,
-            scale,
-            act);
-      } else if (kernel == Attention.TILED) {
-        int warps = tileTokens * group;
-        device.launch(
-            "paged_attention_tiled",
-            numTiles,
-            kvHeads,
-            32 * warps,
-            (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
-            ws.q.pointer(),
-            pool,
-            bpb,
-            kOff,
-            vOff,
-            bg,
-            positions,
-            tokenRequest,
-            ws.tables.pointer(),
-            stride,
-            tileTable,
-            heads,
-            kvHeads,
-            hd,
-            scale,
-            actF32,
-            actBf16);
+    GraphKey key =
+        graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel, flashV2) : null;
+    if (key != null) {
+      Long exec = graphExecs.get(key);
+      if (exec != null) {
+        device.api().graphLaunch(exec, stream);
+        graphReplays++;
+        return logitRows;
+      }
+      if (!graphCandidates.add(key)) {
+        device.api().beginCapture(stream); // seen before, run eagerly once: record it now
       } else {
-        long items = (long) numTokens * heads;
+        key = null; // the first time: an eager run (kernels loaded, their limits set)
+      }
+    }
+    try {
+      device.launch(
+          bf ? "embed_bf16" : "embed_f32",
+          numTokens,
+          1,
+          256,
+          0,
+          embed.pointer(),
+          tokens,
+          ws.x.pointer(),
+          hidden,
+          1f);
+      float eps = (float) d.rmsNormEps();
+      float scale = (float) (1.0 / Math.sqrt(hd));
+      int ropeThreads = Integer.highestOneBit(Math.max(32, hd / 2 - 1) * 2);
+      for (int l = 0; l < layers.size(); l++) {
+        Layer layer = layers.get(l);
+        rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
+        gemm.apply(
+            act,
+            layer.qkv().pointer(),
+            weightType,
+            ws.qkv.pointer(),
+            numTokens,
+            hidden,
+            (heads + 2 * kvHeads) * hd,
+            false);
         device.launch(
-            "paged_attention",
-            Math.toIntExact((items + ATTN_WARPS - 1) / ATTN_WARPS),
-            1,
-            32 * ATTN_WARPS,
-            ATTN_WARPS * hd * 4,
+            "qkv_rope_store",
+            numTokens,
+            heads + kvHeads,
+            ropeThreads,
+            ropeThreads * 4,
+            ws.qkv.pointer(),
+            ptr(layer.qkvBias()),
+            ptr(layer.qNorm()),
+            ptr(layer.kNorm()),
+            eps,
+            invFreq.pointer(),
+            positions,
+            tokenRequest,
+            ws.tables.pointer(),
+            stride,
+            heads,
+            kvHeads,
+            hd,
             ws.q.pointer(),
             pool,
             kv.layout().group(0).bytesPerBlock(),
             kv.fieldOffset(0, "layers." + l + ".k"),
             kv.fieldOffset(0, "layers." + l + ".v"),
             bg,
-            positions,
-            tokenRequest,
-            ws.tables.pointer(),
-            stride,
+            kvBf16 ? 1 : 0);
+        long kOff = kv.fieldOffset(0, "layers." + l + ".k");
+        long vOff = kv.fieldOffset(0, "layers." + l + ".v");
+        long bpb = kv.layout().group(0).bytesPerBlock();
+        if (split != null) {
+          launchSplitDecode(
+              device,
+              split,
+              hd,
+              numTokens,
+              heads,
+              kvHeads,
+              ws.q.pointer(),
+              pool,
+              bpb,
+              kOff,
+              vOff,
+              bg,
+              positions,
+              tokenRequest,
+              ws.tables.pointer(),
+              stride,
+              scale,
+              partials,
+              act);
+        } else if (kernel == Attention.TENSOR_CORE) {
+          launchFlash(
+              device,
+              flashV2,
+              hd,
+              numTiles,
+              heads,
+              kvHeads,
+              ws.q.pointer(),
+              pool,
+              bpb,
+              kOff,
+              vOff,
+              bg,
+              positions,
+              tokenRequest,
+              ws.tables.pointer(),
+              stride,
+              tileTable,
+              scale,
+              act);
+        } else if (kernel == Attention.TILED) {
+          int warps = tileTokens * group;
+          device.launch(
+              "paged_attention_tiled",
+              numTiles,
+              kvHeads,
+              32 * warps,
+              (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
+              ws.q.pointer(),
+              pool,
+              bpb,
+              kOff,
+              vOff,
+              bg,
+              positions,
+              tokenRequest,
+              ws.tables.pointer(),
+              stride,
+              tileTable,
+              heads,
+              kvHeads,
+              hd,
+              scale,
+              actF32,
+              actBf16);
+        } else {
+          long items = (long) numTokens * heads;
+          device.launch(
+              "paged_attention",
+              Math.toIntExact((items + ATTN_WARPS - 1) / ATTN_WARPS),
+              1,
+              32 * ATTN_WARPS,
+              ATTN_WARPS * hd * 4,
+              ws.q.pointer(),
+              pool,
+              kv.layout().group(0).bytesPerBlock(),
+              kv.fieldOffset(0, "layers." + l + ".k"),
+              kv.fieldOffset(0, "layers." + l + ".v"),
+              bg,
+              positions,
+              tokenRequest,
+              ws.tables.pointer(),
+              stride,
+              numTokens,
+              heads,
+              kvHeads,
+              hd,
+              scale,
+              0,
+              actF32,
+              actBf16);
+        }
+        gemm.apply(
+            act,
+            layer.o().pointer(),
+            weightType,
+            ws.x.pointer(),
             numTokens,
-            heads,
-            kvHeads,
-            hd,
-            scale,
-            0,
-            actF32,
-            actBf16);
+            heads * hd,
+            hidden,
+            true);
+        if (layer.oBias() != null) {
+          device.launch(
+              "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
+        }
+        rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
+        gemm.apply(
+            act,
+            layer.gateUp().pointer(),
+            weightType,
+            ws.gu.pointer(),
+            numTokens,
+            hidden,
+            2 * inter,
+            false);
+        device.launch("silu_mul", numTokens, 1, 256, 0, ws.gu.pointer(), inter, actF32, actBf16);
+        gemm.apply(
+            act,
+            layer.down().pointer(),
+            weightType,
+            ws.x.pointer(),
+            numTokens,
+            inter,
+            hidden,
+            true);
       }
+      rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
+      int vocab = d.vocabSize();
       gemm.apply(
-          act,
-          layer.o().pointer(),
-          weightType,
-          ws.x.pointer(),
-          numTokens,
-          heads * hd,
-          hidden,
-          true);
-      if (layer.oBias() != null) {
-        device.launch(
-            "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
+          act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
+    } catch (RuntimeException | Error e) {
+      if (key != null) {
+        abandonCapture(stream);
       }
-      rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
-      gemm.apply(
-          act,
-          layer.gateUp().pointer(),
-          weightType,
-          ws.gu.pointer(),
-          numTokens,
-          hidden,
-          2 * inter,
-          false);
-      device.launch("silu_mul", numTokens, 1, 256, 0, ws.gu.pointer(), inter, actF32, actBf16);
-      gemm.apply(
-          act, layer.down().pointer(), weightType, ws.x.pointer(), numTokens, inter, hidden, true);
+      throw e;
     }
-    rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
-    int vocab = d.vocabSize();
-    gemm.apply(
-        act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
+    if (key != null) {
+      long graph = device.api().endCapture(stream);
+      long exec;
+      try {
+        exec = device.api().graphInstantiate(graph);
+      } finally {
+        device.api().graphDestroy(graph);
+      }
+      if (graphExecs.size() >= GRAPH_LIMIT) {
+        var oldest = graphExecs.entrySet().iterator().next();
+        device.api().graphExecDestroy(oldest.getValue());
+        graphExecs.remove(oldest.getKey());
+      }
+      graphExecs.put(key, exec);
+      graphCandidates.remove(key);
+      graphCaptures++;
+      device.api().graphLaunch(exec, stream); // the capture recorded the step; now it runs
+    }
     return logitRows;
+  }
+
+  /** Ends a capture a failed launch left open, so the stream takes work again. */
+  private void abandonCapture(long stream) {
+    try {
+      device.api().graphDestroy(device.api().endCapture(stream));
+    } catch (RuntimeException ignored) {
+      // the launch's own failure is the one to report
+    }
   }
 
   private void rmsNorm(
@@ -1397,6 +1569,7 @@ public final class CudaCausalLm implements AutoCloseable {
   public void close() {
     device.bind();
     device.synchronize();
+    destroyGraphs();
     if (sampler != null) {
       sampler.close();
       sampler = null;

@@ -77,4 +77,20 @@ class CudaCausalLmFlashTest {
         source.contains("FLASH_ATTENTION_V2(128, 64, true, flash_attention_v2_d128, 2)"),
         "v2 d128");
   }
+
+  /** A graphed decode step's table stride: a power of two, at least 64 rows, never less. */
+  @org.junit.jupiter.params.ParameterizedTest
+  @org.junit.jupiter.params.provider.CsvSource({
+    "1, 64",
+    "33, 64",
+    "64, 64",
+    "65, 128",
+    "128, 128",
+    "129, 256",
+    "2049, 4096",
+    "8192, 8192"
+  })
+  void shouldRoundAGraphedStepsStrideToAPowerOfTwo(int stride, int graphed) {
+    assertEquals(graphed, CudaCausalLm.graphStride(stride));
+  }
 }

@@ -24,8 +24,10 @@ import java.util.SplittableRandom;
  *
  * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
  * normal, deterministic, float32-attention: normal GEMMs with the float32 attention, split-kv:
- * normal with the split-KV decode attention for every decode batch, decode only), for example
- * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
+ * normal with the split-KV decode attention for every decode batch, decode only, graphs: normal
+ * with decode steps replayed as CUDA graphs where they can be, i.e. with {@code
+ * -Dtokenspeed.cuda.gemv=on} at up to 8 rows), for example {@code llama-1b /tmp/synthetic 2048,8192
+ * 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
   private static final int BLOCK = 16;
@@ -63,6 +65,9 @@ public final class GpuBench {
           boolean splitKv = mode.equals("split-kv");
           if (splitKv) {
             m.useSplitKv(true);
+          }
+          if (mode.equals("graphs")) {
+            m.useGraphs(true); // replays only where every product is the project's own kernel
           }
           System.out.printf(
               Locale.ROOT,

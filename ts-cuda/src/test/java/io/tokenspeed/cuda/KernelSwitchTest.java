@@ -1,0 +1,40 @@
+package io.tokenspeed.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/** The kernel switches' values: either name, in any case; anything else refused by name. */
+class KernelSwitchTest {
+
+  @ParameterizedTest
+  @ValueSource(strings = {"on", "ON", " On ", "\ton\n"})
+  void shouldReadTheSecondValueInAnyCase(String value) {
+    assertTrue(KernelSwitch.read("tokenspeed.cuda.x", value, "off", "on"));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"off", "OFF", " Off "})
+  void shouldReadTheFirstValueInAnyCase(String value) {
+    assertFalse(KernelSwitch.read("tokenspeed.cuda.x", value, "off", "on"));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"", "true", "1", "o n", "v3", "onn"})
+  void shouldRefuseAnythingElseNamingThePropertyAndBothValues(String value) {
+    var e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> KernelSwitch.read("tokenspeed.cuda.flash", value, "v1", "v2"));
+    assertEquals("tokenspeed.cuda.flash must be v1 or v2, not \"" + value + "\"", e.getMessage());
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldReadNoValueAsTheFirst() {
+    assertFalse(KernelSwitch.read("tokenspeed.cuda.x", null, "off", "on"));
+  }
+}
