@@ -8,8 +8,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Locale;
 import java.util.Random;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -18,23 +16,9 @@ import org.junit.jupiter.params.provider.ValueSource;
  * pinned host memory, move within the device, and come down again, by {@code cudaMemcpyAsync} or by
  * the gather kernel, and every byte is checked against a host-side model of the same moves.
  */
-class CopyEngineGpuTest {
+class CopyEngineGpuTest extends OnTheGpu {
   static final int BLOCK = 16 * 1024;
   static final int BLOCKS = 4096; // 64 MiB
-
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
 
   @ParameterizedTest
   @ValueSource(booleans = {false, true})

@@ -11,8 +11,6 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -30,21 +28,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * sample of outputs is checked against a float64 reference, so that two equally wrong results do
  * not pass. A second test prints both kernels' times beside cuBLAS's on the prefill shapes.
  */
-class FixedGemmV2GpuTest {
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
-
+class FixedGemmV2GpuTest extends OnTheGpu {
   @ParameterizedTest
   @CsvSource({
     "1, 4096, 6144",

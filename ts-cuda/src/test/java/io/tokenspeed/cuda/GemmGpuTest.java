@@ -8,8 +8,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Locale;
 import java.util.Random;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -19,21 +17,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * another place in its block), for the tensor-core kernel (in a multiple of 8, a tail of k and of
  * outputs) and the one-thread-per-output kernels (bf16 with in not a multiple of 8, float32).
  */
-class GemmGpuTest {
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
-
+class GemmGpuTest extends OnTheGpu {
   @ParameterizedTest
   @CsvSource({"true, 136, 200", "true, 4096, 384", "true, 36, 70", "false, 136, 200"})
   void shouldComputeEveryRowTheSameWhateverTheRowsBesideIt(boolean bf16, int in, int out) {

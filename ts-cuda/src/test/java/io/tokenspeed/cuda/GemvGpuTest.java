@@ -9,8 +9,6 @@ import java.util.Arrays;
 import java.util.Locale;
 import java.util.SplittableRandom;
 import java.util.stream.IntStream;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -26,22 +24,8 @@ import org.junit.jupiter.params.provider.CsvSource;
  * prints the kernel's and cuBLAS's times on the model shapes, for the decision to turn the switch
  * on.
  */
-class GemvGpuTest {
+class GemvGpuTest extends OnTheGpu {
   private static final int MAX_ROWS = 8;
-
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
 
   @ParameterizedTest
   @CsvSource({

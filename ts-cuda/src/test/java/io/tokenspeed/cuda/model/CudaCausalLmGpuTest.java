@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.ForwardBatch;
@@ -23,8 +23,6 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Locale;
 import java.util.Random;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -35,7 +33,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * off; {@code -Dgpu.reference} names the folder {@code hf_reference.py} wrote), the fixtures' CPU
  * reference outputs, and the project's CPU model on synthetic checkpoints, in float32 and bf16.
  */
-class CudaCausalLmGpuTest {
+class CudaCausalLmGpuTest extends OnTheGpu {
 
   /** Float32: max |Δ| over the reference's largest magnitude. */
   static final double F32_RELATIVE = 1e-3;
@@ -45,21 +43,6 @@ class CudaCausalLmGpuTest {
    * the CPU model computes with float32 activations over the same bf16 weights.
    */
   static final double BF16_RELATIVE = 5e-2;
-
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-    System.out.printf("GPU %s, kernels compiled in %d ms%n", device, device.compileMillis());
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
 
   /** Tables of fresh blocks from a shuffled free list, as an engine hands them out. */
   static final class Blocks {

@@ -3,7 +3,7 @@ package io.tokenspeed.cuda.model;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import java.nio.file.Path;
@@ -11,8 +11,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -23,21 +21,7 @@ import org.junit.jupiter.api.io.TempDir;
  * bucket, so that steps are captured, replayed and captured again), and every step's logits must be
  * equal bit for bit, with most steps replayed.
  */
-class DecodeGraphGpuTest {
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
-
+class DecodeGraphGpuTest extends OnTheGpu {
   @Test
   void shouldGiveTheEagerStepsBitsWhenReplayed(@TempDir Path dir) {
     Path folder = FlashV2GpuTest.model(64, dir);

@@ -6,8 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.sampling.LogSoftmax;
 import io.tokenspeed.model.sampling.Penalties;
 import io.tokenspeed.model.sampling.RowSampling;
@@ -24,8 +24,6 @@ import java.util.List;
 import java.util.OptionalLong;
 import java.util.Set;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -38,21 +36,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * ask for must equal {@link LogSoftmax}'s to within an ulp of a float; rows the CPU sampler refuses
  * fail with its message.
  */
-class DeviceSamplerGpuTest {
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
-
+class DeviceSamplerGpuTest extends OnTheGpu {
   @ParameterizedTest(name = "vocab={0} rows={1} seed={2}")
   @CsvSource({"32000, 6000, 1", "128256, 2000, 2", "1000, 1500, 3", "3, 500, 4"})
   void shouldChooseTheCpuSamplersTokenOnEveryRow(int vocab, int rows, long seed) {

@@ -4,8 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cuda.CudaApi;
-import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
@@ -23,8 +23,6 @@ import java.util.Locale;
 import java.util.Random;
 import java.util.SplittableRandom;
 import java.util.stream.IntStream;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -44,7 +42,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * request's logits are bit-identical alone and in a batch. Last, the two kernels' times on the
  * attention of Llama 3 8B and Llama 3.2 1B at 8k and 32k tokens (printed, not asserted).
  */
-class FlashV2GpuTest {
+class FlashV2GpuTest extends OnTheGpu {
 
   /**
    * Logits, v2 against v1: max |Δ| over the largest |logit|. The bound of the tensor-core attention
@@ -63,20 +61,6 @@ class FlashV2GpuTest {
 
   /** Bf16 quiet NaN: the pool's unwritten slots and the output's guard. */
   static final short NAN_BF16 = (short) 0x7fc0;
-
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
 
   // ------------------------------------------------------------------------------ kernel level
 

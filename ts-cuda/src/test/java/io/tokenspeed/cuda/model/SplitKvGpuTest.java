@@ -4,8 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.cuda.model.CudaCausalLm.SplitKv;
 import io.tokenspeed.cuda.model.CudaCausalLm.SplitPlan;
 import io.tokenspeed.model.ForwardBatch;
@@ -23,8 +23,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Random;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -47,7 +45,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  *   <li>deterministic models and models without the tensor-core attention refuse the split path.
  * </ul>
  */
-class SplitKvGpuTest {
+class SplitKvGpuTest extends OnTheGpu {
 
   /**
    * Logits, split path vs flash kernel: max |Δ| over the flash logits' largest magnitude. Both
@@ -63,21 +61,6 @@ class SplitKvGpuTest {
 
   /** Greedy ids equal on at least this share of rows: near-ties of the logits may part. */
   static final double SAME_ARGMAX = 0.9;
-
-  static CudaDevice device;
-
-  @BeforeAll
-  static void open() {
-    device = CudaDevice.open(0);
-    System.out.printf("GPU %s, kernels compiled in %d ms%n", device, device.compileMillis());
-  }
-
-  @AfterAll
-  static void close() {
-    if (device != null) {
-      device.close();
-    }
-  }
 
   // ---------------------------------------------------------------------------------- kernels
 
