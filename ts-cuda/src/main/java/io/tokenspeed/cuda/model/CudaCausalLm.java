@@ -686,6 +686,41 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
+   * What every attention kernel reads first, in its arguments' order: the queries, the paged KV
+   * pool (its blocks' size, the layer's K and V offsets in a block, positions a block holds), and
+   * each token's position, request and its request's block table.
+   */
+  record AttentionInputs(
+      long q,
+      long pool,
+      long bytesPerBlock,
+      long kOffset,
+      long vOffset,
+      int blockTokens,
+      long positions,
+      long tokenRequest,
+      long tables,
+      int tableStride) {
+
+    /** These inputs, then a kernel's own arguments, as one launch's arguments. */
+    Object[] then(Object... rest) {
+      Object[] all = new Object[10 + rest.length];
+      all[0] = q;
+      all[1] = pool;
+      all[2] = bytesPerBlock;
+      all[3] = kOffset;
+      all[4] = vOffset;
+      all[5] = blockTokens;
+      all[6] = positions;
+      all[7] = tokenRequest;
+      all[8] = tables;
+      all[9] = tableStride;
+      System.arraycopy(rest, 0, all, 10, rest.length);
+      return all;
+    }
+  }
+
+  /**
    * Launches the split-KV decode attention of {@code numTokens} decode tokens: the partials of
    * every (token, KV head, head slice, split) into {@code partials} ({@link #splitPartialBytes}: m
    * {@code [t][H][maxSplits]}, then l, then acc {@code [t][H][maxSplits][d]}, float32), then their
@@ -699,16 +734,7 @@ public final class CudaCausalLm implements AutoCloseable {
       int numTokens,
       int heads,
       int kvHeads,
-      long q,
-      long pool,
-      long bytesPerBlock,
-      long kOffset,
-      long vOffset,
-      int blockTokens,
-      long positions,
-      long tokenRequest,
-      long tables,
-      int tableStride,
+      AttentionInputs in,
       float scale,
       long partials,
       long out) {
@@ -723,26 +749,17 @@ public final class CudaCausalLm implements AutoCloseable {
         plan.maxSplits(),
         32 * SPLIT_WARPS,
         0,
-        q,
-        pool,
-        bytesPerBlock,
-        kOffset,
-        vOffset,
-        blockTokens,
-        positions,
-        tokenRequest,
-        tables,
-        tableStride,
-        heads,
-        kvHeads,
-        plan.splitKeys(),
-        plan.cap(),
-        plan.maxSplits(),
-        scale,
-        partM,
-        partL,
-        partAcc,
-        out);
+        in.then(
+            heads,
+            kvHeads,
+            plan.splitKeys(),
+            plan.cap(),
+            plan.maxSplits(),
+            scale,
+            partM,
+            partL,
+            partAcc,
+            out));
     if (plan.maxSplits() > 1) {
       // tokens of a single split were written by the split kernel; the combine skips them
       device.launch(
@@ -751,7 +768,7 @@ public final class CudaCausalLm implements AutoCloseable {
           1,
           headDim,
           0,
-          positions,
+          in.positions(),
           heads,
           headDim,
           plan.splitKeys(),
@@ -776,16 +793,7 @@ public final class CudaCausalLm implements AutoCloseable {
       int numTiles,
       int heads,
       int kvHeads,
-      long q,
-      long pool,
-      long bytesPerBlock,
-      long kOffset,
-      long vOffset,
-      int blockTokens,
-      long positions,
-      long tokenRequest,
-      long tables,
-      int tableStride,
+      AttentionInputs in,
       long tiles,
       float scale,
       long out) {
@@ -795,22 +803,7 @@ public final class CudaCausalLm implements AutoCloseable {
         kvHeads,
         flashThreads(headDim, v2),
         flashSharedBytes(headDim, v2),
-        q,
-        pool,
-        bytesPerBlock,
-        kOffset,
-        vOffset,
-        blockTokens,
-        positions,
-        tokenRequest,
-        tables,
-        tableStride,
-        tiles,
-        numTiles,
-        heads,
-        kvHeads,
-        scale,
-        out);
+        in.then(tiles, numTiles, heads, kvHeads, scale, out));
   }
 
   /**
@@ -1371,48 +1364,22 @@ public final class CudaCausalLm implements AutoCloseable {
         long kOff = kv.fieldOffset(0, "layers." + l + ".k");
         long vOff = kv.fieldOffset(0, "layers." + l + ".v");
         long bpb = kv.layout().group(0).bytesPerBlock();
+        AttentionInputs in =
+            new AttentionInputs(
+                ws.q.pointer(),
+                pool,
+                bpb,
+                kOff,
+                vOff,
+                bg,
+                positions,
+                tokenRequest,
+                ws.tables.pointer(),
+                stride);
         if (split != null) {
-          launchSplitDecode(
-              device,
-              split,
-              hd,
-              numTokens,
-              heads,
-              kvHeads,
-              ws.q.pointer(),
-              pool,
-              bpb,
-              kOff,
-              vOff,
-              bg,
-              positions,
-              tokenRequest,
-              ws.tables.pointer(),
-              stride,
-              scale,
-              partials,
-              act);
+          launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
         } else if (kernel == Attention.TENSOR_CORE) {
-          launchFlash(
-              device,
-              flashV2,
-              hd,
-              numTiles,
-              heads,
-              kvHeads,
-              ws.q.pointer(),
-              pool,
-              bpb,
-              kOff,
-              vOff,
-              bg,
-              positions,
-              tokenRequest,
-              ws.tables.pointer(),
-              stride,
-              tileTable,
-              scale,
-              act);
+          launchFlash(device, flashV2, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(
@@ -1421,23 +1388,7 @@ public final class CudaCausalLm implements AutoCloseable {
               kvHeads,
               32 * warps,
               (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
-              ws.q.pointer(),
-              pool,
-              bpb,
-              kOff,
-              vOff,
-              bg,
-              positions,
-              tokenRequest,
-              ws.tables.pointer(),
-              stride,
-              tileTable,
-              heads,
-              kvHeads,
-              hd,
-              scale,
-              actF32,
-              actBf16);
+              in.then(tileTable, heads, kvHeads, hd, scale, actF32, actBf16));
         } else {
           long items = (long) numTokens * heads;
           device.launch(
@@ -1446,24 +1397,7 @@ public final class CudaCausalLm implements AutoCloseable {
               1,
               32 * ATTN_WARPS,
               ATTN_WARPS * hd * 4,
-              ws.q.pointer(),
-              pool,
-              kv.layout().group(0).bytesPerBlock(),
-              kv.fieldOffset(0, "layers." + l + ".k"),
-              kv.fieldOffset(0, "layers." + l + ".v"),
-              bg,
-              positions,
-              tokenRequest,
-              ws.tables.pointer(),
-              stride,
-              numTokens,
-              heads,
-              kvHeads,
-              hd,
-              scale,
-              0,
-              actF32,
-              actBf16);
+              in.then(numTokens, heads, kvHeads, hd, scale, 0, actF32, actBf16));
         }
         gemm.apply(
             act,

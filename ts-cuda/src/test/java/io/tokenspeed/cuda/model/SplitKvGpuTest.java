@@ -226,6 +226,18 @@ class SplitKvGpuTest extends OnTheGpu {
         long tokenRequestD = ints.at(4L * tokens);
         long tilesD = ints.at(8L * tokens);
         long tablesD = ints.at(16L * tokens);
+        var in =
+            new CudaCausalLm.AttentionInputs(
+                qD.pointer(),
+                poolD.pointer(),
+                bytesPerBlock,
+                kOffset,
+                vOffset,
+                bg,
+                positionsD,
+                tokenRequestD,
+                tablesD,
+                stride);
         CudaCausalLm.launchSplitDecode(
             device,
             plan,
@@ -233,39 +245,12 @@ class SplitKvGpuTest extends OnTheGpu {
             tokens,
             heads,
             kvHeads,
-            qD.pointer(),
-            poolD.pointer(),
-            bytesPerBlock,
-            kOffset,
-            vOffset,
-            bg,
-            positionsD,
-            tokenRequestD,
-            tablesD,
-            stride,
+            in,
             scale,
             partials.pointer(),
             outSplit.pointer());
         CudaCausalLm.launchFlash(
-            device,
-            false,
-            d,
-            tokens,
-            heads,
-            kvHeads,
-            qD.pointer(),
-            poolD.pointer(),
-            bytesPerBlock,
-            kOffset,
-            vOffset,
-            bg,
-            positionsD,
-            tokenRequestD,
-            tablesD,
-            stride,
-            tilesD,
-            scale,
-            outFlash.pointer());
+            device, false, d, tokens, heads, kvHeads, in, tilesD, scale, outFlash.pointer());
         device.synchronize();
         split = readBf16(outSplit, tokens * heads * d, arena);
         flash = readBf16(outFlash, tokens * heads * d, arena);
