@@ -1,5 +1,8 @@
 package io.tokenspeed.cuda;
 
+import static io.tokenspeed.cuda.Bf16Bits.bf16;
+import static io.tokenspeed.cuda.Bf16Bits.uniform;
+import static io.tokenspeed.cuda.Bf16Bits.value;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import java.lang.foreign.Arena;
@@ -257,20 +260,6 @@ class GemvGpuTest extends OnTheGpu {
         api.eventDestroy(ends[i]);
       }
     }
-  }
-
-  /** A uniform value in [-scale, scale). */
-  private static float uniform(SplittableRandom rnd, float scale) {
-    return (float) ((rnd.nextDouble() * 2 - 1) * scale);
-  }
-
-  /** The bf16 bits of {@code v}, its low mantissa bits dropped (so the value is exact in bf16). */
-  private static short bf16(float v) {
-    return (short) (Float.floatToRawIntBits(v) >>> 16);
-  }
-
-  private static double value(short bits) {
-    return Float.intBitsToFloat(bits << 16);
   }
 
   private static MemorySegment shorts(Arena arena, short[] v) {
