@@ -4,6 +4,7 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.DeviceHandle;
 import java.util.List;
+import java.util.function.LongSupplier;
 
 /**
  * The loop's side of the copy thread: submits batches of Device/Host copies and waits for their
@@ -19,13 +20,25 @@ final class Copies {
   /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
   private long awaitedFence;
 
+  /** Times the waits (the settings' clock). */
+  private final LongSupplier nanoClock;
+
+  /** Nanoseconds the loop spent waiting for copy batches since start. */
+  private long waitNanos;
+
   Copies(DeviceHandle handle) {
-    this(handle, null);
+    this(handle, null, System::nanoTime);
   }
 
-  Copies(DeviceHandle handle, PageTransfers pages) {
+  Copies(DeviceHandle handle, PageTransfers pages, LongSupplier nanoClock) {
     this.handle = handle;
     this.pages = pages;
+    this.nanoClock = nanoClock;
+  }
+
+  /** Nanoseconds the loop spent waiting for copy batches since start (a part of its rounds). */
+  long waitNanos() {
+    return waitNanos;
   }
 
   /** Runs {@code ops} on the copy thread and waits for them; the forward depends on them. */
@@ -37,8 +50,18 @@ final class Copies {
       return;
     }
     CopyFence f = handle.submit(ops);
-    await(f);
+    awaitTimed(f);
     awaitedFence = Math.max(awaitedFence, f.sequence());
+  }
+
+  /** Waits for {@code f} as {@link #await(CopyFence)} does, counting the wait. */
+  void awaitTimed(CopyFence f) throws InterruptedException {
+    long t0 = nanoClock.getAsLong();
+    try {
+      await(f);
+    } finally {
+      waitNanos += nanoClock.getAsLong() - t0;
+    }
   }
 
   /**

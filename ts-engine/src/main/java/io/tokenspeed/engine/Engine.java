@@ -125,7 +125,8 @@ public final class Engine implements AutoCloseable {
             copies,
             PageTransfers.needed(layout, model.collective())
                 ? new PageTransfers(layout, model.collective(), copies)
-                : null);
+                : null,
+            nanoClock);
     HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);
     if (simulation != null) {
       simulation.planting().publication(publication);

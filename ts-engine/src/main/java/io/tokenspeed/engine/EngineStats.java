@@ -22,6 +22,9 @@ package io.tokenspeed.engine;
  * @param forwardNanos the part of them inside the model's forward pass and its sampling (which a
  *     device model does on the device); the rest is the loop's own work (intake, scheduler, block
  *     tables, copies waited for, streaming the tokens)
+ * @param copyWaitNanos the part of {@code roundNanos} outside the forward pass that the loop spent
+ *     waiting for Device/Host copies: loads the forward needs, the demotions' fence before the Host
+ *     publishes them, State checkpoint copies
  */
 public record EngineStats(
     long rounds,
@@ -37,8 +40,9 @@ public record EngineStats(
     long loadedBytes,
     long loadNanos,
     long roundNanos,
-    long forwardNanos) {
+    long forwardNanos,
+    long copyWaitNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

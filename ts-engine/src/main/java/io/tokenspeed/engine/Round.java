@@ -343,7 +343,7 @@ final class Round {
   /** The Host publishes what the demotions copied; the scheduler learns the forward is done. */
   private void commit(ExecutionPlan plan, Dispatched dispatched) throws InterruptedException {
     if (dispatched.demoted() != null) {
-      Copies.await(dispatched.demoted());
+      copies.awaitTimed(dispatched.demoted());
     }
     publication.publish(dispatched.written());
     scheduler.onForwardDone(plan);
@@ -548,7 +548,8 @@ final class Round {
             deviceHandle.loadedBytes(),
             deviceHandle.loadNanos(),
             roundNanos,
-            forward.forwardNanos());
+            forward.forwardNanos(),
+            copies.waitNanos());
   }
 
   /** The figures of the latest round (any thread). */

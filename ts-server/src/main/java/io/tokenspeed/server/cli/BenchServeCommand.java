@@ -1976,6 +1976,7 @@ final class BenchServeCommand implements Callable<Integer> {
             after.rounds() - before.rounds(),
             after.forwardNanos() - before.forwardNanos(),
             after.roundNanos() - before.roundNanos(),
+            after.copyWaitNanos() - before.copyWaitNanos(),
             cpuBefore < 0 || cpuAfter < 0 ? -1 : cpuAfter - cpuBefore);
     ThroughputLevel level = new ThroughputLevel(numClients, done, served, gpu);
     progress(
@@ -2036,9 +2037,9 @@ final class BenchServeCommand implements Callable<Integer> {
     b.append(
         "| clients | requests | errors | output tokens | wall s | output tokens/s | prompt cached |"
             + " TTFT p50 ms | TTFT p90 ms | TPOT p50 ms | TPOT p90 ms | rounds | forward ms per"
-            + " round | round ms | mean batch | raw tokens/s | served/raw | host CPU % | GPU util"
-            + " mean / max % |\n");
-    b.append("|" + "---:|".repeat(18) + "---|\n");
+            + " round | round ms | copy wait ms per round | mean batch | raw tokens/s |"
+            + " served/raw | host CPU % | GPU util mean / max % |\n");
+    b.append("|" + "---:|".repeat(19) + "---|\n");
     for (ThroughputLevel l : levels) {
       ServedThroughput t = l.served();
       double[] ttft = okValues(l.ok(), Completion::ttftMs);
@@ -2047,7 +2048,7 @@ final class BenchServeCommand implements Callable<Integer> {
           String.format(
               Locale.ROOT,
               "| %d | %d | %d | %d | %.2f | %.1f | %.1f %% | %.1f | %.1f | %.2f | %.2f | %d | %.3f |"
-                  + " %.3f | %.1f | %.1f | %.3f | %.0f %% | %s |%n",
+                  + " %.3f | %.3f | %.1f | %.1f | %.3f | %.0f %% | %s |%n",
               l.clients(),
               l.completions().size(),
               l.completions().size() - l.ok().size(),
@@ -2062,6 +2063,7 @@ final class BenchServeCommand implements Callable<Integer> {
               t.rounds(),
               t.forwardMsPerRound(),
               t.roundMs(),
+              t.copyWaitMsPerRound(),
               t.meanBatch(),
               t.rawTokensPerS(),
               t.servedOverRaw(),
@@ -2084,9 +2086,10 @@ final class BenchServeCommand implements Callable<Integer> {
                 + " cached tokens over prompt tokens (the prefix's whole pages are reusable)."
                 + " TTFT: request sent to the first event carrying a token; TPOT: (last token's"
                 + " event − first token's event) / (tokens − 1), per request%s; percentiles"
-                + " nearest-rank over the level's requests. Rounds, forward ms and round ms: the"
-                + " engine's EngineStats over the level (from before its first request to the"
-                + " engine quiet after its last), per round. Mean batch: output tokens ÷ rounds, an"
+                + " nearest-rank over the level's requests. Rounds, forward ms, round ms and copy"
+                + " wait ms: the engine's EngineStats over the level (from before its first request"
+                + " to the engine quiet after its last), per round; copy wait is the part of the"
+                + " round outside the forward pass spent waiting for Device/Host copies. Mean batch: output tokens ÷ rounds, an"
                 + " approximation of the decode batch (rounds that prefilled count, and a prompt's"
                 + " first token is output). Host CPU: the process's CPU time over the level's wall"
                 + " time (100 %% = one core of %d). GPU util: nvidia-smi's utilization.gpu every %d"

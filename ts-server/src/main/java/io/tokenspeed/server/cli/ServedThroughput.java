@@ -28,6 +28,8 @@ package io.tokenspeed.server.cli;
  * @param rounds the engine's rounds over the level
  * @param forwardNanos of the rounds' time, the part inside the model's forward pass
  * @param roundNanos the rounds' time (idle waits excluded)
+ * @param copyWaitNanos of the rounds' time outside the forward pass, the part the loop spent
+ *     waiting for Device/Host copies
  * @param cpuNanos the process's CPU time over the level, or {@code -1} where the JVM cannot say
  */
 record ServedThroughput(
@@ -36,10 +38,16 @@ record ServedThroughput(
     long rounds,
     long forwardNanos,
     long roundNanos,
+    long copyWaitNanos,
     long cpuNanos) {
 
   ServedThroughput {
-    if (outputTokens < 0 || wallNs <= 0 || rounds < 0 || forwardNanos < 0 || roundNanos < 0) {
+    if (outputTokens < 0
+        || wallNs <= 0
+        || rounds < 0
+        || forwardNanos < 0
+        || roundNanos < 0
+        || copyWaitNanos < 0) {
       throw new IllegalArgumentException(
           "outputTokens="
               + outputTokens
@@ -51,6 +59,8 @@ record ServedThroughput(
               + forwardNanos
               + " roundNanos="
               + roundNanos
+              + " copyWaitNanos="
+              + copyWaitNanos
               + ": counts must be >= 0 and the wall time > 0");
     }
     if (cpuNanos < -1) {
@@ -71,6 +81,11 @@ record ServedThroughput(
   /** The mean round, ms; NaN without rounds. */
   double roundMs() {
     return rounds == 0 ? Double.NaN : roundNanos / 1e6 / rounds;
+  }
+
+  /** The loop's mean wait for Device/Host copies per round, ms; NaN without rounds. */
+  double copyWaitMsPerRound() {
+    return rounds == 0 ? Double.NaN : copyWaitNanos / 1e6 / rounds;
   }
 
   /**

@@ -15,8 +15,9 @@ class ServedThroughputTest {
     // 3 s of CPU time
     ServedThroughput t =
         new ServedThroughput(
-            1_000, 2_000_000_000L, 100, 500_000_000L, 1_000_000_000L, 3_000_000_000L);
+            1_000, 2_000_000_000L, 100, 500_000_000L, 1_000_000_000L, 20_000_000L, 3_000_000_000L);
     assertEquals(500, t.servedTokensPerS(), 1e-9);
+    assertEquals(0.2, t.copyWaitMsPerRound(), 1e-9);
     assertEquals(10, t.meanBatch(), 1e-9);
     assertEquals(5, t.forwardMsPerRound(), 1e-9);
     assertEquals(10, t.roundMs(), 1e-9);
@@ -27,7 +28,7 @@ class ServedThroughputTest {
 
   @Test
   void shouldReadNaNWhereALevelHadNoRoundsOrNoCpuClock() {
-    ServedThroughput t = new ServedThroughput(0, 1_000_000, 0, 0, 0, -1);
+    ServedThroughput t = new ServedThroughput(0, 1_000_000, 0, 0, 0, 0, -1);
     assertEquals(0, t.servedTokensPerS());
     assertTrue(Double.isNaN(t.meanBatch()));
     assertTrue(Double.isNaN(t.forwardMsPerRound()));
@@ -40,9 +41,11 @@ class ServedThroughputTest {
   @Test
   void shouldRejectNegativeCountsAndAnEmptyWall() {
     IllegalArgumentException e =
-        assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(1, 0, 1, 1, 1, 0));
+        assertThrows(
+            IllegalArgumentException.class, () -> new ServedThroughput(1, 0, 1, 1, 1, 0, 0));
     assertTrue(e.getMessage().contains("wallNs=0"), e.getMessage());
-    assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(-1, 1, 1, 1, 1, 0));
-    assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(1, 1, 1, 1, 1, -2));
+    assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(-1, 1, 1, 1, 1, 0, 0));
+    assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(1, 1, 1, 1, 1, 0, -2));
+    assertThrows(IllegalArgumentException.class, () -> new ServedThroughput(1, 1, 1, 1, 1, -1, 0));
   }
 }
