@@ -29,14 +29,6 @@ final class RequestBlocks {
   /** How many times {@link #rows} changed since the admission (grown, or window rows released). */
   private int changes;
 
-  /**
-   * Per group, the rows below which {@link #publishComputed} has nothing left to do: each holds no
-   * block, a published block or a withdrawn one, states a block keeps while this request references
-   * it (a referenced block is never evicted, and a withdrawn one never published again). A decode
-   * round's publication then costs nothing instead of a walk over the prompt's rows.
-   */
-  private final int[] settledRows;
-
   RequestBlocks(CacheLayout layout, TierCache device, Admission admission) {
     this.layout = layout;
     this.device = device;
@@ -45,7 +37,6 @@ final class RequestBlocks {
     for (int g = 0; g < rows.length; g++) {
       rows[g] = admission.tables()[g].clone();
     }
-    this.settledRows = new int[rows.length];
   }
 
   /**
@@ -97,26 +88,6 @@ final class RequestBlocks {
     }
   }
 
-  /**
-   * With assertions on (the tests): what a walk over every row below {@code alignedEnd} would still
-   * publish is nothing, so the rows {@link #settledRows} skips held nothing to do. A row whose key
-   * another block holds is left as it is, as the walk leaves it.
-   */
-  private boolean nothingLeftToPublish(PromptKeys prompt, CacheGroupSpec g, int alignedEnd) {
-    int[] r = rows[g.groupId()];
-    for (int i = 0; i < r.length && (i + 1) * g.blockGranularity() <= alignedEnd; i++) {
-      int b = r[i];
-      if (b != 0
-          && device.keyOf(b) == null
-          && !device.isWithdrawn(b)
-          && device.pool().refCount(b) == 1
-          && !device.contains(prompt.keyOf(g.groupId(), i, alignedEnd))) {
-        return false;
-      }
-    }
-    return true;
-  }
-
   /** Changes of the table since the admission: equal counts, equal tables. */
   int changes() {
     return changes;
@@ -134,28 +105,19 @@ final class RequestBlocks {
       if (g.kind() instanceof GroupKind.StateCheckpoints) {
         continue; // the working slot keeps changing; checkpoints publish through the engine
       }
-      int gid = g.groupId();
-      int[] r = rows[gid];
+      int[] r = rows[g.groupId()];
       int bg = g.blockGranularity();
-      boolean settled = true;
-      for (int i = settledRows[gid]; i < r.length && (i + 1) * bg <= alignedEnd; i++) {
+      for (int i = 0; i < r.length && (i + 1) * bg <= alignedEnd; i++) {
         int b = r[i];
         if (b != 0
             && device.keyOf(b) == null
             && !device.isWithdrawn(b)
             && device.pool().refCount(b) == 1) {
-          CacheKey key = prompt.keyOf(gid, i, alignedEnd);
+          CacheKey key = prompt.keyOf(g.groupId(), i, alignedEnd);
           device.noteWrite(b);
           device.publish(key, b);
         }
-        // rows another request published first, or shared, stay to be looked at again
-        settled &= b == 0 || device.keyOf(b) != null || device.isWithdrawn(b);
-        if (settled) {
-          settledRows[gid] = i + 1;
-        }
       }
-      assert nothingLeftToPublish(prompt, g, alignedEnd)
-          : "group " + gid + ": a computed row below " + alignedEnd + " is left unpublished";
     }
   }
 
