@@ -29,15 +29,14 @@ final class ActiveRequest {
   Admission admission;
 
   /**
-   * The scheduler's block tables as of {@link #tablesChanges} changes since {@link
-   * #tablesAdmission}, and their translation into the model's blocks ({@link ForwardStep}: a decode
-   * round reuses them until the scheduler's tables change).
+   * The scheduler's block tables of {@link #admission} as of its {@link #tablesChanges}-th change,
+   * and their translation into the model's blocks ({@link ForwardStep}: a decode round reuses them
+   * until the scheduler's tables change); null until the first forward of an admission.
    */
   int[][] cacheTables;
 
   int[][] modelTables;
-  Admission tablesAdmission;
-  int tablesChanges = -1;
+  int tablesChanges;
 
   /** Whether the State groups' running state lives in the working slot (after a forward). */
   boolean stateInWorkingSlot;

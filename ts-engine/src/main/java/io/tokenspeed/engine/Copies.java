@@ -26,10 +26,6 @@ final class Copies {
   /** Nanoseconds the loop spent waiting for copy batches since start. */
   private long waitNanos;
 
-  Copies(DeviceHandle handle) {
-    this(handle, null, System::nanoTime);
-  }
-
   Copies(DeviceHandle handle, PageTransfers pages, LongSupplier nanoClock) {
     this.handle = handle;
     this.pages = pages;

@@ -113,8 +113,9 @@ final class ForwardStep {
         a.admission = adm;
         a.stateInWorkingSlot = false;
         a.kvTokens = adm.hit(); // on the Device once this round's loads are done
+        a.modelTables = null; // another admission, other tables
       }
-      int[][] tables = modelTables(a, adm);
+      int[][] tables = modelTables(a);
       if (hasStateGroups) {
         tables = tables.clone(); // the State groups' tables are the chunk's own
         for (var g : layout.groups()) {
@@ -154,12 +155,11 @@ final class ForwardStep {
    * released, a new admission), so that a decode round does not translate every request's whole
    * table. With assertions on (the tests), each reuse is checked against a fresh translation.
    */
-  private int[][] modelTables(ActiveRequest a, Admission adm) {
+  private int[][] modelTables(ActiveRequest a) {
     int changes = scheduler.blockTablesChanges(a.id);
-    if (a.tablesAdmission != adm || a.tablesChanges != changes || a.modelTables == null) {
+    if (a.modelTables == null || a.tablesChanges != changes) {
       a.cacheTables = scheduler.blockTables(a.id);
       a.modelTables = device.modelTables(a.cacheTables);
-      a.tablesAdmission = adm;
       a.tablesChanges = changes;
     }
     assert Arrays.deepEquals(a.cacheTables, scheduler.blockTables(a.id))
