@@ -178,6 +178,9 @@ public final class CudaCausalLm implements AutoCloseable {
   private final boolean deterministic;
   private Attention attention;
 
+  /** Whether every product of a decode step meets {@code gemv_bf16}'s alignment (at load). */
+  private final boolean weightsFitGemv;
+
   /** Whether the KV pool holds bf16 (the tensor-core attention's) rather than float32. */
   private final boolean kvBf16;
 
@@ -252,6 +255,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.gemm = new Gemm(device, deterministic);
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
+    this.weightsFitGemv = weightsFitGemv(d, lmHead, layers);
   }
 
   /**
@@ -859,7 +863,7 @@ public final class CudaCausalLm implements AutoCloseable {
         && pureDecode
         && split == null
         && gemm.ownKernels(numTokens, weightType)
-        && (deterministic || weightsFitGemv());
+        && (deterministic || weightsFitGemv);
   }
 
   /**
@@ -867,7 +871,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * dimensions that are multiples of 8 and weights on 16-byte boundaries (else {@link Gemm} would
    * send the product to cuBLAS, which a capture must not record).
    */
-  private boolean weightsFitGemv() {
+  private static boolean weightsFitGemv(DecoderDims d, DeviceBuffer lmHead, List<Layer> layers) {
     boolean ok =
         d.hiddenSize() % 8 == 0
             && (d.numHeads() * d.headDim()) % 8 == 0
