@@ -17,18 +17,13 @@ import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -44,8 +39,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * <p>The engines under test are stepped ({@link SteppedEngine}): the loop's turns, its store calls
  * and its clock are the test's, so an idle gap or a counting window is simulated time, exact.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EngineL3IdleTest {
+class EngineL3IdleTest extends WithContextLlama {
   private static final int P = 4;
 
   /** The loop's tick while only L3 work is pending. */
@@ -65,18 +59,6 @@ class EngineL3IdleTest {
 
   /** How long the L3 work left after the window may take to end (simulated time). */
   private static final long MAX_CLOSE_MS = 2_000;
-
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
 
   /** One-page extensions and the given soft deadline. */
   private static L3Settings settings(Store store, long softDeadlineMs) {

@@ -12,23 +12,17 @@ import io.tokenspeed.l3.spi.ForwardingStore;
 import io.tokenspeed.l3.spi.RowResult;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.memory.MemoryStore;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -44,24 +38,11 @@ import org.junit.jupiter.params.provider.ValueSource;
  * leaves, the images fit, and every output still equals the request's alone run (the untied model
  * of {@link ContextModels}, whose outputs depend on the KV it reads).
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EngineL3RetractionReserveTest {
+class EngineL3RetractionReserveTest extends WithContextLlama {
   private static final int P = 4;
   private static final int BLOCK = 2;
   private static final int SHORT = 4;
   private static final int MAX_TOKENS = 40;
-
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
 
   /** Claims every key exists; every GET waits for {@link #answer}, then reads nothing. */
   private static final class HungReads extends ForwardingStore {

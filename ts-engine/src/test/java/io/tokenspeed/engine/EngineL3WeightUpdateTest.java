@@ -13,7 +13,6 @@ import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.file.FileStore;
 import io.tokenspeed.l3.store.file.FileStoreSettings;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.testkit.LiveTree;
 import java.io.IOException;
@@ -33,10 +32,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -46,20 +42,7 @@ import org.junit.jupiter.api.io.TempDir;
  * is still writing; and two concurrent updates are serialized, leaving objects under no namespace
  * but the last one's. Objects are counted by namespace in the store itself.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EngineL3WeightUpdateTest {
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
-
+class EngineL3WeightUpdateTest extends WithContextLlama {
   private Engine engine(Checked rec, Store store) {
     Engine e =
         Engine.start(

@@ -12,12 +12,10 @@ import io.tokenspeed.l3.L3Metrics;
 import io.tokenspeed.l3.spi.ForwardingStore;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.memory.MemoryStore;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.scheduler.StorageConfig;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
@@ -26,11 +24,7 @@ import java.util.SplittableRandom;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
-import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The metrics snapshot the loop publishes ({@link Engine#metrics}): it counts running and waiting
@@ -39,21 +33,8 @@ import org.junit.jupiter.api.io.TempDir;
  * its executor and transfer-manager counters move exactly as the store's own calls say they must.
  * Invariants are checked after every round.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EngineMetricsTest {
+class EngineMetricsTest extends WithContextLlama {
   private static final int P = 4;
-
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
 
   /** Checks invariants and keeps every snapshot the loop publishes, in order. */
   static final class Snapshots extends Checked {

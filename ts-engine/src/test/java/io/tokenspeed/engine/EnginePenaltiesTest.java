@@ -5,16 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
-import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -23,21 +17,8 @@ import org.junit.jupiter.params.provider.ValueSource;
  * greedy and seeded), it repeats itself less than the same request without penalties on prompts
  * whose greedy output repeats, and neutral penalties are no penalties.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EnginePenaltiesTest {
+class EnginePenaltiesTest extends WithContextLlama {
   private static final int MAX_TOKENS = 24;
-
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
 
   private static int[] run(Engine e, int[] prompt, SamplingParams params) {
     GenerationResult r = e.submit(prompt, params).result().join();

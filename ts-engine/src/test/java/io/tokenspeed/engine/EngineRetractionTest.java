@@ -5,17 +5,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.cache.CacheCoordinator;
 import io.tokenspeed.engine.EngineTest.Recorder;
 import io.tokenspeed.engine.EngineTest.Run;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.sampling.SamplingParams;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.TestInstance;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -36,23 +30,10 @@ import org.junit.jupiter.params.provider.ValueSource;
  * 66f0a4f, 12 of seeds 1–40 (1, 6, 10, 11, 14, 19, 24, 29, 30, 31, 36, 38) each give one output of
  * 32 that differs from its alone run; the seeds here are the first four of them.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-class EngineRetractionTest {
+class EngineRetractionTest extends WithContextLlama {
   private static final int P = 4;
   private static final int BLOCK = 2;
   private static final int REQUESTS = 32;
-
-  private CausalLm model;
-
-  @BeforeAll
-  void load(@TempDir Path dir) {
-    model = ContextModels.llama(dir);
-  }
-
-  @AfterAll
-  void close() {
-    model.close();
-  }
 
   /**
    * The fewest Device parents that hold every request's prompt plus its decode headroom at
