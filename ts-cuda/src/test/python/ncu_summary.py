@@ -21,7 +21,11 @@ def main():
             continue
         value = float(row["Metric Value"].replace(",", ""))
         unit = row.get("Metric Unit", "nsecond")
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}[unit]
+        # older Nsight Compute writes nsecond, newer ns
+        scale = {
+            "nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0,
+            "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6,
+        }[unit]
         name = row["Kernel Name"].split("(")[0][:60]
         time_us[name] += value * scale
         count[name] += 1

@@ -17,13 +17,14 @@ import java.lang.foreign.ValueLayout;
  * <p>Decode batches (1 to 8 rows) read every weight once for very little arithmetic, so their time
  * is that of streaming W from memory; the project's {@code gemv_bf16} kernel is laid out for
  * exactly that. The system property {@code tokenspeed.cuda.gemv} chooses: {@code on} routes bf16
- * products of 1 to 8 rows with {@code in} a multiple of 8 and 16-byte aligned X and W to it, {@code
- * off} (the default, until it has been measured against cuBLAS on the GPU) keeps every product on
- * cuBLAS. It is read once, when the class loads: pass it on the java command line ({@code
- * -Dtokenspeed.cuda.gemv=on}), or through the environment as {@code
- * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.gemv=on} where a script builds that command line (as {@code
- * bin/test-gpu --bench} does). Deterministic mode never takes this path: its products stay on the
- * fixed-order kernel whatever the switch says.
+ * products of 1 to 8 rows with {@code in} a multiple of 8 and 16-byte aligned X and W to it (the
+ * default: on an H100 it streams the Llama shapes' weights as fast as cuBLAS or faster, and a
+ * decode step whose products are all the project's own kernels can be replayed as a CUDA graph),
+ * {@code off} keeps every product on cuBLAS. It is read once, when the class loads: pass it on the
+ * java command line ({@code -Dtokenspeed.cuda.gemv=off}), or through the environment as {@code
+ * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.gemv=off} where a script builds that command line.
+ * Deterministic mode never takes this path: its products stay on the fixed-order kernel whatever
+ * the switch says.
  *
  * <p>Deterministic mode's bf16 products (with {@code in} a multiple of 8) run on {@code
  * gemm_fixed_bf16_mma}, 64 × 128 outputs a block. {@code gemm_fixed_bf16_mma_v2} gives the same
@@ -169,12 +170,12 @@ public final class Gemm {
   }
 
   /**
-   * The switch's value: {@code on} or {@code off} (either case, spaces around ignored), {@code off}
+   * The switch's value: {@code on} or {@code off} (either case, spaces around ignored), {@code on}
    * when unset. Anything else is refused, so that a misspelt switch does not silently measure the
    * other path.
    */
   static boolean gemvSwitch(String value) {
-    return KernelSwitch.read(GEMV_PROPERTY, value, "off", "on");
+    return KernelSwitch.read(GEMV_PROPERTY, value == null ? "on" : value, "off", "on");
   }
 
   /**

@@ -50,7 +50,7 @@ class GemmRoutingTest {
 
   @Test
   void shouldReadTheSwitchAsOnOrOffAndOffWhenUnset() {
-    assertFalse(Gemm.gemvSwitch(null));
+    assertTrue(Gemm.gemvSwitch(null), "on by default");
     assertFalse(Gemm.gemvSwitch("off"));
     assertTrue(Gemm.gemvSwitch("on"));
     assertTrue(Gemm.gemvSwitch(" ON "));

@@ -25,9 +25,8 @@ import java.util.SplittableRandom;
  * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
  * normal, deterministic, float32-attention: normal GEMMs with the float32 attention, split-kv:
  * normal with the split-KV decode attention for every decode batch, decode only, graphs: normal
- * with decode steps replayed as CUDA graphs where they can be, i.e. with {@code
- * -Dtokenspeed.cuda.gemv=on} at up to 8 rows), for example {@code llama-1b /tmp/synthetic 2048,8192
- * 1,16,64 512 normal,deterministic}.
+ * with decode steps replayed as CUDA graphs where they can be, i.e. on {@code gemv_bf16} at up to 8
+ * rows), for example {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
   private static final int BLOCK = 16;
