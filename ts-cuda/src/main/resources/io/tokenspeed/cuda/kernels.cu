@@ -2519,3 +2519,128 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
     out->n_top = n < 0 ? 0 : n;
   }
 }
+
+// The fixed-order bf16 product for a few rows (deterministic mode's decode steps), with the bits of
+// gemm_fixed_bf16_mma: y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when accumulate), float32
+// accumulation, in % 8 == 0, x and w 16-byte aligned, rows ≤ 16 · MT.
+//
+// Why the bits are v1's: as in gemm_fixed_bf16_mma_v2's comment, an output is the chain of
+// mma.sync m16n8k16 steps k = 0, 16, 32, ... in ascending order, 2 · ceil(in / 32) of them (the
+// last one multiplying zeros when in % 32 is 1 to 16), from one float32 accumulator at +0; slot j
+// of a step holds k + j, pieces of 8 k at or past `in` are +0 in x and w alike, the row sits at
+// row r % 16 of its mma tile and the output at column o % 8. Then y = acc, or y + acc as one
+// float32 addition. So the kernels may be swapped for any launch without changing a bit.
+//
+// Why it is fast where v1 is not: a few rows do almost no arithmetic, so the time is that of
+// streaming w, and v1's 128-output blocks leave most of the GPU idle for the 4,096 outputs of a
+// Llama projection. Here each warp owns 8 outputs (one mma column) over the whole of k, reading
+// its B fragments straight from global memory (4 bytes a lane, a full 32-byte sector per output
+// row and step) into a ring of RING steps, each step's loads issued RING steps before its mma,
+// so that every warp keeps RING · 256 bytes of w in flight. The rows of x, shared by the block's
+// warps, pass through shared memory RING · 16 k at a time (double-buffered, read with ldmatrix in
+// v1's pattern); RING shrinks as MT grows to keep that under 48 KiB.
+// Grid: ceil(out / (8 · SK_WARPS)). Block: 32 · SK_WARPS. Static shared memory:
+// 2 · 16 · MT · (RING · 16 + 8) · 2 bytes (33 KiB for both instances).
+#define SK_WARPS 4
+
+__device__ __forceinline__ unsigned int load_stream_u32(const bf16_t* p) {
+  unsigned int v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+template <int MT, int RING>
+__device__ __forceinline__ void gemm_fixed_skinny(const bf16_t* x, const bf16_t* w, float* y,
+                                                  int rows, int in, int out, int accumulate) {
+  constexpr int ROWS = 16 * MT;
+  constexpr int CHUNK = RING * 16;  // k of x per shared-memory buffer
+  constexpr int PITCH = CHUNK + 8;     // bf16 per shared row: ldmatrix rows in distinct banks
+  constexpr int PIECES = ROWS * CHUNK / 8;
+  constexpr int THREADS = 32 * SK_WARPS;
+  __shared__ __align__(16) bf16_t xs[2][ROWS][PITCH];
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  int g = lane / 4;
+  int tq = lane % 4;
+  int o8 = (blockIdx.x * SK_WARPS + warp) * 8;
+  int steps = 2 * ((in + 31) / 32);
+  // this lane's output row of w (its B fragments' column g), null past `out`
+  const bf16_t* wrow = o8 + g < out ? w + (long long)(o8 + g) * in + 2 * tq : nullptr;
+  auto fetch_b = [&](int s, unsigned int* b) {
+    int k0 = s * 16;
+    b[0] = wrow != nullptr && s < steps && k0 < in ? load_stream_u32(wrow + k0) : 0u;
+    b[1] = wrow != nullptr && s < steps && k0 + 8 < in ? load_stream_u32(wrow + k0 + 8) : 0u;
+  };
+  auto fill_x = [&](int chunk, int buf) {
+    for (int p = threadIdx.x; p < PIECES; p += THREADS) {
+      int r = p / (CHUNK / 8);
+      int kk = (p % (CHUNK / 8)) * 8;
+      int k = chunk * CHUNK + kk;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows && k < in) {
+        v = *(const uint4*)(x + (long long)r * in + k);
+      }
+      *(uint4*)&xs[buf][r][kk] = v;
+    }
+  };
+  unsigned int b[RING][2];
+#pragma unroll
+  for (int i = 0; i < RING; i++) {
+    fetch_b(i, b[i]);
+  }
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+  }
+  fill_x(0, 0);
+  for (int base = 0, chunk = 0; base < steps; base += RING, chunk++) {
+    __syncthreads();  // chunk's x is written; nobody still reads the other buffer
+    if (base + RING < steps) {
+      fill_x(chunk + 1, (chunk + 1) % 2);
+    }
+    int buf = chunk % 2;
+#pragma unroll
+    for (int i = 0; i < RING; i++) {
+      int s = base + i;
+      if (s < steps) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          unsigned int a[4];
+          // matrices: rows 0-7 / 8-15 × k 0-7, then × k 8-15: a0 a1 a2 a3 of the fragment
+          load_matrices(a, &xs[buf][mt * 16 + lane % 8 + ((lane / 8) % 2) * 8]
+                              [i * 16 + (lane / 16) * 8]);
+          mma_bf16(acc[mt], a, b[i][0], b[i][1]);
+        }
+        fetch_b(s + RING, b[i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      int r = mt * 16 + g + 8 * i;
+      if (r >= rows) {
+        continue;
+      }
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        int o = o8 + 2 * tq + j;
+        if (o < out) {
+          long long at = (long long)r * out + o;
+          float v = acc[mt][2 * i + j];
+          y[at] = accumulate ? y[at] + v : v;
+        }
+      }
+    }
+  }
+}
+
+#define GEMM_FIXED_SKINNY(MT, RING, NAME)                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * SK_WARPS) NAME(                            \
+      const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {  \
+    gemm_fixed_skinny<MT, RING>(x, w, y, rows, in, out, accumulate);                           \
+  }
+GEMM_FIXED_SKINNY(1, 32, gemm_fixed_bf16_skinny16)
+GEMM_FIXED_SKINNY(2, 16, gemm_fixed_bf16_skinny32)
