@@ -4,7 +4,7 @@ import java.util.Locale;
 
 /**
  * A system property that picks between two kernels of the CUDA backend ({@code
- * tokenspeed.cuda.gemv}, {@code .fixedgemm}, {@code .flash}, {@code .splitkv}; docs/gpu.md), so
+ * tokenspeed.cuda.gemv}, {@code .fixedgemm}, {@code .splitkv}, {@code .graphs}; docs/gpu.md), so
  * that both can be measured on the same card in one session before one becomes the default. A value
  * is read once, when its class loads.
  */

@@ -394,23 +394,52 @@ extern "C" __global__ void paged_attention_tiled(
 
 // ---------------------------------------------------------------------------------- tensor cores
 
-// Attention on the tensor cores for bf16 models: the flash scheme (online softmax over tiles of
-// FA_KEYS keys, no score matrix in memory) with bf16 inputs and float32 accumulation, through the
-// warp-level mma.sync m16n8k16 instruction. A block takes one KV head (blockIdx.y) and a tile of
-// consecutive tokens of one request (tiles[2·i] its first row, tiles[2·i+1] its count); its
-// FA_ROWS rows are the (token, query head) pairs of that KV head, row r = token r / group,
-// head r % group, so the keys and values it stages serve every query head of the group. Keys and
-// values come from a bf16 pool (qkv_rope_store with kvBf16); the next tile's are read into
-// registers while the warps compute on the current one.
+// Attention on the tensor cores for bf16 models, one kernel for prefill and decode: the flash
+// scheme (online softmax over tiles of FA_KEYS keys, no score matrix in memory) with bf16 inputs
+// and float32 accumulation, through the warp-level mma.sync m16n8k16 instruction. A block takes
+// one KV head (blockIdx.y) and a tile of consecutive tokens of one request (tiles[2·i] its first
+// row, tiles[2·i+1] its count); its FA_ROWS rows are the (token, query head) pairs of that KV
+// head, row r = token r / group, head r % group, so the keys and values it stages serve every
+// query head of the group. Keys and values come from a bf16 pool (qkv_rope_store with kvBf16).
 //
+// Block: FA_WARPS = 4 warps (128 threads) for the FA_ROWS = 128 rows; a warp owns 32 rows (two
+// 16-row tiles of the mma), so each K and V fragment it reads from shared memory by ldmatrix feeds
+// two mma's. The accumulator o takes 128 registers at D = 128, so there the queries wait in shared
+// memory (bf16) and are read again by ldmatrix each tile; at D = 64 the query fragments stay in
+// registers for the whole key loop.
+// Grid: (tiles, K), the longest tiles (a request's last) first. Tiles hold at most FA_ROWS / group
+// tokens.
+// Shared memory (dynamic): two stages, each the K and the V of FA_KEYS = 64 keys, then (queries
+// in shared memory) the 128 query rows; every row padded by 8 bf16 (16 bytes) so that the 8 rows
+// an ldmatrix reads fall in distinct banks. 2 · 2 · 64 · (D + 8) · 2 bytes of K and V (69,632 at
+// D = 128, 36,864 at D = 64) plus 128 · (D + 8) · 2 of queries (34,816 at D = 128): 104,448 bytes
+// for flash_attention_d128, two blocks per multiprocessor.
+// Pipeline: the keys and values of tile kt + 1 go from the paged pool to the other stage by
+// cp.async (16 bytes a copy, L1 bypassed, one commit group per tile) while the warps compute on
+// tile kt; one __syncthreads per tile, after the wait, both makes tile kt visible and tells that
+// every warp is done with the stage the next copies overwrite. (With a single buffer, K and V
+// would be waited for apart so that q · k could start before V lands; with two, both have landed
+// during the previous tile.) Keys past the block's last position are filled with zeros. Each warp
+// looks up in the block table only the 16 keys it copies, one per lane, and hands their addresses
+// round by shuffles.
+// Arithmetic, per row, in this order: the keys in tiles of FA_KEYS starting at multiples of
+// FA_KEYS from position 0 whatever the block; per tile, the scores s = q · k (mma over d in
+// ascending 16-dimension steps; q rounded to bf16), the keys past the row's position set to -inf
+// (only in the tiles that reach past the warp's first position), the row's max over the tile and
+// its running max m, the rescale c = 2^((m_old − m)·scale·log2 e) of l and o, p = 2^(s·scale·log2
+// e − m·scale·log2 e) (one fma, one ex2: the scale > 0 keeps the raw scores' order), l += p in key
+// order, then o += bf16(p) · v (mma over the tile's keys in ascending 16-key steps). At the end l
+// is summed over the quad of lanes that holds the row, in a fixed order, and out = bf16(o / l).
 // Batch invariance: a row's result depends only on its query, its position and the keys: the key
 // tiles start at multiples of FA_KEYS from 0 whatever the block, a tile past a row's position
-// changes none of its bits (probabilities exactly 0, rescale exactly 1), and every reduction
-// (the mma's, the quad's max and sum) runs over the row's own values in a fixed order.
-// Grid: (tiles, K). Block: 32 · FA_ROWS / (16 · MT). Tiles hold at most FA_ROWS / group tokens.
+// changes none of its bits (p exactly 0, c exactly 1), so a warp skips the tiles past its own last
+// position, and skips the rescale of o when every c of the warp is exactly 1 (multiplying by 1
+// changes no bits); every reduction (the mma's, the quad's max and sum) runs over the row's own
+// values in a fixed order. So --deterministic uses it too.
 
 #define FA_ROWS 128
 #define FA_KEYS 64
+#define FA_WARPS 4
 
 // Two floats to bf16 (round to nearest even), lo in the low half.
 __device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
@@ -432,11 +461,18 @@ __device__ __forceinline__ void load_matrices(unsigned int* r, const void* p) {
                : "r"(shared_address(p)));
 }
 
+// load_matrices at a shared-space address.
+__device__ __forceinline__ void load_matrices_at(unsigned int* r, unsigned int address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 // The same, each matrix transposed.
-__device__ __forceinline__ void load_matrices_transposed(unsigned int* r, const void* p) {
+__device__ __forceinline__ void load_matrices_transposed_at(unsigned int* r, unsigned int address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
+               : "r"(address));
 }
 
 // 2^x by the special function unit (ex2.approx, subnormal results flushed to 0; -inf gives 0).
@@ -456,357 +492,48 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, unsign
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int D, int MT>
-__device__ __forceinline__ void flash_attention(
-    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
-    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
-    const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
-    bf16_t* out) {
-  constexpr int WARPS = FA_ROWS / 16 / MT;
-  constexpr int THREADS = 32 * WARPS;
-  // rows padded by 8 bf16 (16 bytes): the 8 rows an ldmatrix reads fall in distinct banks
-  __shared__ __align__(16) bf16_t ks[FA_KEYS][D + 8];
-  __shared__ __align__(16) bf16_t vs[FA_KEYS][D + 8];
-  constexpr int CHUNKS = FA_KEYS * D / 8 / THREADS;  // 16-byte pieces of K (and V) per thread
-  int tile = numTiles - 1 - (int)blockIdx.x;  // the last tiles of a request are the longest
-  int row0 = tiles[2 * tile];
-  int count = tiles[2 * tile + 1];
-  int kvHead = blockIdx.y;
-  int group = H / K;
-  int warp = threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  int g = lane / 4;
-  int tq = lane % 4;
-  int minPos = positions[row0];
-  int maxPos = positions[row0 + count - 1];
-  const int* table = tables + (long long)tokenRequest[row0] * tableStride;
-  bool warpActive = (warp * 16 * MT) / group < count;
-
-  // this thread's rows: g and g + 8 of each of its warp's MT row tiles
-  int tok[MT][2], head[MT][2], pos[MT][2];
-  bool active[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      int r = warp * 16 * MT + mt * 16 + g + 8 * i;
-      active[mt][i] = r / group < count;
-      tok[mt][i] = row0 + (active[mt][i] ? r / group : 0);
-      head[mt][i] = kvHead * group + r % group;
-      pos[mt][i] = positions[tok[mt][i]];
-    }
-  }
-  // the query fragments (rows g, g + 8; dimensions 2·tq, 2·tq + 1 and those + 8 per 16)
-  unsigned int qf[MT][D / 16][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          float2 v = make_float2(0.f, 0.f);
-          if (active[mt][i]) {
-            v = *(const float2*)(q + (long long)tok[mt][i] * H * D + head[mt][i] * D + kk * 16 +
-                                 half * 8 + 2 * tq);
-          }
-          qf[mt][kk][2 * half + i] = pack_bf16x2(v.x, v.y);
-        }
-      }
-    }
-  }
-
-  float o[MT][D / 8][4];
-  float m[MT][2], l[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
-    }
-    m[mt][0] = m[mt][1] = NEG_INF;
-    l[mt][0] = l[mt][1] = 0.f;
-  }
-  float scaleLog2 = scale * 1.4426950408889634f;
-  int keyTiles = maxPos / FA_KEYS + 1;
-
-  uint4 kr[CHUNKS], vr[CHUNKS];
-  auto fetch = [&](int kt) {
-#pragma unroll
-    for (int c = 0; c < CHUNKS; c++) {
-      int idx = threadIdx.x + c * THREADS;
-      int key = kt * FA_KEYS + idx / (D / 8);
-      int e = (idx % (D / 8)) * 8;
-      uint4 kv = make_uint4(0u, 0u, 0u, 0u);
-      uint4 vv = kv;
-      if (key <= maxPos) {
-        const char* block = pool + (long long)table[key / blockTokens] * bytesPerBlock;
-        long long at = ((long long)kvHead * blockTokens + key % blockTokens) * D + e;
-        kv = *(const uint4*)((const bf16_t*)(block + kOffset) + at);
-        vv = *(const uint4*)((const bf16_t*)(block + vOffset) + at);
-      }
-      kr[c] = kv;
-      vr[c] = vv;
-    }
-  };
-  fetch(0);
-  for (int kt = 0; kt < keyTiles; kt++) {
-    __syncthreads();
-#pragma unroll
-    for (int c = 0; c < CHUNKS; c++) {
-      int idx = threadIdx.x + c * THREADS;
-      int key = idx / (D / 8);
-      int e = (idx % (D / 8)) * 8;
-      *(uint4*)&ks[key][e] = kr[c];
-      *(uint4*)&vs[key][e] = vr[c];
-    }
-    __syncthreads();
-    if (kt + 1 < keyTiles) {
-      fetch(kt + 1);
-    }
-    if (!warpActive) {
-      continue;
-    }
-    // scores: s[mt][n] is the 16x8 block of row tile mt and keys kt·FA_KEYS + 8·n ..; each
-    // fragment of keys read from shared memory serves the MT row tiles
-    float s[MT][FA_KEYS / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-      for (int n = 0; n < FA_KEYS / 8; n++) {
-        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk += 2) {
-#pragma unroll
-      for (int n = 0; n < FA_KEYS / 8; n++) {
-        unsigned int b[4];
-        load_matrices(b, &ks[n * 8 + lane % 8][kk * 16 + (lane / 8) * 8]);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          mma_bf16(s[mt][n], qf[mt][kk], b[0], b[1]);
-          mma_bf16(s[mt][n], qf[mt][kk + 1], b[2], b[3]);
-        }
-      }
-    }
-    // online softmax in base 2, per row (a quad of lanes holds a row), on the raw scores: the
-    // scale (> 0) keeps their order, and p = 2^(s·scale·log2(e) − m·scale·log2(e)) is one fma and
-    // one ex2. Keys past a row's position only in the tiles that reach past the block's first
-    bool masked = kt * FA_KEYS + FA_KEYS - 1 > minPos;
-    unsigned int a[MT][FA_KEYS / 16][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-      float rowMax[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-      for (int n = 0; n < FA_KEYS / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int i = e / 2;
-          if (masked && kt * FA_KEYS + n * 8 + 2 * tq + (e % 2) > pos[mt][i]) {
-            s[mt][n][e] = NEG_INF;
-          }
-          rowMax[i] = fmaxf(rowMax[i], s[mt][n][e]);
-        }
-      }
-      float correction[2];
-      float shift[2];
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
-        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
-        float mNew = fmaxf(m[mt][i], rowMax[i]);
-        correction[i] = fast_exp2((m[mt][i] - mNew) * scaleLog2);
-        m[mt][i] = mNew;
-        shift[i] = -mNew * scaleLog2;
-        l[mt][i] *= correction[i];
-      }
-#pragma unroll
-      for (int n = 0; n < FA_KEYS / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int i = e / 2;
-          float p = fast_exp2(fmaf(s[mt][n][e], scaleLog2, shift[i]));
-          s[mt][n][e] = p;
-          l[mt][i] += p;
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; n++) {
-        o[mt][n][0] *= correction[0];
-        o[mt][n][1] *= correction[0];
-        o[mt][n][2] *= correction[1];
-        o[mt][n][3] *= correction[1];
-      }
-      // p's fragments: the score blocks 2·kk and 2·kk + 1 form the 16 keys of step kk
-#pragma unroll
-      for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-        a[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-    }
-    // o += p · v, 16 keys at a time; each fragment of values serves the MT row tiles
-#pragma unroll
-    for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        unsigned int b[4];
-        load_matrices_transposed(
-            b, &vs[kk * 16 + lane % 8 + ((lane / 8) % 2) * 8][n * 8 + (lane / 16) * 8]);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          mma_bf16(o[mt][n], a[mt][kk], b[0], b[1]);
-          mma_bf16(o[mt][n + 1], a[mt][kk], b[2], b[3]);
-        }
-      }
-    }
-  }
-  if (!warpActive) {
-    return;
-  }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      float sum = l[mt][i];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (!active[mt][i]) {
-        continue;
-      }
-      float inv = 1.f / sum;
-      unsigned int* row =
-          (unsigned int*)(out + (long long)tok[mt][i] * H * D + head[mt][i] * D);
-#pragma unroll
-      for (int n = 0; n < D / 8; n++) {
-        row[(n * 8 + 2 * tq) / 2] =
-            pack_bf16x2(o[mt][n][2 * i] * inv, o[mt][n][2 * i + 1] * inv);
-      }
-    }
-  }
-}
-
-// MT: row tiles of 16 per warp (a fragment of keys or values read once serves them all);
-// MIN_BLOCKS: blocks per multiprocessor the registers must allow
-#define FLASH_ATTENTION(D, MT, NAME, MIN_BLOCKS)                                                \
-  extern "C" __global__ void __launch_bounds__(FA_ROWS * 2 / MT, MIN_BLOCKS) NAME(             \
-      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
-      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
-      const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
-      float scale, bf16_t* out) {                                                               \
-    flash_attention<D, MT>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, positions,    \
-                           tokenRequest, tables, tableStride, tiles, numTiles, H, K, scale,     \
-                           out);                                                                \
-  }
-
-FLASH_ATTENTION(64, 2, flash_attention_d64, 2)
-FLASH_ATTENTION(128, 1, flash_attention_d128, 1)
-
-// Flash attention, second version, for long prefills: the same inputs, outputs, causal rule and
-// batch invariance as flash_attention_d64/d128, with more arithmetic per byte of shared memory
-// and the key loads off the critical path.
-//
-// Block: FA2_WARPS = 4 warps (128 threads) for FA_ROWS = 128 rows, row r = token r / group, head
-// r % group of the block's KV head, as flash_attention; a warp owns 32 rows (two 16-row tiles of
-// the mma), so each K and V fragment it reads from shared memory by ldmatrix feeds two mma's
-// instead of one. The accumulator o takes 128 registers at D = 128, so there the queries wait in
-// shared memory (bf16) and are read again by ldmatrix each tile, and a step of the online softmax
-// spans the whole tile of 64 keys; at D = 64 (and in the variant flash_attention_v2r_d128) the
-// query fragments stay in registers for the whole key loop.
-// Grid: (tiles, K), the longest tiles first, as flash_attention. Tiles hold at most
-// FA_ROWS / group tokens.
-// Shared memory (dynamic): two stages, each the K and the V of FA2_KEYS = 64 keys, then (queries
-// in shared memory) the 128 query rows; every row padded by 8 bf16 (16 bytes) so that the 8 rows
-// an ldmatrix reads fall in distinct banks. 2 · 2 · 64 · (D + 8) · 2 bytes of K and V (69,632 at
-// D = 128, 36,864 at D = 64) plus 128 · (D + 8) · 2 of queries (34,816 at D = 128): 104,448 bytes
-// for flash_attention_v2_d128, two blocks per multiprocessor.
-// Pipeline: the keys and values of tile kt + 1 go from the paged pool to the other stage by
-// cp.async (16 bytes a copy, L1 bypassed, one commit group per tile) while the warps compute on
-// tile kt; one __syncthreads per tile, after the wait, both makes tile kt visible and tells that
-// every warp is done with the stage the next copies overwrite. (With a single buffer, K and V
-// would be waited for apart so that q · k could start before V lands; with two, both have landed
-// during the previous tile.) Keys past the block's last position are filled with zeros. Each warp
-// looks up in the block table only the 16 keys it copies, one per lane, and hands their addresses
-// round by shuffles.
-// Arithmetic, per row, in this order: the key tiles are cut into steps of STEP keys starting at
-// multiples of STEP from position 0 whatever the block; per step, the scores s = q · k (mma over
-// d in ascending 16-dimension steps), the keys past the row's position set to -inf (only in the
-// steps that reach past the warp's first position), the row's max over the step and its running
-// max m, the rescale c = 2^((m_old − m)·scale·log2 e) of l and o, p = 2^(s·scale·log2 e −
-// m·scale·log2 e) (one fma, one ex2), l += p in key order, then o += bf16(p) · v (mma over the
-// step's keys in ascending 16-key steps). At the end l is summed over the quad of lanes that holds
-// the row, in a fixed order, and out = bf16(o / l).
-// Batch invariance: a row's result depends only on its query, its position and the keys, as in
-// flash_attention: steps start at multiples of STEP whatever the block, and a step past a row's
-// position changes none of its bits (p exactly 0, c exactly 1), so a warp skips the steps past
-// its own last position, and skips the rescale of o when every c of the warp is exactly 1
-// (multiplying by 1 changes no bits). So --deterministic may use it. With STEP = FA_KEYS
-// (flash_attention_v2_d64 and _d128) a row's arithmetic is flash_attention's operation for
-// operation, in the same order (the same bf16 queries, mma chains and softmax expressions), so
-// the outputs have flash_attention's bits; the variant's steps of 16 keys round otherwise, within
-// bf16's precision.
-
-#define FA2_WARPS 4
-#define FA2_KEYS 64
-
 // 16 bytes global → shared, asynchronously, bypassing L1; with srcBytes 0 the source is not read
 // and the 16 bytes are zeros.
-__device__ __forceinline__ void fa2_copy16(unsigned int dst, const void* src, int srcBytes) {
+__device__ __forceinline__ void flash_copy16(unsigned int dst, const void* src, int srcBytes) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;"
                :
                : "r"(dst), "l"(src), "r"(srcBytes)
                : "memory");
 }
 
-__device__ __forceinline__ void fa2_commit() {
+__device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// Waits for every copy this thread issued; a barrier then makes them visible to the block.
-__device__ __forceinline__ void fa2_wait_all() {
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+// Waits until at most N of this thread's committed groups of copies are still in flight; with
+// N = 0, for every copy it issued (a barrier then makes them visible to the block).
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory");
 }
 
-// load_matrices and load_matrices_transposed at a shared-memory address.
-__device__ __forceinline__ void fa2_matrices(unsigned int* r, unsigned int address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void fa2_matrices_transposed(unsigned int* r, unsigned int address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-// QSHARED: the queries wait in shared memory (else in registers); STEP: keys per step of the
-// online softmax.
-template <int D, int STEP, bool QSHARED>
-__device__ __forceinline__ void flash_attention_v2(
+// QSHARED: the queries wait in shared memory (else in registers).
+template <int D, bool QSHARED>
+__device__ __forceinline__ void flash_attention(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
     bf16_t* out) {
-  constexpr int MT = 2;                         // 16-row tiles per warp
-  constexpr int THREADS = 32 * FA2_WARPS;
-  constexpr int PITCH = D + 8;                  // bf16 per shared row
-  constexpr int PIECES = D / 8;                 // 16-byte pieces per key row
-  constexpr int WARP_ROWS = 32 / PIECES;        // key rows a warp copies per pass
-  constexpr int PASS_ROWS = THREADS / PIECES;   // key rows the block copies per pass
-  constexpr int PASSES = FA2_KEYS / PASS_ROWS;
-  constexpr int LOOKUPS = WARP_ROWS * PASSES;   // keys a warp copies per tile
-  constexpr int STAGE = FA2_KEYS * PITCH * 2;   // bytes of K (or V) per stage
-  static_assert(FA_ROWS == FA2_WARPS * 16 * MT, "a warp owns MT row tiles");
-  static_assert(LOOKUPS <= 32 && FA2_KEYS % PASS_ROWS == 0, "one lookup per lane");
-  static_assert(FA2_KEYS % STEP == 0 && STEP % 16 == 0, "steps of whole mma's");
-  extern __shared__ __align__(16) unsigned char fa2_shared[];
-  const unsigned int kShared = shared_address(fa2_shared);  // [2][FA2_KEYS][PITCH] bf16
-  const unsigned int vShared = kShared + 2 * STAGE;          // the same
-  const unsigned int qShared = vShared + 2 * STAGE;          // [FA_ROWS][PITCH] bf16
+  constexpr int MT = 2;                        // 16-row tiles per warp
+  constexpr int THREADS = 32 * FA_WARPS;
+  constexpr int PITCH = D + 8;                 // bf16 per shared row
+  constexpr int PIECES = D / 8;                // 16-byte pieces per key row
+  constexpr int WARP_ROWS = 32 / PIECES;       // key rows a warp copies per pass
+  constexpr int PASS_ROWS = THREADS / PIECES;  // key rows the block copies per pass
+  constexpr int PASSES = FA_KEYS / PASS_ROWS;
+  constexpr int LOOKUPS = WARP_ROWS * PASSES;  // keys a warp copies per tile
+  constexpr int STAGE = FA_KEYS * PITCH * 2;   // bytes of K (or V) per stage
+  static_assert(FA_ROWS == FA_WARPS * 16 * MT, "a warp owns MT row tiles");
+  static_assert(LOOKUPS <= 32 && FA_KEYS % PASS_ROWS == 0, "one lookup per lane");
+  extern __shared__ __align__(16) unsigned char flash_shared[];
+  const unsigned int kShared = shared_address(flash_shared);  // [2][FA_KEYS][PITCH] bf16
+  const unsigned int vShared = kShared + 2 * STAGE;            // the same
+  const unsigned int qShared = vShared + 2 * STAGE;            // [FA_ROWS][PITCH] bf16
 
   int tile = numTiles - 1 - (int)blockIdx.x;  // the last tiles of a request are the longest
   int row0 = tiles[2 * tile];
@@ -824,7 +551,7 @@ __device__ __forceinline__ void flash_attention_v2(
   bool warpActive = firstToken < count;
   int warpMinPos = positions[row0 + min(firstToken, count - 1)];
   int warpMaxPos = positions[row0 + min((warp * 32 + 31) / group, count - 1)];
-  int keyTiles = maxPos / FA2_KEYS + 1;
+  int keyTiles = maxPos / FA_KEYS + 1;
 
   // this thread copies piece `piece` of the key rows warp·WARP_ROWS + sub + c·PASS_ROWS
   int piece = lane % PIECES;
@@ -835,7 +562,7 @@ __device__ __forceinline__ void flash_attention_v2(
     long long at = -1;
     if (lane < LOOKUPS) {
       int key =
-          kt * FA2_KEYS + warp * WARP_ROWS + lane % WARP_ROWS + (lane / WARP_ROWS) * PASS_ROWS;
+          kt * FA_KEYS + warp * WARP_ROWS + lane % WARP_ROWS + (lane / WARP_ROWS) * PASS_ROWS;
       if (key <= maxPos) {
         int b = key / blockTokens;
         at = (long long)table[b] * bytesPerBlock +
@@ -849,10 +576,10 @@ __device__ __forceinline__ void flash_attention_v2(
       unsigned int to = stage * STAGE + (row * PITCH + piece * 8) * 2;
       const char* src = pool + (from < 0 ? 0 : from) + piece * 16;
       int bytes = from < 0 ? 0 : 16;
-      fa2_copy16(kShared + to, src + kOffset, bytes);
-      fa2_copy16(vShared + to, src + vOffset, bytes);
+      flash_copy16(kShared + to, src + kOffset, bytes);
+      flash_copy16(vShared + to, src + vOffset, bytes);
     }
-    fa2_commit();
+    copy_async_commit();
   };
   issue(0, 0);  // the first tile's copies overlap the loads of the queries
 
@@ -922,7 +649,7 @@ __device__ __forceinline__ void flash_attention_v2(
   unsigned int qLane = qShared + warp * 32 * PITCH * 2 + vLane;
 
   for (int kt = 0; kt < keyTiles; kt++) {
-    fa2_wait_all();
+    copy_async_wait<0>();
     __syncthreads();
     if (kt + 1 < keyTiles) {
       issue(kt + 1, (kt + 1) % 2);
@@ -930,139 +657,137 @@ __device__ __forceinline__ void flash_attention_v2(
     if (!warpActive) {
       continue;
     }
+    int k0 = kt * FA_KEYS;
+    if (k0 > warpMaxPos) {
+      continue;  // every row of the warp lies before this tile: it would change no bits
+    }
+    unsigned int kBase = kShared + (kt % 2) * STAGE + kLane;
+    unsigned int vBase = vShared + (kt % 2) * STAGE + vLane;
+    // scores: s[mt][n] is the 16x8 block of row tile mt and keys k0 + 8·n ..; each fragment
+    // of keys read from shared memory serves both row tiles
+    float s[MT][FA_KEYS / 8][4];
 #pragma unroll
-    for (int step = 0; step < FA2_KEYS / STEP; step++) {
-      int k0 = kt * FA2_KEYS + step * STEP;
-      if (k0 > warpMaxPos) {
-        break;  // every row of the warp lies before this step: it would change no bits
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
       }
-      unsigned int kBase = kShared + (kt % 2) * STAGE + step * STEP * PITCH * 2 + kLane;
-      unsigned int vBase = vShared + (kt % 2) * STAGE + step * STEP * PITCH * 2 + vLane;
-      // scores: s[mt][n] is the 16x8 block of row tile mt and keys k0 + 8·n ..; each fragment
-      // of keys read from shared memory serves both row tiles
-      float s[MT][STEP / 8][4];
+    }
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
+    for (int kk = 0; kk < D / 16; kk++) {
+      unsigned int qs[MT][4];
+      if constexpr (QSHARED) {
 #pragma unroll
-        for (int n = 0; n < STEP / 8; n++) {
-          s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++) {
+          load_matrices_at(qs[mt], qLane + (mt * 16 * PITCH + kk * 16) * 2);
         }
       }
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        unsigned int qs[MT][4];
-        if constexpr (QSHARED) {
+      for (int n = 0; n < FA_KEYS / 8; n += 2) {
+        unsigned int b[4];
+        load_matrices_at(b, kBase + (n * 8 * PITCH + kk * 16) * 2);
 #pragma unroll
-          for (int mt = 0; mt < MT; mt++) {
-            fa2_matrices(qs[mt], qLane + (mt * 16 * PITCH + kk * 16) * 2);
+        for (int mt = 0; mt < MT; mt++) {
+          const unsigned int* qa;
+          if constexpr (QSHARED) {
+            qa = qs[mt];
+          } else {
+            qa = qf[mt][kk];
           }
-        }
-#pragma unroll
-        for (int n = 0; n < STEP / 8; n += 2) {
-          unsigned int b[4];
-          fa2_matrices(b, kBase + (n * 8 * PITCH + kk * 16) * 2);
-#pragma unroll
-          for (int mt = 0; mt < MT; mt++) {
-            const unsigned int* qa;
-            if constexpr (QSHARED) {
-              qa = qs[mt];
-            } else {
-              qa = qf[mt][kk];
-            }
-            mma_bf16(s[mt][n], qa, b[0], b[1]);
-            mma_bf16(s[mt][n + 1], qa, b[2], b[3]);
-          }
+          mma_bf16(s[mt][n], qa, b[0], b[1]);
+          mma_bf16(s[mt][n + 1], qa, b[2], b[3]);
         }
       }
-      // online softmax in base 2 on the raw scores, as flash_attention; keys past a row's
-      // position only in the steps that reach past the warp's first position
-      bool masked = k0 + STEP - 1 > warpMinPos;
-      bool rescale = false;
-      float correction[MT][2];
-      unsigned int a[MT][STEP / 16][4];
+    }
+    // online softmax in base 2 on the raw scores: the scale (> 0) keeps their order, and p =
+    // 2^(s·scale·log2(e) − m·scale·log2(e)) is one fma and one ex2; keys past a row's position
+    // only in the tiles that reach past the warp's first position
+    bool masked = k0 + FA_KEYS - 1 > warpMinPos;
+    bool rescale = false;
+    float correction[MT][2];
+    unsigned int a[MT][FA_KEYS / 16][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        if (masked) {
-          // the rows' positions, read here rather than held in registers the whole loop
+    for (int mt = 0; mt < MT; mt++) {
+      if (masked) {
+        // the rows' positions, read here rather than held in registers the whole loop
 #pragma unroll
-          for (int i = 0; i < 2; i++) {
-            int r = warp * 32 + mt * 16 + g + 8 * i;
-            int pos = positions[row0 + min(r / group, count - 1)];
+        for (int i = 0; i < 2; i++) {
+          int r = warp * 32 + mt * 16 + g + 8 * i;
+          int pos = positions[row0 + min(r / group, count - 1)];
 #pragma unroll
-            for (int n = 0; n < STEP / 8; n++) {
+          for (int n = 0; n < FA_KEYS / 8; n++) {
 #pragma unroll
-              for (int e = 0; e < 2; e++) {
-                if (k0 + n * 8 + 2 * tq + e > pos) {
-                  s[mt][n][2 * i + e] = NEG_INF;
-                }
+            for (int e = 0; e < 2; e++) {
+              if (k0 + n * 8 + 2 * tq + e > pos) {
+                s[mt][n][2 * i + e] = NEG_INF;
               }
             }
           }
         }
-        float rowMax[2] = {NEG_INF, NEG_INF};
+      }
+      float rowMax[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-        for (int n = 0; n < STEP / 8; n++) {
+      for (int n = 0; n < FA_KEYS / 8; n++) {
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            rowMax[e / 2] = fmaxf(rowMax[e / 2], s[mt][n][e]);
-          }
-        }
-        float shift[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
-          rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
-          float mNew = fmaxf(m[mt][i], rowMax[i]);
-          correction[mt][i] = fast_exp2((m[mt][i] - mNew) * scaleLog2);
-          rescale |= correction[mt][i] != 1.f;
-          m[mt][i] = mNew;
-          shift[i] = -mNew * scaleLog2;
-          l[mt][i] *= correction[mt][i];
-        }
-#pragma unroll
-        for (int n = 0; n < STEP / 8; n++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            int i = e / 2;
-            float p = fast_exp2(fmaf(s[mt][n][e], scaleLog2, shift[i]));
-            s[mt][n][e] = p;
-            l[mt][i] += p;
-          }
-        }
-        // p's fragments: the score blocks 2·kk and 2·kk + 1 form the 16 keys of step kk
-#pragma unroll
-        for (int kk = 0; kk < STEP / 16; kk++) {
-          a[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-          a[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-          a[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-          a[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        for (int e = 0; e < 4; e++) {
+          rowMax[e / 2] = fmaxf(rowMax[e / 2], s[mt][n][e]);
         }
       }
-      // once the running maxima settle, most steps leave every row's max as it was
-      if (__any_sync(0xffffffffu, rescale)) {
+      float shift[2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
+        float mNew = fmaxf(m[mt][i], rowMax[i]);
+        correction[mt][i] = fast_exp2((m[mt][i] - mNew) * scaleLog2);
+        rescale |= correction[mt][i] != 1.f;
+        m[mt][i] = mNew;
+        shift[i] = -mNew * scaleLog2;
+        l[mt][i] *= correction[mt][i];
+      }
+#pragma unroll
+      for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int i = e / 2;
+          float p = fast_exp2(fmaf(s[mt][n][e], scaleLog2, shift[i]));
+          s[mt][n][e] = p;
+          l[mt][i] += p;
+        }
+      }
+      // p's fragments: the score blocks 2·kk and 2·kk + 1 form the 16 keys of step kk
+#pragma unroll
+      for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+        a[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+    }
+    // once the running maxima settle, most tiles leave every row's max as it was
+    if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+          o[mt][n][0] *= correction[mt][0];
+          o[mt][n][1] *= correction[mt][0];
+          o[mt][n][2] *= correction[mt][1];
+          o[mt][n][3] *= correction[mt][1];
+        }
+      }
+    }
+    // o += p · v, 16 keys at a time; each fragment of values serves both row tiles
+#pragma unroll
+    for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        unsigned int b[4];
+        load_matrices_transposed_at(b, vBase + (kk * 16 * PITCH + n * 8) * 2);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-          for (int n = 0; n < D / 8; n++) {
-            o[mt][n][0] *= correction[mt][0];
-            o[mt][n][1] *= correction[mt][0];
-            o[mt][n][2] *= correction[mt][1];
-            o[mt][n][3] *= correction[mt][1];
-          }
-        }
-      }
-      // o += p · v, 16 keys at a time; each fragment of values serves both row tiles
-#pragma unroll
-      for (int kk = 0; kk < STEP / 16; kk++) {
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          unsigned int b[4];
-          fa2_matrices_transposed(b, vBase + (kk * 16 * PITCH + n * 8) * 2);
-#pragma unroll
-          for (int mt = 0; mt < MT; mt++) {
-            mma_bf16(o[mt][n], a[mt][kk], b[0], b[1]);
-            mma_bf16(o[mt][n + 1], a[mt][kk], b[2], b[3]);
-          }
+          mma_bf16(o[mt][n], a[mt][kk], b[0], b[1]);
+          mma_bf16(o[mt][n + 1], a[mt][kk], b[2], b[3]);
         }
       }
     }
@@ -1093,25 +818,22 @@ __device__ __forceinline__ void flash_attention_v2(
   }
 }
 
-// Same parameters as FLASH_ATTENTION's kernels; 128 threads; dynamic shared memory
-// 2 · 2 · FA2_KEYS · (D + 8) · 2 bytes, plus FA_ROWS · (D + 8) · 2 with QSHARED. MIN_BLOCKS:
-// blocks per multiprocessor the registers must allow.
-#define FLASH_ATTENTION_V2(D, STEP, QSHARED, NAME, MIN_BLOCKS)                                  \
-  extern "C" __global__ void __launch_bounds__(32 * FA2_WARPS, MIN_BLOCKS) NAME(                \
+// The flash kernel of head size D: 128 threads; dynamic shared memory 2 · 2 · FA_KEYS · (D + 8) · 2
+// bytes, plus FA_ROWS · (D + 8) · 2 with QSHARED. MIN_BLOCKS: blocks per multiprocessor the
+// registers must allow.
+#define FLASH_ATTENTION(D, QSHARED, NAME, MIN_BLOCKS)                                           \
+  extern "C" __global__ void __launch_bounds__(32 * FA_WARPS, MIN_BLOCKS) NAME(                 \
       const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
       long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
       const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
       float scale, bf16_t* out) {                                                               \
-    flash_attention_v2<D, STEP, QSHARED>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens, \
-                                         positions, tokenRequest, tables, tableStride, tiles,   \
-                                         numTiles, H, K, scale, out);                           \
+    flash_attention<D, QSHARED>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens,          \
+                                positions, tokenRequest, tables, tableStride, tiles, numTiles,  \
+                                H, K, scale, out);                                              \
   }
 
-FLASH_ATTENTION_V2(64, 64, false, flash_attention_v2_d64, 2)
-FLASH_ATTENTION_V2(128, 64, true, flash_attention_v2_d128, 2)
-// the other layout at D = 128, for the timing test's comparison: queries in registers, steps of
-// 16 keys (what the registers leave room for), 69,632 bytes of shared memory
-FLASH_ATTENTION_V2(128, 16, false, flash_attention_v2r_d128, 2)
+FLASH_ATTENTION(64, false, flash_attention_d64, 2)
+FLASH_ATTENTION(128, true, flash_attention_d128, 2)
 
 // ---------------------------------------------------------------------------------- split-KV decode
 
@@ -1683,23 +1405,6 @@ __device__ __forceinline__ void copy16_async(unsigned int dst, const bf16_t* src
                :
                : "r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
-}
-
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most N of this thread's committed groups of copies are still in flight.
-template <int N>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory");
-}
-
-// load_matrices at a shared-space address.
-__device__ __forceinline__ void load_matrices_at(unsigned int* r, unsigned int address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
 }
 
 // A warp's fragments of the 16 k from kk · 16 of the slice at `stage` (a shared-space address):

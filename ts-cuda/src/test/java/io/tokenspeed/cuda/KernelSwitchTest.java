@@ -29,8 +29,8 @@ class KernelSwitchTest {
     var e =
         assertThrows(
             IllegalArgumentException.class,
-            () -> KernelSwitch.read("tokenspeed.cuda.flash", value, "v1", "v2"));
-    assertEquals("tokenspeed.cuda.flash must be v1 or v2, not \"" + value + "\"", e.getMessage());
+            () -> KernelSwitch.read("tokenspeed.cuda.x", value, "v1", "v2"));
+    assertEquals("tokenspeed.cuda.x must be v1 or v2, not \"" + value + "\"", e.getMessage());
   }
 
   @org.junit.jupiter.api.Test

@@ -63,18 +63,6 @@ import java.util.List;
  * kernel, so a token's logits would depend on whether its batch took it. Any other value is refused
  * when the class loads.
  *
- * <p>The system property {@code tokenspeed.cuda.flash} picks the kernel of the tensor-core
- * attention: {@code v1} (the default, until {@code v2} has been measured on the GPU) runs {@code
- * flash_attention_d64/d128}, {@code v2} runs {@code flash_attention_v2_d64/d128}, written for long
- * prefills (each warp 32 query rows, so a fragment of keys or values read from shared memory feeds
- * two row tiles; keys and values copied into a second shared buffer by {@code cp.async} while the
- * current tile is computed); any other value is refused when the class loads. Both take the same
- * tiles of {@code FA_ROWS} (token, query head) rows, and {@code v2} runs {@code v1}'s arithmetic in
- * {@code v1}'s order (the GPU test checks their bits against each other), so the attention's name
- * in the deployment identity is the same for both. It is read once, when the class loads: pass it
- * on the java command line ({@code -Dtokenspeed.cuda.flash=v2}), or as {@code
- * JAVA_TOOL_OPTIONS=-Dtokenspeed.cuda.flash=v2} where a script builds that command line.
- *
  * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code off}, read once):
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
  * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
@@ -88,6 +76,12 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** FA_ROWS of kernels.cu: the (token, query head) rows of a tensor-core attention block. */
   private static final int FLASH_ROWS = 128;
+
+  /** FA_KEYS of kernels.cu: the keys of one pipeline stage of the flash kernel. */
+  private static final int FLASH_KEYS = 64;
+
+  /** FA_WARPS of kernels.cu, in threads: the flash kernel's block. */
+  static final int FLASH_THREADS = 128;
 
   /** The system property that turns the split-KV decode on ({@code on}) or off ({@code off}). */
   static final String SPLIT_KV_PROPERTY = "tokenspeed.cuda.splitkv";
@@ -138,18 +132,6 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** The most graphs a model keeps; past it, the least recently captured ones are destroyed. */
   static final int GRAPH_LIMIT = 64;
-
-  /** The system property that picks the flash kernel (see the class comment). */
-  static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
-
-  /** Whether the tensor-core attention runs {@code flash_attention_v2}: the property, read once. */
-  static final boolean FLASH_V2 = flashSwitch(System.getProperty(FLASH_PROPERTY));
-
-  /** FA2_KEYS of kernels.cu: the keys of one pipeline stage of {@code flash_attention_v2}. */
-  private static final int FLASH_V2_KEYS = 64;
-
-  /** FA2_WARPS of kernels.cu, in threads. */
-  private static final int FLASH_V2_THREADS = 128;
 
   private record Layer(
       DeviceBuffer inputNorm,
@@ -203,16 +185,10 @@ public final class CudaCausalLm implements AutoCloseable {
   /**
    * What a captured decode step depends on besides the data its kernels read from device memory:
    * the launches' grids and scalar arguments (tokens, tiles, stride), the buffers they point at
-   * (the workspace and the KV pool, by identity) and the kernels chosen.
+   * (the workspace and the KV pool, by identity) and the attention kernel chosen.
    */
   private record GraphKey(
-      int numTokens,
-      int numTiles,
-      int stride,
-      Object workspace,
-      Object kv,
-      Attention kernel,
-      boolean flashV2) {}
+      int numTokens, int numTiles, int stride, Object workspace, Object kv, Attention kernel) {}
 
   /** Executable graphs by key, least recently captured first. */
   private final java.util.LinkedHashMap<GraphKey, Long> graphExecs =
@@ -223,9 +199,6 @@ public final class CudaCausalLm implements AutoCloseable {
 
   private long graphCaptures;
   private long graphReplays;
-
-  /** Whether the tensor-core attention runs {@code flash_attention_v2} ({@link #FLASH_V2}). */
-  private boolean flashV2 = FLASH_V2;
 
   private CudaCausalLm(
       CudaDevice device,
@@ -788,11 +761,10 @@ public final class CudaCausalLm implements AutoCloseable {
   /**
    * Launches the tensor-core attention of {@code numTiles} tiles ({@code tiles}: first row and
    * count per tile, at most {@code FLASH_ROWS / group} tokens of one request each) into {@code out}
-   * (bf16 {@code [t][H·d]}), with {@code flash_attention_v2} when {@code v2}.
+   * (bf16 {@code [t][H·d]}).
    */
   static void launchFlash(
       CudaDevice device,
-      boolean v2,
       int headDim,
       int numTiles,
       int heads,
@@ -802,11 +774,11 @@ public final class CudaCausalLm implements AutoCloseable {
       float scale,
       long out) {
     device.launch(
-        flashKernel(headDim, v2),
+        flashKernel(headDim),
         numTiles,
         kvHeads,
-        flashThreads(headDim, v2),
-        flashSharedBytes(headDim, v2),
+        FLASH_THREADS,
+        flashSharedBytes(headDim),
         in.then(tiles, numTiles, heads, kvHeads, scale, out));
   }
 
@@ -826,15 +798,6 @@ public final class CudaCausalLm implements AutoCloseable {
       splitPartials = device.allocate(size);
     }
     return splitPartials.pointer();
-  }
-
-  /**
-   * Switches the tensor-core attention between {@code flash_attention} ({@code false}) and {@code
-   * flash_attention_v2} ({@code true}) whatever {@link #FLASH_PROPERTY} says, so that one process
-   * can compare them. Both use the same tiles and the same KV pool.
-   */
-  void useFlashV2(boolean v2) {
-    this.flashV2 = v2;
   }
 
   /**
@@ -900,42 +863,19 @@ public final class CudaCausalLm implements AutoCloseable {
     graphCandidates.clear();
   }
 
-  /**
-   * The value of {@link #FLASH_PROPERTY}: {@code v1} (or none) or {@code v2}, any case, spaces
-   * around ignored.
-   *
-   * @throws IllegalArgumentException for anything else, naming the property
-   */
-  static boolean flashSwitch(String value) {
-    return KernelSwitch.read(FLASH_PROPERTY, value, "v1", "v2");
-  }
-
   /** The flash kernel for head size {@code headDim} (64 or 128). */
-  static String flashKernel(int headDim, boolean v2) {
-    return (v2 ? "flash_attention_v2_d" : "flash_attention_d") + headDim;
-  }
-
-  /** Threads per block of {@link #flashKernel}. */
-  static int flashThreads(int headDim, boolean v2) {
-    if (v2) {
-      return FLASH_V2_THREADS;
-    }
-    // FLASH_ATTENTION in kernels.cu: two row tiles a warp at head size 64, one at 128
-    return headDim == 64 ? FLASH_ROWS : 2 * FLASH_ROWS;
+  static String flashKernel(int headDim) {
+    return "flash_attention_d" + headDim;
   }
 
   /**
-   * Dynamic shared memory of {@link #flashKernel}, in bytes: none for {@code v1} (static arrays);
-   * for {@code v2} two stages of K and V of {@link #FLASH_V2_KEYS} rows of {@code headDim + 8}
-   * bf16, and at head size 128 the block's {@link #FLASH_ROWS} query rows as well
-   * (FLASH_ATTENTION_V2's QSHARED in kernels.cu).
+   * Dynamic shared memory of {@link #flashKernel}, in bytes: two stages of K and V of {@link
+   * #FLASH_KEYS} rows of {@code headDim + 8} bf16, and at head size 128 the block's {@link
+   * #FLASH_ROWS} query rows as well (FLASH_ATTENTION's QSHARED in kernels.cu).
    */
-  static int flashSharedBytes(int headDim, boolean v2) {
-    if (!v2) {
-      return 0;
-    }
+  static int flashSharedBytes(int headDim) {
     int row = (headDim + 8) * 2;
-    return 2 * 2 * FLASH_V2_KEYS * row + (headDim == 128 ? FLASH_ROWS * row : 0);
+    return 2 * 2 * FLASH_KEYS * row + (headDim == 128 ? FLASH_ROWS * row : 0);
   }
 
   /**
@@ -1221,7 +1161,7 @@ public final class CudaCausalLm implements AutoCloseable {
     int tileTokens = Math.max(1, Math.min(8, 16 / group));
     Attention kernel = attention == Attention.TILED && group > 32 ? Attention.PER_TOKEN : attention;
     if (kernel == Attention.TENSOR_CORE) {
-      tileTokens = FLASH_ROWS / group; // flash_attention and flash_attention_v2 alike
+      tileTokens = FLASH_ROWS / group;
     }
     SplitPlan split =
         kernel == Attention.TENSOR_CORE && !deterministic
@@ -1297,8 +1237,7 @@ public final class CudaCausalLm implements AutoCloseable {
     if (split != null) {
       splitForwards++;
     }
-    GraphKey key =
-        graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel, flashV2) : null;
+    GraphKey key = graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel) : null;
     if (key != null) {
       Long exec = graphExecs.get(key);
       if (exec != null) {
@@ -1383,7 +1322,7 @@ public final class CudaCausalLm implements AutoCloseable {
         if (split != null) {
           launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
         } else if (kernel == Attention.TENSOR_CORE) {
-          launchFlash(device, flashV2, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
+          launchFlash(device, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(

@@ -24,7 +24,7 @@ import org.junit.jupiter.api.io.TempDir;
 class DecodeGraphGpuTest extends OnTheGpu {
   @Test
   void shouldGiveTheEagerStepsBitsWhenReplayed(@TempDir Path dir) {
-    Path folder = FlashV2GpuTest.model(64, dir);
+    Path folder = FlashAttentionGpuTest.model(64, dir);
     SplittableRandom rnd = new SplittableRandom(77);
     try (CudaCausalLm eager = CudaCausalLm.load(device, folder, "graphs", "test", true);
         CudaCausalLm graphed = CudaCausalLm.load(device, folder, "graphs", "test", true);
@@ -60,7 +60,7 @@ class DecodeGraphGpuTest extends OnTheGpu {
         float[][] want = logits(eager, kv, batch);
         float[][] got = logits(graphed, kv, batch);
         for (int r = 0; r < batch.size(); r++) {
-          FlashV2GpuTest.assertSameBits(
+          FlashAttentionGpuTest.assertSameBits(
               "step " + step + ", request " + (from + r) + " at " + position[from + r],
               got[r],
               want[r]);

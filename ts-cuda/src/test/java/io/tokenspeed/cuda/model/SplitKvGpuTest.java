@@ -247,7 +247,7 @@ class SplitKvGpuTest extends OnTheGpu {
             partials.pointer(),
             outSplit.pointer());
         CudaCausalLm.launchFlash(
-            device, false, d, tokens, heads, kvHeads, in, tilesD, scale, outFlash.pointer());
+            device, d, tokens, heads, kvHeads, in, tilesD, scale, outFlash.pointer());
         device.synchronize();
         split = readBf16(outSplit, tokens * heads * d, arena);
         flash = readBf16(outFlash, tokens * heads * d, arena);
