@@ -63,7 +63,7 @@ import java.util.List;
  * kernel, so a token's logits would depend on whether its batch took it. Any other value is refused
  * when the class loads.
  *
- * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code off}, read once):
+ * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code on}, read once):
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
  * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
  * step's tables are uploaded before the replay as before a launch.
@@ -121,7 +121,7 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** Whether decode steps replay CUDA graphs by default: the property, read once. */
   static final boolean GRAPHS_DEFAULT =
-      KernelSwitch.read(GRAPHS_PROPERTY, System.getProperty(GRAPHS_PROPERTY), "off", "on");
+      KernelSwitch.read(GRAPHS_PROPERTY, System.getProperty(GRAPHS_PROPERTY, "on"), "off", "on");
 
   /**
    * A decode step's table stride is rounded up to a power of two of at least this many rows when it

@@ -26,7 +26,8 @@ import java.util.SplittableRandom;
  * normal, deterministic, float32-attention: normal GEMMs with the float32 attention, split-kv:
  * normal with the split-KV decode attention for every decode batch, decode only, graphs: normal
  * with decode steps replayed as CUDA graphs where they can be, i.e. on {@code gemv_bf16} at up to 8
- * rows), for example {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
+ * rows, whatever {@code tokenspeed.cuda.graphs} says; eager: normal without graphs), for example
+ * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
   private static final int BLOCK = 16;
@@ -67,6 +68,8 @@ public final class GpuBench {
           }
           if (mode.equals("graphs")) {
             m.useGraphs(true); // replays only where every product is the project's own kernel
+          } else if (mode.equals("eager")) {
+            m.useGraphs(false); // every step launched kernel by kernel
           }
           System.out.printf(
               Locale.ROOT,
