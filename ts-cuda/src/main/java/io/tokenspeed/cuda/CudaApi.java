@@ -50,6 +50,9 @@ public final class CudaApi {
   /** {@code cudaDevAttrComputeCapabilityMinor}. */
   public static final int ATTR_CC_MINOR = 76;
 
+  /** {@code cudaDevAttrMaxSharedMemoryPerBlockOptin}. */
+  public static final int ATTR_MAX_SHARED_PER_BLOCK_OPTIN = 97;
+
   /** {@code CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES}. */
   static final int FUNC_MAX_DYNAMIC_SHARED = 8;
 

@@ -33,6 +33,7 @@ public final class CudaDevice implements AutoCloseable {
   private final int ccMajor;
   private final int ccMinor;
   private final int multiprocessors;
+  private final int sharedBytesPerBlock;
   private final long stream;
   private final long cublas;
   private final long module;
@@ -52,6 +53,8 @@ public final class CudaDevice implements AutoCloseable {
     this.ccMajor = api.deviceAttribute(CudaApi.ATTR_CC_MAJOR, ordinal);
     this.ccMinor = api.deviceAttribute(CudaApi.ATTR_CC_MINOR, ordinal);
     this.multiprocessors = api.deviceAttribute(CudaApi.ATTR_MULTIPROCESSORS, ordinal);
+    this.sharedBytesPerBlock =
+        api.deviceAttribute(CudaApi.ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ordinal);
     long t0 = System.nanoTime();
     byte[] cubin = CUBINS.computeIfAbsent(arch(), CudaDevice::compileKernels);
     this.compileMillis = (System.nanoTime() - t0) / 1_000_000;
@@ -113,6 +116,14 @@ public final class CudaDevice implements AutoCloseable {
 
   public int multiprocessors() {
     return multiprocessors;
+  }
+
+  /**
+   * The most shared memory a block may use once its kernel asks for it (the opt-in limit: 227 KiB
+   * on sm_90), in bytes.
+   */
+  public int sharedBytesPerBlock() {
+    return sharedBytesPerBlock;
   }
 
   /** Milliseconds this open spent compiling the kernels (0 when already compiled). */

@@ -26,18 +26,20 @@ import java.lang.foreign.ValueLayout;
  * Deterministic mode never takes this path: its products stay on the fixed-order kernel whatever
  * the switch says.
  *
- * <p>Deterministic mode's bf16 products (with {@code in} a multiple of 8) run on {@code
- * gemm_fixed_bf16_mma}, 64 × 128 outputs a block. {@code gemm_fixed_bf16_mma_v2} gives the same
- * bits, because every output is the same chain of tensor-core steps over k in ascending order in
- * both, from 128 × 256 tiles fed by a cp.async pipeline: the layout prefill's thousands of rows
- * need, and too coarse for a few rows (its blocks would leave most multiprocessors idle). The
- * system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v1} (the default, until the
- * second has been measured on the GPU) keeps every product on the first kernel; {@code v2} sends a
- * product to the second when it has more rows than one block of the first and enough 128 × 256
- * tiles to occupy half the GPU's multiprocessors ({@link #fixedOrderKernel}). Choosing by shape
- * keeps deterministic mode's promise only because the bits agree: a row's result still does not
- * depend on the rows beside it. The property is read once, when the class loads, like the one above
- * ({@code -Dtokenspeed.cuda.fixedgemm=v2}).
+ * <p>Deterministic mode's bf16 products (with {@code in} a multiple of 8) run on the tensor cores,
+ * on one of two families of kernels that give the same bits, because every output is the same chain
+ * of tensor-core steps over k in ascending order in all of them: {@code gemm_fixed_bf16_mma}, 64 ×
+ * 128 outputs a block, the slices of k read through registers (v1); and {@code gemm_fixed_tiles}'s
+ * kernels fed by a cp.async pipeline, in four block tiles from 128 × 256 ({@code
+ * gemm_fixed_bf16_mma_v2}, prefill's thousands of rows) down to 64 × 64 (a few rows), so that a
+ * product of any shape has blocks for every multiprocessor without splitting k ({@link
+ * FixedOrderTile}). The system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v2} (the
+ * default: on an H100 the 128 × 256 kernel alone was 1.1-2.7 times as fast as v1 on every shape
+ * measured) sends each product to the tile {@link FixedOrderTile#forShape} picks; {@code v1} keeps
+ * every product on the first kernel, the baseline. Choosing by shape keeps deterministic mode's
+ * promise only because the bits agree: a row's result still does not depend on the rows beside it.
+ * The property is read once, when the class loads, like the one above ({@code
+ * -Dtokenspeed.cuda.fixedgemm=v1}).
  */
 public final class Gemm {
 
@@ -65,9 +67,12 @@ public final class Gemm {
   /** The system property that picks the fixed-order bf16 kernel (see the class comment). */
   static final String FIXED_GEMM_PROPERTY = "tokenspeed.cuda.fixedgemm";
 
+  /** The value of {@link #FIXED_GEMM_PROPERTY} when it is unset: the tiled kernels. */
+  static final String DEFAULT_FIXED_GEMM = "v2";
+
   /**
-   * Whether deterministic mode may send bf16 products to {@code gemm_fixed_bf16_mma_v2}: the
-   * property, read once.
+   * Whether deterministic mode sends bf16 products to the tiled kernels ({@link FixedOrderTile}):
+   * the property, read once.
    */
   static final boolean FIXED_GEMM_V2 = fixedGemmSwitch(System.getProperty(FIXED_GEMM_PROPERTY));
 
@@ -80,24 +85,8 @@ public final class Gemm {
   /** Threads per block of {@code gemm_fixed_bf16_mma}. */
   private static final int V1_THREADS = 128;
 
-  /** Rows per block of {@code gemm_fixed_bf16_mma_v2} (F2_ROWS in kernels.cu). */
-  static final int V2_ROWS = 128;
-
-  /** Outputs per block of {@code gemm_fixed_bf16_mma_v2} (F2_OUTS). */
-  static final int V2_OUTS = 256;
-
-  /** Threads per block of {@code gemm_fixed_bf16_mma_v2} (F2_THREADS). */
-  private static final int V2_THREADS = 256;
-
-  /**
-   * Dynamic shared memory of {@code gemm_fixed_bf16_mma_v2}: F2_STAGES (4) slices of F2_K (64) k
-   * for its 128 x rows and 256 w rows, bf16 (192 KiB; {@link CudaDevice#launch} raises the kernel's
-   * limit).
-   */
-  static final int V2_SHARED_BYTES = 4 * (V2_ROWS + V2_OUTS) * 64 * 2;
-
-  private static final String V1_KERNEL = "gemm_fixed_bf16_mma";
-  private static final String V2_KERNEL = "gemm_fixed_bf16_mma_v2";
+  /** The first fixed-order bf16 kernel: all of {@code v1}, the fallback of {@code v2}. */
+  static final String V1_KERNEL = "gemm_fixed_bf16_mma";
 
   private static final int OP_N = 0;
   private static final int OP_T = 1;
@@ -200,7 +189,7 @@ public final class Gemm {
               + ", w=0x"
               + Long.toHexString(w));
     }
-    device.launch(
+    launchProduct(
         "gemv_bf16",
         Math.ceilDiv(out, GEMV_OUTS),
         1,
@@ -212,7 +201,7 @@ public final class Gemm {
         rows,
         in,
         out,
-        accumulate ? 1 : 0);
+        accumulate);
   }
 
   /**
@@ -245,52 +234,65 @@ public final class Gemm {
   }
 
   /**
-   * The switch's value: {@code v1} or {@code v2} (either case, spaces around ignored), {@code v1}
-   * when unset; true for {@code v2}. Anything else is refused, so that a misspelt value does not
-   * silently measure the other kernel.
+   * The switch's value: {@code v1} or {@code v2} (either case, spaces around ignored), {@link
+   * #DEFAULT_FIXED_GEMM} ({@code v2}) when unset; true for {@code v2}. Anything else is refused, so
+   * that a misspelt value does not silently measure the other kernel.
    */
   static boolean fixedGemmSwitch(String value) {
-    return KernelSwitch.read(FIXED_GEMM_PROPERTY, value, "v1", "v2");
+    return KernelSwitch.read(
+        FIXED_GEMM_PROPERTY, value == null ? DEFAULT_FIXED_GEMM : value, "v1", "v2");
   }
 
   /**
-   * The kernel deterministic mode runs a product on: for bf16 with {@code in} a multiple of 8,
-   * {@code gemm_fixed_bf16_mma}, or with {@code v2} its twin {@code gemm_fixed_bf16_mma_v2} when
-   * the product has more rows than one block of the first and its 128 × 256 tiles number at least
-   * half of the GPU's {@code multiprocessors} (one block of the second fills a multiprocessor;
-   * below that the first kernel's smaller blocks spread better); else the one-thread-per-output
-   * kernels. The two tensor-core kernels give the same bits, so this choice by shape keeps a row's
-   * result independent of the rows beside it.
+   * The kernel deterministic mode runs a product on. For bf16 with {@code in} a multiple of 8: with
+   * {@code v2}, the tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code
+   * multiprocessors} and its opt-in shared memory per block ({@code sharedBytesPerBlock}); with
+   * {@code v1}, or where no tile's shared memory fits the device, {@code gemm_fixed_bf16_mma}. All
+   * of these give the same bits, so the choice by shape keeps a row's result independent of the
+   * rows beside it. Otherwise the one-thread-per-output kernels, whatever the switch: {@code
+   * gemm_fixed_bf16} ({@code in} not a multiple of 8, which the 16-byte loads of the others need)
+   * or {@code gemm_fixed_f32}.
    */
   static String fixedOrderKernel(
-      boolean v2, int type, int rows, int in, int out, int multiprocessors) {
+      boolean v2,
+      int type,
+      int rows,
+      int in,
+      int out,
+      int multiprocessors,
+      int sharedBytesPerBlock) {
     if (type != R_16BF) {
       return "gemm_fixed_f32";
     }
     if (in % 8 != 0) {
       return "gemm_fixed_bf16";
     }
-    long tiles = (long) Math.ceilDiv(rows, V2_ROWS) * Math.ceilDiv(out, V2_OUTS);
-    if (v2 && rows > V1_ROWS && 2 * tiles >= multiprocessors) {
-      return V2_KERNEL;
-    }
-    return V1_KERNEL;
+    FixedOrderTile tile =
+        v2 ? FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock) : null;
+    return tile == null ? V1_KERNEL : tile.kernel;
   }
 
   /**
-   * The fixed-order kernels: bf16 on the tensor cores ({@code gemm_fixed_bf16_mma}, 64 × 128
-   * outputs a block, k in ascending slices of 32, or {@code gemm_fixed_bf16_mma_v2}, the same bits
-   * from 128 × 256 outputs a block; see {@link #fixedOrderKernel}) where {@code in} is a multiple
-   * of 8, else one thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
+   * The fixed-order kernels (see {@link #fixedOrderKernel}): bf16 on the tensor cores where {@code
+   * in} is a multiple of 8 ({@code gemm_fixed_bf16_mma}, 64 × 128 outputs a block, or a tile of
+   * {@link FixedOrderTile}, the same bits), else one thread per output ({@code
+   * gemm_fixed_f32/bf16}, 16 × 16 tiles).
    */
   private void applyFixedOrder(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
-    String kernel = fixedOrderKernel(FIXED_GEMM_V2, type, rows, in, out, device.multiprocessors());
+    String kernel =
+        fixedOrderKernel(
+            FIXED_GEMM_V2,
+            type,
+            rows,
+            in,
+            out,
+            device.multiprocessors(),
+            device.sharedBytesPerBlock());
     switch (kernel) {
       case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
-      case V2_KERNEL -> applyFixedOrderV2(x, w, y, rows, in, out, accumulate);
-      default ->
-          device.launch(
+      case "gemm_fixed_f32", "gemm_fixed_bf16" ->
+          launchProduct(
               kernel,
               Math.ceilDiv(out, 16),
               Math.ceilDiv(rows, 16),
@@ -302,7 +304,9 @@ public final class Gemm {
               rows,
               in,
               out,
-              accumulate ? 1 : 0);
+              accumulate);
+      default ->
+          applyFixedOrderTile(FixedOrderTile.ofKernel(kernel), x, w, y, rows, in, out, accumulate);
     }
   }
 
@@ -311,7 +315,7 @@ public final class Gemm {
    * bf16 x and w (16-byte aligned), {@code in} a multiple of 8, float32 y.
    */
   void applyFixedOrderV1(long x, long w, long y, int rows, int in, int out, boolean accumulate) {
-    device.launch(
+    launchProduct(
         V1_KERNEL,
         Math.ceilDiv(out, V1_OUTS),
         Math.ceilDiv(rows, V1_ROWS),
@@ -323,28 +327,46 @@ public final class Gemm {
         rows,
         in,
         out,
-        accumulate ? 1 : 0);
+        accumulate);
   }
 
   /**
-   * {@code y = x · wᵀ} (or {@code +=}) through {@code gemm_fixed_bf16_mma_v2}, whatever the switch
-   * and the shape: the same bits as {@link #applyFixedOrderV1}, for the same arguments. Its blocks
-   * form one dimension of grid (the kernel orders the tiles itself).
+   * {@code y = x · wᵀ} (or {@code +=}) through the kernel of {@code tile}, whatever the switch and
+   * the shape: the same bits as {@link #applyFixedOrderV1}, for the same arguments. Its blocks form
+   * one dimension of grid (the kernel orders the tiles itself).
    */
-  void applyFixedOrderV2(long x, long w, long y, int rows, int in, int out, boolean accumulate) {
-    int blocks = Math.multiplyExact(Math.ceilDiv(rows, V2_ROWS), Math.ceilDiv(out, V2_OUTS));
-    device.launch(
-        V2_KERNEL,
-        blocks,
+  void applyFixedOrderTile(
+      FixedOrderTile tile, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+    launchProduct(
+        tile.kernel,
+        Math.toIntExact(tile.blocks(rows, out)),
         1,
-        V2_THREADS,
-        V2_SHARED_BYTES,
+        tile.threads,
+        tile.sharedBytes(),
         x,
         w,
         y,
         rows,
         in,
         out,
-        accumulate ? 1 : 0);
+        accumulate);
+  }
+
+  /** Launches a product kernel: every one takes {@code (x, w, y, rows, in, out, accumulate)}. */
+  private void launchProduct(
+      String kernel,
+      int gridX,
+      int gridY,
+      int threads,
+      int sharedBytes,
+      long x,
+      long w,
+      long y,
+      int rows,
+      int in,
+      int out,
+      boolean accumulate) {
+    device.launch(
+        kernel, gridX, gridY, threads, sharedBytes, x, w, y, rows, in, out, accumulate ? 1 : 0);
   }
 }

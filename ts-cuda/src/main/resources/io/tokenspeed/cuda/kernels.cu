@@ -1362,9 +1362,12 @@ extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
   }
 }
 
-// The fixed-order bf16 product again, laid out for prefill (hundreds to thousands of rows), with
-// the same result as gemm_fixed_bf16_mma bit for bit: y[r][o] = Σ_k x[r][k] · w[o][k]
-// (+ y[r][o] when accumulate), float32 accumulation, in % 8 == 0, x and w 16-byte aligned.
+// The fixed-order bf16 product again, laid out to keep the tensor cores fed, with the same result
+// as gemm_fixed_bf16_mma bit for bit: y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when
+// accumulate), float32 accumulation, in % 8 == 0, x and w 16-byte aligned. One template,
+// gemm_fixed_tiles, instantiated for four block tiles (GEMM_FIXED_V2 below): 128 × 256 outputs
+// for prefill's thousands of rows, and 128 × 128, 64 × 128 and 64 × 64, whose more numerous
+// blocks fill the GPU when the rows are few. Gemm.java (FixedOrderTile) picks one by shape.
 //
 // Why the bits are v1's: an output's value is decided by the chain of mma.sync m16n8k16 steps
 // that builds it, and nothing else touches its accumulator. In both kernels that chain is the
@@ -1374,30 +1377,29 @@ extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
 // slot j holds k + j (the same ldmatrix pattern), the pieces of 8 k at or past `in` are +0 in x
 // and in w alike, the output's row sits at row r % 16 of the mma tile and its output at column
 // o % 8, as in v1. Then y = acc, or y + acc as one float32 addition. Rows past `rows` and
-// outputs past `out` are zeros in shared memory and are never written. So the kernels may be
-// swapped for any launch, chosen by rows or shape, without changing a bit: a row's result still
-// does not depend on the rows beside it (batch invariance).
+// outputs past `out` are zeros in shared memory and are never written. None of this depends on
+// the block tile, the warps' layout or the ring's depth: they decide which warp builds an
+// output's chain and when its slices arrive, never the chain's steps (and tiles start at
+// multiples of 16 rows and 8 outputs, so an output keeps its place in the mma tile). So every
+// instantiation may be swapped for v1, or for another, for any launch, chosen by rows or shape,
+// without changing a bit: a row's result still does not depend on the rows beside it (batch
+// invariance). Splitting k would change the chain; no instantiation does.
 //
-// Layout. A block computes F2_ROWS × F2_OUTS outputs with 8 warps of 64 × 64 (2 along rows,
-// 4 along outputs); per step of 16 k a warp loads 4 A and 4 B fragments (ldmatrix.x4) for 32
-// mmas, the most reuse a warp's registers allow. k advances F2_K at a time through an
-// F2_STAGES-deep ring in dynamic shared memory filled by cp.async (16 bytes a copy, pieces past
-// `rows`, `out` or `in` zero-filled), so the loads of slice t + F2_STAGES - 1 are in flight while
-// slice t is multiplied; one barrier per slice. A row of a slice is 64 bf16 = 8 pieces of 16
-// bytes, piece c stored at c ^ (row % 8): the 8 rows an ldmatrix reads, and the 8 pieces a
-// quarter-warp copies, fall in distinct banks. Fragments of the next 16 k are loaded while the
-// current ones are multiplied. Blocks are ordered in groups of F2_GROUP row tiles, row tiles
-// fastest, so that the blocks running together share their x rows and w rows in L2.
-// Grid: ceil(rows / F2_ROWS) · ceil(out / F2_OUTS), one dimension. Block: F2_THREADS.
-// Dynamic shared memory: F2_STAGES · (F2_ROWS + F2_OUTS) · F2_K · 2 bytes (192 KiB).
-#define F2_ROWS 128
-#define F2_OUTS 256
+// Layout. A block computes ROWS × OUTS outputs with WARPS_M × WARPS_N warps, each of
+// MT · 16 rows × NT · 8 outputs; per step of 16 k a warp loads MT A and NT / 2 B fragment
+// groups (ldmatrix.x4) for MT · NT mmas (a warp of 64 × 64: 8 loads for 32 mmas, the most reuse
+// a warp's registers allow). k advances F2_K at a time through a STAGES-deep ring in dynamic
+// shared memory filled by cp.async (16 bytes a copy, pieces past `rows`, `out` or `in`
+// zero-filled), so the loads of slice t + STAGES - 1 are in flight while slice t is multiplied;
+// one barrier per slice. A row of a slice is 64 bf16 = 8 pieces of 16 bytes, piece c stored at
+// c ^ (row % 8): the 8 rows an ldmatrix reads, and the 8 pieces a quarter-warp copies, fall in
+// distinct banks. Fragments of the next 16 k are loaded while the current ones are multiplied.
+// Blocks are ordered in groups of F2_GROUP row tiles, row tiles fastest, so that the blocks
+// running together share their x rows and w rows in L2.
+// Grid: ceil(rows / ROWS) · ceil(out / OUTS), one dimension. Block: 32 · WARPS_M · WARPS_N.
+// Dynamic shared memory: STAGES · (ROWS + OUTS) · F2_K · 2 bytes.
 #define F2_K 64
-#define F2_STAGES 4
 #define F2_GROUP 16
-#define F2_THREADS 256
-#define F2_X_BYTES (F2_ROWS * F2_K * 2)
-#define F2_STAGE_BYTES ((F2_ROWS + F2_OUTS) * F2_K * 2)
 
 // 16 bytes from global to shared memory, asynchronously; zeros instead when !valid.
 __device__ __forceinline__ void copy16_async(unsigned int dst, const bf16_t* src, bool valid) {
@@ -1409,22 +1411,23 @@ __device__ __forceinline__ void copy16_async(unsigned int dst, const bf16_t* src
 
 // A warp's fragments of the 16 k from kk · 16 of the slice at `stage` (a shared-space address):
 // a[mt] rows mt · 16 .. + 15 of the warp, b[n] outputs n · 8 .. + 7. aAt / bAt: the lane's
-// ldmatrix row in bytes (x rows from the stage, w rows from its w part); aSw / bSw: the lane's
-// piece before the swizzle, xor the row's swizzle (see gemm_fixed_bf16_mma_v2).
-__device__ __forceinline__ void f2_fragments(unsigned int (&a)[4][4], unsigned int (&b)[8][2],
+// ldmatrix row in bytes from the stage (bAt past the stage's x rows, among its w rows); aSw / bSw:
+// the lane's piece before the swizzle, xor the row's swizzle (see gemm_fixed_tiles).
+template <int MT, int NT>
+__device__ __forceinline__ void f2_fragments(unsigned int (&a)[MT][4], unsigned int (&b)[NT][2],
                                              unsigned int stage, unsigned int aAt,
                                              unsigned int aSw, unsigned int bAt, unsigned int bSw,
                                              int kk) {
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
     // matrices: rows 0-7 / 8-15 × k 0-7, then × k 8-15: a0 a1 a2 a3 of the fragment
     load_matrices_at(a[mt], stage + aAt + mt * 16 * F2_K * 2 + (((2 * kk) ^ aSw) << 4));
   }
 #pragma unroll
-  for (int np = 0; np < 4; np++) {
+  for (int np = 0; np < NT / 2; np++) {
     // matrices: outputs 2np · 8 .. + 7 × k 0-7, × k 8-15, then outputs (2np + 1) · 8 ..
     unsigned int t[4];
-    load_matrices_at(t, stage + F2_X_BYTES + bAt + np * 16 * F2_K * 2 + (((2 * kk) ^ bSw) << 4));
+    load_matrices_at(t, stage + bAt + np * 16 * F2_K * 2 + (((2 * kk) ^ bSw) << 4));
     b[2 * np][0] = t[0];
     b[2 * np][1] = t[1];
     b[2 * np + 1][0] = t[2];
@@ -1434,30 +1437,42 @@ __device__ __forceinline__ void f2_fragments(unsigned int (&a)[4][4], unsigned i
 
 // STEPS steps of 16 k of the slice at `stage`, ascending (4: a whole slice; 2: its first half,
 // the last slice when in % 64 is 1 to 32).
-template <int STEPS>
-__device__ __forceinline__ void f2_multiply(float (&acc)[4][8][4], unsigned int stage,
+template <int STEPS, int MT, int NT>
+__device__ __forceinline__ void f2_multiply(float (&acc)[MT][NT][4], unsigned int stage,
                                             unsigned int aAt, unsigned int aSw, unsigned int bAt,
                                             unsigned int bSw) {
-  unsigned int a[2][4][4];
-  unsigned int b[2][8][2];
-  f2_fragments(a[0], b[0], stage, aAt, aSw, bAt, bSw, 0);
+  unsigned int a[2][MT][4];
+  unsigned int b[2][NT][2];
+  f2_fragments<MT, NT>(a[0], b[0], stage, aAt, aSw, bAt, bSw, 0);
 #pragma unroll
   for (int kk = 0; kk < STEPS; kk++) {
     if (kk + 1 < STEPS) {
-      f2_fragments(a[(kk + 1) % 2], b[(kk + 1) % 2], stage, aAt, aSw, bAt, bSw, kk + 1);
+      f2_fragments<MT, NT>(a[(kk + 1) % 2], b[(kk + 1) % 2], stage, aAt, aSw, bAt, bSw, kk + 1);
     }
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < NT; n++) {
         mma_bf16(acc[mt][n], a[kk % 2][mt], b[kk % 2][n][0], b[kk % 2][n][1]);
       }
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_v2(
+template <int ROWS, int OUTS, int WARPS_M, int WARPS_N, int STAGES>
+__device__ __forceinline__ void gemm_fixed_tiles(
     const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  constexpr int MT = ROWS / WARPS_M / 16;  // a warp's tiles of 16 rows
+  constexpr int NT = OUTS / WARPS_N / 8;   // and of 8 outputs
+  constexpr int COPY_ROWS = THREADS / 8;   // the rows one round of the block's copies covers
+  constexpr int X_BYTES = ROWS * F2_K * 2;
+  constexpr int STAGE_BYTES = (ROWS + OUTS) * F2_K * 2;
+  static_assert(ROWS % (16 * WARPS_M) == 0 && OUTS % (16 * WARPS_N) == 0,
+                "a warp takes whole tiles of 16 rows and pairs of tiles of 8 outputs");
+  static_assert(COPY_ROWS % 8 == 0 && ROWS % COPY_ROWS == 0 && OUTS % COPY_ROWS == 0,
+                "a thread's copies keep its row % 8, hence its swizzle");
+  static_assert(OUTS / COPY_ROWS <= 32 && STAGES >= 2, "one bit a round of copies; a ring");
   extern __shared__ __align__(128) bf16_t f2_ring[];
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -1465,30 +1480,30 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_
 
   // the block's tile: groups of F2_GROUP row tiles (the last group may be smaller), row tiles
   // fastest within a group
-  const int tilesM = (rows + F2_ROWS - 1) / F2_ROWS;
-  const int tilesN = (out + F2_OUTS - 1) / F2_OUTS;
+  const int tilesM = (rows + ROWS - 1) / ROWS;
+  const int tilesN = (out + OUTS - 1) / OUTS;
   const int perGroup = F2_GROUP * tilesN;
   const int group = blockIdx.x / perGroup;
   const int firstM = group * F2_GROUP;
   const int groupM = min(tilesM - firstM, F2_GROUP);
   const int local = blockIdx.x - group * perGroup;
-  const int r0 = (firstM + local % groupM) * F2_ROWS;
-  const int o0 = (local / groupM) * F2_OUTS;
+  const int r0 = (firstM + local % groupM) * ROWS;
+  const int o0 = (local / groupM) * OUTS;
 
-  // copies: thread t moves piece t % 8 of rows t / 8 + 32 i (4 of x, 8 of w) of every slice
+  // copies: thread t moves piece t % 8 of rows t / 8 + COPY_ROWS · i of every slice
   const int piece = tid % 8;
   const int row = tid / 8;
-  const long long rowStep = 32LL * in;
+  const long long rowStep = (long long)COPY_ROWS * in;
   const bf16_t* xFrom = x + (long long)(r0 + row) * in + piece * 8;
   const bf16_t* wFrom = w + (long long)(o0 + row) * in + piece * 8;
-  unsigned int xRows = 0, wRows = 0;  // bit i: row row + 32 i is in range
+  unsigned int xRows = 0, wRows = 0;  // bit i: row row + COPY_ROWS · i is in range
 #pragma unroll
-  for (int i = 0; i < F2_ROWS / 32; i++) {
-    xRows |= (r0 + row + 32 * i < rows ? 1u : 0u) << i;
+  for (int i = 0; i < ROWS / COPY_ROWS; i++) {
+    xRows |= (r0 + row + COPY_ROWS * i < rows ? 1u : 0u) << i;
   }
 #pragma unroll
-  for (int i = 0; i < F2_OUTS / 32; i++) {
-    wRows |= (o0 + row + 32 * i < out ? 1u : 0u) << i;
+  for (int i = 0; i < OUTS / COPY_ROWS; i++) {
+    wRows |= (o0 + row + COPY_ROWS * i < out ? 1u : 0u) << i;
   }
   const unsigned int ring = shared_address(f2_ring);
   const unsigned int copyTo = ring + row * F2_K * 2 + ((piece ^ (row % 8)) << 4);
@@ -1496,53 +1511,54 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_
   auto copySlice = [&](int t) {
     const int k0 = t * F2_K;
     const bool inK = k0 + piece * 8 < in;
-    const unsigned int to = copyTo + (t % F2_STAGES) * F2_STAGE_BYTES;
+    const unsigned int to = copyTo + (t % STAGES) * STAGE_BYTES;
 #pragma unroll
-    for (int i = 0; i < F2_ROWS / 32; i++) {
+    for (int i = 0; i < ROWS / COPY_ROWS; i++) {
       bool valid = inK && ((xRows >> i) & 1u);
-      copy16_async(to + i * 32 * F2_K * 2, valid ? xFrom + i * rowStep + k0 : x, valid);
+      copy16_async(to + i * COPY_ROWS * F2_K * 2, valid ? xFrom + i * rowStep + k0 : x, valid);
     }
 #pragma unroll
-    for (int i = 0; i < F2_OUTS / 32; i++) {
+    for (int i = 0; i < OUTS / COPY_ROWS; i++) {
       bool valid = inK && ((wRows >> i) & 1u);
-      copy16_async(
-          to + F2_X_BYTES + i * 32 * F2_K * 2, valid ? wFrom + i * rowStep + k0 : w, valid);
+      copy16_async(to + X_BYTES + i * COPY_ROWS * F2_K * 2, valid ? wFrom + i * rowStep + k0 : w,
+                   valid);
     }
   };
 
-  // fragments: the warp's rows wm .. wm + 63 and outputs wn .. wn + 63 of the block; the lane's
-  // ldmatrix row (its row % 8 is lane % 8, hence the swizzle lane % 8) and piece within 16 k
-  const int wm = (warp / 4) * 64;
-  const int wn = (warp % 4) * 64;
+  // fragments: the warp's rows wm .. wm + MT · 16 - 1 and outputs wn .. wn + NT · 8 - 1 of the
+  // block; the lane's ldmatrix row (its row % 8 is lane % 8, hence the swizzle lane % 8) and
+  // piece within 16 k
+  const int wm = (warp / WARPS_N) * (MT * 16);
+  const int wn = (warp % WARPS_N) * (NT * 8);
   const unsigned int aAt = (wm + lane % 8 + ((lane / 8) % 2) * 8) * F2_K * 2;
   const unsigned int aSw = (lane / 16) ^ (lane % 8);
-  const unsigned int bAt = (wn + lane % 8 + (lane / 16) * 8) * F2_K * 2;
+  const unsigned int bAt = X_BYTES + (wn + lane % 8 + (lane / 16) * 8) * F2_K * 2;
   const unsigned int bSw = ((lane / 8) % 2) ^ (lane % 8);
 
-  float acc[4][8][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
+    for (int n = 0; n < NT; n++) {
       acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
     }
   }
 
 #pragma unroll
-  for (int t = 0; t < F2_STAGES - 1; t++) {
+  for (int t = 0; t < STAGES - 1; t++) {
     if (t < kTiles) {
       copySlice(t);
     }
     copy_async_commit();  // empty groups too: the count of groups stays that of slices
   }
   for (int t = 0; t < kTiles; t++) {
-    copy_async_wait<F2_STAGES - 2>();  // slice t has landed (this thread's copies)
+    copy_async_wait<STAGES - 2>();  // slice t has landed (this thread's copies)
     __syncthreads();  // everyone's copies of slice t, and everyone done with slice t - 1
-    if (t + F2_STAGES - 1 < kTiles) {
-      copySlice(t + F2_STAGES - 1);  // into the stage of slice t - 1
+    if (t + STAGES - 1 < kTiles) {
+      copySlice(t + STAGES - 1);  // into the stage of slice t - 1
     }
     copy_async_commit();
-    const unsigned int stage = ring + (t % F2_STAGES) * F2_STAGE_BYTES;
+    const unsigned int stage = ring + (t % STAGES) * STAGE_BYTES;
     // v1's steps end at 32 · ceil(in / 32): the last slice takes 2 steps when in % 64 is 1 .. 32
     if (in - t * F2_K > 32) {
       f2_multiply<4>(acc, stage, aAt, aSw, bAt, bSw);
@@ -1557,7 +1573,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_
   // pairs of outputs as one 8-byte access when every pair is 8-byte aligned
   const bool pairs = out % 2 == 0 && ((unsigned long long)y & 7ull) == 0;
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       int r = r0 + wm + mt * 16 + g + 8 * i;
@@ -1566,7 +1582,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_
       }
       float* yr = y + (long long)r * out;
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < NT; n++) {
         int o = o0 + wn + n * 8 + 2 * tq;
         float v0 = acc[mt][n][2 * i];
         float v1 = acc[mt][n][2 * i + 1];
@@ -1593,6 +1609,25 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) gemm_fixed_bf16_mma_
     }
   }
 }
+
+// A kernel of gemm_fixed_tiles, with gemm_fixed_bf16_mma's parameters. MIN_BLOCKS: blocks per
+// multiprocessor the registers must allow, as many as the shared memory allows (228 KiB a
+// multiprocessor on sm_90, 1 KiB of it reserved per block). Gemm.java's FixedOrderTile repeats
+// each line's tile, warps and stages; keep the two in step.
+#define GEMM_FIXED_V2(NAME, ROWS, OUTS, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS)                   \
+  extern "C" __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, MIN_BLOCKS) NAME(        \
+      const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {  \
+    gemm_fixed_tiles<ROWS, OUTS, WARPS_M, WARPS_N, STAGES>(x, w, y, rows, in, out, accumulate); \
+  }
+
+// 8 warps of 64 × 64, 4 stages: 192 KiB, one block a multiprocessor (prefill's many rows)
+GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2, 128, 256, 2, 4, 4, 1)
+// 4 warps of 64 × 64, 3 stages: 96 KiB, two blocks a multiprocessor
+GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_128x128, 128, 128, 2, 2, 3, 2)
+// 4 warps of 32 × 64, 4 stages: 96 KiB, two blocks a multiprocessor
+GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x128, 64, 128, 2, 2, 4, 2)
+// 4 warps of 32 × 32, 4 stages: 64 KiB, three blocks a multiprocessor (a few rows)
+GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 
 // ---------------------------------------------------------------------------------- decode GEMV
 

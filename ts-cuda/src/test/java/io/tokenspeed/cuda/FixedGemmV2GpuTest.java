@@ -19,17 +19,19 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * The prefill kernel of deterministic mode, {@code gemm_fixed_bf16_mma_v2}, against the reference
- * {@code gemm_fixed_bf16_mma} (both called directly, whatever the {@code tokenspeed.cuda.fixedgemm}
- * switch of this JVM). The two must agree bit for bit, since {@link Gemm} may pick either by shape
- * without breaking batch invariance: on decode and prefill shapes of Llama 8B and on ragged ones
- * (rows and outputs not multiples of either kernel's block, {@code in} with a tail of k that ends
- * v1's last slice of 32 early or v2's slice of 64 after its first half), with and without
- * accumulate, and with a row of negative zeros (where a step that adds only zero products could
- * change the sign of a zero sum). The second kernel's rows are also computed split across launches
- * at other offsets, which must not change a bit; rows past {@code rows} stay untouched; and a
- * sample of outputs is checked against a float64 reference, so that two equally wrong results do
- * not pass. A second test prints both kernels' times beside cuBLAS's on the prefill shapes.
+ * The tiled kernels of deterministic mode ({@link FixedOrderTile}: {@code gemm_fixed_bf16_mma_v2}
+ * and its smaller tiles) against the reference {@code gemm_fixed_bf16_mma} (all called directly,
+ * whatever the {@code tokenspeed.cuda.fixedgemm} switch of this JVM). Every tile must agree with v1
+ * bit for bit, since {@link Gemm} picks one by shape without breaking batch invariance: on decode
+ * and prefill shapes of Llama 8B and on ragged ones (rows and outputs not multiples of any tile,
+ * {@code in} with a tail of k that ends v1's last slice of 32 early or the tiles' slice of 64 after
+ * its first half), with and without accumulate, and with a row of negative zeros (where a step that
+ * adds only zero products could change the sign of a zero sum). Each tile's rows are also computed
+ * split across launches at other offsets, which must not change a bit; rows past {@code rows} stay
+ * untouched; and a sample of outputs is checked against a float64 reference, so that two equally
+ * wrong results do not pass. The comparison itself is shown to catch a planted difference of one
+ * bit. A second test prints every kernel's time beside cuBLAS's on the prefill shapes, and the tile
+ * the routing picks.
  */
 class FixedGemmV2GpuTest extends OnTheGpu {
   @ParameterizedTest
@@ -47,7 +49,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
     "257, 96, 513",
     "385, 4144, 256"
   })
-  void shouldGiveTheFirstKernelsBitsWhateverTheRowsBesideIt(int rows, int in, int out) {
+  void shouldGiveTheFirstKernelsBitsWhateverTheTileAndTheRowsBesideIt(int rows, int in, int out) {
     SplittableRandom rnd = new SplittableRandom(rows * 1_000_003L + in * 1009L + out);
     long xCount = (long) rows * in;
     long wCount = (long) out * in;
@@ -57,6 +59,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
       y0[i] = uniform(rnd, 4f);
     }
     Gemm gemm = new Gemm(device, true);
+    List<String> failures = new ArrayList<>();
     try (Arena arena = Arena.ofConfined();
         DeviceBuffer dx = device.allocate(xCount * 2);
         DeviceBuffer dw = device.allocate(wCount * 2);
@@ -86,99 +89,205 @@ class FixedGemmV2GpuTest extends OnTheGpu {
       }
       for (boolean accumulate : new boolean[] {false, true}) {
         first.write(0, y0);
-        second.write(0, y0);
-        split.write(0, y0);
         gemm.applyFixedOrderV1(
             dx.pointer(), dw.pointer(), first.pointer(), rows, in, out, accumulate);
-        gemm.applyFixedOrderV2(
-            dx.pointer(), dw.pointer(), second.pointer(), rows, in, out, accumulate);
-        for (int[] part : parts) {
-          gemm.applyFixedOrderV2(
-              dx.pointer() + (long) part[0] * in * 2,
-              dw.pointer(),
-              split.pointer() + (long) part[0] * out * 4,
-              part[1],
-              in,
-              out,
-              accumulate);
-        }
         device.synchronize();
         float[] v1 = first.readFloats(0, y0.length);
-        float[] v2 = second.readFloats(0, y0.length);
-        float[] parted = split.readFloats(0, y0.length);
-        int differ = 0;
-        int differApart = 0;
-        int firstDiffer = -1;
-        for (int i = 0; i < y0.length; i++) {
-          int bits = Float.floatToRawIntBits(v2[i]);
-          if (bits != Float.floatToRawIntBits(v1[i])) {
-            differ++;
-            firstDiffer = firstDiffer < 0 ? i : firstDiffer;
+        for (FixedOrderTile tile : FixedOrderTile.values()) {
+          second.write(0, y0);
+          split.write(0, y0);
+          gemm.applyFixedOrderTile(
+              tile, dx.pointer(), dw.pointer(), second.pointer(), rows, in, out, accumulate);
+          for (int[] part : parts) {
+            gemm.applyFixedOrderTile(
+                tile,
+                dx.pointer() + (long) part[0] * in * 2,
+                dw.pointer(),
+                split.pointer() + (long) part[0] * out * 4,
+                part[1],
+                in,
+                out,
+                accumulate);
           }
-          differApart += bits != Float.floatToRawIntBits(parted[i]) ? 1 : 0;
+          device.synchronize();
+          float[] v2 = second.readFloats(0, y0.length);
+          float[] parted = split.readFloats(0, y0.length);
+          double worst = worstAgainstFloat64(x, w, y0, v2, rows, in, out, accumulate, rnd);
+          String what = String.format(Locale.ROOT, "%s, accumulate %b", tile.kernel, accumulate);
+          TileCheck check = TileCheck.of(what, v1, v2, parted, y0, rows, out, worst);
+          System.out.printf(
+              Locale.ROOT,
+              "fixed-order v2 %s vs v1, rows %d, in %d, out %d, accumulate %b: %d of %d outputs"
+                  + " differ in bits from v1, %d from the tile in %d launches, guard row written"
+                  + " %d; sampled error / bound vs float64 %.3f%n",
+              tile.kernel,
+              rows,
+              in,
+              out,
+              accumulate,
+              check.fromV1().count(),
+              rows * out,
+              check.apart().count(),
+              parts.size(),
+              check.guardWritten(),
+              worst);
+          failures.addAll(check.problems());
         }
-        int guardWritten = 0;
-        for (int i = rows * out; i < y0.length; i++) {
-          guardWritten += Float.floatToRawIntBits(v2[i]) != Float.floatToRawIntBits(y0[i]) ? 1 : 0;
-        }
-        // a sample of outputs against float64, row 0 (negative zeros) among them
-        double worst = 0;
-        for (int s = 0; s < 64; s++) {
-          int r = s == 0 ? 0 : rnd.nextInt(rows);
-          int o = rnd.nextInt(out);
-          double want = accumulate ? y0[r * out + o] : 0;
-          double mag = accumulate ? Math.abs(y0[r * out + o]) : 0;
-          for (int k = 0; k < in; k++) {
-            double p =
-                value(x.getAtIndex(ValueLayout.JAVA_SHORT, (long) r * in + k))
-                    * value(w.getAtIndex(ValueLayout.JAVA_SHORT, (long) o * in + k));
-            want += p;
-            mag += Math.abs(p);
-          }
-          double bound = 1e-5 * mag + 1e-6;
-          worst = Math.max(worst, Math.abs(v2[r * out + o] - want) / bound);
-        }
-        System.out.printf(
-            Locale.ROOT,
-            "fixed-order v2 vs v1, rows %d, in %d, out %d, accumulate %b: %d of %d outputs differ"
-                + " in bits from v1, %d from v2 in %d launches, guard row written %d; sampled"
-                + " error / bound vs float64 %.3f%n",
-            rows,
-            in,
-            out,
-            accumulate,
-            differ,
-            rows * out,
-            differApart,
-            parts.size(),
-            guardWritten,
-            worst);
-        String where =
-            firstDiffer < 0
-                ? ""
-                : String.format(
-                    Locale.ROOT,
-                    "; the first: row %d, output %d: v1 %s (0x%08x), v2 %s (0x%08x)",
-                    firstDiffer / out,
-                    firstDiffer % out,
-                    v1[firstDiffer],
-                    Float.floatToRawIntBits(v1[firstDiffer]),
-                    v2[firstDiffer],
-                    Float.floatToRawIntBits(v2[firstDiffer]));
-        assertEquals(0, differ, "outputs of v2 that differ in bits from v1" + where);
-        assertEquals(0, differApart, "outputs of v2 that change when the rows are split");
-        assertEquals(0, guardWritten, "outputs written past the rows");
-        assertTrue(worst <= 1, "sampled error / bound vs float64: " + worst);
       }
+    }
+    assertTrue(failures.isEmpty(), () -> String.join("\n", failures));
+  }
+
+  /**
+   * The checks fail on a planted difference of one bit wherever it is (a zero's sign included), on
+   * a write past the rows and on an error past the float64 bound: they can fail.
+   */
+  @Test
+  void shouldFailOnAPlantedDifferenceOfOneBit() {
+    int rows = 2;
+    int out = 3;
+    float[] y0 = {1f, 2f, 3f, 4f, 5f, 6f, 7f, 8f, 9f}; // the last row: the guard
+    float[] good = {0.5f, 0f, -1.25f, 3f, 2f, 1f, 7f, 8f, 9f};
+    assertEquals(List.of(), TileCheck.of("good", good, good, good, y0, rows, out, 0.5).problems());
+    float[] lastBit = good.clone();
+    lastBit[2] = Float.intBitsToFloat(Float.floatToRawIntBits(lastBit[2]) ^ 1);
+    float[] negativeZero = good.clone();
+    negativeZero[1] = -0f;
+    float[] guard = good.clone();
+    guard[7] = Float.intBitsToFloat(Float.floatToRawIntBits(guard[7]) ^ 1);
+    assertProblem("differ in bits from v1", TileCheck.of("t", good, lastBit, lastBit, y0, 2, 3, 0));
+    assertProblem(
+        "differ in bits from v1", TileCheck.of("t", good, negativeZero, negativeZero, y0, 2, 3, 0));
+    assertProblem("when the rows are split", TileCheck.of("t", good, good, lastBit, y0, 2, 3, 0));
+    assertProblem("written past the rows", TileCheck.of("t", guard, guard, guard, y0, 2, 3, 0));
+    assertProblem("vs float64", TileCheck.of("t", good, good, good, y0, 2, 3, 1.01));
+    assertProblem("vs float64", TileCheck.of("t", good, good, good, y0, 2, 3, Double.NaN));
+  }
+
+  private static void assertProblem(String expected, TileCheck check) {
+    List<String> problems = check.problems();
+    assertEquals(1, problems.size(), problems::toString);
+    assertTrue(problems.get(0).contains(expected), problems::toString);
+  }
+
+  /**
+   * A tile's result ({@code rows + 1} rows of {@code out}, the last the guard row) against v1's,
+   * against its own computed in several launches, past the rows (where {@code y0}, what the buffer
+   * held before, must stay), and against float64 ({@code worst}: sampled error / bound).
+   */
+  private record TileCheck(
+      String what, BitDiff fromV1, BitDiff apart, int guardWritten, double worst, int out) {
+    static TileCheck of(
+        String what,
+        float[] v1,
+        float[] tile,
+        float[] parted,
+        float[] y0,
+        int rows,
+        int out,
+        double worst) {
+      int guardWritten =
+          BitDiff.of(
+                  Arrays.copyOfRange(y0, rows * out, y0.length),
+                  Arrays.copyOfRange(tile, rows * out, y0.length))
+              .count();
+      return new TileCheck(
+          what, BitDiff.of(v1, tile), BitDiff.of(tile, parted), guardWritten, worst, out);
+    }
+
+    /** What is wrong, one line each; empty when nothing is. */
+    List<String> problems() {
+      List<String> problems = new ArrayList<>();
+      if (fromV1.count() != 0) {
+        problems.add(what + ": outputs differ in bits from v1" + fromV1.first(out, "v1", "tile"));
+      }
+      if (apart.count() != 0) {
+        problems.add(
+            what + ": outputs change when the rows are split" + apart.first(out, "whole", "split"));
+      }
+      if (guardWritten != 0) {
+        problems.add(what + ": " + guardWritten + " outputs written past the rows");
+      }
+      if (!(worst <= 1)) { // NaN too
+        problems.add(what + ": sampled error / bound vs float64 " + worst);
+      }
+      return problems;
+    }
+  }
+
+  /** Where two results part bit for bit: how many outputs differ, and the first. */
+  private record BitDiff(int count, int firstAt, float[] a, float[] b) {
+    static BitDiff of(float[] a, float[] b) {
+      int count = 0;
+      int firstAt = -1;
+      for (int i = 0; i < a.length; i++) {
+        if (Float.floatToRawIntBits(a[i]) != Float.floatToRawIntBits(b[i])) {
+          count++;
+          firstAt = firstAt < 0 ? i : firstAt;
+        }
+      }
+      return new BitDiff(count, firstAt, a, b);
+    }
+
+    /** ": N; the first: row r, output o: A value (bits), B value (bits)", or "" if none. */
+    String first(int out, String aName, String bName) {
+      if (firstAt < 0) {
+        return "";
+      }
+      return String.format(
+          Locale.ROOT,
+          ": %d; the first: row %d, output %d: %s %s (0x%08x), %s %s (0x%08x)",
+          count,
+          firstAt / out,
+          firstAt % out,
+          aName,
+          a[firstAt],
+          Float.floatToRawIntBits(a[firstAt]),
+          bName,
+          b[firstAt],
+          Float.floatToRawIntBits(b[firstAt]));
     }
   }
 
   /**
-   * Times the two fixed-order kernels and cuBLAS ({@code cublasGemmEx}, the non-deterministic path)
-   * on the projections of Llama 8B at prefill sizes, and prints them with the TFLOP/s they reach
-   * and the kernel {@link Gemm} would pick with the switch at {@code v2}; asserts nothing. The rows
-   * below 2048 are for the threshold between the two kernels. Each product is run once to warm up
-   * and then {@code calls} times, each between a pair of events; the median is printed.
+   * The worst error of 64 sampled outputs of {@code y} (row 0, the negative zeros, among them)
+   * against float64, as a share of the bound {@code 1e-5 · Σ|terms| + 1e-6}.
+   */
+  private static double worstAgainstFloat64(
+      MemorySegment x,
+      MemorySegment w,
+      float[] y0,
+      float[] y,
+      int rows,
+      int in,
+      int out,
+      boolean accumulate,
+      SplittableRandom rnd) {
+    double worst = 0;
+    for (int s = 0; s < 64; s++) {
+      int r = s == 0 ? 0 : rnd.nextInt(rows);
+      int o = rnd.nextInt(out);
+      double want = accumulate ? y0[r * out + o] : 0;
+      double mag = accumulate ? Math.abs(y0[r * out + o]) : 0;
+      for (int k = 0; k < in; k++) {
+        double p =
+            value(x.getAtIndex(ValueLayout.JAVA_SHORT, (long) r * in + k))
+                * value(w.getAtIndex(ValueLayout.JAVA_SHORT, (long) o * in + k));
+        want += p;
+        mag += Math.abs(p);
+      }
+      double bound = 1e-5 * mag + 1e-6;
+      worst = Math.max(worst, Math.abs(y[r * out + o] - want) / bound);
+    }
+    return worst;
+  }
+
+  /**
+   * Times v1, every tile and cuBLAS ({@code cublasGemmEx}, the non-deterministic path) on the
+   * projections of Llama 8B at prefill sizes, and prints them with the TFLOP/s they reach, the
+   * fastest of the fixed-order kernels, and the tile {@link Gemm} picks with the switch at {@code
+   * v2}; asserts nothing. Each product is run once to warm up and then {@code calls} times, each
+   * between a pair of events; the median is printed.
    */
   @Test
   void shouldReportTimesAgainstCublas() {
@@ -203,6 +312,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
       ends[i] = api.eventCreate(0);
     }
     SplittableRandom rnd = new SplittableRandom(11);
+    FixedOrderTile[] tiles = FixedOrderTile.values();
     try (Arena arena = Arena.ofConfined();
         DeviceBuffer dx = device.allocate(xBytes);
         DeviceBuffer dw = device.allocate(wBytes);
@@ -218,7 +328,13 @@ class FixedGemmV2GpuTest extends OnTheGpu {
           buffer.copyFrom(host.asSlice(0, Math.min(chunk, buffer.bytes() - at)), at);
         }
       }
-      String[] names = {"v1", "v2", "cuBLAS"};
+      // paths: v1, the tiles, cuBLAS
+      String[] names = new String[tiles.length + 2];
+      names[0] = Gemm.V1_KERNEL;
+      for (int t = 0; t < tiles.length; t++) {
+        names[t + 1] = tiles[t].kernel;
+      }
+      names[names.length - 1] = "cuBLAS";
       for (int[] shape : shapes) {
         int out = shape[0];
         int in = shape[1];
@@ -229,23 +345,22 @@ class FixedGemmV2GpuTest extends OnTheGpu {
               if (i >= 0) {
                 api.eventRecord(starts[i], device.stream());
               }
-              switch (path) {
-                case 0 ->
-                    fixed.applyFixedOrderV1(
-                        dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, false);
-                case 1 ->
-                    fixed.applyFixedOrderV2(
-                        dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, false);
-                default ->
-                    cublas.applyCublas(
-                        dx.pointer(),
-                        dw.pointer(),
-                        Gemm.R_16BF,
-                        dy.pointer(),
-                        rows,
-                        in,
-                        out,
-                        false);
+              if (path == 0) {
+                fixed.applyFixedOrderV1(
+                    dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, false);
+              } else if (path <= tiles.length) {
+                fixed.applyFixedOrderTile(
+                    tiles[path - 1],
+                    dx.pointer(),
+                    dw.pointer(),
+                    dy.pointer(),
+                    rows,
+                    in,
+                    out,
+                    false);
+              } else {
+                cublas.applyCublas(
+                    dx.pointer(), dw.pointer(), Gemm.R_16BF, dy.pointer(), rows, in, out, false);
               }
               if (i >= 0) {
                 api.eventRecord(ends[i], device.stream());
@@ -259,26 +374,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
             Arrays.sort(t);
             micros[path] = t[calls / 2];
           }
-          double flop = 2.0 * rows * out * in;
-          String pick =
-              Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, in, out, device.multiprocessors());
-          System.out.printf(
-              Locale.ROOT,
-              "fixed-order timing M %d, N %d, K %d: v1 %.1f us (%.0f TFLOP/s), v2 %.1f us (%.0f"
-                  + " TFLOP/s), cuBLAS %.1f us (%.0f TFLOP/s); v1 / cuBLAS %.2f, v2 / cuBLAS"
-                  + " %.2f; with v2 the switch picks %s%n",
-              rows,
-              out,
-              in,
-              micros[0],
-              flop / micros[0] / 1e6,
-              micros[1],
-              flop / micros[1] / 1e6,
-              micros[2],
-              flop / micros[2] / 1e6,
-              micros[0] / micros[2],
-              micros[1] / micros[2],
-              pick);
+          printTimes(rows, out, in, names, micros);
         }
       }
     } finally {
@@ -287,5 +383,54 @@ class FixedGemmV2GpuTest extends OnTheGpu {
         api.eventDestroy(ends[i]);
       }
     }
+  }
+
+  /**
+   * One line of the timing table: each fixed-order kernel's time and its ratio to cuBLAS, cuBLAS's,
+   * the fastest fixed-order kernel, and the pick of the routing with its ratio to v1 and cuBLAS.
+   * {@code names} and {@code micros}: v1 first, cuBLAS last.
+   */
+  private static void printTimes(int rows, int out, int in, String[] names, double[] micros) {
+    double flop = 2.0 * rows * out * in;
+    double cublasUs = micros[micros.length - 1];
+    String pick =
+        Gemm.fixedOrderKernel(
+            true,
+            Gemm.R_16BF,
+            rows,
+            in,
+            out,
+            device.multiprocessors(),
+            device.sharedBytesPerBlock());
+    StringBuilder line =
+        new StringBuilder(
+            String.format(Locale.ROOT, "fixed-order timing M %d, N %d, K %d:", rows, out, in));
+    int fastest = 0;
+    double pickUs = Double.NaN;
+    for (int path = 0; path < names.length - 1; path++) {
+      line.append(
+          String.format(
+              Locale.ROOT,
+              " %s %.1f us (%.2f of cuBLAS);",
+              names[path],
+              micros[path],
+              micros[path] / cublasUs));
+      fastest = micros[path] < micros[fastest] ? path : fastest;
+      pickUs = names[path].equals(pick) ? micros[path] : pickUs;
+    }
+    line.append(
+        String.format(
+            Locale.ROOT,
+            " cuBLAS %.1f us (%.0f TFLOP/s); fastest fixed-order %s; the routing picks %s:"
+                + " %.1f us (%.0f TFLOP/s), %.2f of v1, %.2f of cuBLAS",
+            cublasUs,
+            flop / cublasUs / 1e6,
+            names[fastest],
+            pick,
+            pickUs,
+            flop / pickUs / 1e6,
+            pickUs / micros[0],
+            pickUs / cublasUs));
+    System.out.println(line);
   }
 }

@@ -2,17 +2,31 @@ package io.tokenspeed.cuda;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * Which products {@link Gemm#apply} sends to the few-row kernel {@code gemv_bf16} and, in
- * deterministic mode, to which fixed-order kernel, and how the {@code tokenspeed.cuda.gemv} and
- * {@code tokenspeed.cuda.fixedgemm} switches read: decided on the host, so checked without a GPU.
+ * deterministic mode, to which fixed-order kernel (the tile {@link FixedOrderTile#forShape} picks),
+ * and how the {@code tokenspeed.cuda.gemv} and {@code tokenspeed.cuda.fixedgemm} switches read:
+ * decided on the host, so checked without a GPU.
  */
 class GemmRoutingTest {
+  /** An H100's multiprocessors and opt-in shared memory per block (227 KiB). */
+  private static final int SMS = 132;
+
+  private static final int H100_SHARED = 227 * 1024;
+
   private static final long X = 0x7f00_0000_1000L;
   private static final long W = 0x7f00_4000_0000L;
 
@@ -62,8 +76,8 @@ class GemmRoutingTest {
   }
 
   @Test
-  void shouldReadTheFixedGemmSwitchAsV1OrV2AndV1WhenUnset() {
-    assertFalse(Gemm.fixedGemmSwitch(null));
+  void shouldReadTheFixedGemmSwitchAsV1OrV2AndV2WhenUnset() {
+    assertTrue(Gemm.fixedGemmSwitch(null));
     assertFalse(Gemm.fixedGemmSwitch("v1"));
     assertFalse(Gemm.fixedGemmSwitch(" V1"));
     assertTrue(Gemm.fixedGemmSwitch("v2"));
@@ -74,31 +88,145 @@ class GemmRoutingTest {
       assertTrue(e.getMessage().contains("tokenspeed.cuda.fixedgemm"), e::getMessage);
       assertTrue(e.getMessage().contains("v1 or v2"), e::getMessage);
     }
-    // what this JVM was started with (unset in the build: v1)
+    // what this JVM was started with (unset in the build: v2)
     assertEquals(
         Gemm.fixedGemmSwitch(System.getProperty(Gemm.FIXED_GEMM_PROPERTY)), Gemm.FIXED_GEMM_V2);
   }
 
-  @Test
-  void shouldSendPrefillToTheSecondFixedOrderKernelOnlyWhenTheSwitchSaysV2() {
-    int sms = 132;
-    String v1 = "gemm_fixed_bf16_mma";
-    String v2 = "gemm_fixed_bf16_mma_v2";
-    for (int rows : new int[] {2048, 8192}) {
-      for (int[] nk : new int[][] {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
-        assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, nk[1], nk[0], sms));
-        assertEquals(v1, Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, nk[1], nk[0], sms));
-      }
-    }
-    // few rows, or too few 128 × 256 tiles to occupy half the multiprocessors: the first kernel
-    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 1, 4096, 6144, sms));
-    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 64, 4096, 28672, sms));
-    assertEquals(v1, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 512, 4096, 4096, sms));
-    assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 65, 4096, 28672, sms));
-    assertEquals(v2, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 1024, 4096, 4096, sms));
-    // in not a multiple of 8, float32: the one-thread-per-output kernels whatever the switch
+  /**
+   * The rule of {@link FixedOrderTile#forShape} on an H100 (132 multiprocessors, 227 KiB a block):
+   * the largest tile with blocks for at least 9 tenths of the multiprocessors, else the smallest;
+   * never a 128-row tile for 64 rows or fewer. The Llama 8B shapes of the timing test (out, in: qkv
+   * 6144 × 4096, o 4096 × 4096, gate|up 28672 × 4096, down 4096 × 14336), the logits, and ragged
+   * shapes (those of the GPU test's bit-for-bit comparison among them).
+   */
+  @ParameterizedTest(name = "rows {0}, out {1}, in {2}: {3} ({4} blocks)")
+  @CsvSource({
+    // qkv: 24, 48, 96, 192 blocks of the four tiles at 128 rows
+    "1, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 96",
+    "8, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 96",
+    "128, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 192",
+    "256, 6144, 4096, gemm_fixed_bf16_mma_v2_64x128, 192",
+    "512, 6144, 4096, gemm_fixed_bf16_mma_v2_128x128, 192",
+    "1024, 6144, 4096, gemm_fixed_bf16_mma_v2, 192",
+    "2048, 6144, 4096, gemm_fixed_bf16_mma_v2, 384",
+    "8192, 6144, 4096, gemm_fixed_bf16_mma_v2, 1536",
+    // o: 128 blocks (9.7 tenths of 132) of each tile in turn as the rows double
+    "128, 4096, 4096, gemm_fixed_bf16_mma_v2_64x64, 128",
+    "256, 4096, 4096, gemm_fixed_bf16_mma_v2_64x128, 128",
+    "512, 4096, 4096, gemm_fixed_bf16_mma_v2_128x128, 128",
+    "1024, 4096, 4096, gemm_fixed_bf16_mma_v2, 128",
+    "2048, 4096, 4096, gemm_fixed_bf16_mma_v2, 256",
+    "128, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 224",
+    "256, 28672, 4096, gemm_fixed_bf16_mma_v2, 224",
+    "512, 28672, 4096, gemm_fixed_bf16_mma_v2, 448",
+    "1024, 28672, 4096, gemm_fixed_bf16_mma_v2, 896",
+    "128, 4096, 14336, gemm_fixed_bf16_mma_v2_64x64, 128",
+    "256, 4096, 14336, gemm_fixed_bf16_mma_v2_64x128, 128",
+    "512, 4096, 14336, gemm_fixed_bf16_mma_v2_128x128, 128",
+    "1024, 4096, 14336, gemm_fixed_bf16_mma_v2, 128",
+    "2048, 4096, 14336, gemm_fixed_bf16_mma_v2, 256",
+    // the logits (128,256 outputs): a decode batch keeps to the 64-row tiles
+    "1, 128256, 4096, gemm_fixed_bf16_mma_v2_64x128, 1002",
+    "64, 128256, 4096, gemm_fixed_bf16_mma_v2_64x128, 1002",
+    "65, 128256, 4096, gemm_fixed_bf16_mma_v2, 501",
+    // 64 rows: too few for a 128-row tile; 65: one 128-row tile, two 64-row ones
+    "64, 28672, 4096, gemm_fixed_bf16_mma_v2_64x128, 224",
+    "65, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 224",
+    // ragged: no tile fills the GPU, so the smallest
+    "7, 4096, 4096, gemm_fixed_bf16_mma_v2_64x64, 64",
+    "300, 200, 136, gemm_fixed_bf16_mma_v2_64x64, 20",
+    "129, 1001, 4104, gemm_fixed_bf16_mma_v2_64x64, 48",
+    "4096, 37, 64, gemm_fixed_bf16_mma_v2_64x64, 64",
+    "257, 513, 96, gemm_fixed_bf16_mma_v2_64x64, 45",
+    "385, 256, 4144, gemm_fixed_bf16_mma_v2_64x64, 28",
+    // ragged about the threshold: 8 · 16 = 128 blocks of 128 × 256 are 9.7 tenths of 132,
+    // 7 · 16 = 112 are 8.5
+    "1000, 4000, 14336, gemm_fixed_bf16_mma_v2, 128",
+    "890, 4000, 14336, gemm_fixed_bf16_mma_v2_128x128, 224"
+  })
+  void shouldPickTheLargestTileThatFillsTheGpu(
+      int rows, int out, int in, String kernel, long blocks) {
+    assertEquals(kernel, Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
+    assertEquals(blocks, FixedOrderTile.ofKernel(kernel).blocks(rows, out));
+    // the baseline: v1 for every one of them
     assertEquals(
-        "gemm_fixed_bf16", Gemm.fixedOrderKernel(true, Gemm.R_16BF, 4096, 4100, 4096, sms));
-    assertEquals("gemm_fixed_f32", Gemm.fixedOrderKernel(true, Gemm.R_32F, 4096, 4096, 4096, sms));
+        Gemm.V1_KERNEL, Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
+  }
+
+  @Test
+  void shouldPassOverTilesWhoseSharedMemoryTheDeviceLacks() {
+    // an A100 (108 multiprocessors, 163 KiB a block): 2048 rows of qkv in 128 × 128 tiles
+    assertEquals(
+        "gemm_fixed_bf16_mma_v2_128x128",
+        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 108, 163 * 1024));
+    // 99 KiB (sm_86, sm_89): the 96 KiB tiles still fit
+    assertEquals(
+        "gemm_fixed_bf16_mma_v2_128x128",
+        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 99 * 1024));
+    // 64 KiB: only the smallest; under it, none, and v1 (15 KiB of static shared memory) takes it
+    assertEquals(
+        "gemm_fixed_bf16_mma_v2_64x64",
+        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 64 * 1024));
+    assertEquals(
+        Gemm.V1_KERNEL, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 80, 48 * 1024));
+  }
+
+  @Test
+  void shouldKeepTheOneThreadPerOutputKernelsWhateverTheSwitch() {
+    for (boolean v2 : new boolean[] {false, true}) {
+      // in not a multiple of 8 (the tensor-core kernels' 16-byte loads), float32
+      assertEquals(
+          "gemm_fixed_bf16",
+          Gemm.fixedOrderKernel(v2, Gemm.R_16BF, 4096, 4100, 4096, SMS, H100_SHARED));
+      assertEquals(
+          "gemm_fixed_f32",
+          Gemm.fixedOrderKernel(v2, Gemm.R_32F, 4096, 4096, 4096, SMS, H100_SHARED));
+    }
+  }
+
+  /**
+   * The tiles' constants against their kernels in kernels.cu ({@code GEMM_FIXED_V2(name, rows,
+   * outs, warps along rows, warps along outputs, stages, blocks per multiprocessor)}): the launch's
+   * threads and shared memory must be the kernel's, and the blocks per multiprocessor its launch
+   * bounds promise must fit an H100's 228 KiB of shared memory (1 KiB reserved per block).
+   */
+  @Test
+  void shouldLaunchEachTileWithItsKernelsThreadsAndSharedMemory() throws IOException {
+    String source;
+    try (InputStream in = Gemm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+    assertTrue(source.contains("#define F2_K " + FixedOrderTile.SLICE_K + "\n"), "F2_K");
+    Pattern line =
+        Pattern.compile(
+            "^GEMM_FIXED_V2\\((\\w+), (\\d+), (\\d+), (\\d+), (\\d+), (\\d+), (\\d+)\\)$",
+            Pattern.MULTILINE);
+    Matcher m = line.matcher(source);
+    int kernels = 0;
+    while (m.find()) {
+      kernels++;
+      FixedOrderTile tile = FixedOrderTile.ofKernel(m.group(1));
+      assertEquals(tile.rows, Integer.parseInt(m.group(2)), tile + " rows");
+      assertEquals(tile.outs, Integer.parseInt(m.group(3)), tile + " outs");
+      int warps = Integer.parseInt(m.group(4)) * Integer.parseInt(m.group(5));
+      assertEquals(tile.threads, 32 * warps, tile + " threads");
+      assertEquals(tile.stages, Integer.parseInt(m.group(6)), tile + " stages");
+      int perMultiprocessor = Integer.parseInt(m.group(7));
+      assertTrue(tile.sharedBytes() <= H100_SHARED, tile + ": " + tile.sharedBytes());
+      assertTrue(
+          perMultiprocessor * (tile.sharedBytes() + 1024) <= 228 * 1024,
+          tile + ": " + perMultiprocessor + " blocks of " + tile.sharedBytes());
+    }
+    assertEquals(FixedOrderTile.values().length, kernels, "GEMM_FIXED_V2 kernels");
+    // the table of FixedOrderTile's comment
+    assertEquals(192 * 1024, FixedOrderTile.T128X256.sharedBytes());
+    assertEquals(96 * 1024, FixedOrderTile.T128X128.sharedBytes());
+    assertEquals(96 * 1024, FixedOrderTile.T64X128.sharedBytes());
+    assertEquals(64 * 1024, FixedOrderTile.T64X64.sharedBytes());
+    IllegalArgumentException e =
+        assertThrows(IllegalArgumentException.class, () -> FixedOrderTile.ofKernel("gemm_fixed"));
+    assertTrue(e.getMessage().contains("kernel=gemm_fixed"), e::getMessage);
   }
 }

@@ -1,0 +1,124 @@
+package io.tokenspeed.cuda;
+
+/**
+ * The block tiles of deterministic mode's second fixed-order bf16 product, one kernel each of
+ * {@code gemm_fixed_tiles} in {@code kernels.cu} (its {@code GEMM_FIXED_V2} lines, which these
+ * constants repeat), largest first, and the rule that picks one for a product's shape ({@link
+ * #forShape}).
+ *
+ * <p>Every tile gives {@code gemm_fixed_bf16_mma}'s bits for every output: an output is one chain
+ * of {@code mma.sync} steps over k = 0, 16, 32, … into one float32 accumulator whatever the block's
+ * tile, warps or pipeline depth, and no tile splits k. So the choice may follow the shape (the
+ * number of rows of the batch included) without a row's result depending on the rows beside it.
+ *
+ * <pre>
+ *   tile       kernel                           warps        stages  shared   blocks / SM (sm_90)
+ *   128 × 256  gemm_fixed_bf16_mma_v2           2 × 4 of 64 × 64   4   192 KiB  1
+ *   128 × 128  gemm_fixed_bf16_mma_v2_128x128   2 × 2 of 64 × 64   3    96 KiB  2
+ *    64 × 128  gemm_fixed_bf16_mma_v2_64x128    2 × 2 of 32 × 64   4    96 KiB  2
+ *    64 × 64   gemm_fixed_bf16_mma_v2_64x64     2 × 2 of 32 × 32   4    64 KiB  3
+ * </pre>
+ *
+ * <p>Why several tiles: no tile splits k, so a product has only as many blocks as output tiles, and
+ * each block's k loop is as long as {@code in}. 512 rows of Llama 8B's down projection (4,096
+ * outputs) make 64 blocks of 128 × 256 on 132 multiprocessors, half of them idle for the whole loop
+ * of 14,336 k; in 128 × 128 tiles the same product makes 128 blocks.
+ */
+enum FixedOrderTile {
+  T128X256("gemm_fixed_bf16_mma_v2", 128, 256, 8, 4),
+  T128X128("gemm_fixed_bf16_mma_v2_128x128", 128, 128, 4, 3),
+  T64X128("gemm_fixed_bf16_mma_v2_64x128", 64, 128, 4, 4),
+  T64X64("gemm_fixed_bf16_mma_v2_64x64", 64, 64, 4, 4);
+
+  /** k per slice of the ring (F2_K in kernels.cu). */
+  static final int SLICE_K = 64;
+
+  /** Rows per block of the shortest tiles. */
+  private static final int SHORTEST_ROWS = 64;
+
+  /**
+   * A tile fills the GPU when its blocks number at least this share of the multiprocessors, in
+   * tenths: 9, so that 128 blocks count as a full wave on 132 multiprocessors (the power-of-two
+   * shapes of the Llama family give 128 of a tile where the next smaller tile gives 256). Idle
+   * multiprocessors cost at most that tenth of the time; the smaller tile would pay instead with
+   * less reuse of each fragment it loads (by how much, FixedGemmV2GpuTest measures).
+   */
+  static final int FULL_WAVE_TENTHS = 9;
+
+  /** The kernel's name in {@code kernels.cu}. */
+  final String kernel;
+
+  /** Rows of x per block. */
+  final int rows;
+
+  /** Outputs (rows of w) per block. */
+  final int outs;
+
+  /** Threads per block: 32 per warp. */
+  final int threads;
+
+  /** Slices of {@link #SLICE_K} in the ring. */
+  final int stages;
+
+  FixedOrderTile(String kernel, int rows, int outs, int warps, int stages) {
+    this.kernel = kernel;
+    this.rows = rows;
+    this.outs = outs;
+    this.threads = 32 * warps;
+    this.stages = stages;
+  }
+
+  /**
+   * Dynamic shared memory of a block: {@code stages} slices of {@link #SLICE_K} k for its x rows
+   * and w rows, bf16 ({@link CudaDevice#launch} raises the kernel's limit above 48 KiB).
+   */
+  int sharedBytes() {
+    return stages * (rows + outs) * SLICE_K * 2;
+  }
+
+  /** Blocks of a product of {@code rows} rows and {@code out} outputs: one per output tile. */
+  long blocks(int rows, int out) {
+    return (long) Math.ceilDiv(rows, this.rows) * Math.ceilDiv(out, outs);
+  }
+
+  /**
+   * The tile whose kernel is {@code kernel}.
+   *
+   * @throws IllegalArgumentException for a name that is none of theirs
+   */
+  static FixedOrderTile ofKernel(String kernel) {
+    for (FixedOrderTile tile : values()) {
+      if (tile.kernel.equals(kernel)) {
+        return tile;
+      }
+    }
+    throw new IllegalArgumentException("kernel=" + kernel + " is no tile of gemm_fixed_tiles");
+  }
+
+  /**
+   * The rule: among the tiles whose shared memory fits {@code sharedBytesPerBlock} (the device's
+   * opt-in limit per block: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86 and sm_89) and that
+   * are not too tall for the rows, the largest whose blocks fill the GPU (at least {@link
+   * #FULL_WAVE_TENTHS} tenths of {@code multiprocessors}), else the smallest. A tile is too tall
+   * when half of it holds the rows and a shorter tile exists: 64 rows or fewer (decode batches)
+   * never take the 128-row tiles, whose other half would be padding multiplied for nothing. Null
+   * when no tile fits the shared memory: the caller keeps {@code gemm_fixed_bf16_mma}.
+   *
+   * <p>Rows and outputs of any count are taken (edges are zero-filled and never written); {@code
+   * in} must be a multiple of 8 and x and w 16-byte aligned, as for {@code gemm_fixed_bf16_mma}.
+   */
+  static FixedOrderTile forShape(int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
+    FixedOrderTile smallest = null;
+    for (FixedOrderTile tile : values()) {
+      boolean tooTall = tile.rows > SHORTEST_ROWS && 2L * rows <= tile.rows;
+      if (tooTall || tile.sharedBytes() > sharedBytesPerBlock) {
+        continue;
+      }
+      if (10 * tile.blocks(rows, out) >= (long) FULL_WAVE_TENTHS * multiprocessors) {
+        return tile;
+      }
+      smallest = tile;
+    }
+    return smallest;
+  }
+}
