@@ -35,12 +35,11 @@ import java.lang.foreign.ValueLayout;
  * product of any shape has blocks for every multiprocessor without splitting k ({@link
  * FixedOrderTile}). The system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v2} (the
  * default: on an H100 the 128 × 256 kernel alone was 1.1-2.7 times as fast as v1 on every shape
- * measured) sends a product of up to 32 rows (a decode step) to a few-row kernel that streams w a
- * warp per 8 outputs ({@link #skinnyKernel}) and any other to the tile {@link
- * FixedOrderTile#forShape} picks; {@code v1} keeps every product on the first kernel, the baseline.
- * Choosing by shape keeps deterministic mode's promise only because the bits agree: a row's result
- * still does not depend on the rows beside it. The property is read once, when the class loads,
- * like the one above ({@code -Dtokenspeed.cuda.fixedgemm=v1}).
+ * measured) sends each product to the tile {@link FixedOrderTile#forShape} picks; {@code v1} keeps
+ * every product on the first kernel, the baseline. Choosing by shape keeps deterministic mode's
+ * promise only because the bits agree: a row's result still does not depend on the rows beside it.
+ * The property is read once, when the class loads, like the one above ({@code
+ * -Dtokenspeed.cuda.fixedgemm=v1}).
  */
 public final class Gemm {
 
@@ -88,21 +87,6 @@ public final class Gemm {
 
   /** The first fixed-order bf16 kernel: all of {@code v1}, the fallback of {@code v2}. */
   static final String V1_KERNEL = "gemm_fixed_bf16_mma";
-
-  /** The few-row fixed-order kernel of up to 16 rows. */
-  static final String SKINNY16_KERNEL = "gemm_fixed_bf16_skinny16";
-
-  /** The few-row fixed-order kernel of up to 32 rows. */
-  static final String SKINNY32_KERNEL = "gemm_fixed_bf16_skinny32";
-
-  /** The most rows {@code v2} sends to a few-row kernel ({@link #skinnyKernel}). */
-  static final int SKINNY_MAX_ROWS = 32;
-
-  /** Outputs per block of the few-row kernels: SK_WARPS (4) warps of 8. */
-  private static final int SKINNY_OUTS = 32;
-
-  /** Threads per block of the few-row kernels. */
-  private static final int SKINNY_THREADS = 128;
 
   private static final int OP_N = 0;
   private static final int OP_T = 1;
@@ -261,14 +245,13 @@ public final class Gemm {
 
   /**
    * The kernel deterministic mode runs a product on. For bf16 with {@code in} a multiple of 8: with
-   * {@code v2}, a few-row kernel up to {@link #SKINNY_MAX_ROWS} rows ({@link #skinnyKernel}), else
-   * the tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code multiprocessors}
-   * and its opt-in shared memory per block ({@code sharedBytesPerBlock}); with {@code v1}, or where
-   * no tile's shared memory fits the device, {@code gemm_fixed_bf16_mma}. All of these give the
-   * same bits, so the choice by shape keeps a row's result independent of the rows beside it.
-   * Otherwise the one-thread-per-output kernels, whatever the switch: {@code gemm_fixed_bf16}
-   * ({@code in} not a multiple of 8, which the 16-byte loads of the others need) or {@code
-   * gemm_fixed_f32}.
+   * {@code v2}, the tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code
+   * multiprocessors} and its opt-in shared memory per block ({@code sharedBytesPerBlock}); with
+   * {@code v1}, or where no tile's shared memory fits the device, {@code gemm_fixed_bf16_mma}. All
+   * of these give the same bits, so the choice by shape keeps a row's result independent of the
+   * rows beside it. Otherwise the one-thread-per-output kernels, whatever the switch: {@code
+   * gemm_fixed_bf16} ({@code in} not a multiple of 8, which the 16-byte loads of the others need)
+   * or {@code gemm_fixed_f32}.
    */
   static String fixedOrderKernel(
       boolean v2,
@@ -284,54 +267,9 @@ public final class Gemm {
     if (in % 8 != 0) {
       return "gemm_fixed_bf16";
     }
-    if (v2 && rows <= SKINNY_MAX_ROWS) {
-      return skinnyKernel(rows);
-    }
     FixedOrderTile tile =
         v2 ? FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock) : null;
     return tile == null ? V1_KERNEL : tile.kernel;
-  }
-
-  /**
-   * The few-row fixed-order kernel for {@code rows} (1 to {@link #SKINNY_MAX_ROWS}): {@code
-   * gemm_fixed_bf16_skinny16} up to 16 rows (one mma tile of rows), else {@code
-   * gemm_fixed_bf16_skinny32}. Both give {@code gemm_fixed_bf16_mma}'s bits; they stream w a warp
-   * per 8 outputs over the whole of k, the layout of a decode step, where every tile of {@link
-   * FixedOrderTile} leaves most multiprocessors idle.
-   */
-  static String skinnyKernel(int rows) {
-    if (rows < 1 || rows > SKINNY_MAX_ROWS) {
-      throw new IllegalArgumentException(
-          "rows=" + rows + " is outside 1.." + SKINNY_MAX_ROWS + " of the few-row kernels");
-    }
-    return rows <= SKINNY_MAX_ROWS / 2 ? SKINNY16_KERNEL : SKINNY32_KERNEL;
-  }
-
-  /**
-   * {@code y = x · wᵀ} (or {@code +=}) through one of the few-row kernels ({@link #skinnyKernel}),
-   * whatever the switch: the same bits as {@link #applyFixedOrderV1}, for the same arguments.
-   *
-   * @throws IllegalArgumentException when {@code kernel} takes fewer than {@code rows} rows
-   */
-  void applyFixedOrderSkinny(
-      String kernel, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
-    int most = kernel.equals(SKINNY16_KERNEL) ? 16 : kernel.equals(SKINNY32_KERNEL) ? 32 : 0;
-    if (rows > most) {
-      throw new IllegalArgumentException(kernel + " takes at most " + most + " rows, not " + rows);
-    }
-    launchProduct(
-        kernel,
-        Math.ceilDiv(out, SKINNY_OUTS),
-        1,
-        SKINNY_THREADS,
-        0,
-        x,
-        w,
-        y,
-        rows,
-        in,
-        out,
-        accumulate);
   }
 
   /**
@@ -353,8 +291,6 @@ public final class Gemm {
             device.sharedBytesPerBlock());
     switch (kernel) {
       case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
-      case SKINNY16_KERNEL, SKINNY32_KERNEL ->
-          applyFixedOrderSkinny(kernel, x, w, y, rows, in, out, accumulate);
       case "gemm_fixed_f32", "gemm_fixed_bf16" ->
           launchProduct(
               kernel,

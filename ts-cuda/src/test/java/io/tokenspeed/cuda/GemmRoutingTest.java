@@ -147,54 +147,11 @@ class GemmRoutingTest {
   })
   void shouldPickTheLargestTileThatFillsTheGpu(
       int rows, int out, int in, String kernel, long blocks) {
-    assertEquals(kernel, FixedOrderTile.forShape(rows, out, SMS, H100_SHARED).kernel);
+    assertEquals(kernel, Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
     assertEquals(blocks, FixedOrderTile.ofKernel(kernel).blocks(rows, out));
-    // the routing: the tile, except for the few rows of a decode step
-    assertEquals(
-        rows <= Gemm.SKINNY_MAX_ROWS ? Gemm.skinnyKernel(rows) : kernel,
-        Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
     // the baseline: v1 for every one of them
     assertEquals(
         Gemm.V1_KERNEL, Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
-  }
-
-  /**
-   * Up to 32 rows, {@code v2} streams w through a few-row kernel: the 16-row one up to 16 rows, the
-   * 32-row one above, whatever the outputs and the device; 33 rows go to a tile; {@code v1} and
-   * {@code in} not a multiple of 8 keep their kernels; the few-row kernels refuse more rows than
-   * they take.
-   */
-  @Test
-  void shouldSendTheFewRowsOfADecodeStepToTheStreamingKernels() {
-    for (int rows = 1; rows <= 40; rows++) {
-      for (int out : new int[] {37, 4096, 128256}) {
-        String kernel = Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, 4096, out, 84, 99 * 1024);
-        String want =
-            rows <= 16
-                ? Gemm.SKINNY16_KERNEL
-                : rows <= 32
-                    ? Gemm.SKINNY32_KERNEL
-                    : FixedOrderTile.forShape(rows, out, 84, 99 * 1024).kernel;
-        assertEquals(want, kernel, "rows " + rows + ", out " + out);
-        assertEquals(
-            Gemm.V1_KERNEL,
-            Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, 4096, out, 84, 99 * 1024));
-        assertEquals(
-            "gemm_fixed_bf16",
-            Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, 4100, out, 84, 99 * 1024));
-      }
-    }
-    assertThrows(IllegalArgumentException.class, () -> Gemm.skinnyKernel(0));
-    assertThrows(IllegalArgumentException.class, () -> Gemm.skinnyKernel(33));
-  }
-
-  /** The few-row kernels' sizes in kernels.cu: SK_WARPS, the instances' rows and static memory. */
-  @Test
-  void shouldMatchTheFewRowKernelsOfTheSource() throws IOException {
-    String source = kernelsSource();
-    assertTrue(source.contains("#define SK_WARPS 4\n"), "SK_WARPS");
-    assertTrue(source.contains("GEMM_FIXED_SKINNY(1, 32, " + Gemm.SKINNY16_KERNEL + ")"), "16");
-    assertTrue(source.contains("GEMM_FIXED_SKINNY(2, 16, " + Gemm.SKINNY32_KERNEL + ")"), "32");
   }
 
   @Test
@@ -236,7 +193,11 @@ class GemmRoutingTest {
    */
   @Test
   void shouldLaunchEachTileWithItsKernelsThreadsAndSharedMemory() throws IOException {
-    String source = kernelsSource();
+    String source;
+    try (InputStream in = Gemm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
     assertTrue(source.contains("#define F2_K " + FixedOrderTile.SLICE_K + "\n"), "F2_K");
     Pattern line =
         Pattern.compile(
@@ -267,12 +228,5 @@ class GemmRoutingTest {
     IllegalArgumentException e =
         assertThrows(IllegalArgumentException.class, () -> FixedOrderTile.ofKernel("gemm_fixed"));
     assertTrue(e.getMessage().contains("kernel=gemm_fixed"), e::getMessage);
-  }
-
-  private static String kernelsSource() throws IOException {
-    try (InputStream in = Gemm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
-      assertNotNull(in, "kernels.cu");
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    }
   }
 }
