@@ -291,7 +291,8 @@ class FixedGemmV2GpuTest extends OnTheGpu {
    */
   @Test
   void shouldReportTimesAgainstCublas() {
-    int[] rowCounts = {128, 256, 512, 1024, 2048, 8192};
+    // decode batches (the 64-row tiles), then prefill's
+    int[] rowCounts = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 8192};
     int[][] shapes = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     int calls = 5;
     long xBytes = 0;

@@ -490,6 +490,33 @@ public final class CudaCausalLm implements AutoCloseable {
     return device;
   }
 
+  /**
+   * Bytes of weights a decode step reads whatever its batch: every layer's matrices, biases and
+   * norms, the final norm and the output head. The embedding table is left out (a step reads one
+   * row of it per token) unless it is the output head too.
+   */
+  public long weightBytesPerStep() {
+    long bytes = finalNorm.bytes() + lmHead.bytes();
+    for (Layer l : layers) {
+      for (DeviceBuffer b :
+          new DeviceBuffer[] {
+            l.inputNorm(),
+            l.qkv(),
+            l.qkvBias(),
+            l.qNorm(),
+            l.kNorm(),
+            l.o(),
+            l.oBias(),
+            l.postNorm(),
+            l.gateUp(),
+            l.down()
+          }) {
+        bytes += b == null ? 0 : b.bytes();
+      }
+    }
+    return bytes;
+  }
+
   public int vocabSize() {
     return d.vocabSize();
   }

@@ -1,6 +1,8 @@
 package io.tokenspeed.cuda.model;
 
+import io.tokenspeed.cuda.CudaApi;
 import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.checkpoint.DType;
@@ -56,6 +58,12 @@ public final class GpuBench {
         folder);
     Map<Integer, float[]> firstLogits = new HashMap<>();
     try (CudaDevice device = CudaDevice.open(0)) {
+      double copyBytesPerSecond = copyBandwidth(device);
+      System.out.printf(
+          Locale.ROOT,
+          "device copy bandwidth %.0f GB/s (%d MiB copied device to device, read + written)%n",
+          copyBytesPerSecond / 1e9,
+          COPY_BYTES >> 20);
       for (String mode : modes) {
         boolean det = mode.equals("deterministic");
         long l0 = System.nanoTime();
@@ -205,10 +213,58 @@ public final class GpuBench {
                   b,
                   best,
                   bestEnqueue);
+              // the floor: the bytes the step must read (weights once, each request's KV) at the
+              // copy bandwidth measured above
+              long kvBytes =
+                  (long) b
+                      * (context + STEPS / 2)
+                      * (m.cacheLayout(BLOCK, BLOCK).group(0).bytesPerBlock() / BLOCK);
+              double floorMs = (m.weightBytesPerStep() + kvBytes) / copyBytesPerSecond * 1e3;
+              System.out.printf(
+                  Locale.ROOT,
+                  "ours %s decode %d floor %.3f ms (%.2f GB of weights + %.3f GB of KV at %.0f"
+                      + " GB/s): step / floor %.2f%n",
+                  mode,
+                  b,
+                  floorMs,
+                  m.weightBytesPerStep() / 1e9,
+                  kvBytes / 1e9,
+                  copyBytesPerSecond / 1e9,
+                  best / floorMs);
             }
           }
         }
       }
+    }
+  }
+
+  /** Bytes of the device-to-device copy that measures the bandwidth. */
+  private static final long COPY_BYTES = 1L << 30;
+
+  /**
+   * The device's copy bandwidth: the best of five {@code cudaMemcpyAsync} device-to-device copies
+   * of {@link #COPY_BYTES}, timed between events, counting the bytes read and written.
+   */
+  private static double copyBandwidth(CudaDevice device) {
+    CudaApi api = device.api();
+    long start = api.eventCreate(0);
+    long end = api.eventCreate(0);
+    try (DeviceBuffer a = device.allocate(COPY_BYTES);
+        DeviceBuffer b = device.allocate(COPY_BYTES)) {
+      double best = Double.MAX_VALUE;
+      for (int i = -1; i < 5; i++) {
+        api.eventRecord(start, device.stream());
+        api.memcpyAsync(b.pointer(), a.pointer(), COPY_BYTES, device.stream());
+        api.eventRecord(end, device.stream());
+        device.synchronize();
+        if (i >= 0) {
+          best = Math.min(best, api.eventElapsedMs(start, end));
+        }
+      }
+      return 2.0 * COPY_BYTES / (best / 1e3);
+    } finally {
+      api.eventDestroy(start);
+      api.eventDestroy(end);
     }
   }
 
