@@ -90,11 +90,16 @@ extern "C" __global__ void rmsnorm(
   int r = blockIdx.x;
   const float* in = x + (long long)(rows ? rows[r] : r) * n;
   float ss = 0.f;
+  // unrolled so that a thread's loads are in flight together (a decode step has one row, one
+  // block: otherwise each of its n / blockDim loads waits for the last); the additions keep
+  // their order
+#pragma unroll 8
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     ss += in[i] * in[i];
   }
   float total = block_sum(ss, scratch);
   float inv = rsqrtf(total / (float)n + eps);
+#pragma unroll 8
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     float y = w[i] * (in[i] * inv);
     if (out_bf16) {
@@ -1139,10 +1144,15 @@ extern "C" __global__ void decode_attention_combine(
 
 // ---------------------------------------------------------------------------------- MLP and misc
 
-// out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: tokens.
+// out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: (tokens,
+// ceil(I / SILU_SPAN)): a row spreads over several blocks, so that a decode step's few rows do not
+// leave one block to stream the whole intermediate width.
+#define SILU_SPAN 2048
 extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16_t* out_bf16) {
   long long t = blockIdx.x;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+  int end = min(I, (blockIdx.y + 1) * SILU_SPAN);
+#pragma unroll 8
+  for (int i = blockIdx.y * SILU_SPAN + threadIdx.x; i < end; i += blockDim.x) {
     float g = gu[t * 2 * I + i];
     float u = gu[t * 2 * I + I + i];
     float y = g / (1.f + expf(-g)) * u;

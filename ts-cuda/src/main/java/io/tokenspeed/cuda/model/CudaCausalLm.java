@@ -71,6 +71,10 @@ import java.util.List;
 public final class CudaCausalLm implements AutoCloseable {
 
   private static final int NORM_THREADS = 256;
+
+  /** SILU_SPAN of kernels.cu: the intermediate width one block of {@code silu_mul} covers. */
+  static final int SILU_SPAN = 2048;
+
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
 
@@ -1392,7 +1396,16 @@ public final class CudaCausalLm implements AutoCloseable {
             hidden,
             2 * inter,
             false);
-        device.launch("silu_mul", numTokens, 1, 256, 0, ws.gu.pointer(), inter, actF32, actBf16);
+        device.launch(
+            "silu_mul",
+            numTokens,
+            Math.ceilDiv(inter, SILU_SPAN),
+            256,
+            0,
+            ws.gu.pointer(),
+            inter,
+            actF32,
+            actBf16);
         gemm.apply(
             act,
             layer.down().pointer(),

@@ -39,6 +39,8 @@ class CudaCausalLmFlashTest {
     assertTrue(source.contains("#define FA_ROWS 128\n"), "FA_ROWS");
     assertTrue(source.contains("#define FA_WARPS 4\n"), "FA_WARPS");
     assertTrue(source.contains("#define FA_KEYS 64\n"), "FA_KEYS");
+    // silu_mul's grid: the width one block covers
+    assertTrue(source.contains("#define SILU_SPAN " + CudaCausalLm.SILU_SPAN + "\n"), "SILU_SPAN");
     // the queries in shared memory at 128 (QSHARED true), in registers at 64
     assertTrue(source.contains("FLASH_ATTENTION(64, false, flash_attention_d64, 2)"), "d64");
     assertTrue(source.contains("FLASH_ATTENTION(128, true, flash_attention_d128, 2)"), "d128");
