@@ -13,19 +13,26 @@ package io.tokenspeed.cuda;
  *
  * <pre>
  *   tile       kernel                           warps        stages  shared   blocks / SM (sm_90)
- *   128 × 256  gemm_fixed_bf16_mma_v2           2 × 4 of 64 × 64   4   192 KiB  1
  *   128 × 128  gemm_fixed_bf16_mma_v2_128x128   2 × 2 of 64 × 64   3    96 KiB  2
  *    64 × 128  gemm_fixed_bf16_mma_v2_64x128    2 × 2 of 32 × 64   4    96 KiB  2
  *    64 × 64   gemm_fixed_bf16_mma_v2_64x64     2 × 2 of 32 × 32   4    64 KiB  3
  * </pre>
  *
  * <p>Why several tiles: no tile splits k, so a product has only as many blocks as output tiles, and
- * each block's k loop is as long as {@code in}. 512 rows of Llama 8B's down projection (4,096
- * outputs) make 64 blocks of 128 × 256 on 132 multiprocessors, half of them idle for the whole loop
- * of 14,336 k; in 128 × 128 tiles the same product makes 128 blocks.
+ * each block's k loop is as long as {@code in}. The first tiled kernel had one tile, 128 × 256 (8
+ * warps of 64 × 64, 4 stages, 192 KiB): 512 rows of Llama 8B's down projection (4,096 outputs) made
+ * 64 blocks of it on 132 multiprocessors, half of them idle for the whole loop of 14,336 k; in
+ * tiles of 128 × 128 the same product makes 128 blocks.
+ *
+ * <p>Why not 128 × 256 any more: {@code FixedGemmV2GpuTest} timed every tile on an H100 and an H200
+ * (GPU suite, 2026-12-06) on 40 shapes each (1 to 8,192 rows of Llama 8B's qkv, o, gate|up and
+ * down). 128 × 256 was the fastest tile on 1 shape of 40 on each card (128 rows of gate|up), and
+ * wherever this rule picked it, 128 × 128 was 8-14 % faster. Replaying the H100's times, the rule
+ * over four tiles took 1.075 times the fastest tile's time summed over the shapes, the same rule
+ * over the three left 1.006. So the largest tile is 128 × 128 (see
+ * docs/benchmarks/2026-12-06-gpu-kernels-and-serving.md).
  */
 enum FixedOrderTile {
-  T128X256("gemm_fixed_bf16_mma_v2", 128, 256, 8, 4),
   T128X128("gemm_fixed_bf16_mma_v2_128x128", 128, 128, 4, 3),
   T64X128("gemm_fixed_bf16_mma_v2_64x128", 64, 128, 4, 4),
   T64X64("gemm_fixed_bf16_mma_v2_64x64", 64, 64, 4, 4);

@@ -30,11 +30,12 @@ import java.lang.foreign.ValueLayout;
  * on one of two families of kernels that give the same bits, because every output is the same chain
  * of tensor-core steps over k in ascending order in all of them: {@code gemm_fixed_bf16_mma}, 64 ×
  * 128 outputs a block, the slices of k read through registers (v1); and {@code gemm_fixed_tiles}'s
- * kernels fed by a cp.async pipeline, in four block tiles from 128 × 256 ({@code
- * gemm_fixed_bf16_mma_v2}, prefill's thousands of rows) down to 64 × 64 (a few rows), so that a
- * product of any shape has blocks for every multiprocessor without splitting k ({@link
+ * kernels fed by a cp.async pipeline, in three block tiles from 128 × 128 ({@code
+ * gemm_fixed_bf16_mma_v2_128x128}, prefill's thousands of rows) down to 64 × 64 (a few rows), so
+ * that a product of any shape has blocks for every multiprocessor without splitting k ({@link
  * FixedOrderTile}). The system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v2} (the
- * default: on an H100 the 128 × 256 kernel alone was 1.1-2.7 times as fast as v1 on every shape
+ * default: on an H100 the first tiled kernel, a 128 × 256 tile since dropped for 128 × 128, which
+ * was faster wherever the rule picked it, was alone 1.1-2.7 times as fast as v1 on every shape
  * measured) sends each product to the tile {@link FixedOrderTile#forShape} picks; {@code v1} keeps
  * every product on the first kernel, the baseline. Choosing by shape keeps deterministic mode's
  * promise only because the bits agree: a row's result still does not depend on the rows beside it.

@@ -1375,9 +1375,11 @@ extern "C" __global__ void __launch_bounds__(128) gemm_fixed_bf16_mma(
 // The fixed-order bf16 product again, laid out to keep the tensor cores fed, with the same result
 // as gemm_fixed_bf16_mma bit for bit: y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when
 // accumulate), float32 accumulation, in % 8 == 0, x and w 16-byte aligned. One template,
-// gemm_fixed_tiles, instantiated for four block tiles (GEMM_FIXED_V2 below): 128 × 256 outputs
-// for prefill's thousands of rows, and 128 × 128, 64 × 128 and 64 × 64, whose more numerous
-// blocks fill the GPU when the rows are few. Gemm.java (FixedOrderTile) picks one by shape.
+// gemm_fixed_tiles, instantiated for three block tiles (GEMM_FIXED_V2 below): 128 × 128 outputs
+// for prefill's thousands of rows, and 64 × 128 and 64 × 64, whose more numerous blocks fill the
+// GPU when the rows are few. Gemm.java (FixedOrderTile) picks one by shape. (A 128 × 256 tile,
+// 8 warps, was dropped: timed on an H100 and an H200 it was slower than 128 × 128 wherever the
+// rule picked it; see FixedOrderTile.)
 //
 // Why the bits are v1's: an output's value is decided by the chain of mma.sync m16n8k16 steps
 // that builds it, and nothing else touches its accumulator. In both kernels that chain is the
@@ -1630,9 +1632,7 @@ __device__ __forceinline__ void gemm_fixed_tiles(
     gemm_fixed_tiles<ROWS, OUTS, WARPS_M, WARPS_N, STAGES>(x, w, y, rows, in, out, accumulate); \
   }
 
-// 8 warps of 64 × 64, 4 stages: 192 KiB, one block a multiprocessor (prefill's many rows)
-GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2, 128, 256, 2, 4, 4, 1)
-// 4 warps of 64 × 64, 3 stages: 96 KiB, two blocks a multiprocessor
+// 4 warps of 64 × 64, 3 stages: 96 KiB, two blocks a multiprocessor (prefill's many rows)
 GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_128x128, 128, 128, 2, 2, 3, 2)
 // 4 warps of 32 × 64, 4 stages: 96 KiB, two blocks a multiprocessor
 GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x128, 64, 128, 2, 2, 4, 2)

@@ -19,8 +19,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * The tiled kernels of deterministic mode ({@link FixedOrderTile}: {@code gemm_fixed_bf16_mma_v2}
- * and its smaller tiles) against the reference {@code gemm_fixed_bf16_mma} (all called directly,
+ * The tiled kernels of deterministic mode ({@link FixedOrderTile}: 128 × 128 outputs a block and
+ * its smaller tiles) against the reference {@code gemm_fixed_bf16_mma} (all called directly,
  * whatever the {@code tokenspeed.cuda.fixedgemm} switch of this JVM). Every tile must agree with v1
  * bit for bit, since {@link Gemm} picks one by shape without breaking batch invariance: on decode
  * and prefill shapes of Llama 8B and on ragged ones (rows and outputs not multiples of any tile,

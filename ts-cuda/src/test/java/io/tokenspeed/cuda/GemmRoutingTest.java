@@ -102,34 +102,36 @@ class GemmRoutingTest {
    */
   @ParameterizedTest(name = "rows {0}, out {1}, in {2}: {3} ({4} blocks)")
   @CsvSource({
-    // qkv: 24, 48, 96, 192 blocks of the four tiles at 128 rows
+    // qkv: 48, 96, 192 blocks of the three tiles at 128 rows
     "1, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 96",
     "8, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 96",
     "128, 6144, 4096, gemm_fixed_bf16_mma_v2_64x64, 192",
     "256, 6144, 4096, gemm_fixed_bf16_mma_v2_64x128, 192",
     "512, 6144, 4096, gemm_fixed_bf16_mma_v2_128x128, 192",
-    "1024, 6144, 4096, gemm_fixed_bf16_mma_v2, 192",
-    "2048, 6144, 4096, gemm_fixed_bf16_mma_v2, 384",
-    "8192, 6144, 4096, gemm_fixed_bf16_mma_v2, 1536",
-    // o: 128 blocks (9.7 tenths of 132) of each tile in turn as the rows double
+    "1024, 6144, 4096, gemm_fixed_bf16_mma_v2_128x128, 384",
+    "2048, 6144, 4096, gemm_fixed_bf16_mma_v2_128x128, 768",
+    "8192, 6144, 4096, gemm_fixed_bf16_mma_v2_128x128, 3072",
+    // o: 128 blocks (9.7 tenths of 132) of each tile in turn as the rows double, then the largest
     "128, 4096, 4096, gemm_fixed_bf16_mma_v2_64x64, 128",
     "256, 4096, 4096, gemm_fixed_bf16_mma_v2_64x128, 128",
     "512, 4096, 4096, gemm_fixed_bf16_mma_v2_128x128, 128",
-    "1024, 4096, 4096, gemm_fixed_bf16_mma_v2, 128",
-    "2048, 4096, 4096, gemm_fixed_bf16_mma_v2, 256",
+    "1024, 4096, 4096, gemm_fixed_bf16_mma_v2_128x128, 256",
+    "2048, 4096, 4096, gemm_fixed_bf16_mma_v2_128x128, 512",
+    // gate|up: the largest from 128 rows
     "128, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 224",
-    "256, 28672, 4096, gemm_fixed_bf16_mma_v2, 224",
-    "512, 28672, 4096, gemm_fixed_bf16_mma_v2, 448",
-    "1024, 28672, 4096, gemm_fixed_bf16_mma_v2, 896",
+    "256, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 448",
+    "512, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 896",
+    "1024, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 1792",
+    // down: as o
     "128, 4096, 14336, gemm_fixed_bf16_mma_v2_64x64, 128",
     "256, 4096, 14336, gemm_fixed_bf16_mma_v2_64x128, 128",
     "512, 4096, 14336, gemm_fixed_bf16_mma_v2_128x128, 128",
-    "1024, 4096, 14336, gemm_fixed_bf16_mma_v2, 128",
-    "2048, 4096, 14336, gemm_fixed_bf16_mma_v2, 256",
+    "1024, 4096, 14336, gemm_fixed_bf16_mma_v2_128x128, 256",
+    "2048, 4096, 14336, gemm_fixed_bf16_mma_v2_128x128, 512",
     // the logits (128,256 outputs): a decode batch keeps to the 64-row tiles
     "1, 128256, 4096, gemm_fixed_bf16_mma_v2_64x128, 1002",
     "64, 128256, 4096, gemm_fixed_bf16_mma_v2_64x128, 1002",
-    "65, 128256, 4096, gemm_fixed_bf16_mma_v2, 501",
+    "65, 128256, 4096, gemm_fixed_bf16_mma_v2_128x128, 1002",
     // 64 rows: too few for a 128-row tile; 65: one 128-row tile, two 64-row ones
     "64, 28672, 4096, gemm_fixed_bf16_mma_v2_64x128, 224",
     "65, 28672, 4096, gemm_fixed_bf16_mma_v2_128x128, 224",
@@ -140,10 +142,12 @@ class GemmRoutingTest {
     "4096, 37, 64, gemm_fixed_bf16_mma_v2_64x64, 64",
     "257, 513, 96, gemm_fixed_bf16_mma_v2_64x64, 45",
     "385, 256, 4144, gemm_fixed_bf16_mma_v2_64x64, 28",
-    // ragged about the threshold: 8 · 16 = 128 blocks of 128 × 256 are 9.7 tenths of 132,
-    // 7 · 16 = 112 are 8.5
-    "1000, 4000, 14336, gemm_fixed_bf16_mma_v2, 128",
-    "890, 4000, 14336, gemm_fixed_bf16_mma_v2_128x128, 224"
+    // ragged about the threshold: 8 · 16 = 128 blocks of 128 × 128 are 9.7 tenths of 132,
+    // 7 · 16 = 112 are 8.5; 7 · 17 = 119 are 9.02, 2 · 59 = 118 are 8.94
+    "1000, 2000, 14336, gemm_fixed_bf16_mma_v2_128x128, 128",
+    "890, 2000, 14336, gemm_fixed_bf16_mma_v2_64x128, 224",
+    "800, 2100, 4096, gemm_fixed_bf16_mma_v2_128x128, 119",
+    "200, 7500, 4096, gemm_fixed_bf16_mma_v2_64x128, 236"
   })
   void shouldPickTheLargestTileThatFillsTheGpu(
       int rows, int out, int in, String kernel, long blocks) {
@@ -156,7 +160,8 @@ class GemmRoutingTest {
 
   @Test
   void shouldPassOverTilesWhoseSharedMemoryTheDeviceLacks() {
-    // an A100 (108 multiprocessors, 163 KiB a block): 2048 rows of qkv in 128 × 128 tiles
+    // an A100 (108 multiprocessors, 163 KiB a block): every tile fits; 2048 rows of qkv in
+    // 128 × 128 tiles
     assertEquals(
         "gemm_fixed_bf16_mma_v2_128x128",
         Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 108, 163 * 1024));
@@ -164,6 +169,10 @@ class GemmRoutingTest {
     assertEquals(
         "gemm_fixed_bf16_mma_v2_128x128",
         Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 99 * 1024));
+    // a KiB short of 96: both 96 KiB tiles are passed over, and 64 × 64 takes it
+    assertEquals(
+        "gemm_fixed_bf16_mma_v2_64x64",
+        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 95 * 1024));
     // 64 KiB: only the smallest; under it, none, and v1 (15 KiB of static shared memory) takes it
     assertEquals(
         "gemm_fixed_bf16_mma_v2_64x64",
@@ -220,13 +229,17 @@ class GemmRoutingTest {
           tile + ": " + perMultiprocessor + " blocks of " + tile.sharedBytes());
     }
     assertEquals(FixedOrderTile.values().length, kernels, "GEMM_FIXED_V2 kernels");
+    assertEquals(3, kernels, "GEMM_FIXED_V2 kernels: 128 × 128, 64 × 128, 64 × 64");
     // the table of FixedOrderTile's comment
-    assertEquals(192 * 1024, FixedOrderTile.T128X256.sharedBytes());
     assertEquals(96 * 1024, FixedOrderTile.T128X128.sharedBytes());
     assertEquals(96 * 1024, FixedOrderTile.T64X128.sharedBytes());
     assertEquals(64 * 1024, FixedOrderTile.T64X64.sharedBytes());
     IllegalArgumentException e =
         assertThrows(IllegalArgumentException.class, () -> FixedOrderTile.ofKernel("gemm_fixed"));
     assertTrue(e.getMessage().contains("kernel=gemm_fixed"), e::getMessage);
+    // the 128 × 256 tile, dropped: its kernel is gone from kernels.cu
+    assertFalse(source.contains("GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2,"), "128 × 256");
+    assertThrows(
+        IllegalArgumentException.class, () -> FixedOrderTile.ofKernel("gemm_fixed_bf16_mma_v2"));
   }
 }
