@@ -58,6 +58,9 @@ public final class GpuBench {
         folder);
     Map<Integer, float[]> firstLogits = new HashMap<>();
     try (CudaDevice device = CudaDevice.open(0)) {
+      // the commit bin/gpu-bundle built (bin/test-gpu passes it on), so that figures name it
+      System.out.printf(
+          Locale.ROOT, "build: commit %s%n", System.getProperty("tokenspeed.commit", "unknown"));
       double copyBytesPerSecond = copyBandwidth(device);
       System.out.printf(
           Locale.ROOT,

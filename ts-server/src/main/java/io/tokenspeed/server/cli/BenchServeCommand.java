@@ -2147,11 +2147,16 @@ final class BenchServeCommand implements Callable<Integer> {
   }
 
   /**
-   * The commit of the checkout this code was built in ({@code git rev-parse --short HEAD} beside
-   * the jar or class folder; bin/tokenspeed rebuilds the jar whenever the sources changed), or
-   * {@code unknown}.
+   * The commit of the checkout this code was built in: the system property {@code
+   * tokenspeed.commit} when set (bin/test-gpu passes the one bin/gpu-bundle built, where no git
+   * checkout exists), else {@code git rev-parse --short HEAD} beside the jar or class folder
+   * (bin/tokenspeed rebuilds the jar whenever the sources changed), else {@code unknown}.
    */
-  private static String commit() {
+  static String commit() {
+    String given = System.getProperty("tokenspeed.commit");
+    if (given != null && !given.isBlank()) {
+      return given.strip();
+    }
     Path where;
     try {
       where =

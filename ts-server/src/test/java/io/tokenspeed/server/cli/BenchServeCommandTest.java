@@ -1,6 +1,8 @@
 package io.tokenspeed.server.cli;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -31,6 +33,29 @@ class BenchServeCommandTest {
       Files.write(config, in.readAllBytes());
     }
     return "synthetic:" + config;
+  }
+
+  /**
+   * The report names the commit given as {@code tokenspeed.commit} (what bin/test-gpu passes on a
+   * machine without a git checkout), and without it the checkout's own, never an empty string.
+   */
+  @Test
+  void shouldNameTheCommitGivenByTheBundle() {
+    String before = System.getProperty("tokenspeed.commit");
+    try {
+      System.setProperty("tokenspeed.commit", " 83b3e03 (with uncommitted changes)\n");
+      assertEquals("83b3e03 (with uncommitted changes)", BenchServeCommand.commit());
+      System.clearProperty("tokenspeed.commit");
+      String own = BenchServeCommand.commit();
+      assertFalse(own.isBlank(), "the checkout's commit or unknown");
+      assertNotEquals("83b3e03 (with uncommitted changes)", own);
+    } finally {
+      if (before == null) {
+        System.clearProperty("tokenspeed.commit");
+      } else {
+        System.setProperty("tokenspeed.commit", before);
+      }
+    }
   }
 
   @Test
