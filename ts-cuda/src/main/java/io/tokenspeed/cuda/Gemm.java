@@ -62,8 +62,14 @@ public final class Gemm {
   /** Outputs per block of {@code gemv_bf16} (GV_OUTS in kernels.cu). */
   private static final int GEMV_OUTS = 8;
 
-  /** Threads per block of {@code gemv_bf16} (GV_WARPS · 32 in kernels.cu). */
+  /** Threads per block of {@code gemv_bf16}: 8 warps (its GEMV_BF16 line in kernels.cu). */
   private static final int GEMV_THREADS = 256;
+
+  /** The few-row kernel {@link #apply} takes. */
+  static final String GEMV_KERNEL = "gemv_bf16";
+
+  /** Its twin with 4 warps a block (a candidate, measured by GemvGpuTest). */
+  static final String GEMV_W4_KERNEL = "gemv_bf16_w4";
 
   /** The system property that picks the fixed-order bf16 kernel (see the class comment). */
   static final String FIXED_GEMM_PROPERTY = "tokenspeed.cuda.fixedgemm";
@@ -175,6 +181,22 @@ public final class Gemm {
    * @throws IllegalArgumentException for rows, {@code in} or pointers the kernel does not take
    */
   void applyGemv(long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+    applyGemv(GEMV_KERNEL, x, w, y, rows, in, out, accumulate);
+  }
+
+  /**
+   * {@link #applyGemv} through {@code kernel}: {@value #GEMV_KERNEL} (8 warps a block, the one
+   * {@link #apply} takes) or {@value #GEMV_W4_KERNEL} (4 warps a block; GemvGpuTest times both on
+   * the Llama shapes before the routing takes it anywhere).
+   */
+  void applyGemv(
+      String kernel, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+    int threads =
+        switch (kernel) {
+          case GEMV_KERNEL -> GEMV_THREADS;
+          case GEMV_W4_KERNEL -> GEMV_THREADS / 2;
+          default -> throw new IllegalArgumentException(kernel + " is no gemv kernel");
+        };
     if (!usesGemv(true, false, R_16BF, rows, in, out, x, w)) {
       throw new IllegalArgumentException(
           "gemv_bf16 takes 1 to "
@@ -191,18 +213,7 @@ public final class Gemm {
               + Long.toHexString(w));
     }
     launchProduct(
-        "gemv_bf16",
-        Math.ceilDiv(out, GEMV_OUTS),
-        1,
-        GEMV_THREADS,
-        0,
-        x,
-        w,
-        y,
-        rows,
-        in,
-        out,
-        accumulate);
+        kernel, Math.ceilDiv(out, GEMV_OUTS), 1, threads, 0, x, w, y, rows, in, out, accumulate);
   }
 
   /**

@@ -1663,8 +1663,8 @@ __device__ __forceinline__ uint4 load_reused16(const bf16_t* p) {
 // The product of a few rows (decode batches): y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when
 // accumulate), x and w bf16, float32 accumulation; rows 1 .. GV_ROWS, in % 8 == 0, x and w
 // 16-byte aligned. Its time is that of reading W once from memory, so the layout serves the
-// loads. A block owns GV_OUTS consecutive outputs; its GV_WARPS warps split k, warp v taking the
-// slices of GV_STEPS · 32 k that start at (v + GV_WARPS · i) · GV_STEPS · 32. In a slice, lane
+// loads. A block owns GV_OUTS consecutive outputs; its WARPS warps split k, warp v taking the
+// slices of GV_STEPS · 32 k that start at (v + WARPS · i) · GV_STEPS · 32. In a slice, lane
 // (g = lane / 4, q = lane % 4) reads, for each step of 32 k from k, the 8 elements k + 8q ..
 // k + 8q + 7 of weight row o0 + g and of x row g with one 16-byte load each: all 2 · GV_STEPS
 // loads are in flight before the first multiply. The multiply-adds are the tensor cores'
@@ -1678,15 +1678,19 @@ __device__ __forceinline__ uint4 load_reused16(const bf16_t* p) {
 // Order: per warp, each mma adds its 16 products to one of two accumulators (elements 0-3 and
 // 4-7 of each 8), slices ascending; then the two accumulators are added, and the warps' sums
 // added in warp order. The order depends on in, never on rows or on the other rows' values.
-// Grid: ceil(out / GV_OUTS). Block: GV_WARPS · 32. Shared memory: static, GV_WARPS · 64 floats.
+// Grid: ceil(out / GV_OUTS). Block: WARPS · 32. Shared memory: static, WARPS · 64 floats.
 #define GV_ROWS 8
 #define GV_OUTS 8
-#define GV_WARPS 8
 #define GV_STEPS 8
 
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16(
+// The body, for WARPS warps splitting k (GEMV_BF16 below: gemv_bf16 with 8, gemv_bf16_w4 with 4,
+// whose blocks are half the size, so that a product of few outputs, 4,096 of them, makes 512
+// blocks that all fit on the GPU at once instead of two waves of 8-warp blocks; GemvGpuTest times
+// both).
+template <int WARPS>
+__device__ __forceinline__ void gemv_bf16_body(
     const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
-  __shared__ float part[GV_WARPS][2][32];
+  __shared__ float part[WARPS][2][32];
   int warp = threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   int g = lane / 4;
@@ -1696,7 +1700,7 @@ extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16(
   const bf16_t* xrow = x + (long long)min(g, rows - 1) * in + 8 * q;
   float acc0[4] = {0.f, 0.f, 0.f, 0.f};
   float acc1[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int k0 = warp * GV_STEPS * 32; k0 < in; k0 += GV_WARPS * GV_STEPS * 32) {
+  for (int k0 = warp * GV_STEPS * 32; k0 < in; k0 += WARPS * GV_STEPS * 32) {
     uint4 wv[GV_STEPS], xv[GV_STEPS];
 #pragma unroll
     for (int s = 0; s < GV_STEPS; s++) {
@@ -1730,7 +1734,7 @@ extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16(
     if (r < rows && o < out) {
       float sum = part[0][t % 2][t / 2];
 #pragma unroll
-      for (int v = 1; v < GV_WARPS; v++) {
+      for (int v = 1; v < WARPS; v++) {
         sum += part[v][t % 2][t / 2];
       }
       long long at = (long long)r * out + o;
@@ -1738,6 +1742,14 @@ extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16(
     }
   }
 }
+
+#define GEMV_BF16(WARPS, NAME)                                                                   \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(                                 \
+      const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {    \
+    gemv_bf16_body<WARPS>(x, w, y, rows, in, out, accumulate);                                   \
+  }
+GEMV_BF16(8, gemv_bf16)
+GEMV_BF16(4, gemv_bf16_w4)
 
 // ---------------------------------------------------------------------------------------------
 // Sampling on the device: one block of SAMPLE_THREADS threads per sampled row, the CPU sampler's

@@ -86,98 +86,113 @@ class GemvGpuTest extends OnTheGpu {
               }
             });
     Gemm gemm = new Gemm(device, false);
-    int failures = 0;
-    String firstFailure = null;
-    double worstOurs = 0;
-    double worstCublas = 0;
-    double worstApart = 0;
-    int differentBits = 0;
-    try (Arena arena = Arena.ofConfined();
-        DeviceBuffer dx = device.allocate((long) x.length * 2);
-        DeviceBuffer dw = device.allocate((long) w.length * 2);
-        DeviceBuffer ours = device.allocate((long) y0.length * 4);
-        DeviceBuffer theirs = device.allocate((long) y0.length * 4)) {
-      dx.copyFrom(shorts(arena, x), 0);
-      dw.copyFrom(shorts(arena, w), 0);
-      for (boolean accumulate : new boolean[] {false, true}) {
-        float[] eightRows = null;
-        for (int rows = MAX_ROWS; rows >= 1; rows--) {
-          ours.write(0, y0);
-          theirs.write(0, y0);
-          gemm.applyGemv(dx.pointer(), dw.pointer(), ours.pointer(), rows, in, out, accumulate);
-          gemm.applyCublas(
-              dx.pointer(), dw.pointer(), Gemm.R_16BF, theirs.pointer(), rows, in, out, accumulate);
-          device.synchronize();
-          float[] got = ours.readFloats(0, y0.length);
-          float[] ref = theirs.readFloats(0, rows * out);
-          if (rows == MAX_ROWS) {
-            eightRows = got;
-          }
-          for (int i = 0; i < rows * out; i++) {
-            double want = dot[i] + (accumulate ? y0[i] : 0);
-            double bound = 1e-5 * (mag[i] + (accumulate ? Math.abs(y0[i]) : 0)) + 1e-6;
-            double errOurs = Math.abs(got[i] - want);
-            double errCublas = Math.abs(ref[i] - want);
-            double apart = Math.abs(got[i] - ref[i]);
-            worstOurs = Math.max(worstOurs, errOurs / bound);
-            worstCublas = Math.max(worstCublas, errCublas / bound);
-            worstApart = Math.max(worstApart, apart / bound);
-            boolean sameBits =
-                Float.floatToRawIntBits(got[i]) == Float.floatToRawIntBits(eightRows[i]);
-            differentBits += sameBits ? 0 : 1;
-            if (!(errOurs <= bound) || !(apart <= 2 * bound)) {
-              failures++;
-              if (firstFailure == null) {
-                firstFailure =
-                    String.format(
-                        Locale.ROOT,
-                        "rows %d, accumulate %b, row %d, output %d: gemv %.9g, cuBLAS %.9g,"
-                            + " float64 %.9g, bound %.3g",
-                        rows,
-                        accumulate,
-                        i / out,
-                        i % out,
-                        got[i],
-                        ref[i],
-                        want,
-                        bound);
+    // the kernel the routing takes, and its 4-warp twin
+    for (String kernel : new String[] {Gemm.GEMV_KERNEL, Gemm.GEMV_W4_KERNEL}) {
+      int failures = 0;
+      String firstFailure = null;
+      double worstOurs = 0;
+      double worstCublas = 0;
+      double worstApart = 0;
+      int differentBits = 0;
+      try (Arena arena = Arena.ofConfined();
+          DeviceBuffer dx = device.allocate((long) x.length * 2);
+          DeviceBuffer dw = device.allocate((long) w.length * 2);
+          DeviceBuffer ours = device.allocate((long) y0.length * 4);
+          DeviceBuffer theirs = device.allocate((long) y0.length * 4)) {
+        dx.copyFrom(shorts(arena, x), 0);
+        dw.copyFrom(shorts(arena, w), 0);
+        for (boolean accumulate : new boolean[] {false, true}) {
+          float[] eightRows = null;
+          for (int rows = MAX_ROWS; rows >= 1; rows--) {
+            ours.write(0, y0);
+            theirs.write(0, y0);
+            gemm.applyGemv(
+                kernel, dx.pointer(), dw.pointer(), ours.pointer(), rows, in, out, accumulate);
+            gemm.applyCublas(
+                dx.pointer(),
+                dw.pointer(),
+                Gemm.R_16BF,
+                theirs.pointer(),
+                rows,
+                in,
+                out,
+                accumulate);
+            device.synchronize();
+            float[] got = ours.readFloats(0, y0.length);
+            float[] ref = theirs.readFloats(0, rows * out);
+            if (rows == MAX_ROWS) {
+              eightRows = got;
+            }
+            for (int i = 0; i < rows * out; i++) {
+              double want = dot[i] + (accumulate ? y0[i] : 0);
+              double bound = 1e-5 * (mag[i] + (accumulate ? Math.abs(y0[i]) : 0)) + 1e-6;
+              double errOurs = Math.abs(got[i] - want);
+              double errCublas = Math.abs(ref[i] - want);
+              double apart = Math.abs(got[i] - ref[i]);
+              worstOurs = Math.max(worstOurs, errOurs / bound);
+              worstCublas = Math.max(worstCublas, errCublas / bound);
+              worstApart = Math.max(worstApart, apart / bound);
+              boolean sameBits =
+                  Float.floatToRawIntBits(got[i]) == Float.floatToRawIntBits(eightRows[i]);
+              differentBits += sameBits ? 0 : 1;
+              if (!(errOurs <= bound) || !(apart <= 2 * bound)) {
+                failures++;
+                if (firstFailure == null) {
+                  firstFailure =
+                      String.format(
+                          Locale.ROOT,
+                          "rows %d, accumulate %b, row %d, output %d: gemv %.9g, cuBLAS %.9g,"
+                              + " float64 %.9g, bound %.3g",
+                          rows,
+                          accumulate,
+                          i / out,
+                          i % out,
+                          got[i],
+                          ref[i],
+                          want,
+                          bound);
+                }
               }
             }
-          }
-          for (int i = rows * out; i < y0.length; i++) {
-            if (Float.floatToRawIntBits(got[i]) != Float.floatToRawIntBits(y0[i])) {
-              failures++;
-              if (firstFailure == null) {
-                firstFailure =
-                    "rows " + rows + ": wrote row " + i / out + ", output " + i % out + " (past)";
+            for (int i = rows * out; i < y0.length; i++) {
+              if (Float.floatToRawIntBits(got[i]) != Float.floatToRawIntBits(y0[i])) {
+                failures++;
+                if (firstFailure == null) {
+                  firstFailure =
+                      "rows " + rows + ": wrote row " + i / out + ", output " + i % out + " (past)";
+                }
               }
             }
           }
         }
       }
+      System.out.printf(
+          Locale.ROOT,
+          "%s in %d, out %d, rows 1-8, with and without accumulate: worst error / bound"
+              + " %.3f (cuBLAS %.3f), gemv vs cuBLAS %.3f of one bound; %d outputs differ in bits"
+              + " from the same row among 8 rows%n",
+          kernel,
+          in,
+          out,
+          worstOurs,
+          worstCublas,
+          worstApart,
+          differentBits);
+      String first = firstFailure;
+      assertEquals(
+          0,
+          failures,
+          () -> kernel + ": outputs off or written past the rows; the first: " + first);
+      assertEquals(0, differentBits, kernel + ": outputs whose bits depend on the number of rows");
     }
-    System.out.printf(
-        Locale.ROOT,
-        "gemv_bf16 in %d, out %d, rows 1-8, with and without accumulate: worst error / bound"
-            + " %.3f (cuBLAS %.3f), gemv vs cuBLAS %.3f of one bound; %d outputs differ in bits"
-            + " from the same row among 8 rows%n",
-        in,
-        out,
-        worstOurs,
-        worstCublas,
-        worstApart,
-        differentBits);
-    String first = firstFailure;
-    assertEquals(0, failures, () -> "outputs off or written past the rows; the first: " + first);
-    assertEquals(0, differentBits, "outputs whose bits depend on the number of rows");
   }
 
   /**
-   * Times {@code gemv_bf16} and cuBLAS on the projections of Llama 8B and 1B at 1, 2, 4 and 8 rows
-   * and prints them with the bandwidth they reach; asserts nothing. Each call reads a different
-   * copy of W (together far more than L2 holds), as the layers of a model do, and is timed by a
-   * pair of events around it, queued while the GPU is busy with a large memset so that the host's
-   * launch time does not show; the median of the calls is printed.
+   * Times {@code gemv_bf16}, its 4-warp twin {@code gemv_bf16_w4} and cuBLAS on the projections of
+   * Llama 8B and 1B at 1, 2, 4 and 8 rows and prints them with the bandwidth they reach; asserts
+   * nothing. Each call reads a different copy of W (together far more than L2 holds), as the layers
+   * of a model do, and is timed by a pair of events around it, queued while the GPU is busy with a
+   * large memset so that the host's launch time does not show; the median of the calls is printed.
    */
   @Test
   void shouldReportTimesAgainstCublas() {
@@ -215,15 +230,16 @@ class GemvGpuTest extends OnTheGpu {
           }
           dx.copyFrom(host.asSlice(0, (long) MAX_ROWS * in * 2), 0);
           for (int rows : new int[] {1, 2, 4, 8}) {
-            double[] micros = new double[2];
-            for (int path = 0; path < 2; path++) {
+            double[] micros = new double[3];
+            for (int path = 0; path < 3; path++) {
               for (int round = 0; round < 2; round++) { // the first round warms up
                 api.memsetAsync(scratch.pointer(), round, scratchBytes, device.stream());
                 for (int i = 0; i < calls; i++) {
                   long wi = dw.pointer() + (i % copies) * wBytes;
                   api.eventRecord(starts[i], device.stream());
-                  if (path == 0) {
-                    gemm.applyGemv(dx.pointer(), wi, dy.pointer(), rows, in, out, false);
+                  if (path < 2) {
+                    String kernel = path == 0 ? Gemm.GEMV_KERNEL : Gemm.GEMV_W4_KERNEL;
+                    gemm.applyGemv(kernel, dx.pointer(), wi, dy.pointer(), rows, in, out, false);
                   } else {
                     gemm.applyCublas(
                         dx.pointer(), wi, Gemm.R_16BF, dy.pointer(), rows, in, out, false);
@@ -242,15 +258,17 @@ class GemvGpuTest extends OnTheGpu {
             double bytes = wBytes + (double) rows * in * 2 + (double) rows * out * 4;
             System.out.printf(
                 Locale.ROOT,
-                "gemv timing in %d, out %d, rows %d: gemv_bf16 %.1f us (%.0f GB/s), cuBLAS %.1f"
-                    + " us (%.0f GB/s)%n",
+                "gemv timing in %d, out %d, rows %d: gemv_bf16 %.1f us (%.0f GB/s), gemv_bf16_w4"
+                    + " %.1f us (%.0f GB/s), cuBLAS %.1f us (%.0f GB/s)%n",
                 in,
                 out,
                 rows,
                 micros[0],
                 bytes / micros[0] / 1e3,
                 micros[1],
-                bytes / micros[1] / 1e3);
+                bytes / micros[1] / 1e3,
+                micros[2],
+                bytes / micros[2] / 1e3);
           }
         }
       }
