@@ -208,6 +208,9 @@ class GemmRoutingTest {
       source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
     }
     assertTrue(source.contains("#define F2_K " + FixedOrderTile.SLICE_K + "\n"), "F2_K");
+    // the few-row kernels' warps, which their launches' threads repeat (8 and 4)
+    assertTrue(source.contains("GEMV_BF16(8, " + Gemm.GEMV_KERNEL + ")"), "gemv_bf16");
+    assertTrue(source.contains("GEMV_BF16(4, " + Gemm.GEMV_W4_KERNEL + ")"), "gemv_bf16_w4");
     Pattern line =
         Pattern.compile(
             "^GEMM_FIXED_V2\\((\\w+), (\\d+), (\\d+), (\\d+), (\\d+), (\\d+), (\\d+)\\)$",
