@@ -303,18 +303,12 @@ class FixedGemmV2GpuTest extends OnTheGpu {
       wBytes = Math.max(wBytes, (long) shape[0] * shape[1] * 2);
       yBytes = Math.max(yBytes, 8192L * shape[0] * 4);
     }
-    CudaApi api = device.api();
     Gemm fixed = new Gemm(device, true);
     Gemm cublas = new Gemm(device, false);
-    long[] starts = new long[calls];
-    long[] ends = new long[calls];
-    for (int i = 0; i < calls; i++) {
-      starts[i] = api.eventCreate(0);
-      ends[i] = api.eventCreate(0);
-    }
     SplittableRandom rnd = new SplittableRandom(11);
     FixedOrderTile[] tiles = FixedOrderTile.values();
-    try (Arena arena = Arena.ofConfined();
+    try (CallTimes times = new CallTimes(device, calls);
+        Arena arena = Arena.ofConfined();
         DeviceBuffer dx = device.allocate(xBytes);
         DeviceBuffer dw = device.allocate(wBytes);
         DeviceBuffer dy = device.allocate(yBytes)) {
@@ -344,7 +338,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
           for (int path = 0; path < names.length; path++) {
             for (int i = -1; i < calls; i++) {
               if (i >= 0) {
-                api.eventRecord(starts[i], device.stream());
+                times.start(i);
               }
               if (path == 0) {
                 fixed.applyFixedOrderV1(
@@ -364,24 +358,13 @@ class FixedGemmV2GpuTest extends OnTheGpu {
                     dx.pointer(), dw.pointer(), Gemm.R_16BF, dy.pointer(), rows, in, out, false);
               }
               if (i >= 0) {
-                api.eventRecord(ends[i], device.stream());
+                times.end(i);
               }
             }
-            device.synchronize();
-            double[] t = new double[calls];
-            for (int i = 0; i < calls; i++) {
-              t[i] = api.eventElapsedMs(starts[i], ends[i]) * 1e3;
-            }
-            Arrays.sort(t);
-            micros[path] = t[calls / 2];
+            micros[path] = times.medianMicros();
           }
           printTimes(rows, out, in, names, micros);
         }
-      }
-    } finally {
-      for (int i = 0; i < calls; i++) {
-        api.eventDestroy(starts[i]);
-        api.eventDestroy(ends[i]);
       }
     }
   }

@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.Arrays;
 import java.util.Locale;
 import java.util.SplittableRandom;
 import java.util.stream.IntStream;
@@ -204,14 +203,9 @@ class GemvGpuTest extends OnTheGpu {
     long scratchBytes = 1L << 30;
     CudaApi api = device.api();
     Gemm gemm = new Gemm(device, false);
-    long[] starts = new long[calls];
-    long[] ends = new long[calls];
-    for (int i = 0; i < calls; i++) {
-      starts[i] = api.eventCreate(0);
-      ends[i] = api.eventCreate(0);
-    }
     SplittableRandom rnd = new SplittableRandom(7);
-    try (DeviceBuffer scratch = device.allocate(scratchBytes)) {
+    try (CallTimes times = new CallTimes(device, calls);
+        DeviceBuffer scratch = device.allocate(scratchBytes)) {
       for (int[] shape : shapes) {
         int in = shape[0];
         int out = shape[1];
@@ -236,7 +230,7 @@ class GemvGpuTest extends OnTheGpu {
                 api.memsetAsync(scratch.pointer(), round, scratchBytes, device.stream());
                 for (int i = 0; i < calls; i++) {
                   long wi = dw.pointer() + (i % copies) * wBytes;
-                  api.eventRecord(starts[i], device.stream());
+                  times.start(i);
                   if (path < 2) {
                     String kernel = path == 0 ? Gemm.GEMV_KERNEL : Gemm.GEMV_W4_KERNEL;
                     gemm.applyGemv(kernel, dx.pointer(), wi, dy.pointer(), rows, in, out, false);
@@ -244,16 +238,11 @@ class GemvGpuTest extends OnTheGpu {
                     gemm.applyCublas(
                         dx.pointer(), wi, Gemm.R_16BF, dy.pointer(), rows, in, out, false);
                   }
-                  api.eventRecord(ends[i], device.stream());
+                  times.end(i);
                 }
                 device.synchronize();
               }
-              double[] t = new double[calls];
-              for (int i = 0; i < calls; i++) {
-                t[i] = api.eventElapsedMs(starts[i], ends[i]) * 1e3;
-              }
-              Arrays.sort(t);
-              micros[path] = t[calls / 2];
+              micros[path] = times.medianMicros();
             }
             double bytes = wBytes + (double) rows * in * 2 + (double) rows * out * 4;
             System.out.printf(
@@ -271,11 +260,6 @@ class GemvGpuTest extends OnTheGpu {
                 bytes / micros[2] / 1e3);
           }
         }
-      }
-    } finally {
-      for (int i = 0; i < calls; i++) {
-        api.eventDestroy(starts[i]);
-        api.eventDestroy(ends[i]);
       }
     }
   }

@@ -5,7 +5,7 @@ import static io.tokenspeed.cuda.Bf16Bits.value;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.tokenspeed.cuda.CudaApi;
+import io.tokenspeed.cuda.CallTimes;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.ForwardBatch;
@@ -552,29 +552,16 @@ class FlashAttentionGpuTest extends OnTheGpu {
    */
   @Test
   void shouldReportAttentionTimesAt8kAnd32k() {
-    CudaApi api = device.api();
-    int launches = 5;
-    long[] starts = new long[launches];
-    long[] ends = new long[launches];
-    for (int i = 0; i < launches; i++) {
-      starts[i] = api.eventCreate(0);
-      ends[i] = api.eventCreate(0);
-    }
-    try {
+    try (CallTimes times = new CallTimes(device, 5)) {
       for (int headDim : new int[] {128, 64}) {
         for (int n : new int[] {8192, 32768}) {
-          timeOneShape(headDim, n, starts, ends);
+          timeOneShape(headDim, n, times);
         }
-      }
-    } finally {
-      for (int i = 0; i < launches; i++) {
-        api.eventDestroy(starts[i]);
-        api.eventDestroy(ends[i]);
       }
     }
   }
 
-  private static void timeOneShape(int headDim, int n, long[] starts, long[] ends) {
+  private static void timeOneShape(int headDim, int n, CallTimes times) {
     int heads = 32;
     int kvHeads = 8;
     int blockTokens = 16;
@@ -591,7 +578,6 @@ class FlashAttentionGpuTest extends OnTheGpu {
       tiles[2 * t] = t * tileTokens;
       tiles[2 * t + 1] = Math.min(tileTokens, n - t * tileTokens);
     }
-    CudaApi api = device.api();
     try (Arena a = Arena.ofConfined();
         DeviceBuffer q = device.allocate((long) n * width * 4);
         DeviceBuffer pool = device.allocate(blocks * bytesPerBlock);
@@ -656,18 +642,12 @@ class FlashAttentionGpuTest extends OnTheGpu {
                   scale,
                   out.pointer());
       run.run(); // warm-up
-      for (int i = 0; i < starts.length; i++) {
-        api.eventRecord(starts[i], device.stream());
+      for (int i = 0; i < times.calls(); i++) {
+        times.start(i);
         run.run();
-        api.eventRecord(ends[i], device.stream());
+        times.end(i);
       }
-      device.synchronize();
-      double[] t = new double[starts.length];
-      for (int i = 0; i < t.length; i++) {
-        t[i] = api.eventElapsedMs(starts[i], ends[i]);
-      }
-      Arrays.sort(t);
-      double ms = t[t.length / 2];
+      double ms = times.medianMicros() / 1e3;
       System.out.printf(
           Locale.ROOT,
           "attention timing, head size %d, %d heads on %d KV heads, %d tokens: %s %.2f ms"
