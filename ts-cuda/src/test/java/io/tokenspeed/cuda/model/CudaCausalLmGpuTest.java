@@ -358,16 +358,10 @@ class CudaCausalLmGpuTest extends OnTheGpu {
   }
 
   /**
-   * The tensor-core attention against the float32 one on a bf16 model: within what bf16 queries,
-   * keys, values and probabilities allow, the same argmax nearly everywhere; and batch-invariant:
-   * in deterministic mode a request's logits are bit-identical alone in one chunk or in chunks
-   * beside others (a prefill of another request, decodes), with 3 query heads per KV head.
+   * The configuration of the attention tests' synthetic model: llama-100m's shape (12 query heads
+   * of 64 on 4 KV heads), or at head size 128 4 layers of 6 heads on 2.
    */
-  @ParameterizedTest
-  @ValueSource(ints = {64, 128})
-  void shouldMatchTheFloat32AttentionAndStayBatchInvariantOnTheTensorCores(
-      int headDim, @TempDir Path dir) {
-    // llama-100m's shape (12 query heads on 4 KV heads), or 4 layers of 6 heads of 128 on 2
+  static String attentionConfig(int headDim) {
     String config = SyntheticCheckpoints.presetConfig("llama-100m");
     if (headDim == 128) {
       config =
@@ -379,6 +373,20 @@ class CudaCausalLmGpuTest extends OnTheGpu {
       assertTrue(
           config.contains("\"head_dim\": 128") && config.contains("\"num_hidden_layers\": 4"));
     }
+    return config;
+  }
+
+  /**
+   * The tensor-core attention against the float32 one on a bf16 model: within what bf16 queries,
+   * keys, values and probabilities allow, the same argmax nearly everywhere; and batch-invariant:
+   * in deterministic mode a request's logits are bit-identical alone in one chunk or in chunks
+   * beside others (a prefill of another request, decodes), with 3 query heads per KV head.
+   */
+  @ParameterizedTest
+  @ValueSource(ints = {64, 128})
+  void shouldMatchTheFloat32AttentionAndStayBatchInvariantOnTheTensorCores(
+      int headDim, @TempDir Path dir) {
+    String config = attentionConfig(headDim);
     Path folder = SyntheticCheckpoints.materialize("flash-" + headDim, config, 6, DType.BF16, dir);
     Random rnd = new Random(17 + headDim);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test", true);

@@ -379,18 +379,7 @@ class SplitKvGpuTest extends OnTheGpu {
   @ParameterizedTest
   @ValueSource(ints = {64, 128})
   void shouldMatchTheFlashKernelOnDecodeBatchesOverTheSameKv(int headDim, @TempDir Path dir) {
-    // llama-100m's shape (12 query heads on 4 KV heads), or 4 layers of 6 heads of 128 on 2
-    String config = SyntheticCheckpoints.presetConfig("llama-100m");
-    if (headDim == 128) {
-      config =
-          config
-              .replaceFirst("\"head_dim\": 64", "\"head_dim\": 128")
-              .replaceFirst("\"num_attention_heads\": 12", "\"num_attention_heads\": 6")
-              .replaceFirst("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2")
-              .replaceFirst("\"num_hidden_layers\": 12", "\"num_hidden_layers\": 4");
-      assertTrue(
-          config.contains("\"head_dim\": 128") && config.contains("\"num_hidden_layers\": 4"));
-    }
+    String config = CudaCausalLmGpuTest.attentionConfig(headDim);
     Path folder =
         SyntheticCheckpoints.materialize("splitkv-" + headDim, config, 8, DType.BF16, dir);
     // block sizes 16 and 48: 48 does not divide a split, so splits start inside blocks
