@@ -280,8 +280,22 @@ public final class Gemm {
       return "gemm_fixed_bf16";
     }
     FixedOrderTile tile =
-        v2 ? FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock) : null;
+        fixedOrderTile(v2, type, rows, in, out, multiprocessors, sharedBytesPerBlock);
     return tile == null ? V1_KERNEL : tile.kernel;
+  }
+
+  /** The tile of {@link #fixedOrderKernel}'s choice, or null where it chooses no tile. */
+  private static FixedOrderTile fixedOrderTile(
+      boolean v2,
+      int type,
+      int rows,
+      int in,
+      int out,
+      int multiprocessors,
+      int sharedBytesPerBlock) {
+    return v2 && type == R_16BF && in % 8 == 0
+        ? FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock)
+        : null;
   }
 
   /**
@@ -292,15 +306,15 @@ public final class Gemm {
    */
   private void applyFixedOrder(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
-    String kernel =
-        fixedOrderKernel(
-            FIXED_GEMM_V2,
-            type,
-            rows,
-            in,
-            out,
-            device.multiprocessors(),
-            device.sharedBytesPerBlock());
+    int sms = device.multiprocessors();
+    int shared = device.sharedBytesPerBlock();
+    // the common case, a tile, without going through its kernel's name
+    FixedOrderTile tile = fixedOrderTile(FIXED_GEMM_V2, type, rows, in, out, sms, shared);
+    if (tile != null) {
+      applyFixedOrderTile(tile, x, w, y, rows, in, out, accumulate);
+      return;
+    }
+    String kernel = fixedOrderKernel(FIXED_GEMM_V2, type, rows, in, out, sms, shared);
     switch (kernel) {
       case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
       case "gemm_fixed_f32", "gemm_fixed_bf16" ->
@@ -317,8 +331,7 @@ public final class Gemm {
               in,
               out,
               accumulate);
-      default ->
-          applyFixedOrderTile(FixedOrderTile.ofKernel(kernel), x, w, y, rows, in, out, accumulate);
+      default -> throw new IllegalStateException("no tile was chosen, yet " + kernel);
     }
   }
 
