@@ -56,7 +56,8 @@ public final class CudaDevice implements AutoCloseable {
     this.sharedBytesPerBlock =
         api.deviceAttribute(CudaApi.ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ordinal);
     long t0 = System.nanoTime();
-    byte[] cubin = CUBINS.computeIfAbsent(arch(), CudaDevice::compileKernels);
+    byte[] cubin =
+        CUBINS.computeIfAbsent(compileTarget(ccMajor, ccMinor), CudaDevice::compileKernels);
     this.compileMillis = (System.nanoTime() - t0) / 1_000_000;
     try (Arena a = Arena.ofConfined()) {
       this.module = api.moduleLoad(a.allocateFrom(ValueLayout.JAVA_BYTE, cubin));
@@ -84,6 +85,15 @@ public final class CudaDevice implements AutoCloseable {
               + (why != null ? why : count + " GPU(s), cuda:0 to cuda:" + (count - 1)));
     }
     return new CudaDevice(api, ordinal);
+  }
+
+  /**
+   * The target NVRTC compiles the kernels for: the device's own architecture, and on compute
+   * capability 9.0 its architecture-specific target {@code sm_90a}, whose instructions (wgmma,
+   * setmaxnreg) run on Hopper only; the kernels guard them with {@code __CUDA_ARCH_FEAT_SM90_ALL}.
+   */
+  static String compileTarget(int major, int minor) {
+    return "sm_" + major + minor + (major == 9 && minor == 0 ? "a" : "");
   }
 
   private static byte[] compileKernels(String arch) {

@@ -81,31 +81,83 @@ extern "C" __global__ void embed_bf16(
 
 // ---------------------------------------------------------------------------------- RMSNorm
 
+// Sum of a block's values: each warp's by butterfly (every lane ends with the same bits: an
+// addition does not care which operand comes first), then the warps' sums in warp order by every
+// thread. scratch: blockDim.x / 32 floats; blockDim.x a multiple of 32. Two barriers, not one per
+// level of a tree: a decode step's norms are one block each, and their time is latency.
+__device__ float block_sum_by_warps(float v, float* scratch) {
+  v = warp_sum(v);
+  int warps = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    scratch[threadIdx.x / 32] = v;
+  }
+  __syncthreads();
+  float total = scratch[0];
+  for (int i = 1; i < warps; i++) {
+    total += scratch[i];
+  }
+  __syncthreads();
+  return total;
+}
+
 // out[r] = x[rows ? rows[r] : r] · rsqrt(mean(x²) + eps) · w, to out_f32 or out_bf16 (the other
-// null). Grid: output rows. Block: a power of two; shared memory blockDim.x floats.
+// null). Grid: output rows. Block: a multiple of 32; shared memory blockDim.x / 32 floats or more.
+// A row of n % 4 == 0 values is read 16 bytes a load (thread i the values 4i .. 4i + 3, then
+// 4(i + blockDim) ..), so a decode step's single row takes n / (4 · blockDim) loads a thread, all
+// in flight together; the order of the additions depends on n only.
 extern "C" __global__ void rmsnorm(
     const float* x, const int* rows, const float* w, float* out_f32, bf16_t* out_bf16, int n,
     float eps) {
   extern __shared__ float scratch[];
   int r = blockIdx.x;
   const float* in = x + (long long)(rows ? rows[r] : r) * n;
+  bool quads = n % 4 == 0;
   float ss = 0.f;
-  // unrolled so that a thread's loads are in flight together (a decode step has one row, one
-  // block: otherwise each of its n / blockDim loads waits for the last); the additions keep
-  // their order
+  if (quads) {
+    const float4* in4 = (const float4*)in;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      float4 v = in4[i];
+      ss += v.x * v.x;
+      ss += v.y * v.y;
+      ss += v.z * v.z;
+      ss += v.w * v.w;
+    }
+  } else {
 #pragma unroll 8
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    ss += in[i] * in[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      ss += in[i] * in[i];
+    }
   }
-  float total = block_sum(ss, scratch);
+  float total = block_sum_by_warps(ss, scratch);
   float inv = rsqrtf(total / (float)n + eps);
+  if (quads) {
+    const float4* in4 = (const float4*)in;
+    const float4* w4 = (const float4*)w;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      float4 v = in4[i];
+      float4 g = w4[i];
+      float4 y = make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv),
+                             g.w * (v.w * inv));
+      if (out_bf16) {
+        uint2 packed;
+        packed.x = (unsigned int)float_to_bf16(y.x) | ((unsigned int)float_to_bf16(y.y) << 16);
+        packed.y = (unsigned int)float_to_bf16(y.z) | ((unsigned int)float_to_bf16(y.w) << 16);
+        ((uint2*)(out_bf16 + (long long)r * n))[i] = packed;
+      } else {
+        ((float4*)(out_f32 + (long long)r * n))[i] = y;
+      }
+    }
+  } else {
 #pragma unroll 8
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    float y = w[i] * (in[i] * inv);
-    if (out_bf16) {
-      out_bf16[(long long)r * n + i] = float_to_bf16(y);
-    } else {
-      out_f32[(long long)r * n + i] = y;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      float y = w[i] * (in[i] * inv);
+      if (out_bf16) {
+        out_bf16[(long long)r * n + i] = float_to_bf16(y);
+      } else {
+        out_f32[(long long)r * n + i] = y;
+      }
     }
   }
 }
@@ -1146,16 +1198,40 @@ extern "C" __global__ void decode_attention_combine(
 
 // out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: (tokens,
 // ceil(I / SILU_SPAN)): a row spreads over several blocks, so that a decode step's few rows do not
-// leave one block to stream the whole intermediate width.
-#define SILU_SPAN 2048
+// leave a few blocks to stream the whole intermediate width. Block: SILU_SPAN / 4 threads, each
+// taking 4 consecutive values with 16-byte loads when I % 4 == 0 (else one value at a time).
+#define SILU_SPAN 1024
+__device__ __forceinline__ float silu_times(float g, float u) {
+  return g / (1.f + expf(-g)) * u;
+}
+
 extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16_t* out_bf16) {
   long long t = blockIdx.x;
-  int end = min(I, (blockIdx.y + 1) * SILU_SPAN);
-#pragma unroll 8
-  for (int i = blockIdx.y * SILU_SPAN + threadIdx.x; i < end; i += blockDim.x) {
-    float g = gu[t * 2 * I + i];
-    float u = gu[t * 2 * I + I + i];
-    float y = g / (1.f + expf(-g)) * u;
+  const float* g = gu + t * 2 * I;
+  const float* u = g + I;
+  int first = blockIdx.y * SILU_SPAN;
+  if (I % 4 == 0) {
+    int i = first + 4 * threadIdx.x;
+    if (i < I) {
+      float4 a = *(const float4*)(g + i);
+      float4 b = *(const float4*)(u + i);
+      float4 y = make_float4(silu_times(a.x, b.x), silu_times(a.y, b.y), silu_times(a.z, b.z),
+                             silu_times(a.w, b.w));
+      if (out_bf16) {
+        uint2 packed;
+        packed.x = (unsigned int)float_to_bf16(y.x) | ((unsigned int)float_to_bf16(y.y) << 16);
+        packed.y = (unsigned int)float_to_bf16(y.z) | ((unsigned int)float_to_bf16(y.w) << 16);
+        *(uint2*)(out_bf16 + t * I + i) = packed;
+      } else {
+        *(float4*)(out_f32 + t * I + i) = y;
+      }
+    }
+    return;
+  }
+  int end = min(I, first + SILU_SPAN);
+#pragma unroll 4
+  for (int i = first + threadIdx.x; i < end; i += blockDim.x) {
+    float y = silu_times(g[i], u[i]);
     if (out_bf16) {
       out_bf16[t * I + i] = float_to_bf16(y);
     } else {

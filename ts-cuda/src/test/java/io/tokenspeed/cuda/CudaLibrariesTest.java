@@ -14,6 +14,14 @@ import org.junit.jupiter.api.io.TempDir;
 class CudaLibrariesTest {
 
   @Test
+  void shouldCompileForHoppersOwnTargetOnlyOnComputeCapabilityNine() {
+    assertEquals("sm_90a", CudaDevice.compileTarget(9, 0));
+    assertEquals("sm_80", CudaDevice.compileTarget(8, 0));
+    assertEquals("sm_89", CudaDevice.compileTarget(8, 9));
+    assertEquals("sm_100", CudaDevice.compileTarget(10, 0));
+  }
+
+  @Test
   void shouldSearchTheConfiguredFoldersFirst() {
     List<Path> folders = CudaLibraries.folders(" /opt/a : /opt/b ::");
     assertEquals(Path.of("/opt/a"), folders.get(0));

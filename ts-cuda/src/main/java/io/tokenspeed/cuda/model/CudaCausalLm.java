@@ -72,8 +72,11 @@ public final class CudaCausalLm implements AutoCloseable {
 
   private static final int NORM_THREADS = 256;
 
-  /** SILU_SPAN of kernels.cu: the intermediate width one block of {@code silu_mul} covers. */
-  static final int SILU_SPAN = 2048;
+  /**
+   * SILU_SPAN of kernels.cu: the intermediate width one block of {@code silu_mul} covers, four
+   * values a thread.
+   */
+  static final int SILU_SPAN = 1024;
 
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
@@ -192,7 +195,14 @@ public final class CudaCausalLm implements AutoCloseable {
    * (the workspace and the KV pool, by identity) and the attention kernel chosen.
    */
   private record GraphKey(
-      int numTokens, int numTiles, int stride, Object workspace, Object kv, Attention kernel) {}
+      int numTokens,
+      int numTiles,
+      int stride,
+      Object workspace,
+      Object kv,
+      Attention kernel,
+      SplitPlan split,
+      long splitPartials) {}
 
   /** Executable graphs by key, least recently captured first. */
   private final java.util.LinkedHashMap<GraphKey, Long> graphExecs =
@@ -666,6 +676,18 @@ public final class CudaCausalLm implements AutoCloseable {
     return Math.min(cap, Math.ceilDiv(maxContext, splitKeys));
   }
 
+  /**
+   * The plan a captured step launches: {@code plan}'s grid widened to the splits of the longest
+   * context the step's tables can hold ({@code positions}: the graph's stride times the positions a
+   * block holds), so that the grid, and with it the graph, does not follow the batch's contexts
+   * from step to step. Every token still takes its own {@link #splitsOf} splits; the blocks past
+   * them exit at once.
+   */
+  static SplitPlan graphSplitPlan(SplitPlan plan, int positions) {
+    int bound = maxSplits(positions, plan.splitKeys(), plan.cap());
+    return new SplitPlan(plan.splitKeys(), plan.cap(), Math.max(plan.maxSplits(), bound));
+  }
+
   /** Bytes of the partials of {@code plan} for a batch: m, l and acc per (token, head, split). */
   static long splitPartialBytes(SplitPlan plan, int numTokens, int heads, int headDim) {
     return (long) numTokens * heads * plan.maxSplits() * (headDim + 2) * Float.BYTES;
@@ -848,14 +870,14 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * Whether a step may replay a graph: decode only (one token a request), graphs on, no split-KV
-   * plan (its grid follows the contexts), and every product on the project's own kernels (cuBLAS is
-   * left out of captures: it may allocate its workspace while recording).
+   * Whether a step may replay a graph: decode only (one token a request), graphs on, and every
+   * product on the project's own kernels (cuBLAS is left out of captures: it may allocate its
+   * workspace while recording). A split-KV plan is captured too, with its grid widened by {@link
+   * #graphSplitPlan}.
    */
-  private boolean graphable(boolean pureDecode, int numTokens, Object split) {
+  private boolean graphable(boolean pureDecode, int numTokens) {
     return graphs
         && pureDecode
-        && split == null
         && gemm.ownKernels(numTokens, weightType)
         && (deterministic || weightsFitGemv);
   }
@@ -1205,9 +1227,12 @@ public final class CudaCausalLm implements AutoCloseable {
                 group,
                 device.multiprocessors())
             : null;
-    boolean graphed = graphable(pureDecode, numTokens, split);
+    boolean graphed = graphable(pureDecode, numTokens);
     if (graphed) {
       stride = graphStride(stride);
+      if (split != null) {
+        split = graphSplitPlan(split, stride * bg);
+      }
     }
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
@@ -1268,7 +1293,8 @@ public final class CudaCausalLm implements AutoCloseable {
     if (split != null) {
       splitForwards++;
     }
-    GraphKey key = graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel) : null;
+    GraphKey key =
+        graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel, split, partials) : null;
     if (key != null) {
       Long exec = graphExecs.get(key);
       if (exec != null) {
@@ -1400,7 +1426,7 @@ public final class CudaCausalLm implements AutoCloseable {
             "silu_mul",
             numTokens,
             Math.ceilDiv(inter, SILU_SPAN),
-            256,
+            SILU_SPAN / 4,
             0,
             ws.gu.pointer(),
             inter,

@@ -11,26 +11,36 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * Decode steps replayed as CUDA graphs give the same bits as the same steps launched kernel by
  * kernel: two deterministic models over the same weights and the same KV, one with graphs, decode
  * the same requests step after step (batches of several sizes, a context that crosses a stride
  * bucket, so that steps are captured, replayed and captured again), and every step's logits must be
- * equal bit for bit, with most steps replayed.
+ * equal bit for bit, with most steps replayed. Then the same with two normal-mode models that take
+ * the split-KV decode attention on every step: a captured split step launches a grid widened to its
+ * stride's longest context ({@link CudaCausalLm#graphSplitPlan}), whose extra blocks must change
+ * nothing.
  */
 class DecodeGraphGpuTest extends OnTheGpu {
-  @Test
-  void shouldGiveTheEagerStepsBitsWhenReplayed(@TempDir Path dir) {
+  @ParameterizedTest(name = "deterministic {0}, split-KV {1}")
+  @CsvSource({"true, false", "false, true"})
+  void shouldGiveTheEagerStepsBitsWhenReplayed(
+      boolean deterministic, boolean splitKv, @TempDir Path dir) {
     Path folder = FlashAttentionGpuTest.model(64, dir);
     SplittableRandom rnd = new SplittableRandom(77);
-    try (CudaCausalLm eager = CudaCausalLm.load(device, folder, "graphs", "test", true);
-        CudaCausalLm graphed = CudaCausalLm.load(device, folder, "graphs", "test", true);
+    try (CudaCausalLm eager = CudaCausalLm.load(device, folder, "graphs", "test", deterministic);
+        CudaCausalLm graphed = CudaCausalLm.load(device, folder, "graphs", "test", deterministic);
         CudaKvCache kv = new CudaKvCache(device, eager.cacheLayout(16, 16), 600)) {
       eager.useGraphs(false);
       graphed.useGraphs(true);
+      if (splitKv) {
+        eager.useSplitKv(true);
+        graphed.useSplitKv(true);
+      }
       int vocab = eager.vocabSize();
       CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(0), 5);
       // contexts 30, 70, 500 and 1,010: the last crosses 1,024 positions (64 table rows) while
@@ -75,7 +85,10 @@ class DecodeGraphGpuTest extends OnTheGpu {
       long[] none = eager.graphCounts();
       System.out.printf(
           Locale.ROOT,
-          "decode graphs: %d steps, %d rows compared bit for bit, %d captures, %d replays%n",
+          "decode graphs (deterministic %b, split-KV %b): %d steps, %d rows compared bit for bit,"
+              + " %d captures, %d replays%n",
+          deterministic,
+          splitKv,
           steps,
           compared,
           counts[0],
@@ -83,6 +96,9 @@ class DecodeGraphGpuTest extends OnTheGpu {
       assertEquals(0, none[0] + none[1], "the eager model never captures");
       assertTrue(counts[0] >= 4, "captures: " + counts[0]);
       assertTrue(counts[1] >= steps / 2, "replays: " + counts[1]);
+      if (splitKv) {
+        assertEquals(steps, graphed.splitForwards(), "every step took the split path");
+      }
     }
   }
 

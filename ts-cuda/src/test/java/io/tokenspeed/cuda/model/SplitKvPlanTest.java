@@ -128,6 +128,35 @@ class SplitKvPlanTest {
     assertEquals(splits, CudaCausalLm.splitsOf(n, splitKeys, cap));
   }
 
+  /**
+   * A captured step's grid: widened to the longest context its stride holds, so that it does not
+   * change with the batch's contexts, and still bounding every context up to that length.
+   */
+  @Test
+  void shouldWidenACapturedPlanToItsStridesLongestContext() {
+    SplitPlan plan = CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 500, 8, 4, SMS);
+    assertEquals(new SplitPlan(256, 66, 2), plan);
+    // 64 table rows of 16 positions: 1,024 positions, 4 splits of 256
+    assertEquals(new SplitPlan(256, 66, 4), CudaCausalLm.graphSplitPlan(plan, 64 * 16));
+    // a long stride: the cap
+    assertEquals(new SplitPlan(256, 66, 66), CudaCausalLm.graphSplitPlan(plan, 1 << 20));
+    // never below the plan's own bound
+    assertEquals(plan, CudaCausalLm.graphSplitPlan(plan, 16));
+    Random rnd = new Random(11);
+    for (int i = 0; i < 2_000; i++) {
+      int tokens = 1 + rnd.nextInt(80);
+      int positions = 16 << rnd.nextInt(12);
+      int context = 1 + rnd.nextInt(positions);
+      SplitPlan p = CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, tokens, context, 8, 4, SMS);
+      SplitPlan wide = CudaCausalLm.graphSplitPlan(p, positions);
+      assertEquals(p.cap(), wide.cap());
+      int n = 1 + rnd.nextInt(positions);
+      assertTrue(
+          CudaCausalLm.splitsOf(n, wide.splitKeys(), wide.cap()) <= wide.maxSplits(),
+          () -> "context " + n + " of " + positions + " positions: " + wide);
+    }
+  }
+
   /** The grid's bound holds every shorter context's splits, though they do not grow with it. */
   @Test
   void shouldBoundTheSplitsOfEveryShorterContext() {
