@@ -915,6 +915,7 @@ FLASH_ATTENTION(128, true, flash_attention_d128, 2)
 
 #define DS_WARPS 4
 #define DS_HEADS 8
+#define DS_VALUE_LOADS 8  // value rows a lane loads before adding the first
 
 // Positions per split of a token whose keys are 0 .. n−1.
 __device__ __forceinline__ int split_size(int n, int splitKeys, int cap) {
@@ -1071,20 +1072,31 @@ __device__ __forceinline__ void decode_attention_split(
     }
     __syncwarp();
     int count = min(32, k1 - c0);
-#pragma unroll 4
-    for (int j0 = 0; j0 < 32; j0 += RPS) {
-      int j = j0 + sub;
-      if (j < count) {
-        uint4 raw = ((const uint4*)(pool + vOffset + rows[warp][j]))[piece];
-        float v[8];
-        unpack_bf16x8(raw, v);
+    // the value rows in batches of DS_VALUE_LOADS steps, every load of a batch in flight before
+    // its first use (a decode step's time here is the latency of these loads); the rows are added
+    // in the same order
+    for (int b0 = 0; b0 < 32; b0 += DS_VALUE_LOADS * RPS) {
+      uint4 raw[DS_VALUE_LOADS];
 #pragma unroll
-        for (int h = 0; h < DS_HEADS; h++) {
-          if (h < heads) {
-            float p = ps[warp][h][j];
+      for (int s = 0; s < DS_VALUE_LOADS; s++) {
+        int j = b0 + s * RPS + sub;
+        raw[s] = j < count ? ((const uint4*)(pool + vOffset + rows[warp][j]))[piece]
+                           : make_uint4(0u, 0u, 0u, 0u);
+      }
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-              acc[h][i] = fmaf(p, v[i], acc[h][i]);
+      for (int s = 0; s < DS_VALUE_LOADS; s++) {
+        int j = b0 + s * RPS + sub;
+        if (j < count) {
+          float v[8];
+          unpack_bf16x8(raw[s], v);
+#pragma unroll
+          for (int h = 0; h < DS_HEADS; h++) {
+            if (h < heads) {
+              float p = ps[warp][h][j];
+#pragma unroll
+              for (int i = 0; i < 8; i++) {
+                acc[h][i] = fmaf(p, v[i], acc[h][i]);
+              }
             }
           }
         }
@@ -1149,7 +1161,8 @@ __device__ __forceinline__ void decode_attention_split(
   }
 }
 
-// MIN_BLOCKS: blocks per multiprocessor the registers must allow
+// MIN_BLOCKS: blocks per multiprocessor the registers must allow (2 at D = 128: its DS_VALUE_LOADS
+// value rows in flight take about 190 registers; the split path serves small batches, few blocks)
 #define DECODE_ATTENTION_SPLIT(D, NAME, MIN_BLOCKS)                                              \
   extern "C" __global__ void __launch_bounds__(32 * DS_WARPS, MIN_BLOCKS) NAME(                 \
       const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
@@ -1162,7 +1175,7 @@ __device__ __forceinline__ void decode_attention_split(
   }
 
 DECODE_ATTENTION_SPLIT(64, decode_attention_split_d64, 3)
-DECODE_ATTENTION_SPLIT(128, decode_attention_split_d128, 3)
+DECODE_ATTENTION_SPLIT(128, decode_attention_split_d128, 2)
 
 // Kernel 2: out[t][h·d + e] = Σ_s acc_s[e]·2^(m_s − M) / Σ_s l_s·2^(m_s − M), M = max_s m_s, over
 // the token's own splits in split order, rounded to bf16; tokens with a single split were

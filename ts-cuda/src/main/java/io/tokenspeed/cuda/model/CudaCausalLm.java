@@ -53,15 +53,15 @@ import java.util.List;
  * values), so blocks restored from a store, or computed by a CPU replica, serve it unchanged. Like
  * the CPU model it never chooses blocks: a forward pass is handed block tables.
  *
- * <p>System property {@value #SPLIT_KV_PROPERTY} = {@code on|off} (default {@code off}, read once):
- * with {@code on}, a batch of decode tokens only (one token per request) whose longest context is
- * at least {@value #SPLIT_MIN_CONTEXT} positions runs its attention split over the keys
- * (flash-decoding: {@code decode_attention_split_d64/d128} then {@code decode_attention_combine}),
- * so that a long context at a small batch spreads over the multiprocessors instead of taking one
- * block per (request, KV head). Only with the tensor-core attention and only when the model is not
- * deterministic: the split path rounds the softmax's probabilities differently from the flash
- * kernel, so a token's logits would depend on whether its batch took it. Any other value is refused
- * when the class loads.
+ * <p>System property {@value #SPLIT_KV_PROPERTY} = {@code on|off} (default {@code on}, read once):
+ * with {@code on}, a small batch ({@link #SPLIT_SMALL_BATCH}) of decode tokens only (one token per
+ * request) whose longest context is at least {@value #SPLIT_MIN_CONTEXT} positions runs its
+ * attention split over the keys (flash-decoding: {@code decode_attention_split_d64/d128} then
+ * {@code decode_attention_combine}), so that its contexts spread over the multiprocessors instead
+ * of taking one block per (request, KV head). Only with the tensor-core attention and only when the
+ * model is not deterministic: the split path rounds the softmax's probabilities differently from
+ * the flash kernel, so a token's logits would depend on whether its batch took it. Any other value
+ * is refused when the class loads.
  *
  * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code on}, read once):
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
@@ -99,13 +99,23 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /**
    * Key positions of a split, the unit splits grow by when a context would need more than the cap:
-   * a multiple of every power-of-two block size up to it, and eight chunks of 32 keys, two for each
-   * warp of a block.
+   * a multiple of every power-of-two block size up to it, and four chunks of 32 keys, one for each
+   * warp of a block (a warp's chunks follow one another; a short context's time is theirs).
    */
-  static final int SPLIT_KEYS = 256;
+  static final int SPLIT_KEYS = 128;
 
   /** The shortest longest-context of a batch for which {@link SplitKv#AUTO} splits. */
-  static final int SPLIT_MIN_CONTEXT = 1024;
+  static final int SPLIT_MIN_CONTEXT = 512;
+
+  /**
+   * {@link SplitKv#AUTO} splits only a batch whose blocks of one split ({@code tokens · kvHeads ·
+   * ⌈group / SPLIT_HEADS⌉}) take at most this share of the multiprocessors, inverted: 4, a quarter.
+   * Measured on an H100 (Llama 8B shape, context 2,048, graphs; docs/benchmarks): split against
+   * flash 6.98 against 8.23 ms a step at batch 1 and 7.59 against 9.00 at batch 4 (32 blocks), but
+   * 13.28 against 11.62 at batch 16 and 27.94 against 18.83 at batch 64, where the flash kernel's
+   * blocks already fill the device.
+   */
+  static final int SPLIT_SMALL_BATCH = 4;
 
   /** The most splits of one token (the grid's second dimension and the partials' stride). */
   static final int SPLIT_MAX = 128;
@@ -595,8 +605,9 @@ public final class CudaCausalLm implements AutoCloseable {
     /** Never: the flash kernel for every batch. */
     OFF,
     /**
-     * Batches of decode tokens whose longest context is at least {@link #SPLIT_MIN_CONTEXT} and
-     * whose plan gives that context two splits or more.
+     * Batches of decode tokens whose longest context is at least {@link #SPLIT_MIN_CONTEXT}, whose
+     * plan gives that context two splits or more, and that are small ({@link #SPLIT_SMALL_BATCH}):
+     * the default.
      */
     AUTO,
     /**
@@ -606,13 +617,15 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The mode a value of {@link #SPLIT_KV_PROPERTY} gives: {@code on} is AUTO, {@code off} (or none)
+   * The mode a value of {@link #SPLIT_KV_PROPERTY} gives: {@code on} (or none) is AUTO, {@code off}
    * OFF, in any case.
    *
    * @throws IllegalArgumentException for anything else, naming the property
    */
   static SplitKv splitKvMode(String value) {
-    return KernelSwitch.read(SPLIT_KV_PROPERTY, value, "off", "on") ? SplitKv.AUTO : SplitKv.OFF;
+    return KernelSwitch.read(SPLIT_KV_PROPERTY, value == null ? "on" : value, "off", "on")
+        ? SplitKv.AUTO
+        : SplitKv.OFF;
   }
 
   /**
@@ -638,7 +651,8 @@ public final class CudaCausalLm implements AutoCloseable {
   /**
    * The split plan of a batch, or null for the flash kernel: only a batch of decode tokens (one per
    * request) splits; under {@link SplitKv#AUTO} only when its longest context is at least {@link
-   * #SPLIT_MIN_CONTEXT} and gets two splits or more. The cap on splits per token aims at {@link
+   * #SPLIT_MIN_CONTEXT} and gets two splits or more, and its blocks of one split take at most a
+   * {@link #SPLIT_SMALL_BATCH}th of the multiprocessors. The cap on splits per token aims at {@link
    * #SPLIT_BLOCKS_PER_SM} blocks per multiprocessor over the blocks one split of every token takes
    * ({@code tokens · kvHeads · ⌈group / SPLIT_HEADS⌉}), between 1 and {@link #SPLIT_MAX}: a large
    * batch fills the device with few splits, and the partials stay about that many blocks' worth.
@@ -654,10 +668,11 @@ public final class CudaCausalLm implements AutoCloseable {
     if (mode == SplitKv.OFF || !pureDecode) {
       return null;
     }
-    if (mode == SplitKv.AUTO && maxContext < SPLIT_MIN_CONTEXT) {
+    long perSplit = (long) numTokens * kvHeads * Math.ceilDiv(group, SPLIT_HEADS);
+    if (mode == SplitKv.AUTO
+        && (maxContext < SPLIT_MIN_CONTEXT || perSplit * SPLIT_SMALL_BATCH > multiprocessors)) {
       return null;
     }
-    long perSplit = (long) numTokens * kvHeads * Math.ceilDiv(group, SPLIT_HEADS);
     long target = (long) SPLIT_BLOCKS_PER_SM * multiprocessors;
     int cap = Math.clamp(Math.ceilDiv(target, perSplit), 1, SPLIT_MAX);
     int splits = maxSplits(maxContext, SPLIT_KEYS, cap);

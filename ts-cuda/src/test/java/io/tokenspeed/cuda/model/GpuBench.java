@@ -26,8 +26,9 @@ import java.util.SplittableRandom;
  *
  * <p>Usage: {@code GpuBench PRESET DIR PREFILL_TOKENS,... DECODE_BATCHES,... CONTEXT MODES} (modes:
  * normal, deterministic, float32-attention: normal GEMMs with the float32 attention, split-kv:
- * normal with the split-KV decode attention for every decode batch, decode only, graphs: normal
- * with decode steps replayed as CUDA graphs where they can be, i.e. on {@code gemv_bf16} at up to 8
+ * normal with the split-KV decode attention for every decode batch, decode only, flash: normal with
+ * the flash kernel for every decode batch (the split-KV rule off), decode only, graphs: normal with
+ * decode steps replayed as CUDA graphs where they can be, i.e. on {@code gemv_bf16} at up to 8
  * rows, whatever {@code tokenspeed.cuda.graphs} says; eager: normal without graphs), for example
  * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
  */
@@ -73,9 +74,11 @@ public final class GpuBench {
         CudaCausalLm.Attention attention =
             mode.equals("float32-attention") ? CudaCausalLm.Attention.TILED : null;
         try (CudaCausalLm m = CudaCausalLm.load(device, folder, preset, "bench", det, attention)) {
+          // split-kv: every decode batch splits; flash: none does (normal: the default rule)
           boolean splitKv = mode.equals("split-kv");
-          if (splitKv) {
-            m.useSplitKv(true);
+          boolean flash = mode.equals("flash");
+          if (splitKv || flash) {
+            m.useSplitKv(splitKv);
           }
           if (mode.equals("graphs")) {
             m.useGraphs(true); // replays only where every product is the project's own kernel
@@ -94,8 +97,8 @@ public final class GpuBench {
           int blocks = 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
           try (CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(BLOCK, BLOCK), blocks)) {
             SplittableRandom rnd = new SplittableRandom(1);
-            // prefill batches never split: the split-kv mode times decode only
-            for (int n : splitKv ? new int[0] : prefills) {
+            // prefill batches never split: the split-kv and flash modes time decode only
+            for (int n : splitKv || flash ? new int[0] : prefills) {
               if (!mode.equals("normal") && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }

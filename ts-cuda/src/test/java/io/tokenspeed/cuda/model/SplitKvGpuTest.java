@@ -407,9 +407,7 @@ class SplitKvGpuTest extends OnTheGpu {
         }
         decodeIds[r] = rnd.nextInt(vocab);
       }
-      if (!"on".equals(System.getProperty(CudaCausalLm.SPLIT_KV_PROPERTY))) {
-        assertEquals(0, m.splitForwards(), "the split path is off by default");
-      }
+      assertEquals(0, m.splitForwards(), "prefill never takes the split path");
       int rows = 0;
       int same = 0;
       double worst = 0;

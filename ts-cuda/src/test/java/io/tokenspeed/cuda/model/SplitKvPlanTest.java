@@ -22,9 +22,10 @@ class SplitKvPlanTest {
   static final int SMS = 132;
 
   @Test
-  void shouldBeOffUnlessThePropertySaysOn() {
-    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(null));
+  void shouldBeOnUnlessThePropertySaysOff() {
+    assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode(null));
     assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode("off"));
+    assertEquals(SplitKv.OFF, CudaCausalLm.splitKvMode(" OFF "));
     assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode(" ON "));
     assertEquals(SplitKv.AUTO, CudaCausalLm.splitKvMode("on"));
     var bad =
@@ -49,39 +50,47 @@ class SplitKvPlanTest {
             SplitKv.AUTO, true, 1, CudaCausalLm.SPLIT_MIN_CONTEXT - 1, 8, 4, SMS));
     // batch 1, 8 KV heads of 4 query heads: the cap aims at 4 · 132 blocks, ⌈528 / 8⌉ = 66
     assertEquals(
-        new SplitPlan(256, 66, 4),
+        new SplitPlan(128, 66, 4),
         CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, CudaCausalLm.SPLIT_MIN_CONTEXT, 8, 4, SMS));
-    // 32768 positions are 128 units of 256: over the cap, 64 splits of 512 positions (the grid
+    // 32768 positions are 256 units of 128: over the cap, 64 splits of 512 positions (the grid
     // bounds them by the cap)
-    assertEquals(64, CudaCausalLm.splitsOf(32768, 256, 66));
+    assertEquals(64, CudaCausalLm.splitsOf(32768, 128, 66));
     assertEquals(
-        new SplitPlan(256, 66, 66),
+        new SplitPlan(128, 66, 66),
         CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 32768, 8, 4, SMS));
-    // a batch of 16 on 8 KV heads: ⌈528 / 128⌉ = 5 splits at most
+    // a batch of 4 on 8 KV heads: 32 blocks a split, ⌈528 / 32⌉ = 17 splits at most
     assertEquals(
-        new SplitPlan(256, 5, 5), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 16, 20000, 8, 4, SMS));
+        new SplitPlan(128, 17, 17),
+        CudaCausalLm.splitPlan(SplitKv.AUTO, true, 4, 20000, 8, 4, SMS));
   }
 
   @Test
-  void shouldNotSplitUnderAutoWhenTheBatchAloneFillsTheDevice() {
-    // 66 tokens · 8 KV heads = 528 blocks: the cap is 1
-    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 66, 32768, 8, 4, SMS));
+  void shouldNotSplitUnderAutoUnlessTheBatchIsSmall() {
+    // 4 tokens · 8 KV heads = 32 blocks a split, a quarter of 132 or less: split
     assertEquals(
-        new SplitPlan(256, 1, 1),
+        new SplitPlan(128, 17, 16), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 4, 2048, 8, 4, SMS));
+    // 5 tokens: 40 blocks, more than a quarter: the flash kernel
+    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 5, 2048, 8, 4, SMS));
+    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 16, 20000, 8, 4, SMS));
+    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 66, 32768, 8, 4, SMS));
+    // ALWAYS splits them anyway; 66 tokens · 8 KV heads = 528 blocks: the cap is 1
+    assertEquals(
+        new SplitPlan(128, 1, 1),
         CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 66, 32768, 8, 4, SMS));
     // 65 tokens: the cap is 2
     assertEquals(
-        new SplitPlan(256, 2, 2), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 65, 32768, 8, 4, SMS));
+        new SplitPlan(128, 2, 2),
+        CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 65, 32768, 8, 4, SMS));
   }
 
   @Test
   void shouldSplitEveryDecodeBatchWhenAlwaysWhateverItsContexts() {
     assertEquals(
-        new SplitPlan(256, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 1, 8, 4, SMS));
+        new SplitPlan(128, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 1, 8, 4, SMS));
     assertEquals(
-        new SplitPlan(256, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 17, 8, 4, SMS));
+        new SplitPlan(128, 66, 1), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 17, 8, 4, SMS));
     assertEquals(
-        new SplitPlan(256, 66, 4),
+        new SplitPlan(128, 66, 8),
         CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 1000, 8, 4, SMS));
   }
 
@@ -89,20 +98,22 @@ class SplitKvPlanTest {
   void shouldCountAGroupAboveEightQueryHeadsAsSeveralBlocks() {
     // 16 query heads per KV head take two blocks per split: the cap halves
     assertEquals(
-        new SplitPlan(256, 33, 33),
+        new SplitPlan(128, 33, 33),
         CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 16384, 8, 16, SMS));
-    assertEquals(32, CudaCausalLm.splitsOf(16384, 256, 33));
+    assertEquals(32, CudaCausalLm.splitsOf(16384, 128, 33));
     assertEquals(
-        new SplitPlan(256, 66, 64),
+        new SplitPlan(128, 66, 66),
         CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 16384, 8, 8, SMS));
-    assertEquals(64, CudaCausalLm.splitsOf(16384, 256, 66));
+    assertEquals(64, CudaCausalLm.splitsOf(16384, 128, 66));
   }
 
   @Test
   void shouldCapTheSplitsOfASmallDevice() {
-    // one multiprocessor, one KV head: ⌈4 / 1⌉ = 4
+    // one multiprocessor, one KV head: ⌈4 / 1⌉ = 4 (AUTO would not split: one block a split is
+    // more than a quarter of one multiprocessor)
     assertEquals(
-        new SplitPlan(256, 4, 4), CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 100000, 1, 1, 1));
+        new SplitPlan(128, 4, 4), CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 100000, 1, 1, 1));
+    assertNull(CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 100000, 1, 1, 1));
     // many multiprocessors: at most SPLIT_MAX
     SplitPlan p = CudaCausalLm.splitPlan(SplitKv.AUTO, true, 1, 1 << 20, 1, 1, 10000);
     assertEquals(CudaCausalLm.SPLIT_MAX, p.cap());
@@ -135,11 +146,11 @@ class SplitKvPlanTest {
   @Test
   void shouldWidenACapturedPlanToItsStridesLongestContext() {
     SplitPlan plan = CudaCausalLm.splitPlan(SplitKv.ALWAYS, true, 1, 500, 8, 4, SMS);
-    assertEquals(new SplitPlan(256, 66, 2), plan);
-    // 64 table rows of 16 positions: 1,024 positions, 4 splits of 256
-    assertEquals(new SplitPlan(256, 66, 4), CudaCausalLm.graphSplitPlan(plan, 64 * 16));
+    assertEquals(new SplitPlan(128, 66, 4), plan);
+    // 64 table rows of 16 positions: 1,024 positions, 8 splits of 128
+    assertEquals(new SplitPlan(128, 66, 8), CudaCausalLm.graphSplitPlan(plan, 64 * 16));
     // a long stride: the cap
-    assertEquals(new SplitPlan(256, 66, 66), CudaCausalLm.graphSplitPlan(plan, 1 << 20));
+    assertEquals(new SplitPlan(128, 66, 66), CudaCausalLm.graphSplitPlan(plan, 1 << 20));
     // never below the plan's own bound
     assertEquals(plan, CudaCausalLm.graphSplitPlan(plan, 16));
     Random rnd = new Random(11);
