@@ -1896,8 +1896,8 @@ __device__ __forceinline__ void fw_mma<32>(float (&d)[16], unsigned long long a,
 }
 
 // STEPS steps of 16 k from the slice whose descriptors are a and b, ascending: 4, a whole slice;
-// fewer for the last slice when in % 64 is 1 to 48. The fence first, in the same branch as the
-// steps, so that the assembler need not add its own.
+// fewer for the last slice when in % 64 is 1 to 48; then commits them as one group. The fence and
+// the commit sit in the same branch as the steps, so that the assembler adds no fence of its own.
 template <int N, int STEPS>
 __device__ __forceinline__ void fw_steps(float (&d)[N / 2], unsigned long long a,
                                          unsigned long long b) {
@@ -1906,6 +1906,7 @@ __device__ __forceinline__ void fw_steps(float (&d)[N / 2], unsigned long long a
   for (int s = 0; s < STEPS; s++) {
     fw_mma<N>(d, a + 2 * s, b + 2 * s);  // 32 bytes a step: 2 units of the address field
   }
+  fw_commit();
 }
 
 template <int WGS, int OUTS, int STAGES>
@@ -2017,7 +2018,6 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
     } else {
       fw_steps<OUTS, 1>(acc, aFirst + at, bFirst + at);
     }
-    fw_commit();
     fw_wait<1>();  // slice t - 1's steps are done: its stage may be refilled after the barrier
     fw_hold(acc);
   }
