@@ -124,6 +124,23 @@ public final class CudaDevice implements AutoCloseable {
     return "sm_" + ccMajor + ccMinor;
   }
 
+  /**
+   * Whether the kernels were compiled for sm_90a (compute capability 9.0, Hopper: {@link
+   * #compileTarget}), the only target whose {@code wgmma} kernels ({@code gemm_fixed_wgmma_*}) run;
+   * elsewhere they are stubs that trap.
+   */
+  public boolean wgmma() {
+    return runsWgmma(ccMajor, ccMinor);
+  }
+
+  /**
+   * Whether compute capability {@code major.minor} runs the wgmma kernels: 9.0 only (its target
+   * sm_90a; wgmma is no instruction of sm_80, sm_89 or of Blackwell's sm_100a and sm_120a).
+   */
+  static boolean runsWgmma(int major, int minor) {
+    return major == 9 && minor == 0;
+  }
+
   public int multiprocessors() {
     return multiprocessors;
   }

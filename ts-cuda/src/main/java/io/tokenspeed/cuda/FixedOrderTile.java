@@ -32,25 +32,13 @@ package io.tokenspeed.cuda;
  * over the three left 1.006. So the largest tile is 128 × 128 (see
  * docs/benchmarks/2026-12-06-gpu-kernels-and-serving.md).
  */
-enum FixedOrderTile {
+enum FixedOrderTile implements ProductTile {
   T128X128("gemm_fixed_bf16_mma_v2_128x128", 128, 128, 4, 3),
   T64X128("gemm_fixed_bf16_mma_v2_64x128", 64, 128, 4, 4),
   T64X64("gemm_fixed_bf16_mma_v2_64x64", 64, 64, 4, 4);
 
   /** k per slice of the ring (F2_K in kernels.cu). */
   static final int SLICE_K = 64;
-
-  /** Rows per block of the shortest tiles. */
-  private static final int SHORTEST_ROWS = 64;
-
-  /**
-   * A tile fills the GPU when its blocks number at least this share of the multiprocessors, in
-   * tenths: 9, so that 128 blocks count as a full wave on 132 multiprocessors (the power-of-two
-   * shapes of the Llama family give 128 of a tile where the next smaller tile gives 256). Idle
-   * multiprocessors cost at most that tenth of the time; the smaller tile would pay instead with
-   * less reuse of each fragment it loads (by how much, FixedGemmV2GpuTest measures).
-   */
-  static final int FULL_WAVE_TENTHS = 9;
 
   /** The kernel's name in {@code kernels.cu}. */
   final String kernel;
@@ -75,16 +63,32 @@ enum FixedOrderTile {
     this.stages = stages;
   }
 
+  @Override
+  public String kernel() {
+    return kernel;
+  }
+
+  @Override
+  public int tileRows() {
+    return rows;
+  }
+
+  @Override
+  public int threads() {
+    return threads;
+  }
+
   /**
    * Dynamic shared memory of a block: {@code stages} slices of {@link #SLICE_K} k for its x rows
    * and w rows, bf16 ({@link CudaDevice#launch} raises the kernel's limit above 48 KiB).
    */
-  int sharedBytes() {
+  @Override
+  public int sharedBytes() {
     return stages * (rows + outs) * SLICE_K * 2;
   }
 
-  /** Blocks of a product of {@code rows} rows and {@code out} outputs: one per output tile. */
-  long blocks(int rows, int out) {
+  @Override
+  public long blocks(int rows, int out) {
     return (long) Math.ceilDiv(rows, this.rows) * Math.ceilDiv(out, outs);
   }
 
@@ -103,29 +107,19 @@ enum FixedOrderTile {
   }
 
   /**
-   * The rule: among the tiles whose shared memory fits {@code sharedBytesPerBlock} (the device's
-   * opt-in limit per block: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86 and sm_89) and that
-   * are not too tall for the rows, the largest whose blocks fill the GPU (at least {@link
-   * #FULL_WAVE_TENTHS} tenths of {@code multiprocessors}), else the smallest. A tile is too tall
-   * when half of it holds the rows and a shorter tile exists: 64 rows or fewer (decode batches)
-   * never take the 128-row tiles, whose other half would be padding multiplied for nothing. Null
-   * when no tile fits the shared memory: the caller keeps {@code gemm_fixed_bf16_mma}.
+   * The rule ({@link ProductTile#largestThatFills} over these tiles): among the tiles whose shared
+   * memory fits {@code sharedBytesPerBlock} (the device's opt-in limit per block: 227 KiB on sm_90,
+   * 163 KiB on sm_80, 99 KiB on sm_86 and sm_89) and that are not too tall for the rows, the
+   * largest whose blocks fill the GPU (at least {@link ProductTile#FULL_WAVE_TENTHS} tenths of
+   * {@code multiprocessors}), else the smallest. A tile is too tall when half of it holds the rows
+   * and a shorter tile exists: 64 rows or fewer (decode batches) never take the 128-row tiles,
+   * whose other half would be padding multiplied for nothing. Null when no tile fits the shared
+   * memory: the caller keeps {@code gemm_fixed_bf16_mma}.
    *
    * <p>Rows and outputs of any count are taken (edges are zero-filled and never written); {@code
    * in} must be a multiple of 8 and x and w 16-byte aligned, as for {@code gemm_fixed_bf16_mma}.
    */
   static FixedOrderTile forShape(int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
-    FixedOrderTile smallest = null;
-    for (FixedOrderTile tile : values()) {
-      boolean tooTall = tile.rows > SHORTEST_ROWS && 2L * rows <= tile.rows;
-      if (tooTall || tile.sharedBytes() > sharedBytesPerBlock) {
-        continue;
-      }
-      if (10 * tile.blocks(rows, out) >= (long) FULL_WAVE_TENTHS * multiprocessors) {
-        return tile;
-      }
-      smallest = tile;
-    }
-    return smallest;
+    return ProductTile.largestThatFills(values(), rows, out, multiprocessors, sharedBytesPerBlock);
   }
 }

@@ -41,6 +41,15 @@ import java.lang.foreign.ValueLayout;
  * promise only because the bits agree: a row's result still does not depend on the rows beside it.
  * The property is read once, when the class loads, like the one above ({@code
  * -Dtokenspeed.cuda.fixedgemm=v1}).
+ *
+ * <p>Its third value, {@code wgmma}, sends every deterministic bf16 product ({@code in} a multiple
+ * of 8), decode's and prefill's alike, to a third family: {@code gemm_fixed_wgmma}'s kernels, on
+ * Hopper's warpgroup instruction {@code wgmma.mma_async}, in five block tiles from 128 × 256 down
+ * to 64 × 32 ({@link FixedOrderWgmmaTile}). They agree with each other bit for bit, not with the
+ * mma.sync kernels (a wgmma step of 16 k need not round as two mma.sync steps do), so with this
+ * value no product of the run goes to v1 or v2. Effective only on compute capability 9.0, where the
+ * kernels are compiled for sm_90a ({@link CudaDevice#wgmma}); on any other device {@code wgmma}
+ * reads as {@code v2}, so deterministic results there are v2's.
  */
 public final class Gemm {
 
@@ -78,10 +87,28 @@ public final class Gemm {
   static final String DEFAULT_FIXED_GEMM = "v2";
 
   /**
-   * Whether deterministic mode sends bf16 products to the tiled kernels ({@link FixedOrderTile}):
-   * the property, read once.
+   * The families of deterministic mode's bf16 product, the values of {@link #FIXED_GEMM_PROPERTY}.
    */
-  static final boolean FIXED_GEMM_V2 = fixedGemmSwitch(System.getProperty(FIXED_GEMM_PROPERTY));
+  enum FixedGemm {
+    /** {@code gemm_fixed_bf16_mma} for every product. */
+    V1,
+    /** A tile of {@code gemm_fixed_tiles} by shape ({@link FixedOrderTile}), v1's bits. */
+    V2,
+    /** A tile of {@code gemm_fixed_wgmma} by shape ({@link FixedOrderWgmmaTile}), its own bits. */
+    WGMMA;
+
+    /**
+     * The family a device runs when this one is asked for: {@link #WGMMA} only where {@code
+     * wgmmaDevice} (compute capability 9.0, {@link CudaDevice#wgmma}), {@link #V2} in its place
+     * elsewhere; the others as they are.
+     */
+    FixedGemm on(boolean wgmmaDevice) {
+      return this == WGMMA && !wgmmaDevice ? V2 : this;
+    }
+  }
+
+  /** The family the switch asks for: the property, read once. */
+  static final FixedGemm FIXED_GEMM = fixedGemmSwitch(System.getProperty(FIXED_GEMM_PROPERTY));
 
   /** Rows per block of {@code gemm_fixed_bf16_mma} (GT_ROWS in kernels.cu). */
   static final int V1_ROWS = 64;
@@ -102,6 +129,10 @@ public final class Gemm {
 
   private final CudaDevice device;
   private final boolean fixedOrder;
+
+  /** The family of fixed-order bf16 kernels this device runs: {@link #FIXED_GEMM} on it. */
+  private final FixedGemm fixedGemm;
+
   private final MemorySegment one;
   private final MemorySegment zero;
 
@@ -114,6 +145,7 @@ public final class Gemm {
   public Gemm(CudaDevice device, boolean fixedOrder) {
     this.device = device;
     this.fixedOrder = fixedOrder;
+    this.fixedGemm = FIXED_GEMM.on(device.wgmma());
     Arena arena = Arena.ofAuto();
     this.one = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 1f);
     this.zero = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 0f);
@@ -137,9 +169,11 @@ public final class Gemm {
 
   /**
    * Whether every product of {@code rows} rows of element type {@code type} runs on the project's
-   * own kernels rather than cuBLAS: in fixed-order mode, or on {@code gemv_bf16} (the switch on,
-   * bf16, at most {@link #GEMV_MAX_ROWS} rows; the model's dimensions are multiples of 8 and its
-   * buffers aligned). A step made only of such launches can be recorded as a CUDA graph.
+   * own kernels rather than cuBLAS: in fixed-order mode (whichever family the {@code fixedgemm}
+   * switch picks: v1, v2's tiles and the wgmma tiles are all the project's kernels, launched with
+   * no allocation), or on {@code gemv_bf16} (the switch on, bf16, at most {@link #GEMV_MAX_ROWS}
+   * rows; the model's dimensions are multiples of 8 and its buffers aligned). A step made only of
+   * such launches can be recorded as a CUDA graph.
    */
   public boolean ownKernels(int rows, int type) {
     return fixedOrder || (GEMV && type == R_16BF && rows >= 1 && rows <= GEMV_MAX_ROWS);
@@ -246,27 +280,35 @@ public final class Gemm {
   }
 
   /**
-   * The switch's value: {@code v1} or {@code v2} (either case, spaces around ignored), {@link
-   * #DEFAULT_FIXED_GEMM} ({@code v2}) when unset; true for {@code v2}. Anything else is refused, so
-   * that a misspelt value does not silently measure the other kernel.
+   * The switch's value: {@code v1}, {@code v2} or {@code wgmma} (any case, spaces around ignored),
+   * {@link #DEFAULT_FIXED_GEMM} ({@code v2}) when unset. Anything else is refused, so that a
+   * misspelt value does not silently measure another kernel.
    */
-  static boolean fixedGemmSwitch(String value) {
-    return KernelSwitch.read(
-        FIXED_GEMM_PROPERTY, value == null ? DEFAULT_FIXED_GEMM : value, "v1", "v2");
+  static FixedGemm fixedGemmSwitch(String value) {
+    int i =
+        KernelSwitch.pick(
+            FIXED_GEMM_PROPERTY, value == null ? DEFAULT_FIXED_GEMM : value, "v1", "v2", "wgmma");
+    return FixedGemm.values()[i];
+  }
+
+  /** The family of fixed-order bf16 kernels this instance runs (the switch, on its device). */
+  FixedGemm fixedGemm() {
+    return fixedGemm;
   }
 
   /**
-   * The kernel deterministic mode runs a product on. For bf16 with {@code in} a multiple of 8: with
-   * {@code v2}, the tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code
-   * multiprocessors} and its opt-in shared memory per block ({@code sharedBytesPerBlock}); with
-   * {@code v1}, or where no tile's shared memory fits the device, {@code gemm_fixed_bf16_mma}. All
-   * of these give the same bits, so the choice by shape keeps a row's result independent of the
-   * rows beside it. Otherwise the one-thread-per-output kernels, whatever the switch: {@code
-   * gemm_fixed_bf16} ({@code in} not a multiple of 8, which the 16-byte loads of the others need)
-   * or {@code gemm_fixed_f32}.
+   * The kernel deterministic mode runs a product on, for {@code family} (the switch's family on the
+   * device: {@link FixedGemm#on}). For bf16 with {@code in} a multiple of 8: with {@code V2}, the
+   * tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code multiprocessors} and
+   * its opt-in shared memory per block ({@code sharedBytesPerBlock}); with {@code WGMMA}, the tile
+   * {@link FixedOrderWgmmaTile#forShape} picks; with {@code V1}, or where no tile's shared memory
+   * fits the device, {@code gemm_fixed_bf16_mma}. Within a family every choice gives the same bits,
+   * so the choice by shape keeps a row's result independent of the rows beside it. Otherwise the
+   * one-thread-per-output kernels, whatever the switch: {@code gemm_fixed_bf16} ({@code in} not a
+   * multiple of 8, which the 16-byte loads of the others need) or {@code gemm_fixed_f32}.
    */
   static String fixedOrderKernel(
-      boolean v2,
+      FixedGemm family,
       int type,
       int rows,
       int in,
@@ -279,42 +321,47 @@ public final class Gemm {
     if (in % 8 != 0) {
       return "gemm_fixed_bf16";
     }
-    FixedOrderTile tile =
-        fixedOrderTile(v2, type, rows, in, out, multiprocessors, sharedBytesPerBlock);
-    return tile == null ? V1_KERNEL : tile.kernel;
+    ProductTile tile =
+        fixedOrderTile(family, type, rows, in, out, multiprocessors, sharedBytesPerBlock);
+    return tile == null ? V1_KERNEL : tile.kernel();
   }
 
   /** The tile of {@link #fixedOrderKernel}'s choice, or null where it chooses no tile. */
-  private static FixedOrderTile fixedOrderTile(
-      boolean v2,
+  private static ProductTile fixedOrderTile(
+      FixedGemm family,
       int type,
       int rows,
       int in,
       int out,
       int multiprocessors,
       int sharedBytesPerBlock) {
-    return v2 && type == R_16BF && in % 8 == 0
-        ? FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock)
-        : null;
+    if (type != R_16BF || in % 8 != 0) {
+      return null;
+    }
+    return switch (family) {
+      case V1 -> null;
+      case V2 -> FixedOrderTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock);
+      case WGMMA -> FixedOrderWgmmaTile.forShape(rows, out, multiprocessors, sharedBytesPerBlock);
+    };
   }
 
   /**
    * The fixed-order kernels (see {@link #fixedOrderKernel}): bf16 on the tensor cores where {@code
    * in} is a multiple of 8 ({@code gemm_fixed_bf16_mma}, 64 × 128 outputs a block, or a tile of
-   * {@link FixedOrderTile}, the same bits), else one thread per output ({@code
-   * gemm_fixed_f32/bf16}, 16 × 16 tiles).
+   * {@link FixedOrderTile}, the same bits; or, with the wgmma family, a tile of {@link
+   * FixedOrderWgmmaTile}), else one thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
    */
   private void applyFixedOrder(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
     // the common case, a tile, without going through its kernel's name
-    FixedOrderTile tile = fixedOrderTile(FIXED_GEMM_V2, type, rows, in, out, sms, shared);
+    ProductTile tile = fixedOrderTile(fixedGemm, type, rows, in, out, sms, shared);
     if (tile != null) {
       applyFixedOrderTile(tile, x, w, y, rows, in, out, accumulate);
       return;
     }
-    String kernel = fixedOrderKernel(FIXED_GEMM_V2, type, rows, in, out, sms, shared);
+    String kernel = fixedOrderKernel(fixedGemm, type, rows, in, out, sms, shared);
     switch (kernel) {
       case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
       case "gemm_fixed_f32", "gemm_fixed_bf16" ->
@@ -357,16 +404,18 @@ public final class Gemm {
 
   /**
    * {@code y = x · wᵀ} (or {@code +=}) through the kernel of {@code tile}, whatever the switch and
-   * the shape: the same bits as {@link #applyFixedOrderV1}, for the same arguments. Its blocks form
-   * one dimension of grid (the kernel orders the tiles itself).
+   * the shape: for a {@link FixedOrderTile}, the same bits as {@link #applyFixedOrderV1}; for a
+   * {@link FixedOrderWgmmaTile} (a device with {@link CudaDevice#wgmma} only), the same bits as
+   * every other wgmma tile. Its blocks form one dimension of grid (the kernel orders the tiles
+   * itself).
    */
   void applyFixedOrderTile(
-      FixedOrderTile tile, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+      ProductTile tile, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
     launchProduct(
-        tile.kernel,
+        tile.kernel(),
         Math.toIntExact(tile.blocks(rows, out)),
         1,
-        tile.threads,
+        tile.threads(),
         tile.sharedBytes(),
         x,
         w,

@@ -1728,6 +1728,389 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x128, 64, 128, 2, 2, 4, 2)
 // 4 warps of 32 × 32, 4 stages: 64 KiB, three blocks a multiprocessor (a few rows)
 GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 
+// ---------------------------------------------------------------------------------- wgmma GEMM
+
+// Deterministic mode's bf16 product on Hopper's warpgroup tensor-core instruction (wgmma, sm_90a
+// only): y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when accumulate), float32 accumulation,
+// in % 8 == 0, x and w 16-byte aligned, rows and outputs of any count: gemm_fixed_tiles's
+// parameters and contract, at close to cuBLAS's speed for prefill's thousands of rows. One
+// template, gemm_fixed_wgmma, instantiated for five block tiles (GEMM_FIXED_WGMMA below) from
+// 128 × 256 outputs down to 64 × 32; Gemm.java (FixedOrderWgmmaTile) picks one by shape when the
+// switch tokenspeed.cuda.fixedgemm is wgmma, on compute capability 9.0 only.
+//
+// Batch invariance. An output's value is decided by the chain of wgmma m64nNk16 steps that
+// builds it: one float32 accumulator in a register, starting at +0, then the steps k = 0, 16,
+// 32, ... in ascending order, ceil(in / 16) of them and no other (the last slice of 64 k takes
+// only its steps that reach below `in`; within the last step, the k at or past `in` are +0 in x
+// and w alike, copied as zeros). Each step adds to the accumulator the products of the output's
+// row of x and row of w over its 16 k, whatever N, the warpgroup or the row's place in the
+// 64-row tile: the hardware's arithmetic per output does not depend on them (FixedGemmWgmmaGpuTest
+// checks every tile against every other bit for bit). Then y = acc, or y + acc as one float32
+// addition. Nothing else depends on the tile, the block's position, the rows of the launch or the
+// ring's depth: they decide which warpgroup builds an output's chain and when its slices arrive,
+// never the chain. So every tile may be swapped for another, for any launch, chosen by rows or
+// shape, without changing a bit: a row's result does not depend on the rows beside it. Splitting
+// k would change the chain; no tile does. (These are not the bits of the mma.sync kernels above:
+// a step of wgmma and two of mma.sync m16n8k16 need not round alike, so a run takes every
+// product from one family, never a mix.)
+//
+// Layout. A block computes ROWS = 64 · WGS rows × OUTS outputs with WGS warpgroups (128 threads
+// each, at warps 0 and 4); warpgroup g owns rows 64g .. 64g + 63 and all OUTS outputs, one wgmma
+// m64n{OUTS}k16 per 16 k, both operands read from shared memory (K-major, as x and w lie) through
+// matrix descriptors, the accumulators in registers (OUTS / 2 floats a thread). k advances FW_K =
+// 64 at a time through a STAGES-deep ring in dynamic shared memory: a stage holds the slice's
+// ROWS rows of x then its OUTS rows of w, each row 64 bf16 = 128 bytes = 8 pieces of 16 bytes,
+// piece c of row r stored at c ^ (r % 8), every 8 rows 1,024 bytes apart: the hardware's 128-byte
+// swizzle, whose pattern follows the address bits, hence stages at 1,024-byte boundaries (the
+// ring is aligned up, 1 KiB of padding requested). Every thread copies (cp.async, 16 bytes a
+// copy, L1 bypassed; rows past `rows` or `out` zero-filled on the ring's first pass and left
+// alone after, pieces at or past `in` zero-filled). Per slice t: wait for this thread's copies of
+// slice t, fence.proxy.async (cp.async writes through the generic proxy, wgmma reads through the
+// async one), __syncthreads, start the copies of slice t + STAGES - 2, issue slice t's wgmma
+// steps and commit them, then wait until only they are in flight: the tensor cores always hold
+// the next slice's steps while the barrier and the copies go on, and the barrier of slice t + 1
+// certifies that every warpgroup is done reading slice t - 1, whose stage slice t + STAGES - 2
+// reuses. Blocks are ordered in groups of FW_GROUP row tiles, row tiles fastest, as
+// gemm_fixed_tiles's. The epilogue writes y straight from the accumulators (the accumulator
+// layout of m64nNk16: warp j of the warpgroup holds rows 16j .. 16j + 15, lane l rows l / 4 and
+// l / 4 + 8, outputs 8i + 2 (l % 4) and the next), pairs of floats as one 8-byte access when
+// aligned.
+// Grid: ceil(rows / ROWS) · ceil(out / OUTS), one dimension. Block: 128 · WGS.
+// Dynamic shared memory: STAGES · (ROWS + OUTS) · FW_K · 2 + 1024 bytes.
+#define FW_K 64
+#define FW_GROUP 16
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// A shared-memory matrix descriptor of wgmma for a K-major operand in 128-byte swizzled rows
+// (swizzle mode 1), rows of 8 a core-matrix group 1,024 bytes apart (the stride byte offset; the
+// leading byte offset is unused by this layout and set to 16 bytes), starting at `address`, a
+// 1,024-byte boundary plus the step's 32 bytes a 16 k. Fields in units of 16 bytes.
+__device__ __forceinline__ unsigned long long fw_descriptor(unsigned int address) {
+  return (unsigned long long)((address & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+
+// wgmma.fence: orders the warpgroup's register accesses before the wgmma that follow.
+__device__ __forceinline__ void fw_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+
+__device__ __forceinline__ void fw_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Waits until at most PENDING of the warpgroup's committed groups of wgmma are in flight.
+template <int PENDING>
+__device__ __forceinline__ void fw_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the wgmma fences and waits
+// (it cannot see that wgmma writes them asynchronously).
+template <int R>
+__device__ __forceinline__ void fw_hold(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    asm volatile("" : "+f"(d[i])::"memory");
+  }
+}
+
+// One step: d (64 × N, float32, the warpgroup's accumulator fragment) += A (64 × 16 from the
+// descriptor a) · B (N × 16 from b)ᵀ, bf16, both K-major; scale-d 1 (d is always added).
+template <int N>
+__device__ __forceinline__ void fw_mma(float (&d)[N / 2], unsigned long long a,
+                                       unsigned long long b);
+
+template <>
+__device__ __forceinline__ void fw_mma<256>(float (&d)[128], unsigned long long a,
+                                         unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+      "%123, %124, %125, %126, %127}, "
+      "%128, %129, 1, 1, 1, 0, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void fw_mma<128>(float (&d)[64], unsigned long long a,
+                                         unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1, 0, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void fw_mma<64>(float (&d)[32], unsigned long long a,
+                                         unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 1, 1, 1, 0, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void fw_mma<32>(float (&d)[16], unsigned long long a,
+                                         unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, 1, 1, 1, 0, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b));
+}
+
+// STEPS steps of 16 k from the slice whose descriptors are a and b, ascending: 4, a whole slice;
+// fewer for the last slice when in % 64 is 1 to 48; then commits them as one group. The fence and
+// the commit sit in the same branch as the steps, so that the assembler adds no fence of its own.
+template <int N, int STEPS>
+__device__ __forceinline__ void fw_steps(float (&d)[N / 2], unsigned long long a,
+                                         unsigned long long b) {
+  fw_fence();
+#pragma unroll
+  for (int s = 0; s < STEPS; s++) {
+    fw_mma<N>(d, a + 2 * s, b + 2 * s);  // 32 bytes a step: 2 units of the address field
+  }
+  fw_commit();
+}
+
+template <int WGS, int OUTS, int STAGES>
+__device__ __forceinline__ void gemm_fixed_wgmma(
+    const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  constexpr int ROWS = 64 * WGS;
+  constexpr int THREADS = 128 * WGS;
+  constexpr int COPY_ROWS = THREADS / 8;  // the rows one round of the block's copies covers
+  constexpr int ROW_BYTES = FW_K * 2;
+  constexpr int X_BYTES = ROWS * ROW_BYTES;
+  constexpr int STAGE_BYTES = (ROWS + OUTS) * ROW_BYTES;
+  constexpr int R = OUTS / 2;  // accumulators a thread
+  static_assert(OUTS == 32 || OUTS == 64 || OUTS == 128 || OUTS == 256, "a wgmma's N");
+  static_assert(OUTS % COPY_ROWS == 0 && OUTS / COPY_ROWS <= 32, "whole rounds, a bit each");
+  static_assert(COPY_ROWS % 8 == 0, "a thread's copies keep its row % 8, hence its swizzle");
+  static_assert(STAGES >= 3, "slice t + STAGES - 2 is copied while slices t - 1 and t are read");
+  extern __shared__ __align__(1024) unsigned char fw_ring[];
+  const int tid = threadIdx.x;
+
+  // the block's tile: groups of FW_GROUP row tiles (the last group may be smaller), row tiles
+  // fastest within a group
+  const int tilesM = (rows + ROWS - 1) / ROWS;
+  const int tilesN = (out + OUTS - 1) / OUTS;
+  const int perGroup = FW_GROUP * tilesN;
+  const int group = blockIdx.x / perGroup;
+  const int firstM = group * FW_GROUP;
+  const int groupM = min(tilesM - firstM, FW_GROUP);
+  const int local = blockIdx.x - group * perGroup;
+  const int r0 = (firstM + local % groupM) * ROWS;
+  const int o0 = (local / groupM) * OUTS;
+
+  // copies: thread t moves piece t % 8 of rows t / 8 + COPY_ROWS · i of every slice
+  const int piece = tid % 8;
+  const int row = tid / 8;
+  const long long rowStep = (long long)COPY_ROWS * in;
+  const bf16_t* xFrom = x + (long long)(r0 + row) * in + piece * 8;
+  const bf16_t* wFrom = w + (long long)(o0 + row) * in + piece * 8;
+  unsigned int xRows = 0, wRows = 0;  // bit i: row row + COPY_ROWS · i is in range
+#pragma unroll
+  for (int i = 0; i < ROWS / COPY_ROWS; i++) {
+    xRows |= (r0 + row + COPY_ROWS * i < rows ? 1u : 0u) << i;
+  }
+#pragma unroll
+  for (int i = 0; i < OUTS / COPY_ROWS; i++) {
+    wRows |= (o0 + row + COPY_ROWS * i < out ? 1u : 0u) << i;
+  }
+  const unsigned int ring = (shared_address(fw_ring) + 1023u) & ~1023u;
+  const unsigned int copyTo = ring + row * ROW_BYTES + ((piece ^ (row % 8)) << 4);
+  const int kTiles = (in + FW_K - 1) / FW_K;
+  auto copySlice = [&](int t) {
+    const int k0 = t * FW_K;
+    const bool inK = k0 + piece * 8 < in;
+    const bool firstPass = t < STAGES;  // rows out of range: zeros once, then left alone
+    const unsigned int to = copyTo + (t % STAGES) * STAGE_BYTES;
+#pragma unroll
+    for (int i = 0; i < ROWS / COPY_ROWS; i++) {
+      const bool inRows = (xRows >> i) & 1u;
+      if (inRows || firstPass) {
+        const bool valid = inRows && inK;
+        copy16_async(to + i * COPY_ROWS * ROW_BYTES, valid ? xFrom + i * rowStep + k0 : x, valid);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < OUTS / COPY_ROWS; i++) {
+      const bool inRows = (wRows >> i) & 1u;
+      if (inRows || firstPass) {
+        const bool valid = inRows && inK;
+        copy16_async(to + X_BYTES + i * COPY_ROWS * ROW_BYTES,
+                     valid ? wFrom + i * rowStep + k0 : w, valid);
+      }
+    }
+  };
+
+  // the warpgroup's rows of x and the block's rows of w in the first stage
+  const int wg = tid / 128;
+  const unsigned long long aFirst = fw_descriptor(ring + wg * 64 * ROW_BYTES);
+  const unsigned long long bFirst = fw_descriptor(ring + X_BYTES);
+
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    acc[i] = 0.f;
+  }
+
+#pragma unroll
+  for (int t = 0; t < STAGES - 2; t++) {
+    if (t < kTiles) {
+      copySlice(t);
+    }
+    copy_async_commit();  // empty groups too: the count of groups stays that of slices
+  }
+  for (int t = 0; t < kTiles; t++) {
+    copy_async_wait<STAGES - 3>();  // slice t has landed (this thread's copies)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to wgmma
+    __syncthreads();  // everyone's copies of slice t; every warpgroup done with slice t - 1
+    if (t + STAGES - 2 < kTiles) {
+      copySlice(t + STAGES - 2);  // into the stage of slice t - 2
+    }
+    copy_async_commit();
+    const unsigned long long at = (unsigned long long)(((t % STAGES) * STAGE_BYTES) >> 4);
+    const int left = in - t * FW_K;  // k left from this slice on: steps of 16 up to ceil(in / 16)
+    fw_hold(acc);
+    if (left > 48) {
+      fw_steps<OUTS, 4>(acc, aFirst + at, bFirst + at);
+    } else if (left > 32) {
+      fw_steps<OUTS, 3>(acc, aFirst + at, bFirst + at);
+    } else if (left > 16) {
+      fw_steps<OUTS, 2>(acc, aFirst + at, bFirst + at);
+    } else {
+      fw_steps<OUTS, 1>(acc, aFirst + at, bFirst + at);
+    }
+    fw_wait<1>();  // slice t - 1's steps are done: its stage may be refilled after the barrier
+    fw_hold(acc);
+  }
+  fw_wait<0>();
+  fw_hold(acc);
+  copy_async_wait<0>();
+
+  const int lane = tid % 32;
+  const int rowOf = r0 + wg * 64 + ((tid / 32) % 4) * 16 + lane / 4;
+  const int colOf = o0 + 2 * (lane % 4);
+  // pairs of outputs as one 8-byte access when every pair is 8-byte aligned
+  const bool pairs = out % 2 == 0 && ((unsigned long long)y & 7ull) == 0;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = rowOf + 8 * h;
+    if (r >= rows) {
+      continue;
+    }
+    float* yr = y + (long long)r * out;
+#pragma unroll
+    for (int i = 0; i < OUTS / 8; i++) {
+      const int o = colOf + 8 * i;
+      const float v0 = acc[4 * i + 2 * h];
+      const float v1 = acc[4 * i + 2 * h + 1];
+      if (pairs) {
+        if (o < out) {  // then o + 1 < out too: out and o are even
+          float2* p = (float2*)(yr + o);
+          float2 s = make_float2(v0, v1);
+          if (accumulate) {
+            float2 old = *p;
+            s.x = old.x + v0;
+            s.y = old.y + v1;
+          }
+          *p = s;
+        }
+      } else {
+        if (o < out) {
+          yr[o] = accumulate ? yr[o] + v0 : v0;
+        }
+        if (o + 1 < out) {
+          yr[o + 1] = accumulate ? yr[o + 1] + v1 : v1;
+        }
+      }
+    }
+  }
+}
+
+#else
+
+// Not Hopper's sm_90a: no wgmma. Gemm.java never launches these kernels there; should one be
+// launched anyway, it stops with an error rather than leave y unwritten.
+template <int WGS, int OUTS, int STAGES>
+__device__ __forceinline__ void gemm_fixed_wgmma(
+    const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) {
+  __trap();
+}
+
+#endif
+
+// A kernel of gemm_fixed_wgmma, with gemm_fixed_bf16_mma's parameters: ROWS = 64 · WGS rows,
+// OUTS outputs, STAGES slices of 64 k in the ring; MIN_BLOCKS blocks per multiprocessor, as many
+// as its shared memory allows (228 KiB a multiprocessor on sm_90, 1 KiB of it reserved per block).
+// Gemm.java's FixedOrderWgmmaTile repeats each line's numbers; keep the two in step.
+#define GEMM_FIXED_WGMMA(NAME, WGS, OUTS, STAGES, MIN_BLOCKS)                                  \
+  extern "C" __global__ void __launch_bounds__(128 * WGS, MIN_BLOCKS) NAME(                    \
+      const bf16_t* x, const bf16_t* w, float* y, int rows, int in, int out, int accumulate) { \
+    gemm_fixed_wgmma<WGS, OUTS, STAGES>(x, w, y, rows, in, out, accumulate);                   \
+  }
+
+// 2 warpgroups of 64 × 256, 4 stages: 193 KiB, one block a multiprocessor (prefill)
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_128x256, 2, 256, 4, 1)
+// 2 warpgroups of 64 × 128, 3 stages: 97 KiB, two blocks a multiprocessor
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_128x128, 2, 128, 3, 2)
+// 1 warpgroup of 64 × 128, 4 stages: 97 KiB, two blocks a multiprocessor
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x128, 1, 128, 4, 2)
+// 1 warpgroup of 64 × 64, 6 stages: 97 KiB, two blocks a multiprocessor (decode batches)
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x64, 1, 64, 6, 2)
+// 1 warpgroup of 64 × 32, 8 stages: 97 KiB, two blocks a multiprocessor (decode, few outputs)
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x32, 1, 32, 8, 2)
+
 // ---------------------------------------------------------------------------------- decode GEMV
 
 // 16 bytes of a weight row, which a product reads once: through the read-only path without

@@ -125,7 +125,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
               in,
               out,
               accumulate,
-              check.fromV1().count(),
+              check.fromReference().count(),
               rows * out,
               check.apart().count(),
               parts.size(),
@@ -171,15 +171,38 @@ class FixedGemmV2GpuTest extends OnTheGpu {
   }
 
   /**
-   * A tile's result ({@code rows + 1} rows of {@code out}, the last the guard row) against v1's,
-   * against its own computed in several launches, past the rows (where {@code y0}, what the buffer
-   * held before, must stay), and against float64 ({@code worst}: sampled error / bound).
+   * A tile's result ({@code rows + 1} rows of {@code out}, the last the guard row) against a
+   * reference's ({@code reference} names it: v1 here, another tile of the family in
+   * FixedGemmWgmmaGpuTest), against its own computed in several launches, past the rows (where
+   * {@code y0}, what the buffer held before, must stay), and against float64 ({@code worst}:
+   * sampled error / bound).
    */
-  private record TileCheck(
-      String what, BitDiff fromV1, BitDiff apart, int guardWritten, double worst, int out) {
+  record TileCheck(
+      String what,
+      String reference,
+      BitDiff fromReference,
+      BitDiff apart,
+      int guardWritten,
+      double worst,
+      int out) {
+    /** The check against v1's result {@code v1}. */
     static TileCheck of(
         String what,
         float[] v1,
+        float[] tile,
+        float[] parted,
+        float[] y0,
+        int rows,
+        int out,
+        double worst) {
+      return of(what, "v1", v1, tile, parted, y0, rows, out, worst);
+    }
+
+    /** The check against {@code expected}, the result of the kernel named {@code reference}. */
+    static TileCheck of(
+        String what,
+        String reference,
+        float[] expected,
         float[] tile,
         float[] parted,
         float[] y0,
@@ -192,14 +215,24 @@ class FixedGemmV2GpuTest extends OnTheGpu {
                   Arrays.copyOfRange(tile, rows * out, y0.length))
               .count();
       return new TileCheck(
-          what, BitDiff.of(v1, tile), BitDiff.of(tile, parted), guardWritten, worst, out);
+          what,
+          reference,
+          BitDiff.of(expected, tile),
+          BitDiff.of(tile, parted),
+          guardWritten,
+          worst,
+          out);
     }
 
     /** What is wrong, one line each; empty when nothing is. */
     List<String> problems() {
       List<String> problems = new ArrayList<>();
-      if (fromV1.count() != 0) {
-        problems.add(what + ": outputs differ in bits from v1" + fromV1.first(out, "v1", "tile"));
+      if (fromReference.count() != 0) {
+        problems.add(
+            what
+                + ": outputs differ in bits from "
+                + reference
+                + fromReference.first(out, reference, "tile"));
       }
       if (apart.count() != 0) {
         problems.add(
@@ -216,7 +249,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
   }
 
   /** Where two results part bit for bit: how many outputs differ, and the first. */
-  private record BitDiff(int count, int firstAt, float[] a, float[] b) {
+  record BitDiff(int count, int firstAt, float[] a, float[] b) {
     static BitDiff of(float[] a, float[] b) {
       int count = 0;
       int firstAt = -1;
@@ -253,7 +286,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
    * The worst error of 64 sampled outputs of {@code y} (row 0, the negative zeros, among them)
    * against float64, as a share of the bound {@code 1e-5 · Σ|terms| + 1e-6}.
    */
-  private static double worstAgainstFloat64(
+  static double worstAgainstFloat64(
       MemorySegment x,
       MemorySegment w,
       float[] y0,
@@ -379,7 +412,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
     double cublasUs = micros[micros.length - 1];
     String pick =
         Gemm.fixedOrderKernel(
-            true,
+            Gemm.FixedGemm.V2,
             Gemm.R_16BF,
             rows,
             in,

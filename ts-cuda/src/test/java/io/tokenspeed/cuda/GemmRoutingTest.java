@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.cuda.Gemm.FixedGemm;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -76,21 +77,47 @@ class GemmRoutingTest {
   }
 
   @Test
-  void shouldReadTheFixedGemmSwitchAsV1OrV2AndV2WhenUnset() {
-    assertTrue(Gemm.fixedGemmSwitch(null));
-    assertFalse(Gemm.fixedGemmSwitch("v1"));
-    assertFalse(Gemm.fixedGemmSwitch(" V1"));
-    assertTrue(Gemm.fixedGemmSwitch("v2"));
-    assertTrue(Gemm.fixedGemmSwitch("V2 "));
-    for (String bad : new String[] {"", "2", "v3", "on", "v2x"}) {
+  void shouldReadTheFixedGemmSwitchAsV1V2OrWgmmaAndV2WhenUnset() {
+    assertEquals(FixedGemm.V2, Gemm.fixedGemmSwitch(null));
+    assertEquals(FixedGemm.V1, Gemm.fixedGemmSwitch("v1"));
+    assertEquals(FixedGemm.V1, Gemm.fixedGemmSwitch(" V1"));
+    assertEquals(FixedGemm.V2, Gemm.fixedGemmSwitch("v2"));
+    assertEquals(FixedGemm.V2, Gemm.fixedGemmSwitch("V2 "));
+    assertEquals(FixedGemm.WGMMA, Gemm.fixedGemmSwitch("wgmma"));
+    assertEquals(FixedGemm.WGMMA, Gemm.fixedGemmSwitch(" WGMMA\n"));
+    for (String bad : new String[] {"", "2", "v3", "on", "v2x", "wgmma2", "w gmma"}) {
       IllegalArgumentException e =
           assertThrows(IllegalArgumentException.class, () -> Gemm.fixedGemmSwitch(bad), bad);
       assertTrue(e.getMessage().contains("tokenspeed.cuda.fixedgemm"), e::getMessage);
-      assertTrue(e.getMessage().contains("v1 or v2"), e::getMessage);
+      assertTrue(e.getMessage().contains("v1, v2 or wgmma"), e::getMessage);
     }
     // what this JVM was started with (unset in the build: v2)
     assertEquals(
-        Gemm.fixedGemmSwitch(System.getProperty(Gemm.FIXED_GEMM_PROPERTY)), Gemm.FIXED_GEMM_V2);
+        Gemm.fixedGemmSwitch(System.getProperty(Gemm.FIXED_GEMM_PROPERTY)), Gemm.FIXED_GEMM);
+  }
+
+  /**
+   * wgmma runs only where the kernels are compiled for sm_90a: compute capability 9.0. Elsewhere
+   * the switch's {@code wgmma} reads as {@code v2}; v1 and v2 stay what they are everywhere.
+   */
+  @Test
+  void shouldRunTheWgmmaFamilyOnlyOnComputeCapability90() {
+    assertTrue(CudaDevice.runsWgmma(9, 0));
+    assertEquals("sm_90a", CudaDevice.compileTarget(9, 0));
+    for (int[] cc : new int[][] {{8, 0}, {8, 6}, {8, 9}, {10, 0}, {12, 0}}) {
+      assertFalse(CudaDevice.runsWgmma(cc[0], cc[1]), cc[0] + "." + cc[1]);
+    }
+    assertEquals(FixedGemm.WGMMA, FixedGemm.WGMMA.on(true));
+    assertEquals(FixedGemm.V2, FixedGemm.WGMMA.on(false));
+    for (boolean hopper : new boolean[] {false, true}) {
+      assertEquals(FixedGemm.V1, FixedGemm.V1.on(hopper));
+      assertEquals(FixedGemm.V2, FixedGemm.V2.on(hopper));
+    }
+    // off Hopper, the wgmma switch routes as v2 does
+    FixedGemm offHopper = FixedGemm.WGMMA.on(false);
+    assertEquals(
+        "gemm_fixed_bf16_mma_v2_128x128",
+        Gemm.fixedOrderKernel(offHopper, Gemm.R_16BF, 2048, 4096, 6144, 108, 163 * 1024));
   }
 
   /**
@@ -151,11 +178,13 @@ class GemmRoutingTest {
   })
   void shouldPickTheLargestTileThatFillsTheGpu(
       int rows, int out, int in, String kernel, long blocks) {
-    assertEquals(kernel, Gemm.fixedOrderKernel(true, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
+    assertEquals(
+        kernel, Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
     assertEquals(blocks, FixedOrderTile.ofKernel(kernel).blocks(rows, out));
     // the baseline: v1 for every one of them
     assertEquals(
-        Gemm.V1_KERNEL, Gemm.fixedOrderKernel(false, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
+        Gemm.V1_KERNEL,
+        Gemm.fixedOrderKernel(FixedGemm.V1, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
   }
 
   @Test
@@ -164,33 +193,34 @@ class GemmRoutingTest {
     // 128 × 128 tiles
     assertEquals(
         "gemm_fixed_bf16_mma_v2_128x128",
-        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 108, 163 * 1024));
+        Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, 2048, 4096, 6144, 108, 163 * 1024));
     // 99 KiB (sm_86, sm_89): the 96 KiB tiles still fit
     assertEquals(
         "gemm_fixed_bf16_mma_v2_128x128",
-        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 99 * 1024));
+        Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, 2048, 4096, 6144, 84, 99 * 1024));
     // a KiB short of 96: both 96 KiB tiles are passed over, and 64 × 64 takes it
     assertEquals(
         "gemm_fixed_bf16_mma_v2_64x64",
-        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 95 * 1024));
+        Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, 2048, 4096, 6144, 84, 95 * 1024));
     // 64 KiB: only the smallest; under it, none, and v1 (15 KiB of static shared memory) takes it
     assertEquals(
         "gemm_fixed_bf16_mma_v2_64x64",
-        Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 84, 64 * 1024));
+        Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, 2048, 4096, 6144, 84, 64 * 1024));
     assertEquals(
-        Gemm.V1_KERNEL, Gemm.fixedOrderKernel(true, Gemm.R_16BF, 2048, 4096, 6144, 80, 48 * 1024));
+        Gemm.V1_KERNEL,
+        Gemm.fixedOrderKernel(FixedGemm.V2, Gemm.R_16BF, 2048, 4096, 6144, 80, 48 * 1024));
   }
 
   @Test
   void shouldKeepTheOneThreadPerOutputKernelsWhateverTheSwitch() {
-    for (boolean v2 : new boolean[] {false, true}) {
+    for (FixedGemm family : FixedGemm.values()) {
       // in not a multiple of 8 (the tensor-core kernels' 16-byte loads), float32
       assertEquals(
           "gemm_fixed_bf16",
-          Gemm.fixedOrderKernel(v2, Gemm.R_16BF, 4096, 4100, 4096, SMS, H100_SHARED));
+          Gemm.fixedOrderKernel(family, Gemm.R_16BF, 4096, 4100, 4096, SMS, H100_SHARED));
       assertEquals(
           "gemm_fixed_f32",
-          Gemm.fixedOrderKernel(v2, Gemm.R_32F, 4096, 4096, 4096, SMS, H100_SHARED));
+          Gemm.fixedOrderKernel(family, Gemm.R_32F, 4096, 4096, 4096, SMS, H100_SHARED));
     }
   }
 
@@ -244,5 +274,141 @@ class GemmRoutingTest {
     assertFalse(source.contains("GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2,"), "128 × 256");
     assertThrows(
         IllegalArgumentException.class, () -> FixedOrderTile.ofKernel("gemm_fixed_bf16_mma_v2"));
+  }
+
+  /**
+   * The rule of {@link FixedOrderWgmmaTile#forShape} on an H100 (132 multiprocessors, 227 KiB a
+   * block): the largest wgmma tile with blocks for at least 9 tenths of the multiprocessors, else
+   * the smallest; never a 128-row tile for 64 rows or fewer. The Llama 8B shapes of the timing test
+   * at decode and prefill sizes, the logits, and ragged shapes of the GPU test.
+   */
+  @ParameterizedTest(name = "rows {0}, out {1}, in {2}: {3} ({4} blocks)")
+  @CsvSource({
+    // qkv: decode batches take the narrowest tile, 192 blocks; then each tile in turn
+    "1, 6144, 4096, gemm_fixed_wgmma_64x32, 192",
+    "16, 6144, 4096, gemm_fixed_wgmma_64x32, 192",
+    "64, 6144, 4096, gemm_fixed_wgmma_64x32, 192",
+    "128, 6144, 4096, gemm_fixed_wgmma_64x64, 192",
+    "256, 6144, 4096, gemm_fixed_wgmma_64x128, 192",
+    "512, 6144, 4096, gemm_fixed_wgmma_128x128, 192",
+    "1024, 6144, 4096, gemm_fixed_wgmma_128x256, 192",
+    "2048, 6144, 4096, gemm_fixed_wgmma_128x256, 384",
+    "8192, 6144, 4096, gemm_fixed_wgmma_128x256, 1536",
+    // o: 128 blocks (9.7 tenths of 132) of each tile in turn as the rows double
+    "1, 4096, 4096, gemm_fixed_wgmma_64x32, 128",
+    "64, 4096, 4096, gemm_fixed_wgmma_64x32, 128",
+    "128, 4096, 4096, gemm_fixed_wgmma_64x64, 128",
+    "256, 4096, 4096, gemm_fixed_wgmma_64x128, 128",
+    "512, 4096, 4096, gemm_fixed_wgmma_128x128, 128",
+    "1024, 4096, 4096, gemm_fixed_wgmma_128x256, 128",
+    "2048, 4096, 4096, gemm_fixed_wgmma_128x256, 256",
+    "8192, 4096, 4096, gemm_fixed_wgmma_128x256, 1024",
+    // gate|up
+    "1, 28672, 4096, gemm_fixed_wgmma_64x128, 224",
+    "64, 28672, 4096, gemm_fixed_wgmma_64x128, 224",
+    "65, 28672, 4096, gemm_fixed_wgmma_128x128, 224",
+    "128, 28672, 4096, gemm_fixed_wgmma_128x128, 224",
+    "256, 28672, 4096, gemm_fixed_wgmma_128x256, 224",
+    "2048, 28672, 4096, gemm_fixed_wgmma_128x256, 1792",
+    // down: as o
+    "16, 4096, 14336, gemm_fixed_wgmma_64x32, 128",
+    "512, 4096, 14336, gemm_fixed_wgmma_128x128, 128",
+    "2048, 4096, 14336, gemm_fixed_wgmma_128x256, 256",
+    // the logits (128,256 outputs): a decode batch keeps to the 64-row tiles
+    "1, 128256, 4096, gemm_fixed_wgmma_64x128, 1002",
+    "64, 128256, 4096, gemm_fixed_wgmma_64x128, 1002",
+    "65, 128256, 4096, gemm_fixed_wgmma_128x256, 501",
+    // ragged: no tile fills the GPU, so the smallest
+    "3, 1000, 4104, gemm_fixed_wgmma_64x32, 32",
+    "200, 1000, 4104, gemm_fixed_wgmma_64x32, 128",
+    "300, 200, 136, gemm_fixed_wgmma_64x32, 35",
+    "4096, 37, 64, gemm_fixed_wgmma_64x32, 128",
+    "2048, 6144, 4104, gemm_fixed_wgmma_128x256, 384"
+  })
+  void shouldPickTheLargestWgmmaTileThatFillsTheGpu(
+      int rows, int out, int in, String kernel, long blocks) {
+    assertEquals(
+        kernel,
+        Gemm.fixedOrderKernel(FixedGemm.WGMMA, Gemm.R_16BF, rows, in, out, SMS, H100_SHARED));
+    assertEquals(blocks, FixedOrderWgmmaTile.ofKernel(kernel).blocks(rows, out));
+  }
+
+  /**
+   * With the wgmma family, every bf16 product with {@code in} a multiple of 8 goes to a wgmma tile,
+   * whatever its rows (decode's 1 to prefill's 8,192) and outputs: none falls back to the mma.sync
+   * kernels, whose bits differ, on a Hopper GPU (132 multiprocessors on an H100 SXM, 114 on a PCIe
+   * card, both with 227 KiB a block).
+   */
+  @Test
+  void shouldSendEveryBf16ProductToAWgmmaTileOnHopper() {
+    for (int sms : new int[] {132, 114}) {
+      for (int rows = 1; rows <= 8192; rows += rows < 300 ? 1 : 97) {
+        for (int out : new int[] {1, 8, 37, 1000, 4096, 6144, 28672, 128256}) {
+          String kernel =
+              Gemm.fixedOrderKernel(
+                  FixedGemm.WGMMA, Gemm.R_16BF, rows, 4104, out, sms, H100_SHARED);
+          assertTrue(kernel.startsWith("gemm_fixed_wgmma_"), rows + " x " + out + ": " + kernel);
+          assertEquals(
+              FixedOrderWgmmaTile.forShape(rows, out, sms, H100_SHARED),
+              FixedOrderWgmmaTile.ofKernel(kernel));
+        }
+      }
+    }
+    // a block of less than 193 KiB (no Hopper GPU): 128 x 256 is passed over
+    assertEquals(
+        "gemm_fixed_wgmma_128x128",
+        Gemm.fixedOrderKernel(FixedGemm.WGMMA, Gemm.R_16BF, 2048, 4096, 6144, SMS, 163 * 1024));
+  }
+
+  /**
+   * The wgmma tiles' constants against their kernels in kernels.cu ({@code GEMM_FIXED_WGMMA(name,
+   * warpgroups, outs, stages, blocks per multiprocessor)}): the launch's threads and shared memory
+   * must be the kernel's, and the blocks per multiprocessor its launch bounds promise must fit an
+   * H100's 228 KiB of shared memory (1 KiB reserved per block).
+   */
+  @Test
+  void shouldLaunchEachWgmmaTileWithItsKernelsThreadsAndSharedMemory() throws IOException {
+    String source;
+    try (InputStream in = Gemm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+    assertTrue(source.contains("#define FW_K " + FixedOrderWgmmaTile.SLICE_K + "\n"), "FW_K");
+    Pattern line =
+        Pattern.compile(
+            "^GEMM_FIXED_WGMMA\\((\\w+), (\\d+), (\\d+), (\\d+), (\\d+)\\)$", Pattern.MULTILINE);
+    Matcher m = line.matcher(source);
+    int kernels = 0;
+    while (m.find()) {
+      kernels++;
+      FixedOrderWgmmaTile tile = FixedOrderWgmmaTile.ofKernel(m.group(1));
+      int warpgroups = Integer.parseInt(m.group(2));
+      assertEquals(tile.warpgroups, warpgroups, tile + " warpgroups");
+      assertEquals(tile.rows, 64 * warpgroups, tile + " rows");
+      assertEquals(tile.threads(), 128 * warpgroups, tile + " threads");
+      assertEquals(tile.outs, Integer.parseInt(m.group(3)), tile + " outs");
+      assertEquals(tile.stages, Integer.parseInt(m.group(4)), tile + " stages");
+      int perMultiprocessor = Integer.parseInt(m.group(5));
+      assertTrue(tile.sharedBytes() <= H100_SHARED, tile + ": " + tile.sharedBytes());
+      assertTrue(
+          perMultiprocessor * (tile.sharedBytes() + 1024) <= 228 * 1024,
+          tile + ": " + perMultiprocessor + " blocks of " + tile.sharedBytes());
+      assertTrue(tile.kernel.endsWith("_" + tile.rows + "x" + tile.outs), tile.kernel);
+    }
+    assertEquals(FixedOrderWgmmaTile.values().length, kernels, "GEMM_FIXED_WGMMA kernels");
+    assertEquals(5, kernels, "GEMM_FIXED_WGMMA kernels: 128 x 256 down to 64 x 32");
+    // the table of FixedOrderWgmmaTile's comment: stages of (rows + outs) · 128 bytes, 1 KiB more
+    assertEquals(193 * 1024, FixedOrderWgmmaTile.T128X256.sharedBytes());
+    for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
+      if (tile != FixedOrderWgmmaTile.T128X256) {
+        assertEquals(97 * 1024, tile.sharedBytes(), tile.kernel);
+      }
+    }
+    // the kernels sit in their own section, wgmma only where the sm_90a feature macro is defined
+    assertTrue(source.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"), "sm_90a guard");
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class, () -> FixedOrderWgmmaTile.ofKernel("gemm_fixed_wgmma"));
+    assertTrue(e.getMessage().contains("kernel=gemm_fixed_wgmma"), e::getMessage);
   }
 }

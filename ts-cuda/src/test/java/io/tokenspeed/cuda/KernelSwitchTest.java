@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /** The kernel switches' values: either name, in any case; anything else refused by name. */
@@ -36,5 +37,34 @@ class KernelSwitchTest {
   @org.junit.jupiter.api.Test
   void shouldReadNoValueAsTheFirst() {
     assertFalse(KernelSwitch.read("tokenspeed.cuda.x", null, "off", "on"));
+  }
+
+  @ParameterizedTest
+  @CsvSource({"v1, 0", "V1, 0", "v2, 1", "' V2', 1", "wgmma, 2", "' WGMMA ', 2"})
+  void shouldPickAmongMoreThanTwoValuesInAnyCase(String value, int index) {
+    assertEquals(index, KernelSwitch.pick("tokenspeed.cuda.x", value, "v1", "v2", "wgmma"));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"", "v3", "wgmm", "wgmma v2", "true"})
+  void shouldRefuseAnythingElseNamingEveryValue(String value) {
+    var e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> KernelSwitch.pick("tokenspeed.cuda.x", value, "v1", "v2", "wgmma"));
+    assertEquals(
+        "tokenspeed.cuda.x must be v1, v2 or wgmma, not \"" + value + "\"", e.getMessage());
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldPickTheFirstForNoValueAndAgreeWithReadForTwoValues() {
+    assertEquals(0, KernelSwitch.pick("tokenspeed.cuda.x", null, "v1", "v2", "wgmma"));
+    for (String v : new String[] {"off", "on", " ON "}) {
+      assertEquals(
+          KernelSwitch.read("tokenspeed.cuda.x", v, "off", "on") ? 1 : 0,
+          KernelSwitch.pick("tokenspeed.cuda.x", v, "off", "on"));
+    }
+    assertThrows(
+        IllegalArgumentException.class, () -> KernelSwitch.pick("tokenspeed.cuda.x", "a", "a"));
   }
 }

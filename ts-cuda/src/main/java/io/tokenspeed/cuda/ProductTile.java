@@ -1,0 +1,62 @@
+package io.tokenspeed.cuda;
+
+/**
+ * A block tile of one of deterministic mode's tiled bf16 product kernels ({@link FixedOrderTile}
+ * for the mma.sync family, {@link FixedOrderWgmmaTile} for the wgmma one): what a launch needs, and
+ * the rule both families pick a tile by ({@link #largestThatFills}). Every kernel takes {@code (x,
+ * w, y, rows, in, out, accumulate)} on a one-dimensional grid of {@link #blocks} blocks.
+ */
+interface ProductTile {
+
+  /**
+   * A tile fills the GPU when its blocks number at least this share of the multiprocessors, in
+   * tenths: 9, so that 128 blocks count as a full wave on 132 multiprocessors (the power-of-two
+   * shapes of the Llama family give 128 of a tile where the next smaller tile gives 256). Idle
+   * multiprocessors cost at most that tenth of the time; the smaller tile would pay instead with
+   * less reuse of each operand it loads (by how much, the families' GPU tests measure).
+   */
+  int FULL_WAVE_TENTHS = 9;
+
+  /** The kernel's name in {@code kernels.cu}. */
+  String kernel();
+
+  /** Rows of x per block. */
+  int tileRows();
+
+  /** Threads per block. */
+  int threads();
+
+  /** Dynamic shared memory of a block, in bytes. */
+  int sharedBytes();
+
+  /** Blocks of a product of {@code rows} rows and {@code out} outputs: one per output tile. */
+  long blocks(int rows, int out);
+
+  /**
+   * The rule: among {@code tiles} (largest first) whose shared memory fits {@code
+   * sharedBytesPerBlock} (the device's opt-in limit per block) and that are not too tall for the
+   * rows, the largest whose blocks fill the GPU (at least {@link #FULL_WAVE_TENTHS} tenths of
+   * {@code multiprocessors}), else the smallest. A tile is too tall when half of it holds the rows
+   * and a shorter tile exists: 64 rows or fewer (decode batches) never take a 128-row tile, whose
+   * other half would be padding multiplied for nothing. Null when no tile fits the shared memory.
+   */
+  static <T extends ProductTile> T largestThatFills(
+      T[] tiles, int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
+    int shortest = Integer.MAX_VALUE;
+    for (T tile : tiles) {
+      shortest = Math.min(shortest, tile.tileRows());
+    }
+    T smallest = null;
+    for (T tile : tiles) {
+      boolean tooTall = tile.tileRows() > shortest && 2L * rows <= tile.tileRows();
+      if (tooTall || tile.sharedBytes() > sharedBytesPerBlock) {
+        continue;
+      }
+      if (10 * tile.blocks(rows, out) >= (long) FULL_WAVE_TENTHS * multiprocessors) {
+        return tile;
+      }
+      smallest = tile;
+    }
+    return smallest;
+  }
+}
