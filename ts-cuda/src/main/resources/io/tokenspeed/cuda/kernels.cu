@@ -1047,6 +1047,33 @@ __device__ __forceinline__ void fw_barrier_arrive_on_copies(unsigned int bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
+// Orders the mbarrier initializations before their use by other threads (with a barrier after).
+__device__ __forceinline__ void fw_barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Waits for every cp.async copy this thread issued.
+__device__ __forceinline__ void fw_copies_wait() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// The warpgroup gives up registers down to N a thread, or asks for up to N (setmaxnreg).
+template <int N>
+__device__ __forceinline__ void fw_registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+template <int N>
+__device__ __forceinline__ void fw_registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// 8 bytes to shared memory.
+__device__ __forceinline__ void fw_store_shared(unsigned int address, unsigned int lo,
+                                                unsigned int hi) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(address), "r"(lo), "r"(hi) : "memory");
+}
+
 __device__ __forceinline__ void fw_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -1174,13 +1201,13 @@ __device__ __forceinline__ void flash_attention_wgmma(
       fw_barrier_init(emptyK(st), 4 * consumers);
       fw_barrier_init(emptyV(st), 4 * consumers);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fw_barrier_init_fence();
   }
   __syncthreads();
 
   if (warp < 4) {
     // ------------------------------------------------------------------------------ producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FW_PRODUCER_REGS));
+    fw_registers_down<FW_PRODUCER_REGS>();
     const int* table = tables + (long long)tokenRequest[row0] * tableStride;
     // lane L looks up key 32·warp + L of each tile; in pass c it copies piece `piece` of key row
     // 32·warp + c·PASS_ROWS + sub, from the lookup of lane c·PASS_ROWS + sub
@@ -1220,10 +1247,10 @@ __device__ __forceinline__ void flash_attention_wgmma(
       }
       fw_barrier_arrive_on_copies(fullV(st));
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    fw_copies_wait();
   } else {
     // ------------------------------------------------------------------------------ consumers
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FW_CONSUMER_REGS));
+    fw_registers_up<FW_CONSUMER_REGS>();
     int c = warp / 4 - 1;  // rows 64c .. 64c + 63
     if (c >= consumers) {
       return;  // every row past the tile's tokens
@@ -1258,10 +1285,7 @@ __device__ __forceinline__ void flash_attention_wgmma(
       int e = (idx % (D / 4)) * 4;
       unsigned int to =
           qBase + (e / 64) * Q_PANEL + r * 128 + ((((e % 64) / 8) ^ (r % 8)) << 4) + (e % 8) * 2;
-      asm volatile("st.shared.v2.u32 [%0], {%1, %2};"
-                   :
-                   : "r"(to), "r"(pack_bf16x2(qv[k].x, qv[k].y)), "r"(pack_bf16x2(qv[k].z, qv[k].w))
-                   : "memory");
+      fw_store_shared(to, pack_bf16x2(qv[k].x, qv[k].y), pack_bf16x2(qv[k].z, qv[k].w));
     }
     fw_fence_proxy();
     fw_named_sync(1 + c, 128);
