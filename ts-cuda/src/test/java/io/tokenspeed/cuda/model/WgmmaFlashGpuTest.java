@@ -105,6 +105,8 @@ class WgmmaFlashGpuTest extends OnTheGpu {
   private static int smallCase(
       String label, int headDim, int heads, int kvHeads, int blockTokens, int[][] startAndN) {
     String kernel = FlashKernel.WGMMA.function(headDim);
+    // named before it runs: a launch that fails says which case it was
+    System.out.printf(Locale.ROOT, "%s, head size %d: %s ...%n", kernel, headDim, label);
     try (Problem p = new Problem(heads, kvHeads, headDim, blockTokens, startAndN, 7L + headDim)) {
       Float64Check check = new Float64Check(kernel);
       double fromMma = 0;
