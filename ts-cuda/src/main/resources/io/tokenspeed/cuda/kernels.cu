@@ -892,6 +892,635 @@ __device__ __forceinline__ void flash_attention(
 FLASH_ATTENTION(64, false, flash_attention_d64, 2)
 FLASH_ATTENTION(128, true, flash_attention_d128, 2)
 
+// ---------------------------------------------------------------------------------- tensor cores, Hopper
+
+// The flash attention of the section above on Hopper's warpgroup tensor-core instruction
+// (wgmma.mma_async, sm_90a only): flash_attention_wgmma_d64/d128 take exactly the parameters, the
+// grid and the semantics of flash_attention_d64/d128 (a block per tile of up to FA_ROWS (token,
+// query head) rows of one request and one KV head, rows r = token r / group, head r % group; bf16
+// queries, keys, values and probabilities, float32 accumulation; out = bf16(o / l)), and give
+// results independent of the batch in the same way, though not the mma.sync kernel's bits (their
+// key tiles and the order of their sums differ).
+//
+// Block: FW_THREADS = 384, three warpgroups. Warpgroup 0 is the producer: it copies the keys and
+// values of each tile of FW_KEYS = 128 positions from the paged pool into shared memory by
+// cp.async (16 bytes a copy, each warp looking up in the block table the 32 keys it copies, one per
+// lane), and each copy's completion is announced on an mbarrier (cp.async.mbarrier.arrive.noinc, so
+// the producer never waits for its own copies). Warpgroups 1 and 2 are the consumers, each owning
+// 64 of the block's 128 rows (the M of wgmma m64nNk16): warpgroup 1 + c rows 64c .. 64c + 63. A
+// consumer whose rows are all past the tile's tokens (a tile of fewer than 64 / group + 1 tokens,
+// decode) leaves at once. setmaxnreg gives the producer 40 registers and each consumer thread 232
+// (the block starts at 168, __launch_bounds__(384, 1)).
+// Shared memory (dynamic, from a 1024-byte boundary): the queries, [consumer][D / 64 panels][64
+// rows][128 bytes]; then STAGES stages of K, [stage][D / 64 panels][128 keys][128 bytes]; the same
+// for V; then the mbarriers, full and empty for K and for V per stage. Every 128-byte row holds 64
+// consecutive dimensions of one query or key, its eight 16-byte pieces swizzled (piece j of row r
+// at position j ^ (r % 8)): wgmma's 128-byte swizzle, in which q and k are read K-major (the
+// dimensions are the sum's index) and v MN-major (the dimensions are the output's columns, so
+// wgmma reads it transposed), the same bytes for K and V. Three stages at D = 128 (230,496 bytes),
+// four at 64 (148,608): one block a multiprocessor.
+// Pipeline: the producer waits for a stage's K to be released by both consumers before it copies
+// the next tile's keys there, and the same for V; a consumer waits for a tile's K, issues
+// s = q · kᵀ (wgmma from shared memory, D / 16 steps into 64 float32 a thread) and, in the same
+// turn, o += p · v of the previous tile (p from registers, 8 steps over the 128 keys), then works
+// out the softmax of the new scores while the tensor cores run the product with v: so a tile's
+// softmax overlaps its warpgroup's own next products, and the two consumers take turns to issue
+// (named barriers), so that one's softmax overlaps the other's products too. K is released as soon
+// as its scores are in, V when its product is. Keys past the block's last position are copied as
+// zeros. A consumer that has waited for a stage's copies fences the async proxy (fence.proxy.async)
+// before its wgmma's read them; the queries, stored by ordinary stores, likewise before a barrier.
+// A barrier wait of more than 10 s traps instead of hanging (see fw_barrier_wait).
+// Arithmetic, per row, in this order: the keys in tiles of FW_KEYS starting at multiples of FW_KEYS
+// from position 0 whatever the block; per tile, the scores s = q · k (wgmma over d in ascending
+// 16-dimension steps; q rounded to bf16), the keys past the row's position set to -inf (in the
+// tiles that reach past the warpgroup's first position), the row's max over the tile and its
+// running max m, the rescale c = 2^((m_old − m)·scale·log2 e) of l, p = 2^(s·scale·log2 e −
+// m·scale·log2 e), l += p in key order over the thread's columns; then o = c·o and o += bf16(p) · v
+// (wgmma over the tile's keys in ascending 16-key steps). At the end l is summed over the quad of
+// lanes that holds the row in a fixed order, and out = bf16(o / l). Batch invariance: as the
+// mma.sync kernel's, since a row's key tiles start at 0 whatever its block, every sum runs over its
+// own values in a fixed order, and a tile entirely past its position changes none of its bits
+// (p exactly 0, c exactly 1): both consumers run every key tile of the block, up to the block's
+// last position.
+
+#define FW_KEYS 128
+#define FW_THREADS 384
+#define FW_PRODUCER_REGS 40
+#define FW_CONSUMER_REGS 232
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// A wgmma shared-memory matrix descriptor of the 128-byte swizzle: the start address, the leading
+// and the stride byte offsets (16-byte units in bits 0-13, 16-29, 32-45), swizzle mode 1 in bits
+// 62-63. K-major: the stride is that between groups of 8 rows (1024 bytes), the leading offset
+// unused (1). MN-major: the leading offset is that between the 64-column panels, the stride that
+// between groups of 8 rows of k.
+__device__ __forceinline__ unsigned long long fw_descriptor(unsigned int address, unsigned int lead,
+                                                            unsigned int stride) {
+  return (unsigned long long)((address & 0x3ffffu) >> 4) |
+         ((unsigned long long)((lead >> 4) & 0x3fffu) << 16) |
+         ((unsigned long long)((stride >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+// Keeps the compiler from moving a register's reads or writes across this point (the wgmma's
+// registers are written and read asynchronously, between its issue and its wait).
+__device__ __forceinline__ void fw_fence_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+__device__ __forceinline__ void fw_fence_register(unsigned int& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
+
+template <int N>
+__device__ __forceinline__ void fw_fence_registers(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    fw_fence_register(r[i]);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fw_fence_registers(unsigned int* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    fw_fence_register(r[i]);
+  }
+}
+
+__device__ __forceinline__ void fw_mma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void fw_mma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Waits until at most N of the warpgroup's committed groups of wgmma's are still running.
+template <int N>
+__device__ __forceinline__ void fw_mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Makes this thread's ordinary shared-memory accesses so far visible to the async proxy (wgmma).
+__device__ __forceinline__ void fw_fence_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void fw_barrier_init(unsigned int bar, unsigned int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void fw_barrier_arrive(unsigned int bar) {
+  asm volatile("{ .reg .b64 state; mbarrier.arrive.shared::cta.b64 state, [%0]; }" ::"r"(bar)
+               : "memory");
+}
+
+// Waits for the completion of the phase of parity `parity` (the phase before the current one when
+// the barrier is in the other parity). A wait of more than 10 s traps (the launch fails with an
+// error) rather than hanging the process: no tile's copies or products take a thousandth of that,
+// so only a broken protocol gets there.
+__device__ __forceinline__ void fw_barrier_wait(unsigned int bar, unsigned int parity) {
+  unsigned long long since = 0;
+  while (true) {
+    unsigned int done;
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
+        "p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) {
+      return;
+    }
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (since == 0) {
+      since = now;
+    } else if (now - since > 10000000000ull) {
+      __trap();
+    }
+  }
+}
+
+// Arrives on the barrier once all of this thread's cp.async copies so far have landed (the barrier
+// counts this arrival among those it expects).
+__device__ __forceinline__ void fw_barrier_arrive_on_copies(unsigned int bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// Orders the mbarrier initializations before their use by other threads (with a barrier after).
+__device__ __forceinline__ void fw_barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Waits for every cp.async copy this thread issued.
+__device__ __forceinline__ void fw_copies_wait() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// The warpgroup gives up registers down to N a thread, or asks for up to N (setmaxnreg).
+template <int N>
+__device__ __forceinline__ void fw_registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+template <int N>
+__device__ __forceinline__ void fw_registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// 8 bytes to shared memory.
+__device__ __forceinline__ void fw_store_shared(unsigned int address, unsigned int lo,
+                                                unsigned int hi) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(address), "r"(lo), "r"(hi) : "memory");
+}
+
+__device__ __forceinline__ void fw_named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void fw_named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// d (m64 x n128, float32) = (scaleD ? d : 0) + a (m64 x k16, shared, K-major) · b (k16 x n128,
+// shared, K-major), both bf16.
+template <int SCALE_D>
+__device__ __forceinline__ void fw_mma_ss_n128(float* d, unsigned long long a, unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "n"(SCALE_D));
+}
+
+// d (m64 x n128, float32) += a (m64 x k16, registers) · b (k16 x n128, shared, MN-major), both
+// bf16.
+__device__ __forceinline__ void fw_mma_rs_n128(float* d, const unsigned int* a, unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+}
+
+// d (m64 x n64, float32) += a (m64 x k16, registers) · b (k16 x n64, shared, MN-major), both
+// bf16.
+__device__ __forceinline__ void fw_mma_rs_n64(float* d, const unsigned int* a, unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+}
+
+
+// D = 64 or 128, STAGES the stages of K and V. See the comment above.
+template <int D, int STAGES>
+__device__ __forceinline__ void flash_attention_wgmma(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
+    bf16_t* out) {
+  constexpr int PANELS = D / 64;            // 64-dimension panels of a row
+  constexpr int PIECES = D / 8;             // 16-byte pieces of a key row
+  constexpr int PASS_ROWS = 32 / PIECES;    // key rows a warp copies per pass
+  constexpr int Q_PANEL = 64 * 128;         // bytes of one panel of a consumer's queries
+  constexpr int Q_BYTES = PANELS * Q_PANEL; // bytes of a consumer's queries
+  constexpr int PANEL = FW_KEYS * 128;      // bytes of one panel of a stage's keys
+  constexpr int STAGE = PANELS * PANEL;     // bytes of K (or V) per stage
+  constexpr int NS = FW_KEYS / 2;           // score registers a thread (m64 x n128)
+  constexpr int NO = D / 2;                 // output registers a thread (m64 x nD)
+  constexpr int NP = FW_KEYS / 4;           // probability registers a thread (bf16 pairs)
+  static_assert(FA_ROWS == 128 && (D == 64 || D == 128), "two consumers of 64 rows");
+  extern __shared__ __align__(16) unsigned char fw_shared[];
+  const unsigned int qShared = (shared_address(fw_shared) + 1023u) & ~1023u;
+  const unsigned int kShared = qShared + 2 * Q_BYTES;
+  const unsigned int vShared = kShared + STAGES * STAGE;
+  const unsigned int bars = vShared + STAGES * STAGE;  // fullK, fullV, emptyK, emptyV [stage]
+  auto fullK = [&](int st) { return bars + 8 * st; };
+  auto fullV = [&](int st) { return bars + 8 * (STAGES + st); };
+  auto emptyK = [&](int st) { return bars + 8 * (2 * STAGES + st); };
+  auto emptyV = [&](int st) { return bars + 8 * (3 * STAGES + st); };
+
+  int tile = numTiles - 1 - (int)blockIdx.x;  // the last tiles of a request are the longest
+  int row0 = tiles[2 * tile];
+  int count = tiles[2 * tile + 1];
+  int kvHead = blockIdx.y;
+  int group = H / K;
+  int maxPos = positions[row0 + count - 1];
+  int keyTiles = maxPos / FW_KEYS + 1;
+  int consumers = 64 / group < count ? 2 : 1;  // the second's rows start at token 64 / group
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int st = 0; st < STAGES; st++) {
+      fw_barrier_init(fullK(st), 128);
+      fw_barrier_init(fullV(st), 128);
+      fw_barrier_init(emptyK(st), 4 * consumers);
+      fw_barrier_init(emptyV(st), 4 * consumers);
+    }
+    fw_barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    // ------------------------------------------------------------------------------ producer
+    fw_registers_down<FW_PRODUCER_REGS>();
+    const int* table = tables + (long long)tokenRequest[row0] * tableStride;
+    // lane L looks up key 32·warp + L of each tile; in pass c it copies piece `piece` of key row
+    // 32·warp + c·PASS_ROWS + sub, from the lookup of lane c·PASS_ROWS + sub
+    int piece = lane % PIECES;
+    int sub = lane / PIECES;
+    const char* kFrom = pool + kOffset + piece * 16;
+    const char* vFrom = pool + vOffset + piece * 16;
+    unsigned int pieceAt = (piece / 8) * PANEL;
+#pragma unroll 1
+    for (int t = 0; t < keyTiles; t++) {
+      int st = t % STAGES;
+      unsigned int parity = ((t / STAGES) & 1) ^ 1;  // the first use of a stage waits for none
+      long long at = -1;                                 // -1: past the block's last position
+      int key = t * FW_KEYS + warp * 32 + lane;
+      if (key <= maxPos) {
+        int b = key / blockTokens;
+        at = (long long)table[b] * bytesPerBlock +
+             ((long long)kvHead * blockTokens + (key - b * blockTokens)) * (D * 2);
+      }
+      unsigned int stageAt = st * STAGE + pieceAt;
+      fw_barrier_wait(emptyK(st), parity);
+#pragma unroll 4
+      for (int c = 0; c < PIECES; c++) {
+        long long from = __shfl_sync(0xffffffffu, at, c * PASS_ROWS + sub);
+        int row = warp * 32 + c * PASS_ROWS + sub;
+        unsigned int to = stageAt + row * 128 + (((piece % 8) ^ (row % 8)) << 4);
+        flash_copy16(kShared + to, kFrom + (from < 0 ? 0 : from), from < 0 ? 0 : 16);
+      }
+      fw_barrier_arrive_on_copies(fullK(st));
+      fw_barrier_wait(emptyV(st), parity);
+#pragma unroll 4
+      for (int c = 0; c < PIECES; c++) {
+        long long from = __shfl_sync(0xffffffffu, at, c * PASS_ROWS + sub);
+        int row = warp * 32 + c * PASS_ROWS + sub;
+        unsigned int to = stageAt + row * 128 + (((piece % 8) ^ (row % 8)) << 4);
+        flash_copy16(vShared + to, vFrom + (from < 0 ? 0 : from), from < 0 ? 0 : 16);
+      }
+      fw_barrier_arrive_on_copies(fullV(st));
+    }
+    fw_copies_wait();
+  } else {
+    // ------------------------------------------------------------------------------ consumers
+    fw_registers_up<FW_CONSUMER_REGS>();
+    int c = warp / 4 - 1;  // rows 64c .. 64c + 63
+    if (c >= consumers) {
+      return;  // every row past the tile's tokens
+    }
+    int tid = threadIdx.x - 128 * (c + 1);
+    int wi = tid / 32;
+    int g = lane / 4;
+    int tq = lane % 4;
+    bool turns = consumers == 2;
+    int myTurn = 3 + c;     // named barriers 3 and 4: a consumer's turn to issue its products
+    int otherTurn = 4 - c;  // (1 and 2: each consumer's queries stored)
+
+    // the queries, rounded to bf16, swizzled; rows past the tile's tokens are zeros. All the
+    // loads first, then the stores.
+    const unsigned int qBase = qShared + c * Q_BYTES;
+    constexpr int QLOADS = 64 * D / 4 / 128;
+    float4 qv[QLOADS];
+#pragma unroll
+    for (int k = 0; k < QLOADS; k++) {
+      int idx = tid + 128 * k;
+      int row = 64 * c + idx / (D / 4);
+      qv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row / group < count) {
+        qv[k] = *(const float4*)(q + (long long)(row0 + row / group) * H * D +
+                                 (kvHead * group + row % group) * D + (idx % (D / 4)) * 4);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < QLOADS; k++) {
+      int idx = tid + 128 * k;
+      int r = idx / (D / 4);
+      int e = (idx % (D / 4)) * 4;
+      unsigned int to =
+          qBase + (e / 64) * Q_PANEL + r * 128 + ((((e % 64) / 8) ^ (r % 8)) << 4) + (e % 8) * 2;
+      fw_store_shared(to, pack_bf16x2(qv[k].x, qv[k].y), pack_bf16x2(qv[k].z, qv[k].w));
+    }
+    fw_fence_proxy();
+    fw_named_sync(1 + c, 128);
+
+    // this thread's rows (g and g + 8 of its warp's 16) and their positions
+    int rows[2] = {64 * c + 16 * wi + g, 64 * c + 16 * wi + g + 8};
+    int pos[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      pos[i] = positions[row0 + min(rows[i] / group, count - 1)];
+    }
+    int firstPos = positions[row0 + min(64 * c / group, count - 1)];
+    float scaleLog2 = scale * 1.4426950408889634f;
+    const unsigned long long qDesc = fw_descriptor(qBase, 16, 1024);
+    const unsigned long long kDesc = fw_descriptor(kShared, 16, 1024);
+    const unsigned long long vDesc = fw_descriptor(vShared, PANEL, 1024);
+
+    // s: the scores of a tile, then their probabilities (row i of the thread in s[4j + 2i + e],
+    // key 8j + 2tq + e); p: the probabilities as bf16, the a fragments of p · v; o: the output
+    // (o[4j + 2i + e] dimension 8j + 2tq + e)
+    float s[NS];
+    unsigned int p[NP];
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+      o[i] = 0.f;
+    }
+    float m[2] = {NEG_INF, NEG_INF};
+    float l[2] = {0.f, 0.f};
+    float correction[2];
+
+    // s = q · kᵀ over the keys of stage st, 16 dimensions a step
+    auto scores = [&](int st) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        unsigned long long a = qDesc + (unsigned long long)(((kk / 4) * Q_PANEL + (kk % 4) * 32) >> 4);
+        unsigned long long b =
+            kDesc + (unsigned long long)((st * STAGE + (kk / 4) * PANEL + (kk % 4) * 32) >> 4);
+        if (kk == 0) {
+          fw_mma_ss_n128<0>(s, a, b);
+        } else {
+          fw_mma_ss_n128<1>(s, a, b);
+        }
+      }
+    };
+    // o += p · v over the keys of stage st, 16 keys a step
+    auto values = [&](int st) {
+#pragma unroll
+      for (int kk = 0; kk < FW_KEYS / 16; kk++) {
+        unsigned long long b = vDesc + (unsigned long long)((st * STAGE + kk * 16 * 128) >> 4);
+        if constexpr (D == 128) {
+          fw_mma_rs_n128(o, p + 4 * kk, b);
+        } else {
+          fw_mma_rs_n64(o, p + 4 * kk, b);
+        }
+      }
+    };
+    // the online softmax of the scores of the keys k0 .. k0 + FW_KEYS - 1, into s; l rescaled
+    auto softmax = [&](int k0) {
+      if (k0 + FW_KEYS - 1 > firstPos) {
+#pragma unroll
+        for (int j = 0; j < FW_KEYS / 8; j++) {
+#pragma unroll
+          for (int i = 0; i < 2; i++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              if (k0 + 8 * j + 2 * tq + e > pos[i]) {
+                s[4 * j + 2 * i + e] = NEG_INF;
+              }
+            }
+          }
+        }
+      }
+      float rowMax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+      for (int j = 0; j < FW_KEYS / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          rowMax[e / 2] = fmaxf(rowMax[e / 2], s[4 * j + e]);
+        }
+      }
+      float shift[2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 1));
+        rowMax[i] = fmaxf(rowMax[i], __shfl_xor_sync(0xffffffffu, rowMax[i], 2));
+        float mNew = fmaxf(m[i], rowMax[i]);
+        correction[i] = fast_exp2((m[i] - mNew) * scaleLog2);
+        m[i] = mNew;
+        shift[i] = -mNew * scaleLog2;
+        l[i] *= correction[i];
+      }
+#pragma unroll
+      for (int j = 0; j < FW_KEYS / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int i = e / 2;
+          float pe = fast_exp2(fmaf(s[4 * j + e], scaleLog2, shift[i]));
+          s[4 * j + e] = pe;
+          l[i] += pe;
+        }
+      }
+    };
+    // p's fragments: the score blocks 2kk and 2kk + 1 are the 16 keys of step kk
+    auto pack = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < FW_KEYS / 16; kk++) {
+        p[4 * kk + 0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+        p[4 * kk + 1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        p[4 * kk + 2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        p[4 * kk + 3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+    // this warp is done with a stage's K or V (its wgmma's have completed)
+    auto release = [&](unsigned int bar) {
+      __syncwarp();
+      if (lane == 0) {
+        fw_barrier_arrive(bar);
+      }
+    };
+
+    // the first consumer issues first; a consumer hands the turn over after each issue but the
+    // second's last (so that every named-barrier arrival is waited for)
+    if (turns && c == 1) {
+      fw_named_arrive(3, 256);
+    }
+    fw_barrier_wait(fullK(0), 0);
+    fw_fence_proxy();
+    if (turns) {
+      fw_named_sync(myTurn, 256);
+    }
+    fw_mma_fence();
+    scores(0);
+    fw_mma_commit();
+    if (turns && !(c == 1 && keyTiles == 1)) {
+      fw_named_arrive(otherTurn, 256);
+    }
+    fw_mma_wait<0>();
+    fw_fence_registers<NS>(s);
+    release(emptyK(0));
+    softmax(0);
+    pack();
+
+#pragma unroll 1
+    for (int t = 1; t < keyTiles; t++) {
+      int st = t % STAGES;
+      int prev = (t - 1) % STAGES;
+      fw_barrier_wait(fullK(st), (t / STAGES) & 1);
+      fw_barrier_wait(fullV(prev), ((t - 1) / STAGES) & 1);
+      fw_fence_proxy();
+      if (turns) {
+        fw_named_sync(myTurn, 256);
+      }
+      fw_mma_fence();
+      scores(st);
+      fw_mma_commit();
+      values(prev);
+      fw_mma_commit();
+      if (turns && !(c == 1 && t == keyTiles - 1)) {
+        fw_named_arrive(otherTurn, 256);
+      }
+      fw_mma_wait<1>();  // the scores are in; the product with v may still run
+      fw_fence_registers<NS>(s);
+      release(emptyK(st));
+      softmax(t * FW_KEYS);
+      fw_mma_wait<0>();
+      fw_fence_registers<NO>(o);
+      fw_fence_registers<NP>(p);
+      release(emptyV(prev));
+#pragma unroll
+      for (int i = 0; i < NO; i++) {
+        o[i] *= correction[(i % 4) / 2];
+      }
+      pack();
+    }
+    int last = (keyTiles - 1) % STAGES;
+    fw_barrier_wait(fullV(last), ((keyTiles - 1) / STAGES) & 1);
+    fw_fence_proxy();
+    fw_mma_fence();
+    values(last);
+    fw_mma_commit();
+    fw_mma_wait<0>();
+    fw_fence_registers<NO>(o);
+    fw_fence_registers<NP>(p);
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      float sum = l[i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      int r = rows[i];
+      if (r / group >= count) {
+        continue;
+      }
+      float inv = 1.f / sum;
+      unsigned int* row = (unsigned int*)(out + (long long)(row0 + r / group) * H * D +
+                                          (kvHead * group + r % group) * D);
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        row[(8 * j + 2 * tq) / 2] = pack_bf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+      }
+    }
+  }
+}
+
+#else
+
+// Not Hopper's sm_90a: the kernels exist (the module names them) but must not be launched.
+template <int D, int STAGES>
+__device__ __forceinline__ void flash_attention_wgmma(
+    const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
+    long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
+    const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
+    bf16_t* out) {
+  __trap();
+}
+
+#endif
+
+// The Hopper flash kernel of head size D: FW_THREADS threads, one block a multiprocessor; dynamic
+// shared memory 1024 + 2 · 64 · D · 2 + 2 · STAGES · FW_KEYS · D · 2 + 32 · STAGES bytes.
+#define FLASH_ATTENTION_WGMMA(D, STAGES, NAME)                                                  \
+  extern "C" __global__ void __launch_bounds__(FW_THREADS, 1) NAME(                             \
+      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
+      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
+      const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
+      float scale, bf16_t* out) {                                                               \
+    flash_attention_wgmma<D, STAGES>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens,     \
+                                     positions, tokenRequest, tables, tableStride, tiles,       \
+                                     numTiles, H, K, scale, out);                               \
+  }
+
+FLASH_ATTENTION_WGMMA(64, 4, flash_attention_wgmma_d64)
+FLASH_ATTENTION_WGMMA(128, 3, flash_attention_wgmma_d128)
+
 // ---------------------------------------------------------------------------------- split-KV decode
 
 // Decode attention split over the keys (flash-decoding) for the bf16 pool of the tensor-core

@@ -67,6 +67,14 @@ import java.util.List;
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
  * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
  * step's tables are uploaded before the replay as before a launch.
+ *
+ * <p>System property {@value #FLASH_PROPERTY} = {@code mma|wgmma} (default {@code mma}, read once):
+ * the tensor-core attention's kernel, {@code flash_attention_d64/d128} ({@code mma.sync}, every
+ * GPU) or {@code flash_attention_wgmma_d64/d128} (Hopper's {@code wgmma}, compute capability 9.0
+ * only: loading a tensor-core model with {@code wgmma} on another GPU is refused with an {@link
+ * IllegalArgumentException} that says so, rather than measuring the other kernel). The two give
+ * different bits, so the attention's name in the deployment identity differs ({@link
+ * #attentionName}). Any other value is refused when the class loads.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -89,6 +97,18 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** FA_WARPS of kernels.cu, in threads: the flash kernel's block. */
   static final int FLASH_THREADS = 128;
+
+  /** FW_KEYS of kernels.cu: the keys of one pipeline stage of the Hopper flash kernel. */
+  static final int WGMMA_FLASH_KEYS = 128;
+
+  /** FW_THREADS of kernels.cu: the Hopper flash kernel's block, a producer and two consumers. */
+  static final int WGMMA_FLASH_THREADS = 384;
+
+  /** The system property that picks the tensor-core attention's kernel: {@code mma|wgmma}. */
+  static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
+
+  /** The kernel {@link #FLASH_PROPERTY} gives every tensor-core model, read once. */
+  static final FlashKernel FLASH_DEFAULT = flashKernelOf(System.getProperty(FLASH_PROPERTY));
 
   /** The system property that turns the split-KV decode on ({@code on}) or off ({@code off}). */
   static final String SPLIT_KV_PROPERTY = "tokenspeed.cuda.splitkv";
@@ -183,6 +203,9 @@ public final class CudaCausalLm implements AutoCloseable {
   /** Whether the KV pool holds bf16 (the tensor-core attention's) rather than float32. */
   private final boolean kvBf16;
 
+  /** The tensor-core attention's kernel ({@link #FLASH_DEFAULT}, {@link #useFlash}). */
+  private FlashKernel flash;
+
   private Workspace workspace;
 
   /** When decode batches take the split-KV attention. */
@@ -236,7 +259,8 @@ public final class CudaCausalLm implements AutoCloseable {
       List<Layer> layers,
       List<DeviceBuffer> owned,
       boolean deterministic,
-      Attention attention) {
+      Attention attention,
+      FlashKernel flash) {
     this.device = device;
     this.deterministic = deterministic;
     this.config = config;
@@ -252,6 +276,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.gemm = new Gemm(device, deterministic);
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
+    this.flash = flash;
     this.weightsFitGemv = weightsFitGemv(d, lmHead, layers);
   }
 
@@ -353,6 +378,11 @@ public final class CudaCausalLm implements AutoCloseable {
     if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, d)) {
       throw new IllegalArgumentException(TENSOR_CORE_NEEDS);
     }
+    Attention chosen = attention != null ? attention : defaultAttention(type, d);
+    FlashKernel flash =
+        chosen == Attention.TENSOR_CORE
+            ? flashKernelFor(FLASH_DEFAULT, device.arch())
+            : FlashKernel.MMA;
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
     List<Layer> layers = new ArrayList<>();
@@ -409,7 +439,8 @@ public final class CudaCausalLm implements AutoCloseable {
         layers,
         owned,
         deterministic,
-        attention != null ? attention : defaultAttention(type, d));
+        chosen,
+        flash);
   }
 
   /** Copies host tensors to device buffers it records in {@code owned}. */
@@ -841,12 +872,31 @@ public final class CudaCausalLm implements AutoCloseable {
       long tiles,
       float scale,
       long out) {
+    launchFlash(device, FlashKernel.MMA, headDim, numTiles, heads, kvHeads, in, tiles, scale, out);
+  }
+
+  /**
+   * {@link #launchFlash(CudaDevice, int, int, int, int, AttentionInputs, long, float, long)} on the
+   * kernel {@code kernel} (the same arguments and grid; {@link FlashKernel#WGMMA} on compute
+   * capability 9.0 only).
+   */
+  static void launchFlash(
+      CudaDevice device,
+      FlashKernel kernel,
+      int headDim,
+      int numTiles,
+      int heads,
+      int kvHeads,
+      AttentionInputs in,
+      long tiles,
+      float scale,
+      long out) {
     device.launch(
-        flashKernel(headDim),
+        kernel.function(headDim),
         numTiles,
         kvHeads,
-        FLASH_THREADS,
-        flashSharedBytes(headDim),
+        kernel.threads(),
+        kernel.sharedBytes(headDim),
         in.then(tiles, numTiles, heads, kvHeads, scale, out));
   }
 
@@ -946,12 +996,116 @@ public final class CudaCausalLm implements AutoCloseable {
     return 2 * 2 * FLASH_KEYS * row + (headDim == 128 ? FLASH_ROWS * row : 0);
   }
 
+  /** The kernels of the tensor-core attention: the same arguments, grid and semantics. */
+  enum FlashKernel {
+    /** {@code flash_attention_d64/d128}: {@code mma.sync}, any GPU the backend runs on. */
+    MMA,
+    /**
+     * {@code flash_attention_wgmma_d64/d128}: Hopper's {@code wgmma} (sm_90a), a producer warpgroup
+     * copying K and V and two consumer warpgroups of 64 rows; compute capability 9.0 only.
+     */
+    WGMMA;
+
+    /** The kernel's function for head size {@code headDim} (64 or 128). */
+    String function(int headDim) {
+      return this == MMA ? flashKernel(headDim) : "flash_attention_wgmma_d" + headDim;
+    }
+
+    /** Threads a block. */
+    int threads() {
+      return this == MMA ? FLASH_THREADS : WGMMA_FLASH_THREADS;
+    }
+
+    /** Dynamic shared memory a block, in bytes. */
+    int sharedBytes(int headDim) {
+      return this == MMA ? flashSharedBytes(headDim) : wgmmaFlashSharedBytes(headDim);
+    }
+  }
+
+  /**
+   * Stages of K and V of the Hopper flash kernel at head size {@code headDim}: the
+   * FLASH_ATTENTION_WGMMA lines of kernels.cu (three at 128, four at 64).
+   */
+  static int wgmmaFlashStages(int headDim) {
+    return headDim == 128 ? 3 : 4;
+  }
+
+  /**
+   * Dynamic shared memory of the Hopper flash kernel, in bytes: 1024 to align the rest on 1024
+   * bytes (wgmma's 128-byte swizzle), the two consumers' {@code 64 · headDim} bf16 queries, the
+   * stages of K and V of {@link #WGMMA_FLASH_KEYS} keys of {@code headDim} bf16, and four 8-byte
+   * mbarriers a stage: 230,496 bytes at 128 (three stages), 148,608 at 64 (four).
+   */
+  static int wgmmaFlashSharedBytes(int headDim) {
+    int stages = wgmmaFlashStages(headDim);
+    return 1024
+        + 2 * 64 * headDim * 2
+        + 2 * stages * WGMMA_FLASH_KEYS * headDim * 2
+        + 4 * stages * 8;
+  }
+
+  /**
+   * The kernel a value of {@link #FLASH_PROPERTY} names: {@code mma} (or none) {@link
+   * FlashKernel#MMA}, {@code wgmma} {@link FlashKernel#WGMMA}, in any case.
+   *
+   * @throws IllegalArgumentException for anything else, naming the property
+   */
+  static FlashKernel flashKernelOf(String value) {
+    return KernelSwitch.read(FLASH_PROPERTY, value, "mma", "wgmma")
+        ? FlashKernel.WGMMA
+        : FlashKernel.MMA;
+  }
+
+  /**
+   * {@code wanted} on a device of architecture {@code arch} ({@link CudaDevice#arch}, such as
+   * {@code sm_90}).
+   *
+   * @throws IllegalArgumentException for {@link FlashKernel#WGMMA} on anything but compute
+   *     capability 9.0, naming the device's architecture and the property
+   */
+  static FlashKernel flashKernelFor(FlashKernel wanted, String arch) {
+    if (wanted == FlashKernel.WGMMA && !"sm_90".equals(arch)) {
+      throw new IllegalArgumentException(
+          FLASH_PROPERTY
+              + "=wgmma needs a Hopper GPU (compute capability 9.0, sm_90a): this device is "
+              + arch
+              + "; use "
+              + FLASH_PROPERTY
+              + "=mma");
+    }
+    return wanted;
+  }
+
+  /** The tensor-core attention's kernel of this model. */
+  FlashKernel flash() {
+    return flash;
+  }
+
+  /**
+   * Runs the tensor-core attention on {@code kernel} from now on (tests compare both on one model),
+   * dropping the decode graphs recorded with the other.
+   *
+   * @throws IllegalArgumentException for a model without the tensor-core attention, or {@link
+   *     FlashKernel#WGMMA} on a device that is not of compute capability 9.0
+   */
+  void useFlash(FlashKernel kernel) {
+    if (!kvBf16) {
+      throw new IllegalArgumentException(
+          "the flash kernels are the tensor-core attention's; this model's is " + attention);
+    }
+    this.flash = flashKernelFor(kernel, device.arch());
+    destroyGraphs();
+  }
+
   /**
    * The name of the attention arithmetic, for the deployment identity: KV computed by one kernel
    * family is not bit-identical to another's.
    */
   public String attentionName() {
-    return attention == Attention.TENSOR_CORE ? "cuda-flash-bf16" : "cuda-paged-f32";
+    if (attention != Attention.TENSOR_CORE) {
+      return "cuda-paged-f32";
+    }
+    return flash == FlashKernel.WGMMA ? "cuda-flash-wgmma-bf16" : "cuda-flash-bf16";
   }
 
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
@@ -1394,7 +1548,7 @@ public final class CudaCausalLm implements AutoCloseable {
         if (split != null) {
           launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
         } else if (kernel == Attention.TENSOR_CORE) {
-          launchFlash(device, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
+          launchFlash(device, flash, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(

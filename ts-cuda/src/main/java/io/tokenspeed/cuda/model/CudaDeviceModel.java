@@ -61,8 +61,9 @@ public final class CudaDeviceModel implements DeviceModel {
   /**
    * The attention implementation the deployment identity names for KV this backend computes: the
    * model's attention kernels ({@code cuda-paged-f32}: float32 arithmetic; {@code cuda-flash-bf16}:
-   * the tensor cores), with {@link #FIXED_ORDER} in deterministic mode. KV of the CPU kernels, or
-   * of another of these, lives under other namespaces.
+   * the tensor cores; {@code cuda-flash-wgmma-bf16}: Hopper's wgmma), with {@link #FIXED_ORDER} in
+   * deterministic mode. KV of the CPU kernels, or of another of these, lives under other
+   * namespaces.
    */
   @Override
   public String attentionBackend() {

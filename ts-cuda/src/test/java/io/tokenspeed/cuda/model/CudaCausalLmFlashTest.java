@@ -2,16 +2,20 @@ package io.tokenspeed.cuda.model;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * The launch of the flash kernel, decided on the host and so checked without a GPU: its names,
- * threads and shared memory against the constants of kernels.cu; and the graphed step's stride.
+ * The launch of the flash kernels, decided on the host and so checked without a GPU: their names,
+ * threads and shared memory against the constants of kernels.cu; the switch between them ({@code
+ * tokenspeed.cuda.flash}); and the graphed step's stride.
  */
 class CudaCausalLmFlashTest {
 
@@ -44,6 +48,101 @@ class CudaCausalLmFlashTest {
     // the queries in shared memory at 128 (QSHARED true), in registers at 64
     assertTrue(source.contains("FLASH_ATTENTION(64, false, flash_attention_d64, 2)"), "d64");
     assertTrue(source.contains("FLASH_ATTENTION(128, true, flash_attention_d128, 2)"), "d128");
+  }
+
+  @Test
+  void shouldLaunchTheHopperKernelWithItsThreadsAndSharedMemory() throws IOException {
+    CudaCausalLm.FlashKernel wgmma = CudaCausalLm.FlashKernel.WGMMA;
+    CudaCausalLm.FlashKernel mma = CudaCausalLm.FlashKernel.MMA;
+    assertEquals("flash_attention_wgmma_d64", wgmma.function(64));
+    assertEquals("flash_attention_wgmma_d128", wgmma.function(128));
+    assertEquals("flash_attention_d128", mma.function(128));
+    assertEquals(CudaCausalLm.FLASH_THREADS, mma.threads());
+    assertEquals(CudaCausalLm.flashSharedBytes(64), mma.sharedBytes(64));
+    // a producer warpgroup and two consumers of 64 rows
+    assertEquals(384, wgmma.threads());
+    // 1024 to align, the queries (128 rows of d bf16), the stages of K and V of 128 keys, four
+    // 8-byte barriers a stage: three stages at 128, four at 64
+    assertEquals(1024 + 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 3 * 32, wgmma.sharedBytes(128));
+    assertEquals(1024 + 128 * 64 * 2 + 4 * 2 * 128 * 64 * 2 + 4 * 32, wgmma.sharedBytes(64));
+    for (int hd : new int[] {64, 128}) {
+      int bytes = wgmma.sharedBytes(hd);
+      assertTrue(bytes <= 227 * 1024, hd + ": " + bytes);
+    }
+    String source;
+    try (InputStream in =
+        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+    assertTrue(
+        source.contains("#define FW_KEYS " + CudaCausalLm.WGMMA_FLASH_KEYS + "\n"), "FW_KEYS");
+    assertTrue(
+        source.contains("#define FW_THREADS " + CudaCausalLm.WGMMA_FLASH_THREADS + "\n"),
+        "FW_THREADS");
+    for (int hd : new int[] {64, 128}) {
+      String line =
+          "FLASH_ATTENTION_WGMMA("
+              + hd
+              + ", "
+              + CudaCausalLm.wgmmaFlashStages(hd)
+              + ", flash_attention_wgmma_d"
+              + hd
+              + ")";
+      assertTrue(source.contains(line), line);
+    }
+    // the wgmma code only where the compiler targets sm_90a, a stub elsewhere
+    assertTrue(source.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"), "the sm_90a guard");
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"wgmma", "WGMMA", " Wgmma "})
+  void shouldReadWgmmaInAnyCase(String value) {
+    assertEquals(CudaCausalLm.FlashKernel.WGMMA, CudaCausalLm.flashKernelOf(value));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"mma", "MMA", " mma\n"})
+  void shouldReadMmaInAnyCase(String value) {
+    assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelOf(value));
+  }
+
+  @Test
+  void shouldTakeTheMmaKernelWithoutAValue() {
+    assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelOf(null));
+    assertEquals(
+        CudaCausalLm.flashKernelOf(System.getProperty(CudaCausalLm.FLASH_PROPERTY)),
+        CudaCausalLm.FLASH_DEFAULT);
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"", "wmma", "on", "hopper", "mma.sync"})
+  void shouldRefuseAnyOtherFlashValueNamingTheProperty(String value) {
+    var e = assertThrows(IllegalArgumentException.class, () -> CudaCausalLm.flashKernelOf(value));
+    assertEquals(
+        "tokenspeed.cuda.flash must be mma or wgmma, not \"" + value + "\"", e.getMessage());
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"sm_80", "sm_86", "sm_89", "sm_100", "sm_120"})
+  void shouldRefuseTheWgmmaKernelOffHopperSayingWhy(String arch) {
+    var e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.WGMMA, arch));
+    assertTrue(e.getMessage().contains("compute capability 9.0"), e.getMessage());
+    assertTrue(e.getMessage().contains("this device is " + arch), e.getMessage());
+    assertTrue(e.getMessage().contains("tokenspeed.cuda.flash=mma"), e.getMessage());
+    assertEquals(
+        CudaCausalLm.FlashKernel.MMA,
+        CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.MMA, arch));
+  }
+
+  @Test
+  void shouldTakeTheWgmmaKernelOnHopper() {
+    assertEquals(
+        CudaCausalLm.FlashKernel.WGMMA,
+        CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.WGMMA, "sm_90"));
   }
 
   /** A graphed decode step's table stride: a power of two, at least 64 rows, never less. */

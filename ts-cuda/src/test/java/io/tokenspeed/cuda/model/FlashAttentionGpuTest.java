@@ -183,11 +183,16 @@ class FlashAttentionGpuTest extends OnTheGpu {
   }
 
   /**
-   * Runs the flash kernel on the requests {@code which} of {@code p} (in that order, one batch, cut
-   * into {@code tiles}); returns the bf16 output, one row per token past the last checked to be
-   * left untouched.
+   * Runs the flash kernel ({@code mma.sync}) on the requests {@code which} of {@code p} (in that
+   * order, one batch, cut into {@code tiles}); returns the bf16 output, one row per token past the
+   * last checked to be left untouched.
    */
   static short[] attend(Problem p, int[] which, int[] tiles) {
+    return attend(CudaCausalLm.FlashKernel.MMA, p, which, tiles);
+  }
+
+  /** {@link #attend(Problem, int[], int[])} on {@code kernel}. */
+  static short[] attend(CudaCausalLm.FlashKernel kernel, Problem p, int[] which, int[] tiles) {
     int tokens = 0;
     int stride = 1;
     for (int r : which) {
@@ -240,6 +245,7 @@ class FlashAttentionGpuTest extends OnTheGpu {
               stride);
       CudaCausalLm.launchFlash(
           device,
+          kernel,
           p.headDim,
           tiles.length / 2,
           p.heads,
@@ -251,8 +257,13 @@ class FlashAttentionGpuTest extends OnTheGpu {
       device.synchronize();
       out.copyTo(0, host);
       short[] got = host.toArray(ValueLayout.JAVA_SHORT);
-      for (int i = tokens * width; i < got.length; i++) {
-        assertEquals(NAN_BF16, got[i], "the kernel wrote past the last token");
+      int written = tokens * width;
+      for (int i = written; i < got.length; i++) {
+        int at = i - written;
+        assertEquals(
+            NAN_BF16,
+            got[i],
+            () -> kernel.function(p.headDim) + " wrote past the last token, at " + at);
       }
       return Arrays.copyOf(got, tokens * width);
     }
@@ -348,6 +359,17 @@ class FlashAttentionGpuTest extends OnTheGpu {
   })
   void shouldMatchFloat64AndStayBatchInvariant(
       int headDim, int heads, int kvHeads, int blockTokens) {
+    matchFloat64AndStayBatchInvariant(
+        CudaCausalLm.FlashKernel.MMA, headDim, heads, kvHeads, blockTokens);
+  }
+
+  /**
+   * {@link #shouldMatchFloat64AndStayBatchInvariant}'s check on {@code kernel}: prints the worst
+   * error over its bound (and where), the outputs that differ in bits batched and retiled; on a
+   * failure, the first output past the bound and the first that differs.
+   */
+  static void matchFloat64AndStayBatchInvariant(
+      CudaCausalLm.FlashKernel flash, int headDim, int heads, int kvHeads, int blockTokens) {
     boolean large = heads >= 16; // the float64 reference of 5,000 tokens of 16+ heads is long
     int[][] startAndN = {
       {0, 1},
@@ -368,67 +390,130 @@ class FlashAttentionGpuTest extends OnTheGpu {
       for (int r = 0; r < all; r++) {
         offsets[r + 1] = offsets[r] + p.requests.get(r).n() * width;
       }
-      String kernel = CudaCausalLm.flashKernel(headDim);
+      String kernel = flash.function(headDim);
       short[] alone = new short[offsets[all]];
-      double worst = 0;
-      int failures = 0;
-      String first = null;
+      Float64Check check = new Float64Check(kernel);
       for (int r = 0; r < all; r++) {
-        Request req = p.requests.get(r);
-        double[] mag = new double[req.n() * width];
-        double[] want = reference(p, req, mag);
         int[] one = {r};
-        short[] got = attend(p, one, tiles(p, one, null));
+        short[] got = attend(flash, p, one, tiles(p, one, null));
         System.arraycopy(got, 0, alone, offsets[r], got.length);
-        for (int i = 0; i < got.length; i++) {
-          int keys = req.start() + i / width + 1;
-          double err = Math.abs(value(got[i]) - want[i]);
-          double b = bound(mag[i], keys);
-          worst = Math.max(worst, err / b);
-          if (!(err <= b)) {
-            failures++;
-            if (first == null) {
-              first =
-                  String.format(
-                      Locale.ROOT,
-                      "request %d (start %d, %d tokens), token %d, head %d, dim %d: %s %.6g,"
-                          + " float64 %.6g, bound %.3g",
-                      r,
-                      req.start(),
-                      req.n(),
-                      i / width,
-                      i % width / headDim,
-                      i % headDim,
-                      kernel,
-                      value(got[i]),
-                      want[i],
-                      b);
-            }
-          }
-        }
+        check.add(p, r, got);
       }
       // the same requests in one batch, then in tiles cut at random
-      short[] batched = attend(p, batch, tiles(p, batch, null));
-      short[] retiled = attend(p, batch, tiles(p, batch, new SplittableRandom(headDim + heads)));
+      short[] batched = attend(flash, p, batch, tiles(p, batch, null));
+      short[] retiled =
+          attend(flash, p, batch, tiles(p, batch, new SplittableRandom(headDim + heads)));
       int batchDiffer = differ(batched, alone);
       int tileDiffer = differ(retiled, alone);
       System.out.printf(
           Locale.ROOT,
-          "%s, %d heads on %d KV heads, blocks of %d: worst error / bound %.3f over %d outputs;"
-              + " %d outputs differ in bits in the batch, %d in random tiles%n",
+          "%s, %d heads on %d KV heads, blocks of %d: worst error / bound %.3f over %d outputs"
+              + " (%s); %d outputs differ in bits in the batch, %d in random tiles%n",
           kernel,
           heads,
           kvHeads,
           blockTokens,
-          worst,
+          check.worst,
           offsets[all],
+          check.worstAt,
           batchDiffer,
           tileDiffer);
-      String firstFailure = first;
-      assertEquals(0, failures, () -> "outputs past the bound; the first: " + firstFailure);
+      if (batchDiffer > 0) {
+        System.out.println(
+            kernel + " batched vs alone: " + firstDifference(batched, alone, p, width));
+      }
+      if (tileDiffer > 0) {
+        System.out.println(
+            kernel + " retiled vs alone: " + firstDifference(retiled, alone, p, width));
+      }
+      check.assertNone();
       assertEquals(0, batchDiffer, kernel + ": outputs that change in a batch");
       assertEquals(0, tileDiffer, kernel + ": outputs that change with the tiles");
     }
+  }
+
+  /**
+   * Outputs of one kernel against the float64 {@link #reference} within {@link #bound}: the worst
+   * error over its bound and where, the failures and the first one described.
+   */
+  static final class Float64Check {
+    final String kernel;
+    double worst;
+    String worstAt = "none";
+    int failures;
+    String first;
+
+    Float64Check(String kernel) {
+      this.kernel = kernel;
+    }
+
+    /** Adds request {@code r}'s output {@code got} (alone, rows [t][h·d]); returns float64's. */
+    double[] add(Problem p, int r, short[] got) {
+      Request req = p.requests.get(r);
+      int headDim = p.headDim;
+      int width = p.heads * headDim;
+      double[] mag = new double[req.n() * width];
+      double[] want = reference(p, req, mag);
+      for (int i = 0; i < got.length; i++) {
+        int keys = req.start() + i / width + 1;
+        double err = Math.abs(value(got[i]) - want[i]);
+        double b = bound(mag[i], keys);
+        // a NaN output counts as an infinite error, once
+        boolean worse = err / b > worst || (Double.isNaN(err) && worst != Double.POSITIVE_INFINITY);
+        boolean fails = !(err <= b);
+        if (worse || (fails && first == null)) {
+          String at =
+              String.format(
+                  Locale.ROOT,
+                  "request %d (start %d, %d tokens), token %d, head %d, dim %d: %s %.6g,"
+                      + " float64 %.6g, bound %.3g",
+                  r,
+                  req.start(),
+                  req.n(),
+                  i / width,
+                  i % width / headDim,
+                  i % headDim,
+                  kernel,
+                  value(got[i]),
+                  want[i],
+                  b);
+          if (worse) {
+            worst = Double.isNaN(err) ? Double.POSITIVE_INFINITY : err / b;
+            worstAt = at;
+          }
+          if (fails && first == null) {
+            first = at;
+          }
+        }
+        failures += fails ? 1 : 0;
+      }
+      return want;
+    }
+
+    void assertNone() {
+      assertEquals(0, failures, () -> failures + " outputs past the bound; the first: " + first);
+    }
+  }
+
+  /** Where {@code got} first differs from {@code want} (outputs [t][h·d] of {@code p}'s heads). */
+  static String firstDifference(short[] got, short[] want, Problem p, int width) {
+    for (int i = 0; i < want.length; i++) {
+      if (got[i] != want[i]) {
+        return String.format(
+            Locale.ROOT,
+            "first at output %d (row %d of the batch, head %d, dim %d): %.6g (0x%04x) vs %.6g"
+                + " (0x%04x)",
+            i,
+            i / width,
+            i % width / p.headDim,
+            i % p.headDim,
+            value(got[i]),
+            got[i] & 0xffff,
+            value(want[i]),
+            want[i] & 0xffff);
+      }
+    }
+    return "none";
   }
 
   static int differ(short[] a, short[] b) {
@@ -469,10 +554,25 @@ class FlashAttentionGpuTest extends OnTheGpu {
   static void assertSameBits(String what, float[] got, float[] want) {
     assertEquals(want.length, got.length, what + ": lengths");
     int differ = 0;
+    int first = -1;
     for (int i = 0; i < want.length; i++) {
-      differ += Float.floatToRawIntBits(got[i]) != Float.floatToRawIntBits(want[i]) ? 1 : 0;
+      if (Float.floatToRawIntBits(got[i]) != Float.floatToRawIntBits(want[i])) {
+        differ++;
+        first = first < 0 ? i : first;
+      }
     }
-    assertEquals(0, differ, what + ": logits that differ in any bit");
+    int at = first;
+    assertEquals(
+        0,
+        differ,
+        () ->
+            what
+                + ": logits that differ in any bit; the first at "
+                + at
+                + ": "
+                + got[at]
+                + " vs "
+                + want[at]);
   }
 
   /** Every logit finite: two runs that both give NaN would otherwise have the same bits. */
@@ -494,11 +594,22 @@ class FlashAttentionGpuTest extends OnTheGpu {
   @ParameterizedTest
   @ValueSource(ints = {64, 128})
   void shouldGiveTheSameLogitsChunkedAsWholeAndBatchedAsAlone(int headDim, @TempDir Path dir) {
+    sameLogitsChunkedAsWholeAndBatchedAsAlone(CudaCausalLm.FlashKernel.MMA, headDim, dir);
+  }
+
+  /**
+   * {@link #shouldGiveTheSameLogitsChunkedAsWholeAndBatchedAsAlone} with the kernel {@code flash}.
+   */
+  static void sameLogitsChunkedAsWholeAndBatchedAsAlone(
+      CudaCausalLm.FlashKernel flash, int headDim, Path dir) {
     Path folder = model(headDim, dir);
     SplittableRandom rnd = new SplittableRandom(41 + headDim);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test", true);
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 1200)) {
-      assertEquals("cuda-flash-bf16", m.attentionName());
+      m.useFlash(flash);
+      assertEquals(
+          flash == CudaCausalLm.FlashKernel.MMA ? "cuda-flash-bf16" : "cuda-flash-wgmma-bf16",
+          m.attentionName());
       int vocab = m.vocabSize();
       CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(0), 9);
       for (int n : new int[] {1, 17, 200, 1000, 5000}) {
@@ -537,7 +648,10 @@ class FlashAttentionGpuTest extends OnTheGpu {
         assertSameBits(names[r] + " alone vs in the batch", alone.logits(0), batched.logits(r));
       }
       System.out.printf(
-          Locale.ROOT, "head size %d: chunked = whole and alone = batched, bit for bit%n", headDim);
+          Locale.ROOT,
+          "%s, head size %d: chunked = whole and alone = batched, bit for bit%n",
+          flash.function(headDim),
+          headDim);
     }
   }
 
@@ -555,13 +669,22 @@ class FlashAttentionGpuTest extends OnTheGpu {
     try (CallTimes times = new CallTimes(device, 5)) {
       for (int headDim : new int[] {128, 64}) {
         for (int n : new int[] {8192, 32768}) {
-          timeOneShape(headDim, n, times);
+          timeOneShape(
+              new CudaCausalLm.FlashKernel[] {CudaCausalLm.FlashKernel.MMA}, headDim, n, times);
         }
       }
     }
   }
 
-  private static void timeOneShape(int headDim, int n, CallTimes times) {
+  /**
+   * Times each of {@code kernels} on the same inputs (Llama 3 8B's heads at head size {@code
+   * headDim}, a causal prefill of {@code n} tokens) and prints its time, rate and 32 layers' total;
+   * asserts that each wrote every output, finite. With several kernels, each later one's outputs
+   * are compared with the first's: their largest difference is printed, and none may exceed twice
+   * {@link #bound} at |v| = 1 (each kernel lies within it of float64). Returns the times in ms.
+   */
+  static double[] timeOneShape(
+      CudaCausalLm.FlashKernel[] kernels, int headDim, int n, CallTimes times) {
     int heads = 32;
     int kvHeads = 8;
     int blockTokens = 16;
@@ -578,26 +701,29 @@ class FlashAttentionGpuTest extends OnTheGpu {
       tiles[2 * t] = t * tileTokens;
       tiles[2 * t + 1] = Math.min(tileTokens, n - t * tileTokens);
     }
+    long outputs = (long) n * width;
+    DeviceBuffer[] outs = new DeviceBuffer[kernels.length];
+    double[] ms = new double[kernels.length];
     try (Arena a = Arena.ofConfined();
-        DeviceBuffer q = device.allocate((long) n * width * 4);
+        DeviceBuffer q = device.allocate(outputs * 4);
         DeviceBuffer pool = device.allocate(blocks * bytesPerBlock);
         DeviceBuffer dPositions = device.allocate(n * 4L);
         DeviceBuffer dTokenRequest = device.allocate(n * 4L);
         DeviceBuffer dTable = device.allocate(blocks * 4L);
-        DeviceBuffer dTiles = device.allocate(tiles.length * 4L);
-        DeviceBuffer out = device.allocate((long) n * width * 2)) {
+        DeviceBuffer dTiles = device.allocate(tiles.length * 4L)) {
       // random queries and keys, a slice at a time
       SplittableRandom rnd = new SplittableRandom(n + headDim);
       int slice = 1 << 22;
       MemorySegment floats = a.allocate(ValueLayout.JAVA_FLOAT, slice);
-      for (long at = 0; at < (long) n * width; at += slice) {
-        int count = (int) Math.min(slice, (long) n * width - at);
+      for (long at = 0; at < outputs; at += slice) {
+        int count = (int) Math.min(slice, outputs - at);
         for (int i = 0; i < count; i++) {
           floats.setAtIndex(ValueLayout.JAVA_FLOAT, i, uniform(rnd, 2f));
         }
         q.copyFrom(floats.asSlice(0, count * 4L), at * 4);
       }
       MemorySegment shorts = a.allocate(ValueLayout.JAVA_SHORT, slice);
+      MemorySegment other = a.allocate(ValueLayout.JAVA_SHORT, slice);
       for (long at = 0; at < blocks * bytesPerBlock / 2; at += slice) {
         int count = (int) Math.min(slice, blocks * bytesPerBlock / 2 - at);
         for (int i = 0; i < count; i++) {
@@ -609,13 +735,7 @@ class FlashAttentionGpuTest extends OnTheGpu {
       dTokenRequest.write(0, new int[n]);
       dTable.write(0, table);
       dTiles.write(0, tiles);
-      for (long at = 0; at < (long) n * width; at += slice) {
-        int count = (int) Math.min(slice, (long) n * width - at);
-        shorts.asSlice(0, count * 2L).fill((byte) 0xff); // 0xffff: a bf16 NaN
-        out.copyFrom(shorts.asSlice(0, count * 2L), at * 2);
-      }
       double flops = 4.0 * heads * headDim * ((double) n * (n + 1) / 2);
-      String kernel = CudaCausalLm.flashKernel(headDim);
       var in =
           new CudaCausalLm.AttentionInputs(
               q.pointer(),
@@ -629,47 +749,105 @@ class FlashAttentionGpuTest extends OnTheGpu {
               dTable.pointer(),
               blocks);
       float scale = (float) (1.0 / Math.sqrt(headDim));
-      Runnable run =
-          () ->
-              CudaCausalLm.launchFlash(
-                  device,
-                  headDim,
-                  numTiles,
-                  heads,
-                  kvHeads,
-                  in,
-                  dTiles.pointer(),
-                  scale,
-                  out.pointer());
-      run.run(); // warm-up
-      for (int i = 0; i < times.calls(); i++) {
-        times.start(i);
-        run.run();
-        times.end(i);
+      for (int k = 0; k < kernels.length; k++) {
+        CudaCausalLm.FlashKernel kernel = kernels[k];
+        DeviceBuffer out = device.allocate(outputs * 2);
+        outs[k] = out;
+        for (long at = 0; at < outputs; at += slice) {
+          int count = (int) Math.min(slice, outputs - at);
+          shorts.asSlice(0, count * 2L).fill((byte) 0xff); // 0xffff: a bf16 NaN
+          out.copyFrom(shorts.asSlice(0, count * 2L), at * 2);
+        }
+        String name = kernel.function(headDim);
+        Runnable run =
+            () ->
+                CudaCausalLm.launchFlash(
+                    device,
+                    kernel,
+                    headDim,
+                    numTiles,
+                    heads,
+                    kvHeads,
+                    in,
+                    dTiles.pointer(),
+                    scale,
+                    out.pointer());
+        run.run(); // warm-up
+        for (int i = 0; i < times.calls(); i++) {
+          times.start(i);
+          run.run();
+          times.end(i);
+        }
+        ms[k] = times.medianMicros() / 1e3;
+        System.out.printf(
+            Locale.ROOT,
+            "attention timing, head size %d, %d heads on %d KV heads, %d tokens: %s %.2f ms"
+                + " (%.0f TFLOP/s; 32 layers %.0f ms)%n",
+            headDim,
+            heads,
+            kvHeads,
+            n,
+            name,
+            ms[k],
+            flops / ms[k] / 1e9,
+            32 * ms[k]);
+        long notFinite = 0;
+        for (long at = 0; at < outputs; at += slice) {
+          int count = (int) Math.min(slice, outputs - at);
+          out.copyTo(at * 2, shorts.asSlice(0, count * 2L));
+          for (int i = 0; i < count; i++) {
+            short bits = shorts.getAtIndex(ValueLayout.JAVA_SHORT, i);
+            notFinite += (bits & 0x7f80) == 0x7f80 ? 1 : 0;
+          }
+        }
+        assertEquals(0, notFinite, name + " at " + n + " tokens: outputs unwritten or not finite");
       }
-      double ms = times.medianMicros() / 1e3;
-      System.out.printf(
-          Locale.ROOT,
-          "attention timing, head size %d, %d heads on %d KV heads, %d tokens: %s %.2f ms"
-              + " (%.0f TFLOP/s; 32 layers %.0f ms)%n",
-          headDim,
-          heads,
-          kvHeads,
-          n,
-          kernel,
-          ms,
-          flops / ms / 1e9,
-          32 * ms);
-      long notFinite = 0;
-      for (long at = 0; at < (long) n * width; at += slice) {
-        int count = (int) Math.min(slice, (long) n * width - at);
-        out.copyTo(at * 2, shorts.asSlice(0, count * 2L));
-        for (int i = 0; i < count; i++) {
-          short bits = shorts.getAtIndex(ValueLayout.JAVA_SHORT, i);
-          notFinite += (bits & 0x7f80) == 0x7f80 ? 1 : 0;
+      // each later kernel against the first, a slice at a time
+      for (int k = 1; k < kernels.length; k++) {
+        double limit = 2 * bound(1.0, n);
+        double worst = 0;
+        long worstAt = -1;
+        long past = 0;
+        for (long at = 0; at < outputs; at += slice) {
+          int count = (int) Math.min(slice, outputs - at);
+          outs[0].copyTo(at * 2, shorts.asSlice(0, count * 2L));
+          outs[k].copyTo(at * 2, other.asSlice(0, count * 2L));
+          for (int i = 0; i < count; i++) {
+            double diff =
+                Math.abs(
+                    value(other.getAtIndex(ValueLayout.JAVA_SHORT, i))
+                        - value(shorts.getAtIndex(ValueLayout.JAVA_SHORT, i)));
+            if (diff > worst) {
+              worst = diff;
+              worstAt = at + i;
+            }
+            past += diff > limit ? 1 : 0;
+          }
+        }
+        String what = kernels[k].function(headDim) + " vs " + kernels[0].function(headDim);
+        System.out.printf(
+            Locale.ROOT,
+            "%s at %d tokens: largest difference %.3g at output %d (token %d, head %d, dim %d),"
+                + " %d outputs past %.3g; %.2fx the speed%n",
+            what,
+            n,
+            worst,
+            worstAt,
+            worstAt / width,
+            worstAt % width / headDim,
+            worstAt % headDim,
+            past,
+            limit,
+            ms[0] / ms[k]);
+        assertEquals(0, past, what + " at " + n + " tokens: outputs apart by more than " + limit);
+      }
+    } finally {
+      for (DeviceBuffer out : outs) {
+        if (out != null) {
+          out.close();
         }
       }
-      assertEquals(0, notFinite, kernel + " at " + n + " tokens: outputs unwritten or not finite");
     }
+    return ms;
   }
 }
