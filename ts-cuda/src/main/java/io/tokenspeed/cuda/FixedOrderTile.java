@@ -88,8 +88,8 @@ enum FixedOrderTile implements ProductTile {
   }
 
   @Override
-  public long blocks(int rows, int out) {
-    return (long) Math.ceilDiv(rows, this.rows) * Math.ceilDiv(out, outs);
+  public int tileOuts() {
+    return outs;
   }
 
   /**
@@ -98,12 +98,7 @@ enum FixedOrderTile implements ProductTile {
    * @throws IllegalArgumentException for a name that is none of theirs
    */
   static FixedOrderTile ofKernel(String kernel) {
-    for (FixedOrderTile tile : values()) {
-      if (tile.kernel.equals(kernel)) {
-        return tile;
-      }
-    }
-    throw new IllegalArgumentException("kernel=" + kernel + " is no tile of gemm_fixed_tiles");
+    return ProductTile.ofKernel(values(), kernel, "gemm_fixed_tiles");
   }
 
   /**

@@ -102,8 +102,8 @@ enum FixedOrderWgmmaTile implements ProductTile {
   }
 
   @Override
-  public long blocks(int rows, int out) {
-    return (long) Math.ceilDiv(rows, this.rows) * Math.ceilDiv(out, outs);
+  public int tileOuts() {
+    return outs;
   }
 
   /**
@@ -112,12 +112,7 @@ enum FixedOrderWgmmaTile implements ProductTile {
    * @throws IllegalArgumentException for a name that is none of theirs
    */
   static FixedOrderWgmmaTile ofKernel(String kernel) {
-    for (FixedOrderWgmmaTile tile : values()) {
-      if (tile.kernel.equals(kernel)) {
-        return tile;
-      }
-    }
-    throw new IllegalArgumentException("kernel=" + kernel + " is no tile of gemm_fixed_wgmma");
+    return ProductTile.ofKernel(values(), kernel, "gemm_fixed_wgmma");
   }
 
   /**

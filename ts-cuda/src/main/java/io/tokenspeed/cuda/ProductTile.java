@@ -29,8 +29,27 @@ interface ProductTile {
   /** Dynamic shared memory of a block, in bytes. */
   int sharedBytes();
 
+  /** Outputs (rows of w) per block. */
+  int tileOuts();
+
   /** Blocks of a product of {@code rows} rows and {@code out} outputs: one per output tile. */
-  long blocks(int rows, int out);
+  default long blocks(int rows, int out) {
+    return (long) Math.ceilDiv(rows, tileRows()) * Math.ceilDiv(out, tileOuts());
+  }
+
+  /**
+   * The tile of {@code tiles} whose kernel is {@code kernel}.
+   *
+   * @throws IllegalArgumentException for a name that is none of theirs, naming {@code family}
+   */
+  static <T extends ProductTile> T ofKernel(T[] tiles, String kernel, String family) {
+    for (T tile : tiles) {
+      if (tile.kernel().equals(kernel)) {
+        return tile;
+      }
+    }
+    throw new IllegalArgumentException("kernel=" + kernel + " is no tile of " + family);
+  }
 
   /**
    * The rule: among {@code tiles} (largest first) whose shared memory fits {@code

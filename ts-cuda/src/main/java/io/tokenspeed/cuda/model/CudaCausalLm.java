@@ -860,25 +860,8 @@ public final class CudaCausalLm implements AutoCloseable {
   /**
    * Launches the tensor-core attention of {@code numTiles} tiles ({@code tiles}: first row and
    * count per tile, at most {@code FLASH_ROWS / group} tokens of one request each) into {@code out}
-   * (bf16 {@code [t][H·d]}).
-   */
-  static void launchFlash(
-      CudaDevice device,
-      int headDim,
-      int numTiles,
-      int heads,
-      int kvHeads,
-      AttentionInputs in,
-      long tiles,
-      float scale,
-      long out) {
-    launchFlash(device, FlashKernel.MMA, headDim, numTiles, heads, kvHeads, in, tiles, scale, out);
-  }
-
-  /**
-   * {@link #launchFlash(CudaDevice, int, int, int, int, AttentionInputs, long, float, long)} on the
-   * kernel {@code kernel} (the same arguments and grid; {@link FlashKernel#WGMMA} on compute
-   * capability 9.0 only).
+   * (bf16 {@code [t][H·d]}) on the kernel {@code kernel} (the same arguments and grid for both;
+   * {@link FlashKernel#WGMMA} on compute capability 9.0 only).
    */
   static void launchFlash(
       CudaDevice device,

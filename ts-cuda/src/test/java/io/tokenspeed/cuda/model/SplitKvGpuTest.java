@@ -247,7 +247,16 @@ class SplitKvGpuTest extends OnTheGpu {
             partials.pointer(),
             outSplit.pointer());
         CudaCausalLm.launchFlash(
-            device, d, tokens, heads, kvHeads, in, tilesD, scale, outFlash.pointer());
+            device,
+            CudaCausalLm.FlashKernel.MMA,
+            d,
+            tokens,
+            heads,
+            kvHeads,
+            in,
+            tilesD,
+            scale,
+            outFlash.pointer());
         device.synchronize();
         split = readBf16(outSplit, tokens * heads * d, arena);
         flash = readBf16(outFlash, tokens * heads * d, arena);
