@@ -53,11 +53,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
     SplittableRandom rnd = new SplittableRandom(rows * 1_000_003L + in * 1009L + out);
     long xCount = (long) rows * in;
     long wCount = (long) out * in;
-    // the guard row `rows` catches writes past the last row
-    float[] y0 = new float[(rows + 1) * out];
-    for (int i = 0; i < y0.length; i++) {
-      y0[i] = uniform(rnd, 4f);
-    }
+    float[] y0 = guardedOutputs(rnd, rows, out);
     Gemm gemm = new Gemm(device, true);
     List<String> failures = new ArrayList<>();
     try (Arena arena = Arena.ofConfined();
@@ -68,25 +64,10 @@ class FixedGemmV2GpuTest extends OnTheGpu {
         DeviceBuffer split = device.allocate((long) y0.length * 4)) {
       MemorySegment x = arena.allocate(ValueLayout.JAVA_SHORT, xCount);
       MemorySegment w = arena.allocate(ValueLayout.JAVA_SHORT, wCount);
-      for (long i = 0; i < xCount; i++) {
-        // row 0: negative zeros, its sums made of zero products of either sign
-        short v = i < in ? (short) 0x8000 : bf16(uniform(rnd, 2f));
-        x.setAtIndex(ValueLayout.JAVA_SHORT, i, v);
-      }
-      for (long i = 0; i < wCount; i++) {
-        w.setAtIndex(ValueLayout.JAVA_SHORT, i, bf16(uniform(rnd, 0.05f)));
-      }
+      randomOperands(rnd, x, w, in);
       dx.copyFrom(x, 0);
       dw.copyFrom(w, 0);
-      // other launches for the same rows: a few parts starting off the blocks' and mma's rows
-      List<int[]> parts = new ArrayList<>();
-      int a = rows * 5 / 13;
-      int b = rows * 9 / 11;
-      for (int[] part : new int[][] {{0, a}, {a, b - a}, {b, rows - b}}) {
-        if (part[1] > 0) {
-          parts.add(part);
-        }
-      }
+      List<int[]> parts = rowParts(rows);
       for (boolean accumulate : new boolean[] {false, true}) {
         first.write(0, y0);
         gemm.applyFixedOrderV1(
@@ -98,17 +79,7 @@ class FixedGemmV2GpuTest extends OnTheGpu {
           split.write(0, y0);
           gemm.applyFixedOrderTile(
               tile, dx.pointer(), dw.pointer(), second.pointer(), rows, in, out, accumulate);
-          for (int[] part : parts) {
-            gemm.applyFixedOrderTile(
-                tile,
-                dx.pointer() + (long) part[0] * in * 2,
-                dw.pointer(),
-                split.pointer() + (long) part[0] * out * 4,
-                part[1],
-                in,
-                out,
-                accumulate);
-          }
+          applyInParts(gemm, tile, parts, dx, dw, split, in, out, accumulate);
           device.synchronize();
           float[] v2 = second.readFloats(0, y0.length);
           float[] parted = split.readFloats(0, y0.length);
@@ -449,5 +420,73 @@ class FixedGemmV2GpuTest extends OnTheGpu {
             pickUs / micros[0],
             pickUs / cublasUs));
     System.out.println(line);
+  }
+
+  /**
+   * Starting outputs of a product test: {@code rows + 1} rows of {@code out}, the last a guard row
+   * that catches writes past the last row.
+   */
+  static float[] guardedOutputs(SplittableRandom rnd, int rows, int out) {
+    float[] y0 = new float[(rows + 1) * out];
+    for (int i = 0; i < y0.length; i++) {
+      y0[i] = uniform(rnd, 4f);
+    }
+    return y0;
+  }
+
+  /**
+   * Random bf16 operands of a product test: x (its first row negative zeros, so that its sums are
+   * made of zero products of either sign) and w, {@code in} values a row.
+   */
+  static void randomOperands(SplittableRandom rnd, MemorySegment x, MemorySegment w, int in) {
+    long xCount = x.byteSize() / 2;
+    long wCount = w.byteSize() / 2;
+    for (long i = 0; i < xCount; i++) {
+      short v = i < in ? (short) 0x8000 : bf16(uniform(rnd, 2f));
+      x.setAtIndex(ValueLayout.JAVA_SHORT, i, v);
+    }
+    for (long i = 0; i < wCount; i++) {
+      w.setAtIndex(ValueLayout.JAVA_SHORT, i, bf16(uniform(rnd, 0.05f)));
+    }
+  }
+
+  /**
+   * Parts of {@code rows} rows (first row, count) for other launches over the same rows, starting
+   * off the tiles' and warps' rows; empty parts left out.
+   */
+  static List<int[]> rowParts(int rows) {
+    List<int[]> parts = new ArrayList<>();
+    int a = rows * 5 / 13;
+    int b = rows * 9 / 11;
+    for (int[] part : new int[][] {{0, a}, {a, b - a}, {b, rows - b}}) {
+      if (part[1] > 0) {
+        parts.add(part);
+      }
+    }
+    return parts;
+  }
+
+  /** The product of each part's rows of x, launched on its own, into the same rows of y. */
+  static void applyInParts(
+      Gemm gemm,
+      ProductTile tile,
+      List<int[]> parts,
+      DeviceBuffer x,
+      DeviceBuffer w,
+      DeviceBuffer y,
+      int in,
+      int out,
+      boolean accumulate) {
+    for (int[] part : parts) {
+      gemm.applyFixedOrderTile(
+          tile,
+          x.pointer() + (long) part[0] * in * 2,
+          w.pointer(),
+          y.pointer() + (long) part[0] * out * 4,
+          part[1],
+          in,
+          out,
+          accumulate);
+    }
   }
 }

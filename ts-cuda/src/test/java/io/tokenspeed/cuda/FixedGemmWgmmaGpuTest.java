@@ -293,11 +293,7 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
     SplittableRandom rnd = new SplittableRandom(rows * 1_000_003L + in * 1009L + out + 7);
     long xCount = (long) rows * in;
     long wCount = (long) out * in;
-    // the guard row `rows` catches writes past the last row
-    float[] y0 = new float[(rows + 1) * out];
-    for (int i = 0; i < y0.length; i++) {
-      y0[i] = uniform(rnd, 4f);
-    }
+    float[] y0 = FixedGemmV2GpuTest.guardedOutputs(rnd, rows, out);
     Gemm gemm = new Gemm(device, true);
     List<String> failures = new ArrayList<>();
     try (Arena arena = Arena.ofConfined();
@@ -307,25 +303,10 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
         DeviceBuffer split = device.allocate((long) y0.length * 4)) {
       MemorySegment x = arena.allocate(ValueLayout.JAVA_SHORT, xCount);
       MemorySegment w = arena.allocate(ValueLayout.JAVA_SHORT, wCount);
-      for (long i = 0; i < xCount; i++) {
-        // row 0: negative zeros, its sums made of zero products of either sign
-        short v = i < in ? (short) 0x8000 : bf16(uniform(rnd, 2f));
-        x.setAtIndex(ValueLayout.JAVA_SHORT, i, v);
-      }
-      for (long i = 0; i < wCount; i++) {
-        w.setAtIndex(ValueLayout.JAVA_SHORT, i, bf16(uniform(rnd, 0.05f)));
-      }
+      FixedGemmV2GpuTest.randomOperands(rnd, x, w, in);
       dx.copyFrom(x, 0);
       dw.copyFrom(w, 0);
-      // other launches for the same rows: parts starting off the tiles' and warps' rows
-      List<int[]> parts = new ArrayList<>();
-      int a = rows * 5 / 13;
-      int b = rows * 9 / 11;
-      for (int[] part : new int[][] {{0, a}, {a, b - a}, {b, rows - b}}) {
-        if (part[1] > 0) {
-          parts.add(part);
-        }
-      }
+      List<int[]> parts = FixedGemmV2GpuTest.rowParts(rows);
       for (boolean accumulate : new boolean[] {false, true}) {
         float[] reference = null;
         for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
@@ -333,17 +314,7 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
           split.write(0, y0);
           gemm.applyFixedOrderTile(
               tile, dx.pointer(), dw.pointer(), whole.pointer(), rows, in, out, accumulate);
-          for (int[] part : parts) {
-            gemm.applyFixedOrderTile(
-                tile,
-                dx.pointer() + (long) part[0] * in * 2,
-                dw.pointer(),
-                split.pointer() + (long) part[0] * out * 4,
-                part[1],
-                in,
-                out,
-                accumulate);
-          }
+          FixedGemmV2GpuTest.applyInParts(gemm, tile, parts, dx, dw, split, in, out, accumulate);
           device.synchronize();
           float[] y = whole.readFloats(0, y0.length);
           float[] parted = split.readFloats(0, y0.length);
