@@ -5,8 +5,8 @@ package io.tokenspeed.cuda;
  * each of {@code gemm_fixed_wgmma} in {@code kernels.cu} (its {@code GEMM_FIXED_WGMMA} lines, which
  * these constants repeat), largest first, and the rule that picks one for a product's shape ({@link
  * #forShape}). Hopper only: the kernels use {@code wgmma.mma_async}, which exists on the sm_90a
- * target alone ({@link CudaDevice#wgmma}); {@link Gemm} sends products here only with {@code
- * -Dtokenspeed.cuda.fixedgemm=wgmma} on such a device.
+ * target alone ({@link CudaDevice#wgmma}); {@link Gemm} sends products here on such a device unless
+ * {@code -Dtokenspeed.cuda.fixedgemm} names v1 or v2.
  *
  * <p>Every tile gives the same bits for every output: an output is one chain of {@code wgmma
  * m64nNk16} steps over k = 0, 16, 32, … (ceil(in / 16) of them) into one float32 accumulator

@@ -33,14 +33,13 @@ import java.lang.foreign.ValueLayout;
  * kernels fed by a cp.async pipeline, in three block tiles from 128 × 128 ({@code
  * gemm_fixed_bf16_mma_v2_128x128}, prefill's thousands of rows) down to 64 × 64 (a few rows), so
  * that a product of any shape has blocks for every multiprocessor without splitting k ({@link
- * FixedOrderTile}). The system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v2} (the
- * default: on an H100 the first tiled kernel, a 128 × 256 tile since dropped for 128 × 128, which
- * was faster wherever the rule picked it, was alone 1.1-2.7 times as fast as v1 on every shape
- * measured) sends each product to the tile {@link FixedOrderTile#forShape} picks; {@code v1} keeps
- * every product on the first kernel, the baseline. Choosing by shape keeps deterministic mode's
- * promise only because the bits agree: a row's result still does not depend on the rows beside it.
- * The property is read once, when the class loads, like the one above ({@code
- * -Dtokenspeed.cuda.fixedgemm=v1}).
+ * FixedOrderTile}). The system property {@code tokenspeed.cuda.fixedgemm} chooses: {@code v2} (on
+ * an H100 the first tiled kernel, a 128 × 256 tile since dropped for 128 × 128, which was faster
+ * wherever the rule picked it, was alone 1.1-2.7 times as fast as v1 on every shape measured) sends
+ * each product to the tile {@link FixedOrderTile#forShape} picks; {@code v1} keeps every product on
+ * the first kernel, the baseline. Choosing by shape keeps deterministic mode's promise only because
+ * the bits agree: a row's result still does not depend on the rows beside it. The property is read
+ * once, when the class loads, like the one above ({@code -Dtokenspeed.cuda.fixedgemm=v1}).
  *
  * <p>Its third value, {@code wgmma}, sends every deterministic bf16 product ({@code in} a multiple
  * of 8), decode's and prefill's alike, to a third family: {@code gemm_fixed_wgmma}'s kernels, on
@@ -49,7 +48,9 @@ import java.lang.foreign.ValueLayout;
  * mma.sync kernels (a wgmma step of 16 k need not round as two mma.sync steps do), so with this
  * value no product of the run goes to v1 or v2. Effective only on compute capability 9.0, where the
  * kernels are compiled for sm_90a ({@link CudaDevice#wgmma}); on any other device {@code wgmma}
- * reads as {@code v2}, so deterministic results there are v2's.
+ * reads as {@code v2}, so deterministic results there are v2's. It is the default: on an H100 the
+ * products of Llama 8B's prefill take 0.84-0.92 of v2's time at 2,048 and 8,192 rows (at 64 rows
+ * 1.09-1.17, a cost deterministic decode pays for having one family whatever the batch).
  */
 public final class Gemm {
 
@@ -83,8 +84,11 @@ public final class Gemm {
   /** The system property that picks the fixed-order bf16 kernel (see the class comment). */
   static final String FIXED_GEMM_PROPERTY = "tokenspeed.cuda.fixedgemm";
 
-  /** The value of {@link #FIXED_GEMM_PROPERTY} when it is unset: the tiled kernels. */
-  static final String DEFAULT_FIXED_GEMM = "v2";
+  /**
+   * The value of {@link #FIXED_GEMM_PROPERTY} when it is unset: the Hopper kernels, which read as
+   * the tiled mma.sync kernels ({@code v2}) on any other device.
+   */
+  static final String DEFAULT_FIXED_GEMM = "wgmma";
 
   /**
    * The families of deterministic mode's bf16 product, the values of {@link #FIXED_GEMM_PROPERTY}.
@@ -281,7 +285,7 @@ public final class Gemm {
 
   /**
    * The switch's value: {@code v1}, {@code v2} or {@code wgmma} (any case, spaces around ignored),
-   * {@link #DEFAULT_FIXED_GEMM} ({@code v2}) when unset. Anything else is refused, so that a
+   * {@link #DEFAULT_FIXED_GEMM} ({@code wgmma}) when unset. Anything else is refused, so that a
    * misspelt value does not silently measure another kernel.
    */
   static FixedGemm fixedGemmSwitch(String value) {

@@ -77,8 +77,8 @@ class GemmRoutingTest {
   }
 
   @Test
-  void shouldReadTheFixedGemmSwitchAsV1V2OrWgmmaAndV2WhenUnset() {
-    assertEquals(FixedGemm.V2, Gemm.fixedGemmSwitch(null));
+  void shouldReadTheFixedGemmSwitchAsV1V2OrWgmmaAndWgmmaWhenUnset() {
+    assertEquals(FixedGemm.WGMMA, Gemm.fixedGemmSwitch(null));
     assertEquals(FixedGemm.V1, Gemm.fixedGemmSwitch("v1"));
     assertEquals(FixedGemm.V1, Gemm.fixedGemmSwitch(" V1"));
     assertEquals(FixedGemm.V2, Gemm.fixedGemmSwitch("v2"));
@@ -91,7 +91,7 @@ class GemmRoutingTest {
       assertTrue(e.getMessage().contains("tokenspeed.cuda.fixedgemm"), e::getMessage);
       assertTrue(e.getMessage().contains("v1, v2 or wgmma"), e::getMessage);
     }
-    // what this JVM was started with (unset in the build: v2)
+    // what this JVM was started with (unset in the build: wgmma, v2 off Hopper)
     assertEquals(
         Gemm.fixedGemmSwitch(System.getProperty(Gemm.FIXED_GEMM_PROPERTY)), Gemm.FIXED_GEMM);
   }

@@ -68,13 +68,18 @@ import java.util.List;
  * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
  * step's tables are uploaded before the replay as before a launch.
  *
- * <p>System property {@value #FLASH_PROPERTY} = {@code mma|wgmma} (default {@code mma}, read once):
- * the tensor-core attention's kernel, {@code flash_attention_d64/d128} ({@code mma.sync}, every
- * GPU) or {@code flash_attention_wgmma_d64/d128} (Hopper's {@code wgmma}, compute capability 9.0
- * only: loading a tensor-core model with {@code wgmma} on another GPU is refused with an {@link
- * IllegalArgumentException} that says so, rather than measuring the other kernel). The two give
- * different bits, so the attention's name in the deployment identity differs ({@link
- * #attentionName}). Any other value is refused when the class loads.
+ * <p>System property {@value #FLASH_PROPERTY} = {@code auto|mma|wgmma} (default {@code auto}, read
+ * once): the tensor-core attention's kernel, {@code flash_attention_d64/d128} ({@code mma.sync},
+ * every GPU) or {@code flash_attention_wgmma_d64/d128} (Hopper's {@code wgmma}, compute capability
+ * 9.0 only: loading a tensor-core model with {@code wgmma} on another GPU is refused with an {@link
+ * IllegalArgumentException} that says so, rather than measuring the other kernel). {@code auto}
+ * takes {@code wgmma} on compute capability 9.0 and {@code mma} elsewhere; on Hopper, a batch of
+ * decode tokens only then runs on {@code mma} unless the model is deterministic (its blocks hold
+ * one token's few rows, for which the one-block-a-multiprocessor wgmma kernel has no advantage),
+ * while every batch with a prefill runs on {@code wgmma}. A deterministic model runs every batch on
+ * one kernel, so that a token's bits do not depend on what shares its batch. The two give different
+ * bits, so the attention's name in the deployment identity differs ({@link #attentionName}). Any
+ * other value is refused when the class loads.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -104,10 +109,13 @@ public final class CudaCausalLm implements AutoCloseable {
   /** FW_THREADS of kernels.cu: the Hopper flash kernel's block, a producer and two consumers. */
   static final int WGMMA_FLASH_THREADS = 384;
 
-  /** The system property that picks the tensor-core attention's kernel: {@code mma|wgmma}. */
+  /** The system property that picks the tensor-core attention's kernel: {@code auto|mma|wgmma}. */
   static final String FLASH_PROPERTY = "tokenspeed.cuda.flash";
 
-  /** The kernel {@link #FLASH_PROPERTY} gives every tensor-core model, read once. */
+  /**
+   * The kernel {@link #FLASH_PROPERTY} asks of every tensor-core model, read once: null for {@code
+   * auto} (the device's choice, {@link #flashKernelFor}).
+   */
   static final FlashKernel FLASH_DEFAULT = flashKernelOf(System.getProperty(FLASH_PROPERTY));
 
   /** The system property that turns the split-KV decode on ({@code on}) or off ({@code off}). */
@@ -206,6 +214,12 @@ public final class CudaCausalLm implements AutoCloseable {
   /** The tensor-core attention's kernel ({@link #FLASH_DEFAULT}, {@link #useFlash}). */
   private FlashKernel flash;
 
+  /**
+   * The tensor-core attention's kernel for a batch of decode tokens only: {@link #flash}, except
+   * under {@code auto} on Hopper in normal mode, where it is {@link FlashKernel#MMA}.
+   */
+  private FlashKernel decodeFlash;
+
   private Workspace workspace;
 
   /** When decode batches take the split-KV attention. */
@@ -260,7 +274,8 @@ public final class CudaCausalLm implements AutoCloseable {
       List<DeviceBuffer> owned,
       boolean deterministic,
       Attention attention,
-      FlashKernel flash) {
+      FlashKernel flash,
+      FlashKernel decodeFlash) {
     this.device = device;
     this.deterministic = deterministic;
     this.config = config;
@@ -277,6 +292,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
     this.flash = flash;
+    this.decodeFlash = deterministic ? flash : decodeFlash;
     this.weightsFitGemv = weightsFitGemv(d, lmHead, layers);
   }
 
@@ -383,6 +399,8 @@ public final class CudaCausalLm implements AutoCloseable {
         chosen == Attention.TENSOR_CORE
             ? flashKernelFor(FLASH_DEFAULT, device.arch())
             : FlashKernel.MMA;
+    // auto: decode-only batches keep the mma kernel (normal mode; a deterministic model uses one)
+    FlashKernel decodeFlash = FLASH_DEFAULT == null ? FlashKernel.MMA : flash;
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
     List<Layer> layers = new ArrayList<>();
@@ -440,7 +458,8 @@ public final class CudaCausalLm implements AutoCloseable {
         owned,
         deterministic,
         chosen,
-        flash);
+        flash,
+        decodeFlash);
   }
 
   /** Copies host tensors to device buffers it records in {@code owned}. */
@@ -1028,26 +1047,31 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The kernel a value of {@link #FLASH_PROPERTY} names: {@code mma} (or none) {@link
-   * FlashKernel#MMA}, {@code wgmma} {@link FlashKernel#WGMMA}, in any case.
+   * The kernel a value of {@link #FLASH_PROPERTY} names: {@code auto} (or none) null, the device's
+   * choice; {@code mma} {@link FlashKernel#MMA}; {@code wgmma} {@link FlashKernel#WGMMA}; in any
+   * case.
    *
    * @throws IllegalArgumentException for anything else, naming the property
    */
   static FlashKernel flashKernelOf(String value) {
-    return KernelSwitch.read(FLASH_PROPERTY, value, "mma", "wgmma")
-        ? FlashKernel.WGMMA
-        : FlashKernel.MMA;
+    int i = KernelSwitch.pick(FLASH_PROPERTY, value, "auto", "mma", "wgmma");
+    return i == 0 ? null : FlashKernel.values()[i - 1];
   }
 
   /**
    * {@code wanted} on a device of architecture {@code arch} ({@link CudaDevice#arch}, such as
-   * {@code sm_90}).
+   * {@code sm_90}); for null ({@code auto}), {@link FlashKernel#WGMMA} on compute capability 9.0
+   * and {@link FlashKernel#MMA} elsewhere.
    *
    * @throws IllegalArgumentException for {@link FlashKernel#WGMMA} on anything but compute
    *     capability 9.0, naming the device's architecture and the property
    */
   static FlashKernel flashKernelFor(FlashKernel wanted, String arch) {
-    if (wanted == FlashKernel.WGMMA && !"sm_90".equals(arch)) {
+    boolean hopper = "sm_90".equals(arch);
+    if (wanted == null) {
+      return hopper ? FlashKernel.WGMMA : FlashKernel.MMA;
+    }
+    if (wanted == FlashKernel.WGMMA && !hopper) {
       throw new IllegalArgumentException(
           FLASH_PROPERTY
               + "=wgmma needs a Hopper GPU (compute capability 9.0, sm_90a): this device is "
@@ -1059,14 +1083,19 @@ public final class CudaCausalLm implements AutoCloseable {
     return wanted;
   }
 
-  /** The tensor-core attention's kernel of this model. */
+  /** The tensor-core attention's kernel of this model (of every batch with a prefill token). */
   FlashKernel flash() {
     return flash;
   }
 
+  /** The tensor-core attention's kernel of this model for a batch of decode tokens only. */
+  FlashKernel decodeFlash() {
+    return decodeFlash;
+  }
+
   /**
-   * Runs the tensor-core attention on {@code kernel} from now on (tests compare both on one model),
-   * dropping the decode graphs recorded with the other.
+   * Runs the tensor-core attention on {@code kernel} from now on, for every batch (tests and the
+   * benchmark compare both on one model), dropping the decode graphs recorded with the other.
    *
    * @throws IllegalArgumentException for a model without the tensor-core attention, or {@link
    *     FlashKernel#WGMMA} on a device that is not of compute capability 9.0
@@ -1077,6 +1106,7 @@ public final class CudaCausalLm implements AutoCloseable {
           "the flash kernels are the tensor-core attention's; this model's is " + attention);
     }
     this.flash = flashKernelFor(kernel, device.arch());
+    this.decodeFlash = this.flash;
     destroyGraphs();
   }
 
@@ -1531,7 +1561,17 @@ public final class CudaCausalLm implements AutoCloseable {
         if (split != null) {
           launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
         } else if (kernel == Attention.TENSOR_CORE) {
-          launchFlash(device, flash, hd, numTiles, heads, kvHeads, in, tileTable, scale, act);
+          launchFlash(
+              device,
+              pureDecode ? decodeFlash : flash,
+              hd,
+              numTiles,
+              heads,
+              kvHeads,
+              in,
+              tileTable,
+              scale,
+              act);
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(

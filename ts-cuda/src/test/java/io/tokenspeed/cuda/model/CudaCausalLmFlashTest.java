@@ -107,9 +107,15 @@ class CudaCausalLmFlashTest {
     assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelOf(value));
   }
 
+  @ParameterizedTest
+  @ValueSource(strings = {"auto", "AUTO", " Auto\t"})
+  void shouldReadAutoAsTheDevicesChoice(String value) {
+    assertEquals(null, CudaCausalLm.flashKernelOf(value));
+  }
+
   @Test
-  void shouldTakeTheMmaKernelWithoutAValue() {
-    assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelOf(null));
+  void shouldLeaveTheKernelToTheDeviceWithoutAValue() {
+    assertEquals(null, CudaCausalLm.flashKernelOf(null));
     assertEquals(
         CudaCausalLm.flashKernelOf(System.getProperty(CudaCausalLm.FLASH_PROPERTY)),
         CudaCausalLm.FLASH_DEFAULT);
@@ -120,7 +126,7 @@ class CudaCausalLmFlashTest {
   void shouldRefuseAnyOtherFlashValueNamingTheProperty(String value) {
     var e = assertThrows(IllegalArgumentException.class, () -> CudaCausalLm.flashKernelOf(value));
     assertEquals(
-        "tokenspeed.cuda.flash must be mma or wgmma, not \"" + value + "\"", e.getMessage());
+        "tokenspeed.cuda.flash must be auto, mma or wgmma, not \"" + value + "\"", e.getMessage());
   }
 
   @ParameterizedTest
@@ -136,13 +142,19 @@ class CudaCausalLmFlashTest {
     assertEquals(
         CudaCausalLm.FlashKernel.MMA,
         CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.MMA, arch));
+    // auto: the mma kernel off Hopper
+    assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelFor(null, arch));
   }
 
   @Test
-  void shouldTakeTheWgmmaKernelOnHopper() {
+  void shouldTakeTheWgmmaKernelOnHopperAskedOrByDefault() {
     assertEquals(
         CudaCausalLm.FlashKernel.WGMMA,
         CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.WGMMA, "sm_90"));
+    assertEquals(CudaCausalLm.FlashKernel.WGMMA, CudaCausalLm.flashKernelFor(null, "sm_90"));
+    assertEquals(
+        CudaCausalLm.FlashKernel.MMA,
+        CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.MMA, "sm_90"));
   }
 
   /** A graphed decode step's table stride: a power of two, at least 64 rows, never less. */

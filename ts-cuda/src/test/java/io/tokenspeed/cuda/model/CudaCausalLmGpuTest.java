@@ -377,6 +377,15 @@ class CudaCausalLmGpuTest extends OnTheGpu {
   }
 
   /**
+   * The tensor-core attention's name a model takes on this device without {@code
+   * tokenspeed.cuda.flash}: the wgmma kernel's on compute capability 9.0, the mma kernel's
+   * elsewhere.
+   */
+  static String defaultFlashName() {
+    return "sm_90".equals(device.arch()) ? "cuda-flash-wgmma-bf16" : "cuda-flash-bf16";
+  }
+
+  /**
    * The tensor-core attention against the float32 one on a bf16 model: within what bf16 queries,
    * keys, values and probabilities allow, the same argmax nearly everywhere; and batch-invariant:
    * in deterministic mode a request's logits are bit-identical alone in one chunk or in chunks
@@ -394,7 +403,9 @@ class CudaCausalLmGpuTest extends OnTheGpu {
         CudaCausalLm f32m =
             CudaCausalLm.load(device, folder, "flash", "test", true, CudaCausalLm.Attention.TILED);
         CudaKvCache f32kv = new CudaKvCache(device, f32m.cacheLayout(16, 16), 256)) {
-      assertEquals("cuda-flash-bf16", m.attentionName());
+      assertEquals(defaultFlashName(), m.attentionName());
+      // deterministic: decode-only batches on the same kernel as the others
+      assertEquals(m.flash(), m.decodeFlash());
       assertEquals(CudaCausalLm.KV_BF16, m.cacheLayout(16, 16).dtype());
       assertEquals(
           2 * m.cacheLayout(16, 16).group(0).bytesPerBlock(),

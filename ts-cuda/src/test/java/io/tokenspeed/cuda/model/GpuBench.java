@@ -29,8 +29,10 @@ import java.util.SplittableRandom;
  * normal with the split-KV decode attention for every decode batch, decode only, flash: normal with
  * the flash kernel for every decode batch (the split-KV rule off), decode only, graphs: normal with
  * decode steps replayed as CUDA graphs where they can be, i.e. on {@code gemv_bf16} at up to 8
- * rows, whatever {@code tokenspeed.cuda.graphs} says; eager: normal without graphs), for example
- * {@code llama-1b /tmp/synthetic 2048,8192 1,16,64 512 normal,deterministic}.
+ * rows, whatever {@code tokenspeed.cuda.graphs} says; eager: normal without graphs; mma, wgmma:
+ * normal with that flash kernel for every batch, decode-only ones included, where normal's default
+ * on Hopper takes wgmma for prefill and mma for decode), for example {@code llama-1b /tmp/synthetic
+ * 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
   private static final int BLOCK = 16;
@@ -80,6 +82,10 @@ public final class GpuBench {
           if (splitKv || flash) {
             m.useSplitKv(splitKv);
           }
+          if (mode.equals("mma") || mode.equals("wgmma")) {
+            // every batch on that flash kernel, decode-only ones too (normal: the default rule)
+            m.useFlash(CudaCausalLm.FlashKernel.valueOf(mode.toUpperCase(Locale.ROOT)));
+          }
           if (mode.equals("graphs")) {
             m.useGraphs(true); // replays only where every product is the project's own kernel
           } else if (mode.equals("eager")) {
@@ -99,7 +105,7 @@ public final class GpuBench {
             SplittableRandom rnd = new SplittableRandom(1);
             // prefill batches never split: the split-kv and flash modes time decode only
             for (int n : splitKv || flash ? new int[0] : prefills) {
-              if (!mode.equals("normal") && n > 8192) {
+              if (!mode.equals("normal") && !mode.equals("mma") && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();

@@ -400,7 +400,9 @@ class SplitKvGpuTest extends OnTheGpu {
     Random rnd = new Random(41 + headDim);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "splitkv", "test");
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(bg, bg), numBlocks)) {
-      assertEquals("cuda-flash-bf16", m.attentionName());
+      assertEquals(CudaCausalLmGpuTest.defaultFlashName(), m.attentionName());
+      // normal mode: decode-only batches on the mma kernel whatever prefill runs on
+      assertEquals(CudaCausalLm.FlashKernel.MMA, m.decodeFlash());
       int vocab = m.vocabSize();
       CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(numBlocks, 9);
       int[][] tables = new int[CONTEXTS.length][];
