@@ -301,6 +301,15 @@ public final class Gemm {
   }
 
   /**
+   * The name of the bits deterministic mode's bf16 products give on this instance, for the
+   * deployment identity: {@code mma} for v1 and v2 (the same bits), {@code wgmma} for Hopper's
+   * family.
+   */
+  public String fixedOrderBits() {
+    return fixedGemm == FixedGemm.WGMMA ? "wgmma" : "mma";
+  }
+
+  /**
    * The kernel deterministic mode runs a product on, for {@code family} (the switch's family on the
    * device: {@link FixedGemm#on}). For bf16 with {@code in} a multiple of 8: with {@code V2}, the
    * tile {@link FixedOrderTile#forShape} picks for the shape, the GPU's {@code multiprocessors} and

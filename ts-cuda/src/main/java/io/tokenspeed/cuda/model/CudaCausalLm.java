@@ -1121,6 +1121,15 @@ public final class CudaCausalLm implements AutoCloseable {
     return flash == FlashKernel.WGMMA ? "cuda-flash-wgmma-bf16" : "cuda-flash-bf16";
   }
 
+  /**
+   * The name of the deterministic products' bits ({@link Gemm#fixedOrderBits}: {@code mma} or
+   * {@code wgmma}), for the deployment identity: KV computed with one family's products is not
+   * bit-identical to the other's.
+   */
+  public String fixedOrderBits() {
+    return gemm.fixedOrderBits();
+  }
+
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
   public boolean bf16() {
     return weightType == Gemm.R_16BF;

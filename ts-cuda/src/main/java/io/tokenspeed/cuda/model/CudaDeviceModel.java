@@ -62,12 +62,24 @@ public final class CudaDeviceModel implements DeviceModel {
    * The attention implementation the deployment identity names for KV this backend computes: the
    * model's attention kernels ({@code cuda-paged-f32}: float32 arithmetic; {@code cuda-flash-bf16}:
    * the tensor cores; {@code cuda-flash-wgmma-bf16}: Hopper's wgmma), with {@link #FIXED_ORDER} in
-   * deterministic mode. KV of the CPU kernels, or of another of these, lives under other
-   * namespaces.
+   * deterministic mode, and {@code -wgmma} after it where the fixed-order products are Hopper's
+   * ({@link CudaCausalLm#fixedOrderBits}). KV of the CPU kernels, or of another of these, lives
+   * under other namespaces.
    */
   @Override
   public String attentionBackend() {
-    return model.attentionName() + (model.deterministic() ? FIXED_ORDER : "");
+    return attentionBackend(model.attentionName(), model.deterministic(), model.fixedOrderBits());
+  }
+
+  /**
+   * {@link #attentionBackend()} of a model whose attention is {@code attention}, deterministic or
+   * not, whose fixed-order products give {@code fixedOrderBits}.
+   */
+  static String attentionBackend(String attention, boolean deterministic, String fixedOrderBits) {
+    if (!deterministic) {
+      return attention;
+    }
+    return attention + FIXED_ORDER + ("wgmma".equals(fixedOrderBits) ? "-wgmma" : "");
   }
 
   @Override

@@ -172,4 +172,26 @@ class CudaCausalLmFlashTest {
   void shouldRoundAGraphedStepsStrideToAPowerOfTwo(int stride, int graphed) {
     assertEquals(graphed, CudaCausalLm.graphStride(stride));
   }
+
+  /**
+   * The deployment identity's attention backend names every family whose bits differ: the attention
+   * kernel, deterministic mode, and in deterministic mode the products' family (v1 and v2 give the
+   * same bits, Hopper's wgmma its own).
+   */
+  @Test
+  void shouldNameTheProductsFamilyInDeterministicModesIdentity() {
+    assertEquals(
+        "cuda-flash-bf16", CudaDeviceModel.attentionBackend("cuda-flash-bf16", false, "wgmma"));
+    assertEquals(
+        "cuda-flash-bf16-fixed-order",
+        CudaDeviceModel.attentionBackend("cuda-flash-bf16", true, "mma"));
+    assertEquals(
+        "cuda-flash-wgmma-bf16-fixed-order-wgmma",
+        CudaDeviceModel.attentionBackend("cuda-flash-wgmma-bf16", true, "wgmma"));
+    assertEquals(
+        "cuda-flash-wgmma-bf16-fixed-order",
+        CudaDeviceModel.attentionBackend("cuda-flash-wgmma-bf16", true, "mma"));
+    assertEquals(
+        "cuda-paged-f32", CudaDeviceModel.attentionBackend("cuda-paged-f32", false, "mma"));
+  }
 }
