@@ -2,6 +2,7 @@ package io.tokenspeed.cuda.model;
 
 import static io.tokenspeed.cuda.Bf16Bits.value;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.tokenspeed.cuda.CallTimes;
@@ -9,8 +10,13 @@ import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.cuda.model.CudaCausalLm.FlashKernel;
 import io.tokenspeed.cuda.model.FlashAttentionGpuTest.Float64Check;
 import io.tokenspeed.cuda.model.FlashAttentionGpuTest.Problem;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
 import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Locale;
+import java.util.SplittableRandom;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
@@ -178,6 +184,65 @@ class WgmmaFlashGpuTest extends OnTheGpu {
   }
 
   /**
+   * The default ({@code tokenspeed.cuda.flash} unset: auto) on Hopper, in normal mode: a batch of
+   * decode tokens only runs on the mma kernel and a batch with a prefill chunk on the wgmma kernel.
+   * On one model, after prefilling two contexts: a decode-only batch and a batch of a decode and a
+   * chunk, first under the default, then with every batch forced to mma, then to wgmma. The
+   * default's decode-only logits equal the mma run's bit for bit, its mixed batch's the wgmma
+   * run's; and the two kernels' runs differ, so the equalities say which kernel ran. (Every run
+   * rewrites the positions it computes before reading them, so all read the same contexts.)
+   */
+  @ParameterizedTest
+  @Order(4)
+  @ValueSource(ints = {64, 128})
+  void shouldRunDecodeOnlyBatchesOnMmaAndPrefillBatchesOnWgmmaByDefault(
+      int headDim, @TempDir Path dir) {
+    Path folder = FlashAttentionGpuTest.model(headDim, dir);
+    SplittableRandom rnd = new SplittableRandom(71 + headDim);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 256)) {
+      assertEquals(FlashKernel.WGMMA, m.flash());
+      assertEquals(FlashKernel.MMA, m.decodeFlash());
+      int vocab = m.vocabSize();
+      CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(0), 13);
+      int[] a = rnd.ints(301, 0, vocab).toArray();
+      int[] b = rnd.ints(264, 0, vocab).toArray();
+      int[] ta = blocks.table(19);
+      int[] tb = blocks.table(17);
+      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 300), ta, 300);
+      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(b, 200), tb, 200);
+      ForwardRequest decode = new ForwardRequest(new int[] {a[300]}, 300, new int[][] {ta}, false);
+      ForwardRequest chunk =
+          new ForwardRequest(Arrays.copyOfRange(b, 200, 264), 200, new int[][] {tb}, false);
+      ForwardBatch decodeOnly = ForwardBatch.of(decode);
+      ForwardBatch mixed = new ForwardBatch(List.of(decode, chunk));
+      float[] decodeAuto = m.forward(decodeOnly, kv).logits(0);
+      float[] mixedAuto = m.forward(mixed, kv).logits(0);
+      m.useFlash(FlashKernel.MMA);
+      float[] decodeMma = m.forward(decodeOnly, kv).logits(0);
+      float[] mixedMma = m.forward(mixed, kv).logits(0);
+      m.useFlash(FlashKernel.WGMMA);
+      float[] decodeWgmma = m.forward(decodeOnly, kv).logits(0);
+      float[] mixedWgmma = m.forward(mixed, kv).logits(0);
+      assertFalse(
+          Arrays.equals(decodeMma, decodeWgmma),
+          "the two kernels gave the same bits: the comparisons below could not tell them apart");
+      assertFalse(Arrays.equals(mixedMma, mixedWgmma), "the same for the mixed batch");
+      FlashAttentionGpuTest.assertSameBits(
+          "head size " + headDim + ", decode-only batch: default vs mma", decodeAuto, decodeMma);
+      FlashAttentionGpuTest.assertSameBits(
+          "head size " + headDim + ", decode in a batch with a chunk: default vs wgmma",
+          mixedAuto,
+          mixedWgmma);
+      System.out.printf(
+          Locale.ROOT,
+          "head size %d, normal mode by default: decode-only batch = mma bit for bit, mixed batch ="
+              + " wgmma bit for bit%n",
+          headDim);
+    }
+  }
+
+  /**
    * Both kernels on the same inputs, Llama 3 8B's heads (32 of 128 on 8) and then Llama 3.2 1B's
    * (32 of 64 on 8), causal prefills of 8,192 and 32,768 tokens: each one's time (median of 5
    * launches after one), TFLOP/s and 32 layers' total, the wgmma kernel's outputs against the
@@ -185,7 +250,7 @@ class WgmmaFlashGpuTest extends OnTheGpu {
    * over the mma.sync kernel's. No speed is asserted.
    */
   @Test
-  @Order(4)
+  @Order(5)
   void shouldReportBothKernelsTimesAt8kAnd32k() {
     FlashKernel[] both = {FlashKernel.MMA, FlashKernel.WGMMA};
     StringBuilder summary = new StringBuilder("wgmma over mma.sync:");
