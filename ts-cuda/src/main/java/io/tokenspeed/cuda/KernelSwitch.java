@@ -6,8 +6,9 @@ import java.util.Locale;
 /**
  * A system property that picks between two kernels of the CUDA backend ({@code
  * tokenspeed.cuda.gemv}, {@code .fixedgemm}, {@code .flash}, {@code .splitkv}, {@code .graphs};
- * docs/gpu.md), so that both (for {@code .fixedgemm}, all three) can be measured on the same card
- * in one session before one becomes the default. A value is read once, when its class loads.
+ * docs/gpu.md), so that both (for {@code .fixedgemm} and {@code .flash}, all three) can be measured
+ * on the same card in one session before one becomes the default. A value is read once, when its
+ * class loads.
  */
 public final class KernelSwitch {
 
@@ -27,7 +28,8 @@ public final class KernelSwitch {
   /**
    * Which of {@code values} {@code value}, the value of {@code property}, names: its index, in any
    * case and with spaces around ignored; no value gives 0, the first. For a switch of more than two
-   * kernels ({@code tokenspeed.cuda.fixedgemm}: v1, v2 or wgmma).
+   * values ({@code tokenspeed.cuda.fixedgemm}: v1, v2 or wgmma; {@code .flash}: auto, mma or
+   * wgmma).
    *
    * @throws IllegalArgumentException for any other value, naming the property and every value
    *     ("must be a, b or c, not ...")
