@@ -31,21 +31,27 @@ package io.tokenspeed.cuda;
  * give the product enough blocks without splitting k, down to 64 × 32 for decode batches, which are
  * bound by reading w once: 4,096 outputs make 128 blocks of 64 × 32 and only 64 of 64 × 64.
  *
- * <p>The rule ({@link #forShape}) is the mma.sync family's ({@link ProductTile#largestThatFills}):
- * the largest tile whose blocks fill the GPU, never a 128-row tile for 64 rows or fewer. On an H100
- * (132 multiprocessors) the Llama 8B projections go, as the rows double, through 64 × 32 (up to 64
- * rows), 64 × 64 (128), 64 × 128 (256), 128 × 128 (512) and 128 × 256 (from 1,024) for qkv (6,144
- * outputs), o and down (4,096 outputs: 128 blocks at each step from 64 rows on); gate|up (28,672
- * outputs) takes 64 × 128 up to 64 rows, 128 × 128 at 128 and 128 × 256 from 256. Not yet measured:
- * FixedGemmWgmmaGpuTest prints every tile's time on the Llama 8B shapes, against which the rule is
- * to be checked.
+ * <p>The rule ({@link #forShape}) estimates each tile's time from its waves: a product of B blocks
+ * runs in ⌈B / (blocks a multiprocessor holds · multiprocessors)⌉ waves, each as long as one
+ * block's work at that occupancy, measured per slice of 64 k ({@link #sliceNanos}), and it takes
+ * the tile of the fewest estimated nanoseconds (the larger on a tie), never a 128-row tile for 64
+ * rows or fewer. The slice times come from FixedGemmWgmmaGpuTest's timings on an H100 (8,192 rows
+ * of Llama 8B's qkv, where every tile runs many full waves: the time over its waves and slices).
+ * Checked against every tile's measured time on the 24 shapes of that test (Llama 8B's four
+ * products at 1 to 8,192 rows) in two runs: the rule's picks sum to 10,300 µs where the fastest
+ * tiles sum to 10,293 (10,492 against 10,486 in the other run), against 10,340 and 10,550 for the
+ * previous rule (the largest tile whose blocks fill nine tenths of the multiprocessors, the
+ * mma.sync family's {@link ProductTile#largestThatFills}), which at 512 rows took 128 × 128 where
+ * 128 × 256 (qkv) or 64 × 128 (o, down) is 11-18 % faster. On an H100 the Llama 8B projections take
+ * 64 × 32 up to 64 rows for qkv, o and down, 64 × 128 for gate|up; at 512 rows 128 × 256 for qkv
+ * and gate|up, 64 × 128 for o and down; 128 × 256 from 1,024 rows.
  */
 enum FixedOrderWgmmaTile implements ProductTile {
-  T128X256("gemm_fixed_wgmma_128x256", 2, 256, 4),
-  T128X128("gemm_fixed_wgmma_128x128", 2, 128, 3),
-  T64X128("gemm_fixed_wgmma_64x128", 1, 128, 4),
-  T64X64("gemm_fixed_wgmma_64x64", 1, 64, 6),
-  T64X32("gemm_fixed_wgmma_64x32", 1, 32, 8);
+  T128X256("gemm_fixed_wgmma_128x256", 2, 256, 4, 1, 1068),
+  T128X128("gemm_fixed_wgmma_128x128", 2, 128, 3, 2, 1166),
+  T64X128("gemm_fixed_wgmma_64x128", 1, 128, 4, 2, 837),
+  T64X64("gemm_fixed_wgmma_64x64", 1, 64, 6, 2, 592),
+  T64X32("gemm_fixed_wgmma_64x32", 1, 32, 8, 2, 413);
 
   /** k per slice of the ring (FW_K in kernels.cu): one 128-byte swizzled row per operand row. */
   static final int SLICE_K = 64;
@@ -68,12 +74,24 @@ enum FixedOrderWgmmaTile implements ProductTile {
   /** Slices of {@link #SLICE_K} in the ring. */
   final int stages;
 
-  FixedOrderWgmmaTile(String kernel, int warpgroups, int outs, int stages) {
+  /** Blocks a multiprocessor holds: the kernel's launch bounds (MIN_BLOCKS in kernels.cu). */
+  final int blocksPerSm;
+
+  /**
+   * Nanoseconds of one wave over one slice of {@link #SLICE_K} k, every multiprocessor holding
+   * {@link #blocksPerSm} blocks: measured on an H100 (see the class comment).
+   */
+  final int sliceNanos;
+
+  FixedOrderWgmmaTile(
+      String kernel, int warpgroups, int outs, int stages, int blocksPerSm, int sliceNanos) {
     this.kernel = kernel;
     this.warpgroups = warpgroups;
     this.rows = 64 * warpgroups;
     this.outs = outs;
     this.stages = stages;
+    this.blocksPerSm = blocksPerSm;
+    this.sliceNanos = sliceNanos;
   }
 
   @Override
@@ -116,19 +134,39 @@ enum FixedOrderWgmmaTile implements ProductTile {
   }
 
   /**
-   * The rule, {@link ProductTile#largestThatFills} over these tiles: among the tiles whose shared
-   * memory fits {@code sharedBytesPerBlock} (all of them on sm_90, 227 KiB) and that are not too
-   * tall for the rows (64 rows or fewer never take a 128-row tile), the largest whose blocks number
-   * at least {@link ProductTile#FULL_WAVE_TENTHS} tenths of {@code multiprocessors}, else the
-   * smallest; null when none fits. No tile splits k, so a product has only as many blocks as output
-   * tiles: the largest tile that still gives every multiprocessor a block reuses each operand the
-   * most without leaving the GPU idle.
+   * The estimated time of a product of {@code rows} rows and {@code out} outputs on this tile, per
+   * slice of k, in nanoseconds: its waves on {@code multiprocessors} times {@link #sliceNanos}.
+   */
+  long sliceEstimate(int rows, int out, int multiprocessors) {
+    long slots = (long) blocksPerSm * multiprocessors;
+    return Math.ceilDiv(blocks(rows, out), slots) * sliceNanos;
+  }
+
+  /**
+   * The rule: among the tiles that may take the rows ({@link ProductTile#takes}: their shared
+   * memory fits {@code sharedBytesPerBlock}, all of them on sm_90 at 227 KiB, and 64 rows or fewer
+   * never take a 128-row tile), the one of the least {@link #sliceEstimate} (the larger tile on a
+   * tie; see the class comment); null when none fits. k does not enter: every tile runs the same
+   * slices. Every tile gives the same bits, so the pick changes the time only.
    *
    * <p>Rows and outputs of any count are taken (edges are zero-filled and never written); {@code
    * in} must be a multiple of 8 and x and w 16-byte aligned.
    */
   static FixedOrderWgmmaTile forShape(
       int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
-    return ProductTile.largestThatFills(values(), rows, out, multiprocessors, sharedBytesPerBlock);
+    FixedOrderWgmmaTile[] tiles = values();
+    FixedOrderWgmmaTile best = null;
+    long bestNanos = Long.MAX_VALUE;
+    for (FixedOrderWgmmaTile tile : tiles) {
+      if (!ProductTile.takes(tiles, tile, rows, sharedBytesPerBlock)) {
+        continue;
+      }
+      long nanos = tile.sliceEstimate(rows, out, multiprocessors);
+      if (nanos < bestNanos) {
+        best = tile;
+        bestNanos = nanos;
+      }
+    }
+    return best;
   }
 }

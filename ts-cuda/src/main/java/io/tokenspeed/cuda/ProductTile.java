@@ -3,8 +3,9 @@ package io.tokenspeed.cuda;
 /**
  * A block tile of one of deterministic mode's tiled bf16 product kernels ({@link FixedOrderTile}
  * for the mma.sync family, {@link FixedOrderWgmmaTile} for the wgmma one): what a launch needs, and
- * the rule both families pick a tile by ({@link #largestThatFills}). Every kernel takes {@code (x,
- * w, y, rows, in, out, accumulate)} on a one-dimensional grid of {@link #blocks} blocks.
+ * the mma.sync family's rule ({@link #largestThatFills}; the wgmma family estimates each tile's
+ * waves instead, {@link FixedOrderWgmmaTile#forShape}). Every kernel takes {@code (x, w, y, rows,
+ * in, out, accumulate)} on a one-dimensional grid of {@link #blocks} blocks.
  */
 interface ProductTile {
 
@@ -61,14 +62,9 @@ interface ProductTile {
    */
   static <T extends ProductTile> T largestThatFills(
       T[] tiles, int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
-    int shortest = Integer.MAX_VALUE;
-    for (T tile : tiles) {
-      shortest = Math.min(shortest, tile.tileRows());
-    }
     T smallest = null;
     for (T tile : tiles) {
-      boolean tooTall = tile.tileRows() > shortest && 2L * rows <= tile.tileRows();
-      if (tooTall || tile.sharedBytes() > sharedBytesPerBlock) {
+      if (!takes(tiles, tile, rows, sharedBytesPerBlock)) {
         continue;
       }
       if (10 * tile.blocks(rows, out) >= (long) FULL_WAVE_TENTHS * multiprocessors) {
@@ -77,5 +73,21 @@ interface ProductTile {
       smallest = tile;
     }
     return smallest;
+  }
+
+  /**
+   * Whether {@code tile}, one of {@code tiles}, may take a product of {@code rows} rows: its shared
+   * memory fits {@code sharedBytesPerBlock} and it is not too tall for the rows (half of it holds
+   * them while a shorter tile exists: 64 rows or fewer never take a 128-row tile, whose other half
+   * would be padding multiplied for nothing).
+   */
+  static <T extends ProductTile> boolean takes(
+      T[] tiles, T tile, int rows, int sharedBytesPerBlock) {
+    int shortest = Integer.MAX_VALUE;
+    for (T t : tiles) {
+      shortest = Math.min(shortest, t.tileRows());
+    }
+    boolean tooTall = tile.tileRows() > shortest && 2L * rows <= tile.tileRows();
+    return !tooTall && tile.sharedBytes() <= sharedBytesPerBlock;
   }
 }
