@@ -138,8 +138,13 @@ enum FixedOrderWgmmaTile implements ProductTile {
    * slice of k, in nanoseconds: its waves on {@code multiprocessors} times {@link #sliceNanos}.
    */
   long sliceEstimate(int rows, int out, int multiprocessors) {
+    return sliceEstimate(rows, out, 1, multiprocessors);
+  }
+
+  /** {@link #sliceEstimate(int, int, int)} with k in {@code parts} parts: as many more blocks. */
+  long sliceEstimate(int rows, int out, int parts, int multiprocessors) {
     long slots = (long) blocksPerSm * multiprocessors;
-    return Math.ceilDiv(blocks(rows, out), slots) * sliceNanos;
+    return Math.ceilDiv(blocks(rows, out) * parts, slots) * sliceNanos;
   }
 
   /**
@@ -154,6 +159,15 @@ enum FixedOrderWgmmaTile implements ProductTile {
    */
   static FixedOrderWgmmaTile forShape(
       int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
+    return forShape(rows, out, 1, multiprocessors, sharedBytesPerBlock);
+  }
+
+  /**
+   * {@link #forShape(int, int, int, int)} for a product whose k is in {@code parts} parts (each a
+   * block of its own: {@code Gemm.splitParts}); the slices of a part are the same for every tile.
+   */
+  static FixedOrderWgmmaTile forShape(
+      int rows, int out, int parts, int multiprocessors, int sharedBytesPerBlock) {
     FixedOrderWgmmaTile[] tiles = values();
     FixedOrderWgmmaTile best = null;
     long bestNanos = Long.MAX_VALUE;
@@ -161,7 +175,7 @@ enum FixedOrderWgmmaTile implements ProductTile {
       if (!ProductTile.takes(tiles, tile, rows, sharedBytesPerBlock)) {
         continue;
       }
-      long nanos = tile.sliceEstimate(rows, out, multiprocessors);
+      long nanos = tile.sliceEstimate(rows, out, parts, multiprocessors);
       if (nanos < bestNanos) {
         best = tile;
         bestNanos = nanos;

@@ -114,6 +114,23 @@ public final class Gemm {
   /** The family the switch asks for: the property, read once. */
   static final FixedGemm FIXED_GEMM = fixedGemmSwitch(System.getProperty(FIXED_GEMM_PROPERTY));
 
+  /**
+   * The system property that splits k of deterministic mode's wgmma products in parts chosen by the
+   * weight's shape ({@link #splitParts}): {@code off} (the default, until measured) or {@code on}.
+   */
+  static final String FIXED_SPLIT_PROPERTY = "tokenspeed.cuda.fixedsplit";
+
+  /** Whether the wgmma products split k: the property, read once. */
+  static final boolean FIXED_SPLIT =
+      KernelSwitch.read(
+          FIXED_SPLIT_PROPERTY, System.getProperty(FIXED_SPLIT_PROPERTY), "off", "on");
+
+  /** The most rows one launch of a split product takes: its parts' buffer holds as many. */
+  static final int SPLIT_ROWS = 4096;
+
+  /** Threads a block of {@code gemm_fixed_combine}. */
+  private static final int COMBINE_THREADS = 256;
+
   /** Rows per block of {@code gemm_fixed_bf16_mma} (GT_ROWS in kernels.cu). */
   static final int V1_ROWS = 64;
 
@@ -137,6 +154,14 @@ public final class Gemm {
   /** The family of fixed-order bf16 kernels this device runs: {@link #FIXED_GEMM} on it. */
   private final FixedGemm fixedGemm;
 
+  /** Whether the wgmma family's products split k ({@link #FIXED_SPLIT}, wgmma only). */
+  private final boolean split;
+
+  /**
+   * The parts' products of a split product: {@link #SPLIT_ROWS} rows, grown by {@link #reserve}.
+   */
+  private DeviceBuffer partials;
+
   private final MemorySegment one;
   private final MemorySegment zero;
 
@@ -147,9 +172,18 @@ public final class Gemm {
    * depend on the other rows of its launch. Slower than cuBLAS; for deterministic mode.
    */
   public Gemm(CudaDevice device, boolean fixedOrder) {
+    this(device, fixedOrder, FIXED_SPLIT);
+  }
+
+  /**
+   * {@link #Gemm(CudaDevice, boolean)} with the split of k asked for or not, whatever {@link
+   * #FIXED_SPLIT} says (tests compare both); it takes effect only with the wgmma family.
+   */
+  Gemm(CudaDevice device, boolean fixedOrder, boolean split) {
     this.device = device;
     this.fixedOrder = fixedOrder;
     this.fixedGemm = FIXED_GEMM.on(device.wgmma());
+    this.split = split && fixedGemm == FixedGemm.WGMMA;
     Arena arena = Arena.ofAuto();
     this.one = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 1f);
     this.zero = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 0f);
@@ -306,7 +340,50 @@ public final class Gemm {
    * family.
    */
   public String fixedOrderBits() {
-    return fixedGemm == FixedGemm.WGMMA ? "wgmma" : "mma";
+    if (fixedGemm != FixedGemm.WGMMA) {
+      return "mma";
+    }
+    return split ? "wgmma-split" : "wgmma";
+  }
+
+  /**
+   * The parts k of a wgmma product of {@code in} by {@code out} is split in, with {@code
+   * tokenspeed.cuda.fixedsplit} on: 2 where the reduction is at least twice the outputs (Llama's
+   * down projection: 14,336 by 4,096) and at least 4 slices of 64 long, else 1. A function of the
+   * weight's shape alone, never of the rows: a row's result must not depend on its batch.
+   */
+  static int splitParts(int in, int out) {
+    return in >= 2L * out && Math.ceilDiv(in, FixedOrderWgmmaTile.SLICE_K) >= 4 ? 2 : 1;
+  }
+
+  /**
+   * Makes room for the parts of a product of {@code in} by {@code out} (a no-op where it does not
+   * split): a model reserves every product it runs when it loads, so that no buffer is allocated,
+   * or moved, once decode steps are recorded as graphs.
+   */
+  public void reserve(int in, int out) {
+    int parts = splitParts(in, out);
+    if (!fixedOrder || !split || parts == 1) {
+      return;
+    }
+    long bytes = (long) SPLIT_ROWS * out * parts * 4;
+    if (partials == null || partials.bytes() < bytes) {
+      if (partials != null) {
+        device.synchronize();
+        partials.close();
+        partials = null;
+      }
+      partials = device.allocate(bytes);
+    }
+  }
+
+  /** Frees the parts' buffer. */
+  public void close() {
+    if (partials != null) {
+      device.synchronize();
+      partials.close();
+      partials = null;
+    }
   }
 
   /**
@@ -368,6 +445,10 @@ public final class Gemm {
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
+    if (split && type == R_16BF && in % 8 == 0 && splitParts(in, out) > 1) {
+      applyFixedOrderSplit(null, x, w, y, rows, in, out, accumulate);
+      return;
+    }
     // the common case, a tile, without going through its kernel's name
     ProductTile tile = fixedOrderTile(fixedGemm, type, rows, in, out, sms, shared);
     if (tile != null) {
@@ -437,6 +518,64 @@ public final class Gemm {
         in,
         out,
         accumulate);
+  }
+
+  /**
+   * {@code y = x · wᵀ} (or {@code +=}) with k in {@link #splitParts} parts: for each run of up to
+   * {@link #SPLIT_ROWS} rows, the wgmma tile {@code tile} (null: the one {@link
+   * FixedOrderWgmmaTile#forShape} picks for the run's blocks times the parts) writes every part's
+   * product into the parts' buffer ({@code gemm_fixed_wgmma} with a grid of the parts in y), then
+   * {@code gemm_fixed_combine} adds them in part order into y. Every tile and every cut of the rows
+   * give the same bits. Wgmma devices only; the buffer grows here if {@link #reserve} was not
+   * called for the shape.
+   */
+  void applyFixedOrderSplit(
+      FixedOrderWgmmaTile tile,
+      long x,
+      long w,
+      long y,
+      int rows,
+      int in,
+      int out,
+      boolean accumulate) {
+    if (!fixedOrder || !split) {
+      throw new IllegalStateException("the split of k is the fixed-order wgmma family's alone");
+    }
+    int parts = splitParts(in, out);
+    reserve(in, out);
+    int sms = device.multiprocessors();
+    int shared = device.sharedBytesPerBlock();
+    for (int r0 = 0; r0 < rows; r0 += SPLIT_ROWS) {
+      int n = Math.min(SPLIT_ROWS, rows - r0);
+      FixedOrderWgmmaTile t =
+          tile != null ? tile : FixedOrderWgmmaTile.forShape(n, out, parts, sms, shared);
+      device.launch(
+          t.kernel(),
+          Math.toIntExact(t.blocks(n, out)),
+          parts,
+          t.threads(),
+          t.sharedBytes(),
+          x + (long) r0 * in * 2,
+          w,
+          partials.pointer(),
+          n,
+          in,
+          out,
+          0);
+      long outputs = (long) n * out;
+      int blocks = Math.toIntExact(Math.min(Math.ceilDiv(outputs, COMBINE_THREADS), 8L * sms));
+      device.launch(
+          "gemm_fixed_combine",
+          blocks,
+          1,
+          COMBINE_THREADS,
+          0,
+          partials.pointer(),
+          y + (long) r0 * out * 4,
+          outputs,
+          parts,
+          accumulate ? 1 : 0);
+    }
   }
 
   /** Launches a product kernel: every one takes {@code (x, w, y, rows, in, out, accumulate)}. */

@@ -5,10 +5,10 @@ import java.util.Locale;
 
 /**
  * A system property that picks between two kernels of the CUDA backend ({@code
- * tokenspeed.cuda.gemv}, {@code .fixedgemm}, {@code .flash}, {@code .splitkv}, {@code .graphs};
- * docs/gpu.md), so that both (for {@code .fixedgemm} and {@code .flash}, all three) can be measured
- * on the same card in one session before one becomes the default. A value is read once, when its
- * class loads.
+ * tokenspeed.cuda.gemv}, {@code .fixedgemm}, {@code .fixedsplit}, {@code .flash}, {@code .splitkv},
+ * {@code .graphs}; docs/gpu.md), so that both (for {@code .fixedgemm} and {@code .flash}, all
+ * three) can be measured on the same card in one session before one becomes the default. A value is
+ * read once, when its class loads.
  */
 public final class KernelSwitch {
 

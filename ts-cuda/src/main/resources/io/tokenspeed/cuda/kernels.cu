@@ -2379,7 +2379,8 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 // ring's depth: they decide which warpgroup builds an output's chain and when its slices arrive,
 // never the chain. So every tile may be swapped for another, for any launch, chosen by rows or
 // shape, without changing a bit: a row's result does not depend on the rows beside it. Splitting
-// k would change the chain; no tile does. (These are not the bits of the mma.sync kernels above:
+// k changes the chain: no tile does, and the parts of k below are chosen by the weight's shape
+// alone, the same for every launch of a product. (These are not the bits of the mma.sync kernels above:
 // a step of wgmma and two of mma.sync m16n8k16 need not round alike, so a run takes every
 // product from one family, never a mix.)
 //
@@ -2404,8 +2405,16 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 // layout of m64nNk16: warp j of the warpgroup holds rows 16j .. 16j + 15, lane l rows l / 4 and
 // l / 4 + 8, outputs 8i + 2 (l % 4) and the next), pairs of floats as one 8-byte access when
 // aligned.
-// Grid: ceil(rows / ROWS) · ceil(out / OUTS), one dimension. Block: 128 · WGS.
-// Dynamic shared memory: STAGES · (ROWS + OUTS) · FW_K · 2 + 1024 bytes.
+// Grid: ceil(rows / ROWS) · ceil(out / OUTS) in x; in y, the parts of k (1: the whole of k). Block:
+// 128 · WGS. Dynamic shared memory: STAGES · (ROWS + OUTS) · FW_K · 2 + 1024 bytes.
+//
+// Parts of k (gridDim.y = P > 1; Gemm.java's tokenspeed.cuda.fixedsplit, the number of parts a
+// function of the weight's shape alone): the slices of 64 k are cut into P runs of ceil(slices / P)
+// (the last shorter), part p = blockIdx.y builds its outputs' chains over its run only, from +0,
+// and writes them, never accumulating, to y + p · rows · out: y is then a float32 buffer of P
+// products, which gemm_fixed_combine adds in part order into the output. An output is then
+// (((part 0 + part 1) + ...) + part P - 1), or y + that: the same chain whatever the tile, the
+// rows or the launch, so batch invariance holds as without parts, with other bits.
 #define FW_K 64
 #define FW_GROUP 16
 
@@ -2580,6 +2589,16 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   const int r0 = (firstM + local % groupM) * ROWS;
   const int o0 = (local / groupM) * OUTS;
 
+  // the part of k: slices [tBegin, tEnd) of the ceil(in / FW_K), written to its own slice of y
+  const int kTiles = (in + FW_K - 1) / FW_K;
+  const int perPart = (kTiles + (int)gridDim.y - 1) / (int)gridDim.y;
+  const int tBegin = (int)blockIdx.y * perPart;
+  const int tEnd = min(kTiles, tBegin + perPart);
+  y += (long long)blockIdx.y * rows * out;
+  if (gridDim.y > 1) {
+    accumulate = 0;
+  }
+
   // copies: thread t moves piece t % 8 of rows t / 8 + COPY_ROWS · i of every slice
   const int piece = tid % 8;
   const int row = tid / 8;
@@ -2597,11 +2616,10 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   }
   const unsigned int ring = (shared_address(fw_ring) + 1023u) & ~1023u;
   const unsigned int copyTo = ring + row * ROW_BYTES + ((piece ^ (row % 8)) << 4);
-  const int kTiles = (in + FW_K - 1) / FW_K;
   auto copySlice = [&](int t) {
     const int k0 = t * FW_K;
     const bool inK = k0 + piece * 8 < in;
-    const bool firstPass = t < STAGES;  // rows out of range: zeros once, then left alone
+    const bool firstPass = t - tBegin < STAGES;  // rows out of range: zeros once, then left alone
     const unsigned int to = copyTo + (t % STAGES) * STAGE_BYTES;
 #pragma unroll
     for (int i = 0; i < ROWS / COPY_ROWS; i++) {
@@ -2635,16 +2653,16 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
 
 #pragma unroll
   for (int t = 0; t < STAGES - 2; t++) {
-    if (t < kTiles) {
-      copySlice(t);
+    if (tBegin + t < tEnd) {
+      copySlice(tBegin + t);
     }
     copy_async_commit();  // empty groups too: the count of groups stays that of slices
   }
-  for (int t = 0; t < kTiles; t++) {
+  for (int t = tBegin; t < tEnd; t++) {
     copy_async_wait<STAGES - 3>();  // slice t has landed (this thread's copies)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to wgmma
     __syncthreads();  // everyone's copies of slice t; every warpgroup done with slice t - 1
-    if (t + STAGES - 2 < kTiles) {
+    if (t + STAGES - 2 < tEnd) {
       copySlice(t + STAGES - 2);  // into the stage of slice t - 2
     }
     copy_async_commit();
@@ -2739,6 +2757,21 @@ GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x128, 1, 128, 4, 2)
 GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x64, 1, 64, 6, 2)
 // 1 warpgroup of 64 × 32, 8 stages: 97 KiB, two blocks a multiprocessor (decode, few outputs)
 GEMM_FIXED_WGMMA(gemm_fixed_wgmma_64x32, 1, 32, 8, 2)
+
+// The products of the parts of k (gemm_fixed_wgmma with gridDim.y = parts) added into y, in part
+// order: y[i] = s or y[i] + s, s = ((partials[i] + partials[n + i]) + ...) over the parts, n =
+// rows · out. Any grid, a thread an output at a time.
+extern "C" __global__ void gemm_fixed_combine(const float* partials, float* y, long long n,
+                                              int parts, int accumulate) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float s = partials[i];
+    for (int p = 1; p < parts; p++) {
+      s += partials[p * n + i];
+    }
+    y[i] = accumulate ? y[i] + s : s;
+  }
+}
 
 // ---------------------------------------------------------------------------------- decode GEMV
 

@@ -140,7 +140,26 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
                 37,
                 true,
                 FixedGemmWgmmaGpuTest::smallX,
-                FixedGemmWgmmaGpuTest::smallW));
+                FixedGemmWgmmaGpuTest::smallW),
+            // k in two parts with the split (Gemm.splitParts): the parts meet mid-slice-run
+            new Case(
+                "small integers, k in parts, accumulate",
+                "",
+                70,
+                1000,
+                40,
+                true,
+                FixedGemmWgmmaGpuTest::smallX,
+                FixedGemmWgmmaGpuTest::smallW),
+            new Case(
+                "x = I, w[o][k] = k + 1, k in parts",
+                "y[r][o] - 1 is the k that met row r's 1",
+                64,
+                256,
+                64,
+                false,
+                identity,
+                (o, k) -> k + 1));
     for (Case c : cases) {
       short[] x = new short[c.rows * c.in];
       short[] w = new short[c.out * c.in];
@@ -170,48 +189,53 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
           want[i] = c.accumulate ? y0[i] + sum : sum;
         }
       }
-      for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
-        float[] got = multiply(tile, x, w, y0, c.rows, c.in, c.out, c.accumulate);
-        int wrong = 0;
-        int first = -1;
-        for (int i = 0; i < want.length; i++) {
-          if (Float.floatToRawIntBits(want[i]) != Float.floatToRawIntBits(got[i])) {
-            wrong++;
-            first = first < 0 ? i : first;
+      boolean[] splits =
+          Gemm.splitParts(c.in, c.out) > 1 ? new boolean[] {false, true} : new boolean[] {false};
+      for (boolean split : splits) {
+        for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
+          float[] got = multiply(tile, split, x, w, y0, c.rows, c.in, c.out, c.accumulate);
+          int wrong = 0;
+          int first = -1;
+          for (int i = 0; i < want.length; i++) {
+            if (Float.floatToRawIntBits(want[i]) != Float.floatToRawIntBits(got[i])) {
+              wrong++;
+              first = first < 0 ? i : first;
+            }
           }
-        }
-        String line =
-            String.format(
-                Locale.ROOT,
-                "wgmma known product %s, %s (rows %d, in %d, out %d, accumulate %b): %s",
-                tile.kernel,
-                c.name,
-                c.rows,
-                c.in,
-                c.out,
-                c.accumulate,
-                wrong == 0 ? "exact" : wrong + " of " + want.length + " outputs wrong");
-        System.out.println(line);
-        if (wrong != 0) {
-          int r = first / c.out;
-          int o = first % c.out;
-          String detail =
+          String line =
               String.format(
                   Locale.ROOT,
-                  "%s%n  first wrong: row %d, output %d: want %s, got %s%s%n"
-                      + "  row %d, outputs %d..: want %s%n  got %s",
-                  line,
-                  r,
-                  o,
-                  want[first],
-                  got[first],
-                  c.meaning.isEmpty() ? "" : " (" + c.meaning + ")",
-                  r,
-                  o,
-                  around(want, first, c.out),
-                  around(got, first, c.out));
-          System.out.println(detail);
-          failures.add(detail);
+                  "wgmma known product %s%s, %s (rows %d, in %d, out %d, accumulate %b): %s",
+                  tile.kernel,
+                  split ? " (k in parts)" : "",
+                  c.name,
+                  c.rows,
+                  c.in,
+                  c.out,
+                  c.accumulate,
+                  wrong == 0 ? "exact" : wrong + " of " + want.length + " outputs wrong");
+          System.out.println(line);
+          if (wrong != 0) {
+            int r = first / c.out;
+            int o = first % c.out;
+            String detail =
+                String.format(
+                    Locale.ROOT,
+                    "%s%n  first wrong: row %d, output %d: want %s, got %s%s%n"
+                        + "  row %d, outputs %d..: want %s%n  got %s",
+                    line,
+                    r,
+                    o,
+                    want[first],
+                    got[first],
+                    c.meaning.isEmpty() ? "" : " (" + c.meaning + ")",
+                    r,
+                    o,
+                    around(want, first, c.out),
+                    around(got, first, c.out));
+            System.out.println(detail);
+            failures.add(detail);
+          }
         }
       }
     }
@@ -238,9 +262,10 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
     return s.append(']').toString();
   }
 
-  /** {@code y0} (rows + 1 rows) after one product on {@code tile}. */
+  /** {@code y0} (rows + 1 rows) after one product on {@code tile}, k in parts if {@code split}. */
   private static float[] multiply(
       FixedOrderWgmmaTile tile,
+      boolean split,
       short[] x,
       short[] w,
       float[] y0,
@@ -248,7 +273,7 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
       int in,
       int out,
       boolean accumulate) {
-    Gemm gemm = new Gemm(device, true);
+    Gemm gemm = new Gemm(device, true, split);
     try (Arena arena = Arena.ofConfined();
         DeviceBuffer dx = device.allocate((long) x.length * 2);
         DeviceBuffer dw = device.allocate((long) w.length * 2);
@@ -256,10 +281,17 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
       dx.copyFrom(arena.allocateFrom(ValueLayout.JAVA_SHORT, x), 0);
       dw.copyFrom(arena.allocateFrom(ValueLayout.JAVA_SHORT, w), 0);
       dy.write(0, y0);
-      gemm.applyFixedOrderTile(
-          tile, dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, accumulate);
+      if (split) {
+        gemm.applyFixedOrderSplit(
+            tile, dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, accumulate);
+      } else {
+        gemm.applyFixedOrderTile(
+            tile, dx.pointer(), dw.pointer(), dy.pointer(), rows, in, out, accumulate);
+      }
       device.synchronize();
       return dy.readFloats(0, y0.length);
+    } finally {
+      gemm.close();
     }
   }
 
@@ -344,6 +376,117 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
           failures.addAll(check.problems());
         }
       }
+    }
+    assertTrue(failures.isEmpty(), () -> String.join("\n", failures));
+  }
+
+  /**
+   * {@link #shouldGiveTheSameBitsOnEveryTileWhateverTheRowsBesideIt} with k in parts ({@code
+   * tokenspeed.cuda.fixedsplit}, {@link Gemm#splitParts}): every tile gives {@link #REFERENCE}'s
+   * bits, and its own when the rows are split into launches at other offsets (runs of more than
+   * {@link Gemm#SPLIT_ROWS} rows included); nothing past the rows is written; a sample is within
+   * the float64 bound; and the routing ({@link Gemm#apply}) gives the same bits as the tiles.
+   */
+  @ParameterizedTest
+  @Order(2)
+  @CsvSource({
+    "1, 14336, 4096",
+    "3, 4104, 1000",
+    "64, 14336, 4096",
+    "200, 14336, 1000",
+    "513, 8192, 2048",
+    "4500, 8200, 1000",
+    "37, 256, 37"
+  })
+  void shouldGiveOneSetOfBitsWithKInPartsWhateverTheTileAndTheRows(int rows, int in, int out) {
+    assertTrue(Gemm.splitParts(in, out) > 1, "a shape whose k is split");
+    SplittableRandom rnd = new SplittableRandom(rows * 1_000_033L + in * 1013L + out + 11);
+    long xCount = (long) rows * in;
+    long wCount = (long) out * in;
+    float[] y0 = FixedGemmV2GpuTest.guardedOutputs(rnd, rows, out);
+    Gemm gemm = new Gemm(device, true, true);
+    List<String> failures = new ArrayList<>();
+    try (Arena arena = Arena.ofConfined();
+        DeviceBuffer dx = device.allocate(xCount * 2);
+        DeviceBuffer dw = device.allocate(wCount * 2);
+        DeviceBuffer whole = device.allocate((long) y0.length * 4);
+        DeviceBuffer split = device.allocate((long) y0.length * 4)) {
+      MemorySegment x = arena.allocate(ValueLayout.JAVA_SHORT, xCount);
+      MemorySegment w = arena.allocate(ValueLayout.JAVA_SHORT, wCount);
+      FixedGemmV2GpuTest.randomOperands(rnd, x, w, in);
+      dx.copyFrom(x, 0);
+      dw.copyFrom(w, 0);
+      List<int[]> parts = FixedGemmV2GpuTest.rowParts(rows);
+      for (boolean accumulate : new boolean[] {false, true}) {
+        float[] reference = null;
+        for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
+          whole.write(0, y0);
+          split.write(0, y0);
+          gemm.applyFixedOrderSplit(
+              tile, dx.pointer(), dw.pointer(), whole.pointer(), rows, in, out, accumulate);
+          for (int[] part : parts) {
+            gemm.applyFixedOrderSplit(
+                tile,
+                dx.pointer() + (long) part[0] * in * 2,
+                dw.pointer(),
+                split.pointer() + (long) part[0] * out * 4,
+                part[1],
+                in,
+                out,
+                accumulate);
+          }
+          device.synchronize();
+          float[] y = whole.readFloats(0, y0.length);
+          float[] parted = split.readFloats(0, y0.length);
+          reference = reference == null ? y : reference;
+          double worst =
+              FixedGemmV2GpuTest.worstAgainstFloat64(x, w, y0, y, rows, in, out, accumulate, rnd);
+          String what =
+              String.format(Locale.ROOT, "%s, k in parts, accumulate %b", tile.kernel, accumulate);
+          TileCheck check =
+              TileCheck.of(what, REFERENCE.kernel, reference, y, parted, y0, rows, out, worst);
+          System.out.printf(
+              Locale.ROOT,
+              "fixed-order wgmma, k in %d parts, %s vs %s, rows %d, in %d, out %d, accumulate %b:"
+                  + " %d of %d outputs differ in bits from it, %d from the tile in %d launches,"
+                  + " guard row written %d; sampled error / bound vs float64 %.3f%n",
+              Gemm.splitParts(in, out),
+              tile.kernel,
+              REFERENCE.kernel,
+              rows,
+              in,
+              out,
+              accumulate,
+              check.fromReference().count(),
+              rows * out,
+              check.apart().count(),
+              parts.size(),
+              check.guardWritten(),
+              worst);
+          failures.addAll(check.problems());
+        }
+        // the routing: Gemm.apply picks its own tile per run of rows, the same bits
+        whole.write(0, y0);
+        gemm.apply(
+            dx.pointer(), dw.pointer(), Gemm.R_16BF, whole.pointer(), rows, in, out, accumulate);
+        device.synchronize();
+        float[] routed = whole.readFloats(0, y0.length);
+        int differ = 0;
+        for (int i = 0; i < reference.length; i++) {
+          differ +=
+              Float.floatToRawIntBits(routed[i]) != Float.floatToRawIntBits(reference[i]) ? 1 : 0;
+        }
+        if (differ != 0) {
+          failures.add(
+              "Gemm.apply with k in parts, accumulate "
+                  + accumulate
+                  + ": "
+                  + differ
+                  + " outputs differ in bits from the tiles'");
+        }
+      }
+    } finally {
+      gemm.close();
     }
     assertTrue(failures.isEmpty(), () -> String.join("\n", failures));
   }

@@ -338,6 +338,37 @@ class GemmRoutingTest {
   }
 
   /**
+   * The parts of k under {@code tokenspeed.cuda.fixedsplit}: a function of the weight's shape only
+   * (Llama 8B's down projection in two, the other products whole), never of the rows; the switch
+   * reads off and on and refuses anything else; with parts, the rule counts every part's blocks
+   * (512 rows of down: 64 blocks of 128 × 256 become one wave of 128).
+   */
+  @Test
+  void shouldSplitKByTheWeightsShapeAlone() {
+    assertEquals(2, Gemm.splitParts(14336, 4096));
+    assertEquals(1, Gemm.splitParts(4096, 4096));
+    assertEquals(1, Gemm.splitParts(4096, 6144));
+    assertEquals(1, Gemm.splitParts(4096, 28672));
+    assertEquals(1, Gemm.splitParts(4096, 128256));
+    assertEquals(2, Gemm.splitParts(8192, 2048)); // Llama 3.2 1B's down
+    assertEquals(2, Gemm.splitParts(4104, 1000));
+    assertEquals(1, Gemm.splitParts(192, 37)); // 3 slices of 64: too short to halve
+    assertEquals(2, Gemm.splitParts(256, 37));
+    assertFalse(Gemm.FIXED_SPLIT, "off unless -Dtokenspeed.cuda.fixedsplit=on");
+    assertTrue(KernelSwitch.read(Gemm.FIXED_SPLIT_PROPERTY, " ON", "off", "on"));
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> KernelSwitch.read(Gemm.FIXED_SPLIT_PROPERTY, "2", "off", "on"));
+    assertEquals(
+        FixedOrderWgmmaTile.T64X128, FixedOrderWgmmaTile.forShape(512, 4096, 1, SMS, H100_SHARED));
+    assertEquals(
+        FixedOrderWgmmaTile.T128X256, FixedOrderWgmmaTile.forShape(512, 4096, 2, SMS, H100_SHARED));
+    assertEquals(
+        FixedOrderWgmmaTile.forShape(300, 1000, SMS, H100_SHARED),
+        FixedOrderWgmmaTile.forShape(300, 1000, 1, SMS, H100_SHARED));
+  }
+
+  /**
    * The wgmma rule over random shapes and devices (1 to 16,384 rows, 1 to 200,000 outputs, 60 to
    * 160 multiprocessors, the shared memory of Hopper and of smaller devices): the pick takes the
    * rows (its shared memory fits, not a 128-row tile for 64 rows or fewer), no tile that takes them

@@ -289,6 +289,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.layers = layers;
     this.owned = owned;
     this.gemm = new Gemm(device, deterministic);
+    reserveProducts(gemm, d);
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
     this.flash = flash;
@@ -1122,9 +1123,25 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The name of the deterministic products' bits ({@link Gemm#fixedOrderBits}: {@code mma} or
-   * {@code wgmma}), for the deployment identity: KV computed with one family's products is not
-   * bit-identical to the other's.
+   * Reserves every product's buffers on {@code gemm} once, at load ({@link Gemm#reserve}): qkv, o,
+   * gate|up, down and the logits, so that no product allocates during a recorded decode step.
+   */
+  private static void reserveProducts(Gemm gemm, DecoderDims d) {
+    int hidden = d.hiddenSize();
+    int q = d.numHeads() * d.headDim();
+    int kv = d.numKvHeads() * d.headDim();
+    int inter = d.intermediateSize();
+    gemm.reserve(hidden, q + 2 * kv);
+    gemm.reserve(q, hidden);
+    gemm.reserve(hidden, 2 * inter);
+    gemm.reserve(inter, hidden);
+    gemm.reserve(hidden, d.vocabSize());
+  }
+
+  /**
+   * The name of the deterministic products' bits ({@link Gemm#fixedOrderBits}: {@code mma}, {@code
+   * wgmma} or {@code wgmma-split}), for the deployment identity: KV computed with one family's
+   * products is not bit-identical to another's.
    */
   public String fixedOrderBits() {
     return gemm.fixedOrderBits();
@@ -1726,6 +1743,7 @@ public final class CudaCausalLm implements AutoCloseable {
       splitPartials.close();
       splitPartials = null;
     }
+    gemm.close();
     for (DeviceBuffer b : owned) {
       b.close();
     }

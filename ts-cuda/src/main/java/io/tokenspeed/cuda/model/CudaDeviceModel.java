@@ -63,8 +63,8 @@ public final class CudaDeviceModel implements DeviceModel {
    * model's attention kernels ({@code cuda-paged-f32}: float32 arithmetic; {@code cuda-flash-bf16}:
    * the tensor cores; {@code cuda-flash-wgmma-bf16}: Hopper's wgmma), with {@link #FIXED_ORDER} in
    * deterministic mode, and {@code -wgmma} after it where the fixed-order products are Hopper's
-   * ({@link CudaCausalLm#fixedOrderBits}). KV of the CPU kernels, or of another of these, lives
-   * under other namespaces.
+   * ({@code -wgmma-split} where they split k; {@link CudaCausalLm#fixedOrderBits}). KV of the CPU
+   * kernels, or of another of these, lives under other namespaces.
    */
   @Override
   public String attentionBackend() {
@@ -79,7 +79,7 @@ public final class CudaDeviceModel implements DeviceModel {
     if (!deterministic) {
       return attention;
     }
-    return attention + FIXED_ORDER + ("wgmma".equals(fixedOrderBits) ? "-wgmma" : "");
+    return attention + FIXED_ORDER + ("mma".equals(fixedOrderBits) ? "" : "-" + fixedOrderBits);
   }
 
   @Override

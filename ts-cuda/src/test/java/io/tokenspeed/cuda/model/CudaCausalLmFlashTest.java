@@ -192,6 +192,9 @@ class CudaCausalLmFlashTest {
         "cuda-flash-wgmma-bf16-fixed-order",
         CudaDeviceModel.attentionBackend("cuda-flash-wgmma-bf16", true, "mma"));
     assertEquals(
+        "cuda-flash-wgmma-bf16-fixed-order-wgmma-split",
+        CudaDeviceModel.attentionBackend("cuda-flash-wgmma-bf16", true, "wgmma-split"));
+    assertEquals(
         "cuda-paged-f32", CudaDeviceModel.attentionBackend("cuda-paged-f32", false, "mma"));
   }
 }
