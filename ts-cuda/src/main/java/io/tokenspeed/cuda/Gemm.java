@@ -154,7 +154,10 @@ public final class Gemm {
   /** The family of fixed-order bf16 kernels this device runs: {@link #FIXED_GEMM} on it. */
   private final FixedGemm fixedGemm;
 
-  /** Whether the wgmma family's products split k ({@link #FIXED_SPLIT}, wgmma only). */
+  /**
+   * Whether products may split k ({@link #FIXED_SPLIT}, or the tests' choice): only on a wgmma
+   * device, and the routing ({@link #apply}) splits only with the wgmma family.
+   */
   private final boolean split;
 
   /**
@@ -183,7 +186,7 @@ public final class Gemm {
     this.device = device;
     this.fixedOrder = fixedOrder;
     this.fixedGemm = FIXED_GEMM.on(device.wgmma());
-    this.split = split && fixedGemm == FixedGemm.WGMMA;
+    this.split = split && device.wgmma();
     Arena arena = Arena.ofAuto();
     this.one = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 1f);
     this.zero = arena.allocateFrom(ValueLayout.JAVA_FLOAT, 0f);
@@ -343,7 +346,7 @@ public final class Gemm {
     if (fixedGemm != FixedGemm.WGMMA) {
       return "mma";
     }
-    return split ? "wgmma-split" : "wgmma";
+    return splits() ? "wgmma-split" : "wgmma";
   }
 
   /**
@@ -362,11 +365,21 @@ public final class Gemm {
    * or moved, once decode steps are recorded as graphs.
    */
   public void reserve(int in, int out) {
-    int parts = splitParts(in, out);
-    if (!fixedOrder || !split || parts == 1) {
-      return;
+    if (fixedOrder && splits() && splitParts(in, out) > 1) {
+      partialsFor(in, out);
     }
-    long bytes = (long) SPLIT_ROWS * out * parts * 4;
+  }
+
+  /** Whether {@link #apply}'s fixed-order products split k: the wgmma family with the split on. */
+  private boolean splits() {
+    return split && fixedGemm == FixedGemm.WGMMA;
+  }
+
+  /**
+   * The parts' buffer, grown to {@link #SPLIT_ROWS} rows of a product of {@code in} by {@code out}.
+   */
+  private long partialsFor(int in, int out) {
+    long bytes = (long) SPLIT_ROWS * out * splitParts(in, out) * 4;
     if (partials == null || partials.bytes() < bytes) {
       if (partials != null) {
         device.synchronize();
@@ -375,6 +388,7 @@ public final class Gemm {
       }
       partials = device.allocate(bytes);
     }
+    return partials.pointer();
   }
 
   /** Frees the parts' buffer. */
@@ -445,7 +459,7 @@ public final class Gemm {
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
-    if (split && type == R_16BF && in % 8 == 0 && splitParts(in, out) > 1) {
+    if (splits() && type == R_16BF && in % 8 == 0 && splitParts(in, out) > 1) {
       applyFixedOrderSplit(null, x, w, y, rows, in, out, accumulate);
       return;
     }
@@ -538,11 +552,11 @@ public final class Gemm {
       int in,
       int out,
       boolean accumulate) {
-    if (!fixedOrder || !split) {
-      throw new IllegalStateException("the split of k is the fixed-order wgmma family's alone");
+    if (!split) {
+      throw new IllegalStateException("the split of k runs on a wgmma device, asked for");
     }
     int parts = splitParts(in, out);
-    reserve(in, out);
+    long buffer = partialsFor(in, out);
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
     for (int r0 = 0; r0 < rows; r0 += SPLIT_ROWS) {
@@ -557,7 +571,7 @@ public final class Gemm {
           t.sharedBytes(),
           x + (long) r0 * in * 2,
           w,
-          partials.pointer(),
+          buffer,
           n,
           in,
           out,
@@ -570,7 +584,7 @@ public final class Gemm {
           1,
           COMBINE_THREADS,
           0,
-          partials.pointer(),
+          buffer,
           y + (long) r0 * out * 4,
           outputs,
           parts,
