@@ -563,7 +563,7 @@ public final class Gemm {
       int n = Math.min(SPLIT_ROWS, rows - r0);
       FixedOrderWgmmaTile t =
           tile != null ? tile : FixedOrderWgmmaTile.forShape(n, out, parts, sms, shared);
-      device.launch(
+      launchProduct(
           t.kernel(),
           Math.toIntExact(t.blocks(n, out)),
           parts,
@@ -575,7 +575,7 @@ public final class Gemm {
           n,
           in,
           out,
-          0);
+          false);
       long outputs = (long) n * out;
       int blocks = Math.toIntExact(Math.min(Math.ceilDiv(outputs, COMBINE_THREADS), 8L * sms));
       device.launch(

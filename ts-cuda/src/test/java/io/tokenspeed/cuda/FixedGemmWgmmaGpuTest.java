@@ -5,6 +5,7 @@ import static io.tokenspeed.cuda.Bf16Bits.uniform;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import io.tokenspeed.cuda.FixedGemmV2GpuTest.BitDiff;
 import io.tokenspeed.cuda.FixedGemmV2GpuTest.TileCheck;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -322,62 +323,7 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
     "257, 96, 513"
   })
   void shouldGiveTheSameBitsOnEveryTileWhateverTheRowsBesideIt(int rows, int in, int out) {
-    SplittableRandom rnd = new SplittableRandom(rows * 1_000_003L + in * 1009L + out + 7);
-    long xCount = (long) rows * in;
-    long wCount = (long) out * in;
-    float[] y0 = FixedGemmV2GpuTest.guardedOutputs(rnd, rows, out);
-    Gemm gemm = new Gemm(device, true);
-    List<String> failures = new ArrayList<>();
-    try (Arena arena = Arena.ofConfined();
-        DeviceBuffer dx = device.allocate(xCount * 2);
-        DeviceBuffer dw = device.allocate(wCount * 2);
-        DeviceBuffer whole = device.allocate((long) y0.length * 4);
-        DeviceBuffer split = device.allocate((long) y0.length * 4)) {
-      MemorySegment x = arena.allocate(ValueLayout.JAVA_SHORT, xCount);
-      MemorySegment w = arena.allocate(ValueLayout.JAVA_SHORT, wCount);
-      FixedGemmV2GpuTest.randomOperands(rnd, x, w, in);
-      dx.copyFrom(x, 0);
-      dw.copyFrom(w, 0);
-      List<int[]> parts = FixedGemmV2GpuTest.rowParts(rows);
-      for (boolean accumulate : new boolean[] {false, true}) {
-        float[] reference = null;
-        for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
-          whole.write(0, y0);
-          split.write(0, y0);
-          gemm.applyFixedOrderTile(
-              tile, dx.pointer(), dw.pointer(), whole.pointer(), rows, in, out, accumulate);
-          FixedGemmV2GpuTest.applyInParts(gemm, tile, parts, dx, dw, split, in, out, accumulate);
-          device.synchronize();
-          float[] y = whole.readFloats(0, y0.length);
-          float[] parted = split.readFloats(0, y0.length);
-          reference = reference == null ? y : reference;
-          double worst =
-              FixedGemmV2GpuTest.worstAgainstFloat64(x, w, y0, y, rows, in, out, accumulate, rnd);
-          String what = String.format(Locale.ROOT, "%s, accumulate %b", tile.kernel, accumulate);
-          TileCheck check =
-              TileCheck.of(what, REFERENCE.kernel, reference, y, parted, y0, rows, out, worst);
-          System.out.printf(
-              Locale.ROOT,
-              "fixed-order wgmma %s vs %s, rows %d, in %d, out %d, accumulate %b: %d of %d"
-                  + " outputs differ in bits from it, %d from the tile in %d launches, guard row"
-                  + " written %d; sampled error / bound vs float64 %.3f%n",
-              tile.kernel,
-              REFERENCE.kernel,
-              rows,
-              in,
-              out,
-              accumulate,
-              check.fromReference().count(),
-              rows * out,
-              check.apart().count(),
-              parts.size(),
-              check.guardWritten(),
-              worst);
-          failures.addAll(check.problems());
-        }
-      }
-    }
-    assertTrue(failures.isEmpty(), () -> String.join("\n", failures));
+    sameBitsOnEveryTile(rows, in, out, false);
   }
 
   /**
@@ -400,17 +346,28 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
   })
   void shouldGiveOneSetOfBitsWithKInPartsWhateverTheTileAndTheRows(int rows, int in, int out) {
     assertTrue(Gemm.splitParts(in, out) > 1, "a shape whose k is split");
-    SplittableRandom rnd = new SplittableRandom(rows * 1_000_033L + in * 1013L + out + 11);
+    sameBitsOnEveryTile(rows, in, out, true);
+  }
+
+  /**
+   * The checks of both tests above: every tile against {@link #REFERENCE}, whole and in row cuts,
+   * the guard row, the float64 bound; with {@code split}, k in parts, and the routing ({@link
+   * Gemm#apply}) against the tiles as well.
+   */
+  private static void sameBitsOnEveryTile(int rows, int in, int out, boolean split) {
+    SplittableRandom rnd =
+        new SplittableRandom(rows * 1_000_003L + in * 1009L + out + (split ? 11 : 7));
     long xCount = (long) rows * in;
     long wCount = (long) out * in;
     float[] y0 = FixedGemmV2GpuTest.guardedOutputs(rnd, rows, out);
-    Gemm gemm = new Gemm(device, true, true);
+    Gemm gemm = new Gemm(device, true, split);
+    String how = split ? "k in " + Gemm.splitParts(in, out) + " parts, " : "";
     List<String> failures = new ArrayList<>();
     try (Arena arena = Arena.ofConfined();
         DeviceBuffer dx = device.allocate(xCount * 2);
         DeviceBuffer dw = device.allocate(wCount * 2);
         DeviceBuffer whole = device.allocate((long) y0.length * 4);
-        DeviceBuffer split = device.allocate((long) y0.length * 4)) {
+        DeviceBuffer cut = device.allocate((long) y0.length * 4)) {
       MemorySegment x = arena.allocate(ValueLayout.JAVA_SHORT, xCount);
       MemorySegment w = arena.allocate(ValueLayout.JAVA_SHORT, wCount);
       FixedGemmV2GpuTest.randomOperands(rnd, x, w, in);
@@ -421,38 +378,40 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
         float[] reference = null;
         for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
           whole.write(0, y0);
-          split.write(0, y0);
-          gemm.applyFixedOrderSplit(
-              tile, dx.pointer(), dw.pointer(), whole.pointer(), rows, in, out, accumulate);
+          cut.write(0, y0);
+          List<int[]> launches = new ArrayList<>();
+          launches.add(new int[] {0, rows});
           for (int[] part : parts) {
-            gemm.applyFixedOrderSplit(
-                tile,
-                dx.pointer() + (long) part[0] * in * 2,
-                dw.pointer(),
-                split.pointer() + (long) part[0] * out * 4,
-                part[1],
-                in,
-                out,
-                accumulate);
+            launches.add(part);
+          }
+          for (int l = 0; l < launches.size(); l++) {
+            int[] part = launches.get(l);
+            long xAt = dx.pointer() + (long) part[0] * in * 2;
+            long yAt = (l == 0 ? whole : cut).pointer() + (long) part[0] * out * 4;
+            if (split) {
+              gemm.applyFixedOrderSplit(tile, xAt, dw.pointer(), yAt, part[1], in, out, accumulate);
+            } else {
+              gemm.applyFixedOrderTile(tile, xAt, dw.pointer(), yAt, part[1], in, out, accumulate);
+            }
           }
           device.synchronize();
           float[] y = whole.readFloats(0, y0.length);
-          float[] parted = split.readFloats(0, y0.length);
+          float[] parted = cut.readFloats(0, y0.length);
           reference = reference == null ? y : reference;
           double worst =
               FixedGemmV2GpuTest.worstAgainstFloat64(x, w, y0, y, rows, in, out, accumulate, rnd);
           String what =
-              String.format(Locale.ROOT, "%s, k in parts, accumulate %b", tile.kernel, accumulate);
+              String.format(Locale.ROOT, "%s, %saccumulate %b", tile.kernel, how, accumulate);
           TileCheck check =
               TileCheck.of(what, REFERENCE.kernel, reference, y, parted, y0, rows, out, worst);
           System.out.printf(
               Locale.ROOT,
-              "fixed-order wgmma, k in %d parts, %s vs %s, rows %d, in %d, out %d, accumulate %b:"
-                  + " %d of %d outputs differ in bits from it, %d from the tile in %d launches,"
-                  + " guard row written %d; sampled error / bound vs float64 %.3f%n",
-              Gemm.splitParts(in, out),
+              "fixed-order wgmma %s vs %s, %srows %d, in %d, out %d, accumulate %b: %d of %d"
+                  + " outputs differ in bits from it, %d from the tile in %d launches, guard row"
+                  + " written %d; sampled error / bound vs float64 %.3f%n",
               tile.kernel,
               REFERENCE.kernel,
+              how,
               rows,
               in,
               out,
@@ -465,24 +424,23 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
               worst);
           failures.addAll(check.problems());
         }
-        // the routing: Gemm.apply picks its own tile per run of rows, the same bits
-        whole.write(0, y0);
-        gemm.apply(
-            dx.pointer(), dw.pointer(), Gemm.R_16BF, whole.pointer(), rows, in, out, accumulate);
-        device.synchronize();
-        float[] routed = whole.readFloats(0, y0.length);
-        int differ = 0;
-        for (int i = 0; i < reference.length; i++) {
-          differ +=
-              Float.floatToRawIntBits(routed[i]) != Float.floatToRawIntBits(reference[i]) ? 1 : 0;
-        }
-        if (differ != 0) {
-          failures.add(
-              "Gemm.apply with k in parts, accumulate "
-                  + accumulate
-                  + ": "
-                  + differ
-                  + " outputs differ in bits from the tiles'");
+        if (split) {
+          // the routing: Gemm.apply picks its own tile per run of rows, the same bits
+          whole.write(0, y0);
+          gemm.apply(
+              dx.pointer(), dw.pointer(), Gemm.R_16BF, whole.pointer(), rows, in, out, accumulate);
+          device.synchronize();
+          int differ = BitDiff.of(whole.readFloats(0, y0.length), reference).count();
+          if (differ != 0) {
+            failures.add(
+                "Gemm.apply, "
+                    + how
+                    + "accumulate "
+                    + accumulate
+                    + ": "
+                    + differ
+                    + " outputs differ in bits from the tiles'");
+          }
         }
       }
     } finally {
