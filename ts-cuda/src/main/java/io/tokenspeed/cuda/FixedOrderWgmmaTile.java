@@ -134,14 +134,10 @@ enum FixedOrderWgmmaTile implements ProductTile {
   }
 
   /**
-   * The estimated time of a product of {@code rows} rows and {@code out} outputs on this tile, per
-   * slice of k, in nanoseconds: its waves on {@code multiprocessors} times {@link #sliceNanos}.
+   * The estimated time of a product of {@code rows} rows and {@code out} outputs, k in {@code
+   * parts} parts (1: whole; each part a block of its own), on this tile, per slice of k, in
+   * nanoseconds: its waves on {@code multiprocessors} times {@link #sliceNanos}.
    */
-  long sliceEstimate(int rows, int out, int multiprocessors) {
-    return sliceEstimate(rows, out, 1, multiprocessors);
-  }
-
-  /** {@link #sliceEstimate(int, int, int)} with k in {@code parts} parts: as many more blocks. */
   long sliceEstimate(int rows, int out, int parts, int multiprocessors) {
     long slots = (long) blocksPerSm * multiprocessors;
     return Math.ceilDiv(blocks(rows, out) * parts, slots) * sliceNanos;
@@ -169,10 +165,11 @@ enum FixedOrderWgmmaTile implements ProductTile {
   static FixedOrderWgmmaTile forShape(
       int rows, int out, int parts, int multiprocessors, int sharedBytesPerBlock) {
     FixedOrderWgmmaTile[] tiles = values();
+    int shortest = ProductTile.shortestRows(tiles);
     FixedOrderWgmmaTile best = null;
     long bestNanos = Long.MAX_VALUE;
     for (FixedOrderWgmmaTile tile : tiles) {
-      if (!ProductTile.takes(tiles, tile, rows, sharedBytesPerBlock)) {
+      if (!ProductTile.takes(tile, shortest, rows, sharedBytesPerBlock)) {
         continue;
       }
       long nanos = tile.sliceEstimate(rows, out, parts, multiprocessors);

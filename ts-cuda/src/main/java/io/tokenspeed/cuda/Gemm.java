@@ -340,7 +340,7 @@ public final class Gemm {
   /**
    * The name of the bits deterministic mode's bf16 products give on this instance, for the
    * deployment identity: {@code mma} for v1 and v2 (the same bits), {@code wgmma} for Hopper's
-   * family.
+   * family, {@code wgmma-split} for it with k in parts ({@link #FIXED_SPLIT}).
    */
   public String fixedOrderBits() {
     if (fixedGemm != FixedGemm.WGMMA) {

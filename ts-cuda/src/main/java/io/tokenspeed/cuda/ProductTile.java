@@ -62,9 +62,10 @@ interface ProductTile {
    */
   static <T extends ProductTile> T largestThatFills(
       T[] tiles, int rows, int out, int multiprocessors, int sharedBytesPerBlock) {
+    int shortest = shortestRows(tiles);
     T smallest = null;
     for (T tile : tiles) {
-      if (!takes(tiles, tile, rows, sharedBytesPerBlock)) {
+      if (!takes(tile, shortest, rows, sharedBytesPerBlock)) {
         continue;
       }
       if (10 * tile.blocks(rows, out) >= (long) FULL_WAVE_TENTHS * multiprocessors) {
@@ -75,18 +76,23 @@ interface ProductTile {
     return smallest;
   }
 
-  /**
-   * Whether {@code tile}, one of {@code tiles}, may take a product of {@code rows} rows: its shared
-   * memory fits {@code sharedBytesPerBlock} and it is not too tall for the rows (half of it holds
-   * them while a shorter tile exists: 64 rows or fewer never take a 128-row tile, whose other half
-   * would be padding multiplied for nothing).
-   */
-  static <T extends ProductTile> boolean takes(
-      T[] tiles, T tile, int rows, int sharedBytesPerBlock) {
+  /** The fewest rows a tile of {@code tiles} has. */
+  static int shortestRows(ProductTile[] tiles) {
     int shortest = Integer.MAX_VALUE;
-    for (T t : tiles) {
+    for (ProductTile t : tiles) {
       shortest = Math.min(shortest, t.tileRows());
     }
+    return shortest;
+  }
+
+  /**
+   * Whether {@code tile} may take a product of {@code rows} rows, {@code shortest} being the fewest
+   * rows of its family's tiles ({@link #shortestRows}): its shared memory fits {@code
+   * sharedBytesPerBlock} and it is not too tall for the rows (half of it holds them while a shorter
+   * tile exists: 64 rows or fewer never take a 128-row tile, whose other half would be padding
+   * multiplied for nothing).
+   */
+  static boolean takes(ProductTile tile, int shortest, int rows, int sharedBytesPerBlock) {
     boolean tooTall = tile.tileRows() > shortest && 2L * rows <= tile.tileRows();
     return !tooTall && tile.sharedBytes() <= sharedBytesPerBlock;
   }

@@ -398,12 +398,12 @@ class GemmRoutingTest {
       assertNotNull(pick, what);
       assertTrue(pick.sharedBytes() <= shared, what);
       assertTrue(rows > 64 || pick.rows == 64, what);
-      long mine = pick.sliceEstimate(rows, out, sms);
+      long mine = pick.sliceEstimate(rows, out, 1, sms);
       for (FixedOrderWgmmaTile t : tiles) {
-        if (!ProductTile.takes(tiles, t, rows, shared)) {
+        if (!ProductTile.takes(t, ProductTile.shortestRows(tiles), rows, shared)) {
           continue;
         }
-        long theirs = t.sliceEstimate(rows, out, sms);
+        long theirs = t.sliceEstimate(rows, out, 1, sms);
         assertTrue(mine <= theirs, what + " vs " + t + ": " + mine + " > " + theirs);
         if (t.ordinal() < pick.ordinal()) {
           assertTrue(theirs > mine, what + ": " + t + " ties and is larger");

@@ -293,7 +293,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
     this.flash = flash;
-    this.decodeFlash = deterministic ? flash : decodeFlash;
+    this.decodeFlash = decodeFlash;
     this.weightsFitGemv = weightsFitGemv(d, lmHead, layers);
   }
 
@@ -400,8 +400,9 @@ public final class CudaCausalLm implements AutoCloseable {
         chosen == Attention.TENSOR_CORE
             ? flashKernelFor(FLASH_DEFAULT, device.arch())
             : FlashKernel.MMA;
-    // auto: decode-only batches keep the mma kernel (normal mode; a deterministic model uses one)
-    FlashKernel decodeFlash = FLASH_DEFAULT == null ? FlashKernel.MMA : flash;
+    // auto: decode-only batches keep the mma kernel in normal mode; a deterministic model runs
+    // every batch on one kernel
+    FlashKernel decodeFlash = FLASH_DEFAULT == null && !deterministic ? FlashKernel.MMA : flash;
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
     List<Layer> layers = new ArrayList<>();
