@@ -116,14 +116,15 @@ public final class Gemm {
 
   /**
    * The system property that splits k of deterministic mode's wgmma products in parts chosen by the
-   * weight's shape ({@link #splitParts}): {@code off} (the default, until measured) or {@code on}.
+   * weight's shape ({@link #splitParts}): {@code on} (the default: measured faster than the whole
+   * chain in deterministic prefill, chunked prefill and decode, docs/gpu.md) or {@code off}.
    */
   static final String FIXED_SPLIT_PROPERTY = "tokenspeed.cuda.fixedsplit";
 
   /** Whether the wgmma products split k: the property, read once. */
   static final boolean FIXED_SPLIT =
-      KernelSwitch.read(
-          FIXED_SPLIT_PROPERTY, System.getProperty(FIXED_SPLIT_PROPERTY), "off", "on");
+      !KernelSwitch.read(
+          FIXED_SPLIT_PROPERTY, System.getProperty(FIXED_SPLIT_PROPERTY), "on", "off");
 
   /** The most rows one launch of a split product takes: its parts' buffer holds as many. */
   static final int SPLIT_ROWS = 4096;

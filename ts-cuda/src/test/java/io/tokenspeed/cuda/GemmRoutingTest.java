@@ -354,7 +354,7 @@ class GemmRoutingTest {
     assertEquals(2, Gemm.splitParts(4104, 1000));
     assertEquals(1, Gemm.splitParts(192, 37)); // 3 slices of 64: too short to halve
     assertEquals(2, Gemm.splitParts(256, 37));
-    assertFalse(Gemm.FIXED_SPLIT, "off unless -Dtokenspeed.cuda.fixedsplit=on");
+    assertTrue(Gemm.FIXED_SPLIT, "on unless -Dtokenspeed.cuda.fixedsplit=off");
     assertTrue(KernelSwitch.read(Gemm.FIXED_SPLIT_PROPERTY, " ON", "off", "on"));
     assertThrows(
         IllegalArgumentException.class,
