@@ -70,6 +70,21 @@ final class BenchTtftCommand implements Callable<Integer> {
   private String redisUri;
 
   @Option(
+      names = "--redis-cluster",
+      split = ",",
+      description =
+          "Seed nodes (host:port, comma-separated) of a Redis Cluster for the redis store, in place"
+              + " of --redis-uri.")
+  private List<String> redisCluster;
+
+  @Option(
+      names = "--get-workers",
+      description =
+          "The executor's GET workers (async.get_workers; default: the executor's default): a"
+              + " large restore runs as that many store calls at once.")
+  private Integer getWorkers;
+
+  @Option(
       names = "--redis-command-timeout-ms",
       description =
           "The redis store's command_timeout_ms, the bound of one store call (default: the"
@@ -239,8 +254,15 @@ final class BenchTtftCommand implements Callable<Integer> {
       throw new ParameterException(
           spec.commandLine(), "--dtype=" + dtype + " is not supported; allowed: f32, bf16");
     }
-    if (stores.contains("redis") && redisUri == null) {
-      throw new ParameterException(spec.commandLine(), "--stores redis needs --redis-uri URI");
+    if (stores.contains("redis") && (redisUri == null) == (redisCluster == null)) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--stores redis needs --redis-uri URI or --redis-cluster HOST:PORT[,...], one of them");
+    }
+    if (getWorkers != null && (getWorkers < 1 || getWorkers > 256)) {
+      // the executor's range for get_workers (L3ExecutorConfig)
+      throw new ParameterException(
+          spec.commandLine(), "--get-workers=" + getWorkers + " must be in [1, 256]");
     }
     if (redisCommandTimeoutMs != null) {
       if (!stores.contains("redis")) {
@@ -309,8 +331,7 @@ final class BenchTtftCommand implements Callable<Integer> {
             String config =
                 config(
                     "redis",
-                    "\"uri\": "
-                        + quote(redisUri)
+                    redisTarget()
                         + (redisCommandTimeoutMs == null
                             ? ""
                             : ", \"command_timeout_ms\": " + redisCommandTimeoutMs));
@@ -384,8 +405,21 @@ final class BenchTtftCommand implements Callable<Integer> {
         + fields
         + ", \"async\": {\"min_extension_tokens\": 64, \"soft_deadline_ms\": "
         + softDeadlineMs
+        + (getWorkers == null ? "" : ", \"get_workers\": " + getWorkers)
         + "}}\u0000"
         + backend;
+  }
+
+  /** The redis store's target: {@code "uri": ...} or {@code "cluster": [...]}. */
+  private String redisTarget() {
+    if (redisCluster == null) {
+      return "\"uri\": " + quote(redisUri);
+    }
+    List<String> seeds = new ArrayList<>();
+    for (String seed : redisCluster) {
+      seeds.add(quote(seed.strip()));
+    }
+    return "\"cluster\": [" + String.join(", ", seeds) + "]";
   }
 
   private static String quote(String s) {

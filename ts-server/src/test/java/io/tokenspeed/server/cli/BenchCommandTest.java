@@ -20,7 +20,12 @@ class BenchCommandTest {
       value = {
         "bench; a benchmark is required: ttft, serve",
         "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis, mooncake",
-        "bench ttft --stores redis; --stores redis needs --redis-uri URI",
+        "bench ttft --stores redis; --stores redis needs --redis-uri URI or --redis-cluster",
+        "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-cluster 127.0.0.1:2;"
+            + " --stores redis needs --redis-uri URI or --redis-cluster HOST:PORT[,...], one of"
+            + " them",
+        "bench ttft --get-workers 0; --get-workers=0 must be in [1, 256]",
+        "bench ttft --get-workers 257; --get-workers=257 must be in [1, 256]",
         "bench ttft --redis-command-timeout-ms 5000; --redis-command-timeout-ms is for --stores"
             + " redis",
         "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-command-timeout-ms 9;"
