@@ -82,9 +82,9 @@ public record FileStoreSettings(
   public static final DirectIo DEFAULT_DIRECT_IO = DirectIo.AUTO;
 
   /**
-   * Sixteen pool threads: with the executor's GET workers that keeps about twenty 1 MiB reads in
-   * flight, enough to fill a PCIe 4 NVMe disk (its bandwidth needs a queue depth of about 8 to 16
-   * requests of this size), while a SATA disk or a virtual disk loses nothing by it.
+   * Sixteen pool threads: with the executor's four GET workers that keeps about twenty 1 MiB reads
+   * in flight, above the queue depth at which NVMe disks typically reach their sequential bandwidth
+   * (8 to 16 requests of this size); a slower disk only queues them. Idle threads end after 30 s.
    */
   public static final int DEFAULT_READ_THREADS = 16;
 
