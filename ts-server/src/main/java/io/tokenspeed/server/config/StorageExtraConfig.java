@@ -61,7 +61,14 @@ public final class StorageExtraConfig {
 
   /** The file backend's fields. */
   public static final List<String> FILE_FIELDS =
-      List.of("path", "fsync", "max_key_bytes", "max_value_bytes");
+      List.of(
+          "path",
+          "fsync",
+          "max_key_bytes",
+          "max_value_bytes",
+          "direct_io",
+          "read_threads",
+          "read_chunk_bytes");
 
   /** The redis backend's fields. */
   public static final List<String> REDIS_FIELDS =
@@ -269,11 +276,27 @@ public final class StorageExtraConfig {
     int maxKeyBytes = f.integer("max_key_bytes", FileStoreSettings.DEFAULT_MAX_KEY_BYTES);
     long maxValueBytes =
         f.longInteger("max_value_bytes", FileStoreSettings.DEFAULT_MAX_VALUE_BYTES);
+    String directIoText = f.text("direct_io", FileStoreSettings.DEFAULT_DIRECT_IO.jsonName());
+    FileStoreSettings.DirectIo directIo = FileStoreSettings.DirectIo.ofJsonName(directIoText);
+    if (directIo == null) {
+      throw f.error(
+          "direct_io", f.render("direct_io", f.node.get("direct_io")) + " must be auto, on or off");
+    }
+    int readThreads = f.integer("read_threads", FileStoreSettings.DEFAULT_READ_THREADS);
+    int readChunkBytes = f.integer("read_chunk_bytes", FileStoreSettings.DEFAULT_READ_CHUNK_BYTES);
     return new StorageBackend.File(
         f.build(
             Map.of("root", "path"),
             Map.of(),
-            () -> new FileStoreSettings(root, maxKeyBytes, maxValueBytes, fsync)));
+            () ->
+                new FileStoreSettings(
+                    root,
+                    maxKeyBytes,
+                    maxValueBytes,
+                    fsync,
+                    directIo,
+                    readThreads,
+                    readChunkBytes)));
   }
 
   private static StorageBackend redis(Fields f) {

@@ -123,7 +123,10 @@ class L3ConfigurationDocsTest {
             "path", "`${java.io.tmpdir}/" + StorageExtraConfig.DEFAULT_FILE_DIRECTORY + "`",
             "fsync", str(FileStoreSettings.DEFAULT_FSYNC),
             "max_key_bytes", str(FileStoreSettings.DEFAULT_MAX_KEY_BYTES),
-            "max_value_bytes", str(FileStoreSettings.DEFAULT_MAX_VALUE_BYTES)));
+            "max_value_bytes", str(FileStoreSettings.DEFAULT_MAX_VALUE_BYTES),
+            "direct_io", "\"" + FileStoreSettings.DEFAULT_DIRECT_IO.jsonName() + "\"",
+            "read_threads", str(FileStoreSettings.DEFAULT_READ_THREADS),
+            "read_chunk_bytes", str(FileStoreSettings.DEFAULT_READ_CHUNK_BYTES)));
     RedisStoreSettings redis = RedisStoreSettings.standalone("h:1");
     Map<String, String> redisDefaults = new LinkedHashMap<>();
     redisDefaults.put("uri", "required: uri or cluster");

@@ -140,10 +140,14 @@ class StorageExtraConfigTest {
             "file",
             j(
                 "{'path': 'l3/./objects/../store', 'fsync': false, 'max_key_bytes': 65535,"
-                    + " 'max_value_bytes': 1099511627776}"));
+                    + " 'max_value_bytes': 1099511627776, 'direct_io': 'off',"
+                    + " 'read_threads': 0, 'read_chunk_bytes': 65536}"));
     Path root = Path.of("l3/store").toAbsolutePath();
     assertEquals(
-        new StorageBackend.File(new FileStoreSettings(root, 65_535, 1L << 40, false)), r.backend());
+        new StorageBackend.File(
+            new FileStoreSettings(
+                root, 65_535, 1L << 40, false, FileStoreSettings.DirectIo.OFF, 0, 65_536)),
+        r.backend());
     assertEquals(root, ((StorageBackend.File) r.backend()).settings().root());
   }
 
@@ -635,6 +639,30 @@ class StorageExtraConfigTest {
             "{'max_key_bytes': 65536}",
             "max_key_bytes=",
             "must be in [1, 65535]"),
+        bad(
+            "file direct_io not a mode",
+            "file",
+            "{'direct_io': 'ON'}",
+            "direct_io=",
+            "direct_io=\"ON\" must be auto, on or off"),
+        bad(
+            "file direct_io a boolean",
+            "file",
+            "{'direct_io': true}",
+            "direct_io=",
+            "direct_io=true must be a string, not a boolean"),
+        bad(
+            "file read threads",
+            "file",
+            "{'read_threads': 257}",
+            "read_threads=",
+            "read_threads=257 must be in [0, 256]"),
+        bad(
+            "file read chunk",
+            "file",
+            "{'read_chunk_bytes': 512}",
+            "read_chunk_bytes=",
+            "read_chunk_bytes=512 must be in [4096, 268435456]"),
         // mooncake
         bad(
             "mooncake without required fields",
@@ -960,7 +988,13 @@ class StorageExtraConfigTest {
   static final List<Range> FILE_RANGES =
       List.of(
           new Range("max_key_bytes", 1, FileStoreSettings.MAX_KEY_BYTES_LIMIT, true),
-          new Range("max_value_bytes", 1, FileStoreSettings.MAX_VALUE_BYTES_LIMIT, false));
+          new Range("max_value_bytes", 1, FileStoreSettings.MAX_VALUE_BYTES_LIMIT, false),
+          new Range("read_threads", 0, FileStoreSettings.MAX_READ_THREADS, true),
+          new Range(
+              "read_chunk_bytes",
+              FileStoreSettings.MIN_READ_CHUNK_BYTES,
+              FileStoreSettings.MAX_READ_CHUNK_BYTES,
+              true));
 
   static final List<Range> REDIS_RANGES =
       List.of(
@@ -1039,6 +1073,13 @@ class StorageExtraConfigTest {
     numbers(rnd, FILE_RANGES, top);
     if (rnd.nextBoolean()) {
       top.put("fsync", rnd.nextBoolean());
+    }
+    if (rnd.nextBoolean()) {
+      top.put(
+          "direct_io",
+          FileStoreSettings.DirectIo.values()[
+              rnd.nextInt(FileStoreSettings.DirectIo.values().length)]
+              .jsonName());
     }
     if (rnd.nextBoolean()) {
       String path =
@@ -1218,6 +1259,7 @@ class StorageExtraConfigTest {
     return switch (field) {
       case "path" -> Path.of((String) given).toAbsolutePath().normalize();
       case "library_path" -> Path.of((String) given);
+      case "direct_io" -> FileStoreSettings.DirectIo.ofJsonName((String) given);
       default -> given;
     };
   }

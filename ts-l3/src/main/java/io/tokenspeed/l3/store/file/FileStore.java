@@ -5,7 +5,9 @@ import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreArguments;
 import io.tokenspeed.l3.spi.StoreConfigurationException;
 import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.l3.store.file.FileStoreSettings.DirectIo;
 import java.io.IOException;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -27,7 +29,14 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.List;
+import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.LongAdder;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * The embedded default L3: a directory shared by every process on one machine. Objects written by
@@ -53,17 +62,20 @@ import java.util.concurrent.ThreadLocalRandom;
  * <p>A plain name never starts with {@code _}, and {@code _unscoped} is not 65 characters long, so
  * the three kinds of namespace directory cannot collide.
  *
- * <p><b>An object file</b> (big-endian, exactly {@code 24 + K + N} bytes):
+ * <p><b>An object file</b> (big-endian, exactly {@code D + N} bytes; {@link ObjectFileDescriptor}
+ * draws both versions in full):
  *
  * <pre>
- *   0        4         6         8                  16         20         24            24+K
- *   +--------+---------+---------+------------------+----------+----------+-------------+---------+
- *   | magic  | version | key     | payload length N | payload  | header   | key         | payload |
- *   | "TSL3" | = 1     | length K| (u64)            | CRC32C   | CRC32C   | (UTF-8,     | N bytes |
- *   |        | (u16)   | (u16)   |                  |          |          |  K bytes)   |         |
- *   +--------+---------+---------+------------------+----------+----------+-------------+---------+
- *   the header CRC32C covers bytes [0, 20) and the key; the payload CRC32C covers the payload
+ *   0                                   28        28+K          D = 28+K rounded up to 4096
+ *   +-----------------------------------+---------+-------------+---------+
+ *   | magic "TSL3", version 2, K, N,    | key     | zero        | payload |
+ *   | payload CRC32C, D, header CRC32C  | (UTF-8) | padding     | N bytes |
+ *   +-----------------------------------+---------+-------------+---------+
+ *   the header CRC32C covers every byte before the payload but itself
  * </pre>
+ *
+ * <p>Objects written before payloads were aligned (version 1: a 24-byte fixed header, the key, the
+ * payload at {@code 24 + K}) are still read, never written.
  *
  * <p><b>What it guarantees.</b>
  *
@@ -76,18 +88,30 @@ import java.util.concurrent.ThreadLocalRandom;
  *       alreadyExisted=false} and the others {@code Ok(…, alreadyExisted=true)}; the first bytes
  *       stay.
  *   <li>GET is exact-length and verified. It reads the object straight into the destination segment
- *       and answers {@code Ok} only when the header names this key with this format, the payload
- *       length equals both the file's remaining length and the destination's {@code byteSize()},
- *       and the payload checksum matches. A missing file is {@code Missing}. Anything else (another
- *       length, a torn, truncated, extended or overwritten file, a file of another key) is {@code
- *       Invalid(bytes)}, where {@code bytes} is how many payload bytes the file holds; it is never
- *       {@code Ok}. A header or length failure leaves the destination untouched; a checksum failure
- *       is found after the read, so the destination then holds unusable bytes under an {@code
- *       Invalid} row.
+ *       and answers {@code Ok} only when the header names this key with a format it reads, the
+ *       payload length equals both the file's remaining length and the destination's {@code
+ *       byteSize()}, and the payload checksum matches. A missing file is {@code Missing}. Anything
+ *       else (another length, a torn, truncated, extended or overwritten file, a file of another
+ *       key) is {@code Invalid(bytes)}, where {@code bytes} is how many payload bytes the file
+ *       holds; it is never {@code Ok}. A header or length failure leaves the destination untouched;
+ *       a checksum failure is found after the read, so the destination then holds unusable bytes
+ *       under an {@code Invalid} row.
+ *   <li>GET reads at the disk's pace, not one request at a time. A call's objects are read at once
+ *       by the calling thread and by idle threads of the store's read pool ({@code read_threads};
+ *       see {@link GetCall}). Where the root's file system takes {@code O_DIRECT} (tried once, when
+ *       the store opens: {@link ReadMode}), cold objects are read with it, in chunks of {@code
+ *       read_chunk_bytes} that several threads read at once, each checksummed by its reader and the
+ *       checksums combined per object: a chunk is one request from the disk straight into Host
+ *       memory when the destination is block-aligned, or goes through a block-aligned bounce buffer
+ *       per thread when it is not (and for a payload's last partial block and every version 1
+ *       payload). With {@code direct_io=auto} an object that is in the page cache already is copied
+ *       from there instead. Where O_DIRECT is refused, reads are buffered (each object whole, on
+ *       one thread), said once in the log and by {@link #readMode()}.
  *   <li>Every call retires. All I/O is synchronous, positional {@link FileChannel} reads and writes
- *       on the calling thread; there is no memory mapping, no asynchronous channel and no
- *       background thread. When a call returns or throws, nothing reads or writes a caller segment
- *       any more ({@link #failuresRetire()} is true).
+ *       (a mapping is made only to ask which pages are cached, and unmapped before the read). A GET
+ *       returns or throws only once every pool thread that helped it has finished its last chunk; a
+ *       helper that starts later finds nothing to do. When a call returns or throws, nothing reads
+ *       or writes a caller segment any more ({@link #failuresRetire()} is true).
  *   <li>Limits are checked before anything is written: a key longer than {@code maxKeyBytes} or a
  *       source larger than {@code maxValueBytes} throws {@link IllegalArgumentException} naming the
  *       size and the limit, and no row of that call is written.
@@ -114,7 +138,9 @@ import java.util.concurrent.ThreadLocalRandom;
  * Forcing the temporary file before publishing means a crash cannot publish an object whose bytes
  * never reached the device; the directory entry itself is not forced, because losing it in a power
  * cut is only a miss. CRC32C is hardware-accelerated and catches files that were torn, decayed or
- * damaged by something outside the store.
+ * damaged by something outside the store. A buffered read of a cold file waits for the kernel's
+ * read-ahead of that one file; a direct read of a chunk is one request of its full size, and
+ * several in flight keep the disk's queue full.
  *
  * <p>Where the file system refuses hard links, publication falls back to {@link Files#move} without
  * {@code REPLACE_EXISTING}. The JDK checks for the target and then renames, which is not atomic
@@ -140,18 +166,51 @@ public final class FileStore implements Store {
   private static final HexFormat HEX = HexFormat.of();
   private static final long PID = ProcessHandle.current().pid();
 
+  /** Idle pool threads end after this long; a store that is not read holds no thread. */
+  private static final long READ_THREAD_KEEP_ALIVE_S = 30;
+
+  /** Helper requests that may wait for a pool thread, per pool thread. */
+  private static final int QUEUED_HELPERS_PER_THREAD = 4;
+
+  private static final Logger LOG = Logger.getLogger(FileStore.class.getName());
+  private static final AtomicInteger POOLS = new AtomicInteger();
+
   private final FileStoreSettings settings;
   private final Path root;
   private final boolean hardLinks;
+  private final ReadMode readMode;
+  private final ThreadPoolExecutor readPool;
+  private final int bounceBytes;
+  private final ThreadLocal<MemorySegment> bounce;
+  private final LongAdder directObjects = new LongAdder();
+  private final LongAdder cachedObjects = new LongAdder();
+  private final LongAdder bufferedObjects = new LongAdder();
+  private final LongAdder directOpenRefusals = new LongAdder();
+  private final LongAdder bouncedBytes = new LongAdder();
   private volatile boolean closed;
+
+  /** How a store finds out whether its root takes O_DIRECT (tests simulate a refusal). */
+  @FunctionalInterface
+  interface DirectProbe {
+    ReadMode probe(Path root, DirectIo setting);
+  }
 
   /** Opens (and creates when needed) the store directory of {@code settings}. */
   public FileStore(FileStoreSettings settings) throws IOException {
-    this(settings, true);
+    this(settings, true, (root, setting) -> ReadMode.probe(root, setting, PID));
   }
 
   /** {@code hardLinks=false} publishes with the move fallback (for tests of that path). */
   FileStore(FileStoreSettings settings, boolean hardLinks) throws IOException {
+    this(settings, hardLinks, (root, setting) -> ReadMode.probe(root, setting, PID));
+  }
+
+  /**
+   * The store with its O_DIRECT probe given: a test simulates a file system that refuses it.
+   *
+   * @throws StoreConfigurationException when {@code direct_io=on} and the root refuses O_DIRECT
+   */
+  FileStore(FileStoreSettings settings, boolean hardLinks, DirectProbe probe) throws IOException {
     if (settings == null) {
       throw new IllegalArgumentException("file store settings are required");
     }
@@ -159,6 +218,58 @@ public final class FileStore implements Store {
     this.root = settings.root();
     this.hardLinks = hardLinks;
     Files.createDirectories(root);
+    this.readMode =
+        settings.directIo() == DirectIo.OFF
+            ? ReadMode.buffered("direct_io=off")
+            : probe.probe(root, settings.directIo());
+    if (settings.directIo() == DirectIo.ON && !readMode.direct()) {
+      throw new StoreConfigurationException(
+          "file store root="
+              + root
+              + " has direct_io=on, but its file system does not take O_DIRECT reads: "
+              + readMode.reason()
+              + " (use direct_io=auto to fall back to buffered reads, or another directory)",
+          null);
+    }
+    if (settings.directIo() != DirectIo.OFF) {
+      LOG.log(
+          readMode.direct() ? Level.FINE : Level.INFO,
+          () ->
+              "file store root="
+                  + root
+                  + (readMode.direct()
+                      ? " reads with O_DIRECT: "
+                      : " reads through the page cache (direct_io=auto): ")
+                  + readMode.reason());
+    }
+    int block = readMode.blockBytes();
+    this.bounceBytes =
+        ObjectFileDescriptor.alignUp(
+                Math.max(
+                    settings.readChunkBytes(),
+                    ObjectFileDescriptor.headerBytes(settings.maxKeyBytes())),
+                block)
+            + block;
+    this.bounce = ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(bounceBytes, block));
+    if (settings.readThreads() > 0) {
+      int pool = POOLS.incrementAndGet();
+      AtomicInteger threads = new AtomicInteger();
+      this.readPool =
+          new ThreadPoolExecutor(
+              settings.readThreads(),
+              settings.readThreads(),
+              READ_THREAD_KEEP_ALIVE_S,
+              TimeUnit.SECONDS,
+              new ArrayBlockingQueue<>(settings.readThreads() * QUEUED_HELPERS_PER_THREAD),
+              r ->
+                  Thread.ofPlatform()
+                      .daemon()
+                      .name("ts-l3-file-read-" + pool + "-" + threads.incrementAndGet())
+                      .unstarted(r));
+      readPool.allowCoreThreadTimeOut(true);
+    } else {
+      this.readPool = null;
+    }
   }
 
   @Override
@@ -171,7 +282,10 @@ public final class FileStore implements Store {
     return "file";
   }
 
-  /** True: all I/O is synchronous inside the call, on the caller's thread. */
+  /**
+   * True: all I/O of a call is synchronous and over when it returns or throws; the pool threads
+   * that help a GET are waited for (see {@link GetCall}).
+   */
   @Override
   public boolean failuresRetire() {
     return true;
@@ -185,6 +299,21 @@ public final class FileStore implements Store {
   /** The settings this store was built with. */
   public FileStoreSettings settings() {
     return settings;
+  }
+
+  /** How this store reads payloads, as decided when it opened. */
+  public ReadMode readMode() {
+    return readMode;
+  }
+
+  /** What the reads did so far. */
+  public FileStoreCounters counters() {
+    return new FileStoreCounters(
+        directObjects.sum(),
+        cachedObjects.sum(),
+        bufferedObjects.sum(),
+        directOpenRefusals.sum(),
+        bouncedBytes.sum());
   }
 
   /** Where the object of {@code key} lives (whether or not it exists). */
@@ -201,8 +330,8 @@ public final class FileStore implements Store {
         long size =
             Files.readAttributes(p.target(), BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
                 .size();
-        long headerBytes = ObjectFileDescriptor.headerBytes(p.key().length);
-        rows.add(new RowResult.Ok(Math.max(0, size - headerBytes), false));
+        long payloadOffset = ObjectFileDescriptor.payloadOffset(p.key().length);
+        rows.add(new RowResult.Ok(Math.max(0, size - payloadOffset), false));
       } catch (NoSuchFileException e) {
         rows.add(RowResult.MISSING);
       }
@@ -214,43 +343,45 @@ public final class FileStore implements Store {
   public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws IOException {
     List<Placement> placements = place(keys);
     StoreArguments.checkSegments(keys, destinations, "destinations");
-    List<RowResult> rows = new ArrayList<>(placements.size());
-    for (int i = 0; i < placements.size(); i++) {
-      rows.add(getOne(placements.get(i), destinations.get(i)));
+    int helpers = 0;
+    if (readPool != null) {
+      long units = 0;
+      long chunk = chunkBytes(readMode.direct());
+      for (MemorySegment destination : destinations) {
+        units += chunk == 0 ? 1 : Math.max(1, (destination.byteSize() + chunk - 1) / chunk);
+      }
+      helpers = (int) Math.min(settings.readThreads(), units - 1);
     }
-    return StoreResult.of(rows);
+    return new GetCall(this, placements, destinations).run(readPool, helpers);
   }
 
-  private RowResult getOne(Placement p, MemorySegment destination) throws IOException {
-    FileChannel channel;
-    try {
-      channel = FileChannel.open(p.target(), StandardOpenOption.READ);
-    } catch (NoSuchFileException e) {
-      return RowResult.MISSING;
-    }
-    try (channel) {
-      int headerBytes = ObjectFileDescriptor.headerBytes(p.key().length);
-      long held = Math.max(0, channel.size() - headerBytes);
-      ByteBuffer header = ByteBuffer.allocate(headerBytes);
-      if (ObjectFileDescriptor.readFully(channel, header, 0) < headerBytes) {
-        return new RowResult.Invalid(held);
-      }
-      long declared = ObjectFileDescriptor.payloadBytes(header, p.key());
-      if (declared == ObjectFileDescriptor.NOT_VALID || declared != held) {
-        return new RowResult.Invalid(held);
-      }
-      if (declared != destination.byteSize()) {
-        return new RowResult.Invalid(declared);
-      }
-      long read = ObjectFileDescriptor.readFully(channel, destination, headerBytes);
-      if (read != declared) {
-        return new RowResult.Invalid(read);
-      }
-      if (ObjectFileDescriptor.crc32c(destination) != ObjectFileDescriptor.payloadCrc(header)) {
-        return new RowResult.Invalid(declared);
-      }
-      return new RowResult.Ok(declared, false);
-    }
+  /**
+   * The payload bytes one read moves: {@code read_chunk_bytes} rounded up to the block size when
+   * direct; 0 (the whole object, one reader) when buffered. Several threads reading one file
+   * through the page cache at different offsets share its read-ahead state and defeat it; one
+   * sequential reader per file lets the kernel read ahead, and objects still go in parallel.
+   */
+  long chunkBytes(boolean direct) {
+    return direct
+        ? ObjectFileDescriptor.alignUp(settings.readChunkBytes(), readMode.blockBytes())
+        : 0;
+  }
+
+  /** This thread's bounce buffer: block-aligned, a chunk and a block long, or a header's. */
+  MemorySegment bounce() {
+    return bounce.get();
+  }
+
+  void countObject(boolean direct, boolean directAvailable) {
+    (direct ? directObjects : directAvailable ? cachedObjects : bufferedObjects).increment();
+  }
+
+  void countDirectOpenRefused() {
+    directOpenRefusals.increment();
+  }
+
+  void countBounced(long bytes) {
+    bouncedBytes.add(bytes);
   }
 
   @Override
@@ -492,10 +623,18 @@ public final class FileStore implements Store {
     return removed[0];
   }
 
-  /** Marks the store closed; it holds no open files between calls. */
+  /** Marks the store closed and lets its read threads end; it holds no open files between calls. */
   @Override
   public void close() {
     closed = true;
+    if (readPool != null) {
+      readPool.shutdown();
+    }
+  }
+
+  /** After {@link #close()}: waits until every read thread has ended (for tests). */
+  boolean awaitReadThreads(long timeoutMs) throws InterruptedException {
+    return readPool == null || readPool.awaitTermination(timeoutMs, TimeUnit.MILLISECONDS);
   }
 
   private static boolean isTemporary(Path file) {
@@ -560,5 +699,5 @@ public final class FileStore implements Store {
   }
 
   /** Where one key's object lives, with the key's UTF-8 bytes for the header. */
-  private record Placement(byte[] key, String hashHex, Path target) {}
+  record Placement(byte[] key, String hashHex, Path target) {}
 }

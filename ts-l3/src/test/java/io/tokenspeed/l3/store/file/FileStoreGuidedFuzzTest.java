@@ -41,9 +41,10 @@ import java.util.zip.CRC32C;
  * another namespace, so an object of the wrong key or namespace is the common case.
  *
  * <p>The read must answer {@code Ok} exactly when the file is the object the store itself writes
- * for that key and payload and the destination has the payload's size, and then the destination
- * holds the payload; every other file is {@code Invalid}. It never throws, never hangs and never
- * allocates out of proportion to the file.
+ * for that key and payload (or the object it wrote in the old, unaligned format version 1, which it
+ * still reads) and the destination has the payload's size, and then the destination holds the
+ * payload; every other file is {@code Invalid}. It never throws, never hangs and never allocates
+ * out of proportion to the file.
  */
 class FileStoreGuidedFuzzTest {
 
@@ -67,13 +68,30 @@ class FileStoreGuidedFuzzTest {
     int mode = Byte.toUnsignedInt(data[0]);
     String key = KEYS[(mode >>> 4) & 1];
     byte[] keyBytes = key.getBytes(StandardCharsets.UTF_8);
-    int headerBytes = ObjectFileDescriptor.headerBytes(keyBytes.length);
     byte[] file = Arrays.copyOfRange(data, 1, data.length);
+    boolean version1 =
+        file.length >= ObjectFileDescriptor.VERSION_OFFSET + 2
+            && ByteBuffer.wrap(file).getShort(ObjectFileDescriptor.VERSION_OFFSET)
+                == ObjectFileDescriptor.VERSION_1;
+    int headerBytes =
+        version1
+            ? ObjectFileDescriptor.version1HeaderBytes(keyBytes.length)
+            : ObjectFileDescriptor.headerBytes(keyBytes.length);
     if ((mode & 1) != 0 && file.length >= headerBytes) {
       CRC32C crc = new CRC32C();
-      crc.update(file, 0, ObjectFileDescriptor.HEADER_CRC_OFFSET);
-      crc.update(file, ObjectFileDescriptor.FIXED_HEADER_BYTES, keyBytes.length);
-      ByteBuffer.wrap(file).putInt(ObjectFileDescriptor.HEADER_CRC_OFFSET, (int) crc.getValue());
+      if (version1) {
+        crc.update(file, 0, ObjectFileDescriptor.VERSION_1_HEADER_CRC_OFFSET);
+        crc.update(file, ObjectFileDescriptor.VERSION_1_FIXED_HEADER_BYTES, keyBytes.length);
+        ByteBuffer.wrap(file)
+            .putInt(ObjectFileDescriptor.VERSION_1_HEADER_CRC_OFFSET, (int) crc.getValue());
+      } else {
+        crc.update(file, 0, ObjectFileDescriptor.HEADER_CRC_OFFSET);
+        crc.update(
+            file,
+            ObjectFileDescriptor.FIXED_HEADER_BYTES,
+            headerBytes - ObjectFileDescriptor.FIXED_HEADER_BYTES);
+        ByteBuffer.wrap(file).putInt(ObjectFileDescriptor.HEADER_CRC_OFFSET, (int) crc.getValue());
+      }
     }
     if ((mode & 2) != 0 && file.length >= headerBytes) {
       CRC32C crc = new CRC32C();
@@ -87,7 +105,7 @@ class FileStoreGuidedFuzzTest {
           case 1 -> held + 1;
           case 2 -> Math.max(0, held - 1);
           default ->
-              file.length >= ObjectFileDescriptor.FIXED_HEADER_BYTES
+              file.length >= ObjectFileDescriptor.VERSION_1_FIXED_HEADER_BYTES
                   ? Math.floorMod(
                       ByteBuffer.wrap(file).getLong(ObjectFileDescriptor.PAYLOAD_LENGTH_OFFSET),
                       MAX_DESTINATION_BYTES)
@@ -98,7 +116,10 @@ class FileStoreGuidedFuzzTest {
     Files.write(path, file);
 
     byte[] payload = Arrays.copyOfRange(file, Math.min(file.length, headerBytes), file.length);
-    byte[] written = written(keyBytes, payload);
+    byte[] written =
+        version1
+            ? ObjectFiles.version1(keyBytes, payload)
+            : ObjectFiles.version2(keyBytes, payload);
     boolean expectOk = Arrays.equals(file, written) && destinationBytes == payload.length;
     Supplier<String> input =
         () ->
@@ -130,17 +151,6 @@ class FileStoreGuidedFuzzTest {
     }
   }
 
-  /** The bytes the store itself writes for {@code key} and {@code payload}. */
-  private static byte[] written(byte[] key, byte[] payload) {
-    CRC32C crc = new CRC32C();
-    crc.update(payload);
-    ByteBuffer header =
-        ObjectFileDescriptor.encodeHeader(key, payload.length, (int) crc.getValue());
-    byte[] out = Arrays.copyOf(header.array(), header.capacity() + payload.length);
-    System.arraycopy(payload, 0, out, header.capacity(), payload.length);
-    return out;
-  }
-
   /** No exception is a refusal here: a damaged object is a row, never a throw. */
   private static final class NoRefusal extends RuntimeException {
     private static final long serialVersionUID = 1L;
@@ -162,7 +172,8 @@ class FileStoreGuidedFuzzTest {
 
   private static FileStore store() {
     try {
-      return new FileStore(new FileStoreSettings(ROOT.resolve("store"), 512, 1 << 20, false));
+      return new FileStore(
+          FileStoreSettings.of(ROOT.resolve("store")).withLimits(512, 1 << 20).withFsync(false));
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

@@ -45,7 +45,7 @@ class FileStoreTest extends StoreContractTest {
   protected Store newStore(int maxKeyBytes, long maxValueBytes) throws IOException {
     Path root = temp.resolve("store-" + roots.size());
     roots.add(root);
-    return new FileStore(new FileStoreSettings(root, maxKeyBytes, maxValueBytes, true));
+    return new FileStore(FileStoreSettings.of(root).withLimits(maxKeyBytes, maxValueBytes));
   }
 
   @Override
@@ -84,7 +84,7 @@ class FileStoreTest extends StoreContractTest {
     store.put(List.of(key, otherKey), List.of(source, source));
     Path file = files.objectPath(key);
     int keyBytes = key.getBytes(StandardCharsets.UTF_8).length;
-    long payloadStart = HEADER + keyBytes;
+    long payloadStart = ObjectFileDescriptor.payloadOffset(keyBytes);
 
     switch (damage) {
       case FLIP_FIRST_PAYLOAD_BYTE -> flip(file, payloadStart);
@@ -95,7 +95,7 @@ class FileStoreTest extends StoreContractTest {
       case APPEND_ONE_BYTE ->
           Files.write(file, new byte[] {1}, StandardOpenOption.WRITE, StandardOpenOption.APPEND);
       case OVERWRITE_MAGIC -> write(file, ObjectFileDescriptor.MAGIC_OFFSET, "ZZZZ".getBytes());
-      case OVERWRITE_VERSION -> write(file, ObjectFileDescriptor.VERSION_OFFSET, new byte[] {0, 2});
+      case OVERWRITE_VERSION -> write(file, ObjectFileDescriptor.VERSION_OFFSET, new byte[] {0, 9});
       case OVERWRITE_PAYLOAD_LENGTH ->
           write(
               file,
@@ -139,14 +139,21 @@ class FileStoreTest extends StoreContractTest {
     assertEquals(expected, files.objectPath(key));
     byte[] file = Files.readAllBytes(expected);
     byte[] keyBytes = key.getBytes(StandardCharsets.UTF_8);
-    assertEquals(HEADER + keyBytes.length + payload.length, file.length);
+    int payloadOffset = 4096; // 28 + K rounded up to the alignment
+    assertEquals(payloadOffset, ObjectFileDescriptor.payloadOffset(keyBytes.length));
+    assertEquals(payloadOffset + payload.length, file.length);
     ByteBuffer header = ByteBuffer.wrap(file);
     assertEquals(ObjectFileDescriptor.MAGIC, header.getInt(0));
-    assertEquals(ObjectFileDescriptor.FORMAT_VERSION, header.getShort(4));
+    assertEquals(2, header.getShort(4));
     assertEquals(keyBytes.length, header.getShort(6));
     assertEquals(payload.length, header.getLong(8));
+    assertEquals(payloadOffset, header.getInt(20));
     assertArrayEquals(keyBytes, Arrays.copyOfRange(file, HEADER, HEADER + keyBytes.length));
-    assertArrayEquals(payload, Arrays.copyOfRange(file, HEADER + keyBytes.length, file.length));
+    assertArrayEquals(
+        new byte[payloadOffset - HEADER - keyBytes.length],
+        Arrays.copyOfRange(file, HEADER + keyBytes.length, payloadOffset),
+        "zero padding up to the payload");
+    assertArrayEquals(payload, Arrays.copyOfRange(file, payloadOffset, file.length));
   }
 
   @Test
@@ -306,22 +313,39 @@ class FileStoreTest extends StoreContractTest {
 
   static Stream<Arguments> invalidSettings() {
     Path root = Path.of("store");
+    FileStoreSettings.DirectIo auto = FileStoreSettings.DirectIo.AUTO;
     return Stream.of(
         Arguments.of(
             "root=null must be a directory path",
-            (Supplier<?>) () -> new FileStoreSettings(null, 1, 1, true)),
+            (Supplier<?>) () -> new FileStoreSettings(null, 1, 1, true, auto, 1, 4096)),
         Arguments.of(
             "max_key_bytes=0 must be in [1, 65535]",
-            (Supplier<?>) () -> new FileStoreSettings(root, 0, 1, true)),
+            (Supplier<?>) () -> new FileStoreSettings(root, 0, 1, true, auto, 1, 4096)),
         Arguments.of(
             "max_key_bytes=65536 must be in [1, 65535]",
-            (Supplier<?>) () -> new FileStoreSettings(root, 65_536, 1, true)),
+            (Supplier<?>) () -> new FileStoreSettings(root, 65_536, 1, true, auto, 1, 4096)),
         Arguments.of(
             "max_value_bytes=0 must be in [1, 1099511627776]",
-            (Supplier<?>) () -> new FileStoreSettings(root, 1, 0, true)),
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 0, true, auto, 1, 4096)),
         Arguments.of(
             "max_value_bytes=1099511627777 must be in [1, 1099511627776]",
-            (Supplier<?>) () -> new FileStoreSettings(root, 1, (1L << 40) + 1, true)));
+            (Supplier<?>)
+                () -> new FileStoreSettings(root, 1, (1L << 40) + 1, true, auto, 1, 4096)),
+        Arguments.of(
+            "direct_io=null must be one of auto, on, off",
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 1, true, null, 1, 4096)),
+        Arguments.of(
+            "read_threads=-1 must be in [0, 256]",
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 1, true, auto, -1, 4096)),
+        Arguments.of(
+            "read_threads=257 must be in [0, 256]",
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 1, true, auto, 257, 4096)),
+        Arguments.of(
+            "read_chunk_bytes=4095 must be in [4096, 268435456]",
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 1, true, auto, 1, 4095)),
+        Arguments.of(
+            "read_chunk_bytes=268435457 must be in [4096, 268435456]",
+            (Supplier<?>) () -> new FileStoreSettings(root, 1, 1, true, auto, 1, (256 << 20) + 1)));
   }
 
   @ParameterizedTest(name = "{0}")
