@@ -197,6 +197,9 @@ public final class L3Executor {
 
   private volatile Runnable completionListener = () -> {};
 
+  /** Records produced under the lock whose listener calls are still due (guarded by lock). */
+  private int recordsToAnnounce;
+
   private long lastOperationId = -1;
   private boolean closing;
   private CloseReport closeReport;
@@ -301,7 +304,7 @@ public final class L3Executor {
       Work w = takeLocked(ks);
       return () -> runWork(ks, w);
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -408,7 +411,7 @@ public final class L3Executor {
       ks.nonEmpty.signal();
       return probe ? SubmitResult.QUEUED_AS_PROBE : SubmitResult.QUEUED;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -442,7 +445,7 @@ public final class L3Executor {
               e.payloadBytes));
       return true;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -460,7 +463,7 @@ public final class L3Executor {
       completions.clear();
       return new L3Poll(out, pressureLocked(nanoClock.getAsLong()));
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -507,7 +510,7 @@ public final class L3Executor {
         }
         w = takeLocked(ks);
       } finally {
-        lock.unlock();
+        unlockAndNotify();
       }
       runWork(ks, w);
     }
@@ -569,6 +572,18 @@ public final class L3Executor {
     if (failure != null) {
       recordFault(e, failure);
     }
+    if (e.shareResults.length == 1) {
+      // the job's only share: nobody else reads or writes these fields, so no lock is needed
+      e.shareResults[0] = result;
+      e.shareFailure = failure;
+      e.shareConfigurationFailure = configurationFailure;
+      e.sharesLeft = 0;
+      finishShares(ks, e);
+      if (failure instanceof Error err) {
+        throw err;
+      }
+      return;
+    }
     boolean last;
     lock.lock();
     try {
@@ -581,7 +596,7 @@ public final class L3Executor {
       }
       last = --e.sharesLeft == 0;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
     if (last) {
       finishShares(ks, e);
@@ -717,21 +732,39 @@ public final class L3Executor {
       putsAlreadyExisted += facts.alreadyExisted();
       addRecord(new Completed(done, e.payloadBytes));
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
   private void addRecord(Completed c) {
     completions.add(c);
     recordsProduced++; // written under the lock; volatile for lock-free readers
-    completionListener.run();
+    recordsToAnnounce++;
+  }
+
+  /**
+   * Releases the lock, then runs the completion listener once for every record produced while it
+   * was held. The listener runs outside the lock so that the loop it wakes does not find the lock
+   * still held by the thread that woke it (and park again until that thread lets go).
+   */
+  private void unlockAndNotify() {
+    int records = recordsToAnnounce;
+    recordsToAnnounce = 0;
+    lock.unlock();
+    if (records > 0) {
+      Runnable listener = completionListener;
+      for (int i = 0; i < records; i++) {
+        listener.run();
+      }
+    }
   }
 
   /**
    * Runs {@code listener} each time a completion record is produced, so that an event loop can wake
    * for its next poll instead of polling on a timer. It runs on the thread that produced the record
-   * (a worker, or the caller of {@link #submit} or {@link #cancel}) while the executor's lock is
-   * held: it must return at once and must not call the executor.
+   * (a worker, or the caller of {@link #submit} or {@link #cancel}) right after that thread
+   * released the executor's lock, once per record; the record may already have been polled by then.
+   * It must return at once and must not call the executor.
    */
   public void onCompletion(Runnable listener) {
     completionListener = java.util.Objects.requireNonNull(listener, "listener");
@@ -804,7 +837,7 @@ public final class L3Executor {
             t);
       }
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -868,7 +901,7 @@ public final class L3Executor {
     try {
       return quarantined;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -899,7 +932,7 @@ public final class L3Executor {
           writeRefusals.refusedKeys(),
           writeRefusals.reason());
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -954,7 +987,7 @@ public final class L3Executor {
         ks.nonEmpty.signalAll();
       }
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
     long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.closeJoinDeadlineMs());
     for (Thread t : workers) {
@@ -1014,7 +1047,7 @@ public final class L3Executor {
       closeDone.signalAll();
       return closeReport;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -1027,7 +1060,7 @@ public final class L3Executor {
       }
       return running;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
