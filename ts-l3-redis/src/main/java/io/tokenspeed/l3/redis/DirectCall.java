@@ -159,9 +159,7 @@ final class DirectCall implements DirectLink.Lease {
         throw e;
       }
       for (Lane lane : lanes) {
-        if (lane.link != null) {
-          path.giveBack(lane.link, this);
-        }
+        path.giveBack(lane.link, this);
       }
       round = next;
       roundSize = nextSize;

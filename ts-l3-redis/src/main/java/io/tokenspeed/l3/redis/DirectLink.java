@@ -6,6 +6,8 @@ import java.lang.invoke.VarHandle;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SocketChannel;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 
 /**
  * One plain TCP connection of the direct path: a blocking {@link SocketChannel} to one server, its
@@ -85,13 +87,9 @@ final class DirectLink {
    * makes the link visible to the reaper before anything can block.
    */
   static DirectLink open(
-      DirectPath.Node node,
-      RedisStoreSettings settings,
-      Lease lease,
-      java.util.function.Consumer<DirectLink> register)
+      DirectPath.Node node, RedisStoreSettings settings, Lease lease, Consumer<DirectLink> register)
       throws IOException {
-    long remainingMs =
-        java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(lease.deadlineNs() - System.nanoTime());
+    long remainingMs = TimeUnit.NANOSECONDS.toMillis(lease.deadlineNs() - System.nanoTime());
     int connectMs = (int) Math.max(1, Math.min(settings.connectTimeoutMs(), remainingMs));
     SocketChannel channel = SocketChannel.open();
     DirectLink link = null;
