@@ -4,7 +4,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
-import java.nio.channels.ReadableByteChannel;
+import java.nio.channels.ScatteringByteChannel;
 import java.nio.charset.StandardCharsets;
 
 /**
@@ -61,7 +61,7 @@ final class ReplyDecoder {
     }
   }
 
-  private final ReadableByteChannel in;
+  private final ScatteringByteChannel in;
   private final String peer;
 
   /** Unread bytes lie between position and limit. */
@@ -79,7 +79,7 @@ final class ReplyDecoder {
   /** Bytes taken off the channel so far. */
   private long bytesRead;
 
-  ReplyDecoder(ReadableByteChannel in, String peer) {
+  ReplyDecoder(ScatteringByteChannel in, String peer) {
     this.in = in;
     this.peer = peer;
     this.buffer = ByteBuffer.allocateDirect(HEADER_READ_BYTES * 2).limit(0);
@@ -180,13 +180,22 @@ final class ReplyDecoder {
     MemorySegment.copy(bufferSegment, buffer.position(), destination, 0, buffered);
     buffer.position(buffer.position() + (int) buffered);
     if (buffered < n) {
+      // The buffer is empty now. One scattering read fills the rest of the destination and then
+      // the buffer, so the CRLF (and the next reply's header) usually comes with the last bytes
+      // of the value instead of costing a read of its own.
       ByteBuffer rest = destination.asSlice(buffered).asByteBuffer();
-      while (rest.hasRemaining()) {
-        int r = in.read(rest);
-        if (r < 0) {
-          throw endOfStream(n - buffered - rest.remaining(), n);
+      buffer.clear().limit(HEADER_READ_BYTES);
+      ByteBuffer[] parts = {rest, buffer};
+      try {
+        while (rest.hasRemaining()) {
+          long r = in.read(parts);
+          if (r < 0) {
+            throw endOfStream(n - buffered - rest.remaining(), n);
+          }
+          bytesRead += r;
         }
-        bytesRead += r;
+      } finally {
+        buffer.flip(); // what came after the value, if anything
       }
     }
     bulkLength = -1;

@@ -12,7 +12,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
-import java.nio.channels.ReadableByteChannel;
+import java.nio.channels.ScatteringByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -68,7 +68,7 @@ class ReplyDecoderTest {
   }
 
   /** A channel that returns the script's bytes, never more at once than up to the next cut. */
-  private static final class ScriptedChannel implements ReadableByteChannel {
+  private static final class ScriptedChannel implements ScatteringByteChannel {
     private final byte[] bytes;
     private final int[] cuts; // ascending positions where one read must stop
     private int at;
@@ -94,6 +94,31 @@ class ReplyDecoderTest {
       at += n;
       reads++;
       return n;
+    }
+
+    @Override
+    public long read(ByteBuffer[] dsts, int offset, int length) {
+      if (at == bytes.length) {
+        return -1;
+      }
+      while (nextCut < cuts.length && cuts[nextCut] <= at) {
+        nextCut++;
+      }
+      int end = nextCut < cuts.length ? Math.min(cuts[nextCut], bytes.length) : bytes.length;
+      long n = 0;
+      for (int i = offset; i < offset + length && at < end; i++) {
+        int take = Math.min(dsts[i].remaining(), end - at);
+        dsts[i].put(bytes, at, take);
+        at += take;
+        n += take;
+      }
+      reads++;
+      return n;
+    }
+
+    @Override
+    public long read(ByteBuffer[] dsts) {
+      return read(dsts, 0, dsts.length);
     }
 
     @Override
@@ -143,7 +168,7 @@ class ReplyDecoderTest {
   }
 
   /** Decodes {@code replies} from {@code channel} and checks each against the model. */
-  private static void decodeAndCheck(List<Reply> replies, ReadableByteChannel channel)
+  private static void decodeAndCheck(List<Reply> replies, ScatteringByteChannel channel)
       throws IOException {
     ReplyDecoder decoder = new ReplyDecoder(channel, "test");
     try (Arena arena = Arena.ofConfined()) {
