@@ -93,6 +93,7 @@ import java.util.logging.Logger;
  * <pre>
  *   event loop ──submit/cancel/poll──▶ [lock] queues(QUERY|GET|PUT), live jobs, completions
  *   ts-l3-get-N ──take──▶ store.get(...) (no lock held) ──▶ [lock] facts → completions
+ *               ──unlock──▶ completion listener (wakes the loop; once per record)
  * </pre>
  */
 public final class L3Executor {
