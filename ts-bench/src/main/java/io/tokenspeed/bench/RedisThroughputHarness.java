@@ -63,14 +63,17 @@ import org.HdrHistogram.Histogram;
  *       reported beside it: in cluster mode redis-benchmark runs one thread per master that notices
  *       the end of the run only on a 250 ms timer, which stretches the time it divides by.
  *   <li><b>TokenSpeed</b>: the L3 executor over a {@link RedisStore}, C jobs of one object each
- *       kept outstanding (C GET or PUT workers, C store connections). A GET reads a random one of K
- *       preloaded objects into its own slice of one shared Host allocation ({@code
+ *       kept outstanding (C GET or PUT workers; a one-object job takes one connection from the
+ *       store's pool, which holds up to C per master, as redis-benchmark opens C). A GET reads a
+ *       random one of K preloaded objects into its own slice of one shared Host allocation ({@code
  *       Arena.ofShared()}); a PUT writes a fresh key from its own slice (create-only, never an
  *       existing key). Throughput is the block's bytes over the time from its first submission to
  *       its last completion record; the latency of one operation is submission to the poll that
- *       delivers its record, in HdrHistogram. The submitting thread spins briefly, then parks for
- *       {@value #PARK_NS} ns at a time (about 60 µs on Linux) while it waits for a record, so that
- *       it does not hold a core away from the servers and the workers.
+ *       delivers its record, in HdrHistogram. The submitting thread waits for records as the
+ *       engine's loop does: it parks, and the executor's completion listener ({@link
+ *       L3Executor#onCompletion}) unparks it when a record is produced. It neither spins nor parks
+ *       on a timer, so it holds no core away from the servers and the workers, and it wakes once
+ *       per record (a timed park costs a timer per look on a virtual machine).
  * </ul>
  *
  * <p>CPU per operation, user plus system: for redis-benchmark, its process's CPU time over the
@@ -106,14 +109,6 @@ public final class RedisThroughputHarness {
 
   /** Bytes each size and kind moves through the executor before the first measured row. */
   private static final long WARM_UP_BYTES = 2048L * MIB;
-
-  /** Busy-wait iterations before the waiting thread starts parking. */
-  private static final int SPINS = 200;
-
-  /**
-   * How long the waiting thread parks between looks, after spinning (Linux rounds up to ~60 µs).
-   */
-  private static final long PARK_NS = 10_000;
 
   /** How often the masters' call counters are read while redis-benchmark runs. */
   private static final long SAMPLE_INTERVAL_MS = 10;
@@ -234,6 +229,8 @@ public final class RedisThroughputHarness {
             L3ExecutorConfig.DEFAULT_CLOSE_JOIN_DEADLINE_MS);
     try {
       this.executor = L3Executor.start(opened, config, host, System::nanoTime);
+      Thread waiter = Thread.currentThread(); // the thread that runs the blocks
+      executor.onCompletion(() -> LockSupport.unpark(waiter));
     } catch (Exception | Error e) {
       opened.close();
       arena.close();
@@ -336,17 +333,14 @@ public final class RedisThroughputHarness {
     return System.nanoTime() - t0;
   }
 
-  /** Waits until the executor has produced a record beyond {@code seen}: spins, then parks. */
+  /**
+   * Waits until the executor has produced a record beyond {@code seen}: parks until the completion
+   * listener unparks this thread (a spurious or early wake-up only looks again).
+   */
   private long awaitRecords(long seen) {
     long now;
-    int spins = 0;
     while ((now = executor.recordsProduced()) == seen) {
-      if (spins < SPINS) {
-        spins++;
-        Thread.onSpinWait();
-      } else {
-        LockSupport.parkNanos(PARK_NS);
-      }
+      LockSupport.park(this);
     }
     return now;
   }
@@ -503,11 +497,13 @@ public final class RedisThroughputHarness {
    * requests and the masters' call counters ({@code INFO commandstats}) are read while it runs:
    * once after the first tenth of the requests, again once at least {@code ops} more have been
    * executed; the window between the two readings never includes the start or the end of the run.
+   * The run goes on for twice {@code ops} requests past the window (at least 64), so that a reading
+   * delayed on a busy machine still falls inside it.
    */
   private BenchmarkResult runRedisBenchmark(
       String test, int ops, int clients, int keys, boolean window) throws Exception {
     int skip = Math.max(2 * clients, ops / 10);
-    int requests = window ? skip + ops + Math.max(4 * clients, ops) : ops;
+    int requests = window ? skip + ops + Math.max(Math.max(4 * clients, 64), 2 * ops) : ops;
     List<String> command = new ArrayList<>();
     command.add(redisBenchmark.toString());
     command.addAll(

@@ -93,6 +93,7 @@ import java.util.logging.Logger;
  * <pre>
  *   event loop ──submit/cancel/poll──▶ [lock] queues(QUERY|GET|PUT), live jobs, completions
  *   ts-l3-get-N ──take──▶ store.get(...) (no lock held) ──▶ [lock] facts → completions
+ *               ──unlock──▶ completion listener (wakes the loop; once per record)
  * </pre>
  */
 public final class L3Executor {
@@ -196,6 +197,9 @@ public final class L3Executor {
   private volatile long recordsProduced;
 
   private volatile Runnable completionListener = () -> {};
+
+  /** Records produced under the lock whose listener calls are still due (guarded by lock). */
+  private int recordsToAnnounce;
 
   private long lastOperationId = -1;
   private boolean closing;
@@ -301,7 +305,7 @@ public final class L3Executor {
       Work w = takeLocked(ks);
       return () -> runWork(ks, w);
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -408,7 +412,7 @@ public final class L3Executor {
       ks.nonEmpty.signal();
       return probe ? SubmitResult.QUEUED_AS_PROBE : SubmitResult.QUEUED;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -442,7 +446,7 @@ public final class L3Executor {
               e.payloadBytes));
       return true;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -460,7 +464,7 @@ public final class L3Executor {
       completions.clear();
       return new L3Poll(out, pressureLocked(nanoClock.getAsLong()));
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -507,7 +511,7 @@ public final class L3Executor {
         }
         w = takeLocked(ks);
       } finally {
-        lock.unlock();
+        unlockAndNotify();
       }
       runWork(ks, w);
     }
@@ -569,6 +573,18 @@ public final class L3Executor {
     if (failure != null) {
       recordFault(e, failure);
     }
+    if (e.shareResults.length == 1) {
+      // the job's only share: nobody else reads or writes these fields, so no lock is needed
+      e.shareResults[0] = result;
+      e.shareFailure = failure;
+      e.shareConfigurationFailure = configurationFailure;
+      e.sharesLeft = 0;
+      finishShares(ks, e);
+      if (failure instanceof Error err) {
+        throw err;
+      }
+      return;
+    }
     boolean last;
     lock.lock();
     try {
@@ -581,7 +597,7 @@ public final class L3Executor {
       }
       last = --e.sharesLeft == 0;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
     if (last) {
       finishShares(ks, e);
@@ -717,21 +733,39 @@ public final class L3Executor {
       putsAlreadyExisted += facts.alreadyExisted();
       addRecord(new Completed(done, e.payloadBytes));
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
   private void addRecord(Completed c) {
     completions.add(c);
     recordsProduced++; // written under the lock; volatile for lock-free readers
-    completionListener.run();
+    recordsToAnnounce++;
+  }
+
+  /**
+   * Releases the lock, then runs the completion listener once for every record produced while it
+   * was held. The listener runs outside the lock so that the loop it wakes does not find the lock
+   * still held by the thread that woke it (and park again until that thread lets go).
+   */
+  private void unlockAndNotify() {
+    int records = recordsToAnnounce;
+    recordsToAnnounce = 0;
+    lock.unlock();
+    if (records > 0) {
+      Runnable listener = completionListener;
+      for (int i = 0; i < records; i++) {
+        listener.run();
+      }
+    }
   }
 
   /**
    * Runs {@code listener} each time a completion record is produced, so that an event loop can wake
    * for its next poll instead of polling on a timer. It runs on the thread that produced the record
-   * (a worker, or the caller of {@link #submit} or {@link #cancel}) while the executor's lock is
-   * held: it must return at once and must not call the executor.
+   * (a worker, or the caller of {@link #submit} or {@link #cancel}) right after that thread
+   * released the executor's lock, once per record; the record may already have been polled by then.
+   * It must return at once and must not call the executor.
    */
   public void onCompletion(Runnable listener) {
     completionListener = java.util.Objects.requireNonNull(listener, "listener");
@@ -804,7 +838,7 @@ public final class L3Executor {
             t);
       }
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -868,7 +902,7 @@ public final class L3Executor {
     try {
       return quarantined;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -899,7 +933,7 @@ public final class L3Executor {
           writeRefusals.refusedKeys(),
           writeRefusals.reason());
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -954,7 +988,7 @@ public final class L3Executor {
         ks.nonEmpty.signalAll();
       }
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
     long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.closeJoinDeadlineMs());
     for (Thread t : workers) {
@@ -1014,7 +1048,7 @@ public final class L3Executor {
       closeDone.signalAll();
       return closeReport;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 
@@ -1027,7 +1061,7 @@ public final class L3Executor {
       }
       return running;
     } finally {
-      lock.unlock();
+      unlockAndNotify();
     }
   }
 

@@ -18,10 +18,15 @@ package io.tokenspeed.l3.redis;
  * @param existsMissing QUERY rows for absent keys
  * @param failedCalls store calls that threw after sending commands (timeouts, lost connections,
  *     permission and server errors)
- * @param abandonedReads GET rows abandoned by a failed call before their reply was decoded
- * @param lateReplies GET replies that arrived after their row was abandoned, and were dropped
- *     without touching the destination
- * @param commands commands sent (one per row; SCAN and UNLINK pages of namespace deletion too)
+ * @param abandonedReads GET rows of a failed call left without their reply
+ * @param lateReplies over TLS (Lettuce), GET replies that arrived after their row was abandoned,
+ *     and were dropped without touching the destination; always 0 on the direct path, which closes
+ *     a failed call's connections and so never reads a reply late
+ * @param commands commands sent (one per row, and once more per redirection; SCAN and UNLINK pages
+ *     of namespace deletion too)
+ * @param redirects MOVED and ASK replies followed (Redis Cluster)
+ * @param connectionsOpened direct-path connections opened, at startup and since (a count that keeps
+ *     growing means connections keep failing)
  */
 public record RedisCounters(
     long putsNewlyWritten,
@@ -35,4 +40,6 @@ public record RedisCounters(
     long failedCalls,
     long abandonedReads,
     long lateReplies,
-    long commands) {}
+    long commands,
+    long redirects,
+    long connectionsOpened) {}

@@ -36,10 +36,11 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * The store's connections: a fixed set of multiplexed Lettuce connections, handed out round-robin,
- * to one standalone server or to a Redis Cluster. Opening them is the store's whole startup check,
- * bounded by {@code connect_timeout_ms}; a failure is translated into one line that names the
- * setting to fix.
+ * The store's Lettuce connections: a fixed set of multiplexed connections, handed out round-robin,
+ * to one standalone server or to a Redis Cluster. They carry the startup checks, the cluster
+ * topology and namespace deletion (and, over TLS, the data path); with the direct path one
+ * connection is enough. Opening them is the store's whole startup check, bounded by {@code
+ * connect_timeout_ms}; a failure is translated into one line that names the setting to fix.
  *
  * <pre>
  *   failure at startup                         exception                  names
@@ -84,14 +85,17 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
     this.settings = settings;
   }
 
-  /** Opens the connections of {@code settings}, or throws a one-line startup error. */
-  static RedisLinks open(RedisStoreSettings settings, ClientResources resources)
+  /**
+   * Opens {@code connections} connections as {@code settings} say, or throws a one-line startup
+   * error.
+   */
+  static RedisLinks open(RedisStoreSettings settings, ClientResources resources, int connections)
       throws IOException {
     long deadlineNs =
         System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(settings.connectTimeoutMs());
     return settings.cluster()
-        ? Cluster.open(settings, resources, deadlineNs)
-        : Standalone.open(settings, resources, deadlineNs);
+        ? Cluster.open(settings, resources, connections, deadlineNs)
+        : Standalone.open(settings, resources, connections, deadlineNs);
   }
 
   /** The commands of the next connection, round-robin. */
@@ -132,7 +136,8 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
       this.commands = List.copyOf(async);
     }
 
-    static Standalone open(RedisStoreSettings settings, ClientResources resources, long deadlineNs)
+    static Standalone open(
+        RedisStoreSettings settings, ClientResources resources, int count, long deadlineNs)
         throws IOException {
       RedisStoreSettings.Endpoint endpoint = settings.endpoints().getFirst();
       RedisClient client = RedisClient.create(resources);
@@ -146,7 +151,7 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
       try {
         RedisURI uri = redisUri(settings, endpoint);
         List<Future<StatefulRedisConnection<String, byte[]>>> pending = new ArrayList<>();
-        for (int i = 0; i < settings.connections(); i++) {
+        for (int i = 0; i < count; i++) {
           pending.add(client.connectAsync(CODEC, uri).toCompletableFuture());
         }
         List<StatefulRedisConnection<String, byte[]>> connections = new ArrayList<>();
@@ -214,6 +219,8 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
 
   static final class Cluster extends RedisLinks {
     private final RedisClusterClient client;
+    private final java.util.concurrent.atomic.AtomicBoolean refreshing =
+        new java.util.concurrent.atomic.AtomicBoolean();
     private final List<StatefulRedisClusterConnection<String, byte[]>> connections;
     private final List<RedisClusterAsyncCommands<String, byte[]>> commands;
 
@@ -231,7 +238,8 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
       this.commands = List.copyOf(async);
     }
 
-    static Cluster open(RedisStoreSettings settings, ClientResources resources, long deadlineNs)
+    static Cluster open(
+        RedisStoreSettings settings, ClientResources resources, int count, long deadlineNs)
         throws IOException {
       List<RedisURI> seeds = new ArrayList<>();
       for (RedisStoreSettings.Endpoint endpoint : settings.endpoints()) {
@@ -258,7 +266,7 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
         List<StatefulRedisClusterConnection<String, byte[]>> connections = new ArrayList<>();
         List<CompletableFuture<StatefulRedisClusterConnection<String, byte[]>>> pending =
             new ArrayList<>();
-        for (int i = 0; i < settings.connections(); i++) {
+        for (int i = 0; i < count; i++) {
           pending.add(client.connectAsync(CODEC));
         }
         for (CompletableFuture<StatefulRedisClusterConnection<String, byte[]>> f : pending) {
@@ -326,6 +334,48 @@ abstract sealed class RedisLinks permits RedisLinks.Standalone, RedisLinks.Clust
     @Override
     boolean slotted() {
       return true;
+    }
+
+    /** The master of each slot, as {@code host:port}, from the topology last read; null if none. */
+    String[] slotTable() {
+      String[] table = new String[DirectPath.SLOTS];
+      for (RedisClusterNode node : client.getPartitions()) {
+        if (node.is(RedisClusterNode.NodeFlag.UPSTREAM)) {
+          RedisURI uri = node.getUri();
+          String address = uri.getHost() + ":" + uri.getPort();
+          for (int slot : node.getSlots()) {
+            table[slot] = address;
+          }
+        }
+      }
+      return table;
+    }
+
+    /**
+     * Reads the topology again in the background (unless a refresh is already under way) and hands
+     * the new slot table to {@code onTable}. Never blocks; a failed refresh is dropped (the next
+     * MOVED asks again).
+     */
+    void refreshSlotTable(java.util.function.Consumer<String[]> onTable) {
+      if (!refreshing.compareAndSet(false, true)) {
+        return;
+      }
+      try {
+        client
+            .refreshPartitionsAsync()
+            .whenComplete(
+                (ignored, failure) -> {
+                  try {
+                    if (failure == null) {
+                      onTable.accept(slotTable());
+                    }
+                  } finally {
+                    refreshing.set(false);
+                  }
+                });
+      } catch (RuntimeException e) {
+        refreshing.set(false); // the client is shutting down
+      }
     }
 
     @Override

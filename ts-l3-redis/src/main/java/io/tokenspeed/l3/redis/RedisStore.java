@@ -3,14 +3,10 @@ package io.tokenspeed.l3.redis;
 import io.lettuce.core.KeyScanCursor;
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisCommandTimeoutException;
-import io.lettuce.core.RedisFuture;
 import io.lettuce.core.ScanArgs;
 import io.lettuce.core.ScanCursor;
-import io.lettuce.core.SetArgs;
 import io.lettuce.core.cluster.SlotHash;
 import io.lettuce.core.cluster.api.async.RedisClusterAsyncCommands;
-import io.lettuce.core.protocol.CommandArgs;
-import io.lettuce.core.protocol.CommandType;
 import io.lettuce.core.resource.ClientResources;
 import io.lettuce.core.resource.DefaultClientResources;
 import io.lettuce.core.resource.Delay;
@@ -22,13 +18,12 @@ import io.tokenspeed.l3.spi.StoreResult;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CancellationException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
@@ -37,9 +32,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The {@code redis} store: the distributed L3 on Redis or Valkey, standalone or Redis Cluster,
- * through Lettuce's asynchronous API. Each store call pipelines one command per key on one of a few
- * multiplexed connections and waits for all replies, bounded by {@code command_timeout_ms}.
+ * The {@code redis} store: the distributed L3 on Redis or Valkey, standalone or Redis Cluster. GET,
+ * SET NX and STRLEN go over plain TCP connections of the store's own ({@link DirectPath}), read and
+ * written by the thread of the store call; Lettuce serves what is not on the data path (the startup
+ * checks, the cluster topology, namespace deletion) and, with {@code tls=true}, the data path too
+ * ({@link LettucePath}).
  *
  * <h2>Commands and answers</h2>
  *
@@ -48,7 +45,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *   QUERY   STRLEN key             n &gt; 0                        Ok(n, false)
  *                                  0 (no such key)              Missing
  *                                  WRONGTYPE                    Invalid(0)
- *   GET     GET key                $n, n == destination length  Ok(n, false), bytes copied once
+ *   GET     GET key                $n, n == destination length  Ok(n, false), bytes read from the
+ *                                                               socket into the destination
  *                                  $n, n != destination length  Invalid(n), destination untouched
  *                                  nil                          Missing, destination untouched
  *                                  WRONGTYPE                    Invalid(0)
@@ -56,6 +54,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *                                  nil (key exists)             Ok(length, true)   already existed
  *                                  OOM (server full)            Rejected(NO_SPACE, reply):
  *                                                               re-offer later
+ *   any     MOVED, ASK (cluster)   followed: the key is sent to the named master (after ASKING
+ *                                  for ASK), at most 8 rounds per call; MOVED also refreshes the
+ *                                  slot table
  *   any     NOPERM, WRONGPASS, NOAUTH (refused by ACL or         the call throws
  *           credentials, before the command ran)                StoreConfigurationException:
  *                                                               not an outage; the message names
@@ -69,34 +70,40 @@ import java.util.concurrent.atomic.AtomicLong;
  * another tenant's bytes). Values are the raw payload, nothing else: an object's length is its only
  * metadata, and GET accepts it only when it equals the destination's length exactly.
  *
+ * <h2>One call, many keys</h2>
+ *
+ * A call's keys are routed to their servers (one, or the master of each key's slot), and each
+ * server's share is spread over up to {@code connections} connections, with up to {@code
+ * pipeline_depth} GETs or SETs in flight on each (STRLEN: 128). The calling thread reads the
+ * replies of all of them in turn, each GET value straight from the socket into its destination, and
+ * writes each SET value straight from its source segment (a gathering write of the command's
+ * header, the segment and the trailer): no value is copied in user space. See {@link DirectCall}.
+ *
+ * <pre>
+ *   prefix of 12 pages, one server, connections=4, pipeline_depth=4:
+ *   conn 0: GET p0 p4 p8     conn 1: GET p1 p5 p9     conn 2: GET p2 p6 p10    conn 3: GET p3 p7 p11
+ * </pre>
+ *
  * <h2>Create-only</h2>
  *
  * {@code SET key value NX} is atomic on the server that owns the key's slot: of several writers
  * racing one key, in one process or many, exactly one is answered {@code OK} and the others nil,
  * and the first bytes stay. Both answers are success; they are counted apart ({@link
- * RedisCounters}). A PUT that times out may still be executed by the server later; that only
- * creates the object the PUT meant to create, which is harmless for content-named keys.
+ * RedisCounters}). A PUT that times out may or may not have been executed: its connection is
+ * closed, so a server that had not received the whole value drops the command, and one that had
+ * creates exactly the object the PUT meant to create, which is harmless for content-named keys.
  *
  * <h2>Why {@link #failuresRetire()} is true</h2>
  *
- * A call that throws has stopped touching the caller's Host segments, for each kind:
+ * A call that throws or returns has stopped touching the caller's Host segments. On the direct path
+ * every read into a destination and every write from a source happens on the calling thread, inside
+ * the call: when the call ends, nothing else holds the segments, whatever happened on the network.
+ * A call that fails mid-value may leave a destination partly written (and throws: the executor
+ * publishes no row of a failed call); its connections are closed, so no later reply is ever read
+ * into anything. Over TLS the Lettuce path keeps private copies of PUT values and abandons GET
+ * decoders before it throws (see {@link LettucePath}).
  *
- * <ul>
- *   <li><b>PUT</b> copies every source segment into a private array on the calling thread before it
- *       issues any command. Lettuce encodes values later, on its event loop, and may still do so
- *       after the call timed out; it then reads the private copy, never Host memory. The copy costs
- *       one memcpy per value, which is small next to the network transfer.
- *   <li><b>GET</b> decodes each reply with a {@link SegmentReplyDecoder} that copies straight from
- *       the socket buffer into the destination. Lettuce decodes a reply even when its command
- *       already timed out, so before a failed call throws it abandons every decoder; abandoning
- *       takes the decoder's lock, so when the call throws no copy is in progress and none can start
- *       ({@code lateReplies} counts the replies dropped that way). A destination of a confined
- *       arena, which the event loop may not touch, is staged in a private array instead and copied
- *       in by the calling thread after the call succeeded.
- *   <li><b>QUERY</b> hands the client no segment at all.
- * </ul>
- *
- * Argument errors (a key or value over its limit, mismatched lists) throw before any command is
+ * <p>Argument errors (a key or value over its limit, mismatched lists) throw before any command is
  * sent. A failed call's references are therefore released by the executor, never quarantined, and
  * its keys carry no object evidence: the health monitor sees an outage and the next probe decides.
  * A refusal by ACL or credentials is the exception: it throws {@link StoreConfigurationException},
@@ -105,13 +112,14 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <h2>Outages</h2>
  *
- * While a connection is down, commands are rejected at once (Lettuce's {@code REJECT_COMMANDS})
- * instead of waiting for the command timeout, and the client reconnects in the background with a
- * delay doubling from 1 ms to one second. Commands in flight when a connection drops fail; they are
- * never replayed onto the new connection. A server restarted on the same address is picked up
- * without any action here. In a cluster, the link to every master is opened at startup (Lettuce
- * would open it on the first command for one of its slots, and that command would be rejected).
- * Lettuce's own logs (reconnections, topology refreshes) go through SLF4J.
+ * Nothing waits for a server that is down. A failed connection attempt makes the store refuse new
+ * connections to that server for a delay doubling from 1 ms to one second: calls in that window
+ * fail at once, and the first call after it tries again. A connection that fails mid-call is closed
+ * with the idle ones of its server; a call whose pooled connection had died while idle (a server
+ * restarted, or one that closed an idle client) and failed before any reply arrived sends its
+ * commands again on a fresh connection, once. A server restarted on the same address is picked up
+ * without any action here. Every call is bounded by {@code command_timeout_ms}: past it, the
+ * store's reaper thread closes the call's connections, which ends any blocked read or write.
  *
  * <h2>Namespace deletion</h2>
  *
@@ -128,11 +136,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * <ul>
  *   <li>Overwrite an existing key (every write is {@code SET NX}).
  *   <li>Answer {@code Ok} for a GET whose reply length differs from the destination's.
- *   <li>Throw from a GET while a decoder could still write into a destination.
+ *   <li>Touch a segment after the call returned or threw.
  *   <li>Hand Lettuce a Host segment for a PUT.
  * </ul>
  *
- * <p>Thread-safe: the executor's workers call one instance concurrently.
+ * <p>Thread-safe: the executor's workers call one instance concurrently; each call uses connections
+ * no other call uses at the same time.
  */
 public final class RedisStore implements Store {
 
@@ -144,9 +153,28 @@ public final class RedisStore implements Store {
 
   private static final String GLOB_SPECIALS = "*?[]\\";
 
+  /** A call's answers: per key a row, or the server's error reply the call must throw for. */
+  record Answers(RowResult[] rows, String[] errors) {
+    Answers(int n) {
+      this(new RowResult[n], new String[n]);
+    }
+  }
+
+  /** The call's deadline passed before every key was answered. */
+  static final class TimedOut extends IOException {
+    final int pending;
+
+    TimedOut(int pending, Throwable cause) {
+      super("the call's deadline passed with " + pending + " key(s) unanswered", cause);
+      this.pending = pending;
+    }
+  }
+
   private final RedisStoreSettings settings;
   private final ClientResources resources;
   private final RedisLinks links;
+  private final DirectPath direct;
+  private final LettucePath lettuce;
   private final long commandTimeoutNs;
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -159,14 +187,26 @@ public final class RedisStore implements Store {
   private final AtomicLong existsOk = new AtomicLong();
   private final AtomicLong existsMissing = new AtomicLong();
   private final AtomicLong failedCalls = new AtomicLong();
-  private final AtomicLong abandonedReads = new AtomicLong();
+  private final AtomicLong lettuceCommands = new AtomicLong();
+  private final AtomicLong lettuceAbandonedReads = new AtomicLong();
   private final AtomicLong lateReplies = new AtomicLong();
-  private final AtomicLong commands = new AtomicLong();
+  private final DirectPath.Counters directCounters;
 
-  private RedisStore(RedisStoreSettings settings, ClientResources resources, RedisLinks links) {
+  private RedisStore(
+      RedisStoreSettings settings,
+      ClientResources resources,
+      RedisLinks links,
+      DirectPath direct,
+      DirectPath.Counters directCounters) {
     this.settings = settings;
     this.resources = resources;
     this.links = links;
+    this.direct = direct;
+    this.directCounters = directCounters;
+    this.lettuce =
+        direct == null
+            ? new LettucePath(links, lettuceCommands, lettuceAbandonedReads, lateReplies)
+            : null;
     this.commandTimeoutNs = TimeUnit.MILLISECONDS.toNanos(settings.commandTimeoutMs());
   }
 
@@ -179,8 +219,19 @@ public final class RedisStore implements Store {
    * @throws IOException when no server answers at the configured address in time
    */
   public static RedisStore open(RedisStoreSettings settings) throws IOException {
+    return open(settings, !settings.tls());
+  }
+
+  /**
+   * {@link #open(RedisStoreSettings)}, choosing the data path: {@code directPath} false keeps every
+   * command on Lettuce (what {@code tls=true} does), so that tests can run that path on plain TCP.
+   */
+  static RedisStore open(RedisStoreSettings settings, boolean directPath) throws IOException {
     if (settings == null) {
       throw new IllegalArgumentException("redis store settings are required");
+    }
+    if (directPath && settings.tls()) {
+      throw new IllegalArgumentException("the direct path speaks plain TCP only, not tls=true");
     }
     ClientResources resources =
         DefaultClientResources.builder()
@@ -188,11 +239,51 @@ public final class RedisStore implements Store {
                 Delay.exponential(
                     Duration.ZERO, RedisLinks.RECONNECT_DELAY_MAX, 2, TimeUnit.MILLISECONDS))
             .build();
+    RedisLinks links = null;
     try {
-      return new RedisStore(settings, resources, RedisLinks.open(settings, resources));
+      long deadlineNs =
+          System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(settings.connectTimeoutMs());
+      links = RedisLinks.open(settings, resources, directPath ? 1 : settings.connections());
+      DirectPath.Counters counters = new DirectPath.Counters();
+      DirectPath direct = directPath ? openDirect(settings, links, counters, deadlineNs) : null;
+      return new RedisStore(settings, resources, links, direct, counters);
     } catch (IOException | RuntimeException | Error e) {
+      if (links != null) {
+        links.close();
+      }
       shutdown(resources);
       throw e;
+    }
+  }
+
+  /** Opens the direct path's first connections; a failure reads as a startup error. */
+  private static DirectPath openDirect(
+      RedisStoreSettings settings, RedisLinks links, DirectPath.Counters counters, long deadlineNs)
+      throws IOException {
+    String where = String.join(",", settings.uris());
+    try {
+      if (links instanceof RedisLinks.Cluster cluster) {
+        DirectPath[] opened = new DirectPath[1];
+        DirectPath path =
+            DirectPath.cluster(
+                settings,
+                counters,
+                cluster.slotTable(),
+                () -> cluster.refreshSlotTable(table -> opened[0].updateTopology(table)),
+                deadlineNs);
+        opened[0] = path;
+        return path;
+      }
+      RedisStoreSettings.Endpoint endpoint = settings.endpoints().getFirst();
+      return DirectPath.standalone(
+          settings, counters, endpoint.host(), endpoint.port(), deadlineNs);
+    } catch (IOException e) {
+      Exception translated =
+          RedisLinks.explainStartup(settings, where, e, RedisLinks.Step.HANDSHAKE);
+      if (translated instanceof RuntimeException r) {
+        throw r;
+      }
+      throw (IOException) translated;
     }
   }
 
@@ -201,7 +292,7 @@ public final class RedisStore implements Store {
     return "redis";
   }
 
-  /** True: see the class comment (private PUT copies, abandonable GET decoders). */
+  /** True: see the class comment (all I/O inside the call; over TLS, copies and abandonment). */
   @Override
   public boolean failuresRetire() {
     return true;
@@ -234,9 +325,16 @@ public final class RedisStore implements Store {
         existsOk.get(),
         existsMissing.get(),
         failedCalls.get(),
-        abandonedReads.get(),
+        lettuceAbandonedReads.get() + directCounters.abandonedReads.sum(),
         lateReplies.get(),
-        commands.get());
+        lettuceCommands.get() + directCounters.commands.sum(),
+        directCounters.redirects.sum(),
+        directCounters.connectionsOpened.sum());
+  }
+
+  /** Direct-path connections open now (idle or in use); 0 over TLS. */
+  int openConnections() {
+    return direct == null ? 0 : direct.openLinks();
   }
 
   // ------------------------------------------------------------------ QUERY
@@ -244,34 +342,24 @@ public final class RedisStore implements Store {
   @Override
   public StoreResult exists(List<String> keys) throws IOException {
     checkKeys(keys);
-    int n = keys.size();
     long deadlineNs = System.nanoTime() + commandTimeoutNs;
-    List<Future<Long>> futures = new ArrayList<>(n);
+    Answers answers;
     try {
-      RedisClusterAsyncCommands<String, byte[]> c = links.next();
-      for (String key : keys) {
-        futures.add(c.strlen(key));
-        commands.incrementAndGet();
-      }
-    } catch (RuntimeException e) {
-      throw failed("QUERY", keys, futures, e);
+      answers =
+          direct != null
+              ? answersOf(direct.exists(keys, deadlineNs))
+              : lettuce.exists(keys, deadlineNs);
+    } catch (IOException e) {
+      throw failed("QUERY", keys, e);
     }
-    Replies replies = await(futures, deadlineNs);
-    List<RowResult> rows = new ArrayList<>(n);
-    for (int i = 0; i < n; i++) {
-      Throwable error = replies.errors[i];
-      if (error == null && replies.values[i] instanceof Long length) {
-        if (length > 0) {
-          existsOk.incrementAndGet();
-          rows.add(new RowResult.Ok(length, false));
-        } else {
-          existsMissing.incrementAndGet();
-          rows.add(RowResult.MISSING);
-        }
-      } else if (isServerError(error, "WRONGTYPE")) {
-        rows.add(new RowResult.Invalid(0));
-      } else {
-        throw failed("QUERY", keys, futures, replies.firstFailure(i));
+    List<RowResult> rows = rows("QUERY", keys, answers);
+    for (RowResult row : rows) {
+      switch (row) {
+        case RowResult.Ok ok -> existsOk.incrementAndGet();
+        case RowResult.Missing m -> existsMissing.incrementAndGet();
+        case RowResult.Invalid inv -> {}
+        case RowResult.Rejected r -> throw new IllegalStateException("QUERY row " + r);
+        case RowResult.Unknown u -> throw new IllegalStateException("QUERY row " + u);
       }
     }
     return StoreResult.of(rows);
@@ -284,53 +372,17 @@ public final class RedisStore implements Store {
     checkKeys(keys);
     StoreArguments.checkSegments(keys, destinations, "destinations");
     StoreArguments.checkValueSizes(destinations, "destination", settings.maxValueBytes());
-    int n = keys.size();
     long deadlineNs = System.nanoTime() + commandTimeoutNs;
-    List<SegmentReplyDecoder> decoders = new ArrayList<>(n);
-    List<Future<RowResult>> futures = new ArrayList<>(n);
+    Answers answers;
     try {
-      RedisClusterAsyncCommands<String, byte[]> c = links.next();
-      for (int i = 0; i < n; i++) {
-        SegmentReplyDecoder decoder =
-            new SegmentReplyDecoder(RedisLinks.CODEC, destinations.get(i), lateReplies);
-        decoders.add(decoder);
-        RedisFuture<RowResult> f =
-            c.dispatch(
-                CommandType.GET, decoder, new CommandArgs<>(RedisLinks.CODEC).addKey(keys.get(i)));
-        futures.add(f);
-        commands.incrementAndGet();
-      }
-    } catch (RuntimeException e) {
-      abandon(decoders);
-      throw failed("GET", keys, futures, e);
+      answers =
+          direct != null
+              ? answersOf(direct.get(keys, destinations, deadlineNs))
+              : lettuce.get(keys, destinations, deadlineNs);
+    } catch (IOException e) {
+      throw failed("GET", keys, e);
     }
-    Replies replies;
-    try {
-      replies = await(futures, deadlineNs);
-    } catch (InterruptedIOException e) {
-      abandon(decoders);
-      throw e;
-    }
-    List<RowResult> rows = new ArrayList<>(n);
-    for (int i = 0; i < n; i++) {
-      Throwable error = replies.errors[i];
-      RowResult row = error == null ? decoders.get(i).row() : null;
-      if (row == null && isServerError(error, "WRONGTYPE")) {
-        row = new RowResult.Invalid(0);
-      }
-      if (row == null) {
-        abandon(decoders);
-        Throwable cause =
-            error != null
-                ? replies.firstFailure(i)
-                : new IOException("the reply to GET key #" + i + " carried no value");
-        throw failed("GET", keys, futures, cause);
-      }
-      rows.add(row);
-    }
-    for (SegmentReplyDecoder d : decoders) {
-      d.finish(); // confined destinations: the staged bytes land now, on this thread
-    }
+    List<RowResult> rows = rows("GET", keys, answers);
     for (RowResult row : rows) {
       switch (row) {
         case RowResult.Ok ok -> getsOk.incrementAndGet();
@@ -341,16 +393,6 @@ public final class RedisStore implements Store {
       }
     }
     return StoreResult.of(rows);
-  }
-
-  /** Abandons every decoder; counts those that never decoded a reply. */
-  private void abandon(List<SegmentReplyDecoder> decoders) {
-    for (SegmentReplyDecoder d : decoders) {
-      d.abandon();
-      if (d.row() == null) {
-        abandonedReads.incrementAndGet();
-      }
-    }
   }
 
   // ------------------------------------------------------------------ PUT
@@ -367,52 +409,68 @@ public final class RedisStore implements Store {
       }
       StoreArguments.checkValueSize(size, i, "value", settings.maxValueBytes());
     }
-    int n = keys.size();
-    // Private copies first: Lettuce encodes on its event loop, possibly after this call failed.
-    byte[][] values = new byte[n][];
-    for (int i = 0; i < n; i++) {
-      values[i] = sources.get(i).toArray(ValueLayout.JAVA_BYTE);
-    }
     long deadlineNs = System.nanoTime() + commandTimeoutNs;
-    List<Future<String>> futures = new ArrayList<>(n);
-    SetArgs createOnly = SetArgs.Builder.nx();
+    Answers answers;
     try {
-      RedisClusterAsyncCommands<String, byte[]> c = links.next();
-      for (int i = 0; i < n; i++) {
-        futures.add(c.set(keys.get(i), values[i], createOnly));
-        commands.incrementAndGet();
-      }
-    } catch (RuntimeException e) {
-      throw failed("PUT", keys, futures, e);
+      answers =
+          direct != null
+              ? answersOf(direct.put(keys, sources, deadlineNs))
+              : lettuce.put(keys, sources, deadlineNs);
+    } catch (IOException e) {
+      throw failed("PUT", keys, e);
     }
-    Replies replies = await(futures, deadlineNs);
-    List<RowResult> rows = new ArrayList<>(n);
     int newly = 0;
     int existed = 0;
     int rejected = 0;
-    for (int i = 0; i < n; i++) {
-      Throwable error = replies.errors[i];
-      if (error == null) {
-        boolean created = "OK".equals(replies.values[i]);
-        if (created) {
-          newly++;
-        } else {
-          existed++;
-        }
-        rows.add(new RowResult.Ok(values[i].length, !created));
-      } else if (isServerError(error, "OOM")) {
-        rejected++;
-        rows.add(RowResult.Rejected.noSpace(error.getMessage())); // the server's OOM reply
-      } else {
-        putsNewlyWritten.addAndGet(newly);
-        putsAlreadyExisted.addAndGet(existed);
-        throw failed("PUT", keys, futures, replies.firstFailure(i));
+    int firstError = firstError(answers);
+    for (int i = 0; i < firstError; i++) {
+      switch (answers.rows()[i]) {
+        case RowResult.Ok ok when ok.alreadyExisted() -> existed++;
+        case RowResult.Ok ok -> newly++;
+        case RowResult.Rejected r -> rejected++;
+        case RowResult row -> throw new IllegalStateException("PUT row " + row);
       }
     }
     putsNewlyWritten.addAndGet(newly);
     putsAlreadyExisted.addAndGet(existed);
+    if (firstError < keys.size()) {
+      throw serverRefused("PUT", keys, answers.errors()[firstError]);
+    }
     putsRejected.addAndGet(rejected);
-    return StoreResult.of(rows);
+    return StoreResult.of(Arrays.asList(answers.rows()));
+  }
+
+  // ------------------------------------------------------------------ answers
+
+  private static Answers answersOf(DirectCall call) {
+    return new Answers(call.rows, call.errors);
+  }
+
+  /** The rows of a call every key of which was answered; throws for the first error reply. */
+  private List<RowResult> rows(String op, List<String> keys, Answers answers) throws IOException {
+    int firstError = firstError(answers);
+    if (firstError < keys.size()) {
+      throw serverRefused(op, keys, answers.errors()[firstError]);
+    }
+    for (int i = 0; i < keys.size(); i++) {
+      if (answers.rows()[i] == null) {
+        failedCalls.incrementAndGet();
+        throw new IOException(
+            "redis " + op + " key #" + i + " of " + keys.size() + " has no answer");
+      }
+    }
+    return Arrays.asList(answers.rows());
+  }
+
+  /** The first key answered with an error reply, or the key count when none was. */
+  private static int firstError(Answers answers) {
+    String[] errors = answers.errors();
+    for (int i = 0; i < errors.length; i++) {
+      if (errors[i] != null) {
+        return i;
+      }
+    }
+    return errors.length;
   }
 
   // ------------------------------------------------------------------ namespace deletion
@@ -426,13 +484,15 @@ public final class RedisStore implements Store {
     String pattern = escapeGlob(namespace) + "_*";
     ScanArgs scanArgs = ScanArgs.Builder.matches(pattern).limit(SCAN_COUNT);
     long removed = 0;
+    List<String> what = List.of(namespace + "_");
     for (RedisClusterAsyncCommands<String, byte[]> master :
         links.masters(System.nanoTime() + commandTimeoutNs)) {
       ScanCursor cursor = ScanCursor.INITIAL;
       while (true) {
-        commands.incrementAndGet();
-        KeyScanCursor<String> page = awaitOne(master.scan(cursor, scanArgs), "SCAN", namespace);
-        removed += unlink(master, page.getKeys(), namespace);
+        lettuceCommands.incrementAndGet();
+        KeyScanCursor<String> page =
+            awaitAll("SCAN", what, List.of(master.scan(cursor, scanArgs))).getFirst();
+        removed += unlink(master, page.getKeys(), what);
         if (page.isFinished()) {
           break;
         }
@@ -443,7 +503,7 @@ public final class RedisStore implements Store {
   }
 
   private long unlink(
-      RedisClusterAsyncCommands<String, byte[]> master, List<String> keys, String namespace)
+      RedisClusterAsyncCommands<String, byte[]> master, List<String> keys, List<String> what)
       throws IOException {
     if (keys.isEmpty()) {
       return 0;
@@ -453,34 +513,61 @@ public final class RedisStore implements Store {
       int slot = links.slotted() ? SlotHash.getSlot(key) : 0;
       bySlot.computeIfAbsent(slot, s -> new ArrayList<>()).add(key);
     }
-    long deadlineNs = System.nanoTime() + commandTimeoutNs;
     List<Future<Long>> futures = new ArrayList<>();
     for (List<String> slotKeys : bySlot.values()) {
       for (int from = 0; from < slotKeys.size(); from += UNLINK_BATCH) {
         List<String> batch = slotKeys.subList(from, Math.min(slotKeys.size(), from + UNLINK_BATCH));
         futures.add(master.unlink(batch.toArray(String[]::new)));
-        commands.incrementAndGet();
+        lettuceCommands.incrementAndGet();
       }
     }
-    Replies replies = await(futures, deadlineNs);
     long removed = 0;
-    for (int i = 0; i < futures.size(); i++) {
-      if (replies.errors[i] != null) {
-        throw failed("UNLINK", List.of(namespace + "_"), futures, replies.firstFailure(i));
-      }
-      removed += (Long) replies.values[i];
+    for (long n : awaitAll("UNLINK", what, futures)) {
+      removed += n;
     }
     return removed;
   }
 
-  private <T> T awaitOne(Future<T> future, String op, String namespace) throws IOException {
-    Replies replies = await(List.of(future), System.nanoTime() + commandTimeoutNs);
-    if (replies.errors[0] != null) {
-      throw failed(op, List.of(namespace + "_"), List.of(future), replies.firstFailure(0));
+  /** Every future's value, all within one command timeout; the first failure fails the step. */
+  private <T> List<T> awaitAll(String op, List<String> what, List<? extends Future<T>> futures)
+      throws IOException {
+    long deadlineNs = System.nanoTime() + commandTimeoutNs;
+    List<T> values = new ArrayList<>(futures.size());
+    try {
+      for (Future<T> f : futures) {
+        values.add(f.get(Math.max(0, deadlineNs - System.nanoTime()), TimeUnit.NANOSECONDS));
+      }
+      return values;
+    } catch (ExecutionException e) {
+      Throwable cause = e.getCause() == null ? e : e.getCause();
+      int pending = cancelPending(futures);
+      if (cause instanceof RedisCommandTimeoutException) {
+        throw failed(op, what, new TimedOut(pending, cause));
+      }
+      if (cause instanceof RedisCommandExecutionException && cause.getMessage() != null) {
+        throw serverRefused(op, what, cause.getMessage());
+      }
+      throw failed(op, what, new IOException(RedisLinks.messages(cause), cause));
+    } catch (TimeoutException e) {
+      throw failed(op, what, new TimedOut(cancelPending(futures), e));
+    } catch (InterruptedException e) {
+      cancelPending(futures);
+      Thread.currentThread().interrupt();
+      InterruptedIOException io = new InterruptedIOException("interrupted waiting for redis");
+      io.initCause(e);
+      throw io;
     }
-    @SuppressWarnings("unchecked")
-    T value = (T) replies.values[0];
-    return value;
+  }
+
+  private static int cancelPending(List<? extends Future<?>> futures) {
+    int pending = 0;
+    for (Future<?> f : futures) {
+      if (!f.isDone()) {
+        pending++;
+        f.cancel(false);
+      }
+    }
+    return pending;
   }
 
   static String escapeGlob(String text) {
@@ -495,82 +582,25 @@ public final class RedisStore implements Store {
     return out.toString();
   }
 
-  // ------------------------------------------------------------------ waiting and failures
-
-  /** Every future's value or failure; all waits share one deadline. */
-  private static final class Replies {
-    final Object[] values;
-    final Throwable[] errors;
-    int timedOut;
-
-    Replies(int n) {
-      values = new Object[n];
-      errors = new Throwable[n];
-    }
-
-    /** The failure to report for row {@code i}: a timeout if any row timed out. */
-    Throwable firstFailure(int i) {
-      if (timedOut > 0) {
-        for (Throwable t : errors) {
-          if (t instanceof TimeoutException || t instanceof RedisCommandTimeoutException) {
-            return t;
-          }
-        }
-      }
-      return errors[i];
-    }
-  }
-
-  private static Replies await(List<? extends Future<?>> futures, long deadlineNs)
-      throws InterruptedIOException {
-    Replies replies = new Replies(futures.size());
-    for (int i = 0; i < futures.size(); i++) {
-      Future<?> f = futures.get(i);
-      try {
-        replies.values[i] =
-            f.get(Math.max(0, deadlineNs - System.nanoTime()), TimeUnit.NANOSECONDS);
-      } catch (ExecutionException e) {
-        Throwable cause = e.getCause() == null ? e : e.getCause();
-        replies.errors[i] = cause;
-        if (cause instanceof RedisCommandTimeoutException) {
-          replies.timedOut++;
-        }
-      } catch (TimeoutException e) {
-        replies.errors[i] = e;
-        replies.timedOut++;
-      } catch (CancellationException e) {
-        replies.errors[i] = e;
-      } catch (InterruptedException e) {
-        for (Future<?> other : futures) {
-          other.cancel(false);
-        }
-        Thread.currentThread().interrupt();
-        InterruptedIOException io = new InterruptedIOException("interrupted waiting for redis");
-        io.initCause(e);
-        throw io;
-      }
-    }
-    return replies;
-  }
+  // ------------------------------------------------------------------ failures
 
   /**
-   * Cancels whatever is still pending of a failed call, counts it, and builds the exception the
-   * call throws: one line naming the operation, the keys' namespace, and what to check.
+   * Counts a call that failed without a server's error reply (a timeout, a lost connection, a
+   * malformed reply, a refused handshake) and builds the exception it throws: one line naming the
+   * operation, the keys' namespace, and what to check.
    */
-  private IOException failed(
-      String op, List<String> keys, List<? extends Future<?>> futures, Throwable cause) {
-    int pending = 0;
-    for (Future<?> f : futures) {
-      if (!f.isDone()) {
-        pending++;
-        f.cancel(false);
-      }
+  private IOException failed(String op, List<String> keys, IOException cause) {
+    if (cause instanceof InterruptedIOException interrupted) {
+      failedCalls.incrementAndGet();
+      return interrupted;
+    }
+    if (cause instanceof DirectLink.HandshakeRefused refused) {
+      return serverRefused(op, keys, refused.getMessage());
     }
     failedCalls.incrementAndGet();
     String what = "redis " + op + " of " + keys.size() + " key(s)";
     String where = String.join(",", settings.uris());
-    String serverMessage = cause == null ? "" : String.valueOf(cause.getMessage());
-    if (cause instanceof TimeoutException || cause instanceof RedisCommandTimeoutException) {
+    if (cause instanceof TimedOut timedOut) {
       return new IOException(
           what
               + " at "
@@ -578,12 +608,23 @@ public final class RedisStore implements Store {
               + " did not complete within command_timeout_ms="
               + settings.commandTimeoutMs()
               + " ("
-              + pending
+              + timedOut.pending
               + " still pending)",
           cause);
     }
+    return new IOException(what + " at " + where + " failed: " + RedisLinks.messages(cause), cause);
+  }
+
+  /**
+   * Counts a call a server answered with an error reply and builds the exception it throws: ACL and
+   * credential refusals are {@link StoreConfigurationException}s naming the user and the command.
+   */
+  private IOException serverRefused(String op, List<String> keys, String serverMessage) {
+    failedCalls.incrementAndGet();
+    String what = "redis " + op + " of " + keys.size() + " key(s)";
+    String where = String.join(",", settings.uris());
     String user = settings.username().isEmpty() ? "default" : settings.username();
-    if (cause instanceof RedisCommandExecutionException && serverMessage.startsWith("NOPERM")) {
+    if (serverMessage.startsWith("NOPERM")) {
       String namespace = namespaceOf(keys.isEmpty() ? "" : keys.getFirst());
       String command = commandOf(op);
       return new StoreConfigurationException(
@@ -603,10 +644,9 @@ public final class RedisStore implements Store {
               + " and its key pattern must cover ~"
               + namespace
               + "_*; check the deployment namespace and the user's ACL",
-          cause);
+          new RedisCommandExecutionException(serverMessage));
     }
-    if (cause instanceof RedisCommandExecutionException
-        && (serverMessage.startsWith("WRONGPASS") || serverMessage.startsWith("NOAUTH"))) {
+    if (serverMessage.startsWith("WRONGPASS") || serverMessage.startsWith("NOAUTH")) {
       return new StoreConfigurationException(
           what
               + " at "
@@ -618,12 +658,11 @@ public final class RedisStore implements Store {
               + " ("
               + serverMessage
               + "); check the store's username and password",
-          cause);
+          new RedisCommandExecutionException(serverMessage));
     }
-    if (cause instanceof RedisCommandExecutionException) {
-      return new IOException(what + " at " + where + " failed: " + serverMessage, cause);
-    }
-    return new IOException(what + " at " + where + " failed: " + RedisLinks.messages(cause), cause);
+    return new IOException(
+        what + " at " + where + " failed: " + serverMessage,
+        new RedisCommandExecutionException(serverMessage));
   }
 
   /** The Redis command a store operation sends per key. */
@@ -633,12 +672,6 @@ public final class RedisStore implements Store {
       case "PUT" -> "SET";
       default -> op; // GET, SCAN, UNLINK
     };
-  }
-
-  private static boolean isServerError(Throwable error, String code) {
-    return error instanceof RedisCommandExecutionException
-        && error.getMessage() != null
-        && (error.getMessage().equals(code) || error.getMessage().startsWith(code + " "));
   }
 
   private static String namespaceOf(String key) {
@@ -668,9 +701,15 @@ public final class RedisStore implements Store {
       return;
     }
     try {
-      links.close();
+      if (direct != null) {
+        direct.close();
+      }
     } finally {
-      shutdown(resources);
+      try {
+        links.close();
+      } finally {
+        shutdown(resources);
+      }
     }
   }
 

@@ -21,7 +21,9 @@ import java.util.Locale;
  *                       must agree with a rediss:// scheme
  *   connect_timeout_ms  [10, 600000]: TCP connect, handshake, startup check  5000
  *   command_timeout_ms  [10, 600000]: one whole store call                  2000
- *   connections         [1, 64] multiplexed connections, used round-robin    4
+ *   connections         [1, 64] connections one call spreads its keys over,  4
+ *                       per server (see RedisStore)
+ *   pipeline_depth      [1, 1024] GET/SET commands in flight per connection  4
  *   max_value_bytes     [1, 512 MiB] (Redis's proto-max-bulk-len default)    64 MiB
  *   max_key_bytes       [1, 4096]                                            512
  * </pre>
@@ -35,7 +37,8 @@ import java.util.Locale;
  * @param tls whether connections use TLS
  * @param connectTimeoutMs bound on connecting and on every startup check
  * @param commandTimeoutMs bound on one store call, from its first command to its last reply
- * @param connections how many connections the store multiplexes its calls over
+ * @param connections how many connections to each server one call spreads its keys over
+ * @param pipelineDepth how many GET or SET commands one call keeps in flight per connection
  * @param maxValueBytes the largest object a PUT may create or a GET may read
  * @param maxKeyBytes the longest key, in UTF-8 bytes
  */
@@ -48,6 +51,7 @@ public record RedisStoreSettings(
     long connectTimeoutMs,
     long commandTimeoutMs,
     int connections,
+    int pipelineDepth,
     long maxValueBytes,
     int maxKeyBytes) {
 
@@ -61,8 +65,22 @@ public record RedisStoreSettings(
   /** Default bound on one store call: 2 s, far above a 1 MiB round trip on any network. */
   public static final long DEFAULT_COMMAND_TIMEOUT_MS = 2_000;
 
-  /** Default connection count: 4, so one large value does not hold up every other reply. */
+  /**
+   * Default connections per call and server: 4. A call of many keys (the pages of one prefix)
+   * spreads them over up to this many connections to each server, so that several values stream at
+   * once and one large value does not hold up every other reply.
+   */
   public static final int DEFAULT_CONNECTIONS = 4;
+
+  /**
+   * Default pipeline depth: 4 GET or SET commands in flight per connection of a call. With the
+   * default 4 connections, a call keeps up to 16 values moving; more only adds server memory for
+   * replies waiting to be read.
+   */
+  public static final int DEFAULT_PIPELINE_DEPTH = 4;
+
+  /** Largest accepted pipeline depth. */
+  public static final int MAX_PIPELINE_DEPTH = 1024;
 
   /** Default value limit: 64 MiB, above any KV block of one page on one rank. */
   public static final long DEFAULT_MAX_VALUE_BYTES = 64L << 20;
@@ -122,6 +140,7 @@ public record RedisStoreSettings(
     range("connect_timeout_ms", connectTimeoutMs, 10, MAX_TIMEOUT_MS);
     range("command_timeout_ms", commandTimeoutMs, 10, MAX_TIMEOUT_MS);
     range("connections", connections, 1, MAX_CONNECTIONS);
+    range("pipeline_depth", pipelineDepth, 1, MAX_PIPELINE_DEPTH);
     range("max_value_bytes", maxValueBytes, 1, MAX_VALUE_BYTES_LIMIT);
     range("max_key_bytes", maxKeyBytes, 1, MAX_KEY_BYTES_LIMIT);
   }
@@ -137,6 +156,7 @@ public record RedisStoreSettings(
         DEFAULT_CONNECT_TIMEOUT_MS,
         DEFAULT_COMMAND_TIMEOUT_MS,
         DEFAULT_CONNECTIONS,
+        DEFAULT_PIPELINE_DEPTH,
         DEFAULT_MAX_VALUE_BYTES,
         DEFAULT_MAX_KEY_BYTES);
   }
@@ -152,6 +172,7 @@ public record RedisStoreSettings(
         DEFAULT_CONNECT_TIMEOUT_MS,
         DEFAULT_COMMAND_TIMEOUT_MS,
         DEFAULT_CONNECTIONS,
+        DEFAULT_PIPELINE_DEPTH,
         DEFAULT_MAX_VALUE_BYTES,
         DEFAULT_MAX_KEY_BYTES);
   }
@@ -167,6 +188,7 @@ public record RedisStoreSettings(
         connectTimeoutMs,
         commandTimeoutMs,
         connections,
+        pipelineDepth,
         maxValueBytes,
         maxKeyBytes);
   }
@@ -182,6 +204,7 @@ public record RedisStoreSettings(
         connectTimeoutMs,
         commandTimeoutMs,
         connections,
+        pipelineDepth,
         maxValueBytes,
         maxKeyBytes);
   }
@@ -197,6 +220,23 @@ public record RedisStoreSettings(
         connectTimeoutMs,
         commandTimeoutMs,
         connections,
+        pipelineDepth,
+        maxValueBytes,
+        maxKeyBytes);
+  }
+
+  /** A copy with another pipeline depth. */
+  public RedisStoreSettings withPipelineDepth(int pipelineDepth) {
+    return new RedisStoreSettings(
+        uris,
+        cluster,
+        username,
+        password,
+        tls,
+        connectTimeoutMs,
+        commandTimeoutMs,
+        connections,
+        pipelineDepth,
         maxValueBytes,
         maxKeyBytes);
   }
@@ -212,6 +252,7 @@ public record RedisStoreSettings(
         connectTimeoutMs,
         commandTimeoutMs,
         connections,
+        pipelineDepth,
         maxValueBytes,
         maxKeyBytes);
   }
@@ -227,6 +268,7 @@ public record RedisStoreSettings(
         connectTimeoutMs,
         commandTimeoutMs,
         connections,
+        pipelineDepth,
         maxValueBytes,
         maxKeyBytes);
   }
@@ -254,6 +296,8 @@ public record RedisStoreSettings(
         + commandTimeoutMs
         + ", connections="
         + connections
+        + ", pipeline_depth="
+        + pipelineDepth
         + ", max_value_bytes="
         + maxValueBytes
         + ", max_key_bytes="

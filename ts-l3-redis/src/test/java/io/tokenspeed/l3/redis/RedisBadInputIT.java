@@ -65,6 +65,9 @@ class RedisBadInputIT {
 
   private static final byte SENTINEL = (byte) 0xC3;
 
+  /** The Lettuce connections a plain-TCP store keeps (startup checks, namespace deletion). */
+  private static final int LETTUCE_CONNECTIONS = 1;
+
   @TempDir static Path dir;
   private static RedisServer server;
   private Arena arena;
@@ -230,6 +233,67 @@ class RedisBadInputIT {
       } finally {
         server.resume();
       }
+      // The failed calls closed their connections, so the resumed server answers neither on
+      // them; once it has dropped both (the store's own connections are all it has left, plus
+      // the one that asks), nothing can ever reach the store on them.
+      awaitTrue(
+          "the server dropped the failed calls' connections",
+          () -> connectedClients() == 1 + LETTUCE_CONNECTIONS + store.openConnections());
+      assertEquals(1, store.counters().abandonedReads());
+      assertEquals(0, store.counters().lateReplies());
+      for (long i = 0; i < size; i++) {
+        if (destination.get(ValueLayout.JAVA_BYTE, i) != SENTINEL) {
+          throw new AssertionError("destination byte " + i + " written after the call failed");
+        }
+      }
+      // the timed-out PUT ran only if the server had received its whole value before the close;
+      // either way, no other object exists and the one that may exist holds the PUT's bytes
+      if (Long.valueOf(1).equals(server.command("EXISTS", late))) {
+        assertEquals(
+            new RowResult.Ok(size, false),
+            store.get(List.of(late), List.of(destination)).rows().getFirst());
+        assertEquals(-1, destination.mismatch(MemorySegment.ofArray(payload)));
+        destination.fill(SENTINEL);
+      }
+      assertEquals(
+          new RowResult.Ok(size, false),
+          store.get(List.of(key), List.of(destination)).rows().getFirst());
+      assertEquals(-1, destination.mismatch(MemorySegment.ofArray(payload)));
+      assertEquals(2, store.counters().failedCalls());
+    }
+  }
+
+  /**
+   * The Lettuce path (what tls=true uses), on plain TCP: its timed-out GET's reply arrives after
+   * the call failed and is dropped by the abandoned decoder; the timed-out PUT's private copy is
+   * sent later and creates its object.
+   */
+  @Test
+  void shouldDropTheLateReplyWhenTheServerHangsOnTheLettucePath() throws Exception {
+    int size = 1 << 20;
+    MemorySegment host = arena.allocate(3L * size + 4096, 64);
+    MemorySegment source = host.asSlice(64, size);
+    MemorySegment destination = host.asSlice(64 + size, size);
+    byte[] payload = StoreTesting.fill(source, 0x5EED_0090L);
+    String key = StoreTesting.key(StoreTesting.namespace("hang"), 1);
+    String late = StoreTesting.key(StoreTesting.namespace("hang"), 2);
+    try (RedisStore store = RedisStore.open(settings(server.uri()).withConnections(1), false)) {
+      assertEquals(
+          new RowResult.Ok(size, false),
+          store.put(List.of(key), List.of(source)).rows().getFirst());
+      destination.fill(SENTINEL);
+
+      server.pause();
+      try {
+        IOException get =
+            assertTimely(() -> store.get(List.of(key), List.of(destination)), COMMAND_TIMEOUT_MS);
+        assertContains(get, "did not complete within command_timeout_ms=" + COMMAND_TIMEOUT_MS);
+        IOException put =
+            assertTimely(() -> store.put(List.of(late), List.of(source)), COMMAND_TIMEOUT_MS);
+        assertContains(put, "did not complete within command_timeout_ms=" + COMMAND_TIMEOUT_MS);
+      } finally {
+        server.resume();
+      }
       // the hung GET's reply arrives now; its decoder was abandoned and drops it
       awaitTrue("the late GET reply", () -> store.counters().lateReplies() == 1);
       assertEquals(1, store.counters().abandonedReads());
@@ -322,6 +386,16 @@ class RedisBadInputIT {
       }
       LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(5));
     }
+  }
+
+  /** The server's {@code connected_clients}, counting the connection that asks. */
+  private static long connectedClients() {
+    String info = String.valueOf(server.command("INFO", "clients"));
+    return info.lines()
+        .filter(l -> l.startsWith("connected_clients:"))
+        .mapToLong(l -> Long.parseLong(l.substring("connected_clients:".length()).trim()))
+        .findFirst()
+        .orElseThrow();
   }
 
   private static void assertContains(Exception e, String text) {

@@ -25,6 +25,7 @@ class RedisStoreSettingsTest {
     assertEquals(RedisStoreSettings.DEFAULT_CONNECT_TIMEOUT_MS, BASE.connectTimeoutMs());
     assertEquals(RedisStoreSettings.DEFAULT_COMMAND_TIMEOUT_MS, BASE.commandTimeoutMs());
     assertEquals(RedisStoreSettings.DEFAULT_CONNECTIONS, BASE.connections());
+    assertEquals(RedisStoreSettings.DEFAULT_PIPELINE_DEPTH, BASE.pipelineDepth());
     assertEquals(RedisStoreSettings.DEFAULT_MAX_VALUE_BYTES, BASE.maxValueBytes());
     assertEquals(RedisStoreSettings.DEFAULT_MAX_KEY_BYTES, BASE.maxKeyBytes());
   }
@@ -51,6 +52,9 @@ class RedisStoreSettingsTest {
         "redis command_timeout_ms=600001 must be in [10, 600000]",
         () -> BASE.withTimeouts(1000, 600_001));
     assertMessage("redis connections=0 must be in [1, 64]", () -> BASE.withConnections(0));
+    assertMessage("redis pipeline_depth=0 must be in [1, 1024]", () -> BASE.withPipelineDepth(0));
+    assertMessage(
+        "redis pipeline_depth=1025 must be in [1, 1024]", () -> BASE.withPipelineDepth(1025));
     assertMessage(
         "redis max_value_bytes=536870913 must be in [1, 536870912]",
         () -> BASE.withLimits(512, (512L << 20) + 1));
@@ -63,7 +67,7 @@ class RedisStoreSettingsTest {
         "must name exactly one server when cluster=false",
         () ->
             new RedisStoreSettings(
-                List.of("a:1", "b:2"), false, "", null, false, 1000, 1000, 1, 1024, 512));
+                List.of("a:1", "b:2"), false, "", null, false, 1000, 1000, 1, 1, 1024, 512));
     assertEquals(2, RedisStoreSettings.cluster(List.of("a:1", "b:2")).endpoints().size());
   }
 

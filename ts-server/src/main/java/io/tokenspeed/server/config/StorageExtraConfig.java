@@ -81,6 +81,7 @@ public final class StorageExtraConfig {
           "connect_timeout_ms",
           "command_timeout_ms",
           "connections",
+          "pipeline_depth",
           "max_value_bytes",
           "max_key_bytes");
 
@@ -345,6 +346,7 @@ public final class StorageExtraConfig {
     long commandTimeoutMs =
         f.longInteger("command_timeout_ms", RedisStoreSettings.DEFAULT_COMMAND_TIMEOUT_MS);
     int connections = f.integer("connections", RedisStoreSettings.DEFAULT_CONNECTIONS);
+    int pipelineDepth = f.integer("pipeline_depth", RedisStoreSettings.DEFAULT_PIPELINE_DEPTH);
     long maxValueBytes =
         f.longInteger("max_value_bytes", RedisStoreSettings.DEFAULT_MAX_VALUE_BYTES);
     int maxKeyBytes = f.integer("max_key_bytes", RedisStoreSettings.DEFAULT_MAX_KEY_BYTES);
@@ -360,6 +362,7 @@ public final class StorageExtraConfig {
                     connectTimeoutMs,
                     commandTimeoutMs,
                     connections,
+                    pipelineDepth,
                     maxValueBytes,
                     maxKeyBytes)));
   }
@@ -380,6 +383,7 @@ public final class StorageExtraConfig {
               RedisStoreSettings.DEFAULT_CONNECT_TIMEOUT_MS,
               RedisStoreSettings.DEFAULT_COMMAND_TIMEOUT_MS,
               RedisStoreSettings.DEFAULT_CONNECTIONS,
+              RedisStoreSettings.DEFAULT_PIPELINE_DEPTH,
               RedisStoreSettings.DEFAULT_MAX_VALUE_BYTES,
               RedisStoreSettings.DEFAULT_MAX_KEY_BYTES);
     } catch (IllegalArgumentException e) {

@@ -137,6 +137,7 @@ class L3ConfigurationDocsTest {
     redisDefaults.put("connect_timeout_ms", str(redis.connectTimeoutMs()));
     redisDefaults.put("command_timeout_ms", str(redis.commandTimeoutMs()));
     redisDefaults.put("connections", str(redis.connections()));
+    redisDefaults.put("pipeline_depth", str(redis.pipelineDepth()));
     redisDefaults.put("max_value_bytes", str(redis.maxValueBytes()));
     redisDefaults.put("max_key_bytes", str(redis.maxKeyBytes()));
     defaults.put("redis", redisDefaults);

@@ -159,8 +159,8 @@ class StorageExtraConfigTest {
             j(
                 "{'uri': 'rediss://cache.internal:6380', 'username': 'tenant-a', 'password':"
                     + " 'p a ss', 'tls': true, 'connect_timeout_ms': 10, 'command_timeout_ms':"
-                    + " 600000, 'connections': 64, 'max_value_bytes': 536870912,"
-                    + " 'max_key_bytes': 1}"));
+                    + " 600000, 'connections': 64, 'pipeline_depth': 1024, 'max_value_bytes':"
+                    + " 536870912, 'max_key_bytes': 1}"));
     RedisStoreSettings expected =
         new RedisStoreSettings(
             List.of("rediss://cache.internal:6380"),
@@ -171,6 +171,7 @@ class StorageExtraConfigTest {
             10,
             600_000,
             64,
+            1024,
             512L << 20,
             1);
     assertEquals(new StorageBackend.Redis(expected), r.backend());
@@ -1001,6 +1002,7 @@ class StorageExtraConfigTest {
           new Range("connect_timeout_ms", 10, RedisStoreSettings.MAX_TIMEOUT_MS, false),
           new Range("command_timeout_ms", 10, RedisStoreSettings.MAX_TIMEOUT_MS, false),
           new Range("connections", 1, RedisStoreSettings.MAX_CONNECTIONS, true),
+          new Range("pipeline_depth", 1, RedisStoreSettings.MAX_PIPELINE_DEPTH, true),
           new Range("max_value_bytes", 1, RedisStoreSettings.MAX_VALUE_BYTES_LIMIT, false),
           new Range("max_key_bytes", 1, RedisStoreSettings.MAX_KEY_BYTES_LIMIT, true));
 
