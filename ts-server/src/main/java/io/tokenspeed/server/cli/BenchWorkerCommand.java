@@ -349,6 +349,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
             });
       }
     }
+    if (learning != null && !tp.ranked()) {
+      slowPairs(p, l3, rnd);
+    }
     int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
     if (tp.ranked()) {
       decodeOnReplica(decodePrompt, l3);
@@ -380,6 +383,46 @@ final class BenchWorkerCommand implements Callable<Integer> {
                   e.stats()));
         }
       }
+    }
+  }
+
+  /**
+   * With {@code --throttle-mbps}: the TTFT of requests that bypass a store slower than recomputing
+   * against the TTFT without L3, in pairs. Two engines alive side by side, one with L3 over the
+   * throttled store (it first serves the learning prompt and waits for its restore, so that the
+   * cost model has measured the store), one without (which serves the learning prompt too); then
+   * each stored prefix with a new suffix on both, {@code slow-l3} and {@code slow-off}, the two
+   * sides of a pair back to back in alternating order, so that the machine's drift affects both
+   * alike.
+   */
+  private void slowPairs(DemoPrompts p, Callable<L3Settings> l3, SplittableRandom rnd)
+      throws Exception {
+    int[][] pairPrompts = new int[prompts][];
+    for (int i = 0; i < prompts; i++) {
+      pairPrompts[i] =
+          concat(
+              java.util.Arrays.copyOf(p.seeds()[i], prefixTokens),
+              rnd.ints(suffixTokens, 0, lm.vocabSize()).toArray());
+    }
+    try (Engine on = engine(l3.call());
+        Engine off = engine(null)) {
+      progress("reader: slow pairs: learning the store's rate");
+      long t0 = System.nanoTime();
+      emit(
+          WorkerProcess.requestLine(
+              line("request"), "learn-slow", 0, WorkerProcess.serve(on, learning, maxTokens)));
+      WorkerProcess.serve(off, learning, maxTokens);
+      if (!WorkerProcess.awaitStorageIdle(on, t0, WRITE_THROUGH_NS)) {
+        throw new IllegalStateException("reader: the learning restore did not finish");
+      }
+      for (int i = 0; i < prompts; i++) {
+        for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+          progress("reader: slow pair " + (i + 1) + "/" + prompts + (withL3 ? ", L3" : ", off"));
+          GenerationResult r = WorkerProcess.serve(withL3 ? on : off, pairPrompts[i], maxTokens);
+          emit(WorkerProcess.requestLine(line("request"), withL3 ? "slow-l3" : "slow-off", i, r));
+        }
+      }
+      emit(costFigures(line("costs").put("cohort", "slow-l3"), on));
     }
   }
 
