@@ -156,6 +156,11 @@ final class EngineAdmin {
       case FREEZE -> control = control.withFrozen(true);
       case UNFREEZE -> control = control.withFrozen(false);
       case DRAIN -> control = control.withDraining();
+      case COST_FIGURES -> {
+        if (stm != null) {
+          stm.onCostFigures(command.figures()); // every rank, this round: the same decisions
+        }
+      }
       case STOP -> throw new IllegalArgumentException("a stop is the loop's to apply");
     }
   }

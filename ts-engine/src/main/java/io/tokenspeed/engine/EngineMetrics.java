@@ -1,6 +1,9 @@
 package io.tokenspeed.engine;
 
+import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.scheduler.Bypass;
+import io.tokenspeed.scheduler.CostModel;
 import io.tokenspeed.scheduler.StorageCounters;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import io.tokenspeed.scheduler.StorageTransferManager;
@@ -178,6 +181,7 @@ public record EngineMetrics(
    *     refusals in a row): probed, but no pending work
    * @param backupBackoffMs the current hold after the store's consecutive refusals; 0 while its
    *     latest answers were successes
+   * @param costs the cost model's bypasses, partial restores and figures
    */
   public record Transfers(
       long softTimeouts,
@@ -197,9 +201,11 @@ public record EngineMetrics(
       int queuedCandidates,
       int deferredCandidates,
       int heldCandidates,
-      long backupBackoffMs) {
+      long backupBackoffMs,
+      Costs costs) {
 
     public Transfers {
+      Objects.requireNonNull(costs, "costs");
       for (DropReason r : DropReason.values()) {
         if (!droppedBackupKeys.containsKey(r)) {
           throw new IllegalArgumentException(
@@ -243,7 +249,101 @@ public record EngineMetrics(
           stm.queuedCandidates(),
           stm.deferredCandidates(),
           stm.heldCandidates(),
-          java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(stm.backupBackoffNs()));
+          java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(stm.backupBackoffNs()),
+          Costs.of(stm));
+    }
+  }
+
+  /**
+   * What the L3 cost model decided and decides with (mirrored on every TP owner: the agreed
+   * figures, the same decisions).
+   *
+   * @param enabled whether the model weighs restores ({@code async.cost_model})
+   * @param bypasses requests by the reason their preparation sent them to ordinary admission
+   *     without asking L3; every reason but {@link Bypass#NOT_PERMITTED} (never final) is present
+   * @param partialRestores queries the model shortened to a partial restore
+   * @param explorations queries issued although the model expected recomputing to win, to measure
+   *     the store again
+   * @param figures the agreed figures the model decides with (a configured prior in place of a
+   *     store not yet measured)
+   * @param referenceTokens the prefix length the break-even bandwidth is for
+   * @param breakEvenBytesPerSecond the restore bandwidth at which restoring {@code referenceTokens}
+   *     tokens takes as long as recomputing them ({@link CostModel#breakEvenBytesPerSecond}): NaN
+   *     while the prefill rate is unknown, infinite when the store's latency alone exceeds the
+   *     recomputation
+   * @param referencePrefillSeconds the expected recomputation of those tokens; NaN while unknown
+   */
+  public record Costs(
+      boolean enabled,
+      Map<Bypass, Long> bypasses,
+      long partialRestores,
+      long explorations,
+      CostFigures figures,
+      int referenceTokens,
+      double breakEvenBytesPerSecond,
+      double referencePrefillSeconds) {
+
+    public Costs {
+      Objects.requireNonNull(figures, "figures");
+      for (Bypass b : finalBypasses()) {
+        if (!bypasses.containsKey(b)) {
+          throw new IllegalArgumentException(
+              "bypasses has no value for reason=" + b + ": " + bypasses);
+        }
+      }
+      bypasses = Collections.unmodifiableMap(new EnumMap<>(bypasses));
+    }
+
+    /** Every reason a preparation can end in (all but {@link Bypass#NOT_PERMITTED}). */
+    public static java.util.List<Bypass> finalBypasses() {
+      return java.util.Arrays.stream(Bypass.values())
+          .filter(b -> b != Bypass.NOT_PERMITTED)
+          .toList();
+    }
+
+    /** Every final reason at 0. */
+    public static Map<Bypass, Long> noBypasses() {
+      Map<Bypass, Long> m = new EnumMap<>(Bypass.class);
+      for (Bypass b : finalBypasses()) {
+        m.put(b, 0L);
+      }
+      return m;
+    }
+
+    /** A model that decided nothing and knows nothing, {@code enabled} or not. */
+    public static Costs none(boolean enabled) {
+      return new Costs(
+          enabled,
+          noBypasses(),
+          0,
+          0,
+          CostFigures.UNKNOWN,
+          io.tokenspeed.scheduler.StorageConfig.DEFAULT_COST_MODEL_REFERENCE_TOKENS,
+          Double.NaN,
+          Double.NaN);
+    }
+
+    /** A copy of {@code stm}'s figures (on its owner's thread). */
+    static Costs of(StorageTransferManager stm) {
+      StorageCounters c = stm.counters();
+      Map<Bypass, Long> bypasses = noBypasses();
+      for (Bypass b : finalBypasses()) {
+        bypasses.put(b, c.bypasses(b));
+      }
+      CostModel model = stm.costModel();
+      int reference = model.referenceTokens();
+      return new Costs(
+          model.enabled(),
+          bypasses,
+          c.partialRestores(),
+          c.costExplorations(),
+          model.figures(),
+          reference,
+          model.breakEvenBytesPerSecond(reference),
+          model.figures().prefillKnown()
+              ? (model.prefillNs(0, reference + 1) - model.prefillNs(reference, reference + 1))
+                  / 1e9
+              : Double.NaN);
     }
   }
 }

@@ -9,6 +9,7 @@ import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
 import io.tokenspeed.core.control.RankStatus;
+import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.model.sampling.SamplingParams;
@@ -81,15 +82,21 @@ final class Replica implements AutoCloseable {
     /** The freeze lifts. */
     UNFREEZE,
     /** The replica closes: rounds go on without forward while its L3 work drains. */
-    DRAIN
+    DRAIN,
+    /**
+     * The leader's newest measurements of what a restore and a recomputation cost: every rank's
+     * scheduler decides with them from this round on ({@link CostReporter}).
+     */
+    COST_FIGURES
   }
 
   /**
    * A command every rank applies in the same round: its kind and, for {@link Kind#ROTATE} and
-   * {@link Kind#SWITCH}, the weight version whose namespace later keys are built under (null for
-   * the others). It travels as one byte of kind followed by the version's UTF-8.
+   * {@link Kind#SWITCH}, the weight version whose namespace later keys are built under, for {@link
+   * Kind#COST_FIGURES} the figures (null for the others). It travels as one byte of kind followed
+   * by the version's UTF-8 or the figures' wire form.
    */
-  record Command(Kind kind, String weightVersion) {
+  record Command(Kind kind, String weightVersion, CostFigures figures) {
     /** The longest weight version a command carries, in UTF-8 bytes. */
     static final int MAX_VERSION_BYTES = 1024;
 
@@ -108,6 +115,10 @@ final class Replica implements AutoCloseable {
         throw new IllegalArgumentException(
             kind + (versioned ? " needs a weight version" : " carries no weight version"));
       }
+      if ((kind == Kind.COST_FIGURES) != (figures != null)) {
+        throw new IllegalArgumentException(
+            kind + (figures == null ? " needs cost figures" : " carries no cost figures"));
+      }
       if (versioned
           && (weightVersion.isBlank()
               || weightVersion.getBytes(StandardCharsets.UTF_8).length > MAX_VERSION_BYTES)) {
@@ -118,6 +129,10 @@ final class Replica implements AutoCloseable {
       }
     }
 
+    Command(Kind kind, String weightVersion) {
+      this(kind, weightVersion, null);
+    }
+
     static Command rotate(String weightVersion) {
       return new Command(Kind.ROTATE, weightVersion);
     }
@@ -126,12 +141,20 @@ final class Replica implements AutoCloseable {
       return new Command(Kind.SWITCH, weightVersion);
     }
 
+    static Command costFigures(CostFigures figures) {
+      return new Command(Kind.COST_FIGURES, null, figures);
+    }
+
     byte[] encode() {
-      byte[] version =
-          weightVersion == null ? new byte[0] : weightVersion.getBytes(StandardCharsets.UTF_8);
-      byte[] out = new byte[1 + version.length];
+      byte[] body =
+          figures != null
+              ? figures.encode()
+              : weightVersion == null
+                  ? new byte[0]
+                  : weightVersion.getBytes(StandardCharsets.UTF_8);
+      byte[] out = new byte[1 + body.length];
       out[0] = (byte) kind.ordinal();
-      System.arraycopy(version, 0, out, 1, version.length);
+      System.arraycopy(body, 0, out, 1, body.length);
       return out;
     }
 
@@ -147,9 +170,13 @@ final class Replica implements AutoCloseable {
       }
       Kind kind = Kind.values()[payload[0]];
       boolean versioned = kind == Kind.ROTATE || kind == Kind.SWITCH;
-      String version =
-          versioned ? new String(payload, 1, payload.length - 1, StandardCharsets.UTF_8) : null;
       try {
+        if (kind == Kind.COST_FIGURES) {
+          return costFigures(
+              CostFigures.decode(java.util.Arrays.copyOfRange(payload, 1, payload.length)));
+        }
+        String version =
+            versioned ? new String(payload, 1, payload.length - 1, StandardCharsets.UTF_8) : null;
         return new Command(kind, version);
       } catch (IllegalArgumentException e) {
         throw new IllegalStateException(

@@ -108,6 +108,9 @@ final class Round {
   private final OptionalInt eosId;
   private final LongSupplier nanoClock;
 
+  /** The leader's cost measurements (null on a follower, without L3 or with the model off). */
+  private final CostReporter costs;
+
   private volatile EngineStats stats = EngineStats.NONE;
 
   /** The latest metrics snapshot (null until {@link #publishInitialMetrics}). */
@@ -190,6 +193,11 @@ final class Round {
     this.abortReplica = abortReplica;
     this.eosId = eosId;
     this.nanoClock = nanoClock;
+    // with the cost model off nothing is sent: no command, no extra round, today's loop exactly
+    this.costs =
+        storage != null && replica.leader() && stm.costModel().enabled()
+            ? new CostReporter()
+            : null;
   }
 
   // ---------------------------------------------------------------- the round
@@ -210,7 +218,11 @@ final class Round {
     endCancelled(head.cancelled());
     reuse.noteAdmissions(nowNs);
     Dispatched dispatched = dispatch(plan);
+    long forwardBefore = forward.forwardNanos();
     SampledForward out = plan.forward().isEmpty() ? null : forward.forward(plan);
+    if (out != null && costs != null) {
+      costs.onForward(plan.forward(), forward.forwardNanos() - forwardBefore);
+    }
     commit(plan, dispatched);
     sample(plan, out);
     resumeRetracted();
@@ -364,12 +376,27 @@ final class Round {
   private void publish(long nowNs) {
     long endNs = nanoClock.getAsLong();
     roundNanos += endNs - nowNs;
+    reportCosts(endNs);
     publishStats();
     publishMetricsAfterRound(endNs);
     observer.afterRound(view);
   }
 
   // ---------------------------------------------------------------- the steps' rules
+
+  /**
+   * The leader sends its newest cost figures when they moved ({@link CostReporter}): every rank's
+   * scheduler takes them in the round that agrees on them.
+   */
+  private void reportCosts(long nowNs) {
+    if (costs == null || stopped) {
+      return;
+    }
+    io.tokenspeed.core.storage.CostFigures f = costs.due(storage.restoreEstimate(), nowNs);
+    if (f != null) {
+      replica.command(Replica.Command.costFigures(f));
+    }
+  }
 
   /**
    * The leader keeps the executor figures the other ranks sent this round, for its next metrics

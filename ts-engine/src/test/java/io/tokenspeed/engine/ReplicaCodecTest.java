@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
 import java.util.Arrays;
@@ -94,5 +95,41 @@ class ReplicaCodecTest {
             IllegalStateException.class,
             () -> Replica.decode(3, bytes, id -> {}, OptionalInt.empty(), 0));
     assertEquals("request 3 is encoded in version 1, not 2", e.getMessage());
+  }
+
+  /**
+   * The leader's cost figures reach every rank bit for bit: the command that carries them decodes
+   * to the same figures, so every rank's scheduler decides with the same doubles.
+   */
+  @ParameterizedTest(name = "seed {0}")
+  @MethodSource("seeds")
+  void shouldCarryCostFiguresBitForBit(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    CostFigures f =
+        new CostFigures(
+            rnd.nextDouble() * 1e8,
+            rnd.nextDouble() * 1e11,
+            rnd.nextDouble() * 1e8,
+            rnd.nextDouble() * 1e5,
+            rnd.nextDouble());
+    Replica.Command c = Replica.Command.costFigures(f);
+    Replica.Command back = Replica.Command.decode(seed, c.encode());
+    assertEquals(c, back);
+    assertEquals(f, back.figures());
+  }
+
+  @Test
+  void shouldStopOnCostFiguresThisBuildCannotRead() {
+    byte[] payload = Replica.Command.costFigures(CostFigures.UNKNOWN).encode();
+    byte[] cut = Arrays.copyOf(payload, payload.length - 1);
+    IllegalStateException e =
+        assertThrows(IllegalStateException.class, () -> Replica.Command.decode(9, cut));
+    assertEquals(
+        "administrative command 9 is malformed: cost figures of 39 bytes, expected 40",
+        e.getMessage());
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> new Replica.Command(Replica.Kind.COST_FIGURES, null, null),
+        "figures are required");
   }
 }

@@ -297,8 +297,13 @@ final class WholeLoopSimulation implements AutoCloseable {
     int deviceParents = rnd.nextInt(3) == 0 ? 6 + rnd.nextInt(4) : 8 + rnd.nextInt(24);
     this.maxTokens = 1 + rnd.nextInt(64);
     this.config = new EngineConfig(32, 16, deviceParents, 1.0 + rnd.nextInt(3), 256, 8, 2, 1, 1024);
+    // the cost model off: its decisions follow simulated store and forward times, and a restore
+    // it skipped would leave the L3 paths the planted bugs live on unexercised
     StorageConfig scheduling =
-        StorageConfig.defaults().withSoftDeadlineMs(SOFT_DEADLINE_MS).withMinExtensionTokens(16);
+        StorageConfig.defaults()
+            .withSoftDeadlineMs(SOFT_DEADLINE_MS)
+            .withMinExtensionTokens(16)
+            .withCostModel(false);
     L3ExecutorConfig executor = new L3ExecutorConfig(2, 2, 2, 64, 64, 64, 128, 1_000, 0);
     this.runtime = new StorageRuntimeConfig(scheduling, executor);
     for (int r = 0; r < tp; r++) {

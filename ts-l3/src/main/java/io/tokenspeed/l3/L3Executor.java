@@ -124,6 +124,10 @@ public final class L3Executor {
     StoreResult[] shareResults;
     int sharesLeft;
     long startNanos;
+
+    /** The executor's clock when a worker took the job (the restore estimate's time base). */
+    long startClockNs;
+
     Throwable shareFailure; // the first exception, or an Error, of a share
     String shareConfigurationFailure;
 
@@ -189,6 +193,10 @@ public final class L3Executor {
   private final Map<Long, Entry> live = new HashMap<>();
   private final ArrayList<Completed> completions = new ArrayList<>();
   private final HealthMonitor health;
+
+  /** The store's measured restore cost (guarded by the lock). */
+  private final RestoreEstimator restoreEstimator = new RestoreEstimator();
+
   private final WriteRefusals writeRefusals;
   private final Map<SubmitResult, Long> rejections = new EnumMap<>(SubmitResult.class);
   private final List<Thread> workers = new ArrayList<>();
@@ -541,6 +549,7 @@ public final class L3Executor {
     e.shareResults = new StoreResult[n];
     e.sharesLeft = n;
     e.startNanos = System.nanoTime();
+    e.startClockNs = nanoClock.getAsLong();
     for (int i = 0; i < n; i++) {
       e.shareRows[i] =
           java.util.Arrays.copyOfRange(
@@ -690,6 +699,14 @@ public final class L3Executor {
         rejectQueuedAfterOutageLocked();
       } else if (calls > 0) {
         health.onSuccess(e.healthEpoch); // only a call that reached the backend heals
+        if (facts.retired() && configurationFailure == null) {
+          long ns = Math.max(0, now - e.startClockNs);
+          switch (e.job.kind()) {
+            case QUERY -> restoreEstimator.onQuery(ns);
+            case GET -> restoreEstimator.onGet(facts.bytes(), ns);
+            case PUT -> {}
+          }
+        }
       }
       if (calls > 0 && e.job.kind() == StorageKind.PUT) {
         writeRefusals.onPutAnswered(facts.refused(), facts.newlyWritten(), facts.refusal(), now);
@@ -903,6 +920,19 @@ public final class L3Executor {
       return quarantined;
     } finally {
       unlockAndNotify();
+    }
+  }
+
+  /**
+   * What the store costs to restore from, as measured over this executor's QUERY and GET calls
+   * ({@link RestoreEstimate}); one short lock, no store call.
+   */
+  public RestoreEstimate restoreEstimate() {
+    lock.lock();
+    try {
+      return restoreEstimator.snapshot();
+    } finally {
+      lock.unlock();
     }
   }
 

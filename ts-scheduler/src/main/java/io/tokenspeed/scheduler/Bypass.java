@@ -1,6 +1,10 @@
 package io.tokenspeed.scheduler;
 
-/** Why a request's preparation did not ask L3; it goes straight to ordinary admission. */
+/**
+ * Why a request's preparation did not ask L3; it goes straight to ordinary admission. Every reason
+ * but {@link #NOT_PERMITTED} is final for the request and counted once ({@link
+ * StorageCounters#bypasses}); a request not permitted tries again in the next permitted round.
+ */
 public enum Bypass {
   /** The local Device/Host hit already covers the reusable bound. */
   LOCAL_HIT,
@@ -14,6 +18,11 @@ public enum Bypass {
   NO_HOST_CREDITS,
   /** The pressure gate is closed. */
   PRESSURE,
+  /**
+   * The cost model expects recomputing the prefix to be faster than restoring any of it ({@link
+   * CostModel}).
+   */
+  SLOWER_THAN_COMPUTE,
   /** Storage permissions are off this round (frozen or idle). */
   NOT_PERMITTED,
   /** An unproven retirement quarantined L3 until restart. */

@@ -156,6 +156,9 @@ public final class Scheduler {
     this.storage = storage;
     this.config = config;
     this.maxRequestTokens = singleRequestLimit(cache);
+    if (storage != null) {
+      storage.useTokenBudget(config.tokenBudget());
+    }
   }
 
   /**

@@ -33,6 +33,16 @@ package io.tokenspeed.scheduler;
  * @param maxBackupBackoffMs the longest time backups are held back after the store refused a PUT:
  *     the hold starts at {@link #DEFAULT_BACKUP_RETRY_BACKOFF_MS} and doubles with each consecutive
  *     refusal up to this, and ends in a probe of one page (see {@code BackupPacer})
+ * @param costModel {@code on}: a preparation weighs the expected restore against the expected
+ *     recomputation ({@link CostModel}); {@code off}: the fixed rules alone decide, exactly
+ * @param costModelMarginPercent a restore is chosen only when its expected time, raised by this
+ *     share, still beats recomputing the same tokens
+ * @param costModelReferenceTokens the prefix length the exported break-even bandwidth is for
+ * @param costModelExploreMs while the model bypasses L3, a restore is still issued when none was
+ *     for this long, so that a store that became faster is measured again; 0 never
+ * @param costModelPriorMbps the restore bandwidth, in 10^6 bytes per second of one owner's bytes,
+ *     assumed until the store's first GET is measured; 0 assumes nothing (restores go ahead and are
+ *     measured)
  */
 public record StorageConfig(
     int maxOperations,
@@ -52,7 +62,12 @@ public record StorageConfig(
     long lowQueuedBytes,
     long highOldestAgeMs,
     long lowOldestAgeMs,
-    long maxBackupBackoffMs) {
+    long maxBackupBackoffMs,
+    boolean costModel,
+    int costModelMarginPercent,
+    int costModelReferenceTokens,
+    long costModelExploreMs,
+    long costModelPriorMbps) {
 
   public static final int DEFAULT_MAX_OPERATIONS = 64;
 
@@ -117,6 +132,25 @@ public record StorageConfig(
    */
   public static final int DEFAULT_MAX_BACKUP_ATTEMPTS = 5;
 
+  /**
+   * On by default: a cold model (nothing measured) leaves preparation to the fixed rules, and a
+   * restore is bypassed only once the store measured slower than recomputing by the margin
+   * (docs/design-decisions.md).
+   */
+  public static final boolean DEFAULT_COST_MODEL = true;
+
+  /** Restores must beat recomputation by 10 %: a near tie goes to the path that reads nothing. */
+  public static final int DEFAULT_COST_MODEL_MARGIN_PERCENT = 10;
+
+  /** The break-even gauge's prefix length: the 8k prefixes of the TTFT benchmarks. */
+  public static final int DEFAULT_COST_MODEL_REFERENCE_TOKENS = 8192;
+
+  /** A store the model bypasses is measured again at most a minute later. */
+  public static final long DEFAULT_COST_MODEL_EXPLORE_MS = 60_000;
+
+  /** No prior: the first restores are issued and measured. */
+  public static final long DEFAULT_COST_MODEL_PRIOR_MBPS = 0;
+
   private static final long HOUR_MS = 3_600_000;
 
   public StorageConfig {
@@ -138,6 +172,56 @@ public record StorageConfig(
     range("high_oldest_age_ms", highOldestAgeMs, 1, HOUR_MS);
     range("low_oldest_age_ms", lowOldestAgeMs, 0, highOldestAgeMs - 1);
     range("max_backup_backoff_ms", maxBackupBackoffMs, DEFAULT_BACKUP_RETRY_BACKOFF_MS, HOUR_MS);
+    range("cost_model_margin_percent", costModelMarginPercent, 0, 1000);
+    range("cost_model_reference_tokens", costModelReferenceTokens, 1, 1 << 24);
+    range("cost_model_explore_ms", costModelExploreMs, 0, HOUR_MS);
+    range("cost_model_prior_mbps", costModelPriorMbps, 0, 1_000_000_000);
+  }
+
+  /** A contract with the cost model's documented defaults. */
+  public StorageConfig(
+      int maxOperations,
+      int maxHostBlocks,
+      int retractionReservePercent,
+      long softDeadlineMs,
+      long readyHoldMs,
+      int minExtensionTokens,
+      int lookaheadTokens,
+      int maxQueryKeys,
+      int negativeMetadataCapacity,
+      int backupCandidateCapacity,
+      int maxPutKeys,
+      int highQueuedJobs,
+      int lowQueuedJobs,
+      long highQueuedBytes,
+      long lowQueuedBytes,
+      long highOldestAgeMs,
+      long lowOldestAgeMs,
+      long maxBackupBackoffMs) {
+    this(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs,
+        maxBackupBackoffMs,
+        DEFAULT_COST_MODEL,
+        DEFAULT_COST_MODEL_MARGIN_PERCENT,
+        DEFAULT_COST_MODEL_REFERENCE_TOKENS,
+        DEFAULT_COST_MODEL_EXPLORE_MS,
+        DEFAULT_COST_MODEL_PRIOR_MBPS);
   }
 
   /** The documented defaults. */
@@ -160,7 +244,12 @@ public record StorageConfig(
         DEFAULT_LOW_QUEUED_BYTES,
         DEFAULT_HIGH_OLDEST_AGE_MS,
         DEFAULT_LOW_OLDEST_AGE_MS,
-        DEFAULT_MAX_BACKUP_BACKOFF_MS);
+        DEFAULT_MAX_BACKUP_BACKOFF_MS,
+        DEFAULT_COST_MODEL,
+        DEFAULT_COST_MODEL_MARGIN_PERCENT,
+        DEFAULT_COST_MODEL_REFERENCE_TOKENS,
+        DEFAULT_COST_MODEL_EXPLORE_MS,
+        DEFAULT_COST_MODEL_PRIOR_MBPS);
   }
 
   /**
@@ -289,6 +378,40 @@ public record StorageConfig(
         ms);
   }
 
+  /** A copy with the cost model on or off (tests and tuning). */
+  public StorageConfig withCostModel(boolean on) {
+    return withCostModel(on, costModelMarginPercent, costModelExploreMs, costModelPriorMbps);
+  }
+
+  /** A copy with other cost model settings (tests and tuning). */
+  public StorageConfig withCostModel(
+      boolean on, int marginPercent, long exploreMs, long priorMbps) {
+    return new StorageConfig(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs,
+        maxBackupBackoffMs,
+        on,
+        marginPercent,
+        costModelReferenceTokens,
+        exploreMs,
+        priorMbps);
+  }
+
   private StorageConfig with(
       int operations,
       int hostBlocks,
@@ -314,7 +437,12 @@ public record StorageConfig(
         lowQueuedBytes,
         highOldestAgeMs,
         lowOldestAgeMs,
-        backupBackoffMs);
+        backupBackoffMs,
+        costModel,
+        costModelMarginPercent,
+        costModelReferenceTokens,
+        costModelExploreMs,
+        costModelPriorMbps);
   }
 
   private static void range(String field, long value, long min, long max) {

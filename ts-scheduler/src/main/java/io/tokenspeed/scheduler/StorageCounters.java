@@ -37,12 +37,19 @@ public final class StorageCounters {
   long clientDetaches;
   long satisfiedLocally;
   long pressureBypasses;
+  final Map<Bypass, Long> bypasses = new EnumMap<>(Bypass.class);
+  long partialRestores;
+  long costExplorations;
   long queriesIssued;
   long getsIssued;
   long putsIssued;
   long publishedBlocks;
   long negativeFacts;
   final Map<DropReason, Long> droppedBackupKeys = new EnumMap<>(DropReason.class);
+
+  void bypass(Bypass reason) {
+    bypasses.merge(reason, 1L, Long::sum);
+  }
 
   void drop(DropReason reason, long keys) {
     droppedBackupKeys.merge(reason, keys, Long::sum);
@@ -68,6 +75,30 @@ public final class StorageCounters {
 
   public long pressureBypasses() {
     return pressureBypasses;
+  }
+
+  /**
+   * Requests whose preparation ended in {@code reason} (never {@link Bypass#NOT_PERMITTED}, which
+   * is tried again): each request counted once, by the reason that sent it to ordinary admission.
+   */
+  public long bypasses(Bypass reason) {
+    return bypasses.getOrDefault(reason, 0L);
+  }
+
+  /**
+   * Queries the cost model shortened to a partial restore: the first blocks from L3, the rest
+   * computed.
+   */
+  public long partialRestores() {
+    return partialRestores;
+  }
+
+  /**
+   * Queries issued although the cost model expected recomputing to be faster, because no restore
+   * was issued for {@code async.cost_model_explore_ms}: the store is measured again.
+   */
+  public long costExplorations() {
+    return costExplorations;
   }
 
   public long queriesIssued() {
@@ -115,6 +146,12 @@ public final class StorageCounters {
         + satisfiedLocally
         + " pressure_bypasses="
         + pressureBypasses
+        + " bypasses="
+        + bypasses
+        + " partial_restores="
+        + partialRestores
+        + " cost_explorations="
+        + costExplorations
         + " dropped="
         + droppedBackupKeys;
   }

@@ -280,6 +280,14 @@ public final class StorageTransferManager {
 
   private boolean quarantined;
 
+  /** Weighs restores against recomputation ({@link CostModel}); decides nothing while off. */
+  private final CostModel costModel;
+
+  /** The agreed tick of the round that issued the latest query ({@link #exploreDue}). */
+  private long lastQueryTickNs;
+
+  private boolean queriedYet;
+
   /** A weight update's fence: no new storage work until it lifts (see {@link #fence}). */
   private boolean fenced;
 
@@ -295,6 +303,7 @@ public final class StorageTransferManager {
     this.config = config.forHost(host.pool().numParents());
     this.cache = cache;
     this.pacer = new BackupPacer(this.config.maxBackupBackoffMs(), this.config.backupHostCredits());
+    this.costModel = new CostModel(this.config, cache.layout());
   }
 
   // ================================================================ read transaction
@@ -304,14 +313,26 @@ public final class StorageTransferManager {
    * query is issued and the returned lease belongs to the request's Prefetching state.
    */
   public Preparation prepare(long requestId, PromptKeys prompt, boolean permitted) {
+    if (!permitted && !quarantined && !fenced) {
+      return new Preparation(Bypass.NOT_PERMITTED, null); // tried again: not counted
+    }
+    Preparation p = considerL3(requestId, prompt);
+    if (!p.waiting()) {
+      counters.bypass(p.bypass());
+    }
+    return p;
+  }
+
+  /**
+   * The rules of {@link #prepare} in a permitted round (or under quarantine or a fence, which end
+   * every preparation): the fixed rules, then the cost model on the candidates that remain.
+   */
+  private Preparation considerL3(long requestId, PromptKeys prompt) {
     if (quarantined) {
       return new Preparation(Bypass.QUARANTINED, null);
     }
     if (fenced) {
       return new Preparation(Bypass.FENCED, null);
-    }
-    if (!permitted) {
-      return new Preparation(Bypass.NOT_PERMITTED, null);
     }
     if (gateClosed) {
       counters.pressureBypasses++;
@@ -326,6 +347,20 @@ public final class StorageTransferManager {
     int[] cands = cache.candidates(prompt, local, max);
     if (cands[cands.length - 1] - local < config.minExtensionTokens()) {
       return new Preparation(Bypass.SHORT_EXTENSION, null);
+    }
+    boolean partial = false;
+    boolean explore = false;
+    if (costModel.decides()) {
+      int best = costModel.chooseBoundary(prompt.numTokens(), local, cands);
+      if (best - local < config.minExtensionTokens()) {
+        if (!exploreDue()) {
+          return new Preparation(Bypass.SLOWER_THAN_COMPUTE, null);
+        }
+        explore = true; // measured again: the whole restore, as the fixed rules ask
+      } else if (best < cands[cands.length - 1]) {
+        cands = Arrays.copyOf(cands, Arrays.binarySearch(cands, best) + 1);
+        partial = true;
+      }
     }
     List<CacheKey> ask = planQueryKeys(prompt, cands);
     if (ask.isEmpty()) {
@@ -345,7 +380,29 @@ public final class StorageTransferManager {
     t.lease = new StorageLease(this, requestId, t.id);
     ops.add(new StorageOp.Query(t.id, ask));
     counters.queriesIssued++;
+    if (partial) {
+      counters.partialRestores++;
+    }
+    if (explore) {
+      counters.costExplorations++;
+    }
+    lastQueryTickNs = nowNs;
+    queriedYet = true;
     return new Preparation(null, t.lease);
+  }
+
+  /**
+   * Whether a restore the cost model would bypass is issued anyway, to measure the store again: no
+   * query was issued for {@code async.cost_model_explore_ms} of agreed ticks (never when 0), or
+   * since the model's first decision when none ever was (a prior decided before any restore).
+   */
+  private boolean exploreDue() {
+    if (!queriedYet) {
+      queriedYet = true; // a model that decides before any query counts from its first decision
+      lastQueryTickNs = nowNs;
+    }
+    long every = costModel.exploreMs();
+    return every > 0 && nowNs - lastQueryTickNs >= TimeUnit.MILLISECONDS.toNanos(every);
   }
 
   /** The keys a query asks for: see {@link QueryPlanner}. */
@@ -1106,6 +1163,24 @@ public final class StorageTransferManager {
 
   public StorageCounters counters() {
     return counters;
+  }
+
+  /** The cost model (its figures, break-even and settings: observation and the engine's input). */
+  public CostModel costModel() {
+    return costModel;
+  }
+
+  /**
+   * New agreed cost figures: applied at the round's head on every rank alike, so every scheduler of
+   * a replica decides the same preparations with them.
+   */
+  public void onCostFigures(io.tokenspeed.core.storage.CostFigures figures) {
+    costModel.onFigures(figures);
+  }
+
+  /** The scheduler's token budget, the size of a prefill's chunks (the cost model's prefill). */
+  void useTokenBudget(int tokens) {
+    costModel.tokenBudget(tokens);
   }
 
   /**

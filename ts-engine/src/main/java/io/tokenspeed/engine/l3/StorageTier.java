@@ -227,6 +227,11 @@ public final class StorageTier {
     return executor.metrics();
   }
 
+  /** The store's restore cost as this rank's executor measured it (no store call). */
+  public io.tokenspeed.l3.RestoreEstimate restoreEstimate() {
+    return executor.restoreEstimate();
+  }
+
   /** True once an unretired result has quarantined the executor. */
   public boolean quarantined() {
     return executor.quarantined();

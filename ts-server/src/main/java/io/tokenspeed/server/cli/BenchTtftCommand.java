@@ -33,7 +33,11 @@ import picocli.CommandLine.Spec;
  * cohorts. With {@code --tp N} every writer and reader is a tensor-parallel replica of N rank
  * processes (see {@link BenchWorkerCommand}); with {@code --device cuda[:N]} every process computes
  * on that GPU, and the report adds the Host→Device copy time of the restored blocks. Writes a
- * Markdown report and an SVG chart.
+ * Markdown report and an SVG chart. With {@code --throttle-mbps} every store reads at that rate
+ * (below what recomputing costs, the cost model bypasses it): each timed cohort's engine first
+ * learns the store's rate on an untimed prompt, and pairs {@code slow-l3} / {@code slow-off} on two
+ * engines alive side by side compare the bypassed requests' TTFT with cache-off. The report gives,
+ * per store and L3 cohort, the bypasses by reason and the cost model's figures.
  */
 @Command(
     name = "ttft",
@@ -160,6 +164,22 @@ final class BenchTtftCommand implements Callable<Integer> {
               + " (default: ${DEFAULT-VALUE}).")
   private int softDeadlineMs = SOFT_DEADLINE_MS;
 
+  @Option(
+      names = "--throttle-mbps",
+      paramLabel = "MBPS",
+      description =
+          "Read every store at this fixed rate (10^6 bytes per second; writes are not slowed):"
+              + " a store slower than recomputation, to show the cost model bypassing it. The"
+              + " writer then also writes a learning prefix that every timed cohort's engine"
+              + " serves first, untimed, so that the model has measured the store.")
+  private Double throttleMbps;
+
+  @Option(
+      names = "--cost-model",
+      paramLabel = "on|off",
+      description = "async.cost_model of every engine with L3 (default: ${DEFAULT-VALUE}).")
+  private String costModel = "on";
+
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")
   private Path out = Path.of("docs", "benchmarks");
 
@@ -221,8 +241,13 @@ final class BenchTtftCommand implements Callable<Integer> {
 
     /** All-miss TTFT with L3 over without, per pair, sorted. */
     double[] missRatios() {
-      List<JsonNode> on = requests("miss-l3");
-      List<JsonNode> off = requests("miss-off");
+      return pairRatios("miss-l3", "miss-off");
+    }
+
+    /** TTFT of cohort {@code on} over cohort {@code off}, per pair (by index), sorted. */
+    double[] pairRatios(String onCohort, String offCohort) {
+      List<JsonNode> on = requests(onCohort);
+      List<JsonNode> off = requests(offCohort);
       double[] r = new double[Math.min(on.size(), off.size())];
       for (int i = 0; i < r.length; i++) {
         r[i] = on.get(i).get("ttft_ms").asDouble() / off.get(i).get("ttft_ms").asDouble();
@@ -238,7 +263,9 @@ final class BenchTtftCommand implements Callable<Integer> {
    */
   static final int SOFT_DEADLINE_MS = 2000;
 
-  private static final String[] COHORTS = {"l3", "partial", "recompute", "miss-l3", "miss-off"};
+  private static final String[] COHORTS = {
+    "l3", "partial", "recompute", "miss-l3", "miss-off", "slow-l3", "slow-off"
+  };
 
   private static final List<String> STORES = List.of("memory", "file", "redis", "mooncake");
 
@@ -300,6 +327,14 @@ final class BenchTtftCommand implements Callable<Integer> {
     }
     if (tp < 1 || tp > 64) {
       throw new ParameterException(spec.commandLine(), "--tp=" + tp + " must be in [1, 64]");
+    }
+    if (throttleMbps != null && !(throttleMbps > 0 && throttleMbps < 1e9)) {
+      throw new ParameterException(
+          spec.commandLine(), "--throttle-mbps=" + throttleMbps + " must be in (0, 1e9)");
+    }
+    if (!List.of("on", "off").contains(costModel)) {
+      throw new ParameterException(
+          spec.commandLine(), "--cost-model=" + costModel + " must be on or off");
     }
     if (softDeadlineMs < 1) {
       throw new ParameterException(
@@ -406,7 +441,9 @@ final class BenchTtftCommand implements Callable<Integer> {
         + ", \"async\": {\"min_extension_tokens\": 64, \"soft_deadline_ms\": "
         + softDeadlineMs
         + (getWorkers == null ? "" : ", \"get_workers\": " + getWorkers)
-        + "}}\u0000"
+        + ", \"cost_model\": \""
+        + costModel
+        + "\"}}\u0000"
         + backend;
   }
 
@@ -468,6 +505,9 @@ final class BenchTtftCommand implements Callable<Integer> {
     }
     if (threads != null) {
       args.addAll(List.of("--threads", threads.toString()));
+    }
+    if (throttleMbps != null) {
+      args.addAll(List.of("--throttle-mbps", throttleMbps.toString()));
     }
     if (tp > 1) {
       args.addAll(List.of("--tp", Integer.toString(tp)));
@@ -636,6 +676,7 @@ final class BenchTtftCommand implements Callable<Integer> {
         "\nA fallback is a request that reused less from L3 than its cohort stores (the prefix's"
             + " full pages for l3, half of them for partial, nothing for the others).\n\n");
     writers(b, readers, writers);
+    costs(b, readers);
     b.append(
         "| store | recompute / L3 TTFT (p50) | L3 wait / raw read time of its bytes: one GET |"
             + " the same: parallel GETs | all-miss TTFT, L3 on / off: median of pairs (range) |"
@@ -726,6 +767,103 @@ final class BenchTtftCommand implements Callable<Integer> {
     hostToDevice(b, readers);
     b.append("\n![TTFT p50 per store and cohort](CHART)\n");
     return b.toString();
+  }
+
+  /**
+   * The cost model per store and L3 cohort: why requests skipped L3 (every reason that happened),
+   * the partial restores, the figures the model decided with and the break-even bandwidth; with
+   * {@code --throttle-mbps}, each cohort's TTFT against the cache-off cohort's.
+   */
+  private void costs(StringBuilder b, List<Reader> readers) {
+    List<JsonNode> lines = new ArrayList<>();
+    for (Reader r : readers) {
+      r.lines().stream().filter(n -> n.get("kind").asText().equals("costs")).forEach(lines::add);
+    }
+    if (lines.isEmpty()) {
+      return;
+    }
+    b.append(
+        "| store | cohort | cost model | bypasses by reason | partial restores | restore bandwidth"
+            + " MB/s (latency ms) | break-even MB/s at "
+            + lines.getFirst().get("reference_tokens").asInt()
+            + " tokens (their recompute s) |"
+            + (throttleMbps != null ? " TTFT p50 / cache-off |" : "")
+            + "\n|---|---|---|---|---:|---:|---:|"
+            + (throttleMbps != null ? "---:|" : "")
+            + "\n");
+    for (Reader r : readers) {
+      for (JsonNode n : r.lines()) {
+        if (!n.get("kind").asText().equals("costs")) {
+          continue;
+        }
+        StringBuilder reasons = new StringBuilder();
+        n.get("bypasses")
+            .properties()
+            .forEach(
+                e -> {
+                  if (e.getValue().asLong() > 0) {
+                    reasons
+                        .append(reasons.isEmpty() ? "" : ", ")
+                        .append(e.getValue().asLong())
+                        .append(' ')
+                        .append(e.getKey());
+                  }
+                });
+        String cohort = n.get("cohort").asText();
+        String ratio = "";
+        if (throttleMbps != null && cohort.equals("slow-l3")) {
+          double[] pairs = r.pairRatios("slow-l3", "slow-off");
+          ratio =
+              String.format(
+                  Locale.ROOT,
+                  " %.3f× (%.3f–%.3f, pairs) |",
+                  median(pairs),
+                  pairs[0],
+                  pairs[pairs.length - 1]);
+        } else if (throttleMbps != null) {
+          double off = median(ttft(r.requests("recompute")));
+          ratio = String.format(Locale.ROOT, " %.3f× |", median(ttft(r.requests(cohort))) / off);
+        }
+        b.append(
+            String.format(
+                Locale.ROOT,
+                "| %s | %s | %s | %s | %d | %.1f (%.2f) | %.1f (%.2f) |%s%n",
+                r.label(),
+                cohort,
+                n.get("cost_model").asBoolean() ? "on" : "off",
+                reasons.isEmpty() ? "none" : reasons.toString(),
+                n.get("partial_restores").asLong(),
+                n.get("restore_bytes_per_second").asDouble() / 1e6,
+                n.get("restore_latency_ms").asDouble(),
+                n.get("break_even_bytes_per_second").asDouble() / 1e6,
+                n.get("reference_prefill_s").asDouble(),
+                ratio));
+      }
+    }
+    b.append(
+        "\nBypasses count each request once, by the reason its preparation sent it to ordinary"
+            + " admission without asking L3 (slower_than_compute: the cost model expected"
+            + " recomputing to beat any restore; local_hit, short_extension, nothing_to_ask: the"
+            + " fixed rules). The restore bandwidth and latency are the figures the model decided"
+            + " with at the cohort's end (the TP leader's moving averages over its GETs and"
+            + " QUERYs); the break-even is the bandwidth at which restoring the reference prefix"
+            + " takes as long as recomputing it at the measured prefill rate."
+            + (throttleMbps != null
+                ? String.format(
+                    Locale.ROOT,
+                    " Every store was read at %.1f MB/s (--throttle-mbps); each timed cohort's"
+                        + " engine first served, untimed, a prompt whose prefix's first quarter"
+                        + " the writer stored and no cohort shares, and waited for its restore:"
+                        + " the model had measured the store before the first timed request."
+                        + " slow-l3 / slow-off are pairs of requests on two engines alive side by"
+                        + " side, one with L3 over the throttled store (after that learning"
+                        + " prompt), one without, each stored prefix with a new suffix on both,"
+                        + " the two sides of a pair back to back in alternating order: its ratio"
+                        + " is the median (range) of the pairs' TTFT ratios; the other rows' ratio"
+                        + " is the cohort's TTFT p50 over the recompute cohort's.",
+                    throttleMbps)
+                : "")
+            + "\n\n");
   }
 
   /** The Host→Device bandwidth the restored blocks are compared with: one PCIe 5.0 x16 link. */

@@ -18,6 +18,7 @@ import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageBackend;
 import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
+import io.tokenspeed.l3.store.ThrottledStore;
 import io.tokenspeed.server.config.StorageExtraConfig;
 import java.io.PrintWriter;
 import java.lang.foreign.Arena;
@@ -129,6 +130,14 @@ final class BenchWorkerCommand implements Callable<Integer> {
   @Option(names = "--decode-pairs", required = true)
   private int decodePairs;
 
+  /**
+   * Reads from the store at this rate (10^6 bytes per second, {@link ThrottledStore}); the writer
+   * then also writes a learning prefix, which every timed cohort's engine serves first (untimed):
+   * its restore teaches the cost model the store's rate.
+   */
+  @Option(names = "--throttle-mbps")
+  private Double throttleMbps;
+
   private PrintWriter out;
   private PrintWriter err;
   private EngineModel lm;
@@ -156,8 +165,14 @@ final class BenchWorkerCommand implements Callable<Integer> {
       if (!tp.follower()) {
         emit(line("device").put("device", model.deviceName()));
       }
+      // with a throttled store, one more prefix: the learning prompt's (the last seed)
       DemoPrompts p =
-          DemoPrompts.of(promptSeed, lm.vocabSize(), prompts, prefixTokens, suffixTokens);
+          DemoPrompts.of(
+              promptSeed,
+              lm.vocabSize(),
+              prompts + (throttleMbps != null ? 1 : 0),
+              prefixTokens,
+              suffixTokens);
       int perRequest = prefixTokens + suffixTokens + Math.max(maxTokens, decodeTokens);
       config =
           EngineConfig.defaults(lm.deviceParentsFor(2 * perRequest))
@@ -168,7 +183,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
         case "memory" -> {
           Store shared = storage.backend().open();
           Callable<L3Settings> l3 =
-              () -> new L3Settings(unclosable(shared), storage.runtime(), lm.attentionBackend());
+              () ->
+                  new L3Settings(
+                      throttled(unclosable(shared)), storage.runtime(), lm.attentionBackend());
           write(l3.call(), p);
           read(p, l3, shared);
         }
@@ -180,7 +197,13 @@ final class BenchWorkerCommand implements Callable<Integer> {
   }
 
   private L3Settings l3() throws Exception {
-    return L3Settings.open(storage.backend(), storage.runtime());
+    L3Settings s = L3Settings.open(storage.backend(), storage.runtime());
+    return new L3Settings(throttled(s.store()), s.runtime(), s.attentionBackend());
+  }
+
+  /** {@code store} read at {@code --throttle-mbps}, or itself without it. */
+  private Store throttled(Store store) {
+    return throttleMbps == null ? store : new ThrottledStore(store, throttleMbps * 1e6);
   }
 
   private void write(L3Settings l3, DemoPrompts p) throws Exception {
@@ -247,7 +270,16 @@ final class BenchWorkerCommand implements Callable<Integer> {
     // this reader's own suffixes and misses (a run seed per reader: what one reader's engines write
     // through never turns another reader's query suffix or miss into a hit)
     SplittableRandom rnd = new SplittableRandom(runSeed);
-    int n = p.seeds().length;
+    int n = prompts; // a learning prefix, when there is one, is the last seed
+    learning = null;
+    if (throttleMbps != null) {
+      int page = config.prefixGranularity();
+      int learnPrefix = Math.max(page, prefixTokens / 4 / page * page);
+      learning =
+          concat(
+              java.util.Arrays.copyOf(p.seeds()[prompts], learnPrefix),
+              rnd.ints(suffixTokens, 0, vocab).toArray());
+    }
     int[][] queries = new int[n][];
     int[][] partial = new int[n][];
     int[][] misses = new int[pairs][];
@@ -317,6 +349,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
             });
       }
     }
+    if (learning != null && !tp.ranked()) {
+      slowPairs(p, l3, rnd);
+    }
     int[] decodePrompt = rnd.ints(128, 0, vocab).toArray();
     if (tp.ranked()) {
       decodeOnReplica(decodePrompt, l3);
@@ -348,6 +383,46 @@ final class BenchWorkerCommand implements Callable<Integer> {
                   e.stats()));
         }
       }
+    }
+  }
+
+  /**
+   * With {@code --throttle-mbps}: the TTFT of requests that bypass a store slower than recomputing
+   * against the TTFT without L3, in pairs. Two engines alive side by side, one with L3 over the
+   * throttled store (it first serves the learning prompt and waits for its restore, so that the
+   * cost model has measured the store), one without (which serves the learning prompt too); then
+   * each stored prefix with a new suffix on both, {@code slow-l3} and {@code slow-off}, the two
+   * sides of a pair back to back in alternating order, so that the machine's drift affects both
+   * alike.
+   */
+  private void slowPairs(DemoPrompts p, Callable<L3Settings> l3, SplittableRandom rnd)
+      throws Exception {
+    int[][] pairPrompts = new int[prompts][];
+    for (int i = 0; i < prompts; i++) {
+      pairPrompts[i] =
+          concat(
+              java.util.Arrays.copyOf(p.seeds()[i], prefixTokens),
+              rnd.ints(suffixTokens, 0, lm.vocabSize()).toArray());
+    }
+    try (Engine on = engine(l3.call());
+        Engine off = engine(null)) {
+      progress("reader: slow pairs: learning the store's rate");
+      long t0 = System.nanoTime();
+      emit(
+          WorkerProcess.requestLine(
+              line("request"), "learn-slow", 0, WorkerProcess.serve(on, learning, maxTokens)));
+      WorkerProcess.serve(off, learning, maxTokens);
+      if (!WorkerProcess.awaitStorageIdle(on, t0, WRITE_THROUGH_NS)) {
+        throw new IllegalStateException("reader: the learning restore did not finish");
+      }
+      for (int i = 0; i < prompts; i++) {
+        for (boolean withL3 : new boolean[] {i % 2 == 0, i % 2 != 0}) {
+          progress("reader: slow pair " + (i + 1) + "/" + prompts + (withL3 ? ", L3" : ", off"));
+          GenerationResult r = WorkerProcess.serve(withL3 ? on : off, pairPrompts[i], maxTokens);
+          emit(WorkerProcess.requestLine(line("request"), withL3 ? "slow-l3" : "slow-off", i, r));
+        }
+      }
+      emit(costFigures(line("costs").put("cohort", "slow-l3"), on));
     }
   }
 
@@ -436,10 +511,28 @@ final class BenchWorkerCommand implements Callable<Integer> {
     return lm.start(config, OptionalInt.empty(), l3);
   }
 
+  /**
+   * The learning prompt: with {@code --throttle-mbps}, a quarter of a prefix no cohort shares,
+   * which every timed cohort's engine serves first (untimed); null without.
+   */
+  private int[] learning;
+
   private void cohort(String name, int[][] prompts, L3Settings l3) throws Exception {
     withEngine(
         l3,
         e -> {
+          if (learning != null) {
+            // untimed: the engine measures the store (the restore) and its prefill before the
+            // cohort, and the restore's GET, which may outlive the request's soft deadline,
+            // finishes before the first timed request
+            progress("reader: " + name + ": learning the store's rate");
+            long t0 = System.nanoTime();
+            GenerationResult r = WorkerProcess.serve(e, learning, maxTokens);
+            emit(WorkerProcess.requestLine(line("request"), "learn-" + name, 0, r));
+            if (!WorkerProcess.awaitStorageIdle(e, t0, WRITE_THROUGH_NS)) {
+              throw new IllegalStateException("reader: the learning restore did not finish");
+            }
+          }
           for (int i = 0; i < prompts.length; i++) {
             progress("reader: " + name + " " + (i + 1) + "/" + prompts.length);
             EngineStats before = e.stats();
@@ -450,7 +543,38 @@ final class BenchWorkerCommand implements Callable<Integer> {
                     before,
                     statsAfter(e, before)));
           }
+          if (l3 != null) {
+            emit(costFigures(line("costs").put("cohort", name), e));
+          }
         });
+  }
+
+  /**
+   * Adds the cost model's figures of {@code e} to {@code line}, from its latest metrics snapshot
+   * taken after the cohort's last request ended: the bypasses by reason (every final reason), the
+   * partial restores and explorations, the agreed figures and the break-even bandwidth.
+   */
+  static ObjectNode costFigures(ObjectNode line, Engine e) throws InterruptedException {
+    long deadline = System.nanoTime() + STATS_WAIT_NS;
+    long since = System.nanoTime();
+    EngineMetrics m = e.metrics();
+    while (m.timeNs() - since < 0 && System.nanoTime() - deadline < 0) {
+      Thread.sleep(5);
+      m = e.metrics();
+    }
+    EngineMetrics.Costs c = m.storage().orElseThrow().transfers().costs();
+    ObjectNode bypasses = line.putObject("bypasses");
+    c.bypasses()
+        .forEach((reason, count) -> bypasses.put(reason.name().toLowerCase(Locale.ROOT), count));
+    line.put("cost_model", c.enabled());
+    line.put("partial_restores", c.partialRestores());
+    line.put("explorations", c.explorations());
+    line.put("restore_bytes_per_second", c.figures().storeBytesPerSecond());
+    line.put("restore_latency_ms", c.figures().storeLatencyNs() / 1e6);
+    line.put("break_even_bytes_per_second", c.breakEvenBytesPerSecond());
+    line.put("reference_tokens", c.referenceTokens());
+    line.put("reference_prefill_s", c.referencePrefillSeconds());
+    return line;
   }
 
   /** How long {@link #statsAfter} waits for the round that ended a request to be published. */
@@ -486,9 +610,12 @@ final class BenchWorkerCommand implements Callable<Integer> {
    * of every key, and as many concurrent GETs of a share each as the executor has GET workers (best
    * of 3 each; with {@code --drop-page-cache} the pages are dropped before every read): the raw
    * bandwidth restores are compared with. On a replica these are rank 0's objects (its share of the
-   * prefix; every rank restores its own share in parallel).
+   * prefix; every rank restores its own share in parallel). Not with {@code --throttle-mbps}.
    */
   private void rawBandwidth(Engine e, int[] prompt, Store shared) throws Exception {
+    if (throttleMbps != null) {
+      return; // a throttled store's rate is --throttle-mbps, by construction
+    }
     Namespace ns = e.storageNamespace().orElseThrow();
     int p = e.layout().prefixGranularity();
     int boundary = prefixTokens / p * p;

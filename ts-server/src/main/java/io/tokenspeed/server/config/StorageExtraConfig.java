@@ -124,7 +124,12 @@ public final class StorageExtraConfig {
           "low_queued_bytes",
           "high_oldest_age_ms",
           "low_oldest_age_ms",
-          "max_backup_backoff_ms");
+          "max_backup_backoff_ms",
+          "cost_model",
+          "cost_model_margin_percent",
+          "cost_model_reference_tokens",
+          "cost_model_explore_ms",
+          "cost_model_prior_mbps");
 
   /** The {@code async} fields that set {@link L3ExecutorConfig}, in its component order. */
   public static final List<String> EXECUTOR_FIELDS =
@@ -463,6 +468,16 @@ public final class StorageExtraConfig {
                     namespaceDeleteWaitMs)));
   }
 
+  /** A switch spelt {@code "on"} or {@code "off"}. */
+  private static boolean onOff(Fields a, String field, boolean defaultValue) {
+    String v = a.text(field, defaultValue ? "on" : "off");
+    return switch (v) {
+      case "on" -> true;
+      case "off" -> false;
+      default -> throw a.error(field, "\"" + v + "\" must be \"on\" or \"off\"");
+    };
+  }
+
   private static StorageRuntimeConfig runtime(Fields a) {
     int maxOperations = a.integer("max_operations", StorageConfig.DEFAULT_MAX_OPERATIONS);
     int maxHostBlocks = a.integer("max_host_blocks", StorageConfig.DEFAULT_MAX_HOST_BLOCKS);
@@ -490,6 +505,15 @@ public final class StorageExtraConfig {
         a.longInteger("low_oldest_age_ms", StorageConfig.DEFAULT_LOW_OLDEST_AGE_MS);
     long maxBackupBackoffMs =
         a.longInteger("max_backup_backoff_ms", StorageConfig.DEFAULT_MAX_BACKUP_BACKOFF_MS);
+    boolean costModel = onOff(a, "cost_model", StorageConfig.DEFAULT_COST_MODEL);
+    int costModelMarginPercent =
+        a.integer("cost_model_margin_percent", StorageConfig.DEFAULT_COST_MODEL_MARGIN_PERCENT);
+    int costModelReferenceTokens =
+        a.integer("cost_model_reference_tokens", StorageConfig.DEFAULT_COST_MODEL_REFERENCE_TOKENS);
+    long costModelExploreMs =
+        a.longInteger("cost_model_explore_ms", StorageConfig.DEFAULT_COST_MODEL_EXPLORE_MS);
+    long costModelPriorMbps =
+        a.longInteger("cost_model_prior_mbps", StorageConfig.DEFAULT_COST_MODEL_PRIOR_MBPS);
     // the watermark pairs: the record's range for a low mark is [0, high - 1]; say why
     Map<String, String> notes =
         Map.of(
@@ -522,7 +546,12 @@ public final class StorageExtraConfig {
                     lowQueuedBytes,
                     highOldestAgeMs,
                     lowOldestAgeMs,
-                    maxBackupBackoffMs));
+                    maxBackupBackoffMs,
+                    costModel,
+                    costModelMarginPercent,
+                    costModelReferenceTokens,
+                    costModelExploreMs,
+                    costModelPriorMbps));
     int queryWorkers = a.integer("query_workers", L3ExecutorConfig.DEFAULT_QUERY_WORKERS);
     int getWorkers = a.integer("get_workers", L3ExecutorConfig.DEFAULT_GET_WORKERS);
     int putWorkers = a.integer("put_workers", L3ExecutorConfig.DEFAULT_PUT_WORKERS);

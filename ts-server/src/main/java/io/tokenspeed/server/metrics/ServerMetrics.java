@@ -11,6 +11,7 @@ import io.prometheus.metrics.model.snapshots.Labels;
 import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.scheduler.Bypass;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -505,10 +506,51 @@ public final class ServerMetrics {
         "tokenspeed:l3_ready_expirations",
         "Ready holds that expired before admission used them.",
         EngineMetrics.Transfers::readyExpirations);
-    transferCounter(
+    callbackCounter(
         "tokenspeed:l3_pressure_bypasses",
-        "Requests that skipped L3 because the pressure gate was closed.",
-        EngineMetrics.Transfers::pressureBypasses);
+        "Requests that skipped L3, by reason: pressure (the pressure gate was closed) or"
+            + " slower_than_compute (the cost model expected recomputing the prefix to be faster"
+            + " than restoring any of it).",
+        cb -> {
+          Optional<EngineMetrics.Transfers> t = transfers();
+          cb.call(t.map(EngineMetrics.Transfers::pressureBypasses).orElse(0L), "pressure");
+          cb.call(
+              t.map(x -> x.costs().bypasses().get(Bypass.SLOWER_THAN_COMPUTE)).orElse(0L),
+              "slower_than_compute");
+        },
+        "reason");
+    transferCounter(
+        "tokenspeed:l3_partial_restores",
+        "Queries the cost model shortened to a partial restore: the first blocks from L3, the"
+            + " rest computed.",
+        t -> t.costs().partialRestores());
+    transferCounter(
+        "tokenspeed:l3_cost_explorations",
+        "Restores issued although the cost model expected recomputing to be faster, because none"
+            + " was issued for async.cost_model_explore_ms: the store is measured again.",
+        t -> t.costs().explorations());
+    costGauge(
+        "tokenspeed:l3_break_even_bandwidth_bytes_per_second",
+        "The restore bandwidth (bytes per second of one owner's bytes) at which restoring a"
+            + " prefix of async.cost_model_reference_tokens tokens takes as long as recomputing"
+            + " it; +Inf when the store's latency alone exceeds the recomputation, NaN until the"
+            + " prefill rate is measured.",
+        EngineMetrics.Costs::breakEvenBytesPerSecond);
+    costGauge(
+        "tokenspeed:l3_restore_bandwidth_bytes_per_second",
+        "The restore bandwidth the cost model decides with: the leader's moving average over its"
+            + " GETs (or async.cost_model_prior_mbps before the first); NaN until known.",
+        c -> c.figures().storeKnown() ? c.figures().storeBytesPerSecond() : Double.NaN);
+    costGauge(
+        "tokenspeed:l3_restore_latency_seconds",
+        "The fixed cost of one store call the cost model decides with: the leader's moving"
+            + " average over its QUERY calls; NaN until measured.",
+        c -> c.figures().storeLatencyNs() > 0 ? c.figures().storeLatencyNs() / 1e9 : Double.NaN);
+    costGauge(
+        "tokenspeed:l3_reference_prefill_seconds",
+        "The expected recomputation of async.cost_model_reference_tokens tokens at the measured"
+            + " prefill rate; NaN until measured.",
+        EngineMetrics.Costs::referencePrefillSeconds);
     transferCounter(
         "tokenspeed:l3_published_blocks",
         "Host blocks published from completed GETs.",
@@ -659,6 +701,11 @@ public final class ServerMetrics {
   private void transferGauge(
       String name, String help, ToDoubleFunction<EngineMetrics.Transfers> value) {
     gauge(name, help, cb -> cb.call(transfers().map(value::applyAsDouble).orElse(0.0)));
+  }
+
+  /** A gauge of the cost model's figures: NaN while unknown, 0 without L3. */
+  private void costGauge(String name, String help, ToDoubleFunction<EngineMetrics.Costs> value) {
+    transferGauge(name, help, t -> value.applyAsDouble(t.costs()));
   }
 
   private void transferCounter(

@@ -157,9 +157,12 @@ class L3ConfigurationDocsTest {
     for (Record r : List.<Record>of(StorageConfig.defaults(), L3ExecutorConfig.defaults())) {
       for (var c : r.getClass().getRecordComponents()) {
         try {
+          Object v = c.getAccessor().invoke(r);
           asyncDefaults.put(
               "async." + StorageExtraConfigTest.snake(c.getName()),
-              String.valueOf(c.getAccessor().invoke(r)));
+              c.getName().equals("costModel")
+                  ? ((Boolean) v ? "\"on\"" : "\"off\"")
+                  : String.valueOf(v));
         } catch (ReflectiveOperationException e) {
           throw new AssertionError(e);
         }

@@ -259,12 +259,12 @@ class StorageExtraConfigTest {
   }
 
   static Stream<String> asyncFields() {
-    return StorageExtraConfig.ASYNC_FIELDS.stream();
+    return StorageExtraConfig.ASYNC_FIELDS.stream().filter(f -> !f.equals("cost_model"));
   }
 
   /**
-   * Each async field, set alone to its default minus one (plus one for a default of 0), changes
-   * exactly its own component.
+   * Each numeric async field, set alone to its default minus one (plus one for a default of 0),
+   * changes exactly its own component.
    */
   @ParameterizedTest
   @MethodSource("asyncFields")
@@ -275,15 +275,28 @@ class StorageExtraConfigTest {
     long value = byDefault == 0 ? 1 : byDefault - 1;
     StorageExtraConfig.Resolved r =
         StorageExtraConfig.parse("file", j("{'async': {'" + field + "': " + value + "}}"));
+    assertChangedExactly(r, scheduling, defaults, camel(field), value);
+  }
+
+  /** {@code async.cost_model} is spelt "on" or "off" and changes only the cost model switch. */
+  @ParameterizedTest
+  @ValueSource(strings = {"on", "off"})
+  void shouldSwitchTheCostModelOnOrOff(String value) throws Exception {
+    StorageExtraConfig.Resolved r =
+        StorageExtraConfig.parse("file", j("{'async': {'cost_model': '" + value + "'}}"));
+    assertChangedExactly(r, true, StorageConfig.defaults(), "costModel", value.equals("on"));
+  }
+
+  private static void assertChangedExactly(
+      StorageExtraConfig.Resolved r, boolean scheduling, Record defaults, String name, Object value)
+      throws Exception {
     Record changed = scheduling ? r.runtime().scheduling() : r.runtime().executor();
     Record untouched = scheduling ? r.runtime().executor() : r.runtime().scheduling();
     assertEquals(scheduling ? L3ExecutorConfig.defaults() : StorageConfig.defaults(), untouched);
     for (RecordComponent c : changed.getClass().getRecordComponents()) {
       Object expected =
-          c.getName().equals(camel(field))
-              ? (Object) value
-              : ((Number) c.getAccessor().invoke(defaults)).longValue();
-      assertEquals(expected, ((Number) c.getAccessor().invoke(changed)).longValue(), c.getName());
+          c.getName().equals(name) ? value : normalize(c.getAccessor().invoke(defaults));
+      assertEquals(expected, normalize(c.getAccessor().invoke(changed)), c.getName());
     }
   }
 
@@ -305,7 +318,7 @@ class StorageExtraConfigTest {
     redis.set(redis.indexOf("uris"), "uri");
     assertEquals(StorageExtraConfig.REDIS_FIELDS, redis);
     assertEquals(
-        27, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
+        32, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
   }
 
   // ---------------------------------------------------------------- errors
@@ -955,7 +968,9 @@ class StorageExtraConfigTest {
                 ? StorageConfig.defaults()
                 : L3ExecutorConfig.defaults();
         Object expected =
-            async.containsKey(field) ? async.get(field) : component(recordDefaults, camel(field));
+            async.containsKey(field)
+                ? expected(field, async.get(field))
+                : component(recordDefaults, camel(field));
         assertEquals(
             normalize(expected),
             normalize(component(record, camel(field))),
@@ -1039,6 +1054,10 @@ class StorageExtraConfigTest {
               StorageConfig.DEFAULT_BACKUP_RETRY_BACKOFF_MS,
               HOUR_MS,
               false),
+          new Range("cost_model_margin_percent", 0, 1000, true),
+          new Range("cost_model_reference_tokens", 1, 1 << 24, true),
+          new Range("cost_model_explore_ms", 0, HOUR_MS, false),
+          new Range("cost_model_prior_mbps", 0, 1_000_000_000, false),
           new Range("query_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),
           new Range("get_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),
           new Range("put_workers", 1, L3ExecutorConfig.MAX_WORKERS, true),
@@ -1166,6 +1185,9 @@ class StorageExtraConfigTest {
 
   private static void randomAsync(Random rnd, Map<String, Object> async) {
     numbers(rnd, ASYNC_RANGES, async);
+    if (rnd.nextBoolean()) {
+      async.put("cost_model", rnd.nextBoolean() ? "on" : "off");
+    }
     watermarks(
         rnd,
         async,
@@ -1262,6 +1284,7 @@ class StorageExtraConfigTest {
       case "path" -> Path.of((String) given).toAbsolutePath().normalize();
       case "library_path" -> Path.of((String) given);
       case "direct_io" -> FileStoreSettings.DirectIo.ofJsonName((String) given);
+      case "cost_model" -> given.equals("on");
       default -> given;
     };
   }

@@ -6,10 +6,12 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.engine.EngineMetrics.Transfers;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.scheduler.Bypass;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import io.tokenspeed.testkit.PrometheusText;
 import io.tokenspeed.testkit.PrometheusText.Family;
@@ -75,7 +77,9 @@ class ServerMetricsTest {
             "tokenspeed:l3_published_blocks_total",
             "tokenspeed:l3_operations_issued_total",
             "tokenspeed:l3_dropped_backup_keys_total",
-            "tokenspeed:l3_refused_put_keys_total")) {
+            "tokenspeed:l3_refused_put_keys_total",
+            "tokenspeed:l3_partial_restores_total",
+            "tokenspeed:l3_cost_explorations_total")) {
       FAMILIES.put(c, Type.COUNTER);
     }
     for (String g :
@@ -99,7 +103,11 @@ class ServerMetricsTest {
             "tokenspeed:l3_backup_candidates",
             "tokenspeed:l3_backup_backoff_seconds",
             "tokenspeed:l3_writes_refused",
-            "tokenspeed:l3_storage_pending")) {
+            "tokenspeed:l3_storage_pending",
+            "tokenspeed:l3_break_even_bandwidth_bytes_per_second",
+            "tokenspeed:l3_restore_bandwidth_bytes_per_second",
+            "tokenspeed:l3_restore_latency_seconds",
+            "tokenspeed:l3_reference_prefill_seconds")) {
       FAMILIES.put(g, Type.GAUGE);
     }
     for (String h :
@@ -201,11 +209,42 @@ class ServerMetricsTest {
               i(rnd),
               i(rnd),
               i(rnd),
-              n(rnd));
+              n(rnd),
+              costs(rnd));
       storage =
           Optional.of(new EngineMetrics.Storage(rnd.nextBoolean(), executor, t, Map.of(), n(rnd)));
     }
     return new EngineMetrics(timeNs, i(rnd), i(rnd), usage(rnd), usage(rnd), storage);
+  }
+
+  /** Random cost model figures: known or not, the break-even finite, infinite or unknown. */
+  static EngineMetrics.Costs costs(SplittableRandom rnd) {
+    Map<Bypass, Long> bypasses = EngineMetrics.Costs.noBypasses();
+    bypasses.replaceAll((b, v) -> n(rnd));
+    CostFigures figures =
+        rnd.nextBoolean()
+            ? CostFigures.UNKNOWN
+            : new CostFigures(
+                rnd.nextDouble() * 1e6,
+                rnd.nextDouble() * 1e9,
+                rnd.nextDouble() * 1e6,
+                rnd.nextDouble() * 1e4,
+                rnd.nextDouble());
+    double breakEven =
+        switch (rnd.nextInt(3)) {
+          case 0 -> Double.NaN;
+          case 1 -> Double.POSITIVE_INFINITY;
+          default -> rnd.nextDouble() * 1e10;
+        };
+    return new EngineMetrics.Costs(
+        rnd.nextBoolean(),
+        bypasses,
+        n(rnd),
+        n(rnd),
+        figures,
+        8192,
+        breakEven,
+        figures.prefillKnown() ? rnd.nextDouble() * 10 : Double.NaN);
   }
 
   private static final L3Metrics.Kind ZERO_KIND =
@@ -326,7 +365,39 @@ class ServerMetricsTest {
         value(f, "tokenspeed:l3_ready_expirations_total"));
     eq(
         t.map(Transfers::pressureBypasses).orElse(0L),
-        value(f, "tokenspeed:l3_pressure_bypasses_total"));
+        value(f, "tokenspeed:l3_pressure_bypasses_total", "reason", "pressure"));
+    eq(
+        t.map(x -> x.costs().bypasses().get(Bypass.SLOWER_THAN_COMPUTE)).orElse(0L),
+        value(f, "tokenspeed:l3_pressure_bypasses_total", "reason", "slower_than_compute"));
+    eq(
+        2,
+        PrometheusText.samples(f, "tokenspeed:l3_pressure_bypasses_total").size(),
+        "one series per bypass reason");
+    eq(
+        t.map(x -> x.costs().partialRestores()).orElse(0L),
+        value(f, "tokenspeed:l3_partial_restores_total"));
+    eq(
+        t.map(x -> x.costs().explorations()).orElse(0L),
+        value(f, "tokenspeed:l3_cost_explorations_total"));
+    Optional<EngineMetrics.Costs> c = t.map(Transfers::costs);
+    assertEquals(
+        c.map(EngineMetrics.Costs::breakEvenBytesPerSecond).orElse(0.0),
+        value(f, "tokenspeed:l3_break_even_bandwidth_bytes_per_second"));
+    assertEquals(
+        c.map(x -> x.figures().storeKnown() ? x.figures().storeBytesPerSecond() : Double.NaN)
+            .orElse(0.0),
+        value(f, "tokenspeed:l3_restore_bandwidth_bytes_per_second"));
+    assertEquals(
+        c.map(
+                x ->
+                    x.figures().storeLatencyNs() > 0
+                        ? x.figures().storeLatencyNs() / 1e9
+                        : Double.NaN)
+            .orElse(0.0),
+        value(f, "tokenspeed:l3_restore_latency_seconds"));
+    assertEquals(
+        c.map(EngineMetrics.Costs::referencePrefillSeconds).orElse(0.0),
+        value(f, "tokenspeed:l3_reference_prefill_seconds"));
     eq(
         t.map(Transfers::publishedBlocks).orElse(0L),
         value(f, "tokenspeed:l3_published_blocks_total"));

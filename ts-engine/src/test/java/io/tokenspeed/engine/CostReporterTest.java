@@ -1,0 +1,50 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.core.storage.CostFigures;
+import io.tokenspeed.l3.RestoreEstimate;
+import io.tokenspeed.scheduler.ExecutionPlan;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The leader's rule for agreeing on new cost figures: nothing before anything is measured, the
+ * first measurement at once, then only a move of more than 5 % and not within 200 ms of the last.
+ */
+class CostReporterTest {
+  private static final long MS = 1_000_000L;
+
+  private static final List<ExecutionPlan.ForwardItem> CHUNK =
+      List.of(new ExecutionPlan.ForwardItem(1, 0, 64, false));
+
+  @Test
+  void shouldSendTheFirstFiguresAtOnceThenOnlyMovesPastTheThreshold() {
+    CostReporter r = new CostReporter();
+    assertNull(r.due(RestoreEstimate.NONE, 0), "nothing measured");
+    r.onForward(CHUNK, 10 * MS);
+    CostFigures first = r.due(RestoreEstimate.NONE, 1 * MS);
+    assertNotNull(first, "the prefill measured");
+    assertTrue(first.prefillKnown());
+    RestoreEstimate store = new RestoreEstimate(2e6, 1e8, 3, 1);
+    CostFigures second = r.due(store, 2 * MS);
+    assertNull(second, "the store measured, but within 200 ms of the last");
+    CostFigures third = r.due(store, 201 * MS);
+    assertNotNull(third, "now: what is known changed");
+    assertEquals(1e8, third.storeBytesPerSecond());
+    assertNull(r.due(new RestoreEstimate(2.04e6, 1.04e8, 4, 2), 500 * MS), "4 % is no move");
+    CostFigures fourth = r.due(new RestoreEstimate(2e6, 0.5e8, 4, 2), 600 * MS);
+    assertNotNull(fourth, "the store halved its rate");
+    assertEquals(0.5e8, fourth.storeBytesPerSecond());
+  }
+
+  @Test
+  void shouldIgnoreDecodeOnlyForwards() {
+    CostReporter r = new CostReporter();
+    r.onForward(List.of(new ExecutionPlan.ForwardItem(1, 70, 1, true)), 10 * MS);
+    assertNull(r.due(RestoreEstimate.NONE, 0), "a decode round says nothing of the prefill");
+  }
+}
