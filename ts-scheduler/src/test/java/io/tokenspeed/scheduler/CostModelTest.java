@@ -259,7 +259,7 @@ class CostModelTest {
     CostModel off = new CostModel(StorageConfig.defaults().withCostModel(false), layout);
     off.onFigures(both);
     assertFalse(off.decides(), "off");
-    CostModel on = new CostModel(StorageConfig.defaults(), layout);
+    CostModel on = new CostModel(StorageConfig.defaults().withCostModel(true), layout);
     assertFalse(on.decides(), "nothing measured");
     on.onFigures(new CostFigures(1e3, 0, 1e6, 1e3, 1));
     assertFalse(on.decides(), "the store not measured");
@@ -303,7 +303,7 @@ class CostModelTest {
 
   @Test
   void shouldHaveNoBreakEvenBeforeThePrefillIsMeasured() {
-    CostModel m = new CostModel(StorageConfig.defaults(), StmFixture.layout());
+    CostModel m = new CostModel(StorageConfig.defaults().withCostModel(true), StmFixture.layout());
     assertTrue(Double.isNaN(m.breakEvenBytesPerSecond(8192)));
     m.onFigures(new CostFigures(0, 0, 0, 100, 0));
     assertTrue(m.breakEvenBytesPerSecond(8192) > 0, "before the store: latency 0");

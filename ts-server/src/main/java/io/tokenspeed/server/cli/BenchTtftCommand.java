@@ -177,7 +177,9 @@ final class BenchTtftCommand implements Callable<Integer> {
   @Option(
       names = "--cost-model",
       paramLabel = "on|off",
-      description = "async.cost_model of every engine with L3 (default: ${DEFAULT-VALUE}).")
+      description =
+          "async.cost_model of every engine with L3 (default: ${DEFAULT-VALUE}, to measure it;"
+              + " the engine's own default is off).")
   private String costModel = "on";
 
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")

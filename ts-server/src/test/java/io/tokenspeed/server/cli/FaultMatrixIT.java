@@ -1256,17 +1256,19 @@ class FaultMatrixIT {
   }
 
   /**
-   * Overwrites the payload of an object file (after its 24-byte header and key) with random bytes:
-   * the length and header stay, only the payload checksum can tell.
+   * Overwrites the payload of an object file (format version 2: it starts at the offset the header
+   * names at byte 20, after the header, the key and the zeros that align it) with random bytes: the
+   * length and header stay, only the payload checksum can tell.
    */
   private static void overwritePayload(Path object, SplittableRandom random) throws IOException {
     try (FileChannel ch =
         FileChannel.open(object, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-      ByteBuffer header = ByteBuffer.allocate(24).order(ByteOrder.BIG_ENDIAN);
+      ByteBuffer header = ByteBuffer.allocate(28).order(ByteOrder.BIG_ENDIAN);
       ch.read(header, 0);
-      int keyBytes = Short.toUnsignedInt(header.getShort(6));
+      assertEquals(2, Short.toUnsignedInt(header.getShort(4)), "format version of " + object);
       long payload = header.getLong(8);
-      long at = 24 + keyBytes;
+      long at = Integer.toUnsignedLong(header.getInt(20));
+      assertEquals(0, at % 4096, "the payload's offset is aligned in " + object);
       assertEquals(ch.size(), at + payload, "object layout of " + object);
       byte[] garbage = new byte[(int) payload];
       for (int i = 0; i < garbage.length; i++) {
