@@ -97,6 +97,11 @@ final class DeviceSampler implements AutoCloseable {
     }
     List<SampledRow> out = new ArrayList<>(Arrays.asList(new SampledRow[rows.size()]));
     if (n == 0) {
+      // a batch of prompt chunks that end no prompt: nothing to sample, but the caller's contract
+      // still holds (the forward has finished when this returns), for the copies the engine
+      // issues next read what it wrote: a Device → Host copy of a page on the copy stream would
+      // otherwise race the forward still writing it
+      device.synchronize();
       return out;
     }
     ensure(n);

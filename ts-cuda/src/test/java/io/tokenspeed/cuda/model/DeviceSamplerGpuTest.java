@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.cuda.CudaApi;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.sampling.LogSoftmax;
@@ -110,6 +111,36 @@ class DeviceSamplerGpuTest extends OnTheGpu {
     assertEquals(0, mismatches, () -> "rows that differ, the first: " + firstMismatches);
     assertTrue(greedyRows > 0 && sortedRows > 0 && sortedRows < rows - greedyRows);
     assertTrue(penalizedRows > rows / 4, "rows with penalties: " + penalizedRows);
+  }
+
+  /**
+   * A batch that samples no row (prompt chunks that end no prompt) still returns only once the
+   * compute stream has finished: the engine's next copies (a page's Device → Host copy on the copy
+   * stream) read what the forward wrote. Work queued on the compute stream (device-to-device copies
+   * of 1 GiB, tens of milliseconds) must be done when {@code sample} returns.
+   */
+  @Test
+  void shouldWaitForTheComputeStreamWhenNoRowIsSampled() {
+    long bytes = 1L << 30;
+    CudaApi api = device.api();
+    try (DeviceSampler sampler = new DeviceSampler(device, 1000);
+        DeviceBuffer logits = device.allocate(1000L * 4);
+        DeviceBuffer a = device.allocate(bytes);
+        DeviceBuffer b = device.allocate(bytes)) {
+      for (int i = 0; i < 20; i++) {
+        api.memcpyAsync(b.pointer(), a.pointer(), bytes, device.stream());
+      }
+      long queued = api.eventCreate(CudaApi.EVENT_DISABLE_TIMING);
+      try {
+        api.eventRecord(queued, device.stream());
+        List<SampledRow> got =
+            sampler.sample(logits.pointer(), new int[] {0, 0}, Arrays.asList(null, null));
+        assertEquals(Arrays.asList(null, null), got);
+        assertTrue(api.eventDone(queued), "the compute stream's work is done when sample returns");
+      } finally {
+        api.eventDestroy(queued);
+      }
+    }
   }
 
   @Test
