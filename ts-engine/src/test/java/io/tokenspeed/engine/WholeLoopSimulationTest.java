@@ -57,6 +57,7 @@ class WholeLoopSimulationTest {
   private static final AtomicLong FROZEN_COMPLETIONS = new AtomicLong();
   private static final AtomicLong FROZEN_SOFT_TIMEOUTS = new AtomicLong();
   private static final AtomicLong FROZEN_CANCELLATIONS = new AtomicLong();
+  private static final AtomicLong COST_MODEL_SEEDS = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -124,6 +125,7 @@ class WholeLoopSimulationTest {
       OBJECTS_CHECKED.addAndGet(sim.objectsChecked);
       HOST_BLOCKS_CHECKED.addAndGet(sim.hostBlocksChecked);
       FROZEN_ROUNDS.addAndGet(sim.frozenRounds);
+      COST_MODEL_SEEDS.addAndGet(sim.costModel() ? 1 : 0);
       FROZEN_COMPLETIONS.addAndGet(sim.frozenCompletions);
       FROZEN_SOFT_TIMEOUTS.addAndGet(sim.frozenSoftTimeouts);
       FROZEN_CANCELLATIONS.addAndGet(sim.frozenCancellations);
@@ -272,6 +274,9 @@ class WholeLoopSimulationTest {
       assertTrue(SOFT_TIMEOUTS.get() > 0, "soft timeouts: " + SOFT_TIMEOUTS.get());
       assertTrue(QUARANTINES.get() > 0, "seeds with quarantine: " + QUARANTINES.get());
       assertTrue(UPDATES.get() > 0, "weight updates: " + UPDATES.get());
+      assertTrue(
+          COST_MODEL_SEEDS.get() > 0,
+          "seeds run with the cost model on: " + COST_MODEL_SEEDS.get());
       assertTrue(RETRACTIONS.get() > 0, "retractions: " + RETRACTIONS.get());
       assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
       assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());
