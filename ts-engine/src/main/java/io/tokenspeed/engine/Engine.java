@@ -119,6 +119,9 @@ public final class Engine implements AutoCloseable {
     this.scheduler = new Scheduler(cache, stm, schedulerConfig(config));
     String attentionBackend = l3 == null ? L3Settings.CPU_ATTENTION_BACKEND : l3.attentionBackend();
     this.storage = l3 == null ? null : startStorage(l3, stm.config(), attentionBackend);
+    if (stm != null && stm.earlyH2d()) {
+      storage.copyEarly(copies);
+    }
     this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
     this.loopCopies =
         new Copies(

@@ -167,6 +167,10 @@ public record EngineMetrics(
    * @param getsIssued GET operations issued
    * @param putsIssued PUT operations issued
    * @param publishedBlocks Host blocks published from completed GETs
+   * @param earlyH2dBlocks Device blocks published from completed GETs through their early copies
+   *     ({@code async.early_h2d}): restored blocks admission did not load
+   * @param earlyH2dSkipped GETs issued without early Device destinations because the Device had no
+   *     room for them
    * @param droppedBackupKeys backup candidate keys dropped, by reason; every reason is present
    * @param readyHolds Ready holds alive
    * @param quarantinedRefs Host references held by quarantined operations
@@ -191,6 +195,8 @@ public record EngineMetrics(
       long getsIssued,
       long putsIssued,
       long publishedBlocks,
+      long earlyH2dBlocks,
+      long earlyH2dSkipped,
       Map<DropReason, Long> droppedBackupKeys,
       int readyHolds,
       int quarantinedRefs,
@@ -239,6 +245,8 @@ public record EngineMetrics(
           c.getsIssued(),
           c.putsIssued(),
           c.publishedBlocks(),
+          c.earlyH2dBlocks(),
+          c.earlyH2dSkipped(),
           drops,
           stm.readyHolds(),
           stm.quarantinedRefs(),

@@ -81,7 +81,7 @@ final class EngineView {
     List<HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
     out.addAll(publication.heldBlocks());
     if (stm != null) {
-      out.addAll(stm.heldHostBlocks());
+      out.addAll(stm.heldBlocks());
       stm.checkInvariants();
     }
     return out;

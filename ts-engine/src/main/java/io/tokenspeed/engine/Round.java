@@ -323,7 +323,8 @@ final class Round {
     ExecutionPlan plan = scheduler.round(head.input());
     rounds++;
     if (storage != null) {
-      reuse.noteRestored(hostMark); // inside a round, only agreed GETs publish on the Host
+      // inside a round, only agreed GETs publish on the Host (and with early copies, on the Device)
+      reuse.noteRestored(hostMark, stm.drainEarlyPublished());
       storage.dispatch(plan.storage());
       noteQuarantine();
     }

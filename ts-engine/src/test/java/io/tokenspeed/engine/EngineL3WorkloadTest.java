@@ -217,8 +217,8 @@ class EngineL3WorkloadTest {
       if (stm.queuedCandidates() != 0) {
         off.add("queued backup candidates: " + stm.queuedCandidates());
       }
-      if (!stm.heldHostBlocks().isEmpty()) {
-        off.add("Host references held by tickets: " + stm.heldHostBlocks().size());
+      if (!stm.heldBlocks().isEmpty()) {
+        off.add("Host references held by tickets: " + stm.heldBlocks().size());
       }
       if (stm.quarantined()) {
         off.add("quarantined (every refusal was retired)");

@@ -180,6 +180,28 @@ public final class L3Executor {
    */
   static final long SHARE_MIN_BYTES = 1L << 20;
 
+  /**
+   * With a {@link LandingListener}, a GET is cut into up to this many shares per worker instead of
+   * one: workers take them in row order, so the leading rows land (and their listener runs) while
+   * the later ones are still being read.
+   */
+  static final int LANDING_SHARES_PER_WORKER = 4;
+
+  /**
+   * Told, on the thread that ran a GET's store call, which of the job's rows landed in full: the
+   * call retired and each named row reported an exact-length read. It runs before the job can
+   * complete (its completion record is produced after every share's listener returned) and must
+   * return quickly; what it throws is logged and ignored. Rows of a job that fails later are still
+   * named here: the job's facts decide what is published.
+   */
+  @FunctionalInterface
+  public interface LandingListener {
+    /** Rows {@code rows} (indices into the job's rows) of operation {@code operationId} landed. */
+    void landed(long operationId, int[] rows);
+  }
+
+  private volatile LandingListener landingListener;
+
   private final Store store;
   private final L3ExecutorConfig config;
   private final MemorySegment host;
@@ -538,6 +560,9 @@ public final class L3Executor {
     int n = 1;
     if (ks.kind != StorageKind.QUERY && !e.probe) {
       int workers = ks.kind == StorageKind.GET ? config.getWorkers() : config.putWorkers();
+      if (ks.kind == StorageKind.GET && landingListener != null) {
+        workers *= LANDING_SHARES_PER_WORKER;
+      }
       long bytes = 0;
       for (int row : owned) {
         bytes += e.job.rows().get(row).range().lengthBytes();
@@ -574,6 +599,7 @@ public final class L3Executor {
     String configurationFailure = null;
     try {
       result = call(e.job, e.shareRows[share.index()]);
+      announceLanded(e.job, e.shareRows[share.index()], result);
     } catch (StoreConfigurationException c) {
       configurationFailure = String.valueOf(c.getMessage());
     } catch (Throwable t) {
@@ -613,6 +639,35 @@ public final class L3Executor {
     }
     if (failure instanceof Error err) {
       throw err; // this worker dies as a worker failing a whole job would; the job completes once
+    }
+  }
+
+  /** Tells the landing listener which rows of a GET share landed in full. */
+  private void announceLanded(StorageJob job, int[] rows, StoreResult result) {
+    LandingListener listener = landingListener;
+    if (listener == null
+        || job.kind() != StorageKind.GET
+        || result == null
+        || !result.retired()
+        || result.rows().size() != rows.length) {
+      return;
+    }
+    int[] landed = new int[rows.length];
+    int n = 0;
+    for (int i = 0; i < rows.length; i++) {
+      if (result.rows().get(i) instanceof RowResult.Ok ok
+          && ok.bytes() == job.rows().get(rows[i]).range().lengthBytes()) {
+        landed[n++] = rows[i];
+      }
+    }
+    if (n == 0) {
+      return;
+    }
+    try {
+      listener.landed(job.operationId(), java.util.Arrays.copyOf(landed, n));
+    } catch (RuntimeException ex) {
+      LOG.log(
+          Level.WARNING, "the landing listener of operation " + job.operationId() + " threw", ex);
     }
   }
 
@@ -786,6 +841,14 @@ public final class L3Executor {
    */
   public void onCompletion(Runnable listener) {
     completionListener = java.util.Objects.requireNonNull(listener, "listener");
+  }
+
+  /**
+   * Runs {@code listener} as the rows of each GET land (see {@link LandingListener}); set before
+   * the first job is submitted. GETs are then cut into more, smaller shares.
+   */
+  public void onLanded(LandingListener listener) {
+    landingListener = java.util.Objects.requireNonNull(listener, "listener");
   }
 
   /**

@@ -311,4 +311,82 @@ class L3ExecutorSharesTest {
         verified >= 8 && split >= 5,
         "the workload reached the store: " + verified + " jobs checked, " + split + " split");
   }
+
+  @ParameterizedTest
+  @ValueSource(longs = {1, 2, 3, 4, 5, 6})
+  void shouldTellTheLandingListenerEachRowThatLandedInFullBeforeTheJobsRecord(long seed)
+      throws Exception {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    int workers = 1 + rnd.nextInt(4);
+    start(workers);
+    List<long[]> told = Collections.synchronizedList(new ArrayList<>());
+    executor.onLanded(
+        (op, rows) -> {
+          for (int r : rows) {
+            told.add(new long[] {op, r, executor.recordsProduced()});
+          }
+        });
+    int rows = 8 + rnd.nextInt(25);
+    Set<Integer> missing = new HashSet<>();
+    for (int i = 0; i < rows; i++) {
+      if (rnd.nextInt(5) == 0) {
+        missing.add(i);
+      } else {
+        store.objects.put("ns_" + i, new byte[ROW]);
+      }
+    }
+    long before = executor.recordsProduced();
+    StorageJob get = job(StorageKind.GET, 0, rows);
+    assertTrue(executor.submit(get).accepted());
+    StorageDone d = await(get.operationId());
+    Set<Integer> landed = new HashSet<>();
+    for (long[] t : told) {
+      assertEquals(get.operationId(), t[0]);
+      assertTrue(landed.add((int) t[1]), "row " + t[1] + " told twice");
+      assertEquals(before, t[2], "told before the job's record was produced");
+    }
+    for (int i = 0; i < rows; i++) {
+      assertEquals(!missing.contains(i), landed.contains(i), "row " + i + " landed");
+      assertEquals(
+          missing.contains(i) ? KeyOutcome.MISSING : KeyOutcome.OK,
+          d.outcomes().get(i),
+          "row " + i);
+    }
+    int calls = store.calls.get();
+    int shares =
+        (int)
+            Math.min(
+                Math.min((long) workers * L3Executor.LANDING_SHARES_PER_WORKER, rows),
+                (long) rows * ROW / L3Executor.SHARE_MIN_BYTES);
+    assertEquals(Math.max(1, shares), calls, "finer shares with a landing listener");
+  }
+
+  @Test
+  void shouldNotTellTheLandingListenerOfPutsOrOfRowsReadShort() throws Exception {
+    start(2);
+    List<Integer> told = Collections.synchronizedList(new ArrayList<>());
+    executor.onLanded(
+        (op, rows) -> {
+          for (int r : rows) {
+            told.add(r);
+          }
+        });
+    StorageJob put = job(StorageKind.PUT, 0, 8);
+    assertTrue(executor.submit(put).accepted());
+    assertEquals(8, await(put.operationId()).okCount());
+    assertTrue(told.isEmpty(), "a PUT lands nothing: " + told);
+    store.script(
+        (op, keys, segments) -> {
+          List<RowResult> out = new ArrayList<>();
+          for (int i = 0; i < keys.size(); i++) {
+            out.add(new RowResult.Ok(ROW - 1, false)); // one byte short
+          }
+          return StoreResult.of(out);
+        });
+    StorageJob get = job(StorageKind.GET, 4 << 20, 8);
+    assertTrue(executor.submit(get).accepted());
+    StorageDone d = await(get.operationId());
+    assertEquals(0, d.okCount());
+    assertTrue(told.isEmpty(), "a short read is no landing: " + told);
+  }
 }

@@ -43,6 +43,8 @@ package io.tokenspeed.scheduler;
  * @param costModelPriorMbps the restore bandwidth, in 10^6 bytes per second of one owner's bytes,
  *     assumed until the store's first GET is measured; 0 assumes nothing (restores go ahead and are
  *     measured)
+ * @param earlyH2d a GET also reserves Device blocks (when the Device has room) and copies each row
+ *     there as soon as it lands ({@link #DEFAULT_EARLY_H2D})
  */
 public record StorageConfig(
     int maxOperations,
@@ -67,7 +69,8 @@ public record StorageConfig(
     int costModelMarginPercent,
     int costModelReferenceTokens,
     long costModelExploreMs,
-    long costModelPriorMbps) {
+    long costModelPriorMbps,
+    boolean earlyH2d) {
 
   public static final int DEFAULT_MAX_OPERATIONS = 64;
 
@@ -153,6 +156,25 @@ public record StorageConfig(
   /** No prior: the first restores are issued and measured. */
   public static final long DEFAULT_COST_MODEL_PRIOR_MBPS = 0;
 
+  /**
+   * A GET also reserves the Device blocks its rows will be admitted into and copies each row on to
+   * the Device as soon as it lands, while the rest of the read runs, instead of after the last row
+   * at admission (docs/design-decisions.md). Only when the Device has room: at most {@link
+   * #EARLY_H2D_MAX_REFERENCED_PERCENT} of its parents referenced afterwards, and at most {@link
+   * #EARLY_H2D_MAX_HELD_PERCENT} held by early destinations.
+   */
+  public static final boolean DEFAULT_EARLY_H2D = true;
+
+  /** The share of Device parents that may be referenced once a GET's early destinations are. */
+  public static final int EARLY_H2D_MAX_REFERENCED_PERCENT = 75;
+
+  /**
+   * The share of Device parents the early destinations of all GETs in flight may hold together: a
+   * store that hangs keeps its reads, and their destinations, until they retire, so this is what a
+   * hung store can take from the Device.
+   */
+  public static final int EARLY_H2D_MAX_HELD_PERCENT = 25;
+
   private static final long HOUR_MS = 3_600_000;
 
   public StorageConfig {
@@ -223,7 +245,60 @@ public record StorageConfig(
         DEFAULT_COST_MODEL_MARGIN_PERCENT,
         DEFAULT_COST_MODEL_REFERENCE_TOKENS,
         DEFAULT_COST_MODEL_EXPLORE_MS,
-        DEFAULT_COST_MODEL_PRIOR_MBPS);
+        DEFAULT_COST_MODEL_PRIOR_MBPS,
+        DEFAULT_EARLY_H2D);
+  }
+
+  /** A contract with the early Device copies of GETs at their default. */
+  public StorageConfig(
+      int maxOperations,
+      int maxHostBlocks,
+      int retractionReservePercent,
+      long softDeadlineMs,
+      long readyHoldMs,
+      int minExtensionTokens,
+      int lookaheadTokens,
+      int maxQueryKeys,
+      int negativeMetadataCapacity,
+      int backupCandidateCapacity,
+      int maxPutKeys,
+      int highQueuedJobs,
+      int lowQueuedJobs,
+      long highQueuedBytes,
+      long lowQueuedBytes,
+      long highOldestAgeMs,
+      long lowOldestAgeMs,
+      long maxBackupBackoffMs,
+      boolean costModel,
+      int costModelMarginPercent,
+      int costModelReferenceTokens,
+      long costModelExploreMs,
+      long costModelPriorMbps) {
+    this(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs,
+        maxBackupBackoffMs,
+        costModel,
+        costModelMarginPercent,
+        costModelReferenceTokens,
+        costModelExploreMs,
+        costModelPriorMbps,
+        DEFAULT_EARLY_H2D);
   }
 
   /** The documented defaults. */
@@ -251,7 +326,8 @@ public record StorageConfig(
         DEFAULT_COST_MODEL_MARGIN_PERCENT,
         DEFAULT_COST_MODEL_REFERENCE_TOKENS,
         DEFAULT_COST_MODEL_EXPLORE_MS,
-        DEFAULT_COST_MODEL_PRIOR_MBPS);
+        DEFAULT_COST_MODEL_PRIOR_MBPS,
+        DEFAULT_EARLY_H2D);
   }
 
   /**
@@ -411,7 +487,8 @@ public record StorageConfig(
         marginPercent,
         costModelReferenceTokens,
         exploreMs,
-        priorMbps);
+        priorMbps,
+        earlyH2d);
   }
 
   private StorageConfig with(
@@ -444,7 +521,37 @@ public record StorageConfig(
         costModelMarginPercent,
         costModelReferenceTokens,
         costModelExploreMs,
-        costModelPriorMbps);
+        costModelPriorMbps,
+        earlyH2d);
+  }
+
+  /** A copy with the early Device copies of GETs on or off ({@link #DEFAULT_EARLY_H2D}). */
+  public StorageConfig withEarlyH2d(boolean on) {
+    return new StorageConfig(
+        maxOperations,
+        maxHostBlocks,
+        retractionReservePercent,
+        softDeadlineMs,
+        readyHoldMs,
+        minExtensionTokens,
+        lookaheadTokens,
+        maxQueryKeys,
+        negativeMetadataCapacity,
+        backupCandidateCapacity,
+        maxPutKeys,
+        highQueuedJobs,
+        lowQueuedJobs,
+        highQueuedBytes,
+        lowQueuedBytes,
+        highOldestAgeMs,
+        lowOldestAgeMs,
+        maxBackupBackoffMs,
+        costModel,
+        costModelMarginPercent,
+        costModelReferenceTokens,
+        costModelExploreMs,
+        costModelPriorMbps,
+        on);
   }
 
   private static void range(String field, long value, long min, long max) {

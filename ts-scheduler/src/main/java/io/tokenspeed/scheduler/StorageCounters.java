@@ -42,6 +42,9 @@ public final class StorageCounters {
   long costExplorations;
   long queriesIssued;
   long getsIssued;
+  long earlyH2dGets;
+  long earlyH2dSkipped;
+  long earlyH2dBlocks;
   long putsIssued;
   long publishedBlocks;
   long negativeFacts;
@@ -109,6 +112,21 @@ public final class StorageCounters {
     return getsIssued;
   }
 
+  /** GETs issued with early Device destinations (copied to the Device as their rows land). */
+  public long earlyH2dGets() {
+    return earlyH2dGets;
+  }
+
+  /** GETs issued without them because the Device had no room. */
+  public long earlyH2dSkipped() {
+    return earlyH2dSkipped;
+  }
+
+  /** Device blocks published by GETs' early copies (Device entries admission needs not load). */
+  public long earlyH2dBlocks() {
+    return earlyH2dBlocks;
+  }
+
   public long putsIssued() {
     return putsIssued;
   }
@@ -132,6 +150,12 @@ public final class StorageCounters {
         + queriesIssued
         + " gets="
         + getsIssued
+        + " early_h2d_gets="
+        + earlyH2dGets
+        + " early_h2d_skipped="
+        + earlyH2dSkipped
+        + " early_h2d_blocks="
+        + earlyH2dBlocks
         + " puts="
         + putsIssued
         + " published="

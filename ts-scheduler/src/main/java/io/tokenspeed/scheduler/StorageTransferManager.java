@@ -151,6 +151,16 @@ public final class StorageTransferManager {
     final StorageKind kind;
     final List<CacheKey> keys;
     final int[] hostBlocks; // GET destinations, PUT sources; 0 once released
+
+    /**
+     * A GET's early Device destinations (see {@link StorageConfig#earlyH2d}), 0 once released or
+     * where none; null when the GET has none.
+     */
+    int[] deviceBlocks;
+
+    /** The Device parents {@link #deviceBlocks} were charged as (released with them). */
+    long earlyParents;
+
     final boolean backup;
     final long generation;
 
@@ -197,6 +207,18 @@ public final class StorageTransferManager {
       for (int b : hostBlocks) {
         if (b != 0) {
           n++;
+        }
+      }
+      return n;
+    }
+
+    int heldDeviceRefs() {
+      int n = 0;
+      if (deviceBlocks != null) {
+        for (int b : deviceBlocks) {
+          if (b != 0) {
+            n++;
+          }
         }
       }
       return n;
@@ -283,6 +305,18 @@ public final class StorageTransferManager {
   /** Weighs restores against recomputation ({@link CostModel}); decides nothing while off. */
   private final CostModel costModel;
 
+  /** GETs reserve early Device destinations ({@link #earlyH2d()}). */
+  private final boolean earlyH2d;
+
+  /** Device parents the early destinations of GETs in flight are charged as, together. */
+  private long earlyParents;
+
+  /** The most keys {@link #drainEarlyPublished} keeps between two calls (oldest dropped). */
+  private static final int MAX_EARLY_PUBLISHED = 1 << 16;
+
+  /** Keys early copies published on the Device since the last {@link #drainEarlyPublished}. */
+  private final ArrayDeque<CacheKey> earlyPublished = new ArrayDeque<>();
+
   /** The agreed tick of the round that issued the latest query ({@link #exploreDue}). */
   private long lastQueryTickNs;
 
@@ -304,6 +338,22 @@ public final class StorageTransferManager {
     this.cache = cache;
     this.pacer = new BackupPacer(this.config.maxBackupBackoffMs(), this.config.backupHostCredits());
     this.costModel = new CostModel(this.config, cache.layout());
+    boolean dealt = false;
+    for (var g : cache.layout().groups()) {
+      dealt |=
+          g.sharding() instanceof io.tokenspeed.core.Sharding.PageCyclic pc && pc.shardCount() > 1;
+    }
+    this.earlyH2d = this.config.earlyH2d() && !dealt;
+  }
+
+  /**
+   * Whether GETs reserve early Device destinations: {@link StorageConfig#earlyH2d}, except in a
+   * layout that deals a group's pages over several owners (a Host row and its Device destination
+   * could then live on different ranks; their loads stay at admission, where the engine moves pages
+   * between owners).
+   */
+  public boolean earlyH2d() {
+    return earlyH2d;
   }
 
   // ================================================================ read transaction
@@ -498,6 +548,9 @@ public final class StorageTransferManager {
       blocks[i] = fresh[g][used[g]++];
     }
     Ticket get = newTicket(StorageKind.GET, dest, blocks, false);
+    if (earlyH2d) {
+      reserveDevice(get, query.prompt, boundary, needs);
+    }
     get.prompt = query.prompt;
     get.boundary = boundary;
     get.deadlineNs = query.deadlineNs; // the soft deadline runs from query issue
@@ -507,15 +560,108 @@ public final class StorageTransferManager {
     get.lease = lease;
     query.lease = null;
     lease.moveTo(get.id);
-    ops.add(new StorageOp.Get(get.id, dest, Arrays.stream(blocks).boxed().toList()));
+    ops.add(
+        new StorageOp.Get(
+            get.id,
+            dest,
+            Arrays.stream(blocks).boxed().toList(),
+            get.deviceBlocks == null
+                ? List.of()
+                : Arrays.stream(get.deviceBlocks).boxed().toList()));
     counters.getsIssued++;
     return true;
+  }
+
+  /**
+   * Gives {@code get} early Device destinations (see {@link StorageConfig#earlyH2d}), unless the
+   * Device has no room for them: allocating them may evict cached Device blocks (as the admission
+   * that would otherwise load the rows does), but never the Device's own blocks of the prefix below
+   * them, and it leaves at most {@link StorageConfig#EARLY_H2D_MAX_REFERENCED_PERCENT} of the
+   * Device's parents referenced, so running requests keep room to grow, and at most {@link
+   * StorageConfig#EARLY_H2D_MAX_HELD_PERCENT} held by early destinations together (what a hung
+   * store can take from the Device). Each block is private to the ticket until the GET's fact:
+   * published on the Device with its Host entry, or freed.
+   */
+  private void reserveDevice(Ticket get, PromptKeys prompt, int boundary, int[] needs) {
+    List<CacheKey> dest = get.keys;
+    TierCache device = cache.device();
+    io.tokenspeed.cache.BlockPool pool = device.pool();
+    long parents = 0;
+    for (int g = 0; g < needs.length; g++) {
+      int per = pool.childrenPerParent(g);
+      parents += (needs[g] + per - 1) / per;
+    }
+    long limit = (long) pool.numParents() * StorageConfig.EARLY_H2D_MAX_REFERENCED_PERCENT / 100;
+    long held = (long) pool.numParents() * StorageConfig.EARLY_H2D_MAX_HELD_PERCENT / 100;
+    if (pool.referencedParents() + parents > limit || earlyParents + parents > held) {
+      counters.earlyH2dSkipped++;
+      return;
+    }
+    List<Integer> warm = new ArrayList<>();
+    for (CacheKey k : cache.neededKeys(prompt, boundary)) {
+      int b = device.lookup(k);
+      if (b != 0) {
+        warm.add(b);
+      }
+    }
+    for (int b : warm) {
+      device.ref(b);
+    }
+    int[][] fresh = device.allocate(needs);
+    for (int b : warm) {
+      device.unref(b);
+    }
+    if (fresh == null) {
+      counters.earlyH2dSkipped++;
+      return;
+    }
+    int[] used = new int[needs.length];
+    int[] blocks = new int[dest.size()];
+    for (int i = 0; i < dest.size(); i++) {
+      int g = dest.get(i).groupId();
+      blocks[i] = fresh[g][used[g]++];
+      device.noteWrite(blocks[i]);
+    }
+    counters.earlyH2dGets++;
+    earlyParents += parents;
+    get.deviceBlocks = blocks;
+    get.earlyParents = parents;
+  }
+
+  /**
+   * Row {@code i}'s early Device destination after the GET's fact: published under {@code key} when
+   * {@code publish} (the row read in full on every owner of an attached GET, so the rank's copy of
+   * it to the Device is done too: a rank reports a GET only after its early copies), freed
+   * otherwise. Either way the ticket's reference goes: a published block is cached and evictable,
+   * and admission matches it as any Device block.
+   */
+  private void settleDevice(Ticket t, int i, CacheKey key, boolean publish) {
+    if (t.deviceBlocks == null || t.deviceBlocks[i] == 0) {
+      return;
+    }
+    int d = t.deviceBlocks[i];
+    t.deviceBlocks[i] = 0;
+    if (t.heldDeviceRefs() == 0) {
+      earlyParents -= t.earlyParents; // the GET's last early destination settles
+      t.earlyParents = 0;
+    }
+    if (publish && cache.device().publish(key, d)) {
+      counters.earlyH2dBlocks++;
+      earlyPublished.add(key);
+      if (earlyPublished.size() > MAX_EARLY_PUBLISHED) {
+        earlyPublished.removeFirst();
+      }
+    }
+    cache.device().unref(d);
   }
 
   private void onGetDone(Ticket t, AgreedCompletion f) {
     StorageLease lease = t.lease;
     boolean attached = lease != null && lease.live() && !f.detached();
     if (!f.retired()) {
+      for (int i = 0; i < t.keys.size(); i++) {
+        settleDevice(t, i, t.keys.get(i), false); // no store writes there: only the Host stays
+      }
       quarantine(t);
       if (lease != null && lease.live()) {
         wake(lease, Wakeup.Reason.READ_FAILED);
@@ -530,6 +676,7 @@ public final class StorageTransferManager {
       }
       int b = t.hostBlocks[i];
       boolean ok = f.ok(i) || disabledRules.contains(SafetyRule.FAILED_ROWS_UNPUBLISHED);
+      settleDevice(t, i, k, attached && ok);
       if (attached && ok && host.publish(k, b)) {
         published++; // keep the reference: it becomes the Ready hold
       } else {
@@ -924,6 +1071,16 @@ public final class StorageTransferManager {
     return out;
   }
 
+  /**
+   * The keys GETs' early copies published on the Device since the last call (at most the newest
+   * 65,536), for the figures of where a prefix came from; it feeds no decision.
+   */
+  public List<CacheKey> drainEarlyPublished() {
+    List<CacheKey> out = List.copyOf(earlyPublished);
+    earlyPublished.clear();
+    return out;
+  }
+
   /** Requests whose L3 wait ended since the last call, in the order it happened. */
   public List<Wakeup> drainWakeups() {
     List<Wakeup> out = List.copyOf(wakeups);
@@ -1091,8 +1248,9 @@ public final class StorageTransferManager {
   }
 
   private void releaseTicket(Ticket t) {
-    if (t.heldRefs() != 0) {
-      throw new IllegalStateException("ticket " + t.id + " released with Host references held");
+    if (t.heldRefs() != 0 || t.heldDeviceRefs() != 0) {
+      throw new IllegalStateException(
+          "ticket " + t.id + " released with Host or Device references held");
     }
     if (tickets.remove(t.id) != null) {
       count(t.phase, -1);
@@ -1341,13 +1499,23 @@ public final class StorageTransferManager {
     return nextOperationId;
   }
 
-  /** Every Host reference tickets hold, for the cache's invariant checker. */
-  public List<HeldBlock> heldHostBlocks() {
+  /**
+   * Every reference tickets hold, for the cache's invariant checker: Host destinations and sources,
+   * and the early Device destinations of GETs in flight.
+   */
+  public List<HeldBlock> heldBlocks() {
     List<HeldBlock> out = new ArrayList<>();
     for (Ticket t : tickets.values()) {
       for (int b : t.hostBlocks) {
         if (b != 0) {
           out.add(new HeldBlock(Tier.HOST, b));
+        }
+      }
+      if (t.deviceBlocks != null) {
+        for (int b : t.deviceBlocks) {
+          if (b != 0) {
+            out.add(new HeldBlock(Tier.DEVICE, b));
+          }
         }
       }
     }
@@ -1373,6 +1541,10 @@ public final class StorageTransferManager {
       if (t.phase == Phase.READY && t.heldRefs() == 0) {
         throw new AssertionError("Ready ticket " + t.id + " holds nothing");
       }
+      if (t.phase != Phase.INFLIGHT && t.heldDeviceRefs() != 0) {
+        throw new AssertionError(
+            "ticket " + t.id + " (" + t.phase + ") still holds early Device destinations");
+      }
     }
     check(ops == opUsed, "operation credits " + opUsed + " but " + ops + " tickets");
     check(hostRefs == hostUsed, "Host credits " + hostUsed + " but " + hostRefs + " references");
@@ -1381,6 +1553,20 @@ public final class StorageTransferManager {
         backupRefs == backupHostUsed,
         "backup Host credits " + backupHostUsed + " vs " + backupRefs);
     check(opUsed <= config.maxOperations(), "operation credits overdrawn: " + opUsed);
+    long early = 0;
+    for (Ticket t : tickets.values()) {
+      early += t.earlyParents;
+      check(
+          (t.earlyParents == 0) == (t.heldDeviceRefs() == 0),
+          "ticket " + t.id + " charged " + t.earlyParents + " early parents for its Device refs");
+    }
+    check(early == earlyParents, "early parents " + earlyParents + " but tickets hold " + early);
+    check(
+        earlyParents
+            <= (long) cache.device().pool().numParents()
+                * StorageConfig.EARLY_H2D_MAX_HELD_PERCENT
+                / 100,
+        "early destinations hold " + earlyParents + " Device parents: over the limit");
     check(hostUsed <= config.maxHostBlocks(), "Host credits overdrawn: " + hostUsed);
     int parents = host.pool().numParents();
     check(

@@ -2,9 +2,11 @@ package io.tokenspeed.scheduler;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.AgreedCompletion;
@@ -79,7 +81,8 @@ class SchedulerTest {
 
   @Test
   void shouldRestoreFromL3WhilePrefetchingOwnsNoDevicePages() {
-    setUp(true);
+    f = new StmFixture(StmFixture.config().withEarlyH2d(false), 256, 256);
+    s = new Scheduler(f.cache, f.stm, new Scheduler.Config(128, 8));
     PromptKeys p = f.prompt(300, 2);
     s.submit(1, p, 1, false);
     ExecutionPlan r1 = round();
@@ -89,6 +92,7 @@ class SchedulerTest {
     assertEquals(0, f.cache.device().pool().heldBlocks(), "no Device pages while prefetching");
     ExecutionPlan r2 = round(List.of(), List.of(ok(q)), true);
     StorageOp.Get g = one(r2, StorageOp.Get.class);
+    assertTrue(g.deviceBlocks().isEmpty(), "early Device copies are off");
     assertEquals(0, f.cache.device().pool().heldBlocks());
     ExecutionPlan r3 = round(List.of(), List.of(ok(g)), true);
     assertEquals(299, ((RequestState.PrefillDone) s.state(1)).admission().hit(), "restored prefix");
@@ -101,187 +105,88 @@ class SchedulerTest {
   }
 
   @Test
-  void shouldFallBackToLocalAdmissionAfterTheSoftDeadlineAndNeverAskTwice() {
+  void shouldAdmitARestoreWhoseEarlyCopiesPutItOnTheDeviceWithoutLoadingIt() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 2);
+    s.submit(1, p, 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    assertEquals(0, f.cache.device().pool().heldBlocks(), "a query takes no Device pages");
+    StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
+    int rows = g.keys().size();
+    assertEquals(rows, g.deviceBlocks().size(), "every row has an early Device destination");
+    assertEquals(rows, f.cache.device().pool().heldBlocks(), "held by the GET alone");
+    for (int i = 0; i < rows; i++) {
+      assertNull(f.cache.device().keyOf(g.deviceBlock(i)), "private until the GET's fact");
+    }
+    assertInstanceOf(RequestState.Prefetching.class, s.state(1));
+    ExecutionPlan r3 = round(List.of(), List.of(ok(g)), true);
+    Admission a = ((RequestState.PrefillDone) s.state(1)).admission();
+    assertEquals(299, a.hit(), "restored prefix");
+    assertEquals(299, a.deviceHit(), "all of it already on the Device");
+    assertTrue(
+        r3.deviceCopies().stream().noneMatch(c -> c.srcTier() == Tier.HOST),
+        "nothing left to load from the Host: " + r3.deviceCopies());
+    for (int i = 0; i < rows; i++) {
+      assertEquals(g.deviceBlock(i), f.cache.device().lookup(g.keys().get(i)));
+      assertTrue(f.cache.host().contains(g.keys().get(i)), "the Host entry is published too");
+    }
+    assertEquals(rows, f.stm.counters().earlyH2dBlocks());
+    assertEquals(g.keys(), f.stm.drainEarlyPublished());
+    round();
+    assertNull(s.state(1));
+  }
+
+  @Test
+  void shouldFreeTheEarlyDestinationsOfRowsThatFailedAndLoadNothingFromThem() {
     setUp(true);
     PromptKeys p = f.prompt(300, 3);
     s.submit(1, p, 1, false);
     StorageOp.Query q = one(round(), StorageOp.Query.class);
-    round(); // its tick starts the deadline
-    now += StorageConfig.DEFAULT_SOFT_DEADLINE_MS * MS;
-    ExecutionPlan late = round();
-    assertEquals(new ExecutionPlan.ForwardItem(1, 0, 128, false), late.forward().get(0));
-    assertEquals(q.operationId(), one(late, StorageOp.Cancel.class).operationId());
-    round(List.of(), List.of(ok(q)), true);
-    assertTrue(f.cache.host().pool().heldBlocks() == 0, "a detached query reserves nothing");
-    assertEquals(1, f.stm.counters().queriesIssued(), "storage_prepared: one attempt only");
-  }
-
-  @Test
-  void shouldServeWithoutL3WhileAWeightUpdatesFenceStandsAndAskAgainAfterIt() {
-    setUp(true);
-    s.submit(1, f.prompt(300, 11), 1, false);
-    StorageOp.Query q = one(round(), StorageOp.Query.class);
-    s.fenceStorage(true);
-    assertInstanceOf(RequestState.Submitted.class, s.state(1), "the fence ended its wait");
-    s.submit(2, f.prompt(300, 12), 1, false);
-    ExecutionPlan fenced = round(List.of(), List.of(ok(q)), true);
-    assertTrue(
-        fenced.storage().stream().noneMatch(op -> op instanceof StorageOp.Query),
-        "no query while the fence stands: " + fenced.storage());
-    assertInstanceOf(
-        RequestState.Prefilling.class,
-        s.state(2),
-        "a request that arrived behind the fence is admitted without L3");
-    assertEquals(1, f.stm.counters().queriesIssued());
-    assertEquals(0, f.stm.inFlightOperations(), "the rejected query retired");
-    s.fenceStorage(false);
-    s.submit(3, f.prompt(300, 13), 1, false);
-    one(round(), StorageOp.Query.class);
-    assertEquals(2, f.stm.counters().queriesIssued(), "L3 is asked again once the fence lifts");
-  }
-
-  @Test
-  void shouldUpdateTheContinuationOnBootstrapAckWithoutEndingTheWait() {
-    setUp(true);
-    PromptKeys p = f.prompt(300, 4);
-    s.submit(1, p, 1, true);
-    StorageOp.Query q = one(round(), StorageOp.Query.class);
-    RequestState.Prefetching before = (RequestState.Prefetching) s.state(1);
-    assertEquals(RequestState.Continuation.BOOTSTRAPPING, before.continuation());
-    s.onBootstrapAck(1);
-    RequestState.Prefetching after = (RequestState.Prefetching) s.state(1);
-    assertEquals(RequestState.Continuation.SUBMITTED, after.continuation());
-    assertTrue(after.lease().live(), "the L3 wait goes on");
     StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
-    round(List.of(), List.of(ok(g)), true);
-    assertInstanceOf(RequestState.PrefillDone.class, s.state(1));
-    round();
-  }
-
-  @Test
-  void shouldAbortAFusedPrefetchingRequestAtOnceAndDetachAPdOne() {
-    setUp(true);
-    s.submit(1, f.prompt(300, 5), 1, false);
-    s.submit(2, f.prompt(300, 6), 1, true);
-    ExecutionPlan r1 = round();
-    List<StorageOp.Query> qs = r1.storage().stream().map(StorageOp.Query.class::cast).toList();
-    ExecutionPlan r2 = round(List.of(1L, 2L), List.of(), true);
-    assertNull(s.state(1), "fused: aborted at once");
-    assertInstanceOf(RequestState.Bootstrapping.class, s.state(2), "PD keeps its fence");
-    assertEquals(2, r2.storage().stream().filter(StorageOp.Cancel.class::isInstance).count());
-    assertEquals(0, f.stm.counters().softTimeouts());
-    assertEquals(2, f.stm.counters().clientDetaches());
-    s.onBootstrapAck(2);
-    round(List.of(), qs.stream().map(SchedulerTest::ok).toList(), true);
-    assertNull(s.state(2));
-  }
-
-  @Test
-  void shouldServiceCompletionsAndExpiryInFrozenRounds() {
-    setUp(true);
-    s.submit(1, f.prompt(300, 7), 1, false);
-    StorageOp.Query q = one(round(), StorageOp.Query.class);
-    s.submit(2, f.prompt(300, 8), 1, false);
-    ExecutionPlan frozen = round(List.of(), List.of(ok(q)), false);
-    assertTrue(frozen.forward().isEmpty());
-    assertTrue(frozen.storage().isEmpty(), "no new storage work in a frozen round");
-    assertEquals(1, f.stm.operationsInUse(), "the finished query waits, charged, for permission");
-    assertEquals(0, f.cache.host().pool().heldBlocks(), "and reserves nothing meanwhile");
+    int rows = g.keys().size();
+    BitSet okRows = new BitSet();
+    okRows.set(0, rows / 2); // the second half (the window and the checkpoint) failed somewhere
+    round(List.of(), List.of(Facts.of(g, okRows, new BitSet(), true, false)), true);
     assertEquals(
-        AdmissionResources.FRESH,
-        ((RequestState.Submitted) s.state(2)).resources(),
-        "request 2 considers L3 when storage is permitted again");
-    ExecutionPlan thawed = round();
-    StorageOp.Get g =
-        (StorageOp.Get)
-            thawed.storage().stream().filter(StorageOp.Get.class::isInstance).findFirst().get();
-    assertInstanceOf(RequestState.Prefetching.class, s.state(1), "its wait went on");
-    round(List.of(), List.of(ok(g)), true);
-    f.stm.rejectAll();
-    thawed.storage().stream()
-        .filter(StorageOp.Query.class::isInstance)
-        .forEach(o -> f.stm.onCompletion(Facts.allOk(o)));
-  }
-
-  @Test
-  void shouldPlanIdenticallyOnTwoRanksFedTheSameInputs() {
-    List<String> a = transcript();
-    List<String> b = transcript();
-    assertEquals(a, b);
-    assertTrue(a.size() > 10);
-  }
-
-  private List<String> transcript() {
-    StmFixture fx = new StmFixture(StmFixture.config(), 256, 256);
-    Scheduler sch = new Scheduler(fx.cache, fx.stm, new Scheduler.Config(96, 4));
-    List<String> out = new ArrayList<>();
-    List<AgreedCompletion> facts = new ArrayList<>();
-    long t = 0;
-    for (int i = 0; i < 6; i++) {
-      sch.submit(i, fx.prompt(150 + 40 * i, i % 3), 2, i % 2 == 1);
-    }
-    for (int r = 0; r < 40; r++) {
-      t += MS;
-      if (r == 3) {
-        sch.onBootstrapAck(1);
-      }
-      ExecutionPlan plan =
-          sch.round(new RoundInput(t, PressureSnapshot.IDLE, List.of(), facts, true, true));
-      sch.onForwardDone(plan);
-      out.add(plan.toString());
-      facts = new ArrayList<>();
-      for (StorageOp op : plan.storage()) {
-        if (!(op instanceof StorageOp.Cancel)) {
-          facts.add(ok(op));
-        }
+        0, s.admission(1).hit(), "no legal prefix without the window and the checkpoint: computed");
+    for (int i = 0; i < rows; i++) {
+      boolean ok = i < rows / 2;
+      assertEquals(ok, f.cache.device().contains(g.keys().get(i)), "row " + i);
+      assertEquals(ok, f.cache.host().contains(g.keys().get(i)), "row " + i);
+      if (!ok) {
+        assertNotEquals(g.keys().get(i), f.cache.device().keyOf(g.deviceBlock(i)), "row " + i);
       }
     }
-    return out;
-  }
-
-  @Test
-  void shouldRetractTheLatestRequestWhenTheDeviceRunsOutAndFinishEveryone() {
-    f = new StmFixture(StmFixture.config(), 24, 64);
-    s = new Scheduler(f.cache, null, new Scheduler.Config(256, 4, 16));
-    for (int i = 0; i < 3; i++) {
-      s.submit(i, f.prompt(200, 30 + i), 450, false);
-    }
-    int rounds = 0;
-    boolean sawRetracted = false;
-    int maxHeadroomSeen = 0;
-    while (s.size() > 0 && rounds++ < 5_000) {
+    for (int i = 0; i < 10 && s.state(1) != null; i++) {
       round();
-      f.checkInvariants(s.heldBlocks());
-      int admitted = 0;
-      for (long id = 0; id < 3; id++) {
-        sawRetracted |= s.state(id) instanceof RequestState.Retracted;
-        maxHeadroomSeen = Math.max(maxHeadroomSeen, s.headroomTokens(id));
-        RequestState st = s.state(id);
-        if (st instanceof RequestState.Prefilling
-            || st instanceof RequestState.PrefillDone
-            || st instanceof RequestState.Decoding) {
-          admitted++;
-        }
-      }
-      assertEquals(admitted, s.runningCount(), "running: the admitted states");
     }
-    assertEquals(0, s.size(), "everyone finished");
-    assertTrue(s.retractions() > 0, "the Device was too small for all three at once");
-    assertTrue(sawRetracted, "a victim went through Retracted");
-    assertTrue(maxHeadroomSeen > 16, "re-admission escalates the headroom: " + maxHeadroomSeen);
+    assertNull(s.state(1));
   }
 
   @Test
-  void shouldRefuseARequestLargerThanTheDeviceCanHold() {
-    f = new StmFixture(StmFixture.config(), 8, 8);
-    s = new Scheduler(f.cache, null, new Scheduler.Config(64, 4));
-    int limit = s.maxRequestTokens();
-    assertTrue(limit > 0);
-    IllegalArgumentException e =
-        org.junit.jupiter.api.Assertions.assertThrows(
-            IllegalArgumentException.class, () -> s.submit(1, f.prompt(limit, 1), 1, false));
-    assertTrue(e.getMessage().contains("at most " + limit), e.getMessage());
-    s.submit(2, f.prompt(limit - 1, 1), 1, false);
+  void shouldReserveNoEarlyDestinationsWhenTheDeviceHasNoRoom() {
+    setUp(true);
+    var device = f.cache.device();
+    List<Integer> others = new ArrayList<>(); // what running requests hold
+    int limit = device.pool().numParents() * StorageConfig.EARLY_H2D_MAX_REFERENCED_PERCENT / 100;
+    while (device.pool().referencedParents() < limit) {
+      others.add(device.allocate(new int[] {1, 0, 0})[0][0]);
+    }
+    s.submit(1, f.prompt(300, 4), 1, false);
+    StorageOp.Query q = one(round(), StorageOp.Query.class);
+    StorageOp.Get g = one(round(List.of(), List.of(ok(q)), true), StorageOp.Get.class);
+    assertTrue(
+        g.deviceBlocks().isEmpty(), "over the referenced-parents limit: " + g.deviceBlocks());
+    assertEquals(1, f.stm.counters().earlyH2dSkipped());
+    for (int b : others) {
+      device.unref(b);
+    }
+    round(List.of(), List.of(ok(g)), true);
+    assertEquals(299, s.admission(1).hit(), "restored through the Host as without early copies");
+    for (int i = 0; i < 10 && s.state(1) != null; i++) {
+      round();
+    }
+    assertNull(s.state(1));
   }
 
   @Test
@@ -303,7 +208,8 @@ class SchedulerTest {
 
   @Test
   void shouldReleaseTheReadyHoldWhenASubmittedRequestIsCancelled() {
-    f = new StmFixture(StmFixture.config(), 16, 256);
+    // early Device copies off: request 1's GET would otherwise take Device room before 9 does
+    f = new StmFixture(StmFixture.config().withEarlyH2d(false), 16, 256);
     s = new Scheduler(f.cache, f.stm, new Scheduler.Config(128, 8));
     s.submit(9, f.prompt(200, 50), 200, false); // will occupy the Device
     s.submit(1, f.prompt(300, 51), 1, false);

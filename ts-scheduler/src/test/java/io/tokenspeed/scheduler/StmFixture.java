@@ -133,7 +133,7 @@ final class StmFixture {
 
   void checkInvariants(Collection<HeldBlock> otherHolders) {
     stm.checkInvariants();
-    List<HeldBlock> holders = new ArrayList<>(stm.heldHostBlocks());
+    List<HeldBlock> holders = new ArrayList<>(stm.heldBlocks());
     holders.addAll(otherHolders);
     CacheInvariants.check(cache, holders);
   }

@@ -103,11 +103,36 @@ final class StmSimulation {
       }
       collect();
       f.checkInvariants(List.of());
-      assertEquals(0, f.cache.device().pool().heldBlocks(), "storage never takes Device blocks");
+      checkEarlyDestinations();
       checkGenerations();
     }
     quiesce();
     return transcript;
+  }
+
+  /**
+   * The only Device blocks storage takes are its GETs' early destinations: held by tickets in
+   * flight, private until the GET's fact.
+   */
+  private void checkEarlyDestinations() {
+    long held = 0;
+    for (HeldBlock h : f.stm.heldBlocks()) {
+      if (h.tier() == Tier.DEVICE) {
+        held++;
+        assertNull(
+            f.cache.device().keyOf(h.blockId()),
+            "an early Device destination is published before its GET's fact: " + h);
+      }
+    }
+    var device = f.cache.device();
+    long unpublished = 0;
+    for (int b = 1; b < device.pool().blockIdLimit(); b++) {
+      if (device.pool().isAllocated(b) && device.keyOf(b) == null && !device.isWithdrawn(b)) {
+        unpublished++;
+      }
+    }
+    assertEquals(
+        held, unpublished, "storage holds Device blocks beyond its GETs' early destinations");
   }
 
   private void clear() {
@@ -122,8 +147,9 @@ final class StmSimulation {
       }
     }
     f.stm.rejectAll();
-    for (HeldBlock h : f.stm.heldHostBlocks()) {
-      assertNull(host.keyOf(h.blockId()), "a ticket's block is published after rejectAll: " + h);
+    for (HeldBlock h : f.stm.heldBlocks()) {
+      var tier = h.tier() == Tier.HOST ? host : f.cache.device();
+      assertNull(tier.keyOf(h.blockId()), "a ticket's block is published after rejectAll: " + h);
     }
     f.cache.clear(); // the rest of the scheduler's full clear
     for (int g = 0; g < f.cache.layout().numGroups(); g++) {

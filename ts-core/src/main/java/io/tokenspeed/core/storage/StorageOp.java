@@ -10,7 +10,8 @@ import java.util.List;
  *
  * <pre>
  *   Query(op, keys)               existence check; reserves nothing
- *   Get(op, keys, hostBlocks)     read each key into its Host destination block
+ *   Get(op, keys, hostBlocks,     read each key into its Host destination block and, where
+ *       deviceBlocks)             deviceBlocks names one, copy it on to that Device block as it lands
  *   Put(op, keys, hostBlocks)     create-only write of each Host source block
  *   Cancel(op)                    names an existing operation; creates no ticket
  * </pre>
@@ -28,11 +29,48 @@ public sealed interface StorageOp
     }
   }
 
-  /** Read {@code keys.get(i)} into Host block {@code hostBlocks.get(i)}. */
-  record Get(long operationId, List<CacheKey> keys, List<Integer> hostBlocks) implements StorageOp {
+  /**
+   * Read {@code keys.get(i)} into Host block {@code hostBlocks.get(i)}. Where {@code deviceBlocks}
+   * is not empty, {@code deviceBlocks.get(i)} (0: none) is the Device block the row is copied on to
+   * as soon as it has landed on the Host, while the rest of the read runs: the block is private to
+   * the operation, and its rank reports the operation only after that copy is done.
+   */
+  record Get(
+      long operationId, List<CacheKey> keys, List<Integer> hostBlocks, List<Integer> deviceBlocks)
+      implements StorageOp {
     public Get {
       keys = checkedKeys(operationId, keys);
       hostBlocks = checkedBlocks(operationId, keys, hostBlocks);
+      if (deviceBlocks == null) {
+        deviceBlocks = List.of();
+      }
+      if (!deviceBlocks.isEmpty() && deviceBlocks.size() != keys.size()) {
+        throw new IllegalArgumentException(
+            "operation "
+                + operationId
+                + " has "
+                + keys.size()
+                + " keys but "
+                + deviceBlocks.size()
+                + " Device blocks");
+      }
+      for (int b : deviceBlocks) {
+        if (b < 0) {
+          throw new IllegalArgumentException(
+              "operation " + operationId + " names Device block " + b);
+        }
+      }
+      deviceBlocks = List.copyOf(deviceBlocks);
+    }
+
+    /** A read into the Host only. */
+    public Get(long operationId, List<CacheKey> keys, List<Integer> hostBlocks) {
+      this(operationId, keys, hostBlocks, List.of());
+    }
+
+    /** The Device block row {@code i} is copied on to, or 0. */
+    public int deviceBlock(int i) {
+      return deviceBlocks.isEmpty() ? 0 : deviceBlocks.get(i);
     }
   }
 

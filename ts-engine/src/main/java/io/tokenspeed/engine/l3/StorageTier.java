@@ -38,6 +38,9 @@ public final class StorageTier {
 
   private long refused;
 
+  /** The early Device copies of GETs ({@link #copyEarly}), or null. */
+  private EarlyCopies early;
+
   /**
    * How a simulation of the engine runs L3 instead of worker threads: the executor starts stepped
    * ({@link L3Executor#startStepped}) and is handed to the simulation, which runs its store calls
@@ -132,11 +135,29 @@ public final class StorageTier {
   }
 
   /**
+   * Copies the rows of GETs that carry early Device destinations ({@code async.early_h2d}) to the
+   * Device through {@code handle} as they land; call before the first dispatch.
+   */
+  public void copyEarly(io.tokenspeed.engine.memory.DeviceHandle handle) {
+    early = new EarlyCopies(handle);
+    executor.onLanded(early);
+  }
+
+  /**
    * Polls the executor: its new completion records and its pressure, for this round's report, which
-   * the loop sends through its replica's exchange.
+   * the loop sends through its replica's exchange. A GET's record with early Device copies comes
+   * back once they have run (see {@link EarlyCopies#settle}).
    */
   public L3Poll poll() {
     L3Poll poll = executor.poll();
+    if (early != null && !poll.completions().isEmpty()) {
+      List<io.tokenspeed.core.storage.StorageDone> settled =
+          new java.util.ArrayList<>(poll.completions().size());
+      for (io.tokenspeed.core.storage.StorageDone d : poll.completions()) {
+        settled.add(early.settle(d));
+      }
+      poll = new L3Poll(settled, poll.pressure());
+    }
     agreementDue = !poll.completions().isEmpty();
     return poll;
   }
@@ -181,6 +202,9 @@ public final class StorageTier {
       if (op instanceof StorageOp.Cancel c) {
         executor.cancel(c.operationId());
         continue;
+      }
+      if (early != null && op instanceof StorageOp.Get g) {
+        early.register(g);
       }
       if (!executor.submit(jobs.job(op)).accepted()) {
         refused++; // its record still comes back through poll
@@ -243,6 +267,9 @@ public final class StorageTier {
    * the Host allocation must stay mapped for the life of the process.
    */
   public CloseReport close() {
+    if (early != null) {
+      early.close();
+    }
     return executor.close();
   }
 }

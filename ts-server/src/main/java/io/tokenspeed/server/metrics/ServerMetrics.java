@@ -555,6 +555,15 @@ public final class ServerMetrics {
         "tokenspeed:l3_published_blocks",
         "Host blocks published from completed GETs.",
         EngineMetrics.Transfers::publishedBlocks);
+    transferCounter(
+        "tokenspeed:l3_early_h2d_blocks",
+        "Device blocks published from completed GETs through their early Host-to-Device copies"
+            + " (async.early_h2d): restored blocks that admission did not load.",
+        EngineMetrics.Transfers::earlyH2dBlocks);
+    transferCounter(
+        "tokenspeed:l3_early_h2d_skipped",
+        "GETs issued without early Device destinations because the Device had no room for them.",
+        EngineMetrics.Transfers::earlyH2dSkipped);
     callbackCounter(
         "tokenspeed:l3_operations_issued",
         "L3 operations the scheduler issued, by kind.",

@@ -75,6 +75,8 @@ class ServerMetricsTest {
             "tokenspeed:l3_ready_expirations_total",
             "tokenspeed:l3_pressure_bypasses_total",
             "tokenspeed:l3_published_blocks_total",
+            "tokenspeed:l3_early_h2d_blocks_total",
+            "tokenspeed:l3_early_h2d_skipped_total",
             "tokenspeed:l3_operations_issued_total",
             "tokenspeed:l3_dropped_backup_keys_total",
             "tokenspeed:l3_refused_put_keys_total",
@@ -192,6 +194,8 @@ class ServerMetricsTest {
       }
       Transfers t =
           new Transfers(
+              n(rnd),
+              n(rnd),
               n(rnd),
               n(rnd),
               n(rnd),
@@ -401,6 +405,12 @@ class ServerMetricsTest {
     eq(
         t.map(Transfers::publishedBlocks).orElse(0L),
         value(f, "tokenspeed:l3_published_blocks_total"));
+    eq(
+        t.map(Transfers::earlyH2dBlocks).orElse(0L),
+        value(f, "tokenspeed:l3_early_h2d_blocks_total"));
+    eq(
+        t.map(Transfers::earlyH2dSkipped).orElse(0L),
+        value(f, "tokenspeed:l3_early_h2d_skipped_total"));
     String issued = "tokenspeed:l3_operations_issued_total";
     eq(t.map(Transfers::queriesIssued).orElse(0L), value(f, issued, "kind", "query"));
     eq(t.map(Transfers::getsIssued).orElse(0L), value(f, issued, "kind", "get"));
