@@ -422,10 +422,9 @@ class EngineL3Test {
     }
     assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
     assertEquals(
-        List.of(64, 64, 64, 64),
+        List.of(128, 128, 128, 128),
         getSizes.subList(0, 4).stream().sorted().toList(),
-        "512 block objects (8 MiB) in eight shares of 64 (1 MiB each: the early Device copies cut"
-            + " a GET finer than one share per worker), the first four inside the store at once");
+        "512 block objects (8 MiB) in four shares of 128");
 
     // and without the gate: a fresh reader restores the whole prefix through shares
     Run got = serveFresh(model, 1024, l3(store), extended);

@@ -34,7 +34,7 @@ class SchedulerTest {
   }
 
   private void setUp(boolean storage) {
-    f = new StmFixture(StmFixture.config(), 256, 256);
+    f = new StmFixture(StmFixture.config().withEarlyH2d(true), 256, 256);
     s = new Scheduler(f.cache, storage ? f.stm : null, new Scheduler.Config(128, 8));
   }
 
