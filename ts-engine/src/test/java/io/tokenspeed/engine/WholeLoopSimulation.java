@@ -128,7 +128,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     /** A failed loop does not end the requests it serves. */
     FAILED_LOOP_LEAVES_REQUESTS,
     /** A frozen round takes its permissions as granted: it computes and starts storage work. */
-    FROZEN_ROUND_RUNS
+    FROZEN_ROUND_RUNS,
+    /** A GET's early Device copies publish the rows it failed to read on the Device. */
+    EARLY_PUBLISHES_FAILED_ROWS
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -165,6 +167,8 @@ final class WholeLoopSimulation implements AutoCloseable {
 
   /** Whether this run's engines weigh restores with the cost model ({@code async.cost_model}). */
   private final boolean costModel;
+
+  private final boolean earlyH2d;
 
   boolean costModel() {
     return costModel;
@@ -309,11 +313,15 @@ final class WholeLoopSimulation implements AutoCloseable {
     // clock, agreed through the replica's commands); off where a bug is planted, since a restore
     // it skipped would leave the L3 paths the planted bugs live on unexercised
     this.costModel = planted == Planted.NONE && rnd.nextInt(3) == 0;
+    // early Host-to-Device copies of GETs in half the clean runs and wherever a bug is planted
+    boolean coin = rnd.nextBoolean();
+    this.earlyH2d = planted != Planted.NONE || coin;
     StorageConfig scheduling =
         StorageConfig.defaults()
             .withSoftDeadlineMs(SOFT_DEADLINE_MS)
             .withMinExtensionTokens(16)
-            .withCostModel(costModel);
+            .withCostModel(costModel)
+            .withEarlyH2d(earlyH2d);
     L3ExecutorConfig executor = new L3ExecutorConfig(2, 2, 2, 64, 64, 64, 128, 1_000, 0);
     this.runtime = new StorageRuntimeConfig(scheduling, executor);
     for (int r = 0; r < tp; r++) {
@@ -417,6 +425,13 @@ final class WholeLoopSimulation implements AutoCloseable {
             @Override
             public void round(Round round) {
               round.plantIgnoreControlState();
+            }
+          };
+      case EARLY_PUBLISHES_FAILED_ROWS ->
+          new Simulation.Planting() {
+            @Override
+            public void manager(StorageTransferManager stm) {
+              PlantedRules.earlyPublishesFailedRows(stm);
             }
           };
       case PUBLISH_FAILED_GET ->
@@ -987,6 +1002,20 @@ final class WholeLoopSimulation implements AutoCloseable {
     issuedBefore = issuedOperations();
     inFlightBefore = manager(0).inFlightOperations();
     return manager(0).counters().softTimeouts();
+  }
+
+  /** Whether GETs copy their rows to the Device as they land in this run. */
+  boolean earlyH2d() {
+    return earlyH2d;
+  }
+
+  /** Device blocks every rank's GETs published through their early copies so far. */
+  long earlyH2dBlocks() {
+    long n = 0;
+    for (int r = 0; r < tp; r++) {
+      n += manager(r).counters().earlyH2dBlocks();
+    }
+    return n;
   }
 
   /** Storage operations every rank's manager issued so far. */

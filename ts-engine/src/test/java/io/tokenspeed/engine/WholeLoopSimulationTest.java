@@ -58,6 +58,8 @@ class WholeLoopSimulationTest {
   private static final AtomicLong FROZEN_SOFT_TIMEOUTS = new AtomicLong();
   private static final AtomicLong FROZEN_CANCELLATIONS = new AtomicLong();
   private static final AtomicLong COST_MODEL_SEEDS = new AtomicLong();
+  private static final AtomicLong EARLY_H2D_SEEDS = new AtomicLong();
+  private static final AtomicLong EARLY_H2D_BLOCKS = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -126,6 +128,8 @@ class WholeLoopSimulationTest {
       HOST_BLOCKS_CHECKED.addAndGet(sim.hostBlocksChecked);
       FROZEN_ROUNDS.addAndGet(sim.frozenRounds);
       COST_MODEL_SEEDS.addAndGet(sim.costModel() ? 1 : 0);
+      EARLY_H2D_SEEDS.addAndGet(sim.earlyH2d() ? 1 : 0);
+      EARLY_H2D_BLOCKS.addAndGet(sim.earlyH2dBlocks());
       FROZEN_COMPLETIONS.addAndGet(sim.frozenCompletions);
       FROZEN_SOFT_TIMEOUTS.addAndGet(sim.frozenSoftTimeouts);
       FROZEN_CANCELLATIONS.addAndGet(sim.frozenCancellations);
@@ -159,7 +163,7 @@ class WholeLoopSimulationTest {
   void shouldCatchEveryPlantedBug(Planted bug) {
     String[] expected =
         switch (bug) {
-          case PUBLISH_FAILED_GET, STORE_LANDS_WRONG_BYTES ->
+          case PUBLISH_FAILED_GET, STORE_LANDS_WRONG_BYTES, EARLY_PUBLISHES_FAILED_ROWS ->
               new String[] {": its KV is wrong", " published Host block "};
           case VICTIM_KEEPS_DEVICE_KV -> new String[] {": its KV is wrong"};
           case RETIRED_BY_ANY_RANK -> new String[] {"did not quarantine"};
@@ -268,6 +272,11 @@ class WholeLoopSimulationTest {
             + FROZEN_SOFT_TIMEOUTS.get()
             + " and requests were cancelled "
             + FROZEN_CANCELLATIONS.get());
+    System.out.println(
+        "  seeds with early Host-to-Device copies "
+            + EARLY_H2D_SEEDS.get()
+            + ", Device blocks they published "
+            + EARLY_H2D_BLOCKS.get());
     long rounds = ROUNDS.get();
     if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
       // a full run takes every path the faults open
@@ -277,6 +286,12 @@ class WholeLoopSimulationTest {
       assertTrue(
           COST_MODEL_SEEDS.get() > 0,
           "seeds run with the cost model on: " + COST_MODEL_SEEDS.get());
+      assertTrue(
+          EARLY_H2D_BLOCKS.get() > 0,
+          "Device blocks published by early copies in "
+              + EARLY_H2D_SEEDS.get()
+              + " seeds: "
+              + EARLY_H2D_BLOCKS.get());
       assertTrue(RETRACTIONS.get() > 0, "retractions: " + RETRACTIONS.get());
       assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
       assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());

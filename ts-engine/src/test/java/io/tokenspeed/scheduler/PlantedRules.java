@@ -12,6 +12,11 @@ public final class PlantedRules {
     stm.disableForTest(StorageTransferManager.SafetyRule.BACKUP_BACKOFF);
   }
 
+  /** A GET's early Device destinations are published for its failed rows too (never copied). */
+  public static void earlyPublishesFailedRows(StorageTransferManager stm) {
+    stm.disableForTest(StorageTransferManager.SafetyRule.EARLY_ROWS_MATCH_HOST);
+  }
+
   /** A GET publishes its rows that failed (missing, short, invalid) as well. */
   public static void publishFailedRows(StorageTransferManager stm) {
     stm.disableForTest(StorageTransferManager.SafetyRule.FAILED_ROWS_UNPUBLISHED);

@@ -161,10 +161,9 @@ public record StorageConfig(
    * the Device as soon as it lands, while the rest of the read runs, instead of after the last row
    * at admission (docs/design-decisions.md). Only when the Device has room: at most {@link
    * #EARLY_H2D_MAX_REFERENCED_PERCENT} of its parents referenced afterwards, and at most {@link
-   * #EARLY_H2D_MAX_HELD_PERCENT} held by early destinations. Off by default until the whole engine
-   * suite runs with it on (docs/benchmarks/2026-12-06-l3-gpu-h100.md, run M).
+   * #EARLY_H2D_MAX_HELD_PERCENT} held by early destinations.
    */
-  public static final boolean DEFAULT_EARLY_H2D = false;
+  public static final boolean DEFAULT_EARLY_H2D = true;
 
   /** The share of Device parents that may be referenced once a GET's early destinations are. */
   public static final int EARLY_H2D_MAX_REFERENCED_PERCENT = 75;

@@ -269,7 +269,9 @@ public final class StorageTransferManager {
     /** After a refusal, backups are held back for the store's backoff and then probed. */
     BACKUP_BACKOFF,
     /** A GET publishes only the rows every owner read whole. */
-    FAILED_ROWS_UNPUBLISHED
+    FAILED_ROWS_UNPUBLISHED,
+    /** A GET's early Device destinations are published for exactly the rows it publishes. */
+    EARLY_ROWS_MATCH_HOST
   }
 
   /** Switches {@code rule} off (planted-bug tests only). */
@@ -676,7 +678,8 @@ public final class StorageTransferManager {
       }
       int b = t.hostBlocks[i];
       boolean ok = f.ok(i) || disabledRules.contains(SafetyRule.FAILED_ROWS_UNPUBLISHED);
-      settleDevice(t, i, k, attached && ok);
+      settleDevice(
+          t, i, k, attached && (ok || disabledRules.contains(SafetyRule.EARLY_ROWS_MATCH_HOST)));
       if (attached && ok && host.publish(k, b)) {
         published++; // keep the reference: it becomes the Ready hold
       } else {

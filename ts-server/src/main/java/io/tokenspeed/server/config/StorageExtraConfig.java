@@ -129,7 +129,8 @@ public final class StorageExtraConfig {
           "cost_model_margin_percent",
           "cost_model_reference_tokens",
           "cost_model_explore_ms",
-          "cost_model_prior_mbps");
+          "cost_model_prior_mbps",
+          "early_h2d");
 
   /** The {@code async} fields that set {@link L3ExecutorConfig}, in its component order. */
   public static final List<String> EXECUTOR_FIELDS =
@@ -514,6 +515,7 @@ public final class StorageExtraConfig {
         a.longInteger("cost_model_explore_ms", StorageConfig.DEFAULT_COST_MODEL_EXPLORE_MS);
     long costModelPriorMbps =
         a.longInteger("cost_model_prior_mbps", StorageConfig.DEFAULT_COST_MODEL_PRIOR_MBPS);
+    boolean earlyH2d = onOff(a, "early_h2d", StorageConfig.DEFAULT_EARLY_H2D);
     // the watermark pairs: the record's range for a low mark is [0, high - 1]; say why
     Map<String, String> notes =
         Map.of(
@@ -551,7 +553,8 @@ public final class StorageExtraConfig {
                     costModelMarginPercent,
                     costModelReferenceTokens,
                     costModelExploreMs,
-                    costModelPriorMbps));
+                    costModelPriorMbps,
+                    earlyH2d));
     int queryWorkers = a.integer("query_workers", L3ExecutorConfig.DEFAULT_QUERY_WORKERS);
     int getWorkers = a.integer("get_workers", L3ExecutorConfig.DEFAULT_GET_WORKERS);
     int putWorkers = a.integer("put_workers", L3ExecutorConfig.DEFAULT_PUT_WORKERS);

@@ -160,8 +160,8 @@ class L3ConfigurationDocsTest {
           Object v = c.getAccessor().invoke(r);
           asyncDefaults.put(
               "async." + StorageExtraConfigTest.snake(c.getName()),
-              c.getName().equals("costModel")
-                  ? ((Boolean) v ? "\"on\"" : "\"off\"")
+              v instanceof Boolean on // the on/off switches (cost_model, early_h2d)
+                  ? (on ? "\"on\"" : "\"off\"")
                   : String.valueOf(v));
         } catch (ReflectiveOperationException e) {
           throw new AssertionError(e);

@@ -259,7 +259,8 @@ class StorageExtraConfigTest {
   }
 
   static Stream<String> asyncFields() {
-    return StorageExtraConfig.ASYNC_FIELDS.stream().filter(f -> !f.equals("cost_model"));
+    return StorageExtraConfig.ASYNC_FIELDS.stream()
+        .filter(f -> !f.equals("cost_model") && !f.equals("early_h2d"));
   }
 
   /**
@@ -285,6 +286,15 @@ class StorageExtraConfigTest {
     StorageExtraConfig.Resolved r =
         StorageExtraConfig.parse("file", j("{'async': {'cost_model': '" + value + "'}}"));
     assertChangedExactly(r, true, StorageConfig.defaults(), "costModel", value.equals("on"));
+  }
+
+  /** {@code async.early_h2d} is spelt "on" or "off" and changes only its own switch. */
+  @ParameterizedTest
+  @ValueSource(strings = {"on", "off"})
+  void shouldSwitchTheEarlyDeviceCopiesOnOrOff(String value) throws Exception {
+    StorageExtraConfig.Resolved r =
+        StorageExtraConfig.parse("file", j("{'async': {'early_h2d': '" + value + "'}}"));
+    assertChangedExactly(r, true, StorageConfig.defaults(), "earlyH2d", value.equals("on"));
   }
 
   private static void assertChangedExactly(
@@ -318,7 +328,7 @@ class StorageExtraConfigTest {
     redis.set(redis.indexOf("uris"), "uri");
     assertEquals(StorageExtraConfig.REDIS_FIELDS, redis);
     assertEquals(
-        32, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
+        33, StorageExtraConfig.ASYNC_FIELDS.stream().distinct().count(), "no name in both");
   }
 
   // ---------------------------------------------------------------- errors
@@ -1188,6 +1198,9 @@ class StorageExtraConfigTest {
     if (rnd.nextBoolean()) {
       async.put("cost_model", rnd.nextBoolean() ? "on" : "off");
     }
+    if (rnd.nextBoolean()) {
+      async.put("early_h2d", rnd.nextBoolean() ? "on" : "off");
+    }
     watermarks(
         rnd,
         async,
@@ -1284,7 +1297,7 @@ class StorageExtraConfigTest {
       case "path" -> Path.of((String) given).toAbsolutePath().normalize();
       case "library_path" -> Path.of((String) given);
       case "direct_io" -> FileStoreSettings.DirectIo.ofJsonName((String) given);
-      case "cost_model" -> given.equals("on");
+      case "cost_model", "early_h2d" -> given.equals("on");
       default -> given;
     };
   }
