@@ -159,9 +159,9 @@ public record StorageConfig(
   /**
    * A GET also reserves the Device blocks its rows will be admitted into and copies each row on to
    * the Device as soon as it lands, while the rest of the read runs, instead of after the last row
-   * at admission (docs/design-decisions.md). Only when the Device has room: at most {@link
-   * #EARLY_H2D_MAX_REFERENCED_PERCENT} of its parents referenced afterwards, and at most {@link
-   * #EARLY_H2D_MAX_HELD_PERCENT} held by early destinations.
+   * at admission (docs/l3-configuration.md, docs/design-decisions.md). Only when the Device has
+   * room: at most {@link #EARLY_H2D_MAX_REFERENCED_PERCENT} of its parents referenced afterwards,
+   * and at most {@link #EARLY_H2D_MAX_HELD_PERCENT} held by early destinations.
    */
   public static final boolean DEFAULT_EARLY_H2D = true;
 
@@ -246,58 +246,6 @@ public record StorageConfig(
         DEFAULT_COST_MODEL_REFERENCE_TOKENS,
         DEFAULT_COST_MODEL_EXPLORE_MS,
         DEFAULT_COST_MODEL_PRIOR_MBPS,
-        DEFAULT_EARLY_H2D);
-  }
-
-  /** A contract with the early Device copies of GETs at their default. */
-  public StorageConfig(
-      int maxOperations,
-      int maxHostBlocks,
-      int retractionReservePercent,
-      long softDeadlineMs,
-      long readyHoldMs,
-      int minExtensionTokens,
-      int lookaheadTokens,
-      int maxQueryKeys,
-      int negativeMetadataCapacity,
-      int backupCandidateCapacity,
-      int maxPutKeys,
-      int highQueuedJobs,
-      int lowQueuedJobs,
-      long highQueuedBytes,
-      long lowQueuedBytes,
-      long highOldestAgeMs,
-      long lowOldestAgeMs,
-      long maxBackupBackoffMs,
-      boolean costModel,
-      int costModelMarginPercent,
-      int costModelReferenceTokens,
-      long costModelExploreMs,
-      long costModelPriorMbps) {
-    this(
-        maxOperations,
-        maxHostBlocks,
-        retractionReservePercent,
-        softDeadlineMs,
-        readyHoldMs,
-        minExtensionTokens,
-        lookaheadTokens,
-        maxQueryKeys,
-        negativeMetadataCapacity,
-        backupCandidateCapacity,
-        maxPutKeys,
-        highQueuedJobs,
-        lowQueuedJobs,
-        highQueuedBytes,
-        lowQueuedBytes,
-        highOldestAgeMs,
-        lowOldestAgeMs,
-        maxBackupBackoffMs,
-        costModel,
-        costModelMarginPercent,
-        costModelReferenceTokens,
-        costModelExploreMs,
-        costModelPriorMbps,
         DEFAULT_EARLY_H2D);
   }
 

@@ -518,13 +518,7 @@ public final class StorageTransferManager {
     if (dest.isEmpty()) {
       return false;
     }
-    List<Integer> warm = new ArrayList<>();
-    for (CacheKey k : cache.neededKeys(query.prompt, boundary)) {
-      int b = host.lookup(k);
-      if (b != 0) {
-        warm.add(b);
-      }
-    }
+    List<Integer> warm = present(host, query.prompt, boundary);
     if (opUsed + 1 > config.maxOperations()
         || (long) hostUsed + dest.size() + warm.size() > config.maxHostBlocks()) {
       return false;
@@ -533,21 +527,9 @@ public final class StorageTransferManager {
     for (CacheKey k : dest) {
       needs[k.groupId()]++;
     }
-    for (int b : warm) {
-      host.ref(b);
-    }
-    int[][] fresh = host.allocate(needs);
-    for (int b : warm) {
-      host.unref(b);
-    }
-    if (fresh == null) {
+    int[] blocks = allocateFor(host, dest, needs, warm);
+    if (blocks == null) {
       return false;
-    }
-    int[] used = new int[needs.length];
-    int[] blocks = new int[dest.size()];
-    for (int i = 0; i < dest.size(); i++) {
-      int g = dest.get(i).groupId();
-      blocks[i] = fresh[g][used[g]++];
     }
     Ticket get = newTicket(StorageKind.GET, dest, blocks, false);
     if (earlyH2d) {
@@ -585,7 +567,6 @@ public final class StorageTransferManager {
    * published on the Device with its Host entry, or freed.
    */
   private void reserveDevice(Ticket get, PromptKeys prompt, int boundary, int[] needs) {
-    List<CacheKey> dest = get.keys;
     TierCache device = cache.device();
     io.tokenspeed.cache.BlockPool pool = device.pool();
     long parents = 0;
@@ -599,35 +580,56 @@ public final class StorageTransferManager {
       counters.earlyH2dSkipped++;
       return;
     }
-    List<Integer> warm = new ArrayList<>();
-    for (CacheKey k : cache.neededKeys(prompt, boundary)) {
-      int b = device.lookup(k);
-      if (b != 0) {
-        warm.add(b);
-      }
-    }
-    for (int b : warm) {
-      device.ref(b);
-    }
-    int[][] fresh = device.allocate(needs);
-    for (int b : warm) {
-      device.unref(b);
-    }
-    if (fresh == null) {
+    int[] blocks = allocateFor(device, get.keys, needs, present(device, prompt, boundary));
+    if (blocks == null) {
       counters.earlyH2dSkipped++;
       return;
+    }
+    for (int b : blocks) {
+      device.noteWrite(b);
+    }
+    counters.earlyH2dGets++;
+    earlyParents += parents;
+    get.deviceBlocks = blocks;
+    get.earlyParents = parents;
+  }
+
+  /** The blocks of {@code tier} that hold keys the prompt needs at {@code boundary}. */
+  private List<Integer> present(TierCache tier, PromptKeys prompt, int boundary) {
+    List<Integer> out = new ArrayList<>();
+    for (CacheKey k : cache.neededKeys(prompt, boundary)) {
+      int b = tier.lookup(k);
+      if (b != 0) {
+        out.add(b);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * A fresh block of {@code tier} for each of {@code dest} (in its order; {@code needs} counts them
+   * per group), allocated while {@code keep} is pinned so that the allocation cannot evict it;
+   * null, allocating nothing, when the tier cannot hold them.
+   */
+  private static int[] allocateFor(
+      TierCache tier, List<CacheKey> dest, int[] needs, List<Integer> keep) {
+    for (int b : keep) {
+      tier.ref(b);
+    }
+    int[][] fresh = tier.allocate(needs);
+    for (int b : keep) {
+      tier.unref(b);
+    }
+    if (fresh == null) {
+      return null;
     }
     int[] used = new int[needs.length];
     int[] blocks = new int[dest.size()];
     for (int i = 0; i < dest.size(); i++) {
       int g = dest.get(i).groupId();
       blocks[i] = fresh[g][used[g]++];
-      device.noteWrite(blocks[i]);
     }
-    counters.earlyH2dGets++;
-    earlyParents += parents;
-    get.deviceBlocks = blocks;
-    get.earlyParents = parents;
+    return blocks;
   }
 
   /**

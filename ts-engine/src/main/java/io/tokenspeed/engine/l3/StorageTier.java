@@ -5,7 +5,9 @@ import io.tokenspeed.control.InFlightBound;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
+import io.tokenspeed.core.storage.StorageDone;
 import io.tokenspeed.core.storage.StorageOp;
+import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.L3Executor;
 import io.tokenspeed.l3.L3ExecutorConfig;
@@ -14,6 +16,7 @@ import io.tokenspeed.l3.L3Poll;
 import io.tokenspeed.scheduler.RoundInput;
 import io.tokenspeed.scheduler.StorageConfig;
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Optional;
@@ -138,7 +141,7 @@ public final class StorageTier {
    * Copies the rows of GETs that carry early Device destinations ({@code async.early_h2d}) to the
    * Device through {@code handle} as they land; call before the first dispatch.
    */
-  public void copyEarly(io.tokenspeed.engine.memory.DeviceHandle handle) {
+  public void copyEarly(DeviceHandle handle) {
     early = new EarlyCopies(handle);
     executor.onLanded(early);
   }
@@ -151,9 +154,8 @@ public final class StorageTier {
   public L3Poll poll() {
     L3Poll poll = executor.poll();
     if (early != null && !poll.completions().isEmpty()) {
-      List<io.tokenspeed.core.storage.StorageDone> settled =
-          new java.util.ArrayList<>(poll.completions().size());
-      for (io.tokenspeed.core.storage.StorageDone d : poll.completions()) {
+      List<StorageDone> settled = new ArrayList<>(poll.completions().size());
+      for (StorageDone d : poll.completions()) {
         settled.add(early.settle(d));
       }
       poll = new L3Poll(settled, poll.pressure());
