@@ -87,8 +87,11 @@ final class EngineView {
     return out;
   }
 
-  /** Copy batches submitted but not completed (0 between rounds: every round waits for its own). */
+  /**
+   * The loop's copy batches submitted but not completed (0 between rounds: every round waits for
+   * its own).
+   */
   long copyBacklog() {
-    return copies.submittedSequence() - copies.completedSequence();
+    return copies.foregroundBacklog(); // early L3 copies may still run: no round waits for them
   }
 }

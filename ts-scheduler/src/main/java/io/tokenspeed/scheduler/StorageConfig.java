@@ -173,7 +173,7 @@ public record StorageConfig(
    * store that hangs keeps its reads, and their destinations, until they retire, so this is what a
    * hung store can take from the Device.
    */
-  public static final int EARLY_H2D_MAX_HELD_PERCENT = 25;
+  public static final int EARLY_H2D_MAX_HELD_PERCENT = 50;
 
   private static final long HOUR_MS = 3_600_000;
 

@@ -99,7 +99,7 @@ final class EarlyCopies implements L3Executor.LandingListener {
         return;
       }
       try {
-        p.fences.add(handle.submit(loads));
+        p.fences.add(handle.submitBackground(loads));
         p.copied.or(these);
       } catch (RuntimeException e) {
         p.failure = e; // a closed or full copy queue: these rows are computed instead

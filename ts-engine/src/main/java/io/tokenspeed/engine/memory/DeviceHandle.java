@@ -48,7 +48,8 @@ public final class DeviceHandle implements AutoCloseable {
   /** One resolved copy: a byte range of one tier into a byte range of the other (or the same). */
   private record Copy(Direction direction, long srcOffset, long dstOffset, long bytes) {}
 
-  private record Batch(CopyFence fence, List<Copy> copies) {}
+  /** A batch; a background one is not the loop's (see {@link #submitBackground}). */
+  private record Batch(CopyFence fence, List<Copy> copies, boolean background) {}
 
   /** The first failed batch and what it threw. */
   private record Failure(long sequence, Throwable cause) {}
@@ -70,6 +71,7 @@ public final class DeviceHandle implements AutoCloseable {
   private final ArrayDeque<Batch> queue = new ArrayDeque<>();
   private long submittedSequence;
   private int pending;
+  private int pendingBackground;
 
   // Written under lock; read without it to reject a closed handle before validating.
   private volatile boolean closing;
@@ -149,6 +151,19 @@ public final class DeviceHandle implements AutoCloseable {
    *     are pending
    */
   public CopyFence submit(List<BlockTransfer> ops) {
+    return submit(ops, false);
+  }
+
+  /**
+   * As {@link #submit}, for a batch that no round waits for (the early copies of L3 reads, queued
+   * from other threads): it runs in the same order as every other batch, but {@link
+   * #foregroundBacklog} does not count it.
+   */
+  public CopyFence submitBackground(List<BlockTransfer> ops) {
+    return submit(ops, true);
+  }
+
+  private CopyFence submit(List<BlockTransfer> ops, boolean background) {
     if (ops == null) {
       throw new IllegalArgumentException("a list of block transfers is required");
     }
@@ -181,8 +196,11 @@ public final class DeviceHandle implements AutoCloseable {
         completedSequence = fence.sequence();
         progress.signalAll();
       } else {
-        queue.addLast(new Batch(fence, List.copyOf(copies)));
+        queue.addLast(new Batch(fence, List.copyOf(copies), background));
         pending++;
+        if (background) {
+          pendingBackground++;
+        }
         work.signal();
       }
       return fence;
@@ -299,6 +317,16 @@ public final class DeviceHandle implements AutoCloseable {
     return loadNanos;
   }
 
+  /** Batches submitted with {@link #submit} and not yet done (background batches left out). */
+  public int foregroundBacklog() {
+    lock.lock();
+    try {
+      return pending - pendingBackground;
+    } finally {
+      lock.unlock();
+    }
+  }
+
   /** What the first failed batch threw; null while every batch has succeeded. */
   public Throwable failure() {
     Failure f = failure;
@@ -401,6 +429,9 @@ public final class DeviceHandle implements AutoCloseable {
       try {
         completedSequence = sequence;
         pending--;
+        if (batch.background()) {
+          pendingBackground--;
+        }
         progress.signalAll();
       } finally {
         lock.unlock();

@@ -205,6 +205,37 @@ class DeviceHandleTest {
   }
 
   @Test
+  void shouldLeaveBackgroundBatchesOutOfTheForegroundBacklogAndRunEveryBatchInOrder()
+      throws InterruptedException {
+    CountDownLatch release = new CountDownLatch(1);
+    List<Long> ran = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+    LongConsumer hook =
+        sequence -> {
+          if (sequence == 1) {
+            await(release);
+          }
+          ran.add(sequence);
+        };
+    try (DevicePools device = new DevicePools(LAYOUT, PARENTS);
+        HostCacheStorage host = HostCacheStorage.ofRatio(LAYOUT, PARENTS, 1.0);
+        DeviceHandle handle = new DeviceHandle(device, host, 16, hook)) {
+      CopyFence early = handle.submitBackground(List.of(new BlockTransfer.Load(0, 1, 1)));
+      assertEquals(0, handle.foregroundBacklog(), "a background batch is nobody's round");
+      CopyFence loop = handle.submit(List.of(new BlockTransfer.Load(0, 2, 2)));
+      CopyFence late = handle.submitBackground(List.of(new BlockTransfer.Load(0, 3, 3)));
+      assertEquals(1, handle.foregroundBacklog(), "the loop's batch is due");
+      assertEquals(3, handle.submittedSequence() - handle.completedSequence());
+      release.countDown();
+      assertTrue(loop.await(10, TimeUnit.SECONDS));
+      assertTrue(early.isDone(), "a batch submitted before it ran before it");
+      assertEquals(0, handle.foregroundBacklog());
+      assertTrue(late.await(10, TimeUnit.SECONDS));
+      assertEquals(List.of(1L, 2L, 3L), ran, "one queue, in submission order");
+      assertEquals(3 * device.geometry().bytesPerBlock(0), handle.loadedBytes());
+    }
+  }
+
+  @Test
   void shouldKeepEarlierBatchesWhenALaterOneFails() throws InterruptedException {
     RuntimeException boom = new RuntimeException("copy engine fault");
     LongConsumer hook =

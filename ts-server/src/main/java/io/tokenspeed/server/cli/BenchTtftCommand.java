@@ -788,9 +788,10 @@ final class BenchTtftCommand implements Callable<Integer> {
         "| store | cohort | cost model | bypasses by reason | partial restores | restore bandwidth"
             + " MB/s (latency ms) | break-even MB/s at "
             + lines.getFirst().get("reference_tokens").asInt()
-            + " tokens (their recompute s) |"
+            + " tokens (their recompute s) | blocks copied to the Device as they landed (GETs"
+            + " without room) |"
             + (throttleMbps != null ? " TTFT p50 / cache-off |" : "")
-            + "\n|---|---|---|---|---:|---:|---:|"
+            + "\n|---|---|---|---|---:|---:|---:|---:|"
             + (throttleMbps != null ? "---:|" : "")
             + "\n");
     for (Reader r : readers) {
@@ -829,7 +830,7 @@ final class BenchTtftCommand implements Callable<Integer> {
         b.append(
             String.format(
                 Locale.ROOT,
-                "| %s | %s | %s | %s | %d | %.1f (%.2f) | %.1f (%.2f) |%s%n",
+                "| %s | %s | %s | %s | %d | %.1f (%.2f) | %.1f (%.2f) | %d (%d) |%s%n",
                 r.label(),
                 cohort,
                 n.get("cost_model").asBoolean() ? "on" : "off",
@@ -839,6 +840,8 @@ final class BenchTtftCommand implements Callable<Integer> {
                 n.get("restore_latency_ms").asDouble(),
                 n.get("break_even_bytes_per_second").asDouble() / 1e6,
                 n.get("reference_prefill_s").asDouble(),
+                n.path("early_h2d_blocks").asLong(),
+                n.path("early_h2d_skipped").asLong(),
                 ratio));
       }
     }
@@ -849,7 +852,11 @@ final class BenchTtftCommand implements Callable<Integer> {
             + " fixed rules). The restore bandwidth and latency are the figures the model decided"
             + " with at the cohort's end (the TP leader's moving averages over its GETs and"
             + " QUERYs); the break-even is the bandwidth at which restoring the reference prefix"
-            + " takes as long as recomputing it at the measured prefill rate."
+            + " takes as long as recomputing it at the measured prefill rate. Blocks copied to"
+            + " the Device as they landed: restored blocks that async.early_h2d published on the"
+            + " Device when their GET ended, so admission loaded nothing for them; GETs without"
+            + " room: GETs that read into the Host only because early destinations would have"
+            + " held more of the Device than allowed."
             + (throttleMbps != null
                 ? String.format(
                     Locale.ROOT,

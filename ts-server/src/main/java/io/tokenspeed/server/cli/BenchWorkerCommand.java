@@ -552,7 +552,8 @@ final class BenchWorkerCommand implements Callable<Integer> {
   /**
    * Adds the cost model's figures of {@code e} to {@code line}, from its latest metrics snapshot
    * taken after the cohort's last request ended: the bypasses by reason (every final reason), the
-   * partial restores and explorations, the agreed figures and the break-even bandwidth.
+   * partial restores and explorations, the agreed figures and the break-even bandwidth, and the
+   * early Host→Device copies (blocks published through them, GETs that had no room for them).
    */
   static ObjectNode costFigures(ObjectNode line, Engine e) throws InterruptedException {
     long deadline = System.nanoTime() + STATS_WAIT_NS;
@@ -574,6 +575,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
     line.put("break_even_bytes_per_second", c.breakEvenBytesPerSecond());
     line.put("reference_tokens", c.referenceTokens());
     line.put("reference_prefill_s", c.referencePrefillSeconds());
+    EngineMetrics.Transfers t = m.storage().orElseThrow().transfers();
+    line.put("early_h2d_blocks", t.earlyH2dBlocks());
+    line.put("early_h2d_skipped", t.earlyH2dSkipped());
     return line;
   }
 
