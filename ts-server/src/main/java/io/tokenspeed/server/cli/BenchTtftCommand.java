@@ -182,6 +182,14 @@ final class BenchTtftCommand implements Callable<Integer> {
               + " the engine's own default is off).")
   private String costModel = "on";
 
+  @Option(
+      names = "--early-h2d",
+      paramLabel = "on|off",
+      description =
+          "async.early_h2d of every engine with L3: restored rows copied to the Device as they"
+              + " land (default: ${DEFAULT-VALUE}, the engine's default).")
+  private String earlyH2d = "on";
+
   @Option(names = "--out", description = "Report directory (default: ${DEFAULT-VALUE}).")
   private Path out = Path.of("docs", "benchmarks");
 
@@ -338,6 +346,10 @@ final class BenchTtftCommand implements Callable<Integer> {
       throw new ParameterException(
           spec.commandLine(), "--cost-model=" + costModel + " must be on or off");
     }
+    if (!List.of("on", "off").contains(earlyH2d)) {
+      throw new ParameterException(
+          spec.commandLine(), "--early-h2d=" + earlyH2d + " must be on or off");
+    }
     if (softDeadlineMs < 1) {
       throw new ParameterException(
           spec.commandLine(), "--soft-deadline-ms=" + softDeadlineMs + " must be at least 1");
@@ -445,6 +457,8 @@ final class BenchTtftCommand implements Callable<Integer> {
         + (getWorkers == null ? "" : ", \"get_workers\": " + getWorkers)
         + ", \"cost_model\": \""
         + costModel
+        + "\", \"early_h2d\": \""
+        + earlyH2d
         + "\"}}\u0000"
         + backend;
   }
