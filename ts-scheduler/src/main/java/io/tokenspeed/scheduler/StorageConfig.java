@@ -412,6 +412,16 @@ public record StorageConfig(
   /** A copy with other cost model settings (tests and tuning). */
   public StorageConfig withCostModel(
       boolean on, int marginPercent, long exploreMs, long priorMbps) {
+    return withCosts(on, marginPercent, exploreMs, priorMbps, earlyH2d);
+  }
+
+  /** A copy with the early Device copies of GETs on or off ({@link #DEFAULT_EARLY_H2D}). */
+  public StorageConfig withEarlyH2d(boolean on) {
+    return withCosts(costModel, costModelMarginPercent, costModelExploreMs, costModelPriorMbps, on);
+  }
+
+  private StorageConfig withCosts(
+      boolean on, int marginPercent, long exploreMs, long priorMbps, boolean early) {
     return new StorageConfig(
         maxOperations,
         maxHostBlocks,
@@ -436,7 +446,7 @@ public record StorageConfig(
         costModelReferenceTokens,
         exploreMs,
         priorMbps,
-        earlyH2d);
+        early);
   }
 
   private StorageConfig with(
@@ -471,35 +481,6 @@ public record StorageConfig(
         costModelExploreMs,
         costModelPriorMbps,
         earlyH2d);
-  }
-
-  /** A copy with the early Device copies of GETs on or off ({@link #DEFAULT_EARLY_H2D}). */
-  public StorageConfig withEarlyH2d(boolean on) {
-    return new StorageConfig(
-        maxOperations,
-        maxHostBlocks,
-        retractionReservePercent,
-        softDeadlineMs,
-        readyHoldMs,
-        minExtensionTokens,
-        lookaheadTokens,
-        maxQueryKeys,
-        negativeMetadataCapacity,
-        backupCandidateCapacity,
-        maxPutKeys,
-        highQueuedJobs,
-        lowQueuedJobs,
-        highQueuedBytes,
-        lowQueuedBytes,
-        highOldestAgeMs,
-        lowOldestAgeMs,
-        maxBackupBackoffMs,
-        costModel,
-        costModelMarginPercent,
-        costModelReferenceTokens,
-        costModelExploreMs,
-        costModelPriorMbps,
-        on);
   }
 
   private static void range(String field, long value, long min, long max) {
