@@ -40,27 +40,11 @@ public sealed interface StorageOp
       implements StorageOp {
     public Get {
       keys = checkedKeys(operationId, keys);
-      hostBlocks = checkedBlocks(operationId, keys, hostBlocks);
-      if (deviceBlocks == null) {
-        deviceBlocks = List.of();
-      }
-      if (!deviceBlocks.isEmpty() && deviceBlocks.size() != keys.size()) {
-        throw new IllegalArgumentException(
-            "operation "
-                + operationId
-                + " has "
-                + keys.size()
-                + " keys but "
-                + deviceBlocks.size()
-                + " Device blocks");
-      }
-      for (int b : deviceBlocks) {
-        if (b < 0) {
-          throw new IllegalArgumentException(
-              "operation " + operationId + " names Device block " + b);
-        }
-      }
-      deviceBlocks = List.copyOf(deviceBlocks);
+      hostBlocks = checkedBlocks(operationId, keys, hostBlocks, "Host", 1);
+      deviceBlocks =
+          deviceBlocks == null || deviceBlocks.isEmpty()
+              ? List.of()
+              : checkedBlocks(operationId, keys, deviceBlocks, "Device", 0);
     }
 
     /** A read into the Host only. */
@@ -78,7 +62,7 @@ public sealed interface StorageOp
   record Put(long operationId, List<CacheKey> keys, List<Integer> hostBlocks) implements StorageOp {
     public Put {
       keys = checkedKeys(operationId, keys);
-      hostBlocks = checkedBlocks(operationId, keys, hostBlocks);
+      hostBlocks = checkedBlocks(operationId, keys, hostBlocks, "Host", 1);
     }
   }
 
@@ -101,8 +85,12 @@ public sealed interface StorageOp
     return List.copyOf(keys);
   }
 
+  /**
+   * {@code blocks}, one per key, each at least {@code min} (a Host block is never 0, the null
+   * block; an early Device destination may be 0, for none).
+   */
   private static List<Integer> checkedBlocks(
-      long operationId, List<CacheKey> keys, List<Integer> blocks) {
+      long operationId, List<CacheKey> keys, List<Integer> blocks, String tier, int min) {
     if (blocks == null || blocks.size() != keys.size()) {
       throw new IllegalArgumentException(
           "operation "
@@ -111,12 +99,20 @@ public sealed interface StorageOp
               + keys.size()
               + " keys but "
               + (blocks == null ? 0 : blocks.size())
-              + " Host blocks");
+              + " "
+              + tier
+              + " blocks");
     }
     for (int b : blocks) {
-      if (b <= 0) {
+      if (b < min) {
         throw new IllegalArgumentException(
-            "operation " + operationId + " names Host block " + b + " (0 is the null block)");
+            "operation "
+                + operationId
+                + " names "
+                + tier
+                + " block "
+                + b
+                + (min == 1 ? " (0 is the null block)" : ""));
       }
     }
     return List.copyOf(blocks);
