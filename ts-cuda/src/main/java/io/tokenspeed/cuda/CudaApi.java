@@ -1,6 +1,7 @@
 package io.tokenspeed.cuda;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
@@ -12,6 +13,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.invoke.MethodHandle;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -97,6 +99,7 @@ public final class CudaApi {
   private final MethodHandle cuModuleUnload;
   private final MethodHandle cuFuncSetAttribute;
   private final MethodHandle cuLaunchKernel;
+  private final MethodHandle cuTensorMapEncodeTiled;
   // NVRTC
   private final MethodHandle nvrtcGetErrorString;
   private final MethodHandle nvrtcVersion;
@@ -215,6 +218,14 @@ public final class CudaApi {
             i.appendArgumentLayouts(
                 JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_LONG, ADDRESS, ADDRESS));
+
+    cuTensorMapEncodeTiled =
+        h(
+            cu,
+            "cuTensorMapEncodeTiled",
+            i.appendArgumentLayouts(
+                ADDRESS, JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS, ADDRESS, ADDRESS, ADDRESS,
+                JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT));
 
     nvrtcGetErrorString = h(nv, "nvrtcGetErrorString", FunctionDescriptor.of(ADDRESS, JAVA_INT));
     nvrtcVersion = h(nv, "nvrtcVersion", i.appendArgumentLayouts(ADDRESS, ADDRESS));
@@ -732,6 +743,76 @@ public final class CudaApi {
         checkDriver(
             status, "cuLaunchKernel(" + name + ", grid " + gridX + "×" + gridY + "×" + gridZ + ")");
       }
+    } catch (Throwable t) {
+      throw rethrow(t);
+    }
+  }
+
+  /** Bytes of a {@code CUtensorMap}, the descriptor a TMA copy reads (64-byte aligned). */
+  public static final int TENSOR_MAP_BYTES = 128;
+
+  /** {@code CU_TENSOR_MAP_DATA_TYPE_UINT16}: 2-byte elements, copied as they are (bf16 here). */
+  private static final int TENSOR_MAP_UINT16 = 1;
+
+  /** {@code CU_TENSOR_MAP_SWIZZLE_128B}: wgmma's 128-byte swizzle in shared memory. */
+  private static final int TENSOR_MAP_SWIZZLE_128B = 3;
+
+  /** {@code CU_TENSOR_MAP_L2_PROMOTION_L2_256B}. */
+  private static final int TENSOR_MAP_L2_256B = 3;
+
+  /**
+   * A TMA descriptor (cuTensorMapEncodeTiled) of a tensor of 2-byte elements at device address
+   * {@code address}: {@code dims[i]} elements along dimension i (dimension 0 contiguous), {@code
+   * strides[i]} bytes between consecutive indices of dimension i + 1 (multiples of 16), copied in
+   * boxes of {@code box[i]} elements, with the 128-byte swizzle (box[0] · 2 at most 128 bytes) and
+   * no interleave; out-of-range elements of a box read as zeros. Returns the descriptor's {@link
+   * #TENSOR_MAP_BYTES} bytes, to be passed to a kernel as a {@code __grid_constant__} argument.
+   */
+  public byte[] tensorMap(long address, long[] dims, long[] strides, int[] box) {
+    int rank = dims.length;
+    if (strides.length != rank - 1 || box.length != rank) {
+      throw new IllegalArgumentException(
+          "a tensor of rank "
+              + rank
+              + " takes "
+              + (rank - 1)
+              + " strides and "
+              + rank
+              + " box sizes");
+    }
+    try (Arena a = Arena.ofConfined()) {
+      MemorySegment map = a.allocate(TENSOR_MAP_BYTES, 64);
+      MemorySegment elementStrides = a.allocate(JAVA_INT, rank);
+      for (int d = 0; d < rank; d++) {
+        elementStrides.setAtIndex(JAVA_INT, d, 1);
+      }
+      int status =
+          (int)
+              cuTensorMapEncodeTiled.invokeExact(
+                  map,
+                  TENSOR_MAP_UINT16,
+                  rank,
+                  address,
+                  a.allocateFrom(JAVA_LONG, dims),
+                  a.allocateFrom(JAVA_LONG, strides),
+                  a.allocateFrom(JAVA_INT, box),
+                  elementStrides,
+                  0,
+                  TENSOR_MAP_SWIZZLE_128B,
+                  TENSOR_MAP_L2_256B,
+                  0);
+      if (status != 0) {
+        checkDriver(
+            status,
+            "cuTensorMapEncodeTiled(dims "
+                + Arrays.toString(dims)
+                + ", strides "
+                + Arrays.toString(strides)
+                + ", box "
+                + Arrays.toString(box)
+                + ")");
+      }
+      return map.toArray(JAVA_BYTE);
     } catch (Throwable t) {
       throw rethrow(t);
     }

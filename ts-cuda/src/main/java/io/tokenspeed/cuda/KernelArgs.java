@@ -23,22 +23,33 @@ public final class KernelArgs {
 
   private static final long SLOT = 8;
 
+  /** The most {@code byte[]} arguments one launch takes. */
+  public static final int MAX_BLOBS = 4;
+
+  /** The largest {@code byte[]} argument, in bytes: a CUtensorMap's 128. */
+  public static final int BLOB_BYTES = 128;
+
   private final MemorySegment values;
+  private final MemorySegment blobs;
   private final MemorySegment pointers;
+
+  /** Bit i: pointer i points at a blob (a previous launch's byte[]) rather than at its slot. */
+  private long redirected;
 
   /** Slots allocated in {@code arena}, which must outlive every launch that uses them. */
   public KernelArgs(Arena arena) {
     this.values = arena.allocate(SLOT * MAX_ARGS, SLOT);
+    this.blobs = arena.allocate((long) BLOB_BYTES * MAX_BLOBS, 64);
     this.pointers = arena.allocate(ValueLayout.ADDRESS, MAX_ARGS);
     for (int i = 0; i < MAX_ARGS; i++) {
-      pointers.setAtIndex(ValueLayout.ADDRESS, i, values.asSlice(SLOT * i, SLOT));
+      pointers.setAtIndex(ValueLayout.ADDRESS, i, slot(i));
     }
   }
 
   /**
    * Writes {@code args} into their slots and returns the pointer array to pass to the launch: a
-   * {@link Long} (a device pointer or a {@code long long}), an {@link Integer}, a {@link Float} or
-   * a {@link Double} each.
+   * {@link Long} (a device pointer or a {@code long long}), an {@link Integer}, a {@link Float}, a
+   * {@link Double} or a {@code byte[]} (a struct passed by value, see the class comment) each.
    *
    * @throws IllegalArgumentException for more than {@link #MAX_ARGS} arguments or another type
    */
@@ -47,8 +58,31 @@ public final class KernelArgs {
       throw new IllegalArgumentException(
           kernel + " takes " + args.length + " arguments, more than " + MAX_ARGS);
     }
+    int blob = 0;
     for (int i = 0; i < args.length; i++) {
       long at = SLOT * i;
+      if (args[i] instanceof byte[] bytes) {
+        if (blob == MAX_BLOBS || bytes.length > BLOB_BYTES) {
+          throw new IllegalArgumentException(
+              kernel
+                  + " argument "
+                  + i
+                  + ": at most "
+                  + MAX_BLOBS
+                  + " byte arrays of at most "
+                  + BLOB_BYTES
+                  + " bytes a launch");
+        }
+        MemorySegment to = blobs.asSlice((long) BLOB_BYTES * blob++, BLOB_BYTES);
+        MemorySegment.copy(bytes, 0, to, ValueLayout.JAVA_BYTE, 0, bytes.length);
+        pointers.setAtIndex(ValueLayout.ADDRESS, i, to);
+        redirected |= 1L << i;
+        continue;
+      }
+      if ((redirected & (1L << i)) != 0) {
+        pointers.setAtIndex(ValueLayout.ADDRESS, i, slot(i));
+        redirected &= ~(1L << i);
+      }
       switch (args[i]) {
         case Long l -> values.set(ValueLayout.JAVA_LONG, at, l);
         case Integer n -> values.set(ValueLayout.JAVA_INT, at, n);

@@ -1082,6 +1082,33 @@ __device__ __forceinline__ void fw_named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A TMA descriptor (CUtensorMap, made by cuTensorMapEncodeTiled on the host), passed to a kernel
+// by value as a __grid_constant__ argument: the copies read it where the launch put it.
+struct __align__(64) FwTensorMap {
+  unsigned long long bits[16];
+};
+
+// Arrives on the barrier (counted among its expected arrivals) and tells it to expect `bytes` more
+// bytes of asynchronous copies in its current phase.
+__device__ __forceinline__ void fw_barrier_expect(unsigned int bar, unsigned int bytes) {
+  asm volatile(
+      "{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1; }" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+
+// One box of the 4-dimensional tensor `map` at coordinates (c0, c1, c2, c3), innermost first,
+// copied by the TMA unit to shared memory at `to` (in the descriptor's swizzle); its bytes count on
+// the barrier when they have landed.
+__device__ __forceinline__ void fw_tma_load4(unsigned int to, const FwTensorMap* map, int c0, int c1,
+                                             int c2, int c3, unsigned int bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4, %5}], [%6];" ::"r"(to),
+      "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
 // d (m64 x n128, float32) = (scaleD ? d : 0) + a (m64 x k16, shared, K-major) · b (k16 x n128,
 // shared, K-major), both bf16.
 template <int SCALE_D>
@@ -1155,13 +1182,15 @@ __device__ __forceinline__ void fw_mma_rs_n64(float* d, const unsigned int* a, u
 }
 
 
-// D = 64 or 128, STAGES the stages of K and V. See the comment above.
-template <int D, int STAGES>
+// D = 64 or 128, STAGES the stages of K and V; TMA: the producer copies K and V by TMA from the
+// descriptors kMap and vMap instead of cp.async (see flash_attention_tma_d64/d128 below). See the
+// comment above.
+template <int D, int STAGES, bool TMA>
 __device__ __forceinline__ void flash_attention_wgmma(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
-    bf16_t* out) {
+    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap) {
   constexpr int PANELS = D / 64;            // 64-dimension panels of a row
   constexpr int PIECES = D / 8;             // 16-byte pieces of a key row
   constexpr int PASS_ROWS = 32 / PIECES;    // key rows a warp copies per pass
@@ -1196,8 +1225,8 @@ __device__ __forceinline__ void flash_attention_wgmma(
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int st = 0; st < STAGES; st++) {
-      fw_barrier_init(fullK(st), 128);
-      fw_barrier_init(fullV(st), 128);
+      fw_barrier_init(fullK(st), TMA ? 1 : 128);  // TMA: the one producer thread's expect_tx
+      fw_barrier_init(fullV(st), TMA ? 1 : 128);
       fw_barrier_init(emptyK(st), 4 * consumers);
       fw_barrier_init(emptyV(st), 4 * consumers);
     }
@@ -1209,6 +1238,42 @@ __device__ __forceinline__ void flash_attention_wgmma(
     // ------------------------------------------------------------------------------ producer
     fw_registers_down<FW_PRODUCER_REGS>();
     const int* table = tables + (long long)tokenRequest[row0] * tableStride;
+    if constexpr (TMA) {
+      // one thread issues every copy: per tile, the boxes (BOX positions of one block, 64
+      // dimensions) that hold a key at or below the block's last position, K then V
+      if (threadIdx.x != 0) {
+        return;
+      }
+      const int box = min(blockTokens, FW_KEYS);
+#pragma unroll 1
+      for (int t = 0; t < keyTiles; t++) {
+        int st = t % STAGES;
+        unsigned int parity = ((t / STAGES) & 1) ^ 1;
+        int k0 = t * FW_KEYS;
+        int boxes = (min(FW_KEYS, maxPos + 1 - k0) + box - 1) / box;
+        unsigned int bytes = (unsigned int)(boxes * box * 128 * PANELS);
+#pragma unroll 1
+        for (int half = 0; half < 2; half++) {
+          const FwTensorMap* map = half == 0 ? kMap : vMap;
+          unsigned int full = half == 0 ? fullK(st) : fullV(st);
+          unsigned int to = (half == 0 ? kShared : vShared) + st * STAGE;
+          fw_barrier_wait(half == 0 ? emptyK(st) : emptyV(st), parity);
+          fw_barrier_expect(full, bytes);
+#pragma unroll 1
+          for (int j = 0; j < boxes; j++) {
+            int key = k0 + j * box;
+            int b = key / blockTokens;
+            int page = table[b];
+#pragma unroll
+            for (int panel = 0; panel < PANELS; panel++) {
+              fw_tma_load4(to + panel * PANEL + j * box * 128, map, panel * 64,
+                           key - b * blockTokens, kvHead, page, full);
+            }
+          }
+        }
+      }
+      return;
+    }
     // lane L looks up key 32·warp + L of each tile; in pass c it copies piece `piece` of key row
     // 32·warp + c·PASS_ROWS + sub, from the lookup of lane c·PASS_ROWS + sub
     int piece = lane % PIECES;
@@ -1413,7 +1478,9 @@ __device__ __forceinline__ void flash_attention_wgmma(
       fw_named_arrive(3, 256);
     }
     fw_barrier_wait(fullK(0), 0);
-    fw_fence_proxy();
+    if (!TMA) {
+      fw_fence_proxy();  // cp.async wrote through the generic proxy; wgmma reads through the async
+    }
     if (turns) {
       fw_named_sync(myTurn, 256);
     }
@@ -1435,7 +1502,9 @@ __device__ __forceinline__ void flash_attention_wgmma(
       int prev = (t - 1) % STAGES;
       fw_barrier_wait(fullK(st), (t / STAGES) & 1);
       fw_barrier_wait(fullV(prev), ((t - 1) / STAGES) & 1);
-      fw_fence_proxy();
+      if (!TMA) {
+        fw_fence_proxy();
+      }
       if (turns) {
         fw_named_sync(myTurn, 256);
       }
@@ -1463,7 +1532,27 @@ __device__ __forceinline__ void flash_attention_wgmma(
     }
     int last = (keyTiles - 1) % STAGES;
     fw_barrier_wait(fullV(last), ((keyTiles - 1) / STAGES) & 1);
-    fw_fence_proxy();
+    if constexpr (TMA) {
+      // The TMA copied whole boxes, so the last tile's positions past the block's last one hold
+      // whatever the pool (or an earlier tile) left there, NaNs included; cp.async copied zeros.
+      // Their scores are -inf and their p exactly 0, but 0 · NaN is NaN: zero those rows of V,
+      // each consumer half of them, then fence and wait for both before either reads them.
+      int valid = maxPos + 1 - (keyTiles - 1) * FW_KEYS;
+      int pieces = (FW_KEYS - valid) * 8 * PANELS;  // 16-byte pieces past the last position
+      unsigned int base = vShared + last * STAGE;
+      for (int i = tid + 128 * c; i < pieces; i += 128 * consumers) {
+        int panel = i / ((FW_KEYS - valid) * 8);
+        int r = valid + (i / 8) % (FW_KEYS - valid);
+        fw_store_shared(base + panel * PANEL + r * 128 + (i % 8) * 16, 0u, 0u);
+        fw_store_shared(base + panel * PANEL + r * 128 + (i % 8) * 16 + 8, 0u, 0u);
+      }
+      fw_fence_proxy();
+      if (turns) {
+        fw_named_sync(5, 256);
+      }
+    } else {
+      fw_fence_proxy();
+    }
     fw_mma_fence();
     values(last);
     fw_mma_commit();
@@ -1494,12 +1583,16 @@ __device__ __forceinline__ void flash_attention_wgmma(
 #else
 
 // Not Hopper's sm_90a: the kernels exist (the module names them) but must not be launched.
-template <int D, int STAGES>
+struct __align__(64) FwTensorMap {
+  unsigned long long bits[16];
+};
+
+template <int D, int STAGES, bool TMA>
 __device__ __forceinline__ void flash_attention_wgmma(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
-    bf16_t* out) {
+    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap) {
   __trap();
 }
 
@@ -1513,13 +1606,42 @@ __device__ __forceinline__ void flash_attention_wgmma(
       long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
       const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
       float scale, bf16_t* out) {                                                               \
-    flash_attention_wgmma<D, STAGES>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens,     \
-                                     positions, tokenRequest, tables, tableStride, tiles,       \
-                                     numTiles, H, K, scale, out);                               \
+    flash_attention_wgmma<D, STAGES, false>(q, pool, bytesPerBlock, kOffset, vOffset,           \
+                                            blockTokens, positions, tokenRequest, tables,       \
+                                            tableStride, tiles, numTiles, H, K, scale, out,     \
+                                            nullptr, nullptr);                                  \
   }
 
 FLASH_ATTENTION_WGMMA(64, 4, flash_attention_wgmma_d64)
 FLASH_ATTENTION_WGMMA(128, 3, flash_attention_wgmma_d128)
+
+// The same kernel with K and V copied by the TMA unit (cp.async.bulk.tensor) instead of cp.async:
+// one producer thread issues, per key tile, a copy per (block of the pool, 64-dimension panel)
+// into the same swizzled stages, counted on the stage's barrier as bytes (expect_tx); the
+// consumers need no proxy fence before their wgmma's read them, and the producer's 128 threads of
+// copies and table lookups per tile become one thread's few. kMap and vMap describe this layer's
+// K and V in the pool as 4-dimensional tensors of bf16, innermost first: (D dimensions, blockTokens
+// positions, K heads, blocks of the pool), strides (D · 2, blockTokens · D · 2, bytesPerBlock)
+// bytes, boxes of (64, min(blockTokens, FW_KEYS), 1, 1), the 128-byte swizzle (CudaCausalLm makes
+// them). blockTokens must be a multiple of 8 that divides FW_KEYS or that FW_KEYS divides, so that
+// each box starts on the swizzle's 1,024-byte pattern. Results: the same bits as
+// flash_attention_wgmma_dD (the same products and sums in the same order, and zeros where that
+// kernel copies zeros: see the last tile's V).
+#define FLASH_ATTENTION_TMA(D, STAGES, NAME)                                                    \
+  extern "C" __global__ void __launch_bounds__(FW_THREADS, 1) NAME(                             \
+      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
+      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
+      const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
+      float scale, bf16_t* out, const __grid_constant__ FwTensorMap kMap,                       \
+      const __grid_constant__ FwTensorMap vMap) {                                               \
+    flash_attention_wgmma<D, STAGES, true>(q, pool, bytesPerBlock, kOffset, vOffset,            \
+                                           blockTokens, positions, tokenRequest, tables,        \
+                                           tableStride, tiles, numTiles, H, K, scale, out,      \
+                                           &kMap, &vMap);                                       \
+  }
+
+FLASH_ATTENTION_TMA(64, 4, flash_attention_tma_d64)
+FLASH_ATTENTION_TMA(128, 3, flash_attention_tma_d128)
 
 // ---------------------------------------------------------------------------------- split-KV decode
 

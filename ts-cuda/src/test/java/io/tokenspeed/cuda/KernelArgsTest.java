@@ -1,5 +1,6 @@
 package io.tokenspeed.cuda;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -27,14 +28,24 @@ class KernelArgsTest {
       MemorySegment first = null;
       for (int launch = 0; launch < 200; launch++) {
         Object[] values = new Object[random.nextInt(KernelArgs.MAX_ARGS + 1)];
+        int blobs = 0;
         for (int i = 0; i < values.length; i++) {
+          int kind = random.nextInt(blobs < KernelArgs.MAX_BLOBS ? 5 : 4);
           values[i] =
-              switch (random.nextInt(4)) {
+              switch (kind) {
                 case 0 -> random.nextLong();
                 case 1 -> random.nextInt();
                 case 2 -> (float) random.nextDouble(-1e6, 1e6);
-                default -> random.nextDouble();
+                case 3 -> random.nextDouble();
+                default -> {
+                  byte[] b = new byte[1 + random.nextInt(KernelArgs.BLOB_BYTES)];
+                  for (int k = 0; k < b.length; k++) {
+                    b[k] = (byte) random.nextInt(256);
+                  }
+                  yield b;
+                }
               };
+          blobs += kind == 4 ? 1 : 0;
         }
         MemorySegment pointers = args.pack("k", values);
         if (first == null) {
@@ -42,6 +53,14 @@ class KernelArgsTest {
         }
         assertSame(first, pointers, "the pointer array is allocated once");
         for (int i = 0; i < values.length; i++) {
+          if (values[i] instanceof byte[] bytes) {
+            MemorySegment blob =
+                pointers.getAtIndex(ValueLayout.ADDRESS, i).reinterpret(bytes.length);
+            assertEquals(0, blob.address() % 64, "a struct argument is 64-byte aligned");
+            assertArrayEquals(
+                bytes, blob.toArray(ValueLayout.JAVA_BYTE), "launch " + launch + " argument " + i);
+            continue;
+          }
           MemorySegment at = pointers.getAtIndex(ValueLayout.ADDRESS, i).reinterpret(8);
           assertEquals(args.slot(i).address(), at.address());
           Object read =
@@ -78,6 +97,11 @@ class KernelArgsTest {
       values[at] = null;
       var nul = assertThrows(IllegalArgumentException.class, () -> args.pack("k3", values));
       assertEquals("k3 argument " + at + " is null", nul.getMessage());
+      values[at] = new byte[KernelArgs.BLOB_BYTES + 1];
+      var big = assertThrows(IllegalArgumentException.class, () -> args.pack("k4", values));
+      assertEquals(
+          "k4 argument " + at + ": at most 4 byte arrays of at most 128 bytes a launch",
+          big.getMessage());
     }
   }
 }

@@ -35,7 +35,9 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
@@ -68,18 +70,20 @@ import java.util.List;
  * a CUDA graph the second time its shape comes and replayed after that (see {@link GraphKey}); the
  * step's tables are uploaded before the replay as before a launch.
  *
- * <p>System property {@value #FLASH_PROPERTY} = {@code auto|mma|wgmma} (default {@code auto}, read
- * once): the tensor-core attention's kernel, {@code flash_attention_d64/d128} ({@code mma.sync},
- * every GPU) or {@code flash_attention_wgmma_d64/d128} (Hopper's {@code wgmma}, compute capability
- * 9.0 only: loading a tensor-core model with {@code wgmma} on another GPU is refused with an {@link
- * IllegalArgumentException} that says so, rather than measuring the other kernel). {@code auto}
- * takes {@code wgmma} on compute capability 9.0 and {@code mma} elsewhere; on Hopper, a batch of
- * decode tokens only then runs on {@code mma} unless the model is deterministic (its blocks hold
- * one token's few rows, for which the one-block-a-multiprocessor wgmma kernel has no advantage),
- * while every batch with a prefill runs on {@code wgmma}. A deterministic model runs every batch on
- * one kernel, so that a token's bits do not depend on what shares its batch. The two give different
- * bits, so the attention's name in the deployment identity differs ({@link #attentionName}). Any
- * other value is refused when the class loads.
+ * <p>System property {@value #FLASH_PROPERTY} = {@code auto|mma|wgmma|tma} (default {@code auto},
+ * read once): the tensor-core attention's kernel, {@code flash_attention_d64/d128} ({@code
+ * mma.sync}, every GPU), {@code flash_attention_wgmma_d64/d128} (Hopper's {@code wgmma}, compute
+ * capability 9.0 only: loading a tensor-core model with {@code wgmma} on another GPU is refused
+ * with an {@link IllegalArgumentException} that says so, rather than measuring the other kernel) or
+ * {@code flash_attention_tma_d64/d128} (the same with K and V copied by the TMA unit, the same
+ * bits; Hopper only, as {@code wgmma}). {@code auto} takes {@code wgmma} on compute capability 9.0
+ * and {@code mma} elsewhere; on Hopper, a batch of decode tokens only then runs on {@code mma}
+ * unless the model is deterministic (its blocks hold one token's few rows, for which the
+ * one-block-a-multiprocessor wgmma kernel has no advantage), while every batch with a prefill runs
+ * on {@code wgmma}. A deterministic model runs every batch on one kernel, so that a token's bits do
+ * not depend on what shares its batch. The two give different bits, so the attention's name in the
+ * deployment identity differs ({@link #attentionName}). Any other value is refused when the class
+ * loads.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -882,7 +886,8 @@ public final class CudaCausalLm implements AutoCloseable {
    * Launches the tensor-core attention of {@code numTiles} tiles ({@code tiles}: first row and
    * count per tile, at most {@code FLASH_ROWS / group} tokens of one request each) into {@code out}
    * (bf16 {@code [t][H·d]}) on the kernel {@code kernel} (the same arguments and grid for both;
-   * {@link FlashKernel#WGMMA} on compute capability 9.0 only).
+   * {@link FlashKernel#WGMMA} and {@link FlashKernel#TMA} on compute capability 9.0 only; {@code
+   * poolBlocks}: the blocks of the pool, which TMA's descriptors bound).
    */
   static void launchFlash(
       CudaDevice device,
@@ -894,14 +899,54 @@ public final class CudaCausalLm implements AutoCloseable {
       AttentionInputs in,
       long tiles,
       float scale,
-      long out) {
+      long out,
+      int poolBlocks) {
+    if (kernel == FlashKernel.TMA && !tmaTakes(in.blockTokens())) {
+      kernel = FlashKernel.WGMMA; // the same bits, copied by cp.async
+    }
+    Object[] args = in.then(tiles, numTiles, heads, kvHeads, scale, out);
+    if (kernel == FlashKernel.TMA) {
+      byte[][] maps = poolTensorMaps(device, in, headDim, kvHeads, poolBlocks);
+      args = Arrays.copyOf(args, args.length + 2);
+      args[args.length - 2] = maps[0];
+      args[args.length - 1] = maps[1];
+    }
     device.launch(
         kernel.function(headDim),
         numTiles,
         kvHeads,
         kernel.threads(),
         kernel.sharedBytes(headDim),
-        in.then(tiles, numTiles, heads, kvHeads, scale, out));
+        args);
+  }
+
+  /**
+   * Whether the TMA flash kernel takes a pool of {@code blockTokens} positions a block: a multiple
+   * of 8 (a box then starts on the 128-byte swizzle's 1,024-byte pattern) that divides {@link
+   * #WGMMA_FLASH_KEYS} or is a multiple of it (a key tile is then whole boxes).
+   */
+  static boolean tmaTakes(int blockTokens) {
+    return blockTokens > 0
+        && blockTokens % 8 == 0
+        && (WGMMA_FLASH_KEYS % blockTokens == 0 || blockTokens % WGMMA_FLASH_KEYS == 0);
+  }
+
+  /**
+   * The TMA descriptors of one layer's K and V in the pool (see FLASH_ATTENTION_TMA in kernels.cu):
+   * 4-dimensional tensors of bf16 at {@code pool + kOffset} and {@code pool + vOffset}, innermost
+   * first (head dimensions, positions of a block, KV heads, blocks), copied in boxes of 64
+   * dimensions by {@code min(blockTokens, 128)} positions.
+   */
+  static byte[][] poolTensorMaps(
+      CudaDevice device, AttentionInputs in, int headDim, int kvHeads, int poolBlocks) {
+    int bt = in.blockTokens();
+    long[] dims = {headDim, bt, kvHeads, poolBlocks};
+    long[] strides = {headDim * 2L, (long) bt * headDim * 2, in.bytesPerBlock()};
+    int[] box = {64, Math.min(bt, WGMMA_FLASH_KEYS), 1, 1};
+    return new byte[][] {
+      device.api().tensorMap(in.pool() + in.kOffset(), dims, strides, box),
+      device.api().tensorMap(in.pool() + in.vOffset(), dims, strides, box)
+    };
   }
 
   /**
@@ -1008,11 +1053,22 @@ public final class CudaCausalLm implements AutoCloseable {
      * {@code flash_attention_wgmma_d64/d128}: Hopper's {@code wgmma} (sm_90a), a producer warpgroup
      * copying K and V and two consumer warpgroups of 64 rows; compute capability 9.0 only.
      */
-    WGMMA;
+    WGMMA,
+    /**
+     * {@code flash_attention_tma_d64/d128}: the {@link #WGMMA} kernel with K and V copied by the
+     * TMA unit from two descriptors of the layer's pool ({@link #poolTensorMaps}), the same bits;
+     * compute capability 9.0 only. Where the pool's blocks do not suit the TMA's boxes ({@link
+     * #tmaTakes}) a launch runs the {@link #WGMMA} kernel instead.
+     */
+    TMA;
 
     /** The kernel's function for head size {@code headDim} (64 or 128). */
     String function(int headDim) {
-      return this == MMA ? flashKernel(headDim) : "flash_attention_wgmma_d" + headDim;
+      return switch (this) {
+        case MMA -> flashKernel(headDim);
+        case WGMMA -> "flash_attention_wgmma_d" + headDim;
+        case TMA -> "flash_attention_tma_d" + headDim;
+      };
     }
 
     /** Threads a block. */
@@ -1056,7 +1112,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * @throws IllegalArgumentException for anything else, naming the property
    */
   static FlashKernel flashKernelOf(String value) {
-    int i = KernelSwitch.pick(FLASH_PROPERTY, value, "auto", "mma", "wgmma");
+    int i = KernelSwitch.pick(FLASH_PROPERTY, value, "auto", "mma", "wgmma", "tma");
     return i == 0 ? null : FlashKernel.values()[i - 1];
   }
 
@@ -1073,10 +1129,12 @@ public final class CudaCausalLm implements AutoCloseable {
     if (wanted == null) {
       return hopper ? FlashKernel.WGMMA : FlashKernel.MMA;
     }
-    if (wanted == FlashKernel.WGMMA && !hopper) {
+    if (wanted != FlashKernel.MMA && !hopper) {
       throw new IllegalArgumentException(
           FLASH_PROPERTY
-              + "=wgmma needs a Hopper GPU (compute capability 9.0, sm_90a): this device is "
+              + "="
+              + wanted.name().toLowerCase(Locale.ROOT)
+              + " needs a Hopper GPU (compute capability 9.0, sm_90a): this device is "
               + arch
               + "; use "
               + FLASH_PROPERTY
@@ -1120,7 +1178,8 @@ public final class CudaCausalLm implements AutoCloseable {
     if (attention != Attention.TENSOR_CORE) {
       return "cuda-paged-f32";
     }
-    return flash == FlashKernel.WGMMA ? "cuda-flash-wgmma-bf16" : "cuda-flash-bf16";
+    // the TMA kernel gives the wgmma kernel's bits
+    return flash == FlashKernel.MMA ? "cuda-flash-bf16" : "cuda-flash-wgmma-bf16";
   }
 
   /**
@@ -1598,7 +1657,8 @@ public final class CudaCausalLm implements AutoCloseable {
               in,
               tileTable,
               scale,
-              act);
+              act,
+              kv.numBlocks(0));
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(

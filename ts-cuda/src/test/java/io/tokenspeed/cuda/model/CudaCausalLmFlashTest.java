@@ -1,6 +1,7 @@
 package io.tokenspeed.cuda.model;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -102,6 +103,53 @@ class CudaCausalLmFlashTest {
   }
 
   @ParameterizedTest
+  @ValueSource(strings = {"tma", "TMA", " Tma "})
+  void shouldReadTmaInAnyCase(String value) {
+    assertEquals(CudaCausalLm.FlashKernel.TMA, CudaCausalLm.flashKernelOf(value));
+  }
+
+  /**
+   * The TMA kernel: its own functions, the wgmma kernel's threads and shared memory, declared in
+   * kernels.cu with the wgmma kernel's stages; blocks of positions it takes (multiples of 8 that
+   * divide the 128 keys of a tile or are multiples of them) and those it leaves to the wgmma
+   * kernel.
+   */
+  @Test
+  void shouldLaunchTheTmaKernelAsTheWgmmaOneOnTheBlocksItTakes() throws IOException {
+    CudaCausalLm.FlashKernel tma = CudaCausalLm.FlashKernel.TMA;
+    CudaCausalLm.FlashKernel wgmma = CudaCausalLm.FlashKernel.WGMMA;
+    assertEquals("flash_attention_tma_d64", tma.function(64));
+    assertEquals("flash_attention_tma_d128", tma.function(128));
+    assertEquals(wgmma.threads(), tma.threads());
+    for (int hd : new int[] {64, 128}) {
+      assertEquals(wgmma.sharedBytes(hd), tma.sharedBytes(hd));
+    }
+    String source;
+    try (InputStream in =
+        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+    for (int hd : new int[] {64, 128}) {
+      String line =
+          "FLASH_ATTENTION_TMA("
+              + hd
+              + ", "
+              + CudaCausalLm.wgmmaFlashStages(hd)
+              + ", flash_attention_tma_d"
+              + hd
+              + ")";
+      assertTrue(source.contains(line), line);
+    }
+    for (int bt : new int[] {8, 16, 32, 64, 128, 256, 512}) {
+      assertTrue(CudaCausalLm.tmaTakes(bt), "blocks of " + bt);
+    }
+    for (int bt : new int[] {0, 1, 4, 12, 24, 48, 96, 192, 320}) {
+      assertFalse(CudaCausalLm.tmaTakes(bt), "blocks of " + bt);
+    }
+  }
+
+  @ParameterizedTest
   @ValueSource(strings = {"mma", "MMA", " mma\n"})
   void shouldReadMmaInAnyCase(String value) {
     assertEquals(CudaCausalLm.FlashKernel.MMA, CudaCausalLm.flashKernelOf(value));
@@ -126,7 +174,23 @@ class CudaCausalLmFlashTest {
   void shouldRefuseAnyOtherFlashValueNamingTheProperty(String value) {
     var e = assertThrows(IllegalArgumentException.class, () -> CudaCausalLm.flashKernelOf(value));
     assertEquals(
-        "tokenspeed.cuda.flash must be auto, mma or wgmma, not \"" + value + "\"", e.getMessage());
+        "tokenspeed.cuda.flash must be auto, mma, wgmma or tma, not \"" + value + "\"",
+        e.getMessage());
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"sm_80", "sm_89", "sm_100"})
+  void shouldRefuseTheTmaKernelOffHopperSayingWhy(String arch) {
+    var e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.TMA, arch));
+    assertTrue(
+        e.getMessage().startsWith("tokenspeed.cuda.flash=tma needs a Hopper GPU"), e.getMessage());
+    assertTrue(e.getMessage().contains("this device is " + arch), e.getMessage());
+    assertEquals(
+        CudaCausalLm.FlashKernel.TMA,
+        CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.TMA, "sm_90"));
   }
 
   @ParameterizedTest

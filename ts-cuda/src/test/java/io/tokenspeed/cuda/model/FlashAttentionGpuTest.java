@@ -253,7 +253,8 @@ class FlashAttentionGpuTest extends OnTheGpu {
           in,
           dTiles.pointer(),
           (float) (1.0 / Math.sqrt(p.headDim)),
-          out.pointer());
+          out.pointer(),
+          p.numBlocks);
       device.synchronize();
       out.copyTo(0, host);
       short[] got = host.toArray(ValueLayout.JAVA_SHORT);
@@ -771,7 +772,8 @@ class FlashAttentionGpuTest extends OnTheGpu {
                     in,
                     dTiles.pointer(),
                     scale,
-                    out.pointer());
+                    out.pointer(),
+                    blocks);
         run.run(); // warm-up
         for (int i = 0; i < times.calls(); i++) {
           times.start(i);

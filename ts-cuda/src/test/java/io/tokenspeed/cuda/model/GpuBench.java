@@ -82,7 +82,7 @@ public final class GpuBench {
           if (splitKv || flash) {
             m.useSplitKv(splitKv);
           }
-          if (mode.equals("mma") || mode.equals("wgmma")) {
+          if (mode.equals("mma") || mode.equals("wgmma") || mode.equals("tma")) {
             // every batch on that flash kernel, decode-only ones too (normal: the default rule)
             m.useFlash(CudaCausalLm.FlashKernel.valueOf(mode.toUpperCase(Locale.ROOT)));
           }
@@ -105,7 +105,10 @@ public final class GpuBench {
             SplittableRandom rnd = new SplittableRandom(1);
             // prefill batches never split: the split-kv and flash modes time decode only
             for (int n : splitKv || flash ? new int[0] : prefills) {
-              if (!mode.equals("normal") && !mode.equals("mma") && n > 8192) {
+              if (!mode.equals("normal")
+                  && !mode.equals("mma")
+                  && !mode.equals("tma")
+                  && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();

@@ -256,7 +256,8 @@ class SplitKvGpuTest extends OnTheGpu {
             in,
             tilesD,
             scale,
-            outFlash.pointer());
+            outFlash.pointer(),
+            numBlocks);
         device.synchronize();
         split = readBf16(outSplit, tokens * heads * d, arena);
         flash = readBf16(outFlash, tokens * heads * d, arena);

@@ -243,6 +243,72 @@ class WgmmaFlashGpuTest extends OnTheGpu {
   }
 
   /**
+   * The TMA kernel ({@code flash_attention_tma_d64/d128}) gives the wgmma kernel's bits on every
+   * output: the same problems as {@link #shouldMatchFloat64AndStayBatchInvariant} (whose pool holds
+   * NaNs wherever no position was written, so a TMA box that reaches past a request's last position
+   * copies NaNs the kernel must not let through) with blocks the TMA takes, each request alone, the
+   * batch, and random tiles; blocks of 12 positions, which it does not take, run the wgmma kernel
+   * in its place. Then a model's logits under each kernel, chunked and whole, equal bit for bit.
+   */
+  @ParameterizedTest
+  @Order(5)
+  @CsvSource({
+    "128, 32, 8, 16",
+    "128, 16, 2, 64",
+    "128, 8, 8, 8",
+    "128, 6, 2, 12",
+    "64, 12, 4, 16",
+    "64, 8, 8, 128",
+    "64, 8, 4, 256"
+  })
+  void shouldGiveTheWgmmaKernelsBitsWithTma(int headDim, int heads, int kvHeads, int blockTokens) {
+    assertEquals(blockTokens != 12, CudaCausalLm.tmaTakes(blockTokens));
+    int[][] startAndN = {{0, 1}, {0, 17}, {0, 200}, {0, 1000}, {300, 77}, {129, 250}, {1000, 1}};
+    try (Problem p =
+        new Problem(heads, kvHeads, headDim, blockTokens, startAndN, 977L * blockTokens + heads)) {
+      int all = p.requests.size();
+      int[] batch = java.util.stream.IntStream.range(0, all).toArray();
+      int differ = 0;
+      long compared = 0;
+      long notFinite = 0;
+      for (int r = 0; r <= all; r++) {
+        int[] which = r < all ? new int[] {r} : batch;
+        for (SplittableRandom cut : new SplittableRandom[] {null, new SplittableRandom(r)}) {
+          int[] tiles = FlashAttentionGpuTest.tiles(p, which, cut);
+          short[] wgmma = FlashAttentionGpuTest.attend(FlashKernel.WGMMA, p, which, tiles);
+          short[] tma = FlashAttentionGpuTest.attend(FlashKernel.TMA, p, which, tiles);
+          differ += FlashAttentionGpuTest.differ(wgmma, tma);
+          compared += tma.length;
+          for (short bits : tma) {
+            notFinite += (bits & 0x7f80) == 0x7f80 ? 1 : 0;
+          }
+        }
+      }
+      System.out.printf(
+          Locale.ROOT,
+          "tma vs wgmma, head size %d, %d heads on %d KV heads, blocks of %d: %d of %d outputs"
+              + " differ in bits, %d not finite%n",
+          headDim,
+          heads,
+          kvHeads,
+          blockTokens,
+          differ,
+          compared,
+          notFinite);
+      assertEquals(0, notFinite, "the TMA kernel let a NaN or an infinity through");
+      assertEquals(0, differ, "the TMA kernel's bits differ from the wgmma kernel's");
+    }
+  }
+
+  /** A model's logits on the TMA kernel: chunked = whole, batched = alone, bit for bit. */
+  @ParameterizedTest
+  @Order(6)
+  @ValueSource(ints = {64, 128})
+  void shouldGiveTheSameLogitsChunkedAsWholeWithTma(int headDim, @TempDir Path dir) {
+    FlashAttentionGpuTest.sameLogitsChunkedAsWholeAndBatchedAsAlone(FlashKernel.TMA, headDim, dir);
+  }
+
+  /**
    * Both kernels on the same inputs, Llama 3 8B's heads (32 of 128 on 8) and then Llama 3.2 1B's
    * (32 of 64 on 8), causal prefills of 8,192 and 32,768 tokens: each one's time (median of 5
    * launches after one), TFLOP/s and 32 layers' total, the wgmma kernel's outputs against the
@@ -250,10 +316,10 @@ class WgmmaFlashGpuTest extends OnTheGpu {
    * over the mma.sync kernel's. No speed is asserted.
    */
   @Test
-  @Order(5)
+  @Order(7)
   void shouldReportBothKernelsTimesAt8kAnd32k() {
-    FlashKernel[] both = {FlashKernel.MMA, FlashKernel.WGMMA};
-    StringBuilder summary = new StringBuilder("wgmma over mma.sync:");
+    FlashKernel[] both = {FlashKernel.MMA, FlashKernel.WGMMA, FlashKernel.TMA};
+    StringBuilder summary = new StringBuilder("wgmma over mma.sync (tma over wgmma):");
     try (CallTimes times = new CallTimes(device, 5)) {
       for (int headDim : new int[] {128, 64}) {
         for (int n : new int[] {8192, 32768}) {
@@ -261,12 +327,14 @@ class WgmmaFlashGpuTest extends OnTheGpu {
           summary.append(
               String.format(
                   Locale.ROOT,
-                  " head size %d, %d tokens %.2f ms vs %.2f ms (%.2fx);",
+                  " head size %d, %d tokens %.2f ms vs %.2f ms (%.2fx; tma %.2f ms, %.2fx);",
                   headDim,
                   n,
                   ms[1],
                   ms[0],
-                  ms[0] / ms[1]));
+                  ms[0] / ms[1],
+                  ms[2],
+                  ms[1] / ms[2]));
         }
       }
     }
