@@ -166,6 +166,8 @@ static float fast_exp2(float x) {
 }
 
 // ------------------------------------------------------------------ copies and mbarriers
+// the 128-byte swizzle: 16-byte piece j of a 128-byte row r lands at piece j ^ (r % 8)
+static unsigned swizzle(unsigned a) { return a ^ (((a >> 7) & 7) << 4); }
 static void flash_copy16(unsigned dst, const void* src, int bytes) {
   if (dst % 16) fail("cp.async destination not 16-byte aligned");
   if ((uintptr_t)src % 16) fail("cp.async source not 16-byte aligned");
@@ -174,7 +176,9 @@ static void flash_copy16(unsigned dst, const void* src, int bytes) {
   else fail("cp.async of neither 0 nor 16 bytes");
 }
 
-struct MBar { int expected = 0, pending = 0, phase = 0; bool init = false; };
+// An mbarrier's phase completes when its expected arrivals have come and the bytes its arrivals
+// announced (expect_tx) have all landed (complete_tx).
+struct MBar { int expected = 0, pending = 0, phase = 0; long long tx = 0; bool init = false; };
 static std::map<unsigned, MBar> mbars;
 
 static MBar& mbar(unsigned a) {
@@ -189,13 +193,56 @@ static void fw_barrier_init(unsigned a, unsigned count) {
   b.init = true;
 }
 static void fw_barrier_init_fence() {}
-static void fw_barrier_arrive(unsigned a) {
-  MBar& b = mbar(a);
-  if (!b.init) fail("arrive on an uninitialized mbarrier");
-  if (--b.pending == 0) {
+static void mbar_settle(MBar& b) {
+  if (b.pending < 0) fail("more arrivals on an mbarrier than it expects");
+  if (b.tx < 0) fail("more bytes landed on an mbarrier than announced");
+  if (b.pending == 0 && b.tx == 0) {
     b.phase ^= 1;
     b.pending = b.expected;
   }
+}
+static void fw_barrier_arrive(unsigned a) {
+  MBar& b = mbar(a);
+  if (!b.init) fail("arrive on an uninitialized mbarrier");
+  b.pending--;
+  mbar_settle(b);
+}
+static void fw_barrier_expect(unsigned a, unsigned bytes) {
+  MBar& b = mbar(a);
+  if (!b.init) fail("expect_tx on an uninitialized mbarrier");
+  b.tx += bytes;
+  b.pending--;
+  mbar_settle(b);
+}
+
+// A TMA descriptor as cuTensorMapEncodeTiled is given it (CudaCausalLm.poolTensorMaps): 2-byte
+// elements, 4 dimensions innermost first, the 128-byte swizzle, zeros out of range.
+struct FwTensorMap { const char* base; long long dims[4]; long long strides[3]; int box[4]; };
+
+// One box lands at once (the worst case for a stage still being read: a wgmma reads its operands
+// only at its wait), each 16-byte piece of a 128-byte row where the 128-byte swizzle puts it, and
+// its bytes count on the barrier.
+static void fw_tma_load4(unsigned to, const FwTensorMap* map, int c0, int c1, int c2, int c3,
+                         unsigned bar) {
+  if (to % 1024) fail("TMA destination not on the 128-byte swizzle's 1024-byte pattern");
+  if (map->box[0] * 2 != 128 || map->box[2] != 1 || map->box[3] != 1)
+    fail("TMA box not of 128-byte rows of one (head, block)");
+  for (int r = 0; r < map->box[1]; r++)
+    for (int j = 0; j < 8; j++) {
+      long long e = c0 + 8LL * j, t = c1 + r;
+      bool in = c0 >= 0 && e + 8 <= map->dims[0] && c1 >= 0 && t < map->dims[1] && c2 >= 0 &&
+                c2 < map->dims[2] && c3 >= 0 && c3 < map->dims[3];
+      unsigned char* dst = smem(swizzle(to + r * 128 + j * 16), 16);
+      if (in)
+        memcpy(dst, map->base + e * 2 + t * map->strides[0] + c2 * map->strides[1] +
+                        c3 * map->strides[2], 16);
+      else
+        memset(dst, 0, 16);
+    }
+  MBar& b = mbar(bar);
+  if (!b.init) fail("TMA copy onto an uninitialized mbarrier");
+  b.tx -= (long long)map->box[0] * map->box[1] * 2;
+  mbar_settle(b);
 }
 static void fw_barrier_arrive_on_copies(unsigned a) { fw_barrier_arrive(a); }
 static void fw_barrier_wait(unsigned a, unsigned parity) {
@@ -236,7 +283,6 @@ static Desc decode(unsigned long long d) {
   return {(unsigned)(d & 0x3fff) << 4, (unsigned)((d >> 16) & 0x3fff) << 4,
           (unsigned)((d >> 32) & 0x3fff) << 4};
 }
-static unsigned swizzle(unsigned a) { return a ^ (((a >> 7) & 7) << 4); }
 static float read_bf16(unsigned a) {
   bf16_t b;
   memcpy(&b, smem(a, 2), 2);
@@ -336,11 +382,12 @@ static bool pending_mma() {
 #include "kernel_body.inc"
 
 // ------------------------------------------------------------------ launching
-template <int D, int STAGES>
+template <int D, int STAGES, bool TMA>
 static void launch(int numTiles, int K, unsigned sharedBytes, const float* q, const char* pool,
                    long long bytesPerBlock, long long kOffset, long long vOffset, int blockTokens,
                    const int* positions, const int* tokenRequest, const int* tables,
-                   int tableStride, const int* tiles, int H, float scale, bf16_t* out) {
+                   int tableStride, const int* tiles, int H, float scale, bf16_t* out,
+                   const FwTensorMap* kMap, const FwTensorMap* vMap) {
   smemLimit = sharedBytes;
   for (unsigned by = 0; by < (unsigned)K; by++) {
     for (unsigned bx = 0; bx < (unsigned)numTiles; bx++) {
@@ -352,9 +399,10 @@ static void launch(int numTiles, int K, unsigned sharedBytes, const float* q, co
       for (auto& b : wgBar) b = Bar();
       for (auto& b : named) b = Bar();
       body = [&]() {
-        flash_attention_wgmma<D, STAGES>(q, pool, bytesPerBlock, kOffset, vOffset, blockTokens,
-                                         positions, tokenRequest, tables, tableStride, tiles,
-                                         numTiles, H, K, scale, out);
+        flash_attention_wgmma<D, STAGES, TMA>(q, pool, bytesPerBlock, kOffset, vOffset,
+                                              blockTokens, positions, tokenRequest, tables,
+                                              tableStride, tiles, numTiles, H, K, scale, out,
+                                              kMap, vMap);
       };
       static std::vector<Fiber> store(384);
       fibers.clear();
@@ -474,8 +522,13 @@ static std::vector<int> cut(const Problem& p, const std::vector<int>& which, std
   return t;
 }
 
+// CudaCausalLm.tmaTakes: blocks the TMA kernel copies by boxes of whole 1,024-byte patterns
+static bool tmaTakes(int blockTokens) {
+  return blockTokens > 0 && blockTokens % 8 == 0 && (128 % blockTokens == 0 || blockTokens % 128 == 0);
+}
+
 static std::vector<bf16_t> attend(const Problem& p, const std::vector<int>& which,
-                                  const std::vector<int>& tiles) {
+                                  const std::vector<int>& tiles, bool tma = false) {
   int tokens = 0, stride = 1;
   for (int r : which) {
     tokens += p.reqs[r].n;
@@ -499,18 +552,27 @@ static std::vector<bf16_t> attend(const Problem& p, const std::vector<int>& whic
   float scale = (float)(1.0 / std::sqrt((double)p.d));
   int numTiles = (int)tiles.size() / 2;
   if ((uintptr_t)p.pool.data() % 16) fail("pool not aligned");
+  const char* pool = (const char*)p.pool.data();
+  long long blocks = (long long)p.pool.size() * 2 / p.bytesPerBlock;
+  FwTensorMap kMap{pool + p.kOffset,
+                   {p.d, p.blockTokens, p.kvHeads, blocks},
+                   {p.d * 2LL, (long long)p.blockTokens * p.d * 2, p.bytesPerBlock},
+                   {64, std::min(p.blockTokens, 128), 1, 1}};
+  FwTensorMap vMap = kMap;
+  vMap.base = pool + p.vOffset;
+  if (tma && !tmaTakes(p.blockTokens)) fail("the TMA kernel does not take these blocks");
   if (p.d == 128) {
     unsigned bytes = 1024 + 2 * 64 * 128 * 2 + 2 * 3 * 128 * 128 * 2 + 4 * 3 * 8;
-    launch<128, 3>(numTiles, p.kvHeads, bytes, q.data(), (const char*)p.pool.data(),
-                   p.bytesPerBlock, p.kOffset, p.vOffset, p.blockTokens, positions.data(),
-                   tokenRequest.data(), tables.data(), stride, tiles.data(), p.heads, scale,
-                   out.data());
+    auto run = tma ? launch<128, 3, true> : launch<128, 3, false>;
+    run(numTiles, p.kvHeads, bytes, q.data(), pool, p.bytesPerBlock, p.kOffset, p.vOffset,
+        p.blockTokens, positions.data(), tokenRequest.data(), tables.data(), stride,
+        tiles.data(), p.heads, scale, out.data(), tma ? &kMap : nullptr, tma ? &vMap : nullptr);
   } else {
     unsigned bytes = 1024 + 2 * 64 * 64 * 2 + 2 * 4 * 128 * 64 * 2 + 4 * 4 * 8;
-    launch<64, 4>(numTiles, p.kvHeads, bytes, q.data(), (const char*)p.pool.data(),
-                  p.bytesPerBlock, p.kOffset, p.vOffset, p.blockTokens, positions.data(),
-                  tokenRequest.data(), tables.data(), stride, tiles.data(), p.heads, scale,
-                  out.data());
+    auto run = tma ? launch<64, 4, true> : launch<64, 4, false>;
+    run(numTiles, p.kvHeads, bytes, q.data(), pool, p.bytesPerBlock, p.kOffset, p.vOffset,
+        p.blockTokens, positions.data(), tokenRequest.data(), tables.data(), stride,
+        tiles.data(), p.heads, scale, out.data(), tma ? &kMap : nullptr, tma ? &vMap : nullptr);
   }
   for (size_t i = (size_t)tokens * width; i < out.size(); i++)
     if (out[i] != 0x7fc0) fail("wrote past the last token");
@@ -595,8 +657,26 @@ static int check(const char* label, int d, int heads, int kvHeads, int blockToke
   printf("%s (d %d, %d heads on %d, blocks of %d): worst error/bound %.3f, %ld past the bound; %ld"
          " differ batched, %ld retiled\n",
          label, d, heads, kvHeads, blockTokens, worst, failures, bd, td);
+  // the TMA kernel: the cp.async kernel's bits, alone, batched and retiled
+  long tmaDiffer = 0;
+  if (tmaTakes(blockTokens)) {
+    std::vector<bf16_t> tmaAlone;
+    for (size_t r = 0; r < p.reqs.size(); r++) {
+      std::vector<int> one = {(int)r};
+      std::vector<bf16_t> got = attend(p, one, cut(p, one, nullptr), true);
+      tmaAlone.insert(tmaAlone.end(), got.begin(), got.end());
+    }
+    std::vector<bf16_t> tmaBatched = attend(p, all, cut(p, all, nullptr), true);
+    std::mt19937_64 rnd2(d + heads);
+    std::vector<bf16_t> tmaRetiled = attend(p, all, cut(p, all, &rnd2), true);
+    for (size_t i = 0; i < alone.size(); i++)
+      tmaDiffer += (tmaAlone[i] != alone[i]) + (tmaBatched[i] != alone[i]) +
+                   (tmaRetiled[i] != alone[i]);
+    printf("  by TMA: %ld of %zu outputs differ in bits from cp.async's\n", tmaDiffer,
+           3 * alone.size());
+  }
   fflush(stdout);
-  return failures + bd + td > 0;
+  return failures + bd + td + tmaDiffer > 0;
 }
 
 int main(int argc, char** argv) {
@@ -604,6 +684,7 @@ int main(int argc, char** argv) {
   bool quick = argc > 1;
   if (quick && std::string(argv[1]) == "hazard") {
     bad += check("1000 tokens from 0 (8 key tiles)", 128, 4, 1, 16, {{0, 1000}});
+    bad += check("1000 tokens from 0, blocks of 256", 128, 4, 1, 256, {{0, 1000}});
     printf(bad ? "EMULATION: FAILURES\n" : "EMULATION: ALL PASSED\n");
     return bad ? 1 : 0;
   }
@@ -616,6 +697,8 @@ int main(int argc, char** argv) {
     if (!quick) {
       bad += check("mixed", d, 8, 2, 16, {{0, 1}, {0, 17}, {0, 300}, {300, 77}, {129, 250}, {700, 1}});
       bad += check("group 1, tiles of 128 tokens", d, 2, 2, 16, {{0, 400}, {50, 3}});
+      bad += check("blocks of 8", d, 4, 2, 8, {{0, 5}, {0, 150}, {129, 70}});
+      bad += check("blocks of 128", d, 4, 1, 128, {{0, 300}, {200, 9}});
     }
   }
   printf(bad ? "EMULATION: FAILURES\n" : "EMULATION: ALL PASSED\n");
