@@ -1454,6 +1454,13 @@ __device__ __forceinline__ void flash_attention_wgmma(
         }
       }
     };
+    // o rescaled by the correction of the last softmax
+    auto rescale = [&]() {
+#pragma unroll
+      for (int i = 0; i < NO; i++) {
+        o[i] *= correction[(i % 4) / 2];
+      }
+    };
     // p's fragments: the score blocks 2kk and 2kk + 1 are the 16 keys of step kk
     auto pack = [&]() {
 #pragma unroll
@@ -1511,6 +1518,16 @@ __device__ __forceinline__ void flash_attention_wgmma(
       fw_mma_fence();
       scores(st);
       fw_mma_commit();
+      if constexpr (TMA) {
+        // o's rescale for tile t - 1's maximum while the tensor cores compute s, not after the
+        // product with v: the same multiplications in the same order, off the path between one
+        // turn's products and the next
+        if (t > 1) {
+          rescale();
+          fw_fence_registers<NO>(o);
+          fw_mma_fence();
+        }
+      }
       values(prev);
       fw_mma_commit();
       if (turns && !(c == 1 && t == keyTiles - 1)) {
@@ -1524,9 +1541,8 @@ __device__ __forceinline__ void flash_attention_wgmma(
       fw_fence_registers<NO>(o);
       fw_fence_registers<NP>(p);
       release(emptyV(prev));
-#pragma unroll
-      for (int i = 0; i < NO; i++) {
-        o[i] *= correction[(i % 4) / 2];
+      if constexpr (!TMA) {
+        rescale();
       }
       pack();
     }
@@ -1549,6 +1565,10 @@ __device__ __forceinline__ void flash_attention_wgmma(
       fw_fence_proxy();
       if (turns) {
         fw_named_sync(5, 256);
+      }
+      if (keyTiles > 1) {
+        rescale();  // for the last tile's maximum (see the loop)
+        fw_fence_registers<NO>(o);
       }
     } else {
       fw_fence_proxy();
