@@ -105,10 +105,7 @@ public final class GpuBench {
             SplittableRandom rnd = new SplittableRandom(1);
             // prefill batches never split: the split-kv and flash modes time decode only
             for (int n : splitKv || flash ? new int[0] : prefills) {
-              if (!mode.equals("normal")
-                  && !mode.equals("mma")
-                  && !mode.equals("tma")
-                  && n > 8192) {
+              if (!List.of("normal", "mma", "wgmma", "tma").contains(mode) && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
