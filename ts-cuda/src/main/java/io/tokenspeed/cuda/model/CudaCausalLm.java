@@ -939,14 +939,37 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   static byte[][] poolTensorMaps(
       CudaDevice device, AttentionInputs in, int headDim, int kvHeads, int poolBlocks) {
-    int bt = in.blockTokens();
-    long[] dims = {headDim, bt, kvHeads, poolBlocks};
-    long[] strides = {headDim * 2L, (long) bt * headDim * 2, in.bytesPerBlock()};
-    int[] box = {64, Math.min(bt, WGMMA_FLASH_KEYS), 1, 1};
+    PoolTensor t = PoolTensor.of(in, headDim, kvHeads, poolBlocks);
     return new byte[][] {
-      device.api().tensorMap(in.pool() + in.kOffset(), dims, strides, box),
-      device.api().tensorMap(in.pool() + in.vOffset(), dims, strides, box)
+      device.api().tensorMap(t.kAddress(), t.dims(), t.strides(), t.box()),
+      device.api().tensorMap(t.vAddress(), t.dims(), t.strides(), t.box())
     };
+  }
+
+  /**
+   * The shape {@link #poolTensorMaps} describes one layer's K and V with: their addresses, the
+   * dimensions innermost first, the byte strides of dimensions 1 to 3 and the box.
+   */
+  record PoolTensor(long kAddress, long vAddress, long[] dims, long[] strides, int[] box) {
+
+    static PoolTensor of(AttentionInputs in, int headDim, int kvHeads, int poolBlocks) {
+      int bt = in.blockTokens();
+      return new PoolTensor(
+          in.pool() + in.kOffset(),
+          in.pool() + in.vOffset(),
+          new long[] {headDim, bt, kvHeads, poolBlocks},
+          new long[] {headDim * 2L, (long) bt * headDim * 2, in.bytesPerBlock()},
+          new int[] {64, Math.min(bt, WGMMA_FLASH_KEYS), 1, 1});
+    }
+
+    /**
+     * The byte offset from the K (or V) address of element (e, position p, head h, block b) as the
+     * TMA reads it: the pool layout's {@code b · bytesPerBlock + (h · blockTokens + p) · d · 2 + e
+     * · 2}.
+     */
+    long offset(long e, long p, long h, long b) {
+      return e * 2 + p * strides[0] + h * strides[1] + b * strides[2];
+    }
   }
 
   /**

@@ -1,5 +1,6 @@
 package io.tokenspeed.cuda.model;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -9,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -146,6 +148,48 @@ class CudaCausalLmFlashTest {
     }
     for (int bt : new int[] {0, 1, 4, 12, 24, 48, 96, 192, 320}) {
       assertFalse(CudaCausalLm.tmaTakes(bt), "blocks of " + bt);
+    }
+  }
+
+  /**
+   * The TMA descriptors' shape reads the pool as the other kernels index it: for random pools (head
+   * sizes, KV heads, blocks, layers), every element's offset from the layer's K or V address equals
+   * the layout's, the strides are multiples of 16 and each dimension's stride covers the one before
+   * (as cuTensorMapEncodeTiled requires), and a box is 128-byte rows of one (head, block).
+   */
+  @ParameterizedTest
+  @ValueSource(longs = {1, 2, 3, 4, 5, 6, 7, 8})
+  void shouldDescribeTheLayersKeysAndValuesAsThePoolLaysThemOut(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    int hd = rnd.nextBoolean() ? 64 : 128;
+    int kvHeads = 1 + rnd.nextInt(8);
+    int bt = new int[] {8, 16, 32, 64, 128, 256}[rnd.nextInt(6)];
+    int layers = 1 + rnd.nextInt(4);
+    int layer = rnd.nextInt(layers);
+    long field = (long) kvHeads * bt * hd * 2;
+    long bytesPerBlock = layers * 2 * field;
+    long pool = 1L << 40;
+    var in =
+        new CudaCausalLm.AttentionInputs(
+            0, pool, bytesPerBlock, layer * 2 * field, layer * 2 * field + field, bt, 0, 0, 0, 1);
+    int blocks = 1 + rnd.nextInt(1000);
+    var t = CudaCausalLm.PoolTensor.of(in, hd, kvHeads, blocks);
+    assertEquals(pool + layer * 2 * field, t.kAddress());
+    assertEquals(t.kAddress() + field, t.vAddress());
+    assertArrayEquals(new long[] {hd, bt, kvHeads, blocks}, t.dims());
+    assertArrayEquals(new int[] {64, Math.min(bt, 128), 1, 1}, t.box());
+    for (int i = 0; i < 3; i++) {
+      assertEquals(0, t.strides()[i] % 16, "stride " + i);
+      long before = i == 0 ? t.dims()[0] * 2 : t.strides()[i - 1] * t.dims()[i];
+      assertTrue(t.strides()[i] >= before, "stride " + i + " covers dimension " + i);
+    }
+    for (int k = 0; k < 200; k++) {
+      int e = rnd.nextInt(hd);
+      int p = rnd.nextInt(bt);
+      int h = rnd.nextInt(kvHeads);
+      int b = rnd.nextInt(blocks);
+      long layout = b * bytesPerBlock + ((long) h * bt + p) * hd * 2 + e * 2L;
+      assertEquals(layout, t.offset(e, p, h, b));
     }
   }
 
