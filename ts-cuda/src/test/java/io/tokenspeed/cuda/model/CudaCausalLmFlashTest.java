@@ -37,12 +37,7 @@ class CudaCausalLmFlashTest {
       assertTrue(bytes <= 227 * 1024, hd + ": " + bytes);
       assertTrue(2 * (bytes + 1024) <= 228 * 1024, hd + ": " + bytes);
     }
-    String source;
-    try (InputStream in =
-        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
-      assertNotNull(in, "kernels.cu");
-      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    }
+    String source = kernelsSource();
     assertTrue(source.contains("#define FA_ROWS 128\n"), "FA_ROWS");
     assertTrue(source.contains("#define FA_WARPS 4\n"), "FA_WARPS");
     assertTrue(source.contains("#define FA_KEYS 64\n"), "FA_KEYS");
@@ -72,28 +67,13 @@ class CudaCausalLmFlashTest {
       int bytes = wgmma.sharedBytes(hd);
       assertTrue(bytes <= 227 * 1024, hd + ": " + bytes);
     }
-    String source;
-    try (InputStream in =
-        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
-      assertNotNull(in, "kernels.cu");
-      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    }
+    String source = kernelsSource();
     assertTrue(
         source.contains("#define FW_KEYS " + CudaCausalLm.WGMMA_FLASH_KEYS + "\n"), "FW_KEYS");
     assertTrue(
         source.contains("#define FW_THREADS " + CudaCausalLm.WGMMA_FLASH_THREADS + "\n"),
         "FW_THREADS");
-    for (int hd : new int[] {64, 128}) {
-      String line =
-          "FLASH_ATTENTION_WGMMA("
-              + hd
-              + ", "
-              + CudaCausalLm.wgmmaFlashStages(hd)
-              + ", flash_attention_wgmma_d"
-              + hd
-              + ")";
-      assertTrue(source.contains(line), line);
-    }
+    assertDeclaredWithTheWgmmaStages(source, "FLASH_ATTENTION_WGMMA", "flash_attention_wgmma_d");
     // the wgmma code only where the compiler targets sm_90a, a stub elsewhere
     assertTrue(source.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"), "the sm_90a guard");
   }
@@ -126,23 +106,8 @@ class CudaCausalLmFlashTest {
     for (int hd : new int[] {64, 128}) {
       assertEquals(wgmma.sharedBytes(hd), tma.sharedBytes(hd));
     }
-    String source;
-    try (InputStream in =
-        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
-      assertNotNull(in, "kernels.cu");
-      source = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    }
-    for (int hd : new int[] {64, 128}) {
-      String line =
-          "FLASH_ATTENTION_TMA("
-              + hd
-              + ", "
-              + CudaCausalLm.wgmmaFlashStages(hd)
-              + ", flash_attention_tma_d"
-              + hd
-              + ")";
-      assertTrue(source.contains(line), line);
-    }
+    String source = kernelsSource();
+    assertDeclaredWithTheWgmmaStages(source, "FLASH_ATTENTION_TMA", "flash_attention_tma_d");
     for (int bt : new int[] {8, 16, 32, 64, 128, 256, 512}) {
       assertTrue(CudaCausalLm.tmaTakes(bt), "blocks of " + bt);
     }
@@ -305,5 +270,22 @@ class CudaCausalLmFlashTest {
         CudaDeviceModel.attentionBackend("cuda-flash-wgmma-bf16", true, "wgmma-split"));
     assertEquals(
         "cuda-paged-f32", CudaDeviceModel.attentionBackend("cuda-paged-f32", false, "mma"));
+  }
+
+  private static String kernelsSource() throws IOException {
+    try (InputStream in =
+        CudaCausalLm.class.getResourceAsStream("/io/tokenspeed/cuda/kernels.cu")) {
+      assertNotNull(in, "kernels.cu");
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+  }
+
+  /** kernels.cu declares {@code MACRO(d, stages, NAMEd)} at head sizes 64 and 128. */
+  private static void assertDeclaredWithTheWgmmaStages(String source, String macro, String name) {
+    for (int hd : new int[] {64, 128}) {
+      String line =
+          macro + "(" + hd + ", " + CudaCausalLm.wgmmaFlashStages(hd) + ", " + name + hd + ")";
+      assertTrue(source.contains(line), line);
+    }
   }
 }
