@@ -76,14 +76,14 @@ import java.util.Locale;
  * capability 9.0 only: loading a tensor-core model with {@code wgmma} on another GPU is refused
  * with an {@link IllegalArgumentException} that says so, rather than measuring the other kernel) or
  * {@code flash_attention_tma_d64/d128} (the same with K and V copied by the TMA unit, the same
- * bits; Hopper only, as {@code wgmma}). {@code auto} takes {@code tma} on compute capability 9.0
- * and {@code mma} elsewhere; on Hopper, a batch of decode tokens only then runs on {@code mma}
- * unless the model is deterministic (its blocks hold one token's few rows, for which the
- * one-block-a-multiprocessor kernels have no advantage), while every batch with a prefill runs on
- * {@code tma}. A deterministic model runs every batch on one kernel, so that a token's bits do not
- * depend on what shares its batch. {@code mma} gives other bits than the Hopper kernels, so the
- * attention's name in the deployment identity differs ({@link #attentionName}). Any other value is
- * refused when the class loads.
+ * bits; Hopper only, as {@code wgmma}; not yet the default: not yet timed on a GPU). {@code auto}
+ * takes {@code wgmma} on compute capability 9.0 and {@code mma} elsewhere; on Hopper, a batch of
+ * decode tokens only then runs on {@code mma} unless the model is deterministic (its blocks hold
+ * one token's few rows, for which the one-block-a-multiprocessor kernels have no advantage), while
+ * every batch with a prefill runs on {@code wgmma}. A deterministic model runs every batch on one
+ * kernel, so that a token's bits do not depend on what shares its batch. {@code mma} gives other
+ * bits than the Hopper kernels, so the attention's name in the deployment identity differs ({@link
+ * #attentionName}). Any other value is refused when the class loads.
  */
 public final class CudaCausalLm implements AutoCloseable {
 
@@ -1150,7 +1150,7 @@ public final class CudaCausalLm implements AutoCloseable {
   static FlashKernel flashKernelFor(FlashKernel wanted, String arch) {
     boolean hopper = "sm_90".equals(arch);
     if (wanted == null) {
-      return hopper ? FlashKernel.TMA : FlashKernel.MMA;
+      return hopper ? FlashKernel.WGMMA : FlashKernel.MMA;
     }
     if (wanted != FlashKernel.MMA && !hopper) {
       throw new IllegalArgumentException(

@@ -224,8 +224,7 @@ class CudaCausalLmFlashTest {
     assertEquals(
         CudaCausalLm.FlashKernel.WGMMA,
         CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.WGMMA, "sm_90"));
-    // auto: the TMA kernel (the wgmma kernel's bits) on Hopper
-    assertEquals(CudaCausalLm.FlashKernel.TMA, CudaCausalLm.flashKernelFor(null, "sm_90"));
+    assertEquals(CudaCausalLm.FlashKernel.WGMMA, CudaCausalLm.flashKernelFor(null, "sm_90"));
     assertEquals(
         CudaCausalLm.FlashKernel.MMA,
         CudaCausalLm.flashKernelFor(CudaCausalLm.FlashKernel.MMA, "sm_90"));

@@ -201,7 +201,7 @@ class WgmmaFlashGpuTest extends OnTheGpu {
     SplittableRandom rnd = new SplittableRandom(71 + headDim);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "flash", "test");
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 16), 256)) {
-      assertEquals(FlashKernel.TMA, m.flash()); // the wgmma kernel's bits, copied by TMA
+      assertEquals(FlashKernel.WGMMA, m.flash());
       assertEquals(FlashKernel.MMA, m.decodeFlash());
       int vocab = m.vocabSize();
       CudaCausalLmGpuTest.Blocks blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(0), 13);
