@@ -17,6 +17,15 @@ import java.util.List;
  * collinear (every chunk the same size). Only forwards that compute prompt tokens are observed:
  * decode rounds, many more of them, would otherwise decide the fit the prefill estimate is for.
  *
+ * <p>The fixed cost per forward is fitted only once the forwards seen differ in size by at least
+ * {@link #CONSTANT_SPAN} times in their token counts. Before that, a forward's time is explained by
+ * its tokens and pairs alone: from forwards of one size the constant and the per-token cost cannot
+ * be told apart, and a fit that puts the time into the constant predicts that a long prompt costs
+ * what a short forward did, which would send a restore that is many times faster than recomputing
+ * to recomputation (it did, on a fresh engine's first forwards of a small model). Without the
+ * constant, recomputing is expected to grow with the prompt, the conservative reading for the cost
+ * model (a restore stays the default until the store is measured to be slower).
+ *
  * <p>Used by the TP leader's engine on its loop thread; the scheduler reads only the coefficients,
  * agreed as {@link io.tokenspeed.core.storage.CostFigures}.
  */
@@ -34,6 +43,14 @@ public final class PrefillFit {
   private static final double NS_SCALE = 1e6;
 
   private static final double RIDGE = 1e-9;
+
+  /** How many times the largest forward's tokens must exceed the smallest's to fit the constant. */
+  public static final double CONSTANT_SPAN = 2;
+
+  /** The fewest and most tokens of an observed forward. */
+  private double minTokens = Double.POSITIVE_INFINITY;
+
+  private double maxTokens;
 
   private final double[][] xtx = new double[3][3];
   private final double[] xty = new double[3];
@@ -64,6 +81,8 @@ public final class PrefillFit {
 
   /** Observes a forward of {@code tokens} tokens and {@code pairs} attention pairs that took ns. */
   public void observe(double tokens, double pairs, double ns) {
+    minTokens = Math.min(minTokens, tokens);
+    maxTokens = Math.max(maxTokens, tokens);
     double[] x = {1, tokens / TOKEN_SCALE, pairs / PAIR_SCALE};
     double y = ns / NS_SCALE;
     for (int i = 0; i < 3; i++) {
@@ -83,7 +102,7 @@ public final class PrefillFit {
 
   /**
    * The fitted {@code {forwardNs, tokenNs, pairNs}}, each non-negative; zeros before the first
-   * observation.
+   * observation; {@code forwardNs} 0 until the forwards' sizes span {@link #CONSTANT_SPAN}.
    */
   public double[] coefficients() {
     double[] best = new double[3];
@@ -91,9 +110,14 @@ public final class PrefillFit {
       return best;
     }
     double bestSse = yty; // the empty subset: every coefficient 0
-    // subsets from the fullest down: a later one replaces an earlier only when clearly better
+    // subsets from the fullest down: a later one replaces an earlier only when clearly better;
+    // those with the constant (bit 0b100) only once the forwards' sizes tell it apart
+    boolean constant = maxTokens >= CONSTANT_SPAN * minTokens;
     int[] order = {0b111, 0b110, 0b101, 0b011, 0b100, 0b010, 0b001};
     for (int mask : order) {
+      if (!constant && (mask & 0b100) != 0) {
+        continue;
+      }
       double[] beta = solve(mask);
       if (beta == null) {
         continue;

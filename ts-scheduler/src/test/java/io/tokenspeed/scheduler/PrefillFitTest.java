@@ -94,6 +94,44 @@ class PrefillFitTest {
     assertEquals(40_000_000, truth(c, chunk), 40_000, c[0] + " " + c[1] + " " + c[2]);
   }
 
+  /**
+   * Forwards of one size cannot tell a fixed cost from a per-token one: the fit then explains them
+   * by their tokens, so that a longer prompt is expected to cost more, never what the short
+   * forwards cost; once sizes span twice as many tokens the constant is fitted too. Seeded: random
+   * true coefficients, a fresh engine's few forwards of one chunk size.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @MethodSource("seeds")
+  void shouldNotPutTheTimeOfForwardsOfOneSizeIntoTheConstant(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    double[] c = {rnd.nextDouble() * 5e7, 1e5 + rnd.nextDouble() * 1e6, rnd.nextDouble() * 200};
+    int k = 32 + rnd.nextInt(256);
+    PrefillFit fit = new PrefillFit();
+    int forwards = 1 + rnd.nextInt(4);
+    for (int i = 0; i < forwards; i++) {
+      List<ExecutionPlan.ForwardItem> b =
+          List.of(new ExecutionPlan.ForwardItem(1, rnd.nextInt(4096), k, false));
+      fit.observe(b, Math.round(truth(c, b) * (0.9 + 0.2 * rnd.nextDouble())));
+    }
+    double[] got = fit.coefficients();
+    assertEquals(0, got[0], "no constant from forwards of " + k + " tokens each");
+    assertTrue(got[1] + got[2] > 0, "the time went to tokens and pairs");
+    List<ExecutionPlan.ForwardItem> longer =
+        List.of(new ExecutionPlan.ForwardItem(1, 0, 4 * k, false));
+    List<ExecutionPlan.ForwardItem> seen = List.of(new ExecutionPlan.ForwardItem(1, 0, k, false));
+    assertTrue(truth(got, longer) >= 2 * truth(got, seen), "four times the tokens cost more");
+    // a forward of another size lets the constant in
+    List<ExecutionPlan.ForwardItem> small =
+        List.of(new ExecutionPlan.ForwardItem(1, 0, Math.max(1, k / 3), false));
+    for (int i = 0; i < 30; i++) {
+      fit.observe(small, Math.round(truth(c, small)));
+      List<ExecutionPlan.ForwardItem> b =
+          List.of(new ExecutionPlan.ForwardItem(1, rnd.nextInt(4096), k, false));
+      fit.observe(b, Math.round(truth(c, b)));
+    }
+    assertEquals(c[0], fit.coefficients()[0], 0.05 * c[0] + 2e5, "the constant, once sizes vary");
+  }
+
   /** A machine that slows down: the fit follows within a few dozen forwards. */
   @Test
   void shouldFollowAMachineThatSlowsDown() {
