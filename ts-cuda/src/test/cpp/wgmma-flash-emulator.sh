@@ -3,7 +3,7 @@
 # this script): cuts the kernel's template out of kernels.cu, builds with g++ (C++17) and runs
 # small problems at head sizes 128 and 64 against float64 and for batch invariance, with K and V
 # copied by cp.async and, where the blocks suit it, by the TMA (which must give the same bits). Needs g++ and
-# python3, no GPU. Arguments: none (the whole set, about 20 s), "quick" (the small cases), or
+# python3, no GPU. Arguments: none (the whole set, about 40 s), "quick" (the small cases), or
 # "hazard" (1,000 tokens: eight key tiles, so that a stage is reused while others are in flight).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
