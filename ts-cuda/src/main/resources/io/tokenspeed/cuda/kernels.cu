@@ -1239,7 +1239,7 @@ __device__ __forceinline__ void flash_attention_wgmma(
     fw_registers_down<FW_PRODUCER_REGS>();
     const int* table = tables + (long long)tokenRequest[row0] * tableStride;
     if constexpr (TMA) {
-      // one thread issues every copy: per tile, the boxes (BOX positions of one block, 64
+      // one thread issues every copy: per tile, the boxes (`box` positions of one block, 64
       // dimensions) that hold a key at or below the block's last position, K then V
       if (threadIdx.x != 0) {
         return;
