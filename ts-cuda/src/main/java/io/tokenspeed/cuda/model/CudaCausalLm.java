@@ -38,6 +38,8 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
@@ -939,12 +941,37 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   static byte[][] poolTensorMaps(
       CudaDevice device, AttentionInputs in, int headDim, int kvHeads, int poolBlocks) {
-    PoolTensor t = PoolTensor.of(in, headDim, kvHeads, poolBlocks);
-    return new byte[][] {
-      device.api().tensorMap(t.kAddress(), t.dims(), t.strides(), t.box()),
-      device.api().tensorMap(t.vAddress(), t.dims(), t.strides(), t.box())
-    };
+    // a descriptor depends only on these numbers: encoded once per layer and pool, not per launch
+    var key =
+        List.of(
+            in.pool() + in.kOffset(),
+            in.pool() + in.vOffset(),
+            in.bytesPerBlock(),
+            (long) in.blockTokens(),
+            (long) headDim,
+            (long) kvHeads,
+            (long) poolBlocks);
+    byte[][] maps = TENSOR_MAPS.get(key);
+    if (maps == null) {
+      PoolTensor t = PoolTensor.of(in, headDim, kvHeads, poolBlocks);
+      maps =
+          new byte[][] {
+            device.api().tensorMap(t.kAddress(), t.dims(), t.strides(), t.box()),
+            device.api().tensorMap(t.vAddress(), t.dims(), t.strides(), t.box())
+          };
+      if (TENSOR_MAPS.size() >= TENSOR_MAP_LIMIT) {
+        TENSOR_MAPS.clear(); // pools come and go (tests, benchmarks): never more than the limit
+      }
+      TENSOR_MAPS.put(key, maps);
+    }
+    return maps;
   }
+
+  /** The most layers' descriptors {@link #poolTensorMaps} keeps. */
+  private static final int TENSOR_MAP_LIMIT = 1024;
+
+  /** Descriptors by (K address, V address, block bytes, block positions, d, KV heads, blocks). */
+  private static final Map<List<Long>, byte[][]> TENSOR_MAPS = new ConcurrentHashMap<>();
 
   /**
    * The shape {@link #poolTensorMaps} describes one layer's K and V with: their addresses, the

@@ -33,6 +33,7 @@ import java.util.stream.LongStream;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -279,22 +280,22 @@ class StorageExtraConfigTest {
     assertChangedExactly(r, scheduling, defaults, camel(field), value);
   }
 
-  /** {@code async.cost_model} is spelt "on" or "off" and changes only the cost model switch. */
+  /**
+   * The on/off switches ({@code async.cost_model}, {@code async.early_h2d}) are spelt "on" or "off"
+   * and each changes only its own component.
+   */
   @ParameterizedTest
-  @ValueSource(strings = {"on", "off"})
-  void shouldSwitchTheCostModelOnOrOff(String value) throws Exception {
+  @CsvSource({
+    "cost_model, on, costModel",
+    "cost_model, off, costModel",
+    "early_h2d, on, earlyH2d",
+    "early_h2d, off, earlyH2d"
+  })
+  void shouldSwitchEachOnOffSettingAlone(String field, String value, String component)
+      throws Exception {
     StorageExtraConfig.Resolved r =
-        StorageExtraConfig.parse("file", j("{'async': {'cost_model': '" + value + "'}}"));
-    assertChangedExactly(r, true, StorageConfig.defaults(), "costModel", value.equals("on"));
-  }
-
-  /** {@code async.early_h2d} is spelt "on" or "off" and changes only its own switch. */
-  @ParameterizedTest
-  @ValueSource(strings = {"on", "off"})
-  void shouldSwitchTheEarlyDeviceCopiesOnOrOff(String value) throws Exception {
-    StorageExtraConfig.Resolved r =
-        StorageExtraConfig.parse("file", j("{'async': {'early_h2d': '" + value + "'}}"));
-    assertChangedExactly(r, true, StorageConfig.defaults(), "earlyH2d", value.equals("on"));
+        StorageExtraConfig.parse("file", j("{'async': {'" + field + "': '" + value + "'}}"));
+    assertChangedExactly(r, true, StorageConfig.defaults(), component, value.equals("on"));
   }
 
   private static void assertChangedExactly(
