@@ -3,13 +3,18 @@ package io.tokenspeed.engine;
 import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.DeviceHandle;
+import io.tokenspeed.engine.memory.LoadStages;
+import io.tokenspeed.engine.memory.StagedFence;
+import io.tokenspeed.model.LayerGate;
 import java.util.List;
 import java.util.function.LongSupplier;
 
 /**
  * The loop's side of the copy thread: submits batches of Device/Host copies and waits for their
  * fences, and remembers the latest batch the forward depends on, so that the forward refuses to run
- * before it completed (a storage completion never stands in for a copy fence).
+ * before it completed (a storage completion never stands in for a copy fence). The one exception is
+ * the round's staged loads ({@link #submitStaged}): the forward runs while they copy, waiting for
+ * each layer's stage through their gate, and the round checks after it that it waited for all.
  */
 final class Copies {
   private final DeviceHandle handle;
@@ -20,16 +25,66 @@ final class Copies {
   /** The latest copy batch the forward depends on (loads, copy-on-write, State copies). */
   private long awaitedFence;
 
+  /** How the round's loads are staged by layer; null to copy them whole before the forward. */
+  private final LoadStages stages;
+
+  /** The round's staged loads that the forward waits on layer by layer, or null. */
+  private StagedFence staged;
+
   /** Times the waits (the settings' clock). */
   private final LongSupplier nanoClock;
 
   /** Nanoseconds the loop spent waiting for copy batches since start. */
   private long waitNanos;
 
-  Copies(DeviceHandle handle, PageTransfers pages, LongSupplier nanoClock) {
+  Copies(DeviceHandle handle, PageTransfers pages, LoadStages stages, LongSupplier nanoClock) {
     this.handle = handle;
     this.pages = pages;
+    this.stages = stages;
     this.nanoClock = nanoClock;
+  }
+
+  /**
+   * Queues the round's copies that the forward reads (loads, copy-on-write) and returns the gate
+   * the forward waits on: with load stages, the copies run stage by stage while the forward
+   * computes, and {@link #finishStaged} must follow the forward; without (or with nothing to copy),
+   * they are awaited here and the gate is {@link LayerGate#OPEN}.
+   */
+  LayerGate submitStaged(List<BlockTransfer> ops) throws InterruptedException {
+    if (staged != null) {
+      throw new IllegalStateException("the previous round's staged loads were not finished");
+    }
+    if (stages == null) {
+      await(ops);
+      return LayerGate.OPEN;
+    }
+    if (pages != null) {
+      ops = pages.localPart(ops);
+    }
+    if (ops.isEmpty()) {
+      return LayerGate.OPEN;
+    }
+    staged = handle.submitStaged(ops, stages);
+    return staged;
+  }
+
+  /**
+   * After the round's forward (or in its place when it had none): waits for the staged loads to end
+   * and fails when one failed, or when the forward ran without waiting for every stage ({@code
+   * forwardRan}): a model that did not honour its gate may have read layers before their copies.
+   */
+  void finishStaged(boolean forwardRan) throws InterruptedException {
+    StagedFence s = staged;
+    if (s == null) {
+      return;
+    }
+    staged = null;
+    awaitTimed(s.fence());
+    awaitedFence = Math.max(awaitedFence, s.fence().sequence());
+    if (forwardRan && !s.awaitedAll()) {
+      throw new IllegalStateException(
+          "the forward pass ran without waiting for every stage of its loads: " + s);
+    }
   }
 
   /** Nanoseconds the loop spent waiting for copy batches since start (a part of its rounds). */
@@ -84,7 +139,10 @@ final class Copies {
     return pages == null ? 0 : pages.movedBlocks();
   }
 
-  /** Fails when a copy batch the forward depends on has not completed. */
+  /**
+   * Fails when a copy batch the forward depends on has not completed, other than the round's staged
+   * loads, which the forward waits for through their gate.
+   */
   void checkForwardMayRun() {
     if (handle.completedSequence() < awaitedFence) {
       throw new IllegalStateException(

@@ -79,6 +79,12 @@ public final class CpuDeviceModel implements DeviceModel {
     throw new UnsupportedOperationException("the CPU backend's Device tier is the engine's");
   }
 
+  /** The CPU model waits on the batch's gate before each of its blocks. */
+  @Override
+  public boolean waitsForLayers() {
+    return true;
+  }
+
   @Override
   public ForwardResult forward(ForwardBatch batch, DeviceBytes kv) {
     if (!(kv instanceof HostDeviceBytes host)) {

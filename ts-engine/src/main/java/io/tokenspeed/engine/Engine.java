@@ -13,6 +13,7 @@ import io.tokenspeed.engine.l3.StorageTier;
 import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.engine.memory.DevicePools;
 import io.tokenspeed.engine.memory.HostCacheStorage;
+import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.l3.CloseReport;
 import io.tokenspeed.l3.spi.NamespaceDeletion;
 import io.tokenspeed.l3.spi.Store;
@@ -128,6 +129,9 @@ public final class Engine implements AutoCloseable {
             copies,
             PageTransfers.needed(layout, model.collective())
                 ? new PageTransfers(layout, model.collective(), copies)
+                : null,
+            model.waitsForLayers()
+                ? LoadStages.of(layout, settings.loadStages()).orElse(null)
                 : null,
             nanoClock);
     HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);

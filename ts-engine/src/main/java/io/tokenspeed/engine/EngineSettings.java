@@ -2,6 +2,7 @@ package io.tokenspeed.engine;
 
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.parallel.Shard;
@@ -42,6 +43,7 @@ public final class EngineSettings {
   private final boolean paused;
   private final LongSupplier nanoClock;
   private final Simulation simulation;
+  private final int loadStages;
 
   private EngineSettings(Builder b) {
     this.cpuModel = b.cpuModel;
@@ -54,6 +56,15 @@ public final class EngineSettings {
     this.paused = b.paused;
     this.nanoClock = b.nanoClock;
     this.simulation = b.simulation;
+    this.loadStages = b.loadStages;
+  }
+
+  /**
+   * The most stages a round's Host→Device loads are copied in while the forward computes (1: the
+   * loads are copied whole before the forward).
+   */
+  int loadStages() {
+    return loadStages;
   }
 
   /** Settings for an engine computing {@code model} on the CPU with threads of its own. */
@@ -123,6 +134,7 @@ public final class EngineSettings {
     private boolean paused;
     private LongSupplier nanoClock = DEFAULT_NANO_CLOCK;
     private Simulation simulation;
+    private int loadStages = LoadStages.DEFAULT_STAGES;
 
     private Builder(CausalLm cpuModel, DeviceModel deviceModel, EngineConfig config) {
       this.cpuModel = cpuModel;
@@ -151,6 +163,20 @@ public final class EngineSettings {
     /** The clock the loop runs by (default {@link #DEFAULT_NANO_CLOCK}). */
     public Builder nanoClock(LongSupplier nanoClock) {
       this.nanoClock = nanoClock;
+      return this;
+    }
+
+    /**
+     * Copies a round's Host→Device loads in at most {@code stages} stages of consecutive layers,
+     * the forward starting each layer once its stage has run; 1 copies them whole before the
+     * forward. Default {@link LoadStages#DEFAULT_STAGES}. A model that does not wait on its layer
+     * gate ({@link DeviceModel#waitsForLayers}) always gets whole loads.
+     */
+    public Builder loadStages(int stages) {
+      if (stages < 1) {
+        throw new IllegalArgumentException("load_stages=" + stages + " must be at least 1");
+      }
+      this.loadStages = stages;
       return this;
     }
 

@@ -18,6 +18,8 @@ package io.tokenspeed.engine;
  *     tier or restored from L3, going up to the Device tier that computes: GPU memory on a GPU)
  * @param loadNanos of {@code copyNanos}, the part spent on {@code loadedBytes} (a batch's time is
  *     shared out by bytes when it also holds copies the other way)
+ * @param stagedLoadedBytes of {@code loadedBytes}, those copied in stages of layers while the
+ *     forward computed (each layer starting once its stage was in), not before it
  * @param roundNanos nanoseconds the loop spent in its rounds since start (idle waits excluded)
  * @param forwardNanos the part of them inside the model's forward pass and its sampling (which a
  *     device model does on the device); the rest is the loop's own work (intake, scheduler, block
@@ -39,10 +41,11 @@ public record EngineStats(
     long copyNanos,
     long loadedBytes,
     long loadNanos,
+    long stagedLoadedBytes,
     long roundNanos,
     long forwardNanos,
     long copyWaitNanos) {
 
   /** Before the first round. */
-  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  static final EngineStats NONE = new EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }

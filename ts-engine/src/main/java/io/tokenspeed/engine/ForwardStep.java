@@ -9,6 +9,7 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.DevicePools;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.LayerGate;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.device.SampledForward;
 import io.tokenspeed.model.sampling.FinishReason;
@@ -98,9 +99,10 @@ final class ForwardStep {
 
   /**
    * Runs the plan's forward batch and samples the next token of every request whose known tokens
-   * are all computed after its chunk; the copies it depends on must have completed.
+   * are all computed after its chunk; the copies it depends on must have completed, but for the
+   * round's staged loads, which the model waits for layer by layer through {@code loads}.
    */
-  SampledForward forward(ExecutionPlan plan) throws InterruptedException {
+  SampledForward forward(ExecutionPlan plan, LayerGate loads) throws InterruptedException {
     List<ForwardRequest> reqs = new ArrayList<>(plan.forward().size());
     List<RowSampling> rows = new ArrayList<>(plan.forward().size());
     List<Checkpoint> checkpoints = new ArrayList<>();
@@ -133,7 +135,7 @@ final class ForwardStep {
     }
     copies.checkForwardMayRun();
     long forwardStart = nanoClock.getAsLong();
-    ForwardBatch batch = new ForwardBatch(reqs);
+    ForwardBatch batch = new ForwardBatch(reqs, loads);
     SampledForward out =
         HOST_SAMPLING
             ? model.forwardAndSampleOnHost(batch, device.bytes(), rows, observer.wantsLogits())

@@ -14,6 +14,7 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.DeviceHandle;
 import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.model.LayerGate;
 import io.tokenspeed.model.device.SampledForward;
 import io.tokenspeed.scheduler.ExecutionPlan;
 import io.tokenspeed.scheduler.RequestState;
@@ -145,8 +146,12 @@ final class Round {
   /** The agreed input of one round (see the class essay). */
   private record Head(RoundInput input, List<Long> cancelled, Optional<AgreedRound> agreed) {}
 
-  /** The copies dispatch started: the Host pages written through, the demotions' fence. */
-  private record Dispatched(List<HostPublication.ImagePage> written, CopyFence demoted) {}
+  /**
+   * The copies dispatch started: the gate of the loads the forward reads, the Host pages written
+   * through, the demotions' fence.
+   */
+  private record Dispatched(
+      LayerGate loads, List<HostPublication.ImagePage> written, CopyFence demoted) {}
 
   Round(
       CacheLayout layout,
@@ -219,7 +224,9 @@ final class Round {
     reuse.noteAdmissions(nowNs);
     Dispatched dispatched = dispatch(plan);
     long forwardBefore = forward.forwardNanos();
-    SampledForward out = plan.forward().isEmpty() ? null : forward.forward(plan);
+    SampledForward out =
+        plan.forward().isEmpty() ? null : forward.forward(plan, dispatched.loads());
+    copies.finishStaged(out != null);
     if (out != null && costs != null) {
       costs.onForward(plan.forward(), forward.forwardNanos() - forwardBefore);
     }
@@ -333,24 +340,27 @@ final class Round {
   }
 
   /**
-   * The copies of the plan: retraction images first (their blocks may be reused below), then the
-   * loads the forward reads, awaited; the demotions copy cached blocks no request reads, so they
-   * run while the forward computes.
+   * The copies of the plan: retraction images first, awaited (their blocks may be reused below),
+   * then the loads and copy-on-write the forward reads, which the forward waits for layer by layer
+   * when the engine stages its loads ({@link Copies#submitStaged}); the demotions copy cached
+   * blocks no request reads, so they run while the forward computes.
    */
   private Dispatched dispatch(ExecutionPlan plan) throws InterruptedException {
-    List<BlockTransfer> loads = new ArrayList<>();
-    publication.saveRetractedImages(loads);
+    List<BlockTransfer> images = new ArrayList<>();
+    publication.saveRetractedImages(images);
+    copies.await(images);
+    attachImages();
+    List<BlockTransfer> loads = new ArrayList<>(plan.deviceCopies().size());
     for (BlockCopy c : plan.deviceCopies()) {
       loads.add(BlockTransfer.of(c));
     }
-    copies.await(loads);
-    attachImages();
+    LayerGate gate = copies.submitStaged(loads);
     List<BlockTransfer> stores = new ArrayList<>();
     for (ExecutionPlan.Demotion d : plan.demotions()) {
       stores.add(BlockTransfer.of(d));
     }
     List<HostPublication.ImagePage> written = publication.writeThrough(stores);
-    return new Dispatched(written, copies.submit(stores));
+    return new Dispatched(gate, written, copies.submit(stores));
   }
 
   /** The Host publishes what the demotions copied; the scheduler learns the forward is done. */
@@ -575,6 +585,7 @@ final class Round {
             deviceHandle.copyNanos(),
             deviceHandle.loadedBytes(),
             deviceHandle.loadNanos(),
+            deviceHandle.stagedLoadedBytes(),
             roundNanos,
             forward.forwardNanos(),
             copies.waitNanos());

@@ -513,8 +513,10 @@ public final class CausalLm implements AutoCloseable {
         new BatchMetadata(pool, numTokens, positions, tokenRequest, tables, kv, collective);
     float[] x = new float[numTokens * hidden];
     embedding.lookup(tokens, x);
-    for (ResidualBlock block : blocks) {
-      block.forward(meta, x, hidden);
+    LayerGate gate = batch.gate();
+    for (int l = 0; l < blocks.size(); l++) {
+      gate.awaitLayer(l);
+      blocks.get(l).forward(meta, x, hidden);
     }
     int logitRows = 0;
     for (ForwardRequest req : requests) {

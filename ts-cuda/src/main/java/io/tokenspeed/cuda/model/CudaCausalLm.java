@@ -15,6 +15,7 @@ import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardChecks;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.LayerGate;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.Checkpoint;
 import io.tokenspeed.model.checkpoint.CheckpointException;
@@ -1613,7 +1614,9 @@ public final class CudaCausalLm implements AutoCloseable {
     }
     GraphKey key =
         graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel, split, partials) : null;
+    LayerGate gate = batch.gate();
     if (key != null) {
+      gate.awaitLayer(layers.size() - 1); // a graph runs every layer: all of the loads first
       Long exec = graphExecs.get(key);
       if (exec != null) {
         device.api().graphLaunch(exec, stream);
@@ -1642,6 +1645,7 @@ public final class CudaCausalLm implements AutoCloseable {
       float scale = (float) (1.0 / Math.sqrt(hd));
       int ropeThreads = Integer.highestOneBit(Math.max(32, hd / 2 - 1) * 2);
       for (int l = 0; l < layers.size(); l++) {
+        gate.awaitLayer(l); // its loads have run on the copy stream before its kernels are issued
         Layer layer = layers.get(l);
         rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
         gemm.apply(

@@ -148,6 +148,15 @@ public final class CudaDeviceModel implements DeviceModel {
     return new Bytes(memory, leadingPad, tierBytes, new CudaKvCache(layout, bases, poolBlocks));
   }
 
+  /**
+   * The forward issues each layer's kernels after its gate opens: the layer's loads have then run
+   * on the copy stream, and the kernels of earlier layers keep the GPU busy meanwhile.
+   */
+  @Override
+  public boolean waitsForLayers() {
+    return true;
+  }
+
   @Override
   public ForwardResult forward(ForwardBatch batch, DeviceBytes kv) {
     if (!(kv instanceof Bytes b)) {

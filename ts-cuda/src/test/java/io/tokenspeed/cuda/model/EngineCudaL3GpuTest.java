@@ -208,6 +208,44 @@ class EngineCudaL3GpuTest {
     assertBitIdentical(want, got, kind + " store, deterministic mode");
   }
 
+  /**
+   * A restore read into the Host only (early copies off) is loaded to the GPU at admission: in
+   * stages of layers on the copy stream while the forward's kernels of earlier layers run, or whole
+   * before the forward. Both give recomputation's bits in deterministic mode.
+   */
+  @ParameterizedTest
+  @ValueSource(ints = {1, 2})
+  void shouldLoadRestoresAtAdmissionStageByStageWithRecomputationsBits(int stages)
+      throws Exception {
+    Run want = serveFresh(fixedOrder, null, extended);
+    Shared store = new Shared(new MemoryStore());
+    L3Settings base = settings(store, fixedOrder);
+    L3Settings hostOnly =
+        new L3Settings(
+            store,
+            new StorageRuntimeConfig(
+                base.runtime().scheduling().withEarlyH2d(false), base.runtime().executor()),
+            base.attentionBackend());
+    Run got;
+    for (int[] prompt : new int[][] {written, extended}) {
+      try (Engine e =
+          Engine.start(
+              EngineSettings.of(fixedOrder, config()).l3(hostOnly).loadStages(stages).conclude())) {
+        got = serve(e, prompt);
+        if (prompt == extended) {
+          assertEquals(written.length / P * P, got.result().metrics().reusedStorageTokens());
+          System.out.printf(
+              Locale.ROOT,
+              "deterministic, loads at admission in %d stage(s): %d tokens restored%n",
+              stages,
+              got.result().metrics().reusedStorageTokens());
+          assertBitIdentical(want, got, stages + " load stage(s)");
+        }
+      }
+    }
+    assertTrue(store.gets.get() > 0, "the reader read");
+  }
+
   @Test
   void shouldRestoreFromRedisAndMatchRecomputation(@TempDir Path dir) throws Exception {
     Run want = serveFresh(normal, null, extended);

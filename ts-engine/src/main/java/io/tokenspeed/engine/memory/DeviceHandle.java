@@ -46,10 +46,14 @@ public final class DeviceHandle implements AutoCloseable {
   }
 
   /** One resolved copy: a byte range of one tier into a byte range of the other (or the same). */
-  private record Copy(Direction direction, long srcOffset, long dstOffset, long bytes) {}
+  private record Copy(Direction direction, int group, long srcOffset, long dstOffset, long bytes) {}
 
-  /** A batch; a background one is not the loop's (see {@link #submitBackground}). */
-  private record Batch(CopyFence fence, List<Copy> copies, boolean background) {}
+  /**
+   * A batch; a background one is not the loop's (see {@link #submitBackground}); a staged one
+   * ({@link #submitStaged}) is copied stage by stage.
+   */
+  private record Batch(
+      CopyFence fence, List<Copy> copies, boolean background, StagedFence staged) {}
 
   /** The first failed batch and what it threw. */
   private record Failure(long sequence, Throwable cause) {}
@@ -81,6 +85,7 @@ public final class DeviceHandle implements AutoCloseable {
   private volatile long copiedBytes;
   private volatile long copyNanos;
   private volatile long loadedBytes;
+  private volatile long stagedLoadedBytes;
   private volatile long loadNanos;
   private volatile Failure failure;
 
@@ -151,7 +156,7 @@ public final class DeviceHandle implements AutoCloseable {
    *     are pending
    */
   public CopyFence submit(List<BlockTransfer> ops) {
-    return submit(ops, false);
+    return submit(ops, false, null).fence();
   }
 
   /**
@@ -160,10 +165,30 @@ public final class DeviceHandle implements AutoCloseable {
    * #foregroundBacklog} does not count it.
    */
   public CopyFence submitBackground(List<BlockTransfer> ops) {
-    return submit(ops, true);
+    return submit(ops, true, null).fence();
   }
 
-  private CopyFence submit(List<BlockTransfer> ops, boolean background) {
+  /**
+   * As {@link #submit}, for a batch whose copies run stage by stage ({@link LoadStages}): first
+   * every op's part of stage 0, in submission order, then every op's part of stage 1, and so on;
+   * each stage completes on the returned gate once its copies have run. Since the stages of one
+   * block are disjoint byte ranges and each stage keeps the ops' order, the bytes end as the
+   * unstaged batch leaves them, as long as no two groups' blocks of the batch share bytes (the
+   * cache's parents hold one group's blocks at a time).
+   *
+   * @throws IllegalArgumentException as {@link #submit} does, or when {@code stages} is null
+   */
+  public StagedFence submitStaged(List<BlockTransfer> ops, LoadStages stages) {
+    if (stages == null) {
+      throw new IllegalArgumentException("load stages are required");
+    }
+    return submit(ops, false, stages).staged();
+  }
+
+  /** What {@link #submit(List, boolean, LoadStages)} made: the fence, and the staged gate. */
+  private record Submitted(CopyFence fence, StagedFence staged) {}
+
+  private Submitted submit(List<BlockTransfer> ops, boolean background, LoadStages stages) {
     if (ops == null) {
       throw new IllegalArgumentException("a list of block transfers is required");
     }
@@ -188,22 +213,28 @@ public final class DeviceHandle implements AutoCloseable {
                 + ")");
       }
       CopyFence fence = new CopyFence(this, ++submittedSequence);
+      StagedFence staged = stages == null ? null : new StagedFence(fence, stages);
       Failure failed = failure;
       if (pending == 0 && (copies.isEmpty() || failed != null)) {
         if (failed != null) {
           fence.fail(notRun(fence.sequence(), failed));
+          if (staged != null) {
+            staged.fail(fence.failure());
+          }
+        } else if (staged != null) {
+          staged.stageDone(stages.numStages() - 1);
         }
         completedSequence = fence.sequence();
         progress.signalAll();
       } else {
-        queue.addLast(new Batch(fence, List.copyOf(copies), background));
+        queue.addLast(new Batch(fence, List.copyOf(copies), background, staged));
         pending++;
         if (background) {
           pendingBackground++;
         }
         work.signal();
       }
-      return fence;
+      return new Submitted(fence, staged);
     } finally {
       lock.unlock();
     }
@@ -226,23 +257,26 @@ public final class DeviceHandle implements AutoCloseable {
             case BlockTransfer.Load l ->
                 new Copy(
                     Direction.HOST_TO_DEVICE,
+                    g,
                     host.offsetOf(g, l.hostBlock()),
                     device.offsetOf(g, l.deviceBlock()),
                     0);
             case BlockTransfer.Store s ->
                 new Copy(
                     Direction.DEVICE_TO_HOST,
+                    g,
                     device.offsetOf(g, s.deviceBlock()),
                     host.offsetOf(g, s.hostBlock()),
                     0);
             case BlockTransfer.DeviceCopy d ->
                 new Copy(
                     Direction.WITHIN_DEVICE,
+                    g,
                     device.offsetOf(g, d.srcBlock()),
                     device.offsetOf(g, d.dstBlock()),
                     0);
           };
-      return new Copy(c.direction(), c.srcOffset(), c.dstOffset(), geometry.bytesPerBlock(g));
+      return new Copy(c.direction(), g, c.srcOffset(), c.dstOffset(), geometry.bytesPerBlock(g));
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(op + ": " + e.getMessage(), e);
     }
@@ -306,6 +340,14 @@ public final class DeviceHandle implements AutoCloseable {
    */
   public long loadedBytes() {
     return loadedBytes;
+  }
+
+  /**
+   * Of {@link #loadedBytes()}, those of staged batches ({@link #submitStaged}): copied stage by
+   * stage, the forward starting each layer once its stage was in.
+   */
+  public long stagedLoadedBytes() {
+    return stagedLoadedBytes;
   }
 
   /**
@@ -390,28 +432,41 @@ public final class DeviceHandle implements AutoCloseable {
           long batchBytes = 0;
           long batchLoaded = 0;
           try {
-            for (Copy c : batch.copies()) {
-              switch (c.direction()) {
-                case HOST_TO_DEVICE -> {
-                  deviceBytes.copyFromHost(
-                      hostBlocks.asSlice(c.srcOffset(), c.bytes()), c.dstOffset());
+            StagedFence staged = batch.staged();
+            if (staged == null) {
+              for (Copy c : batch.copies()) {
+                copy(c, 0, c.bytes());
+                batchBytes += c.bytes();
+                if (c.direction() == Direction.HOST_TO_DEVICE) {
                   batchLoaded += c.bytes();
                 }
-                case DEVICE_TO_HOST ->
-                    deviceBytes.copyToHost(
-                        c.srcOffset(), hostBlocks.asSlice(c.dstOffset(), c.bytes()));
-                case WITHIN_DEVICE ->
-                    deviceBytes.copyWithin(c.srcOffset(), c.dstOffset(), c.bytes());
               }
-              copiedBytes += c.bytes();
-              batchBytes += c.bytes();
+              deviceBytes.awaitCopies();
+            } else {
+              LoadStages stages = staged.stages();
+              for (int s = 0; s < stages.numStages(); s++) {
+                for (Copy c : batch.copies()) {
+                  long length = stages.length(c.group(), s);
+                  if (length > 0) {
+                    copy(c, stages.offset(c.group(), s), length);
+                    batchBytes += length;
+                    if (c.direction() == Direction.HOST_TO_DEVICE) {
+                      batchLoaded += length;
+                    }
+                  }
+                }
+                deviceBytes.awaitCopies();
+                staged.stageDone(s);
+              }
             }
-            deviceBytes.awaitCopies();
           } finally {
             long nanos = System.nanoTime() - t0;
             copyNanos += nanos;
             if (batchLoaded > 0) {
               loadedBytes += batchLoaded;
+              if (batch.staged() != null) {
+                stagedLoadedBytes += batchLoaded;
+              }
               loadNanos +=
                   batchLoaded == batchBytes
                       ? nanos
@@ -421,9 +476,15 @@ public final class DeviceHandle implements AutoCloseable {
         } catch (Throwable t) {
           failure = new Failure(sequence, t);
           batch.fence().fail(t);
+          if (batch.staged() != null) {
+            batch.staged().fail(t);
+          }
         }
       } else {
         batch.fence().fail(notRun(sequence, failed));
+        if (batch.staged() != null) {
+          batch.staged().fail(batch.fence().failure());
+        }
       }
       lock.lock();
       try {
@@ -437,6 +498,21 @@ public final class DeviceHandle implements AutoCloseable {
         lock.unlock();
       }
     }
+  }
+
+  /** Queues the copy of bytes {@code [from, from + length)} of {@code c}'s block (copy thread). */
+  private void copy(Copy c, long from, long length) {
+    switch (c.direction()) {
+      case HOST_TO_DEVICE ->
+          deviceBytes.copyFromHost(
+              hostBlocks.asSlice(c.srcOffset() + from, length), c.dstOffset() + from);
+      case DEVICE_TO_HOST ->
+          deviceBytes.copyToHost(
+              c.srcOffset() + from, hostBlocks.asSlice(c.dstOffset() + from, length));
+      case WITHIN_DEVICE ->
+          deviceBytes.copyWithin(c.srcOffset() + from, c.dstOffset() + from, length);
+    }
+    copiedBytes += length;
   }
 
   private static IllegalStateException notRun(long sequence, Failure failed) {

@@ -111,6 +111,15 @@ public interface DeviceModel extends AutoCloseable {
   }
 
   /**
+   * Whether {@link #forward} waits on the batch's {@link io.tokenspeed.model.LayerGate} before each
+   * layer, so that the engine may copy a round's loads while the forward computes; {@code false}
+   * (the default) makes the engine copy them whole before the forward.
+   */
+  default boolean waitsForLayers() {
+    return false;
+  }
+
+  /**
    * Prepares the Host tier's memory for copies to and from the device (a GPU backend pins it, once,
    * for asynchronous copies at the bus's speed); the engine calls it once, before any copy.
    */

@@ -920,8 +920,8 @@ final class BenchTtftCommand implements Callable<Integer> {
         "| store | restored from L3 and copied up, median MB per request | Host→Device copy time,"
             + " median ms | Host→Device GB/s (median of requests) | of "
             + String.format(Locale.ROOT, "%.0f", H2D_TARGET_GB_PER_S)
-            + " GB/s |\n");
-    b.append("|---|---:|---:|---:|---:|\n");
+            + " GB/s | copied while the forward ran |\n");
+    b.append("|---|---:|---:|---:|---:|---:|\n");
     for (Reader r : readers) {
       List<JsonNode> rows = r.requests("l3").stream().filter(n -> n.has("h2d_bytes")).toList();
       if (rows.isEmpty()) {
@@ -937,19 +937,24 @@ final class BenchTtftCommand implements Callable<Integer> {
               .sorted()
               .toArray();
       double bw = gbs.length == 0 ? Double.NaN : median(gbs);
+      double bytes = rows.stream().mapToDouble(n -> n.get("h2d_bytes").asDouble()).sum();
+      double staged = rows.stream().mapToDouble(n -> n.path("h2d_staged_bytes").asDouble()).sum();
       b.append(
           String.format(
               Locale.ROOT,
-              "| %s | %.1f | %.2f | %.1f | %.2f× |%n",
+              "| %s | %.1f | %.2f | %.1f | %.2f× | %s |%n",
               r.label(),
               median(mb),
               median(ms),
               bw,
-              bw / H2D_TARGET_GB_PER_S));
+              bw / H2D_TARGET_GB_PER_S,
+              bytes > 0 ? String.format(Locale.ROOT, "%.0f %%", 100 * staged / bytes) : "-"));
     }
     b.append(
         "\nHost→Device is the copy thread's time for the l3 cohort's loads, from the engine's"
-            + " counters (EngineStats.loadedBytes and loadNanos): "
+            + " counters (EngineStats.loadedBytes and loadNanos); the last column is the share of"
+            + " those bytes copied in stages of layers while the forward computed (--load-stages),"
+            + " each layer starting once its stage was in, rather than before the forward: "
             + (deviceOptions.gpu()
                 ? "cudaMemcpyAsync of each block from the pinned Host tier to GPU memory on the copy"
                     + " stream, then the stream waited for"

@@ -602,11 +602,13 @@ final class BenchWorkerCommand implements Callable<Integer> {
   /**
    * Adds to {@code line} the Host→Device copies between two snapshots of one engine's stats: the
    * bytes of the blocks that went up to the Device tier (restored from L3 or reused from the Host
-   * tier) and the copy thread's time moving them.
+   * tier) and the copy thread's time moving them, and of those bytes the ones copied in stages of
+   * layers while the forward computed.
    */
   private static ObjectNode hostToDevice(ObjectNode line, EngineStats before, EngineStats after) {
     return line.put("h2d_bytes", after.loadedBytes() - before.loadedBytes())
-        .put("h2d_ms", (after.loadNanos() - before.loadNanos()) / 1e6);
+        .put("h2d_ms", (after.loadNanos() - before.loadNanos()) / 1e6)
+        .put("h2d_staged_bytes", after.stagedLoadedBytes() - before.stagedLoadedBytes());
   }
 
   /**

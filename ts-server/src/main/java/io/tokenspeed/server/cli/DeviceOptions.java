@@ -5,6 +5,7 @@ import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.CudaException;
 import io.tokenspeed.cuda.model.CudaCausalLm;
 import io.tokenspeed.cuda.model.CudaDeviceModel;
+import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import java.nio.file.Path;
@@ -41,6 +42,17 @@ final class DeviceOptions {
               + " restored from L3 then gives logits bit-identical to its recomputation. Slower."
               + " The CPU backend always is.")
   private boolean deterministic;
+
+  @Option(
+      names = "--load-stages",
+      paramLabel = "N",
+      description =
+          "Host-to-Device loads of a round (Host hits, L3 restores read into the Host) are copied"
+              + " in up to N stages of consecutive layers while the forward computes, each layer"
+              + " starting once its stage is in; 1 copies them whole before the forward. Default: "
+              + LoadStages.DEFAULT_STAGES
+              + ".")
+  private int loadStages = LoadStages.DEFAULT_STAGES;
 
   /** Whether {@code --device} names a GPU; a usage error lists the forms. */
   boolean gpu() {
@@ -80,16 +92,20 @@ final class DeviceOptions {
   }
 
   /**
-   * The flags that give a worker process of a multi-process command the same device: none on the
-   * CPU (its command line stays as it was), else {@code --device} and {@code --deterministic}.
+   * The flags that give a worker process of a multi-process command the same device: {@code
+   * --device} and {@code --deterministic} on a GPU, and {@code --load-stages} when not the default
+   * (none on the CPU by default: its command line stays as it was).
    */
   List<String> workerArgs() {
-    if (!gpu()) {
-      return List.of();
+    List<String> args = new ArrayList<>();
+    if (gpu()) {
+      args.addAll(List.of("--device", device));
+      if (deterministic) {
+        args.add("--deterministic");
+      }
     }
-    List<String> args = new ArrayList<>(List.of("--device", device));
-    if (deterministic) {
-      args.add("--deterministic");
+    if (loadStages != LoadStages.DEFAULT_STAGES) {
+      args.addAll(List.of("--load-stages", Integer.toString(loadStages)));
     }
     return args;
   }
@@ -146,16 +162,23 @@ final class DeviceOptions {
    *     --device}) or the checkpoint cannot be loaded (naming {@code --model})
    */
   EngineModel load(Path folder, String model, TensorParallelOptions tp) {
+    if (loadStages < 1) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--load-stages=" + loadStages + " must be at least 1",
+          spec.findOption("--load-stages"),
+          Integer.toString(loadStages));
+    }
     checkTensorParallel(tp.size());
     if (!gpu()) {
-      return EngineModel.onCpu(tp.load(folder, model), tp);
+      return EngineModel.onCpu(tp.load(folder, model), tp).withLoadStages(loadStages);
     }
     CudaDevice gpu = open();
     CudaCausalLm lm = null;
     try {
       lm = load(gpu, folder, model);
       CudaDeviceModel bound = new CudaDeviceModel(lm);
-      return EngineModel.onDevice(bound, List.of(bound, lm, gpu));
+      return EngineModel.onDevice(bound, List.of(bound, lm, gpu)).withLoadStages(loadStages);
     } catch (RuntimeException | Error e) {
       if (lm != null) {
         lm.close();

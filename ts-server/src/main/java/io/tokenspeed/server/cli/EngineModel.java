@@ -4,6 +4,7 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.server.http.WarmUp;
@@ -31,6 +32,15 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
   private final List<AutoCloseable> owned;
 
   private boolean closed;
+
+  /** The engines' {@link EngineSettings.Builder#loadStages} (the default unless set). */
+  private int loadStages = LoadStages.DEFAULT_STAGES;
+
+  /** Engines started over this model copy their loads in at most {@code stages} stages. */
+  EngineModel withLoadStages(int stages) {
+    this.loadStages = stages;
+    return this;
+  }
 
   private EngineModel(
       CausalLm cpu, TensorParallelOptions tp, DeviceModel device, List<AutoCloseable> owned) {
@@ -104,7 +114,7 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
     if (device == null && tp != null && tp.ranked()) {
       engine.control(tp.control());
     }
-    return Engine.start(engine.eosId(eos).l3(settings).conclude());
+    return Engine.start(engine.eosId(eos).l3(settings).loadStages(loadStages).conclude());
   }
 
   /** Frees what was loaded: the CPU model, or the GPU's binding, weights and device. */

@@ -137,6 +137,16 @@ class DeviceFlagTest {
     assertEquals(
         List.of("--device", "cuda:1", "--deterministic"),
         parse("--device=cuda:1", "--deterministic").workerArgs());
+    assertEquals(List.of("--load-stages", "1"), parse("--load-stages", "1").workerArgs());
+    assertEquals(
+        List.of("--device", "cuda", "--load-stages", "3"),
+        parse("--device", "cuda", "--load-stages=3").workerArgs());
+    assertEquals(List.of(), parse("--load-stages", "8").workerArgs(), "the default is not added");
+    var zero =
+        org.junit.jupiter.api.Assertions.assertThrows(
+            picocli.CommandLine.ParameterException.class,
+            () -> parse("--load-stages", "0").load(null, "m", null));
+    assertEquals("--load-stages=0 must be at least 1", zero.getMessage());
     assertEquals(-1, parse().ordinal());
     assertEquals(0, parse("--device", "cuda").ordinal());
     assertEquals(2, parse("--device", "cuda:2").ordinal());
