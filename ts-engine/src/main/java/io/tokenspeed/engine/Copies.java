@@ -31,6 +31,19 @@ final class Copies {
   /** The round's staged loads that the forward waits on layer by layer, or null. */
   private StagedFence staged;
 
+  /** Planted (the simulation's tests only): staged loads never copy their last stage. */
+  private boolean plantedSkipsLastStage;
+
+  /** Plants the bug above. */
+  void plantSkipLastStage() {
+    plantedSkipsLastStage = true;
+  }
+
+  /** Whether the round's loads are staged by layer (the engine's load stages apply). */
+  boolean staged() {
+    return stages != null;
+  }
+
   /** Times the waits (the settings' clock). */
   private final LongSupplier nanoClock;
 
@@ -64,7 +77,9 @@ final class Copies {
     if (ops.isEmpty()) {
       return LayerGate.OPEN;
     }
-    staged = handle.submitStaged(ops, stages);
+    staged =
+        handle.submitStaged(
+            ops, plantedSkipsLastStage ? stages.withoutStage(stages.numStages() - 1) : stages);
     return staged;
   }
 

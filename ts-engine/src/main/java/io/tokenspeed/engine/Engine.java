@@ -134,6 +134,9 @@ public final class Engine implements AutoCloseable {
                 ? LoadStages.of(layout, settings.loadStages()).orElse(null)
                 : null,
             nanoClock);
+    if (simulation != null) {
+      simulation.planting().copies(loopCopies);
+    }
     HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);
     if (simulation != null) {
       simulation.planting().publication(publication);

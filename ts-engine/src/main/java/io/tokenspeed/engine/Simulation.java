@@ -33,6 +33,8 @@ record Simulation(StorageTier.Stepping stepping, LocalRelayHub hub, Planting pla
 
     default void round(Round round) {}
 
+    default void copies(Copies copies) {}
+
     Planting NONE = new Planting() {};
   }
 

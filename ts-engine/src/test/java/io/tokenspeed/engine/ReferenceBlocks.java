@@ -112,7 +112,7 @@ final class ReferenceBlocks {
     long[] rows = rows(src.sequence(), rank, g);
     for (int pos = first; pos < last; pos++) {
       for (int w = 0; w < rowWords; w++) {
-        long at = ((long) (pos - first) * rowWords + w) * Long.BYTES;
+        long at = model.wordOffset(bg, pos - first, w);
         long word = bytes.get(ValueLayout.JAVA_LONG_UNALIGNED, at);
         if (word != rows[pos * rowWords + w]) {
           return "the row of position "

@@ -130,7 +130,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     /** A frozen round takes its permissions as granted: it computes and starts storage work. */
     FROZEN_ROUND_RUNS,
     /** A GET's early Device copies publish the rows it failed to read on the Device. */
-    EARLY_PUBLISHES_FAILED_ROWS
+    EARLY_PUBLISHES_FAILED_ROWS,
+    /** A round's staged loads leave their last stage's layers uncopied, yet open its gate. */
+    LOADS_SKIP_LAST_STAGE
   }
 
   /** An invariant failed: the message names the seed that replays it. */
@@ -425,6 +427,13 @@ final class WholeLoopSimulation implements AutoCloseable {
             @Override
             public void round(Round round) {
               round.plantIgnoreControlState();
+            }
+          };
+      case LOADS_SKIP_LAST_STAGE ->
+          new Simulation.Planting() {
+            @Override
+            public void copies(Copies copies) {
+              copies.plantSkipLastStage();
             }
           };
       case EARLY_PUBLISHES_FAILED_ROWS ->
@@ -1007,6 +1016,15 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** Whether GETs copy their rows to the Device as they land in this run. */
   boolean earlyH2d() {
     return earlyH2d;
+  }
+
+  /** Bytes every rank loaded to its Device in stages of layers while the forward computed. */
+  long stagedLoadedBytes() {
+    long n = 0;
+    for (Engine e : engines) {
+      n += e.stats().stagedLoadedBytes();
+    }
+    return n;
   }
 
   /** Device blocks every rank's GETs published through their early copies so far. */

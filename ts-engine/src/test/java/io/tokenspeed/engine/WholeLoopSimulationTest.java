@@ -60,6 +60,7 @@ class WholeLoopSimulationTest {
   private static final AtomicLong COST_MODEL_SEEDS = new AtomicLong();
   private static final AtomicLong EARLY_H2D_SEEDS = new AtomicLong();
   private static final AtomicLong EARLY_H2D_BLOCKS = new AtomicLong();
+  private static final AtomicLong STAGED_LOAD_BYTES = new AtomicLong();
   private static final Set<Planted> CAUGHT = ConcurrentHashMap.newKeySet();
   private static final int PLANTED = Planted.values().length - 1;
 
@@ -130,6 +131,7 @@ class WholeLoopSimulationTest {
       COST_MODEL_SEEDS.addAndGet(sim.costModel() ? 1 : 0);
       EARLY_H2D_SEEDS.addAndGet(sim.earlyH2d() ? 1 : 0);
       EARLY_H2D_BLOCKS.addAndGet(sim.earlyH2dBlocks());
+      STAGED_LOAD_BYTES.addAndGet(sim.stagedLoadedBytes());
       FROZEN_COMPLETIONS.addAndGet(sim.frozenCompletions);
       FROZEN_SOFT_TIMEOUTS.addAndGet(sim.frozenSoftTimeouts);
       FROZEN_CANCELLATIONS.addAndGet(sim.frozenCancellations);
@@ -165,7 +167,7 @@ class WholeLoopSimulationTest {
         switch (bug) {
           case PUBLISH_FAILED_GET, STORE_LANDS_WRONG_BYTES, EARLY_PUBLISHES_FAILED_ROWS ->
               new String[] {": its KV is wrong", " published Host block "};
-          case VICTIM_KEEPS_DEVICE_KV -> new String[] {": its KV is wrong"};
+          case VICTIM_KEEPS_DEVICE_KV, LOADS_SKIP_LAST_STAGE -> new String[] {": its KV is wrong"};
           case RETIRED_BY_ANY_RANK -> new String[] {"did not quarantine"};
           case REOFFER_WITHOUT_HOLD -> new String[] {"before its hold of"};
           case STORE_WRITES_WRONG_BYTES -> new String[] {" wrote an object, but "};
@@ -186,7 +188,8 @@ class WholeLoopSimulationTest {
               STORE_WRITES_WRONG_BYTES,
               SERVES_ALONE,
               FAILED_LOOP_LEAVES_REQUESTS,
-              FROZEN_ROUND_RUNS ->
+              FROZEN_ROUND_RUNS,
+              LOADS_SKIP_LAST_STAGE ->
               false;
           default -> true;
         };
@@ -276,7 +279,9 @@ class WholeLoopSimulationTest {
         "  seeds with early Host-to-Device copies "
             + EARLY_H2D_SEEDS.get()
             + ", Device blocks they published "
-            + EARLY_H2D_BLOCKS.get());
+            + EARLY_H2D_BLOCKS.get()
+            + "; bytes loaded in stages of layers while the forward computed "
+            + STAGED_LOAD_BYTES.get());
     long rounds = ROUNDS.get();
     if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
       // a full run takes every path the faults open
@@ -292,6 +297,7 @@ class WholeLoopSimulationTest {
               + EARLY_H2D_SEEDS.get()
               + " seeds: "
               + EARLY_H2D_BLOCKS.get());
+      assertTrue(STAGED_LOAD_BYTES.get() > 0, "bytes loaded in stages: " + STAGED_LOAD_BYTES.get());
       assertTrue(RETRACTIONS.get() > 0, "retractions: " + RETRACTIONS.get());
       assertTrue(REFUSED.get() > 0, "refused PUT rows: " + REFUSED.get());
       assertTrue(DAMAGED.get() > 0, "damaged reads: " + DAMAGED.get());

@@ -28,17 +28,28 @@ import java.util.SplittableRandom;
  * of the sequence's KV, so that a wrong block anywhere changes what it generates.
  *
  * <p><b>KV.</b> Each token writes one row of {@code 8 · rowWords} bytes per cache group: group 0
- * keeps the full history, group 1 (when {@code windowTokens > 0}) a sliding window. The row of
- * position {@code p} is a hash of the token, {@code p}, the rank, the group and the row of {@code p
- * - 1} <em>as read back from the Device memory the block table names</em> (a window of one token
- * reads nothing). A prefix restored from the Host tier or L3 is therefore read, not recomputed: a
- * wrong restored row propagates into every later row.
+ * keeps the full history, group 1 (when {@code windowTokens > 0}) a sliding window. A row's words
+ * belong to the model's layers: two layers (words below {@code ceil(rowWords / 2)} and the rest)
+ * when a row has two words or more, else one. Layer {@code l}'s words of the row of position {@code
+ * p} are a hash of the token, {@code p}, the rank, the group, {@code l} and layer {@code l}'s words
+ * of the row of {@code p - 1} <em>as read back from the Device memory the block table names</em> (a
+ * window of one token reads nothing). A prefix restored from the Host tier or L3 is therefore read,
+ * not recomputed: a wrong restored word propagates into every later row of its layer.
  *
  * <pre>
  *   group g, block b (model id, b ≥ 1) at tier offset (b − 1) · bpb(g),  bpb(g) = bg · rowBytes
- *   row of position p:  block = table[g][p / bg],  offset in block = (p mod bg) · rowBytes
- *   row(p) = H(token_p, p, rank, g, row(p − 1) read from memory)         row(−1) = H(seed)
+ *   a block holds its layers one after the other, field layers.l.kv = bg rows of layer l's words:
+ *     | layers.0.kv: rows 0..bg-1, words 0..h-1 | layers.1.kv: rows 0..bg-1, words h..rowWords-1 |
+ *   word w of position p:  block = table[g][p / bg],
+ *     offset in block = 8 · (bg · first(l) + (p mod bg) · words(l) + w − first(l)),  l = layer(w)
+ *   words_l(p) = H(token_p, p, rank, g, l, words_l(p − 1) read from memory)   words_l(−1) = H(seed)
  * </pre>
+ *
+ * <p><b>Layers.</b> The forward computes layer by layer: layer {@code l}'s words of every chunk row
+ * and their share of the logits' sums, after its {@link io.tokenspeed.model.LayerGate} opened for
+ * {@code l} ({@link #waitsForLayers}). So the engine's loads staged by layer run under the
+ * simulation as they do under a real model, and a stage whose bytes are not in place when its gate
+ * opens gives wrong rows.
  *
  * <p><b>Logits.</b> The logits of position {@code p} are one-hot at the token
  *
@@ -91,6 +102,9 @@ public final class SimModel implements DeviceModel {
   private final long pow32;
   private final long pow48;
 
+  /** Layers: 2 when a row has two words or more, else 1. */
+  private final int layers;
+
   /** Set by {@link #allocate}: the block granularity and pool size of each group. */
   private int[] blockGranularity;
 
@@ -135,6 +149,7 @@ public final class SimModel implements DeviceModel {
     this.vocabSize = vocabSize;
     this.rowWords = rowWords;
     this.rowBytes = rowWords * WORD_BYTES;
+    this.layers = rowWords >= 2 ? 2 : 1;
     this.windowTokens = windowTokens;
     this.seed = seed;
     this.collective = collective;
@@ -221,10 +236,49 @@ public final class SimModel implements DeviceModel {
               g,
               kind,
               blockGranularity,
-              List.of(new CacheField("kv", (long) blockGranularity * rowBytes)),
+              layerFields(blockGranularity),
               new Sharding.HeadPartitioned()));
     }
     return new CacheLayout(prefixGranularity, "sim", groups);
+  }
+
+  /** The fields of a block of {@code bg} rows: {@code layers.l.kv} per layer, in layer order. */
+  private List<CacheField> layerFields(int bg) {
+    List<CacheField> fields = new ArrayList<>(layers);
+    for (int l = 0; l < layers; l++) {
+      fields.add(new CacheField("layers." + l + ".kv", (long) bg * words(l) * WORD_BYTES));
+    }
+    return fields;
+  }
+
+  /** The first word of layer {@code l}. */
+  private int first(int l) {
+    return l == 0 ? 0 : (rowWords + 1) / 2;
+  }
+
+  /** Words of layer {@code l} in a row. */
+  private int words(int l) {
+    return layers == 1 ? rowWords : (l == 0 ? (rowWords + 1) / 2 : rowWords / 2);
+  }
+
+  /** The layer of word {@code w}. */
+  private int layerOf(int w) {
+    return layers == 1 || w < first(1) ? 0 : 1;
+  }
+
+  /**
+   * Where word {@code w} of the row {@code rowInBlock} rows into a block of {@code bg} rows lies,
+   * in bytes from the block's start (see the class comment).
+   */
+  public long wordOffset(int bg, int rowInBlock, int w) {
+    int l = layerOf(w);
+    return ((long) bg * first(l) + (long) rowInBlock * words(l) + w - first(l)) * WORD_BYTES;
+  }
+
+  /** The model waits on its batch's gate before each layer. */
+  @Override
+  public boolean waitsForLayers() {
+    return true;
   }
 
   @Override
@@ -258,14 +312,21 @@ public final class SimModel implements DeviceModel {
     for (ForwardRequest r : batch.requests()) {
       numRows += r.numLogitRows();
     }
+    long[] sums = new long[numRows];
+    for (int l = 0; l < layers; l++) {
+      batch.gate().awaitLayer(l);
+      int at = 0;
+      for (ForwardRequest r : batch.requests()) {
+        at = forward(r, l, m, sums, at);
+      }
+    }
     float[] partials = new float[numRows];
-    int at = 0;
-    for (ForwardRequest r : batch.requests()) {
-      at = forward(r, m, partials, at);
+    for (int i = 0; i < numRows; i++) {
+      partials[i] = sums[i] % vocabSize;
     }
     collective.allReduceSum(partials, 0, numRows);
     List<float[]> logits = new ArrayList<>(batch.requests().size());
-    at = 0;
+    int at = 0;
     for (ForwardRequest r : batch.requests()) {
       float[] out = new float[r.numLogitRows() * vocabSize];
       for (int i = 0; i < r.numLogitRows(); i++) {
@@ -276,8 +337,11 @@ public final class SimModel implements DeviceModel {
     return new ForwardResult(vocabSize, logits);
   }
 
-  /** Writes the rows of {@code r}'s chunk; adds its partial sums at {@code partials[at..]}. */
-  private int forward(ForwardRequest r, MemorySegment m, float[] partials, int at) {
+  /**
+   * Writes layer {@code l}'s words of the rows of {@code r}'s chunk; adds that layer's share of its
+   * partial sums, mod V, at {@code sums[at..]}.
+   */
+  private int forward(ForwardRequest r, int l, MemorySegment m, long[] sums, int at) {
     int[] tokens = r.tokenIds();
     int start = r.startPosition();
     int[][] tables = r.blockTables();
@@ -288,17 +352,17 @@ public final class SimModel implements DeviceModel {
     for (int g = 0; g < numGroups(); g++) {
       for (int j = 0; j < tokens.length; j++) {
         int p = start + j;
-        long prev = hasPrevious(g, p) ? fold(m, offset(tables, g, p - 1)) : seed;
-        writeRow(m, offset(tables, g, p), tokens[j], p, g, prev);
+        long prev = hasPrevious(g, p) ? fold(m, tables, g, p - 1, l) : seed;
+        writeWords(m, tables, g, p, l, tokens[j], prev);
       }
     }
     int last = start + tokens.length - 1;
     if (!r.allLogits()) {
-      partials[at] = sumMod(m, tables, last);
+      sums[at] = (sums[at] + sumMod(m, tables, last, l)) % vocabSize;
       return at + 1;
     }
-    for (int p = start; p <= last; p++) {
-      partials[at++] = sumMod(m, tables, p);
+    for (int p = start; p <= last; p++, at++) {
+      sums[at] = (sums[at] + sumMod(m, tables, p, l)) % vocabSize;
     }
     return at;
   }
@@ -307,8 +371,8 @@ public final class SimModel implements DeviceModel {
     return p > 0 && (g == 0 || windowTokens > 1);
   }
 
-  /** The byte offset of position {@code p}'s row of group {@code g}. */
-  private long offset(int[][] tables, int g, int p) {
+  /** The byte offset of the block that holds position {@code p}'s row of group {@code g}. */
+  private long blockOffset(int[][] tables, int g, int p) {
     int bg = blockGranularity[g];
     int row = p / bg;
     int[] table = tables[g];
@@ -327,23 +391,34 @@ public final class SimModel implements DeviceModel {
               + (poolBlocks[g] - 1)
               + ")");
     }
-    return ((long) block - 1) * bg * rowBytes + (long) (p % bg) * rowBytes;
+    return ((long) block - 1) * bg * rowBytes;
   }
 
-  private long fold(MemorySegment m, long offset) {
+  /** The byte offset of word {@code w} of position {@code p}'s row of group {@code g}. */
+  private long offset(int[][] tables, int g, int p, int w) {
+    return blockOffset(tables, g, p) + wordOffset(blockGranularity[g], p % blockGranularity[g], w);
+  }
+
+  /** Layer {@code l}'s words of position {@code p}'s row of group {@code g}, folded. */
+  private long fold(MemorySegment m, int[][] tables, int g, int p, int l) {
     long h = 0;
-    for (int w = 0; w < rowWords; w++) {
-      h = h * 0x9E3779B97F4A7C15L + m.get(ValueLayout.JAVA_LONG_UNALIGNED, offset + w * 8L);
+    for (int w = first(l); w < first(l) + words(l); w++) {
+      h = h * 0x9E3779B97F4A7C15L + m.get(ValueLayout.JAVA_LONG_UNALIGNED, offset(tables, g, p, w));
     }
     return h;
   }
 
-  private void writeRow(MemorySegment m, long offset, int token, int p, int g, long prev) {
-    long h = rowSeed(token, p, g, prev);
-    for (int w = 0; w < rowWords; w++) {
+  private void writeWords(
+      MemorySegment m, int[][] tables, int g, int p, int l, int token, long prev) {
+    long h = layerSeed(token, p, g, l, prev);
+    for (int w = first(l); w < first(l) + words(l); w++) {
       h = mix(h + w);
-      m.set(ValueLayout.JAVA_LONG_UNALIGNED, offset + w * 8L, h);
+      m.set(ValueLayout.JAVA_LONG_UNALIGNED, offset(tables, g, p, w), h);
     }
+  }
+
+  private long layerSeed(int token, int p, int g, int l, long prev) {
+    return rowSeed(token, p, g, prev) ^ (l * 0xE7037ED1A0B428DBL);
   }
 
   private long rowSeed(int token, int p, int g, long prev) {
@@ -356,20 +431,21 @@ public final class SimModel implements DeviceModel {
   }
 
   /**
-   * This rank's partial sum mod V for the logits of position {@code p}: the view's rows read block
-   * by block (a block's rows are contiguous).
+   * Layer {@code l}'s share of this rank's partial sum mod V for the logits of position {@code p}:
+   * the layer's words of the view's rows, read block by block.
    */
-  private int sumMod(MemorySegment m, int[][] tables, int p) {
+  private long sumMod(MemorySegment m, int[][] tables, int p, int l) {
     long sum = 0;
     for (int g = 0; g < numGroups(); g++) {
       int bg = blockGranularity[g];
       int q = firstViewed(g, p);
       while (q <= p) {
-        long off = offset(tables, g, q);
+        long block = blockOffset(tables, g, q);
         int last = Math.min(p, (q / bg + 1) * bg - 1);
-        for (; q <= last; q++, off += rowBytes) {
-          for (int w = 0; w < rowWords; w++) {
-            sum += wordSum(m.get(ValueLayout.JAVA_LONG_UNALIGNED, off + w * 8L), q, w, g);
+        for (; q <= last; q++) {
+          for (int w = first(l); w < first(l) + words(l); w++) {
+            long word = m.get(ValueLayout.JAVA_LONG_UNALIGNED, block + wordOffset(bg, q % bg, w));
+            sum += wordSum(word, q, w, g);
           }
         }
         if ((q & REDUCE_EVERY_ROWS - 1) < bg) {
@@ -377,7 +453,7 @@ public final class SimModel implements DeviceModel {
         }
       }
     }
-    return (int) (sum % vocabSize);
+    return sum % vocabSize;
   }
 
   private int firstViewed(int g, int p) {
@@ -430,12 +506,8 @@ public final class SimModel implements DeviceModel {
       for (int rank = 0; rank < size; rank++) {
         SimModel r = ranks[rank];
         for (int g = 0; g < numGroups(); g++) {
-          long prev = r.hasPrevious(g, p) ? foldWords(rows[rank][g][p - 1]) : seed;
-          long h = r.rowSeed(tokens[p], p, g, prev);
-          for (int w = 0; w < rowWords; w++) {
-            h = mix(h + w);
-            rows[rank][g][p][w] = h;
-          }
+          r.referenceRow(
+              tokens[p], p, g, r.hasPrevious(g, p) ? rows[rank][g][p - 1] : null, rows[rank][g][p]);
         }
         long sum = 0;
         for (int g = 0; g < numGroups(); g++) {
@@ -471,22 +543,38 @@ public final class SimModel implements DeviceModel {
     }
     SimModel r = rank == shard.rank() ? this : new SimModel(this, rank);
     long[] rows = new long[length * rowWords];
+    long[] previous = new long[rowWords];
+    long[] row = new long[rowWords];
     for (int p = 0; p < length; p++) {
+      r.referenceRow(tokens[p], p, group, r.hasPrevious(group, p) ? previous : null, row);
+      System.arraycopy(row, 0, rows, p * rowWords, rowWords);
+      long[] t = previous;
+      previous = row;
+      row = t;
+    }
+    return rows;
+  }
+
+  /**
+   * The words of the row of {@code token} at {@code p} in group {@code g} into {@code out}, from
+   * the previous row's words ({@code null}: none read), as the forward writes them layer by layer.
+   */
+  private void referenceRow(int token, int p, int g, long[] previous, long[] out) {
+    for (int l = 0; l < layers; l++) {
       long prev = seed;
-      if (r.hasPrevious(group, p)) {
+      if (previous != null) {
         long h = 0;
-        for (int w = 0; w < rowWords; w++) {
-          h = h * 0x9E3779B97F4A7C15L + rows[(p - 1) * rowWords + w];
+        for (int w = first(l); w < first(l) + words(l); w++) {
+          h = h * 0x9E3779B97F4A7C15L + previous[w];
         }
         prev = h;
       }
-      long h = r.rowSeed(tokens[p], p, group, prev);
-      for (int w = 0; w < rowWords; w++) {
+      long h = layerSeed(token, p, g, l, prev);
+      for (int w = first(l); w < first(l) + words(l); w++) {
         h = mix(h + w);
-        rows[p * rowWords + w] = h;
+        out[w] = h;
       }
     }
-    return rows;
   }
 
   /** Words of one row (a row is {@link #rowBytes()} bytes). */
@@ -499,6 +587,7 @@ public final class SimModel implements DeviceModel {
     this.vocabSize = other.vocabSize;
     this.rowWords = other.rowWords;
     this.rowBytes = other.rowBytes;
+    this.layers = other.layers;
     this.windowTokens = other.windowTokens;
     this.seed = other.seed;
     this.collective = other.collective;
@@ -507,14 +596,6 @@ public final class SimModel implements DeviceModel {
     this.pow16 = other.pow16;
     this.pow32 = other.pow32;
     this.pow48 = other.pow48;
-  }
-
-  private long foldWords(long[] words) {
-    long h = 0;
-    for (long w : words) {
-      h = h * 0x9E3779B97F4A7C15L + w;
-    }
-    return h;
   }
 
   @Override

@@ -87,8 +87,8 @@ class SimModelTest {
       int block = tables[g][position / BLOCK_TOKENS];
       long offset =
           (long) (block - 1) * layout.group(g).bytesPerBlock()
-              + (long) (position % BLOCK_TOKENS) * model.rowBytes()
-              + at;
+              + model.wordOffset(BLOCK_TOKENS, position % BLOCK_TOKENS, at / Long.BYTES)
+              + at % Long.BYTES;
       try (Arena a = Arena.ofConfined()) {
         MemorySegment one = a.allocate(1);
         kv.copyToHost(offset, one);
