@@ -18,6 +18,7 @@ package io.tokenspeed.cuda;
  * <pre>
  *   tile       kernel                     warpgroups         wgmma      stages  shared   blocks / SM
  *   128 × 256  gemm_fixed_wgmma_128x256   2 of 64 × 256      m64n256k16   4     193 KiB  1
+ *   128 × 192  gemm_fixed_wgmma_128x192   2 of 64 × 192      m64n192k16   4     161 KiB  1
  *   128 × 128  gemm_fixed_wgmma_128x128   2 of 64 × 128      m64n128k16   3      97 KiB  2
  *    64 × 128  gemm_fixed_wgmma_64x128    1 of 64 × 128      m64n128k16   4      97 KiB  2
  *    64 × 64   gemm_fixed_wgmma_64x64     1 of 64 × 64       m64n64k16    6      97 KiB  2
@@ -30,6 +31,15 @@ package io.tokenspeed.cuda;
  * from about a thousand rows (o and down at 1,024 rows: 128 blocks). Below that the smaller tiles
  * give the product enough blocks without splitting k, down to 64 × 32 for decode batches, which are
  * bound by reading w once: 4,096 outputs make 128 blocks of 64 × 32 and only 64 of 64 × 64.
+ *
+ * <p>128 × 192 is a candidate: FixedGemmWgmmaGpuTest times it; it enters the rule once its slice
+ * time is measured on an H100/H200. It sits between 128 × 256 and 128 × 128 for the row counts
+ * where 128 × 256's last wave runs part-empty (qkv at 1,024 rows: 192 blocks of 128 × 256 are 1.45
+ * waves on 132 multiprocessors, 256 of 128 × 192 are 1.94), with more reuse of each operand than
+ * 128 × 128. Until then its {@link #sliceNanos} is an estimate, 128 × 256's scaled by the outputs
+ * (1,068 · 192 / 256 ≈ 801), and {@link #measured} is false, so that the rule passes over it: an
+ * estimate it could not yet be checked against would move picks (by it, 128 × 192 would take qkv at
+ * 512 and 1,024 rows, o at 512, gate|up at 512 and 8,192) on no evidence.
  *
  * <p>The rule ({@link #forShape}) estimates each tile's time from its waves: a product of B blocks
  * runs in ⌈B / (blocks a multiprocessor holds · multiprocessors)⌉ waves, each as long as one
@@ -44,14 +54,18 @@ package io.tokenspeed.cuda;
  * mma.sync family's {@link ProductTile#largestThatFills}), which at 512 rows took 128 × 128 where
  * 128 × 256 (qkv) or 64 × 128 (o, down) is 11-18 % faster. On an H100 the Llama 8B projections take
  * 64 × 32 up to 64 rows for qkv, o and down, 64 × 128 for gate|up; at 512 rows 128 × 256 for qkv
- * and gate|up, 64 × 128 for o and down; 128 × 256 from 1,024 rows.
+ * and gate|up, 64 × 128 for o and down; 128 × 256 from 1,024 rows. Only the tiles whose slice time
+ * was measured ({@link #measured}) enter the rule.
  */
 enum FixedOrderWgmmaTile implements ProductTile {
-  T128X256("gemm_fixed_wgmma_128x256", 2, 256, 4, 1, 1068),
-  T128X128("gemm_fixed_wgmma_128x128", 2, 128, 3, 2, 1166),
-  T64X128("gemm_fixed_wgmma_64x128", 1, 128, 4, 2, 837),
-  T64X64("gemm_fixed_wgmma_64x64", 1, 64, 6, 2, 592),
-  T64X32("gemm_fixed_wgmma_64x32", 1, 32, 8, 2, 413);
+  T128X256("gemm_fixed_wgmma_128x256", 2, 256, 4, 1, 1068, true),
+  // a candidate: its slice time an estimate, 128 × 256's 1,068 ns scaled by 192 / 256, which the
+  // rule does not use (measured false) until FixedGemmWgmmaGpuTest's timings replace it
+  T128X192("gemm_fixed_wgmma_128x192", 2, 192, 4, 1, 801, false),
+  T128X128("gemm_fixed_wgmma_128x128", 2, 128, 3, 2, 1166, true),
+  T64X128("gemm_fixed_wgmma_64x128", 1, 128, 4, 2, 837, true),
+  T64X64("gemm_fixed_wgmma_64x64", 1, 64, 6, 2, 592, true),
+  T64X32("gemm_fixed_wgmma_64x32", 1, 32, 8, 2, 413, true);
 
   /** k per slice of the ring (FW_K in kernels.cu): one 128-byte swizzled row per operand row. */
   static final int SLICE_K = 64;
@@ -79,12 +93,26 @@ enum FixedOrderWgmmaTile implements ProductTile {
 
   /**
    * Nanoseconds of one wave over one slice of {@link #SLICE_K} k, every multiprocessor holding
-   * {@link #blocksPerSm} blocks: measured on an H100 (see the class comment).
+   * {@link #blocksPerSm} blocks: measured on an H100 (see the class comment) where {@link
+   * #measured}, else an estimate that {@link #forShape} does not use.
    */
   final int sliceNanos;
 
+  /**
+   * Whether {@link #sliceNanos} was measured on a GPU: only then does {@link #forShape} consider
+   * the tile. A tile not measured is a candidate, run by the GPU tests (bits and times) and by a
+   * caller that names it, never picked by the rule.
+   */
+  final boolean measured;
+
   FixedOrderWgmmaTile(
-      String kernel, int warpgroups, int outs, int stages, int blocksPerSm, int sliceNanos) {
+      String kernel,
+      int warpgroups,
+      int outs,
+      int stages,
+      int blocksPerSm,
+      int sliceNanos,
+      boolean measured) {
     this.kernel = kernel;
     this.warpgroups = warpgroups;
     this.rows = 64 * warpgroups;
@@ -92,6 +120,7 @@ enum FixedOrderWgmmaTile implements ProductTile {
     this.stages = stages;
     this.blocksPerSm = blocksPerSm;
     this.sliceNanos = sliceNanos;
+    this.measured = measured;
   }
 
   @Override
@@ -144,11 +173,11 @@ enum FixedOrderWgmmaTile implements ProductTile {
   }
 
   /**
-   * The rule: among the tiles that may take the rows ({@link ProductTile#takes}: their shared
-   * memory fits {@code sharedBytesPerBlock}, all of them on sm_90 at 227 KiB, and 64 rows or fewer
-   * never take a 128-row tile), the one of the least {@link #sliceEstimate} (the larger tile on a
-   * tie; see the class comment); null when none fits. k does not enter: every tile runs the same
-   * slices. Every tile gives the same bits, so the pick changes the time only.
+   * The rule: among the {@link #measured} tiles that may take the rows ({@link ProductTile#takes}:
+   * their shared memory fits {@code sharedBytesPerBlock}, all of them on sm_90 at 227 KiB, and 64
+   * rows or fewer never take a 128-row tile), the one of the least {@link #sliceEstimate} (the
+   * larger tile on a tie; see the class comment); null when none fits. k does not enter: every tile
+   * runs the same slices. Every tile gives the same bits, so the pick changes the time only.
    *
    * <p>Rows and outputs of any count are taken (edges are zero-filled and never written); {@code
    * in} must be a multiple of 8 and x and w 16-byte aligned.
@@ -169,7 +198,7 @@ enum FixedOrderWgmmaTile implements ProductTile {
     FixedOrderWgmmaTile best = null;
     long bestNanos = Long.MAX_VALUE;
     for (FixedOrderWgmmaTile tile : tiles) {
-      if (!ProductTile.takes(tile, shortest, rows, sharedBytesPerBlock)) {
+      if (!tile.measured || !ProductTile.takes(tile, shortest, rows, sharedBytesPerBlock)) {
         continue;
       }
       long nanos = tile.sliceEstimate(rows, out, parts, multiprocessors);

@@ -2505,8 +2505,9 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 // only): y[r][o] = Σ_k x[r][k] · w[o][k] (+ y[r][o] when accumulate), float32 accumulation,
 // in % 8 == 0, x and w 16-byte aligned, rows and outputs of any count: gemm_fixed_tiles's
 // parameters and contract, at close to cuBLAS's speed for prefill's thousands of rows. One
-// template, gemm_fixed_wgmma, instantiated for five block tiles (GEMM_FIXED_WGMMA below) from
-// 128 × 256 outputs down to 64 × 32; Gemm.java (FixedOrderWgmmaTile) picks one by shape when the
+// template, gemm_fixed_wgmma, instantiated for six block tiles (GEMM_FIXED_WGMMA below) from
+// 128 × 256 outputs down to 64 × 32 (128 × 192 among them, a candidate the rule does not take
+// until its time is measured); Gemm.java (FixedOrderWgmmaTile) picks one by shape when the
 // switch tokenspeed.cuda.fixedgemm is wgmma, on compute capability 9.0 only.
 //
 // Batch invariance. An output's value is decided by the chain of wgmma m64nNk16 steps that
@@ -2637,6 +2638,35 @@ __device__ __forceinline__ void fw_mma<256>(float (&d)[128], unsigned long long 
 }
 
 template <>
+__device__ __forceinline__ void fw_mma<192>(float (&d)[96], unsigned long long a,
+                                         unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+      "%92, %93, %94, %95}, "
+      "%96, %97, 1, 1, 1, 0, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(a), "l"(b));
+}
+
+template <>
 __device__ __forceinline__ void fw_mma<128>(float (&d)[64], unsigned long long a,
                                          unsigned long long b) {
   asm volatile(
@@ -2712,7 +2742,11 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   constexpr int X_BYTES = ROWS * ROW_BYTES;
   constexpr int STAGE_BYTES = (ROWS + OUTS) * ROW_BYTES;
   constexpr int R = OUTS / 2;  // accumulators a thread
-  static_assert(OUTS == 32 || OUTS == 64 || OUTS == 128 || OUTS == 256, "a wgmma's N");
+  // a wgmma N that fw_mma has: the powers of two and 192. Nothing below needs a power of two: the
+  // output tiles are counted by division, the copies go in OUTS / COPY_ROWS rounds and the
+  // epilogue in OUTS / 8 groups of 8 outputs, whole numbers for each of these N
+  static_assert(OUTS == 32 || OUTS == 64 || OUTS == 128 || OUTS == 192 || OUTS == 256,
+                "a wgmma's N that fw_mma has");
   static_assert(OUTS % COPY_ROWS == 0 && OUTS / COPY_ROWS <= 32, "whole rounds, a bit each");
   static_assert(COPY_ROWS % 8 == 0, "a thread's copies keep its row % 8, hence its swizzle");
   static_assert(STAGES >= 3, "slice t + STAGES - 2 is copied while slices t - 1 and t are read");
@@ -2891,6 +2925,12 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
 
 // 2 warpgroups of 64 × 256, 4 stages: 193 KiB, one block a multiprocessor (prefill)
 GEMM_FIXED_WGMMA(gemm_fixed_wgmma_128x256, 2, 256, 4, 1)
+// 2 warpgroups of 64 × 192, 4 stages: 161 KiB, one block a multiprocessor (two would leave each
+// block room for fewer than the 3 stages the ring needs). A candidate between 128 × 256 and
+// 128 × 128: a third more blocks than 128 × 256 where that tile's last wave runs part-empty (qkv
+// at 1,024 rows: 192 blocks of 128 × 256 make 1.45 waves on 132 multiprocessors, 256 of
+// 128 × 192 make 1.94). FixedOrderWgmmaTile keeps it out of the rule until its time is measured.
+GEMM_FIXED_WGMMA(gemm_fixed_wgmma_128x192, 2, 192, 4, 1)
 // 2 warpgroups of 64 × 128, 3 stages: 97 KiB, two blocks a multiprocessor
 GEMM_FIXED_WGMMA(gemm_fixed_wgmma_128x128, 2, 128, 3, 2)
 // 1 warpgroup of 64 × 128, 4 stages: 97 KiB, two blocks a multiprocessor

@@ -25,9 +25,9 @@ import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * The wgmma family of deterministic mode's bf16 product ({@link FixedOrderWgmmaTile}: {@code
- * gemm_fixed_wgmma_*}, 128 × 256 outputs a block down to 64 × 32), Hopper only (skipped elsewhere:
- * off sm_90a the kernels are stubs that trap). Each kernel is called directly, whatever the {@code
- * tokenspeed.cuda.fixedgemm} switch of this JVM. In order:
+ * gemm_fixed_wgmma_*}, 128 × 256 outputs a block down to 64 × 32, the candidate 128 × 192 among
+ * them), Hopper only (skipped elsewhere: off sm_90a the kernels are stubs that trap). Each kernel
+ * is called directly, whatever the {@code tokenspeed.cuda.fixedgemm} switch of this JVM. In order:
  *
  * <ol>
  *   <li>small products with known exact results (integers), each tile apart, printing the first
@@ -455,14 +455,17 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
    * 4096 × 4096, gate|up 28672 × 4096, down 4096 × 14336) at 1 to 8,192 rows, and prints one line
    * per shape: each path's median time in µs and its TFLOP/s, the wgmma tile {@link
    * FixedOrderWgmmaTile#forShape} picks, and that pick's time against v2's pick, cuBLAS and the
-   * fastest wgmma tile (the figures the rule's slice times come from, and are checked against).
-   * Asserts nothing about speed. Each product runs once to warm up, then {@code calls} times
-   * between pairs of events.
+   * fastest wgmma tile (the figures the rule's slice times come from, and are checked against), and
+   * at 8,192 rows the slice time each tile's time implies (how a candidate's is measured). Asserts
+   * nothing about speed. Each product runs once to warm up, then {@code calls} times between pairs
+   * of events.
    */
   @Test
   @Order(3)
   void shouldReportTimesAgainstV2AndCublas() {
-    int[] rowCounts = {1, 16, 64, 128, 256, 512, 2048, 8192};
+    // 1,024 rows: where 128 × 256's last wave is part-empty and the candidate 128 × 192 is meant
+    // to win
+    int[] rowCounts = {1, 16, 64, 128, 256, 512, 1024, 2048, 8192};
     int[][] shapes = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     int calls = 5;
     long xBytes = 0;
@@ -535,9 +538,40 @@ class FixedGemmWgmmaGpuTest extends OnTheGpu {
           }
           String pick = FixedOrderWgmmaTile.forShape(rows, out, sms, shared).kernel;
           printTimes(rows, out, in, names, micros, pick);
+          if (rows == rowCounts[rowCounts.length - 1]) {
+            printSliceTimes(rows, out, in, tiles, micros, sms);
+          }
         }
       }
     }
+  }
+
+  /**
+   * At the most rows, where every tile runs many waves: the slice time each tile's measured time
+   * implies (its time over its waves and its slices of 64 k, the figure {@link
+   * FixedOrderWgmmaTile#sliceNanos} holds), beside the one the rule has, which for a tile not
+   * {@link FixedOrderWgmmaTile#measured} (a candidate) is an estimate for this line to replace.
+   * {@code micros} starts with the tiles' times, in their order.
+   */
+  private static void printSliceTimes(
+      int rows, int out, int in, FixedOrderWgmmaTile[] tiles, double[] micros, int sms) {
+    long slices = Math.ceilDiv(in, FixedOrderWgmmaTile.SLICE_K);
+    StringBuilder line =
+        new StringBuilder(
+            String.format(Locale.ROOT, "wgmma slice times M %d, N %d, K %d:", rows, out, in));
+    for (int p = 0; p < tiles.length; p++) {
+      FixedOrderWgmmaTile tile = tiles[p];
+      long waves = Math.ceilDiv(tile.blocks(rows, out), (long) tile.blocksPerSm * sms);
+      line.append(
+          String.format(
+              Locale.ROOT,
+              " %s %.0f ns a wave and slice (%s %d);",
+              tile.kernel,
+              micros[p] * 1000 / (waves * slices),
+              tile.measured ? "the rule's" : "estimated, not in the rule:",
+              tile.sliceNanos));
+    }
+    System.out.println(line);
   }
 
   /**

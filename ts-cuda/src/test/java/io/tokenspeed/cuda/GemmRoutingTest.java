@@ -2,6 +2,7 @@ package io.tokenspeed.cuda;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -338,6 +339,88 @@ class GemmRoutingTest {
   }
 
   /**
+   * The rule's picks for Llama 8B's projections (qkv 6144 × 4096, o 4096 × 4096, gate|up 28672 ×
+   * 4096, down 4096 × 14336, k in the parts {@link Gemm#splitParts} gives: down in two) on an H100,
+   * from a decode step to prefill: those of the five measured tiles, which a candidate ({@link
+   * FixedOrderWgmmaTile#measured} false) must leave as they are.
+   */
+  @ParameterizedTest(name = "{0} at {1} rows: {4} ({5} blocks)")
+  @CsvSource({
+    "qkv, 1, 6144, 4096, gemm_fixed_wgmma_64x32, 192",
+    "qkv, 64, 6144, 4096, gemm_fixed_wgmma_64x32, 192",
+    "qkv, 512, 6144, 4096, gemm_fixed_wgmma_128x256, 96",
+    "qkv, 1024, 6144, 4096, gemm_fixed_wgmma_128x256, 192",
+    "qkv, 2048, 6144, 4096, gemm_fixed_wgmma_128x256, 384",
+    "qkv, 8192, 6144, 4096, gemm_fixed_wgmma_128x256, 1536",
+    "o, 1, 4096, 4096, gemm_fixed_wgmma_64x32, 128",
+    "o, 64, 4096, 4096, gemm_fixed_wgmma_64x32, 128",
+    "o, 512, 4096, 4096, gemm_fixed_wgmma_64x128, 256",
+    "o, 1024, 4096, 4096, gemm_fixed_wgmma_128x256, 128",
+    "o, 2048, 4096, 4096, gemm_fixed_wgmma_128x256, 256",
+    "o, 8192, 4096, 4096, gemm_fixed_wgmma_128x256, 1024",
+    "gate|up, 1, 28672, 4096, gemm_fixed_wgmma_64x128, 224",
+    "gate|up, 64, 28672, 4096, gemm_fixed_wgmma_64x128, 224",
+    "gate|up, 512, 28672, 4096, gemm_fixed_wgmma_128x256, 448",
+    "gate|up, 1024, 28672, 4096, gemm_fixed_wgmma_128x256, 896",
+    "gate|up, 2048, 28672, 4096, gemm_fixed_wgmma_128x256, 1792",
+    "gate|up, 8192, 28672, 4096, gemm_fixed_wgmma_128x256, 7168",
+    // k in two parts: the rule counts twice the blocks below (a block for each part)
+    "down, 1, 4096, 14336, gemm_fixed_wgmma_64x32, 128",
+    "down, 64, 4096, 14336, gemm_fixed_wgmma_64x32, 128",
+    "down, 512, 4096, 14336, gemm_fixed_wgmma_128x256, 64",
+    "down, 1024, 4096, 14336, gemm_fixed_wgmma_128x256, 128",
+    "down, 2048, 4096, 14336, gemm_fixed_wgmma_128x256, 256",
+    "down, 8192, 4096, 14336, gemm_fixed_wgmma_128x256, 1024"
+  })
+  void shouldKeepTheWgmmaPicksForLlama8bWhateverTheCandidates(
+      String product, int rows, int out, int in, String kernel, long blocks) {
+    int parts = Gemm.splitParts(in, out);
+    assertEquals(product.equals("down") ? 2 : 1, parts, product + "'s parts of k");
+    FixedOrderWgmmaTile pick = FixedOrderWgmmaTile.forShape(rows, out, parts, SMS, H100_SHARED);
+    assertEquals(kernel, pick.kernel);
+    assertEquals(blocks, pick.blocks(rows, out));
+    assertTrue(pick.measured, pick.kernel);
+  }
+
+  /**
+   * 128 × 192 is a candidate: its slice time is an estimate (128 × 256's scaled by the outputs),
+   * not a measurement, and the rule passes over it on every shape and device, though by that
+   * estimate it would win some (1,024 rows of qkv: 256 blocks in two waves of one block a
+   * multiprocessor against 192 blocks of 128 × 256, also in two). Every other tile is measured.
+   */
+  @Test
+  void shouldLeaveTheCandidateTileOutOfTheRule() {
+    FixedOrderWgmmaTile candidate = FixedOrderWgmmaTile.T128X192;
+    assertFalse(candidate.measured);
+    assertEquals(1068 * 192 / 256, candidate.sliceNanos);
+    for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
+      assertEquals(tile != candidate, tile.measured, tile.kernel);
+    }
+    assertEquals(candidate, FixedOrderWgmmaTile.ofKernel("gemm_fixed_wgmma_128x192"));
+    assertEquals(256, candidate.blocks(1024, 6144));
+    assertTrue(
+        candidate.sliceEstimate(1024, 6144, 1, SMS)
+            < FixedOrderWgmmaTile.T128X256.sliceEstimate(1024, 6144, 1, SMS),
+        "the estimate would take qkv at 1,024 rows");
+    assertEquals(
+        FixedOrderWgmmaTile.T128X256, FixedOrderWgmmaTile.forShape(1024, 6144, SMS, H100_SHARED));
+    for (int sms : new int[] {132, 114, 78}) {
+      for (int shared : new int[] {H100_SHARED, 163 * 1024}) {
+        for (int parts = 1; parts <= 2; parts++) {
+          for (int rows = 1; rows <= 16_384; rows += rows < 300 ? 1 : 61) {
+            for (int out : new int[] {37, 192, 1000, 2048, 4096, 6144, 14336, 28672, 128256}) {
+              FixedOrderWgmmaTile pick =
+                  FixedOrderWgmmaTile.forShape(rows, out, parts, sms, shared);
+              assertNotEquals(
+                  candidate, pick, rows + " x " + out + " in " + parts + " on " + sms + " SMs");
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /**
    * The parts of k under {@code tokenspeed.cuda.fixedsplit}: a function of the weight's shape only
    * (Llama 8B's down projection in two, the other products whole), never of the rows; the switch
    * reads off and on and refuses anything else; with parts, the rule counts every part's blocks
@@ -370,10 +453,10 @@ class GemmRoutingTest {
 
   /**
    * The wgmma rule over random shapes and devices (1 to 16,384 rows, 1 to 200,000 outputs, 60 to
-   * 160 multiprocessors, the shared memory of Hopper and of smaller devices): the pick takes the
-   * rows (its shared memory fits, not a 128-row tile for 64 rows or fewer), no tile that takes them
-   * has a smaller estimate, and none earlier in the list (larger) has the same one; null only when
-   * no tile fits the shared memory.
+   * 160 multiprocessors, the shared memory of Hopper and of smaller devices): the pick is a
+   * measured tile that takes the rows (its shared memory fits, not a 128-row tile for 64 rows or
+   * fewer), no measured tile that takes them has a smaller estimate, and none earlier in the list
+   * (larger) has the same one; null only when no tile fits the shared memory.
    */
   @ParameterizedTest
   @ValueSource(longs = {1, 2, 3})
@@ -389,18 +472,19 @@ class GemmRoutingTest {
       String what = rows + " x " + out + " on " + sms + " SMs, " + shared + " bytes: " + pick;
       boolean anyFits = false;
       for (FixedOrderWgmmaTile t : tiles) {
-        anyFits |= t.sharedBytes() <= shared;
+        anyFits |= t.measured && t.sharedBytes() <= shared;
       }
       if (!anyFits) {
         assertNull(pick, what);
         continue;
       }
       assertNotNull(pick, what);
+      assertTrue(pick.measured, what + ": a candidate whose slice time is an estimate");
       assertTrue(pick.sharedBytes() <= shared, what);
       assertTrue(rows > 64 || pick.rows == 64, what);
       long mine = pick.sliceEstimate(rows, out, 1, sms);
       for (FixedOrderWgmmaTile t : tiles) {
-        if (!ProductTile.takes(t, ProductTile.shortestRows(tiles), rows, shared)) {
+        if (!t.measured || !ProductTile.takes(t, ProductTile.shortestRows(tiles), rows, shared)) {
           continue;
         }
         long theirs = t.sliceEstimate(rows, out, 1, sms);
@@ -476,13 +560,33 @@ class GemmRoutingTest {
       assertTrue(tile.kernel.endsWith("_" + tile.rows + "x" + tile.outs), tile.kernel);
     }
     assertEquals(FixedOrderWgmmaTile.values().length, kernels, "GEMM_FIXED_WGMMA kernels");
-    assertEquals(5, kernels, "GEMM_FIXED_WGMMA kernels: 128 x 256 down to 64 x 32");
+    assertEquals(6, kernels, "GEMM_FIXED_WGMMA kernels: 128 x 256 down to 64 x 32");
     // the table of FixedOrderWgmmaTile's comment: stages of (rows + outs) · 128 bytes, 1 KiB more
     assertEquals(193 * 1024, FixedOrderWgmmaTile.T128X256.sharedBytes());
+    assertEquals(161 * 1024, FixedOrderWgmmaTile.T128X192.sharedBytes());
+    assertEquals(164_864, FixedOrderWgmmaTile.T128X192.sharedBytes());
     for (FixedOrderWgmmaTile tile : FixedOrderWgmmaTile.values()) {
-      if (tile != FixedOrderWgmmaTile.T128X256) {
+      if (tile.blocksPerSm == 2) {
         assertEquals(97 * 1024, tile.sharedBytes(), tile.kernel);
       }
+    }
+    // largest first: by outputs a block (rows times outputs), then by rows
+    FixedOrderWgmmaTile[] tiles = FixedOrderWgmmaTile.values();
+    for (int i = 1; i < tiles.length; i++) {
+      long before = (long) tiles[i - 1].rows * tiles[i - 1].outs;
+      long after = (long) tiles[i].rows * tiles[i].outs;
+      assertTrue(
+          before > after || before == after && tiles[i - 1].rows > tiles[i].rows,
+          tiles[i - 1] + " before " + tiles[i]);
+    }
+    // every kernel's wgmma N has its fw_mma
+    for (FixedOrderWgmmaTile tile : tiles) {
+      assertTrue(
+          source.contains("fw_mma<" + tile.outs + ">(float (&d)[" + tile.outs / 2 + "]"),
+          "fw_mma<" + tile.outs + ">");
+      assertTrue(
+          source.contains("wgmma.mma_async.sync.aligned.m64n" + tile.outs + "k16.f32.bf16.bf16"),
+          "m64n" + tile.outs + "k16");
     }
     // the kernels sit in their own section, wgmma only where the sm_90a feature macro is defined
     assertTrue(source.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"), "sm_90a guard");
