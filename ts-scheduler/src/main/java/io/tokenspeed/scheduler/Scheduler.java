@@ -522,6 +522,9 @@ public final class Scheduler {
           r.image != null
               ? cache.admitImage(r.image, end) // exact: its bytes, byte for byte
               : cache.admitUpTo(r.prompt, r.prompt.reusableBound(), end);
+      if (a == null && r.image == null && running.isEmpty()) {
+        a = admitReusingLess(r, end);
+      }
       if (a == null) {
         return; // the Device is full: first come, first served
       }
@@ -536,6 +539,43 @@ public final class Scheduler {
       r.admittedSeq = ++admissions;
       transition(r, new RequestState.Prefilling(a, a.hit()));
     }
+  }
+
+  /**
+   * Admits {@code r} with a shorter reuse than its longest match, down to none, when even that
+   * cannot fit with nothing running (nothing will free the Device for it): the reuse itself can be
+   * what does not fit. A partial last row is copied into a fresh block while its Device source
+   * stays pinned, so a match that ends inside a row needs a block more than recomputing the row:
+   * with a Device of the single-request limit the request would wait for ever. Each try drops the
+   * match to the page boundary below it; without reuse a request needs only its own rows, which fit
+   * once no request runs and the cached blocks are evicted. Null when no shorter reuse fits either
+   * (early destinations of GETs in flight hold the room: their retirement frees it).
+   */
+  private Admission admitReusingLess(Request r, int end) {
+    int page = cache.layout().prefixGranularity();
+    int cap = cache.probe(r.prompt, r.prompt.reusableBound()).hostHit();
+    while (cap > 0) {
+      cap = (cap - 1) / page * page;
+      Admission a = cache.admitUpTo(r.prompt, cap, end);
+      if (a != null) {
+        reusedLess++;
+        return a;
+      }
+    }
+    return null;
+  }
+
+  /**
+   * Admissions that reused less than the longest match because it could not fit ({@link
+   * #admitReusingLess}).
+   */
+  private long reusedLess;
+
+  /**
+   * Admissions so far that took a shorter reuse than their longest match so as to fit the Device.
+   */
+  public long admissionsReusingLess() {
+    return reusedLess;
   }
 
   /**

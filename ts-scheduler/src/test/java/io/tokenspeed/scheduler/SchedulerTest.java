@@ -8,6 +8,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.Admission;
 import io.tokenspeed.cache.Tier;
+import io.tokenspeed.core.CacheField;
+import io.tokenspeed.core.CacheGroupSpec;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.PromptKeys;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -187,6 +191,66 @@ class SchedulerTest {
       round();
     }
     assertNull(s.state(1));
+  }
+
+  /**
+   * A match that ends inside a row needs a block more than recomputing that row (the partial row is
+   * copied while its Device source stays pinned). With a Device of exactly the request's rows and
+   * nothing running, nothing would ever free that block: the request is admitted with the page
+   * boundary below its match instead of waiting for ever.
+   */
+  @Test
+  void shouldReuseLessWhenTheLongestMatchCannotFitTheDeviceAndNothingRuns() {
+    CacheLayout one =
+        new CacheLayout(
+            4,
+            "bf16",
+            List.of(
+                new CacheGroupSpec(
+                    0, new GroupKind.FullHistory(), 4, List.of(new CacheField("kv", 64)), null)));
+    f = new StmFixture(one, StmFixture.config(), 4, 8);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(128, 8));
+    PromptKeys p = PromptKeys.of(one, StmFixture.tokens(14, 9), List.of());
+    f.cache.recordTail(p, 6);
+    f.put(Tier.DEVICE, f.cache.neededKeys(p, 6)); // row 0 and the partial row 1
+    assertEquals(6, f.cache.probe(p, p.reusableBound()).hostHit(), "the longest match");
+    assertNull(f.cache.admitUpTo(p, p.reusableBound(), 16), "with it, 5 of the 4 parents");
+    s.submit(1, p, 2, false); // 16 tokens: every Device parent
+    round();
+    assertEquals(4, s.admission(1).hit(), "admitted with the page boundary below the match");
+    assertEquals(1, s.admissionsReusingLess());
+    for (int i = 0; i < 20 && s.state(1) != null; i++) {
+      round();
+    }
+    assertNull(s.state(1), "served to its end");
+  }
+
+  /** With a request running, the longest match waits for the room it will free. */
+  @Test
+  void shouldWaitForTheLongestMatchWhileARunningRequestWillFreeTheDevice() {
+    CacheLayout one =
+        new CacheLayout(
+            4,
+            "bf16",
+            List.of(
+                new CacheGroupSpec(
+                    0, new GroupKind.FullHistory(), 4, List.of(new CacheField("kv", 64)), null)));
+    f = new StmFixture(one, StmFixture.config(), 6, 8);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(128, 8));
+    PromptKeys p = PromptKeys.of(one, StmFixture.tokens(14, 9), List.of());
+    f.cache.recordTail(p, 6);
+    f.put(Tier.DEVICE, f.cache.neededKeys(p, 6));
+    s.submit(2, PromptKeys.of(one, StmFixture.tokens(3, 5), List.of()), 4, false); // 2 parents
+    round();
+    s.submit(1, p, 2, false);
+    round();
+    assertInstanceOf(RequestState.Submitted.class, s.state(1), "waits while request 2 runs");
+    for (int i = 0; i < 20 && s.state(1) instanceof RequestState.Submitted; i++) {
+      round();
+    }
+    assertNull(s.state(2), "request 2 ended first");
+    assertEquals(6, s.admission(1).hit(), "the longest match, once request 2 ended");
+    assertEquals(0, s.admissionsReusingLess());
   }
 
   @Test
