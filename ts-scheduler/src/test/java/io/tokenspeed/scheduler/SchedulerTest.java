@@ -194,13 +194,11 @@ class SchedulerTest {
   }
 
   /**
-   * A match that ends inside a row needs a block more than recomputing that row (the partial row is
-   * copied while its Device source stays pinned). With a Device of exactly the request's rows and
-   * nothing running, nothing would ever free that block: the request is admitted with the page
-   * boundary below its match instead of waiting for ever.
+   * A scheduler without storage over one full-history group of 4-token pages and rows and a Device
+   * of {@code deviceParents} one-row parents, whose Device caches a 14-token prompt's row 0 and its
+   * partial row 1 (a tail at 6 tokens); returns the prompt.
    */
-  @Test
-  void shouldReuseLessWhenTheLongestMatchCannotFitTheDeviceAndNothingRuns() {
+  private PromptKeys partialTailOnTheDevice(int deviceParents) {
     CacheLayout one =
         new CacheLayout(
             4,
@@ -208,11 +206,23 @@ class SchedulerTest {
             List.of(
                 new CacheGroupSpec(
                     0, new GroupKind.FullHistory(), 4, List.of(new CacheField("kv", 64)), null)));
-    f = new StmFixture(one, StmFixture.config(), 4, 8);
+    f = new StmFixture(one, StmFixture.config(), deviceParents, 8);
     s = new Scheduler(f.cache, null, new Scheduler.Config(128, 8));
     PromptKeys p = PromptKeys.of(one, StmFixture.tokens(14, 9), List.of());
     f.cache.recordTail(p, 6);
-    f.put(Tier.DEVICE, f.cache.neededKeys(p, 6)); // row 0 and the partial row 1
+    f.put(Tier.DEVICE, f.cache.neededKeys(p, 6));
+    return p;
+  }
+
+  /**
+   * A match that ends inside a row needs a block more than recomputing that row (the partial row is
+   * copied while its Device source stays pinned). With a Device of exactly the request's rows and
+   * nothing running, nothing would ever free that block: the request is admitted with the page
+   * boundary below its match instead of waiting for ever.
+   */
+  @Test
+  void shouldReuseLessWhenTheLongestMatchCannotFitTheDeviceAndNothingRuns() {
+    PromptKeys p = partialTailOnTheDevice(4);
     assertEquals(6, f.cache.probe(p, p.reusableBound()).hostHit(), "the longest match");
     assertNull(f.cache.admitUpTo(p, p.reusableBound(), 16), "with it, 5 of the 4 parents");
     s.submit(1, p, 2, false); // 16 tokens: every Device parent
@@ -228,19 +238,9 @@ class SchedulerTest {
   /** With a request running, the longest match waits for the room it will free. */
   @Test
   void shouldWaitForTheLongestMatchWhileARunningRequestWillFreeTheDevice() {
-    CacheLayout one =
-        new CacheLayout(
-            4,
-            "bf16",
-            List.of(
-                new CacheGroupSpec(
-                    0, new GroupKind.FullHistory(), 4, List.of(new CacheField("kv", 64)), null)));
-    f = new StmFixture(one, StmFixture.config(), 6, 8);
-    s = new Scheduler(f.cache, null, new Scheduler.Config(128, 8));
-    PromptKeys p = PromptKeys.of(one, StmFixture.tokens(14, 9), List.of());
-    f.cache.recordTail(p, 6);
-    f.put(Tier.DEVICE, f.cache.neededKeys(p, 6));
-    s.submit(2, PromptKeys.of(one, StmFixture.tokens(3, 5), List.of()), 4, false); // 2 parents
+    PromptKeys p = partialTailOnTheDevice(6);
+    s.submit(
+        2, PromptKeys.of(p.layout(), StmFixture.tokens(3, 5), List.of()), 4, false); // 2 parents
     round();
     s.submit(1, p, 2, false);
     round();
