@@ -32,14 +32,15 @@ package io.tokenspeed.cuda;
  * give the product enough blocks without splitting k, down to 64 × 32 for decode batches, which are
  * bound by reading w once: 4,096 outputs make 128 blocks of 64 × 32 and only 64 of 64 × 64.
  *
- * <p>128 × 192 is a candidate: FixedGemmWgmmaGpuTest times it; it enters the rule once its slice
- * time is measured on an H100/H200. It sits between 128 × 256 and 128 × 128 for the row counts
- * where 128 × 256's last wave runs part-empty (qkv at 1,024 rows: 192 blocks of 128 × 256 are 1.45
- * waves on 132 multiprocessors, 256 of 128 × 192 are 1.94), with more reuse of each operand than
- * 128 × 128. Until then its {@link #sliceNanos} is an estimate, 128 × 256's scaled by the outputs
- * (1,068 · 192 / 256 ≈ 801), and {@link #measured} is false, so that the rule passes over it: an
- * estimate it could not yet be checked against would move picks (by it, 128 × 192 would take qkv at
- * 512 and 1,024 rows, o at 512, gate|up at 512 and 8,192) on no evidence.
+ * <p>128 × 192 sits between 128 × 256 and 128 × 128 for the row counts where 128 × 256's last wave
+ * runs part-empty (qkv at 512 rows: 96 blocks of 128 × 256 leave 36 of 132 multiprocessors idle,
+ * 128 of 128 × 192 fill 128), with more reuse of each operand than 128 × 128. Its slice time was
+ * measured on an H100 (build 4061556): 809 to 893 ns a wave and slice over Llama 8B's four products
+ * at 8,192 rows, where 128 × 256 took 1,068 to 1,123 in the same run, the widest spread of any tile
+ * (gate|up, the widest product, is its slowest). The rule takes the slowest, 893, scaled to the
+ * calibration of the other tiles (1,068 / 1,123), 849: with the fastest it would take 8,192 rows of
+ * gate|up (73 waves against 55 of 128 × 256), which its measured time makes 7 % slower. A tile
+ * enters the rule only once its slice time is measured ({@link #measured}).
  *
  * <p>The rule ({@link #forShape}) estimates each tile's time from its waves: a product of B blocks
  * runs in ⌈B / (blocks a multiprocessor holds · multiprocessors)⌉ waves, each as long as one
@@ -54,14 +55,13 @@ package io.tokenspeed.cuda;
  * mma.sync family's {@link ProductTile#largestThatFills}), which at 512 rows took 128 × 128 where
  * 128 × 256 (qkv) or 64 × 128 (o, down) is 11-18 % faster. On an H100 the Llama 8B projections take
  * 64 × 32 up to 64 rows for qkv, o and down, 64 × 128 for gate|up; at 512 rows 128 × 256 for qkv
- * and gate|up, 64 × 128 for o and down; 128 × 256 from 1,024 rows. Only the tiles whose slice time
- * was measured ({@link #measured}) enter the rule.
+ * and gate|up, 64 × 128 for o and down; 128 × 256 from 1,024 rows; with 128 × 192 (see above) it
+ * takes qkv at 512 and 1,024 rows and gate|up at 512.
  */
 enum FixedOrderWgmmaTile implements ProductTile {
   T128X256("gemm_fixed_wgmma_128x256", 2, 256, 4, 1, 1068, true),
-  // a candidate: its slice time an estimate, 128 × 256's 1,068 ns scaled by 192 / 256, which the
-  // rule does not use (measured false) until FixedGemmWgmmaGpuTest's timings replace it
-  T128X192("gemm_fixed_wgmma_128x192", 2, 192, 4, 1, 801, false),
+  // measured: its slowest product's slice time, scaled to this calibration (see the class comment)
+  T128X192("gemm_fixed_wgmma_128x192", 2, 192, 4, 1, 849, true),
   T128X128("gemm_fixed_wgmma_128x128", 2, 128, 3, 2, 1166, true),
   T64X128("gemm_fixed_wgmma_64x128", 1, 128, 4, 2, 837, true),
   T64X64("gemm_fixed_wgmma_64x64", 1, 64, 6, 2, 592, true),

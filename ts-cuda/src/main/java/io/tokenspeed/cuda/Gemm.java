@@ -43,15 +43,14 @@ import java.lang.foreign.ValueLayout;
  *
  * <p>Its third value, {@code wgmma}, sends every deterministic bf16 product ({@code in} a multiple
  * of 8), decode's and prefill's alike, to a third family: {@code gemm_fixed_wgmma}'s kernels, on
- * Hopper's warpgroup instruction {@code wgmma.mma_async}, in five block tiles from 128 × 256 down
- * to 64 × 32 ({@link FixedOrderWgmmaTile}; a sixth, 128 × 192, is a candidate its rule does not
- * pick until its time is measured). They agree with each other bit for bit, not with the mma.sync
- * kernels (a wgmma step of 16 k need not round as two mma.sync steps do), so with this value no
- * product of the run goes to v1 or v2. Effective only on compute capability 9.0, where the kernels
- * are compiled for sm_90a ({@link CudaDevice#wgmma}); on any other device {@code wgmma} reads as
- * {@code v2}, so deterministic results there are v2's. It is the default: on an H100 the products
- * of Llama 8B's prefill take 0.84-0.92 of v2's time at 2,048 and 8,192 rows (at 64 rows 1.09-1.17,
- * a cost deterministic decode pays for having one family whatever the batch).
+ * Hopper's warpgroup instruction {@code wgmma.mma_async}, in six block tiles from 128 × 256 down to
+ * 64 × 32 ({@link FixedOrderWgmmaTile}). They agree with each other bit for bit, not with the
+ * mma.sync kernels (a wgmma step of 16 k need not round as two mma.sync steps do), so with this
+ * value no product of the run goes to v1 or v2. Effective only on compute capability 9.0, where the
+ * kernels are compiled for sm_90a ({@link CudaDevice#wgmma}); on any other device {@code wgmma}
+ * reads as {@code v2}, so deterministic results there are v2's. It is the default: on an H100 the
+ * products of Llama 8B's prefill take 0.84-0.92 of v2's time at 2,048 and 8,192 rows (at 64 rows
+ * 1.09-1.17, a cost deterministic decode pays for having one family whatever the batch).
  */
 public final class Gemm {
 
