@@ -2,7 +2,6 @@ package io.tokenspeed.engine;
 
 import io.tokenspeed.control.ControlConfig;
 import io.tokenspeed.engine.l3.L3Settings;
-import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.parallel.Shard;
@@ -30,6 +29,14 @@ import java.util.function.LongSupplier;
  * first round).
  */
 public final class EngineSettings {
+  /**
+   * The load stages of an engine unless told otherwise: 1, the loads copied whole before the
+   * forward. Stages of layers cost a GPU more copy calls of fewer bytes: on an H100 the restore of
+   * a 32k-token prefix of the Llama 1B shape took 78-89 ms in 8 stages against 29 ms whole, more
+   * than the forward they overlapped (docs/benchmarks/2026-12-07-layer-wise-start.md).
+   */
+  public static final int DEFAULT_LOAD_STAGES = 1;
+
   /** The clock an engine runs by unless told otherwise. */
   public static final LongSupplier DEFAULT_NANO_CLOCK = System::nanoTime;
 
@@ -134,7 +141,7 @@ public final class EngineSettings {
     private boolean paused;
     private LongSupplier nanoClock = DEFAULT_NANO_CLOCK;
     private Simulation simulation;
-    private int loadStages = LoadStages.DEFAULT_STAGES;
+    private int loadStages = DEFAULT_LOAD_STAGES;
 
     private Builder(CausalLm cpuModel, DeviceModel deviceModel, EngineConfig config) {
       this.cpuModel = cpuModel;
@@ -169,7 +176,7 @@ public final class EngineSettings {
     /**
      * Copies a round's Host→Device loads in at most {@code stages} stages of consecutive layers,
      * the forward starting each layer once its stage has run; 1 copies them whole before the
-     * forward. Default {@link LoadStages#DEFAULT_STAGES}. A model that does not wait on its layer
+     * forward (the default, {@link #DEFAULT_LOAD_STAGES}). A model that does not wait on its layer
      * gate ({@link DeviceModel#waitsForLayers}) always gets whole loads.
      */
     public Builder loadStages(int stages) {

@@ -156,6 +156,10 @@ final class WholeLoopSimulation implements AutoCloseable {
 
   final long seed;
   final int tp;
+
+  /** The engines' load stages in this run (1: whole loads). */
+  private final int loadStages;
+
   final Planted planted;
   private final SplittableRandom rnd;
 
@@ -318,6 +322,9 @@ final class WholeLoopSimulation implements AutoCloseable {
     // early Host-to-Device copies of GETs in half the clean runs and wherever a bug is planted
     boolean coin = rnd.nextBoolean();
     this.earlyH2d = planted != Planted.NONE || coin;
+    // loads staged by layer (2 stages: the sim model's layers) in three runs of four, and wherever
+    // a bug is planted; whole in the others, as the engine's default
+    this.loadStages = planted != Planted.NONE || rnd.nextInt(4) != 0 ? 8 : 1;
     StorageConfig scheduling =
         StorageConfig.defaults()
             .withSoftDeadlineMs(SOFT_DEADLINE_MS)
@@ -374,6 +381,7 @@ final class WholeLoopSimulation implements AutoCloseable {
                             : ControlConfig.of(0, r, addresses, secret)
                                 .withTimeouts(ROUND_TIMEOUT_MS, 10_000))
                     .nanoClock(clock::get)
+                    .loadStages(loadStages)
                     .simulation(new Simulation(stepping, hub, planting))
                     .conclude());
         engines.add(e);

@@ -5,7 +5,7 @@ import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.CudaException;
 import io.tokenspeed.cuda.model.CudaCausalLm;
 import io.tokenspeed.cuda.model.CudaDeviceModel;
-import io.tokenspeed.engine.memory.LoadStages;
+import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import java.nio.file.Path;
@@ -49,10 +49,9 @@ final class DeviceOptions {
       description =
           "Host-to-Device loads of a round (Host hits, L3 restores read into the Host) are copied"
               + " in up to N stages of consecutive layers while the forward computes, each layer"
-              + " starting once its stage is in; 1 copies them whole before the forward. Default: "
-              + LoadStages.DEFAULT_STAGES
-              + ".")
-  private int loadStages = LoadStages.DEFAULT_STAGES;
+              + " starting once its stage is in; 1 (the default) copies them whole before the"
+              + " forward, which a GPU did faster than stages of small copies.")
+  private int loadStages = EngineSettings.DEFAULT_LOAD_STAGES;
 
   /** Whether {@code --device} names a GPU; a usage error lists the forms. */
   boolean gpu() {
@@ -104,7 +103,7 @@ final class DeviceOptions {
         args.add("--deterministic");
       }
     }
-    if (loadStages != LoadStages.DEFAULT_STAGES) {
+    if (loadStages != EngineSettings.DEFAULT_LOAD_STAGES) {
       args.addAll(List.of("--load-stages", Integer.toString(loadStages)));
     }
     return args;

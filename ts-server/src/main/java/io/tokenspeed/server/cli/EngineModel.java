@@ -4,7 +4,6 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.l3.L3Settings;
-import io.tokenspeed.engine.memory.LoadStages;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.server.http.WarmUp;
@@ -34,7 +33,7 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
   private boolean closed;
 
   /** The engines' {@link EngineSettings.Builder#loadStages} (the default unless set). */
-  private int loadStages = LoadStages.DEFAULT_STAGES;
+  private int loadStages = EngineSettings.DEFAULT_LOAD_STAGES;
 
   /** Engines started over this model copy their loads in at most {@code stages} stages. */
   EngineModel withLoadStages(int stages) {

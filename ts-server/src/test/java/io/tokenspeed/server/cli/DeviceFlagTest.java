@@ -137,11 +137,11 @@ class DeviceFlagTest {
     assertEquals(
         List.of("--device", "cuda:1", "--deterministic"),
         parse("--device=cuda:1", "--deterministic").workerArgs());
-    assertEquals(List.of("--load-stages", "1"), parse("--load-stages", "1").workerArgs());
+    assertEquals(List.of("--load-stages", "8"), parse("--load-stages", "8").workerArgs());
     assertEquals(
         List.of("--device", "cuda", "--load-stages", "3"),
         parse("--device", "cuda", "--load-stages=3").workerArgs());
-    assertEquals(List.of(), parse("--load-stages", "8").workerArgs(), "the default is not added");
+    assertEquals(List.of(), parse("--load-stages", "1").workerArgs(), "the default is not added");
     var zero =
         org.junit.jupiter.api.Assertions.assertThrows(
             picocli.CommandLine.ParameterException.class,
