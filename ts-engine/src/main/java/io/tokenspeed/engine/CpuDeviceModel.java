@@ -68,6 +68,11 @@ public final class CpuDeviceModel implements DeviceModel {
   }
 
   @Override
+  public int maxPositions() {
+    return model.config().maxPositionEmbeddings();
+  }
+
+  @Override
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
     return model.cacheLayout(prefixGranularity, blockGranularity);
   }

@@ -123,7 +123,12 @@ public final class Engine implements AutoCloseable {
     if (stm != null && stm.earlyH2d()) {
       storage.copyEarly(copies);
     }
-    this.intake = new Intake(model.vocabSize(), scheduler::maxRequestTokens, config.maxQueued());
+    this.intake =
+        new Intake(
+            model.vocabSize(),
+            scheduler::maxRequestTokens,
+            model.maxPositions(),
+            config.maxQueued());
     this.loopCopies =
         new Copies(
             copies,
@@ -528,9 +533,12 @@ public final class Engine implements AutoCloseable {
     return layout;
   }
 
-  /** The most tokens (prompt plus max_tokens) one request may need. */
+  /**
+   * The most tokens (prompt plus max_tokens) one request may need: what the Device holds of one
+   * request, and no more than the model's positions ({@link DeviceModel#maxPositions}).
+   */
   public int maxRequestTokens() {
-    return scheduler.maxRequestTokens();
+    return Math.min(scheduler.maxRequestTokens(), model.maxPositions());
   }
 
   /**

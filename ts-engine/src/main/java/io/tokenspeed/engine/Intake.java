@@ -32,6 +32,7 @@ import java.util.function.IntSupplier;
 final class Intake {
   private final int vocabSize;
   private final IntSupplier maxRequestTokens;
+  private final int maxPositions;
   private final ArrayBlockingQueue<ActiveRequest> queue;
   private final int capacity;
   private final ConcurrentLinkedQueue<Long> cancels = new ConcurrentLinkedQueue<>();
@@ -42,9 +43,14 @@ final class Intake {
    */
   private int waitingInLoop;
 
-  Intake(int vocabSize, IntSupplier maxRequestTokens, int maxQueued) {
+  /**
+   * @param maxRequestTokens what the Device holds of one request (the scheduler's limit)
+   * @param maxPositions the longest sequence the model accepts (its max_position_embeddings)
+   */
+  Intake(int vocabSize, IntSupplier maxRequestTokens, int maxPositions, int maxQueued) {
     this.vocabSize = vocabSize;
     this.maxRequestTokens = maxRequestTokens;
+    this.maxPositions = maxPositions;
     this.queue = new ArrayBlockingQueue<>(maxQueued);
     this.capacity = maxQueued;
   }
@@ -76,6 +82,17 @@ final class Intake {
       }
     }
     long need = (long) prompt.length + params.maxTokens();
+    if (need > maxPositions) {
+      return "prompt of "
+          + prompt.length
+          + " tokens + max_tokens "
+          + params.maxTokens()
+          + " = "
+          + need
+          + " exceeds the model's max_position_embeddings of "
+          + maxPositions
+          + " tokens";
+    }
     int limit = maxRequestTokens.getAsInt();
     if (need > limit) {
       return "prompt of "

@@ -600,6 +600,11 @@ public final class CudaCausalLm implements AutoCloseable {
     return bytes;
   }
 
+  /** The longest sequence the model accepts: its {@code max_position_embeddings}. */
+  public int maxPositions() {
+    return d.maxPositionEmbeddings();
+  }
+
   public int vocabSize() {
     return d.vocabSize();
   }

@@ -113,6 +113,11 @@ public final class CudaDeviceModel implements DeviceModel {
   }
 
   @Override
+  public int maxPositions() {
+    return model.maxPositions();
+  }
+
+  @Override
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
     return model.cacheLayout(prefixGranularity, blockGranularity);
   }

@@ -45,6 +45,15 @@ public interface DeviceModel extends AutoCloseable {
 
   int vocabSize();
 
+  /**
+   * The longest sequence, prompt and generated tokens together, the model accepts: its {@code
+   * max_position_embeddings}. The engine refuses a request that would run past it at submission;
+   * the forward pass refuses positions past it. Unbounded by default.
+   */
+  default int maxPositions() {
+    return Integer.MAX_VALUE;
+  }
+
   /** The cache layout the forward pass reads and writes. */
   CacheLayout cacheLayout(int prefixGranularity, int blockGranularity);
 

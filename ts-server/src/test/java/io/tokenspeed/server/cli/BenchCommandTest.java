@@ -18,7 +18,7 @@ class BenchCommandTest {
   @CsvSource(
       delimiter = ';',
       value = {
-        "bench; a benchmark is required: ttft, serve",
+        "bench; a benchmark is required: ttft, serve, trace",
         "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis, mooncake",
         "bench ttft --stores redis; --stores redis needs --redis-uri URI or --redis-cluster",
         "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-cluster 127.0.0.1:2;"

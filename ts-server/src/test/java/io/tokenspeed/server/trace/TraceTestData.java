@@ -9,10 +9,10 @@ import java.util.SplittableRandom;
  * system block (id 0); a conversation's next turn repeats its previous turn's blocks (the last one
  * whole now) and adds new ones; some requests are fresh conversations, some repeat a turn exactly.
  */
-final class TraceTestData {
+public final class TraceTestData {
   private TraceTestData() {}
 
-  static List<TraceRequest> conversations(long seed, int requests) {
+  public static List<TraceRequest> conversations(long seed, int requests) {
     SplittableRandom rnd = new SplittableRandom(seed);
     List<int[]> open = new ArrayList<>();
     List<TraceRequest> out = new ArrayList<>();

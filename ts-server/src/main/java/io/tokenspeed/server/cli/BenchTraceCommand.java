@@ -1,0 +1,696 @@
+package io.tokenspeed.server.cli;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.cli.StreamClient.Completion;
+import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.HttpFrontend;
+import io.tokenspeed.server.http.Serving;
+import io.tokenspeed.server.http.ServingState;
+import io.tokenspeed.server.trace.CacheBound;
+import io.tokenspeed.server.trace.Trace;
+import io.tokenspeed.server.trace.TracePrompts;
+import io.tokenspeed.server.trace.TraceRequest;
+import java.io.BufferedReader;
+import java.io.PrintWriter;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.Optional;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code tokenspeed bench trace}: replays a request trace of the Mooncake FAST'25 format ({@link
+ * Trace}) against running servers ({@code --targets}) or against replicas it starts itself over one
+ * shared store ({@code --serve N}, then the same slice again with L3 off, as the baseline), and
+ * reports what the workload got: the slice's infinite-cache hit rate ({@link CacheBound}) beside
+ * the share of input tokens the servers reused from their Device, Host and L3 (the responses'
+ * {@code cached_tokens_by_source}), TTFT and TPOT percentiles, output throughput and the requests
+ * within a TTFT objective.
+ *
+ * <p>Each request's prompt is built from its hash ids ({@link TracePrompts}), so that requests
+ * sharing ids share token prefixes on every replica; requests go out at their timestamps (divided
+ * by {@code --speed}), at a Poisson {@code --rate} instead, or one after another ({@code
+ * --sequential}, which measures the reuse the trace allows without concurrency getting in the way),
+ * round robin over the targets.
+ */
+@Command(
+    name = "trace",
+    mixinStandardHelpOptions = true,
+    description =
+        "Replays a request trace (Mooncake FAST'25 JSON lines: timestamp, input_length,"
+            + " output_length, hash_ids) against servers, or against replicas it starts over one"
+            + " shared store and then without L3; reports the trace's infinite-cache hit rate"
+            + " beside the reuse achieved, TTFT, TPOT and throughput.")
+final class BenchTraceCommand implements Callable<Integer> {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @Spec private CommandSpec spec;
+
+  @Mixin private DeviceOptions deviceOptions;
+
+  @Option(names = "--trace", paramLabel = "FILE", required = true, description = "The trace.")
+  private Path trace;
+
+  @Option(
+      names = "--targets",
+      paramLabel = "URL",
+      split = ",",
+      description = "Servers to replay against (http://HOST:PORT), round robin.")
+  private List<String> targets;
+
+  @Option(
+      names = "--serve",
+      paramLabel = "N",
+      description =
+          "Start N replicas of --model over one store (--redis-uri, else a file store in a"
+              + " temporary folder), replay, then replay against N fresh replicas without L3.")
+  private Integer serve;
+
+  @Option(
+      names = "--model",
+      paramLabel = "DIR|synthetic:NAME",
+      description = "The model --serve starts (default: synthetic:llama-100m).")
+  private String model = "synthetic:llama-100m";
+
+  @Option(
+      names = "--dtype",
+      paramLabel = "f32|bf16",
+      description = "Weight type of a synthetic --model (default: f32).")
+  private String dtype = "f32";
+
+  @Option(
+      names = "--redis-uri",
+      paramLabel = "URI",
+      description = "With --serve: the replicas' shared store is this Redis server.")
+  private String redisUri;
+
+  @Option(
+      names = "--device-tokens",
+      paramLabel = "N",
+      description =
+          "With --serve: each replica's Device capacity in tokens (default: 4 times the slice's"
+              + " longest request).")
+  private Integer deviceTokens;
+
+  @Option(
+      names = "--host-ratio",
+      paramLabel = "R",
+      description = "With --serve: Host capacity as a multiple of the Device's (default: 2).")
+  private double hostRatio = 2.0;
+
+  @Option(
+      names = "--vocab-size",
+      paramLabel = "V",
+      description =
+          "With --targets: the served model's vocabulary (prompt ids are drawn below it); with"
+              + " --serve the model's own.")
+  private Integer vocabSize;
+
+  @Option(
+      names = "--prompt-seed",
+      paramLabel = "N",
+      description = "Seed of the blocks hash ids stand for (default: 0).")
+  private long promptSeed;
+
+  @Option(
+      names = "--speed",
+      paramLabel = "X",
+      description = "Send the trace X times faster than recorded (default: 1).")
+  private double speed = 1.0;
+
+  @Option(
+      names = "--window",
+      paramLabel = "START:END",
+      description = "Replay only the requests whose timestamps lie in [START, END) seconds.")
+  private String window;
+
+  @Option(
+      names = "--max-requests",
+      paramLabel = "N",
+      description = "Replay at most the first N requests of the slice.")
+  private Integer maxRequests;
+
+  @Option(
+      names = "--rate",
+      paramLabel = "R",
+      description =
+          "Send at a Poisson rate of R requests per second instead of the timestamps"
+              + " (--rate-seed).")
+  private Double rate;
+
+  @Option(
+      names = "--rate-seed",
+      paramLabel = "N",
+      description = "Seed of the Poisson arrivals (default: 0).")
+  private long rateSeed;
+
+  @Option(
+      names = "--sequential",
+      description =
+          "Send each request once the previous one has ended (no timestamps): the reuse the"
+              + " trace allows, without concurrency in the way.")
+  private boolean sequential;
+
+  @Option(
+      names = "--max-output",
+      paramLabel = "N",
+      description = "Cap each request's max_tokens (its output_length; default: 256).")
+  private int maxOutput = 256;
+
+  @Option(
+      names = "--slo-ttft-ms",
+      paramLabel = "MS",
+      description = "The TTFT objective requests are counted against (default: 2000).")
+  private double sloTtftMs = 2000;
+
+  @Option(
+      names = "--out",
+      paramLabel = "FILE.md",
+      description = "Also write the report here, and its figures as JSON beside it (FILE.json).")
+  private Path out;
+
+  /** The slice replayed: the requests, and their arrival offsets in nanoseconds. */
+  record Slice(List<TraceRequest> requests, long[] arrivalNs) {}
+
+  /** One replay: its label, its completions in slice order, and its wall time. */
+  record Replay(String label, List<Completion> completions, long wallNs) {}
+
+  @Override
+  public Integer call() throws Exception {
+    check();
+    List<TraceRequest> all;
+    try (BufferedReader in = Files.newBufferedReader(trace, StandardCharsets.UTF_8)) {
+      all = Trace.parse(in, trace.toString());
+    } catch (java.nio.file.NoSuchFileException e) {
+      throw new IllegalArgumentException("--trace=" + trace + " does not exist", e);
+    }
+    Slice slice = slice(all);
+    PrintWriter err = spec.commandLine().getErr();
+    err.println(
+        "replaying "
+            + slice.requests().size()
+            + " of the trace's "
+            + all.size()
+            + " requests"
+            + (serve != null ? " against " + serve + " replica(s) started here" : ""));
+    err.flush();
+    List<Replay> replays = new ArrayList<>();
+    int vocab;
+    try (StreamClient client = new StreamClient()) {
+      if (targets != null) {
+        vocab = vocabSize;
+        List<URI> uris = targets.stream().map(BenchTraceCommand::endpoint).toList();
+        replays.add(replay("targets", slice, new TracePrompts(promptSeed, vocab), uris, client));
+      } else {
+        vocab = serveBoth(slice, client, replays, err);
+      }
+    }
+    String report = report(slice, replays, vocab);
+    PrintWriter o = spec.commandLine().getOut();
+    o.print(report);
+    o.flush();
+    if (out != null) {
+      Path parent = out.toAbsolutePath().getParent();
+      if (parent != null) {
+        Files.createDirectories(parent);
+      }
+      Files.writeString(out, report, StandardCharsets.UTF_8);
+      Path json = out.resolveSibling(stem(out) + ".json");
+      Files.writeString(json, json(slice, replays).toPrettyString(), StandardCharsets.UTF_8);
+      err.println("wrote " + out + " and " + json);
+      err.flush();
+    }
+    boolean failed =
+        replays.stream().anyMatch(r -> r.completions().stream().anyMatch(c -> !c.ok()));
+    return failed ? 1 : 0;
+  }
+
+  private void check() {
+    if ((targets == null) == (serve == null)) {
+      throw usage("give either --targets or --serve");
+    }
+    if (targets != null && (targets.isEmpty() || vocabSize == null || vocabSize < 2)) {
+      throw usage("--targets needs at least one URL and --vocab-size (at least 2)");
+    }
+    if (serve != null && serve < 1) {
+      throw usage("--serve=" + serve + " must be at least 1");
+    }
+    if (!(speed > 0) || Double.isInfinite(speed)) {
+      throw usage("--speed=" + speed + " must be a positive number");
+    }
+    if (rate != null && (!(rate > 0) || rate.isInfinite())) {
+      throw usage("--rate=" + rate + " must be a positive number");
+    }
+    if (rate != null && sequential) {
+      throw usage("--rate and --sequential exclude each other");
+    }
+    if (maxRequests != null && maxRequests < 1) {
+      throw usage("--max-requests=" + maxRequests + " must be at least 1");
+    }
+    if (maxOutput < 1) {
+      throw usage("--max-output=" + maxOutput + " must be at least 1");
+    }
+    if (!(sloTtftMs > 0)) {
+      throw usage("--slo-ttft-ms=" + sloTtftMs + " must be positive");
+    }
+    if (deviceTokens != null && deviceTokens < 1) {
+      throw usage("--device-tokens=" + deviceTokens + " must be at least 1");
+    }
+    if (!(hostRatio > 0) || Double.isInfinite(hostRatio)) {
+      throw usage("--host-ratio=" + hostRatio + " must be a positive number");
+    }
+  }
+
+  private ParameterException usage(String message) {
+    return new ParameterException(spec.commandLine(), message);
+  }
+
+  /** The requests of the window, at most --max-requests, with their arrival offsets. */
+  Slice slice(List<TraceRequest> all) {
+    long from = Long.MIN_VALUE;
+    long to = Long.MAX_VALUE;
+    if (window != null) {
+      String[] parts = window.split(":", -1);
+      try {
+        if (parts.length != 2) {
+          throw new NumberFormatException();
+        }
+        from = Math.round(Double.parseDouble(parts[0]) * 1000);
+        to = Math.round(Double.parseDouble(parts[1]) * 1000);
+      } catch (NumberFormatException e) {
+        throw usage("--window=" + window + " must be START:END in seconds");
+      }
+      if (from >= to) {
+        throw usage("--window=" + window + " is empty: START must come before END");
+      }
+    }
+    List<TraceRequest> chosen = new ArrayList<>();
+    for (TraceRequest r : all) {
+      if (r.timestampMs() >= from && r.timestampMs() < to) {
+        chosen.add(r);
+        if (maxRequests != null && chosen.size() == maxRequests) {
+          break;
+        }
+      }
+    }
+    if (chosen.isEmpty()) {
+      throw new IllegalArgumentException(
+          "--trace=" + trace + ": no request in the slice" + (window != null ? " " + window : ""));
+    }
+    long[] at = new long[chosen.size()];
+    if (rate != null) {
+      SplittableRandom rnd = new SplittableRandom(rateSeed);
+      double t = 0;
+      for (int i = 0; i < at.length; i++) {
+        at[i] = Math.round(t * 1e9);
+        t += -Math.log(1 - rnd.nextDouble()) / rate;
+      }
+    } else {
+      long t0 = chosen.getFirst().timestampMs();
+      for (int i = 0; i < at.length; i++) {
+        at[i] = Math.round((chosen.get(i).timestampMs() - t0) * 1e6 / speed);
+      }
+    }
+    return new Slice(List.copyOf(chosen), at);
+  }
+
+  private static URI endpoint(String target) {
+    String base = target.strip();
+    while (base.endsWith("/")) {
+      base = base.substring(0, base.length() - 1);
+    }
+    try {
+      URI uri = URI.create(base + "/v1/completions");
+      if (uri.getScheme() == null || uri.getHost() == null) {
+        throw new IllegalArgumentException("no scheme or host");
+      }
+      return uri;
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException(
+          "--targets: " + target + " is not a server's URL (http://HOST:PORT)", e);
+    }
+  }
+
+  /** The request's max_tokens: its output length, capped, at least 1. */
+  private int maxTokens(TraceRequest r) {
+    return Math.max(1, Math.min(r.outputLength(), maxOutput));
+  }
+
+  /** Sends the slice to {@code endpoints} as the options say and waits for every request. */
+  Replay replay(
+      String label, Slice slice, TracePrompts prompts, List<URI> endpoints, StreamClient client)
+      throws Exception {
+    int n = slice.requests().size();
+    List<Completion> done = new ArrayList<>(n);
+    long start = System.nanoTime();
+    if (sequential) {
+      for (int i = 0; i < n; i++) {
+        TraceRequest r = slice.requests().get(i);
+        done.add(
+            client.complete(endpoints.get(i % endpoints.size()), prompts.prompt(r), maxTokens(r)));
+      }
+      return new Replay(label, done, System.nanoTime() - start);
+    }
+    List<Future<Completion>> futures = new ArrayList<>(n);
+    try (ExecutorService senders = Executors.newVirtualThreadPerTaskExecutor()) {
+      for (int i = 0; i < n; i++) {
+        TraceRequest r = slice.requests().get(i);
+        int[] prompt = prompts.prompt(r); // built before its time comes
+        long wait = start + slice.arrivalNs()[i] - System.nanoTime();
+        if (wait > 0) {
+          Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+        }
+        URI to = endpoints.get(i % endpoints.size());
+        int max = maxTokens(r);
+        futures.add(senders.submit(() -> client.complete(to, prompt, max)));
+      }
+      for (Future<Completion> f : futures) {
+        done.add(f.get());
+      }
+    }
+    return new Replay(label, done, System.nanoTime() - start);
+  }
+
+  /** --serve: the slice against N replicas over one store, then against N without L3. */
+  private int serveBoth(Slice slice, StreamClient client, List<Replay> replays, PrintWriter err)
+      throws Exception {
+    DType weights = dtype.equalsIgnoreCase("bf16") ? DType.BF16 : DType.F32;
+    Path folder;
+    if (SyntheticCheckpoints.isSynthetic(model)) {
+      folder = SyntheticCheckpoints.materialize(model, SyntheticCheckpoints.DEFAULT_SEED, weights);
+    } else {
+      folder = Path.of(model);
+      if (!Files.isDirectory(folder)) {
+        throw new IllegalArgumentException("--model=" + model + " is not a directory");
+      }
+    }
+    Tokenizer tokenizer = ModelOptions.tokenizerOf(folder);
+    var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
+    Path store = Files.createTempDirectory("tokenspeed-bench-trace");
+    try (EngineModel lm = deviceOptions.load(folder, model, new TensorParallelOptions())) {
+      int vocab = lm.vocabSize();
+      int longest =
+          slice.requests().stream().mapToInt(r -> r.inputLength() + maxTokens(r)).max().orElse(1);
+      int tokens = deviceTokens != null ? deviceTokens : 4 * longest;
+      EngineConfig base = EngineConfig.defaults(lm.deviceParentsFor(tokens));
+      EngineConfig config =
+          new EngineConfig(
+              base.prefixGranularity(),
+              base.blockGranularity(),
+              base.deviceParents(),
+              hostRatio,
+              base.tokenBudget(),
+              base.maxRunning(),
+              base.demoteBelowFreeParents(),
+              Runtime.getRuntime().availableProcessors(),
+              base.maxQueued());
+      TracePrompts prompts = new TracePrompts(promptSeed, vocab);
+      for (boolean l3 : new boolean[] {true, false}) {
+        List<Engine> engines = new ArrayList<>();
+        List<Serving> servers = new ArrayList<>();
+        try {
+          for (int s = 0; s < serve; s++) {
+            Optional<StorageExtraConfig.Resolved> storage =
+                l3 ? Optional.of(store(store)) : Optional.empty();
+            Engine e =
+                StorageOptions.startEngine(lm, config, tokenizer.specialTokens().eosId(), storage);
+            engines.add(e);
+            servers.add(serving(e, vocab, tokenizer, chatPrompt));
+          }
+          List<URI> uris =
+              servers.stream()
+                  .map(s -> URI.create("http://127.0.0.1:" + s.port() + "/v1/completions"))
+                  .toList();
+          err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
+          err.flush();
+          replays.add(replay(l3 ? "l3" : "off", slice, prompts, uris, client));
+        } finally {
+          servers.forEach(Serving::close);
+          engines.forEach(Engine::close);
+        }
+      }
+      return vocab;
+    } finally {
+      DemoCommand.deleteTree(store);
+    }
+  }
+
+  private Serving serving(
+      Engine engine,
+      int vocab,
+      Tokenizer tokenizer,
+      java.util.function.Function<List<java.util.Map<String, Object>>, int[]> chatPrompt) {
+    ServingState state = new ServingState();
+    Serving s =
+        Serving.start(
+            new Serving.Options(
+                engine,
+                vocab,
+                tokenizer,
+                chatPrompt,
+                "trace",
+                engine.maxRequestTokens(),
+                "127.0.0.1",
+                0,
+                64L << 20,
+                null,
+                "fused",
+                0,
+                state,
+                HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L));
+    state.ready();
+    return s;
+  }
+
+  /** The replicas' shared store: Redis when given, else the file store in {@code dir}. */
+  private StorageExtraConfig.Resolved store(Path dir) {
+    ObjectNode json = JSON.createObjectNode();
+    String backend;
+    if (redisUri != null) {
+      backend = "redis";
+      json.put("uri", redisUri);
+    } else {
+      backend = "file";
+      json.put("path", dir.toString());
+    }
+    json.putObject("async").put("min_extension_tokens", 64);
+    return StorageExtraConfig.parse(backend, json.toString());
+  }
+
+  private static String stem(Path file) {
+    String name = file.getFileName().toString();
+    int dot = name.lastIndexOf('.');
+    return dot > 0 ? name.substring(0, dot) : name;
+  }
+
+  /** Percentile {@code q} of sorted values (nearest rank); NaN when there are none. */
+  static double percentile(double[] sorted, double q) {
+    if (sorted.length == 0) {
+      return Double.NaN;
+    }
+    int rank = (int) Math.ceil(q * sorted.length);
+    return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
+  }
+
+  /** The figures of one replay. */
+  record Figures(
+      int requests,
+      int failed,
+      long inputTokens,
+      long deviceTokens,
+      long hostTokens,
+      long storageTokens,
+      long outputTokens,
+      double wallS,
+      double[] ttftMs,
+      double[] tpotMs,
+      int withinSlo) {
+
+    double share(long tokens) {
+      return inputTokens == 0 ? 0 : (double) tokens / inputTokens;
+    }
+
+    double reused() {
+      return share(deviceTokens + hostTokens + storageTokens);
+    }
+  }
+
+  Figures figures(Slice slice, Replay r) {
+    long input = 0;
+    long device = 0;
+    long host = 0;
+    long storage = 0;
+    long output = 0;
+    int failed = 0;
+    int slo = 0;
+    List<Double> ttft = new ArrayList<>();
+    List<Double> tpot = new ArrayList<>();
+    for (int i = 0; i < r.completions().size(); i++) {
+      Completion c = r.completions().get(i);
+      input += slice.requests().get(i).inputLength();
+      if (!c.ok()) {
+        failed++;
+        continue;
+      }
+      device += c.deviceTokens();
+      host += c.hostTokens();
+      storage += c.storageTokens();
+      output += c.tokens();
+      ttft.add(c.ttftMs());
+      if (c.ttftMs() <= sloTtftMs) {
+        slo++;
+      }
+      if (!Double.isNaN(c.tpotMs())) {
+        tpot.add(c.tpotMs());
+      }
+    }
+    return new Figures(
+        r.completions().size(),
+        failed,
+        input,
+        device,
+        host,
+        storage,
+        output,
+        r.wallNs() / 1e9,
+        ttft.stream().mapToDouble(Double::doubleValue).sorted().toArray(),
+        tpot.stream().mapToDouble(Double::doubleValue).sorted().toArray(),
+        slo);
+  }
+
+  private String report(Slice slice, List<Replay> replays, int vocab) {
+    StringBuilder b = new StringBuilder();
+    List<TraceRequest> rs = slice.requests();
+    long input = rs.stream().mapToLong(TraceRequest::inputLength).sum();
+    double bound = CacheBound.hitRate(rs);
+    b.append("# Trace replay: ").append(trace.getFileName()).append("\n\n");
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "%d requests (%s), %d input tokens, timestamps %d to %d ms; %s; prompts of vocabulary"
+                + " %d, seed %d; max_tokens = output_length capped at %d.%n%n",
+            rs.size(),
+            window != null ? "window " + window + " s" : "from the start",
+            input,
+            rs.getFirst().timestampMs(),
+            rs.getLast().timestampMs(),
+            sequential
+                ? "sent one after another"
+                : rate != null
+                    ? String.format(Locale.ROOT, "Poisson arrivals at %.3g/s", rate)
+                    : String.format(Locale.ROOT, "sent at the timestamps ÷ %.3g", speed),
+            vocab,
+            promptSeed,
+            maxOutput));
+    b.append(
+        String.format(
+            Locale.ROOT,
+            "The slice's infinite-cache hit rate: **%.1f %%** of its input tokens began an earlier"
+                + " request's prompt (an engine reuses whole pages and computes each prompt's last"
+                + " token, so it can reach this only to within a page and a token per request).%n%n",
+            100 * bound));
+    b.append(
+        "| run | requests | failed | reused: Device | Host | L3 | all | of the bound | TTFT p50"
+            + " ms | p90 | p99 | TPOT p50 ms | p90 | p99 | output tokens/s | TTFT within "
+            + String.format(Locale.ROOT, "%.0f", sloTtftMs)
+            + " ms |\n");
+    b.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (Replay r : replays) {
+      Figures f = figures(slice, r);
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "| %s | %d | %d | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.2f | %.1f | %.1f | %.1f |"
+                  + " %.2f | %.2f | %.2f | %.1f | %.1f %% |%n",
+              r.label(),
+              f.requests(),
+              f.failed(),
+              100 * f.share(f.deviceTokens()),
+              100 * f.share(f.hostTokens()),
+              100 * f.share(f.storageTokens()),
+              100 * f.reused(),
+              bound > 0 ? f.reused() / bound : Double.NaN,
+              percentile(f.ttftMs(), 0.5),
+              percentile(f.ttftMs(), 0.9),
+              percentile(f.ttftMs(), 0.99),
+              percentile(f.tpotMs(), 0.5),
+              percentile(f.tpotMs(), 0.9),
+              percentile(f.tpotMs(), 0.99),
+              f.outputTokens() / f.wallS(),
+              100.0 * f.withinSlo() / Math.max(1, f.requests())));
+    }
+    b.append(
+        "\nReused: the responses' `usage.cached_tokens_by_source` (device, host, storage) over the"
+            + " slice's input tokens. Output tokens/s: tokens received over the replay's wall"
+            + " time.\n");
+    for (Replay r : replays) {
+      r.completions().stream()
+          .filter(c -> !c.ok())
+          .limit(3)
+          .forEach(c -> b.append("\n- ").append(r.label()).append(" failed: ").append(c.error()));
+    }
+    return b.append('\n').toString();
+  }
+
+  private ObjectNode json(Slice slice, List<Replay> replays) {
+    ObjectNode root = JSON.createObjectNode();
+    List<TraceRequest> rs = slice.requests();
+    long[] bound = CacheBound.hitTokens(rs);
+    root.put("trace", trace.toString());
+    root.put("requests", rs.size());
+    root.put("infinite_cache_hit_rate", CacheBound.hitRate(rs));
+    ArrayNode runs = root.putArray("runs");
+    for (Replay r : replays) {
+      Figures f = figures(slice, r);
+      ObjectNode run = runs.addObject();
+      run.put("label", r.label());
+      run.put("failed", f.failed());
+      run.put("input_tokens", f.inputTokens());
+      run.put("reused_device_tokens", f.deviceTokens());
+      run.put("reused_host_tokens", f.hostTokens());
+      run.put("reused_storage_tokens", f.storageTokens());
+      run.put("output_tokens", f.outputTokens());
+      run.put("wall_s", f.wallS());
+      run.put("within_slo", f.withinSlo());
+      ArrayNode per = run.putArray("per_request");
+      for (int i = 0; i < r.completions().size(); i++) {
+        Completion c = r.completions().get(i);
+        ObjectNode n = per.addObject();
+        n.put("input_tokens", rs.get(i).inputLength());
+        n.put("bound_tokens", bound[i]);
+        n.put("ok", c.ok());
+        n.put("reused_tokens", c.cachedTokens());
+        n.put("ttft_ms", c.ok() ? c.ttftMs() : Double.NaN);
+      }
+    }
+    return root;
+  }
+
+  @Override
+  public String toString() {
+    return "bench trace " + Arrays.asList(trace, targets, serve);
+  }
+}
