@@ -397,6 +397,11 @@ final class BenchTraceCommand implements Callable<Integer> {
   /** --serve: the slice against N replicas over one store, then against N without L3. */
   private int serveBoth(Slice slice, StreamClient client, List<Replay> replays, PrintWriter err)
       throws Exception {
+    if (ModuleLayer.boot().findModule("jdk.incubator.vector").isEmpty()) {
+      throw new IllegalArgumentException(
+          "bench trace --serve needs the JVM option --add-modules jdk.incubator.vector"
+              + " (bin/tokenspeed adds it)");
+    }
     DType weights = dtype.equalsIgnoreCase("bf16") ? DType.BF16 : DType.F32;
     Path folder;
     if (SyntheticCheckpoints.isSynthetic(model)) {
