@@ -83,29 +83,29 @@ final class Intake {
     }
     long need = (long) prompt.length + params.maxTokens();
     if (need > maxPositions) {
-      return "prompt of "
-          + prompt.length
-          + " tokens + max_tokens "
-          + params.maxTokens()
-          + " = "
-          + need
-          + " exceeds the model's max_position_embeddings of "
+      return overLimit(prompt, params, need)
+          + "the model's max_position_embeddings of "
           + maxPositions
           + " tokens";
     }
     int limit = maxRequestTokens.getAsInt();
     if (need > limit) {
-      return "prompt of "
-          + prompt.length
-          + " tokens + max_tokens "
-          + params.maxTokens()
-          + " = "
-          + need
-          + " exceeds the single-request limit of "
+      return overLimit(prompt, params, need)
+          + "the single-request limit of "
           + limit
           + " tokens (what the Device holds of one request in every cache group)";
     }
     return null;
+  }
+
+  private static String overLimit(int[] prompt, SamplingParams params, long need) {
+    return "prompt of "
+        + prompt.length
+        + " tokens + max_tokens "
+        + params.maxTokens()
+        + " = "
+        + need
+        + " exceeds ";
   }
 
   /** How many requests the queue holds at most ({@code max_queued}). */

@@ -28,8 +28,14 @@ class BenchServeCommandTest {
 
   /** The tiny untied Llama of the test resources as a {@code --model} value. */
   private String model() throws IOException {
+    return tinyUntied(dir);
+  }
+
+  /** The tiny untied Llama of the test resources, written into {@code dir}, as a --model value. */
+  static String tinyUntied(Path dir) throws IOException {
     Path config = dir.resolve("tiny-untied.json");
-    try (InputStream in = getClass().getResourceAsStream("/models/tiny-untied.json")) {
+    try (InputStream in =
+        BenchServeCommandTest.class.getResourceAsStream("/models/tiny-untied.json")) {
       Files.write(config, in.readAllBytes());
     }
     return "synthetic:" + config;

@@ -10,7 +10,6 @@ import io.tokenspeed.server.trace.CacheBound;
 import io.tokenspeed.server.trace.TraceRequest;
 import io.tokenspeed.server.trace.TraceTestData;
 import java.io.IOException;
-import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
@@ -29,11 +28,7 @@ class BenchTraceCommandTest {
   @TempDir Path dir;
 
   private String model() throws IOException {
-    Path config = dir.resolve("tiny-untied.json");
-    try (InputStream in = getClass().getResourceAsStream("/models/tiny-untied.json")) {
-      Files.write(config, in.readAllBytes());
-    }
-    return "synthetic:" + config;
+    return BenchServeCommandTest.tinyUntied(dir);
   }
 
   private Path trace(List<TraceRequest> requests) throws IOException {
