@@ -433,6 +433,8 @@ final class BenchTraceCommand implements Callable<Integer> {
               Runtime.getRuntime().availableProcessors(),
               base.maxQueued());
       TracePrompts prompts = new TracePrompts(promptSeed, vocab);
+      // with Redis, a namespace of this run's own: what earlier runs wrote is not reused
+      String namespace = "bench-trace-" + Long.toHexString(System.nanoTime());
       for (boolean l3 : new boolean[] {true, false}) {
         List<Engine> engines = new ArrayList<>();
         List<Serving> servers = new ArrayList<>();
@@ -443,6 +445,9 @@ final class BenchTraceCommand implements Callable<Integer> {
             Engine e =
                 StorageOptions.startEngine(lm, config, tokenizer.specialTokens().eosId(), storage);
             engines.add(e);
+            if (l3 && redisUri != null) {
+              e.rotateNamespace(namespace);
+            }
             servers.add(serving(e, vocab, tokenizer, chatPrompt));
           }
           List<URI> uris =
@@ -452,6 +457,11 @@ final class BenchTraceCommand implements Callable<Integer> {
           err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
           err.flush();
           replays.add(replay(l3 ? "l3" : "off", slice, prompts, uris, client));
+          if (l3 && redisUri != null) {
+            engines
+                .getFirst()
+                .updateWeightVersion(namespace + "-deleted"); // deletes the run's objects
+          }
         } finally {
           servers.forEach(Serving::close);
           engines.forEach(Engine::close);

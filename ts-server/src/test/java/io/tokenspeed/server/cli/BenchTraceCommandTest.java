@@ -114,6 +114,56 @@ class BenchTraceCommandTest {
     assertTrue(report.contains("| off | " + requests.size() + " | 0 |"), report);
   }
 
+  /**
+   * Two replicas over a real Redis server, round robin: with L3 a request reuses at least what it
+   * reuses without (its replica's own history, and the store's), never more than the bound; the
+   * run's objects, written under a namespace of its own, are deleted at its end.
+   */
+  @Test
+  void shouldReplayOverRedisAndLeaveNothingBehind() throws Exception {
+    List<TraceRequest> requests =
+        TraceTestData.conversations(23, 40).stream()
+            .filter(r -> r.inputLength() + 2 <= 4096)
+            .limit(12)
+            .toList();
+    Path file = trace(requests);
+    try (io.tokenspeed.testkit.RedisServer redis =
+        io.tokenspeed.testkit.RedisServers.startStandalone(dir.resolve("redis"))) {
+      CliRun run =
+          CliRun.of(
+              "bench",
+              "trace",
+              "--trace",
+              file.toString(),
+              "--serve",
+              "2",
+              "--redis-uri",
+              redis.uri(),
+              "--model",
+              model(),
+              "--sequential",
+              "--max-output",
+              "2",
+              "--out",
+              dir.resolve("redis.md").toString());
+      assertEquals(0, run.exitCode(), run::toString);
+      JsonNode json = new ObjectMapper().readTree(dir.resolve("redis.json").toFile());
+      long[] bound = CacheBound.hitTokens(requests);
+      JsonNode l3 = json.get("runs").get(0).get("per_request");
+      JsonNode off = json.get("runs").get(1).get("per_request");
+      long withL3 = 0;
+      long without = 0;
+      for (int i = 0; i < requests.size(); i++) {
+        long a = l3.get(i).get("reused_tokens").asLong();
+        assertTrue(a <= bound[i], "request " + i + ": " + a + " > " + bound[i]);
+        withL3 += a;
+        without += off.get(i).get("reused_tokens").asLong();
+      }
+      assertTrue(withL3 >= without, "L3 took reuse away: " + withL3 + " < " + without);
+      assertEquals(0L, ((Number) redis.command("DBSIZE")).longValue(), "the run's objects");
+    }
+  }
+
   @ParameterizedTest(name = "{1}")
   @CsvSource(
       delimiter = '|',
