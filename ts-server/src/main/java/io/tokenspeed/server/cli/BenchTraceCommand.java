@@ -195,8 +195,51 @@ final class BenchTraceCommand implements Callable<Integer> {
   /** The slice replayed: the requests, and their arrival offsets in nanoseconds. */
   record Slice(List<TraceRequest> requests, long[] arrivalNs) {}
 
-  /** One replay: its label, its completions in slice order, and its wall time. */
-  record Replay(String label, List<Completion> completions, long wallNs) {}
+  /**
+   * One replay: its label, its completions in slice order, its wall time, and the L3 figures of the
+   * replicas it started (empty against --targets, or without L3).
+   */
+  record Replay(String label, List<Completion> completions, long wallNs, Optional<L3Figures> l3) {
+
+    Replay(String label, List<Completion> completions, long wallNs) {
+      this(label, completions, wallNs, Optional.empty());
+    }
+
+    Replay with(Optional<L3Figures> figures) {
+      return new Replay(label, completions, wallNs, figures);
+    }
+  }
+
+  /**
+   * What the replicas' L3 did during a replay, summed over them: payload bytes their GETs read and
+   * their PUTs wrote (the executor's adapter bytes, not wire bytes), GETs issued, and the waits
+   * that ended at the soft deadline or whose Ready hold expired before admission.
+   */
+  record L3Figures(
+      long getBytes, long putBytes, long getsIssued, long softTimeouts, long readyExpirations) {
+
+    static Optional<L3Figures> of(List<Engine> engines) {
+      long get = 0;
+      long put = 0;
+      long gets = 0;
+      long soft = 0;
+      long expired = 0;
+      boolean any = false;
+      for (Engine e : engines) {
+        var storage = e.metrics().storage();
+        if (storage.isEmpty()) {
+          continue;
+        }
+        any = true;
+        get += storage.get().executor().get().payloadBytes();
+        put += storage.get().executor().put().payloadBytes();
+        gets += storage.get().transfers().getsIssued();
+        soft += storage.get().transfers().softTimeouts();
+        expired += storage.get().transfers().readyExpirations();
+      }
+      return any ? Optional.of(new L3Figures(get, put, gets, soft, expired)) : Optional.empty();
+    }
+  }
 
   @Override
   public Integer call() throws Exception {
@@ -456,7 +499,9 @@ final class BenchTraceCommand implements Callable<Integer> {
                   .toList();
           err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
           err.flush();
-          replays.add(replay(l3 ? "l3" : "off", slice, prompts, uris, client));
+          Replay done = replay(l3 ? "l3" : "off", slice, prompts, uris, client);
+          awaitQuiet(engines);
+          replays.add(done.with(L3Figures.of(engines)));
           if (l3 && redisUri != null) {
             engines
                 .getFirst()
@@ -470,6 +515,20 @@ final class BenchTraceCommand implements Callable<Integer> {
       return vocab;
     } finally {
       DemoCommand.deleteTree(store);
+    }
+  }
+
+  /**
+   * Waits (at most 30 s) until every replica's last metrics snapshot shows no request and no L3
+   * work, so that the replay's figures include its write-through.
+   */
+  private static void awaitQuiet(List<Engine> engines) throws InterruptedException {
+    long deadline = System.nanoTime() + 30_000_000_000L;
+    for (Engine e : engines) {
+      while (System.nanoTime() - deadline < 0
+          && !(e.metrics().idle() && e.metrics().storage().map(st -> !st.pending()).orElse(true))) {
+        Thread.sleep(20);
+      }
     }
   }
 
@@ -661,6 +720,29 @@ final class BenchTraceCommand implements Callable<Integer> {
         "\nReused: the responses' `usage.cached_tokens_by_source` (device, host, storage) over the"
             + " slice's input tokens. Output tokens/s: tokens received over the replay's wall"
             + " time.\n");
+    if (replays.stream().anyMatch(r -> r.l3().isPresent())) {
+      b.append(
+          "\n| run | L3 read MB | L3 written MB | GETs | soft timeouts | Ready holds expired |\n");
+      b.append("|---|---:|---:|---:|---:|---:|\n");
+      for (Replay r : replays) {
+        r.l3()
+            .ifPresent(
+                f ->
+                    b.append(
+                        String.format(
+                            Locale.ROOT,
+                            "| %s | %.1f | %.1f | %d | %d | %d |%n",
+                            r.label(),
+                            f.getBytes() / 1e6,
+                            f.putBytes() / 1e6,
+                            f.getsIssued(),
+                            f.softTimeouts(),
+                            f.readyExpirations())));
+      }
+      b.append(
+          "\nFrom the replicas' own metrics (the executor's payload bytes, summed over the"
+              + " replicas), once they were quiet after the replay.\n");
+    }
     for (Replay r : replays) {
       r.completions().stream()
           .filter(c -> !c.ok())
@@ -690,6 +772,15 @@ final class BenchTraceCommand implements Callable<Integer> {
       run.put("output_tokens", f.outputTokens());
       run.put("wall_s", f.wallS());
       run.put("within_slo", f.withinSlo());
+      r.l3()
+          .ifPresent(
+              l3 ->
+                  run.putObject("l3")
+                      .put("get_bytes", l3.getBytes())
+                      .put("put_bytes", l3.putBytes())
+                      .put("gets_issued", l3.getsIssued())
+                      .put("soft_timeouts", l3.softTimeouts())
+                      .put("ready_expirations", l3.readyExpirations()));
       ArrayNode per = run.putArray("per_request");
       for (int i = 0; i < r.completions().size(); i++) {
         Completion c = r.completions().get(i);

@@ -160,6 +160,9 @@ class BenchTraceCommandTest {
         without += off.get(i).get("reused_tokens").asLong();
       }
       assertTrue(withL3 >= without, "L3 took reuse away: " + withL3 + " < " + without);
+      JsonNode figures = json.get("runs").get(0).get("l3");
+      assertTrue(figures.get("put_bytes").asLong() > 0, "the replicas wrote through: " + figures);
+      assertTrue(json.get("runs").get(1).get("l3") == null, "no L3 figures without L3");
       assertEquals(0L, ((Number) redis.command("DBSIZE")).longValue(), "the run's objects");
     }
   }
