@@ -280,10 +280,15 @@ final class BenchTraceCommand implements Callable<Integer> {
       if (parent != null) {
         Files.createDirectories(parent);
       }
-      Files.writeString(out, report, StandardCharsets.UTF_8);
+      Path svg = out.resolveSibling(stem(out) + ".svg");
+      Files.writeString(
+          out,
+          report + "![reuse and TTFT per run](" + svg.getFileName() + ")\n",
+          StandardCharsets.UTF_8);
       Path json = out.resolveSibling(stem(out) + ".json");
       Files.writeString(json, json(slice, replays).toPrettyString(), StandardCharsets.UTF_8);
-      err.println("wrote " + out + " and " + json);
+      Files.writeString(svg, chart(slice, replays), StandardCharsets.UTF_8);
+      err.println("wrote " + out + ", " + json + " and " + svg);
       err.flush();
     }
     boolean failed =
@@ -750,6 +755,85 @@ final class BenchTraceCommand implements Callable<Integer> {
           .forEach(c -> b.append("\n- ").append(r.label()).append(" failed: ").append(c.error()));
     }
     return b.append('\n').toString();
+  }
+
+  /**
+   * Two bar groups, linear scales: the share of input tokens each run reused beside the slice's
+   * infinite-cache bound, and each run's TTFT p50 and p90.
+   */
+  private String chart(Slice slice, List<Replay> replays) {
+    List<String> labels = new ArrayList<>();
+    List<Double> shares = new ArrayList<>();
+    labels.add("infinite-cache bound");
+    shares.add(100 * CacheBound.hitRate(slice.requests()));
+    List<String> ttftLabels = new ArrayList<>();
+    List<Double> ttfts = new ArrayList<>();
+    for (Replay r : replays) {
+      Figures f = figures(slice, r);
+      labels.add(r.label() + " reused");
+      shares.add(100 * f.reused());
+      ttftLabels.add(r.label() + " TTFT p50");
+      ttfts.add(percentile(f.ttftMs(), 0.5));
+      ttftLabels.add(r.label() + " TTFT p90");
+      ttfts.add(percentile(f.ttftMs(), 0.9));
+    }
+    int rowH = 22;
+    int left = 170;
+    int width = 720;
+    int rows = labels.size() + ttftLabels.size();
+    int height = 60 + rowH * rows + 40;
+    StringBuilder s =
+        new StringBuilder(
+            String.format(
+                Locale.ROOT,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\""
+                    + " font-family=\"sans-serif\" font-size=\"12\">%n",
+                width,
+                height));
+    int y = bars(s, "input tokens reused, %", labels, shares, 100, left, width, 20, rowH);
+    double most = ttfts.stream().mapToDouble(d -> Double.isNaN(d) ? 0 : d).max().orElse(1);
+    bars(s, "TTFT, ms", ttftLabels, ttfts, Math.max(1, most), left, width, y + 20, rowH);
+    return s.append("</svg>\n").toString();
+  }
+
+  /** One titled group of bars at {@code top}; returns where the next group may start. */
+  private static int bars(
+      StringBuilder s,
+      String title,
+      List<String> labels,
+      List<Double> values,
+      double full,
+      int left,
+      int width,
+      int top,
+      int rowH) {
+    s.append(
+        String.format(
+            Locale.ROOT, "<text x=\"10\" y=\"%d\" font-size=\"14\">%s</text>%n", top, title));
+    for (int i = 0; i < labels.size(); i++) {
+      double v = Double.isNaN(values.get(i)) ? 0 : values.get(i);
+      double w = (width - left - 80) * Math.min(1, v / full);
+      int y = top + 8 + i * rowH;
+      String color = labels.get(i).startsWith("infinite") ? "#8c8c8c" : "#2b7bb9";
+      s.append(
+          String.format(
+              Locale.ROOT,
+              "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>%n"
+                  + "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>%n"
+                  + "<text x=\"%.1f\" y=\"%d\">%.1f</text>%n",
+              left - 6,
+              y + 14,
+              labels.get(i),
+              left,
+              y + 2,
+              Math.max(1, w),
+              rowH - 6,
+              color,
+              left + Math.max(1, w) + 4,
+              y + 14,
+              v));
+    }
+    return top + 8 + labels.size() * rowH + 10;
   }
 
   private ObjectNode json(Slice slice, List<Replay> replays) {

@@ -108,8 +108,14 @@ class BenchTraceCommandTest {
           label + ": the sources add up");
       assertEquals(2L * requests.size(), r.get("output_tokens").asLong(), label);
     }
+    String svg = Files.readString(dir.resolve("report.svg"));
+    for (String label : List.of("infinite-cache bound", "l3 reused", "off reused", "l3 TTFT p50")) {
+      assertTrue(svg.contains(">" + label + "<"), label + " in the chart");
+    }
+    assertTrue(svg.startsWith("<svg ") && svg.strip().endsWith("</svg>"), svg);
     String report = Files.readString(out);
     assertTrue(report.contains("infinite-cache hit rate"), report);
+    assertTrue(report.contains("](report.svg)"), "the report shows its chart");
     assertTrue(report.contains("| l3 | " + requests.size() + " | 0 |"), report);
     assertTrue(report.contains("| off | " + requests.size() + " | 0 |"), report);
   }
