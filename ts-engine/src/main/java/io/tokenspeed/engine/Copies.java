@@ -39,11 +39,6 @@ final class Copies {
     plantedSkipsLastStage = true;
   }
 
-  /** Whether the round's loads are staged by layer (the engine's load stages apply). */
-  boolean staged() {
-    return stages != null;
-  }
-
   /** Times the waits (the settings' clock). */
   private final LongSupplier nanoClock;
 
