@@ -55,6 +55,12 @@ import picocli.CommandLine.Spec;
  * by {@code --speed}), at a Poisson {@code --rate} instead, or one after another ({@code
  * --sequential}, which measures the reuse the trace allows without concurrency getting in the way),
  * round robin over the targets.
+ *
+ * <p>The L3 figures of a run ({@link L3Figures}: bytes read and written, GETs, soft timeouts,
+ * expired Ready holds, pressure bypasses and the fallbacks they add up to) come from the replicas'
+ * engine metrics with {@code --serve}, and with {@code --targets} from the differences of the
+ * targets' own {@code /metrics} counters ({@link TargetMetrics}), so that they add up with what the
+ * servers export.
  */
 @Command(
     name = "trace",
@@ -78,7 +84,9 @@ final class BenchTraceCommand implements Callable<Integer> {
       names = "--targets",
       paramLabel = "URL",
       split = ",",
-      description = "Servers to replay against (http://HOST:PORT), round robin.")
+      description =
+          "Servers to replay against (http://HOST:PORT), round robin; their L3 figures come from"
+              + " their /metrics, scraped before the replay and once they are quiet after it.")
   private List<String> targets;
 
   @Option(
@@ -197,7 +205,7 @@ final class BenchTraceCommand implements Callable<Integer> {
 
   /**
    * One replay: its label, its completions in slice order, its wall time, and the L3 figures of the
-   * replicas it started (empty against --targets, or without L3).
+   * replicas it started or of the targets' {@code /metrics} (empty when none has L3).
    */
   record Replay(String label, List<Completion> completions, long wallNs, Optional<L3Figures> l3) {
 
@@ -212,11 +220,52 @@ final class BenchTraceCommand implements Callable<Integer> {
 
   /**
    * What the replicas' L3 did during a replay, summed over them: payload bytes their GETs read and
-   * their PUTs wrote (the executor's adapter bytes, not wire bytes), GETs issued, and the waits
-   * that ended at the soft deadline or whose Ready hold expired before admission.
+   * their PUTs wrote (the executor's adapter bytes, not wire bytes), GETs issued, the waits that
+   * ended at the soft deadline, the Ready holds that expired before admission, and the requests
+   * that skipped L3 because its pressure gate was closed ({@code reason="pressure"}; not those the
+   * cost model found faster to compute). With {@code --serve} they come from the replicas' engine
+   * metrics, with {@code --targets} from the differences of the targets' {@code /metrics} counters
+   * ({@link TargetMetrics}).
    */
   record L3Figures(
-      long getBytes, long putBytes, long getsIssued, long softTimeouts, long readyExpirations) {
+      long getBytes,
+      long putBytes,
+      long getsIssued,
+      long softTimeouts,
+      long readyExpirations,
+      long pressureBypasses) {
+
+    L3Figures {
+      if (getBytes < 0
+          || putBytes < 0
+          || getsIssued < 0
+          || softTimeouts < 0
+          || readyExpirations < 0
+          || pressureBypasses < 0) {
+        throw new IllegalArgumentException(
+            "L3 figures must not be negative: get_bytes="
+                + getBytes
+                + " put_bytes="
+                + putBytes
+                + " gets_issued="
+                + getsIssued
+                + " soft_timeouts="
+                + softTimeouts
+                + " ready_expirations="
+                + readyExpirations
+                + " pressure_bypasses="
+                + pressureBypasses);
+      }
+    }
+
+    /**
+     * The L3 fallbacks, as {@code bench serve} counts them: waits for L3 ended by their soft
+     * deadline, Ready holds that expired before admission used them, and pressure bypasses. Each is
+     * a prefix the store was to give that the engine computed instead.
+     */
+    long fallbacks() {
+      return softTimeouts + readyExpirations + pressureBypasses;
+    }
 
     static Optional<L3Figures> of(List<Engine> engines) {
       long get = 0;
@@ -224,6 +273,7 @@ final class BenchTraceCommand implements Callable<Integer> {
       long gets = 0;
       long soft = 0;
       long expired = 0;
+      long bypassed = 0;
       boolean any = false;
       for (Engine e : engines) {
         var storage = e.metrics().storage();
@@ -236,8 +286,11 @@ final class BenchTraceCommand implements Callable<Integer> {
         gets += storage.get().transfers().getsIssued();
         soft += storage.get().transfers().softTimeouts();
         expired += storage.get().transfers().readyExpirations();
+        bypassed += storage.get().transfers().pressureBypasses();
       }
-      return any ? Optional.of(new L3Figures(get, put, gets, soft, expired)) : Optional.empty();
+      return any
+          ? Optional.of(new L3Figures(get, put, gets, soft, expired, bypassed))
+          : Optional.empty();
     }
   }
 
@@ -265,8 +318,7 @@ final class BenchTraceCommand implements Callable<Integer> {
     try (StreamClient client = new StreamClient()) {
       if (targets != null) {
         vocab = vocabSize;
-        List<URI> uris = targets.stream().map(BenchTraceCommand::endpoint).toList();
-        replays.add(replay("targets", slice, new TracePrompts(promptSeed, vocab), uris, client));
+        replays.add(replayTargets(slice, new TracePrompts(promptSeed, vocab), client, err));
       } else {
         vocab = serveBoth(slice, client, replays, err);
       }
@@ -385,13 +437,31 @@ final class BenchTraceCommand implements Callable<Integer> {
     return new Slice(List.copyOf(chosen), at);
   }
 
-  private static URI endpoint(String target) {
+  /**
+   * --targets: the slice against the targets, their L3 figures the differences of their {@code
+   * /metrics} counters between a scrape just before the replay and one once they are quiet after it
+   * (a target's /metrics that cannot be read fails the command before any request is sent).
+   */
+  private Replay replayTargets(
+      Slice slice, TracePrompts prompts, StreamClient client, PrintWriter err) throws Exception {
+    List<URI> uris = targets.stream().map(t -> endpoint(t, "/v1/completions")).toList();
+    List<URI> metrics = targets.stream().map(t -> endpoint(t, "/metrics")).toList();
+    try (TargetMetrics scraper = new TargetMetrics(metrics, TargetMetrics.DEFAULT_TIMEOUT)) {
+      List<TargetMetrics.Reading> before = scraper.readAll();
+      Replay done = replay("targets", slice, prompts, uris, client);
+      List<TargetMetrics.Reading> after = scraper.awaitQuiet(TargetMetrics.DEFAULT_QUIET_WAIT, err);
+      return done.with(TargetMetrics.difference(before, after));
+    }
+  }
+
+  /** {@code path} on the server {@code target} names (http://HOST:PORT, trailing slashes too). */
+  private static URI endpoint(String target, String path) {
     String base = target.strip();
     while (base.endsWith("/")) {
       base = base.substring(0, base.length() - 1);
     }
     try {
-      URI uri = URI.create(base + "/v1/completions");
+      URI uri = URI.create(base + path);
       if (uri.getScheme() == null || uri.getHost() == null) {
         throw new IllegalArgumentException("no scheme or host");
       }
@@ -727,8 +797,9 @@ final class BenchTraceCommand implements Callable<Integer> {
             + " time.\n");
     if (replays.stream().anyMatch(r -> r.l3().isPresent())) {
       b.append(
-          "\n| run | L3 read MB | L3 written MB | GETs | soft timeouts | Ready holds expired |\n");
-      b.append("|---|---:|---:|---:|---:|---:|\n");
+          "\n| run | L3 read MB | L3 written MB | GETs | soft timeouts | Ready holds expired |"
+              + " pressure bypasses | fallbacks |\n");
+      b.append("|---|---:|---:|---:|---:|---:|---:|---:|\n");
       for (Replay r : replays) {
         r.l3()
             .ifPresent(
@@ -736,17 +807,33 @@ final class BenchTraceCommand implements Callable<Integer> {
                     b.append(
                         String.format(
                             Locale.ROOT,
-                            "| %s | %.1f | %.1f | %d | %d | %d |%n",
+                            "| %s | %.1f | %.1f | %d | %d | %d | %d | %d |%n",
                             r.label(),
                             f.getBytes() / 1e6,
                             f.putBytes() / 1e6,
                             f.getsIssued(),
                             f.softTimeouts(),
-                            f.readyExpirations())));
+                            f.readyExpirations(),
+                            f.pressureBypasses(),
+                            f.fallbacks())));
       }
       b.append(
-          "\nFrom the replicas' own metrics (the executor's payload bytes, summed over the"
-              + " replicas), once they were quiet after the replay.\n");
+          targets != null
+              ? "\nFrom the targets' `/metrics`: each counter's difference between a scrape just"
+                  + " before the replay and one once the targets were quiet after it (no request"
+                  + " running or waiting, no L3 work pending; at most "
+                  + TargetMetrics.DEFAULT_QUIET_WAIT.toSeconds()
+                  + " s), summed over the targets that have L3, so it includes whatever else they"
+                  + " served meanwhile. L3 read and written: `tokenspeed:l3_payload_bytes_total`"
+                  + " (`kind` get, put; the executor's payload bytes, every `tp_rank`); GETs:"
+                  + " `tokenspeed:l3_operations_issued_total{kind=\"get\"}`."
+              : "\nFrom the replicas' own metrics (the executor's payload bytes, summed over the"
+                  + " replicas), once they were quiet after the replay.");
+      b.append(
+          " Pressure bypasses: requests that skipped L3 because its pressure gate was closed"
+              + " (`reason=\"pressure\"`). Fallbacks: soft timeouts + Ready holds expired +"
+              + " pressure bypasses, each a prefix the store was to give that was computed"
+              + " instead.\n");
     }
     for (Replay r : replays) {
       r.completions().stream()
@@ -864,7 +951,9 @@ final class BenchTraceCommand implements Callable<Integer> {
                       .put("put_bytes", l3.putBytes())
                       .put("gets_issued", l3.getsIssued())
                       .put("soft_timeouts", l3.softTimeouts())
-                      .put("ready_expirations", l3.readyExpirations()));
+                      .put("ready_expirations", l3.readyExpirations())
+                      .put("pressure_bypasses", l3.pressureBypasses())
+                      .put("fallbacks", l3.fallbacks()));
       ArrayNode per = run.putArray("per_request");
       for (int i = 0; i < r.completions().size(); i++) {
         Completion c = r.completions().get(i);

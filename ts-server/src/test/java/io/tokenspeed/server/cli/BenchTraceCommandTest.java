@@ -1,18 +1,38 @@
 package io.tokenspeed.server.cli;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.HttpFrontend;
+import io.tokenspeed.server.http.Serving;
+import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.trace.CacheBound;
 import io.tokenspeed.server.trace.TraceRequest;
 import io.tokenspeed.server.trace.TraceTestData;
+import io.tokenspeed.testkit.PrometheusText;
 import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -25,6 +45,8 @@ import org.junit.jupiter.params.provider.CsvSource;
  * computes each prompt's last token), with L3 and without; its report's counts add up.
  */
 class BenchTraceCommandTest {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
   @TempDir Path dir;
 
   private String model() throws IOException {
@@ -108,6 +130,14 @@ class BenchTraceCommandTest {
           label + ": the sources add up");
       assertEquals(2L * requests.size(), r.get("output_tokens").asLong(), label);
     }
+    JsonNode l3 = json.get("runs").get(0).get("l3");
+    assertEquals(
+        l3.get("soft_timeouts").asLong()
+            + l3.get("ready_expirations").asLong()
+            + l3.get("pressure_bypasses").asLong(),
+        l3.get("fallbacks").asLong(),
+        l3::toString);
+    assertTrue(json.get("runs").get(1).get("l3") == null, "no L3 figures without L3");
     String svg = Files.readString(dir.resolve("report.svg"));
     for (String label : List.of("infinite-cache bound", "l3 reused", "off reused", "l3 TTFT p50")) {
       assertTrue(svg.contains(">" + label + "<"), label + " in the chart");
@@ -118,6 +148,8 @@ class BenchTraceCommandTest {
     assertTrue(report.contains("](report.svg)"), "the report shows its chart");
     assertTrue(report.contains("| l3 | " + requests.size() + " | 0 |"), report);
     assertTrue(report.contains("| off | " + requests.size() + " | 0 |"), report);
+    assertTrue(report.contains(" pressure bypasses | fallbacks |\n"), report);
+    assertTrue(report.contains("From the replicas' own metrics"), report);
   }
 
   /**
@@ -171,6 +203,201 @@ class BenchTraceCommandTest {
       assertTrue(json.get("runs").get(1).get("l3") == null, "no L3 figures without L3");
       assertEquals(0L, ((Number) redis.command("DBSIZE")).longValue(), "the run's objects");
     }
+  }
+
+  /**
+   * Two replicas of the tiny model behind the real HTTP server on loopback ports, over one file
+   * store, each with a Device that holds little more than the longest request and a Host of the
+   * same size: {@code bench trace --targets} reports as L3 figures exactly the differences of the
+   * servers' own {@code /metrics} counters, which the test scrapes (with the testkit's strict
+   * parser) before and after, summed over both; the conversations' later turns restore what the
+   * Device (and the other replica) lost, so they are not zero.
+   */
+  @Test
+  void shouldReportTheTargetsL3FiguresAsTheirMetricsCountThem() throws Exception {
+    List<TraceRequest> requests =
+        TraceTestData.conversations(29, 60).stream()
+            .filter(r -> r.inputLength() + 2 <= 4096)
+            .limit(24)
+            .toList();
+    Path file = trace(requests);
+    String model = model();
+    Path folder =
+        SyntheticCheckpoints.materialize(model, SyntheticCheckpoints.DEFAULT_SEED, DType.F32);
+    Tokenizer tokenizer = ModelOptions.tokenizerOf(folder);
+    var chatPrompt = Serving.chatPrompt(ChatTemplate.load(folder), tokenizer);
+    int longest = requests.stream().mapToInt(r -> r.inputLength() + 2).max().orElseThrow();
+    ObjectNode store = JSON.createObjectNode().put("path", dir.resolve("store").toString());
+    store.putObject("async").put("min_extension_tokens", 64);
+    List<Engine> engines = new ArrayList<>();
+    List<Serving> servers = new ArrayList<>();
+    try (EngineModel lm = EngineModel.onCpu(new TensorParallelOptions().load(folder, model), null);
+        HttpClient http = HttpClient.newHttpClient()) {
+      EngineConfig base = EngineConfig.defaults(lm.deviceParentsFor(longest + 64));
+      EngineConfig config =
+          new EngineConfig(
+              base.prefixGranularity(),
+              base.blockGranularity(),
+              base.deviceParents(),
+              1.0, // a Host no larger than the Device
+              base.tokenBudget(),
+              base.maxRunning(),
+              base.demoteBelowFreeParents(),
+              base.computeThreads(),
+              base.maxQueued());
+      for (int i = 0; i < 2; i++) {
+        Engine e =
+            StorageOptions.startEngine(
+                lm,
+                config,
+                tokenizer.specialTokens().eosId(),
+                Optional.of(StorageExtraConfig.parse("file", store.toString())));
+        engines.add(e);
+        ServingState state = new ServingState();
+        servers.add(
+            Serving.start(
+                new Serving.Options(
+                    e,
+                    lm.vocabSize(),
+                    tokenizer,
+                    chatPrompt,
+                    "tiny",
+                    e.maxRequestTokens(),
+                    "127.0.0.1",
+                    0,
+                    64L << 20,
+                    null,
+                    "fused",
+                    0,
+                    state,
+                    HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L)));
+        state.ready();
+      }
+      List<URI> metrics =
+          servers.stream()
+              .map(s -> URI.create("http://127.0.0.1:" + s.port() + "/metrics"))
+              .toList();
+      List<Map<String, PrometheusText.Family>> before = scrape(http, metrics);
+      CliRun run =
+          CliRun.of(
+              "bench",
+              "trace",
+              "--trace",
+              file.toString(),
+              "--targets",
+              servers.stream()
+                  .map(s -> "http://127.0.0.1:" + s.port())
+                  .collect(java.util.stream.Collectors.joining(",")),
+              "--vocab-size",
+              Integer.toString(lm.vocabSize()),
+              "--sequential",
+              "--max-output",
+              "2",
+              "--out",
+              dir.resolve("targets.md").toString());
+      assertEquals(0, run.exitCode(), run::toString);
+      assertFalse(run.err().contains("still busy"), run::toString);
+      List<Map<String, PrometheusText.Family>> after = scrape(http, metrics);
+
+      JsonNode r = JSON.readTree(dir.resolve("targets.json").toFile()).get("runs").get(0);
+      assertEquals("targets", r.get("label").asText());
+      assertEquals(0, r.get("failed").asInt(), r::toString);
+      JsonNode l3 = r.get("l3");
+      assertTrue(l3 != null, "the targets' L3 figures: " + r);
+      long getBytes = delta(before, after, "tokenspeed:l3_payload_bytes_total", "kind", "get");
+      long putBytes = delta(before, after, "tokenspeed:l3_payload_bytes_total", "kind", "put");
+      long gets = delta(before, after, "tokenspeed:l3_operations_issued_total", "kind", "get");
+      long soft = delta(before, after, "tokenspeed:l3_soft_timeouts_total");
+      long expired = delta(before, after, "tokenspeed:l3_ready_expirations_total");
+      long bypassed =
+          delta(before, after, "tokenspeed:l3_pressure_bypasses_total", "reason", "pressure");
+      assertEquals(getBytes, l3.get("get_bytes").asLong(), l3::toString);
+      assertEquals(putBytes, l3.get("put_bytes").asLong(), l3::toString);
+      assertEquals(gets, l3.get("gets_issued").asLong(), l3::toString);
+      assertEquals(soft, l3.get("soft_timeouts").asLong(), l3::toString);
+      assertEquals(expired, l3.get("ready_expirations").asLong(), l3::toString);
+      assertEquals(bypassed, l3.get("pressure_bypasses").asLong(), l3::toString);
+      assertEquals(soft + expired + bypassed, l3.get("fallbacks").asLong(), l3::toString);
+      assertTrue(putBytes > 0 && getBytes > 0 && gets > 0, "L3 was used: " + l3);
+      // the responses' counts add up with the servers' too
+      assertEquals(
+          requests.size(),
+          delta(before, after, "tokenspeed:requests_finished_total"),
+          "requests finished");
+      assertEquals(
+          r.get("reused_storage_tokens").asLong(),
+          delta(before, after, "tokenspeed:cached_prompt_tokens_total", "source", "storage"));
+      assertTrue(r.get("reused_storage_tokens").asLong() > 0, "restored from L3: " + r);
+      String report = Files.readString(dir.resolve("targets.md"));
+      String row =
+          String.format(
+              java.util.Locale.ROOT,
+              "| targets | %.1f | %.1f | %d | %d | %d | %d | %d |",
+              getBytes / 1e6,
+              putBytes / 1e6,
+              gets,
+              soft,
+              expired,
+              bypassed,
+              soft + expired + bypassed);
+      assertTrue(report.contains(row), row + " in\n" + report);
+      assertTrue(report.contains("From the targets' `/metrics`"), report);
+    } finally {
+      servers.forEach(Serving::close);
+      engines.forEach(Engine::close);
+    }
+  }
+
+  @Test
+  void shouldNameATargetWhoseMetricsCannotBeReadBeforeSendingAnything() throws IOException {
+    Path file = trace(TraceTestData.conversations(3, 4));
+    String target = "http://127.0.0.1:" + TargetMetricsTest.closedPort();
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "trace",
+            "--trace",
+            file.toString(),
+            "--targets",
+            target,
+            "--vocab-size",
+            "256");
+    assertEquals(1, run.exitCode(), run::toString);
+    assertTrue(
+        run.err().contains("error: --targets: GET " + target + "/metrics failed: "), run::toString);
+  }
+
+  /** One scrape of each server, read by the testkit's strict parser. */
+  private static List<Map<String, PrometheusText.Family>> scrape(HttpClient http, List<URI> uris)
+      throws Exception {
+    List<Map<String, PrometheusText.Family>> out = new ArrayList<>();
+    for (URI u : uris) {
+      HttpResponse<String> res =
+          http.send(
+              HttpRequest.newBuilder(u).timeout(Duration.ofSeconds(10)).GET().build(),
+              HttpResponse.BodyHandlers.ofString());
+      assertEquals(200, res.statusCode(), u::toString);
+      out.add(PrometheusText.parse(res.body()));
+    }
+    return out;
+  }
+
+  /** A counter's growth between two scrapes, summed over its series with {@code labels}. */
+  private static long delta(
+      List<Map<String, PrometheusText.Family>> before,
+      List<Map<String, PrometheusText.Family>> after,
+      String sampleName,
+      String... labels) {
+    double d = 0;
+    for (int i = 0; i < before.size(); i++) {
+      for (PrometheusText.Sample s : PrometheusText.samples(after.get(i), sampleName, labels)) {
+        d += s.value();
+      }
+      for (PrometheusText.Sample s : PrometheusText.samples(before.get(i), sampleName, labels)) {
+        d -= s.value();
+      }
+    }
+    return Math.round(d);
   }
 
   @ParameterizedTest(name = "{1}")
