@@ -8,7 +8,7 @@ import java.lang.foreign.ValueLayout;
  * Row-major matrix products through cuBLAS (or, in deterministic mode, a fixed-order kernel):
  * {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a weight matrix {@code W[out][in]} as
  * checkpoints store it. X and W share an element type (float32, or bf16 with float32 accumulation);
- * Y is float32.
+ * Y is float32, or bf16 where a product takes cuBLAS's route ({@link #applyBf16Output}).
  *
  * <p>cuBLAS is column-major: a row-major {@code [rows][cols]} matrix is its column-major transpose.
  * So {@code Yᵀ (out × rows) = W (in × out, transposed) · Xᵀ (in × rows)}: op(A) = T with A = W, lda
@@ -293,10 +293,46 @@ public final class Gemm {
   }
 
   /**
+   * Whether {@link #apply} sends a product of these arguments to cuBLAS, the one route whose
+   * outputs can also be bf16 ({@link #applyBf16Output}): a bf16 product in normal mode that {@code
+   * gemv_bf16} does not take.
+   */
+  public boolean cublasRoute(long x, long w, int type, int rows, int in, int out) {
+    return !fixedOrder && type == R_16BF && !usesGemv(GEMV, false, type, rows, in, out, x, w);
+  }
+
+  /**
+   * {@code y = bf16(x · wᵀ)}: bf16 x, w and y, float32 accumulation, rounded once in cuBLAS's
+   * epilogue (as a bf16 linear layer of PyTorch writes its outputs). Half the bytes of a float32
+   * {@code y} to write and to read back: normal mode's gate | up product takes it.
+   *
+   * @throws IllegalStateException for a product that does not take the cuBLAS route ({@link
+   *     #cublasRoute}): deterministic mode's kernels and {@code gemv_bf16} write float32
+   */
+  public void applyBf16Output(long x, long w, long y, int rows, int in, int out) {
+    if (!cublasRoute(x, w, R_16BF, rows, in, out)) {
+      throw new IllegalStateException(
+          "bf16 outputs come from cuBLAS only (normal mode, more than "
+              + GEMV_MAX_ROWS
+              + " rows or gemv off): rows="
+              + rows
+              + ", fixed order "
+              + fixedOrder);
+    }
+    cublas(x, w, R_16BF, y, R_16BF, rows, in, out, false);
+  }
+
+  /**
    * {@code y = x · wᵀ} (or {@code +=}) through cuBLAS's {@code cublasGemmEx}, whatever the switch.
    */
   void applyCublas(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+    cublas(x, w, type, y, R_32F, rows, in, out, accumulate);
+  }
+
+  /** {@code cublasGemmEx}: y of element type {@code yType}, float32 accumulation. */
+  private void cublas(
+      long x, long w, int type, long y, int yType, int rows, int in, int out, boolean accumulate) {
     device
         .api()
         .gemmEx(
@@ -315,7 +351,7 @@ public final class Gemm {
             in,
             accumulate ? one : zero,
             y,
-            R_32F,
+            yType,
             out,
             COMPUTE_32F,
             ALGO_DEFAULT);

@@ -96,7 +96,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * SILU_SPAN of kernels.cu: the intermediate width one block of {@code silu_mul} covers, four
    * values a thread.
    */
-  static final int SILU_SPAN = 1024;
+  public static final int SILU_SPAN = 1024;
 
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
@@ -167,6 +167,20 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** DS_WARPS of kernels.cu: the warps of a split block. */
   private static final int SPLIT_WARPS = 4;
+
+  /**
+   * The system property that writes normal mode's gate | up product as bf16 ({@code on}, the
+   * default) or float32 ({@code off}) where the product runs on cuBLAS (bf16 weights, more rows
+   * than {@code gemv_bf16} takes): the product's outputs are the widest tensor of a layer (2 ×
+   * 14,336 values a token in Llama 8B), and bf16 halves the bytes cuBLAS writes and {@code
+   * silu_mul} reads back. Deterministic mode and the few-row kernel keep float32.
+   */
+  static final String BF16_MLP_PROPERTY = "tokenspeed.cuda.bf16mlp";
+
+  /** Whether the gate | up product writes bf16 where it can: the property, read once. */
+  static final boolean BF16_MLP =
+      KernelSwitch.read(
+          BF16_MLP_PROPERTY, System.getProperty(BF16_MLP_PROPERTY, "on"), "off", "on");
 
   /** The system property that turns decode graphs on ({@code on}) or off ({@code off}). */
   static final String GRAPHS_PROPERTY = "tokenspeed.cuda.graphs";
@@ -1751,25 +1765,31 @@ public final class CudaCausalLm implements AutoCloseable {
               "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
         }
         rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
-        gemm.apply(
-            act,
-            layer.gateUp().pointer(),
-            weightType,
-            ws.gu.pointer(),
-            numTokens,
-            hidden,
-            2 * inter,
-            false);
-        device.launch(
-            "silu_mul",
-            numTokens,
-            Math.ceilDiv(inter, SILU_SPAN),
-            SILU_SPAN / 4,
-            0,
-            ws.gu.pointer(),
-            inter,
-            actF32,
-            actBf16);
+        long gateUp = layer.gateUp().pointer();
+        if (BF16_MLP && gemm.cublasRoute(act, gateUp, weightType, numTokens, hidden, 2 * inter)) {
+          gemm.applyBf16Output(act, gateUp, ws.gu.pointer(), numTokens, hidden, 2 * inter);
+          device.launch(
+              "silu_mul_bf16",
+              numTokens,
+              Math.ceilDiv(inter, SILU_SPAN),
+              SILU_SPAN / 4,
+              0,
+              ws.gu.pointer(),
+              inter,
+              actBf16);
+        } else {
+          gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
+          device.launch(
+              "silu_mul",
+              numTokens,
+              Math.ceilDiv(inter, SILU_SPAN),
+              SILU_SPAN / 4,
+              0,
+              ws.gu.pointer(),
+              inter,
+              actF32,
+              actBf16);
+        }
         gemm.apply(
             act,
             layer.down().pointer(),
