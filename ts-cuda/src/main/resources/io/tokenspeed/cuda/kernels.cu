@@ -2597,6 +2597,10 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 #define FW_K 64
 #define FW_GROUP 16
 
+// The value of a wgmma product's (and of gemm_fixed_combine's) `accumulate` that stores y as bf16
+// instead of float32 (0 stores float32, 1 adds to it); Gemm.java's STORE_BF16.
+#define FIXED_STORE_BF16 2
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // A shared-memory matrix descriptor of wgmma for a K-major operand in 128-byte swizzled rows
@@ -2900,6 +2904,39 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   const int lane = tid % 32;
   const int rowOf = r0 + wg * 64 + ((tid / 32) % 4) * 16 + lane / 4;
   const int colOf = o0 + 2 * (lane % 4);
+  if (accumulate == FIXED_STORE_BF16) {
+    // each sum rounded to bf16 once (a rounding of the float32 sum: the same bits whatever the
+    // rows beside it); pairs as one 4-byte access when every pair is 4-byte aligned
+    bf16_t* yb = (bf16_t*)y;
+    const bool pairs = out % 2 == 0 && ((unsigned long long)y & 3ull) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = rowOf + 8 * h;
+      if (r >= rows) {
+        continue;
+      }
+      bf16_t* yr = yb + (long long)r * out;
+#pragma unroll
+      for (int i = 0; i < OUTS / 8; i++) {
+        const int o = colOf + 8 * i;
+        const float v0 = acc[4 * i + 2 * h];
+        const float v1 = acc[4 * i + 2 * h + 1];
+        if (pairs) {
+          if (o < out) {
+            *(unsigned int*)(yr + o) = pack_bf16x2(v0, v1);
+          }
+        } else {
+          if (o < out) {
+            yr[o] = float_to_bf16(v0);
+          }
+          if (o + 1 < out) {
+            yr[o + 1] = float_to_bf16(v1);
+          }
+        }
+      }
+    }
+    return;
+  }
   // pairs of outputs as one 8-byte access when every pair is 8-byte aligned
   const bool pairs = out % 2 == 0 && ((unsigned long long)y & 7ull) == 0;
 #pragma unroll
@@ -2987,7 +3024,11 @@ extern "C" __global__ void gemm_fixed_combine(const float* partials, float* y, l
     for (int p = 1; p < parts; p++) {
       s += partials[p * n + i];
     }
-    y[i] = accumulate ? y[i] + s : s;
+    if (accumulate == FIXED_STORE_BF16) {
+      ((bf16_t*)y)[i] = float_to_bf16(s);
+    } else {
+      y[i] = accumulate ? y[i] + s : s;
+    }
   }
 }
 
