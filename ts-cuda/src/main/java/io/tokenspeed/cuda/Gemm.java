@@ -8,7 +8,7 @@ import java.lang.foreign.ValueLayout;
  * Row-major matrix products through cuBLAS (or, in deterministic mode, a fixed-order kernel):
  * {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a weight matrix {@code W[out][in]} as
  * checkpoints store it. X and W share an element type (float32, or bf16 with float32 accumulation);
- * Y is float32.
+ * Y is float32, or bf16 where a product takes cuBLAS's route ({@link #applyBf16Output}).
  *
  * <p>cuBLAS is column-major: a row-major {@code [rows][cols]} matrix is its column-major transpose.
  * So {@code Yᵀ (out × rows) = W (in × out, transposed) · Xᵀ (in × rows)}: op(A) = T with A = W, lda
@@ -144,6 +144,18 @@ public final class Gemm {
   /** The first fixed-order bf16 kernel: all of {@code v1}, the fallback of {@code v2}. */
   static final String V1_KERNEL = "gemm_fixed_bf16_mma";
 
+  /** A product kernel's {@code accumulate}: y = x · wᵀ (float32). */
+  private static final int STORE = 0;
+
+  /** A product kernel's {@code accumulate}: y += x · wᵀ (float32). */
+  private static final int ADD = 1;
+
+  /**
+   * A wgmma product kernel's (and {@code gemm_fixed_combine}'s) {@code accumulate}: y = bf16(x ·
+   * wᵀ), FIXED_STORE_BF16 of kernels.cu.
+   */
+  private static final int STORE_BF16 = 2;
+
   private static final int OP_N = 0;
   private static final int OP_T = 1;
   private static final int COMPUTE_32F = 68;
@@ -201,7 +213,7 @@ public final class Gemm {
   public void apply(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
     if (fixedOrder) {
-      applyFixedOrder(x, w, type, y, rows, in, out, accumulate);
+      applyFixedOrder(x, w, type, y, rows, in, out, accumulate ? ADD : STORE);
     } else if (usesGemv(GEMV, fixedOrder, type, rows, in, out, x, w)) {
       applyGemv(x, w, y, rows, in, out, accumulate);
     } else {
@@ -293,10 +305,62 @@ public final class Gemm {
   }
 
   /**
+   * Whether a product of these arguments can write bf16 outputs ({@link #applyBf16Output}): a bf16
+   * product on cuBLAS's route in normal mode (not one {@code gemv_bf16} takes), or on the wgmma
+   * family's tiles in deterministic mode ({@code in} a multiple of 8, a Hopper device).
+   */
+  public boolean writesBf16(long x, long w, int type, int rows, int in, int out) {
+    if (type != R_16BF) {
+      return false;
+    }
+    if (!fixedOrder) {
+      return !usesGemv(GEMV, false, type, rows, in, out, x, w);
+    }
+    // a function of the shape's in and the mode alone, never of the rows: deterministic mode's
+    // bits must not depend on the batch (on a wgmma device some tile takes every row count)
+    return fixedGemm == FixedGemm.WGMMA && in % 8 == 0;
+  }
+
+  /**
+   * {@code y = bf16(x · wᵀ)}: bf16 x, w and y, float32 accumulation, each sum rounded once (to
+   * nearest even) where it is written, as a bf16 linear layer of PyTorch writes its outputs. Half
+   * the bytes of a float32 {@code y} to write and to read back: the gate | up product takes it. In
+   * normal mode through cuBLAS; in deterministic mode through the wgmma tile (or the split and its
+   * combine) {@link #apply} would take, so the bits are those of its float32 sums, rounded, and as
+   * independent of the rows beside them.
+   *
+   * @throws IllegalStateException for a product that cannot ({@link #writesBf16})
+   */
+  public void applyBf16Output(long x, long w, long y, int rows, int in, int out) {
+    if (!writesBf16(x, w, R_16BF, rows, in, out)) {
+      throw new IllegalStateException(
+          "bf16 outputs come from cuBLAS (normal mode, more than "
+              + GEMV_MAX_ROWS
+              + " rows or gemv off) or from the wgmma tiles (deterministic mode on Hopper): rows="
+              + rows
+              + ", in="
+              + in
+              + ", fixed order "
+              + fixedOrder);
+    }
+    if (fixedOrder) {
+      applyFixedOrder(x, w, R_16BF, y, rows, in, out, STORE_BF16);
+    } else {
+      cublas(x, w, R_16BF, y, R_16BF, rows, in, out, false);
+    }
+  }
+
+  /**
    * {@code y = x · wᵀ} (or {@code +=}) through cuBLAS's {@code cublasGemmEx}, whatever the switch.
    */
   void applyCublas(
       long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+    cublas(x, w, type, y, R_32F, rows, in, out, accumulate);
+  }
+
+  /** {@code cublasGemmEx}: y of element type {@code yType}, float32 accumulation. */
+  private void cublas(
+      long x, long w, int type, long y, int yType, int rows, int in, int out, boolean accumulate) {
     device
         .api()
         .gemmEx(
@@ -315,7 +379,7 @@ public final class Gemm {
             in,
             accumulate ? one : zero,
             y,
-            R_32F,
+            yType,
             out,
             COMPUTE_32F,
             ALGO_DEFAULT);
@@ -457,19 +521,23 @@ public final class Gemm {
    * FixedOrderWgmmaTile}), else one thread per output ({@code gemm_fixed_f32/bf16}, 16 × 16 tiles).
    */
   private void applyFixedOrder(
-      long x, long w, int type, long y, int rows, int in, int out, boolean accumulate) {
+      long x, long w, int type, long y, int rows, int in, int out, int mode) {
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
     if (splits() && type == R_16BF && in % 8 == 0 && splitParts(in, out) > 1) {
-      applyFixedOrderSplit(null, x, w, y, rows, in, out, accumulate);
+      split(null, x, w, y, rows, in, out, mode);
       return;
     }
     // the common case, a tile, without going through its kernel's name
     ProductTile tile = fixedOrderTile(fixedGemm, type, rows, in, out, sms, shared);
     if (tile != null) {
-      applyFixedOrderTile(tile, x, w, y, rows, in, out, accumulate);
+      launchTile(tile, x, w, y, rows, in, out, mode);
       return;
     }
+    if (mode == STORE_BF16) {
+      throw new IllegalStateException("only the wgmma tiles write bf16, not " + rows + " rows");
+    }
+    boolean accumulate = mode == ADD;
     String kernel = fixedOrderKernel(fixedGemm, type, rows, in, out, sms, shared);
     switch (kernel) {
       case V1_KERNEL -> applyFixedOrderV1(x, w, y, rows, in, out, accumulate);
@@ -520,6 +588,11 @@ public final class Gemm {
    */
   void applyFixedOrderTile(
       ProductTile tile, long x, long w, long y, int rows, int in, int out, boolean accumulate) {
+    launchTile(tile, x, w, y, rows, in, out, accumulate ? ADD : STORE);
+  }
+
+  private void launchTile(
+      ProductTile tile, long x, long w, long y, int rows, int in, int out, int mode) {
     launchProduct(
         tile.kernel(),
         Math.toIntExact(tile.blocks(rows, out)),
@@ -532,7 +605,7 @@ public final class Gemm {
         rows,
         in,
         out,
-        accumulate);
+        mode);
   }
 
   /**
@@ -553,6 +626,12 @@ public final class Gemm {
       int in,
       int out,
       boolean accumulate) {
+    split(tile, x, w, y, rows, in, out, accumulate ? ADD : STORE);
+  }
+
+  /** {@link #applyFixedOrderSplit} with the combine's {@code mode}: STORE, ADD or STORE_BF16. */
+  private void split(
+      FixedOrderWgmmaTile tile, long x, long w, long y, int rows, int in, int out, int mode) {
     if (!split) {
       throw new IllegalStateException("the split of k runs on a wgmma device, asked for");
     }
@@ -560,6 +639,7 @@ public final class Gemm {
     long buffer = partialsFor(in, out);
     int sms = device.multiprocessors();
     int shared = device.sharedBytesPerBlock();
+    int ySize = mode == STORE_BF16 ? 2 : 4;
     for (int r0 = 0; r0 < rows; r0 += SPLIT_ROWS) {
       int n = Math.min(SPLIT_ROWS, rows - r0);
       FixedOrderWgmmaTile t =
@@ -576,7 +656,7 @@ public final class Gemm {
           n,
           in,
           out,
-          false);
+          STORE);
       long outputs = (long) n * out;
       int blocks = Math.toIntExact(Math.min(Math.ceilDiv(outputs, COMBINE_THREADS), 8L * sms));
       device.launch(
@@ -586,10 +666,10 @@ public final class Gemm {
           COMBINE_THREADS,
           0,
           buffer,
-          y + (long) r0 * out * 4,
+          y + (long) r0 * out * ySize,
           outputs,
           parts,
-          accumulate ? 1 : 0);
+          mode);
     }
   }
 
@@ -607,7 +687,35 @@ public final class Gemm {
       int in,
       int out,
       boolean accumulate) {
-    device.launch(
-        kernel, gridX, gridY, threads, sharedBytes, x, w, y, rows, in, out, accumulate ? 1 : 0);
+    launchProduct(
+        kernel,
+        gridX,
+        gridY,
+        threads,
+        sharedBytes,
+        x,
+        w,
+        y,
+        rows,
+        in,
+        out,
+        accumulate ? ADD : STORE);
+  }
+
+  /** {@link #launchProduct} with the kernel's {@code accumulate} as it takes it: a mode. */
+  private void launchProduct(
+      String kernel,
+      int gridX,
+      int gridY,
+      int threads,
+      int sharedBytes,
+      long x,
+      long w,
+      long y,
+      int rows,
+      int in,
+      int out,
+      int mode) {
+    device.launch(kernel, gridX, gridY, threads, sharedBytes, x, w, y, rows, in, out, mode);
   }
 }

@@ -2024,6 +2024,42 @@ extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16
   }
 }
 
+// silu_mul over a gate | up product written as bf16 (normal mode's cuBLAS products at more rows
+// than gemv_bf16 takes, which round to bf16 in cuBLAS's epilogue, as PyTorch's bf16 linear layers
+// do): the same grid and block, 8-byte loads of 4 values when I % 4 == 0. Each value is computed in
+// float32 from the two rounded inputs; the output is bf16 (a bf16 model's next product reads bf16).
+// The bf16 in the low and the high half of a 32-bit word, as a float.
+__device__ __forceinline__ float bf16_low(unsigned int w) { return bf16_to_float((bf16_t)(w & 0xffffu)); }
+
+__device__ __forceinline__ float bf16_high(unsigned int w) { return bf16_to_float((bf16_t)(w >> 16)); }
+
+extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
+  long long t = blockIdx.x;
+  const bf16_t* g = gu + t * 2 * I;
+  const bf16_t* u = g + I;
+  int first = blockIdx.y * SILU_SPAN;
+  if (I % 4 == 0) {
+    int i = first + 4 * threadIdx.x;
+    if (i < I) {
+      uint2 a = *(const uint2*)(g + i);
+      uint2 b = *(const uint2*)(u + i);
+      float y0 = silu_times(bf16_low(a.x), bf16_low(b.x));
+      float y1 = silu_times(bf16_high(a.x), bf16_high(b.x));
+      float y2 = silu_times(bf16_low(a.y), bf16_low(b.y));
+      float y3 = silu_times(bf16_high(a.y), bf16_high(b.y));
+      uint2 packed;
+      packed.x = (unsigned int)float_to_bf16(y0) | ((unsigned int)float_to_bf16(y1) << 16);
+      packed.y = (unsigned int)float_to_bf16(y2) | ((unsigned int)float_to_bf16(y3) << 16);
+      *(uint2*)(out + t * I + i) = packed;
+    }
+    return;
+  }
+  int end = min(I, first + SILU_SPAN);
+  for (int i = first + threadIdx.x; i < end; i += blockDim.x) {
+    out[t * I + i] = float_to_bf16(silu_times(bf16_to_float(g[i]), bf16_to_float(u[i])));
+  }
+}
+
 // y[r][i] += b[i]. Grid: rows.
 extern "C" __global__ void add_bias(float* y, const float* b, int n) {
   float* row = y + (long long)blockIdx.x * n;
@@ -2561,6 +2597,10 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 #define FW_K 64
 #define FW_GROUP 16
 
+// The value of a wgmma product's (and of gemm_fixed_combine's) `accumulate` that stores y as bf16
+// instead of float32 (0 stores float32, 1 adds to it); Gemm.java's STORE_BF16.
+#define FIXED_STORE_BF16 2
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // A shared-memory matrix descriptor of wgmma for a K-major operand in 128-byte swizzled rows
@@ -2864,6 +2904,39 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   const int lane = tid % 32;
   const int rowOf = r0 + wg * 64 + ((tid / 32) % 4) * 16 + lane / 4;
   const int colOf = o0 + 2 * (lane % 4);
+  if (accumulate == FIXED_STORE_BF16) {
+    // each sum rounded to bf16 once (a rounding of the float32 sum: the same bits whatever the
+    // rows beside it); pairs as one 4-byte access when every pair is 4-byte aligned
+    bf16_t* yb = (bf16_t*)y;
+    const bool pairs = out % 2 == 0 && ((unsigned long long)y & 3ull) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = rowOf + 8 * h;
+      if (r >= rows) {
+        continue;
+      }
+      bf16_t* yr = yb + (long long)r * out;
+#pragma unroll
+      for (int i = 0; i < OUTS / 8; i++) {
+        const int o = colOf + 8 * i;
+        const float v0 = acc[4 * i + 2 * h];
+        const float v1 = acc[4 * i + 2 * h + 1];
+        if (pairs) {
+          if (o < out) {
+            *(unsigned int*)(yr + o) = pack_bf16x2(v0, v1);
+          }
+        } else {
+          if (o < out) {
+            yr[o] = float_to_bf16(v0);
+          }
+          if (o + 1 < out) {
+            yr[o + 1] = float_to_bf16(v1);
+          }
+        }
+      }
+    }
+    return;
+  }
   // pairs of outputs as one 8-byte access when every pair is 8-byte aligned
   const bool pairs = out % 2 == 0 && ((unsigned long long)y & 7ull) == 0;
 #pragma unroll
@@ -2951,7 +3024,11 @@ extern "C" __global__ void gemm_fixed_combine(const float* partials, float* y, l
     for (int p = 1; p < parts; p++) {
       s += partials[p * n + i];
     }
-    y[i] = accumulate ? y[i] + s : s;
+    if (accumulate == FIXED_STORE_BF16) {
+      ((bf16_t*)y)[i] = float_to_bf16(s);
+    } else {
+      y[i] = accumulate ? y[i] + s : s;
+    }
   }
 }
 

@@ -96,7 +96,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * SILU_SPAN of kernels.cu: the intermediate width one block of {@code silu_mul} covers, four
    * values a thread.
    */
-  static final int SILU_SPAN = 1024;
+  public static final int SILU_SPAN = 1024;
 
   private static final int ATTN_WARPS = 4;
   private static final int ATTN_MAX_HEAD_DIM = 256;
@@ -167,6 +167,21 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** DS_WARPS of kernels.cu: the warps of a split block. */
   private static final int SPLIT_WARPS = 4;
+
+  /**
+   * The system property that writes the gate | up product as bf16 ({@code on}, the default) or
+   * float32 ({@code off}) where its kernel can ({@link Gemm#writesBf16}: bf16 weights, cuBLAS in
+   * normal mode at more rows than {@code gemv_bf16} takes, the wgmma tiles in deterministic mode):
+   * the product's outputs are the widest tensor of a layer (2 × 14,336 values a token in Llama 8B),
+   * and bf16 halves the bytes the product writes and {@code silu_mul} reads back. Each output is
+   * its float32 sum rounded once, so deterministic mode stays batch-invariant.
+   */
+  static final String BF16_MLP_PROPERTY = "tokenspeed.cuda.bf16mlp";
+
+  /** Whether the gate | up product writes bf16 where it can: the property, read once. */
+  static final boolean BF16_MLP =
+      KernelSwitch.read(
+          BF16_MLP_PROPERTY, System.getProperty(BF16_MLP_PROPERTY, "on"), "off", "on");
 
   /** The system property that turns decode graphs on ({@code on}) or off ({@code off}). */
   static final String GRAPHS_PROPERTY = "tokenspeed.cuda.graphs";
@@ -1256,11 +1271,27 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /**
    * The name of the deterministic products' bits ({@link Gemm#fixedOrderBits}: {@code mma}, {@code
-   * wgmma} or {@code wgmma-split}), for the deployment identity: KV computed with one family's
-   * products is not bit-identical to another's.
+   * wgmma} or {@code wgmma-split}), with {@code -bf16mlp} after it where the gate | up product
+   * writes bf16 ({@link #BF16_MLP_PROPERTY}), for the deployment identity: KV computed with one
+   * family's products, or with the other rounding, is not bit-identical to another's.
    */
   public String fixedOrderBits() {
-    return gemm.fixedOrderBits();
+    String bits = gemm.fixedOrderBits();
+    return deterministic && gateUpWritesBf16() ? bits + "-bf16mlp" : bits;
+  }
+
+  /**
+   * Whether the gate | up product of {@code rows} rows writes bf16 (the switch on, and a kernel
+   * that can: {@link Gemm#writesBf16}; in deterministic mode a function of the shape alone).
+   */
+  private boolean gateUpWritesBf16(long x, long w, int rows) {
+    return BF16_MLP
+        && gemm.writesBf16(x, w, weightType, rows, d.hiddenSize(), 2 * d.intermediateSize());
+  }
+
+  /** {@link #gateUpWritesBf16(long, long, int)} of deterministic mode, where rows do not matter. */
+  private boolean gateUpWritesBf16() {
+    return gateUpWritesBf16(0L, 0L, 1);
   }
 
   /** Whether the weights (and the GEMMs' inputs) are bf16; else float32. */
@@ -1751,25 +1782,31 @@ public final class CudaCausalLm implements AutoCloseable {
               "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
         }
         rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
-        gemm.apply(
-            act,
-            layer.gateUp().pointer(),
-            weightType,
-            ws.gu.pointer(),
-            numTokens,
-            hidden,
-            2 * inter,
-            false);
-        device.launch(
-            "silu_mul",
-            numTokens,
-            Math.ceilDiv(inter, SILU_SPAN),
-            SILU_SPAN / 4,
-            0,
-            ws.gu.pointer(),
-            inter,
-            actF32,
-            actBf16);
+        long gateUp = layer.gateUp().pointer();
+        if (gateUpWritesBf16(act, gateUp, numTokens)) {
+          gemm.applyBf16Output(act, gateUp, ws.gu.pointer(), numTokens, hidden, 2 * inter);
+          device.launch(
+              "silu_mul_bf16",
+              numTokens,
+              Math.ceilDiv(inter, SILU_SPAN),
+              SILU_SPAN / 4,
+              0,
+              ws.gu.pointer(),
+              inter,
+              actBf16);
+        } else {
+          gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
+          device.launch(
+              "silu_mul",
+              numTokens,
+              Math.ceilDiv(inter, SILU_SPAN),
+              SILU_SPAN / 4,
+              0,
+              ws.gu.pointer(),
+              inter,
+              actF32,
+              actBf16);
+        }
         gemm.apply(
             act,
             layer.down().pointer(),
