@@ -301,7 +301,18 @@ public final class Gemm {
               + Long.toHexString(w));
     }
     launchProduct(
-        kernel, Math.ceilDiv(out, GEMV_OUTS), 1, threads, 0, x, w, y, rows, in, out, accumulate);
+        kernel,
+        Math.ceilDiv(out, GEMV_OUTS),
+        1,
+        threads,
+        0,
+        x,
+        w,
+        y,
+        rows,
+        in,
+        out,
+        accumulate ? ADD : STORE);
   }
 
   /**
@@ -554,7 +565,7 @@ public final class Gemm {
               rows,
               in,
               out,
-              accumulate);
+              accumulate ? ADD : STORE);
       default -> throw new IllegalStateException("no tile was chosen, yet " + kernel);
     }
   }
@@ -576,7 +587,7 @@ public final class Gemm {
         rows,
         in,
         out,
-        accumulate);
+        accumulate ? ADD : STORE);
   }
 
   /**
@@ -673,36 +684,10 @@ public final class Gemm {
     }
   }
 
-  /** Launches a product kernel: every one takes {@code (x, w, y, rows, in, out, accumulate)}. */
-  private void launchProduct(
-      String kernel,
-      int gridX,
-      int gridY,
-      int threads,
-      int sharedBytes,
-      long x,
-      long w,
-      long y,
-      int rows,
-      int in,
-      int out,
-      boolean accumulate) {
-    launchProduct(
-        kernel,
-        gridX,
-        gridY,
-        threads,
-        sharedBytes,
-        x,
-        w,
-        y,
-        rows,
-        in,
-        out,
-        accumulate ? ADD : STORE);
-  }
-
-  /** {@link #launchProduct} with the kernel's {@code accumulate} as it takes it: a mode. */
+  /**
+   * Launches a product kernel: every one takes {@code (x, w, y, rows, in, out, accumulate)}, its
+   * accumulate a mode ({@link #STORE}, {@link #ADD}, or {@link #STORE_BF16} for the wgmma tiles).
+   */
   private void launchProduct(
       String kernel,
       int gridX,

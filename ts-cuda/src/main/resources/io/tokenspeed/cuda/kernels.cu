@@ -2601,6 +2601,50 @@ GEMM_FIXED_V2(gemm_fixed_bf16_mma_v2_64x64, 64, 64, 2, 2, 4, 3)
 // instead of float32 (0 stores float32, 1 adds to it); Gemm.java's STORE_BF16.
 #define FIXED_STORE_BF16 2
 
+// Outputs o and o + 1 (those below out) of the row starting at element `row` of y: stored as
+// float32, added to it (accumulate 1), or stored as bf16, each rounded once (FIXED_STORE_BF16: a
+// rounding of the float32 sum, so the same bits whatever the rows beside it). `pairs`: out is
+// even and y aligned for one access a pair, so o + 1 < out whenever o < out.
+__device__ __forceinline__ void fw_store_pair(float* y, long long row, int o, int out, float v0,
+                                              float v1, int accumulate, bool pairs) {
+  if (accumulate == FIXED_STORE_BF16) {
+    bf16_t* yr = (bf16_t*)y + row;
+    if (pairs) {
+      if (o < out) {
+        *(unsigned int*)(yr + o) = pack_bf16x2(v0, v1);
+      }
+      return;
+    }
+    if (o < out) {
+      yr[o] = float_to_bf16(v0);
+    }
+    if (o + 1 < out) {
+      yr[o + 1] = float_to_bf16(v1);
+    }
+    return;
+  }
+  float* yr = y + row;
+  if (pairs) {
+    if (o < out) {
+      float2* p = (float2*)(yr + o);
+      float2 s = make_float2(v0, v1);
+      if (accumulate) {
+        float2 old = *p;
+        s.x = old.x + v0;
+        s.y = old.y + v1;
+      }
+      *p = s;
+    }
+    return;
+  }
+  if (o < out) {
+    yr[o] = accumulate ? yr[o] + v0 : v0;
+  }
+  if (o + 1 < out) {
+    yr[o + 1] = accumulate ? yr[o + 1] + v1 : v1;
+  }
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // A shared-memory matrix descriptor of wgmma for a K-major operand in 128-byte swizzled rows
@@ -2904,72 +2948,20 @@ __device__ __forceinline__ void gemm_fixed_wgmma(
   const int lane = tid % 32;
   const int rowOf = r0 + wg * 64 + ((tid / 32) % 4) * 16 + lane / 4;
   const int colOf = o0 + 2 * (lane % 4);
-  if (accumulate == FIXED_STORE_BF16) {
-    // each sum rounded to bf16 once (a rounding of the float32 sum: the same bits whatever the
-    // rows beside it); pairs as one 4-byte access when every pair is 4-byte aligned
-    bf16_t* yb = (bf16_t*)y;
-    const bool pairs = out % 2 == 0 && ((unsigned long long)y & 3ull) == 0;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int r = rowOf + 8 * h;
-      if (r >= rows) {
-        continue;
-      }
-      bf16_t* yr = yb + (long long)r * out;
-#pragma unroll
-      for (int i = 0; i < OUTS / 8; i++) {
-        const int o = colOf + 8 * i;
-        const float v0 = acc[4 * i + 2 * h];
-        const float v1 = acc[4 * i + 2 * h + 1];
-        if (pairs) {
-          if (o < out) {
-            *(unsigned int*)(yr + o) = pack_bf16x2(v0, v1);
-          }
-        } else {
-          if (o < out) {
-            yr[o] = float_to_bf16(v0);
-          }
-          if (o + 1 < out) {
-            yr[o + 1] = float_to_bf16(v1);
-          }
-        }
-      }
-    }
-    return;
-  }
-  // pairs of outputs as one 8-byte access when every pair is 8-byte aligned
-  const bool pairs = out % 2 == 0 && ((unsigned long long)y & 7ull) == 0;
+  // pairs of outputs as one access (8 bytes of float32, 4 of bf16) when every pair is aligned
+  const bool bf16 = accumulate == FIXED_STORE_BF16;
+  const bool pairs =
+      out % 2 == 0 && ((unsigned long long)y & (bf16 ? 3ull : 7ull)) == 0;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int r = rowOf + 8 * h;
     if (r >= rows) {
       continue;
     }
-    float* yr = y + (long long)r * out;
 #pragma unroll
     for (int i = 0; i < OUTS / 8; i++) {
-      const int o = colOf + 8 * i;
-      const float v0 = acc[4 * i + 2 * h];
-      const float v1 = acc[4 * i + 2 * h + 1];
-      if (pairs) {
-        if (o < out) {  // then o + 1 < out too: out and o are even
-          float2* p = (float2*)(yr + o);
-          float2 s = make_float2(v0, v1);
-          if (accumulate) {
-            float2 old = *p;
-            s.x = old.x + v0;
-            s.y = old.y + v1;
-          }
-          *p = s;
-        }
-      } else {
-        if (o < out) {
-          yr[o] = accumulate ? yr[o] + v0 : v0;
-        }
-        if (o + 1 < out) {
-          yr[o + 1] = accumulate ? yr[o + 1] + v1 : v1;
-        }
-      }
+      fw_store_pair(y, (long long)r * out, colOf + 8 * i, out, acc[4 * i + 2 * h],
+                    acc[4 * i + 2 * h + 1], accumulate, pairs);
     }
   }
 }

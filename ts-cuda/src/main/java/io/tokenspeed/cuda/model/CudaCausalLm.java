@@ -1783,30 +1783,21 @@ public final class CudaCausalLm implements AutoCloseable {
         }
         rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
         long gateUp = layer.gateUp().pointer();
-        if (gateUpWritesBf16(act, gateUp, numTokens)) {
+        boolean guBf16 = gateUpWritesBf16(act, gateUp, numTokens);
+        if (guBf16) {
           gemm.applyBf16Output(act, gateUp, ws.gu.pointer(), numTokens, hidden, 2 * inter);
-          device.launch(
-              "silu_mul_bf16",
-              numTokens,
-              Math.ceilDiv(inter, SILU_SPAN),
-              SILU_SPAN / 4,
-              0,
-              ws.gu.pointer(),
-              inter,
-              actBf16);
         } else {
           gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
-          device.launch(
-              "silu_mul",
-              numTokens,
-              Math.ceilDiv(inter, SILU_SPAN),
-              SILU_SPAN / 4,
-              0,
-              ws.gu.pointer(),
-              inter,
-              actF32,
-              actBf16);
         }
+        device.launch(
+            guBf16 ? "silu_mul_bf16" : "silu_mul",
+            numTokens,
+            Math.ceilDiv(inter, SILU_SPAN),
+            SILU_SPAN / 4,
+            0,
+            guBf16
+                ? new Object[] {ws.gu.pointer(), inter, actBf16}
+                : new Object[] {ws.gu.pointer(), inter, actF32, actBf16});
         gemm.apply(
             act,
             layer.down().pointer(),
