@@ -1,7 +1,8 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.core.metrics.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText.Family;
 import io.tokenspeed.server.cli.BenchTraceCommand.L3Figures;
-import io.tokenspeed.server.cli.PrometheusTextDecoder.Exposition;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.net.URI;
@@ -23,9 +24,10 @@ import java.util.OptionalDouble;
  * targets are quiet after it, so that the report's L3 figures are the differences of the servers'
  * own counters, summed over the targets.
  *
- * <p>Each figure is one counter family, summed over its series that carry the label it selects:
- * over {@code tp_rank} for the executor's rank-local bytes (a tensor-parallel replica's rank 0
- * shows every rank's), once for the scheduler's mirrored counters (they appear under one rank).
+ * <p>Each figure is one counter family's {@code _total} samples (client_java appends the suffix),
+ * summed over those that carry the label it selects: over {@code tp_rank} for the executor's
+ * rank-local bytes (a tensor-parallel replica's rank 0 shows every rank's), once for the
+ * scheduler's mirrored counters (they appear under one rank).
  *
  * <pre>
  *   getBytes          tokenspeed:l3_payload_bytes_total{kind="get"}
@@ -42,7 +44,8 @@ import java.util.OptionalDouble;
  * above, a finite count that never goes down between the two scrapes (a restart in between would
  * make the difference meaningless): anything else is an error naming the target's URL, as is a
  * {@code /metrics} that cannot be fetched (connection, timeout, a status other than 200) or is not
- * the text format.
+ * the text format ({@link PrometheusText}, strict: one line it refuses makes the whole scrape an
+ * error, never a sum with a line left out).
  *
  * <p>It never waits for longer than its timeout on one request; {@link #awaitQuiet} polls for at
  * most the wait given and then takes what the targets show.
@@ -193,10 +196,10 @@ final class TargetMetrics implements AutoCloseable {
    *     and lacks one of the counters or shows one that is not a count
    */
   static Reading reading(URI uri, String text) {
-    Exposition e;
+    Map<String, Family> e;
     try {
-      e = PrometheusTextDecoder.decode(text);
-    } catch (IllegalArgumentException bad) {
+      e = PrometheusText.parse(text);
+    } catch (PrometheusText.FormatException bad) {
       throw new IllegalArgumentException(
           "--targets: " + uri + " is not Prometheus text: " + bad.getMessage(), bad);
     }
@@ -205,14 +208,14 @@ final class TargetMetrics implements AutoCloseable {
             && zero(e, "tokenspeed:num_requests_waiting")
             && zero(e, "tokenspeed:l3_storage_pending");
     boolean l3 =
-        e.has("tokenspeed:l3_health_state")
-            && e.sum("tokenspeed:l3_health_state", "state", "disabled").orElse(0) != 1;
+        sum(e, "tokenspeed:l3_health_state").isPresent()
+            && sum(e, "tokenspeed:l3_health_state", "state", "disabled").orElse(0) != 1;
     if (!l3) {
       return new Reading(uri, Optional.empty(), quiet);
     }
     Map<L3Counter, Long> counts = new EnumMap<>(L3Counter.class);
     for (L3Counter c : L3Counter.values()) {
-      OptionalDouble v = e.counter(c.family, c.labels);
+      OptionalDouble v = sum(e, c.family + "_total", c.labels);
       if (v.isEmpty()) {
         throw new IllegalArgumentException(
             "--targets: " + uri + " has L3 but no " + c.series() + ": not a tokenspeed server?");
@@ -228,8 +231,19 @@ final class TargetMetrics implements AutoCloseable {
   }
 
   /** Whether the gauge {@code name} sums to 0 (absent counts as 0). */
-  private static boolean zero(Exposition e, String name) {
-    return e.sum(name).orElse(0) == 0;
+  private static boolean zero(Map<String, Family> e, String name) {
+    return sum(e, name).orElse(0) == 0;
+  }
+
+  /**
+   * The sum of the samples named {@code sampleName} whose labels include every pair of {@code
+   * labels} (name, value, name, value, ...); empty when none matches.
+   */
+  private static OptionalDouble sum(Map<String, Family> e, String sampleName, String... labels) {
+    List<PrometheusText.Sample> found = PrometheusText.samples(e, sampleName, labels);
+    return found.isEmpty()
+        ? OptionalDouble.empty()
+        : OptionalDouble.of(found.stream().mapToDouble(PrometheusText.Sample::value).sum());
   }
 
   /**

@@ -6,9 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.server.cli.StallingRelay.Hold;
 import io.tokenspeed.testkit.LiveTree;
-import io.tokenspeed.testkit.PrometheusText;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.io.IOException;

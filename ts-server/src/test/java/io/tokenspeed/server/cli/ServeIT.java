@@ -6,7 +6,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.tokenspeed.testkit.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.io.IOException;

@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.tokenspeed.testkit.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.http.HttpRequest;

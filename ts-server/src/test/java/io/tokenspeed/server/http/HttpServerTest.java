@@ -6,8 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.model.sampling.SamplingParams;
-import io.tokenspeed.testkit.PrometheusText;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;

@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.L3ExecutorConfig;
@@ -12,7 +13,6 @@ import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.spi.StoreResult;
 import io.tokenspeed.l3.store.memory.MemoryStore;
 import io.tokenspeed.scheduler.StorageConfig;
-import io.tokenspeed.testkit.PrometheusText;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.http.HttpRequest;

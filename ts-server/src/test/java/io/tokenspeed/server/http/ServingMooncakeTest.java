@@ -4,13 +4,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.tokenizer.ByteTokenizer;
 import io.tokenspeed.server.config.StorageExtraConfig;
-import io.tokenspeed.testkit.PrometheusText;
 import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;

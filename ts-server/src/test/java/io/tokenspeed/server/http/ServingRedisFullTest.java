@@ -5,13 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.core.metrics.PrometheusText;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.engine.l3.StorageRuntimeConfig;
 import io.tokenspeed.l3.L3ExecutorConfig;
 import io.tokenspeed.l3.redis.RedisStore;
 import io.tokenspeed.l3.redis.RedisStoreSettings;
 import io.tokenspeed.scheduler.StorageConfig;
-import io.tokenspeed.testkit.PrometheusText;
 import io.tokenspeed.testkit.RedisServer;
 import io.tokenspeed.testkit.RedisServers;
 import java.net.http.HttpRequest;

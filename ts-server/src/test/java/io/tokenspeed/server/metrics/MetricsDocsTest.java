@@ -2,10 +2,10 @@ package io.tokenspeed.server.metrics;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import io.tokenspeed.core.metrics.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText.Family;
 import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.server.ReactorRoot;
-import io.tokenspeed.testkit.PrometheusText;
-import io.tokenspeed.testkit.PrometheusText.Family;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;

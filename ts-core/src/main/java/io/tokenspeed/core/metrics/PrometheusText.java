@@ -1,4 +1,4 @@
-package io.tokenspeed.testkit;
+package io.tokenspeed.core.metrics;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -13,9 +13,16 @@ import java.util.Set;
 import java.util.TreeMap;
 
 /**
- * A strict parser of the Prometheus text exposition format, version 0.0.4, so that tests read what
- * an exporter wrote instead of matching strings. Anything the format does not allow is an error
- * naming the line ({@link FormatException}); nothing is skipped or repaired.
+ * A strict parser of the Prometheus text exposition format, version 0.0.4: the one reader of what
+ * an exporter wrote, for tests (instead of matching strings) and for {@code bench trace --targets},
+ * which sums the counters of the project's own servers' {@code /metrics} across scrapes. Anything
+ * the format does not allow is an error naming the line ({@link FormatException}); nothing is
+ * skipped or repaired, since a line dropped or guessed at would make a test pass or a sum wrong.
+ *
+ * <p>It reads what a correct exporter writes and no more: a carriage return, a last line without
+ * its line feed, and the value spellings other than {@code +Inf}, {@code -Inf} and {@code NaN}
+ * (such as {@code Inf} or {@code nan}) are refused, since the exporter it reads (client_java's
+ * writer, behind every {@code /metrics} of the project) never writes them.
  *
  * <pre>
  *   exposition  line*                      every line ends with '\n'; blank lines are ignored
@@ -639,41 +646,39 @@ public final class PrometheusText {
 
     /** [+-]? (digits (. digits?)? | . digits) ([eE] [+-]? digits)? */
     private static boolean isDecimal(String v) {
-      int i = 0;
       int n = v.length();
-      if (i < n && (v.charAt(i) == '+' || v.charAt(i) == '-')) {
-        i++;
-      }
-      int digits = 0;
-      while (i < n && v.charAt(i) >= '0' && v.charAt(i) <= '9') {
-        i++;
-        digits++;
-      }
+      int start = afterSign(v, 0);
+      int i = afterDigits(v, start);
+      int digits = i - start;
       if (i < n && v.charAt(i) == '.') {
-        i++;
-        while (i < n && v.charAt(i) >= '0' && v.charAt(i) <= '9') {
-          i++;
-          digits++;
-        }
+        int fractionEnd = afterDigits(v, i + 1);
+        digits += fractionEnd - (i + 1);
+        i = fractionEnd;
       }
       if (digits == 0) {
         return false;
       }
       if (i < n && (v.charAt(i) == 'e' || v.charAt(i) == 'E')) {
-        i++;
-        if (i < n && (v.charAt(i) == '+' || v.charAt(i) == '-')) {
-          i++;
-        }
-        int exp = 0;
-        while (i < n && v.charAt(i) >= '0' && v.charAt(i) <= '9') {
-          i++;
-          exp++;
-        }
-        if (exp == 0) {
-          return false;
+        int exponent = afterSign(v, i + 1);
+        i = afterDigits(v, exponent);
+        if (i == exponent) {
+          return false; // an exponent without digits
         }
       }
       return i == n;
+    }
+
+    /** The index after the sign at {@code i}, if there is one. */
+    private static int afterSign(String v, int i) {
+      return i < v.length() && (v.charAt(i) == '+' || v.charAt(i) == '-') ? i + 1 : i;
+    }
+
+    /** The index after the run of digits at {@code i}. */
+    private static int afterDigits(String v, int i) {
+      while (i < v.length() && v.charAt(i) >= '0' && v.charAt(i) <= '9') {
+        i++;
+      }
+      return i;
     }
   }
 }
