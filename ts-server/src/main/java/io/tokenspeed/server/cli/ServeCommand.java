@@ -117,7 +117,7 @@ final class ServeCommand implements Callable<Integer> {
       names = "--max-body-bytes",
       paramLabel = "BYTES",
       description = "Largest request body taken; larger ones are answered 413.")
-  private long maxBodyBytes = 4L << 20;
+  private long maxBodyBytes = HttpFrontend.DEFAULT_MAX_BODY_BYTES;
 
   @Option(
       names = "--header-timeout",

@@ -35,6 +35,7 @@ import picocli.CommandLine.TypeConversionException;
       ScoreCommand.class,
       GenerateCommand.class,
       ServeCommand.class,
+      RouterCommand.class,
       DemoWorkerCommand.class,
       BenchWorkerCommand.class
     },

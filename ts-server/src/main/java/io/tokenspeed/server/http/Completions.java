@@ -14,7 +14,6 @@ import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
@@ -39,7 +38,7 @@ import java.util.logging.Logger;
 final class Completions {
   private static final Logger LOG = Logger.getLogger(Completions.class.getName());
   static final ObjectMapper JSON = new ObjectMapper();
-  private static final byte[] DONE = "data: [DONE]\n\n".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] DONE = WebFront.doneEvent();
 
   private final Engine engine;
   private final Tokenizer tokenizer;
@@ -89,7 +88,7 @@ final class Completions {
         runAll(runs, (run, text, first, end) -> {});
         if (call.clientGone) {
           // nobody to answer: the connection ends here, quietly (the departure is logged below)
-          throw new ClientGoneException();
+          throw new WebFront.ClientGoneException();
         }
         checkFailures(runs);
         checkCut(runs);
@@ -211,13 +210,6 @@ final class Completions {
     return res != null && res.error() != null
         ? "the request was cancelled before it finished: " + res.error()
         : "the request was cancelled before it finished";
-  }
-
-  /** Ends a request whose client left: the connection closes without an answer, already logged. */
-  static final class ClientGoneException extends CloseConnectionException {
-    ClientGoneException() {
-      super("the client closed its connection");
-    }
   }
 
   /** One HTTP request's choices, and whether its client is still there. */
@@ -393,13 +385,7 @@ final class Completions {
       send(out, call, chunk);
     }
     if (cut != null) {
-      ObjectNode event = JSON.createObjectNode();
-      ObjectNode error = event.putObject("error");
-      error.put("message", cut);
-      error.put("type", "service_unavailable");
-      error.putNull("param");
-      error.put("code", 503);
-      send(out, call, event);
+      write(out, call, WebFront.errorEvent(cut, "service_unavailable", 503));
     }
     write(out, call, DONE);
     if (!call.clientGone) {
@@ -421,13 +407,7 @@ final class Completions {
   }
 
   private static void send(OutputStream out, Call call, ObjectNode e) {
-    byte[] json = bytes(e);
-    byte[] frame = new byte[json.length + 8];
-    System.arraycopy("data: ".getBytes(StandardCharsets.US_ASCII), 0, frame, 0, 6);
-    System.arraycopy(json, 0, frame, 6, json.length);
-    frame[frame.length - 2] = '\n';
-    frame[frame.length - 1] = '\n';
-    write(out, call, frame);
+    write(out, call, WebFront.event(bytes(e)));
   }
 
   /** Writes one event; a failed write means the client went away: every choice is cancelled. */

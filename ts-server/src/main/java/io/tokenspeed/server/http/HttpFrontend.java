@@ -1,35 +1,19 @@
 package io.tokenspeed.server.http;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.core.StreamReadFeature;
-import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectReader;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.helidon.http.HeaderNames;
 import io.helidon.http.Status;
-import io.helidon.webserver.CloseConnectionException;
-import io.helidon.webserver.WebServer;
 import io.helidon.webserver.http.HttpRouting;
 import io.helidon.webserver.http.ServerRequest;
 import io.helidon.webserver.http.ServerResponse;
-import io.helidon.webserver.http1.Http1Config;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.model.tokenizer.Tokenizer;
-import java.io.IOException;
-import java.io.InputStream;
 import java.io.OutputStream;
-import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CodingErrorAction;
-import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
 import java.util.function.Supplier;
-import java.util.logging.Level;
-import java.util.logging.Logger;
 
 /**
  * The HTTP server of {@code tokenspeed serve}, on Helidon WebServer (one virtual thread per
@@ -38,7 +22,6 @@ import java.util.logging.Logger;
  * error shape.
  */
 public final class HttpFrontend implements AutoCloseable {
-  private static final Logger LOG = Logger.getLogger(HttpFrontend.class.getName());
 
   /** The Prometheus exposition: its content type and a fresh scrape. */
   public interface MetricsText {
@@ -88,18 +71,13 @@ public final class HttpFrontend implements AutoCloseable {
   /** The default of {@code --header-timeout}, in seconds. */
   public static final int DEFAULT_HEADER_TIMEOUT_S = 10;
 
-  private static final ObjectReader READER =
-      Completions.JSON
-          .reader()
-          .with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
-          .with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
+  /** The default of {@code --max-body-bytes}: 4 MiB. */
+  public static final long DEFAULT_MAX_BODY_BYTES = 4L << 20;
 
   private final Settings settings;
   private final Completions completions;
   private final Admin admin;
-  private final WebServer server;
-  private final ConnectionGuard guard;
-  private final ClientWatch clientWatch;
+  private final WebFront web;
   private final long created = System.currentTimeMillis() / 1000;
 
   private HttpFrontend(Settings s) {
@@ -113,93 +91,44 @@ public final class HttpFrontend implements AutoCloseable {
             s.chatPrompt());
     this.completions = new Completions(s.engine(), s.tokenizer(), parser, s.state(), s.observer());
     this.admin = new Admin(s.engine(), s.adminToken());
-    this.guard = new ConnectionGuard(s.headerTimeoutMs());
-    this.clientWatch = ClientWatch.ofKernel();
-    this.server =
-        WebServer.builder()
-            .host(s.host())
-            .port(s.port())
-            .shutdownHook(false)
-            // one HTTP/1.1 selector, the guard's: it sees each connection open (with the
-            // discovered default beside it the server would wait for a connection's first bytes
-            // to choose between them); the guard bounds the request heads and idle connections
-            .protocolsDiscoverServices(false)
-            .addConnectionSelector(
-                guard.selector(Http1Config.builder().addReceiveListener(guard).build()))
-            .directHandlers(ProtocolErrors.handlers())
-            // Nagle's algorithm off: a stream's events are small writes, and with it on a write
-            // waits while an earlier one is unacknowledged, which a client delays: in bench serve
-            // the first event's median came 18-33 ms after the headers' (docs/benchmarks/
-            // 2026-12-02-serving.md)
-            .connectionOptions(o -> o.tcpNoDelay(true))
-            // the listener stops for good when accept fails, and accept fails when the process
-            // is out of file descriptors: connections beyond the bound wait in the backlog
-            .maxTcpConnections(maxConnections(openFileLimit()))
-            .routing(this::routes)
-            .build();
+    this.web = WebFront.create(s.host(), s.port(), s.headerTimeoutMs(), this::routes);
   }
 
-  /**
-   * The most connections the listener holds at once for a process allowed {@code openFileLimit}
-   * descriptors (-1 when unknown: no bound): half of the limit, at least 16. The other half is left
-   * to everything else the process opens (the store's files and sockets, the model, the JVM's own
-   * files, and in {@code bench serve} the clients' sockets in the same process). An accept that
-   * finds no descriptor stops the web server's listener for good; with this bound a burst of
-   * connections waits in the kernel's backlog instead.
-   */
-  static int maxConnections(long openFileLimit) {
-    if (openFileLimit <= 0) {
-      return -1;
-    }
-    return (int) Math.clamp(openFileLimit / 2, 16, Integer.MAX_VALUE);
-  }
-
-  /** The process's limit of open file descriptors, or -1 where the platform does not say. */
-  private static long openFileLimit() {
-    return java.lang.management.ManagementFactory.getOperatingSystemMXBean()
-            instanceof com.sun.management.UnixOperatingSystemMXBean unix
-        ? unix.getMaxFileDescriptorCount()
-        : -1;
-  }
-
-  /** The bound on the listener's connections ({@link #maxConnections}). */
+  /** The bound on the listener's connections ({@link WebFront#maxConnections}). */
   int maxTcpConnections() {
-    return server.prototype().maxTcpConnections();
+    return web.maxTcpConnections();
   }
 
   /** Whether accepted connections send each write at once (TCP_NODELAY: Nagle's algorithm off). */
   boolean tcpNoDelay() {
-    return server.prototype().connectionOptions().tcpNoDelay();
+    return web.tcpNoDelay();
   }
 
   /** Starts listening; requests are answered 503 until the state turns ready. */
   public static HttpFrontend start(Settings settings) {
     HttpFrontend f = new HttpFrontend(settings);
-    f.server.start();
+    f.web.start();
     return f;
   }
 
   /** The port it listens on. */
   public int port() {
-    return server.port();
+    return web.port();
   }
 
   /** Stops listening and closes the connections. */
   @Override
   public void close() {
-    server.stop();
-    guard.close();
-    clientWatch.close();
+    web.close();
   }
 
   /** The guard of the connections' request boundaries and header deadlines. */
   ConnectionGuard guard() {
-    return guard;
+    return web.guard();
   }
 
   private void routes(HttpRouting.Builder r) {
-    r.addFilter(guard)
-        .post("/v1/completions", (req, res) -> generate(req, res, false))
+    r.post("/v1/completions", (req, res) -> generate(req, res, false))
         .post("/v1/chat/completions", (req, res) -> generate(req, res, true))
         .get("/v1/models", (req, res) -> guarded(res, () -> sendJson(res, 200, models())))
         .get("/health", (req, res) -> sendJson(res, 200, status("ok")))
@@ -238,33 +167,11 @@ public final class HttpFrontend implements AutoCloseable {
 
   /** A known path with another method: 405 with {@code Allow}; any other path: 404. */
   private void unrouted(ServerRequest req, ServerResponse res) {
-    String path = req.path().path();
-    String method = req.prologue().method().text();
-    String allowed = ALLOWED.get(path);
-    if (allowed != null) {
-      res.header(HeaderNames.ALLOW, allowed);
-      sendError(
-          res,
-          new ApiException(
-              405,
-              "invalid_request_error",
-              null,
-              "method_not_allowed",
-              "method " + method + " is not allowed on " + path + "; allowed: " + allowed));
-      return;
-    }
-    sendError(
-        res,
-        new ApiException(
-            404, "invalid_request_error", null, "not_found", "no endpoint " + method + " " + path));
+    WebFront.unrouted(req, res, ALLOWED);
   }
 
   private interface Body {
     ObjectNode apply(JsonNode body) throws Exception;
-  }
-
-  private interface Action {
-    void run() throws Exception;
   }
 
   private void generate(ServerRequest req, ServerResponse res, boolean chat) {
@@ -281,8 +188,8 @@ public final class HttpFrontend implements AutoCloseable {
               new Completions.Answer() {
                 @Override
                 public ClientWatch.Registration watchClient(Runnable onGone) {
-                  return clientWatch.watch(
-                      req.localPeer().address(), req.remotePeer().address(), onGone);
+                  WebFront.ClientRegistration r = web.watchClient(req, onGone);
+                  return r::close;
                 }
 
                 @Override
@@ -358,141 +265,19 @@ public final class HttpFrontend implements AutoCloseable {
     return out;
   }
 
-  /**
-   * Reads the body: at most the configured bytes (413 beyond), strict UTF-8 (400 naming the byte
-   * offset of the first bad sequence), one JSON value (400 with the parser's line and column).
-   */
   private JsonNode readJson(ServerRequest req) {
-    long limit = settings.maxBodyBytes();
-    var declared = req.headers().contentLength();
-    if (declared.isPresent() && declared.getAsLong() > limit) {
-      throw tooLarge(limit);
-    }
-    byte[] bytes;
-    if (!req.content().hasEntity()) {
-      throw ApiException.invalid(null, "the request body is empty; a JSON object is required");
-    }
-    try (InputStream in = req.content().inputStream()) {
-      bytes = in.readNBytes((int) Math.min(Integer.MAX_VALUE - 8, limit + 1));
-      if (bytes.length > limit) {
-        throw tooLarge(limit);
-      }
-    } catch (IOException | UncheckedIOException e) {
-      throw ApiException.invalid(null, "the request body could not be read: " + e.getMessage());
-    }
-    return parseBody(bytes);
+    return WebFront.readJson(req, settings.maxBodyBytes());
   }
 
-  /**
-   * A request body's bytes as one JSON value: strict UTF-8 (400 naming the byte offset of the first
-   * bad sequence), then exactly one JSON value (400 with the parser's line and column); an empty
-   * body is a 400 too. Every refusal is an {@link ApiException}.
-   */
-  static JsonNode parseBody(byte[] bytes) {
-    if (bytes.length == 0) {
-      throw ApiException.invalid(null, "the request body is empty; a JSON object is required");
-    }
-    String text;
-    try {
-      text =
-          StandardCharsets.UTF_8
-              .newDecoder()
-              .onMalformedInput(CodingErrorAction.REPORT)
-              .onUnmappableCharacter(CodingErrorAction.REPORT)
-              .decode(ByteBuffer.wrap(bytes))
-              .toString();
-    } catch (CharacterCodingException e) {
-      throw ApiException.invalid(
-          null, "the request body is not valid UTF-8 (at byte " + badByte(bytes) + ")");
-    }
-    try {
-      return READER.readTree(text);
-    } catch (JsonProcessingException e) {
-      // Syntax errors and binding errors (a second value after the first) alike: the parser's
-      // own message, whose getMessage() would add a second line with the source's location.
-      var at = e.getLocation();
-      throw ApiException.invalid(
-          null,
-          "the request body is not valid JSON"
-              + (at == null
-                  ? ""
-                  : " (line " + at.getLineNr() + ", column " + at.getColumnNr() + ")")
-              + ": "
-              + e.getOriginalMessage());
-    } catch (IOException e) {
-      throw ApiException.invalid(null, "the request body could not be read as JSON: " + e);
-    }
-  }
-
-  private static ApiException tooLarge(long limit) {
-    return new ApiException(
-        413,
-        "invalid_request_error",
-        null,
-        "request_too_large",
-        "the request body exceeds the server's limit of " + limit + " bytes (--max-body-bytes)");
-  }
-
-  /** The offset of the first byte that does not start or continue a valid UTF-8 sequence. */
-  private static int badByte(byte[] bytes) {
-    var decoder = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT);
-    ByteBuffer in = ByteBuffer.wrap(bytes);
-    var out = java.nio.CharBuffer.allocate(bytes.length + 1);
-    var result = decoder.decode(in, out, true);
-    return result.isError() ? in.position() : bytes.length;
-  }
-
-  /** Runs {@code action}, answering its refusal or failure in the OpenAI error shape. */
-  private void guarded(ServerResponse res, Action action) {
-    try {
-      action.run();
-    } catch (ApiException e) {
-      sendError(res, e);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      sendError(res, ApiException.unavailable("the request was interrupted"));
-    } catch (IllegalArgumentException e) {
-      sendError(res, ApiException.invalid(null, e.getMessage()));
-    } catch (Completions.ClientGoneException e) {
-      throw e; // the connection ends without an answer; the departure is logged
-    } catch (UncheckedIOException | CloseConnectionException e) {
-      // the client closed its connection before its answer was written: nothing to answer
-      LOG.info("client went away before its answer was written: " + e.getMessage());
-      throw new CloseConnectionException("the client went away", e);
-    } catch (Exception | Error e) {
-      LOG.log(Level.WARNING, "request failed", e);
-      sendError(res, new ApiException(500, "internal_error", null, null, "internal error: " + e));
-    }
+  private static void guarded(ServerResponse res, WebFront.Action action) {
+    WebFront.guarded(res, action);
   }
 
   private static void sendError(ServerResponse res, ApiException e) {
-    if (res.isSent() || res.bytesWritten() > 0) {
-      return; // a stream already started: the client sees it end without [DONE]
-    }
-    ObjectNode out = Completions.JSON.createObjectNode();
-    ObjectNode error = out.putObject("error");
-    error.put("message", e.getMessage());
-    error.put("type", e.type());
-    if (e.param() == null) {
-      error.putNull("param");
-    } else {
-      error.put("param", e.param());
-    }
-    if (e.code() == null) {
-      error.putNull("code");
-    } else {
-      error.put("code", e.code());
-    }
-    try {
-      sendJson(res, e.status(), out);
-    } catch (IllegalStateException | UncheckedIOException gone) {
-      // the response was committed (a stream began) or the client went away: nothing to answer
-    }
+    WebFront.sendError(res, e);
   }
 
   private static void sendJson(ServerResponse res, int status, JsonNode body) {
-    res.status(status);
-    res.header(HeaderNames.CONTENT_TYPE, "application/json");
-    res.send(Completions.bytes(body));
+    WebFront.sendJson(res, status, body);
   }
 }

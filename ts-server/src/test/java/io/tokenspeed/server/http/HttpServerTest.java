@@ -86,14 +86,14 @@ class HttpServerTest {
    */
   @Test
   void shouldBoundTheListenersConnectionsToHalfTheDescriptorLimit() {
-    assertEquals(10_000, HttpFrontend.maxConnections(20_000));
-    assertEquals(16, HttpFrontend.maxConnections(10), "a floor for tiny limits");
-    assertEquals(-1, HttpFrontend.maxConnections(-1), "no bound where the limit is unknown");
+    assertEquals(10_000, WebFront.maxConnections(20_000));
+    assertEquals(16, WebFront.maxConnections(10), "a floor for tiny limits");
+    assertEquals(-1, WebFront.maxConnections(-1), "no bound where the limit is unknown");
     long limit =
         ((com.sun.management.UnixOperatingSystemMXBean)
                 java.lang.management.ManagementFactory.getOperatingSystemMXBean())
             .getMaxFileDescriptorCount();
-    assertEquals(HttpFrontend.maxConnections(limit), server.serving.maxTcpConnections());
+    assertEquals(WebFront.maxConnections(limit), server.serving.maxTcpConnections());
     assertTrue(server.serving.maxTcpConnections() > 0, "bounded on this platform");
   }
 

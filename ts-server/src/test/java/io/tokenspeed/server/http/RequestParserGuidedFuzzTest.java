@@ -22,10 +22,10 @@ import org.junit.jupiter.api.Test;
 /**
  * Coverage-guided fuzz targets (Jazzer) of the request bodies of {@code /v1/completions} and {@code
  * /v1/chat/completions}: the bytes go through what the server does with a body it has read ({@link
- * HttpFrontend#parseBody}: strict UTF-8, one JSON value) and then through {@link RequestParser},
- * the chat target with the plain chat template and the byte tokenizer. Without {@code JAZZER_FUZZ}
- * each replays its seeds under {@code RequestParserGuidedFuzzTestInputs/<method>} as a regression
- * test; with it, it fuzzes (docs/reliability/fuzzing.md has the commands and figures).
+ * WebFront#parseBody}: strict UTF-8, one JSON value) and then through {@link RequestParser}, the
+ * chat target with the plain chat template and the byte tokenizer. Without {@code JAZZER_FUZZ} each
+ * replays its seeds under {@code RequestParserGuidedFuzzTestInputs/<method>} as a regression test;
+ * with it, it fuzzes (docs/reliability/fuzzing.md has the commands and figures).
  *
  * <p>Every body must give a request or an {@link ApiException} that the server answers as a client
  * error (400, or 404 for another model) with a one-line message; never another exception or error
@@ -70,7 +70,7 @@ class RequestParserGuidedFuzzTest {
     ApiException e =
         assertThrows(
             ApiException.class,
-            () -> HttpFrontend.parseBody("{\"prompt\":\"a\"} {\"prompt\":\"b\"}".getBytes()));
+            () -> WebFront.parseBody("{\"prompt\":\"a\"} {\"prompt\":\"b\"}".getBytes()));
     assertEquals(400, e.status());
     assertTrue(
         e.getMessage().startsWith("the request body is not valid JSON (line 1, column "),
@@ -87,7 +87,7 @@ class RequestParserGuidedFuzzTest {
             ApiException.class,
             () ->
                 PARSER.parse(
-                    HttpFrontend.parseBody("{\"model\":\"a\\nb\",\"prompt\":\"x\"}".getBytes()),
+                    WebFront.parseBody("{\"model\":\"a\\nb\",\"prompt\":\"x\"}".getBytes()),
                     false));
     assertEquals(404, e.status());
     assertEquals(
@@ -108,7 +108,7 @@ class RequestParserGuidedFuzzTest {
             PER_INPUT_BYTE,
             body.length,
             input,
-            () -> PARSER.parse(HttpFrontend.parseBody(body), chat));
+            () -> PARSER.parse(WebFront.parseBody(body), chat));
     if (o.refused()) {
       ApiException e = (ApiException) o.refusal();
       assertTrue(

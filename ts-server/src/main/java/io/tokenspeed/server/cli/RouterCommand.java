@@ -1,0 +1,184 @@
+package io.tokenspeed.server.cli;
+
+import io.tokenspeed.server.http.HttpFrontend;
+import io.tokenspeed.server.router.Router;
+import io.tokenspeed.server.router.RouterSettings;
+import java.io.PrintWriter;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Model.OptionSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code tokenspeed router}: the front door of a prefill/decode disaggregated deployment
+ * (docs/pd.md "Processes and ports"). It serves the OpenAI API and sends each completion to a
+ * prefill and a decode engine, chosen round robin among the ready ones, and passes the decode
+ * engine's answer on ({@link Router}). On SIGTERM it stops listening; the requests in flight are
+ * cut.
+ */
+@Command(
+    name = "router",
+    mixinStandardHelpOptions = true,
+    versionProvider = VersionProvider.class,
+    sortOptions = false,
+    description = {
+      "Route OpenAI API requests (/v1/completions, /v1/chat/completions, /v1/models) to prefill"
+          + " and decode engines (prefill/decode disaggregation, docs/pd.md), with /metrics,"
+          + " /health and /ready.",
+      "",
+      "Each backend is polled (GET /ready and GET /pd); one is chosen while its /ready answers 200"
+          + " and its /pd names the role it is given here."
+    })
+final class RouterCommand implements Callable<Integer> {
+
+  /** Helidon's own log, held so that its level stays (a logger nobody holds may be collected). */
+  private static final Logger HELIDON_LOG = Logger.getLogger("io.helidon");
+
+  /**
+   * The client library's idle-connection timeout, in seconds, read when its first client starts.
+   */
+  private static final String KEEPALIVE_PROPERTY = "jdk.httpclient.keepalive.timeout";
+
+  /** Below {@code serve}'s default header timeout, which closes its idle connections. */
+  private static final long KEEPALIVE_S = 5;
+
+  @Spec private CommandSpec spec;
+
+  @Option(
+      names = "--prefill",
+      required = true,
+      split = ",",
+      paramLabel = "URL",
+      description = "The prefill engines' base URLs, http://HOST:PORT, comma-separated.")
+  private List<String> prefill;
+
+  @Option(
+      names = "--decode",
+      required = true,
+      split = ",",
+      paramLabel = "URL",
+      description = "The decode engines' base URLs, http://HOST:PORT, comma-separated.")
+  private List<String> decode;
+
+  @Option(
+      names = "--port",
+      required = true,
+      paramLabel = "PORT",
+      description = "Port to listen on (0: any free).")
+  private int port;
+
+  @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on.")
+  private String host = "127.0.0.1";
+
+  @Option(
+      names = "--poll-ms",
+      paramLabel = "MS",
+      description = "How often each backend's /ready and /pd are polled.")
+  private long pollMs = RouterSettings.DEFAULT_POLL_MS;
+
+  @Option(
+      names = "--connect-timeout-ms",
+      paramLabel = "MS",
+      description = "How long connecting to a backend, and a poll's answer, may take.")
+  private long connectTimeoutMs = RouterSettings.DEFAULT_CONNECT_TIMEOUT_MS;
+
+  @Option(
+      names = "--upstream-timeout-ms",
+      paramLabel = "MS",
+      description =
+          "How long a backend may take to start its answer (504 after), and how long its answer"
+              + " may stall once started.")
+  private long upstreamTimeoutMs = RouterSettings.DEFAULT_UPSTREAM_TIMEOUT_MS;
+
+  @Option(
+      names = "--max-body-bytes",
+      paramLabel = "BYTES",
+      description = "Largest request body taken; larger ones are answered 413 (as serve's).")
+  private long maxBodyBytes = HttpFrontend.DEFAULT_MAX_BODY_BYTES;
+
+  @Option(
+      names = "--header-timeout",
+      paramLabel = "SECONDS",
+      description =
+          "How long a request's line and headers may take to arrive; also how long an idle"
+              + " keep-alive connection stays open (as serve's).")
+  private int headerTimeout = HttpFrontend.DEFAULT_HEADER_TIMEOUT_S;
+
+  @Override
+  public Integer call() throws Exception {
+    RouterSettings settings = settings();
+    HELIDON_LOG.setLevel(Level.WARNING);
+    PrintWriter err = spec.commandLine().getErr();
+    // serve closes a keep-alive connection idle for its header timeout (10 s by default) and the
+    // client library keeps idle connections 30 s: a completion sent on one the backend has just
+    // closed fails (a POST is never retried). The router's process drops them sooner.
+    if (System.getProperty(KEEPALIVE_PROPERTY) == null) {
+      System.setProperty(KEEPALIVE_PROPERTY, Long.toString(KEEPALIVE_S));
+    }
+    Router router = Router.start(settings);
+    CountDownLatch stopped = new CountDownLatch(1);
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  router.close();
+                  err.println("stopped");
+                  err.flush();
+                  stopped.countDown();
+                },
+                "ts-router-shutdown"));
+    err.println(
+        "listening on http://"
+            + host
+            + ":"
+            + router.port()
+            + " (prefill "
+            + String.join(", ", settings.prefill())
+            + "; decode "
+            + String.join(", ", settings.decode())
+            + "; GET /ready says which are ready)");
+    err.flush();
+    stopped.await();
+    return 0;
+  }
+
+  /** The settings, validated; an invalid one is a usage error naming its flag. */
+  RouterSettings settings() {
+    if (headerTimeout < 1 || headerTimeout > 3600) {
+      throw usage(
+          "--header-timeout", "--header-timeout=" + headerTimeout + " must be in [1, 3600]");
+    }
+    try {
+      return new RouterSettings(
+          prefill,
+          decode,
+          host,
+          port,
+          pollMs,
+          connectTimeoutMs,
+          upstreamTimeoutMs,
+          maxBodyBytes,
+          headerTimeout * 1000L);
+    } catch (IllegalArgumentException e) {
+      String message = e.getMessage();
+      int end = message.indexOf('=');
+      int space = message.indexOf(' ');
+      int cut = end < 0 ? space : space < 0 ? end : Math.min(end, space);
+      throw usage(cut > 0 ? message.substring(0, cut) : "", message);
+    }
+  }
+
+  private ParameterException usage(String flag, String message) {
+    OptionSpec option = flag.startsWith("--") ? spec.findOption(flag) : null;
+    return option == null
+        ? new ParameterException(spec.commandLine(), message)
+        : new ParameterException(spec.commandLine(), message, option, null);
+  }
+}

@@ -1,0 +1,119 @@
+package io.tokenspeed.server.router;
+
+import java.net.URI;
+import java.util.Objects;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * One backend engine of the router and what is known of it: whether it is ready to be chosen, why
+ * not, and what its {@code /pd} said (its KV endpoint, its model).
+ *
+ * <p>It turns ready only through a poll ({@link #onPolled}): its {@code /ready} answered 200 and
+ * its {@code /pd} named the role it is configured for. A request to it that fails at the connection
+ * level ({@link #onConnectionFailure}) takes it out at once, and a poll that was already under way
+ * then cannot bring it back: only a poll begun after the failure can ({@link #failureEpoch}).
+ *
+ * <p>Thread-safe: polls, requests and readers run on any thread.
+ */
+final class Backend {
+  private static final Logger LOG = Logger.getLogger(Backend.class.getName());
+
+  /**
+   * What the latest poll or request found.
+   *
+   * @param ready whether the backend may be chosen
+   * @param reason why not (null when ready)
+   * @param kvEndpoint the decode engine's KV transfer endpoint {@code host:port} (null for prefill)
+   * @param model the model its {@code /pd} names, or null
+   */
+  record State(boolean ready, String reason, String kvEndpoint, String model) {
+    State {
+      if (ready == (reason != null)) {
+        throw new IllegalArgumentException(
+            "ready=" + ready + " and reason=" + reason + ": a reason exactly when not ready");
+      }
+    }
+
+    static State down(String reason) {
+      return new State(false, reason, null, null);
+    }
+  }
+
+  final Role role;
+
+  /** The base URL, {@code http://host:port}, as the router names the backend. */
+  final String url;
+
+  final URI base;
+
+  private final AtomicLong connectionFailures = new AtomicLong();
+  private volatile State state = State.down("not polled yet");
+
+  Backend(Role role, String url) {
+    this.role = Objects.requireNonNull(role, "role");
+    this.url = Objects.requireNonNull(url, "url");
+    this.base = URI.create(url);
+  }
+
+  State state() {
+    return state;
+  }
+
+  boolean ready() {
+    return state.ready();
+  }
+
+  /** The count of connection-level failures so far; a poll reads it before it starts. */
+  long failureEpoch() {
+    return connectionFailures.get();
+  }
+
+  /**
+   * A poll begun at {@code epoch} ({@link #failureEpoch}) found {@code polled}; it is taken unless
+   * a request failed at the connection level since the poll began and the poll says ready.
+   */
+  void onPolled(State polled, long epoch) {
+    State next =
+        polled.ready() && connectionFailures.get() != epoch
+            ? State.down("a request failed at the connection level during the poll")
+            : polled;
+    transition(next);
+  }
+
+  /** A request to it failed at the connection level: not chosen again until a poll succeeds. */
+  void onConnectionFailure(String why) {
+    connectionFailures.incrementAndGet();
+    transition(
+        State.down("a request failed at the connection level (" + why + "); waiting for a poll"));
+  }
+
+  /** Sets the state, logging a change of readiness or of the reason. */
+  private synchronized void transition(State next) {
+    State previous = state;
+    state = next;
+    if (previous.ready() && next.ready()) {
+      return;
+    }
+    if (next.ready()) {
+      LOG.info(
+          () ->
+              role.wireName()
+                  + " backend "
+                  + url
+                  + " is ready"
+                  + (next.model() == null ? "" : " (model " + next.model() + ")")
+                  + (next.kvEndpoint() == null ? "" : " (KV endpoint " + next.kvEndpoint() + ")"));
+    } else if (!Objects.equals(previous.reason(), next.reason())) {
+      LOG.log(
+          Level.WARNING,
+          () -> role.wireName() + " backend " + url + " is not ready: " + next.reason());
+    }
+  }
+
+  @Override
+  public String toString() {
+    return role.wireName() + " backend " + url;
+  }
+}

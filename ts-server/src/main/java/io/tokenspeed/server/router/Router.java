@@ -1,0 +1,398 @@
+package io.tokenspeed.server.router;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.helidon.http.HeaderNames;
+import io.helidon.webserver.http.HttpRouting;
+import io.helidon.webserver.http.ServerRequest;
+import io.helidon.webserver.http.ServerResponse;
+import io.tokenspeed.server.http.ApiException;
+import io.tokenspeed.server.http.WebFront;
+import io.tokenspeed.server.metrics.RouterMetrics;
+import java.io.UncheckedIOException;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.function.LongSupplier;
+
+/**
+ * {@code tokenspeed router}: the front door of a disaggregated deployment (docs/pd.md). It takes
+ * the OpenAI API's completions, sends each to a prefill and a decode backend chosen round robin
+ * among the ready ones, and passes the decode backend's answer to the client ({@link Exchange}).
+ *
+ * <p>Endpoints: {@code POST /v1/completions} and {@code POST /v1/chat/completions} (streamed or
+ * not), {@code GET /v1/models} (a ready decode backend's, passed through), {@code GET /health} (200
+ * while the router runs), {@code GET /ready} (200 while each role has a ready backend, else 503
+ * naming the roles missing; the body lists every backend's state) and {@code GET /metrics} ({@link
+ * RouterMetrics}).
+ *
+ * <p>It is an HTTP server of the same kind as {@code serve}'s ({@link WebFront}): the same body
+ * limit and header timeout, the same refusals of malformed and hostile requests, the same error
+ * shape. It never parses a request beyond checking that it is one JSON object: the engines check
+ * the rest, each the same way.
+ *
+ * <p><b>The room.</b> Each request's room is a random non-zero 64-bit value from {@link
+ * SecureRandom}, written into both bodies as the decimal string of its unsigned value ({@code
+ * "room": "13260572831089785859"}): a JSON number above 2^53 loses precision in JavaScript and in
+ * every parser that reads numbers as doubles, while a string survives them all. A client's own
+ * {@code pd} field is replaced.
+ *
+ * <p>Thread-safe: each request runs on its own virtual thread.
+ */
+public final class Router implements AutoCloseable {
+
+  /** The largest {@code /v1/models} answer passed through. */
+  private static final long MAX_MODELS_ANSWER_BYTES = 1 << 20;
+
+  /** The methods each route takes, for the 405 of another method on its path. */
+  private static final Map<String, String> ALLOWED =
+      Map.of(
+          "/v1/completions", "POST",
+          "/v1/chat/completions", "POST",
+          "/v1/models", "GET",
+          "/health", "GET",
+          "/ready", "GET",
+          "/metrics", "GET");
+
+  private final RouterSettings settings;
+  private final ObjectMapper json = new ObjectMapper();
+  private final ExecutorService clientThreads = Executors.newVirtualThreadPerTaskExecutor();
+  private final HttpClient client;
+  private final ScheduledExecutorService timer;
+  private final Backends backends;
+  private final RouterMetrics metrics;
+  private final LongSupplier rooms;
+  private final WebFront web;
+
+  private Router(RouterSettings s, LongSupplier rooms) {
+    this.settings = s;
+    this.rooms = rooms;
+    this.client =
+        HttpClient.newBuilder()
+            .version(HttpClient.Version.HTTP_1_1)
+            .connectTimeout(Duration.ofMillis(s.connectTimeoutMs()))
+            .followRedirects(HttpClient.Redirect.NEVER)
+            .executor(clientThreads)
+            .build();
+    this.timer =
+        Executors.newSingleThreadScheduledExecutor(
+            r -> {
+              Thread t = new Thread(r, "ts-router-upstream-deadlines");
+              t.setDaemon(true);
+              return t;
+            });
+    this.backends =
+        new Backends(s.prefill(), s.decode(), client, json, s.pollMs(), s.connectTimeoutMs());
+    Map<String, List<String>> urls = new LinkedHashMap<>();
+    urls.put(Role.PREFILL.wireName(), s.prefill());
+    urls.put(Role.DECODE.wireName(), s.decode());
+    this.metrics =
+        new RouterMetrics(
+            urls,
+            (role, url) ->
+                backends
+                    .find(Role.valueOf(role.toUpperCase(Locale.ROOT)), url)
+                    .map(Backend::ready)
+                    .orElse(false));
+    this.web = WebFront.create(s.host(), s.port(), s.headerTimeoutMs(), this::routes);
+  }
+
+  /** Starts polling the backends and listening. */
+  public static Router start(RouterSettings settings) {
+    SecureRandom random = new SecureRandom();
+    return start(
+        settings,
+        () -> {
+          long room;
+          do {
+            room = random.nextLong();
+          } while (room == 0);
+          return room;
+        });
+  }
+
+  /** {@link #start(RouterSettings)} with the rooms drawn from {@code rooms} (never 0). */
+  static Router start(RouterSettings settings, LongSupplier rooms) {
+    Router r = new Router(settings, rooms);
+    r.backends.start();
+    r.web.start();
+    return r;
+  }
+
+  /** The port it listens on. */
+  public int port() {
+    return web.port();
+  }
+
+  /** Stops listening, polling and every upstream request. */
+  @Override
+  public void close() {
+    web.close();
+    backends.close();
+    client.shutdownNow();
+    timer.shutdownNow();
+    clientThreads.shutdownNow();
+  }
+
+  // ---------------------------------------------------------------- for the exchanges
+
+  RouterSettings settings() {
+    return settings;
+  }
+
+  Backends backends() {
+    return backends;
+  }
+
+  HttpClient client() {
+    return client;
+  }
+
+  ScheduledExecutorService timer() {
+    return timer;
+  }
+
+  RouterMetrics metrics() {
+    return metrics;
+  }
+
+  WebFront web() {
+    return web;
+  }
+
+  /** Polls every backend once, now, on this thread (for tests: the poll period can be long). */
+  void pollNow() {
+    for (Role role : Role.values()) {
+      for (Backend b : backends.of(role)) {
+        backends.poll(b);
+      }
+    }
+  }
+
+  /** The next room: random, never 0. */
+  long nextRoom() {
+    long room = rooms.getAsLong();
+    if (room == 0) {
+      throw new IllegalStateException("room=0 is not a room");
+    }
+    return room;
+  }
+
+  byte[] bytes(JsonNode node) {
+    try {
+      return json.writeValueAsBytes(node);
+    } catch (JsonProcessingException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** 503 naming the roles without a ready backend. */
+  ApiException noBackend() {
+    List<Role> missing = backends.missing();
+    if (missing.isEmpty()) {
+      // the backends turned ready between the choice and this answer: say what the choice saw
+      missing = List.of(Role.PREFILL, Role.DECODE);
+    }
+    return ApiException.unavailable(
+        "no ready "
+            + String.join(" or ", missing.stream().map(Role::wireName).toList())
+            + " backend (GET /ready lists every backend's state)");
+  }
+
+  // ---------------------------------------------------------------- routes
+
+  private void routes(HttpRouting.Builder r) {
+    r.post("/v1/completions", (req, res) -> completion(req, res, "/v1/completions"))
+        .post("/v1/chat/completions", (req, res) -> completion(req, res, "/v1/chat/completions"))
+        .get("/v1/models", this::models)
+        .get("/health", (req, res) -> WebFront.sendJson(res, 200, status("ok")))
+        .get("/ready", (req, res) -> ready(res))
+        .get("/metrics", (req, res) -> metricsText(res))
+        .any((req, res) -> WebFront.unrouted(req, res, ALLOWED));
+  }
+
+  private void completion(ServerRequest req, ServerResponse res, String endpoint) {
+    Tally tally = new Tally(metrics, endpoint);
+    WebFront.guarded(
+        res,
+        () -> {
+          try {
+            JsonNode body = WebFront.readJson(req, settings.maxBodyBytes());
+            if (!body.isObject()) {
+              throw ApiException.invalid(
+                  null, "the request body must be a JSON object, not " + kind(body));
+            }
+            tally.count(new Exchange(this, tally, req, res).serve(endpoint, (ObjectNode) body));
+          } catch (ApiException e) {
+            tally.count(Outcome.ofRefusal(e.status()));
+            throw e;
+          } catch (WebFront.ClientGoneException e) {
+            tally.count(Outcome.CLIENT_GONE);
+            throw e;
+          } catch (InterruptedException e) {
+            tally.count(Outcome.UNAVAILABLE); // the router is closing: answered 503
+            throw e;
+          } finally {
+            tally.count(Outcome.INTERNAL_ERROR); // unless counted: a bug, answered 500
+          }
+        });
+  }
+
+  private static String kind(JsonNode node) {
+    return switch (node.getNodeType()) {
+      case ARRAY -> "an array";
+      case STRING -> "a string";
+      case NUMBER -> "a number";
+      case BOOLEAN -> "a boolean";
+      case NULL -> "null";
+      case OBJECT -> "an object";
+      case BINARY, MISSING, POJO -> "a " + node.getNodeType().name().toLowerCase(Locale.ROOT);
+    };
+  }
+
+  /** A ready decode backend's {@code /v1/models}, passed through. */
+  private void models(ServerRequest req, ServerResponse res) {
+    Tally tally = new Tally(metrics, "/v1/models");
+    WebFront.guarded(
+        res,
+        () -> {
+          try {
+            relayModels(res, tally);
+          } catch (ApiException e) {
+            tally.count(Outcome.ofRefusal(e.status()));
+            throw e;
+          } finally {
+            tally.count(Outcome.INTERNAL_ERROR); // unless counted: a bug, answered 500
+          }
+        });
+  }
+
+  private void relayModels(ServerResponse res, Tally tally) throws InterruptedException {
+    Backends.Chosen d =
+        backends
+            .choose(Role.DECODE)
+            .orElseThrow(
+                () -> ApiException.unavailable("no ready decode backend to list the models"));
+    BlockingQueue<Exchange.Event> events = new ArrayBlockingQueue<>(Exchange.QUEUE_CAPACITY);
+    HttpRequest request =
+        HttpRequest.newBuilder(d.backend().base.resolve("/v1/models"))
+            .timeout(Duration.ofMillis(settings.upstreamTimeoutMs()))
+            .GET()
+            .build();
+    Upstream u =
+        Upstream.send(
+            client,
+            request,
+            d.backend(),
+            false,
+            events::offer,
+            metrics,
+            timer,
+            settings.upstreamTimeoutMs());
+    try {
+      while (true) {
+        switch (events.take()) {
+          case Exchange.Answered a -> {
+            if (a.body().length > MAX_MODELS_ANSWER_BYTES) {
+              throw new ApiException(
+                  502,
+                  "upstream_error",
+                  null,
+                  "bad_gateway",
+                  "the "
+                      + u.backend
+                      + "'s model list exceeds "
+                      + MAX_MODELS_ANSWER_BYTES
+                      + " bytes");
+            }
+            tally.count(a.status() / 100 == 2 ? Outcome.OK : Outcome.BACKEND_ERROR);
+            res.status(a.status());
+            if (a.contentType() != null) {
+              res.header(HeaderNames.CONTENT_TYPE, a.contentType());
+            }
+            res.send(a.body());
+            return;
+          }
+          case Exchange.Failed f ->
+              throw f.kind() == FailureKind.TIMEOUT
+                  ? new ApiException(
+                      504,
+                      "upstream_error",
+                      null,
+                      "gateway_timeout",
+                      "the " + u.backend + " failed: " + f.why())
+                  : new ApiException(
+                      502,
+                      "upstream_error",
+                      null,
+                      "bad_gateway",
+                      "the " + u.backend + " failed: " + f.why());
+          case Exchange.Started s -> {}
+          case Exchange.Chunk c -> throw new IllegalStateException("a buffered answer streamed");
+          case Exchange.Ended e -> throw new IllegalStateException("a buffered answer streamed");
+          case Exchange.ClientGone g -> throw new IllegalStateException("no client watch here");
+        }
+      }
+    } finally {
+      u.cancel();
+    }
+  }
+
+  private void ready(ServerResponse res) {
+    List<Role> missing = backends.missing();
+    ObjectNode out = status(missing.isEmpty() ? "ready" : "not_ready");
+    ArrayNode names = out.putArray("missing");
+    for (Role role : missing) {
+      names.add(role.wireName());
+    }
+    for (Role role : Role.values()) {
+      ArrayNode list = out.putArray(role.wireName());
+      for (Backend b : backends.of(role)) {
+        Backend.State state = b.state();
+        ObjectNode o = list.addObject();
+        o.put("url", b.url);
+        o.put("ready", state.ready());
+        if (state.reason() != null) {
+          o.put("reason", state.reason());
+        }
+        if (state.model() != null) {
+          o.put("model", state.model());
+        }
+        if (state.kvEndpoint() != null) {
+          o.put("kv_endpoint", state.kvEndpoint());
+        }
+      }
+    }
+    WebFront.sendJson(res, missing.isEmpty() ? 200 : 503, out);
+  }
+
+  private void metricsText(ServerResponse res) {
+    WebFront.guarded(
+        res,
+        () -> {
+          byte[] text = metrics.scrape();
+          res.status(200);
+          res.header(HeaderNames.CONTENT_TYPE, RouterMetrics.CONTENT_TYPE);
+          res.send(text);
+        });
+  }
+
+  private ObjectNode status(String status) {
+    ObjectNode out = json.createObjectNode();
+    out.put("status", status);
+    return out;
+  }
+}

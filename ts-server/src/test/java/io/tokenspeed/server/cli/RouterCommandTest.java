@@ -1,0 +1,92 @@
+package io.tokenspeed.server.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/** {@code tokenspeed router}: registered beside {@code serve}, and its usage errors. */
+class RouterCommandTest {
+
+  @Test
+  void shouldBeListedAmongTheCommandsWithItsOptions() {
+    CliRun root = CliRun.of("--help");
+    assertEquals(0, root.exitCode(), root.toString());
+    assertTrue(root.out().contains("router"), root.out());
+    CliRun help = CliRun.of("router", "--help");
+    assertEquals(0, help.exitCode(), help.toString());
+    for (String option :
+        new String[] {
+          "--prefill",
+          "--decode",
+          "--port",
+          "--host",
+          "--poll-ms",
+          "--upstream-timeout-ms",
+          "--connect-timeout-ms",
+          "--max-body-bytes",
+          "--header-timeout"
+        }) {
+      assertTrue(help.out().contains(option), option + " in\n" + help.out());
+    }
+  }
+
+  private static final String OK = "--decode http://127.0.0.1:2 --port 0";
+
+  @ParameterizedTest(name = "{0}")
+  @CsvSource(
+      delimiter = '|',
+      value = {
+        "another scheme|--prefill ftp://127.0.0.1:1 "
+            + OK
+            + "|--prefill=ftp://127.0.0.1:1 must be http://HOST:PORT (scheme http)",
+        "a path|--prefill http://127.0.0.1:1/v1 "
+            + OK
+            + "|--prefill=http://127.0.0.1:1/v1 must be http://HOST:PORT (no path",
+        "not a URL|--prefill http://127.0.0.1:1 --decode http://[oops --port 0"
+            + "|--decode=http://[oops must be http://HOST:PORT",
+        "no host|--prefill http://:1 " + OK + "|--prefill=http://:1 must be http://HOST:PORT",
+        "a backend port out of range|--prefill http://127.0.0.1:70000 "
+            + OK
+            + "|--prefill=http://127.0.0.1:70000 must be http://HOST:PORT (port",
+        "one backend in both roles|--prefill http://127.0.0.1:2 "
+            + OK
+            + "|--decode=http://127.0.0.1:2 is a --prefill backend too",
+        "a backend twice|--prefill http://127.0.0.1:1,http://127.0.0.1:1/ "
+            + OK
+            + "|--prefill=http://127.0.0.1:1/ is named twice",
+        "a port out of range|--prefill http://127.0.0.1:1 --decode http://127.0.0.1:2 --port 70000"
+            + "|--port=70000 must be in [0, 65535]",
+        "a poll too frequent|--prefill http://127.0.0.1:1 "
+            + OK
+            + " --poll-ms 1"
+            + "|--poll-ms=1 must be in [10, 3600000]",
+        "a timeout of 0|--prefill http://127.0.0.1:1 "
+            + OK
+            + " --upstream-timeout-ms 0"
+            + "|--upstream-timeout-ms=0 must be in [1, 86400000]",
+        "a port that is not a number|--prefill http://127.0.0.1:1 --decode http://127.0.0.1:2"
+            + " --port eighty|is not an int",
+      })
+  void shouldRefuseABadSettingWithAUsageErrorNamingIt(String name, String args, String says) {
+    String[] argv = ("router " + args).split(" ");
+    CliRun run = CliRun.of(argv);
+    assertEquals(CliErrors.EXIT_USAGE, run.exitCode(), run.toString());
+    assertTrue(run.err().startsWith("error: "), run.err());
+    assertTrue(run.err().contains(says), name + ": " + run.err());
+    assertTrue(run.err().contains("tokenspeed router --help"), run.err());
+  }
+
+  @Test
+  void shouldRequireBothRolesAndAPort() {
+    CliRun noDecode = CliRun.of("router", "--prefill", "http://127.0.0.1:1", "--port", "0");
+    assertEquals(CliErrors.EXIT_USAGE, noDecode.exitCode(), noDecode.toString());
+    assertTrue(noDecode.err().contains("--decode"), noDecode.err());
+    CliRun noPort =
+        CliRun.of("router", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2");
+    assertEquals(CliErrors.EXIT_USAGE, noPort.exitCode(), noPort.toString());
+    assertTrue(noPort.err().contains("--port"), noPort.err());
+  }
+}
