@@ -103,10 +103,10 @@ class RouterHostileClientTest {
 
   /** Upstream requests sent so far (counted as they are sent, before any answer). */
   private static double routed() {
-    return io.tokenspeed.testkit.PrometheusText.samples(
+    return io.tokenspeed.core.metrics.PrometheusText.samples(
             rig.metrics(), "tokenspeed:router_routed_requests_total")
         .stream()
-        .mapToDouble(io.tokenspeed.testkit.PrometheusText.Sample::value)
+        .mapToDouble(io.tokenspeed.core.metrics.PrometheusText.Sample::value)
         .sum();
   }
 

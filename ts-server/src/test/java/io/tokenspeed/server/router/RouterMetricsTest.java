@@ -4,9 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.core.metrics.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText.Family;
 import io.tokenspeed.server.metrics.RouterMetrics;
-import io.tokenspeed.testkit.PrometheusText;
-import io.tokenspeed.testkit.PrometheusText.Family;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;

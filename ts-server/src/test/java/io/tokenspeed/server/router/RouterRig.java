@@ -3,7 +3,7 @@ package io.tokenspeed.server.router;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.tokenspeed.testkit.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.URI;

@@ -6,7 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.tokenspeed.testkit.PrometheusText;
+import io.tokenspeed.core.metrics.PrometheusText;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
