@@ -1,6 +1,5 @@
 package io.tokenspeed.server.cli;
 
-import io.tokenspeed.server.http.HttpFrontend;
 import io.tokenspeed.server.router.Router;
 import io.tokenspeed.server.router.RouterSettings;
 import java.io.PrintWriter;
@@ -10,6 +9,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Model.OptionSpec;
 import picocli.CommandLine.Option;
@@ -97,19 +97,7 @@ final class RouterCommand implements Callable<Integer> {
               + " may stall once started.")
   private long upstreamTimeoutMs = RouterSettings.DEFAULT_UPSTREAM_TIMEOUT_MS;
 
-  @Option(
-      names = "--max-body-bytes",
-      paramLabel = "BYTES",
-      description = "Largest request body taken; larger ones are answered 413 (as serve's).")
-  private long maxBodyBytes = HttpFrontend.DEFAULT_MAX_BODY_BYTES;
-
-  @Option(
-      names = "--header-timeout",
-      paramLabel = "SECONDS",
-      description =
-          "How long a request's line and headers may take to arrive; also how long an idle"
-              + " keep-alive connection stays open (as serve's).")
-  private int headerTimeout = HttpFrontend.DEFAULT_HEADER_TIMEOUT_S;
+  @Mixin private WebLimitsOptions web;
 
   @Override
   public Integer call() throws Exception {
@@ -151,9 +139,9 @@ final class RouterCommand implements Callable<Integer> {
 
   /** The settings, validated; an invalid one is a usage error naming its flag. */
   RouterSettings settings() {
-    if (headerTimeout < 1 || headerTimeout > 3600) {
-      throw usage(
-          "--header-timeout", "--header-timeout=" + headerTimeout + " must be in [1, 3600]");
+    WebLimitsOptions.Invalid invalid = web.invalid();
+    if (invalid != null) {
+      throw usage(invalid.flag(), invalid.message());
     }
     try {
       return new RouterSettings(
@@ -164,8 +152,8 @@ final class RouterCommand implements Callable<Integer> {
           pollMs,
           connectTimeoutMs,
           upstreamTimeoutMs,
-          maxBodyBytes,
-          headerTimeout * 1000L);
+          web.maxBodyBytes,
+          web.headerTimeoutMs());
     } catch (IllegalArgumentException e) {
       String message = e.getMessage();
       int end = message.indexOf('=');

@@ -5,7 +5,6 @@ import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatTemplate;
 import io.tokenspeed.server.config.StorageExtraConfig;
-import io.tokenspeed.server.http.HttpFrontend;
 import io.tokenspeed.server.http.Serving;
 import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.http.WarmUp;
@@ -113,19 +112,7 @@ final class ServeCommand implements Callable<Integer> {
               + " admission); more are answered 429.")
   private int maxQueued = 1024;
 
-  @Option(
-      names = "--max-body-bytes",
-      paramLabel = "BYTES",
-      description = "Largest request body taken; larger ones are answered 413.")
-  private long maxBodyBytes = HttpFrontend.DEFAULT_MAX_BODY_BYTES;
-
-  @Option(
-      names = "--header-timeout",
-      paramLabel = "SECONDS",
-      description =
-          "How long a request's line and headers may take to arrive; also how long an idle"
-              + " keep-alive connection stays open.")
-  private int headerTimeout = HttpFrontend.DEFAULT_HEADER_TIMEOUT_S;
+  @Mixin private WebLimitsOptions web;
 
   @Option(
       names = "--admin-token",
@@ -202,12 +189,12 @@ final class ServeCommand implements Callable<Integer> {
                     maxModelLen,
                     host,
                     port,
-                    maxBodyBytes,
+                    web.maxBodyBytes,
                     adminToken,
                     engineRole,
                     dpRank,
                     state,
-                    headerTimeout * 1000L));
+                    web.headerTimeoutMs()));
       } catch (RuntimeException | Error e) {
         engine.close();
         throw e;
@@ -265,14 +252,11 @@ final class ServeCommand implements Callable<Integer> {
     range("--max-running", maxRunning, 1, 4096);
     range("--token-budget", tokenBudget, 1, 1 << 20);
     range("--max-queued", maxQueued, 1, 1 << 20);
-    if (maxBodyBytes < 1024 || maxBodyBytes > (1L << 30)) {
-      throw usage(
-          "--max-body-bytes",
-          maxBodyBytes,
-          "--max-body-bytes=" + maxBodyBytes + " must be in [1024, 1073741824]");
+    WebLimitsOptions.Invalid invalid = web.invalid();
+    if (invalid != null) {
+      throw usage(invalid.flag(), invalid.value(), invalid.message());
     }
     range("--shutdown-timeout", shutdownTimeout, 0, 86_400);
-    range("--header-timeout", headerTimeout, 1, 3600);
     range("--warmup-rounds", warmupRounds, 0, 100);
     range("--dp-rank", dpRank, 0, 1 << 16);
     if (!"fused".equals(engineRole)) {
