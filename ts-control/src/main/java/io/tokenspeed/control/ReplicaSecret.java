@@ -109,19 +109,35 @@ public final class ReplicaSecret {
    * #FILE_ENV}; fails naming both when neither is set.
    */
   public static ReplicaSecret fromEnvironment(Map<String, String> env) throws IOException {
-    String hex = env.get(ENV);
+    return fromEnvironment(env, ENV, FILE_ENV, "replica secret");
+  }
+
+  /**
+   * A secret read as {@link #fromEnvironment(Map)} reads the replica secret, from other variables:
+   * {@code hexVariable} (hex) or, when that is unset, the file named by {@code fileVariable}. For
+   * another secret of the same kind (the PD secret of ts-pd); {@code what} names it in the error
+   * that names both variables when neither is set.
+   */
+  public static ReplicaSecret fromEnvironment(
+      Map<String, String> env, String hexVariable, String fileVariable, String what)
+      throws IOException {
+    String hex = env.get(hexVariable);
     if (hex != null && !hex.isBlank()) {
       return ofHex(hex);
     }
-    String file = env.get(FILE_ENV);
+    String file = env.get(fileVariable);
     if (file != null && !file.isBlank()) {
       return fromFile(Path.of(file));
     }
     throw new IllegalArgumentException(
-        "no replica secret: set "
-            + FILE_ENV
-            + " to a file holding it as hex (the launcher writes one per replica), or "
-            + ENV
+        "no "
+            + what
+            + ": set "
+            + fileVariable
+            + " to a file holding it as hex (the launcher writes one per "
+            + (ENV.equals(hexVariable) ? "replica" : "deployment")
+            + "), or "
+            + hexVariable
             + " to the hex itself");
   }
 
@@ -154,6 +170,14 @@ public final class ReplicaSecret {
     } catch (GeneralSecurityException e) {
       throw new IllegalStateException("HMAC-SHA256 is unavailable in this JDK", e);
     }
+  }
+
+  /**
+   * HMAC-SHA256 under this secret over {@code label} (ASCII) and then each part, in order: the
+   * proof another handshake of the same shape (ts-pd's) computes. The key itself never leaves.
+   */
+  public byte[] hmacSha256(String label, byte[]... parts) {
+    return mac(label, parts).bytes();
   }
 
   /** Compares two MACs in time independent of where they differ. */

@@ -50,6 +50,7 @@ class ModuleBoundariesTest {
           Rule.mayOnlyReach("ts-cuda", "ts-core", "ts-model"),
           Rule.mayOnlyReach("ts-l3-redis", "ts-core", "ts-l3"),
           Rule.mayOnlyReach("ts-testkit", "ts-core"),
+          Rule.mayOnlyReach("ts-pd", "ts-core", "ts-control"),
           Rule.mustNotReach(
               "ts-scheduler", "ts-l3", "ts-control", "ts-l3-redis", "ts-engine", "ts-server"),
           Rule.mustNotReach("ts-engine", "ts-server", "ts-bench"),
