@@ -7,6 +7,7 @@ final class Counters {
   final AtomicLong connectionsOpened = new AtomicLong();
   final AtomicLong connectionsOpen = new AtomicLong();
   final AtomicLong handshakeFailures = new AtomicLong();
+  final AtomicLong connectionsRefused = new AtomicLong();
   final AtomicLong connectionFailures = new AtomicLong();
   final AtomicLong roomsOpened = new AtomicLong();
   final AtomicLong roomsLanded = new AtomicLong();
@@ -47,6 +48,7 @@ final class Counters {
         connectionsOpened.get(),
         connectionsOpen.get(),
         handshakeFailures.get(),
+        connectionsRefused.get(),
         connectionFailures.get(),
         roomsOpened.get(),
         roomsLanded.get(),

@@ -240,20 +240,40 @@ public final class KvReceiver implements AutoCloseable {
         remote = "(unknown address)";
       }
       ReceiverLink link = new ReceiverLink(this, ch, remote);
-      boolean refuse;
+      boolean stopped;
+      boolean full;
       synchronized (lock) {
-        refuse = closed;
-        if (!refuse) {
+        stopped = closed;
+        full = !stopped && links.size() >= settings.maxConnections();
+        if (!stopped && !full) {
           links.add(link);
         }
       }
-      if (refuse) {
+      if (stopped || full) {
         try {
           ch.close();
         } catch (IOException ignored) {
           // Closing anyway.
         }
-        return;
+        if (stopped) {
+          return;
+        }
+        // a bound on what connecting costs the receiver, authenticated or not: a flood of
+        // connections that never finish their handshake holds at most this many, each for at
+        // most the handshake timeout
+        if (counters.connectionsRefused.getAndIncrement() % 1000 == 0) {
+          LOG.warning(
+              "the KV receiver at "
+                  + address
+                  + " holds "
+                  + settings.maxConnections()
+                  + " connections already: closed one from "
+                  + remote
+                  + " unread ("
+                  + counters.connectionsRefused.get()
+                  + " so far)");
+        }
+        continue;
       }
       link.start();
     }

@@ -15,6 +15,8 @@ package io.tokenspeed.pd;
  * @param connectionsOpen those still open
  * @param handshakeFailures connections dropped before their handshake completed (wrong secret,
  *     garbage, timeout, connect failure)
+ * @param connectionsRefused decode side: connections closed unread because the receiver held {@link
+ *     PdSettings#maxConnections} already
  * @param connectionFailures open connections that failed (closed, broke, silent, protocol error)
  * @param roomsOpened rooms opened
  * @param roomsLanded rooms that ended with RECEIVED
@@ -33,6 +35,7 @@ public record PdMetrics(
     long connectionsOpened,
     long connectionsOpen,
     long handshakeFailures,
+    long connectionsRefused,
     long connectionFailures,
     long roomsOpened,
     long roomsLanded,

@@ -23,6 +23,8 @@ package io.tokenspeed.pd;
  * @param maxCacheGroups the most cache groups a layout may have
  * @param maxBlocksPerGroup the most blocks an ACK may reserve in one cache group
  * @param maxBlockBytes the largest block (bytes per block of one cache group)
+ * @param maxConnections the most connections a receiver holds at once, those still in their
+ *     handshake included: one more is closed at once, unread, and counted as refused
  */
 public record PdSettings(
     long handshakeTimeoutMs,
@@ -33,7 +35,8 @@ public record PdSettings(
     int maxPromptTokens,
     int maxCacheGroups,
     int maxBlocksPerGroup,
-    int maxBlockBytes) {
+    int maxBlockBytes,
+    int maxConnections) {
 
   /** Default {@code handshakeTimeoutMs}: 10 s. */
   public static final long DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -62,6 +65,12 @@ public record PdSettings(
   /** Default {@code maxBlockBytes}: 64 MiB. */
   public static final int DEFAULT_MAX_BLOCK_BYTES = 64 << 20;
 
+  /**
+   * Default {@code maxConnections}: 256 connections a receiver holds at once, those still in their
+   * handshake included (a prefill engine keeps one per decode engine).
+   */
+  public static final int DEFAULT_MAX_CONNECTIONS = 256;
+
   /** Upper bound of every timing: one hour. */
   public static final long MAX_TIMING_MS = 3_600_000;
 
@@ -84,6 +93,7 @@ public record PdSettings(
     check("max_cache_groups", maxCacheGroups, 1, MAX_CACHE_GROUPS);
     check("max_blocks_per_group", maxBlocksPerGroup, 1, 1 << 24);
     check("max_block_bytes", maxBlockBytes, 1, MAX_BLOCK_BYTES);
+    check("max_connections", maxConnections, 1, 1 << 16);
   }
 
   /** The defaults of docs/pd.md. */
@@ -97,7 +107,8 @@ public record PdSettings(
         DEFAULT_MAX_PROMPT_TOKENS,
         DEFAULT_MAX_CACHE_GROUPS,
         DEFAULT_MAX_BLOCKS_PER_GROUP,
-        DEFAULT_MAX_BLOCK_BYTES);
+        DEFAULT_MAX_BLOCK_BYTES,
+        DEFAULT_MAX_CONNECTIONS);
   }
 
   /** These settings with the four timings replaced (tests shorten them). */
@@ -115,7 +126,23 @@ public record PdSettings(
         maxPromptTokens,
         maxCacheGroups,
         maxBlocksPerGroup,
-        maxBlockBytes);
+        maxBlockBytes,
+        maxConnections);
+  }
+
+  /** These settings with {@code maxConnections} replaced. */
+  public PdSettings withMaxConnections(int maxConnections) {
+    return new PdSettings(
+        handshakeTimeoutMs,
+        bootstrapDeadlineMs,
+        pingIntervalMs,
+        silenceTimeoutMs,
+        maxRoomsPerConnection,
+        maxPromptTokens,
+        maxCacheGroups,
+        maxBlocksPerGroup,
+        maxBlockBytes,
+        maxConnections);
   }
 
   /** These settings with {@code maxRoomsPerConnection} replaced. */
@@ -129,7 +156,8 @@ public record PdSettings(
         maxPromptTokens,
         maxCacheGroups,
         maxBlocksPerGroup,
-        maxBlockBytes);
+        maxBlockBytes,
+        maxConnections);
   }
 
   /** These settings with the four size limits replaced. */
@@ -144,7 +172,8 @@ public record PdSettings(
         maxPromptTokens,
         maxCacheGroups,
         maxBlocksPerGroup,
-        maxBlockBytes);
+        maxBlockBytes,
+        maxConnections);
   }
 
   /** The period of an endpoint's timer: a quarter of the shortest timing, within [1, 250] ms. */

@@ -166,6 +166,45 @@ class HandshakeTest {
   }
 
   @Test
+  void shouldHoldAtMostMaxConnectionsAndLetTheSenderInOnceTheStalledOnesAreDropped()
+      throws Exception {
+    TestLanding landing = new TestLanding((room, g) -> 2);
+    PdSettings s = PdTesting.settings().withTimingsMs(1_000, 10_000, 100, 5_000);
+    s = s.withMaxConnections(3);
+    try (KvReceiver receiver = KvReceiver.open(loopback(), secret, s, landing);
+        KvSender sender = KvSender.open(secret, PdTesting.settings());
+        Arena arena = Arena.ofShared();
+        RawPd a = RawPd.connect(receiver.address());
+        RawPd b = RawPd.connect(receiver.address());
+        RawPd c = RawPd.connect(receiver.address())) {
+      // three connections that never say a word fill the receiver: a fourth is closed unread
+      try (RawPd d = RawPd.connect(receiver.address())) {
+        d.awaitClosed(Duration.ofSeconds(5));
+      }
+      eventually(() -> receiver.metrics().connectionsRefused() == 1, "a refused connection");
+      // the handshake timeout drops the silent three; then a prefill engine gets in and lands
+      for (RawPd silent : new RawPd[] {a, b, c}) {
+        silent.awaitClosed(Duration.ofSeconds(20));
+      }
+      Bootstrap boot = PdTesting.bootstrap(new SplittableRandom(3), 20, 1024);
+      Registration reg = receiver.expect(9);
+      Transfer t = sender.bootstrap(9, receiver.address(), boot);
+      Ack ack = await(t.acknowledged(), "ACK");
+      PdTesting.sendAll(
+          t, PdTesting.sources(arena, 9, boot, ack), new DoneInfo(5, CachedTokens.NONE));
+      Landed landed = await(reg.landed(), "landing");
+      PdTesting.assertLandedBytes(9, landed.destinations(), boot);
+      assertTrue(landed.acknowledge());
+      await(t.received(), "RECEIVED");
+      landed.destinations().release();
+      assertEquals(1, receiver.metrics().connectionsRefused());
+      assertEquals(3, receiver.metrics().handshakeFailures());
+      assertEquals(1, receiver.metrics().connectionsOpened());
+      landing.assertAllReleasedOnce();
+    }
+  }
+
+  @Test
   void shouldFailTheBootstrapWhenTheAcceptorNeverAnswers() throws Exception {
     PdSettings s = PdSettings.defaults().withTimingsMs(300, 10_000, 100, 5_000);
     AtomicBoolean accepted = new AtomicBoolean();

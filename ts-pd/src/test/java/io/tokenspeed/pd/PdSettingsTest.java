@@ -15,6 +15,7 @@ class PdSettingsTest {
     assertEquals(1_000, d.pingIntervalMs());
     assertEquals(10_000, d.silenceTimeoutMs());
     assertEquals(64, d.maxRoomsPerConnection());
+    assertEquals(256, d.maxConnections());
     assertEquals(250, d.tickMs());
   }
 
@@ -35,5 +36,9 @@ class PdSettingsTest {
         assertThrows(
             IllegalArgumentException.class, () -> PdSettings.defaults().withLimits(1, 1, 1, 0));
     assertTrue(e.getMessage().contains("max_block_bytes=0"), e::getMessage);
+    e =
+        assertThrows(
+            IllegalArgumentException.class, () -> PdSettings.defaults().withMaxConnections(0));
+    assertTrue(e.getMessage().contains("max_connections=0"), e::getMessage);
   }
 }
