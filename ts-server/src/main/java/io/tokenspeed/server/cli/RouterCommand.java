@@ -3,6 +3,7 @@ package io.tokenspeed.server.cli;
 import io.tokenspeed.server.router.Router;
 import io.tokenspeed.server.router.RouterSettings;
 import java.io.PrintWriter;
+import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
@@ -20,8 +21,9 @@ import picocli.CommandLine.Spec;
  * {@code tokenspeed router}: the front door of a prefill/decode disaggregated deployment
  * (docs/pd.md "Processes and ports"). It serves the OpenAI API and sends each completion to a
  * prefill and a decode engine, chosen round robin among the ready ones, and passes the decode
- * engine's answer on ({@link Router}). On SIGTERM it stops listening; the requests in flight are
- * cut.
+ * engine's answer on ({@link Router}). On SIGTERM it answers new requests 503 (and {@code /ready}
+ * 503), lets those being answered finish for up to {@code --shutdown-timeout} seconds, then stops
+ * listening and cuts what is left.
  */
 @Command(
     name = "router",
@@ -99,6 +101,14 @@ final class RouterCommand implements Callable<Integer> {
 
   @Mixin private WebLimitsOptions web;
 
+  @Option(
+      names = "--shutdown-timeout",
+      paramLabel = "SECONDS",
+      description =
+          "On SIGTERM, how long the requests being answered may finish (new ones are answered"
+              + " 503) before they are cancelled.")
+  private int shutdownTimeout = 30;
+
   @Override
   public Integer call() throws Exception {
     RouterSettings settings = settings();
@@ -116,6 +126,22 @@ final class RouterCommand implements Callable<Integer> {
         .addShutdownHook(
             new Thread(
                 () -> {
+                  err.println(
+                      "shutting down: new requests answered 503; "
+                          + router.inFlight()
+                          + " in flight, up to "
+                          + shutdownTimeout
+                          + " s to finish");
+                  err.flush();
+                  try {
+                    int left = router.drain(Duration.ofSeconds(shutdownTimeout));
+                    if (left > 0) {
+                      err.println(
+                          "shutting down: cancelling " + left + " requests still in flight");
+                    }
+                  } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                  }
                   router.close();
                   err.println("stopped");
                   err.flush();
@@ -142,6 +168,10 @@ final class RouterCommand implements Callable<Integer> {
     WebLimitsOptions.Invalid invalid = web.invalid();
     if (invalid != null) {
       throw usage(invalid.flag(), invalid.message());
+    }
+    if (shutdownTimeout < 0 || shutdownTimeout > 86_400) {
+      throw usage(
+          "--shutdown-timeout", "--shutdown-timeout=" + shutdownTimeout + " must be in [0, 86400]");
     }
     try {
       return new RouterSettings(

@@ -77,6 +77,13 @@ public final class Router implements AutoCloseable {
   private final LongSupplier rooms;
   private final WebFront web;
 
+  /** Completions being answered now (from reading the body to the answer's end). */
+  private final java.util.concurrent.atomic.AtomicInteger inFlight =
+      new java.util.concurrent.atomic.AtomicInteger();
+
+  /** Set by {@link #drain}: new completions are answered 503 and {@code /ready} says so. */
+  private volatile boolean draining;
+
   private Router(RouterSettings s, LongSupplier rooms) {
     this.settings = s;
     this.rooms = rooms;
@@ -135,6 +142,25 @@ public final class Router implements AutoCloseable {
   /** The port it listens on. */
   public int port() {
     return web.port();
+  }
+
+  /**
+   * Stops taking completions (503, and {@code /ready} answers 503 "draining") and waits until the
+   * ones being answered have ended or {@code timeout} has passed. Returns how many were still being
+   * answered then ({@link #close} cancels them).
+   */
+  public int drain(Duration timeout) throws InterruptedException {
+    draining = true;
+    long deadline = System.nanoTime() + timeout.toNanos();
+    while (inFlight.get() > 0 && System.nanoTime() < deadline) {
+      Thread.sleep(10);
+    }
+    return inFlight.get();
+  }
+
+  /** Completions being answered now. */
+  public int inFlight() {
+    return inFlight.get();
   }
 
   /** Stops listening, polling and every upstream request. */
@@ -226,10 +252,22 @@ public final class Router implements AutoCloseable {
 
   private void completion(ServerRequest req, ServerResponse res, String endpoint) {
     Tally tally = new Tally(metrics, endpoint);
+    inFlight.incrementAndGet();
+    try {
+      answer(req, res, endpoint, tally);
+    } finally {
+      inFlight.decrementAndGet();
+    }
+  }
+
+  private void answer(ServerRequest req, ServerResponse res, String endpoint, Tally tally) {
     WebFront.guarded(
         res,
         () -> {
           try {
+            if (draining) {
+              throw ApiException.unavailable("the router is shutting down");
+            }
             JsonNode body = WebFront.readJson(req, settings.maxBodyBytes());
             if (!body.isObject()) {
               throw ApiException.invalid(
@@ -353,7 +391,8 @@ public final class Router implements AutoCloseable {
 
   private void ready(ServerResponse res) {
     List<Role> missing = backends.missing();
-    ObjectNode out = status(missing.isEmpty() ? "ready" : "not_ready");
+    boolean ready = missing.isEmpty() && !draining;
+    ObjectNode out = status(draining ? "draining" : ready ? "ready" : "not_ready");
     ArrayNode names = out.putArray("missing");
     for (Role role : missing) {
       names.add(role.wireName());
@@ -376,7 +415,7 @@ public final class Router implements AutoCloseable {
         }
       }
     }
-    WebFront.sendJson(res, missing.isEmpty() ? 200 : 503, out);
+    WebFront.sendJson(res, ready ? 200 : 503, out);
   }
 
   private void metricsText(ServerResponse res) {

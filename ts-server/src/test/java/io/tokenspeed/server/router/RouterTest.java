@@ -13,6 +13,7 @@ import java.net.Socket;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -156,6 +157,62 @@ class RouterTest {
       assertEquals(String.join("", events.subList(1, events.size())), rest);
     }
     assertEquals(0, rig.decode.getFirst().cancellations.get());
+  }
+
+  @Test
+  void shouldLetTheStreamsInFlightFinishWhileDrainingAndRefuseNewOnes() throws Exception {
+    rig = new RouterRig(1, 1, 24);
+    List<String> events = events(6, 5);
+    rig.decode.getFirst().script = new StubBackend.Stream(events, 5, true, -1, 1);
+    HttpResponse<InputStream> res =
+        rig.client.send(
+            HttpRequest.newBuilder(rig.uri("/v1/completions"))
+                .POST(HttpRequest.BodyPublishers.ofString(completion(true)))
+                .build(),
+            HttpResponse.BodyHandlers.ofInputStream());
+    assertEquals(200, res.statusCode());
+    try (InputStream in = res.body()) {
+      byte[] first = in.readNBytes(events.getFirst().length());
+      assertEquals(events.getFirst(), new String(first, StandardCharsets.UTF_8));
+      assertEquals(1, rig.router.inFlight());
+      var drained = new java.util.concurrent.CompletableFuture<Integer>();
+      Thread.ofVirtual()
+          .start(
+              () -> {
+                try {
+                  drained.complete(rig.router.drain(Duration.ofMillis(WAIT_MS)));
+                } catch (Throwable t) {
+                  drained.completeExceptionally(t);
+                }
+              });
+      // while it drains: new completions and /ready are answered 503, the stream goes on
+      long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+      HttpResponse<String> refused;
+      do {
+        refused =
+            rig.client.send(
+                HttpRequest.newBuilder(rig.uri("/v1/completions"))
+                    .POST(HttpRequest.BodyPublishers.ofString(completion(false)))
+                    .build(),
+                HttpResponse.BodyHandlers.ofString());
+      } while (refused.statusCode() != 503 && System.nanoTime() < deadline);
+      assertEquals(503, refused.statusCode(), refused.body());
+      assertTrue(error(refused).get("message").asText().contains("shutting down"));
+      HttpResponse<String> ready =
+          rig.client.send(
+              HttpRequest.newBuilder(rig.uri("/ready")).GET().build(),
+              HttpResponse.BodyHandlers.ofString());
+      assertEquals(503, ready.statusCode());
+      assertEquals("draining", RouterRig.json(ready.body()).get("status").asText());
+      assertFalse(drained.isDone(), "the drain waits for the stream");
+      rig.decode.getFirst().gate.countDown();
+      String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+      assertEquals(String.join("", events.subList(1, events.size())), rest);
+      assertEquals(0, drained.get(WAIT_MS, TimeUnit.MILLISECONDS), "left in flight");
+    }
+    assertEquals(0, rig.router.inFlight());
+    assertEquals(0, rig.decode.getFirst().cancellations.get());
+    assertEquals(0, rig.prefill.getFirst().cancellations.get());
   }
 
   @Test
