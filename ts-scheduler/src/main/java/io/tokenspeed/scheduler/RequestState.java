@@ -3,15 +3,17 @@ package io.tokenspeed.scheduler;
 import io.tokenspeed.cache.Admission;
 
 /**
- * The request FSM. Only {@link Prefilling}, {@link PrefillDone} and {@link Decoding} own Device
- * blocks; {@link Prefetching} owns a storage lease and nothing on the Device, and is never a
- * forward candidate.
+ * The request FSM. Only {@link Prefilling}, {@link PrefillDone}, {@link Decoding} and {@link
+ * Landing} own Device blocks; {@link Prefetching} owns a storage lease and nothing on the Device,
+ * and is never a forward candidate.
  *
  * <pre>
  *   Bootstrapping ─ack─▶ Submitted ─admit─▶ Prefilling ─▶ PrefillDone ─▶ Decoding ─▶ Finished
- *        │                 │   ▲                 │                          │
- *        │       prepare L3│   └── Retracted ◀───┴────── Device short ──────┘
+ *        │                 │   ▲                 │            ▲             │
+ *        │       prepare L3│   └── Retracted ◀───┴────────────┼── Device short
  *        └──────▶ Prefetching(continuation) ── completion / deadline ──▶ continuation
+ *
+ *   PD decode: Submitted ─admit─▶ Landing ─landed─▶ PrefillDone (its KV came from a prefill engine)
  * </pre>
  */
 public sealed interface RequestState
@@ -20,6 +22,7 @@ public sealed interface RequestState
         RequestState.Prefetching,
         RequestState.Prefilling,
         RequestState.PrefillDone,
+        RequestState.Landing,
         RequestState.Decoding,
         RequestState.Retracted,
         RequestState.Finished {
@@ -45,6 +48,13 @@ public sealed interface RequestState
 
   /** The prompt is computed; the first decode step comes next. */
   record PrefillDone(Admission admission) implements RequestState {}
+
+  /**
+   * PD decode: Device blocks reserved for a prompt whose KV a prefill engine computes and sends;
+   * never a forward candidate, never retracted. Its KV landed, it continues as {@link PrefillDone}
+   * (the prefill engine sampled the first token).
+   */
+  record Landing(Admission admission) implements RequestState {}
 
   /** Gave its blocks back because the Device ran short; waits for admission again. */
   record Retracted(AdmissionResources resources) implements RequestState {}

@@ -81,6 +81,13 @@ public final class Scheduler {
     final int maxNewTokens;
     final boolean pd;
     final long arrival;
+
+    /**
+     * PD decode: its prompt's KV lands from a prefill engine (admitted into Landing); cleared once
+     * it landed.
+     */
+    boolean landing;
+
     RequestState state;
     boolean cancelAfterBootstrap;
     boolean copiesPending;
@@ -121,7 +128,7 @@ public final class Scheduler {
   /** Requests waiting for admission (Submitted, Retracted), in arrival order. */
   private final java.util.TreeMap<Long, Request> waiting = new java.util.TreeMap<>();
 
-  /** Admitted requests (Prefilling, PrefillDone, Decoding), in arrival order. */
+  /** Admitted requests (Prefilling, PrefillDone, Decoding, Landing), in arrival order. */
   private final java.util.TreeMap<Long, Request> running = new java.util.TreeMap<>();
 
   private long arrivals;
@@ -242,6 +249,52 @@ public final class Scheduler {
   }
 
   /**
+   * A PD-decode request: its prompt's KV comes from a prefill engine, which also sampled its first
+   * token. It never considers L3 (a remote landing keeps its Device-only contract) and reuses
+   * nothing: admission reserves Device blocks for the whole prompt and its decode headroom and puts
+   * it in {@link RequestState.Landing}, where it waits, never forwarded and never retracted, until
+   * {@link #onLanded}. {@link #landingsAdmitted} names the admissions of the last round.
+   */
+  public void submitLanding(long id, PromptKeys prompt, int maxNewTokens) {
+    Request r =
+        newRequest(
+            id,
+            prompt,
+            maxNewTokens,
+            false,
+            new RequestState.Submitted(new AdmissionResources(true, null)));
+    r.landing = true;
+  }
+
+  /**
+   * A landing request's KV is in its Device blocks (the engine's copies into {@link #blockTables}
+   * completed): its prompt's pages are published and it continues as {@link
+   * RequestState.PrefillDone}, its next forward step the first token's. False (nothing changes)
+   * when the request is not in Landing.
+   */
+  public boolean onLanded(long id) {
+    Request r = requests.get(id);
+    if (r == null || !(r.state instanceof RequestState.Landing l)) {
+      return false;
+    }
+    int n = r.prompt.numTokens();
+    if (cache.isCurrent(l.admission())) { // admitted before a full clear: publishes nothing
+      r.blocks.publishComputed(r.prompt, n);
+    }
+    r.blocks.slideWindows(n);
+    r.landing = false; // landed: a retraction from here on recovers by the matcher, as any request
+    transition(r, new RequestState.PrefillDone(l.admission()));
+    return true;
+  }
+
+  /** The landing requests admitted in the last round, in admission order. */
+  public List<Long> landingsAdmitted() {
+    return List.copyOf(landingsAdmitted);
+  }
+
+  private final List<Long> landingsAdmitted = new ArrayList<>();
+
+  /**
    * Takes back a request that was retracted after it generated tokens, with {@code prompt} its
    * prompt and the tokens it generated so far: it waits for admission in Retracted, resumes from
    * {@code image} when one is given (its Host references pass to the scheduler), and never starts a
@@ -344,6 +397,7 @@ public final class Scheduler {
   public ExecutionPlan round(RoundInput in) {
     round++;
     retractedThisRound.clear();
+    landingsAdmitted.clear();
     if (storage != null) {
       storage.onTick(in.tickNs());
       storage.onPressure(in.pressure());
@@ -518,6 +572,17 @@ public final class Scheduler {
         continue; // considers L3 first (next round when storage is not permitted now)
       }
       int end = r.prompt.numTokens() + Math.min(r.headroomTokens, r.maxNewTokens);
+      if (r.landing) {
+        Admission a = cache.admitUpTo(r.prompt, 0, end); // every row lands: nothing reused
+        if (a == null) {
+          return; // the Device is full: first come, first served
+        }
+        r.blocks = new RequestBlocks(cache.layout(), cache.device(), a);
+        r.admittedSeq = ++admissions;
+        landingsAdmitted.add(r.id);
+        transition(r, new RequestState.Landing(a));
+        continue;
+      }
       Admission a =
           r.image != null
               ? cache.admitImage(r.image, end) // exact: its bytes, byte for byte
@@ -854,6 +919,7 @@ public final class Scheduler {
       }
       case RequestState.Prefilling p -> release(r);
       case RequestState.PrefillDone pd -> release(r);
+      case RequestState.Landing l -> release(r);
       case RequestState.Decoding d -> release(r);
       case RequestState.Finished f -> {}
     }
@@ -910,11 +976,19 @@ public final class Scheduler {
     } else {
       waiting.remove(r.arrival);
     }
-    if (admitted(r.state)) {
+    if (ownsBlocks(r.state)) {
       running.put(r.arrival, r);
     } else {
       running.remove(r.arrival);
     }
+  }
+
+  /**
+   * The states that own Device blocks: the admitted ones, and Landing (which counts against
+   * max_running but is neither forwarded nor a retraction victim).
+   */
+  private static boolean ownsBlocks(RequestState s) {
+    return admitted(s) || s instanceof RequestState.Landing;
   }
 
   /** Every cache reference admitted requests hold (their block tables and pending copy sources). */
@@ -1008,9 +1082,9 @@ public final class Scheduler {
   }
 
   /**
-   * Checks the scheduler's own invariants: exactly the admitted states (Prefilling, Decoding) own
-   * Device blocks — never a request in Prefetching, Submitted or Bootstrapping — and only waiting
-   * states own leases.
+   * Checks the scheduler's own invariants: exactly the admitted states (Prefilling, PrefillDone,
+   * Decoding) and Landing own Device blocks — never a request in Prefetching, Submitted or
+   * Bootstrapping — only waiting states own leases, and a landing request never prefills.
    */
   public void checkInvariants() {
     int waitingStates = 0;
@@ -1019,9 +1093,9 @@ public final class Scheduler {
       boolean isWaiting =
           r.state instanceof RequestState.Submitted || r.state instanceof RequestState.Retracted;
       waitingStates += isWaiting ? 1 : 0;
-      runningStates += admitted(r.state) ? 1 : 0;
+      runningStates += ownsBlocks(r.state) ? 1 : 0;
       if ((waiting.get(r.arrival) == r) != isWaiting
-          || (running.get(r.arrival) == r) != admitted(r.state)) {
+          || (running.get(r.arrival) == r) != ownsBlocks(r.state)) {
         throw new AssertionError("request " + r.id + " is misfiled for " + r.state);
       }
     }
@@ -1030,7 +1104,7 @@ public final class Scheduler {
           "indexes hold " + waiting.size() + " waiting and " + running.size() + " running");
     }
     for (Request r : requests.values()) {
-      if (admitted(r.state) != (r.blocks != null)) {
+      if (ownsBlocks(r.state) != (r.blocks != null)) {
         throw new AssertionError(
             "request "
                 + r.id
@@ -1038,6 +1112,11 @@ public final class Scheduler {
                 + r.state.getClass().getSimpleName()
                 + " owns blocks="
                 + (r.blocks != null));
+      }
+      if (r.landing
+          && !(r.state instanceof RequestState.Submitted
+              || r.state instanceof RequestState.Landing)) {
+        throw new AssertionError("landing request " + r.id + " in " + r.state);
       }
       if (r.state instanceof RequestState.Prefetching p && !p.lease().live()) {
         throw new AssertionError("request " + r.id + " waits on a dead lease " + p.lease());

@@ -1,6 +1,9 @@
 package io.tokenspeed.scheduler;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.cache.HeldBlock;
@@ -17,6 +20,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.Set;
+import java.util.SplittableRandom;
 import java.util.stream.LongStream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -83,6 +87,7 @@ class SchedulerPropertyTest {
     long cancelsOfParkedQueries;
     long oldHostBlocksAfterClear;
     long withdrawnDeviceBlocksAtClear;
+    long landed;
     long sequences;
   }
 
@@ -146,6 +151,35 @@ class SchedulerPropertyTest {
     assertTrue(
         SHORT.cancelsWithTheirQueryFact >= 200,
         "cancels in the round their query completed: " + SHORT.cancelsWithTheirQueryFact);
+    assertTrue(SHORT.landed >= 500, "PD-decode requests landed: " + SHORT.landed);
+  }
+
+  /**
+   * Lands some (all when {@code all}) of the PD-decode requests waiting in Landing, as the engine
+   * does once their KV is on the Device; forgets those that ended. Returns how many landed. A
+   * landing request is never forwarded nor retracted before it lands: the plan check and the
+   * invariants see to that.
+   */
+  private static int land(Scheduler s, List<Long> landing, SplittableRandom land, boolean all) {
+    int landed = 0;
+    for (long id : new ArrayList<>(landing)) {
+      RequestState st = s.state(id);
+      if (st == null) {
+        landing.remove(id);
+        assertFalse(s.onLanded(id), "an ended request cannot land");
+      } else if (st instanceof RequestState.Landing && (all || land.nextInt(3) == 0)) {
+        assertNotNull(s.blockTables(id), "a Landing request holds its blocks");
+        assertTrue(s.onLanded(id));
+        assertInstanceOf(RequestState.PrefillDone.class, s.state(id));
+        landing.remove(id);
+        landed++;
+      } else {
+        assertTrue(
+            st instanceof RequestState.Submitted || st instanceof RequestState.Landing,
+            "request " + id + " is in " + st + " before it landed");
+      }
+    }
+    return landed;
   }
 
   /**
@@ -174,6 +208,10 @@ class SchedulerPropertyTest {
     Set<Long> cancelledOps = new HashSet<>();
     List<Long> known = new ArrayList<>();
     List<Long> pd = new ArrayList<>();
+    // PD-decode requests whose KV has not landed yet; their own random stream, so that every
+    // other draw of the sequence is the one it was without them
+    List<Long> landing = new ArrayList<>();
+    SplittableRandom land = new SplittableRandom(seed ^ 0x1A4D_1A4DL);
     long now = 0;
     long nextId = 1;
     int finished = 0;
@@ -203,6 +241,18 @@ class SchedulerPropertyTest {
       if (!pd.isEmpty() && rnd.nextInt(3) == 0) {
         s.onBootstrapAck(pd.remove(rnd.nextInt(pd.size())));
       }
+      if (!draining && land.nextInt(5) == 0) {
+        long id = nextId++;
+        try {
+          s.submitLanding(
+              id, f.prompt(40 + land.nextInt(300), land.nextInt(4)), 1 + land.nextInt(40));
+          known.add(id);
+          landing.add(id);
+        } catch (IllegalArgumentException tooLarge) {
+          assertTrue(tooLarge.getMessage().contains("holds at most"), tooLarge.getMessage());
+        }
+      }
+      cov.landed += land(s, landing, land, draining);
       List<Long> cancels = new ArrayList<>();
       if (!known.isEmpty() && rnd.nextInt(cancelOneIn) == 0) {
         cancels.add(known.get(rnd.nextInt(known.size())));
@@ -358,6 +408,7 @@ class SchedulerPropertyTest {
       s.onBootstrapAck(id);
     }
     for (int i = 0; i < 5_000 && (s.size() > 0 || !pending.isEmpty()); i++) {
+      cov.landed += land(s, landing, land, true);
       List<AgreedCompletion> facts = new ArrayList<>();
       for (var e : pending.entrySet()) {
         int n =

@@ -387,6 +387,80 @@ class SchedulerTest {
     assertEquals(0, f.cache.device().cachedCount());
   }
 
+  // ---------------------------------------------------------------- PD decode: landing
+
+  @Test
+  void shouldReserveALandingRequestsBlocksForwardNothingUntilItLandedThenDecode() {
+    setUp(true);
+    PromptKeys p = f.prompt(300, 70);
+    s.submitLanding(5, p, 3);
+    ExecutionPlan first = round();
+    assertEquals(List.of(5L), s.landingsAdmitted());
+    RequestState.Landing landing = assertInstanceOf(RequestState.Landing.class, s.state(5));
+    assertEquals(0, landing.admission().hit(), "a landing reuses nothing: every row lands");
+    assertTrue(first.forward().isEmpty(), "never a forward candidate: " + first.forward());
+    assertTrue(first.storage().isEmpty(), "never an L3 read: " + first.storage());
+    int[][] tables = s.blockTables(5);
+    int rows = 0;
+    for (int b : tables[0]) {
+      rows += b != 0 ? 1 : 0;
+    }
+    assertTrue(rows * 16 >= 300, "rows for the whole prompt: " + rows);
+    assertTrue(round().forward().isEmpty(), "still waiting for its KV");
+    assertTrue(s.landingsAdmitted().isEmpty(), "admitted once");
+    assertTrue(s.onLanded(5));
+    assertInstanceOf(RequestState.PrefillDone.class, s.state(5));
+    assertTrue(f.cache.device().contains(p.keyOf(0, 15, 256)), "its full pages are published");
+    assertEquals(List.of(new ExecutionPlan.ForwardItem(5, 300, 1, true)), round().forward());
+    round();
+    round();
+    assertNull(s.state(5), "finished after its 3 tokens");
+    assertTrue(!s.onLanded(5), "an ended request lands nothing");
+  }
+
+  @Test
+  void shouldNeverRetractALandingRequestAndFreeItsBlocksWhenCancelled() {
+    // a Device of 16 blocks: request 2's growth would retract the latest other admitted request,
+    // but a landing one is no victim (its KV is on its way into those blocks)
+    f = fullHistoryOnly(16);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(256, 4, 16));
+    s.submitLanding(1, f.prompt(100, 90), 40); // 116 tokens -> 8 blocks
+    s.submit(2, f.prompt(112, 91), 40, false); // 128 tokens -> 8 blocks, grows at 129
+    long retractions = 0;
+    for (int i = 0; i < 40; i++) {
+      long before = s.retractions();
+      round();
+      retractions += s.retractions() - before;
+      assertInstanceOf(RequestState.Landing.class, s.state(1), "round " + i);
+      s.checkInvariants();
+      f.checkInvariants(s.heldBlocks());
+    }
+    assertTrue(retractions > 0, "request 2 had to give its blocks back, not request 1");
+    round(List.of(1L), List.of(), true);
+    assertNull(s.state(1), "cancelled in Landing");
+    for (int i = 0; i < 200 && s.size() > 0; i++) {
+      round();
+    }
+    assertEquals(0, s.size(), "request 2 finished once the landing request's blocks were free");
+    assertEquals(f.cache.device().cachedCount(), f.cache.device().pool().heldBlocks());
+  }
+
+  @Test
+  void shouldCountALandingRequestAgainstMaxRunning() {
+    f = new StmFixture(StmFixture.config(), 256, 256);
+    s = new Scheduler(f.cache, null, new Scheduler.Config(128, 1));
+    s.submitLanding(1, f.prompt(64, 80), 2);
+    s.submit(2, f.prompt(64, 81), 2, false);
+    round();
+    assertInstanceOf(RequestState.Landing.class, s.state(1));
+    assertInstanceOf(RequestState.Submitted.class, s.state(2), "max_running is 1");
+    assertTrue(s.onLanded(1));
+    for (int i = 0; i < 20 && s.size() > 0; i++) {
+      round();
+    }
+    assertEquals(0, s.size());
+  }
+
   // ---------------------------------------------------------------- regressions
 
   /** One Full-history group, bg 16: one block per parent, so the Device counts blocks. */
