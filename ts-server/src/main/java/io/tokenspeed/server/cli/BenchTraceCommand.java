@@ -869,14 +869,7 @@ final class BenchTraceCommand implements Callable<Integer> {
     int width = 720;
     int rows = labels.size() + ttftLabels.size();
     int height = 60 + rowH * rows + 40;
-    StringBuilder s =
-        new StringBuilder(
-            String.format(
-                Locale.ROOT,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\""
-                    + " font-family=\"sans-serif\" font-size=\"12\">%n",
-                width,
-                height));
+    StringBuilder s = SvgBars.open(width, height);
     int y = bars(s, "input tokens reused, %", labels, shares, 100, left, width, 20, rowH);
     double most = ttfts.stream().mapToDouble(d -> Double.isNaN(d) ? 0 : d).max().orElse(1);
     bars(s, "TTFT, ms", ttftLabels, ttfts, Math.max(1, most), left, width, y + 20, rowH);
@@ -902,23 +895,7 @@ final class BenchTraceCommand implements Callable<Integer> {
       double w = (width - left - 80) * Math.min(1, v / full);
       int y = top + 8 + i * rowH;
       String color = labels.get(i).startsWith("infinite") ? "#8c8c8c" : "#2b7bb9";
-      s.append(
-          String.format(
-              Locale.ROOT,
-              "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>%n"
-                  + "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>%n"
-                  + "<text x=\"%.1f\" y=\"%d\">%.1f</text>%n",
-              left - 6,
-              y + 14,
-              labels.get(i),
-              left,
-              y + 2,
-              Math.max(1, w),
-              rowH - 6,
-              color,
-              left + Math.max(1, w) + 4,
-              y + 14,
-              v));
+      SvgBars.bar(s, labels.get(i), v, w, left, y, rowH, color);
     }
     return top + 8 + labels.size() * rowH + 10;
   }

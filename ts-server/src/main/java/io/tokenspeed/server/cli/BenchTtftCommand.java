@@ -1030,14 +1030,7 @@ final class BenchTtftCommand implements Callable<Integer> {
     int width = 760;
     int height = 40 + rowH * labels.size() + 30;
     double span = Math.log10(max * 1.2) - Math.log10(min);
-    StringBuilder s = new StringBuilder();
-    s.append(
-        String.format(
-            Locale.ROOT,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\""
-                + " font-family=\"sans-serif\" font-size=\"12\">%n",
-            width,
-            height));
+    StringBuilder s = SvgBars.open(width, height);
     s.append("<text x=\"10\" y=\"20\" font-size=\"14\">TTFT p50, ms (log scale)</text>\n");
     for (int i = 0; i < labels.size(); i++) {
       double v = values.get(i);
@@ -1047,23 +1040,7 @@ final class BenchTtftCommand implements Callable<Integer> {
           labels.get(i).endsWith("l3")
               ? "#2b7bb9"
               : labels.get(i).contains("recompute") ? "#c0504d" : "#8c8c8c";
-      s.append(
-          String.format(
-              Locale.ROOT,
-              "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>%n"
-                  + "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>%n"
-                  + "<text x=\"%.1f\" y=\"%d\">%.1f</text>%n",
-              left - 6,
-              y + 14,
-              labels.get(i),
-              left,
-              y + 2,
-              Math.max(1, w),
-              rowH - 6,
-              color,
-              left + Math.max(1, w) + 4,
-              y + 14,
-              v));
+      SvgBars.bar(s, labels.get(i), v, w, left, y, rowH, color);
     }
     s.append("</svg>\n");
     return s.toString();
