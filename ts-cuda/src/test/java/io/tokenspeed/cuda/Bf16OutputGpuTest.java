@@ -24,8 +24,11 @@ import org.junit.jupiter.params.provider.CsvSource;
  */
 class Bf16OutputGpuTest extends OnTheGpu {
 
-  /** One rounding to bf16 (half an ulp, 2^-9 relative) and then some for the sum's order. */
-  private static final double ROUNDING = Math.scalb(1.0, -8);
+  /**
+   * One rounding to bf16 is at most half an ulp, 2^-9 to 2^-8 of the value; a float32 value a hair
+   * from a rounding midpoint may round the other way on another path: one ulp, 2^-7 at most.
+   */
+  private static final double ROUNDING = Math.scalb(1.0, -7);
 
   @ParameterizedTest
   @CsvSource({"9, 512, 1536", "300, 1024, 768", "2048, 4096, 2816"})
@@ -48,10 +51,17 @@ class Bf16OutputGpuTest extends OnTheGpu {
       device.synchronize();
       float[] want = f32.readFloats(0, rows * out);
       short[] got = readShorts(arena, b16, rows * out);
+      // the two products may sum in other orders (cuBLAS picks an algorithm per output type): a
+      // sum near zero is compared against the outputs' scale, not its own
+      double rms = 0;
+      for (float v : want) {
+        rms += (double) v * v;
+      }
+      double floor = 1e-4 * Math.sqrt(rms / want.length);
       double worst = 0;
       for (int i = 0; i < want.length; i++) {
         double g = Bf16Bits.value(got[i]);
-        worst = Math.max(worst, Math.abs(g - want[i]) / (Math.abs(want[i]) + 1e-6));
+        worst = Math.max(worst, Math.abs(g - want[i]) / (Math.abs(want[i]) + floor));
       }
       System.out.printf(
           Locale.ROOT,
