@@ -553,43 +553,89 @@ final class BenchTraceCommand implements Callable<Integer> {
       TracePrompts prompts = new TracePrompts(promptSeed, vocab);
       // with Redis, a namespace of this run's own: what earlier runs wrote is not reused
       String namespace = "bench-trace-" + Long.toHexString(System.nanoTime());
-      for (boolean l3 : new boolean[] {true, false}) {
-        List<Engine> engines = new ArrayList<>();
-        List<Serving> servers = new ArrayList<>();
-        try {
-          for (int s = 0; s < serve; s++) {
-            Optional<StorageExtraConfig.Resolved> storage =
-                l3 ? Optional.of(store(store)) : Optional.empty();
-            Engine e =
-                StorageOptions.startEngine(lm, config, tokenizer.specialTokens().eosId(), storage);
-            engines.add(e);
-            if (l3 && redisUri != null) {
-              e.rotateNamespace(namespace);
-            }
-            servers.add(serving(e, vocab, tokenizer, chatPrompt));
+      // a model on a GPU serves one engine (its forward's workspaces and streams are its own), so
+      // each further replica on a GPU loads its own copy of the weights; on the CPU they share one
+      List<EngineModel> models = new ArrayList<>(List.of(lm));
+      try {
+        for (int s = 1; s < serve; s++) {
+          models.add(
+              lm.gpu() ? deviceOptions.load(folder, model, new TensorParallelOptions()) : lm);
+        }
+        replayBoth(
+            slice,
+            prompts,
+            models,
+            config,
+            tokenizer,
+            chatPrompt,
+            store,
+            namespace,
+            vocab,
+            client,
+            replays,
+            err);
+      } finally {
+        for (EngineModel m : models) {
+          if (m != lm) {
+            m.close();
           }
-          List<URI> uris =
-              servers.stream()
-                  .map(s -> URI.create("http://127.0.0.1:" + s.port() + "/v1/completions"))
-                  .toList();
-          err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
-          err.flush();
-          Replay done = replay(l3 ? "l3" : "off", slice, prompts, uris, client);
-          awaitQuiet(engines);
-          replays.add(done.with(L3Figures.of(engines)));
-          if (l3 && redisUri != null) {
-            engines
-                .getFirst()
-                .updateWeightVersion(namespace + "-deleted"); // deletes the run's objects
-          }
-        } finally {
-          servers.forEach(Serving::close);
-          engines.forEach(Engine::close);
         }
       }
       return vocab;
     } finally {
       DemoCommand.deleteTree(store);
+    }
+  }
+
+  /** The slice with L3 over {@code models}' engines (one a model), then without. */
+  private void replayBoth(
+      Slice slice,
+      TracePrompts prompts,
+      List<EngineModel> models,
+      EngineConfig config,
+      Tokenizer tokenizer,
+      java.util.function.Function<List<java.util.Map<String, Object>>, int[]> chatPrompt,
+      Path store,
+      String namespace,
+      int vocab,
+      StreamClient client,
+      List<Replay> replays,
+      PrintWriter err)
+      throws Exception {
+    for (boolean l3 : new boolean[] {true, false}) {
+      List<Engine> engines = new ArrayList<>();
+      List<Serving> servers = new ArrayList<>();
+      try {
+        for (int s = 0; s < serve; s++) {
+          Optional<StorageExtraConfig.Resolved> storage =
+              l3 ? Optional.of(store(store)) : Optional.empty();
+          Engine e =
+              StorageOptions.startEngine(
+                  models.get(s), config, tokenizer.specialTokens().eosId(), storage);
+          engines.add(e);
+          if (l3 && redisUri != null) {
+            e.rotateNamespace(namespace);
+          }
+          servers.add(serving(e, vocab, tokenizer, chatPrompt));
+        }
+        List<URI> uris =
+            servers.stream()
+                .map(s -> URI.create("http://127.0.0.1:" + s.port() + "/v1/completions"))
+                .toList();
+        err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
+        err.flush();
+        Replay done = replay(l3 ? "l3" : "off", slice, prompts, uris, client);
+        awaitQuiet(engines);
+        replays.add(done.with(L3Figures.of(engines)));
+        if (l3 && redisUri != null) {
+          engines
+              .getFirst()
+              .updateWeightVersion(namespace + "-deleted"); // deletes the run's objects
+        }
+      } finally {
+        servers.forEach(Serving::close);
+        engines.forEach(Engine::close);
+      }
     }
   }
 
