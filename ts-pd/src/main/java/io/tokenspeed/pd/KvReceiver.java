@@ -20,6 +20,7 @@ import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -149,11 +150,7 @@ public final class KvReceiver implements AutoCloseable {
       } else {
         waiting.put(room, reg);
         counters.registrationsWaiting.incrementAndGet();
-        reg.deadline =
-            timer.schedule(
-                () -> onRegistrationDeadline(reg),
-                settings.bootstrapDeadlineMs(),
-                TimeUnit.MILLISECONDS);
+        reg.deadline = afterBootstrapDeadline(() -> onRegistrationDeadline(reg));
       }
     }
     if (start != null) {
@@ -352,11 +349,7 @@ public final class KvReceiver implements AutoCloseable {
         claim(r, reg);
         start = r;
       } else {
-        r.deadline =
-            timer.schedule(
-                () -> onUnclaimedDeadline(r),
-                settings.bootstrapDeadlineMs(),
-                TimeUnit.MILLISECONDS);
+        r.deadline = afterBootstrapDeadline(() -> onUnclaimedDeadline(r));
       }
     }
     if (start != null) {
@@ -382,40 +375,32 @@ public final class KvReceiver implements AutoCloseable {
       }
       int g = d.group();
       if (g >= r.reserved.length || d.index() < 0 || d.index() >= r.reserved[g]) {
-        throw new PdProtocolException(
-            "sent DATA for room "
-                + r.id
-                + " block (group="
-                + g
-                + ", index="
-                + Integer.toUnsignedString(d.index())
-                + "), outside its ACK");
+        throw new PdProtocolException(dataBlock(r, d) + ", outside its ACK");
       }
       if (d.blockBytes() != r.bootstrap.blockBytes(g)) {
         throw new PdProtocolException(
-            "sent DATA for room "
-                + r.id
-                + " block (group="
-                + g
-                + ", index="
-                + d.index()
-                + ") of "
+            dataBlock(r, d)
+                + " of "
                 + d.blockBytes()
                 + " bytes; the group's blocks have "
                 + r.bootstrap.blockBytes(g));
       }
       if (r.landed[g].get(d.index())) {
-        throw new PdProtocolException(
-            "sent DATA for room "
-                + r.id
-                + " block (group="
-                + g
-                + ", index="
-                + d.index()
-                + ") twice");
+        throw new PdProtocolException(dataBlock(r, d) + " twice");
       }
       return r;
     }
+  }
+
+  /** The block a DATA frame names, as messages name it (an index read as unsigned). */
+  private static String dataBlock(ReceiverRoom r, PdFrame.Data d) {
+    return "sent DATA for room "
+        + r.id
+        + " block (group="
+        + d.group()
+        + ", index="
+        + Integer.toUnsignedString(d.index())
+        + ")";
   }
 
   void onDone(ReceiverLink link, PdFrame.Done f) throws PdProtocolException {
@@ -667,6 +652,11 @@ public final class KvReceiver implements AutoCloseable {
 
   // ---------------------------------------------------------------------------------------------
   // Deadlines, on the timer thread
+
+  /** Runs {@code action} on the timer once {@code bootstrap_deadline_ms} passed. */
+  private ScheduledFuture<?> afterBootstrapDeadline(Runnable action) {
+    return timer.schedule(action, settings.bootstrapDeadlineMs(), TimeUnit.MILLISECONDS);
+  }
 
   private void onUnclaimedDeadline(ReceiverRoom r) {
     synchronized (lock) {

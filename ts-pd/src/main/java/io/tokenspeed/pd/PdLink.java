@@ -1,9 +1,11 @@
 package io.tokenspeed.pd;
 
 import io.tokenspeed.core.OneLine;
+import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
+import java.time.Duration;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -127,6 +129,61 @@ abstract class PdLink {
         established ? PdException.Kind.CONNECTION : PdException.Kind.HANDSHAKE,
         "the connection with " + peer() + " failed " + doing + ": " + e,
         e);
+  }
+
+  /** Both proofs passed: marks the connection established and counts it open. */
+  final void onEstablished() {
+    established = true;
+    counters.connectionsOpened.incrementAndGet();
+    counters.connectionsOpen.incrementAndGet();
+  }
+
+  /** Counts the end of the connection, once its thread stopped, by how it ended. */
+  final void countDown(PdException cause) {
+    if (established) {
+      counters.connectionsOpen.decrementAndGet();
+      if (cause.kind() != PdException.Kind.CLOSED) {
+        counters.connectionFailures.incrementAndGet();
+      }
+    } else if (cause.kind() != PdException.Kind.CLOSED) {
+      counters.handshakeFailures.incrementAndGet();
+    }
+  }
+
+  /** The failure of the peer closing the connection: no failure while no room is open. */
+  final PdException closedByPeer(EOFException e) {
+    return roomCount() == 0
+        // An idle connection's end is no failure: the next room dials afresh.
+        ? new PdException(PdException.Kind.CLOSED, peer() + " closed the idle connection")
+        : new PdException(
+            PdException.Kind.CONNECTION,
+            peer() + " closed the connection (" + e.getMessage() + "); its rooms fail");
+  }
+
+  /** The failure of a frame that broke the protocol on this established connection. */
+  final PdException protocolBroken(PdProtocolException e) {
+    return new PdException(
+        PdException.Kind.CONNECTION,
+        peer() + " broke the protocol and is disconnected: it " + e.getMessage());
+  }
+
+  /** The failure of a reader that threw (a broken invariant). */
+  final PdException readFailed(RuntimeException e) {
+    return new PdException(
+        PdException.Kind.CONNECTION, "reading from " + peer() + " failed: " + e, e);
+  }
+
+  /** Waits up to {@code millis} in all for {@code threads} (nulls skipped) to end. */
+  static void joinAll(long millis, Thread... threads) throws InterruptedException {
+    long deadline = System.nanoTime() + millis * 1_000_000L;
+    for (Thread t : threads) {
+      if (t != null) {
+        long left = deadline - System.nanoTime();
+        if (left > 0) {
+          t.join(Duration.ofNanos(left));
+        }
+      }
+    }
   }
 
   /** Called by the endpoint's timer; see the class comment. */

@@ -5,7 +5,6 @@ import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SocketChannel;
-import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -64,45 +63,26 @@ final class ReceiverLink extends PdLink {
       channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
       PdHandshake.accept(channel, reader, receiver.secret);
       peer = "prefill engine at " + remote;
-      established = true;
-      counters.connectionsOpened.incrementAndGet();
-      counters.connectionsOpen.incrementAndGet();
+      onEstablished();
       writerThread =
           Thread.ofVirtual().name("ts-pd-receive-write-" + remote).start(this::writeLoop);
       readLoop();
     } catch (PdProtocolException e) {
       fail(
           established
-              ? new PdException(
-                  PdException.Kind.CONNECTION,
-                  peer + " broke the protocol and is disconnected: it " + e.getMessage())
+              ? protocolBroken(e)
               : new PdException(
                   PdException.Kind.HANDSHAKE,
                   "the KV receiver refused a connection from " + remote + ": " + e.getMessage()));
     } catch (EOFException e) {
-      fail(
-          roomCount() == 0
-              // An idle connection's end is no failure: the next room dials afresh.
-              ? new PdException(PdException.Kind.CLOSED, peer + " closed the idle connection")
-              : new PdException(
-                  PdException.Kind.CONNECTION,
-                  peer + " closed the connection (" + e.getMessage() + "); its rooms fail"));
+      fail(closedByPeer(e));
     } catch (IOException e) {
       fail(ioFailure(established ? "while reading" : "during the handshake", e));
     } catch (RuntimeException e) {
-      fail(
-          new PdException(
-              PdException.Kind.CONNECTION, "reading from " + peer + " failed: " + e, e));
+      fail(readFailed(e));
     } finally {
       PdException cause = failure();
-      if (established) {
-        counters.connectionsOpen.decrementAndGet();
-        if (cause.kind() != PdException.Kind.CLOSED) {
-          counters.connectionFailures.incrementAndGet();
-        }
-      } else if (cause.kind() != PdException.Kind.CLOSED) {
-        counters.handshakeFailures.incrementAndGet();
-      }
+      countDown(cause);
       receiver.onLinkDown(this, cause);
     }
   }
@@ -152,14 +132,6 @@ final class ReceiverLink extends PdLink {
 
   /** Waits up to {@code millis} for both threads to end (after {@link #fail}). */
   void join(long millis) throws InterruptedException {
-    long deadline = System.nanoTime() + millis * 1_000_000L;
-    for (Thread t : new Thread[] {readerThread, writerThread}) {
-      if (t != null) {
-        long left = deadline - System.nanoTime();
-        if (left > 0) {
-          t.join(Duration.ofNanos(left));
-        }
-      }
-    }
+    joinAll(millis, readerThread, writerThread);
   }
 }

@@ -98,9 +98,7 @@ final class SenderLink extends PdLink {
       channel.connect(address);
       channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
       PdHandshake.dial(channel, reader, sender.secret, peer);
-      established = true;
-      counters.connectionsOpened.incrementAndGet();
-      counters.connectionsOpen.incrementAndGet();
+      onEstablished();
       readerThread =
           Thread.ofVirtual().name("ts-pd-send-read-" + address.getPort()).start(this::readLoop);
       writeLoop();
@@ -133,24 +131,13 @@ final class SenderLink extends PdLink {
         }
       }
     } catch (EOFException e) {
-      fail(
-          roomCount() == 0
-              // An idle connection's end is no failure: the next room dials afresh.
-              ? new PdException(PdException.Kind.CLOSED, peer + " closed the idle connection")
-              : new PdException(
-                  PdException.Kind.CONNECTION,
-                  peer + " closed the connection (" + e.getMessage() + "); its rooms fail"));
+      fail(closedByPeer(e));
     } catch (PdProtocolException e) {
-      fail(
-          new PdException(
-              PdException.Kind.CONNECTION,
-              peer + " broke the protocol and is disconnected: it " + e.getMessage()));
+      fail(protocolBroken(e));
     } catch (IOException e) {
       fail(ioFailure("while reading", e));
     } catch (RuntimeException e) {
-      fail(
-          new PdException(
-              PdException.Kind.CONNECTION, "reading from " + peer + " failed: " + e, e));
+      fail(readFailed(e));
     }
   }
 
@@ -172,14 +159,7 @@ final class SenderLink extends PdLink {
     synchronized (this) {
       down = true;
     }
-    if (established) {
-      counters.connectionsOpen.decrementAndGet();
-      if (cause.kind() != PdException.Kind.CLOSED) {
-        counters.connectionFailures.incrementAndGet();
-      }
-    } else if (cause.kind() != PdException.Kind.CLOSED) {
-      counters.handshakeFailures.incrementAndGet();
-    }
+    countDown(cause);
     sender.onLinkDown(this);
     for (Transfer t : List.copyOf(rooms.values())) {
       t.onLinkDown(cause);
@@ -188,14 +168,6 @@ final class SenderLink extends PdLink {
 
   /** Waits up to {@code millis} for both threads to end (after {@link #fail}). */
   void join(long millis) throws InterruptedException {
-    long deadline = System.nanoTime() + millis * 1_000_000L;
-    for (Thread t : new Thread[] {writer, readerThread}) {
-      if (t != null) {
-        long left = deadline - System.nanoTime();
-        if (left > 0) {
-          t.join(java.time.Duration.ofNanos(left));
-        }
-      }
-    }
+    joinAll(millis, writer, readerThread);
   }
 }

@@ -112,35 +112,16 @@ public final class Transfer {
    */
   public boolean send(int group, int index, MemorySegment bytes) {
     synchronized (this) {
-      if (closed || stopSending) {
+      if (!acceptsFrames("send", "send after done")) {
         return false;
       }
-      if (ack == null) {
-        throw new IllegalStateException("room " + room + ": send before the ACK");
-      }
-      if (doneQueued) {
-        throw new IllegalStateException("room " + room + ": send after done");
-      }
       if (group < 0 || group >= ack.numGroups() || index < 0 || index >= ack.numBlocks(group)) {
-        throw new IllegalArgumentException(
-            "room "
-                + room
-                + ": block (group="
-                + group
-                + ", index="
-                + index
-                + ") is outside the ACK "
-                + ack);
+        throw new IllegalArgumentException(block(group, index) + " is outside the ACK " + ack);
       }
       if (bytes.byteSize() != bootstrap.blockBytes(group)) {
         throw new IllegalArgumentException(
-            "room "
-                + room
-                + ": block (group="
-                + group
-                + ", index="
-                + index
-                + ") has "
+            block(group, index)
+                + " has "
                 + bytes.byteSize()
                 + " bytes, group "
                 + group
@@ -150,17 +131,10 @@ public final class Transfer {
       }
       if (!bytes.isAccessibleBy(KvReceiver.ANY_OTHER_THREAD)) {
         throw new IllegalArgumentException(
-            "room "
-                + room
-                + ": block (group="
-                + group
-                + ", index="
-                + index
-                + ") is confined to one thread; the connection's writer reads it");
+            block(group, index) + " is confined to one thread; the connection's writer reads it");
       }
       if (queued[group].get(index)) {
-        throw new IllegalArgumentException(
-            "room " + room + ": block (group=" + group + ", index=" + index + ") sent twice");
+        throw new IllegalArgumentException(block(group, index) + " sent twice");
       }
       queued[group].set(index);
       queuedBlocks++;
@@ -178,14 +152,8 @@ public final class Transfer {
    */
   public boolean done(DoneInfo info) {
     synchronized (this) {
-      if (closed || stopSending) {
+      if (!acceptsFrames("done", "done twice")) {
         return false;
-      }
-      if (ack == null) {
-        throw new IllegalStateException("room " + room + ": done before the ACK");
-      }
-      if (doneQueued) {
-        throw new IllegalStateException("room " + room + ": done twice");
       }
       if (queuedBlocks != ack.totalBlocks()) {
         throw new IllegalStateException(
@@ -201,6 +169,28 @@ public final class Transfer {
       link.enqueue(new Outbound.Finish(this, info));
       return true;
     }
+  }
+
+  /**
+   * Holding this: false when the room no longer accepts frames; throws when {@code op} comes before
+   * the ACK, or after DONE was queued ({@code afterDone} says so).
+   */
+  private boolean acceptsFrames(String op, String afterDone) {
+    if (closed || stopSending) {
+      return false;
+    }
+    if (ack == null) {
+      throw new IllegalStateException("room " + room + ": " + op + " before the ACK");
+    }
+    if (doneQueued) {
+      throw new IllegalStateException("room " + room + ": " + afterDone);
+    }
+    return true;
+  }
+
+  /** Block {@code (group, index)} of this room, as messages name it. */
+  private String block(int group, int index) {
+    return "room " + room + ": block (group=" + group + ", index=" + index + ")";
   }
 
   /**

@@ -130,7 +130,7 @@ class CancellationTest {
       }
       eventually(() -> receiver.openRooms() == 0, "no room open on the decode side");
       eventually(() -> sender.metrics().roomsOpen() == 0, "no room open on the prefill side");
-      eventually(() -> landing.of(room).releases.get() == 1, "the destinations released");
+      landing.awaitReleased(room);
       assertEquals(1, sender.metrics().roomsCancelled(), () -> sender.metrics().toString());
       assertEquals(1, receiver.metrics().roomsCancelled(), () -> receiver.metrics().toString());
 
@@ -168,11 +168,9 @@ class CancellationTest {
   void shouldHoldTheFenceUntilTheAnswerIsWrittenAndDropUnwrittenBlocksWhenTheDecodeSideCancels()
       throws Exception {
     PdSecret secret = PdSecret.generate();
-    try (java.net.ServerSocket server =
-            new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress());
+    try (java.net.ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, PdTesting.settings())) {
-      java.net.InetSocketAddress at =
-          new java.net.InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      java.net.InetSocketAddress at = PdTesting.addressOf(server);
       Bootstrap b = PdTesting.bootstrap(new SplittableRandom(11), 10, 1 << 20);
       Transfer t = sender.bootstrap(1, at, b);
       Arena sources = Arena.ofShared();

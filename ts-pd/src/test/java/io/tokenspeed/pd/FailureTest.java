@@ -10,7 +10,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
@@ -81,10 +80,9 @@ class FailureTest {
         awaitFailure(m.transfers().get(r).received(), prefillKind, "the fence of room " + r);
         awaitFailure(m.registrations().get(r).landed(), decodeKind, "the landing of room " + r);
       }
-      long tookMs = (System.nanoTime() - start) / 1_000_000;
+      long tookMs = PdTesting.millisSince(start);
       assertTrue(tookMs < 20_000, "rooms failed after " + tookMs + " ms");
-      eventually(() -> landing.issued.stream().allMatch(d -> d.releases.get() == 1), "releases");
-      landing.assertAllReleasedOnce();
+      landing.awaitAllReleasedOnce();
       assertEquals(0, receiver.openRooms());
       assertEquals(3, receiver.metrics().roomsFailed());
       assertEquals(3, sender.metrics().roomsFailed());
@@ -99,10 +97,10 @@ class FailureTest {
   @Test
   void shouldFailTheSendersRoomsWhenTheDecodeSocketIsResetMidTransfer() throws Exception {
     PdSettings s = PdSettings.defaults().withTimingsMs(5_000, 10_000, 100, 60_000);
-    try (ServerSocket server = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+    try (ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, s);
         Arena arena = Arena.ofShared()) {
-      InetSocketAddress at = new InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      InetSocketAddress at = PdTesting.addressOf(server);
       Bootstrap b = PdTesting.bootstrap(rnd, 10, 8192);
       Transfer t1 = sender.bootstrap(1, at, b);
       Transfer t2 = sender.bootstrap(2, at, b);
@@ -157,8 +155,7 @@ class FailureTest {
       }
       awaitFailure(r1.landed(), PdException.Kind.CONNECTION, "room 1", Duration.ofSeconds(20));
       awaitFailure(r2.landed(), PdException.Kind.CONNECTION, "room 2", Duration.ofSeconds(20));
-      eventually(() -> landing.issued.stream().allMatch(d -> d.releases.get() == 1), "releases");
-      landing.assertAllReleasedOnce();
+      landing.awaitAllReleasedOnce();
       assertEquals(0, receiver.openRooms());
       assertEquals(2, receiver.metrics().roomsFailed());
       assertEquals(1, receiver.metrics().connectionFailures());
@@ -181,12 +178,12 @@ class FailureTest {
       long start = System.nanoTime();
       // From now on the raw peer neither reads nor writes; the receiver keeps pinging into it.
       PdException e = awaitFailure(reg.landed(), PdException.Kind.CONNECTION, "landing");
-      long tookMs = (System.nanoTime() - start) / 1_000_000;
+      long tookMs = PdTesting.millisSince(start);
       assertTrue(tookMs >= 400, "failed after " + tookMs + " ms, before the silence timeout");
       assertTrue(tookMs < 15_000, "failed after " + tookMs + " ms");
       assertTrue(e.getMessage().contains("silence_timeout_ms=600"), e::getMessage);
       log.awaitMessage("prefill engine at", "silence_timeout_ms=600");
-      eventually(() -> landing.of(1).releases.get() == 1, "the destinations released");
+      landing.awaitReleased(1);
       landing.assertAllReleasedOnce();
       assertEquals(0, receiver.openRooms());
     }
@@ -195,10 +192,10 @@ class FailureTest {
   @Test
   void shouldFailTheSendersRoomBySilenceWhenTheDecodeSideStopsReading() throws Exception {
     PdSettings s = PdSettings.defaults().withTimingsMs(5_000, 10_000, 100, 600);
-    try (ServerSocket server = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+    try (ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, s);
         Arena arena = Arena.ofShared()) {
-      InetSocketAddress at = new InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      InetSocketAddress at = PdTesting.addressOf(server);
       Bootstrap b = PdTesting.bootstrap(rnd, 10, 1 << 20);
       Transfer t = sender.bootstrap(1, at, b);
       try (RawPd decode = RawPd.decode(server, secret)) {
@@ -213,7 +210,7 @@ class FailureTest {
         // The raw peer reads nothing more: the writer blocks on a full window, and nothing comes
         // in.
         PdException e = awaitFailure(t.received(), PdException.Kind.CONNECTION, "the fence");
-        long tookMs = (System.nanoTime() - start) / 1_000_000;
+        long tookMs = PdTesting.millisSince(start);
         assertTrue(tookMs < 15_000, "failed after " + tookMs + " ms");
         assertTrue(e.getMessage().contains("silence_timeout_ms=600"), e::getMessage);
         assertTrue(sender.metrics().bytesSent() < 64L << 20, "the window stopped the writer");
@@ -231,7 +228,7 @@ class FailureTest {
       long start = System.nanoTime();
       Transfer t = sender.bootstrap(77, receiver.address(), PdTesting.bootstrap(rnd, 5, 64));
       PdException e = awaitFailure(t.acknowledged(), PdException.Kind.REFUSED, "ACK");
-      long tookMs = (System.nanoTime() - start) / 1_000_000;
+      long tookMs = PdTesting.millisSince(start);
       assertTrue(tookMs >= 350, "refused after " + tookMs + " ms, before the deadline");
       assertTrue(e.getMessage().contains("unknown room"), e::getMessage);
       awaitFailure(t.received(), PdException.Kind.REFUSED, "the fence");
@@ -396,7 +393,7 @@ class FailureTest {
       assertEquals(1, cancel.room());
       prefill.send(PdFrameEncoder.cancel(1, "answering"));
       eventually(() -> receiver.openRooms() == 0, "the room closed");
-      eventually(() -> landing.of(1).releases.get() == 1, "the destinations released");
+      landing.awaitReleased(1);
       landing.assertAllReleasedOnce();
       assertEquals(1, receiver.metrics().roomsFailed());
       assertEquals(0, receiver.metrics().roomsLanded());

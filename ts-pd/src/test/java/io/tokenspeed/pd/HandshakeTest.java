@@ -1,6 +1,5 @@
 package io.tokenspeed.pd;
 
-import static io.tokenspeed.pd.PdTesting.await;
 import static io.tokenspeed.pd.PdTesting.awaitFailure;
 import static io.tokenspeed.pd.PdTesting.eventually;
 import static io.tokenspeed.pd.PdTesting.loopback;
@@ -30,17 +29,9 @@ class HandshakeTest {
         KvSender sender = KvSender.open(secret, PdTesting.settings());
         Arena arena = Arena.ofShared()) {
       Bootstrap b = PdTesting.bootstrap(new SplittableRandom(1), 40, 4096);
-      Registration reg = receiver.expect(7);
-      Transfer t = sender.bootstrap(7, receiver.address(), b);
-      Ack ack = await(t.acknowledged(), "ACK");
+      Ack ack =
+          PdTesting.landRoom(receiver, sender, arena, 7, b, new DoneInfo(11, CachedTokens.NONE));
       assertEquals(new Ack(new int[] {3}), ack);
-      PdTesting.sendAll(
-          t, PdTesting.sources(arena, 7, b, ack), new DoneInfo(11, CachedTokens.NONE));
-      Landed landed = await(reg.landed(), "landing");
-      PdTesting.assertLandedBytes(7, landed.destinations(), b);
-      assertTrue(landed.acknowledge());
-      await(t.received(), "RECEIVED");
-      landed.destinations().release();
       assertEquals(1, receiver.metrics().connectionsOpened());
       assertEquals(0, receiver.metrics().handshakeFailures());
       landing.assertAllReleasedOnce();
@@ -73,7 +64,7 @@ class HandshakeTest {
   @Test
   void shouldFailTheBootstrapWhenTheAcceptorIsAnImpostor() throws Exception {
     // A decode engine started with another secret answers the proof with a wrong one of its own.
-    try (ServerSocket server = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress());
+    try (ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, PdTesting.settings())) {
       PdSecret other = PdSecret.generate();
       Thread impostor =
@@ -102,7 +93,7 @@ class HandshakeTest {
                       // The dialer hangs up.
                     }
                   });
-      var address = new java.net.InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      var address = PdTesting.addressOf(server);
       Transfer t =
           sender.bootstrap(3, address, PdTesting.bootstrap(new SplittableRandom(3), 4, 64));
       PdException e = awaitFailure(t.acknowledged(), PdException.Kind.HANDSHAKE, "ACK");
@@ -158,7 +149,7 @@ class HandshakeTest {
       PdFrame.Hello answer = (PdFrame.Hello) raw.reader.next(true);
       assertEquals(PdFrameDescriptor.ROLE_DECODE, answer.role());
       raw.awaitClosed(Duration.ofSeconds(20));
-      long tookMs = (System.nanoTime() - start) / 1_000_000;
+      long tookMs = PdTesting.millisSince(start);
       assertTrue(tookMs >= 250, "dropped after " + tookMs + " ms, before the timeout");
       eventually(() -> receiver.metrics().handshakeFailures() == 1, "a counted handshake failure");
       log.awaitMessage("handshake_timeout_ms=300", ":" + raw.socket.getLocalPort());
@@ -187,16 +178,7 @@ class HandshakeTest {
         silent.awaitClosed(Duration.ofSeconds(20));
       }
       Bootstrap boot = PdTesting.bootstrap(new SplittableRandom(3), 20, 1024);
-      Registration reg = receiver.expect(9);
-      Transfer t = sender.bootstrap(9, receiver.address(), boot);
-      Ack ack = await(t.acknowledged(), "ACK");
-      PdTesting.sendAll(
-          t, PdTesting.sources(arena, 9, boot, ack), new DoneInfo(5, CachedTokens.NONE));
-      Landed landed = await(reg.landed(), "landing");
-      PdTesting.assertLandedBytes(9, landed.destinations(), boot);
-      assertTrue(landed.acknowledge());
-      await(t.received(), "RECEIVED");
-      landed.destinations().release();
+      PdTesting.landRoom(receiver, sender, arena, 9, boot, new DoneInfo(5, CachedTokens.NONE));
       assertEquals(1, receiver.metrics().connectionsRefused());
       assertEquals(3, receiver.metrics().handshakeFailures());
       assertEquals(1, receiver.metrics().connectionsOpened());
@@ -208,7 +190,7 @@ class HandshakeTest {
   void shouldFailTheBootstrapWhenTheAcceptorNeverAnswers() throws Exception {
     PdSettings s = PdSettings.defaults().withTimingsMs(300, 10_000, 100, 5_000);
     AtomicBoolean accepted = new AtomicBoolean();
-    try (ServerSocket server = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress());
+    try (ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, s)) {
       Thread.ofVirtual()
           .start(
@@ -220,7 +202,7 @@ class HandshakeTest {
                   // Closed by the test.
                 }
               });
-      var address = new java.net.InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      var address = PdTesting.addressOf(server);
       Transfer t =
           sender.bootstrap(5, address, PdTesting.bootstrap(new SplittableRandom(5), 4, 64));
       PdException e = awaitFailure(t.received(), PdException.Kind.HANDSHAKE, "the fence");
@@ -234,7 +216,7 @@ class HandshakeTest {
   @Test
   void shouldFailTheBootstrapNamingTheAddressWhenNothingListens() throws Exception {
     int port;
-    try (ServerSocket probe = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+    try (ServerSocket probe = PdTesting.loopbackServer()) {
       port = probe.getLocalPort();
     }
     try (KvSender sender = KvSender.open(secret, PdTesting.settings())) {

@@ -1,13 +1,16 @@
 package io.tokenspeed.pd;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -32,6 +35,21 @@ final class PdTesting {
   /** Loopback, any port. */
   static InetSocketAddress loopback() {
     return new InetSocketAddress(InetAddress.getLoopbackAddress(), 0);
+  }
+
+  /** A server socket on loopback, any port, with a backlog of one (a raw peer's listener). */
+  static ServerSocket loopbackServer() throws IOException {
+    return new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+  }
+
+  /** The address {@code server} listens on. */
+  static InetSocketAddress addressOf(ServerSocket server) {
+    return new InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+  }
+
+  /** Whole milliseconds since {@code startNs} (a {@link System#nanoTime} reading). */
+  static long millisSince(long startNs) {
+    return (System.nanoTime() - startNs) / 1_000_000;
   }
 
   /** Timings that keep tests short but tolerate a loaded machine. */
@@ -185,6 +203,27 @@ final class PdTesting {
         }
       }
     }
+  }
+
+  /**
+   * Takes {@code room} of {@code b} from {@code sender} to {@code receiver} end to end: registers
+   * it, sends every block the ACK asks for and DONE with {@code info}, checks the landed bytes,
+   * acknowledges, awaits the fence and releases the destinations.
+   *
+   * @return the ACK
+   */
+  static Ack landRoom(
+      KvReceiver receiver, KvSender sender, Arena arena, long room, Bootstrap b, DoneInfo info) {
+    Registration reg = receiver.expect(room);
+    Transfer t = sender.bootstrap(room, receiver.address(), b);
+    Ack ack = await(t.acknowledged(), "ACK");
+    sendAll(t, sources(arena, room, b, ack), info);
+    Landed landed = await(reg.landed(), "landing");
+    assertLandedBytes(room, landed.destinations(), b);
+    assertTrue(landed.acknowledge());
+    await(t.received(), "RECEIVED");
+    landed.destinations().release();
+    return ack;
   }
 
   /** Asserts the counters of a quiet endpoint add up: every opened room ended once or is open. */

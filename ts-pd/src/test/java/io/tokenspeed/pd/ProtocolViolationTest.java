@@ -2,14 +2,12 @@ package io.tokenspeed.pd;
 
 import static io.tokenspeed.pd.PdTesting.await;
 import static io.tokenspeed.pd.PdTesting.awaitFailure;
-import static io.tokenspeed.pd.PdTesting.eventually;
 import static io.tokenspeed.pd.PdTesting.loopback;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
@@ -76,8 +74,7 @@ class ProtocolViolationTest {
       assertTrue(e.getMessage().contains(peer), e::getMessage);
       assertTrue(e.getMessage().contains(v.logged), e::getMessage);
       log.awaitMessage(peer, v.logged);
-      eventually(() -> landing.issued.stream().allMatch(d -> d.releases.get() == 1), "releases");
-      landing.assertAllReleasedOnce();
+      landing.awaitAllReleasedOnce();
       assertEquals(0, receiver.openRooms());
       assertEquals(1, receiver.metrics().connectionFailures());
       PdTesting.assertBalanced(receiver.metrics());
@@ -134,10 +131,10 @@ class ProtocolViolationTest {
   @EnumSource(ByDecode.class)
   void shouldFailTheRoomsNamingThePeerWhenADecodePeerBreaksTheProtocol(ByDecode v)
       throws Exception {
-    try (ServerSocket server = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+    try (ServerSocket server = PdTesting.loopbackServer();
         KvSender sender = KvSender.open(secret, PdTesting.settings());
         PdTesting.LogCapture log = new PdTesting.LogCapture()) {
-      InetSocketAddress at = new InetSocketAddress(server.getInetAddress(), server.getLocalPort());
+      InetSocketAddress at = PdTesting.addressOf(server);
       Transfer t = sender.bootstrap(1, at, PdTesting.bootstrap(new SplittableRandom(3), 10, 64));
       try (RawPd decode = RawPd.decode(server, secret)) {
         decode.next(PdFrame.Open.class);

@@ -2,11 +2,10 @@ package io.tokenspeed.pd;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.concurrent.CompletableFuture;
 import java.util.zip.CRC32C;
 
@@ -27,43 +26,14 @@ public final class ReceiverChild {
 
   private ReceiverChild() {}
 
-  /** Blocks of one room in a shared arena of their own, closed on release. */
-  private record Blocks(Arena arena, MemorySegment[][] blocks) implements Destinations {
-    @Override
-    public int numGroups() {
-      return blocks.length;
-    }
-
-    @Override
-    public int numBlocks(int group) {
-      return blocks[group].length;
-    }
-
-    @Override
-    public MemorySegment block(int group, int index) {
-      return blocks[group][index];
-    }
-
-    @Override
-    public void release() {
-      arena.close();
-    }
-  }
-
   public static void main(String[] args) throws Exception {
     long silenceMs = Long.parseLong(args[0]);
     PdSettings settings = PdSettings.defaults().withTimingsMs(10_000, 30_000, 200, silenceMs);
     Landing landing =
         (room, b) -> {
-          Arena arena = Arena.ofShared();
-          int n = (b.numTokens() + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK;
-          MemorySegment[][] blocks = new MemorySegment[b.numGroups()][n];
-          for (int g = 0; g < blocks.length; g++) {
-            for (int i = 0; i < n; i++) {
-              blocks[g][i] = arena.allocate(b.blockBytes(g));
-            }
-          }
-          return CompletableFuture.completedFuture(new Blocks(arena, blocks));
+          int[] blocksPerGroup = new int[b.numGroups()];
+          Arrays.fill(blocksPerGroup, (b.numTokens() + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK);
+          return CompletableFuture.completedFuture(new ArenaDestinations(b, blocksPerGroup));
         };
     InetSocketAddress bind = new InetSocketAddress(InetAddress.getLoopbackAddress(), 0);
     try (KvReceiver receiver =

@@ -2,8 +2,6 @@ package io.tokenspeed.pd;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -25,45 +23,22 @@ import java.util.function.ToIntBiFunction;
 final class TestLanding implements Landing {
 
   /** The destinations of one room, counting their releases. */
-  static final class Blocks implements Destinations {
+  static final class Blocks extends ArenaDestinations {
     final long room;
-    final Arena arena = Arena.ofShared();
-    final MemorySegment[][] blocks;
     final AtomicInteger releases = new AtomicInteger();
     private final TestLanding owner;
 
     Blocks(TestLanding owner, long room, Bootstrap b, int[] blocksPerGroup) {
+      super(b, blocksPerGroup);
       this.owner = owner;
       this.room = room;
-      blocks = new MemorySegment[b.numGroups()][];
-      for (int g = 0; g < blocks.length; g++) {
-        blocks[g] = new MemorySegment[blocksPerGroup[g]];
-        for (int i = 0; i < blocks[g].length; i++) {
-          blocks[g][i] = arena.allocate(b.blockBytes(g));
-        }
-      }
-    }
-
-    @Override
-    public int numGroups() {
-      return blocks.length;
-    }
-
-    @Override
-    public int numBlocks(int group) {
-      return blocks[group].length;
-    }
-
-    @Override
-    public MemorySegment block(int group, int index) {
-      return blocks[group][index];
     }
 
     @Override
     public void release() {
       if (releases.incrementAndGet() == 1) {
         try {
-          arena.close();
+          super.release();
         } catch (IllegalStateException e) {
           owner.closeFailures.incrementAndGet();
           throw e;
@@ -149,6 +124,19 @@ final class TestLanding implements Landing {
       }
     }
     throw new AssertionError("no destinations were issued for room " + room);
+  }
+
+  /** Waits until {@code room}'s destinations (the last issued) were released. */
+  void awaitReleased(long room) {
+    PdTesting.eventually(() -> of(room).releases.get() == 1, "the destinations released");
+  }
+
+  /**
+   * Waits until every destinations object issued was released, then asserts it was once, cleanly.
+   */
+  void awaitAllReleasedOnce() {
+    PdTesting.eventually(() -> issued.stream().allMatch(d -> d.releases.get() == 1), "releases");
+    assertAllReleasedOnce();
   }
 
   /** Asserts every destinations object issued was released exactly once, and cleanly. */

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.tokenspeed.core.metrics.PrometheusText;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -86,6 +87,14 @@ final class RouterRig implements AutoCloseable {
             .header("Content-Type", "application/json")
             .POST(HttpRequest.BodyPublishers.ofString(body))
             .build());
+  }
+
+  /** POSTs {@code body} (no content type) and hands back the answer's body as it arrives. */
+  HttpResponse<InputStream> postStreaming(String path, String body)
+      throws IOException, InterruptedException {
+    return client.send(
+        HttpRequest.newBuilder(uri(path)).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+        HttpResponse.BodyHandlers.ofInputStream());
   }
 
   HttpResponse<String> get(String path) {

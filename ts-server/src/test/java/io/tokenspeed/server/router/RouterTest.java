@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.tokenspeed.core.metrics.PrometheusText;
+import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
@@ -140,21 +141,14 @@ class RouterTest {
     // the events after the first wait for the client to have read the first: passed on one by
     // one as they arrive, not after the stream ends; each is split over two chunks
     rig.decode.getFirst().script = new StubBackend.Stream(events, 5, true, -1, 1);
-    HttpResponse<InputStream> res =
-        rig.client.send(
-            HttpRequest.newBuilder(rig.uri("/v1/completions"))
-                .POST(HttpRequest.BodyPublishers.ofString(completion(true)))
-                .build(),
-            HttpResponse.BodyHandlers.ofInputStream());
+    HttpResponse<InputStream> res = rig.postStreaming("/v1/completions", completion(true));
     assertEquals(200, res.statusCode());
     assertEquals(
         "text/event-stream; charset=utf-8", res.headers().firstValue("content-type").orElse(""));
     try (InputStream in = res.body()) {
-      byte[] first = in.readNBytes(events.getFirst().length());
-      assertEquals(events.getFirst(), new String(first, StandardCharsets.UTF_8));
+      assertFirstEvent(in, events);
       rig.decode.getFirst().gate.countDown();
-      String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-      assertEquals(String.join("", events.subList(1, events.size())), rest);
+      assertRestOfStream(in, events);
     }
     assertEquals(0, rig.decode.getFirst().cancellations.get());
   }
@@ -164,16 +158,10 @@ class RouterTest {
     rig = new RouterRig(1, 1, 24);
     List<String> events = events(6, 5);
     rig.decode.getFirst().script = new StubBackend.Stream(events, 5, true, -1, 1);
-    HttpResponse<InputStream> res =
-        rig.client.send(
-            HttpRequest.newBuilder(rig.uri("/v1/completions"))
-                .POST(HttpRequest.BodyPublishers.ofString(completion(true)))
-                .build(),
-            HttpResponse.BodyHandlers.ofInputStream());
+    HttpResponse<InputStream> res = rig.postStreaming("/v1/completions", completion(true));
     assertEquals(200, res.statusCode());
     try (InputStream in = res.body()) {
-      byte[] first = in.readNBytes(events.getFirst().length());
-      assertEquals(events.getFirst(), new String(first, StandardCharsets.UTF_8));
+      assertFirstEvent(in, events);
       assertEquals(1, rig.router.inFlight());
       var drained = new java.util.concurrent.CompletableFuture<Integer>();
       Thread.ofVirtual()
@@ -206,8 +194,7 @@ class RouterTest {
       assertEquals("draining", RouterRig.json(ready.body()).get("status").asText());
       assertFalse(drained.isDone(), "the drain waits for the stream");
       rig.decode.getFirst().gate.countDown();
-      String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-      assertEquals(String.join("", events.subList(1, events.size())), rest);
+      assertRestOfStream(in, events);
       assertEquals(0, drained.get(WAIT_MS, TimeUnit.MILLISECONDS), "left in flight");
     }
     assertEquals(0, rig.router.inFlight());
@@ -336,6 +323,18 @@ class RouterTest {
     assertEquals(String.join("", events), res.body(), "the stream went on untouched");
     assertEquals(0, d.cancellations.get(), "decode was left alone");
     assertEquals(1.0, prefillFailures("unreachable"));
+  }
+
+  /** Reads the first of {@code events} off the stream, and only that. */
+  private static void assertFirstEvent(InputStream in, List<String> events) throws IOException {
+    byte[] first = in.readNBytes(events.getFirst().length());
+    assertEquals(events.getFirst(), new String(first, StandardCharsets.UTF_8));
+  }
+
+  /** Reads the stream to its end: the rest of {@code events}, byte for byte. */
+  private static void assertRestOfStream(InputStream in, List<String> events) throws IOException {
+    String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(String.join("", events.subList(1, events.size())), rest);
   }
 
   private double prefillFailures(String kind) {
