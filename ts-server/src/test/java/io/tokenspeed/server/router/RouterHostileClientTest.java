@@ -214,6 +214,40 @@ class RouterHostileClientTest {
   }
 
   @Test
+  void shouldAnswerPipelinedCompletionsInOrderAndCloseOnConnectionClose() throws Exception {
+    double before = routed();
+    byte[] body =
+        "{\"model\":\"stub-model\",\"prompt\":\"hi\",\"max_tokens\":2}"
+            .getBytes(StandardCharsets.UTF_8);
+    byte[] first = post("/v1/completions", "application/json", body, false);
+    byte[] second = post("/v1/completions", "application/json", body, true);
+    byte[] both = new byte[first.length + second.length];
+    System.arraycopy(first, 0, both, 0, first.length);
+    System.arraycopy(second, 0, both, first.length, second.length);
+    Exchange e = exchange(both);
+    assertEquals(List.of(200, 200), e.statuses(), e.text());
+    assertTrue(e.closed(), "closed after the answer to Connection: close");
+    assertEquals(before + 4, routed(), "each completion went to a prefill and a decode backend");
+  }
+
+  @Test
+  void shouldRouteNothingForAClientThatLeavesMidBodyAndServeTheNext() throws Exception {
+    double before = routed();
+    try (Socket s = new Socket("127.0.0.1", rig.port())) {
+      s.getOutputStream()
+          .write(
+              ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + "Content-Length: 500\r\n\r\n{\"prompt\": \"hal")
+                  .getBytes(StandardCharsets.US_ASCII));
+      s.getOutputStream().flush();
+    } // leaves with 485 bytes of the body unsent
+    Exchange e =
+        exchange("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".getBytes());
+    assertEquals(List.of(200), e.statuses(), e.text());
+    assertEquals(before, routed(), "the half-sent completion reached no backend");
+  }
+
+  @Test
   void shouldCloseAConnectionWhoseHeadArrivesTooSlowly() throws Exception {
     double before = routed();
     try (Socket s = new Socket("127.0.0.1", rig.port())) {
