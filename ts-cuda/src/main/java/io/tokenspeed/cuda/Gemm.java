@@ -8,7 +8,8 @@ import java.lang.foreign.ValueLayout;
  * Row-major matrix products through cuBLAS (or, in deterministic mode, a fixed-order kernel):
  * {@code Y[rows][out] = X[rows][in] · Wᵀ (+ Y)} for a weight matrix {@code W[out][in]} as
  * checkpoints store it. X and W share an element type (float32, or bf16 with float32 accumulation);
- * Y is float32, or bf16 where a product takes cuBLAS's route ({@link #applyBf16Output}).
+ * Y is float32, or bf16 where the product's kernel can round to it ({@link #applyBf16Output}:
+ * cuBLAS in normal mode, the wgmma tiles in deterministic mode).
  *
  * <p>cuBLAS is column-major: a row-major {@code [rows][cols]} matrix is its column-major transpose.
  * So {@code Yᵀ (out × rows) = W (in × out, transposed) · Xᵀ (in × rows)}: op(A) = T with A = W, lda

@@ -9,7 +9,6 @@ import io.tokenspeed.engine.EngineStats;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.l3.L3Metrics;
-import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -531,8 +530,10 @@ final class BenchServeCommand implements Callable<Integer> {
               + " must list distinct ones of: "
               + String.join(", ", SETUPS.stream().map(Setup::id).toList()));
     }
-    if (!dtype.equals("f32") && !dtype.equals("bf16")) {
-      throw usage("--dtype=" + dtype + " is not supported; allowed: f32, bf16");
+    try {
+      ModelOptions.weightType(dtype);
+    } catch (IllegalArgumentException e) {
+      throw usage(e.getMessage());
     }
     deviceOptions.checkAvailable(); // a malformed --device is a usage error, a missing GPU invalid
     if (warmupRounds < 0) {
@@ -658,9 +659,7 @@ final class BenchServeCommand implements Callable<Integer> {
     if (SyntheticCheckpoints.isSynthetic(model)) {
       try {
         return SyntheticCheckpoints.materialize(
-            model,
-            SyntheticCheckpoints.DEFAULT_SEED,
-            dtype.equals("bf16") ? DType.BF16 : DType.F32);
+            model, SyntheticCheckpoints.DEFAULT_SEED, ModelOptions.weightType(dtype));
       } catch (IllegalArgumentException e) {
         throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
       }

@@ -352,6 +352,11 @@ final class BenchTraceCommand implements Callable<Integer> {
     if ((targets == null) == (serve == null)) {
       throw usage("give either --targets or --serve");
     }
+    try {
+      ModelOptions.weightType(dtype);
+    } catch (IllegalArgumentException e) {
+      throw usage(e.getMessage());
+    }
     if (targets != null && (targets.isEmpty() || vocabSize == null || vocabSize < 2)) {
       throw usage("--targets needs at least one URL and --vocab-size (at least 2)");
     }
@@ -520,7 +525,7 @@ final class BenchTraceCommand implements Callable<Integer> {
           "bench trace --serve needs the JVM option --add-modules jdk.incubator.vector"
               + " (bin/tokenspeed adds it)");
     }
-    DType weights = dtype.equalsIgnoreCase("bf16") ? DType.BF16 : DType.F32;
+    DType weights = ModelOptions.weightType(dtype);
     Path folder;
     if (SyntheticCheckpoints.isSynthetic(model)) {
       folder = SyntheticCheckpoints.materialize(model, SyntheticCheckpoints.DEFAULT_SEED, weights);

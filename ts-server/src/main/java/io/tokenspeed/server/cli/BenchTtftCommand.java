@@ -287,9 +287,10 @@ final class BenchTtftCommand implements Callable<Integer> {
             spec.commandLine(), "--stores: " + s + " is not one of: " + String.join(", ", STORES));
       }
     }
-    if (!List.of("f32", "bf16").contains(dtype.toLowerCase(java.util.Locale.ROOT))) {
-      throw new ParameterException(
-          spec.commandLine(), "--dtype=" + dtype + " is not supported; allowed: f32, bf16");
+    try {
+      ModelOptions.weightType(dtype);
+    } catch (IllegalArgumentException e) {
+      throw new ParameterException(spec.commandLine(), e.getMessage());
     }
     if (stores.contains("redis") && (redisUri == null) == (redisCluster == null)) {
       throw new ParameterException(

@@ -71,10 +71,26 @@ final class ModelOptions {
 
   /** The {@code --dtype} value; a usage error lists the allowed ones. */
   DType weightType() {
+    try {
+      return weightType(dtype);
+    } catch (IllegalArgumentException e) {
+      throw usage(e.getMessage());
+    }
+  }
+
+  /**
+   * A synthetic model's weight type from a {@code --dtype} value ({@code f32} or {@code bf16}, any
+   * case), for every command that takes the flag.
+   *
+   * @throws IllegalArgumentException naming the value and the allowed ones
+   */
+  static DType weightType(String dtype) {
     return switch (dtype.toLowerCase(Locale.ROOT)) {
       case "f32" -> DType.F32;
       case "bf16" -> DType.BF16;
-      default -> throw usage("--dtype=" + dtype + " is not supported; allowed: f32, bf16");
+      default ->
+          throw new IllegalArgumentException(
+              "--dtype=" + dtype + " is not supported; allowed: f32, bf16");
     };
   }
 

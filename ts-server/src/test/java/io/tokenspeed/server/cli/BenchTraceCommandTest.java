@@ -412,7 +412,8 @@ class BenchTraceCommandTest {
         "--serve=1 --window=abc | --window=abc must be START:END in seconds",
         "--serve=1 --rate=2 --sequential | --rate and --sequential exclude each other",
         "--serve=1 --speed=0 | --speed=0.0 must be a positive number",
-        "--serve=0 | --serve=0 must be at least 1"
+        "--serve=0 | --serve=0 must be at least 1",
+        "--serve=1 --dtype=fp16 | --dtype=fp16 is not supported; allowed: f32, bf16"
       })
   void shouldRefuseOptionsThatDoNotFit(String options, String message) throws IOException {
     Path file = trace(TraceTestData.conversations(3, 4));
