@@ -71,14 +71,21 @@ class BenchTraceCommandTest {
     return file;
   }
 
+  /**
+   * The first {@code limit} of {@code requests} generated conversation requests (seed {@code seed})
+   * that fit the tiny model's 4,096 positions with their two output tokens.
+   */
+  private static List<TraceRequest> fitting(long seed, int requests, int limit) {
+    return TraceTestData.conversations(seed, requests).stream()
+        .filter(r -> r.inputLength() + 2 <= 4096)
+        .limit(limit)
+        .toList();
+  }
+
   @Test
   void shouldReuseWhatTheTraceAllowsToWithinAPage() throws Exception {
     // the tiny model takes 4,096 positions: the conversations that fit
-    List<TraceRequest> requests =
-        TraceTestData.conversations(17, 40).stream()
-            .filter(r -> r.inputLength() + 2 <= 4096)
-            .limit(16)
-            .toList();
+    List<TraceRequest> requests = fitting(17, 40, 16);
     assertTrue(requests.size() >= 12, "a trace of " + requests.size());
     Path file = trace(requests);
     Path out = dir.resolve("report.md");
@@ -159,11 +166,7 @@ class BenchTraceCommandTest {
    */
   @Test
   void shouldReplayOverRedisAndLeaveNothingBehind() throws Exception {
-    List<TraceRequest> requests =
-        TraceTestData.conversations(23, 40).stream()
-            .filter(r -> r.inputLength() + 2 <= 4096)
-            .limit(12)
-            .toList();
+    List<TraceRequest> requests = fitting(23, 40, 12);
     Path file = trace(requests);
     try (io.tokenspeed.testkit.RedisServer redis =
         io.tokenspeed.testkit.RedisServers.startStandalone(dir.resolve("redis"))) {
@@ -215,11 +218,7 @@ class BenchTraceCommandTest {
    */
   @Test
   void shouldReportTheTargetsL3FiguresAsTheirMetricsCountThem() throws Exception {
-    List<TraceRequest> requests =
-        TraceTestData.conversations(29, 60).stream()
-            .filter(r -> r.inputLength() + 2 <= 4096)
-            .limit(24)
-            .toList();
+    List<TraceRequest> requests = fitting(29, 60, 24);
     Path file = trace(requests);
     String model = model();
     Path folder =
