@@ -828,9 +828,28 @@ final class PdPort implements AutoCloseable {
     return "failed: " + t;
   }
 
-  /** Closes the transport: open rooms fail (their events are not run any more). */
+  /**
+   * The loop stopped (closed or failed): the requests whose transfer was sent and not yet fenced
+   * are no longer the loop's (the scheduler let them go), so no round would end them; they end here
+   * with {@code why}, and their transfers are cancelled.
+   */
+  void endSent(String why) {
+    for (PrefillRoom p : List.copyOf(sent)) {
+      p.transfer.cancel(why);
+      if (!p.ended) {
+        p.ended = true;
+        p.request.handle.end(p.request.result("error", why));
+      }
+    }
+  }
+
+  /**
+   * Closes the transport (open rooms fail; their events are not run any more) and ends what the
+   * loop left (see {@link #endSent}). After the loop ended.
+   */
   @Override
   public void close() {
+    endSent("the prefill engine closed before its transfer completed");
     if (sender != null) {
       sender.close();
     }

@@ -863,6 +863,9 @@ final class Round {
     for (ActiveRequest a : intake.queued()) {
       a.handle.end(a.result("error", "engine loop failed: " + t));
     }
+    if (pd != null) {
+      pd.endSent("engine loop failed: " + t);
+    }
   }
 
   /** The loop ended: a replica's commands still waiting fail. */
