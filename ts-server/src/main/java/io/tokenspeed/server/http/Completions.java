@@ -90,7 +90,7 @@ final class Completions {
           // nobody to answer: the connection ends here, quietly (the departure is logged below)
           throw new WebFront.ClientGoneException();
         }
-        checkFailures(runs);
+        checkFailures(req, runs);
         checkCut(runs);
         ObjectNode out = JSON.createObjectNode();
         out.put("id", id);
@@ -243,7 +243,7 @@ final class Completions {
       int index = 0;
       for (int[] prompt : req.prompts()) {
         for (int i = 0; i < req.n(); i++) {
-          RequestHandle h = engine.submit(prompt, req.paramsOf(index), req.topLogprobs());
+          RequestHandle h = engine.submit(prompt, req.paramsOf(index), req.topLogprobs(), req.pd());
           state.track(h);
           runs.add(new ChoiceRun(index, h, tokenizer, stop, stopToken));
           index++;
@@ -294,14 +294,22 @@ final class Completions {
     }
   }
 
-  /** A request the engine refused (bad input it found) or that failed is answered as an error. */
-  private void checkFailures(List<ChoiceRun> runs) {
+  /**
+   * A request the engine refused (bad input it found) or that failed is answered as an error. The
+   * half of a disaggregated request whose KV transfer failed (the other engine refused the room,
+   * went away or never came) is answered 502, and the server serves on: the failure is the
+   * request's, not the engine's.
+   */
+  private void checkFailures(GenerationRequest req, List<ChoiceRun> runs) {
     for (ChoiceRun r : runs) {
       GenerationResult res = r.result();
       if ("error".equals(res.finishReason())) {
         String message = res.error();
         if (res.metrics() == null) {
           throw ApiException.invalid(null, message);
+        }
+        if (req.pd() != null && engine.failure().isEmpty()) {
+          throw new ApiException(502, "upstream_error", null, "bad_gateway", message);
         }
         state.fail(message);
         throw ApiException.unavailable(message);
@@ -316,7 +324,7 @@ final class Completions {
     for (ChoiceRun r : runs) {
       if (r.handle.result().isDone() && r.handle.result().join().metrics() == null) {
         r.run((run, text, first, end) -> {});
-        checkFailures(List.of(r));
+        checkFailures(req, List.of(r));
       }
     }
     OutputStream out = answer.events();
