@@ -50,6 +50,9 @@ final class ActiveRequest {
   /** Tokens the forward computed for it so far. */
   long computedTokens;
 
+  /** The disaggregated half it is (docs/pd.md), or null for an ordinary request. */
+  PdTicket ticket;
+
   ActiveRequest(long id, RequestHandle handle, int[] prompt, SamplingState sampling, long nowNs) {
     this.id = id;
     this.handle = handle;

@@ -22,6 +22,7 @@ import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.sampling.SamplingState;
 import io.tokenspeed.model.sampling.TokenLogprobs;
+import io.tokenspeed.pd.PdMetrics;
 import io.tokenspeed.scheduler.Scheduler;
 import io.tokenspeed.scheduler.StorageConfig;
 import io.tokenspeed.scheduler.StorageTransferManager;
@@ -83,6 +84,9 @@ public final class Engine implements AutoCloseable {
 
   /** L3 under the Host tier, or null without a backend. */
   private final StorageTier storage;
+
+  /** The engine's part in disaggregated serving; null for a fused engine. */
+  private final PdPort pd;
 
   /** The replica's exchange (a single engine's: one rank's, in memory). */
   private final Replica replica;
@@ -162,6 +166,17 @@ public final class Engine implements AutoCloseable {
             nanoClock);
     EngineObserver observer = settings.observer();
     this.view = new EngineView(scheduler, cache, stm, publication, copies, active, admin::control);
+    // last of what can fail: a decode engine's KV port is bound here
+    try {
+      this.pd =
+          PdPort.open(settings.pd(), layout, cache, scheduler, host, active, model.identity());
+    } catch (RuntimeException e) {
+      if (storage != null) {
+        storage.close();
+      }
+      closeTiers();
+      throw e;
+    }
     this.round =
         new Round(
             layout,
@@ -186,7 +201,12 @@ public final class Engine implements AutoCloseable {
             this::cancel,
             model.collective()::abort,
             eosId,
-            nanoClock);
+            nanoClock,
+            pd);
+    if (pd != null) {
+      pd.vocabSize(model.vocabSize());
+      view.pd(pd);
+    }
     if (storage != null) {
       storage.onCompletion(loop::wake);
     }
@@ -288,6 +308,21 @@ public final class Engine implements AutoCloseable {
    */
   public long[] recentExchangeNanos() {
     return replica.takeExchangeNanos();
+  }
+
+  /** The engine's role in disaggregated serving. */
+  public EngineRole role() {
+    return pd == null ? EngineRole.FUSED : pd.role();
+  }
+
+  /** A decode engine's KV endpoint (the address prefill engines dial); empty for other roles. */
+  public Optional<InetSocketAddress> pdEndpoint() {
+    return pd == null ? Optional.empty() : pd.endpoint();
+  }
+
+  /** The KV transfer's counters of a prefill or decode engine; empty for a fused engine. */
+  public Optional<PdMetrics> pdMetrics() {
+    return pd == null ? Optional.empty() : Optional.of(pd.metrics());
   }
 
   /** This engine's rank in its tensor-parallel replica (0 for a single rank). */
@@ -565,6 +600,30 @@ public final class Engine implements AutoCloseable {
    * @throws IllegalStateException when the engine is closed
    */
   public RequestHandle submit(int[] prompt, SamplingParams params, int topLogprobs) {
+    return submit(prompt, params, topLogprobs, null);
+  }
+
+  /**
+   * Submits one half of a disaggregated request (docs/pd.md), or, with {@code ticket} null, an
+   * ordinary request as {@link #submit(int[], SamplingParams, int)}.
+   *
+   * <ul>
+   *   <li>{@link PdTicket.Prefill} (a prefill engine): the prompt is computed (reusing Device, Host
+   *       and L3 as a fused engine does) once the decode engine acknowledged the room; the first
+   *       token is sampled and sent with the prompt's KV. The handle streams that token and ends
+   *       once the transfer completed (an error result when it failed or was refused).
+   *   <li>{@link PdTicket.Decode} (a decode engine): the prompt's KV and first token land from the
+   *       prefill engine; the handle streams the first token, then the rest. Its metrics report the
+   *       prefill engine's cached tokens by source. Log probabilities are not served this way.
+   * </ul>
+   *
+   * A ticket this engine's role does not serve ends the handle with an error, as bad input does.
+   *
+   * @throws IntakeFullException when {@code max_queued} accepted requests do not run yet
+   * @throws IllegalStateException when the engine is closed
+   */
+  public RequestHandle submit(
+      int[] prompt, SamplingParams params, int topLogprobs, PdTicket ticket) {
     if (!replica.leader()) {
       throw new IllegalStateException(
           "rank " + replica.rank() + " of the replica is not its leader: submit to rank 0");
@@ -585,7 +644,21 @@ public final class Engine implements AutoCloseable {
     ActiveRequest a =
         new ActiveRequest(
             id, handle, prompt, new SamplingState(resolved, eosId, prompt), nanoClock.getAsLong());
+    if (ticket != null) {
+      String refusal =
+          pd == null
+              ? "this engine is fused: it serves no half of a disaggregated request"
+              : pd.prepare(a, ticket, topLogprobs);
+      if (refusal != null) {
+        handle.end(new GenerationResult(id, new int[0], "error", refusal, null));
+        return handle;
+      }
+      a.ticket = ticket;
+    }
     if (!intake.offer(a)) {
+      if (ticket != null) {
+        pd.abandon(id);
+      }
       throw new IntakeFullException(
           "engine intake is full (max_queued="
               + maxQueued()
@@ -784,6 +857,9 @@ public final class Engine implements AutoCloseable {
     replica.failPending(new IllegalStateException("engine closed")); // asked after the loop ended
     if (storage != null && closeReport == null) {
       closeReport = storage.close(); // when the loop has ended, before the device-copy cleanup
+    }
+    if (pd != null) {
+      pd.close(); // its connections write into Host blocks: closed before the Host tier
     }
     replica.close();
     copies.close();

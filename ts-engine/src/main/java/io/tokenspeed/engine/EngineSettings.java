@@ -51,6 +51,7 @@ public final class EngineSettings {
   private final LongSupplier nanoClock;
   private final Simulation simulation;
   private final int loadStages;
+  private final PdOptions pd;
 
   private EngineSettings(Builder b) {
     this.cpuModel = b.cpuModel;
@@ -64,6 +65,12 @@ public final class EngineSettings {
     this.nanoClock = b.nanoClock;
     this.simulation = b.simulation;
     this.loadStages = b.loadStages;
+    this.pd = b.pd;
+  }
+
+  /** The engine's role in disaggregated serving ({@link PdOptions#FUSED} unless told). */
+  PdOptions pd() {
+    return pd;
   }
 
   /**
@@ -142,6 +149,7 @@ public final class EngineSettings {
     private LongSupplier nanoClock = DEFAULT_NANO_CLOCK;
     private Simulation simulation;
     private int loadStages = DEFAULT_LOAD_STAGES;
+    private PdOptions pd = PdOptions.FUSED;
 
     private Builder(CausalLm cpuModel, DeviceModel deviceModel, EngineConfig config) {
       this.cpuModel = cpuModel;
@@ -187,6 +195,16 @@ public final class EngineSettings {
       return this;
     }
 
+    /**
+     * The engine's role in disaggregated serving and its KV transfer (default {@link
+     * PdOptions#FUSED}). The prefill and decode roles serve a single rank: a tensor-parallel
+     * replica in either role is refused by {@link #conclude}.
+     */
+    public Builder pd(PdOptions pd) {
+      this.pd = pd;
+      return this;
+    }
+
     /** A hook the loop thread runs after every round and sample (tests check invariants). */
     Builder observer(EngineObserver observer) {
       this.observer = observer;
@@ -223,7 +241,17 @@ public final class EngineSettings {
       require(eosId, "eosId");
       require(observer, "observer");
       require(nanoClock, "nanoClock");
-      checkRanks(cpuModel != null ? cpuModel.shard() : deviceModel.shard(), control);
+      require(pd, "pd");
+      Shard shard = cpuModel != null ? cpuModel.shard() : deviceModel.shard();
+      checkRanks(shard, control);
+      if (pd.role() != EngineRole.FUSED && shard.size() > 1) {
+        throw new IllegalArgumentException(
+            "the "
+                + pd.role().wireName()
+                + " role serves one rank: a tensor-parallel replica of "
+                + shard.size()
+                + " ranks runs fused only in this version");
+      }
       return new EngineSettings(this);
     }
 

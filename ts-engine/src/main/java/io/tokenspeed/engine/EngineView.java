@@ -42,6 +42,13 @@ final class EngineView {
     this.control = control;
   }
 
+  /** The engine's PD port, whose Host references count (null for a fused engine). */
+  private PdPort pd;
+
+  void pd(PdPort pd) {
+    this.pd = pd;
+  }
+
   /** The control state the latest round took its permissions from. */
   ControlState control() {
     return control.get();
@@ -74,8 +81,8 @@ final class EngineView {
   }
 
   /**
-   * Every reference the scheduler, the storage transfer manager and the tails waiting for
-   * write-through hold (for the checker).
+   * Every reference the scheduler, the storage transfer manager, the tails waiting for
+   * write-through and the PD port's transfers hold (for the checker).
    */
   List<HeldBlock> heldBlocks() {
     List<HeldBlock> out = new ArrayList<>(scheduler.heldBlocks());
@@ -83,6 +90,9 @@ final class EngineView {
     if (stm != null) {
       out.addAll(stm.heldBlocks());
       stm.checkInvariants();
+    }
+    if (pd != null) {
+      out.addAll(pd.heldBlocks());
     }
     return out;
   }

@@ -176,16 +176,19 @@ final class Intake {
   }
 
   /**
-   * Submits {@code a}'s known tokens to the scheduler: a new request's prompt, or, for a request
-   * retracted after it generated tokens, its prompt and those tokens with its image, if any (whose
-   * references pass to the scheduler). Returns the scheduler's refusal, or null.
+   * Submits {@code a}'s known tokens to the scheduler: a new request's prompt (the decode half of a
+   * disaggregated request into Landing, the prefill half waiting for its bootstrap), or, for a
+   * request retracted after it generated tokens, its prompt and those tokens with its image, if any
+   * (whose references pass to the scheduler). Returns the scheduler's refusal, or null.
    */
   static String submit(Scheduler scheduler, CacheLayout layout, ActiveRequest a) {
     try {
       a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
       int maxNewTokens = a.sampling.params().maxTokens() - a.generated();
-      if (a.generated() == 0) {
-        scheduler.submit(a.id, a.keys, maxNewTokens, false);
+      if (a.generated() == 0 && a.ticket instanceof PdTicket.Decode) {
+        scheduler.submitLanding(a.id, a.keys, maxNewTokens); // its KV comes from a prefill engine
+      } else if (a.generated() == 0) {
+        scheduler.submit(a.id, a.keys, maxNewTokens, a.ticket instanceof PdTicket.Prefill);
       } else {
         scheduler.resubmitRetracted(a.id, a.keys, maxNewTokens, a.image);
       }

@@ -24,7 +24,9 @@ public sealed interface PdTicket {
     }
   }
 
-  /** The decode half: land the prompt's KV that a prefill engine sends for the room, then decode. */
+  /**
+   * The decode half: land the prompt's KV that a prefill engine sends for the room, then decode.
+   */
   record Decode(long room) implements PdTicket {
     public Decode {
       checkRoom(room);

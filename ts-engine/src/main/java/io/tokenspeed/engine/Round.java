@@ -109,6 +109,9 @@ final class Round {
   private final OptionalInt eosId;
   private final LongSupplier nanoClock;
 
+  /** The engine's part in disaggregated serving; null for a fused engine. */
+  private final PdPort pd;
+
   /** The leader's cost measurements (null on a follower, without L3 or with the model off). */
   private final CostReporter costs;
 
@@ -175,7 +178,8 @@ final class Round {
       LongConsumer cancel,
       Consumer<String> abortReplica,
       OptionalInt eosId,
-      LongSupplier nanoClock) {
+      LongSupplier nanoClock,
+      PdPort pd) {
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
@@ -198,6 +202,30 @@ final class Round {
     this.abortReplica = abortReplica;
     this.eosId = eosId;
     this.nanoClock = nanoClock;
+    this.pd = pd;
+    if (pd != null) {
+      pd.bind(
+          copies,
+          new PdPort.Ends() {
+            @Override
+            public void end(ActiveRequest a, GenerationResult r) {
+              Round.this.end(a, r);
+            }
+
+            @Override
+            public void cancel(long id) {
+              cancel.accept(id);
+            }
+
+            @Override
+            public void finished(
+                ActiveRequest a, io.tokenspeed.model.sampling.FinishReason reason) {
+              finish(List.of(new ForwardStep.Finished(a, reason)));
+            }
+          },
+          loop::wake,
+          nanoClock);
+    }
     // with the cost model off nothing is sent: no command, no extra round, today's loop exactly
     this.costs =
         storage != null && replica.leader() && stm.costModel().enabled()
@@ -219,8 +247,14 @@ final class Round {
             || scheduler.redundantEvictions() != evictedBefore
             || !head.cancelled().isEmpty()
             || publication.backupsPending();
-    boolean storageWait = storage != null && plan.forward().isEmpty() && storageBusy();
+    // nothing to compute until L3 or a PD peer answers: the runner waits for an event
+    boolean storageWait =
+        plan.forward().isEmpty()
+            && ((storage != null && storageBusy()) || (pd != null && pd.waiting()));
     endCancelled(head.cancelled());
+    if (pd != null) {
+      pd.afterPlan(head.cancelled());
+    }
     reuse.noteAdmissions(nowNs);
     Dispatched dispatched = dispatch(plan);
     long forwardBefore = forward.forwardNanos();
@@ -249,7 +283,7 @@ final class Round {
    * of the control state the round's commands left, the same on every rank; before a replica's
    * first agreed round: a round with nothing permitted at tick 0, the same on every rank.
    */
-  private Head head(long nowNs) throws ControlPlaneException {
+  private Head head(long nowNs) throws ControlPlaneException, InterruptedException {
     loop.runTasks();
     Replica.Agreed agreed;
     try {
@@ -270,6 +304,9 @@ final class Round {
     }
     for (ActiveRequest a : agreed.newRequests()) {
       submitToScheduler(a);
+    }
+    if (pd != null) {
+      pd.head(); // the transport's events: ACKs, reservations, landings, fences
     }
     ControlState c = plantedIgnoresControl ? ControlState.NORMAL : control.get();
     RoundInput input;
@@ -373,14 +410,34 @@ final class Round {
   }
 
   /** Takes the sampled tokens (when the plan ran a forward) and ends the requests they finished. */
-  private void sample(ExecutionPlan plan, SampledForward out) {
+  private void sample(ExecutionPlan plan, SampledForward out) throws InterruptedException {
     if (out == null) {
       notePlan(plan);
       return;
     }
-    List<ForwardStep.Finished> done = forward.sample(plan, out);
+    List<ForwardStep.Finished> done = new ArrayList<>(forward.sample(plan, out));
     notePlan(plan);
+    if (pd != null) {
+      for (ActiveRequest a : pd.firstTokens(plan, done)) {
+        sendPrefilled(a);
+      }
+    }
     finish(done);
+  }
+
+  /**
+   * A prefill engine's request sampled its first token: its prefix is written through as a finished
+   * one's, its KV and token go to the decode engine, and the scheduler lets it go (the transfer
+   * sends from Host copies); its handle ends at the transfer's fence.
+   */
+  private void sendPrefilled(ActiveRequest a) throws InterruptedException {
+    housekeeping = true;
+    if (storage != null) {
+      publication.writeThroughLater(a);
+    }
+    pd.send(a);
+    scheduler.complete(a.id);
+    active.remove(a.id);
   }
 
   /** The round's figures, a metrics snapshot when due, then the observer. */
@@ -535,6 +592,9 @@ final class Round {
       if (a.image != null) {
         publication.dropImage(a.image);
       }
+      if (pd != null && a.ticket != null) {
+        pd.abandon(a.id); // its room on the transport ends with it
+      }
       end(a, a.result("error", refusal));
     }
     a.image = null; // the scheduler's now, or dropped
@@ -687,7 +747,10 @@ final class Round {
    * tasks, or, on a replica's leader, commands to send.
    */
   boolean workArrived() {
-    return intake.pending() || loop.tasksPending() || replica.commandsPending();
+    return intake.pending()
+        || loop.tasksPending()
+        || replica.commandsPending()
+        || (pd != null && pd.pending());
   }
 
   /** On a replica: requests or commands sent whose agreement the next exchange brings. */

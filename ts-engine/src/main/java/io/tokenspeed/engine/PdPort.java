@@ -1,0 +1,784 @@
+package io.tokenspeed.engine;
+
+import io.tokenspeed.cache.CacheCoordinator;
+import io.tokenspeed.cache.HeldBlock;
+import io.tokenspeed.cache.Tier;
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.HostCacheStorage;
+import io.tokenspeed.model.ModelIdentity;
+import io.tokenspeed.model.sampling.FinishReason;
+import io.tokenspeed.pd.Ack;
+import io.tokenspeed.pd.Bootstrap;
+import io.tokenspeed.pd.CachedTokens;
+import io.tokenspeed.pd.Destinations;
+import io.tokenspeed.pd.DoneInfo;
+import io.tokenspeed.pd.KvReceiver;
+import io.tokenspeed.pd.KvSender;
+import io.tokenspeed.pd.Landed;
+import io.tokenspeed.pd.PdException;
+import io.tokenspeed.pd.PdMetrics;
+import io.tokenspeed.pd.Registration;
+import io.tokenspeed.pd.Transfer;
+import io.tokenspeed.scheduler.RequestState;
+import io.tokenspeed.scheduler.Scheduler;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+
+/**
+ * The loop's side of disaggregated serving (docs/pd.md): a prefill engine's rooms, which send the
+ * prompt's KV and first token to a decode engine, and a decode engine's rooms, which land them.
+ *
+ * <p>The transport ({@code ts-pd}) calls back on its own threads; every callback only queues an
+ * event here and wakes the loop, which runs the events at its next head ({@link #head}), so the
+ * scheduler, the tiers and the requests stay the loop thread's. The requests' submissions run on
+ * the caller's thread ({@link #prepare}): they only open the room on the transport.
+ *
+ * <pre>
+ *   prefill   submitted pd (Bootstrapping; L3 may be prepared meanwhile) ─ACK─▶ Submitted ─▶ the
+ *             ordinary prefill ─▶ first token: the prompt's blocks copied Device → Host into
+ *             private Host blocks, sent from there with DONE; the scheduler lets the request go,
+ *             and the Host blocks stay held until the transfer's fence (RECEIVED or CANCEL
+ *             answered), when the handle ends
+ *   decode    registered at submission; admitted into Landing (Device blocks for the prompt and
+ *             its headroom); the BOOTSTRAP's reservation takes private Host blocks for the
+ *             prompt's rows, the bytes land there; landed: Host → Device into the request's
+ *             blocks, awaited, then published as its prefix (Landing ─▶ PrefillDone), the first
+ *             token emitted, RECEIVED written; it decodes as any request
+ * </pre>
+ *
+ * <p>Only layouts whose every group keeps full history are served disaggregated in this version:
+ * the prompt's blocks are its rows {@code [0, rowsFor(n))} of every group.
+ */
+final class PdPort implements AutoCloseable {
+  private static final System.Logger LOG = System.getLogger(PdPort.class.getName());
+
+  /** What the loop does for the port: end a request, finish one its first token ended. */
+  interface Ends {
+    /** Ends a request the loop served (its handle, the round's count). */
+    void end(ActiveRequest a, GenerationResult r);
+
+    /**
+     * Cancels a request the port ended (taken out of the active requests): the next round's input
+     * carries the cancellation to the scheduler, which lets its resources go.
+     */
+    void cancel(long id);
+
+    /** Ends a landed request whose first token finished it, as a sampled token would. */
+    void finished(ActiveRequest a, FinishReason reason);
+  }
+
+  private final EngineRole role;
+  private final CacheLayout layout;
+  private final CacheCoordinator cache;
+  private final Scheduler scheduler;
+  private final HostCacheStorage host;
+  private final Map<Long, ActiveRequest> active;
+  private final byte[] identity;
+  private final int[] blockBytes;
+  private final KvSender sender;
+  private final KvReceiver receiver;
+  private final ConcurrentLinkedQueue<Runnable> inbox = new ConcurrentLinkedQueue<>();
+  private volatile Runnable wake = () -> {};
+  private Copies copies;
+  private Ends ends;
+
+  /** A prefill engine's rooms, by request id (opened on callers' threads). */
+  private final Map<Long, PrefillRoom> prefillRooms = new ConcurrentHashMap<>();
+
+  /** A decode engine's rooms, by request id (opened on callers' threads). */
+  private final Map<Long, DecodeRoom> decodeRooms = new ConcurrentHashMap<>();
+
+  /** Rooms whose Host blocks are held: sent and not yet fenced, staged and not yet released. */
+  private final Set<PrefillRoom> sent = new HashSet<>();
+
+  private final Set<DecodeRoom> staged = new HashSet<>();
+
+  /** A prefill request's room: its transfer, and the Host blocks it sends from once sent. */
+  private static final class PrefillRoom {
+    final long id;
+    final Transfer transfer;
+    boolean acked;
+    int[][] hostBlocks; // set when sent; freed at the fence
+    ActiveRequest request; // set when sent: the handle ends at the fence
+    boolean ended; // the handle ended already (cancelled while the fence stands)
+
+    PrefillRoom(long id, Transfer transfer) {
+      this.id = id;
+      this.transfer = transfer;
+    }
+  }
+
+  /** A decode request's room: its registration and, once reserved, its Host staging blocks. */
+  private static final class DecodeRoom {
+    final long id;
+    final Registration registration;
+    Bootstrap bootstrap;
+    CompletableFuture<Destinations> reservation; // pending until the request is in Landing
+    int[][] hostBlocks;
+    boolean released;
+
+    DecodeRoom(long id, Registration registration) {
+      this.id = id;
+      this.registration = registration;
+    }
+  }
+
+  private PdPort(
+      PdOptions options,
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      HostCacheStorage host,
+      Map<Long, ActiveRequest> active,
+      ModelIdentity model) {
+    this.role = options.role();
+    this.layout = layout;
+    this.cache = cache;
+    this.scheduler = scheduler;
+    this.host = host;
+    this.active = active;
+    this.identity = identityDigest(model, layout, host);
+    this.blockBytes = new int[layout.numGroups()];
+    for (int g = 0; g < blockBytes.length; g++) {
+      blockBytes[g] = Math.toIntExact(host.geometry().bytesPerBlock(g));
+    }
+    if (role == EngineRole.PREFILL) {
+      this.sender = KvSender.open(options.secret(), options.settings());
+      this.receiver = null;
+    } else {
+      this.sender = null;
+      try {
+        this.receiver =
+            KvReceiver.open(options.listen(), options.secret(), options.settings(), this::reserve);
+      } catch (IOException e) {
+        throw new UncheckedIOException(
+            "the decode engine cannot listen for KV connections on " + options.listen(), e);
+      }
+    }
+  }
+
+  /**
+   * The port of an engine in {@code options}' role, or null for a fused engine.
+   *
+   * @throws IllegalArgumentException when the layout has a group that does not keep full history
+   * @throws UncheckedIOException when a decode engine cannot bind its KV port
+   */
+  static PdPort open(
+      PdOptions options,
+      CacheLayout layout,
+      CacheCoordinator cache,
+      Scheduler scheduler,
+      HostCacheStorage host,
+      Map<Long, ActiveRequest> active,
+      ModelIdentity model) {
+    if (options.role() == EngineRole.FUSED) {
+      return null;
+    }
+    for (var g : layout.groups()) {
+      if (!(g.kind() instanceof GroupKind.FullHistory)) {
+        throw new IllegalArgumentException(
+            "the "
+                + options.role().wireName()
+                + " role serves models whose cache groups all keep full attention history;"
+                + " group "
+                + g.groupId()
+                + " is "
+                + g.kind()
+                + " (sliding windows and State groups are served fused only in this version)");
+      }
+    }
+    return new PdPort(options, layout, cache, scheduler, host, active, model);
+  }
+
+  /** The loop's copies and ends, once the round exists. */
+  void bind(Copies copies, Ends ends, Runnable wake, java.util.function.LongSupplier nanoClock) {
+    this.copies = copies;
+    this.ends = ends;
+    this.wake = wake;
+    this.nanoClock = nanoClock;
+  }
+
+  private java.util.function.LongSupplier nanoClock = System::nanoTime;
+
+  EngineRole role() {
+    return role;
+  }
+
+  /** A decode engine's KV endpoint. */
+  Optional<InetSocketAddress> endpoint() {
+    return receiver == null ? Optional.empty() : Optional.of(receiver.address());
+  }
+
+  /** The transport's counters. */
+  PdMetrics metrics() {
+    return receiver != null ? receiver.metrics() : sender.metrics();
+  }
+
+  /**
+   * The digest a BOOTSTRAP carries: the model's identity (id, checkpoint revision, weight version)
+   * and the cache layout with its bytes per block, so that a decode engine lands only KV that its
+   * own model computes in its own layout.
+   */
+  static byte[] identityDigest(ModelIdentity model, CacheLayout layout, HostCacheStorage host) {
+    try {
+      MessageDigest md = MessageDigest.getInstance("SHA-256");
+      StringBuilder s = new StringBuilder("tokenspeed-pd-identity-v1\n");
+      s.append(model.modelId()).append('\n');
+      s.append(model.checkpointRevision()).append('\n');
+      s.append(model.weightVersion()).append('\n');
+      s.append(layout).append('\n');
+      for (int g = 0; g < layout.numGroups(); g++) {
+        s.append(host.geometry().bytesPerBlock(g)).append(' ');
+      }
+      return md.digest(s.toString().getBytes(StandardCharsets.UTF_8));
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("SHA-256 is missing from this JDK", e);
+    }
+  }
+
+  // ------------------------------------------------------------------ submission (caller's thread)
+
+  /**
+   * Opens the transport's side of a ticketed request before it is queued: what is wrong with the
+   * ticket for this engine, or null. On null, {@link #abandon} must follow if the request is not
+   * queued after all.
+   */
+  String prepare(ActiveRequest a, PdTicket ticket, int topLogprobs) {
+    switch (ticket) {
+      case PdTicket.Prefill p -> {
+        if (role != EngineRole.PREFILL) {
+          return wrongRole(ticket);
+        }
+        Transfer t;
+        try {
+          t =
+              sender.bootstrap(
+                  p.room(), p.decode(), new Bootstrap(prompt(a), identity, blockBytes));
+        } catch (IllegalArgumentException | IllegalStateException e) {
+          return "the KV transfer to "
+              + p.decode()
+              + " cannot open room "
+              + p.room()
+              + ": "
+              + e.getMessage();
+        }
+        PrefillRoom room = new PrefillRoom(a.id, t);
+        prefillRooms.put(a.id, room);
+        t.acknowledged().whenComplete((ack, ex) -> post(() -> onAck(room, ack, ex)));
+        return null;
+      }
+      case PdTicket.Decode d -> {
+        if (role != EngineRole.DECODE) {
+          return wrongRole(ticket);
+        }
+        if (topLogprobs != io.tokenspeed.model.sampling.TokenLogprobs.NO_LOGPROBS) {
+          return "logprobs are not served disaggregated in this version: the first token is"
+              + " sampled by the prefill engine, which sends no log probabilities";
+        }
+        Registration reg;
+        try {
+          reg = receiver.expect(d.room());
+        } catch (IllegalStateException e) {
+          return e.getMessage();
+        }
+        DecodeRoom room = new DecodeRoom(a.id, reg);
+        decodeRooms.put(a.id, room);
+        reg.landed().whenComplete((l, ex) -> post(() -> onLanded(room, l, ex)));
+        return null;
+      }
+    }
+  }
+
+  /** A prepared request that was not queued after all (the intake was full). */
+  void abandon(long id) {
+    PrefillRoom p = prefillRooms.remove(id);
+    if (p != null) {
+      p.transfer.cancel("the prefill engine's intake is full");
+    }
+    DecodeRoom d = decodeRooms.remove(id);
+    if (d != null) {
+      d.registration.cancel("the decode engine's intake is full");
+    }
+  }
+
+  private String wrongRole(PdTicket ticket) {
+    return "this engine's role is "
+        + role.wireName()
+        + ": it serves no "
+        + (ticket instanceof PdTicket.Prefill ? "prefill" : "decode")
+        + " half of a disaggregated request";
+  }
+
+  private static int[] prompt(ActiveRequest a) {
+    return Arrays.copyOf(a.tokens, a.promptTokens);
+  }
+
+  /** Whether {@code id} is a decode request that lands its prompt's KV. */
+  boolean lands(long id) {
+    return decodeRooms.containsKey(id);
+  }
+
+  /** Whether {@code id} is a prefill request that waits for its decode engine's ACK. */
+  boolean bootstraps(long id) {
+    return prefillRooms.containsKey(id);
+  }
+
+  // ------------------------------------------------------------------ the loop
+
+  private void post(Runnable event) {
+    inbox.add(event);
+    wake.run();
+  }
+
+  /** Whether transport events wait for the loop. */
+  boolean pending() {
+    return !inbox.isEmpty();
+  }
+
+  /**
+   * Whether a request waits on the transport alone (an ACK, a landing), so that a round without a
+   * forward may wait for an event instead of running again at once.
+   */
+  boolean waiting() {
+    return !prefillRooms.isEmpty() || !decodeRooms.isEmpty();
+  }
+
+  /** The loop's head, after the round's new requests: the transport's events, in arrival order. */
+  void head() throws InterruptedException {
+    for (Runnable e; (e = inbox.poll()) != null; ) {
+      if (e instanceof LoopEvent le) {
+        le.run(this);
+      } else {
+        e.run();
+      }
+    }
+  }
+
+  /** An event that may wait for copies (the landing's). */
+  @FunctionalInterface
+  private interface LoopEvent extends Runnable {
+    void run(PdPort port) throws InterruptedException;
+
+    @Override
+    default void run() {
+      throw new UnsupportedOperationException("run on the loop thread through head()");
+    }
+  }
+
+  /**
+   * After the plan: the round's cancellations of ticketed requests, then the reservations that
+   * waited for their request's admission into Landing.
+   */
+  void afterPlan(List<Long> cancelled) {
+    for (long id : cancelled) {
+      PrefillRoom p = prefillRooms.get(id);
+      if (p != null) {
+        cancelPrefill(p, "the client cancelled the request");
+      }
+      DecodeRoom d = decodeRooms.remove(id);
+      if (d != null) {
+        d.registration.cancel("the client cancelled the request");
+        if (d.reservation != null) {
+          d.reservation.completeExceptionally(
+              new IllegalStateException("the request was cancelled"));
+          d.reservation = null;
+        }
+      }
+    }
+    for (DecodeRoom d : decodeRooms.values()) {
+      if (d.reservation != null && scheduler.state(d.id) instanceof RequestState.Landing) {
+        reserveNow(d);
+      }
+    }
+  }
+
+  /**
+   * A prefill request cancelled (by its client, or because its transfer failed): the transfer is
+   * cancelled; before its first token, a request that waits for the ACK ends in the scheduler now
+   * (the ACK will not come), else the scheduler already let it go and its Host blocks wait for the
+   * fence.
+   */
+  private void cancelPrefill(PrefillRoom p, String reason) {
+    p.transfer.cancel(reason);
+    if (p.hostBlocks == null) {
+      prefillRooms.remove(p.id);
+      scheduler.onBootstrapAck(p.id); // ends a request that waited for the ACK when cancelled
+    } else if (!p.ended) {
+      p.ended = true;
+      ends.end(p.request, p.request.result("cancelled", null));
+    }
+  }
+
+  /** The ACK (or the transfer's failure before it) reached the loop. */
+  private void onAck(PrefillRoom p, Ack ack, Throwable ex) {
+    if (prefillRooms.get(p.id) != p) {
+      return; // cancelled meanwhile
+    }
+    ActiveRequest a = active.get(p.id);
+    if (a == null) {
+      return; // its cancellation is on its way (afterPlan ends it)
+    }
+    String error = null;
+    if (ex != null) {
+      error = "the decode engine at " + p.transfer.decode() + " " + describe(ex);
+    } else {
+      for (int g = 0; g < layout.numGroups() && error == null; g++) {
+        int rows = layout.group(g).rowsFor(a.promptTokens);
+        if (ack.numBlocks(g) != rows) {
+          error =
+              "the decode engine reserved "
+                  + ack
+                  + " blocks where the prompt of "
+                  + a.promptTokens
+                  + " tokens needs "
+                  + rows
+                  + " in group "
+                  + g;
+        }
+      }
+    }
+    if (error != null) {
+      failPrefill(p, a, error);
+      return;
+    }
+    p.acked = true;
+    scheduler.onBootstrapAck(p.id);
+  }
+
+  /**
+   * Ends a prefill request whose transfer failed before its first token. Its room stays until the
+   * cancellation reaches the scheduler ({@link #afterPlan}), which then ends a request that waits
+   * for the ACK that will not come.
+   */
+  private void failPrefill(PrefillRoom p, ActiveRequest a, String error) {
+    active.remove(a.id);
+    ends.end(a, a.result("error", error));
+    p.transfer.cancel(error);
+    ends.cancel(a.id);
+  }
+
+  /**
+   * The prefill requests of the round that sampled their first token, taken out of {@code
+   * finished}: the caller writes their prefixes through, lets the scheduler go of them and calls
+   * {@link #send}.
+   */
+  List<ActiveRequest> firstTokens(
+      io.tokenspeed.scheduler.ExecutionPlan plan, List<ForwardStep.Finished> finished) {
+    if (prefillRooms.isEmpty()) {
+      return List.of();
+    }
+    List<ActiveRequest> out = new ArrayList<>();
+    for (var item : plan.forward()) {
+      ActiveRequest a = active.get(item.requestId());
+      if (a != null && a.generated() == 1 && prefillRooms.containsKey(a.id)) {
+        out.add(a);
+      }
+    }
+    finished.removeIf(f -> out.contains(f.request()));
+    return out;
+  }
+
+  /**
+   * Sends a prefill request's prompt KV and first token: its blocks are copied Device → Host into
+   * private Host blocks (awaited: the scheduler lets the Device blocks go right after), then every
+   * block is queued from its Host block, then DONE. The Host blocks are held until the transfer's
+   * fence, when the handle ends.
+   */
+  void send(ActiveRequest a) throws InterruptedException {
+    PrefillRoom p = prefillRooms.get(a.id);
+    int[][] tables = scheduler.blockTables(a.id);
+    int[] needs = new int[layout.numGroups()];
+    for (int g = 0; g < needs.length; g++) {
+      needs[g] = layout.group(g).rowsFor(a.promptTokens);
+    }
+    int[][] hostBlocks = cache.host().allocate(needs);
+    if (hostBlocks == null || tables == null) {
+      String error =
+          hostBlocks == null
+              ? "the prefill engine's Host tier has no room for the "
+                  + Arrays.stream(needs).sum()
+                  + " blocks the transfer sends from"
+              : "the request holds no Device blocks";
+      if (hostBlocks != null) {
+        unref(hostBlocks);
+      }
+      p.transfer.cancel(error);
+      prefillRooms.remove(a.id);
+      ends.end(a, a.result("error", error));
+      return;
+    }
+    List<BlockTransfer> stores = new ArrayList<>();
+    for (int g = 0; g < needs.length; g++) {
+      for (int r = 0; r < needs[g]; r++) {
+        stores.add(new BlockTransfer.Store(g, tables[g][r], hostBlocks[g][r]));
+      }
+    }
+    p.hostBlocks = hostBlocks;
+    p.request = a;
+    sent.add(p);
+    copies.await(stores);
+    boolean queued = true;
+    for (int g = 0; g < needs.length && queued; g++) {
+      for (int r = 0; r < needs[g] && queued; r++) {
+        queued = p.transfer.send(g, r, host.memory().block(g, hostBlocks[g][r]));
+      }
+    }
+    if (queued) {
+      int first = a.tokens[a.promptTokens];
+      CachedTokens cached =
+          new CachedTokens(Math.max(0, a.reusedDevice), a.reusedHost, a.reusedStorage);
+      p.transfer.done(new DoneInfo(first, cached));
+    }
+    p.transfer.received().whenComplete((v, ex) -> post(() -> onReceived(p, ex)));
+  }
+
+  /** The transfer's fence: the Host blocks go back, the handle ends. */
+  private void onReceived(PrefillRoom p, Throwable ex) {
+    prefillRooms.remove(p.id);
+    sent.remove(p);
+    unref(p.hostBlocks);
+    if (!p.ended) {
+      p.ended = true;
+      ActiveRequest a = p.request;
+      ends.end(
+          a,
+          ex == null
+              ? a.result("length", null)
+              : a.result(
+                  "error", "the KV transfer to " + p.transfer.decode() + " " + describe(ex)));
+    }
+  }
+
+  // ------------------------------------------------------------------ decode
+
+  /** The receiver's reservation (a receiver thread): the loop answers it. */
+  private CompletionStage<Destinations> reserve(long room, Bootstrap bootstrap) {
+    CompletableFuture<Destinations> f = new CompletableFuture<>();
+    post(() -> onReserve(room, bootstrap, f));
+    return f;
+  }
+
+  private void onReserve(long room, Bootstrap bootstrap, CompletableFuture<Destinations> f) {
+    DecodeRoom d = null;
+    for (DecodeRoom r : decodeRooms.values()) {
+      if (r.registration.room() == room) {
+        d = r;
+      }
+    }
+    ActiveRequest a = d == null ? null : active.get(d.id);
+    if (a == null) {
+      f.completeExceptionally(new IllegalStateException("the request of room " + room + " ended"));
+      return;
+    }
+    String refusal = null;
+    if (!Arrays.equals(bootstrap.identityDigest(), identity)) {
+      refusal = "the prefill engine serves another model or cache layout (identity digests differ)";
+    } else if (!Arrays.equals(bootstrap.blockBytes(), blockBytes)) {
+      refusal =
+          "the prefill engine's bytes per block "
+              + Arrays.toString(bootstrap.blockBytes())
+              + " differ from this engine's "
+              + Arrays.toString(blockBytes);
+    } else if (!Arrays.equals(bootstrap.promptTokens(), prompt(a))) {
+      refusal =
+          "the prefill engine's prompt of "
+              + bootstrap.numTokens()
+              + " tokens differs from the decode request's of "
+              + a.promptTokens;
+    }
+    if (refusal != null) {
+      f.completeExceptionally(new IllegalArgumentException(refusal));
+      return;
+    }
+    d.bootstrap = bootstrap;
+    d.reservation = f;
+    if (scheduler.state(d.id) instanceof RequestState.Landing) {
+      reserveNow(d);
+    }
+  }
+
+  /** The request is in Landing: its Host staging blocks, for the receiver to land into. */
+  private void reserveNow(DecodeRoom d) {
+    CompletableFuture<Destinations> f = d.reservation;
+    d.reservation = null;
+    int n = d.bootstrap.numTokens();
+    int[] needs = new int[layout.numGroups()];
+    for (int g = 0; g < needs.length; g++) {
+      needs[g] = layout.group(g).rowsFor(n);
+    }
+    int[][] blocks = cache.host().allocate(needs);
+    if (blocks == null) {
+      f.completeExceptionally(
+          new IllegalStateException(
+              "the decode engine's Host tier has no room for the "
+                  + Arrays.stream(needs).sum()
+                  + " blocks the KV lands in"));
+      return;
+    }
+    d.hostBlocks = blocks;
+    staged.add(d);
+    f.complete(
+        new Destinations() {
+          @Override
+          public int numGroups() {
+            return needs.length;
+          }
+
+          @Override
+          public int numBlocks(int group) {
+            return needs[group];
+          }
+
+          @Override
+          public MemorySegment block(int group, int index) {
+            return host.memory().block(group, blocks[group][index]);
+          }
+
+          @Override
+          public void release() {
+            post(() -> releaseStaging(d));
+          }
+        });
+  }
+
+  private void releaseStaging(DecodeRoom d) {
+    if (!d.released && d.hostBlocks != null) {
+      d.released = true;
+      staged.remove(d);
+      unref(d.hostBlocks);
+    }
+  }
+
+  /** The landing completed (or failed). */
+  private void onLanded(DecodeRoom d, Landed landed, Throwable ex) {
+    // a LoopEvent could not be posted from the completion (it waits for copies): queue one
+    post((LoopEvent) port -> port.land(d, landed, ex));
+  }
+
+  private void land(DecodeRoom d, Landed landed, Throwable ex) throws InterruptedException {
+    boolean ours = decodeRooms.remove(d.id, d);
+    ActiveRequest a = ours ? active.get(d.id) : null;
+    if (ex != null) {
+      if (a != null) {
+        active.remove(a.id);
+        ends.end(
+            a,
+            a.result("error", "the KV transfer from the prefill engine failed: " + describe(ex)));
+        ends.cancel(a.id);
+      }
+      return;
+    }
+    if (a == null || !(scheduler.state(d.id) instanceof RequestState.Landing)) {
+      releaseStaging(d); // the request ended meanwhile: the landed blocks are ours to free
+      landed.acknowledge();
+      return;
+    }
+    int[][] tables = scheduler.blockTables(d.id);
+    List<BlockTransfer> loads = new ArrayList<>();
+    for (int g = 0; g < d.hostBlocks.length; g++) {
+      for (int r = 0; r < d.hostBlocks[g].length; r++) {
+        loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], tables[g][r]));
+      }
+    }
+    copies.await(loads);
+    releaseStaging(d);
+    scheduler.onLanded(d.id);
+    a.admission = scheduler.admission(d.id);
+    a.kvTokens = a.promptTokens;
+    CachedTokens cached = landed.cachedTokens();
+    a.reusedDevice = (int) Math.min(cached.device(), a.promptTokens);
+    a.reusedHost = (int) Math.min(cached.host(), a.promptTokens);
+    a.reusedStorage = (int) Math.min(cached.storage(), a.promptTokens);
+    int first = landed.firstToken();
+    landed.acknowledge();
+    if (first < 0 || first >= vocabSize) {
+      active.remove(a.id);
+      ends.end(a, a.result("error", "the prefill engine sent first token id=" + first));
+      ends.cancel(a.id);
+      return;
+    }
+    Optional<FinishReason> done = a.sampling.onToken(first);
+    a.tokens[a.known++] = first;
+    long now = nanoClock.getAsLong();
+    a.firstTokenNs = now;
+    a.lastTokenNs = now;
+    a.handle.emit(first);
+    done.ifPresent(reason -> ends.finished(a, reason));
+  }
+
+  private int vocabSize = Integer.MAX_VALUE;
+
+  /** The model's vocabulary: a first token outside it is refused. */
+  void vocabSize(int n) {
+    this.vocabSize = n;
+  }
+
+  /** The Host references the port holds (the invariant checkers; the loop thread). */
+  List<HeldBlock> heldBlocks() {
+    List<HeldBlock> out = new ArrayList<>();
+    for (PrefillRoom p : sent) {
+      held(p.hostBlocks, out);
+    }
+    for (DecodeRoom d : staged) {
+      held(d.hostBlocks, out);
+    }
+    return out;
+  }
+
+  private static void held(int[][] blocks, List<HeldBlock> out) {
+    for (int[] g : blocks) {
+      for (int b : g) {
+        out.add(new HeldBlock(Tier.HOST, b));
+      }
+    }
+  }
+
+  private void unref(int[][] blocks) {
+    for (int[] g : blocks) {
+      for (int b : g) {
+        cache.host().unref(b);
+      }
+    }
+  }
+
+  private static String describe(Throwable ex) {
+    Throwable t = ex instanceof CompletionException && ex.getCause() != null ? ex.getCause() : ex;
+    if (t instanceof PdException p) {
+      return "failed ("
+          + p.kind().name().toLowerCase(java.util.Locale.ROOT)
+          + "): "
+          + p.getMessage();
+    }
+    return "failed: " + t;
+  }
+
+  /** Closes the transport: open rooms fail (their events are not run any more). */
+  @Override
+  public void close() {
+    if (sender != null) {
+      sender.close();
+    }
+    if (receiver != null) {
+      receiver.close();
+    }
+  }
+}

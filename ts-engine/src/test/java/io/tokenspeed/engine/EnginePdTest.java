@@ -1,0 +1,342 @@
+package io.tokenspeed.engine;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.pd.PdSecret;
+import io.tokenspeed.pd.PdSettings;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * A prefill engine and a decode engine in one process, joined by the real KV transfer over loopback
+ * TCP (docs/pd.md), on the untied model whose output depends on the KV it reads: every request's
+ * tokens and logits rows equal a fused engine's bit for bit, the decode side reports the prefill
+ * side's reuse, cancellations at any point and a decode engine's death end every handle in bounded
+ * time, and neither side keeps a reference, a room or a request afterwards. The owners' invariants
+ * (the Host references the transfers hold among them) are checked after every round on both.
+ */
+class EnginePdTest extends WithContextLlama {
+  private static final PdSecret SECRET = PdSecret.generate();
+
+  /** The prefix granularity of {@link EngineTest#small}: shorter prompts reuse nothing. */
+  private static final int PAGE = EngineTest.small(2).prefixGranularity();
+
+  private static PdSettings settings() {
+    return PdSettings.defaults().withTimingsMs(2_000, 3_000, 200, 3_000);
+  }
+
+  private Engine start(PdOptions pd, Checked checks) {
+    return Engine.start(
+        EngineSettings.of(model, EngineTest.small(256)).observer(checks).pd(pd).conclude());
+  }
+
+  private Engine prefill(Checked checks) {
+    return start(PdOptions.prefill(SECRET, settings()), checks);
+  }
+
+  private Engine decode(Checked checks) {
+    return start(
+        PdOptions.decode(
+            SECRET, settings(), new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)),
+        checks);
+  }
+
+  /** One request's prompt and token limit. */
+  private record Job(int[] prompt, int maxTokens) {}
+
+  private List<Job> jobs(SplittableRandom rnd, int n) {
+    List<Job> jobs = new ArrayList<>();
+    int[] shared = rnd.ints(12 + rnd.nextInt(20), 0, model.vocabSize()).toArray();
+    for (int i = 0; i < n; i++) {
+      int[] own = rnd.ints(1 + rnd.nextInt(30), 0, model.vocabSize()).toArray();
+      int[] prompt = own;
+      if (rnd.nextBoolean()) { // a shared prefix: the prefill engine's Device reuses it
+        prompt = Arrays.copyOf(shared, shared.length + own.length);
+        System.arraycopy(own, 0, prompt, shared.length, own.length);
+      }
+      jobs.add(new Job(prompt, 1 + rnd.nextInt(20)));
+    }
+    return jobs;
+  }
+
+  @ParameterizedTest(name = "seed={0}")
+  @ValueSource(longs = {1, 2, 3})
+  void shouldGiveTheFusedOutputBitForBitThroughPrefillAndDecode(long seed) throws Exception {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    List<Job> jobs = jobs(rnd, 10);
+    Checked fusedChecks = new Checked();
+    List<EngineTest.Run> fused = new ArrayList<>();
+    try (Engine e = start(PdOptions.FUSED, fusedChecks)) {
+      for (Job j : jobs) {
+        fused.add(fusedChecks.await(e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens()))));
+      }
+    }
+    Checked pc = new Checked();
+    Checked dc = new Checked();
+    try (Engine p = prefill(pc);
+        Engine d = decode(dc)) {
+      assertEquals(EngineRole.PREFILL, p.role());
+      assertEquals(EngineRole.DECODE, d.role());
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      for (int pass = 0; pass < 2; pass++) { // the second pass finds the prompts cached
+        List<RequestHandle[]> pairs = new ArrayList<>();
+        for (Job j : jobs) { // all in flight together, each pair's halves in a random order
+          long room = rnd.nextLong() | 1;
+          SamplingParams params = SamplingParams.greedy(j.maxTokens());
+          RequestHandle[] pair = new RequestHandle[2];
+          if (rnd.nextBoolean()) {
+            pair[1] = d.submit(j.prompt(), params, -1, new PdTicket.Decode(room));
+            pair[0] = p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv));
+          } else {
+            pair[0] = p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv));
+            pair[1] = d.submit(j.prompt(), params, -1, new PdTicket.Decode(room));
+          }
+          pairs.add(pair);
+        }
+        for (int i = 0; i < jobs.size(); i++) {
+          EngineTest.Run want = fused.get(i);
+          EngineTest.Run pre = pc.await(pairs.get(i)[0]);
+          EngineTest.Run dec = dc.await(pairs.get(i)[1]);
+          String what = "seed " + seed + " pass " + pass + " request " + i;
+          assertArrayEquals(
+              Arrays.copyOf(want.tokens(), 1), pre.tokens(), what + ": the prefill's token");
+          assertArrayEquals(want.tokens(), dec.tokens(), what + ": the decode engine's tokens");
+          // the prefill engine's logits row of the first token, the decode engine's of the rest
+          assertRowsEqual(want.logits().subList(0, 1), pre.logits(), what + " prefill");
+          assertRowsEqual(
+              want.logits().subList(1, want.logits().size()), dec.logits(), what + " decode");
+          RequestMetrics pm = pre.result().metrics();
+          RequestMetrics dm = dec.result().metrics();
+          assertEquals(pm.reusedDeviceTokens(), dm.reusedDeviceTokens(), what + ": device reuse");
+          assertEquals(pm.reusedHostTokens(), dm.reusedHostTokens(), what + ": host reuse");
+          assertEquals(0, dm.computedTokens() - (dec.tokens().length - 1), what + ": computed");
+          if (pass == 1 && jobs.get(i).prompt().length > PAGE) { // a full page to reuse
+            assertTrue(pm.reusedDeviceTokens() + pm.reusedHostTokens() > 0, what + ": no reuse");
+          }
+        }
+      }
+      assertQuiet(p, pc);
+      assertQuiet(d, dc);
+      assertEquals(2L * jobs.size(), d.pdMetrics().orElseThrow().roomsLanded());
+    }
+  }
+
+  private static void assertRowsEqual(List<float[]> want, List<float[]> got, String what) {
+    assertEquals(want.size(), got.size(), what + ": logits rows");
+    for (int i = 0; i < want.size(); i++) {
+      assertArrayEquals(want.get(i), got.get(i), what + ": logits row " + i);
+    }
+  }
+
+  /**
+   * Cancellations at random points of random pairs, either half or both, in flight together: every
+   * handle ends within the bound; an uncancelled pair whose halves both ended without error
+   * generated the fused output's length; afterwards neither engine holds a request, a reference or
+   * an open room, and the invariants held after every round.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @ValueSource(longs = {11, 12, 13, 14})
+  void shouldEndEveryHalfAndLeakNothingWhenRequestsAreCancelledAnywhere(long seed)
+      throws Exception {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    List<Job> jobs = jobs(rnd, 12);
+    Checked pc = new Checked();
+    Checked dc = new Checked();
+    ExecutorService cancels = Executors.newFixedThreadPool(4);
+    try (Engine p = prefill(pc);
+        Engine d = decode(dc)) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      List<RequestHandle[]> pairs = new ArrayList<>();
+      List<Integer> actions = new ArrayList<>();
+      for (Job j : jobs) {
+        long room = rnd.nextLong() | 1;
+        SamplingParams params = SamplingParams.greedy(j.maxTokens());
+        RequestHandle[] pair = {
+          p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv)),
+          d.submit(j.prompt(), params, -1, new PdTicket.Decode(room))
+        };
+        pairs.add(pair);
+        int action = rnd.nextInt(4); // 0 none, 1 the prefill half, 2 the decode half, 3 both
+        actions.add(action);
+        long delayUs = rnd.nextLong(30_000);
+        if (action != 0) {
+          cancels.execute(
+              () -> {
+                try {
+                  TimeUnit.MICROSECONDS.sleep(delayUs);
+                } catch (InterruptedException e) {
+                  return;
+                }
+                if ((action & 1) != 0) {
+                  pair[0].cancel();
+                }
+                if ((action & 2) != 0) {
+                  pair[1].cancel();
+                }
+              });
+        }
+      }
+      for (int i = 0; i < pairs.size(); i++) {
+        GenerationResult pre = pairs.get(i)[0].result().get(30, TimeUnit.SECONDS);
+        GenerationResult dec = pairs.get(i)[1].result().get(30, TimeUnit.SECONDS);
+        assertNotNull(pre.finishReason());
+        if (actions.get(i) == 0) {
+          assertNull(pre.error(), "uncancelled pair " + i + ": " + pre.error());
+          assertNull(dec.error(), "uncancelled pair " + i + ": " + dec.error());
+          assertTrue(dec.tokens().length >= 1, "pair " + i + " generated nothing");
+        }
+      }
+      assertQuiet(p, pc);
+      assertQuiet(d, dc);
+    } finally {
+      cancels.shutdownNow();
+    }
+  }
+
+  /**
+   * The decode engine dies with rooms in flight: every prefill request ends with an error within
+   * the transfer's silence and handshake bounds, and the prefill engine lets everything go.
+   */
+  @Test
+  void shouldFailThePrefillHalvesAndLeakNothingWhenTheDecodeEngineDies() throws Exception {
+    SplittableRandom rnd = new SplittableRandom(21);
+    List<Job> jobs = jobs(rnd, 8);
+    Checked pc = new Checked();
+    try (Engine p = prefill(pc)) {
+      List<RequestHandle> halves = new ArrayList<>();
+      try (Engine d = decode(new Checked())) {
+        InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+        for (int i = 0; i < jobs.size(); i++) {
+          Job j = jobs.get(i);
+          long room = rnd.nextLong() | 1;
+          SamplingParams params = SamplingParams.greedy(j.maxTokens());
+          if (i % 2 == 0) { // half of them registered on the decode side before it dies
+            d.submit(j.prompt(), params, -1, new PdTicket.Decode(room));
+          }
+          halves.add(p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv)));
+        }
+      }
+      int failed = 0;
+      for (RequestHandle h : halves) {
+        GenerationResult r = h.result().get(30, TimeUnit.SECONDS);
+        if (r.error() != null) {
+          failed++;
+        }
+      }
+      assertTrue(failed > 0, "no prefill half failed when its decode engine died");
+      assertQuiet(p, pc);
+    }
+  }
+
+  @Test
+  void shouldRefuseATicketThatTheEngineRoleDoesNotServe() throws Exception {
+    int[] prompt = {1, 2, 3};
+    SamplingParams params = SamplingParams.greedy(4);
+    InetSocketAddress nowhere = new InetSocketAddress(InetAddress.getLoopbackAddress(), 9);
+    try (Engine fused = start(PdOptions.FUSED, new Checked());
+        Engine d = decode(new Checked());
+        Engine p = prefill(new Checked())) {
+      assertTrue(fused.pdEndpoint().isEmpty());
+      assertTrue(fused.pdMetrics().isEmpty());
+      assertError(fused.submit(prompt, params, -1, new PdTicket.Decode(5)), "is fused");
+      assertError(d.submit(prompt, params, -1, new PdTicket.Prefill(5, nowhere)), "role is decode");
+      assertError(p.submit(prompt, params, -1, new PdTicket.Decode(5)), "role is prefill");
+      assertError(d.submit(prompt, params, 2, new PdTicket.Decode(6)), "logprobs");
+      // a second request for a room that is expected already
+      RequestHandle first = d.submit(prompt, params, -1, new PdTicket.Decode(7));
+      assertError(d.submit(prompt, params, -1, new PdTicket.Decode(7)), "already expected");
+      first.cancel();
+      assertNotNull(first.result().get(10, TimeUnit.SECONDS).finishReason());
+      // a prefill half whose decode engine is not there fails, naming the address
+      GenerationResult r =
+          p.submit(prompt, params, -1, new PdTicket.Prefill(8, nowhere))
+              .result()
+              .get(30, TimeUnit.SECONDS);
+      assertNotNull(r.error());
+      assertTrue(r.error().contains(nowhere.toString()), r.error());
+    }
+  }
+
+  /**
+   * A decode half whose prompt differs from the prefill half's (say, another tokenizer) is refused
+   * at the BOOTSTRAP: both halves fail, naming the difference.
+   */
+  @Test
+  void shouldRefuseAPrefillWhosePromptDiffersFromTheDecodeRequest() throws Exception {
+    SamplingParams params = SamplingParams.greedy(4);
+    try (Engine p = prefill(new Checked());
+        Engine d = decode(new Checked())) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      RequestHandle dec = d.submit(new int[] {1, 2, 3}, params, -1, new PdTicket.Decode(9));
+      RequestHandle pre = p.submit(new int[] {1, 2, 4}, params, -1, new PdTicket.Prefill(9, kv));
+      GenerationResult pr = pre.result().get(30, TimeUnit.SECONDS);
+      GenerationResult dr = dec.result().get(30, TimeUnit.SECONDS);
+      assertNotNull(pr.error());
+      assertTrue(pr.error().contains("differs"), pr.error());
+      assertNotNull(dr.error());
+    }
+  }
+
+  private static void assertError(RequestHandle h, String fragment) throws Exception {
+    GenerationResult r = h.result().get(10, TimeUnit.SECONDS);
+    assertNotNull(r.error(), "no error for " + fragment);
+    assertTrue(r.error().contains(fragment), r.error());
+  }
+
+  /**
+   * Within a bound: no request in the loop, no Device or Host reference held (published blocks are
+   * cached, unreferenced), no room open on the transport; and no invariant broke in any round.
+   */
+  private static void assertQuiet(Engine e, Checked checks) throws Exception {
+    waitFor(
+        () -> {
+          EngineMetrics m = e.metrics();
+          return e.stats().activeRequests() == 0
+              && m.device().usedParents() == 0
+              && m.host().usedParents() == 0
+              && e.pdMetrics().orElseThrow().roomsOpen() == 0
+              && e.pdMetrics().orElseThrow().registrationsWaiting() == 0;
+        },
+        () ->
+            e.role()
+                + " engine not quiet: "
+                + e.stats()
+                + " "
+                + e.metrics()
+                + " "
+                + e.pdMetrics().orElseThrow());
+    if (!checks.broken.isEmpty()) {
+      AssertionError a = new AssertionError(e.role() + ": an invariant broke");
+      checks.broken.forEach(a::addSuppressed);
+      throw a;
+    }
+  }
+
+  private static void waitFor(BooleanSupplier done, java.util.function.Supplier<String> what)
+      throws InterruptedException {
+    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+    while (!done.getAsBoolean()) {
+      if (System.nanoTime() > until) {
+        fail(what.get());
+      }
+      Thread.sleep(20);
+    }
+  }
+}
