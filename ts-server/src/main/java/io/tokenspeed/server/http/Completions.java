@@ -296,9 +296,9 @@ final class Completions {
 
   /**
    * A request the engine refused (bad input it found) or that failed is answered as an error. The
-   * half of a disaggregated request whose KV transfer failed (the other engine refused the room,
-   * went away or never came) is answered 502, and the server serves on: the failure is the
-   * request's, not the engine's.
+   * half of a disaggregated request whose KV transfer failed (the other engine refused the room or
+   * went away) is answered 502, or 504 when its prefill engine never came within the bootstrap
+   * deadline, and the server serves on: the failure is the request's, not the engine's.
    */
   private void checkFailures(GenerationRequest req, List<ChoiceRun> runs) {
     for (ChoiceRun r : runs) {
@@ -309,7 +309,10 @@ final class Completions {
           throw ApiException.invalid(null, message);
         }
         if (req.pd() != null && engine.failure().isEmpty()) {
-          throw new ApiException(502, "upstream_error", null, "bad_gateway", message);
+          // the engine words a transfer's end by its PdException kind: "failed (timeout): ..."
+          throw message != null && message.contains("failed (timeout)")
+              ? new ApiException(504, "upstream_error", null, "gateway_timeout", message)
+              : new ApiException(502, "upstream_error", null, "bad_gateway", message);
         }
         state.fail(message);
         throw ApiException.unavailable(message);
