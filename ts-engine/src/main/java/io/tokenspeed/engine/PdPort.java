@@ -107,6 +107,9 @@ final class PdPort implements AutoCloseable {
   /** A decode engine's rooms, by request id (opened on callers' threads). */
   private final Map<Long, DecodeRoom> decodeRooms = new ConcurrentHashMap<>();
 
+  /** The same rooms by room id (the receiver names rooms). */
+  private final Map<Long, DecodeRoom> decodeByRoom = new ConcurrentHashMap<>();
+
   /** Rooms whose Host blocks are held: sent and not yet fenced, staged and not yet released. */
   private final Set<PrefillRoom> sent = new HashSet<>();
 
@@ -116,7 +119,10 @@ final class PdPort implements AutoCloseable {
   private static final class PrefillRoom {
     final long id;
     final Transfer transfer;
-    boolean acked;
+    boolean answered; // an answer waits for the loop to take the request in
+    Ack answer;
+    Throwable answerFailure;
+    boolean failed; // ended with an error; the room waits for the cancellation
     int[][] hostBlocks; // set when sent; freed at the fence
     ActiveRequest request; // set when sent: the handle ends at the fence
     boolean ended; // the handle ended already (cancelled while the fence stands)
@@ -130,15 +136,17 @@ final class PdPort implements AutoCloseable {
   /** A decode request's room: its registration and, once reserved, its Host staging blocks. */
   private static final class DecodeRoom {
     final long id;
-    final Registration registration;
+    final long room;
+    volatile Registration registration; // set right after the room is registered
     Bootstrap bootstrap;
     CompletableFuture<Destinations> reservation; // pending until the request is in Landing
+    boolean checked; // the BOOTSTRAP matched the request
     int[][] hostBlocks;
     boolean released;
 
-    DecodeRoom(long id, Registration registration) {
+    DecodeRoom(long id, long room) {
       this.id = id;
-      this.registration = registration;
+      this.room = room;
     }
   }
 
@@ -294,14 +302,20 @@ final class PdPort implements AutoCloseable {
           return "logprobs are not served disaggregated in this version: the first token is"
               + " sampled by the prefill engine, which sends no log probabilities";
         }
+        // known before it is registered: a BOOTSTRAP already waiting is reserved at once
+        DecodeRoom room = new DecodeRoom(a.id, d.room());
+        if (decodeByRoom.putIfAbsent(d.room(), room) != null) {
+          return "room " + d.room() + " is already expected";
+        }
+        decodeRooms.put(a.id, room);
         Registration reg;
         try {
           reg = receiver.expect(d.room());
         } catch (IllegalStateException e) {
+          forget(room);
           return e.getMessage();
         }
-        DecodeRoom room = new DecodeRoom(a.id, reg);
-        decodeRooms.put(a.id, room);
+        room.registration = reg;
         reg.landed().whenComplete((l, ex) -> post(() -> onLanded(room, l, ex)));
         return null;
       }
@@ -314,10 +328,17 @@ final class PdPort implements AutoCloseable {
     if (p != null) {
       p.transfer.cancel("the prefill engine's intake is full");
     }
-    DecodeRoom d = decodeRooms.remove(id);
+    DecodeRoom d = decodeRooms.get(id);
     if (d != null) {
+      forget(d);
       d.registration.cancel("the decode engine's intake is full");
     }
+  }
+
+  /** A decode room ends on the engine's side. */
+  private void forget(DecodeRoom d) {
+    decodeRooms.remove(d.id, d);
+    decodeByRoom.remove(d.room, d);
   }
 
   private String wrongRole(PdTicket ticket) {
@@ -364,6 +385,11 @@ final class PdPort implements AutoCloseable {
 
   /** The loop's head, after the round's new requests: the transport's events, in arrival order. */
   void head() throws InterruptedException {
+    for (PrefillRoom p : prefillRooms.values()) {
+      if (p.answered) {
+        applyAck(p); // the request was taken in after its answer came
+      }
+    }
     for (Runnable e; (e = inbox.poll()) != null; ) {
       if (e instanceof LoopEvent le) {
         le.run(this);
@@ -394,8 +420,9 @@ final class PdPort implements AutoCloseable {
       if (p != null) {
         cancelPrefill(p, "the client cancelled the request");
       }
-      DecodeRoom d = decodeRooms.remove(id);
+      DecodeRoom d = decodeRooms.get(id);
       if (d != null) {
+        forget(d);
         d.registration.cancel("the client cancelled the request");
         if (d.reservation != null) {
           d.reservation.completeExceptionally(
@@ -405,8 +432,8 @@ final class PdPort implements AutoCloseable {
       }
     }
     for (DecodeRoom d : decodeRooms.values()) {
-      if (d.reservation != null && scheduler.state(d.id) instanceof RequestState.Landing) {
-        reserveNow(d);
+      if (d.reservation != null) {
+        tryReserve(d);
       }
     }
   }
@@ -428,18 +455,31 @@ final class PdPort implements AutoCloseable {
     }
   }
 
-  /** The ACK (or the transfer's failure before it) reached the loop. */
+  /**
+   * The ACK (or the transfer's failure before it) reached the loop. The room is opened before the
+   * request is queued, so the answer may come before the loop has taken the request in: it then
+   * waits on the room for the next head.
+   */
   private void onAck(PrefillRoom p, Ack ack, Throwable ex) {
-    if (prefillRooms.get(p.id) != p) {
-      return; // cancelled meanwhile
+    if (prefillRooms.get(p.id) != p || p.failed) {
+      return; // cancelled or failed meanwhile
     }
+    p.answer = ack;
+    p.answerFailure = ex;
+    p.answered = true;
+    applyAck(p);
+  }
+
+  private void applyAck(PrefillRoom p) {
     ActiveRequest a = active.get(p.id);
     if (a == null) {
-      return; // its cancellation is on its way (afterPlan ends it)
+      return; // not taken in yet (or its cancellation is on its way: afterPlan ends it)
     }
+    p.answered = false;
+    Ack ack = p.answer;
     String error = null;
-    if (ex != null) {
-      error = "the decode engine at " + p.transfer.decode() + " " + describe(ex);
+    if (p.answerFailure != null) {
+      error = "the decode engine at " + p.transfer.decode() + " " + describe(p.answerFailure);
     } else {
       for (int g = 0; g < layout.numGroups() && error == null; g++) {
         int rows = layout.group(g).rowsFor(a.promptTokens);
@@ -460,7 +500,6 @@ final class PdPort implements AutoCloseable {
       failPrefill(p, a, error);
       return;
     }
-    p.acked = true;
     scheduler.onBootstrapAck(p.id);
   }
 
@@ -470,6 +509,7 @@ final class PdPort implements AutoCloseable {
    * for the ACK that will not come.
    */
   private void failPrefill(PrefillRoom p, ActiveRequest a, String error) {
+    p.failed = true;
     active.remove(a.id);
     ends.end(a, a.result("error", error));
     p.transfer.cancel(error);
@@ -578,42 +618,58 @@ final class PdPort implements AutoCloseable {
   }
 
   private void onReserve(long room, Bootstrap bootstrap, CompletableFuture<Destinations> f) {
-    DecodeRoom d = null;
-    for (DecodeRoom r : decodeRooms.values()) {
-      if (r.registration.room() == room) {
-        d = r;
-      }
-    }
-    ActiveRequest a = d == null ? null : active.get(d.id);
-    if (a == null) {
+    DecodeRoom d = decodeByRoom.get(room);
+    if (d == null) {
       f.completeExceptionally(new IllegalStateException("the request of room " + room + " ended"));
-      return;
-    }
-    String refusal = null;
-    if (!Arrays.equals(bootstrap.identityDigest(), identity)) {
-      refusal = "the prefill engine serves another model or cache layout (identity digests differ)";
-    } else if (!Arrays.equals(bootstrap.blockBytes(), blockBytes)) {
-      refusal =
-          "the prefill engine's bytes per block "
-              + Arrays.toString(bootstrap.blockBytes())
-              + " differ from this engine's "
-              + Arrays.toString(blockBytes);
-    } else if (!Arrays.equals(bootstrap.promptTokens(), prompt(a))) {
-      refusal =
-          "the prefill engine's prompt of "
-              + bootstrap.numTokens()
-              + " tokens differs from the decode request's of "
-              + a.promptTokens;
-    }
-    if (refusal != null) {
-      f.completeExceptionally(new IllegalArgumentException(refusal));
       return;
     }
     d.bootstrap = bootstrap;
     d.reservation = f;
+    tryReserve(d);
+  }
+
+  /**
+   * A BOOTSTRAP waits for its reservation: checked against the request once the loop has taken the
+   * request in (the registration is made before the request is queued, so the BOOTSTRAP may come
+   * first), then reserved once the request is in Landing.
+   */
+  private void tryReserve(DecodeRoom d) {
+    ActiveRequest a = active.get(d.id);
+    if (a == null) {
+      return; // still in the intake queue: the next rounds look again
+    }
+    if (!d.checked) {
+      String refusal = refusal(d.bootstrap, a);
+      if (refusal != null) {
+        d.reservation.completeExceptionally(new IllegalArgumentException(refusal));
+        d.reservation = null;
+        return;
+      }
+      d.checked = true;
+    }
     if (scheduler.state(d.id) instanceof RequestState.Landing) {
       reserveNow(d);
     }
+  }
+
+  /** Why a BOOTSTRAP cannot land for {@code a}, or null. */
+  private String refusal(Bootstrap bootstrap, ActiveRequest a) {
+    if (!Arrays.equals(bootstrap.identityDigest(), identity)) {
+      return "the prefill engine serves another model or cache layout (identity digests differ)";
+    }
+    if (!Arrays.equals(bootstrap.blockBytes(), blockBytes)) {
+      return "the prefill engine's bytes per block "
+          + Arrays.toString(bootstrap.blockBytes())
+          + " differ from this engine's "
+          + Arrays.toString(blockBytes);
+    }
+    if (!Arrays.equals(bootstrap.promptTokens(), prompt(a))) {
+      return "the prefill engine's prompt of "
+          + bootstrap.numTokens()
+          + " tokens differs from the decode request's of "
+          + a.promptTokens;
+    }
+    return null;
   }
 
   /** The request is in Landing: its Host staging blocks, for the receiver to land into. */
@@ -675,7 +731,8 @@ final class PdPort implements AutoCloseable {
   }
 
   private void land(DecodeRoom d, Landed landed, Throwable ex) throws InterruptedException {
-    boolean ours = decodeRooms.remove(d.id, d);
+    boolean ours = decodeRooms.get(d.id) == d;
+    forget(d);
     ActiveRequest a = ours ? active.get(d.id) : null;
     if (ex != null) {
       if (a != null) {
