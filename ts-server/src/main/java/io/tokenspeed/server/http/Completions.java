@@ -308,16 +308,30 @@ final class Completions {
         if (res.metrics() == null) {
           throw ApiException.invalid(null, message);
         }
-        if (req.pd() != null && engine.failure().isEmpty()) {
-          // the engine words a transfer's end by its PdException kind: "failed (timeout): ..."
-          throw message != null && message.contains("failed (timeout)")
-              ? new ApiException(504, "upstream_error", null, "gateway_timeout", message)
-              : new ApiException(502, "upstream_error", null, "bad_gateway", message);
+        ApiException transfer = transferFailure(req, res);
+        if (transfer != null) {
+          throw transfer;
         }
         state.fail(message);
         throw ApiException.unavailable(message);
       }
     }
+  }
+
+  /**
+   * The answer to a disaggregated request whose KV transfer failed ({@code res} an error result
+   * with figures, while the engine runs on): 504 when its prefill half never came within the
+   * bootstrap deadline, else 502; null for any other request or failure.
+   */
+  private ApiException transferFailure(GenerationRequest req, GenerationResult res) {
+    if (req.pd() == null || engine.failure().isPresent() || res.metrics() == null) {
+      return null;
+    }
+    String message = res.error();
+    // the engine words a transfer's end by its PdException kind: "failed (timeout): ..."
+    return message != null && message.contains("failed (timeout)")
+        ? new ApiException(504, "upstream_error", null, "gateway_timeout", message)
+        : new ApiException(502, "upstream_error", null, "bad_gateway", message);
   }
 
   private void stream(GenerationRequest req, Call call, String id, long created, Answer answer)
@@ -367,6 +381,7 @@ final class Completions {
       return; // nobody reads the rest
     }
     String cut = null;
+    ApiException transfer = null;
     for (ChoiceRun r : runs) {
       ObjectNode chunk = chunk(id, object, created, req.model());
       ObjectNode c = chunk.putArray("choices").addObject();
@@ -384,6 +399,7 @@ final class Completions {
         reason = failed ? "error" : "abort";
         if (cut == null) {
           cut = cutMessage(r);
+          transfer = failed ? transferFailure(req, r.result()) : null;
         }
       }
       c.put("finish_reason", reason);
@@ -395,7 +411,9 @@ final class Completions {
       chunk.set("usage", usage(req, runs));
       send(out, call, chunk);
     }
-    if (cut != null) {
+    if (transfer != null) {
+      write(out, call, WebFront.errorEvent(cut, transfer.type(), transfer.status()));
+    } else if (cut != null) {
       write(out, call, WebFront.errorEvent(cut, "service_unavailable", 503));
     }
     write(out, call, DONE);

@@ -245,6 +245,22 @@ class PdServingTest {
   }
 
   @Test
+  void shouldEndAStreamWhosePrefillHalfNeverComesWithA504ErrorEvent() {
+    HttpResponse<String> r =
+        decode.post(
+            "/v1/completions",
+            "{\"prompt\":\"abc\",\"max_tokens\":2,\"stream\":true,\"pd\":{\"room\":\""
+                + room()
+                + "\"}}");
+    assertEquals(200, r.statusCode(), r.body());
+    List<JsonNode> events = Sse.events(r.body());
+    assertEquals("error", Sse.finishReason(events, 0), r.body());
+    JsonNode error = events.getLast().get("error");
+    assertEquals("upstream_error", error.get("type").asText(), r.body());
+    assertEquals(504, error.get("code").asInt(), r.body());
+  }
+
+  @Test
   void shouldRefuseThePdFieldOnAFusedServerAndAnEndpointOnADecodeServer() {
     HttpResponse<String> f =
         fused.post("/v1/completions", "{\"prompt\":\"abc\",\"pd\":{\"room\":\"5\"}}");
