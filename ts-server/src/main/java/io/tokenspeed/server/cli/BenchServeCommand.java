@@ -709,7 +709,6 @@ final class BenchServeCommand implements Callable<Integer> {
                   0,
                   4L << 20,
                   null,
-                  "fused",
                   0,
                   state,
                   HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L));

@@ -677,7 +677,6 @@ final class BenchTraceCommand implements Callable<Integer> {
                 0,
                 64L << 20,
                 null,
-                "fused",
                 0,
                 state,
                 HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L));

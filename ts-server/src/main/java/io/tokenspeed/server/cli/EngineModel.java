@@ -3,6 +3,7 @@ package io.tokenspeed.server.cli;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
+import io.tokenspeed.engine.PdOptions;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
@@ -104,6 +105,15 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
    */
   @Override
   public Engine start(EngineConfig config, OptionalInt eos, L3Settings l3) {
+    return start(config, eos, l3, PdOptions.FUSED);
+  }
+
+  /**
+   * {@link #start(EngineConfig, OptionalInt, L3Settings)} in the role {@code pd} gives (a decode
+   * engine listens for prefill engines from its start). Only the serving engine takes a role: the
+   * warm-up's throwaway engines are fused, so they bind no KV port.
+   */
+  Engine start(EngineConfig config, OptionalInt eos, L3Settings l3, PdOptions pd) {
     L3Settings settings =
         l3 == null || l3.attentionBackend().equals(attentionBackend())
             ? l3
@@ -113,7 +123,7 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
     if (device == null && tp != null && tp.ranked()) {
       engine.control(tp.control());
     }
-    return Engine.start(engine.eosId(eos).l3(settings).loadStages(loadStages).conclude());
+    return Engine.start(engine.eosId(eos).l3(settings).loadStages(loadStages).pd(pd).conclude());
   }
 
   /** Frees what was loaded: the CPU model, or the GPU's binding, weights and device. */

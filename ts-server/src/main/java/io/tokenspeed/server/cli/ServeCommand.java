@@ -2,14 +2,24 @@ package io.tokenspeed.server.cli;
 
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineRole;
+import io.tokenspeed.engine.PdOptions;
 import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.pd.PdSecret;
+import io.tokenspeed.pd.PdSettings;
 import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.config.SettingsSources;
 import io.tokenspeed.server.config.StorageExtraConfig;
+import io.tokenspeed.server.http.PdServing;
 import io.tokenspeed.server.http.Serving;
 import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.http.WarmUp;
+import java.io.IOException;
 import java.io.PrintWriter;
+import java.net.BindException;
+import java.net.InetSocketAddress;
 import java.nio.file.Path;
+import java.util.Map;
 import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.Callable;
@@ -137,8 +147,26 @@ final class ServeCommand implements Callable<Integer> {
   @Option(
       names = "--engine-role",
       paramLabel = "ROLE",
-      description = "The engine_role label of the metrics (this version serves fused only).")
+      description =
+          "What the engine does with a request: fused (all of it), or prefill or decode, the"
+              + " halves of a disaggregated request behind 'tokenspeed router' (docs/pd.md; both"
+              + " need the PD secret in TOKENSPEED_PD_SECRET or TOKENSPEED_PD_SECRET_FILE). Also"
+              + " the metrics' engine_role label.")
   private String engineRole = "fused";
+
+  @Option(
+      names = "--pd-port",
+      paramLabel = "PORT",
+      description =
+          "Decode role only: the port the KV transfer listens on for prefill engines (default 0:"
+              + " any free port; GET /pd names the one bound).")
+  private Integer pdPort;
+
+  @Option(
+      names = "--pd-host",
+      paramLabel = "ADDRESS",
+      description = "Decode role only: the address the KV transfer listens on (default: --host).")
+  private String pdHost;
 
   @Option(
       names = "--dp-rank",
@@ -149,6 +177,7 @@ final class ServeCommand implements Callable<Integer> {
   @Override
   public Integer call() throws Exception {
     check();
+    PdOptions pd = pdOptions();
     modelOptions.checkThreads();
     var weightType = modelOptions.weightType();
     Optional<StorageExtraConfig.Resolved> storage = storageOptions.resolve();
@@ -168,7 +197,7 @@ final class ServeCommand implements Callable<Integer> {
     try (EngineModel lm = deviceOptions.load(folder, modelOptions.model(), tp)) {
       EngineConfig config = engineConfig(lm);
       OptionalInt eos = tokenizer.specialTokens().eosId();
-      Engine engine = StorageOptions.startEngine(lm, config, eos, storage);
+      Engine engine = startEngine(lm, config, eos, storage, pd);
       if (tp.follower()) {
         try {
           return tp.follow(engine);
@@ -191,7 +220,6 @@ final class ServeCommand implements Callable<Integer> {
                     port,
                     web.maxBodyBytes,
                     adminToken,
-                    engineRole,
                     dpRank,
                     state,
                     web.headerTimeoutMs()));
@@ -229,6 +257,8 @@ final class ServeCommand implements Callable<Integer> {
               + " ms; max_model_len "
               + Math.min(maxModelLen, engine.maxRequestTokens())
               + (storage.isPresent() ? "; L3 " + storage.get().backend().name() : "; L3 off")
+              + (pd.role() == EngineRole.FUSED ? "" : "; " + pd.role().wireName())
+              + engine.pdEndpoint().map(a -> ", KV transfer on " + PdServing.hostPort(a)).orElse("")
               + (lm.gpu() ? "; on " + lm.deviceName() : "")
               + ")");
       err.flush();
@@ -259,11 +289,29 @@ final class ServeCommand implements Callable<Integer> {
     range("--shutdown-timeout", shutdownTimeout, 0, 86_400);
     range("--warmup-rounds", warmupRounds, 0, 100);
     range("--dp-rank", dpRank, 0, 1 << 16);
-    if (!"fused".equals(engineRole)) {
+    EngineRole role = role();
+    // the KV listener's settings: refused rather than ignored where no listener opens
+    if (role != EngineRole.DECODE && pdPort != null) {
+      throw decodeOnly("--pd-port", pdPort, role);
+    }
+    if (role != EngineRole.DECODE && pdHost != null) {
+      throw decodeOnly("--pd-host", pdHost, role);
+    }
+    if (pdPort != null) {
+      range("--pd-port", pdPort, 0, 65535);
+    }
+    if (pdHost != null && pdHost.isBlank()) {
+      throw usage("--pd-host", pdHost, "--pd-host must not be blank (leave it out for --host)");
+    }
+    if (role != EngineRole.FUSED && tp.size() > 1) {
       throw usage(
           "--engine-role",
           engineRole,
-          "--engine-role=" + engineRole + " is not served by this version; allowed: fused");
+          "--engine-role="
+              + engineRole
+              + " serves one rank: --tp="
+              + tp.size()
+              + " runs only with --engine-role=fused in this version");
     }
     if (adminToken != null && adminToken.isBlank()) {
       throw usage(
@@ -272,6 +320,117 @@ final class ServeCommand implements Callable<Integer> {
     if (host.isBlank()) {
       throw usage("--host", host, "--host must not be blank");
     }
+  }
+
+  private ParameterException decodeOnly(String flag, Object value, EngineRole role) {
+    return usage(
+        flag,
+        value,
+        flag
+            + "="
+            + value
+            + " is for --engine-role=decode only (the KV listener); this engine's role is "
+            + role.wireName());
+  }
+
+  /** The {@code --engine-role} value; another name is a usage error listing the roles. */
+  private EngineRole role() {
+    try {
+      return EngineRole.parse(engineRole);
+    } catch (IllegalArgumentException e) {
+      throw usage(
+          "--engine-role",
+          engineRole,
+          "--engine-role=" + engineRole + " is not a role; allowed: fused, prefill, decode");
+    }
+  }
+
+  /**
+   * The engine's part in disaggregated serving: fused, or a prefill or decode role with the PD
+   * secret from the environment (a role without it is a usage error naming both variables) and, for
+   * decode, the KV listener's address. Read before the model loads, so that a deployment missing
+   * its secret fails at once.
+   */
+  private PdOptions pdOptions() {
+    EngineRole role = role();
+    if (role == EngineRole.FUSED) {
+      return PdOptions.FUSED;
+    }
+    PdSecret secret;
+    try {
+      secret = PdSecret.fromEnvironment(environment());
+    } catch (IOException | IllegalArgumentException e) {
+      throw usage(
+          "--engine-role",
+          engineRole,
+          "--engine-role="
+              + engineRole
+              + " needs the PD secret every process of the deployment shares ("
+              + PdSecret.ENV
+              + " or "
+              + PdSecret.FILE_ENV
+              + "): "
+              + e.getMessage());
+    }
+    if (role == EngineRole.PREFILL) {
+      return PdOptions.prefill(secret, PdSettings.defaults());
+    }
+    String bind = pdHost != null ? pdHost : host;
+    InetSocketAddress listen = new InetSocketAddress(bind, pdPort == null ? 0 : pdPort);
+    if (listen.isUnresolved()) {
+      throw usage(
+          pdHost != null ? "--pd-host" : "--host",
+          bind,
+          (pdHost != null ? "--pd-host=" : "--host=")
+              + bind
+              + " does not resolve to an address for the KV listener");
+    }
+    return PdOptions.decode(secret, PdSettings.defaults(), listen);
+  }
+
+  /** The environment the settings came from ({@link SettingsSources#environment}). */
+  private Map<String, String> environment() {
+    return spec.defaultValueProvider() instanceof SettingsSources s
+        ? s.environment()
+        : System.getenv();
+  }
+
+  /**
+   * Starts the serving engine; a decode engine whose KV listener cannot bind is invalid input
+   * naming {@code --pd-port}.
+   */
+  private Engine startEngine(
+      EngineModel lm,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage,
+      PdOptions pd) {
+    try {
+      return StorageOptions.startEngine(lm, config, eos, storage, pd);
+    } catch (RuntimeException e) {
+      BindException bind = bindFailure(e);
+      if (pd.role() == EngineRole.DECODE && bind != null) {
+        throw new IllegalArgumentException(
+            "--pd-port="
+                + pd.listen().getPort()
+                + ": the KV transfer cannot listen on "
+                + PdServing.hostPort(pd.listen())
+                + ": "
+                + bind.getMessage(),
+            e);
+      }
+      throw e;
+    }
+  }
+
+  /** The {@link BindException} among {@code e}'s causes, or null. */
+  private static BindException bindFailure(Throwable e) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      if (t instanceof BindException b) {
+        return b;
+      }
+    }
+    return null;
   }
 
   private void range(String flag, long value, long min, long max) {

@@ -3,6 +3,7 @@ package io.tokenspeed.server.cli;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
+import io.tokenspeed.engine.PdOptions;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.FileNames;
@@ -186,13 +187,26 @@ final class StorageOptions {
       EngineConfig config,
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage) {
+    return startEngine(model, config, eos, storage, PdOptions.FUSED);
+  }
+
+  /**
+   * {@link #startEngine(EngineModel, EngineConfig, OptionalInt, Optional)} in the role {@code pd}
+   * gives (docs/pd.md).
+   */
+  static Engine startEngine(
+      EngineModel model,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage,
+      PdOptions pd) {
     if (storage.isEmpty()) {
-      return model.start(config, eos, null);
+      return model.start(config, eos, null, pd);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
     L3Settings settings = openL3(l3);
     try {
-      return model.start(config, eos, settings);
+      return model.start(config, eos, settings, pd);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

@@ -240,6 +240,14 @@ public final class SettingsSources implements IDefaultValueProvider {
         cl, value.shown() + ": " + ex.getMessage(), ex, arg, ex.getValue());
   }
 
+  /**
+   * The environment the sources read: a command reads its other variables (a secret, say) from it
+   * too, so that a test's environment is the command's whole environment.
+   */
+  public Map<String, String> environment() {
+    return environment;
+  }
+
   /** The command's settings in option order, keyed by their configuration file keys. */
   public Map<String, Setting> settings() {
     return Collections.unmodifiableMap(settings);

@@ -90,7 +90,7 @@ final class Completions {
           // nobody to answer: the connection ends here, quietly (the departure is logged below)
           throw new WebFront.ClientGoneException();
         }
-        checkFailures(runs);
+        checkFailures(req, runs);
         checkCut(runs);
         ObjectNode out = JSON.createObjectNode();
         out.put("id", id);
@@ -243,7 +243,7 @@ final class Completions {
       int index = 0;
       for (int[] prompt : req.prompts()) {
         for (int i = 0; i < req.n(); i++) {
-          RequestHandle h = engine.submit(prompt, req.paramsOf(index), req.topLogprobs());
+          RequestHandle h = engine.submit(prompt, req.paramsOf(index), req.topLogprobs(), req.pd());
           state.track(h);
           runs.add(new ChoiceRun(index, h, tokenizer, stop, stopToken));
           index++;
@@ -294,8 +294,13 @@ final class Completions {
     }
   }
 
-  /** A request the engine refused (bad input it found) or that failed is answered as an error. */
-  private void checkFailures(List<ChoiceRun> runs) {
+  /**
+   * A request the engine refused (bad input it found) or that failed is answered as an error. The
+   * half of a disaggregated request whose KV transfer failed (the other engine refused the room or
+   * went away) is answered 502, or 504 when its prefill engine never came within the bootstrap
+   * deadline, and the server serves on: the failure is the request's, not the engine's.
+   */
+  private void checkFailures(GenerationRequest req, List<ChoiceRun> runs) {
     for (ChoiceRun r : runs) {
       GenerationResult res = r.result();
       if ("error".equals(res.finishReason())) {
@@ -303,10 +308,30 @@ final class Completions {
         if (res.metrics() == null) {
           throw ApiException.invalid(null, message);
         }
+        ApiException transfer = transferFailure(req, res);
+        if (transfer != null) {
+          throw transfer;
+        }
         state.fail(message);
         throw ApiException.unavailable(message);
       }
     }
+  }
+
+  /**
+   * The answer to a disaggregated request whose KV transfer failed ({@code res} an error result
+   * with figures, while the engine runs on): 504 when its prefill half never came within the
+   * bootstrap deadline, else 502; null for any other request or failure.
+   */
+  private ApiException transferFailure(GenerationRequest req, GenerationResult res) {
+    if (req.pd() == null || engine.failure().isPresent() || res.metrics() == null) {
+      return null;
+    }
+    String message = res.error();
+    // the engine words a transfer's end by its PdException kind: "failed (timeout): ..."
+    return message != null && message.contains("failed (timeout)")
+        ? new ApiException(504, "upstream_error", null, "gateway_timeout", message)
+        : new ApiException(502, "upstream_error", null, "bad_gateway", message);
   }
 
   private void stream(GenerationRequest req, Call call, String id, long created, Answer answer)
@@ -316,7 +341,7 @@ final class Completions {
     for (ChoiceRun r : runs) {
       if (r.handle.result().isDone() && r.handle.result().join().metrics() == null) {
         r.run((run, text, first, end) -> {});
-        checkFailures(List.of(r));
+        checkFailures(req, List.of(r));
       }
     }
     OutputStream out = answer.events();
@@ -356,6 +381,7 @@ final class Completions {
       return; // nobody reads the rest
     }
     String cut = null;
+    ApiException transfer = null;
     for (ChoiceRun r : runs) {
       ObjectNode chunk = chunk(id, object, created, req.model());
       ObjectNode c = chunk.putArray("choices").addObject();
@@ -373,6 +399,7 @@ final class Completions {
         reason = failed ? "error" : "abort";
         if (cut == null) {
           cut = cutMessage(r);
+          transfer = failed ? transferFailure(req, r.result()) : null;
         }
       }
       c.put("finish_reason", reason);
@@ -384,7 +411,9 @@ final class Completions {
       chunk.set("usage", usage(req, runs));
       send(out, call, chunk);
     }
-    if (cut != null) {
+    if (transfer != null) {
+      write(out, call, WebFront.errorEvent(cut, transfer.type(), transfer.status()));
+    } else if (cut != null) {
       write(out, call, WebFront.errorEvent(cut, "service_unavailable", 503));
     }
     write(out, call, DONE);

@@ -1,5 +1,6 @@
 package io.tokenspeed.server.http;
 
+import io.tokenspeed.engine.PdTicket;
 import io.tokenspeed.model.sampling.SamplingParams;
 import java.util.List;
 import java.util.Map;
@@ -20,6 +21,7 @@ import java.util.Map;
  * @param includeUsage whether a streamed answer ends with a usage chunk
  * @param messages the chat messages as given (role, content), for the chat template; empty for
  *     completions
+ * @param pd the disaggregated half the request is ({@link PdServing}), or null for a whole request
  */
 public record GenerationRequest(
     boolean chat,
@@ -31,7 +33,8 @@ public record GenerationRequest(
     int topLogprobs,
     boolean stream,
     boolean includeUsage,
-    List<Map<String, Object>> messages) {
+    List<Map<String, Object>> messages,
+    PdTicket pd) {
 
   public GenerationRequest {
     prompts = List.copyOf(prompts);

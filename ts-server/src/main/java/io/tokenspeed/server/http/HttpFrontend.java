@@ -10,6 +10,8 @@ import io.helidon.webserver.http.ServerResponse;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
@@ -18,8 +20,8 @@ import java.util.function.Supplier;
 /**
  * The HTTP server of {@code tokenspeed serve}, on Helidon WebServer (one virtual thread per
  * request, blocking code): the OpenAI-compatible endpoints, {@code /v1/models}, {@code /health},
- * {@code /ready}, {@code /metrics} and {@code /admin/*}. Every error is answered in the OpenAI
- * error shape.
+ * {@code /ready}, {@code /pd}, {@code /metrics} and {@code /admin/*}. Every error is answered in
+ * the OpenAI error shape.
  */
 public final class HttpFrontend implements AutoCloseable {
 
@@ -88,7 +90,8 @@ public final class HttpFrontend implements AutoCloseable {
             s.tokenizer(),
             s.vocabSize(),
             Math.min(s.maxRequestTokens(), s.engine().maxRequestTokens()),
-            s.chatPrompt());
+            s.chatPrompt(),
+            s.engine().role());
     this.completions = new Completions(s.engine(), s.tokenizer(), parser, s.state(), s.observer());
     this.admin = new Admin(s.engine(), s.adminToken());
     this.web = WebFront.create(s.host(), s.port(), s.headerTimeoutMs(), this::routes);
@@ -133,6 +136,7 @@ public final class HttpFrontend implements AutoCloseable {
         .get("/v1/models", (req, res) -> guarded(res, () -> sendJson(res, 200, models())))
         .get("/health", (req, res) -> sendJson(res, 200, status("ok")))
         .get("/ready", (req, res) -> ready(res))
+        .get("/pd", (req, res) -> guarded(res, () -> sendJson(res, 200, pd(req))))
         .get("/metrics", (req, res) -> metrics(res))
         .post("/admin/clear_cache", (req, res) -> admin(req, res, a -> admin.clearCache()))
         .post(
@@ -157,6 +161,7 @@ public final class HttpFrontend implements AutoCloseable {
           Map.entry("/v1/models", "GET"),
           Map.entry("/health", "GET"),
           Map.entry("/ready", "GET"),
+          Map.entry("/pd", "GET"),
           Map.entry("/metrics", "GET"),
           Map.entry("/admin/clear_cache", "POST"),
           Map.entry("/admin/clear_device_cache", "POST"),
@@ -243,6 +248,18 @@ public final class HttpFrontend implements AutoCloseable {
           res.header(HeaderNames.CONTENT_TYPE, settings.metrics().contentType());
           res.send(text);
         });
+  }
+
+  /**
+   * {@code GET /pd}: the engine's role, a decode engine's KV endpoint and the served model, for a
+   * router's poller ({@link PdServing#answer}); answered in every phase, as {@code /ready} is.
+   */
+  private ObjectNode pd(ServerRequest req) {
+    InetAddress reached =
+        req.localPeer().address() instanceof InetSocketAddress local ? local.getAddress() : null;
+    Engine engine = settings.engine();
+    return PdServing.answer(
+        engine.role(), engine.pdEndpoint(), settings.servedModelName(), reached);
   }
 
   private ObjectNode models() {

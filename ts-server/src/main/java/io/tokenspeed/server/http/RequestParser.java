@@ -2,6 +2,8 @@ package io.tokenspeed.server.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeType;
+import io.tokenspeed.engine.EngineRole;
+import io.tokenspeed.engine.PdTicket;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import java.util.ArrayList;
@@ -35,22 +37,27 @@ final class RequestParser {
   private final int vocabSize;
   private final int maxRequestTokens;
   private final Function<List<Map<String, Object>>, int[]> chatPrompt;
+  private final EngineRole role;
 
   /**
    * @param chatPrompt renders chat messages with the chat template and tokenizes them (throws
    *     {@link ApiException} for messages the template refuses)
+   * @param role the engine's role, which decides what the {@code pd} field may hold ({@link
+   *     PdServing#ticket})
    */
   RequestParser(
       String servedModel,
       Tokenizer tokenizer,
       int vocabSize,
       int maxRequestTokens,
-      Function<List<Map<String, Object>>, int[]> chatPrompt) {
+      Function<List<Map<String, Object>>, int[]> chatPrompt,
+      EngineRole role) {
     this.servedModel = servedModel;
     this.tokenizer = tokenizer;
     this.vocabSize = vocabSize;
     this.maxRequestTokens = maxRequestTokens;
     this.chatPrompt = chatPrompt;
+    this.role = role;
   }
 
   GenerationRequest parse(JsonNode body, boolean chat) {
@@ -177,6 +184,13 @@ final class RequestParser {
     Set<Integer> stopIds = stopTokenIds(body);
     List<String> stop = stopStrings(body);
     int topLogprobs = logprobs(body, chat);
+    PdTicket pd = PdServing.ticket(body, role, n * prompts.size());
+    if (pd instanceof PdTicket.Decode && topLogprobs >= 0) {
+      throw ApiException.invalid(
+          "logprobs",
+          "logprobs are not served disaggregated: the prefill engine samples the first token and"
+              + " sends no logprobs of it");
+    }
     boolean stream = bool(body, "stream", false);
     boolean includeUsage = false;
     JsonNode options = body.get("stream_options");
@@ -203,7 +217,17 @@ final class RequestParser {
             frequencyPenalty,
             repetitionPenalty);
     return new GenerationRequest(
-        chat, servedModel, prompts, params, n, stop, topLogprobs, stream, includeUsage, messages);
+        chat,
+        servedModel,
+        prompts,
+        params,
+        n,
+        stop,
+        topLogprobs,
+        stream,
+        includeUsage,
+        messages,
+        pd);
   }
 
   /** Refuses fields of the OpenAI API that this server does not implement, unless neutral. */

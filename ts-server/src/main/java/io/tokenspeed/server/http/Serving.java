@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineMetrics;
+import io.tokenspeed.engine.EngineRole;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatMessage;
 import io.tokenspeed.server.chat.ChatTemplate;
@@ -33,7 +34,6 @@ public final class Serving implements AutoCloseable {
    * @param port the port (0: any free one)
    * @param maxBodyBytes the largest request body taken
    * @param adminToken the admin token, or null for administration off
-   * @param engineRole the metrics' {@code engine_role}
    * @param dpRank the metrics' {@code dp_rank}
    * @param state the server's phase (turned ready by the caller after warm-up)
    * @param headerTimeoutMs how long a request's head may take, and an idle connection stay open
@@ -49,7 +49,6 @@ public final class Serving implements AutoCloseable {
       int port,
       long maxBodyBytes,
       String adminToken,
-      String engineRole,
       int dpRank,
       ServingState state,
       long headerTimeoutMs) {}
@@ -70,8 +69,16 @@ public final class Serving implements AutoCloseable {
   /** Starts listening (503 until the state turns ready). */
   public static Serving start(Options o) {
     Engine engine = o.engine();
+    // the engine's role is the metrics' engine_role; a PD role adds the KV transfer's series
+    EngineRole role = engine.role();
     ServerMetrics metrics =
-        new ServerMetrics(o.servedModelName(), o.engineRole(), o.dpRank(), 0, engine::metrics);
+        new ServerMetrics(
+            o.servedModelName(),
+            role.wireName(),
+            o.dpRank(),
+            0,
+            engine::metrics,
+            role == EngineRole.FUSED ? null : engine::pdMetrics);
     HttpFrontend frontend =
         HttpFrontend.start(
             new HttpFrontend.Settings(

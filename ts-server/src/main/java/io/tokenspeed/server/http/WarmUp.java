@@ -146,7 +146,6 @@ public final class WarmUp {
                     0,
                     1 << 20,
                     null,
-                    "fused",
                     0,
                     state,
                     HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L))) {

@@ -11,6 +11,7 @@ import io.prometheus.metrics.model.snapshots.Labels;
 import io.tokenspeed.engine.EngineMetrics;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.l3.L3Metrics;
+import io.tokenspeed.pd.PdMetrics;
 import io.tokenspeed.scheduler.Bypass;
 import io.tokenspeed.scheduler.StorageCounters.DropReason;
 import java.io.ByteArrayOutputStream;
@@ -99,6 +100,9 @@ public final class ServerMetrics {
 
   private final Supplier<EngineMetrics> engine;
 
+  /** The KV transfer's counters of an engine with a PD role; null for a fused engine. */
+  private final Supplier<Optional<PdMetrics>> pd;
+
   private final Counter promptTokens;
   private final Counter generationTokens;
   private final Counter cachedPromptTokens;
@@ -111,6 +115,9 @@ public final class ServerMetrics {
   /** The engine snapshot of the scrape in progress (guarded by this; null outside a scrape). */
   private EngineMetrics scraping;
 
+  /** The KV transfer's counters of the scrape in progress (guarded by this). */
+  private PdMetrics scrapingPd;
+
   /**
    * An exporter for one replica.
    *
@@ -122,6 +129,23 @@ public final class ServerMetrics {
    */
   public ServerMetrics(
       String modelName, String engineRole, int dpRank, int tpRank, Supplier<EngineMetrics> engine) {
+    this(modelName, engineRole, dpRank, tpRank, engine, null);
+  }
+
+  /**
+   * An exporter for one replica whose engine has a prefill or decode role: the {@code
+   * tokenspeed:pd_*} series of its KV transfer are exported too.
+   *
+   * @param pd the KV transfer's counters ({@code Engine::pdMetrics}), read at each scrape; null for
+   *     a fused engine (no {@code tokenspeed:pd_*} series)
+   */
+  public ServerMetrics(
+      String modelName,
+      String engineRole,
+      int dpRank,
+      int tpRank,
+      Supplier<EngineMetrics> engine,
+      Supplier<Optional<PdMetrics>> pd) {
     if (modelName == null || modelName.isBlank()) {
       throw new IllegalArgumentException("model_name must be a non-empty string");
     }
@@ -133,6 +157,7 @@ public final class ServerMetrics {
           "dp_rank=" + dpRank + " and tp_rank=" + tpRank + " must be >= 0");
     }
     this.engine = Objects.requireNonNull(engine, "engine");
+    this.pd = pd;
     this.tpRank = Integer.toString(tpRank);
     this.rankless =
         Labels.of(
@@ -198,6 +223,9 @@ public final class ServerMetrics {
     registerEngineGauges();
     registerExecutorMetrics();
     registerTransferMetrics();
+    if (pd != null) {
+      registerPdMetrics();
+    }
   }
 
   // ---------------------------------------------------------------- requests
@@ -259,10 +287,12 @@ public final class ServerMetrics {
   public synchronized void scrape(OutputStream out) throws IOException {
     EngineMetrics m = engine.get();
     scraping = m == null ? EMPTY : m;
+    scrapingPd = pd == null ? NO_PD : pd.get().orElse(NO_PD);
     try {
       writer.write(out, registry.scrape(), EscapingScheme.UNDERSCORE_ESCAPING);
     } finally {
       scraping = null;
+      scrapingPd = null;
     }
   }
 
@@ -585,6 +615,93 @@ public final class ServerMetrics {
           }
         },
         "reason");
+  }
+
+  // ---------------------------------------------------------------- the KV transfer (PD roles)
+
+  /** What a scrape shows of an endpoint that reported nothing: zeros. */
+  private static final PdMetrics NO_PD = new PdMetrics(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+
+  /** The room outcomes of {@code tokenspeed:pd_rooms_ended}, in {@link PdMetrics} order. */
+  static final List<String> ROOM_OUTCOMES = List.of("landed", "refused", "cancelled", "failed");
+
+  /**
+   * The series of the KV transfer endpoint of a prefill or decode engine (ts-pd's {@link
+   * PdMetrics}): a prefill engine's are those of its sender, a decode engine's those of its
+   * receiver. A room is one request's KV on one connection.
+   */
+  private void registerPdMetrics() {
+    pdCounter(
+        "tokenspeed:pd_connections_opened",
+        "KV transfer connections that completed their handshake (both sides proved the PD"
+            + " secret).",
+        PdMetrics::connectionsOpened);
+    pdGauge(
+        "tokenspeed:pd_connections_open",
+        "KV transfer connections open now.",
+        PdMetrics::connectionsOpen);
+    pdCounter(
+        "tokenspeed:pd_handshake_failures",
+        "KV transfer connections dropped before their handshake completed: a wrong secret,"
+            + " garbage, a timeout, a connect failure.",
+        PdMetrics::handshakeFailures);
+    pdCounter(
+        "tokenspeed:pd_connections_refused",
+        "Decode engine: KV transfer connections closed unread because the receiver held its most"
+            + " connections already (0 on a prefill engine).",
+        PdMetrics::connectionsRefused);
+    pdCounter(
+        "tokenspeed:pd_connection_failures",
+        "Open KV transfer connections that failed: closed, broken, silent, or a protocol error.",
+        PdMetrics::connectionFailures);
+    pdCounter(
+        "tokenspeed:pd_rooms_opened",
+        "Rooms opened: one per disaggregated request on a connection (its BOOTSTRAP).",
+        PdMetrics::roomsOpened);
+    callbackCounter(
+        "tokenspeed:pd_rooms_ended",
+        "Rooms that ended, by outcome: landed (RECEIVED), refused (REFUSE), cancelled (the"
+            + " CANCEL exchange) or failed (the connection failed, a checksum mismatched, the"
+            + " endpoint closed).",
+        cb -> {
+          PdMetrics m = pdSnapshot();
+          cb.call(m.roomsLanded(), ROOM_OUTCOMES.get(0));
+          cb.call(m.roomsRefused(), ROOM_OUTCOMES.get(1));
+          cb.call(m.roomsCancelled(), ROOM_OUTCOMES.get(2));
+          cb.call(m.roomsFailed(), ROOM_OUTCOMES.get(3));
+        },
+        "outcome");
+    pdGauge("tokenspeed:pd_rooms_open", "Rooms open now.", PdMetrics::roomsOpen);
+    pdGauge(
+        "tokenspeed:pd_registrations_waiting",
+        "Decode engine: requests waiting for their prefill engine's BOOTSTRAP (0 on a prefill"
+            + " engine).",
+        PdMetrics::registrationsWaiting);
+    pdCounter(
+        "tokenspeed:pd_registrations_expired",
+        "Decode engine: requests whose BOOTSTRAP did not come within the bootstrap deadline.",
+        PdMetrics::registrationsExpired);
+    pdCounter(
+        "tokenspeed:pd_block_bytes_sent",
+        "Prefill engine: KV block bytes written in DATA frames.",
+        PdMetrics::bytesSent);
+    pdCounter(
+        "tokenspeed:pd_block_bytes_received",
+        "Decode engine: KV block bytes read from DATA frames.",
+        PdMetrics::bytesReceived);
+  }
+
+  private PdMetrics pdSnapshot() {
+    PdMetrics m = scrapingPd;
+    return m == null ? NO_PD : m;
+  }
+
+  private void pdCounter(String name, String help, ToDoubleFunction<PdMetrics> value) {
+    callbackCounter(name, help, cb -> cb.call(value.applyAsDouble(pdSnapshot())));
+  }
+
+  private void pdGauge(String name, String help, ToDoubleFunction<PdMetrics> value) {
+    gauge(name, help, cb -> cb.call(value.applyAsDouble(pdSnapshot())));
   }
 
   // ---------------------------------------------------------------- the snapshot being scraped

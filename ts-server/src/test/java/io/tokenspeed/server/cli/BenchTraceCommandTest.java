@@ -266,7 +266,6 @@ class BenchTraceCommandTest {
                     0,
                     64L << 20,
                     null,
-                    "fused",
                     0,
                     state,
                     HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L)));

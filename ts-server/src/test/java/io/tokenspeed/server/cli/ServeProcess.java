@@ -22,8 +22,8 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * A {@code tokenspeed serve} process of the shaded jar, as operators run it: started on a free
- * port, waited for until {@code /ready} answers 200, stopped with SIGTERM.
+ * A {@code tokenspeed serve} (or {@code router}) process of the shaded jar, as operators run it:
+ * started on a free port, waited for until {@code /ready} answers 200, stopped with SIGTERM.
  */
 final class ServeProcess implements AutoCloseable {
   private static final Pattern LISTENING = Pattern.compile("listening on http://[^:]+:(\\d+)");
@@ -56,6 +56,32 @@ final class ServeProcess implements AutoCloseable {
   static ServeProcess start(
       Path workDir, List<String> wrapper, List<String> args, long timeoutSeconds)
       throws IOException, InterruptedException {
+    return start(workDir, wrapper, Map.of(), "serve", args, timeoutSeconds);
+  }
+
+  /**
+   * Starts {@code java -jar tokenspeed.jar COMMAND --port 0 ARGS} with {@code env} added to this
+   * process's environment (a secret, say), and waits until its {@code /ready} answers 200: {@code
+   * serve}, or {@code router}, which is ready once every role has a ready backend.
+   */
+  static ServeProcess start(
+      Path workDir,
+      Map<String, String> env,
+      String subcommand,
+      List<String> args,
+      long timeoutSeconds)
+      throws IOException, InterruptedException {
+    return start(workDir, List.of(), env, subcommand, args, timeoutSeconds);
+  }
+
+  private static ServeProcess start(
+      Path workDir,
+      List<String> wrapper,
+      Map<String, String> env,
+      String subcommand,
+      List<String> args,
+      long timeoutSeconds)
+      throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
     assertTrue(Files.isRegularFile(jar), () -> "no executable jar at " + jar.toAbsolutePath());
     List<String> command = new ArrayList<>(wrapper);
@@ -66,28 +92,29 @@ final class ServeProcess implements AutoCloseable {
             "jdk.incubator.vector",
             "-jar",
             jar.toAbsolutePath().toString(),
-            "serve",
+            subcommand,
             "--port",
             "0"));
     command.addAll(args);
     Path out = Files.createTempFile(workDir, "serve-out", ".txt");
     Path err = Files.createTempFile(workDir, "serve-err", ".txt");
-    Process p =
+    ProcessBuilder builder =
         new ProcessBuilder(command)
             .directory(workDir.toFile())
             .redirectOutput(out.toFile())
-            .redirectError(err.toFile())
-            .start();
+            .redirectError(err.toFile());
+    builder.environment().putAll(env);
+    Process p = builder.start();
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(timeoutSeconds);
     int port = -1;
     while (port < 0) {
       if (!p.isAlive()) {
         throw new AssertionError(
-            "serve exited with " + p.exitValue() + ": " + Files.readString(err));
+            subcommand + " exited with " + p.exitValue() + ": " + Files.readString(err));
       }
       if (System.nanoTime() > deadline) {
         kill(p, p.descendants().toList());
-        throw new AssertionError("serve did not start listening: " + Files.readString(err));
+        throw new AssertionError(subcommand + " did not start listening: " + Files.readString(err));
       }
       Matcher m = LISTENING.matcher(Files.readString(err, StandardCharsets.UTF_8));
       if (m.find()) {
@@ -101,7 +128,7 @@ final class ServeProcess implements AutoCloseable {
       if (!p.isAlive() || System.nanoTime() > deadline) {
         String exited = p.isAlive() ? "" : " (it exited with " + p.exitValue() + ")";
         s.close();
-        throw new AssertionError("serve did not turn ready" + exited + ": " + s.stderr());
+        throw new AssertionError(subcommand + " did not turn ready" + exited + ": " + s.stderr());
       }
       Thread.sleep(50);
     }

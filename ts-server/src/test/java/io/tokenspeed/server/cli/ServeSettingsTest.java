@@ -47,7 +47,9 @@ class ServeSettingsTest {
     "max-body-bytes, 10, must be in [1024, 1073741824]",
     "shutdown-timeout, -1, must be in [0, 86400]",
     "host-ratio, 0, must be a finite number > 0",
-    "engine-role, decode, is not served by this version; allowed: fused",
+    "engine-role, tpu, 'is not a role; allowed: fused, prefill, decode'",
+    "pd-port, 9100, is for --engine-role=decode only",
+    "pd-host, 0.0.0.0, is for --engine-role=decode only",
   })
   void shouldRefuseAnOutOfRangeSettingFromEachSourceNamingIt(String key, String value, String why)
       throws Exception {

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.code_intelligence.jazzer.junit.FuzzTest;
+import io.tokenspeed.engine.EngineRole;
 import io.tokenspeed.model.sampling.SamplingParams;
 import io.tokenspeed.model.tokenizer.ByteTokenizer;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -51,7 +52,8 @@ class RequestParserGuidedFuzzTest {
           TOKENIZER,
           TOKENIZER.vocabSize(),
           MAX_REQUEST_TOKENS,
-          Serving.chatPrompt(ChatTemplate.plain(), TOKENIZER));
+          Serving.chatPrompt(ChatTemplate.plain(), TOKENIZER),
+          EngineRole.FUSED);
 
   @FuzzTest(maxDuration = "3m")
   void completions(byte[] body) {

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
+import io.tokenspeed.engine.PdOptions;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.checkpoint.DType;
@@ -78,7 +79,6 @@ final class TestServer implements AutoCloseable {
                 0,
                 maxBodyBytes,
                 ADMIN_TOKEN,
-                "fused",
                 0,
                 state,
                 headerTimeoutMs));
@@ -135,24 +135,48 @@ final class TestServer implements AutoCloseable {
       Function<List<Map<String, Object>>, int[]> chatPrompt,
       int maxQueued,
       long headerTimeoutMs) {
-    EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
-    EngineConfig config =
-        new EngineConfig(
-            base.prefixGranularity(),
-            base.blockGranularity(),
-            base.deviceParents(),
-            2.0,
-            256,
-            48,
-            base.demoteBelowFreeParents(),
-            2,
-            maxQueued);
-    Engine engine = Engine.start(EngineSettings.of(model, config).l3(l3).conclude());
+    Engine engine =
+        Engine.start(EngineSettings.of(model, engineConfig(model, maxQueued)).l3(l3).conclude());
     TestServer s = new TestServer(model, engine, maxBodyBytes, chatPrompt, headerTimeoutMs);
     if (ready) {
       s.state.ready();
     }
     return s;
+  }
+
+  /**
+   * A ready server over a fresh engine of the tiny model in the role {@code pd} gives (docs/pd.md),
+   * with L3 when {@code l3} is given.
+   */
+  static TestServer inRole(Path dir, PdOptions pd, L3Settings l3) {
+    CausalLm model = load(dir);
+    Engine engine;
+    try {
+      engine =
+          Engine.start(
+              EngineSettings.of(model, engineConfig(model, 1024)).l3(l3).pd(pd).conclude());
+    } catch (RuntimeException | Error e) {
+      model.close();
+      throw e;
+    }
+    TestServer s =
+        new TestServer(model, engine, 1 << 20, null, HttpFrontend.DEFAULT_HEADER_TIMEOUT_S * 1000L);
+    s.state.ready();
+    return s;
+  }
+
+  private static EngineConfig engineConfig(CausalLm model, int maxQueued) {
+    EngineConfig base = EngineConfig.defaults(Engine.deviceParentsFor(model, 4096));
+    return new EngineConfig(
+        base.prefixGranularity(),
+        base.blockGranularity(),
+        base.deviceParents(),
+        2.0,
+        256,
+        48,
+        base.demoteBelowFreeParents(),
+        2,
+        maxQueued);
   }
 
   static CausalLm load(Path dir) {
