@@ -220,6 +220,10 @@ public final class PdServingHarness {
       long ns = System.nanoTime() - t0;
       check(pre.result().get(30, TimeUnit.MINUTES));
       check(dec.result().get(30, TimeUnit.MINUTES));
+      System.out.printf(
+          Locale.ROOT,
+          "  PD transfer: %,d bytes of KV landed%n",
+          d.pdMetrics().orElseThrow().bytesReceived());
       return ns;
     }
   }

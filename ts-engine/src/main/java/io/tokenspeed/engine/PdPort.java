@@ -9,11 +9,13 @@ import io.tokenspeed.engine.memory.BlockTransfer;
 import io.tokenspeed.engine.memory.HostCacheStorage;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.sampling.FinishReason;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.pd.Ack;
 import io.tokenspeed.pd.Bootstrap;
 import io.tokenspeed.pd.CachedTokens;
 import io.tokenspeed.pd.Destinations;
 import io.tokenspeed.pd.DoneInfo;
+import io.tokenspeed.pd.FirstLogprobs;
 import io.tokenspeed.pd.KvReceiver;
 import io.tokenspeed.pd.KvSender;
 import io.tokenspeed.pd.Landed;
@@ -297,10 +299,6 @@ final class PdPort implements AutoCloseable {
       case PdTicket.Decode d -> {
         if (role != EngineRole.DECODE) {
           return wrongRole(ticket);
-        }
-        if (topLogprobs != io.tokenspeed.model.sampling.TokenLogprobs.NO_LOGPROBS) {
-          return "logprobs are not served disaggregated in this version: the first token is"
-              + " sampled by the prefill engine, which sends no log probabilities";
         }
         // known before it is registered: a BOOTSTRAP already waiting is reserved at once
         DecodeRoom room = new DecodeRoom(a.id, d.room());
@@ -586,9 +584,43 @@ final class PdPort implements AutoCloseable {
       int first = a.tokens[a.promptTokens];
       CachedTokens cached =
           new CachedTokens(Math.max(0, a.reusedDevice), a.reusedHost, a.reusedStorage);
-      p.transfer.done(new DoneInfo(first, cached));
+      p.transfer.done(new DoneInfo(first, cached, firstLogprobs(a)));
     }
     p.transfer.received().whenComplete((v, ex) -> post(() -> onReceived(p, ex)));
+  }
+
+  /** The first token's log probabilities for DONE, when the request asked for them. */
+  private static FirstLogprobs firstLogprobs(ActiveRequest a) {
+    if (a.handle.topLogprobs() == TokenLogprobs.NO_LOGPROBS) {
+      return null;
+    }
+    TokenLogprobs lp = a.handle.logprobs(0);
+    return new FirstLogprobs(lp.logprob(), lp.topTokens(), lp.topLogprobs());
+  }
+
+  /**
+   * The first token's log probabilities as the decode half asked for them, from what DONE carried;
+   * null when it asked for none.
+   *
+   * @throws IllegalArgumentException when it asked for more than the prefill half sent
+   */
+  private static TokenLogprobs firstLogprobs(ActiveRequest a, int first, FirstLogprobs sent) {
+    int k = a.handle.topLogprobs();
+    if (k == TokenLogprobs.NO_LOGPROBS) {
+      return null;
+    }
+    if (sent == null || sent.topTokens().length < k) {
+      throw new IllegalArgumentException(
+          "the decode half asked for the log probabilities of "
+              + k
+              + " alternatives, the prefill engine sent "
+              + (sent == null ? "none" : sent.topTokens().length + " alternatives"));
+    }
+    return new TokenLogprobs(
+        first,
+        sent.logprob(),
+        Arrays.copyOf(sent.topTokens(), k),
+        Arrays.copyOf(sent.topLogprobs(), k));
   }
 
   /** The transfer's fence: the Host blocks go back, the handle ends. */
@@ -767,11 +799,20 @@ final class PdPort implements AutoCloseable {
     a.reusedStorage = (int) Math.min(cached.storage(), a.promptTokens);
     int first = landed.firstToken();
     landed.acknowledge();
-    if (first < 0 || first >= vocabSize) {
+    TokenLogprobs logprobs;
+    try {
+      if (first < 0 || first >= vocabSize) {
+        throw new IllegalArgumentException("the prefill engine sent first token id=" + first);
+      }
+      logprobs = firstLogprobs(a, first, landed.logprobs());
+    } catch (IllegalArgumentException e) {
       active.remove(a.id);
-      ends.end(a, a.result("error", "the prefill engine sent first token id=" + first));
+      ends.end(a, a.result("error", e.getMessage()));
       ends.cancel(a.id);
       return;
+    }
+    if (logprobs != null) {
+      a.handle.addLogprobs(0, logprobs);
     }
     Optional<FinishReason> done = a.sampling.onToken(first);
     a.tokens[a.known++] = first;

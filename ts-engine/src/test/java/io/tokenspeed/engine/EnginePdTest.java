@@ -138,6 +138,53 @@ class EnginePdTest extends WithContextLlama {
     }
   }
 
+  /**
+   * Log probabilities through the two halves: the prefill engine sends the first token's in DONE,
+   * the decode engine computes the rest; every step equals a fused engine's.
+   */
+  @Test
+  void shouldReportEveryTokensLogprobsAsAFusedEngineDoes() throws Exception {
+    SplittableRandom rnd = new SplittableRandom(41);
+    List<Job> jobs = jobs(rnd, 4);
+    int top = 3;
+    List<List<io.tokenspeed.model.sampling.TokenLogprobs>> fused = new ArrayList<>();
+    try (Engine e = start(PdOptions.FUSED, new Checked())) {
+      for (Job j : jobs) {
+        RequestHandle h = e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens()), top);
+        assertNull(h.result().get(60, TimeUnit.SECONDS).error());
+        fused.add(h.logprobs());
+      }
+    }
+    Checked pc = new Checked();
+    Checked dc = new Checked();
+    try (Engine p = prefill(pc);
+        Engine d = decode(dc)) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      for (int i = 0; i < jobs.size(); i++) {
+        Job j = jobs.get(i);
+        long room = rnd.nextLong() | 1;
+        SamplingParams params = SamplingParams.greedy(j.maxTokens());
+        RequestHandle dec = d.submit(j.prompt(), params, top, new PdTicket.Decode(room));
+        RequestHandle pre = p.submit(j.prompt(), params, top, new PdTicket.Prefill(room, kv));
+        assertNull(pre.result().get(60, TimeUnit.SECONDS).error());
+        assertNull(dec.result().get(60, TimeUnit.SECONDS).error());
+        List<io.tokenspeed.model.sampling.TokenLogprobs> got = dec.logprobs();
+        assertEquals(fused.get(i).size(), got.size(), "request " + i + ": steps with logprobs");
+        for (int s = 0; s < got.size(); s++) {
+          var want = fused.get(i).get(s);
+          var have = got.get(s);
+          String what = "request " + i + " step " + s;
+          assertEquals(want.token(), have.token(), what);
+          assertEquals(want.logprob(), have.logprob(), what);
+          assertArrayEquals(want.topTokens(), have.topTokens(), what);
+          assertArrayEquals(want.topLogprobs(), have.topLogprobs(), what);
+        }
+      }
+      assertQuiet(p, pc);
+      assertQuiet(d, dc);
+    }
+  }
+
   private static void assertRowsEqual(List<float[]> want, List<float[]> got, String what) {
     assertEquals(want.size(), got.size(), what + ": logits rows");
     for (int i = 0; i < want.size(); i++) {
@@ -258,7 +305,6 @@ class EnginePdTest extends WithContextLlama {
       assertError(fused.submit(prompt, params, -1, new PdTicket.Decode(5)), "is fused");
       assertError(d.submit(prompt, params, -1, new PdTicket.Prefill(5, nowhere)), "role is decode");
       assertError(p.submit(prompt, params, -1, new PdTicket.Decode(5)), "role is prefill");
-      assertError(d.submit(prompt, params, 2, new PdTicket.Decode(6)), "logprobs");
       // a second request for a room that is expected already
       RequestHandle first = d.submit(prompt, params, -1, new PdTicket.Decode(7));
       assertError(d.submit(prompt, params, -1, new PdTicket.Decode(7)), "already expected");

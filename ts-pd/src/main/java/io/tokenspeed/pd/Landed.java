@@ -42,6 +42,11 @@ public final class Landed {
     return done.cachedTokens();
   }
 
+  /** The first token's log probabilities, or null when the prefill engine sent none. */
+  public FirstLogprobs logprobs() {
+    return done.logprobs();
+  }
+
   /** The blocks, now the engine's (see the class comment). */
   public Destinations destinations() {
     return destinations;

@@ -28,9 +28,12 @@ package io.tokenspeed.pd;
  *  5    REFUSE     9 + R, R &lt;= 1024         0 i64 room   8 R bytes of UTF-8: reason  D -> P
  *  6    DATA       15 + B                    0 i64 room   8 u16 group  10 u32 block    P -> D
  *                                            14 B bytes: the block (B = the group's bytes per block)
- *  7    DONE       41                        0 i64 room   8 i32 first token            P -> D
+ *  7    DONE       41, or 46 + 8K, K &lt;= 20  0 i64 room   8 i32 first token            P -> D
  *                                            12 i64 cached device  20 i64 cached host
  *                                            28 i64 cached storage 36 u32 CRC32C
+ *                                            with the first token's log probabilities:
+ *                                            40 f32 its logprob  44 u8 K
+ *                                            45 K x (i32 token, f32 logprob): the top K
  *  8    RECEIVED   9                         0 i64 room                                D -> P
  *  9    CANCEL     9 + R, R &lt;= 1024         0 i64 room   8 R bytes of UTF-8: reason  both
  * 10    PING       1                         (none)                                    both
@@ -113,8 +116,11 @@ public final class PdFrameDescriptor {
   /** The bytes of a DATA frame before the block: header, room, group, block index. */
   public static final int DATA_PREFIX_BYTES = HEADER_BYTES + DATA_FIXED_LENGTH - 1;
 
-  /** DONE's N. */
+  /** DONE's N without log probabilities. */
   public static final int DONE_LENGTH = 41;
+
+  /** DONE's N with the first token's log probabilities and K alternatives: this plus 8K. */
+  public static final int DONE_LOGPROBS_LENGTH = 46;
 
   /** RECEIVED's N. */
   public static final int RECEIVED_LENGTH = 9;

@@ -61,14 +61,25 @@ final class PdFrameEncoder {
 
   static ByteBuffer done(long room, DoneInfo info, int crc32c) {
     CachedTokens c = info.cachedTokens();
-    return start(DONE_LENGTH, TYPE_DONE)
-        .putLong(room)
-        .putInt(info.firstToken())
-        .putLong(c.device())
-        .putLong(c.host())
-        .putLong(c.storage())
-        .putInt(crc32c)
-        .flip();
+    FirstLogprobs lp = info.logprobs();
+    int k = lp == null ? 0 : lp.topTokens().length;
+    ByteBuffer b =
+        start(lp == null ? DONE_LENGTH : DONE_LOGPROBS_LENGTH + 8 * k, TYPE_DONE)
+            .putLong(room)
+            .putInt(info.firstToken())
+            .putLong(c.device())
+            .putLong(c.host())
+            .putLong(c.storage())
+            .putInt(crc32c);
+    if (lp != null) {
+      b.putFloat(lp.logprob()).put((byte) k);
+      int[] tokens = lp.topTokens();
+      float[] logprobs = lp.topLogprobs();
+      for (int i = 0; i < k; i++) {
+        b.putInt(tokens[i]).putFloat(logprobs[i]);
+      }
+    }
+    return b.flip();
   }
 
   static ByteBuffer received(long room) {

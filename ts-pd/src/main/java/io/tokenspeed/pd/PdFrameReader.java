@@ -144,7 +144,10 @@ final class PdFrameReader {
         min = DATA_FIXED_LENGTH + 1;
         max = DATA_FIXED_LENGTH + (long) settings.maxBlockBytes();
       }
-      case TYPE_DONE -> min = max = DONE_LENGTH;
+      case TYPE_DONE -> {
+        min = DONE_LENGTH;
+        max = DONE_LOGPROBS_LENGTH + 8L * FirstLogprobs.MAX_TOP;
+      }
       case TYPE_RECEIVED -> min = max = RECEIVED_LENGTH;
       case TYPE_PING -> min = max = PING_LENGTH;
       default -> throw new PdProtocolException("sent a frame of unknown " + typeName(type));
@@ -277,8 +280,44 @@ final class PdFrameReader {
               + storage
               + ")");
     }
+    FirstLogprobs logprobs = null;
+    if (body.hasRemaining()) {
+      logprobs = logprobs(room, body);
+    }
     return new PdFrame.Done(
-        room, new DoneInfo(firstToken, new CachedTokens(device, host, storage)), crc);
+        room, new DoneInfo(firstToken, new CachedTokens(device, host, storage), logprobs), crc);
+  }
+
+  /** DONE's optional tail: the first token's log probabilities, exactly as long as K says. */
+  private static FirstLogprobs logprobs(long room, ByteBuffer body) throws PdProtocolException {
+    if (body.remaining() < DONE_LOGPROBS_LENGTH - DONE_LENGTH) {
+      throw new PdProtocolException(
+          "sent a DONE of room " + room + " with a cut log-probability tail");
+    }
+    float logprob = body.getFloat();
+    int k = Byte.toUnsignedInt(body.get());
+    if (body.remaining() != 8 * k) {
+      throw new PdProtocolException(
+          "sent a DONE of room "
+              + room
+              + " whose log-probability tail names "
+              + k
+              + " alternatives in "
+              + body.remaining()
+              + " bytes");
+    }
+    int[] tokens = new int[k];
+    float[] logprobs = new float[k];
+    for (int i = 0; i < k; i++) {
+      tokens[i] = body.getInt();
+      logprobs[i] = body.getFloat();
+    }
+    try {
+      return new FirstLogprobs(logprob, tokens, logprobs);
+    } catch (IllegalArgumentException e) {
+      throw new PdProtocolException(
+          "sent a DONE of room " + room + " with invalid log probabilities: " + e.getMessage());
+    }
   }
 
   private static String reason(ByteBuffer body) {

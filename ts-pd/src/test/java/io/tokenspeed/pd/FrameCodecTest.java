@@ -79,6 +79,22 @@ class FrameCodecTest {
     assertEquals(
         new PdFrame.Done(room, info, crc),
         reader(bytes(PdFrameEncoder.done(room, info, crc)), PdFrameReader.Side.DECODE).next(false));
+    // with the first token's log probabilities, 0 to 20 alternatives
+    int k = rnd.nextInt(FirstLogprobs.MAX_TOP + 1);
+    int[] top = rnd.ints(k, 0, 1 << 20).toArray();
+    float[] topLogprobs = new float[k];
+    for (int i = 0; i < k; i++) {
+      topLogprobs[i] = i == 0 && rnd.nextInt(4) == 0 ? Float.NEGATIVE_INFINITY : -rnd.nextFloat();
+    }
+    DoneInfo withLogprobs =
+        new DoneInfo(
+            rnd.nextInt(1 << 20),
+            info.cachedTokens(),
+            new FirstLogprobs(-rnd.nextFloat() * 30, top, topLogprobs));
+    assertEquals(
+        new PdFrame.Done(room, withLogprobs, crc),
+        reader(bytes(PdFrameEncoder.done(room, withLogprobs, crc)), PdFrameReader.Side.DECODE)
+            .next(false));
     assertEquals(
         new PdFrame.Received(room),
         reader(bytes(PdFrameEncoder.received(room)), PdFrameReader.Side.PREFILL).next(false));
@@ -129,11 +145,19 @@ class FrameCodecTest {
     SplittableRandom rnd = new SplittableRandom(seed);
     for (int trial = 0; trial < 200; trial++) {
       ByteBuffer f =
-          switch (rnd.nextInt(5)) {
+          switch (rnd.nextInt(6)) {
             case 0 ->
                 PdFrameEncoder.bootstrap(
                     rnd.nextLong(), PdTesting.bootstrap(rnd, 1 + rnd.nextInt(50), 64));
             case 1 -> PdFrameEncoder.done(rnd.nextLong(), new DoneInfo(1, CachedTokens.NONE), 7);
+            case 5 ->
+                PdFrameEncoder.done(
+                    rnd.nextLong(),
+                    new DoneInfo(
+                        1,
+                        CachedTokens.NONE,
+                        new FirstLogprobs(-1f, new int[] {1, 2, 3}, new float[] {-0.5f, -1f, -2f})),
+                    7);
             case 2 -> PdFrameEncoder.cancel(rnd.nextLong(), "x");
             case 3 -> PdFrameEncoder.hello(PdFrameDescriptor.ROLE_PREFILL, new byte[32]);
             default -> PdFrameEncoder.ack(rnd.nextLong(), new Ack(new int[] {1, 2}));

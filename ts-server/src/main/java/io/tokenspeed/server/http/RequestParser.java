@@ -185,12 +185,6 @@ final class RequestParser {
     List<String> stop = stopStrings(body);
     int topLogprobs = logprobs(body, chat);
     PdTicket pd = PdServing.ticket(body, role, n * prompts.size());
-    if (pd instanceof PdTicket.Decode && topLogprobs >= 0) {
-      throw ApiException.invalid(
-          "logprobs",
-          "logprobs are not served disaggregated: the prefill engine samples the first token and"
-              + " sends no logprobs of it");
-    }
     boolean stream = bool(body, "stream", false);
     boolean includeUsage = false;
     JsonNode options = body.get("stream_options");

@@ -160,21 +160,20 @@ class PdFieldTest {
   }
 
   @Test
-  void shouldRefuseLogprobsOnADecodeTicket() {
-    ApiException e =
-        refused(EngineRole.DECODE, "{\"prompt\":\"a\",\"logprobs\":1,\"pd\":{\"room\":\"5\"}}");
-    assertEquals("logprobs", e.param());
-    ApiException chat =
-        assertThrows(
-            ApiException.class,
-            () ->
-                parser(EngineRole.DECODE)
-                    .parse(
-                        body(
-                            "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
-                                + "\"logprobs\":true,\"pd\":{\"room\":\"5\"}}"),
-                        true));
-    assertEquals("logprobs", chat.param());
+  void shouldPassLogprobsOfADecodeTicketOn() {
+    // the prefill engine sends the first token's log probabilities in DONE: both halves ask
+    GenerationRequest completion =
+        parser(EngineRole.DECODE)
+            .parse(body("{\"prompt\":\"a\",\"logprobs\":3,\"pd\":{\"room\":\"5\"}}"), false);
+    assertEquals(3, completion.topLogprobs());
+    GenerationRequest chat =
+        parser(EngineRole.DECODE)
+            .parse(
+                body(
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                        + "\"logprobs\":true,\"top_logprobs\":2,\"pd\":{\"room\":\"5\"}}"),
+                true);
+    assertEquals(2, chat.topLogprobs());
   }
 
   @Test
