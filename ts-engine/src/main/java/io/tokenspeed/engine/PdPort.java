@@ -771,7 +771,11 @@ final class PdPort implements AutoCloseable {
         active.remove(a.id);
         ends.end(
             a,
-            a.result("error", "the KV transfer from the prefill engine failed: " + describe(ex)));
+            a.result(
+                "error",
+                timedOut(ex)
+                    ? PdTicket.PREFILL_NEVER_CAME + ": " + describe(ex)
+                    : "the KV transfer from the prefill engine failed: " + describe(ex)));
         ends.cancel(a.id);
       }
       return;
@@ -856,6 +860,12 @@ final class PdPort implements AutoCloseable {
         cache.host().unref(b);
       }
     }
+  }
+
+  /** Whether a registration failed because its BOOTSTRAP never came. */
+  private static boolean timedOut(Throwable ex) {
+    Throwable t = ex instanceof CompletionException && ex.getCause() != null ? ex.getCause() : ex;
+    return t instanceof PdException p && p.kind() == PdException.Kind.TIMEOUT;
   }
 
   private static String describe(Throwable ex) {

@@ -10,6 +10,13 @@ import java.util.Objects;
  */
 public sealed interface PdTicket {
 
+  /**
+   * How the error of a decode half begins when no prefill engine sent the room's BOOTSTRAP within
+   * the bootstrap deadline (a server answers it as a gateway timeout, any other transfer failure as
+   * a bad gateway).
+   */
+  String PREFILL_NEVER_CAME = "no prefill engine sent the room within the bootstrap deadline";
+
   /** The room id the router chose for the request (non-zero). */
   long room();
 

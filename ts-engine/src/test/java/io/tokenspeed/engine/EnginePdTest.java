@@ -310,6 +310,11 @@ class EnginePdTest extends WithContextLlama {
       assertError(d.submit(prompt, params, -1, new PdTicket.Decode(7)), "already expected");
       first.cancel();
       assertNotNull(first.result().get(10, TimeUnit.SECONDS).finishReason());
+      // a decode half whose prefill half never comes fails after the bootstrap deadline (3 s)
+      GenerationResult orphan =
+          d.submit(prompt, params, -1, new PdTicket.Decode(10)).result().get(30, TimeUnit.SECONDS);
+      assertNotNull(orphan.error());
+      assertTrue(orphan.error().startsWith(PdTicket.PREFILL_NEVER_CAME), orphan.error());
       // a prefill half whose decode engine is not there fails, naming the address
       GenerationResult r =
           p.submit(prompt, params, -1, new PdTicket.Prefill(8, nowhere))

@@ -8,6 +8,7 @@ import io.helidon.webserver.CloseConnectionException;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.IntakeFullException;
+import io.tokenspeed.engine.PdTicket;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -328,8 +329,7 @@ final class Completions {
       return null;
     }
     String message = res.error();
-    // the engine words a transfer's end by its PdException kind: "failed (timeout): ..."
-    return message != null && message.contains("failed (timeout)")
+    return message != null && message.startsWith(PdTicket.PREFILL_NEVER_CAME)
         ? new ApiException(504, "upstream_error", null, "gateway_timeout", message)
         : new ApiException(502, "upstream_error", null, "bad_gateway", message);
   }
