@@ -52,8 +52,18 @@ class EnginePdL3Test extends WithContextLlama {
     @Override
     public void close() {} // shared by the engines of the test
 
+    final AtomicInteger gets = new AtomicInteger();
+    final AtomicInteger queries = new AtomicInteger();
+
+    @Override
+    public StoreResult get(List<String> keys, List<MemorySegment> destinations) throws Exception {
+      gets.incrementAndGet();
+      return super.get(keys, destinations);
+    }
+
     @Override
     public StoreResult exists(List<String> keys) throws Exception {
+      queries.incrementAndGet();
       CountDownLatch g = gate;
       if (g != null && !g.await(30, TimeUnit.SECONDS)) {
         throw new IllegalStateException("the gate never opened");
@@ -122,10 +132,13 @@ class EnginePdL3Test extends WithContextLlama {
     States states = new States();
     states.store = gated;
     Checked dc = new Checked();
+    // the decode engine has L3 too (for its own recovery): a landing must never read it
+    GatedStore decodeStore = new GatedStore();
     try (Engine d =
             Engine.start(
                 EngineSettings.of(model, EngineTest.small(256))
                     .observer(dc)
+                    .l3(EngineL3Test.l3(decodeStore, scheduling))
                     .pd(
                         PdOptions.decode(
                             secret,
@@ -157,6 +170,8 @@ class EnginePdL3Test extends WithContextLlama {
       RequestMetrics pm = pr.result().metrics();
       assertTrue(pm.reusedStorageTokens() > 0, () -> "nothing restored from L3: " + pm);
       assertEquals(pm.reusedStorageTokens(), dr.result().metrics().reusedStorageTokens());
+      assertEquals(0, decodeStore.gets.get(), "the decode engine read L3 for a remote landing");
+      assertEquals(0, decodeStore.queries.get(), "the decode engine queried L3 for a landing");
       assertTrue(states.broken.isEmpty(), () -> states.broken.toString());
       assertTrue(dc.broken.isEmpty(), () -> dc.broken.toString());
     }
