@@ -453,6 +453,15 @@ final class PdPort implements AutoCloseable {
     }
   }
 
+  /** The blocks of each group a prompt of {@code n} tokens fills: those the transfer moves. */
+  private int[] promptRows(int n) {
+    int[] rows = new int[layout.numGroups()];
+    for (int g = 0; g < rows.length; g++) {
+      rows[g] = layout.group(g).rowsFor(n);
+    }
+    return rows;
+  }
+
   /**
    * The ACK (or the transfer's failure before it) reached the loop. The room is opened before the
    * request is queued, so the answer may come before the loop has taken the request in: it then
@@ -479,8 +488,9 @@ final class PdPort implements AutoCloseable {
     if (p.answerFailure != null) {
       error = "the decode engine at " + p.transfer.decode() + " " + describe(p.answerFailure);
     } else {
-      for (int g = 0; g < layout.numGroups() && error == null; g++) {
-        int rows = layout.group(g).rowsFor(a.promptTokens);
+      int[] needs = promptRows(a.promptTokens);
+      for (int g = 0; g < needs.length && error == null; g++) {
+        int rows = needs[g];
         if (ack.numBlocks(g) != rows) {
           error =
               "the decode engine reserved "
@@ -544,10 +554,7 @@ final class PdPort implements AutoCloseable {
   void send(ActiveRequest a) throws InterruptedException {
     PrefillRoom p = prefillRooms.get(a.id);
     int[][] tables = scheduler.blockTables(a.id);
-    int[] needs = new int[layout.numGroups()];
-    for (int g = 0; g < needs.length; g++) {
-      needs[g] = layout.group(g).rowsFor(a.promptTokens);
-    }
+    int[] needs = promptRows(a.promptTokens);
     int[][] hostBlocks = cache.host().allocate(needs);
     if (hostBlocks == null || tables == null) {
       String error =
@@ -709,10 +716,7 @@ final class PdPort implements AutoCloseable {
     CompletableFuture<Destinations> f = d.reservation;
     d.reservation = null;
     int n = d.bootstrap.numTokens();
-    int[] needs = new int[layout.numGroups()];
-    for (int g = 0; g < needs.length; g++) {
-      needs[g] = layout.group(g).rowsFor(n);
-    }
+    int[] needs = promptRows(n);
     int[][] blocks = cache.host().allocate(needs);
     if (blocks == null) {
       f.completeExceptionally(
