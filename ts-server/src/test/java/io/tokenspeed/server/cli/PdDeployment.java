@@ -171,6 +171,19 @@ final class PdDeployment {
         + "}";
   }
 
+  /**
+   * A greedy chat request's body with {@code prompt} as the user's message, as {@link #completion}.
+   */
+  static String chat(String prompt, int maxTokens, boolean stream) {
+    return "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\""
+        + prompt
+        + "\"}],\"max_tokens\":"
+        + maxTokens
+        + ",\"temperature\":0,\"ignore_eos\":true"
+        + (stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}" : "")
+        + "}";
+  }
+
   static JsonNode json(String text) {
     try {
       return JSON.readTree(text);

@@ -1,6 +1,7 @@
 package io.tokenspeed.server.cli;
 
 import static io.tokenspeed.server.cli.PdDeployment.await;
+import static io.tokenspeed.server.cli.PdDeployment.chat;
 import static io.tokenspeed.server.cli.PdDeployment.completion;
 import static io.tokenspeed.server.cli.PdDeployment.json;
 import static io.tokenspeed.server.cli.PdDeployment.prompt;
@@ -71,6 +72,8 @@ class PdFailureIT {
   private static final Duration READ_TIMEOUT = Duration.ofSeconds(30);
 
   private static final String COMPLETIONS = "/v1/completions";
+
+  private static final String CHATS = "/v1/chat/completions";
 
   /** Kept when a case fails: the processes' logs are in it. */
   @TempDir(cleanup = CleanupMode.ON_SUCCESS)
@@ -390,12 +393,14 @@ class PdFailureIT {
       List<RawHttp> streams = new ArrayList<>();
       try {
         for (int i = 0; i < n; i++) {
+          // completions, whose stream starts with the first token, and chats, whose stream starts
+          // at once with the assistant's role
+          String prompt = prompt(410 + i, 3000 + random.nextInt(400));
           streams.add(
-              RawHttp.post(
-                  router.port,
-                  COMPLETIONS,
-                  completion(prompt(410 + i, 3000 + random.nextInt(400)), 64, true),
-                  READ_TIMEOUT));
+              i % 2 == 0
+                  ? RawHttp.post(
+                      router.port, COMPLETIONS, completion(prompt, 64, true), READ_TIMEOUT)
+                  : RawHttp.post(router.port, CHATS, chat(prompt, 64, true), READ_TIMEOUT));
         }
         // every room opened, and (in the same scrape) the decode engine holds staging Host blocks
         // for the rooms still open: it handed them to the transport, then sent their ACKs. The
@@ -446,6 +451,13 @@ class PdFailureIT {
         assertEquals(n - after.landed(), errors, after::toString);
         assertTrue(errors >= 1, "the kill hit no room in flight: " + after);
         assertEquals(n, after.roomsEnded(), after::toString);
+        // the router counts the streams the kill cut as failed, whichever said so
+        double ok = outcome(router, COMPLETIONS, "ok") + outcome(router, CHATS, "ok");
+        double failed =
+            outcome(router, COMPLETIONS, "upstream_failed")
+                + outcome(router, CHATS, "upstream_failed");
+        assertEquals(n - errors, ok, () -> "router outcomes: " + router.get("/metrics").body());
+        assertEquals(errors, failed, () -> "router outcomes: " + router.get("/metrics").body());
         System.out.printf(
             "prefill engine killed with %d rooms open: %d clients answered with an error within"
                 + " %d ms; the decode engine: %s%n",
@@ -579,13 +591,17 @@ class PdFailureIT {
   }
 
   private static double clientGone(ServeProcess router) {
+    return outcome(router, COMPLETIONS, "client_gone");
+  }
+
+  private static double outcome(ServeProcess router, String endpoint, String outcome) {
     return PrometheusText.value(
         router.metrics(),
         "tokenspeed:router_requests_total",
         "endpoint",
-        COMPLETIONS,
+        endpoint,
         "outcome",
-        "client_gone");
+        outcome);
   }
 
   private static double routed(ServeProcess router, String backend) {
