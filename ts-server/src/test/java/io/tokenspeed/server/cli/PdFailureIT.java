@@ -47,10 +47,10 @@ import org.junit.jupiter.api.io.TempDir;
  *
  * <ol>
  *   <li><b>The client gets its answer in bounded time</b>, in the shape the router and {@code
- *       serve} document: a non-streamed request a 502, 503 or 504 with an OpenAI error body; a
- *       stream that started an error event ({@code upstream_error}, code 502) and then {@code data:
- *       [DONE]}. (A client that left gets nothing: the case checks that the engines end its
- *       request.)
+ *       serve} document: a non-streamed request, or a stream whose status line had not gone out
+ *       yet, a 502, 503 or 504 with an OpenAI error body; a stream that started an error event
+ *       ({@code upstream_error}, code 502) and then {@code data: [DONE]}. (A client that left gets
+ *       nothing: the case checks that the engines end its request.)
  *   <li><b>Nothing is leaked on the survivors.</b> Within a bound, each surviving engine's {@code
  *       /metrics} says: no request running or waiting, no more used Device or Host parents than the
  *       idle baseline measured before the case, no KV transfer room open and no registration
@@ -92,8 +92,7 @@ class PdFailureIT {
     readers.shutdownNow();
   }
 
-  // ---------------------------------------------------------------- a. the client leaves
-  // mid-stream
+  // ---------------------------------------------------------------- a. the client leaves midway
 
   /**
    * Three clients stream long completions through the router at once, each reads a seeded 1 to 5
