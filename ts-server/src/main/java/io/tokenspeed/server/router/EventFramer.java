@@ -1,5 +1,6 @@
 package io.tokenspeed.server.router;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 /**
@@ -16,6 +17,9 @@ import java.util.Arrays;
  * <p>Not thread-safe: one exchange's thread uses it.
  */
 final class EventFramer {
+  private static final byte[] DATA = "data:".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] ERROR_OBJECT = "{\"error\"".getBytes(StandardCharsets.US_ASCII);
+
   private byte[] buffer = new byte[8192];
   private int length;
   private int boundary;
@@ -61,6 +65,46 @@ final class EventFramer {
     length -= boundary;
     boundary = 0;
     return out;
+  }
+
+  /**
+   * Whether {@code events} (whole events, as {@link #takeComplete} returns them) hold an error
+   * event: a line {@code data: {"error"...}}, as {@code serve} ends a stream that failed after it
+   * started ({@code WebFront.errorEvent}). Spaces after the colon are optional (the SSE
+   * specification), a line end is CR, LF or CRLF.
+   */
+  static boolean hasErrorEvent(byte[] events) {
+    boolean lineStart = true;
+    for (int i = 0; i < events.length; i++) {
+      byte c = events[i];
+      if (c == '\r' || c == '\n') {
+        lineStart = true;
+        continue;
+      }
+      if (lineStart && startsWith(events, i, DATA)) {
+        int at = i + DATA.length;
+        while (at < events.length && events[at] == ' ') {
+          at++; // the SSE specification strips one; a JSON parser skips the rest
+        }
+        if (startsWith(events, at, ERROR_OBJECT)) {
+          return true;
+        }
+      }
+      lineStart = false;
+    }
+    return false;
+  }
+
+  private static boolean startsWith(byte[] bytes, int at, byte[] prefix) {
+    if (at + prefix.length > bytes.length) {
+      return false;
+    }
+    for (int k = 0; k < prefix.length; k++) {
+      if (bytes[at + k] != prefix[k]) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Every byte not taken yet, complete events or not, dropped from the buffer. */

@@ -44,7 +44,9 @@ import java.util.logging.Logger;
  *   <li>D answers: its status, content type and body go to the client. A 2xx event stream is passed
  *       on event by event as they arrive, each flushed; if it breaks off, the event in progress is
  *       dropped and the stream ends with an error event ({@link WebFront#errorEvent}, {@code
- *       serve}'s shape) and {@code data: [DONE]}. A D answer other than 2xx cancels P.
+ *       serve}'s shape) and {@code data: [DONE]}. A D answer other than 2xx cancels P, and so does
+ *       a D stream that carried an error event of its own (its KV transfer failed, say, after a
+ *       chat's first event had gone out): the request failed, and is counted so.
  *   <li>The client leaves (a write fails, or {@link WebFront#watchClient} sees its connection
  *       close): both upstream requests are cancelled and the connection ends.
  * </ul>
@@ -94,6 +96,7 @@ final class Exchange {
   private Upstream decode;
   private boolean decodeStarted;
   private boolean prefillAnswered;
+  private boolean decodeErrorEvent;
   private OutputStream stream;
   private Outcome outcome;
 
@@ -200,6 +203,7 @@ final class Exchange {
   private Outcome onChunk(Chunk c) {
     framer.append(c.bytes());
     byte[] events = framer.takeComplete();
+    decodeErrorEvent |= EventFramer.hasErrorEvent(events);
     if (events.length > 0) {
       try {
         stream.write(events);
@@ -212,18 +216,25 @@ final class Exchange {
     return null;
   }
 
+  /**
+   * D's stream ended: passed on whole. It failed when it carried an error event (D's own: the
+   * stream had started when its request failed), and is counted so, not as a 2xx answer.
+   */
   private Outcome onStreamEnded() {
+    Outcome done;
     try {
       byte[] rest = framer.takeAll();
+      decodeErrorEvent |= EventFramer.hasErrorEvent(rest);
       if (rest.length > 0) {
         stream.write(rest);
       }
-      tally.count(Outcome.OK);
+      done = decodeErrorEvent ? Outcome.UPSTREAM_FAILED : Outcome.OK;
+      tally.count(done);
       stream.close();
     } catch (IOException | UncheckedIOException | CloseConnectionException e) {
       return clientGone(e);
     }
-    return Outcome.OK;
+    return done;
   }
 
   /** D's whole answer, passed through. */

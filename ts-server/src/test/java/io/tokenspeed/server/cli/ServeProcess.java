@@ -56,7 +56,7 @@ final class ServeProcess implements AutoCloseable {
   static ServeProcess start(
       Path workDir, List<String> wrapper, List<String> args, long timeoutSeconds)
       throws IOException, InterruptedException {
-    return start(workDir, wrapper, Map.of(), "serve", args, timeoutSeconds);
+    return start(workDir, wrapper, Map.of(), "serve", args, 0, timeoutSeconds);
   }
 
   /**
@@ -71,7 +71,22 @@ final class ServeProcess implements AutoCloseable {
       List<String> args,
       long timeoutSeconds)
       throws IOException, InterruptedException {
-    return start(workDir, List.of(), env, subcommand, args, timeoutSeconds);
+    return start(workDir, List.of(), env, subcommand, args, 0, timeoutSeconds);
+  }
+
+  /**
+   * {@link #start(Path, Map, String, List, long)} on {@code port} rather than a free one: a process
+   * restarted where its clients (a router's backend list) know it.
+   */
+  static ServeProcess start(
+      Path workDir,
+      Map<String, String> env,
+      String subcommand,
+      List<String> args,
+      int port,
+      long timeoutSeconds)
+      throws IOException, InterruptedException {
+    return start(workDir, List.of(), env, subcommand, args, port, timeoutSeconds);
   }
 
   private static ServeProcess start(
@@ -80,6 +95,7 @@ final class ServeProcess implements AutoCloseable {
       Map<String, String> env,
       String subcommand,
       List<String> args,
+      int fixedPort,
       long timeoutSeconds)
       throws IOException, InterruptedException {
     Path jar = Path.of(System.getProperty("tokenspeed.jar", "target/tokenspeed.jar"));
@@ -94,7 +110,7 @@ final class ServeProcess implements AutoCloseable {
             jar.toAbsolutePath().toString(),
             subcommand,
             "--port",
-            "0"));
+            Integer.toString(fixedPort)));
     command.addAll(args);
     Path out = Files.createTempFile(workDir, "serve-out", ".txt");
     Path err = Files.createTempFile(workDir, "serve-err", ".txt");
@@ -201,6 +217,18 @@ final class ServeProcess implements AutoCloseable {
       throw new AssertionError("serve did not stop after SIGTERM: " + stderr());
     }
     return process.exitValue();
+  }
+
+  /**
+   * Kills the process with SIGKILL, as a crash or the OOM killer would: no shutdown hook runs, the
+   * kernel closes its sockets. Returns once it has exited (at most 10 s).
+   */
+  void crash() throws InterruptedException {
+    noteDescendants();
+    process.destroyForcibly();
+    if (!process.waitFor(10, TimeUnit.SECONDS)) {
+      throw new AssertionError("pid " + process.pid() + " outlived SIGKILL by 10 s");
+    }
   }
 
   /**

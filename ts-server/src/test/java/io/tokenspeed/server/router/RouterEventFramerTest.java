@@ -2,8 +2,10 @@ package io.tokenspeed.server.router;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.tokenspeed.server.http.WebFront;
 import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -92,5 +94,36 @@ class RouterEventFramerTest {
         "data: {\"a\":1}\n\n", new String(framer.takeComplete(), StandardCharsets.US_ASCII));
     assertEquals("data: {\"b\"", new String(framer.takeAll(), StandardCharsets.US_ASCII));
     assertEquals(0, framer.takeAll().length);
+  }
+
+  @Test
+  void shouldFindServesErrorEventAndNoOther() {
+    byte[] serves = WebFront.errorEvent("the KV transfer failed", "upstream_error", 502);
+    assertTrue(EventFramer.hasErrorEvent(serves), new String(serves, StandardCharsets.UTF_8));
+    byte[] stream =
+        ("data: {\"id\":\"cmpl-1\",\"choices\":[{\"text\":\"x\"}]}\n\n"
+                + new String(serves, StandardCharsets.UTF_8)
+                + "data: [DONE]\n\n")
+            .getBytes(StandardCharsets.UTF_8);
+    assertTrue(EventFramer.hasErrorEvent(stream));
+    // the SSE forms: no space after the colon, CRLF and CR line ends
+    for (String form :
+        List.of(
+            "data:{\"error\":{}}\n\n",
+            "data:  {\"error\":{}}\n\n",
+            ": comment\r\ndata: {\"error\":{}}\r\n\r\n",
+            "data: [x]\rdata: {\"error\":{}}\r\r")) {
+      assertTrue(EventFramer.hasErrorEvent(form.getBytes(StandardCharsets.US_ASCII)), form);
+    }
+    // a chunk whose text or fields merely mention an error is not an error event
+    for (String form :
+        List.of(
+            "data: {\"choices\":[{\"text\":\"{\\\"error\\\"\"}]}\n\n",
+            "data: {\"id\":1,\"error\":null}\n\n",
+            "id: {\"error\"\n\n",
+            "data: [DONE]\n\n",
+            "")) {
+      assertFalse(EventFramer.hasErrorEvent(form.getBytes(StandardCharsets.US_ASCII)), form);
+    }
   }
 }

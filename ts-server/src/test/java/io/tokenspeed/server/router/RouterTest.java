@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.tokenspeed.core.metrics.PrometheusText;
+import io.tokenspeed.server.http.WebFront;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -295,6 +296,47 @@ class RouterTest {
     assertTrue(error.get("param").isNull());
     assertEquals(502, error.get("code").asInt());
     assertTrue(error.get("message").asText().contains(rig.decode.getFirst().url()), tail);
+  }
+
+  /**
+   * A stream that D itself ends with an error event (serve's: its KV transfer failed after the
+   * stream started, as a chat's does with its first event) passes through untouched, but is a
+   * failed request: counted {@code upstream_failed}, not {@code ok}, and P is cancelled.
+   */
+  @Test
+  void shouldCountAStreamThatDecodeEndedWithAnErrorEventAsFailedAndCancelPrefill()
+      throws Exception {
+    rig = new RouterRig(1, 1, 25);
+    List<String> events = new ArrayList<>(events(7, 3));
+    events.add(
+        events.size() - 1,
+        new String(
+            WebFront.errorEvent("the KV transfer failed", "upstream_error", 502),
+            StandardCharsets.UTF_8));
+    rig.prefill.getFirst().script = new StubBackend.Hold();
+    rig.decode.getFirst().script = new StubBackend.Stream(events, 1, true, -1, -1);
+    HttpResponse<String> res = rig.post("/v1/completions", completion(true));
+    assertEquals(200, res.statusCode());
+    assertEquals(String.join("", events), res.body(), "passed through byte for byte");
+    assertEquals(
+        1.0,
+        PrometheusText.value(
+            rig.metrics(),
+            "tokenspeed:router_requests_total",
+            "endpoint",
+            "/v1/completions",
+            "outcome",
+            "upstream_failed"));
+    assertEquals(
+        0.0,
+        PrometheusText.value(
+            rig.metrics(),
+            "tokenspeed:router_requests_total",
+            "endpoint",
+            "/v1/completions",
+            "outcome",
+            "ok"));
+    assertTrue(rig.prefill.getFirst().awaitCancellations(1, WAIT_MS), "prefill was cancelled");
   }
 
   @Test
