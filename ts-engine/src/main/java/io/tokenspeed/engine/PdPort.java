@@ -351,16 +351,6 @@ final class PdPort implements AutoCloseable {
     return Arrays.copyOf(a.tokens, a.promptTokens);
   }
 
-  /** Whether {@code id} is a decode request that lands its prompt's KV. */
-  boolean lands(long id) {
-    return decodeRooms.containsKey(id);
-  }
-
-  /** Whether {@code id} is a prefill request that waits for its decode engine's ACK. */
-  boolean bootstraps(long id) {
-    return prefillRooms.containsKey(id);
-  }
-
   // ------------------------------------------------------------------ the loop
 
   private void post(Runnable event) {
