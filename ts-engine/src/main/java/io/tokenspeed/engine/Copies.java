@@ -136,6 +136,18 @@ final class Copies {
     return ops.isEmpty() ? null : handle.submit(ops);
   }
 
+  /**
+   * Submits {@code ops} that no round waits for (a disaggregated request's copies, whose blocks the
+   * caller keeps referenced until the fence): they run in order with every other batch, but the
+   * round's backlog leaves them out. Null when there are none.
+   */
+  CopyFence submitBackground(List<BlockTransfer> ops) {
+    if (pages != null) {
+      throw new IllegalStateException("page-cyclic groups move no background copies");
+    }
+    return ops.isEmpty() ? null : handle.submitBackground(ops);
+  }
+
   /** Waits for {@code f}; a failed copy fails the loop. */
   static void await(CopyFence f) throws InterruptedException {
     f.await();

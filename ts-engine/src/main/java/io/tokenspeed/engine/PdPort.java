@@ -6,6 +6,7 @@ import io.tokenspeed.cache.Tier;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.engine.memory.BlockTransfer;
+import io.tokenspeed.engine.memory.CopyFence;
 import io.tokenspeed.engine.memory.HostCacheStorage;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.sampling.FinishReason;
@@ -126,6 +127,7 @@ final class PdPort implements AutoCloseable {
     Throwable answerFailure;
     boolean failed; // ended with an error; the room waits for the cancellation
     int[][] hostBlocks; // set when sent; freed at the fence
+    int[][] pinned; // the Device blocks the Device -> Host copy reads, until it completed
     ActiveRequest request; // set when sent: the handle ends at the fence
     boolean ended; // the handle ended already (cancelled while the fence stands)
 
@@ -144,6 +146,7 @@ final class PdPort implements AutoCloseable {
     CompletableFuture<Destinations> reservation; // pending until the request is in Landing
     boolean checked; // the BOOTSTRAP matched the request
     int[][] hostBlocks;
+    int[][] pinned; // the Device blocks the Host -> Device copy writes, until it completed
     boolean released;
 
     DecodeRoom(long id, long room) {
@@ -368,7 +371,7 @@ final class PdPort implements AutoCloseable {
    * forward may wait for an event instead of running again at once.
    */
   boolean waiting() {
-    return !prefillRooms.isEmpty() || !decodeRooms.isEmpty();
+    return !prefillRooms.isEmpty() || !decodeRooms.isEmpty() || !staged.isEmpty();
   }
 
   /** The loop's head, after the round's new requests: the transport's events, in arrival order. */
@@ -562,15 +565,51 @@ final class PdPort implements AutoCloseable {
       return;
     }
     List<BlockTransfer> stores = new ArrayList<>();
+    int[][] pinned = new int[needs.length][];
     for (int g = 0; g < needs.length; g++) {
+      pinned[g] = Arrays.copyOf(tables[g], needs[g]);
       for (int r = 0; r < needs[g]; r++) {
-        stores.add(new BlockTransfer.Store(g, tables[g][r], hostBlocks[g][r]));
+        cache.device().ref(pinned[g][r]); // the scheduler lets the request go right after
+        stores.add(new BlockTransfer.Store(g, pinned[g][r], hostBlocks[g][r]));
       }
     }
     p.hostBlocks = hostBlocks;
+    p.pinned = pinned;
     p.request = a;
     sent.add(p);
-    copies.await(stores);
+    whenCopied(copies.submitBackground(stores), port -> port.sendCopied(p));
+  }
+
+  /**
+   * Runs {@code then} on the loop once {@code fence} completed: a virtual thread waits for it and
+   * posts the event, so that neither the loop nor a round waits for a transfer's copies.
+   */
+  private void whenCopied(CopyFence fence, LoopEvent then) {
+    Thread.ofVirtual()
+        .name("ts-pd-copy-" + fence.sequence())
+        .start(
+            () -> {
+              try {
+                fence.await();
+              } catch (InterruptedException e) {
+                return; // the engine is closing
+              }
+              post(
+                  (LoopEvent)
+                      port -> {
+                        Copies.await(fence); // done: throws when the copy failed
+                        then.run(port);
+                      });
+            });
+  }
+
+  /** The prompt's KV is in the Host blocks: its frames are queued, then DONE. */
+  private void sendCopied(PrefillRoom p) {
+    unpin(p.pinned);
+    p.pinned = null;
+    ActiveRequest a = p.request;
+    int[] needs = promptRows(a.promptTokens);
+    int[][] hostBlocks = p.hostBlocks;
     boolean queued = true;
     for (int g = 0; g < needs.length && queued; g++) {
       for (int r = 0; r < needs[g] && queued; r++) {
@@ -756,7 +795,7 @@ final class PdPort implements AutoCloseable {
     post((LoopEvent) port -> port.land(d, landed, ex));
   }
 
-  private void land(DecodeRoom d, Landed landed, Throwable ex) throws InterruptedException {
+  private void land(DecodeRoom d, Landed landed, Throwable ex) {
     boolean ours = decodeRooms.get(d.id) == d;
     forget(d);
     ActiveRequest a = ours ? active.get(d.id) : null;
@@ -781,13 +820,32 @@ final class PdPort implements AutoCloseable {
     }
     int[][] tables = scheduler.blockTables(d.id);
     List<BlockTransfer> loads = new ArrayList<>();
+    int[][] pinned = new int[d.hostBlocks.length][];
     for (int g = 0; g < d.hostBlocks.length; g++) {
+      pinned[g] = Arrays.copyOf(tables[g], d.hostBlocks[g].length);
       for (int r = 0; r < d.hostBlocks[g].length; r++) {
-        loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], tables[g][r]));
+        cache.device().ref(pinned[g][r]); // a cancellation meanwhile frees no block it writes
+        loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], pinned[g][r]));
       }
     }
-    copies.await(loads);
+    d.pinned = pinned;
+    whenCopied(copies.submitBackground(loads), port -> port.landCopied(d, landed));
+  }
+
+  /**
+   * The landed KV is in the request's Device blocks: they are published as its prefix, the first
+   * token is emitted and RECEIVED written; or, when the request ended while the copy ran, only
+   * RECEIVED.
+   */
+  private void landCopied(DecodeRoom d, Landed landed) {
+    unpin(d.pinned);
+    d.pinned = null;
     releaseStaging(d);
+    ActiveRequest a = active.get(d.id);
+    if (a == null || !(scheduler.state(d.id) instanceof RequestState.Landing)) {
+      landed.acknowledge();
+      return;
+    }
     scheduler.onLanded(d.id);
     a.admission = scheduler.admission(d.id);
     a.kvTokens = a.promptTokens;
@@ -832,18 +890,33 @@ final class PdPort implements AutoCloseable {
   List<HeldBlock> heldBlocks() {
     List<HeldBlock> out = new ArrayList<>();
     for (PrefillRoom p : sent) {
-      held(p.hostBlocks, out);
+      held(Tier.HOST, p.hostBlocks, out);
+      held(Tier.DEVICE, p.pinned, out);
     }
     for (DecodeRoom d : staged) {
-      held(d.hostBlocks, out);
+      held(Tier.HOST, d.hostBlocks, out);
+      held(Tier.DEVICE, d.pinned, out);
     }
     return out;
   }
 
-  private static void held(int[][] blocks, List<HeldBlock> out) {
+  private static void held(Tier tier, int[][] blocks, List<HeldBlock> out) {
+    if (blocks == null) {
+      return;
+    }
     for (int[] g : blocks) {
       for (int b : g) {
-        out.add(new HeldBlock(Tier.HOST, b));
+        out.add(new HeldBlock(tier, b));
+      }
+    }
+  }
+
+  private void unpin(int[][] blocks) {
+    if (blocks != null) {
+      for (int[] g : blocks) {
+        for (int b : g) {
+          cache.device().unref(b);
+        }
       }
     }
   }
