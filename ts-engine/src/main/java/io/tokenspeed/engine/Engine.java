@@ -169,7 +169,16 @@ public final class Engine implements AutoCloseable {
     // last of what can fail: a decode engine's KV port is bound here
     try {
       this.pd =
-          PdPort.open(settings.pd(), layout, cache, scheduler, host, active, model.identity());
+          PdPort.open(
+              settings.pd(),
+              layout,
+              cache,
+              scheduler,
+              host,
+              active,
+              model.identity(),
+              admin::weightVersion,
+              model.attentionBackend());
     } catch (RuntimeException e) {
       if (storage != null) {
         storage.close();

@@ -95,7 +95,9 @@ final class PdPort implements AutoCloseable {
   private final Scheduler scheduler;
   private final HostCacheStorage host;
   private final Map<Long, ActiveRequest> active;
-  private final byte[] identity;
+  private final ModelIdentity model;
+  private final java.util.function.Supplier<String> weightVersion;
+  private final String attentionBackend;
   private final int[] blockBytes;
   private final KvSender sender;
   private final KvReceiver receiver;
@@ -162,14 +164,18 @@ final class PdPort implements AutoCloseable {
       Scheduler scheduler,
       HostCacheStorage host,
       Map<Long, ActiveRequest> active,
-      ModelIdentity model) {
+      ModelIdentity model,
+      java.util.function.Supplier<String> weightVersion,
+      String attentionBackend) {
     this.role = options.role();
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
     this.host = host;
     this.active = active;
-    this.identity = identityDigest(model, layout, host);
+    this.model = model;
+    this.weightVersion = weightVersion;
+    this.attentionBackend = attentionBackend;
     this.blockBytes = new int[layout.numGroups()];
     for (int g = 0; g < blockBytes.length; g++) {
       blockBytes[g] = Math.toIntExact(host.geometry().bytesPerBlock(g));
@@ -202,7 +208,9 @@ final class PdPort implements AutoCloseable {
       Scheduler scheduler,
       HostCacheStorage host,
       Map<Long, ActiveRequest> active,
-      ModelIdentity model) {
+      ModelIdentity model,
+      java.util.function.Supplier<String> weightVersion,
+      String attentionBackend) {
     if (options.role() == EngineRole.FUSED) {
       return null;
     }
@@ -219,7 +227,8 @@ final class PdPort implements AutoCloseable {
                 + " (sliding windows and State groups are served fused only in this version)");
       }
     }
-    return new PdPort(options, layout, cache, scheduler, host, active, model);
+    return new PdPort(
+        options, layout, cache, scheduler, host, active, model, weightVersion, attentionBackend);
   }
 
   /** The loop's copies and ends, once the round exists. */
@@ -247,17 +256,29 @@ final class PdPort implements AutoCloseable {
   }
 
   /**
-   * The digest a BOOTSTRAP carries: the model's identity (id, checkpoint revision, weight version)
-   * and the cache layout with its bytes per block, so that a decode engine lands only KV that its
-   * own model computes in its own layout.
+   * The digest a BOOTSTRAP carries, read for each request: the model's identity (id, checkpoint
+   * revision, the current weight version), the attention implementation the deployment identity
+   * names (deterministic mode's kernel families included: their numbers differ) and the cache
+   * layout with its bytes per block, so that a decode engine lands only KV that its own model
+   * computes the same way in its own layout.
    */
-  static byte[] identityDigest(ModelIdentity model, CacheLayout layout, HostCacheStorage host) {
+  byte[] identity() {
+    return identityDigest(model, weightVersion.get(), attentionBackend, layout, host);
+  }
+
+  static byte[] identityDigest(
+      ModelIdentity model,
+      String weightVersion,
+      String attentionBackend,
+      CacheLayout layout,
+      HostCacheStorage host) {
     try {
       MessageDigest md = MessageDigest.getInstance("SHA-256");
       StringBuilder s = new StringBuilder("tokenspeed-pd-identity-v1\n");
       s.append(model.modelId()).append('\n');
       s.append(model.checkpointRevision()).append('\n');
-      s.append(model.weightVersion()).append('\n');
+      s.append(weightVersion).append('\n');
+      s.append(attentionBackend).append('\n');
       s.append(layout).append('\n');
       for (int g = 0; g < layout.numGroups(); g++) {
         s.append(host.geometry().bytesPerBlock(g)).append(' ');
@@ -285,7 +306,7 @@ final class PdPort implements AutoCloseable {
         try {
           t =
               sender.bootstrap(
-                  p.room(), p.decode(), new Bootstrap(prompt(a), identity, blockBytes));
+                  p.room(), p.decode(), new Bootstrap(prompt(a), identity(), blockBytes));
         } catch (IllegalArgumentException | IllegalStateException e) {
           return "the KV transfer to "
               + p.decode()
@@ -722,7 +743,7 @@ final class PdPort implements AutoCloseable {
 
   /** Why a BOOTSTRAP cannot land for {@code a}, or null. */
   private String refusal(Bootstrap bootstrap, ActiveRequest a) {
-    if (!Arrays.equals(bootstrap.identityDigest(), identity)) {
+    if (!Arrays.equals(bootstrap.identityDigest(), identity())) {
       return "the prefill engine serves another model or cache layout (identity digests differ)";
     }
     if (!Arrays.equals(bootstrap.blockBytes(), blockBytes)) {

@@ -345,6 +345,33 @@ class EnginePdTest extends WithContextLlama {
     }
   }
 
+  /**
+   * Both halves must compute KV the same way: after the decode engine's weights were updated (a new
+   * weight version), a BOOTSTRAP of the prefill engine, still on the old ones, is refused; once the
+   * prefill engine has the same version, the pair serves again.
+   */
+  @Test
+  void shouldRefuseKvOfAnotherWeightVersion() throws Exception {
+    SamplingParams params = SamplingParams.greedy(3);
+    int[] prompt = {5, 6, 7, 8, 9};
+    try (Engine p = prefill(new Checked());
+        Engine d = decode(new Checked())) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      d.updateWeightVersion("2");
+      RequestHandle dec = d.submit(prompt, params, -1, new PdTicket.Decode(21));
+      RequestHandle pre = p.submit(prompt, params, -1, new PdTicket.Prefill(21, kv));
+      GenerationResult pr = pre.result().get(30, TimeUnit.SECONDS);
+      assertNotNull(pr.error());
+      assertTrue(pr.error().contains("identity digests differ"), pr.error());
+      assertNotNull(dec.result().get(30, TimeUnit.SECONDS).error());
+      p.updateWeightVersion("2");
+      RequestHandle dec2 = d.submit(prompt, params, -1, new PdTicket.Decode(22));
+      RequestHandle pre2 = p.submit(prompt, params, -1, new PdTicket.Prefill(22, kv));
+      assertNull(pre2.result().get(30, TimeUnit.SECONDS).error());
+      assertNull(dec2.result().get(30, TimeUnit.SECONDS).error());
+    }
+  }
+
   private static void assertError(RequestHandle h, String fragment) throws Exception {
     GenerationResult r = h.result().get(10, TimeUnit.SECONDS);
     assertNotNull(r.error(), "no error for " + fragment);
