@@ -450,7 +450,9 @@ final class BenchTraceCommand implements Callable<Integer> {
   private Replay replayTargets(
       Slice slice, TracePrompts prompts, StreamClient client, PrintWriter err) throws Exception {
     List<URI> uris = targets.stream().map(t -> endpoint(t, "/v1/completions")).toList();
-    List<URI> metrics = targets.stream().map(t -> endpoint(t, "/metrics")).toList();
+    List<URI> metrics =
+        TargetMetrics.metricsOf(
+            targets.stream().map(t -> endpoint(t, "/")).toList(), TargetMetrics.DEFAULT_TIMEOUT);
     try (TargetMetrics scraper = new TargetMetrics(metrics, TargetMetrics.DEFAULT_TIMEOUT)) {
       List<TargetMetrics.Reading> before = scraper.readAll();
       Replay done = replay("targets", slice, prompts, uris, client);
@@ -869,7 +871,8 @@ final class BenchTraceCommand implements Callable<Integer> {
       }
       b.append(
           targets != null
-              ? "\nFrom the targets' `/metrics`: each counter's difference between a scrape just"
+              ? "\nFrom the targets' `/metrics` (a router's: its backends'): each counter's"
+                  + " difference between a scrape just"
                   + " before the replay and one once the targets were quiet after it (no request"
                   + " running or waiting, no L3 work pending; at most "
                   + TargetMetrics.DEFAULT_QUIET_WAIT.toSeconds()

@@ -125,6 +125,82 @@ final class TargetMetrics implements AutoCloseable {
             .build();
   }
 
+  /**
+   * The {@code /metrics} that stand for {@code targets} (base URLs, http://HOST:PORT): a server's
+   * own, or, for a router (its {@code GET /ready} answers JSON naming {@code prefill} and {@code
+   * decode} backends, docs/pd.md), each backend's instead: the router runs no engine, and its
+   * backends' counters (the prefill engines' L3 work, every engine's requests) are what a replay
+   * through it moves. A backend two routers share is scraped once.
+   */
+  static List<URI> metricsOf(List<URI> targets, Duration timeout) throws InterruptedException {
+    HttpClient http =
+        HttpClient.newBuilder()
+            .version(HttpClient.Version.HTTP_1_1)
+            .connectTimeout(timeout)
+            .followRedirects(HttpClient.Redirect.NEVER)
+            .build();
+    java.util.LinkedHashSet<URI> out = new java.util.LinkedHashSet<>();
+    for (URI target : targets) {
+      List<URI> backends = routerBackends(http, target, timeout);
+      if (backends.isEmpty()) {
+        out.add(target.resolve("/metrics"));
+      } else {
+        for (URI b : backends) {
+          out.add(b.resolve("/metrics"));
+        }
+      }
+    }
+    return List.copyOf(out);
+  }
+
+  /** A router's backends as its {@code /ready} names them; empty for any other server. */
+  private static List<URI> routerBackends(HttpClient http, URI target, Duration timeout)
+      throws InterruptedException {
+    String body;
+    try {
+      HttpResponse<String> r =
+          http.send(
+              HttpRequest.newBuilder(target.resolve("/ready")).timeout(timeout).GET().build(),
+              HttpResponse.BodyHandlers.ofString());
+      body = r.body();
+    } catch (IOException e) {
+      return List.of(); // its /metrics scrape says what is wrong, naming it
+    }
+    com.fasterxml.jackson.databind.JsonNode ready;
+    try {
+      ready = new com.fasterxml.jackson.databind.ObjectMapper().readTree(body);
+    } catch (IOException e) {
+      return List.of(); // a server's /ready that is not JSON: not a router
+    }
+    if (ready == null || !ready.path("prefill").isArray() || !ready.path("decode").isArray()) {
+      return List.of();
+    }
+    List<URI> out = new ArrayList<>();
+    for (String role : List.of("prefill", "decode")) {
+      for (com.fasterxml.jackson.databind.JsonNode b : ready.get(role)) {
+        String url = b.path("url").asText("");
+        try {
+          URI u = URI.create(url);
+          if (u.getScheme() == null || u.getHost() == null) {
+            throw new IllegalArgumentException("no scheme or host");
+          }
+          out.add(u);
+        } catch (IllegalArgumentException e) {
+          throw new IllegalArgumentException(
+              "--targets: the router at "
+                  + target
+                  + " names a "
+                  + role
+                  + " backend '"
+                  + url
+                  + "' that is no URL",
+              e);
+        }
+      }
+    }
+    return out;
+  }
+
   /** One scrape of every target, in the order given. */
   List<Reading> readAll() throws InterruptedException {
     List<Reading> out = new ArrayList<>(uris.size());

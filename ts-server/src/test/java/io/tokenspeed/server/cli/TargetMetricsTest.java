@@ -236,4 +236,53 @@ class TargetMetricsTest {
       return s.getLocalPort();
     }
   }
+
+  /**
+   * A router stands for its backends: its /ready names them, and their /metrics are scraped in its
+   * place (a backend two routers share once); a server whose /ready names none is scraped itself.
+   */
+  @Test
+  void shouldScrapeARoutersBackendsInItsPlace() throws Exception {
+    HttpServer router =
+        HttpServer.create(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), 0), 0);
+    HttpServer plain =
+        HttpServer.create(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), 0), 0);
+    router.createContext(
+        "/ready",
+        exchange -> {
+          byte[] bytes =
+              ("{\"status\":\"ready\",\"missing\":[],"
+                      + "\"prefill\":[{\"url\":\"http://127.0.0.1:7001\",\"ready\":true},"
+                      + "{\"url\":\"http://127.0.0.1:7002\",\"ready\":false}],"
+                      + "\"decode\":[{\"url\":\"http://127.0.0.1:7003\",\"ready\":true}]}")
+                  .getBytes(StandardCharsets.UTF_8);
+          exchange.sendResponseHeaders(200, bytes.length);
+          exchange.getResponseBody().write(bytes);
+          exchange.close();
+        });
+    plain.createContext(
+        "/ready",
+        exchange -> {
+          byte[] bytes = "{\"status\":\"ready\"}".getBytes(StandardCharsets.UTF_8);
+          exchange.sendResponseHeaders(200, bytes.length);
+          exchange.getResponseBody().write(bytes);
+          exchange.close();
+        });
+    router.start();
+    plain.start();
+    try {
+      URI r = URI.create("http://127.0.0.1:" + router.getAddress().getPort() + "/");
+      URI p = URI.create("http://127.0.0.1:" + plain.getAddress().getPort() + "/");
+      assertEquals(
+          List.of(
+              URI.create("http://127.0.0.1:7001/metrics"),
+              URI.create("http://127.0.0.1:7002/metrics"),
+              URI.create("http://127.0.0.1:7003/metrics"),
+              p.resolve("/metrics")),
+          TargetMetrics.metricsOf(List.of(r, r, p), Duration.ofSeconds(5)));
+    } finally {
+      router.stop(0);
+      plain.stop(0);
+    }
+  }
 }
