@@ -185,6 +185,82 @@ class EnginePdTest extends WithContextLlama {
     }
   }
 
+  /**
+   * A decode engine whose Device holds only a few requests: landings wait for admission (their
+   * prefill halves wait for the ACK meanwhile), and landed requests are retracted as they decode
+   * and recover through the ordinary matcher. Every output still equals a fused engine's bit for
+   * bit, and nothing is left held on either side.
+   */
+  @ParameterizedTest(name = "seed={0}")
+  @ValueSource(longs = {51, 52})
+  void shouldGiveTheFusedOutputWhenTheDecodeDeviceIsTight(long seed) throws Exception {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    List<Job> jobs = new ArrayList<>();
+    for (int i = 0; i < 10; i++) {
+      jobs.add(new Job(rnd.ints(8 + rnd.nextInt(24), 0, model.vocabSize()).toArray(), 24));
+    }
+    List<EngineTest.Run> fused = new ArrayList<>();
+    Checked fc = new Checked();
+    try (Engine e = start(PdOptions.FUSED, fc)) {
+      for (Job j : jobs) {
+        fused.add(fc.await(e.submit(j.prompt(), SamplingParams.greedy(j.maxTokens()))));
+      }
+    }
+    // room for about two requests at their full length on the decode side
+    EngineConfig base = EngineTest.small(2);
+    int parents = 2 * EngineTest.parentsFor(model, base, 64);
+    EngineConfig tight =
+        new EngineConfig(
+            base.prefixGranularity(),
+            base.blockGranularity(),
+            parents,
+            base.hostRatio(),
+            base.tokenBudget(),
+            base.maxRunning(),
+            base.demoteBelowFreeParents(),
+            base.computeThreads(),
+            base.maxQueued());
+    Checked pc = new Checked();
+    Checked dc = new Checked();
+    try (Engine p = prefill(pc);
+        Engine d =
+            Engine.start(
+                EngineSettings.of(model, tight)
+                    .observer(dc)
+                    .pd(
+                        PdOptions.decode(
+                            SECRET,
+                            settings(),
+                            new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)))
+                    .conclude())) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      List<RequestHandle[]> pairs = new ArrayList<>();
+      for (Job j : jobs) {
+        long room = rnd.nextLong() | 1;
+        SamplingParams params = SamplingParams.greedy(j.maxTokens());
+        pairs.add(
+            new RequestHandle[] {
+              p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv)),
+              d.submit(j.prompt(), params, -1, new PdTicket.Decode(room))
+            });
+      }
+      for (int i = 0; i < jobs.size(); i++) {
+        pc.await(pairs.get(i)[0]);
+        EngineTest.Run dec = dc.await(pairs.get(i)[1]);
+        assertArrayEquals(fused.get(i).tokens(), dec.tokens(), "seed " + seed + " request " + i);
+        assertRowsEqual(
+            fused.get(i).logits().subList(1, fused.get(i).logits().size()),
+            dec.logits(),
+            "seed " + seed + " request " + i);
+      }
+      assertTrue(
+          d.stats().retractions() > 0,
+          () -> "the decode Device was not tight: no retraction (" + parents + " parents)");
+      assertQuiet(p, pc);
+      assertQuiet(d, dc);
+    }
+  }
+
   private static void assertRowsEqual(List<float[]> want, List<float[]> got, String what) {
     assertEquals(want.size(), got.size(), what + ": logits rows");
     for (int i = 0; i < want.size(); i++) {
