@@ -68,8 +68,9 @@ import java.util.concurrent.ConcurrentLinkedQueue;
  *             token emitted, RECEIVED written; it decodes as any request
  * </pre>
  *
- * <p>Only layouts whose every group keeps full history are served disaggregated in this version:
- * the prompt's blocks are its rows {@code [0, rowsFor(n))} of every group.
+ * <p>What moves is what the next token reads, per cache group ({@link #promptRows}): every row of a
+ * full-history group, the rows of a sliding window the next token still attends to, and a State
+ * group's running state (the prefill side's working slot into the decode side's).
  */
 final class PdPort implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(PdPort.class.getName());
@@ -99,6 +100,10 @@ final class PdPort implements AutoCloseable {
   private final java.util.function.Supplier<String> weightVersion;
   private final String attentionBackend;
   private final int[] blockBytes;
+
+  /** Whether the layout has State groups, whose running state lands in the working slot. */
+  private final boolean hasStateGroups;
+
   private final KvSender sender;
   private final KvReceiver receiver;
   private final ConcurrentLinkedQueue<Runnable> inbox = new ConcurrentLinkedQueue<>();
@@ -176,6 +181,8 @@ final class PdPort implements AutoCloseable {
     this.model = model;
     this.weightVersion = weightVersion;
     this.attentionBackend = attentionBackend;
+    this.hasStateGroups =
+        layout.groups().stream().anyMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints);
     this.blockBytes = new int[layout.numGroups()];
     for (int g = 0; g < blockBytes.length; g++) {
       blockBytes[g] = Math.toIntExact(host.geometry().bytesPerBlock(g));
@@ -213,19 +220,6 @@ final class PdPort implements AutoCloseable {
       String attentionBackend) {
     if (options.role() == EngineRole.FUSED) {
       return null;
-    }
-    for (var g : layout.groups()) {
-      if (!(g.kind() instanceof GroupKind.FullHistory)) {
-        throw new IllegalArgumentException(
-            "the "
-                + options.role().wireName()
-                + " role serves models whose cache groups all keep full attention history;"
-                + " group "
-                + g.groupId()
-                + " is "
-                + g.kind()
-                + " (sliding windows and State groups are served fused only in this version)");
-      }
     }
     return new PdPort(
         options, layout, cache, scheduler, host, active, model, weightVersion, attentionBackend);
@@ -467,13 +461,37 @@ final class PdPort implements AutoCloseable {
     }
   }
 
-  /** The blocks of each group a prompt of {@code n} tokens fills: those the transfer moves. */
+  /**
+   * The blocks of each group the transfer moves for a prompt of {@code n} tokens: every row of a
+   * group that keeps full history; the rows of a sliding window that the next token still attends
+   * to (those from {@link #firstRow}); the running state of a State group (one block).
+   */
   private int[] promptRows(int n) {
     int[] rows = new int[layout.numGroups()];
-    for (int g = 0; g < rows.length; g++) {
-      rows[g] = layout.group(g).rowsFor(n);
+    for (var g : layout.groups()) {
+      int gid = g.groupId();
+      rows[gid] =
+          g.kind() instanceof GroupKind.StateCheckpoints ? 1 : g.rowsFor(n) - firstRow(gid, n);
     }
     return rows;
+  }
+
+  /** The block-table row of a group's first transferred block (0 for a State group). */
+  private int firstRow(int group, int n) {
+    var g = layout.group(group);
+    return g.kind() instanceof GroupKind.SlidingWindow ? g.firstNeededRow(n) : 0;
+  }
+
+  /**
+   * The Device block that holds block {@code index} of {@code group} in {@code tables}: the row
+   * {@link #firstRow} + index, or a State group's running state, which is in the working slot (row
+   * 1) after a forward ({@code workingSlot}) and before it in row 0.
+   */
+  private int deviceBlock(int[][] tables, int group, int index, int n, boolean workingSlot) {
+    if (layout.group(group).kind() instanceof GroupKind.StateCheckpoints) {
+      return tables[group][workingSlot ? 1 : 0];
+    }
+    return tables[group][firstRow(group, n) + index];
   }
 
   /**
@@ -588,8 +606,9 @@ final class PdPort implements AutoCloseable {
     List<BlockTransfer> stores = new ArrayList<>();
     int[][] pinned = new int[needs.length][];
     for (int g = 0; g < needs.length; g++) {
-      pinned[g] = Arrays.copyOf(tables[g], needs[g]);
+      pinned[g] = new int[needs[g]];
       for (int r = 0; r < needs[g]; r++) {
+        pinned[g][r] = deviceBlock(tables, g, r, a.promptTokens, a.stateInWorkingSlot);
         cache.device().ref(pinned[g][r]); // the scheduler lets the request go right after
         stores.add(new BlockTransfer.Store(g, pinned[g][r], hostBlocks[g][r]));
       }
@@ -842,9 +861,12 @@ final class PdPort implements AutoCloseable {
     int[][] tables = scheduler.blockTables(d.id);
     List<BlockTransfer> loads = new ArrayList<>();
     int[][] pinned = new int[d.hostBlocks.length][];
+    int n = d.bootstrap.numTokens();
     for (int g = 0; g < d.hostBlocks.length; g++) {
-      pinned[g] = Arrays.copyOf(tables[g], d.hostBlocks[g].length);
+      pinned[g] = new int[d.hostBlocks[g].length];
       for (int r = 0; r < d.hostBlocks[g].length; r++) {
+        // a State group's running state lands in the working slot (the landing's row 0 is empty)
+        pinned[g][r] = deviceBlock(tables, g, r, n, true);
         cache.device().ref(pinned[g][r]); // a cancellation meanwhile frees no block it writes
         loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], pinned[g][r]));
       }
@@ -870,6 +892,7 @@ final class PdPort implements AutoCloseable {
     scheduler.onLanded(d.id);
     a.admission = scheduler.admission(d.id);
     a.kvTokens = a.promptTokens;
+    a.stateInWorkingSlot = hasStateGroups; // the running state landed in the working slot
     CachedTokens cached = landed.cachedTokens();
     a.reusedDevice = (int) Math.min(cached.device(), a.promptTokens);
     a.reusedHost = (int) Math.min(cached.host(), a.promptTokens);

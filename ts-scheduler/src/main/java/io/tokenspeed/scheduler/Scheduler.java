@@ -278,10 +278,12 @@ public final class Scheduler {
       return false;
     }
     int n = r.prompt.numTokens();
+    // the window's rows first: a landing writes only the rows the next token reads, so a window's
+    // older rows were never written and must go before the written rows are published
+    r.blocks.slideWindows(n);
     if (cache.isCurrent(l.admission())) { // admitted before a full clear: publishes nothing
       r.blocks.publishComputed(r.prompt, n);
     }
-    r.blocks.slideWindows(n);
     r.landing = false; // landed: a retraction from here on recovers by the matcher, as any request
     transition(r, new RequestState.PrefillDone(l.admission()));
     return true;

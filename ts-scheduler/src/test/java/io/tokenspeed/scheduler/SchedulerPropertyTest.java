@@ -101,7 +101,7 @@ class SchedulerPropertyTest {
     if (System.getProperty("onlySeed") != null) {
       return LongStream.of(Long.getLong("onlySeed"));
     }
-    return LongStream.rangeClosed(1, 1_000).map(i -> 0x5EED_0000L + i * 7_727);
+    return LongStream.rangeClosed(1, 1_500).map(i -> 0x5EED_0000L + i * 7_727);
   }
 
   @ParameterizedTest(name = "seed={0}")
