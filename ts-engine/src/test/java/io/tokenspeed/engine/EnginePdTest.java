@@ -368,6 +368,39 @@ class EnginePdTest extends WithContextLlama {
     }
   }
 
+  /**
+   * The prefill engine closes with rooms in flight (some acknowledged, some sending): every prefill
+   * half ends (an error or a cancellation, never a hang), every decode half ends within the
+   * transfer's bounds, and the decode engine lets everything go.
+   */
+  @Test
+  void shouldEndBothHalvesAndLeakNothingWhenThePrefillEngineCloses() throws Exception {
+    SplittableRandom rnd = new SplittableRandom(61);
+    List<Job> jobs = jobs(rnd, 8);
+    Checked dc = new Checked();
+    try (Engine d = decode(dc)) {
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      List<RequestHandle> prefills = new ArrayList<>();
+      List<RequestHandle> decodes = new ArrayList<>();
+      try (Engine p = prefill(new Checked())) {
+        for (Job j : jobs) {
+          long room = rnd.nextLong() | 1;
+          SamplingParams params = SamplingParams.greedy(j.maxTokens());
+          decodes.add(d.submit(j.prompt(), params, -1, new PdTicket.Decode(room)));
+          prefills.add(p.submit(j.prompt(), params, -1, new PdTicket.Prefill(room, kv)));
+        }
+        Thread.sleep(rnd.nextInt(20));
+      } // closes with whatever is in flight
+      for (RequestHandle h : prefills) {
+        assertNotNull(h.result().get(30, TimeUnit.SECONDS).finishReason());
+      }
+      for (RequestHandle h : decodes) {
+        assertNotNull(h.result().get(30, TimeUnit.SECONDS).finishReason());
+      }
+      assertQuiet(d, dc);
+    }
+  }
+
   @Test
   void shouldRefuseATicketThatTheEngineRoleDoesNotServe() throws Exception {
     int[] prompt = {1, 2, 3};
