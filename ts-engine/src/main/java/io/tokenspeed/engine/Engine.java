@@ -169,16 +169,19 @@ public final class Engine implements AutoCloseable {
     // last of what can fail: a decode engine's KV port is bound here
     try {
       this.pd =
-          PdPort.open(
-              settings.pd(),
-              layout,
-              cache,
-              scheduler,
-              host,
-              active,
-              model.identity(),
-              admin::weightVersion,
-              model.attentionBackend());
+          settings.pd().role() == EngineRole.FUSED
+              ? null
+              : new PdPort(
+                  settings.pd(),
+                  layout,
+                  cache,
+                  scheduler,
+                  host,
+                  active,
+                  model.identity(),
+                  admin::weightVersion,
+                  model.attentionBackend(),
+                  model.vocabSize());
     } catch (RuntimeException e) {
       if (storage != null) {
         storage.close();
@@ -213,7 +216,6 @@ public final class Engine implements AutoCloseable {
             nanoClock,
             pd);
     if (pd != null) {
-      pd.vocabSize(model.vocabSize());
       view.pd(pd);
     }
     if (storage != null) {
@@ -317,6 +319,11 @@ public final class Engine implements AutoCloseable {
    */
   public long[] recentExchangeNanos() {
     return replica.takeExchangeNanos();
+  }
+
+  /** Plants {@link PdPort#plantLandWindowFromRowZero} (its tests only; before any request). */
+  void plantPdLandsWindowFromRowZero() {
+    pd.plantLandWindowFromRowZero();
   }
 
   /** The engine's role in disaggregated serving. */

@@ -100,6 +100,7 @@ final class PdPort implements AutoCloseable {
   private final java.util.function.Supplier<String> weightVersion;
   private final String attentionBackend;
   private final int[] blockBytes;
+  private final int vocabSize;
 
   /** Whether the layout has State groups, whose running state lands in the working slot. */
   private final boolean hasStateGroups;
@@ -162,7 +163,13 @@ final class PdPort implements AutoCloseable {
     }
   }
 
-  private PdPort(
+  /**
+   * The port of an engine in a prefill or decode role ({@code options}); a fused engine has none.
+   *
+   * @param vocabSize the model's vocabulary: a first token outside it is refused
+   * @throws UncheckedIOException when a decode engine cannot bind its KV port
+   */
+  PdPort(
       PdOptions options,
       CacheLayout layout,
       CacheCoordinator cache,
@@ -171,8 +178,13 @@ final class PdPort implements AutoCloseable {
       Map<Long, ActiveRequest> active,
       ModelIdentity model,
       java.util.function.Supplier<String> weightVersion,
-      String attentionBackend) {
+      String attentionBackend,
+      int vocabSize) {
+    if (options.role() == EngineRole.FUSED) {
+      throw new IllegalArgumentException("a fused engine has no PD port");
+    }
     this.role = options.role();
+    this.vocabSize = vocabSize;
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
@@ -200,29 +212,6 @@ final class PdPort implements AutoCloseable {
             "the decode engine cannot listen for KV connections on " + options.listen(), e);
       }
     }
-  }
-
-  /**
-   * The port of an engine in {@code options}' role, or null for a fused engine.
-   *
-   * @throws IllegalArgumentException when the layout has a group that does not keep full history
-   * @throws UncheckedIOException when a decode engine cannot bind its KV port
-   */
-  static PdPort open(
-      PdOptions options,
-      CacheLayout layout,
-      CacheCoordinator cache,
-      Scheduler scheduler,
-      HostCacheStorage host,
-      Map<Long, ActiveRequest> active,
-      ModelIdentity model,
-      java.util.function.Supplier<String> weightVersion,
-      String attentionBackend) {
-    if (options.role() == EngineRole.FUSED) {
-      return null;
-    }
-    return new PdPort(
-        options, layout, cache, scheduler, host, active, model, weightVersion, attentionBackend);
   }
 
   /** The loop's copies and ends, once the round exists. */
@@ -866,7 +855,11 @@ final class PdPort implements AutoCloseable {
       pinned[g] = new int[d.hostBlocks[g].length];
       for (int r = 0; r < d.hostBlocks[g].length; r++) {
         // a State group's running state lands in the working slot (the landing's row 0 is empty)
-        pinned[g][r] = deviceBlock(tables, g, r, n, true);
+        pinned[g][r] =
+            plantedLandsWindowFromRowZero
+                    && layout.group(g).kind() instanceof GroupKind.SlidingWindow
+                ? tables[g][r]
+                : deviceBlock(tables, g, r, n, true);
         cache.device().ref(pinned[g][r]); // a cancellation meanwhile frees no block it writes
         loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], pinned[g][r]));
       }
@@ -923,11 +916,14 @@ final class PdPort implements AutoCloseable {
     done.ifPresent(reason -> ends.finished(a, reason));
   }
 
-  private int vocabSize = Integer.MAX_VALUE;
+  /**
+   * Planted bug (the tests that prove they see it, never set elsewhere): a landing writes a sliding
+   * window's rows from row 0 instead of the window's first row.
+   */
+  private boolean plantedLandsWindowFromRowZero;
 
-  /** The model's vocabulary: a first token outside it is refused. */
-  void vocabSize(int n) {
-    this.vocabSize = n;
+  void plantLandWindowFromRowZero() {
+    plantedLandsWindowFromRowZero = true;
   }
 
   /** The Host references the port holds (the invariant checkers; the loop thread). */

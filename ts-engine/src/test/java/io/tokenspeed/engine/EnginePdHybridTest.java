@@ -59,6 +59,38 @@ class EnginePdHybridTest {
         EngineSettings.of(model, EngineTest.small(256)).observer(checks).pd(pd).conclude());
   }
 
+  /**
+   * The test above sees a landing that puts a window's rows in the wrong place: with that bug
+   * planted in the decode engine, Gemma 3's output differs from the fused one's.
+   */
+  @org.junit.jupiter.api.Test
+  void shouldSeeAPlantedWindowRowBug() throws Exception {
+    CausalLm model = models.get("gemma3-untied");
+    int[] prompt = new SplittableRandom(3).ints(40, 0, model.vocabSize()).toArray();
+    SamplingParams params = SamplingParams.greedy(10);
+    int[] want;
+    try (Engine e = start(model, PdOptions.FUSED, new Checked())) {
+      want = e.submit(prompt, params).result().get(60, TimeUnit.SECONDS).tokens();
+    }
+    PdSettings settings = PdSettings.defaults();
+    try (Engine p = start(model, PdOptions.prefill(SECRET, settings), new Checked());
+        Engine d =
+            start(
+                model,
+                PdOptions.decode(
+                    SECRET, settings, new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)),
+                new Checked())) {
+      d.plantPdLandsWindowFromRowZero();
+      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
+      RequestHandle dec = d.submit(prompt, params, -1, new PdTicket.Decode(77));
+      p.submit(prompt, params, -1, new PdTicket.Prefill(77, kv));
+      int[] got = dec.result().get(60, TimeUnit.SECONDS).tokens();
+      assertTrue(
+          !java.util.Arrays.equals(want, got),
+          "a landing with the window's rows misplaced gave the fused output");
+    }
+  }
+
   @ParameterizedTest(name = "{0}")
   @ValueSource(strings = {"gemma3-untied", "mamba", "jamba"})
   void shouldLandEveryCacheGroupAndGiveTheFusedOutput(String name) throws Exception {
