@@ -196,8 +196,10 @@ class EnginePdTest extends WithContextLlama {
   void shouldGiveTheFusedOutputWhenTheDecodeDeviceIsTight(long seed) throws Exception {
     SplittableRandom rnd = new SplittableRandom(seed);
     List<Job> jobs = new ArrayList<>();
+    // each request grows 32 tokens past the headroom its admission reserved: two decoding together
+    // outgrow the room below, whenever their landings arrive
     for (int i = 0; i < 10; i++) {
-      jobs.add(new Job(rnd.ints(8 + rnd.nextInt(24), 0, model.vocabSize()).toArray(), 24));
+      jobs.add(new Job(rnd.ints(8 + rnd.nextInt(24), 0, model.vocabSize()).toArray(), 48));
     }
     List<EngineTest.Run> fused = new ArrayList<>();
     Checked fc = new Checked();
