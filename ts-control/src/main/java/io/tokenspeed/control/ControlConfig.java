@@ -36,7 +36,8 @@ import java.util.List;
  * @param connectTimeoutMs how long mesh setup waits for every peer to connect and shake hands
  * @param handshakeTimeoutMs how long an accepted connection may take to complete its handshake
  *     before it is closed as not a peer (setup itself goes on until {@code connectTimeoutMs})
- * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included
+ * @param maxFrameBytes the largest frame this rank sends or accepts, header and checksum included;
+ *     at least {@link #MIN_MAX_FRAME_BYTES}
  * @param maxPendingOperations the most operations the agreement may retain with partial reports; 0
  *     to size it from the storage credits
  * @param maxPendingKeys the most keys, summed over those operations, it may retain; 0 to size it
@@ -97,8 +98,13 @@ public record ControlConfig(
   /** The largest supported world size (ranks of one replica in one mesh). */
   public static final int MAX_WORLD_SIZE = 1024;
 
-  /** The smallest {@code maxFrameBytes} accepted: room for a handshake and an error report. */
-  public static final int MIN_MAX_FRAME_BYTES = 4096;
+  /**
+   * The smallest {@code maxFrameBytes} accepted: 32 KiB, room for a handshake, the longest error
+   * report ({@link FrameDescriptor#MAX_ERROR_REPORT_FRAME_BYTES}) and a report with the largest
+   * status and events but no records ({@link FrameDescriptor#MAX_BARE_REPORT_FRAME_BYTES}), so that
+   * a rank's status and events alone never make its report too long for a frame.
+   */
+  public static final int MIN_MAX_FRAME_BYTES = 32 << 10;
 
   public ControlConfig {
     if (replicaId < 0) {

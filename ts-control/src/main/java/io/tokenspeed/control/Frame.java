@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -118,11 +119,11 @@ public sealed interface Frame {
 
   /**
    * One rank's contribution to one round of the relay exchange. A valid report carries the rank's
-   * clock, pressure, plan digest, newly completed storage records and (the leader only) frontend
-   * messages; an error report carries the reason its local poll or records were invalid, and
-   * nothing else but the clock, pressure and plan digest. An error report's digest travels and
-   * round-trips like any other field, but the exchange never compares it: the round fails on the
-   * error report.
+   * clock, pressure, plan digest, newly completed storage records, (the leader only) frontend
+   * messages, and optionally its status and its events; an error report carries the reason its
+   * local poll or records were invalid, and nothing else but the clock, pressure and plan digest.
+   * An error report's digest travels and round-trips like any other field, but the exchange never
+   * compares it: the round fails on the error report.
    *
    * @param rank the sender's rank
    * @param round the exchange round, counting from 1
@@ -135,6 +136,8 @@ public sealed interface Frame {
    * @param completions the sender's newly completed storage records (empty in error reports)
    * @param status the sender's status for every rank ({@link RankStatus#EMPTY} for none, and in
    *     error reports)
+   * @param events the sender's events of this round ({@link RankEvents#EMPTY} for none, and in
+   *     error reports)
    */
   record Report(
       int rank,
@@ -145,7 +148,8 @@ public sealed interface Frame {
       String error,
       List<FrontendMessage> frontend,
       List<StorageDone> completions,
-      RankStatus status)
+      RankStatus status,
+      RankEvents events)
       implements Frame {
 
     public Report {
@@ -156,17 +160,46 @@ public sealed interface Frame {
       frontend = List.copyOf(frontend);
       completions = List.copyOf(completions);
       status = status == null ? RankStatus.EMPTY : status;
+      events = events == null ? RankEvents.EMPTY : events;
       if (error != null && error.isEmpty()) {
         throw new IllegalArgumentException(
             "error report of rank " + rank + " round " + round + " must give a reason");
       }
-      if (error != null && (!frontend.isEmpty() || !completions.isEmpty() || !status.isEmpty())) {
+      if (error != null
+          && (!frontend.isEmpty()
+              || !completions.isEmpty()
+              || !status.isEmpty()
+              || !events.isEmpty())) {
         throw new IllegalArgumentException(
             "error report of rank " + rank + " round " + round + " must carry no records");
       }
     }
 
-    /** A report without a status. */
+    /** A report without events. */
+    public Report(
+        int rank,
+        long round,
+        long clockNs,
+        PressureSnapshot pressure,
+        long planDigest,
+        String error,
+        List<FrontendMessage> frontend,
+        List<StorageDone> completions,
+        RankStatus status) {
+      this(
+          rank,
+          round,
+          clockNs,
+          pressure,
+          planDigest,
+          error,
+          frontend,
+          completions,
+          status,
+          RankEvents.EMPTY);
+    }
+
+    /** A report without a status or events. */
     public Report(
         int rank,
         long round,

@@ -11,6 +11,7 @@ import static io.tokenspeed.control.FrameDescriptor.HELLO_BODY_BYTES;
 import io.tokenspeed.control.Decoded.Malformed;
 import io.tokenspeed.control.Decoded.Reason;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -351,30 +352,62 @@ public final class FrameDecoder {
       completions.add((StorageDone) record);
     }
     RankStatus status = RankStatus.EMPTY;
-    if (b.hasRemaining()) {
-      if (b.remaining() < 2) {
+    RankEvents events = RankEvents.EMPTY;
+    int lastTag = 0;
+    while (b.hasRemaining()) {
+      if (b.remaining() < FrameDescriptor.SECTION_HEADER_BYTES) {
         return trailing(b);
       }
+      int tag = Byte.toUnsignedInt(b.get());
       int length = Short.toUnsignedInt(b.getShort());
-      if (length < 1 || length > RankStatus.MAX_BYTES) {
+      if (tag != FrameDescriptor.SECTION_STATUS && tag != FrameDescriptor.SECTION_EVENTS) {
         return bad(
-            "rank status length=" + length + " must be in [1, " + RankStatus.MAX_BYTES + "]");
+            "report section tag="
+                + tag
+                + " must be "
+                + FrameDescriptor.SECTION_STATUS
+                + " (status) or "
+                + FrameDescriptor.SECTION_EVENTS
+                + " (events)");
+      }
+      if (tag <= lastTag) {
+        return bad(
+            "report section tag="
+                + tag
+                + " after tag="
+                + lastTag
+                + ": each section comes at most once, in ascending tag order");
+      }
+      lastTag = tag;
+      String what = tag == FrameDescriptor.SECTION_STATUS ? "rank status" : "rank events";
+      int max = tag == FrameDescriptor.SECTION_STATUS ? RankStatus.MAX_BYTES : RankEvents.MAX_BYTES;
+      if (length < 1 || length > max) {
+        return bad(what + " length=" + length + " must be in [1, " + max + "]");
       }
       if (length > b.remaining()) {
         return new Malformed(
-            Reason.BAD_LENGTH,
-            "rank status length=" + length + ", " + b.remaining() + " bytes remain");
+            Reason.BAD_LENGTH, what + " length=" + length + ", " + b.remaining() + " bytes remain");
       }
       byte[] bytes = new byte[length];
       b.get(bytes);
-      status = new RankStatus(bytes);
-    }
-    if (b.hasRemaining()) {
-      return trailing(b);
+      if (tag == FrameDescriptor.SECTION_STATUS) {
+        status = new RankStatus(bytes);
+      } else {
+        events = new RankEvents(bytes);
+      }
     }
     return new Decoded.Ok(
         new Frame.Report(
-            rank, round, clockNs, pressure, planDigest, null, frontend, completions, status));
+            rank,
+            round,
+            clockNs,
+            pressure,
+            planDigest,
+            null,
+            frontend,
+            completions,
+            status,
+            events));
   }
 
   /** One completion record: a {@link StorageDone} or a {@link Malformed}. */

@@ -1,5 +1,8 @@
 package io.tokenspeed.control;
 
+import io.tokenspeed.core.control.RankEvents;
+import io.tokenspeed.core.control.RankStatus;
+
 /**
  * The control protocol's wire format, version {@value #VERSION}. Every integer is big-endian;
  * {@code u} types are unsigned, {@code i} types two's complement.
@@ -49,16 +52,28 @@ package io.tokenspeed.control;
  *       Key i is bit (i mod 8) of byte (i div 8). Per key: ok = OK; object = MISSING or INVALID,
  *       invalid = INVALID; none set = FAILED. ok and object never both set; invalid implies
  *       object; object only for GET; bits at and beyond K are 0.
- *     then, only when the sender has a status for every rank (RankStatus):
- *       u16 S (1 <= S <= 1024), then S opaque bytes
- *  The body ends exactly after the last record, or after the status.
+ *     then the optional sections: none when the sender has neither a status nor events (an idle
+ *     round's report ends after its completion count), else each present section once, in
+ *     ascending tag order (status before events):
+ *       +-----+---------+-------------------+
+ *       | tag | length  |       bytes       |
+ *       | u8  | u16 = L |  L opaque bytes   |
+ *       +-----+---------+-------------------+
+ *       tag 1 STATUS: the sender's status for every rank (RankStatus), 1 <= L <= 1024
+ *       tag 2 EVENTS: the sender's events of this round (RankEvents), 1 <= L <= 16384
+ *       Any other tag, a tag repeated or out of order, L = 0 or L above the tag's limit is
+ *       rejected; so is a section cut short, and 1 or 2 bytes where a section header is due.
+ *  The body ends exactly after the last record, or after the last section.
  * </pre>
  *
  * <p>A valid report's body is {@code 57 + sum(13 + P)} over its frontend messages {@code + sum(22 +
- * 3*ceil(K/8))} over its completion records {@code + (2 + S)} with a status, and framing adds 16
- * bytes (an idle round's frame is 73 bytes): its size follows the completions, never the model's
- * heads or the number of ranks; a status adds at most 1026 bytes, and only to the rounds that carry
- * one.
+ * 3*ceil(K/8))} over its completion records {@code + (3 + S)} with a status {@code + (3 + E)} with
+ * events, and framing adds 16 bytes (an idle round's frame is 73 bytes): its size follows the
+ * completions, never the model's heads or the number of ranks; a status adds at most 1027 bytes and
+ * events at most 16387, and only to the rounds that carry them. A report with no frontend messages
+ * and no records is therefore at most {@value #MAX_BARE_REPORT_FRAME_BYTES} bytes, and an error
+ * report at most {@value #MAX_ERROR_REPORT_FRAME_BYTES}; {@link ControlConfig#MIN_MAX_FRAME_BYTES}
+ * holds both, so only completions and frontend messages can make a report too long for a frame.
  *
  * <p>Error reports carry the plan digest too (the fixed part is the same for both statuses); the
  * exchange compares only the digests of valid reports.
@@ -69,7 +84,7 @@ public final class FrameDescriptor {
   public static final int MAGIC = 0x54534350;
 
   /** The protocol version this build speaks; a frame with another version is rejected. */
-  public static final int VERSION = 4;
+  public static final int VERSION = 5;
 
   /** Frame type of the handshake. */
   public static final int TYPE_HELLO = 1;
@@ -112,6 +127,35 @@ public final class FrameDescriptor {
 
   /** Bytes of a completion record before its masks. */
   static final int COMPLETION_FIXED_BYTES = 22;
+
+  /** Bytes of an optional section before its bytes: tag and length. */
+  static final int SECTION_HEADER_BYTES = 3;
+
+  /** Tag of the optional section carrying the sender's {@code RankStatus}. */
+  static final int SECTION_STATUS = 1;
+
+  /** Tag of the optional section carrying the sender's {@code RankEvents}. */
+  static final int SECTION_EVENTS = 2;
+
+  /**
+   * The longest frame of a valid report without frontend messages or completion records: the fixed
+   * part, both counts, the largest status and the largest events, framing included.
+   */
+  public static final int MAX_BARE_REPORT_FRAME_BYTES =
+      FRAMING_BYTES
+          + REPORT_FIXED_BYTES
+          + 4
+          + 4
+          + SECTION_HEADER_BYTES
+          + RankStatus.MAX_BYTES
+          + SECTION_HEADER_BYTES
+          + RankEvents.MAX_BYTES;
+
+  /**
+   * The longest frame of an error report: the fixed part and the longest reason, framing included.
+   */
+  public static final int MAX_ERROR_REPORT_FRAME_BYTES =
+      FRAMING_BYTES + REPORT_FIXED_BYTES + 2 + MAX_ERROR_BYTES;
 
   static final int STATUS_OK = 0;
   static final int STATUS_ERROR = 1;

@@ -115,7 +115,10 @@ public final class FrameEncoder {
       n += COMPLETION_FIXED_BYTES + 3 * FrameDescriptor.maskBytes(d.outcomes().size());
     }
     if (!r.status().isEmpty()) {
-      n += 2L + r.status().length();
+      n += FrameDescriptor.SECTION_HEADER_BYTES + r.status().length();
+    }
+    if (!r.events().isEmpty()) {
+      n += FrameDescriptor.SECTION_HEADER_BYTES + r.events().length();
     }
     return n;
   }
@@ -149,8 +152,14 @@ public final class FrameEncoder {
     for (StorageDone d : r.completions()) {
       writeCompletion(buf, d);
     }
+    // The optional sections, in ascending tag order.
     if (!r.status().isEmpty()) {
+      buf.put((byte) FrameDescriptor.SECTION_STATUS);
       buf.putShort((short) r.status().length()).put(r.status().bytes());
+    }
+    if (!r.events().isEmpty()) {
+      buf.put((byte) FrameDescriptor.SECTION_EVENTS);
+      buf.putShort((short) r.events().length()).put(r.events().bytes());
     }
   }
 

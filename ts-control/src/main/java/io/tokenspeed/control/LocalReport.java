@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.core.storage.StorageDone;
@@ -10,7 +11,7 @@ import java.util.List;
  * What this rank brings to one round: its clock, its executor's poll (new completion records and
  * pressure, taken together), the leader's frontend messages, or the reason its poll was invalid, a
  * digest of the plan it executed in its previous round, and optionally a small status for every
- * rank.
+ * rank and the events that happened on this rank only.
  *
  * <p>The exchange validates the report before anything is sent; an invalid one is replaced by an
  * error report, and every rank then raises the same {@link ProtocolException}.
@@ -22,6 +23,11 @@ import java.util.List;
  * digest (see {@link RelayExchange}). The exchange only compares the values; how the plan is
  * digested is the caller's choice, and must be the same on every rank.
  *
+ * <p>The events are a decision input: the events this rank brings to round n appear in agreed round
+ * n, at this rank's index, identical on every rank, and in no other round ({@link RankEvents} has
+ * the whole guarantee). When the report is invalid, the error report drops them and round n fails
+ * on every rank, so they are never delivered without the round or in another one.
+ *
  * @param clockNs this rank's monotonic clock ({@link System#nanoTime()}) at the round's start
  * @param pressure the executor's pressure observations from the same poll
  * @param completions records the executor completed since the last poll, each reported once
@@ -31,6 +37,8 @@ import java.util.List;
  *     healthy replica reports the same value; 0 before the first plan
  * @param status this rank's status for every rank ({@link RankStatus}); {@link RankStatus#EMPTY}
  *     (or null) for none. An error report drops it
+ * @param events the events that happened on this rank for every rank ({@link RankEvents}); {@link
+ *     RankEvents#EMPTY} (or null) for none. An error report drops them, and its round fails
  */
 public record LocalReport(
     long clockNs,
@@ -39,7 +47,8 @@ public record LocalReport(
     List<FrontendMessage> frontend,
     String pollError,
     long planDigest,
-    RankStatus status) {
+    RankStatus status,
+    RankEvents events) {
 
   public LocalReport {
     if (pressure == null) {
@@ -57,9 +66,22 @@ public record LocalReport(
     completions = List.copyOf(completions);
     frontend = List.copyOf(frontend);
     status = status == null ? RankStatus.EMPTY : status;
+    events = events == null ? RankEvents.EMPTY : events;
   }
 
-  /** A report without a status. */
+  /** A report without events. */
+  public LocalReport(
+      long clockNs,
+      PressureSnapshot pressure,
+      List<StorageDone> completions,
+      List<FrontendMessage> frontend,
+      String pollError,
+      long planDigest,
+      RankStatus status) {
+    this(clockNs, pressure, completions, frontend, pollError, planDigest, status, RankEvents.EMPTY);
+  }
+
+  /** A report without a status or events. */
   public LocalReport(
       long clockNs,
       PressureSnapshot pressure,
@@ -110,16 +132,28 @@ public record LocalReport(
 
   /** This report with the leader's frontend messages attached. */
   public LocalReport withFrontend(List<FrontendMessage> messages) {
-    return new LocalReport(clockNs, pressure, completions, messages, pollError, planDigest, status);
+    return new LocalReport(
+        clockNs, pressure, completions, messages, pollError, planDigest, status, events);
   }
 
   /** This report with {@code digest} as the digest of the plan of this rank's previous round. */
   public LocalReport withPlanDigest(long digest) {
-    return new LocalReport(clockNs, pressure, completions, frontend, pollError, digest, status);
+    return new LocalReport(
+        clockNs, pressure, completions, frontend, pollError, digest, status, events);
   }
 
   /** This report with {@code s} as this rank's status. */
   public LocalReport withStatus(RankStatus s) {
-    return new LocalReport(clockNs, pressure, completions, frontend, pollError, planDigest, s);
+    return new LocalReport(
+        clockNs, pressure, completions, frontend, pollError, planDigest, s, events);
+  }
+
+  /**
+   * This report with {@code e} as the events that happened on this rank ({@link RankEvents#EMPTY}
+   * or null for none).
+   */
+  public LocalReport withEvents(RankEvents e) {
+    return new LocalReport(
+        clockNs, pressure, completions, frontend, pollError, planDigest, status, e);
   }
 }

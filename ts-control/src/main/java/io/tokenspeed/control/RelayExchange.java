@@ -2,6 +2,7 @@ package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.AgreedCompletion;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -36,6 +37,7 @@ import java.util.logging.Logger;
  *   tick = reports[0].clock (must not go backwards)     pressure = MAX over reports
  *   frontend = reports[0].frontend (others must send none)
  *   statuses = every report's status, by rank (observations, never agreed on)
+ *   events = every report's events, by rank (decision inputs, the same on every rank)
  *   completions = Agreement.apply(records by rank)      ─► AgreedRound n
  * </pre>
  *
@@ -52,6 +54,31 @@ import java.util.logging.Logger;
  * window, frontend messages from a rank other than the leader, a report larger than a frame) is not
  * withheld: it is sent as an error report, so that every rank raises the same error in the same
  * round instead of one rank leaving the collective.
+ *
+ * <p><b>Events arrive in their own round, exactly once.</b> The events a rank puts in its report of
+ * round n ({@link LocalReport#events()}) appear in {@link AgreedRound} n at its index, identical on
+ * every rank, and in no other round. Each step keeps this: the exchange sends one frame per rank
+ * per round and the transport takes exactly one frame per peer per round, in order, from a
+ * connection that delivers a peer's frames in the order it sent them (a peer one round ahead leaves
+ * its next frame for the next round, over the TCP mesh and the {@link LocalRelayHub} alike); a
+ * frame whose rank or round is not the one expected fails the round ({@link
+ * MeshException.Reason#DESYNC}) rather than being taken into it; and round n's {@link AgreedRound}
+ * is built once, from round n's frames only, and handed out once (returned by one exchange, or as
+ * {@link ControlPlaneException#finalRound()}). Nothing holds events back across rounds: unlike
+ * completion records, which wait in the {@link Agreement} until every owner reported their
+ * operation (and whose late duplicates it drops), events are copied from the round's reports into
+ * the round. A report too late for its round's deadline does not move to a later round either: the
+ * round fails ({@link MeshException.Reason#TIMEOUT}). What can happen is that a round is never
+ * delivered: when any report of round n is an error report — its rank's poll failed, its records
+ * contradict the window, or its report does not fit in a frame, which a status and events alone
+ * never cause (see {@link ControlConfig#MIN_MAX_FRAME_BYTES}) — every rank fails round n with the
+ * same {@link ProtocolException} and no rank receives it; after a transport failure, a round above
+ * the survivors' settled last round ({@link ControlPlaneException#lastAppliedRound()}) reaches none
+ * of them. Either way the round's events go with the whole round and are never delivered apart from
+ * it: on every rank alike after a protocol error, and on every survivor that settled on the same
+ * round after a transport failure (a survivor that hears from no other settles on its own round, as
+ * below). A replica of one rank delivers round n, with its events, from the exchange that gathered
+ * it.
  *
  * <p><b>Plans are compared every round.</b> Each report carries {@link LocalReport#planDigest()},
  * the digest of the plan its rank executed in its previous round. Every rank of a healthy replica
@@ -280,7 +307,8 @@ public final class RelayExchange implements AutoCloseable {
               null,
               local.frontend(),
               local.completions(),
-              local.status());
+              local.status(),
+              local.events());
       long length = FrameEncoder.encodedLength(report);
       if (length <= config.maxFrameBytes()) {
         return report;
@@ -288,7 +316,17 @@ public final class RelayExchange implements AutoCloseable {
       error =
           "report of "
               + local.completions().size()
-              + " records is "
+              + " records"
+              + (local.frontend().isEmpty()
+                  ? ""
+                  : ", " + local.frontend().size() + " frontend messages")
+              + (local.status().isEmpty()
+                  ? ""
+                  : ", a status of " + local.status().length() + " bytes")
+              + (local.events().isEmpty()
+                  ? ""
+                  : ", events of " + local.events().length() + " bytes")
+              + " is "
               + length
               + " bytes, more than max_frame_bytes="
               + config.maxFrameBytes();
@@ -367,7 +405,8 @@ public final class RelayExchange implements AutoCloseable {
     }
     lastTickNs = tickNs;
     List<FrontendMessage> frontend = leader.frontend();
-    return new AgreedRound(n, tickNs, pressure, frontend, completions, statuses(reports));
+    return new AgreedRound(
+        n, tickNs, pressure, frontend, completions, statuses(reports), events(reports));
   }
 
   /** Every rank's status, by rank; an empty list when no rank sent one (an idle round). */
@@ -382,6 +421,25 @@ public final class RelayExchange implements AutoCloseable {
     List<RankStatus> out = new ArrayList<>(reports.length);
     for (Frame.Report r : reports) {
       out.add(r.status());
+    }
+    return out;
+  }
+
+  /**
+   * Every rank's events, by rank, taken from this round's reports only; an empty list when no rank
+   * sent any (an idle round).
+   */
+  private static List<RankEvents> events(Frame.Report[] reports) {
+    boolean any = false;
+    for (Frame.Report r : reports) {
+      any |= !r.events().isEmpty();
+    }
+    if (!any) {
+      return List.of();
+    }
+    List<RankEvents> out = new ArrayList<>(reports.length);
+    for (Frame.Report r : reports) {
+      out.add(r.events());
     }
     return out;
   }

@@ -85,7 +85,9 @@ class ControlConfigTest {
     ControlConfig c = ControlConfig.of(0, 0, TWO, SECRET);
     assertRejected("round_timeout_ms=0", () -> c.withTimeouts(0, 1));
     assertRejected("connect_timeout_ms=0", () -> c.withTimeouts(1, 0));
-    assertRejected("max_frame_bytes=100 must be >= 4096", () -> c.withMaxFrameBytes(100));
+    assertRejected("max_frame_bytes=100 must be >= 32768", () -> c.withMaxFrameBytes(100));
+    assertRejected("max_frame_bytes=32767 must be >= 32768", () -> c.withMaxFrameBytes(32767));
+    assertEquals(32768, c.withMaxFrameBytes(32768).maxFrameBytes());
     assertRejected("max_pending_operations=-1 must be >= 0", () -> c.withWindow(-1, 1));
     assertRejected("max_pending_keys=-1 must be >= 0", () -> c.withWindow(1, -1));
   }

@@ -160,20 +160,24 @@ class FrameCodecTest {
             List.of(get(1, OK)),
             new RankStatus(bytes));
     byte[] b = Frames.encode(with);
-    assertEquals(73 + 25 + 2 + 4, b.length, "u16 length and the bytes, after the record");
+    assertEquals(73 + 25 + 3 + 4, b.length, "tag, u16 length and the bytes, after the record");
+    assertEquals(FrameDescriptor.SECTION_STATUS, b[b.length - 4 - 7]);
     assertEquals(4, ByteBuffer.wrap(b).getShort(b.length - 4 - 6));
     assertArrayEquals(bytes, Arrays.copyOfRange(b, b.length - 4 - 4, b.length - 4));
     assertEquals(new Decoded.Ok(with), DECODER.decode(b));
     assertEquals(73 + 25, Frames.encode(report(get(1, OK))).length, "no status, no bytes");
 
     byte[] zero = Frames.encode(report(get(1, OK)));
-    byte[] longer = Arrays.copyOf(zero, zero.length + 2); // a status of length 0
-    ByteBuffer.wrap(longer).putShort(zero.length - 4, (short) 0);
+    byte[] longer = Arrays.copyOf(zero, zero.length + 3); // a status of length 0
+    longer[zero.length - 4] = FrameDescriptor.SECTION_STATUS;
+    ByteBuffer.wrap(longer).putShort(zero.length - 3, (short) 0);
     assertRejected(
-        Frames.withCrc(Frames.withBodyLength(longer)), Reason.BAD_FIELD, "rank status length=0");
+        Frames.withCrc(Frames.withBodyLength(longer)),
+        Reason.BAD_FIELD,
+        "rank status length=0 must be in [1, 1024]");
     byte[] cut = b.clone();
     ByteBuffer.wrap(cut).putShort(cut.length - 4 - 6, (short) 5);
-    assertRejected(Frames.withCrc(cut), Reason.BAD_LENGTH, "rank status length=5");
+    assertRejected(Frames.withCrc(cut), Reason.BAD_LENGTH, "rank status length=5, 4 bytes remain");
   }
 
   @Test
@@ -336,10 +340,11 @@ class FrameCodecTest {
     System.arraycopy(b, b.length - 4, one, one.length - 4, 4);
     assertRejected(
         Frames.withCrc(Frames.withBodyLength(one)), Reason.TRAILING_BYTES, "1 bytes after");
-    byte[] longer = Arrays.copyOf(b, b.length + 6); // a status of 1 byte, then 3 bytes more
-    ByteBuffer.wrap(longer).putShort(b.length - 4, (short) 1);
+    byte[] longer = Arrays.copyOf(b, b.length + 6); // a status of 1 byte, then 2 bytes more
+    longer[b.length - 4] = FrameDescriptor.SECTION_STATUS;
+    ByteBuffer.wrap(longer).putShort(b.length - 3, (short) 1);
     assertRejected(
-        Frames.withCrc(Frames.withBodyLength(longer)), Reason.TRAILING_BYTES, "3 bytes after");
+        Frames.withCrc(Frames.withBodyLength(longer)), Reason.TRAILING_BYTES, "2 bytes after");
     byte[] shorter = Arrays.copyOf(b, b.length - 1);
     assertRejected(
         Frames.withCrc(Frames.withBodyLength(shorter)),

@@ -1,6 +1,7 @@
 package io.tokenspeed.control;
 
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.KeyOutcome;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -39,7 +40,8 @@ final class Frames {
 
   /**
    * A random valid frame: a hello, a proof, a final, an error report or a report with random
-   * records; reports carry a random plan digest ({@link #randomDigest}).
+   * records, sometimes a status and sometimes events; reports carry a random plan digest ({@link
+   * #randomDigest}).
    */
   static Frame randomFrame(SplittableRandom rnd) {
     int pick = rnd.nextInt(12);
@@ -99,7 +101,26 @@ final class Frames {
       rnd.nextBytes(bytes);
       status = new RankStatus(bytes);
     }
-    return new Frame.Report(rank, round, clock, p, digest, null, frontend, completions, status);
+    return new Frame.Report(
+        rank, round, clock, p, digest, null, frontend, completions, status, randomEvents(rnd));
+  }
+
+  /**
+   * Random events, or none: none a third of the time, else mostly a few bytes, sometimes up to
+   * {@link RankEvents#MAX_BYTES} (exactly that one time in four).
+   */
+  static RankEvents randomEvents(SplittableRandom rnd) {
+    int pick = rnd.nextInt(12);
+    if (pick < 4) {
+      return RankEvents.EMPTY;
+    }
+    int length =
+        pick < 10
+            ? 1 + rnd.nextInt(24)
+            : rnd.nextInt(4) == 0 ? RankEvents.MAX_BYTES : 1 + rnd.nextInt(RankEvents.MAX_BYTES);
+    byte[] bytes = new byte[length];
+    rnd.nextBytes(bytes);
+    return new RankEvents(bytes);
   }
 
   /**

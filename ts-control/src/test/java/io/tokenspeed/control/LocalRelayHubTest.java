@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.tokenspeed.control.Cluster.Outcome;
 import io.tokenspeed.control.MeshException.Reason;
 import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.RankEvents;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutionException;
@@ -289,7 +290,8 @@ class LocalRelayHubTest {
 
   /**
    * Rank 2 dies after its frame of round 6 reached its peers: they gather round 6 and find its end
-   * of stream in round 7. Both held round 6 back when they fail, and both settle on it.
+   * of stream in round 7. Both held round 6 back when they fail, and both settle on it: its events
+   * (rank 2's last word in that round) reach both in the final round.
    */
   @Test
   void shouldSettleOnTheHeldRoundWhenADeadRanksLastFrameReachedEveryPeer() throws Exception {
@@ -299,7 +301,7 @@ class LocalRelayHubTest {
       Future<Object> rank2 =
           run.threads.submit(
               () -> {
-                x2.exchange(LocalReport.idle(6));
+                x2.exchange(LocalReport.idle(6).withEvents(new RankEvents(new byte[] {2, 6})));
                 run.hub.kill(2);
                 return assertThrows(MeshException.class, () -> x2.exchange(LocalReport.idle(7)));
               });
@@ -310,6 +312,9 @@ class LocalRelayHubTest {
         assertEquals(2, e.peerRank(), e.getMessage());
         assertEquals(7, e.round(), e.getMessage());
         assertEquals(6, e.finalRound().orElseThrow().round(), e.getMessage());
+        assertEquals(
+            List.of(RankEvents.EMPTY, RankEvents.EMPTY, new RankEvents(new byte[] {2, 6})),
+            e.finalRound().orElseThrow().events());
         assertEquals(6, e.lastAppliedRound(), e.getMessage());
       }
       MeshException dead = assertInstanceOf(MeshException.class, run.advanceUntil(rank2));

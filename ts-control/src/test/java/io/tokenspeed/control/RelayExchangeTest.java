@@ -449,9 +449,10 @@ class RelayExchangeTest {
 
   @Test
   void shouldRaiseTheSameErrorWhenALocalReportDoesNotFitInAFrame() throws Exception {
-    try (Cluster cluster = Cluster.start(2, c -> c.withMaxFrameBytes(4096))) {
+    try (Cluster cluster =
+        Cluster.start(2, c -> c.withMaxFrameBytes(ControlConfig.MIN_MAX_FRAME_BYTES))) {
       List<StorageDone> many = new ArrayList<>();
-      for (int i = 0; i < 300; i++) {
+      for (int i = 0; i < 1_400; i++) {
         many.add(get(i, OK));
       }
       List<Outcome<Void>> outcomes =
@@ -461,7 +462,7 @@ class RelayExchangeTest {
                 return null;
               });
       assertSameErrorEverywhere(
-          outcomes, 1, "report of 300 records is 7573 bytes, more than max_frame_bytes=4096");
+          outcomes, 1, "report of 1400 records is 35073 bytes, more than max_frame_bytes=32768");
     }
   }
 

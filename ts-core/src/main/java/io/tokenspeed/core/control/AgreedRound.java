@@ -14,6 +14,12 @@ import java.util.List;
  * frontend messages, then completions). A round with nothing but a tick is normal: the exchange
  * runs in idle and frozen rounds too, so time and cancellations keep flowing.
  *
+ * <p>Every rank's {@link RankEvents} of this round are decision inputs like the rest: the events a
+ * rank put in its report of this round are here, at its index, identical on every rank, and in no
+ * other round (see {@link RankEvents} for the whole guarantee). {@link #applyTo} does not feed
+ * them; the caller reads {@link #events(int)} and applies their consequences the same way on every
+ * rank.
+ *
  * @param round the exchange's round number, counting from 1
  * @param tickNs the agreed tick: the leader's monotonic clock when it entered this round
  * @param pressure the component-wise maximum of every owner's pressure observations
@@ -22,6 +28,9 @@ import java.util.List;
  * @param statuses every rank's {@link RankStatus} of this round, indexed by rank ({@link
  *     RankStatus#EMPTY} for a rank that sent none); an empty list when no rank sent one.
  *     Observations only: nothing the loop decides reads them
+ * @param events every rank's {@link RankEvents} of this round, indexed by rank ({@link
+ *     RankEvents#EMPTY} for a rank that sent none); an empty list when no rank sent any. Decision
+ *     inputs, identical on every rank that receives this round
  */
 public record AgreedRound(
     long round,
@@ -29,18 +38,24 @@ public record AgreedRound(
     PressureSnapshot pressure,
     List<FrontendMessage> frontend,
     List<AgreedCompletion> completions,
-    List<RankStatus> statuses) {
+    List<RankStatus> statuses,
+    List<RankEvents> events) {
 
   public AgreedRound {
     if (round < 1) {
       throw new IllegalArgumentException("round=" + round + " must be >= 1");
     }
-    if (pressure == null || frontend == null || completions == null || statuses == null) {
+    if (pressure == null
+        || frontend == null
+        || completions == null
+        || statuses == null
+        || events == null) {
       throw new IllegalArgumentException("round " + round + " is incomplete");
     }
     frontend = List.copyOf(frontend);
     completions = List.copyOf(completions);
     statuses = List.copyOf(statuses);
+    events = List.copyOf(events);
     for (int i = 1; i < completions.size(); i++) {
       long previous = completions.get(i - 1).operationId();
       long next = completions.get(i).operationId();
@@ -56,19 +71,38 @@ public record AgreedRound(
     }
   }
 
-  /** A round in which no rank sent a status. */
+  /** A round in which no rank sent events. */
+  public AgreedRound(
+      long round,
+      long tickNs,
+      PressureSnapshot pressure,
+      List<FrontendMessage> frontend,
+      List<AgreedCompletion> completions,
+      List<RankStatus> statuses) {
+    this(round, tickNs, pressure, frontend, completions, statuses, List.of());
+  }
+
+  /** A round in which no rank sent a status or events. */
   public AgreedRound(
       long round,
       long tickNs,
       PressureSnapshot pressure,
       List<FrontendMessage> frontend,
       List<AgreedCompletion> completions) {
-    this(round, tickNs, pressure, frontend, completions, List.of());
+    this(round, tickNs, pressure, frontend, completions, List.of(), List.of());
   }
 
   /** The status rank {@code rank} sent this round ({@link RankStatus#EMPTY} for none). */
   public RankStatus status(int rank) {
     return rank >= 0 && rank < statuses.size() ? statuses.get(rank) : RankStatus.EMPTY;
+  }
+
+  /**
+   * The events rank {@code rank} sent this round ({@link RankEvents#EMPTY} for none, and for a rank
+   * outside the list).
+   */
+  public RankEvents events(int rank) {
+    return rank >= 0 && rank < events.size() ? events.get(rank) : RankEvents.EMPTY;
   }
 
   /** The request ids the client cancelled this round, in the leader's order. */
