@@ -181,7 +181,9 @@ public final class Engine implements AutoCloseable {
                   model.identity(),
                   admin::weightVersion,
                   model.attentionBackend(),
-                  model.vocabSize());
+                  model.vocabSize(),
+                  kvHeads(model),
+                  model.shard());
     } catch (RuntimeException e) {
       if (storage != null) {
         storage.close();
@@ -322,6 +324,22 @@ public final class Engine implements AutoCloseable {
   }
 
   /** Plants {@link PdPort#plantLandWindowFromRowZero} (its tests only; before any request). */
+  /**
+   * The model's KV heads, which the prefill/decode transfer splits over ranks: a device model
+   * serves one rank, where every split moves whole blocks, and a model without attention has none
+   * to split (1 for both).
+   */
+  private static int kvHeads(DeviceModel model) {
+    if (!(model instanceof CpuDeviceModel c)) {
+      return 1;
+    }
+    try {
+      return c.model().config().dims().numKvHeads();
+    } catch (UnsupportedOperationException e) {
+      return 1;
+    }
+  }
+
   void plantPdLandsWindowFromRowZero() {
     pd.plantLandWindowFromRowZero();
   }
@@ -331,9 +349,29 @@ public final class Engine implements AutoCloseable {
     return pd == null ? EngineRole.FUSED : pd.role();
   }
 
-  /** A decode engine's KV endpoint (the address prefill engines dial); empty for other roles. */
+  /**
+   * A decode engine's KV endpoint (the address prefill engines dial): this rank's; empty for other
+   * roles.
+   */
   public Optional<InetSocketAddress> pdEndpoint() {
     return pd == null ? Optional.empty() : pd.endpoint();
+  }
+
+  /**
+   * A decode replica's KV endpoints by rank, as a prefill half's ticket names them ({@link
+   * PdTicket.Prefill#decodeRanks}): every rank's once each has reported its own through the
+   * replica's exchange (at once for a single rank); empty before, and for other roles.
+   */
+  public List<InetSocketAddress> pdEndpoints() {
+    return pd == null ? List.of() : pd.endpoints();
+  }
+
+  /**
+   * The requests whose transfer still holds Host or Device blocks on this rank, as of the loop's
+   * last round (0 for a fused engine).
+   */
+  int pdHeldBlocks() {
+    return pd == null ? 0 : pd.roomsHoldingBlocks();
   }
 
   /** The KV transfer's counters of a prefill or decode engine; empty for a fused engine. */

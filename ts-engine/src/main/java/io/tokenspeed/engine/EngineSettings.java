@@ -197,8 +197,9 @@ public final class EngineSettings {
 
     /**
      * The engine's role in disaggregated serving and its KV transfer (default {@link
-     * PdOptions#FUSED}). The prefill and decode roles serve a single rank: a tensor-parallel
-     * replica in either role is refused by {@link #conclude}.
+     * PdOptions#FUSED}). Every rank of a tensor-parallel replica in the prefill or decode role gets
+     * its own options (a decode rank its own KV port); a replica whose KV is split by pages is
+     * refused by {@link #conclude}.
      */
     public Builder pd(PdOptions pd) {
       this.pd = pd;
@@ -244,13 +245,12 @@ public final class EngineSettings {
       require(pd, "pd");
       Shard shard = cpuModel != null ? cpuModel.shard() : deviceModel.shard();
       checkRanks(shard, control);
-      if (pd.role() != EngineRole.FUSED && shard.size() > 1) {
+      if (pd.role() != EngineRole.FUSED && shard.pagesSplit()) {
         throw new IllegalArgumentException(
             "the "
                 + pd.role().wireName()
-                + " role serves one rank: a tensor-parallel replica of "
-                + shard.size()
-                + " ranks runs fused only in this version");
+                + " role moves KV split by heads: a replica whose KV is split by pages runs fused"
+                + " only");
       }
       return new EngineSettings(this);
     }

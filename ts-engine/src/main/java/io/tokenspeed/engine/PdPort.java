@@ -30,9 +30,6 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -99,8 +96,14 @@ final class PdPort implements AutoCloseable {
   private final ModelIdentity model;
   private final java.util.function.Supplier<String> weightVersion;
   private final String attentionBackend;
-  private final int[] blockBytes;
   private final int vocabSize;
+
+  /** This rank's place in its replica, and how its KV splits into the pairs' units. */
+  private final int rank;
+
+  private final int ranks;
+  private final boolean leader;
+  private final PdShards shards;
 
   /** Whether the layout has State groups, whose running state lands in the working slot. */
   private final boolean hasStateGroups;
@@ -112,60 +115,93 @@ final class PdPort implements AutoCloseable {
   private Copies copies;
   private Ends ends;
 
+  /** The ranks' agreement on what the transfers did (applied at once on a single rank). */
+  private final PdEvents events;
+
+  /** A decode replica's ranks' KV endpoints as the ranks reported them (index: rank). */
+  private final InetSocketAddress[] endpoints;
+
   /** A prefill engine's rooms, by request id (opened on callers' threads). */
   private final Map<Long, PrefillRoom> prefillRooms = new ConcurrentHashMap<>();
 
   /** A decode engine's rooms, by request id (opened on callers' threads). */
   private final Map<Long, DecodeRoom> decodeRooms = new ConcurrentHashMap<>();
 
-  /** The same rooms by room id (the receiver names rooms). */
-  private final Map<Long, DecodeRoom> decodeByRoom = new ConcurrentHashMap<>();
+  /** The decode rooms' pairs by their room on the transport (the receiver names rooms). */
+  private final Map<Long, PairLanding> landingsByRoom = new ConcurrentHashMap<>();
 
-  /** Rooms whose Host blocks are held: sent and not yet fenced, staged and not yet released. */
+  /** Rooms whose blocks are held: sent and not yet fenced, reserved and not yet released. */
   private final Set<PrefillRoom> sent = new HashSet<>();
 
   private final Set<DecodeRoom> staged = new HashSet<>();
 
-  /** A prefill request's room: its transfer, and the Host blocks it sends from once sent. */
+  /** A prefill request's room: its pairs' transfers, and the Host blocks they send from. */
   private static final class PrefillRoom {
     final long id;
-    final Transfer transfer;
-    boolean answered; // an answer waits for the loop to take the request in
-    Ack answer;
-    Throwable answerFailure;
+    final List<PairSending> pairs;
+    int acked; // pairs whose ACK reserved what the prompt needs
+    String failure; // the first pair's failure before the ACK
+    boolean reported; // ACKED or FAILED reported
     boolean failed; // ended with an error; the room waits for the cancellation
-    int[][] hostBlocks; // set when sent; freed at the fence
-    int[][] pinned; // the Device blocks the Device -> Host copy reads, until it completed
+    int[][] hostBlocks; // set when sent; freed at the agreed fence
+    int[][] pinned; // the Device blocks the Device -> Host copy reads, until agreed copied
     ActiveRequest request; // set when sent: the handle ends at the fence
     boolean ended; // the handle ended already (cancelled while the fence stands)
+    int fenced; // pairs whose fence stands
+    String fenceError;
 
-    PrefillRoom(long id, Transfer transfer) {
+    PrefillRoom(long id, List<PairSending> pairs) {
       this.id = id;
-      this.transfer = transfer;
+      this.pairs = pairs;
     }
   }
 
-  /** A decode request's room: its registration and, once reserved, its Host staging blocks. */
+  /** One pair of a prefill room: the transfer to one decode rank. */
+  private record PairSending(PdShards.Pair pair, Transfer transfer) {}
+
+  /** A decode request's room: its pairs and, from its admission, its blocks. */
   private static final class DecodeRoom {
     final long id;
-    final long room;
-    volatile Registration registration; // set right after the room is registered
+    final List<PairLanding> pairs = new ArrayList<>();
+    int[][] hostBlocks; // the staging blocks the pairs land in, from the admission into Landing
+    int[][] pinned; // the Device blocks they are copied into, from the admission
+    int holding; // pairs whose destinations the receiver holds or that landed and wait for the copy
+    int landed; // pairs landed
+    boolean copying; // the Host -> Device copy runs
+    boolean reported; // LANDED or FAILED reported
+    boolean releaseReported; // RELEASED reported
+    boolean ended; // the request ended on every rank (cancelled, failed)
+
+    DecodeRoom(long id) {
+      this.id = id;
+    }
+  }
+
+  /** One pair of a decode room: what one prefill rank sends. */
+  private static final class PairLanding {
+    final DecodeRoom room;
+    final PdShards.Pair pair;
+    final long transportRoom;
+    volatile Registration registration; // set right after the pair is registered
     Bootstrap bootstrap;
     CompletableFuture<Destinations> reservation; // pending until the request is in Landing
     boolean checked; // the BOOTSTRAP matched the request
-    int[][] hostBlocks;
-    int[][] pinned; // the Device blocks the Host -> Device copy writes, until it completed
-    boolean released;
+    boolean held; // the receiver holds its destinations
+    Landed landed;
 
-    DecodeRoom(long id, long room) {
-      this.id = id;
+    PairLanding(DecodeRoom room, PdShards.Pair pair, long transportRoom) {
       this.room = room;
+      this.pair = pair;
+      this.transportRoom = transportRoom;
     }
   }
 
   /**
    * The port of an engine in a prefill or decode role ({@code options}); a fused engine has none.
    *
+   * @param kvHeads the model's KV heads (how its attention KV splits over ranks)
+   * @param shard this rank's place in its replica
+   * @param leader whether this rank is its replica's leader (the one that takes requests)
    * @param vocabSize the model's vocabulary: a first token outside it is refused
    * @throws UncheckedIOException when a decode engine cannot bind its KV port
    */
@@ -179,7 +215,9 @@ final class PdPort implements AutoCloseable {
       ModelIdentity model,
       java.util.function.Supplier<String> weightVersion,
       String attentionBackend,
-      int vocabSize) {
+      int vocabSize,
+      int kvHeads,
+      io.tokenspeed.model.parallel.Shard shard) {
     if (options.role() == EngineRole.FUSED) {
       throw new IllegalArgumentException("a fused engine has no PD port");
     }
@@ -193,12 +231,14 @@ final class PdPort implements AutoCloseable {
     this.model = model;
     this.weightVersion = weightVersion;
     this.attentionBackend = attentionBackend;
+    this.rank = shard.rank();
+    this.ranks = shard.size();
+    this.leader = shard.rank() == 0;
+    this.shards = new PdShards(layout, kvHeads, shard, role == EngineRole.PREFILL);
     this.hasStateGroups =
         layout.groups().stream().anyMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints);
-    this.blockBytes = new int[layout.numGroups()];
-    for (int g = 0; g < blockBytes.length; g++) {
-      blockBytes[g] = Math.toIntExact(host.geometry().bytesPerBlock(g));
-    }
+    this.events = new PdEvents(rank, ranks, this::apply);
+    this.endpoints = new InetSocketAddress[ranks];
     if (role == EngineRole.PREFILL) {
       this.sender = KvSender.open(options.secret(), options.settings());
       this.receiver = null;
@@ -210,6 +250,11 @@ final class PdPort implements AutoCloseable {
       } catch (IOException e) {
         throw new UncheckedIOException(
             "the decode engine cannot listen for KV connections on " + options.listen(), e);
+      }
+      InetSocketAddress mine = receiver.address();
+      endpoints[rank] = mine;
+      if (ranks > 1) {
+        events.report(PdEvents.Kind.ENDPOINT, rank, mine.getHostString() + ":" + mine.getPort());
       }
     }
   }
@@ -228,9 +273,25 @@ final class PdPort implements AutoCloseable {
     return role;
   }
 
-  /** A decode engine's KV endpoint. */
+  /** A decode engine's KV endpoint: this rank's. */
   Optional<InetSocketAddress> endpoint() {
     return receiver == null ? Optional.empty() : Optional.of(receiver.address());
+  }
+
+  /**
+   * A decode replica's KV endpoints, by rank, once every rank's is known (a prefill half's ticket
+   * names them all); empty before, and for a prefill engine.
+   */
+  List<InetSocketAddress> endpoints() {
+    if (receiver == null) {
+      return List.of();
+    }
+    for (InetSocketAddress a : endpoints) {
+      if (a == null) {
+        return List.of();
+      }
+    }
+    return List.of(endpoints);
   }
 
   /** The transport's counters. */
@@ -238,46 +299,35 @@ final class PdPort implements AutoCloseable {
     return receiver != null ? receiver.metrics() : sender.metrics();
   }
 
-  /**
-   * The digest a BOOTSTRAP carries, read for each request: the model's identity (id, checkpoint
-   * revision, the current weight version), the attention implementation the deployment identity
-   * names (deterministic mode's kernel families included: their numbers differ) and the cache
-   * layout with its bytes per block, so that a decode engine lands only KV that its own model
-   * computes the same way in its own layout.
-   */
-  byte[] identity() {
-    return identityDigest(model, weightVersion.get(), attentionBackend, layout, host);
+  /** The events this rank sends with the round's report. */
+  io.tokenspeed.core.control.RankEvents outgoing() {
+    return events.take();
   }
 
-  static byte[] identityDigest(
-      ModelIdentity model,
-      String weightVersion,
-      String attentionBackend,
-      CacheLayout layout,
-      HostCacheStorage host) {
-    try {
-      MessageDigest md = MessageDigest.getInstance("SHA-256");
-      StringBuilder s = new StringBuilder("tokenspeed-pd-identity-v1\n");
-      s.append(model.modelId()).append('\n');
-      s.append(model.checkpointRevision()).append('\n');
-      s.append(weightVersion).append('\n');
-      s.append(attentionBackend).append('\n');
-      s.append(layout).append('\n');
-      for (int g = 0; g < layout.numGroups(); g++) {
-        s.append(host.geometry().bytesPerBlock(g)).append(' ');
-      }
-      return md.digest(s.toString().getBytes(StandardCharsets.UTF_8));
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("SHA-256 is missing from this JDK", e);
-    }
+  /** The agreed round's events of every rank (a replica of several ranks; the loop's head). */
+  void agreed(List<io.tokenspeed.core.control.RankEvents> byRank) {
+    events.agreed(byRank);
   }
 
-  // ------------------------------------------------------------------ submission (caller's thread)
+  /** The identity digest of {@code pair}'s BOOTSTRAP (see {@link PdShards#identity}). */
+  private byte[] identity(PdShards.Pair pair, int prefillRanks, int decodeRanks) {
+    return shards.identity(
+        model.modelId(),
+        model.checkpointRevision(),
+        weightVersion.get(),
+        attentionBackend,
+        pair,
+        prefillRanks,
+        decodeRanks);
+  }
+
+  // ------------------------------------------------------------------ submission
 
   /**
-   * Opens the transport's side of a ticketed request before it is queued: what is wrong with the
-   * ticket for this engine, or null. On null, {@link #abandon} must follow if the request is not
-   * queued after all.
+   * Opens the transport's side of a ticketed request: on the leader before the request is queued
+   * (the caller's thread), on the other ranks as the agreed round takes it in (the loop). Returns
+   * what is wrong with the ticket for this engine, or null. On null, {@link #abandon} must follow
+   * if the request is not queued after all.
    */
   String prepare(ActiveRequest a, PdTicket ticket, int topLogprobs) {
     switch (ticket) {
@@ -285,43 +335,69 @@ final class PdPort implements AutoCloseable {
         if (role != EngineRole.PREFILL) {
           return wrongRole(ticket);
         }
-        Transfer t;
+        List<PdShards.Pair> pairs;
         try {
-          t =
-              sender.bootstrap(
-                  p.room(), p.decode(), new Bootstrap(prompt(a), identity(), blockBytes));
-        } catch (IllegalArgumentException | IllegalStateException e) {
-          return "the KV transfer to "
-              + p.decode()
-              + " cannot open room "
-              + p.room()
-              + ": "
-              + e.getMessage();
+          pairs = shards.pairs(p.decodeRanks().size());
+        } catch (IllegalArgumentException e) {
+          return e.getMessage();
         }
-        PrefillRoom room = new PrefillRoom(a.id, t);
+        List<PairSending> sending = new ArrayList<>();
+        for (PdShards.Pair pair : pairs) {
+          InetSocketAddress to = p.decodeRanks().get(pair.decodeRank());
+          long sub = PdShards.room(p.room(), rank, pair.decodeRank());
+          try {
+            Bootstrap b =
+                new Bootstrap(
+                    prompt(a), identity(pair, ranks, p.decodeRanks().size()), pair.unitBytes());
+            sending.add(new PairSending(pair, sender.bootstrap(sub, to, b)));
+          } catch (IllegalArgumentException | IllegalStateException e) {
+            sending.forEach(s -> s.transfer().cancel("a pair of the room could not open"));
+            return "the KV transfer to " + to + " cannot open room " + sub + ": " + e.getMessage();
+          }
+        }
+        PrefillRoom room = new PrefillRoom(a.id, List.copyOf(sending));
         prefillRooms.put(a.id, room);
-        t.acknowledged().whenComplete((ack, ex) -> post(() -> onAck(room, ack, ex)));
+        for (PairSending s : room.pairs) {
+          s.transfer()
+              .acknowledged()
+              .whenComplete((ack, ex) -> post(() -> onAck(room, s, ack, ex)));
+        }
         return null;
       }
       case PdTicket.Decode d -> {
         if (role != EngineRole.DECODE) {
           return wrongRole(ticket);
         }
-        // known before it is registered: a BOOTSTRAP already waiting is reserved at once
-        DecodeRoom room = new DecodeRoom(a.id, d.room());
-        if (decodeByRoom.putIfAbsent(d.room(), room) != null) {
-          return "room " + d.room() + " is already expected";
-        }
-        decodeRooms.put(a.id, room);
-        Registration reg;
+        List<PdShards.Pair> pairs;
         try {
-          reg = receiver.expect(d.room());
-        } catch (IllegalStateException e) {
-          forget(room);
+          pairs = shards.pairs(d.prefillRanks());
+        } catch (IllegalArgumentException e) {
           return e.getMessage();
         }
-        room.registration = reg;
-        reg.landed().whenComplete((l, ex) -> post(() -> onLanded(room, l, ex)));
+        // known before it is registered: a BOOTSTRAP already waiting is answered at once
+        DecodeRoom room = new DecodeRoom(a.id);
+        for (PdShards.Pair pair : pairs) {
+          long sub = PdShards.room(d.room(), pair.prefillRank(), rank);
+          PairLanding pl = new PairLanding(room, pair, sub);
+          if (landingsByRoom.putIfAbsent(sub, pl) != null) {
+            room.pairs.forEach(x -> landingsByRoom.remove(x.transportRoom, x));
+            return "room " + d.room() + " is already expected";
+          }
+          room.pairs.add(pl);
+        }
+        decodeRooms.put(a.id, room);
+        for (PairLanding pl : room.pairs) {
+          Registration reg;
+          try {
+            reg = receiver.expect(pl.transportRoom);
+          } catch (IllegalStateException e) {
+            cancelRegistrations(room, "the room could not be registered");
+            forget(room);
+            return e.getMessage();
+          }
+          pl.registration = reg;
+          reg.landed().whenComplete((l, ex) -> post(() -> onPairLanded(pl, l, ex)));
+        }
         return null;
       }
     }
@@ -331,19 +407,44 @@ final class PdPort implements AutoCloseable {
   void abandon(long id) {
     PrefillRoom p = prefillRooms.remove(id);
     if (p != null) {
-      p.transfer.cancel("the prefill engine's intake is full");
+      p.pairs.forEach(s -> s.transfer().cancel("the prefill engine's intake is full"));
     }
     DecodeRoom d = decodeRooms.get(id);
     if (d != null) {
       forget(d);
-      d.registration.cancel("the decode engine's intake is full");
+      cancelRegistrations(d, "the decode engine's intake is full");
+    }
+  }
+
+  /**
+   * A request the agreed round brought to a rank other than the leader: its transport side opens
+   * here; a ticket this rank cannot serve fails the request on every rank.
+   */
+  void takenIn(ActiveRequest a) {
+    String refusal = prepare(a, a.ticket, a.handle.topLogprobs());
+    if (refusal != null) {
+      events.report(PdEvents.Kind.FAILED, a.id, "rank " + rank + ": " + refusal);
     }
   }
 
   /** A decode room ends on the engine's side. */
   private void forget(DecodeRoom d) {
     decodeRooms.remove(d.id, d);
-    decodeByRoom.remove(d.room, d);
+    for (PairLanding pl : d.pairs) {
+      landingsByRoom.remove(pl.transportRoom, pl);
+    }
+  }
+
+  private void cancelRegistrations(DecodeRoom d, String why) {
+    for (PairLanding pl : d.pairs) {
+      if (pl.registration != null) {
+        pl.registration.cancel(why);
+      }
+      if (pl.reservation != null) {
+        pl.reservation.completeExceptionally(new IllegalStateException(why));
+        pl.reservation = null;
+      }
+    }
   }
 
   private String wrongRole(PdTicket ticket) {
@@ -365,9 +466,9 @@ final class PdPort implements AutoCloseable {
     wake.run();
   }
 
-  /** Whether transport events wait for the loop. */
+  /** Whether transport events or reports wait for the loop. */
   boolean pending() {
-    return !inbox.isEmpty();
+    return !inbox.isEmpty() || events.outgoing();
   }
 
   /**
@@ -378,11 +479,14 @@ final class PdPort implements AutoCloseable {
     return !prefillRooms.isEmpty() || !decodeRooms.isEmpty() || !staged.isEmpty();
   }
 
-  /** The loop's head, after the round's new requests: the transport's events, in arrival order. */
+  /**
+   * The loop's head, after the round's new requests and the agreed events: the transport's events,
+   * in arrival order.
+   */
   void head() throws InterruptedException {
     for (PrefillRoom p : prefillRooms.values()) {
-      if (p.answered) {
-        applyAck(p); // the request was taken in after its answer came
+      if (!p.reported) {
+        reportAnswer(p); // the request was taken in after its answers came
       }
     }
     for (Runnable e; (e = inbox.poll()) != null; ) {
@@ -392,7 +496,15 @@ final class PdPort implements AutoCloseable {
         e.run();
       }
     }
+    holding = sent.size() + staged.size();
   }
+
+  /** The rooms holding blocks as of the last head or plan (any thread; tests and figures). */
+  int roomsHoldingBlocks() {
+    return holding;
+  }
+
+  private volatile int holding;
 
   /** An event that may wait for copies (the landing's). */
   @FunctionalInterface
@@ -406,8 +518,9 @@ final class PdPort implements AutoCloseable {
   }
 
   /**
-   * After the plan: the round's cancellations of ticketed requests, then the reservations that
-   * waited for their request's admission into Landing.
+   * After the plan: the round's cancellations of ticketed requests; the requests the round admitted
+   * into Landing take their staging blocks and pin their Device blocks (the same round on every
+   * rank); then the reservations that waited for that.
    */
   void afterPlan(List<Long> cancelled) {
     for (long id : cancelled) {
@@ -416,33 +529,37 @@ final class PdPort implements AutoCloseable {
         cancelPrefill(p, "the client cancelled the request");
       }
       DecodeRoom d = decodeRooms.get(id);
-      if (d != null) {
-        forget(d);
-        d.registration.cancel("the client cancelled the request");
-        if (d.reservation != null) {
-          d.reservation.completeExceptionally(
-              new IllegalStateException("the request was cancelled"));
-          d.reservation = null;
-        }
+      if (d != null && !d.ended) {
+        endDecode(d, "the client cancelled the request");
+      }
+    }
+    for (long id : scheduler.landingsAdmitted()) {
+      DecodeRoom d = decodeRooms.get(id);
+      ActiveRequest a = active.get(id);
+      if (d != null && !d.ended && a != null && d.hostBlocks == null) {
+        admitted(d, a);
       }
     }
     for (DecodeRoom d : decodeRooms.values()) {
-      if (d.reservation != null) {
-        tryReserve(d);
+      for (PairLanding pl : d.pairs) {
+        if (pl.reservation != null) {
+          tryReserve(pl);
+        }
       }
     }
+    holding = sent.size() + staged.size();
   }
 
   /**
-   * A prefill request cancelled (by its client, or because its transfer failed): the transfer is
-   * cancelled; before its first token, a request that waits for the ACK ends in the scheduler now
-   * (the ACK will not come), else the scheduler already let it go and its Host blocks wait for the
-   * fence.
+   * A prefill request cancelled by its client: the transfers are cancelled; before its first token,
+   * a request that waits for the ACK ends in the scheduler now (the ACK will not come), else the
+   * scheduler already let it go and its blocks wait for the fence.
    */
   private void cancelPrefill(PrefillRoom p, String reason) {
-    p.transfer.cancel(reason);
+    p.pairs.forEach(s -> s.transfer().cancel(reason));
     if (p.hostBlocks == null) {
       prefillRooms.remove(p.id);
+      events.forget(p.id);
       scheduler.onBootstrapAck(p.id); // ends a request that waited for the ACK when cancelled
     } else if (!p.ended) {
       p.ended = true;
@@ -483,53 +600,127 @@ final class PdPort implements AutoCloseable {
     return tables[group][firstRow(group, n) + index];
   }
 
-  /**
-   * The ACK (or the transfer's failure before it) reached the loop. The room is opened before the
-   * request is queued, so the answer may come before the loop has taken the request in: it then
-   * waits on the room for the next head.
-   */
-  private void onAck(PrefillRoom p, Ack ack, Throwable ex) {
-    if (prefillRooms.get(p.id) != p || p.failed) {
-      return; // cancelled or failed meanwhile
-    }
-    p.answer = ack;
-    p.answerFailure = ex;
-    p.answered = true;
-    applyAck(p);
+  /** The segment of unit {@code k} of group {@code g} of {@code pair} in this rank's blocks. */
+  private MemorySegment unit(PdShards.Pair pair, int[][] hostBlocks, int g, int k) {
+    int perRow = pair.unitsPerRow()[g];
+    MemorySegment block = host.memory().block(g, hostBlocks[g][k / perRow]);
+    return perRow == 1 && pair.offsets()[g][0] == 0 && pair.unitBytes()[g] == block.byteSize()
+        ? block
+        : block.asSlice(pair.offsets()[g][k % perRow], pair.unitBytes()[g]);
   }
 
-  private void applyAck(PrefillRoom p) {
-    ActiveRequest a = active.get(p.id);
-    if (a == null) {
-      return; // not taken in yet (or its cancellation is on its way: afterPlan ends it)
+  // ------------------------------------------------------------------ agreed events
+
+  /** Applies an agreed event (every rank, the same round; at once on a single rank). */
+  private void apply(PdEvents.Event e) {
+    switch (e.kind()) {
+      case ACKED -> {
+        PrefillRoom p = prefillRooms.get(e.id());
+        if (p != null && !p.failed && active.containsKey(e.id())) {
+          scheduler.onBootstrapAck(p.id);
+        }
+      }
+      case FAILED -> {
+        PrefillRoom p = prefillRooms.get(e.id());
+        ActiveRequest a = active.get(e.id());
+        if (p != null && !p.failed && p.hostBlocks == null && a != null) {
+          failPrefill(p, a, e.text());
+        }
+        DecodeRoom d = decodeRooms.get(e.id());
+        if (d != null && !d.ended) {
+          if (a != null) {
+            active.remove(a.id);
+            ends.end(a, a.result("error", e.text()));
+            if (leader) {
+              ends.cancel(a.id);
+            }
+          }
+          endDecode(d, "the request failed");
+        }
+      }
+      case COPIED -> {
+        PrefillRoom p = prefillRooms.get(e.id());
+        if (p != null) {
+          unpin(p.pinned);
+          p.pinned = null;
+        }
+      }
+      case FENCED -> fenced(e.id(), e.text());
+      case LANDED -> landedEverywhere(e.id());
+      case RELEASED -> {
+        DecodeRoom d = decodeRooms.get(e.id());
+        if (d != null) {
+          freeDecode(d);
+        }
+      }
+      case ENDPOINT -> {
+        int r = (int) e.id();
+        int colon = e.text().lastIndexOf(':');
+        if (r >= 0 && r < endpoints.length && colon > 0) {
+          endpoints[r] =
+              new InetSocketAddress(
+                  e.text().substring(0, colon), Integer.parseInt(e.text().substring(colon + 1)));
+        }
+      }
     }
-    p.answered = false;
-    Ack ack = p.answer;
-    String error = null;
-    if (p.answerFailure != null) {
-      error = "the decode engine at " + p.transfer.decode() + " " + describe(p.answerFailure);
+  }
+
+  // ------------------------------------------------------------------ prefill
+
+  /**
+   * A pair's ACK (or its failure before it) reached the loop. The rooms open before the request is
+   * queued, so the answers may come before the loop has taken the request in: the report then waits
+   * for the next head.
+   */
+  private void onAck(PrefillRoom p, PairSending s, Ack ack, Throwable ex) {
+    if (prefillRooms.get(p.id) != p || p.failed || p.reported) {
+      return; // cancelled or failed meanwhile
+    }
+    if (ex != null) {
+      if (p.failure == null) {
+        p.failure = "the decode engine at " + s.transfer().decode() + " " + describe(ex);
+      }
     } else {
-      int[] needs = promptRows(a.promptTokens);
-      for (int g = 0; g < needs.length && error == null; g++) {
-        int rows = needs[g];
-        if (ack.numBlocks(g) != rows) {
-          error =
+      String mismatch = null;
+      // the counts are checked once the request is in: its prompt is known from the start
+      int[] needs = promptRows(s.transfer().bootstrap().numTokens());
+      for (int g = 0; g < needs.length && mismatch == null; g++) {
+        int units = s.pair().units(g, needs[g]);
+        if (ack.numBlocks(g) != units) {
+          mismatch =
               "the decode engine reserved "
                   + ack
                   + " blocks where the prompt of "
-                  + a.promptTokens
+                  + s.transfer().bootstrap().numTokens()
                   + " tokens needs "
-                  + rows
+                  + units
                   + " in group "
                   + g;
         }
       }
+      if (mismatch != null) {
+        if (p.failure == null) {
+          p.failure = mismatch;
+        }
+      } else {
+        p.acked++;
+      }
     }
-    if (error != null) {
-      failPrefill(p, a, error);
-      return;
+    reportAnswer(p);
+  }
+
+  /** Reports the room's answer once the request is in and every pair answered (or one failed). */
+  private void reportAnswer(PrefillRoom p) {
+    if (p.reported || p.failed || !active.containsKey(p.id)) {
+      return; // reported, or not taken in yet (or its cancellation is on its way)
     }
-    scheduler.onBootstrapAck(p.id);
+    if (p.failure != null) {
+      p.reported = true;
+      events.report(PdEvents.Kind.FAILED, p.id, p.failure);
+    } else if (p.acked == p.pairs.size()) {
+      p.reported = true;
+      events.report(PdEvents.Kind.ACKED, p.id, null);
+    }
   }
 
   /**
@@ -541,8 +732,10 @@ final class PdPort implements AutoCloseable {
     p.failed = true;
     active.remove(a.id);
     ends.end(a, a.result("error", error));
-    p.transfer.cancel(error);
-    ends.cancel(a.id);
+    p.pairs.forEach(s -> s.transfer().cancel(error));
+    if (leader) {
+      ends.cancel(a.id);
+    }
   }
 
   /**
@@ -568,14 +761,15 @@ final class PdPort implements AutoCloseable {
 
   /**
    * Sends a prefill request's prompt KV and first token: its blocks are copied Device → Host into
-   * private Host blocks (awaited: the scheduler lets the Device blocks go right after), then every
-   * block is queued from its Host block, then DONE. The Host blocks are held until the transfer's
-   * fence, when the handle ends.
+   * private Host blocks in the background, the Device blocks pinned until the ranks agree the copy
+   * ran (the scheduler lets the request go right after); then every pair's units are queued from
+   * the Host blocks, then DONE. The Host blocks are held until the ranks agree every fence stands,
+   * when the handle ends.
    */
-  void send(ActiveRequest a) throws InterruptedException {
+  void send(ActiveRequest a) {
     PrefillRoom p = prefillRooms.get(a.id);
     int[][] tables = scheduler.blockTables(a.id);
-    int[] needs = promptRows(a.promptTokens);
+    int[] needs = p.pairs.isEmpty() ? new int[layout.numGroups()] : promptRows(a.promptTokens);
     int[][] hostBlocks = cache.host().allocate(needs);
     if (hostBlocks == null || tables == null) {
       String error =
@@ -587,8 +781,9 @@ final class PdPort implements AutoCloseable {
       if (hostBlocks != null) {
         unref(hostBlocks);
       }
-      p.transfer.cancel(error);
+      p.pairs.forEach(s -> s.transfer().cancel(error));
       prefillRooms.remove(a.id);
+      events.forget(a.id);
       ends.end(a, a.result("error", error));
       return;
     }
@@ -614,6 +809,10 @@ final class PdPort implements AutoCloseable {
    * posts the event, so that neither the loop nor a round waits for a transfer's copies.
    */
   private void whenCopied(CopyFence fence, LoopEvent then) {
+    if (fence == null) {
+      post(then); // nothing to copy (a rank whose pairs move nothing)
+      return;
+    }
     Thread.ofVirtual()
         .name("ts-pd-copy-" + fence.sequence())
         .start(
@@ -632,26 +831,31 @@ final class PdPort implements AutoCloseable {
             });
   }
 
-  /** The prompt's KV is in the Host blocks: its frames are queued, then DONE. */
+  /** The prompt's KV is in the Host blocks: every pair's units are queued, then its DONE. */
   private void sendCopied(PrefillRoom p) {
-    unpin(p.pinned);
-    p.pinned = null;
+    events.report(PdEvents.Kind.COPIED, p.id, null);
     ActiveRequest a = p.request;
     int[] needs = promptRows(a.promptTokens);
-    int[][] hostBlocks = p.hostBlocks;
-    boolean queued = true;
-    for (int g = 0; g < needs.length && queued; g++) {
-      for (int r = 0; r < needs[g] && queued; r++) {
-        queued = p.transfer.send(g, r, host.memory().block(g, hostBlocks[g][r]));
+    int first = a.tokens[a.promptTokens];
+    CachedTokens cached =
+        new CachedTokens(Math.max(0, a.reusedDevice), a.reusedHost, a.reusedStorage);
+    FirstLogprobs logprobs = firstLogprobs(a);
+    for (PairSending s : p.pairs) {
+      boolean queued = true;
+      for (int g = 0; g < needs.length && queued; g++) {
+        int units = s.pair().units(g, needs[g]);
+        for (int k = 0; k < units && queued; k++) {
+          queued = s.transfer().send(g, k, unit(s.pair(), p.hostBlocks, g, k));
+        }
       }
+      if (queued) {
+        s.transfer().done(new DoneInfo(first, cached, logprobs));
+      }
+      s.transfer().received().whenComplete((v, ex) -> post(() -> onPairFenced(p, s, ex)));
     }
-    if (queued) {
-      int first = a.tokens[a.promptTokens];
-      CachedTokens cached =
-          new CachedTokens(Math.max(0, a.reusedDevice), a.reusedHost, a.reusedStorage);
-      p.transfer.done(new DoneInfo(first, cached, firstLogprobs(a)));
+    if (p.pairs.isEmpty()) {
+      events.report(PdEvents.Kind.FENCED, p.id, null);
     }
-    p.transfer.received().whenComplete((v, ex) -> post(() -> onReceived(p, ex)));
   }
 
   /** The first token's log probabilities for DONE, when the request asked for them. */
@@ -688,20 +892,30 @@ final class PdPort implements AutoCloseable {
         Arrays.copyOf(sent.topLogprobs(), k));
   }
 
-  /** The transfer's fence: the Host blocks go back, the handle ends. */
-  private void onReceived(PrefillRoom p, Throwable ex) {
-    prefillRooms.remove(p.id);
+  /** One pair's fence: once every pair's stands, the rank reports it. */
+  private void onPairFenced(PrefillRoom p, PairSending s, Throwable ex) {
+    if (ex != null && p.fenceError == null) {
+      p.fenceError = "the KV transfer to " + s.transfer().decode() + " " + describe(ex);
+    }
+    if (++p.fenced == p.pairs.size()) {
+      events.report(PdEvents.Kind.FENCED, p.id, p.fenceError);
+    }
+  }
+
+  /** Every rank's fences stand: the Host blocks go back, the handle ends. */
+  private void fenced(long id, String error) {
+    PrefillRoom p = prefillRooms.remove(id);
+    if (p == null) {
+      return;
+    }
     sent.remove(p);
+    unpin(p.pinned);
+    p.pinned = null;
     unref(p.hostBlocks);
     if (!p.ended) {
       p.ended = true;
       ActiveRequest a = p.request;
-      ends.end(
-          a,
-          ex == null
-              ? a.result("length", null)
-              : a.result(
-                  "error", "the KV transfer to " + p.transfer.decode() + " " + describe(ex)));
+      ends.end(a, error == null ? a.result("length", null) : a.result("error", error));
     }
   }
 
@@ -715,50 +929,55 @@ final class PdPort implements AutoCloseable {
   }
 
   private void onReserve(long room, Bootstrap bootstrap, CompletableFuture<Destinations> f) {
-    DecodeRoom d = decodeByRoom.get(room);
-    if (d == null) {
+    PairLanding pl = landingsByRoom.get(room);
+    if (pl == null || pl.room.ended) {
       f.completeExceptionally(new IllegalStateException("the request of room " + room + " ended"));
       return;
     }
-    d.bootstrap = bootstrap;
-    d.reservation = f;
-    tryReserve(d);
+    pl.bootstrap = bootstrap;
+    pl.reservation = f;
+    tryReserve(pl);
   }
 
   /**
    * A BOOTSTRAP waits for its reservation: checked against the request once the loop has taken the
    * request in (the registration is made before the request is queued, so the BOOTSTRAP may come
-   * first), then reserved once the request is in Landing.
+   * first), then answered once the request holds its staging blocks (from its admission into
+   * Landing).
    */
-  private void tryReserve(DecodeRoom d) {
+  private void tryReserve(PairLanding pl) {
+    DecodeRoom d = pl.room;
     ActiveRequest a = active.get(d.id);
     if (a == null) {
       return; // still in the intake queue: the next rounds look again
     }
-    if (!d.checked) {
-      String refusal = refusal(d.bootstrap, a);
+    if (!pl.checked) {
+      String refusal = refusal(pl, a);
       if (refusal != null) {
-        d.reservation.completeExceptionally(new IllegalArgumentException(refusal));
-        d.reservation = null;
+        pl.reservation.completeExceptionally(new IllegalArgumentException(refusal));
+        pl.reservation = null;
         return;
       }
-      d.checked = true;
+      pl.checked = true;
     }
-    if (scheduler.state(d.id) instanceof RequestState.Landing) {
-      reserveNow(d);
+    if (d.hostBlocks != null) {
+      reserveNow(pl);
     }
   }
 
-  /** Why a BOOTSTRAP cannot land for {@code a}, or null. */
-  private String refusal(Bootstrap bootstrap, ActiveRequest a) {
-    if (!Arrays.equals(bootstrap.identityDigest(), identity())) {
+  /** Why a pair's BOOTSTRAP cannot land for {@code a}, or null. */
+  private String refusal(PairLanding pl, ActiveRequest a) {
+    Bootstrap bootstrap = pl.bootstrap;
+    PdTicket.Decode ticket = (PdTicket.Decode) a.ticket;
+    if (!Arrays.equals(
+        bootstrap.identityDigest(), identity(pl.pair, ticket.prefillRanks(), ranks))) {
       return "the prefill engine serves another model or cache layout (identity digests differ)";
     }
-    if (!Arrays.equals(bootstrap.blockBytes(), blockBytes)) {
+    if (!Arrays.equals(bootstrap.blockBytes(), pl.pair.unitBytes())) {
       return "the prefill engine's bytes per block "
           + Arrays.toString(bootstrap.blockBytes())
           + " differ from this engine's "
-          + Arrays.toString(blockBytes);
+          + Arrays.toString(pl.pair.unitBytes());
     }
     if (!Arrays.equals(bootstrap.promptTokens(), prompt(a))) {
       return "the prefill engine's prompt of "
@@ -769,91 +988,34 @@ final class PdPort implements AutoCloseable {
     return null;
   }
 
-  /** The request is in Landing: its Host staging blocks, for the receiver to land into. */
-  private void reserveNow(DecodeRoom d) {
-    CompletableFuture<Destinations> f = d.reservation;
-    d.reservation = null;
-    int n = d.bootstrap.numTokens();
+  /**
+   * The request entered Landing (the same round on every rank): its staging Host blocks are taken
+   * and the Device blocks they are copied into pinned, until the ranks agree the room landed or
+   * ended.
+   */
+  private void admitted(DecodeRoom d, ActiveRequest a) {
+    int n = a.promptTokens;
     int[] needs = promptRows(n);
     int[][] blocks = cache.host().allocate(needs);
     if (blocks == null) {
-      f.completeExceptionally(
-          new IllegalStateException(
-              "the decode engine's Host tier has no room for the "
-                  + Arrays.stream(needs).sum()
-                  + " blocks the KV lands in"));
-      return;
-    }
-    d.hostBlocks = blocks;
-    staged.add(d);
-    f.complete(
-        new Destinations() {
-          @Override
-          public int numGroups() {
-            return needs.length;
-          }
-
-          @Override
-          public int numBlocks(int group) {
-            return needs[group];
-          }
-
-          @Override
-          public MemorySegment block(int group, int index) {
-            return host.memory().block(group, blocks[group][index]);
-          }
-
-          @Override
-          public void release() {
-            post(() -> releaseStaging(d));
-          }
-        });
-  }
-
-  private void releaseStaging(DecodeRoom d) {
-    if (!d.released && d.hostBlocks != null) {
-      d.released = true;
-      staged.remove(d);
-      unref(d.hostBlocks);
-    }
-  }
-
-  /** The landing completed (or failed). */
-  private void onLanded(DecodeRoom d, Landed landed, Throwable ex) {
-    // a LoopEvent could not be posted from the completion (it waits for copies): queue one
-    post((LoopEvent) port -> port.land(d, landed, ex));
-  }
-
-  private void land(DecodeRoom d, Landed landed, Throwable ex) {
-    boolean ours = decodeRooms.get(d.id) == d;
-    forget(d);
-    ActiveRequest a = ours ? active.get(d.id) : null;
-    if (ex != null) {
-      if (a != null) {
-        active.remove(a.id);
-        ends.end(
-            a,
-            a.result(
-                "error",
-                timedOut(ex)
-                    ? PdTicket.PREFILL_NEVER_CAME + ": " + describe(ex)
-                    : "the KV transfer from the prefill engine failed: " + describe(ex)));
+      // the tiers are the same on every rank: every rank fails it in this round
+      String error =
+          "the decode engine's Host tier has no room for the "
+              + Arrays.stream(needs).sum()
+              + " blocks the KV lands in";
+      active.remove(a.id);
+      ends.end(a, a.result("error", error));
+      if (leader) {
         ends.cancel(a.id);
       }
-      return;
-    }
-    if (a == null || !(scheduler.state(d.id) instanceof RequestState.Landing)) {
-      releaseStaging(d); // the request ended meanwhile: the landed blocks are ours to free
-      landed.acknowledge();
+      endDecode(d, error);
       return;
     }
     int[][] tables = scheduler.blockTables(d.id);
-    List<BlockTransfer> loads = new ArrayList<>();
-    int[][] pinned = new int[d.hostBlocks.length][];
-    int n = d.bootstrap.numTokens();
-    for (int g = 0; g < d.hostBlocks.length; g++) {
-      pinned[g] = new int[d.hostBlocks[g].length];
-      for (int r = 0; r < d.hostBlocks[g].length; r++) {
+    int[][] pinned = new int[needs.length][];
+    for (int g = 0; g < needs.length; g++) {
+      pinned[g] = new int[needs[g]];
+      for (int r = 0; r < needs[g]; r++) {
         // a State group's running state lands in the working slot (the landing's row 0 is empty)
         pinned[g][r] =
             plantedLandsWindowFromRowZero
@@ -861,29 +1023,123 @@ final class PdPort implements AutoCloseable {
                 ? tables[g][r]
                 : deviceBlock(tables, g, r, n, true);
         cache.device().ref(pinned[g][r]); // a cancellation meanwhile frees no block it writes
-        loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], pinned[g][r]));
       }
     }
+    d.hostBlocks = blocks;
     d.pinned = pinned;
-    whenCopied(copies.submitBackground(loads), port -> port.landCopied(d, landed));
+    staged.add(d);
+  }
+
+  /** A pair's blocks: slices of the room's staging blocks, for the receiver to land into. */
+  private void reserveNow(PairLanding pl) {
+    CompletableFuture<Destinations> f = pl.reservation;
+    pl.reservation = null;
+    DecodeRoom d = pl.room;
+    int[] rows = promptRows(pl.bootstrap.numTokens());
+    int[][] blocks = d.hostBlocks;
+    pl.held = true;
+    d.holding++;
+    f.complete(
+        new Destinations() {
+          @Override
+          public int numGroups() {
+            return rows.length;
+          }
+
+          @Override
+          public int numBlocks(int group) {
+            return pl.pair.units(group, rows[group]);
+          }
+
+          @Override
+          public MemorySegment block(int group, int index) {
+            return unit(pl.pair, blocks, group, index);
+          }
+
+          @Override
+          public void release() {
+            post(() -> released(pl));
+          }
+        });
+  }
+
+  /** The receiver gave a pair's destinations back: no more bytes land in them. */
+  private void released(PairLanding pl) {
+    if (pl.held) {
+      pl.held = false;
+      pl.room.holding--;
+      maybeReleased(pl.room);
+    }
+  }
+
+  /** A pair landed (or failed). */
+  private void onPairLanded(PairLanding pl, Landed landed, Throwable ex) {
+    DecodeRoom d = pl.room;
+    if (ex != null) {
+      if (!d.ended && !d.reported) {
+        d.reported = true;
+        events.report(
+            PdEvents.Kind.FAILED,
+            d.id,
+            timedOut(ex)
+                ? PdTicket.PREFILL_NEVER_CAME + ": " + describe(ex)
+                : "the KV transfer from the prefill engine failed: " + describe(ex));
+      }
+      maybeReleased(d);
+      return;
+    }
+    pl.landed = landed; // its destinations are ours now: held until the copy ran
+    if (d.ended) {
+      landed.acknowledge();
+      released(pl);
+      return;
+    }
+    if (++d.landed == d.pairs.size()) {
+      List<BlockTransfer> loads = new ArrayList<>();
+      for (int g = 0; g < d.hostBlocks.length; g++) {
+        for (int r = 0; r < d.hostBlocks[g].length; r++) {
+          loads.add(new BlockTransfer.Load(g, d.hostBlocks[g][r], d.pinned[g][r]));
+        }
+      }
+      d.copying = true;
+      whenCopied(copies.submitBackground(loads), port -> port.loaded(d));
+    }
   }
 
   /**
-   * The landed KV is in the request's Device blocks: they are published as its prefix, the first
-   * token is emitted and RECEIVED written; or, when the request ended while the copy ran, only
-   * RECEIVED.
+   * The landed KV is in the request's Device blocks: RECEIVED is written for every pair and the
+   * rank reports it; once every rank has, the request publishes its prefix and takes its first
+   * token ({@link #landedEverywhere}).
    */
-  private void landCopied(DecodeRoom d, Landed landed) {
-    unpin(d.pinned);
-    d.pinned = null;
-    releaseStaging(d);
-    ActiveRequest a = active.get(d.id);
-    if (a == null || !(scheduler.state(d.id) instanceof RequestState.Landing)) {
-      landed.acknowledge();
+  private void loaded(DecodeRoom d) {
+    d.copying = false;
+    for (PairLanding pl : d.pairs) {
+      pl.landed.acknowledge();
+      pl.held = false;
+    }
+    d.holding = 0;
+    if (d.ended) {
+      maybeReleased(d);
+    } else if (!d.reported) {
+      d.reported = true;
+      events.report(PdEvents.Kind.LANDED, d.id, null);
+    }
+  }
+
+  /** Every rank landed the room: the request publishes its prefix and takes its first token. */
+  private void landedEverywhere(long id) {
+    DecodeRoom d = decodeRooms.get(id);
+    if (d == null || d.ended) {
       return;
     }
-    scheduler.onLanded(d.id);
-    a.admission = scheduler.admission(d.id);
+    Landed landed = d.pairs.isEmpty() ? null : d.pairs.get(0).landed;
+    freeDecode(d);
+    ActiveRequest a = active.get(id);
+    if (a == null || !(scheduler.state(id) instanceof RequestState.Landing) || landed == null) {
+      return;
+    }
+    scheduler.onLanded(id);
+    a.admission = scheduler.admission(id);
     a.kvTokens = a.promptTokens;
     a.stateInWorkingSlot = hasStateGroups; // the running state landed in the working slot
     CachedTokens cached = landed.cachedTokens();
@@ -891,7 +1147,6 @@ final class PdPort implements AutoCloseable {
     a.reusedHost = (int) Math.min(cached.host(), a.promptTokens);
     a.reusedStorage = (int) Math.min(cached.storage(), a.promptTokens);
     int first = landed.firstToken();
-    landed.acknowledge();
     TokenLogprobs logprobs;
     try {
       if (first < 0 || first >= vocabSize) {
@@ -901,7 +1156,9 @@ final class PdPort implements AutoCloseable {
     } catch (IllegalArgumentException e) {
       active.remove(a.id);
       ends.end(a, a.result("error", e.getMessage()));
-      ends.cancel(a.id);
+      if (leader) {
+        ends.cancel(a.id);
+      }
       return;
     }
     if (logprobs != null) {
@@ -914,6 +1171,52 @@ final class PdPort implements AutoCloseable {
     a.lastTokenNs = now;
     a.handle.emit(first);
     done.ifPresent(reason -> ends.finished(a, reason));
+  }
+
+  /**
+   * The request ended on every rank (cancelled or failed, the same round everywhere): the pairs'
+   * registrations are cancelled; its blocks go back once every rank's receiver let go of them.
+   */
+  private void endDecode(DecodeRoom d, String why) {
+    d.ended = true;
+    cancelRegistrations(d, why);
+    for (PairLanding pl : d.pairs) {
+      if (pl.landed != null && !d.copying && pl.held) {
+        pl.landed.acknowledge();
+        pl.held = false;
+        d.holding--;
+      }
+    }
+    maybeReleased(d);
+  }
+
+  /**
+   * An ended room whose blocks nothing writes any more (no pair's destinations held, no copy
+   * running) reports so; once every rank has, its blocks go back ({@link #freeDecode}).
+   */
+  private void maybeReleased(DecodeRoom d) {
+    if (!d.ended || d.copying || d.holding > 0 || decodeRooms.get(d.id) != d) {
+      return;
+    }
+    if (d.hostBlocks == null) {
+      forget(d); // never admitted: nothing to give back (the same on every rank)
+      return;
+    }
+    if (!d.releaseReported) {
+      d.releaseReported = true;
+      events.report(PdEvents.Kind.RELEASED, d.id, null);
+    }
+  }
+
+  /** Gives a decode room's staging and pinned blocks back and forgets it. */
+  private void freeDecode(DecodeRoom d) {
+    forget(d);
+    events.forget(d.id);
+    if (staged.remove(d)) {
+      unpin(d.pinned);
+      unref(d.hostBlocks);
+      d.pinned = null;
+    }
   }
 
   /**
@@ -993,7 +1296,7 @@ final class PdPort implements AutoCloseable {
    */
   void endSent(String why) {
     for (PrefillRoom p : List.copyOf(sent)) {
-      p.transfer.cancel(why);
+      p.pairs.forEach(s -> s.transfer().cancel(why));
       if (!p.ended) {
         p.ended = true;
         p.request.handle.end(p.request.result("error", why));

@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import java.net.InetSocketAddress;
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -21,22 +22,43 @@ public sealed interface PdTicket {
   long room();
 
   /**
-   * The prefill half: compute the prompt and the first token, and send them to the decode engine
-   * whose KV endpoint is {@code decode}.
+   * The prefill half: compute the prompt and the first token, and send them to the decode replica
+   * whose ranks' KV endpoints are {@code decodeRanks}, in rank order (one for a decode engine of
+   * one rank).
    */
-  record Prefill(long room, InetSocketAddress decode) implements PdTicket {
+  record Prefill(long room, List<InetSocketAddress> decodeRanks) implements PdTicket {
     public Prefill {
       checkRoom(room);
-      Objects.requireNonNull(decode, "decode");
+      Objects.requireNonNull(decodeRanks, "decodeRanks");
+      decodeRanks = List.copyOf(decodeRanks);
+      if (decodeRanks.isEmpty()) {
+        throw new IllegalArgumentException(
+            "a prefill half needs the decode replica's KV endpoints");
+      }
+    }
+
+    /** The prefill half for a decode engine of one rank at {@code decode}. */
+    public Prefill(long room, InetSocketAddress decode) {
+      this(room, List.of(Objects.requireNonNull(decode, "decode")));
     }
   }
 
   /**
-   * The decode half: land the prompt's KV that a prefill engine sends for the room, then decode.
+   * The decode half: land the prompt's KV that a prefill replica of {@code prefillRanks} ranks
+   * sends for the room, then decode.
    */
-  record Decode(long room) implements PdTicket {
+  record Decode(long room, int prefillRanks) implements PdTicket {
     public Decode {
       checkRoom(room);
+      if (prefillRanks < 1) {
+        throw new IllegalArgumentException(
+            "prefill_ranks=" + prefillRanks + ": a prefill replica has at least one rank");
+      }
+    }
+
+    /** The decode half of a request a prefill engine of one rank computes. */
+    public Decode(long room) {
+      this(room, 1);
     }
   }
 

@@ -8,6 +8,7 @@ import io.tokenspeed.control.MeshException;
 import io.tokenspeed.control.RelayExchange;
 import io.tokenspeed.core.control.AgreedRound;
 import io.tokenspeed.core.control.FrontendMessage;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.core.storage.PressureSnapshot;
@@ -319,6 +320,11 @@ final class Replica implements AutoCloseable {
       List<Long> cancellations,
       List<Command> commands) {
 
+    /** Every rank's events of the round, by rank (empty for none, and on a single rank). */
+    List<RankEvents> events() {
+      return round.map(AgreedRound::events).orElse(List.of());
+    }
+
     /** The status rank {@code rank} sent in this round (empty for none, or before the first). */
     RankStatus status(int rank) {
       return round.map(r -> r.status(rank)).orElse(RankStatus.EMPTY);
@@ -327,12 +333,12 @@ final class Replica implements AutoCloseable {
 
   /**
    * The round's exchange. The leader sends {@code newRequests} (taken from its intake), {@code
-   * cancellations} and the commands asked for since; every rank sends its clock, {@code status}
-   * (empty for none) and, with L3, its executor's poll. Returns what the agreed round (one exchange
-   * late) brings: new requests (the leader's own objects there, decoded copies elsewhere),
-   * cancellations and commands, in the leader's order, and every rank's status. A single rank's
-   * round is the one just gathered, and it brings the intake and commands of this call as they
-   * came.
+   * cancellations} and the commands asked for since; every rank sends its clock, {@code status} and
+   * {@code events} (empty for none: a single rank's events never leave it) and, with L3, its
+   * executor's poll. Returns what the agreed round (one exchange late) brings: new requests (the
+   * leader's own objects there, decoded copies elsewhere), cancellations and commands, in the
+   * leader's order, and every rank's status. A single rank's round is the one just gathered, and it
+   * brings the intake and commands of this call as they came.
    *
    * @throws ControlPlaneException when a rank is silent past the round timeout, leaves, or the
    *     reports contradict each other: the replica must stop
@@ -343,6 +349,7 @@ final class Replica implements AutoCloseable {
       List<ActiveRequest> newRequests,
       List<Long> cancellations,
       RankStatus status,
+      RankEvents events,
       LongConsumer cancel,
       OptionalInt eosId)
       throws ControlPlaneException {
@@ -372,7 +379,7 @@ final class Replica implements AutoCloseable {
             : new LocalReport(nowNs, poll.pressure(), poll.completions(), frontend, null);
     long t0 = nanoClock.getAsLong();
     Optional<AgreedRound> agreed =
-        exchange.exchange(report.withPlanDigest(planDigest).withStatus(status));
+        exchange.exchange(report.withPlanDigest(planDigest).withStatus(status).withEvents(events));
     recordExchange(nanoClock.getAsLong() - t0);
     if (agreed.isEmpty()) {
       return new Agreed(agreed, List.of(), List.of(), List.of());
@@ -513,8 +520,17 @@ final class Replica implements AutoCloseable {
 
   // ---------------------------------------------------------------- the request codec
 
-  /** Version 2 added the three penalties after {@code ignoreEos}. */
-  private static final int CODEC_VERSION = 2;
+  /**
+   * Version 2 added the three penalties after {@code ignoreEos}; version 3 the disaggregated half's
+   * ticket after the logprobs setting.
+   */
+  private static final int CODEC_VERSION = 3;
+
+  /** A ticket's first byte: none, a prefill half, a decode half. */
+  private static final int NO_TICKET = 0;
+
+  private static final int PREFILL_TICKET = 1;
+  private static final int DECODE_TICKET = 2;
 
   /**
    * A new request as every rank needs it: prompt, resolved sampling parameters (penalties included,
@@ -545,6 +561,23 @@ final class Replica implements AutoCloseable {
       out.writeDouble(p.frequencyPenalty());
       out.writeDouble(p.repetitionPenalty());
       out.writeInt(a.handle.topLogprobs());
+      switch (a.ticket) {
+        case null -> out.writeByte(NO_TICKET);
+        case PdTicket.Prefill t -> {
+          out.writeByte(PREFILL_TICKET);
+          out.writeLong(t.room());
+          out.writeInt(t.decodeRanks().size());
+          for (java.net.InetSocketAddress to : t.decodeRanks()) {
+            out.writeUTF(to.getHostString());
+            out.writeInt(to.getPort());
+          }
+        }
+        case PdTicket.Decode t -> {
+          out.writeByte(DECODE_TICKET);
+          out.writeLong(t.room());
+          out.writeInt(t.prefillRanks());
+        }
+      }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -580,6 +613,20 @@ final class Replica implements AutoCloseable {
       double frequencyPenalty = in.readDouble();
       double repetitionPenalty = in.readDouble();
       int topLogprobs = in.readInt();
+      PdTicket ticket =
+          switch (in.readUnsignedByte()) {
+            case NO_TICKET -> null;
+            case PREFILL_TICKET -> {
+              long room = in.readLong();
+              List<java.net.InetSocketAddress> to = new ArrayList<>();
+              for (int n = in.readInt(); n > 0; n--) {
+                to.add(new java.net.InetSocketAddress(in.readUTF(), in.readInt()));
+              }
+              yield new PdTicket.Prefill(room, to);
+            }
+            case DECODE_TICKET -> new PdTicket.Decode(in.readLong(), in.readInt());
+            default -> throw new IllegalStateException("request " + id + " has an unknown ticket");
+          };
       SamplingParams params =
           new SamplingParams(
               temperature,
@@ -593,12 +640,15 @@ final class Replica implements AutoCloseable {
               presencePenalty,
               frequencyPenalty,
               repetitionPenalty);
-      return new ActiveRequest(
-          id,
-          new RequestHandle(id, cancel, topLogprobs),
-          prompt,
-          new SamplingState(params, eosId, prompt),
-          nowNs);
+      ActiveRequest a =
+          new ActiveRequest(
+              id,
+              new RequestHandle(id, cancel, topLogprobs),
+              prompt,
+              new SamplingState(params, eosId, prompt),
+              nowNs);
+      a.ticket = ticket;
+      return a;
     } catch (IOException e) {
       throw new UncheckedIOException("request " + id + " is cut short", e);
     }

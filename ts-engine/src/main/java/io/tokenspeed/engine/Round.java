@@ -7,6 +7,7 @@ import io.tokenspeed.cache.TierCache;
 import io.tokenspeed.control.ControlPlaneException;
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.control.AgreedRound;
+import io.tokenspeed.core.control.RankEvents;
 import io.tokenspeed.core.control.RankStatus;
 import io.tokenspeed.core.storage.PressureSnapshot;
 import io.tokenspeed.engine.l3.StorageTier;
@@ -303,10 +304,14 @@ final class Round {
       }
     }
     for (ActiveRequest a : agreed.newRequests()) {
+      if (pd != null && a.ticket != null && !replica.leader()) {
+        pd.takenIn(a); // the leader opened its transport side at submission
+      }
       submitToScheduler(a);
     }
     if (pd != null) {
-      pd.head(); // the transport's events: ACKs, reservations, landings, fences
+      pd.agreed(agreed.events()); // what every rank's transfers did, agreed
+      pd.head(); // this rank's transport events: ACKs, reservations, landings, fences
     }
     ControlState c = plantedIgnoresControl ? ControlState.NORMAL : control.get();
     RoundInput input;
@@ -351,6 +356,7 @@ final class Round {
             fresh,
             cancels,
             outgoingStatus,
+            pd == null ? RankEvents.EMPTY : pd.outgoing(),
             cancel,
             eosId);
     outgoingStatus = RankStatus.EMPTY;

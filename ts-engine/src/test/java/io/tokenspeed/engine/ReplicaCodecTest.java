@@ -77,6 +77,39 @@ class ReplicaCodecTest {
     }
   }
 
+  /** A disaggregated half's ticket reaches every rank as the leader took it (docs/pd.md). */
+  @ParameterizedTest(name = "seed {0}")
+  @MethodSource("seeds")
+  void shouldRoundTripTheTicketOfADisaggregatedHalf(long seed) {
+    SplittableRandom rnd = new SplittableRandom(seed);
+    int[] prompt = rnd.ints(1 + rnd.nextInt(40), 0, 500).toArray();
+    ActiveRequest leader =
+        new ActiveRequest(
+            9,
+            new RequestHandle(9, id -> {}, -1),
+            prompt,
+            new SamplingState(SamplingParams.greedy(3).withSeed(5), OptionalInt.empty(), prompt),
+            0);
+    long room = rnd.nextLong() | 1;
+    leader.ticket =
+        switch (rnd.nextInt(3)) {
+          case 0 -> null;
+          case 1 -> new PdTicket.Decode(room, 1 + rnd.nextInt(8));
+          default -> {
+            java.util.List<java.net.InetSocketAddress> to = new java.util.ArrayList<>();
+            for (int i = 1 + rnd.nextInt(4); i > 0; i--) {
+              to.add(
+                  new java.net.InetSocketAddress(
+                      rnd.nextBoolean() ? "127.0.0.1" : "::1", 1 + rnd.nextInt(65535)));
+            }
+            yield new PdTicket.Prefill(room, to);
+          }
+        };
+    ActiveRequest follower =
+        Replica.decode(9, Replica.encode(leader), id -> {}, OptionalInt.empty(), 0);
+    assertEquals(leader.ticket, follower.ticket);
+  }
+
   @Test
   void shouldRefuseARequestEncodedInTheFirstVersion() {
     int[] prompt = {1, 2, 3};
@@ -94,7 +127,7 @@ class ReplicaCodecTest {
         assertThrows(
             IllegalStateException.class,
             () -> Replica.decode(3, bytes, id -> {}, OptionalInt.empty(), 0));
-    assertEquals("request 3 is encoded in version 1, not 2", e.getMessage());
+    assertEquals("request 3 is encoded in version 1, not 3", e.getMessage());
   }
 
   /**

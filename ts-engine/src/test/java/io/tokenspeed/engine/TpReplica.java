@@ -74,6 +74,19 @@ final class TpReplica implements AutoCloseable {
       IntFunction<? extends EngineObserver> observers,
       Shard.KvSplit kv)
       throws Exception {
+    return start(folder, tp, configs, l3, observers, kv, r -> PdOptions.FUSED);
+  }
+
+  /** {@link #start} with each rank's role in disaggregated serving. */
+  static TpReplica start(
+      Path folder,
+      int tp,
+      IntFunction<EngineConfig> configs,
+      IntFunction<L3Settings> l3,
+      IntFunction<? extends EngineObserver> observers,
+      Shard.KvSplit kv,
+      IntFunction<PdOptions> pd)
+      throws Exception {
     TpReplica replica = new TpReplica();
     Collective[] collectives = LocalCollective.group(tp);
     var controls = EngineTensorParallelTest.controls(tp);
@@ -95,6 +108,7 @@ final class TpReplica implements AutoCloseable {
                             .l3(l3 == null ? null : l3.apply(rank))
                             .control(controls.get(rank))
                             .observer(observers.apply(rank))
+                            .pd(pd.apply(rank))
                             .conclude())));
       }
       for (Future<Engine> f : started) {

@@ -87,22 +87,22 @@ class PdFieldTest {
             "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":\"127.0.0.1:9100\"}}");
     PdTicket.Prefill p = assertInstanceOf(PdTicket.Prefill.class, t);
     assertEquals(7, p.room());
-    assertEquals(new InetSocketAddress("127.0.0.1", 9100), p.decode());
-    assertFalse(p.decode().isUnresolved());
+    assertEquals(new InetSocketAddress("127.0.0.1", 9100), p.decodeRanks().getFirst());
+    assertFalse(p.decodeRanks().getFirst().isUnresolved());
     PdTicket.Prefill v6 =
         assertInstanceOf(
             PdTicket.Prefill.class,
             parse(
                 EngineRole.PREFILL,
                 "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":\"[::1]:9\"}}"));
-    assertEquals(new InetSocketAddress("::1", 9), v6.decode());
+    assertEquals(new InetSocketAddress("::1", 9), v6.decodeRanks().getFirst());
     PdTicket.Prefill named =
         assertInstanceOf(
             PdTicket.Prefill.class,
             parse(
                 EngineRole.PREFILL,
                 "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":\"localhost:9\"}}"));
-    assertFalse(named.decode().isUnresolved());
+    assertFalse(named.decodeRanks().getFirst().isUnresolved());
   }
 
   @Test
