@@ -36,7 +36,10 @@ import picocli.CommandLine.Spec;
           + " /health and /ready.",
       "",
       "Each backend is polled (GET /ready and GET /pd); one is chosen while its /ready answers 200"
-          + " and its /pd names the role it is given here."
+          + " and its /pd names the role it is given here (a decode engine: with every rank's KV"
+          + " endpoint). Either side may be a tensor-parallel replica (serve --tp N): a prefill"
+          + " engine is sent the decode replica's KV endpoints, a decode engine the prefill"
+          + " replica's size."
     })
 final class RouterCommand implements Callable<Integer> {
 

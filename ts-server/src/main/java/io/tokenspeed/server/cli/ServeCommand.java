@@ -4,6 +4,7 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineRole;
 import io.tokenspeed.engine.PdOptions;
+import io.tokenspeed.model.parallel.Shard;
 import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.pd.PdSecret;
 import io.tokenspeed.pd.PdSettings;
@@ -19,6 +20,7 @@ import java.io.PrintWriter;
 import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.OptionalInt;
@@ -150,22 +152,25 @@ final class ServeCommand implements Callable<Integer> {
       description =
           "What the engine does with a request: fused (all of it), or prefill or decode, the"
               + " halves of a disaggregated request behind 'tokenspeed router' (docs/pd.md; both"
-              + " need the PD secret in TOKENSPEED_PD_SECRET or TOKENSPEED_PD_SECRET_FILE). Also"
-              + " the metrics' engine_role label.")
+              + " need the PD secret in TOKENSPEED_PD_SECRET or TOKENSPEED_PD_SECRET_FILE, and run"
+              + " at any --tp with --tp-kv=heads). Also the metrics' engine_role label.")
   private String engineRole = "fused";
 
   @Option(
       names = "--pd-port",
       paramLabel = "PORT",
       description =
-          "Decode role only: the port the KV transfer listens on for prefill engines (default 0:"
-              + " any free port; GET /pd names the one bound).")
+          "Decode role only: the port the KV transfer listens on for prefill engines; with --tp"
+              + " N, rank r listens on PORT + r (default 0: every rank on any free port; GET /pd"
+              + " names the ones bound).")
   private Integer pdPort;
 
   @Option(
       names = "--pd-host",
       paramLabel = "ADDRESS",
-      description = "Decode role only: the address the KV transfer listens on (default: --host).")
+      description =
+          "Decode role only: the address the KV transfer listens on, every rank's (default:"
+              + " --host).")
   private String pdHost;
 
   @Option(
@@ -244,6 +249,7 @@ final class ServeCommand implements Callable<Integer> {
                   chatPrompt,
                   storage.isPresent() ? () -> StorageOptions.openL3(storage.get()) : null,
                   warmupRounds);
+      List<InetSocketAddress> kvEndpoints = awaitKvEndpoints(engine, pd);
       // The line goes out before /ready turns 200, so whoever saw the server ready finds it logged.
       err.println(
           "ready: serving "
@@ -258,7 +264,7 @@ final class ServeCommand implements Callable<Integer> {
               + Math.min(maxModelLen, engine.maxRequestTokens())
               + (storage.isPresent() ? "; L3 " + storage.get().backend().name() : "; L3 off")
               + (pd.role() == EngineRole.FUSED ? "" : "; " + pd.role().wireName())
-              + engine.pdEndpoint().map(a -> ", KV transfer on " + PdServing.hostPort(a)).orElse("")
+              + kvTransferOn(kvEndpoints)
               + (lm.gpu() ? "; on " + lm.deviceName() : "")
               + ")");
       err.flush();
@@ -266,6 +272,62 @@ final class ServeCommand implements Callable<Integer> {
       stopped.await();
     }
     return 0;
+  }
+
+  /**
+   * A decode replica's KV endpoints, every rank's by rank: the leader learns the other ranks'
+   * through the rounds' exchange (idle rounds included), so they come shortly after the engine
+   * started; the server turns ready only once it can name them all ({@code GET /pd}'s {@code
+   * kv_endpoints}). Empty for the other roles. A replica whose ranks have not all reported theirs
+   * within {@code --tp-timeout} fails to start.
+   */
+  private List<InetSocketAddress> awaitKvEndpoints(Engine engine, PdOptions pd)
+      throws InterruptedException {
+    if (pd.role() != EngineRole.DECODE) {
+      return List.of();
+    }
+    long deadline = System.nanoTime() + tp.timeout().toNanos();
+    while (true) {
+      List<InetSocketAddress> all = engine.pdEndpoints();
+      if (all.size() == tp.size()) {
+        return all;
+      }
+      tp.failIfStopped(engine);
+      if (engine.stopped() || System.nanoTime() > deadline) {
+        throw new CliErrors.ReplicaFailedException(
+            "the --tp="
+                + tp.size()
+                + " decode replica's ranks did not all report their KV endpoints within"
+                + " --tp-timeout (known: "
+                + all.size()
+                + " of "
+                + tp.size()
+                + ")",
+            null);
+      }
+      Thread.sleep(10);
+    }
+  }
+
+  /**
+   * The ready line's KV endpoints: {@code , KV transfer on A} or {@code A (rank 0), B (rank 1)}.
+   */
+  private static String kvTransferOn(List<InetSocketAddress> endpoints) {
+    if (endpoints.isEmpty()) {
+      return "";
+    }
+    if (endpoints.size() == 1) {
+      return ", KV transfer on " + PdServing.hostPort(endpoints.getFirst());
+    }
+    StringBuilder sb = new StringBuilder(", KV transfer on ");
+    for (int r = 0; r < endpoints.size(); r++) {
+      sb.append(r == 0 ? "" : ", ")
+          .append(PdServing.hostPort(endpoints.get(r)))
+          .append(" (rank ")
+          .append(r)
+          .append(')');
+    }
+    return sb.toString();
   }
 
   /** Range checks of the settings, each naming the setting. */
@@ -303,15 +365,38 @@ final class ServeCommand implements Callable<Integer> {
     if (pdHost != null && pdHost.isBlank()) {
       throw usage("--pd-host", pdHost, "--pd-host must not be blank (leave it out for --host)");
     }
-    if (role != EngineRole.FUSED && tp.size() > 1) {
+    if (role != EngineRole.FUSED && tp.kvSplit() == Shard.KvSplit.PAGES) {
       throw usage(
-          "--engine-role",
-          engineRole,
-          "--engine-role="
+          "--tp-kv",
+          "pages",
+          "--tp-kv=pages splits KV by pages, which a disaggregated request cannot move:"
+              + " --engine-role="
               + engineRole
-              + " serves one rank: --tp="
+              + " runs with --tp-kv=heads only");
+    }
+    if (role != EngineRole.FUSED && tp.size() > PdServing.MAX_RANKS) {
+      throw usage(
+          "--tp",
+          tp.size(),
+          "--tp="
               + tp.size()
-              + " runs only with --engine-role=fused in this version");
+              + " with --engine-role="
+              + engineRole
+              + ": a replica serving a disaggregated role has at most "
+              + PdServing.MAX_RANKS
+              + " ranks");
+    }
+    if (pdPort != null && pdPort != 0 && tp.size() > 1 && pdPort + (tp.size() - 1) > 65535) {
+      throw usage(
+          "--pd-port",
+          pdPort,
+          "--pd-port="
+              + pdPort
+              + " with --tp="
+              + tp.size()
+              + ": rank r listens on --pd-port + r, and "
+              + (pdPort + tp.size() - 1)
+              + " is beyond 65535");
     }
     if (adminToken != null && adminToken.isBlank()) {
       throw usage(
@@ -376,7 +461,7 @@ final class ServeCommand implements Callable<Integer> {
       return PdOptions.prefill(secret, PdSettings.defaults());
     }
     String bind = pdHost != null ? pdHost : host;
-    InetSocketAddress listen = new InetSocketAddress(bind, pdPort == null ? 0 : pdPort);
+    InetSocketAddress listen = new InetSocketAddress(bind, pdPort(tp.rank()));
     if (listen.isUnresolved()) {
       throw usage(
           pdHost != null ? "--pd-host" : "--host",
@@ -386,6 +471,14 @@ final class ServeCommand implements Callable<Integer> {
               + " does not resolve to an address for the KV listener");
     }
     return PdOptions.decode(secret, PdSettings.defaults(), listen);
+  }
+
+  /**
+   * The KV port of a decode replica's rank {@code r}: {@code --pd-port} + r, or 0 (any free port)
+   * when {@code --pd-port} is 0 or absent.
+   */
+  private int pdPort(int r) {
+    return pdPort == null || pdPort == 0 ? 0 : pdPort + r;
   }
 
   /** The environment the settings came from ({@link SettingsSources#environment}). */
@@ -410,10 +503,15 @@ final class ServeCommand implements Callable<Integer> {
     } catch (RuntimeException e) {
       BindException bind = bindFailure(e);
       if (pd.role() == EngineRole.DECODE && bind != null) {
+        int r = tp.rank();
         throw new IllegalArgumentException(
             "--pd-port="
-                + pd.listen().getPort()
-                + ": the KV transfer cannot listen on "
+                + (pdPort == null ? 0 : pdPort)
+                + ": the KV transfer"
+                + (tp.size() > 1
+                    ? " of rank " + r + (pdPort(r) == 0 ? "" : " (port --pd-port + " + r + ")")
+                    : "")
+                + " cannot listen on "
                 + PdServing.hostPort(pd.listen())
                 + ": "
                 + bind.getMessage(),

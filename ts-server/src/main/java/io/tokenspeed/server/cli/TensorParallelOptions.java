@@ -103,6 +103,11 @@ final class TensorParallelOptions {
     return size;
   }
 
+  /** How full-history attention's KV splits over the ranks ({@code --tp-kv}). */
+  Shard.KvSplit kvSplit() {
+    return kvSplit;
+  }
+
   /** This process's rank (0 for a single rank or the launcher). */
   int rank() {
     return rank == null ? 0 : rank;

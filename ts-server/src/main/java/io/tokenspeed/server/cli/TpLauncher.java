@@ -31,8 +31,11 @@ import java.util.concurrent.TimeUnit;
  *          that failed (the others are stopped: SIGTERM, then SIGKILL 2 s later)
  * </pre>
  *
- * The secret never appears on a command line; the secret file and the collective file are removed
- * when the replica ends. A SIGTERM to the launcher is passed on to every rank.
+ * The ranks inherit the launcher's environment (the settings' variables, a PD secret of {@code
+ * TOKENSPEED_PD_SECRET} or {@code TOKENSPEED_PD_SECRET_FILE}) and working directory, so each reads
+ * its settings as the launcher read them. The replica's secret never appears on a command line; the
+ * secret file and the collective file are removed when the replica ends. A SIGTERM to the launcher
+ * is passed on to every rank.
  */
 final class TpLauncher {
   /**
@@ -64,6 +67,7 @@ final class TpLauncher {
     Path secretFile = secretDir.resolve("secret.hex");
     Path collective = collectiveFile();
     List<Process> ranks = new ArrayList<>();
+    List<Thread> relays = new ArrayList<>();
     Thread hook =
         new Thread(
             () -> {
@@ -91,13 +95,14 @@ final class TpLauncher {
         ranks.add(p);
         int rank = r;
         if (r > 0) {
-          relay(p, rank);
+          relays.add(relay(p, rank));
         }
         p.onExit().thenAccept(done -> exits.add(new Exit(rank, done.exitValue())));
       }
       return supervise(ranks, exits);
     } finally {
       stopAll(ranks);
+      awaitRelays(relays);
       try {
         Runtime.getRuntime().removeShutdownHook(hook);
       } catch (IllegalStateException ignored) {
@@ -204,8 +209,27 @@ final class TpLauncher {
     }
   }
 
+  /**
+   * Waits briefly for the relays to copy what the ranks wrote before they ended: a rank that failed
+   * says why on its last line.
+   */
+  private static void awaitRelays(List<Thread> relays) {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+    for (Thread t : relays) {
+      try {
+        long left = deadline - System.nanoTime();
+        if (left > 0) {
+          t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+  }
+
   /** Copies a follower's stderr to this process's, each line prefixed with its rank. */
-  private void relay(Process p, int rank) {
+  private Thread relay(Process p, int rank) {
     Thread t =
         new Thread(
             () -> {
@@ -222,6 +246,7 @@ final class TpLauncher {
             "ts-tp-relay-" + rank);
     t.setDaemon(true);
     t.start();
+    return t;
   }
 
   private synchronized void say(String line) {

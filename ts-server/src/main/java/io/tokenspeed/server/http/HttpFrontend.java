@@ -251,15 +251,21 @@ public final class HttpFrontend implements AutoCloseable {
   }
 
   /**
-   * {@code GET /pd}: the engine's role, a decode engine's KV endpoint and the served model, for a
-   * router's poller ({@link PdServing#answer}); answered in every phase, as {@code /ready} is.
+   * {@code GET /pd}: the engine's role, its replica's size, a decode replica's KV endpoints and the
+   * served model, for a router's poller ({@link PdServing#answer}); answered in every phase, as
+   * {@code /ready} is.
    */
   private ObjectNode pd(ServerRequest req) {
     InetAddress reached =
         req.localPeer().address() instanceof InetSocketAddress local ? local.getAddress() : null;
     Engine engine = settings.engine();
     return PdServing.answer(
-        engine.role(), engine.pdEndpoint(), settings.servedModelName(), reached);
+        engine.role(),
+        engine.tpSize(),
+        engine.pdEndpoint(),
+        engine.pdEndpoints(),
+        settings.servedModelName(),
+        reached);
   }
 
   private ObjectNode models() {

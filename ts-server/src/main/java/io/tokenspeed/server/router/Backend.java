@@ -1,6 +1,7 @@
 package io.tokenspeed.server.router;
 
 import java.net.URI;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.logging.Level;
@@ -8,7 +9,8 @@ import java.util.logging.Logger;
 
 /**
  * One backend engine of the router and what is known of it: whether it is ready to be chosen, why
- * not, and what its {@code /pd} said (its KV endpoint, its model).
+ * not, and what its {@code /pd} said (its replica's size, a decode replica's KV endpoints, its
+ * model).
  *
  * <p>It turns ready only through a poll ({@link #onPolled}): its {@code /ready} answered 200 and
  * its {@code /pd} named the role it is configured for. A request to it that fails at the connection
@@ -25,19 +27,27 @@ final class Backend {
    *
    * @param ready whether the backend may be chosen
    * @param reason why not (null when ready)
-   * @param kvEndpoint the decode engine's KV transfer endpoint {@code host:port} (null for prefill)
+   * @param tp the replica's ranks its {@code /pd} names (1 when it names none, or unknown)
+   * @param kvEndpoints a decode replica's KV transfer endpoints {@code host:port}, by rank (empty
+   *     for prefill, or unknown)
    * @param model the model its {@code /pd} names, or null
    */
-  record State(boolean ready, String reason, String kvEndpoint, String model) {
+  record State(boolean ready, String reason, int tp, List<String> kvEndpoints, String model) {
     State {
       if (ready == (reason != null)) {
         throw new IllegalArgumentException(
             "ready=" + ready + " and reason=" + reason + ": a reason exactly when not ready");
       }
+      kvEndpoints = List.copyOf(kvEndpoints);
     }
 
     static State down(String reason) {
-      return new State(false, reason, null, null);
+      return new State(false, reason, 1, List.of(), null);
+    }
+
+    /** Rank 0's KV endpoint (a decode backend's), or null. */
+    String kvEndpoint() {
+      return kvEndpoints.isEmpty() ? null : kvEndpoints.getFirst();
     }
   }
 
@@ -104,7 +114,12 @@ final class Backend {
                   + url
                   + " is ready"
                   + (next.model() == null ? "" : " (model " + next.model() + ")")
-                  + (next.kvEndpoint() == null ? "" : " (KV endpoint " + next.kvEndpoint() + ")"));
+                  + (next.tp() == 1 ? "" : " (tp " + next.tp() + ")")
+                  + (next.kvEndpoints().isEmpty()
+                      ? ""
+                      : next.kvEndpoints().size() == 1
+                          ? " (KV endpoint " + next.kvEndpoint() + ")"
+                          : " (KV endpoints " + String.join(", ", next.kvEndpoints()) + ")"));
     } else if (!Objects.equals(previous.reason(), next.reason())) {
       LOG.log(
           Level.WARNING,

@@ -2,6 +2,7 @@ package io.tokenspeed.server.router;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.tokenspeed.server.http.PdServing;
 import java.io.IOException;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -23,9 +24,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p><b>The poll.</b> One virtual thread per backend asks its {@code GET /ready} and {@code GET
  * /pd} together every poll period (the first at once); each answer may take the connect timeout. A
  * backend is ready when {@code /ready} answered 200 and {@code /pd} answered 200 with a JSON object
- * whose {@code role} is the role the backend is configured for, and, for a decode backend, whose
- * {@code kv_endpoint} is {@code host:port}. A backend that names another role is never chosen, and
- * says so in the log.
+ * whose {@code role} is the role the backend is configured for, whose {@code tp} (1 when absent) is
+ * an integer in [1, {@value #MAX_RANKS}], and, for a decode backend, whose {@code kv_endpoints}
+ * lists {@code tp} {@code host:port} strings (or, without {@code kv_endpoints}, at {@code tp} 1,
+ * whose {@code kv_endpoint} is one). A decode replica whose ranks have not all reported their KV
+ * endpoints yet names none: it is not chosen until a later poll finds them. A backend that names
+ * another role is never chosen, and says so in the log.
  *
  * <p><b>The choice.</b> Round robin over the ready backends of a role, in the order they were
  * configured: the role's counter picks among the ones ready at the moment of the choice.
@@ -33,6 +37,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>Thread-safe.
  */
 final class Backends implements AutoCloseable {
+  /** The most ranks of a backend's replica ({@code /pd}'s {@code tp}). */
+  static final int MAX_RANKS = PdServing.MAX_RANKS;
+
   /** The largest {@code /ready} or {@code /pd} answer read. */
   private static final long MAX_POLL_ANSWER_BYTES = 64 * 1024;
 
@@ -182,15 +189,64 @@ final class Backends implements AutoCloseable {
               + "; it is not used until they agree");
     }
     String model = info.path("model").isTextual() ? info.get("model").asText() : null;
-    String kv = null;
-    if (b.role == Role.DECODE) {
-      kv = info.path("kv_endpoint").isTextual() ? info.get("kv_endpoint").asText() : null;
-      if (!isHostPort(kv)) {
+    JsonNode tpNode = info.get("tp");
+    int tp = 1; // an engine that names no size serves one rank
+    if (tpNode != null) {
+      if (!tpNode.isIntegralNumber()
+          || !tpNode.canConvertToInt()
+          || tpNode.intValue() < 1
+          || tpNode.intValue() > MAX_RANKS) {
         return Backend.State.down(
-            "its /pd names no kv_endpoint host:port (got " + info.path("kv_endpoint") + ")");
+            "its /pd names tp " + shortly(tpNode) + ", not an integer in [1, " + MAX_RANKS + "]");
+      }
+      tp = tpNode.intValue();
+    }
+    List<String> kv = List.of();
+    if (b.role == Role.DECODE) {
+      JsonNode all = info.get("kv_endpoints");
+      if (all != null) {
+        if (!all.isArray() || all.size() != tp) {
+          return Backend.State.down(
+              "its /pd names kv_endpoints "
+                  + shortly(all)
+                  + ", not an array of its "
+                  + tp
+                  + " ranks' host:port");
+        }
+        List<String> list = new ArrayList<>();
+        for (JsonNode e : all) {
+          String text = e.isTextual() ? e.asText() : null;
+          if (!isHostPort(text)) {
+            return Backend.State.down(
+                "its /pd names kv_endpoints with " + shortly(e) + ", not host:port");
+          }
+          list.add(text);
+        }
+        kv = list;
+      } else if (tp > 1) {
+        return Backend.State.down(
+            "its /pd names no kv_endpoints yet: the "
+                + tp
+                + " ranks of the decode replica have not all reported their KV endpoints");
+      } else {
+        // an engine of one rank that names only its kv_endpoint (an older engine)
+        String one = info.path("kv_endpoint").isTextual() ? info.get("kv_endpoint").asText() : null;
+        if (!isHostPort(one)) {
+          return Backend.State.down(
+              "its /pd names no kv_endpoint host:port (got "
+                  + shortly(info.path("kv_endpoint"))
+                  + ")");
+        }
+        kv = List.of(one);
       }
     }
-    return new Backend.State(true, null, kv, model);
+    return new Backend.State(true, null, tp, kv, model);
+  }
+
+  /** At most 80 characters of a JSON value, for a reason. */
+  private static String shortly(JsonNode v) {
+    String text = String.valueOf(v);
+    return text.length() <= 80 ? text : text.substring(0, 80) + "...";
   }
 
   /** {@code host:port} with a port in 1..65535 (an IPv6 host in brackets). */

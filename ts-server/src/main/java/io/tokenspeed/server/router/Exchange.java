@@ -1,5 +1,6 @@
 package io.tokenspeed.server.router;
 
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.helidon.http.HeaderNames;
 import io.helidon.webserver.CloseConnectionException;
@@ -12,6 +13,7 @@ import java.io.OutputStream;
 import java.io.UncheckedIOException;
 import java.net.http.HttpRequest;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.logging.Logger;
@@ -21,8 +23,10 @@ import java.util.logging.Logger;
  *
  * <pre>
  *   client ──▶ router: a JSON object
- *   router ──▶ D: the object + "pd": {"room": R}                        (the client's stream flag)
- *   router ──▶ P: the object + "pd": {"room": R, "decode": D's KV endpoint}, "stream": false
+ *   router ──▶ D: the object + "pd": {"room": R, "prefill_ranks": P's tp}  (the client's stream flag;
+ *                                                                      no prefill_ranks at tp 1)
+ *   router ──▶ P: the object + "pd": {"room": R, "decode": D's KV endpoints}, "stream": false
+ *                (one rank's "host:port", or ["host:port", ...] in D's rank order)
  *   D ──▶ router ──▶ client: D's answer, passed through (an event stream event by event)
  * </pre>
  *
@@ -127,13 +131,24 @@ final class Exchange {
     }
     String room = Long.toUnsignedString(router.nextRoom());
     ObjectNode toDecode = body.deepCopy();
-    toDecode.putObject("pd").put("room", room);
+    ObjectNode dpd = toDecode.putObject("pd");
+    dpd.put("room", room);
+    if (p.state().tp() > 1) {
+      dpd.put(
+          "prefill_ranks", p.state().tp()); // 1 is the default: a one-rank engine's body as before
+    }
     ObjectNode toPrefill = body.deepCopy();
     toPrefill.put("stream", false);
     toPrefill.remove("stream_options"); // serve refuses stream_options without stream: true
     ObjectNode pd = toPrefill.putObject("pd");
     pd.put("room", room);
-    pd.put("decode", d.state().kvEndpoint());
+    List<String> kv = d.state().kvEndpoints();
+    if (kv.size() == 1) {
+      pd.put("decode", kv.getFirst());
+    } else {
+      ArrayNode ranks = pd.putArray("decode");
+      kv.forEach(ranks::add);
+    }
     try (WebFront.ClientRegistration watch =
         router.web().watchClient(req, () -> post(new ClientGone()))) {
       decode = send(d.backend(), path, toDecode, true);

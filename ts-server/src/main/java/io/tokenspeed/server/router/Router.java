@@ -410,8 +410,13 @@ public final class Router implements AutoCloseable {
         if (state.model() != null) {
           o.put("model", state.model());
         }
+        if (state.ready()) {
+          o.put("tp", state.tp());
+        }
         if (state.kvEndpoint() != null) {
           o.put("kv_endpoint", state.kvEndpoint());
+          ArrayNode kv = o.putArray("kv_endpoints");
+          state.kvEndpoints().forEach(kv::add);
         }
       }
     }

@@ -55,7 +55,9 @@ class PdRouterIT {
       assertTrue(
           decode.stderr().contains("KV transfer on " + info.get("kv_endpoint").asText()),
           decode::stderr);
-      assertEquals("{\"role\":\"prefill\",\"model\":\"tiny\"}", prefill.get("/pd").body());
+      assertEquals(1, info.get("tp").asInt(), info::toString);
+      assertEquals("[" + info.get("kv_endpoint") + "]", info.get("kv_endpoints").toString());
+      assertEquals("{\"role\":\"prefill\",\"tp\":1,\"model\":\"tiny\"}", prefill.get("/pd").body());
       JsonNode ready = json(router.get("/ready").body());
       assertEquals(
           info.get("kv_endpoint").asText(),

@@ -86,13 +86,84 @@ class ServeRoleOptionsTest {
   }
 
   @Test
-  void shouldRefuseAPdRoleOverSeveralRanks() {
+  void shouldTakeAPdRoleOverSeveralRanksButNotKvSplitByPages() {
     Map<String, String> env = Map.of("TOKENSPEED_PD_SECRET", SECRET);
     for (String role : new String[] {"prefill", "decode"}) {
+      // --tp 2 is no refusal of its own: the launcher still stops at the missing secret
       assertUsage(
-          serve(env, "--engine-role", role, "--tp", "2"),
-          "--engine-role=" + role + " serves one rank: --tp=2",
-          "--engine-role=fused");
+          serve(Map.of(), "--engine-role", role, "--tp", "2"),
+          "--engine-role=" + role,
+          "TOKENSPEED_PD_SECRET or TOKENSPEED_PD_SECRET_FILE");
+      assertUsage(
+          serve(env, "--engine-role", role, "--tp", "2", "--tp-kv", "pages"),
+          "--tp-kv=pages",
+          "--engine-role=" + role,
+          "--tp-kv=heads");
+      assertUsage(
+          serve(env, "--engine-role", role, "--tp", "257"),
+          "--tp=257 with --engine-role=" + role,
+          "at most 256 ranks");
+    }
+    // a fused replica may split by pages: the next check is the one that fails
+    assertUsage(
+        serve(env, "--tp", "2", "--tp-kv", "pages", "--admin-token", " "),
+        "--admin-token must not be blank");
+  }
+
+  @Test
+  void shouldRefuseADecodeReplicaWhoseLastRanksPortIsBeyondTheRange() {
+    Map<String, String> env = Map.of("TOKENSPEED_PD_SECRET", SECRET);
+    assertUsage(
+        serve(env, "--engine-role", "decode", "--tp", "4", "--pd-port", "65533"),
+        "--pd-port=65533 with --tp=4",
+        "rank r listens on --pd-port + r",
+        "65536 is beyond 65535");
+    // the last rank on 65535 itself is in range: the next check is the one that fails
+    assertUsage(
+        serve(
+            env,
+            "--engine-role",
+            "decode",
+            "--tp",
+            "3",
+            "--pd-port",
+            "65533",
+            "--admin-token",
+            " "),
+        "--admin-token must not be blank");
+  }
+
+  @Test
+  void shouldRefuseAKvPortTakenNamingPdPort() throws Exception {
+    Path config = tmp.resolve("tiny-untied.json");
+    try (java.io.InputStream in = getClass().getResourceAsStream("/models/tiny-untied.json")) {
+      Files.write(config, in.readAllBytes());
+    }
+    try (java.net.ServerSocket taken =
+        new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+      int port = taken.getLocalPort();
+      ServeSettingsTest.Run run =
+          ServeSettingsTest.serve(
+              Map.of("TOKENSPEED_PD_SECRET", SECRET),
+              "--model",
+              "synthetic:" + config,
+              "--threads",
+              "1",
+              "--warmup-rounds",
+              "0",
+              "--port",
+              "0",
+              "--engine-role",
+              "decode",
+              "--pd-port",
+              Integer.toString(port));
+      assertEquals(1, run.exitCode(), run.toString());
+      assertTrue(
+          run.err()
+              .contains(
+                  "--pd-port=" + port + ": the KV transfer cannot listen on 127.0.0.1:" + port),
+          run::toString);
+      assertFalse(run.err().contains("\tat "), run.err());
     }
   }
 

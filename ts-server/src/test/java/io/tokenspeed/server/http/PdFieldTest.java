@@ -296,18 +296,46 @@ class PdFieldTest {
   }
 
   @Test
-  void shouldAnswerPdWithTheRoleTheEndpointAndTheModel() throws Exception {
+  void shouldAnswerPdWithTheRoleTheSizeTheEndpointsAndTheModel() throws Exception {
     InetAddress loopback = InetAddress.getByName("127.0.0.1");
     assertEquals(
-        "{\"role\":\"fused\",\"model\":\"m\"}",
-        PdServing.answer(EngineRole.FUSED, Optional.empty(), "m", loopback).toString());
+        "{\"role\":\"fused\",\"tp\":1,\"model\":\"m\"}",
+        PdServing.answer(EngineRole.FUSED, 1, Optional.empty(), List.of(), "m", loopback)
+            .toString());
     assertEquals(
-        "{\"role\":\"prefill\",\"model\":\"m\"}",
-        PdServing.answer(EngineRole.PREFILL, Optional.empty(), "m", loopback).toString());
+        "{\"role\":\"prefill\",\"tp\":2,\"model\":\"m\"}",
+        PdServing.answer(EngineRole.PREFILL, 2, Optional.empty(), List.of(), "m", loopback)
+            .toString());
+    InetSocketAddress rank0 = new InetSocketAddress(loopback, 9100);
+    InetSocketAddress rank1 = new InetSocketAddress(loopback, 9101);
     assertEquals(
-        "{\"role\":\"decode\",\"kv_endpoint\":\"127.0.0.1:9100\",\"model\":\"m\"}",
+        "{\"role\":\"decode\",\"tp\":1,\"kv_endpoint\":\"127.0.0.1:9100\","
+            + "\"kv_endpoints\":[\"127.0.0.1:9100\"],\"model\":\"m\"}",
+        PdServing.answer(EngineRole.DECODE, 1, Optional.of(rank0), List.of(rank0), "m", null)
+            .toString());
+    assertEquals(
+        "{\"role\":\"decode\",\"tp\":2,\"kv_endpoint\":\"127.0.0.1:9100\","
+            + "\"kv_endpoints\":[\"127.0.0.1:9100\",\"127.0.0.1:9101\"],\"model\":\"m\"}",
+        PdServing.answer(EngineRole.DECODE, 2, Optional.of(rank0), List.of(rank0, rank1), "m", null)
+            .toString());
+    // before every rank's endpoint is known: no kv_endpoints, which a router reads as incomplete
+    assertEquals(
+        "{\"role\":\"decode\",\"tp\":2,\"kv_endpoint\":\"127.0.0.1:9100\",\"model\":\"m\"}",
+        PdServing.answer(EngineRole.DECODE, 2, Optional.of(rank0), List.of(), "m", null)
+            .toString());
+    // every rank's wildcard listener is named by the address the request reached
+    InetAddress reached = InetAddress.getByName("10.1.2.3");
+    assertEquals(
+        "[\"10.1.2.3:9100\",\"10.1.2.3:9101\"]",
         PdServing.answer(
-                EngineRole.DECODE, Optional.of(new InetSocketAddress(loopback, 9100)), "m", null)
+                EngineRole.DECODE,
+                2,
+                Optional.of(new InetSocketAddress("0.0.0.0", 9100)),
+                List.of(
+                    new InetSocketAddress("0.0.0.0", 9100), new InetSocketAddress("0.0.0.0", 9101)),
+                "m",
+                reached)
+            .get("kv_endpoints")
             .toString());
   }
 
@@ -336,5 +364,232 @@ class PdFieldTest {
     ApiException key =
         refused(EngineRole.DECODE, "{\"prompt\":\"a\",\"pd\":{\"" + keys.getFirst() + "\":1}}");
     assertTrue(key.getMessage().length() < 300, key.getMessage());
+  }
+
+  @Test
+  void shouldGiveAPrefillTicketWithEveryDecodeRanksEndpointOfAnArray() {
+    PdTicket.Prefill p =
+        assertInstanceOf(
+            PdTicket.Prefill.class,
+            parse(
+                EngineRole.PREFILL,
+                "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":"
+                    + "[\"127.0.0.1:9100\",\"[::1]:9101\",\"localhost:9102\"]}}"));
+    assertEquals(7, p.room());
+    assertEquals(
+        List.of(
+            new InetSocketAddress("127.0.0.1", 9100),
+            new InetSocketAddress("::1", 9101),
+            new InetSocketAddress("localhost", 9102)),
+        p.decodeRanks());
+    // one entry is a decode replica of one rank, as the plain string is
+    assertEquals(
+        parse(
+            EngineRole.PREFILL,
+            "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":\"127.0.0.1:9\"}}"),
+        parse(
+            EngineRole.PREFILL,
+            "{\"prompt\":\"hi\",\"pd\":{\"room\":\"7\",\"decode\":[\"127.0.0.1:9\"]}}"));
+  }
+
+  @Test
+  void shouldGiveADecodeTicketWithThePrefillReplicasRanks() {
+    assertEquals(
+        new PdTicket.Decode(5, 2),
+        parse(EngineRole.DECODE, "{\"prompt\":\"a\",\"pd\":{\"room\":\"5\",\"prefill_ranks\":2}}"));
+    assertEquals(
+        new PdTicket.Decode(5, 1),
+        parse(EngineRole.DECODE, "{\"prompt\":\"a\",\"pd\":{\"room\":\"5\"}}"));
+    assertEquals(
+        new PdTicket.Decode(5, 1),
+        parse(
+            EngineRole.DECODE,
+            "{\"prompt\":\"a\",\"pd\":{\"room\":\"5\",\"prefill_ranks\":null}}"));
+    assertEquals(
+        new PdTicket.Decode(5, PdServing.MAX_RANKS),
+        parse(
+            EngineRole.DECODE, "{\"prompt\":\"a\",\"pd\":{\"room\":\"5\",\"prefill_ranks\":256}}"));
+    ApiException onPrefill =
+        refused(
+            EngineRole.PREFILL,
+            "{\"prompt\":\"a\",\"pd\":{\"room\":\"5\",\"decode\":\"127.0.0.1:9\","
+                + "\"prefill_ranks\":1}}");
+    assertEquals("pd", onPrefill.param());
+    assertTrue(onPrefill.getMessage().startsWith("pd.prefill_ranks"), onPrefill.getMessage());
+  }
+
+  /**
+   * Seeded random {@code pd.decode} arrays against an oracle written apart from the parser: an
+   * array is taken when it has 1 to 256 entries, each a {@code host:port} string of a literal
+   * address (IPv6 in brackets) and a port in [1, 65535], no two alike; the ticket then lists them
+   * in order. Everything else is a 400 naming {@code pd}, its message about {@code pd.decode}.
+   */
+  @Test
+  void shouldTakeExactlyTheDecodeArraysTheOracleTakesAmongRandomOnes() {
+    SplittableRandom random = new SplittableRandom(20261208);
+    int accepted = 0;
+    int refused = 0;
+    for (int i = 0; i < 600; i++) {
+      List<Object> entries = randomDecodeArray(random);
+      ObjectNode body = JsonNodeFactory.instance.objectNode();
+      body.put("prompt", "a");
+      ObjectNode pd = body.putObject("pd");
+      pd.put("room", "9");
+      var array = pd.putArray("decode");
+      for (Object e : entries) {
+        array.add(e instanceof JsonNode n ? n : JsonNodeFactory.instance.textNode((String) e));
+      }
+      List<InetSocketAddress> expected = decodeOracle(entries);
+      if (expected != null) {
+        PdTicket.Prefill t =
+            assertInstanceOf(
+                PdTicket.Prefill.class, parser(EngineRole.PREFILL).parse(body, false).pd());
+        assertEquals(expected, t.decodeRanks(), array::toString);
+        accepted++;
+      } else {
+        ApiException e =
+            assertThrows(
+                ApiException.class,
+                () -> parser(EngineRole.PREFILL).parse(body, false),
+                array::toString);
+        assertEquals(400, e.status(), array::toString);
+        assertEquals("pd", e.param(), array::toString);
+        assertTrue(e.getMessage().startsWith("pd.decode"), e.getMessage());
+        assertFalse(e.getMessage().contains("\n"), e.getMessage());
+        assertTrue(e.getMessage().length() < 300, e.getMessage());
+        refused++;
+      }
+    }
+    assertTrue(accepted > 100 && refused > 100, accepted + " accepted, " + refused + " refused");
+  }
+
+  private static final Pattern V4 =
+      Pattern.compile("(\\d{1,3})\\.(\\d{1,3})\\.(\\d{1,3})\\.(\\d{1,3})");
+
+  /** The endpoints a {@code pd.decode} array names, or null when it must be refused. */
+  private static List<InetSocketAddress> decodeOracle(List<Object> entries) {
+    if (entries.isEmpty() || entries.size() > 256) {
+      return null;
+    }
+    List<InetSocketAddress> out = new ArrayList<>();
+    for (Object e : entries) {
+      if (!(e instanceof String text)) {
+        return null;
+      }
+      int colon = text.lastIndexOf(':');
+      if (colon < 0) {
+        return null;
+      }
+      String host = text.substring(0, colon);
+      String port = text.substring(colon + 1);
+      if (!port.matches("[0-9]{1,5}")
+          || Integer.parseInt(port) < 1
+          || Integer.parseInt(port) > 65535) {
+        return null;
+      }
+      String literal;
+      if (host.equals("[::1]")) {
+        literal = "::1";
+      } else if (V4.matcher(host).matches()) {
+        literal = host;
+      } else {
+        return null;
+      }
+      InetSocketAddress a = new InetSocketAddress(literal, Integer.parseInt(port));
+      if (out.contains(a)) {
+        return null;
+      }
+      out.add(a);
+    }
+    return out;
+  }
+
+  /** Entries: mostly good endpoints, sometimes a bad one, a duplicate, or a wrong length. */
+  private static List<Object> randomDecodeArray(SplittableRandom r) {
+    JsonNodeFactory f = JsonNodeFactory.instance;
+    int n =
+        switch (r.nextInt(10)) {
+          case 0 -> 0;
+          case 1 -> 256 + r.nextInt(1, 3);
+          case 2 -> 256;
+          default -> r.nextInt(1, 9);
+        };
+    List<Object> out = new ArrayList<>();
+    for (int k = 0; k < n; k++) {
+      out.add(
+          r.nextInt(8) == 0
+              ? "[::1]:" + (1000 + k)
+              : "127.0." + r.nextInt(0, 3) + "." + r.nextInt(1, 4) + ":" + (9000 + k));
+    }
+    if (n > 0 && r.nextInt(3) == 0) {
+      int at = r.nextInt(n);
+      Object bad =
+          switch (r.nextInt(11)) {
+            case 0 -> f.numberNode(9100);
+            case 1 -> f.nullNode();
+            case 2 -> f.objectNode().put("host", "127.0.0.1");
+            case 3 -> f.arrayNode().add("127.0.0.1:9");
+            case 4 -> "127.0.0.1";
+            case 5 -> "127.0.0.1:0";
+            case 6 -> "127.0.0.1:" + (65536 + r.nextInt(1000));
+            case 7 -> "::1:9";
+            case 8 -> "host.invalid:9";
+            case 9 -> f.booleanNode(true);
+            default -> out.get(r.nextInt(n)); // a duplicate (or the entry itself)
+          };
+      out.set(at, bad);
+    }
+    return out;
+  }
+
+  /**
+   * Seeded random {@code pd.prefill_ranks} values: a JSON integer in [1, 256] is the ticket's
+   * prefill ranks; anything else (0, negatives, above 256, fractions, strings, booleans, arrays,
+   * objects) is a 400 naming {@code pd}, its message about {@code pd.prefill_ranks}.
+   */
+  @Test
+  void shouldTakeExactlyThePrefillRanksTheOracleTakesAmongRandomValues() {
+    SplittableRandom random = new SplittableRandom(20261209);
+    JsonNodeFactory f = JsonNodeFactory.instance;
+    int accepted = 0;
+    int refused = 0;
+    for (int i = 0; i < 2000; i++) {
+      long v = random.nextInt(3) == 0 ? random.nextLong() : random.nextInt(-3, 300);
+      JsonNode value =
+          switch (random.nextInt(8)) {
+            case 0 -> f.textNode(Long.toString(v));
+            case 1 -> f.numberNode(v + 0.5);
+            case 2 -> f.numberNode((double) v);
+            case 3 -> random.nextBoolean() ? f.booleanNode(true) : f.arrayNode().add(v);
+            case 4 -> f.numberNode(BigInteger.valueOf(v).shiftLeft(64).add(BigInteger.valueOf(v)));
+            default -> f.numberNode(v);
+          };
+      ObjectNode body = JsonNodeFactory.instance.objectNode();
+      body.put("prompt", "a");
+      body.putObject("pd").put("room", "5").set("prefill_ranks", value);
+      Integer expected =
+          value.isIntegralNumber()
+                  && value.bigIntegerValue().compareTo(BigInteger.ONE) >= 0
+                  && value.bigIntegerValue().compareTo(BigInteger.valueOf(256)) <= 0
+              ? value.intValue()
+              : null;
+      if (expected != null) {
+        PdTicket t = parser(EngineRole.DECODE).parse(body, false).pd();
+        assertEquals(new PdTicket.Decode(5, expected), t, value::toString);
+        accepted++;
+      } else {
+        ApiException e =
+            assertThrows(
+                ApiException.class,
+                () -> parser(EngineRole.DECODE).parse(body, false),
+                value::toString);
+        assertEquals(400, e.status(), value::toString);
+        assertEquals("pd", e.param(), value::toString);
+        assertTrue(e.getMessage().startsWith("pd.prefill_ranks"), e.getMessage());
+        assertTrue(e.getMessage().length() < 300, e.getMessage());
+        refused++;
+      }
+    }
+    assertTrue(accepted > 200 && refused > 200, accepted + " accepted, " + refused + " refused");
   }
 }

@@ -181,15 +181,19 @@ class PdServingTest {
   @Test
   void shouldAnswerPdWithEachRole() {
     JsonNode f = TestServer.json(fused.get("/pd").body());
-    assertEquals("{\"role\":\"fused\",\"model\":\"" + TestServer.MODEL + "\"}", f.toString());
+    assertEquals(
+        "{\"role\":\"fused\",\"tp\":1,\"model\":\"" + TestServer.MODEL + "\"}", f.toString());
     JsonNode p = TestServer.json(prefill.get("/pd").body());
-    assertEquals("{\"role\":\"prefill\",\"model\":\"" + TestServer.MODEL + "\"}", p.toString());
+    assertEquals(
+        "{\"role\":\"prefill\",\"tp\":1,\"model\":\"" + TestServer.MODEL + "\"}", p.toString());
     HttpResponse<String> d = decode.get("/pd");
     assertEquals(200, d.statusCode());
     JsonNode dj = TestServer.json(d.body());
     assertEquals("decode", dj.get("role").asText());
     assertEquals(TestServer.MODEL, dj.get("model").asText());
     assertEquals(kvEndpoint(), dj.get("kv_endpoint").asText());
+    assertEquals(1, dj.get("tp").asInt(), d.body());
+    assertEquals("[\"" + kvEndpoint() + "\"]", dj.get("kv_endpoints").toString(), d.body());
     assertTrue(dj.get("kv_endpoint").asText().matches("127\\.0\\.0\\.1:[1-9][0-9]*"), d.body());
     HttpResponse<String> post = decode.post("/pd", "{}");
     assertEquals(405, post.statusCode(), post.body());

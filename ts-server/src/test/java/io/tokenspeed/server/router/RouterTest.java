@@ -532,4 +532,97 @@ class RouterTest {
         rig.decode.getFirst().url(), RouterRig.json(res.body()).at("/data/0/from").asText());
     assertEquals("{\"status\":\"ok\"}", rig.get("/health").body());
   }
+
+  @Test
+  void shouldSendTheDecodeReplicasEndpointsByRankAndThePrefillReplicasSize() throws Exception {
+    rig = new RouterRig(1, 1, 28);
+    rig.prefill.getFirst().pdAnswer = "{\"role\":\"prefill\",\"tp\":2,\"model\":\"stub-model\"}";
+    rig.decode.getFirst().pdAnswer =
+        "{\"role\":\"decode\",\"tp\":3,\"kv_endpoint\":\"10.0.0.1:7000\","
+            + "\"kv_endpoints\":[\"10.0.0.1:7000\",\"10.0.0.1:7001\",\"[::1]:7002\"],"
+            + "\"model\":\"stub-model\"}";
+    rig.poll();
+    assertEquals(200, rig.post("/v1/completions", completion(false)).statusCode());
+    JsonNode p = rig.prefill.getFirst().awaitReceived(1, WAIT_MS).getFirst().body();
+    JsonNode d = rig.decode.getFirst().bodies().getFirst();
+    assertEquals(
+        "[\"10.0.0.1:7000\",\"10.0.0.1:7001\",\"[::1]:7002\"]", p.at("/pd/decode").toString());
+    assertFalse(p.get("pd").has("prefill_ranks"), p.toString());
+    assertEquals(2, d.at("/pd/prefill_ranks").asInt(), d.toString());
+    assertTrue(d.at("/pd/prefill_ranks").isInt(), "a JSON integer: " + d);
+    assertEquals(d.at("/pd/room").asText(), p.at("/pd/room").asText());
+    JsonNode ready = RouterRig.json(rig.get("/ready").body());
+    assertEquals(3, ready.at("/decode/0/tp").asInt(), ready.toString());
+    assertEquals(
+        "[\"10.0.0.1:7000\",\"10.0.0.1:7001\",\"[::1]:7002\"]",
+        ready.at("/decode/0/kv_endpoints").toString());
+    assertEquals(2, ready.at("/prefill/0/tp").asInt(), ready.toString());
+
+    // one rank on each side again: the plain string, and no prefill_ranks (its default is 1)
+    rig.prefill.getFirst().pdAnswer = "{\"role\":\"prefill\",\"tp\":1,\"model\":\"stub-model\"}";
+    rig.decode.getFirst().pdAnswer =
+        "{\"role\":\"decode\",\"tp\":1,\"kv_endpoint\":\"10.0.0.9:7000\","
+            + "\"kv_endpoints\":[\"10.0.0.9:7000\"],\"model\":\"stub-model\"}";
+    rig.poll();
+    assertEquals(200, rig.post("/v1/completions", completion(false)).statusCode());
+    JsonNode p2 = rig.prefill.getFirst().awaitReceived(2, WAIT_MS).get(1).body();
+    JsonNode d2 = rig.decode.getFirst().bodies().get(1);
+    assertEquals("\"10.0.0.9:7000\"", p2.at("/pd/decode").toString());
+    assertEquals(1, d2.get("pd").size(), d2.toString());
+  }
+
+  @Test
+  void shouldNotChooseADecodeReplicaWhosePdIsIncompleteOrMalformed() {
+    rig = new RouterRig(1, 2, 29);
+    StubBackend d0 = rig.decode.get(0);
+    List<String[]> cases =
+        List.of(
+            new String[] {
+              "{\"role\":\"decode\",\"tp\":2,\"kv_endpoint\":\"10.0.0.1:7000\"}",
+              "no kv_endpoints yet"
+            },
+            new String[] {
+              "{\"role\":\"decode\",\"tp\":2,\"kv_endpoints\":[\"10.0.0.1:7000\"]}",
+              "not an array of its 2 ranks"
+            },
+            new String[] {
+              "{\"role\":\"decode\",\"tp\":2,\"kv_endpoints\":[\"10.0.0.1:7000\",7001]}",
+              "not host:port"
+            },
+            new String[] {
+              "{\"role\":\"decode\",\"kv_endpoints\":\"10.0.0.1:7000\"}", "not an array"
+            },
+            new String[] {
+              "{\"role\":\"decode\",\"tp\":\"2\",\"kv_endpoint\":\"10.0.0.1:7000\"}",
+              "not an integer in [1, 256]"
+            },
+            new String[] {
+              "{\"role\":\"decode\",\"tp\":0,\"kv_endpoint\":\"10.0.0.1:7000\"}",
+              "not an integer in [1, 256]"
+            },
+            new String[] {"{\"role\":\"decode\",\"tp\":1}", "no kv_endpoint host:port"});
+    int sent = 0;
+    for (String[] c : cases) {
+      d0.pdAnswer = c[0];
+      rig.poll();
+      JsonNode state = RouterRig.json(rig.get("/ready").body()).at("/decode/0");
+      assertFalse(state.get("ready").asBoolean(), c[0]);
+      assertTrue(state.get("reason").asText().contains(c[1]), () -> c[0] + ": " + state);
+      for (int i = 0; i < 2; i++) {
+        assertEquals(200, rig.post("/v1/completions", completion(false)).statusCode());
+        sent++;
+      }
+      assertEquals(0, d0.received.size(), c[0]);
+      assertEquals(sent, rig.decode.get(1).received.size(), c[0]);
+    }
+    // every rank's endpoint reported: chosen again, in turn
+    d0.pdAnswer =
+        "{\"role\":\"decode\",\"tp\":2,\"kv_endpoint\":\"10.0.0.1:7000\","
+            + "\"kv_endpoints\":[\"10.0.0.1:7000\",\"10.0.0.1:7001\"]}";
+    rig.poll();
+    for (int i = 0; i < 4; i++) {
+      assertEquals(200, rig.post("/v1/completions", completion(false)).statusCode());
+    }
+    assertEquals(2, d0.received.size(), "chosen again once complete");
+  }
 }

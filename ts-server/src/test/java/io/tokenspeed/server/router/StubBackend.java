@@ -67,6 +67,10 @@ final class StubBackend implements AutoCloseable {
 
   volatile int readyStatus = 200;
   volatile String pdRole;
+
+  /** When set, what {@code GET /pd} answers, verbatim (else the role, KV endpoint and model). */
+  volatile String pdAnswer;
+
   volatile Script script = new Answer(200, "{\"ok\":true}");
 
   /** When set, every connection is closed as soon as it is accepted: the backend is down. */
@@ -209,6 +213,10 @@ final class StubBackend implements AutoCloseable {
   }
 
   private String pd() {
+    String verbatim = pdAnswer;
+    if (verbatim != null) {
+      return verbatim;
+    }
     StringBuilder sb = new StringBuilder("{\"role\":\"").append(pdRole).append('"');
     if (kvEndpoint != null) {
       sb.append(",\"kv_endpoint\":\"").append(kvEndpoint).append('"');
