@@ -371,6 +371,53 @@ class EngineKvEventsTest {
   }
 
   @Test
+  void shouldPublishFromRankZeroAloneOnATensorParallelReplica(@TempDir Path dir) throws Exception {
+    Path folder = io.tokenspeed.model.Fixtures.extract("llama", dir);
+    List<List<List<KvEvent>>> sinks =
+        List.of(new CopyOnWriteArrayList<>(), new CopyOnWriteArrayList<>());
+    SplittableRandom rnd = new SplittableRandom(9);
+    int[] root = rnd.ints(3 * P, 0, 64).toArray();
+    Set<Long> pages = new HashSet<>();
+    try (TpReplica replica =
+        TpReplica.start(
+            folder,
+            2,
+            r -> EngineTest.small(256),
+            null,
+            r -> EngineObserver.NONE,
+            io.tokenspeed.model.parallel.Shard.KvSplit.HEADS,
+            r -> PdOptions.FUSED,
+            r -> batch -> sinks.get(r).add(batch))) {
+      Engine leader = replica.leader();
+      for (int i = 0; i < 3; i++) {
+        int[] prompt = Arrays.copyOf(root, root.length + 1 + i);
+        prompt[prompt.length - 1] = 60 + i;
+        leader.submit(prompt, SamplingParams.greedy(2)).result().get(60, TimeUnit.SECONDS);
+        PromptKeys keys = PromptKeys.of(leader.layout(), prompt, List.of());
+        for (int p = 0; p < keys.numFullPages(); p++) {
+          pages.add(keys.pageHash(p).w0());
+        }
+      }
+      leader.clearCache().get(10, TimeUnit.SECONDS);
+      leader.submit(root, SamplingParams.greedy(1)).result().get(60, TimeUnit.SECONDS);
+    }
+    assertEquals(List.of(), sinks.get(1), "a follower publishes nothing");
+    Set<Long> stored = new HashSet<>();
+    List<KvEvent> all = new ArrayList<>();
+    sinks.get(0).forEach(all::addAll);
+    for (KvEvent e : all) {
+      if (e instanceof KvEvent.BlockStored s && s.medium() == KvMedium.DEVICE) {
+        s.pages().forEach(page -> stored.add(page.hash()));
+      }
+    }
+    assertEquals(pages, stored, "the leader stored every page of the prompts on the Device");
+    assertEquals(1, all.stream().filter(e -> e instanceof KvEvent.AllBlocksCleared).count());
+    assertTrue(
+        all.getLast() instanceof KvEvent.BlockStored,
+        "the prefix stored again after the clear: " + all);
+  }
+
+  @Test
   void shouldMergeChainsAndSayAllBlocksClearedOnceForAFullClear() {
     // unit-level: the recorder alone over a layout of one full-history group
     CacheLayout layout = models.get("llama").cacheLayout(P, BG);
