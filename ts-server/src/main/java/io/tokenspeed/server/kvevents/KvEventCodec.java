@@ -22,10 +22,10 @@ import org.msgpack.core.MessageUnpacker;
  *   ["AllBlocksCleared"]
  * </pre>
  *
- * A hash is the first 8 bytes of the page's SHA-256 page hash, big-endian, as a msgpack unsigned
- * integer (uint64 when its top bit is set); {@code parent} is the parent page's hash or nil; {@code
- * token_ids} holds each page's P tokens in order; {@code block_size} is P; the sixth field ({@code
- * lora_id}) is always nil; {@code medium} names the tier ({@link #medium}).
+ * A hash is the first 8 bytes of the page's SHA-256 page hash, big-endian, as a msgpack uint64
+ * (always the 9-byte form); {@code parent} is the parent page's hash or nil; {@code token_ids}
+ * holds each page's P tokens in order; {@code block_size} is P; the sixth field ({@code lora_id})
+ * is always nil; {@code medium} names the tier ({@link #medium}).
  */
 public final class KvEventCodec {
 
@@ -127,14 +127,12 @@ public final class KvEventCodec {
   }
 
   /**
-   * {@code v} read as an unsigned 64-bit integer: the shortest msgpack integer for values below
-   * 2^63, uint64 ({@code 0xcf}) for the rest (a signed packing would make them negative).
+   * {@code v} read as an unsigned 64-bit integer, always as a msgpack uint64 ({@code 0xcf} and 8
+   * big-endian bytes): a signed packing would make the upper half negative, and a shorter one would
+   * give llm-d's decoder, which takes a hash as a uint64 or an int64 only, a uint32 or smaller for
+   * the rare hash below 2^32.
    */
   static void packU64(MessagePacker p, long v, byte[] scratch) throws IOException {
-    if (v >= 0) {
-      p.packLong(v);
-      return;
-    }
     scratch[0] = (byte) 0xcf;
     for (int i = 0; i < 8; i++) {
       scratch[1 + i] = (byte) (v >>> (56 - 8 * i));

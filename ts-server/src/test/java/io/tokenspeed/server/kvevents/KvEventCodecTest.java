@@ -65,7 +65,7 @@ class KvEventCodecTest {
   private static long readU64(MessageUnpacker u) throws Exception {
     MessageFormat f = u.getNextFormat();
     assertEquals(ValueType.INTEGER, f.getValueType());
-    assertTrue(f != MessageFormat.INT64 && f != MessageFormat.INT32, "a signed encoding: " + f);
+    assertEquals(MessageFormat.UINT64, f, "a hash is always a uint64");
     BigInteger v = u.unpackBigInteger();
     assertTrue(v.signum() >= 0 && v.bitLength() <= 64, v::toString);
     return v.longValue();
@@ -139,6 +139,28 @@ class KvEventCodecTest {
     }
     if (events.size() > 6) {
       assertTrue(sawUint64, "seed " + seed + " drew no hash of 2^63 or more");
+    }
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldWriteEvenSmallHashesAsUint64() throws Exception {
+    byte[] payload =
+        KvEventCodec.encode(
+            0.5,
+            List.of(new KvEvent.BlockRemoved(KvMedium.HOST, new long[] {0, 7, 1L << 40, -1})),
+            0,
+            P);
+    try (MessageUnpacker u = KvEventCodec.unpacker(payload)) {
+      u.unpackArrayHeader();
+      u.unpackDouble();
+      u.unpackArrayHeader();
+      u.unpackArrayHeader();
+      u.unpackString();
+      assertEquals(4, u.unpackArrayHeader());
+      assertEquals(0, readU64(u));
+      assertEquals(7, readU64(u));
+      assertEquals(1L << 40, readU64(u));
+      assertEquals(-1L, readU64(u), "2^64 - 1");
     }
   }
 
