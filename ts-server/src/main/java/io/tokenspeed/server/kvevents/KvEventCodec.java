@@ -17,7 +17,7 @@ import org.msgpack.core.MessageUnpacker;
  *
  * <pre>
  *   [ts, [event, ...], dp_rank]          ts: float64, seconds since the epoch; dp_rank: int
- *   ["BlockStored", [hash, ...], parent, [token_id, ...], block_size, nil, medium]
+ *   ["BlockStored", [hash, ...], parent, [token_id, ...], block_size, nil, medium, nil]
  *   ["BlockRemoved", [hash, ...], medium]
  *   ["AllBlocksCleared"]
  * </pre>
@@ -25,7 +25,8 @@ import org.msgpack.core.MessageUnpacker;
  * A hash is the first 8 bytes of the page's SHA-256 page hash, big-endian, as a msgpack uint64
  * (always the 9-byte form); {@code parent} is the parent page's hash or nil; {@code token_ids}
  * holds each page's P tokens in order; {@code block_size} is P; the sixth field ({@code lora_id})
- * is always nil; {@code medium} names the tier ({@link #medium}).
+ * is always nil; {@code medium} names the tier ({@link #medium}); the eighth ({@code lora_name}) is
+ * always nil (the current llm-d decodes exactly eight elements, Dynamo any number).
  */
 public final class KvEventCodec {
 
@@ -77,7 +78,7 @@ public final class KvEventCodec {
       for (KvEvent e : events) {
         switch (e) {
           case KvEvent.BlockStored s -> {
-            p.packArrayHeader(7);
+            p.packArrayHeader(8);
             p.packString("BlockStored");
             List<KvPage> pages = s.pages();
             p.packArrayHeader(pages.size());
@@ -103,6 +104,7 @@ public final class KvEventCodec {
             p.packInt(blockSize);
             p.packNil(); // lora_id
             p.packString(medium(s.medium()));
+            p.packNil(); // lora_name
           }
           case KvEvent.BlockRemoved r -> {
             p.packArrayHeader(3);

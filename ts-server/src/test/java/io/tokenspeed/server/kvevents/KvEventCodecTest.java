@@ -92,7 +92,7 @@ class KvEventCodecTest {
       for (KvEvent e : events) {
         switch (e) {
           case KvEvent.BlockStored s -> {
-            assertEquals(7, u.unpackArrayHeader());
+            assertEquals(8, u.unpackArrayHeader());
             assertEquals("BlockStored", u.unpackString());
             assertEquals(s.pages().size(), u.unpackArrayHeader());
             for (KvPage page : s.pages()) {
@@ -117,6 +117,8 @@ class KvEventCodecTest {
             assertEquals(MessageFormat.NIL, u.getNextFormat(), "lora_id");
             u.unpackNil();
             assertEquals(KvEventCodec.medium(s.medium()), u.unpackString());
+            assertEquals(MessageFormat.NIL, u.getNextFormat(), "lora_name");
+            u.unpackNil();
           }
           case KvEvent.BlockRemoved rm -> {
             assertEquals(3, u.unpackArrayHeader());
