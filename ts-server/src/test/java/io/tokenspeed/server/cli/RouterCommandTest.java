@@ -27,7 +27,12 @@ class RouterCommandTest {
           "--upstream-timeout-ms",
           "--connect-timeout-ms",
           "--max-body-bytes",
-          "--header-timeout"
+          "--header-timeout",
+          "--replicas",
+          "--routing",
+          "--tokenizer",
+          "--kv-index-blocks",
+          "--load-tokens"
         }) {
       assertTrue(help.out().contains(option), option + " in\n" + help.out());
     }
@@ -69,6 +74,19 @@ class RouterCommandTest {
             + "|--upstream-timeout-ms=0 must be in [1, 86400000]",
         "a port that is not a number|--prefill http://127.0.0.1:1 --decode http://127.0.0.1:2"
             + " --port eighty|is not an int",
+        "replicas beside roles|--replicas http://127.0.0.1:3 --prefill http://127.0.0.1:1 "
+            + OK
+            + "|--replicas routes fused replicas; it cannot be combined with --prefill or --decode",
+        "no backends at all|--port 0|--prefill and --decode (a disaggregated deployment) or"
+            + " --replicas (fused replicas) must name the backends",
+        "a replica twice|--replicas http://127.0.0.1:3,http://127.0.0.1:3 --port 0"
+            + "|--replicas=http://127.0.0.1:3 is named twice",
+        "an unknown routing|--replicas http://127.0.0.1:3 --port 0 --routing random"
+            + "|--routing=random is not a routing; allowed: prefix, round-robin",
+        "an index of no blocks|--replicas http://127.0.0.1:3 --port 0 --kv-index-blocks 0"
+            + "|--kv-index-blocks=0 must be in [1, 67108864]",
+        "a negative load price|--replicas http://127.0.0.1:3 --port 0 --load-tokens -1"
+            + "|--load-tokens=-1 must be in [0, 1048576]",
       })
   void shouldRefuseABadSettingWithAUsageErrorNamingIt(String name, String args, String says) {
     String[] argv = ("router " + args).split(" ");
@@ -77,6 +95,23 @@ class RouterCommandTest {
     assertTrue(run.err().startsWith("error: "), run.err());
     assertTrue(run.err().contains(says), name + ": " + run.err());
     assertTrue(run.err().contains("tokenspeed router --help"), run.err());
+  }
+
+  @Test
+  void shouldRefuseATokenizerThatIsNotAModelFolder() {
+    CliRun run =
+        CliRun.of(
+            "router",
+            "--replicas",
+            "http://127.0.0.1:3",
+            "--port",
+            "0",
+            "--tokenizer",
+            "/no/such/model");
+    assertEquals(CliErrors.EXIT_USAGE, run.exitCode(), run.toString());
+    assertTrue(
+        run.err().contains("--tokenizer=/no/such/model is not a directory (nor synthetic:NAME)"),
+        run.err());
   }
 
   @Test
