@@ -82,8 +82,11 @@ public final class RouterMetrics {
   /** Where a routed prompt's prefix was expected to come from ({@code tier}). */
   public static final List<String> TIERS = List.of("device", "host", "l3");
 
-  /** A backend's tiers the router mirrors from its KV events ({@code tier}). */
-  public static final List<String> INDEX_TIERS = List.of("device", "host");
+  /**
+   * What the router mirrors of a backend from its KV events ({@code tier}): its Device and Host
+   * tiers, and the blocks it wrote to the shared L3 store.
+   */
+  public static final List<String> INDEX_TIERS = List.of("device", "host", "l3");
 
   /**
    * How a gap in a backend's KV event sequence ended ({@code outcome}): filled from its replay
@@ -99,9 +102,6 @@ public final class RouterMetrics {
     /** The blocks the router's index holds for the backend at {@code url} on {@code tier}. */
     long indexBlocks(String url, String tier);
 
-    /** The blocks of the shared L3 store the backends' events named. */
-    long storeBlocks();
-
     /** The backend's load: the requests it runs or holds waiting, and the router's in flight. */
     double load(String url);
 
@@ -115,11 +115,6 @@ public final class RouterMetrics {
 
           @Override
           public long indexBlocks(String url, String tier) {
-            return 0;
-          }
-
-          @Override
-          public long storeBlocks() {
             return 0;
           }
 
@@ -332,7 +327,9 @@ public final class RouterMetrics {
         .register(registry);
     GaugeWithCallback.builder()
         .name("tokenspeed:router_kv_index_blocks")
-        .help("Blocks the router's index holds for the backend's tier, from its KV events.")
+        .help(
+            "Blocks the router's index holds for the backend, from its KV events: on its Device"
+                + " and Host tiers, and written by it to the shared L3 store.")
         .labelNames("backend", "tier")
         .callback(
             cb -> {
@@ -342,11 +339,6 @@ public final class RouterMetrics {
                 }
               }
             })
-        .register(registry);
-    GaugeWithCallback.builder()
-        .name("tokenspeed:router_kv_store_blocks")
-        .help("Blocks of the shared L3 store the backends' KV events named.")
-        .callback(cb -> cb.call(view.storeBlocks()))
         .register(registry);
     GaugeWithCallback.builder()
         .name("tokenspeed:router_backend_load")

@@ -41,11 +41,12 @@ import org.zeromq.ZContext;
  * <p><b>Prefix routing.</b> With {@link Routing#PREFIX}, the poll of a backend of the routed role
  * (a replica, or prefill) also asks its {@code GET /kv-events} and {@code GET /metrics}: the first
  * says where it publishes its KV events ({@link KvEventSource}; 404: events off), and a {@link
- * KvEventSubscriber} follows them into the backend's {@link PrefixIndex} and the shared {@link
- * StoreIndex}; the second gives its load and prices ({@link LoadReport}). A source that changes
- * (the backend restarted elsewhere, or turned its events off) replaces the subscription, and a
- * backend whose poll fails loses it with its index: a backend back from a restart holds nothing
- * until its events say otherwise. A backend without events is still chosen, by its load.
+ * KvEventSubscriber} follows them into the backend's {@link PrefixIndex} (the store's blocks of all
+ * of them are one {@link StoreIndex}); the second gives its load and prices ({@link LoadReport}). A
+ * source that changes (the backend restarted elsewhere, or turned its events off) replaces the
+ * subscription, and a backend whose poll fails loses it with its index: a backend back from a
+ * restart holds nothing until its events say otherwise. A backend without events is still chosen,
+ * by its load.
  *
  * <p><b>The choice.</b> Round robin over the ready backends of a role, in the order they were
  * configured: the role's counter picks among the ones ready at the moment of the choice. With
@@ -98,7 +99,6 @@ final class Backends implements AutoCloseable {
     this.routed = settings.routedRole();
     this.loadTokens = settings.loadTokens();
     this.listeners = listeners;
-    this.store = new StoreIndex(settings.kvIndexBlocks());
     for (Map.Entry<Role, List<String>> e : settings.roles().entrySet()) {
       Role role = e.getKey();
       boolean indexed = routing == Routing.PREFIX && role == routed;
@@ -121,16 +121,14 @@ final class Backends implements AutoCloseable {
     for (Role role : Role.values()) {
       cursors.put(role, new AtomicLong());
     }
+    this.store =
+        new StoreIndex(
+            of(routed).stream().map(b -> b.index).filter(java.util.Objects::nonNull).toList());
   }
 
   /** The roles configured, in {@link Role} order. */
   List<Role> roles() {
     return List.copyOf(byRole.keySet());
-  }
-
-  /** The blocks of the shared store the backends' events named. */
-  StoreIndex store() {
-    return store;
   }
 
   /** Starts polling every backend. */
@@ -189,8 +187,10 @@ final class Backends implements AutoCloseable {
       Chosen c = ready.get((int) Math.floorMod(turn, (long) ready.size()));
       return Optional.of(new Routed(c, PrefixChooser.Reason.ROUND_ROBIN, promptTokens, 0, 0, 0));
     }
-    // the page hashes of the prompt, once per block size among the backends with live events
+    // the page hashes of the prompt, once per block size among the backends with live events,
+    // and how far the store holds them from each page on
     Map<Integer, long[]> hashesBySize = new HashMap<>();
+    Map<Integer, int[]> storeRuns = new HashMap<>();
     List<PrefixChooser.Candidate> candidates = new ArrayList<>(ready.size());
     for (Chosen c : ready) {
       Backend b = c.backend();
@@ -202,7 +202,7 @@ final class Backends implements AutoCloseable {
       int size = events.source().blockSize();
       long[] hashes = hashesBySize.computeIfAbsent(size, p -> PageHashes.of(tokens, p));
       PrefixIndex.Match m = b.index.match(hashes, hashes.length);
-      int stored = store.extend(hashes, m.localPages(), hashes.length);
+      int stored = storeRuns.computeIfAbsent(size, p -> store.runs(hashes))[m.localPages()];
       candidates.add(
           new PrefixChooser.Candidate(
               size, m.devicePages(), m.localPages(), stored, b.load(), b.polled().report()));

@@ -20,8 +20,9 @@ import org.zeromq.ZContext;
 import org.zeromq.ZMQ;
 
 /**
- * Follows one backend's KV events into its {@link PrefixIndex} (Device and Host) and the shared
- * {@link StoreIndex} (L3), on a thread of its own that owns its two ZeroMQ sockets.
+ * Follows one backend's KV events into its {@link PrefixIndex} (its Device and Host blocks and what
+ * it wrote to the shared L3 store; a removal from the store goes to every backend's, {@link
+ * StoreIndex}), on a thread of its own that owns its two ZeroMQ sockets.
  *
  * <pre>
  *   SUB    ◀── [topic, seq u64 big-endian, payload]            every batch, once, in order
@@ -259,6 +260,8 @@ final class KvEventSubscriber implements AutoCloseable {
       ZMQ.Socket socket = context.createSocket(type);
       socket.setLinger(0);
       socket.setMaxMsgSize(MAX_MESSAGE_BYTES);
+      // a stalled handshake gives up (and the connection is made again) within this
+      socket.setHandshakeIvl(HANDSHAKE_TIMEOUT_MS / 2);
       String address = "inproc://ts-router-kv-monitor-" + MONITORS.incrementAndGet();
       socket.monitor(
           address, ZMQ.EVENT_HANDSHAKE_PROTOCOL | ZMQ.EVENT_DISCONNECTED | ZMQ.EVENT_CLOSED);
@@ -557,7 +560,7 @@ final class KvEventSubscriber implements AutoCloseable {
           switch (s.medium()) {
             case DEVICE -> index.onStored(s.hashes(), PrefixIndex.DEVICE);
             case HOST -> index.onStored(s.hashes(), PrefixIndex.HOST);
-            case STORE -> store.onStored(s.hashes());
+            case STORE -> index.onStored(s.hashes(), PrefixIndex.STORE);
           }
         }
         case Removed r -> {
@@ -567,7 +570,7 @@ final class KvEventSubscriber implements AutoCloseable {
             case STORE -> store.onRemoved(r.hashes());
           }
         }
-        case Cleared c -> index.clear();
+        case Cleared c -> index.clearAll();
       }
     }
     applied++;

@@ -6,10 +6,10 @@ import java.util.Map;
 import java.util.function.LongSupplier;
 
 /**
- * What one backend's KV events say it holds: the block hashes of its Device and Host tiers, and the
- * prefixes the router sent it lately that its events have not confirmed yet. The blocks of the
- * shared L3 store are not here: every backend may restore them, so they live in one {@link
- * StoreIndex} for all.
+ * What one backend's KV events say it holds: the block hashes of its Device and Host tiers, the
+ * blocks it wrote to the shared L3 store, and the prefixes the router sent it lately that its
+ * events have not confirmed yet. Every backend may restore what any wrote to the store: a lookup
+ * reads the store's blocks of all backends together ({@link StoreIndex}).
  *
  * <pre>
  *   request's page hashes   h0  h1  h2  h3  h4  h5  h6
@@ -17,7 +17,7 @@ import java.util.function.LongSupplier;
  *   Host                    .   ●   ●   ●   ●
  *                           └─ device 3 ┘
  *                           └──── local 5 ──────┘      (every page in Device, Host or pending)
- *   store (StoreIndex)                          ●   .  → store 1 more page past local
+ *   store (any backend's)                       ●   .  → store 1 more page past local
  * </pre>
  *
  * <p><b>Pending prefixes.</b> A request's pages are stored (and their events sent) only as it is
@@ -39,6 +39,9 @@ final class PrefixIndex {
 
   /** The Host tier's bit. */
   static final int HOST = 2;
+
+  /** The bit of a block the backend wrote to the shared L3 store. */
+  static final int STORE = 4;
 
   /** How long a routed request's pages count as the chosen backend's without an event. */
   static final long DEFAULT_PENDING_MS = 10_000;
@@ -69,7 +72,10 @@ final class PrefixIndex {
     this.pendingNs = pendingMs * 1_000_000L;
   }
 
-  /** The blocks {@code hashes} were stored on {@code tier} ({@link #DEVICE} or {@link #HOST}). */
+  /**
+   * The blocks {@code hashes} were stored on {@code tier} ({@link #DEVICE}, {@link #HOST}, {@link
+   * #STORE}).
+   */
   synchronized void onStored(long[] hashes, int tier) {
     for (long h : hashes) {
       tiers.add(h, tier);
@@ -85,9 +91,21 @@ final class PrefixIndex {
     }
   }
 
-  /** Every block left the backend's Device and Host tiers (its caches were cleared). */
+  /**
+   * Forgets the backend's Device and Host blocks (what it holds is no longer known: events were
+   * lost, or it restarted); what it wrote to the store stays.
+   */
   synchronized void clear() {
     tiers.removeAll(DEVICE | HOST);
+    pending.clear();
+  }
+
+  /**
+   * Forgets everything the backend reported ({@code AllBlocksCleared}: its caches were cleared, and
+   * what it wrote to the store before is out of its reach).
+   */
+  synchronized void clearAll() {
+    tiers.removeAll(DEVICE | HOST | STORE);
     pending.clear();
   }
 
@@ -138,7 +156,9 @@ final class PrefixIndex {
     }
   }
 
-  /** The tiers ({@link #DEVICE}, {@link #HOST}) that hold {@code hash} now, 0 for none. */
+  /**
+   * The tiers ({@link #DEVICE}, {@link #HOST}, {@link #STORE}) that hold {@code hash}, 0 for none.
+   */
   synchronized int tiersOf(long hash) {
     return tiers.get(hash);
   }

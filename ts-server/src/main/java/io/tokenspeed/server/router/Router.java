@@ -153,16 +153,16 @@ public final class Router implements AutoCloseable {
 
               @Override
               public long indexBlocks(String url, String tier) {
-                int bit = tier.equals("device") ? PrefixIndex.DEVICE : PrefixIndex.HOST;
+                int bit =
+                    switch (tier) {
+                      case "device" -> PrefixIndex.DEVICE;
+                      case "host" -> PrefixIndex.HOST;
+                      default -> PrefixIndex.STORE;
+                    };
                 return backends
                     .find(routed, url)
                     .map(b -> b.index == null ? 0L : (long) b.index.blocks(bit))
                     .orElse(0L);
-              }
-
-              @Override
-              public long storeBlocks() {
-                return backends.store().size();
               }
 
               @Override
@@ -524,6 +524,7 @@ public final class Router implements AutoCloseable {
             e.put("batches", events.applied());
             e.put("device_blocks", b.index.blocks(PrefixIndex.DEVICE));
             e.put("host_blocks", b.index.blocks(PrefixIndex.HOST));
+            e.put("store_blocks", b.index.blocks(PrefixIndex.STORE));
           } else {
             e.put("off", b.eventsReason());
           }

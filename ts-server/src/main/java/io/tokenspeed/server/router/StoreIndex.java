@@ -1,58 +1,54 @@
 package io.tokenspeed.server.router;
 
+import java.util.List;
+
 /**
- * The blocks of the shared L3 store, as the backends' KV events reported them (any medium other
- * than {@code GPU} and {@code CPU}): one set for all backends, since every backend of a deployment
- * reads the same store and may restore what another wrote. A block removed from the store by any
- * backend's event is gone for all.
+ * The blocks of the shared L3 store, as the routed backends' KV events reported writing them (any
+ * medium other than {@code GPU} and {@code CPU}): the union of what each backend's {@link
+ * PrefixIndex} holds under {@link PrefixIndex#STORE}. Every backend of a deployment reads the same
+ * store, so a block any of them wrote counts for all.
  *
- * <p>An engine clearing its own caches ({@code AllBlocksCleared}) leaves the store as it is: the
- * store outlives an engine's caches, and only a removal event for its medium takes a block out.
+ * <p>Each backend's reports stay its own: the engine announces what it wrote, and says {@code
+ * AllBlocksCleared} when a full clear (a cache clear, a namespace rotation, a weight update) leaves
+ * what it wrote before out of its reach, after which the router forgets that backend's reports
+ * (docs/kv-events.md). A removal from the store, by any backend's event, takes the block from every
+ * backend's reports: the object is gone for all.
  *
- * <p>Bounded by a {@link BlockTable}. Thread-safe: one lock.
+ * <p>Thread-safe: each index locks itself.
  */
 final class StoreIndex {
-  private static final int STORED = 1;
+  private final List<PrefixIndex> reporters;
 
-  private final BlockTable blocks;
-
-  StoreIndex(int maxBlocks) {
-    this.blocks = new BlockTable(maxBlocks);
+  StoreIndex(List<PrefixIndex> reporters) {
+    this.reporters = List.copyOf(reporters);
   }
 
-  synchronized void onStored(long[] hashes) {
-    for (long h : hashes) {
-      blocks.add(h, STORED);
+  /** The blocks {@code hashes} left the store. */
+  void onRemoved(long[] hashes) {
+    for (PrefixIndex r : reporters) {
+      r.onRemoved(hashes, PrefixIndex.STORE);
     }
   }
 
-  synchronized void onRemoved(long[] hashes) {
-    for (long h : hashes) {
-      blocks.remove(h, STORED);
+  /** Whether any backend reported writing {@code hash} to the store. */
+  boolean contains(long hash) {
+    for (PrefixIndex r : reporters) {
+      if ((r.tiersOf(hash) & PrefixIndex.STORE) != 0) {
+        return true;
+      }
     }
+    return false;
   }
 
   /**
-   * How many pages of {@code hashes} from {@code from} on (up to {@code numPages}) the store holds,
-   * one after the other.
+   * For each page of {@code hashes}, how many pages from it on the store holds one after the other
+   * ({@code runs[i]}; one entry more, 0, past the last page).
    */
-  synchronized int extend(long[] hashes, int from, int numPages) {
-    int i = from;
-    while (i < numPages && blocks.get(hashes[i]) != 0) {
-      i++;
+  int[] runs(long[] hashes) {
+    int[] runs = new int[hashes.length + 1];
+    for (int i = hashes.length - 1; i >= 0; i--) {
+      runs[i] = contains(hashes[i]) ? runs[i + 1] + 1 : 0;
     }
-    return i - from;
-  }
-
-  synchronized boolean contains(long hash) {
-    return blocks.get(hash) != 0;
-  }
-
-  synchronized int size() {
-    return blocks.size();
-  }
-
-  synchronized long evicted() {
-    return blocks.evicted();
+    return runs;
   }
 }

@@ -241,9 +241,7 @@ class RouterPrefixTest {
     // the store holds V's pages (backend 1 wrote them): every backend may restore them
     int[] v = tokens(3, 30);
     pubs.get(1).publish(List.of(new Stored(PageHashes.of(v, P), "L3")), false);
-    await(
-        () -> PrometheusText.value(metrics(), "tokenspeed:router_kv_store_blocks") == 7,
-        () -> get("/metrics"));
+    awaitIndexed(replicas.get(1), "l3", 7);
     assertEquals(200, post(body(v)).statusCode());
     // nothing anywhere: a tie, round robin
     int[] w = tokens(4, 30);
