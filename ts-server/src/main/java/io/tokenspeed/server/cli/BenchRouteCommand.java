@@ -91,9 +91,9 @@ final class BenchRouteCommand implements Callable<Integer> {
         "intermediate_size": 768,
         "max_position_embeddings": 4096,
         "model_type": "llama",
-        "num_attention_heads": 4,
+        "num_attention_heads": 8,
         "num_hidden_layers": 4,
-        "num_key_value_heads": 4,
+        "num_key_value_heads": 8,
         "rms_norm_eps": 1e-05,
         "rope_theta": 10000.0,
         "tie_word_embeddings": false,
@@ -107,8 +107,9 @@ final class BenchRouteCommand implements Callable<Integer> {
       names = "--model",
       paramLabel = "DIR|synthetic:NAME",
       description =
-          "The replicas' model (default: a Llama of 4 layers, 256 wide, 4 heads of 64, vocabulary"
-              + " 1,024, written to the work folder; synthetic f32 weights).")
+          "The replicas' model (default: a Llama of 4 layers, 256 wide, 8 heads of 64 (8 KV"
+              + " heads: 16 KiB of KV a token), vocabulary 1,024, written to the work folder;"
+              + " synthetic f32 weights).")
   private String model;
 
   @Option(
@@ -123,8 +124,8 @@ final class BenchRouteCommand implements Callable<Integer> {
   @Option(names = "--groups", paramLabel = "G", description = "Prefix groups (default: 8).")
   private int groups = 8;
 
-  @Option(names = "--per-group", paramLabel = "R", description = "Prompts per group (default: 12).")
-  private int perGroup = 12;
+  @Option(names = "--per-group", paramLabel = "R", description = "Prompts per group (default: 16).")
+  private int perGroup = 16;
 
   @Option(
       names = "--prefix-tokens",
@@ -147,8 +148,8 @@ final class BenchRouteCommand implements Callable<Integer> {
   @Option(
       names = "--concurrency",
       paramLabel = "C",
-      description = "Requests in flight at once, closed loop (default: 3).")
-  private int concurrency = 3;
+      description = "Requests in flight at once, closed loop (default: 2).")
+  private int concurrency = 2;
 
   @Option(
       names = "--device-tokens",
@@ -820,6 +821,19 @@ final class BenchRouteCommand implements Callable<Integer> {
       }
     }
     b.append('\n');
+    b.append(
+        "TTFT by where each request's prefix came from (a request counts where most of its reused"
+            + " tokens came from; none reused: recomputed): p50 ms (requests)\n\n");
+    b.append("| run | routing | Device or Host | L3 | recomputed |\n|---|---|---:|---:|---:|\n");
+    for (Run r : runs) {
+      b.append(bySource(r, Integer.toString(r.index())));
+    }
+    if (repeats > 1) {
+      for (String routing : distinct) {
+        b.append(bySource(pooled(runs, routing), "all"));
+      }
+    }
+    b.append('\n');
     if (distinct.contains("prefix") && distinct.contains("round-robin")) {
       Run p = pooled(runs, "prefix");
       Run rr = pooled(runs, "round-robin");
@@ -844,6 +858,28 @@ final class BenchRouteCommand implements Callable<Integer> {
             compared,
             differ.isEmpty() ? "" : " (differ: " + String.join(", ", differ) + ")"));
     return b.toString();
+  }
+
+  /** TTFT p50 of the requests whose prefix came from each source, and their counts. */
+  private static String bySource(Run r, String label) {
+    List<List<Double>> by = List.of(new ArrayList<>(), new ArrayList<>(), new ArrayList<>());
+    for (Result x : r.results()) {
+      if (x.error() != null) {
+        continue;
+      }
+      long local = x.device() + x.host();
+      int source = local == 0 && x.storage() == 0 ? 2 : local >= x.storage() ? 0 : 1;
+      by.get(source).add(x.ttftMs());
+    }
+    StringBuilder b = new StringBuilder("| " + label + " | " + r.routing() + " |");
+    for (List<Double> list : by) {
+      double[] t = list.stream().mapToDouble(Double::doubleValue).sorted().toArray();
+      b.append(
+          t.length == 0
+              ? " - |"
+              : String.format(Locale.ROOT, " %.1f (%d) |", percentile(t, 0.5), t.length));
+    }
+    return b.append('\n').toString();
   }
 
   private static String row(Run r, String label) {
