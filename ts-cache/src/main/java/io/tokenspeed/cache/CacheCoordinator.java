@@ -67,6 +67,14 @@ public final class CacheCoordinator {
     return host;
   }
 
+  /**
+   * Sets who hears both tiers' publications and removals ({@link TierListener}); null for nobody.
+   */
+  public void tierListener(TierListener listener) {
+    device.listener(listener);
+    host.listener(listener);
+  }
+
   /** The tier of the given kind. */
   public TierCache tier(Tier tier) {
     return tier == Tier.DEVICE ? device : host;

@@ -66,6 +66,9 @@ public final class TierCache {
 
   private final CacheKey[] recent = new CacheKey[RECENT_CAPACITY];
 
+  /** Hears publications and removals (KV events); null for none. */
+  private TierListener listener;
+
   TierCache(Tier tier, CacheLayout layout, int numParents) {
     this.tier = tier;
     this.pool = new BlockPool(tier, layout, numParents);
@@ -85,6 +88,14 @@ public final class TierCache {
   /** This tier. */
   public Tier tier() {
     return tier;
+  }
+
+  /**
+   * Sets who hears this tier's publications and removals ({@link TierListener}); null for nobody
+   * (the default).
+   */
+  public void listener(TierListener listener) {
+    this.listener = listener;
   }
 
   /** The block pool of this tier. */
@@ -238,6 +249,9 @@ public final class TierCache {
     writesAtPublish[blockId] = writes[blockId];
     recent[(int) (publications % RECENT_CAPACITY)] = key;
     publications++;
+    if (listener != null) {
+      listener.published(tier, key);
+    }
     return true;
   }
 
@@ -253,6 +267,9 @@ public final class TierCache {
     keyOfBlock[blockId] = null;
     pool.free(blockId);
     evictions++;
+    if (listener != null) {
+      listener.removed(tier, key);
+    }
   }
 
   /**
@@ -276,6 +293,9 @@ public final class TierCache {
     keyOfBlock[blockId] = null;
     withdrawn[blockId] = true;
     withdrawnBlocks++;
+    if (listener != null) {
+      listener.removed(tier, key);
+    }
     return true;
   }
 

@@ -334,7 +334,7 @@ class ReportSectionsCodecTest {
         assertThrows(
             IllegalArgumentException.class,
             () -> new RankEvents(new byte[RankEvents.MAX_BYTES + 1]));
-    assertEquals("rank events of 16385 bytes exceed 16384", e.getMessage());
+    assertEquals("rank events of 16385 bytes: the most is 16384", e.getMessage());
     assertEquals(
         RankEvents.EMPTY,
         Frame.Report.ofError(1, 1, 0, PressureSnapshot.IDLE, 0, "bad poll").events());

@@ -60,6 +60,11 @@ public final class PromptKeys {
     return tokens.length - 1;
   }
 
+  /** Token {@code index} of the prompt. */
+  public int token(int index) {
+    return tokens[index];
+  }
+
   /** Number of full pages. */
   public int numFullPages() {
     return pageHashes.length;

@@ -146,6 +146,17 @@ public final class Engine implements AutoCloseable {
     if (simulation != null) {
       simulation.planting().copies(loopCopies);
     }
+    // the KV block events: the leader's tiers mirror every rank's decisions, so only it records
+    KvEventRecorder kvEvents =
+        settings.kvEvents() == null || !replica.leader()
+            ? null
+            : new KvEventRecorder(layout, settings.kvEvents());
+    if (kvEvents != null) {
+      cache.tierListener(kvEvents);
+      if (stm != null) {
+        stm.storedListener(kvEvents::storedInStorage);
+      }
+    }
     HostPublication publication = new HostPublication(layout, cache, scheduler, stm, active);
     if (simulation != null) {
       simulation.planting().publication(publication);
@@ -163,7 +174,8 @@ public final class Engine implements AutoCloseable {
             l3 == null ? null : l3.store(),
             replica,
             loop,
-            nanoClock);
+            nanoClock,
+            kvEvents);
     EngineObserver observer = settings.observer();
     this.view = new EngineView(scheduler, cache, stm, publication, copies, active, admin::control);
     // last of what can fail: a decode engine's KV port is bound here
@@ -216,7 +228,8 @@ public final class Engine implements AutoCloseable {
             model.collective()::abort,
             eosId,
             nanoClock,
-            pd);
+            pd,
+            kvEvents);
     if (pd != null) {
       view.pd(pd);
     }

@@ -54,6 +54,10 @@ final class EngineAdmin {
 
   private final LoopProxy loop;
   private final LongSupplier nanoClock;
+
+  /** The KV block events (null without them, and on a follower). */
+  private final KvEventRecorder kvEvents;
+
   private volatile String weightVersion;
 
   /** Written by the loop thread only, when it applies a command; read by any thread. */
@@ -73,7 +77,8 @@ final class EngineAdmin {
       Store store,
       Replica replica,
       LoopProxy loop,
-      LongSupplier nanoClock) {
+      LongSupplier nanoClock,
+      KvEventRecorder kvEvents) {
     this.model = model;
     this.layout = layout;
     this.attentionBackend = attentionBackend;
@@ -85,6 +90,7 @@ final class EngineAdmin {
     this.replica = replica;
     this.loop = loop;
     this.nanoClock = nanoClock;
+    this.kvEvents = kvEvents;
     this.weightVersion = model.identity().weightVersion();
   }
 
@@ -141,10 +147,7 @@ final class EngineAdmin {
    */
   void apply(Replica.Command command) {
     switch (command.kind()) {
-      case CLEAR_ALL -> {
-        scheduler.clearAll();
-        publication.clearBackups();
-      }
+      case CLEAR_ALL -> clearAll();
       case CLEAR_DEVICE -> scheduler.clearDevice();
       case ROTATE -> rotate(command.weightVersion());
       case SWITCH -> {
@@ -175,10 +178,24 @@ final class EngineAdmin {
     scheduler.fenceStorage(on);
   }
 
-  /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
-  private void rotate(String version) {
+  /**
+   * A full clear: the scheduler's (storage operations rejected, both tiers emptied) and the
+   * write-through's backups; the KV events say {@code AllBlocksCleared} instead of each removal.
+   */
+  private void clearAll() {
+    if (kvEvents != null) {
+      kvEvents.beginClear();
+    }
     scheduler.clearAll();
     publication.clearBackups();
+    if (kvEvents != null) {
+      kvEvents.endClear();
+    }
+  }
+
+  /** A full clear, then every later key under the namespace of {@code version} (loop thread). */
+  private void rotate(String version) {
+    clearAll();
     if (storage != null) {
       storage.switchNamespace(namespaceFor(model, layout, attentionBackend, version));
     }

@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import io.tokenspeed.control.ControlConfig;
+import io.tokenspeed.engine.kvevents.KvEventSink;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
@@ -22,6 +23,8 @@ import java.util.function.LongSupplier;
  *   control     the control plane of a tensor-parallel replica, whose ranks must be the model's
  *               (default none: a single rank)
  *   nanoClock   the clock the loop runs by, read once per round (default System::nanoTime)
+ *   kvEvents    where the KV block events go (docs/kv-events.md); only a replica's leader (rank 0)
+ *               records them (default none: no events)
  * </pre>
  *
  * Tests may add an observer the loop calls after every round and ask for an engine whose loop has
@@ -52,6 +55,7 @@ public final class EngineSettings {
   private final Simulation simulation;
   private final int loadStages;
   private final PdOptions pd;
+  private final KvEventSink kvEvents;
 
   private EngineSettings(Builder b) {
     this.cpuModel = b.cpuModel;
@@ -66,6 +70,12 @@ public final class EngineSettings {
     this.simulation = b.simulation;
     this.loadStages = b.loadStages;
     this.pd = b.pd;
+    this.kvEvents = b.kvEvents;
+  }
+
+  /** Where the KV block events go; null for none. */
+  KvEventSink kvEvents() {
+    return kvEvents;
   }
 
   /** The engine's role in disaggregated serving ({@link PdOptions#FUSED} unless told). */
@@ -150,6 +160,7 @@ public final class EngineSettings {
     private Simulation simulation;
     private int loadStages = DEFAULT_LOAD_STAGES;
     private PdOptions pd = PdOptions.FUSED;
+    private KvEventSink kvEvents;
 
     private Builder(CausalLm cpuModel, DeviceModel deviceModel, EngineConfig config) {
       this.cpuModel = cpuModel;
@@ -203,6 +214,17 @@ public final class EngineSettings {
      */
     public Builder pd(PdOptions pd) {
       this.pd = pd;
+      return this;
+    }
+
+    /**
+     * Where the engine's KV block events go (docs/kv-events.md): each round that had events hands
+     * them to {@code sink} on the loop thread, in order, at the round's end; the sink must return
+     * at once. On a tensor-parallel replica only the leader (rank 0) records events: its tiers
+     * mirror every rank's decisions; a follower ignores the sink. Null for none (the default).
+     */
+    public Builder kvEvents(KvEventSink sink) {
+      this.kvEvents = sink;
       return this;
     }
 

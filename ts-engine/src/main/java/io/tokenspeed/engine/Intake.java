@@ -179,11 +179,16 @@ final class Intake {
    * Submits {@code a}'s known tokens to the scheduler: a new request's prompt (the decode half of a
    * disaggregated request into Landing, the prefill half waiting for its bootstrap), or, for a
    * request retracted after it generated tokens, its prompt and those tokens with its image, if any
-   * (whose references pass to the scheduler). Returns the scheduler's refusal, or null.
+   * (whose references pass to the scheduler). The pages of the keys are noted for the KV events
+   * ({@code events}, null without them). Returns the scheduler's refusal, or null.
    */
-  static String submit(Scheduler scheduler, CacheLayout layout, ActiveRequest a) {
+  static String submit(
+      Scheduler scheduler, CacheLayout layout, ActiveRequest a, KvEventRecorder events) {
     try {
       a.keys = PromptKeys.of(layout, Arrays.copyOf(a.tokens, a.known), List.of());
+      if (events != null) {
+        events.noteKeys(a.keys); // before anything of the request is published
+      }
       int maxNewTokens = a.sampling.params().maxTokens() - a.generated();
       if (a.generated() == 0 && a.ticket instanceof PdTicket.Decode) {
         scheduler.submitLanding(a.id, a.keys, maxNewTokens); // its KV comes from a prefill engine

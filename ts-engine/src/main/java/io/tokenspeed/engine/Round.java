@@ -56,8 +56,9 @@ import java.util.function.Supplier;
  *   6. sample      the sampled tokens are appended and streamed; finished requests end and their
  *                  prefixes are written through
  *   7. resume      requests retracted after they generated tokens go back to the scheduler
- *   8. publish     the round's figures ({@link EngineStats}) and, when the publication rule of
- *                  {@link MetricsPublication} says so, a metrics snapshot ({@link EngineMetrics})
+ *   8. publish     the round's KV events (one batch), its figures ({@link EngineStats}) and,
+ *                  when the publication rule of {@link MetricsPublication} says so, a metrics
+ *                  snapshot ({@link EngineMetrics})
  * </pre>
  *
  * <p>One head whatever the TP size: every rank, a single engine included (a replica of one rank),
@@ -115,6 +116,9 @@ final class Round {
 
   /** The leader's cost measurements (null on a follower, without L3 or with the model off). */
   private final CostReporter costs;
+
+  /** The KV block events (null without them, and on a follower). */
+  private final KvEventRecorder kvEvents;
 
   private volatile EngineStats stats = EngineStats.NONE;
 
@@ -180,7 +184,8 @@ final class Round {
       Consumer<String> abortReplica,
       OptionalInt eosId,
       LongSupplier nanoClock,
-      PdPort pd) {
+      PdPort pd,
+      KvEventRecorder kvEvents) {
     this.layout = layout;
     this.cache = cache;
     this.scheduler = scheduler;
@@ -204,6 +209,7 @@ final class Round {
     this.eosId = eosId;
     this.nanoClock = nanoClock;
     this.pd = pd;
+    this.kvEvents = kvEvents;
     if (pd != null) {
       pd.bind(
           copies,
@@ -446,8 +452,11 @@ final class Round {
     active.remove(a.id);
   }
 
-  /** The round's figures, a metrics snapshot when due, then the observer. */
+  /** The round's KV events and figures, a metrics snapshot when due, then the observer. */
   private void publish(long nowNs) {
+    if (kvEvents != null) {
+      kvEvents.flush(); // the round's events, as one batch
+    }
     long endNs = nanoClock.getAsLong();
     roundNanos += endNs - nowNs;
     reportCosts(endNs);
@@ -591,7 +600,7 @@ final class Round {
 
   /** Submits a new or resumed request; a refused one ends with the refusal (its image dropped). */
   private void submitToScheduler(ActiveRequest a) {
-    String refusal = Intake.submit(scheduler, layout, a);
+    String refusal = Intake.submit(scheduler, layout, a, kvEvents);
     if (refusal == null) {
       active.put(a.id, a);
     } else {

@@ -1,5 +1,6 @@
 package io.tokenspeed.engine;
 
+import io.tokenspeed.engine.kvevents.KvEventSink;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ModelIdentity;
@@ -87,6 +88,20 @@ final class TpReplica implements AutoCloseable {
       Shard.KvSplit kv,
       IntFunction<PdOptions> pd)
       throws Exception {
+    return start(folder, tp, configs, l3, observers, kv, pd, r -> null);
+  }
+
+  /** {@link #start} with each rank's KV event sink (null: none). */
+  static TpReplica start(
+      Path folder,
+      int tp,
+      IntFunction<EngineConfig> configs,
+      IntFunction<L3Settings> l3,
+      IntFunction<? extends EngineObserver> observers,
+      Shard.KvSplit kv,
+      IntFunction<PdOptions> pd,
+      IntFunction<KvEventSink> kvEvents)
+      throws Exception {
     TpReplica replica = new TpReplica();
     Collective[] collectives = LocalCollective.group(tp);
     var controls = EngineTensorParallelTest.controls(tp);
@@ -109,6 +124,7 @@ final class TpReplica implements AutoCloseable {
                             .control(controls.get(rank))
                             .observer(observers.apply(rank))
                             .pd(pd.apply(rank))
+                            .kvEvents(kvEvents.apply(rank))
                             .conclude())));
       }
       for (Future<Engine> f : started) {

@@ -21,6 +21,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 
 /**
  * The scheduler's owner of everything L3: operation ids, tickets, credits, leases, Ready holds,
@@ -326,6 +327,19 @@ public final class StorageTransferManager {
 
   /** A weight update's fence: no new storage work until it lifts (see {@link #fence}). */
   private boolean fenced;
+
+  /** Hears every key a current-generation PUT stored (KV events); null for nobody. */
+  private Consumer<CacheKey> storedListener;
+
+  /**
+   * Sets who hears the keys that backups stored: called on the loop thread, in the round that
+   * applies the PUT's agreed completion, once per key the store accepted, for PUTs of the current
+   * generation only (a clear or namespace rotation since the PUT was issued silences it). It must
+   * be cheap and must not block. Null for nobody (the default).
+   */
+  public void storedListener(Consumer<CacheKey> listener) {
+    this.storedListener = listener;
+  }
 
   /**
    * The manager of {@code cache}'s L3 work under {@code config}, its Host credits fitted to the
@@ -822,6 +836,9 @@ public final class StorageTransferManager {
     for (int i = 0; i < t.keys.size(); i++) {
       if (f.ok(i)) {
         refusals.remove(t.keys.get(i));
+        if (storedListener != null) {
+          storedListener.accept(t.keys.get(i));
+        }
       } else {
         onRefused(t.keys.get(i), t.probe);
       }

@@ -1,7 +1,6 @@
 package io.tokenspeed.core.control;
 
 import java.util.Arrays;
-import java.util.HexFormat;
 
 /**
  * Events that happened on one rank only (for example "the KV transfer of request 17 landed on this
@@ -37,14 +36,7 @@ public record RankEvents(byte[] bytes) {
   public static final RankEvents EMPTY = new RankEvents(new byte[0]);
 
   public RankEvents {
-    if (bytes == null) {
-      bytes = new byte[0];
-    }
-    if (bytes.length > MAX_BYTES) {
-      throw new IllegalArgumentException(
-          "rank events of " + bytes.length + " bytes exceed " + MAX_BYTES);
-    }
-    bytes = bytes.clone();
+    bytes = OpaqueBytes.copy(bytes, MAX_BYTES, "rank events");
   }
 
   /** A copy of the bytes. */
@@ -75,10 +67,6 @@ public record RankEvents(byte[] bytes) {
 
   @Override
   public String toString() {
-    String body =
-        bytes.length <= 16
-            ? HexFormat.of().formatHex(bytes)
-            : HexFormat.of().formatHex(bytes, 0, 16) + "..";
-    return "RankEvents[" + bytes.length + " bytes " + body + "]";
+    return OpaqueBytes.describe("RankEvents", bytes);
   }
 }

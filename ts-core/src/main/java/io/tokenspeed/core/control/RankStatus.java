@@ -1,7 +1,6 @@
 package io.tokenspeed.core.control;
 
 import java.util.Arrays;
-import java.util.HexFormat;
 
 /**
  * A small status one rank shares with every rank of its replica through the round's relay exchange:
@@ -23,14 +22,7 @@ public record RankStatus(byte[] bytes) {
   public static final RankStatus EMPTY = new RankStatus(new byte[0]);
 
   public RankStatus {
-    if (bytes == null) {
-      bytes = new byte[0];
-    }
-    if (bytes.length > MAX_BYTES) {
-      throw new IllegalArgumentException(
-          "rank status of " + bytes.length + " bytes exceeds " + MAX_BYTES);
-    }
-    bytes = bytes.clone();
+    bytes = OpaqueBytes.copy(bytes, MAX_BYTES, "rank status");
   }
 
   /** A copy of the bytes. */
@@ -61,10 +53,6 @@ public record RankStatus(byte[] bytes) {
 
   @Override
   public String toString() {
-    String body =
-        bytes.length <= 16
-            ? HexFormat.of().formatHex(bytes)
-            : HexFormat.of().formatHex(bytes, 0, 16) + "..";
-    return "RankStatus[" + bytes.length + " bytes " + body + "]";
+    return OpaqueBytes.describe("RankStatus", bytes);
   }
 }

@@ -45,7 +45,7 @@ class RankEventsTest {
         assertThrows(
             IllegalArgumentException.class,
             () -> new RankEvents(new byte[RankEvents.MAX_BYTES + 1]));
-    assertEquals("rank events of 16385 bytes exceed 16384", e.getMessage());
+    assertEquals("rank events of 16385 bytes: the most is 16384", e.getMessage());
   }
 
   @Test

@@ -4,6 +4,7 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.PdOptions;
+import io.tokenspeed.engine.kvevents.KvEventSink;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.device.DeviceModel;
@@ -114,6 +115,15 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
    * warm-up's throwaway engines are fused, so they bind no KV port.
    */
   Engine start(EngineConfig config, OptionalInt eos, L3Settings l3, PdOptions pd) {
+    return start(config, eos, l3, pd, null);
+  }
+
+  /**
+   * {@link #start(EngineConfig, OptionalInt, L3Settings, PdOptions)} with the engine's KV events
+   * going to {@code kvEvents} (null: none; only the serving engine publishes them).
+   */
+  Engine start(
+      EngineConfig config, OptionalInt eos, L3Settings l3, PdOptions pd, KvEventSink kvEvents) {
     L3Settings settings =
         l3 == null || l3.attentionBackend().equals(attentionBackend())
             ? l3
@@ -123,7 +133,8 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
     if (device == null && tp != null && tp.ranked()) {
       engine.control(tp.control());
     }
-    return Engine.start(engine.eosId(eos).l3(settings).loadStages(loadStages).pd(pd).conclude());
+    return Engine.start(
+        engine.eosId(eos).l3(settings).loadStages(loadStages).pd(pd).kvEvents(kvEvents).conclude());
   }
 
   /** Frees what was loaded: the CPU model, or the GPU's binding, weights and device. */

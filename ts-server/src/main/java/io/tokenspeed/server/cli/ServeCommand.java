@@ -15,6 +15,8 @@ import io.tokenspeed.server.http.PdServing;
 import io.tokenspeed.server.http.Serving;
 import io.tokenspeed.server.http.ServingState;
 import io.tokenspeed.server.http.WarmUp;
+import io.tokenspeed.server.kvevents.KvEventPublisher;
+import io.tokenspeed.server.kvevents.ZmqEndpoint;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.net.BindException;
@@ -179,6 +181,50 @@ final class ServeCommand implements Callable<Integer> {
       description = "The dp_rank label of the metrics (the replica's data-parallel rank).")
   private int dpRank = 0;
 
+  @Option(
+      names = "--kv-events-endpoint",
+      paramLabel = "tcp://HOST:PORT",
+      description =
+          "Publish the engine's KV block events (stored, removed, cleared, with the tier) in"
+              + " vLLM's format on a ZeroMQ PUB socket bound here; HOST * binds every interface,"
+              + " PORT 0 any free port (default: none, events off; docs/kv-events.md).")
+  private String kvEventsEndpoint;
+
+  @Option(
+      names = "--kv-events-replay-endpoint",
+      paramLabel = "tcp://HOST:PORT",
+      description =
+          "With --kv-events-endpoint: a ZeroMQ ROUTER socket bound here answers a sequence number"
+              + " with the batches retained since (default: none).")
+  private String kvEventsReplayEndpoint;
+
+  @Option(
+      names = "--kv-events-topic",
+      paramLabel = "TOPIC",
+      description =
+          "With --kv-events-endpoint: the topic, the first frame of every message (default: empty,"
+              + " as vLLM's).")
+  private String kvEventsTopic = "";
+
+  @Option(
+      names = "--kv-events-queue-size",
+      paramLabel = "BATCHES",
+      description =
+          "With --kv-events-endpoint: the most batches waiting to be sent; a batch the full queue"
+              + " refuses is not sent live and leaves a gap the replay can fill (default: "
+              + KvEventPublisher.Settings.DEFAULT_QUEUE_SIZE
+              + ").")
+  private Integer kvEventsQueueSize;
+
+  @Option(
+      names = "--kv-events-buffer-steps",
+      paramLabel = "BATCHES",
+      description =
+          "With --kv-events-endpoint: the newest batches the replay retains (default: "
+              + KvEventPublisher.Settings.DEFAULT_BUFFER_STEPS
+              + ").")
+  private Integer kvEventsBufferSteps;
+
   @Override
   public Integer call() throws Exception {
     check();
@@ -202,7 +248,17 @@ final class ServeCommand implements Callable<Integer> {
     try (EngineModel lm = deviceOptions.load(folder, modelOptions.model(), tp)) {
       EngineConfig config = engineConfig(lm);
       OptionalInt eos = tokenizer.specialTokens().eosId();
-      Engine engine = startEngine(lm, config, eos, storage, pd);
+      // rank 0 publishes the replica's KV events: its tiers mirror every rank's decisions
+      KvEventPublisher kvEvents = tp.follower() ? null : kvEvents(config);
+      Engine engine;
+      try {
+        engine = startEngine(lm, config, eos, storage, pd, kvEvents);
+      } catch (RuntimeException | Error e) {
+        if (kvEvents != null) {
+          kvEvents.close();
+        }
+        throw e;
+      }
       if (tp.follower()) {
         try {
           return tp.follow(engine);
@@ -227,13 +283,18 @@ final class ServeCommand implements Callable<Integer> {
                     adminToken,
                     dpRank,
                     state,
-                    web.headerTimeoutMs()));
+                    web.headerTimeoutMs()),
+                kvEvents);
       } catch (RuntimeException | Error e) {
         engine.close();
+        if (kvEvents != null) {
+          kvEvents.close();
+        }
         throw e;
       }
       Thread hook =
-          new Thread(() -> shutdown(state, frontend, engine, err, stopped), "ts-serve-shutdown");
+          new Thread(
+              () -> shutdown(state, frontend, engine, kvEvents, err, stopped), "ts-serve-shutdown");
       Runtime.getRuntime().addShutdownHook(hook);
       err.println(
           "listening on http://" + host + ":" + frontend.port() + " (not ready: warming up)");
@@ -265,6 +326,7 @@ final class ServeCommand implements Callable<Integer> {
               + (storage.isPresent() ? "; L3 " + storage.get().backend().name() : "; L3 off")
               + (pd.role() == EngineRole.FUSED ? "" : "; " + pd.role().wireName())
               + kvTransferOn(kvEndpoints)
+              + kvEventsOn(kvEvents)
               + (lm.gpu() ? "; on " + lm.deviceName() : "")
               + ")");
       err.flush();
@@ -328,6 +390,85 @@ final class ServeCommand implements Callable<Integer> {
           .append(')');
     }
     return sb.toString();
+  }
+
+  /** The ready line's KV events: {@code ; KV events on tcp://... (replay tcp://...)}. */
+  private static String kvEventsOn(KvEventPublisher kvEvents) {
+    if (kvEvents == null) {
+      return "";
+    }
+    return "; KV events on "
+        + kvEvents.endpoint()
+        + (kvEvents.replayEndpoint() == null ? "" : " (replay " + kvEvents.replayEndpoint() + ")");
+  }
+
+  /**
+   * The KV events' publisher of {@code --kv-events-endpoint}, its sockets bound; null when KV
+   * events are off. An endpoint that cannot be bound is invalid input naming its option.
+   */
+  private KvEventPublisher kvEvents(EngineConfig config) {
+    if (kvEventsEndpoint == null) {
+      return null;
+    }
+    return KvEventPublisher.start(
+        new KvEventPublisher.Settings(
+            endpoint("--kv-events-endpoint", kvEventsEndpoint),
+            kvEventsReplayEndpoint == null
+                ? null
+                : endpoint("--kv-events-replay-endpoint", kvEventsReplayEndpoint),
+            kvEventsTopic,
+            dpRank,
+            config.prefixGranularity(),
+            kvEventsQueueSize == null
+                ? KvEventPublisher.Settings.DEFAULT_QUEUE_SIZE
+                : kvEventsQueueSize,
+            kvEventsBufferSteps == null
+                ? KvEventPublisher.Settings.DEFAULT_BUFFER_STEPS
+                : kvEventsBufferSteps));
+  }
+
+  /** {@code value} parsed as {@code tcp://HOST:PORT}; another form is a usage error. */
+  private ZmqEndpoint endpoint(String flag, String value) {
+    try {
+      return ZmqEndpoint.parse(value);
+    } catch (IllegalArgumentException e) {
+      throw usage(flag, value, flag + "=" + e.getMessage());
+    }
+  }
+
+  /** The KV events' settings: each needs {@code --kv-events-endpoint}; endpoints parse. */
+  private void checkKvEvents() {
+    if (kvEventsEndpoint == null) {
+      for (var given :
+          List.of(
+              Map.entry("--kv-events-replay-endpoint", Optional.ofNullable(kvEventsReplayEndpoint)),
+              Map.entry(
+                  "--kv-events-topic",
+                  Optional.ofNullable(kvEventsTopic.isEmpty() ? null : kvEventsTopic)),
+              Map.entry("--kv-events-queue-size", Optional.ofNullable(kvEventsQueueSize)),
+              Map.entry("--kv-events-buffer-steps", Optional.ofNullable(kvEventsBufferSteps)))) {
+        if (given.getValue().isPresent()) {
+          throw usage(
+              given.getKey(),
+              given.getValue().get(),
+              given.getKey()
+                  + "="
+                  + given.getValue().get()
+                  + " is for KV events, which are off: give --kv-events-endpoint too");
+        }
+      }
+      return;
+    }
+    endpoint("--kv-events-endpoint", kvEventsEndpoint);
+    if (kvEventsReplayEndpoint != null) {
+      endpoint("--kv-events-replay-endpoint", kvEventsReplayEndpoint);
+    }
+    if (kvEventsQueueSize != null) {
+      range("--kv-events-queue-size", kvEventsQueueSize, 1, 1 << 20);
+    }
+    if (kvEventsBufferSteps != null) {
+      range("--kv-events-buffer-steps", kvEventsBufferSteps, 1, 1 << 20);
+    }
   }
 
   /** Range checks of the settings, each naming the setting. */
@@ -405,6 +546,7 @@ final class ServeCommand implements Callable<Integer> {
     if (host.isBlank()) {
       throw usage("--host", host, "--host must not be blank");
     }
+    checkKvEvents();
   }
 
   private ParameterException decodeOnly(String flag, Object value, EngineRole role) {
@@ -497,9 +639,10 @@ final class ServeCommand implements Callable<Integer> {
       EngineConfig config,
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage,
-      PdOptions pd) {
+      PdOptions pd,
+      KvEventPublisher kvEvents) {
     try {
-      return StorageOptions.startEngine(lm, config, eos, storage, pd);
+      return StorageOptions.startEngine(lm, config, eos, storage, pd, kvEvents);
     } catch (RuntimeException e) {
       BindException bind = bindFailure(e);
       if (pd.role() == EngineRole.DECODE && bind != null) {
@@ -576,6 +719,7 @@ final class ServeCommand implements Callable<Integer> {
       ServingState state,
       Serving frontend,
       Engine engine,
+      KvEventPublisher kvEvents,
       PrintWriter err,
       CountDownLatch stopped) {
     state.drain();
@@ -612,6 +756,9 @@ final class ServeCommand implements Callable<Integer> {
     } catch (IllegalStateException e) {
       err.println("stopped without freeing the engine: " + e.getMessage());
     } finally {
+      if (kvEvents != null) {
+        kvEvents.close(); // after the engine: its last rounds' batches go out first
+      }
       err.flush();
       stopped.countDown();
     }

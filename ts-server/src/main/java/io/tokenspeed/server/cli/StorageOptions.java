@@ -4,6 +4,7 @@ import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
 import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.engine.PdOptions;
+import io.tokenspeed.engine.kvevents.KvEventSink;
 import io.tokenspeed.engine.l3.L3Settings;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.server.config.FileNames;
@@ -200,13 +201,27 @@ final class StorageOptions {
       OptionalInt eos,
       Optional<StorageExtraConfig.Resolved> storage,
       PdOptions pd) {
+    return startEngine(model, config, eos, storage, pd, null);
+  }
+
+  /**
+   * {@link #startEngine(EngineModel, EngineConfig, OptionalInt, Optional, PdOptions)} with the
+   * engine's KV events going to {@code kvEvents} (null: none).
+   */
+  static Engine startEngine(
+      EngineModel model,
+      EngineConfig config,
+      OptionalInt eos,
+      Optional<StorageExtraConfig.Resolved> storage,
+      PdOptions pd,
+      KvEventSink kvEvents) {
     if (storage.isEmpty()) {
-      return model.start(config, eos, null, pd);
+      return model.start(config, eos, null, pd, kvEvents);
     }
     StorageExtraConfig.Resolved l3 = storage.get();
     L3Settings settings = openL3(l3);
     try {
-      return model.start(config, eos, settings, pd);
+      return model.start(config, eos, settings, pd, kvEvents);
     } catch (IllegalStateException e) {
       throw new IllegalArgumentException(
           BACKEND + "=" + l3.backend().name() + ": " + e.getMessage(), e);

@@ -9,6 +9,8 @@ import io.helidon.webserver.http.ServerRequest;
 import io.helidon.webserver.http.ServerResponse;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.kvevents.KvEventPublisher;
+import io.tokenspeed.server.kvevents.ZmqEndpoint;
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -20,8 +22,8 @@ import java.util.function.Supplier;
 /**
  * The HTTP server of {@code tokenspeed serve}, on Helidon WebServer (one virtual thread per
  * request, blocking code): the OpenAI-compatible endpoints, {@code /v1/models}, {@code /health},
- * {@code /ready}, {@code /pd}, {@code /metrics} and {@code /admin/*}. Every error is answered in
- * the OpenAI error shape.
+ * {@code /ready}, {@code /pd}, {@code /kv-events}, {@code /metrics} and {@code /admin/*}. Every
+ * error is answered in the OpenAI error shape.
  */
 public final class HttpFrontend implements AutoCloseable {
 
@@ -52,6 +54,7 @@ public final class HttpFrontend implements AutoCloseable {
    * @param storage what {@code /ready} says of L3 (null without it)
    * @param headerTimeoutMs how long a request's head may take ({@link ConnectionGuard}); also how
    *     long an idle keep-alive connection stays open
+   * @param kvEvents the KV events' publisher, which {@code GET /kv-events} describes (null: off)
    */
   public record Settings(
       Engine engine,
@@ -68,7 +71,8 @@ public final class HttpFrontend implements AutoCloseable {
       RequestObserver observer,
       MetricsText metrics,
       Supplier<JsonNode> storage,
-      long headerTimeoutMs) {}
+      long headerTimeoutMs,
+      KvEventPublisher kvEvents) {}
 
   /** The default of {@code --header-timeout}, in seconds. */
   public static final int DEFAULT_HEADER_TIMEOUT_S = 10;
@@ -137,6 +141,7 @@ public final class HttpFrontend implements AutoCloseable {
         .get("/health", (req, res) -> sendJson(res, 200, status("ok")))
         .get("/ready", (req, res) -> ready(res))
         .get("/pd", (req, res) -> guarded(res, () -> sendJson(res, 200, pd(req))))
+        .get("/kv-events", (req, res) -> guarded(res, () -> sendJson(res, 200, kvEvents(req))))
         .get("/metrics", (req, res) -> metrics(res))
         .post("/admin/clear_cache", (req, res) -> admin(req, res, a -> admin.clearCache()))
         .post(
@@ -162,6 +167,7 @@ public final class HttpFrontend implements AutoCloseable {
           Map.entry("/health", "GET"),
           Map.entry("/ready", "GET"),
           Map.entry("/pd", "GET"),
+          Map.entry("/kv-events", "GET"),
           Map.entry("/metrics", "GET"),
           Map.entry("/admin/clear_cache", "POST"),
           Map.entry("/admin/clear_device_cache", "POST"),
@@ -266,6 +272,47 @@ public final class HttpFrontend implements AutoCloseable {
         engine.pdEndpoints(),
         settings.servedModelName(),
         reached);
+  }
+
+  /** The hash a KV event names a page by (docs/kv-events.md). */
+  static final String KV_EVENTS_HASH = "sha256-page-prefix-u64";
+
+  /**
+   * {@code GET /kv-events}: where the KV events are published and how to read them, for a router
+   * (docs/kv-events.md#discovery); answered in every phase, as {@code /pd} is. An endpoint bound to
+   * every interface is named by the local address this request reached. 404 while KV events are
+   * off.
+   */
+  private ObjectNode kvEvents(ServerRequest req) {
+    KvEventPublisher k = settings.kvEvents();
+    if (k == null) {
+      throw new ApiException(
+          404,
+          "invalid_request_error",
+          null,
+          "not_found",
+          "KV events are off: serve publishes them with --kv-events-endpoint tcp://HOST:PORT");
+    }
+    InetAddress reached =
+        req.localPeer().address() instanceof InetSocketAddress local ? local.getAddress() : null;
+    ObjectNode out = Completions.JSON.createObjectNode();
+    out.put("endpoint", reachable(k.endpoint(), reached));
+    if (k.replayEndpoint() != null) {
+      out.put("replay_endpoint", reachable(k.replayEndpoint(), reached));
+    }
+    out.put("topic", k.settings().topic());
+    out.put("block_size", k.settings().blockSize());
+    out.put("dp_rank", k.settings().dpRank());
+    out.put("hash", KV_EVENTS_HASH);
+    return out;
+  }
+
+  /** {@code tcp://HOST:PORT} a subscriber dials: a wildcard bind named by {@code reached}. */
+  static String reachable(ZmqEndpoint bound, InetAddress reached) {
+    if (bound.wildcard() && reached != null) {
+      return "tcp://" + PdServing.hostPort(reached, bound.port());
+    }
+    return bound.toString();
   }
 
   private ObjectNode models() {

@@ -9,6 +9,7 @@ import io.tokenspeed.model.tokenizer.Tokenizer;
 import io.tokenspeed.server.chat.ChatMessage;
 import io.tokenspeed.server.chat.ChatTemplate;
 import io.tokenspeed.server.chat.ChatTemplateException;
+import io.tokenspeed.server.kvevents.KvEventPublisher;
 import io.tokenspeed.server.metrics.ServerMetrics;
 import java.util.ArrayList;
 import java.util.List;
@@ -68,6 +69,14 @@ public final class Serving implements AutoCloseable {
 
   /** Starts listening (503 until the state turns ready). */
   public static Serving start(Options o) {
+    return start(o, null);
+  }
+
+  /**
+   * {@link #start(Options)} for an engine whose KV events {@code kvEvents} publishes: {@code GET
+   * /kv-events} describes it and the metrics count its batches (null: KV events off).
+   */
+  public static Serving start(Options o, KvEventPublisher kvEvents) {
     Engine engine = o.engine();
     // the engine's role is the metrics' engine_role; a PD role adds the KV transfer's series
     EngineRole role = engine.role();
@@ -79,6 +88,9 @@ public final class Serving implements AutoCloseable {
             0,
             engine::metrics,
             role == EngineRole.FUSED ? null : engine::pdMetrics);
+    if (kvEvents != null) {
+      metrics.kvEvents(kvEvents::published, kvEvents::dropped);
+    }
     HttpFrontend frontend =
         HttpFrontend.start(
             new HttpFrontend.Settings(
@@ -106,7 +118,8 @@ public final class Serving implements AutoCloseable {
                   }
                 },
                 engine.storageNamespace().isPresent() ? () -> storageHealth(engine) : null,
-                o.headerTimeoutMs()));
+                o.headerTimeoutMs(),
+                kvEvents));
     return new Serving(metrics, frontend);
   }
 

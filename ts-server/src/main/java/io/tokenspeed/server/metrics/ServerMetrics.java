@@ -26,6 +26,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.function.Consumer;
+import java.util.function.LongSupplier;
 import java.util.function.Supplier;
 import java.util.function.ToDoubleFunction;
 
@@ -111,6 +112,11 @@ public final class ServerMetrics {
   private final Histogram timePerOutputToken;
   private final Histogram queueTime;
   private final Histogram e2eLatency;
+
+  /** The KV events' batches sent live and dropped by the full queue (zeros while off). */
+  private volatile LongSupplier kvEventsPublished = () -> 0;
+
+  private volatile LongSupplier kvEventsDropped = () -> 0;
 
   /** The engine snapshot of the scrape in progress (guarded by this; null outside a scrape). */
   private EngineMetrics scraping;
@@ -223,6 +229,7 @@ public final class ServerMetrics {
     registerEngineGauges();
     registerExecutorMetrics();
     registerTransferMetrics();
+    registerKvEventMetrics();
     if (pd != null) {
       registerPdMetrics();
     }
@@ -615,6 +622,30 @@ public final class ServerMetrics {
           }
         },
         "reason");
+  }
+
+  // ---------------------------------------------------------------- KV events
+
+  /**
+   * Where the KV events' counters come from ({@code --kv-events-endpoint}): the batches the PUB
+   * socket sent, and those the full queue dropped. Without it both read 0.
+   */
+  public void kvEvents(LongSupplier published, LongSupplier dropped) {
+    this.kvEventsPublished = Objects.requireNonNull(published, "published");
+    this.kvEventsDropped = Objects.requireNonNull(dropped, "dropped");
+  }
+
+  private void registerKvEventMetrics() {
+    callbackCounter(
+        "tokenspeed:kv_events_published",
+        "KV event batches (messages, one sequence number each) sent on the PUB socket; 0 while"
+            + " KV events are off.",
+        cb -> cb.call(kvEventsPublished.getAsLong()));
+    callbackCounter(
+        "tokenspeed:kv_events_dropped",
+        "KV event batches the full queue refused: never sent live (subscribers see a gap in the"
+            + " sequence numbers), replayable while the replay buffer retains them.",
+        cb -> cb.call(kvEventsDropped.getAsLong()));
   }
 
   // ---------------------------------------------------------------- the KV transfer (PD roles)

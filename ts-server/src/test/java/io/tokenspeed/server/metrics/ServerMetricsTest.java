@@ -81,7 +81,9 @@ class ServerMetricsTest {
             "tokenspeed:l3_dropped_backup_keys_total",
             "tokenspeed:l3_refused_put_keys_total",
             "tokenspeed:l3_partial_restores_total",
-            "tokenspeed:l3_cost_explorations_total")) {
+            "tokenspeed:l3_cost_explorations_total",
+            "tokenspeed:kv_events_published_total",
+            "tokenspeed:kv_events_dropped_total")) {
       FAMILIES.put(c, Type.COUNTER);
     }
     for (String g :
@@ -433,6 +435,22 @@ class ServerMetricsTest {
         DropReason.values().length,
         PrometheusText.samples(f, "tokenspeed:l3_dropped_backup_keys_total").size(),
         "one series per drop reason");
+  }
+
+  @org.junit.jupiter.api.Test
+  void shouldCountTheKvEventBatchesOfThePublisherAndZeroWithoutOne() {
+    ServerMetrics exporter =
+        exporter(() -> snapshot(new SplittableRandom(3), false, System.nanoTime()));
+    Map<String, Family> off = scrape(exporter);
+    assertEquals(0, value(off, "tokenspeed:kv_events_published_total"));
+    assertEquals(0, value(off, "tokenspeed:kv_events_dropped_total"));
+    long[] published = {41};
+    exporter.kvEvents(() -> published[0], () -> 3);
+    Map<String, Family> on = scrape(exporter);
+    assertEquals(41, value(on, "tokenspeed:kv_events_published_total"));
+    assertEquals(3, value(on, "tokenspeed:kv_events_dropped_total"));
+    published[0] = 42;
+    assertEquals(42, value(scrape(exporter), "tokenspeed:kv_events_published_total"), "live");
   }
 
   // ---------------------------------------------------------------- the exposition
