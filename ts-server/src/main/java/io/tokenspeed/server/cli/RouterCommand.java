@@ -1,8 +1,19 @@
 package io.tokenspeed.server.cli;
 
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.model.tokenizer.ByteTokenizer;
+import io.tokenspeed.model.tokenizer.Tokenizer;
+import io.tokenspeed.server.chat.ChatTemplate;
+import io.tokenspeed.server.http.Serving;
+import io.tokenspeed.server.router.PromptReader;
 import io.tokenspeed.server.router.Router;
 import io.tokenspeed.server.router.RouterSettings;
+import io.tokenspeed.server.router.Routing;
+import java.io.IOException;
 import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.Callable;
@@ -19,11 +30,14 @@ import picocli.CommandLine.Spec;
 
 /**
  * {@code tokenspeed router}: the front door of a prefill/decode disaggregated deployment
- * (docs/pd.md "Processes and ports"). It serves the OpenAI API and sends each completion to a
- * prefill and a decode engine, chosen round robin among the ready ones, and passes the decode
- * engine's answer on ({@link Router}). On SIGTERM it answers new requests 503 (and {@code /ready}
- * 503), lets those being answered finish for up to {@code --shutdown-timeout} seconds, then stops
- * listening and cuts what is left.
+ * (docs/pd.md "Processes and ports"), or of fused data-parallel replicas ({@code --replicas},
+ * docs/serving.md "Data-parallel replicas"). It serves the OpenAI API and sends each completion to
+ * a prefill and a decode engine (or to one replica) and passes the answering engine's answer on
+ * ({@link Router}). The prefill engine or the replica is chosen by the prompt's prefixes the
+ * engines hold, from their KV events, and their load ({@code --routing prefix}, the default), or
+ * round robin; a decode engine round robin. On SIGTERM it answers new requests 503 (and {@code
+ * /ready} 503), lets those being answered finish for up to {@code --shutdown-timeout} seconds, then
+ * stops listening and cuts what is left.
  */
 @Command(
     name = "router",
@@ -32,14 +46,19 @@ import picocli.CommandLine.Spec;
     sortOptions = false,
     description = {
       "Route OpenAI API requests (/v1/completions, /v1/chat/completions, /v1/models) to prefill"
-          + " and decode engines (prefill/decode disaggregation, docs/pd.md), with /metrics,"
-          + " /health and /ready.",
+          + " and decode engines (prefill/decode disaggregation, docs/pd.md), or to fused"
+          + " replicas (--replicas, docs/serving.md), with /metrics, /health and /ready.",
       "",
       "Each backend is polled (GET /ready and GET /pd); one is chosen while its /ready answers 200"
           + " and its /pd names the role it is given here (a decode engine: with every rank's KV"
           + " endpoint). Either side may be a tensor-parallel replica (serve --tp N): a prefill"
           + " engine is sent the decode replica's KV endpoints, a decode engine the prefill"
-          + " replica's size."
+          + " replica's size.",
+      "",
+      "With --routing prefix (the default) the router follows each prefill engine's or replica's"
+          + " KV events (GET /kv-events; serve --kv-events-endpoint) and sends a request where"
+          + " the longest prefix of its prompt is held, weighed against the engines' load"
+          + " (GET /metrics); decode engines are taken round robin."
     })
 final class RouterCommand implements Callable<Integer> {
 
@@ -58,19 +77,61 @@ final class RouterCommand implements Callable<Integer> {
 
   @Option(
       names = "--prefill",
-      required = true,
       split = ",",
       paramLabel = "URL",
-      description = "The prefill engines' base URLs, http://HOST:PORT, comma-separated.")
+      description =
+          "The prefill engines' base URLs, http://HOST:PORT, comma-separated (with --decode).")
   private List<String> prefill;
 
   @Option(
       names = "--decode",
-      required = true,
       split = ",",
       paramLabel = "URL",
-      description = "The decode engines' base URLs, http://HOST:PORT, comma-separated.")
+      description =
+          "The decode engines' base URLs, http://HOST:PORT, comma-separated (with --prefill).")
   private List<String> decode;
+
+  @Option(
+      names = "--replicas",
+      split = ",",
+      paramLabel = "URL",
+      description =
+          "Instead of --prefill and --decode: fused engines' base URLs, http://HOST:PORT,"
+              + " comma-separated (data-parallel replicas: each serves whole requests).")
+  private List<String> replicas;
+
+  @Option(
+      names = "--routing",
+      paramLabel = "prefix|round-robin",
+      description =
+          "How a prefill engine (or a replica) is chosen: by the prompt's prefixes the engines"
+              + " hold and their load (prefix), or in turn (round-robin). Default: prefix.")
+  private String routing = Routing.PREFIX.wireName();
+
+  @Option(
+      names = "--tokenizer",
+      paramLabel = "DIR|synthetic:NAME",
+      description =
+          "The engines' model folder (or their synthetic:NAME), whose tokenizer and chat template"
+              + " give a text prompt's or a chat's token ids for the prefix lookup. Without it"
+              + " only prompts given as token ids are looked up; the others are routed by load.")
+  private String tokenizer;
+
+  @Option(
+      names = "--kv-index-blocks",
+      paramLabel = "N",
+      description =
+          "The most block hashes kept per engine (its Device and Host tiers), and for the shared"
+              + " L3 store; about 18-36 bytes each. Default: 1048576.")
+  private int kvIndexBlocks = RouterSettings.DEFAULT_KV_INDEX_BLOCKS;
+
+  @Option(
+      names = "--load-tokens",
+      paramLabel = "TOKENS",
+      description =
+          "The prefill tokens one request an engine runs or holds waiting is priced at, against"
+              + " the prefix it holds. Default: 256.")
+  private int loadTokens = RouterSettings.DEFAULT_LOAD_TOKENS;
 
   @Option(
       names = "--port",
@@ -123,7 +184,7 @@ final class RouterCommand implements Callable<Integer> {
     if (System.getProperty(KEEPALIVE_PROPERTY) == null) {
       System.setProperty(KEEPALIVE_PROPERTY, Long.toString(KEEPALIVE_S));
     }
-    Router router = Router.start(settings);
+    Router router = Router.start(settings, prompts());
     CountDownLatch stopped = new CountDownLatch(1);
     Runtime.getRuntime()
         .addShutdownHook(
@@ -156,10 +217,14 @@ final class RouterCommand implements Callable<Integer> {
             + host
             + ":"
             + router.port()
-            + " (prefill "
-            + String.join(", ", settings.prefill())
-            + "; decode "
-            + String.join(", ", settings.decode())
+            + (settings.fused()
+                ? " (replicas " + String.join(", ", settings.replicas())
+                : " (prefill "
+                    + String.join(", ", settings.prefill())
+                    + "; decode "
+                    + String.join(", ", settings.decode()))
+            + "; routing "
+            + settings.routing().wireName()
             + "; GET /ready says which are ready)");
     err.flush();
     stopped.await();
@@ -180,13 +245,17 @@ final class RouterCommand implements Callable<Integer> {
       return new RouterSettings(
           prefill,
           decode,
+          replicas,
           host,
           port,
           pollMs,
           connectTimeoutMs,
           upstreamTimeoutMs,
           web.maxBodyBytes,
-          web.headerTimeoutMs());
+          web.headerTimeoutMs(),
+          Routing.of(routing),
+          kvIndexBlocks,
+          loadTokens);
     } catch (IllegalArgumentException e) {
       String message = e.getMessage();
       int end = message.indexOf('=');
@@ -194,6 +263,33 @@ final class RouterCommand implements Callable<Integer> {
       int cut = end < 0 ? space : space < 0 ? end : Math.min(end, space);
       throw usage(cut > 0 ? message.substring(0, cut) : "", message);
     }
+  }
+
+  /**
+   * What reads a request's token ids: with {@code --tokenizer}, the engines' tokenizer and chat
+   * template (a synthetic model's: the byte tokenizer, which its own encodes as, and the plain
+   * template); without, token-id prompts only.
+   */
+  PromptReader prompts() throws IOException {
+    if (tokenizer == null) {
+      return PromptReader.tokenIdsOnly();
+    }
+    if (SyntheticCheckpoints.isSynthetic(tokenizer)) {
+      Tokenizer bytes = ByteTokenizer.plain();
+      return PromptReader.of(bytes, Serving.chatPrompt(ChatTemplate.plain(), bytes));
+    }
+    Path dir;
+    try {
+      dir = Path.of(tokenizer);
+    } catch (InvalidPathException e) {
+      throw usage("--tokenizer", "--tokenizer=" + tokenizer + " is not a path");
+    }
+    if (!Files.isDirectory(dir)) {
+      throw usage(
+          "--tokenizer", "--tokenizer=" + tokenizer + " is not a directory (nor synthetic:NAME)");
+    }
+    Tokenizer t = ModelOptions.tokenizerOf(dir);
+    return PromptReader.of(t, Serving.chatPrompt(ChatTemplate.load(dir), t));
   }
 
   private ParameterException usage(String flag, String message) {

@@ -3,6 +3,7 @@ package io.tokenspeed.server.router;
 import java.net.URI;
 import java.util.List;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -58,13 +59,84 @@ final class Backend {
 
   final URI base;
 
+  /**
+   * What its KV events said it holds: its Device and Host tiers' blocks. Null for a backend the
+   * router does not choose by prefix (decode, or round-robin routing).
+   */
+  final PrefixIndex index;
+
   private final AtomicLong connectionFailures = new AtomicLong();
+  private final AtomicInteger inFlight = new AtomicInteger();
   private volatile State state = State.down("not polled yet");
 
+  /** Its latest {@code /metrics} figures, and the router's requests in flight to it then. */
+  private volatile Polled polled = new Polled(LoadReport.UNKNOWN, 0);
+
+  /** Its events' subscription, or null (none yet, events off, or not routed by prefix). */
+  private volatile KvEventSubscriber events;
+
+  /** Why it has no events subscription, for {@code /ready} (null while it has one). */
+  private volatile String eventsReason = "not polled yet";
+
+  /** A {@code /metrics} poll's figures and the requests the router had in flight to it then. */
+  record Polled(LoadReport report, int inFlightThen) {}
+
   Backend(Role role, String url) {
+    this(role, url, null);
+  }
+
+  Backend(Role role, String url, PrefixIndex index) {
     this.role = Objects.requireNonNull(role, "role");
     this.url = Objects.requireNonNull(url, "url");
     this.base = URI.create(url);
+    this.index = index;
+  }
+
+  /** A request to it was sent. */
+  void onSent() {
+    inFlight.incrementAndGet();
+  }
+
+  /** A request to it ended (answered, failed or cancelled): once per {@link #onSent}. */
+  void onEnded() {
+    inFlight.decrementAndGet();
+  }
+
+  /** The router's requests to it now. */
+  int inFlight() {
+    return inFlight.get();
+  }
+
+  /** Its latest {@code /metrics} figures were {@code report}. */
+  void onLoadPolled(LoadReport report, int inFlightThen) {
+    polled = new Polled(report, inFlightThen);
+  }
+
+  Polled polled() {
+    return polled;
+  }
+
+  /**
+   * Its load now: the requests the router has in flight to it, and those its {@code /metrics} named
+   * at the last poll beyond the router's own then (other clients', or still queued).
+   */
+  double load() {
+    Polled p = polled;
+    int now = inFlight.get();
+    return now + Math.max(0, p.report().queued() - p.inFlightThen());
+  }
+
+  KvEventSubscriber events() {
+    return events;
+  }
+
+  void events(KvEventSubscriber subscriber, String reason) {
+    this.events = subscriber;
+    this.eventsReason = subscriber == null ? reason : null;
+  }
+
+  String eventsReason() {
+    return eventsReason;
   }
 
   State state() {

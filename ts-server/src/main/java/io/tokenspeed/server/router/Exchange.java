@@ -19,7 +19,9 @@ import java.util.concurrent.BlockingQueue;
 import java.util.logging.Logger;
 
 /**
- * One client request served disaggregated: the router's half of docs/pd.md's "One request".
+ * One client request served disaggregated (the router's half of docs/pd.md's "One request"), or by
+ * one fused replica ({@code router --replicas}: the body goes to the replica as it came, and its
+ * answer back as D's would; there is no P).
  *
  * <pre>
  *   client ──▶ router: a JSON object
@@ -124,7 +126,10 @@ final class Exchange {
    * WebFront.ClientGoneException} when the client left.
    */
   Outcome serve(String path, ObjectNode body) throws InterruptedException {
-    Backends.Chosen p = router.backends().choose(Role.PREFILL).orElse(null);
+    if (router.settings().fused()) {
+      return serveFused(path, body);
+    }
+    Backends.Chosen p = router.route(path, body).orElse(null);
     Backends.Chosen d = router.backends().choose(Role.DECODE).orElse(null);
     if (p == null || d == null) {
       throw router.noBackend();
@@ -163,6 +168,26 @@ final class Exchange {
       }
       if (prefill != null && outcome != Outcome.OK) {
         prefill.cancel();
+      }
+    }
+  }
+
+  /** The whole request to one fused replica, its answer passed through. */
+  private Outcome serveFused(String path, ObjectNode body) throws InterruptedException {
+    Backends.Chosen f = router.route(path, body).orElse(null);
+    if (f == null) {
+      throw router.noBackend();
+    }
+    try (WebFront.ClientRegistration watch =
+        router.web().watchClient(req, () -> post(new ClientGone()))) {
+      decode = send(f.backend(), path, body, true);
+      while (outcome == null) {
+        outcome = on(events.take());
+      }
+      return outcome;
+    } finally {
+      if (decode != null && !decode.finished()) {
+        decode.cancel();
       }
     }
   }
@@ -297,11 +322,11 @@ final class Exchange {
     }
     framer.takeAll(); // the event in progress is lost: never pass half an event on
     String message =
-        "the decode backend "
-            + decode.backend.url
+        "the "
+            + decode.backend
             + " failed during the stream: "
             + f.why()
-            + (prefillAnswered ? "" : " (the prefill had not answered yet)");
+            + (prefillAnswered || prefill == null ? "" : " (the prefill had not answered yet)");
     try {
       tally.count(Outcome.UPSTREAM_FAILED);
       stream.write(WebFront.errorEvent(message, "upstream_error", 502));
@@ -326,16 +351,18 @@ final class Exchange {
   private Outcome clientGone(Exception cause) {
     outcome = Outcome.CLIENT_GONE;
     tally.count(outcome);
-    prefill.cancel();
+    if (prefill != null) {
+      prefill.cancel();
+    }
     decode.cancel();
     LOG.info(
         () ->
             "client went away"
                 + (cause == null ? "" : " (" + cause.getClass().getSimpleName() + ")")
-                + ": cancelled its requests to the "
-                + prefill.backend
-                + " and the "
-                + decode.backend
+                + ": cancelled its "
+                + (prefill == null
+                    ? "request to the " + decode.backend
+                    : "requests to the " + prefill.backend + " and the " + decode.backend)
                 + (stream == null ? " before the answer started" : " during the stream"));
     throw new WebFront.ClientGoneException();
   }

@@ -21,6 +21,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ExecutorService;
@@ -29,20 +30,24 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.function.LongSupplier;
 
 /**
- * {@code tokenspeed router}: the front door of a disaggregated deployment (docs/pd.md). It takes
- * the OpenAI API's completions, sends each to a prefill and a decode backend chosen round robin
- * among the ready ones, and passes the decode backend's answer to the client ({@link Exchange}).
+ * {@code tokenspeed router}: the front door of a disaggregated deployment (docs/pd.md), or of fused
+ * data-parallel replicas ({@code --replicas}, docs/serving.md). It takes the OpenAI API's
+ * completions, sends each to a prefill and a decode backend (or to one replica), and passes the
+ * answering backend's answer to the client ({@link Exchange}). The prefill backend (or the replica)
+ * is chosen by the prompt's prefixes the backends hold and their load ({@link Routing#PREFIX},
+ * {@link PrefixChooser}) or round robin; a decode backend round robin.
  *
  * <p>Endpoints: {@code POST /v1/completions} and {@code POST /v1/chat/completions} (streamed or
- * not), {@code GET /v1/models} (a ready decode backend's, passed through), {@code GET /health} (200
- * while the router runs), {@code GET /ready} (200 while each role has a ready backend, else 503
- * naming the roles missing; the body lists every backend's state) and {@code GET /metrics} ({@link
- * RouterMetrics}).
+ * not), {@code GET /v1/models} (a ready decode backend's or replica's, passed through), {@code GET
+ * /health} (200 while the router runs), {@code GET /ready} (200 while each role has a ready
+ * backend, else 503 naming the roles missing; the body lists every backend's state) and {@code GET
+ * /metrics} ({@link RouterMetrics}).
  *
  * <p>It is an HTTP server of the same kind as {@code serve}'s ({@link WebFront}): the same body
  * limit and header timeout, the same refusals of malformed and hostile requests, the same error
- * shape. It never parses a request beyond checking that it is one JSON object: the engines check
- * the rest, each the same way.
+ * shape. It never checks a request beyond its being one JSON object (the engines check the rest,
+ * each the same way), and reads of it only the prompt, for the prefix lookup ({@link
+ * PromptReader}); the body it forwards is the client's.
  *
  * <p><b>The room.</b> Each request's room is a random non-zero 64-bit value from {@link
  * SecureRandom}, written into both bodies as the decimal string of its unsigned value ({@code
@@ -75,6 +80,7 @@ public final class Router implements AutoCloseable {
   private final Backends backends;
   private final RouterMetrics metrics;
   private final LongSupplier rooms;
+  private final PromptReader prompts;
   private final WebFront web;
 
   /** Completions being answered now (from reading the body to the answer's end). */
@@ -84,9 +90,10 @@ public final class Router implements AutoCloseable {
   /** Set by {@link #drain}: new completions are answered 503 and {@code /ready} says so. */
   private volatile boolean draining;
 
-  private Router(RouterSettings s, LongSupplier rooms) {
+  private Router(RouterSettings s, LongSupplier rooms, PromptReader prompts) {
     this.settings = s;
     this.rooms = rooms;
+    this.prompts = prompts;
     this.client =
         HttpClient.newBuilder()
             .version(HttpClient.Version.HTTP_1_1)
@@ -101,24 +108,79 @@ public final class Router implements AutoCloseable {
               t.setDaemon(true);
               return t;
             });
+    // the metrics and the backends refer to each other: the events count into the metrics, the
+    // gauges read the backends; the holder is set before either runs
+    RouterMetrics[] holder = new RouterMetrics[1];
     this.backends =
-        new Backends(s.prefill(), s.decode(), client, json, s.pollMs(), s.connectTimeoutMs());
+        new Backends(
+            s,
+            client,
+            json,
+            b ->
+                new KvEventSubscriber.Listener() {
+                  @Override
+                  public void onBatch() {
+                    holder[0].onEventBatch(b.url);
+                  }
+
+                  @Override
+                  public void onGap(boolean replayed) {
+                    holder[0].onEventGap(b.url, replayed);
+                  }
+
+                  @Override
+                  public void onMalformed() {
+                    holder[0].onEventMalformed(b.url);
+                  }
+                });
     Map<String, List<String>> urls = new LinkedHashMap<>();
-    urls.put(Role.PREFILL.wireName(), s.prefill());
-    urls.put(Role.DECODE.wireName(), s.decode());
+    s.roles().forEach((role, list) -> urls.put(role.wireName(), list));
+    Role routed = s.routedRole();
     this.metrics =
         new RouterMetrics(
             urls,
+            routed.wireName(),
             (role, url) ->
                 backends
                     .find(Role.valueOf(role.toUpperCase(Locale.ROOT)), url)
                     .map(Backend::ready)
-                    .orElse(false));
+                    .orElse(false),
+            new RouterMetrics.RoutingView() {
+              @Override
+              public boolean eventsLive(String url) {
+                return backends.find(routed, url).map(b -> b.events() != null).orElse(false);
+              }
+
+              @Override
+              public long indexBlocks(String url, String tier) {
+                int bit =
+                    switch (tier) {
+                      case "device" -> PrefixIndex.DEVICE;
+                      case "host" -> PrefixIndex.HOST;
+                      default -> PrefixIndex.STORE;
+                    };
+                return backends
+                    .find(routed, url)
+                    .map(b -> b.index == null ? 0L : (long) b.index.blocks(bit))
+                    .orElse(0L);
+              }
+
+              @Override
+              public double load(String url) {
+                return backends.find(routed, url).map(Backend::load).orElse(0.0);
+              }
+            });
+    holder[0] = metrics;
     this.web = WebFront.create(s.host(), s.port(), s.headerTimeoutMs(), this::routes);
   }
 
-  /** Starts polling the backends and listening. */
+  /** Starts polling the backends and listening; prompts are read for their token ids only. */
   public static Router start(RouterSettings settings) {
+    return start(settings, PromptReader.tokenIdsOnly());
+  }
+
+  /** Starts polling the backends and listening; {@code prompts} reads a request's token ids. */
+  public static Router start(RouterSettings settings, PromptReader prompts) {
     SecureRandom random = new SecureRandom();
     return start(
         settings,
@@ -128,12 +190,17 @@ public final class Router implements AutoCloseable {
             room = random.nextLong();
           } while (room == 0);
           return room;
-        });
+        },
+        prompts);
   }
 
   /** {@link #start(RouterSettings)} with the rooms drawn from {@code rooms} (never 0). */
   static Router start(RouterSettings settings, LongSupplier rooms) {
-    Router r = new Router(settings, rooms);
+    return start(settings, rooms, PromptReader.tokenIdsOnly());
+  }
+
+  static Router start(RouterSettings settings, LongSupplier rooms, PromptReader prompts) {
+    Router r = new Router(settings, rooms, prompts);
     r.backends.start();
     r.web.start();
     return r;
@@ -201,11 +268,30 @@ public final class Router implements AutoCloseable {
 
   /** Polls every backend once, now, on this thread (for tests: the poll period can be long). */
   void pollNow() {
-    for (Role role : Role.values()) {
+    for (Role role : backends.roles()) {
       for (Backend b : backends.of(role)) {
         backends.poll(b);
       }
     }
+  }
+
+  /**
+   * The backend of the routed role (a replica, or prefill) for a request of {@code body} to {@code
+   * path}, by the routing; the choice is counted. Empty when none is ready.
+   */
+  Optional<Backends.Chosen> route(String path, JsonNode body) {
+    int[] tokens = settings.routing() == Routing.PREFIX ? prompts.tokens(path, body) : null;
+    Optional<Backends.Routed> routed = backends.route(tokens);
+    routed.ifPresent(
+        r ->
+            metrics.onRoutingDecision(
+                r.reason().label(),
+                tokens != null || settings.routing() == Routing.ROUND_ROBIN, // nothing to know
+                r.promptTokens(),
+                r.deviceTokens(),
+                r.hostTokens(),
+                r.storeTokens()));
+    return routed.map(Backends.Routed::chosen);
   }
 
   /** The next room: random, never 0. */
@@ -230,7 +316,7 @@ public final class Router implements AutoCloseable {
     List<Role> missing = backends.missing();
     if (missing.isEmpty()) {
       // the backends turned ready between the choice and this answer: say what the choice saw
-      missing = List.of(Role.PREFILL, Role.DECODE);
+      missing = backends.roles();
     }
     return ApiException.unavailable(
         "no ready "
@@ -319,11 +405,14 @@ public final class Router implements AutoCloseable {
   }
 
   private void relayModels(ServerResponse res, Tally tally) throws InterruptedException {
+    Role answering = settings.answeringRole();
     Backends.Chosen d =
         backends
-            .choose(Role.DECODE)
+            .choose(answering)
             .orElseThrow(
-                () -> ApiException.unavailable("no ready decode backend to list the models"));
+                () ->
+                    ApiException.unavailable(
+                        "no ready " + answering.wireName() + " backend to list the models"));
     BlockingQueue<Exchange.Event> events = new ArrayBlockingQueue<>(Exchange.QUEUE_CAPACITY);
     HttpRequest request =
         HttpRequest.newBuilder(d.backend().base.resolve("/v1/models"))
@@ -397,7 +486,12 @@ public final class Router implements AutoCloseable {
     for (Role role : missing) {
       names.add(role.wireName());
     }
-    for (Role role : Role.values()) {
+    if (settings.fused() || settings.routing() == Routing.ROUND_ROBIN) {
+      out.put("routing", settings.routing().wireName());
+    } else {
+      out.put("routing", settings.routing().wireName() + " (prefill)");
+    }
+    for (Role role : backends.roles()) {
       ArrayNode list = out.putArray(role.wireName());
       for (Backend b : backends.of(role)) {
         Backend.State state = b.state();
@@ -417,6 +511,24 @@ public final class Router implements AutoCloseable {
           o.put("kv_endpoint", state.kvEndpoint());
           ArrayNode kv = o.putArray("kv_endpoints");
           state.kvEndpoints().forEach(kv::add);
+        }
+        if (b.index != null) {
+          KvEventSubscriber events = b.events();
+          ObjectNode e = o.putObject("kv_events");
+          if (events != null) {
+            e.put("endpoint", events.source().endpoint());
+            if (events.source().replayEndpoint() != null) {
+              e.put("replay_endpoint", events.source().replayEndpoint());
+            }
+            e.put("block_size", events.source().blockSize());
+            e.put("batches", events.applied());
+            e.put("device_blocks", b.index.blocks(PrefixIndex.DEVICE));
+            e.put("host_blocks", b.index.blocks(PrefixIndex.HOST));
+            e.put("store_blocks", b.index.blocks(PrefixIndex.STORE));
+          } else {
+            e.put("off", b.eventsReason());
+          }
+          o.put("load", b.load());
         }
       }
     }

@@ -12,8 +12,12 @@ import java.util.Set;
  * Everything {@code tokenspeed router} is configured with, validated once: each error names the
  * setting (by its flag), the value and what is allowed.
  *
- * @param prefill the prefill backends' base URLs ({@code http://HOST:PORT}), at least one
- * @param decode the decode backends' base URLs, at least one, none of them a prefill backend too
+ * <p>Two deployments: disaggregated ({@code prefill} and {@code decode}, each at least one backend,
+ * {@code replicas} empty) or fused replicas ({@code replicas} at least one, the others empty).
+ *
+ * @param prefill the prefill backends' base URLs ({@code http://HOST:PORT})
+ * @param decode the decode backends' base URLs, none of them a prefill backend too
+ * @param replicas the fused replicas' base URLs (docs/serving.md "Data-parallel replicas")
  * @param host the address to listen on
  * @param port the port to listen on (0: any free one)
  * @param pollMs how often each backend's {@code /ready} and {@code /pd} are polled
@@ -24,17 +28,34 @@ import java.util.Set;
  * @param maxBodyBytes the largest request body taken (413 beyond), as {@code serve}'s
  * @param headerTimeoutMs how long a request's head may take, and an idle connection stay open, as
  *     {@code serve}'s
+ * @param routing how the prefill backends, or the replicas, are chosen (decode: round robin)
+ * @param kvIndexBlocks the most block hashes the router keeps per backend (its Device and Host
+ *     tiers together), and for the shared store
+ * @param loadTokens the prefill tokens one request a backend runs or holds waiting is priced at
  */
 public record RouterSettings(
     List<String> prefill,
     List<String> decode,
+    List<String> replicas,
     String host,
     int port,
     long pollMs,
     long connectTimeoutMs,
     long upstreamTimeoutMs,
     long maxBodyBytes,
-    long headerTimeoutMs) {
+    long headerTimeoutMs,
+    Routing routing,
+    int kvIndexBlocks,
+    int loadTokens) {
+
+  /** The default of {@code --kv-index-blocks}: 2^20 hashes, 18 to 36 MiB a backend when full. */
+  public static final int DEFAULT_KV_INDEX_BLOCKS = 1 << 20;
+
+  /** The largest {@code --kv-index-blocks}. */
+  public static final int MAX_KV_INDEX_BLOCKS = 1 << 26;
+
+  /** The default of {@code --load-tokens}. */
+  public static final int DEFAULT_LOAD_TOKENS = PrefixChooser.DEFAULT_LOAD_TOKENS;
 
   /** The default of {@code --poll-ms}. */
   public static final long DEFAULT_POLL_MS = 1000;
@@ -48,9 +69,52 @@ public record RouterSettings(
    */
   public static final long DEFAULT_UPSTREAM_TIMEOUT_MS = 600_000;
 
+  /** A disaggregated deployment's settings, routed by prefix with the default bounds. */
+  public RouterSettings(
+      List<String> prefill,
+      List<String> decode,
+      String host,
+      int port,
+      long pollMs,
+      long connectTimeoutMs,
+      long upstreamTimeoutMs,
+      long maxBodyBytes,
+      long headerTimeoutMs) {
+    this(
+        prefill,
+        decode,
+        List.of(),
+        host,
+        port,
+        pollMs,
+        connectTimeoutMs,
+        upstreamTimeoutMs,
+        maxBodyBytes,
+        headerTimeoutMs,
+        Routing.PREFIX,
+        DEFAULT_KV_INDEX_BLOCKS,
+        DEFAULT_LOAD_TOKENS);
+  }
+
   public RouterSettings {
-    prefill = urls("--prefill", prefill);
-    decode = urls("--decode", decode);
+    replicas = replicas == null ? List.of() : replicas;
+    prefill = prefill == null ? List.of() : prefill;
+    decode = decode == null ? List.of() : decode;
+    if (!replicas.isEmpty()) {
+      if (!prefill.isEmpty() || !decode.isEmpty()) {
+        throw new IllegalArgumentException(
+            "--replicas routes fused replicas; it cannot be combined with --prefill or --decode");
+      }
+      replicas = urls("--replicas", replicas);
+    } else {
+      if (prefill.isEmpty() && decode.isEmpty()) {
+        throw new IllegalArgumentException(
+            "--prefill and --decode (a disaggregated deployment) or --replicas (fused replicas)"
+                + " must name the backends");
+      }
+      prefill = urls("--prefill", prefill);
+      decode = urls("--decode", decode);
+    }
     for (String url : decode) {
       if (prefill.contains(url)) {
         throw new IllegalArgumentException(
@@ -66,6 +130,38 @@ public record RouterSettings(
     range("--upstream-timeout-ms", upstreamTimeoutMs, 1, 86_400_000);
     range("--max-body-bytes", maxBodyBytes, 1024, 1L << 30);
     range("header_timeout_ms", headerTimeoutMs, 1, 3_600_000);
+    if (routing == null) {
+      throw new IllegalArgumentException("--routing must be prefix or round-robin");
+    }
+    range("--kv-index-blocks", kvIndexBlocks, 1, MAX_KV_INDEX_BLOCKS);
+    range("--load-tokens", loadTokens, 0, 1 << 20);
+  }
+
+  /** Whether the backends are fused replicas ({@code --replicas}) rather than PD roles. */
+  public boolean fused() {
+    return !replicas.isEmpty();
+  }
+
+  /** The roles configured, each with its backends' URLs, in {@link Role} order. */
+  java.util.Map<Role, List<String>> roles() {
+    java.util.Map<Role, List<String>> out = new java.util.EnumMap<>(Role.class);
+    if (fused()) {
+      out.put(Role.FUSED, replicas);
+    } else {
+      out.put(Role.PREFILL, prefill);
+      out.put(Role.DECODE, decode);
+    }
+    return out;
+  }
+
+  /** The role whose backends are chosen by {@link #routing}: the replicas, or prefill. */
+  Role routedRole() {
+    return fused() ? Role.FUSED : Role.PREFILL;
+  }
+
+  /** The role that answers the client: the replicas, or decode. */
+  Role answeringRole() {
+    return fused() ? Role.FUSED : Role.DECODE;
   }
 
   private static void range(String name, long value, long min, long max) {

@@ -67,6 +67,7 @@ final class Upstream implements HttpResponse.BodyHandler<Void> {
 
   private final AtomicBoolean cancelled = new AtomicBoolean();
   private final AtomicBoolean settled = new AtomicBoolean();
+  private final AtomicBoolean released = new AtomicBoolean();
   private final CompletableFuture<Void> bodyDone = new CompletableFuture<>();
   private volatile CompletableFuture<HttpResponse<Void>> call;
   private volatile Flow.Subscription subscription;
@@ -110,6 +111,7 @@ final class Upstream implements HttpResponse.BodyHandler<Void> {
       long idleTimeoutMs) {
     Upstream u = new Upstream(backend, mayStream, sink, metrics, timer, idleTimeoutMs);
     metrics.onRouted(backend.role.wireName(), backend.url);
+    backend.onSent();
     CompletableFuture<HttpResponse<Void>> call = client.sendAsync(request, u);
     u.call = call;
     if (u.cancelled.get()) {
@@ -151,6 +153,7 @@ final class Upstream implements HttpResponse.BodyHandler<Void> {
     if (settled.get() || !cancelled.compareAndSet(false, true)) {
       return;
     }
+    release();
     disarm();
     CompletableFuture<HttpResponse<Void>> c = call;
     if (c != null) {
@@ -287,6 +290,7 @@ final class Upstream implements HttpResponse.BodyHandler<Void> {
     if (cancelled.get() || !settled.compareAndSet(false, true)) {
       return false;
     }
+    release();
     disarm();
     switch (end) {
       case Exchange.Failed f -> {
@@ -307,6 +311,13 @@ final class Upstream implements HttpResponse.BodyHandler<Void> {
     }
     sink.accept(end);
     return true;
+  }
+
+  /** The request no longer counts in its backend's load: once, at its end or cancellation. */
+  private void release() {
+    if (released.compareAndSet(false, true)) {
+      backend.onEnded();
+    }
   }
 
   /** Stops the transfer after this side settled it (a timeout, an answer too long). */

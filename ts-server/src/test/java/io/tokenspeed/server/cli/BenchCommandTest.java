@@ -18,7 +18,13 @@ class BenchCommandTest {
   @CsvSource(
       delimiter = ';',
       value = {
-        "bench; a benchmark is required: ttft, serve, trace",
+        "bench; a benchmark is required: ttft, serve, trace, route",
+        "bench route --replicas 0; --replicas, --groups, --per-group, --suffix-tokens,"
+            + " --max-tokens, --concurrency, --repeats must be at least 1",
+        "bench route --routings prefix,random; --routing=random is not a routing; allowed:"
+            + " prefix, round-robin",
+        "bench route --prefix-tokens 4000; --prefix-tokens + --suffix-tokens + --max-tokens=4072"
+            + " must fit --max-model-len=2048",
         "bench ttft --stores disk; --stores: disk is not one of: memory, file, redis, mooncake",
         "bench ttft --stores redis; --stores redis needs --redis-uri URI or --redis-cluster",
         "bench ttft --stores redis --redis-uri redis://127.0.0.1:1 --redis-cluster 127.0.0.1:2;"

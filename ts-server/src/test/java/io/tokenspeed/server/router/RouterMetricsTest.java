@@ -78,7 +78,7 @@ class RouterMetricsTest {
     assertEquals(2.0, routed(m, "prefill", p1));
     assertEquals(3.0, routed(m, "decode", d0), "two completions and the models");
     assertEquals(3.0, routed(m, "decode", d1));
-    for (String role : RouterMetrics.ROLES) {
+    for (String role : List.of("prefill", "decode")) {
       for (String kind : RouterMetrics.FAILURE_KINDS) {
         double want = role.equals("prefill") && kind.equals("status") ? 1.0 : 0.0;
         assertEquals(
@@ -117,7 +117,15 @@ class RouterMetricsTest {
     assertThrows(IllegalArgumentException.class, () -> metrics.onFailure("decode", "oops"));
     assertThrows(
         IllegalArgumentException.class,
-        () -> new RouterMetrics(Map.of("fused", List.of()), (role, url) -> true));
+        () -> new RouterMetrics(Map.of("mixed", List.of()), (role, url) -> true));
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> metrics.onRoutingDecision("luck", true, 1, 0, 0, 0),
+        "a reason outside the set");
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> metrics.onEventBatch("http://b:1"),
+        "a backend that is not routed");
   }
 
   private static double routed(Map<String, Family> m, String role, String url) {

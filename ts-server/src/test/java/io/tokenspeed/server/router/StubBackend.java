@@ -71,6 +71,12 @@ final class StubBackend implements AutoCloseable {
   /** When set, what {@code GET /pd} answers, verbatim (else the role, KV endpoint and model). */
   volatile String pdAnswer;
 
+  /** When set, what {@code GET /kv-events} answers (200); else 404: events off. */
+  volatile String kvEventsAnswer;
+
+  /** When set, what {@code GET /metrics} answers (200); else 404. */
+  volatile String metricsAnswer;
+
   volatile Script script = new Answer(200, "{\"ok\":true}");
 
   /** When set, every connection is closed as soon as it is accepted: the backend is down. */
@@ -122,6 +128,10 @@ final class StubBackend implements AutoCloseable {
 
   static StubBackend decode(String kvEndpoint) {
     return new StubBackend("decode", kvEndpoint, "stub-model");
+  }
+
+  static StubBackend fused() {
+    return new StubBackend("fused", null, "stub-model");
   }
 
   String url() {
@@ -187,6 +197,14 @@ final class StubBackend implements AutoCloseable {
         switch (r.path()) {
           case "/ready" -> respond(out, readyStatus, "{\"status\":\"x\"}", false);
           case "/pd" -> respond(out, 200, pd(), false);
+          case "/kv-events" -> {
+            String a = kvEventsAnswer;
+            respond(out, a == null ? 404 : 200, a == null ? "{}" : a, false);
+          }
+          case "/metrics" -> {
+            String a = metricsAnswer;
+            respond(out, a == null ? 404 : 200, a == null ? "{}" : a, false);
+          }
           case "/v1/models" ->
               respond(
                   out,
