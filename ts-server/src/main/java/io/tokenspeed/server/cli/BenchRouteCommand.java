@@ -616,20 +616,7 @@ final class BenchRouteCommand implements Callable<Integer> {
 
   /** A JVM of this process's java and classpath running {@code args}, stderr to {@code log}. */
   private static Process startJvm(List<String> args, Path log) throws IOException {
-    List<String> cmd = new ArrayList<>();
-    cmd.add(
-        ProcessHandle.current()
-            .info()
-            .command()
-            .orElse(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
-    cmd.add("--add-modules");
-    cmd.add("jdk.incubator.vector");
-    cmd.add("--enable-native-access=ALL-UNNAMED");
-    cmd.add("-cp");
-    cmd.add(System.getProperty("java.class.path"));
-    cmd.add(TokenSpeedCli.class.getName());
-    cmd.addAll(args);
-    return new ProcessBuilder(cmd)
+    return new ProcessBuilder(WorkerProcess.command(args))
         .redirectOutput(ProcessBuilder.Redirect.DISCARD)
         .redirectError(log.toFile())
         .start();

@@ -33,12 +33,10 @@ final class WorkerProcess {
   private WorkerProcess() {}
 
   /**
-   * Runs the worker to its end.
-   *
-   * @throws WorkerFailedException when it exits with a non-zero status
+   * The command line of a JVM of this process's java, flags and classpath running {@code tokenspeed
+   * args}.
    */
-  static void run(String role, List<String> args, Consumer<JsonNode> onLine, PrintWriter err)
-      throws IOException, InterruptedException {
+  static List<String> command(List<String> args) {
     List<String> cmd = new ArrayList<>();
     cmd.add(
         ProcessHandle.current()
@@ -52,7 +50,17 @@ final class WorkerProcess {
     cmd.add(System.getProperty("java.class.path"));
     cmd.add(TokenSpeedCli.class.getName());
     cmd.addAll(args);
-    Process p = new ProcessBuilder(cmd).start();
+    return cmd;
+  }
+
+  /**
+   * Runs the worker to its end.
+   *
+   * @throws WorkerFailedException when it exits with a non-zero status
+   */
+  static void run(String role, List<String> args, Consumer<JsonNode> onLine, PrintWriter err)
+      throws IOException, InterruptedException {
+    Process p = new ProcessBuilder(command(args)).start();
     p.getOutputStream().close();
     Thread relay =
         Thread.ofPlatform()
