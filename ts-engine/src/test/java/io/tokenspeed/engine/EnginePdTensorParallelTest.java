@@ -101,6 +101,23 @@ class EnginePdTensorParallelTest {
       }
       prefill.assertQuiet(prefillChecks);
       decode.assertQuiet(decodeChecks);
+      // idle replicas (rounds with no event for a while), then the same prompts again one by one:
+      // the prefill side now reuses its cached prefixes, the output is the same
+      Thread.sleep(1_500);
+      for (int i = 0; i < 2; i++) {
+        long room = rnd.nextLong() | 1;
+        SamplingParams params = SamplingParams.greedy(8).withIgnoreEos(true);
+        RequestHandle dec =
+            decode
+                .leader()
+                .submit(prompts.get(i), params, -1, new PdTicket.Decode(room, prefillTp));
+        RequestHandle pre =
+            prefill.leader().submit(prompts.get(i), params, -1, new PdTicket.Prefill(room, kv));
+        assertArrayEquals(want.get(i), result(dec), "after idling, request " + i);
+        assertNull(pre.result().get(60, TimeUnit.SECONDS).error());
+      }
+      prefill.assertQuiet(prefillChecks);
+      decode.assertQuiet(decodeChecks);
     }
   }
 
