@@ -286,6 +286,8 @@ def main():
     ap.add_argument("--topic", default="")
     ap.add_argument("--block-size", type=int)
     ap.add_argument("--verify-hashes", action="store_true")
+    ap.add_argument("--print-events", action="store_true",
+                    help="print each batch's events as they arrive (Ctrl-C prints the summary)")
     args = ap.parse_args()
     endpoint, replay, topic, block_size, dp_rank = (
         args.endpoint, args.replay, args.topic, args.block_size, None)
@@ -305,10 +307,37 @@ def main():
     stdin_open = True
     poller.register(sys.stdin.fileno(), zmq.POLLIN)
     say("subscribed %s topic %r replay %s" % (endpoint, topic, replay))
+    try:
+        return serve(s, poller, stdin_open, args.print_events)
+    except KeyboardInterrupt:
+        say(json.dumps(s.summary(), sort_keys=True))
+        return 0
+
+
+def describe(payload):
+    """One line per event of a batch, for --print-events."""
+    lines = []
+    for e in msgpack.unpackb(payload, raw=False, strict_map_key=False)[1]:
+        if e[0] == "BlockStored":
+            lines.append("  BlockStored %s %d blocks, first %016x" % (
+                e[6] if len(e) > 6 else None, len(e[1]), e[1][0] if e[1] else 0))
+        elif e[0] == "BlockRemoved":
+            lines.append("  BlockRemoved %s %d blocks" % (e[2] if len(e) > 2 else None, len(e[1])))
+        else:
+            lines.append("  " + str(e[0]))
+    return lines
+
+
+def serve(s, poller, stdin_open, print_events):
     while True:
         ready = dict(poller.poll(1000))
         if s.sub is not None and ready.get(s.sub):
-            s.on_live(s.sub.recv_multipart())
+            frames = s.sub.recv_multipart()
+            s.on_live(frames)
+            if print_events and len(frames) == 3:
+                say("batch %d" % seq_of(frames[1]))
+                for line in describe(frames[2]):
+                    say(line)
             continue
         if stdin_open and ready.get(sys.stdin.fileno()):
             line = sys.stdin.readline()
