@@ -60,7 +60,6 @@ final class PdEvents {
   /** The longest text an event carries, in UTF-8 bytes (a longer one is cut). */
   static final int MAX_TEXT_BYTES = 512;
 
-  private final int rank;
   private final int size;
   private final Consumer<Event> apply;
   private final ArrayDeque<Event> outgoing = new ArrayDeque<>();
@@ -84,15 +83,9 @@ final class PdEvents {
     }
   }
 
-  PdEvents(int rank, int size, Consumer<Event> apply) {
-    this.rank = rank;
+  PdEvents(int size, Consumer<Event> apply) {
     this.size = size;
     this.apply = apply;
-  }
-
-  /** Whether the replica has one rank: events apply at once. */
-  boolean solo() {
-    return size == 1;
   }
 
   /** Reports an event of this rank: applied now on a single rank, else sent with the next round. */
@@ -192,11 +185,6 @@ final class PdEvents {
   /** Forgets every report of {@code id} (its request ended on every rank in this round). */
   void forget(long id) {
     pending.keySet().removeIf(k -> k.id() == id && k.kind() != Kind.RELEASED);
-  }
-
-  /** Reports waiting for other ranks (a test's view of what is held). */
-  int pendingReports() {
-    return pending.size();
   }
 
   private static String cut(String text) {

@@ -237,7 +237,7 @@ final class PdPort implements AutoCloseable {
     this.shards = new PdShards(layout, kvHeads, shard, role == EngineRole.PREFILL);
     this.hasStateGroups =
         layout.groups().stream().anyMatch(g -> g.kind() instanceof GroupKind.StateCheckpoints);
-    this.events = new PdEvents(rank, ranks, this::apply);
+    this.events = new PdEvents(ranks, this::apply);
     this.endpoints = new InetSocketAddress[ranks];
     if (role == EngineRole.PREFILL) {
       this.sender = KvSender.open(options.secret(), options.settings());

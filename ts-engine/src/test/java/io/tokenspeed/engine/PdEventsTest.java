@@ -82,7 +82,7 @@ class PdEventsTest {
     for (int k = 0; k < size; k++) {
       List<PdEvents.Event> mine = new ArrayList<>();
       applied.add(mine);
-      ranks.add(new PdEvents(k, size, mine::add));
+      ranks.add(new PdEvents(size, mine::add));
     }
     // what the ranks did report: a rank that applied a request's failure reports nothing more
     // of it but its release, as the engine's rooms do once ended
@@ -168,7 +168,7 @@ class PdEventsTest {
   @Test
   void shouldSplitReportsThatDoNotFitOneRoundAndCutLongTexts() {
     List<PdEvents.Event> applied = new ArrayList<>();
-    PdEvents solo = new PdEvents(0, 1, applied::add);
+    PdEvents solo = new PdEvents(1, applied::add);
     solo.report(PdEvents.Kind.FAILED, 5, "x".repeat(2000));
     assertEquals(1, applied.size(), "a single rank applies at once");
     assertEquals(
@@ -176,7 +176,7 @@ class PdEventsTest {
         applied.get(0).text().getBytes(StandardCharsets.UTF_8).length,
         "the reason is cut");
 
-    PdEvents rank = new PdEvents(1, 2, e -> {});
+    PdEvents rank = new PdEvents(2, e -> {});
     for (int i = 0; i < 200; i++) {
       rank.report(PdEvents.Kind.FAILED, i, "y".repeat(400));
     }
