@@ -32,6 +32,13 @@ final class CostReporter {
   /** A figure must move by more than this share for new figures to be sent. */
   static final double CHANGE = 0.05;
 
+  /**
+   * A store bandwidth below this share of the one last sent is sent at once, whatever the interval:
+   * restores under way may now be losing to recomputation, and every round that waits for the
+   * figures is a round their requests wait on a read they may abandon.
+   */
+  static final double SLOWDOWN = 0.5;
+
   private final PrefillFit fit = new PrefillFit();
 
   private CostFigures sent;
@@ -49,7 +56,8 @@ final class CostReporter {
 
   /**
    * The figures to agree on now, or null: the first that know anything, then whenever a figure
-   * moved by more than {@link #CHANGE} and {@link #MIN_INTERVAL_NS} passed since the last.
+   * moved by more than {@link #CHANGE} and {@link #MIN_INTERVAL_NS} passed since the last, or at
+   * once when the store's bandwidth fell below {@link #SLOWDOWN} of the last sent.
    */
   CostFigures due(RestoreEstimate store, long nowNs) {
     if (fit.samples() != fittedSamples) {
@@ -66,11 +74,19 @@ final class CostReporter {
     if (!f.storeKnown() && !f.prefillKnown()) {
       return null;
     }
-    if (sent != null && (nowNs - sentAtNs < MIN_INTERVAL_NS || !f.differsFrom(sent, CHANGE))) {
+    if (sent != null
+        && !slowedDown(f, sent)
+        && (nowNs - sentAtNs < MIN_INTERVAL_NS || !f.differsFrom(sent, CHANGE))) {
       return null;
     }
     sent = f;
     sentAtNs = nowNs;
     return f;
+  }
+
+  private static boolean slowedDown(CostFigures now, CostFigures sent) {
+    return now.storeKnown()
+        && sent.storeKnown()
+        && now.storeBytesPerSecond() < SLOWDOWN * sent.storeBytesPerSecond();
   }
 }

@@ -272,6 +272,8 @@ public record EngineMetrics(
    * @param partialRestores queries the model shortened to a partial restore
    * @param explorations queries issued although the model expected recomputing to win, to measure
    *     the store again
+   * @param abandoned restores whose requests stopped waiting on their GET because new figures made
+   *     recomputing faster than the rest of the read ({@code slower_than_compute})
    * @param figures the agreed figures the model decides with (a configured prior in place of a
    *     store not yet measured)
    * @param referenceTokens the prefix length the break-even bandwidth is for
@@ -286,6 +288,7 @@ public record EngineMetrics(
       Map<Bypass, Long> bypasses,
       long partialRestores,
       long explorations,
+      long abandoned,
       CostFigures figures,
       int referenceTokens,
       double breakEvenBytesPerSecond,
@@ -325,6 +328,7 @@ public record EngineMetrics(
           noBypasses(),
           0,
           0,
+          0,
           CostFigures.UNKNOWN,
           io.tokenspeed.scheduler.StorageConfig.DEFAULT_COST_MODEL_REFERENCE_TOKENS,
           Double.NaN,
@@ -345,6 +349,7 @@ public record EngineMetrics(
           bypasses,
           c.partialRestores(),
           c.costExplorations(),
+          c.restoresAbandoned(),
           model.figures(),
           reference,
           model.breakEvenBytesPerSecond(reference),

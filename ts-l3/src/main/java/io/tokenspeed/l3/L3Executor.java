@@ -128,6 +128,12 @@ public final class L3Executor {
     /** The executor's clock when a worker took the job (the restore estimate's time base). */
     long startClockNs;
 
+    /**
+     * Bytes of the rows that shares of this job read in full so far (a GET of several shares; under
+     * the lock): how fast the store is reading it while it runs.
+     */
+    long landedBytes;
+
     Throwable shareFailure; // the first exception, or an Error, of a share
     String shareConfigurationFailure;
 
@@ -186,6 +192,14 @@ public final class L3Executor {
    * the later ones are still being read.
    */
   static final int LANDING_SHARES_PER_WORKER = 4;
+
+  /**
+   * A GET cut into more shares than it has workers starts with one small share per worker, which
+   * together hold about this fraction (1 / LEAD_DIVISOR) of its rows: the first wave lands after a
+   * small part of the bytes, so the store's speed on this read is known early ({@link
+   * #restoreEstimate}) and its leading rows are the first to land.
+   */
+  static final int LEAD_DIVISOR = 64;
 
   /**
    * Told, on the thread that ran a GET's store call, which of the job's rows landed in full: the
@@ -575,12 +589,10 @@ public final class L3Executor {
     e.sharesLeft = n;
     e.startNanos = System.nanoTime();
     e.startClockNs = nanoClock.getAsLong();
+    int lead = ks.kind == StorageKind.GET ? config.getWorkers() : 0;
+    int[] cuts = shareCuts(owned.length, n, lead);
     for (int i = 0; i < n; i++) {
-      e.shareRows[i] =
-          java.util.Arrays.copyOfRange(
-              owned,
-              (int) ((long) owned.length * i / n),
-              (int) ((long) owned.length * (i + 1) / n));
+      e.shareRows[i] = java.util.Arrays.copyOfRange(owned, cuts[i], cuts[i + 1]);
     }
     for (int i = 1; i < n; i++) {
       ks.shares.addLast(new Share(e, i));
@@ -589,6 +601,32 @@ public final class L3Executor {
       ks.nonEmpty.signalAll();
     }
     return new Share(e, 0);
+  }
+
+  /**
+   * Where {@code rows} rows are cut into {@code n} contiguous shares: {@code n + 1} ascending
+   * offsets from 0 to {@code rows}. Evenly, unless there are more shares than {@code lead} workers
+   * and rows enough: then the first {@code lead} shares, the first wave, hold about {@code rows /
+   * LEAD_DIVISOR} rows between them (one each at least) and the others share the rest evenly.
+   */
+  static int[] shareCuts(int rows, int n, int lead) {
+    int[] cuts = new int[n + 1];
+    int waveRows = Math.max(lead, rows / LEAD_DIVISOR);
+    if (lead < 1 || n <= lead || rows - waveRows < n - lead) {
+      for (int i = 0; i <= n; i++) {
+        cuts[i] = (int) ((long) rows * i / n);
+      }
+      return cuts;
+    }
+    for (int i = 0; i <= lead; i++) {
+      cuts[i] = (int) ((long) waveRows * i / lead);
+    }
+    int rest = rows - waveRows;
+    int later = n - lead;
+    for (int i = 1; i <= later; i++) {
+      cuts[lead + i] = waveRows + (int) ((long) rest * i / later);
+    }
+    return cuts;
   }
 
   /** Runs one share's store call; the share that returns last completes the job. */
@@ -621,9 +659,11 @@ public final class L3Executor {
       return;
     }
     boolean last;
+    long landed = landedBytes(e.job, e.shareRows[share.index()], result);
     lock.lock();
     try {
       e.shareResults[share.index()] = result;
+      e.landedBytes += landed;
       if (failure != null && (e.shareFailure == null || failure instanceof Error)) {
         e.shareFailure = failure;
       }
@@ -640,6 +680,24 @@ public final class L3Executor {
     if (failure instanceof Error err) {
       throw err; // this worker dies as a worker failing a whole job would; the job completes once
     }
+  }
+
+  /** The bytes of a GET share's rows that were read in full (0 for other kinds, or no answer). */
+  private static long landedBytes(StorageJob job, int[] rows, StoreResult result) {
+    if (job.kind() != StorageKind.GET
+        || result == null
+        || !result.retired()
+        || result.rows().size() != rows.length) {
+      return 0;
+    }
+    long bytes = 0;
+    for (int i = 0; i < rows.length; i++) {
+      long want = job.rows().get(rows[i]).range().lengthBytes();
+      if (result.rows().get(i) instanceof RowResult.Ok ok && ok.bytes() == want) {
+        bytes += want;
+      }
+    }
+    return bytes;
   }
 
   /** Tells the landing listener which rows of a GET share landed in full. */
@@ -988,12 +1046,31 @@ public final class L3Executor {
 
   /**
    * What the store costs to restore from, as measured over this executor's QUERY and GET calls
-   * ({@link RestoreEstimate}); one short lock, no store call.
+   * ({@link RestoreEstimate}); one short lock, no store call. While GETs of several shares run, the
+   * bandwidth is at most the slowest one's rate so far (the bytes its finished shares read over the
+   * time since a worker took it), so a store that slowed down shows after a GET's first wave, not
+   * when its last share returns.
    */
   public RestoreEstimate restoreEstimate() {
     lock.lock();
     try {
-      return restoreEstimator.snapshot();
+      long now = nanoClock.getAsLong();
+      double slowest = 0;
+      for (Entry e : live.values()) {
+        if (e.phase != Phase.RUNNING
+            || e.job.kind() != StorageKind.GET
+            || e.probe
+            || e.landedBytes <= 0) {
+          continue;
+        }
+        long ns = now - e.startClockNs;
+        if (ns <= 0) {
+          continue;
+        }
+        double rate = e.landedBytes * 1e9 / ns;
+        slowest = slowest == 0 ? rate : Math.min(slowest, rate);
+      }
+      return restoreEstimator.snapshot(slowest);
     } finally {
       lock.unlock();
     }

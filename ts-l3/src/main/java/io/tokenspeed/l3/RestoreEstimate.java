@@ -9,16 +9,16 @@ package io.tokenspeed.l3;
  * @param latencyNs the moving average of a QUERY's wall time (an existence check moves no payload,
  *     so its time is the store's fixed cost per call), 0 before the first
  * @param bytesPerSecond the moving average of the GETs' bytes over their wall time less that
- *     latency, 0 before the first GET that moved bytes
+ *     latency, or the rate of a GET still running where that is lower; 0 before any GET moved bytes
  * @param calls QUERY calls measured
- * @param gets GETs measured
+ * @param gets GETs measured (finished)
  */
 public record RestoreEstimate(double latencyNs, double bytesPerSecond, long calls, long gets) {
   /** Nothing measured. */
   public static final RestoreEstimate NONE = new RestoreEstimate(0, 0, 0, 0);
 
-  /** Whether a GET was measured: the bandwidth is known. */
+  /** Whether a GET was measured, finished or running: the bandwidth is known. */
   public boolean known() {
-    return gets > 0 && bytesPerSecond > 0;
+    return bytesPerSecond > 0;
   }
 }

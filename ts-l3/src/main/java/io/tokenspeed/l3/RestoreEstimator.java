@@ -47,13 +47,26 @@ final class RestoreEstimator {
     gets++;
   }
 
-  RestoreEstimate snapshot() {
+  /**
+   * The estimate now. {@code inflightBytesPerSecond}, when above 0, is the rate a GET still running
+   * has read at so far: the bandwidth is at most that (the store is slower now than its finished
+   * calls said), and stands in for it before any GET finished.
+   */
+  RestoreEstimate snapshot(double inflightBytesPerSecond) {
     double bw =
         gets == 0
             ? 0
             : transferNs <= bytes / MAX_BYTES_PER_SECOND * 1e9
                 ? MAX_BYTES_PER_SECOND
                 : bytes / transferNs * 1e9;
+    if (inflightBytesPerSecond > 0) {
+      bw = bw == 0 ? inflightBytesPerSecond : Math.min(bw, inflightBytesPerSecond);
+    }
     return new RestoreEstimate(latencyNs, bw, calls, gets);
+  }
+
+  /** The estimate from finished calls alone. */
+  RestoreEstimate snapshot() {
+    return snapshot(0);
   }
 }

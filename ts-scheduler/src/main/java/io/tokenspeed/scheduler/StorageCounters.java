@@ -40,6 +40,7 @@ public final class StorageCounters {
   final Map<Bypass, Long> bypasses = new EnumMap<>(Bypass.class);
   long partialRestores;
   long costExplorations;
+  long restoresAbandoned;
   long queriesIssued;
   long getsIssued;
   long earlyH2dGets;
@@ -102,6 +103,14 @@ public final class StorageCounters {
    */
   public long costExplorations() {
     return costExplorations;
+  }
+
+  /**
+   * Restores whose requests stopped waiting on a GET under way because new cost figures (a store
+   * that read slower than expected) made recomputing the prefix faster than waiting for the rest.
+   */
+  public long restoresAbandoned() {
+    return restoresAbandoned;
   }
 
   public long queriesIssued() {
@@ -176,6 +185,8 @@ public final class StorageCounters {
         + partialRestores
         + " cost_explorations="
         + costExplorations
+        + " restores_abandoned="
+        + restoresAbandoned
         + " dropped="
         + droppedBackupKeys;
   }

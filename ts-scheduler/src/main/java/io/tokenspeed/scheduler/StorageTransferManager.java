@@ -186,6 +186,10 @@ public final class StorageTransferManager {
     int floor;
     int[] candidates;
     int boundary;
+
+    /** The agreed tick of the round that issued the restore's query (its GET keeps it). */
+    long issuedNs;
+
     Set<CacheKey> exists;
 
     Ticket(
@@ -442,6 +446,7 @@ public final class StorageTransferManager {
     t.prompt = prompt;
     t.floor = local;
     t.candidates = cands;
+    t.issuedNs = nowNs;
     startTimerAtNextTick(t); // the soft deadline starts with the clock of this round
     t.lease = new StorageLease(this, requestId, t.id);
     ops.add(new StorageOp.Query(t.id, ask));
@@ -550,6 +555,8 @@ public final class StorageTransferManager {
       reserveDevice(get, query.prompt, boundary, needs);
     }
     get.prompt = query.prompt;
+    get.floor = query.floor;
+    get.issuedNs = query.issuedNs;
     get.boundary = boundary;
     get.deadlineNs = query.deadlineNs; // the soft deadline runs from query issue
     if (query.timerPending) {
@@ -1356,6 +1363,45 @@ public final class StorageTransferManager {
    */
   public void onCostFigures(io.tokenspeed.core.storage.CostFigures figures) {
     costModel.onFigures(figures);
+    abandonLosingRestores();
+  }
+
+  /**
+   * Ends the wait of each request whose GET, under the figures just agreed, is expected to take
+   * longer than the recomputation it saves (a store that reads slower than when the restore was
+   * chosen): its request goes to ordinary admission, as at a soft timeout, and the GET runs on
+   * detached. A GET is expected to take its restore time ({@link CostModel#restoreNs}) from the
+   * round that issued its query; what is left of that, against {@code prefill(floor, n) -
+   * prefill(boundary, n)}, raised by the margin, so that a restore the model chose only narrowly is
+   * not abandoned by the noise of the next figures. Only when the model decides; every rank applies
+   * the same figures in the same round, so every rank abandons alike.
+   */
+  private void abandonLosingRestores() {
+    if (!costModel.decides() || inFlight == 0) {
+      return;
+    }
+    double margin = 1 + config.costModelMarginPercent() / 100.0;
+    for (Ticket t : new ArrayList<>(tickets.values())) {
+      if (t.kind != StorageKind.GET
+          || t.backup
+          || t.phase != Phase.INFLIGHT
+          || t.prompt == null
+          || t.lease == null
+          || !t.lease.live()) {
+        continue;
+      }
+      int n = t.prompt.numTokens();
+      double saved = costModel.prefillNs(t.floor, n) - costModel.prefillNs(t.boundary, n);
+      double left =
+          costModel.restoreNs(costModel.ownerBytes(t.floor, t.boundary))
+              - Math.max(0, nowNs - t.issuedNs);
+      if (left > saved * margin) {
+        counters.restoresAbandoned++;
+        StorageLease lease = t.lease;
+        detach(t);
+        wake(lease, Wakeup.Reason.SLOWER_THAN_COMPUTE);
+      }
+    }
   }
 
   /** The scheduler's token budget, the size of a prefill's chunks (the cost model's prefill). */

@@ -20,6 +20,11 @@ public record Wakeup(long requestId, Reason reason, StorageLease ready) {
     READ_FAILED,
     /** The soft deadline passed. */
     SOFT_TIMEOUT,
+    /**
+     * The cost model's new figures made recomputing faster than waiting for the rest of the GET (a
+     * store reading slower than it did when the restore was chosen).
+     */
+    SLOWER_THAN_COMPUTE,
     /** The pressure gate closed while the request was in QUERY. */
     PRESSURE,
     /** An administrative clear rejected the operation. */

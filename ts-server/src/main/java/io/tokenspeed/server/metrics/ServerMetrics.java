@@ -566,6 +566,12 @@ public final class ServerMetrics {
         "Restores issued although the cost model expected recomputing to be faster, because none"
             + " was issued for async.cost_model_explore_ms: the store is measured again.",
         t -> t.costs().explorations());
+    transferCounter(
+        "tokenspeed:l3_restores_abandoned",
+        "Restores whose requests stopped waiting on their GET and computed the prefix instead:"
+            + " the store read slower than when the restore was chosen, and the cost model's new"
+            + " figures made recomputing faster than the rest of the read.",
+        t -> t.costs().abandoned());
     costGauge(
         "tokenspeed:l3_break_even_bandwidth_bytes_per_second",
         "The restore bandwidth (bytes per second of one owner's bytes) at which restoring a"
@@ -576,7 +582,8 @@ public final class ServerMetrics {
     costGauge(
         "tokenspeed:l3_restore_bandwidth_bytes_per_second",
         "The restore bandwidth the cost model decides with: the leader's moving average over its"
-            + " GETs (or async.cost_model_prior_mbps before the first); NaN until known.",
+            + " GETs, or the rate of a GET still running where that is lower (or"
+            + " async.cost_model_prior_mbps before the first); NaN until known.",
         c -> c.figures().storeKnown() ? c.figures().storeBytesPerSecond() : Double.NaN);
     costGauge(
         "tokenspeed:l3_restore_latency_seconds",

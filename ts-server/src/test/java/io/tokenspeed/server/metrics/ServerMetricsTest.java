@@ -247,6 +247,7 @@ class ServerMetricsTest {
         bypasses,
         n(rnd),
         n(rnd),
+        n(rnd),
         figures,
         8192,
         breakEven,
@@ -385,6 +386,9 @@ class ServerMetricsTest {
     eq(
         t.map(x -> x.costs().explorations()).orElse(0L),
         value(f, "tokenspeed:l3_cost_explorations_total"));
+    eq(
+        t.map(x -> x.costs().abandoned()).orElse(0L),
+        value(f, "tokenspeed:l3_restores_abandoned_total"));
     Optional<EngineMetrics.Costs> c = t.map(Transfers::costs);
     assertEquals(
         c.map(EngineMetrics.Costs::breakEvenBytesPerSecond).orElse(0.0),
