@@ -16,6 +16,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.logging.Logger;
 
 /**
@@ -40,9 +41,11 @@ import java.util.logging.Logger;
  *
  * <ul>
  *   <li>P answers 2xx: nothing to do; D's answer is the client's.
- *   <li>P fails or answers non-2xx before D started: D is cancelled and the client gets 502 naming
- *       the prefill backend (504 for a timeout), or P's own answer when it is a 4xx (the request
- *       itself was refused: every engine checks a request the same way).
+ *   <li>P fails or answers non-2xx before D started: the client gets P's own answer when it is a
+ *       4xx (the request itself was refused: every engine checks a request the same way). Else the
+ *       answer waits up to {@link #DECODE_VERDICT_MS} for D: a D that fails meanwhile is named (a
+ *       decode engine that went away fails its prefill too, usually first); otherwise D is
+ *       cancelled and the client gets 502 naming the prefill backend (504 for a timeout).
  *   <li>P fails after D started: D is left alone (it fails on its own if the KV never comes); the
  *       failure is counted.
  *   <li>D fails before it started: P is cancelled; 502 naming the decode backend (504 for a
@@ -106,6 +109,14 @@ final class Exchange {
   private OutputStream stream;
   private Outcome outcome;
 
+  /** P's failure before D started, held while D's verdict is awaited (see prefillFailed). */
+  private ApiException prefillFailure;
+
+  private long verdictDeadlineNs;
+
+  /** How long P's failure waits for D's before it is the client's answer. */
+  static final long DECODE_VERDICT_MS = 300;
+
   Exchange(Router router, Tally tally, ServerRequest req, ServerResponse res) {
     this.router = router;
     this.tally = tally;
@@ -159,7 +170,8 @@ final class Exchange {
       decode = send(d.backend(), path, toDecode, true);
       prefill = send(p.backend(), path, toPrefill, false);
       while (outcome == null) {
-        outcome = on(events.take());
+        Event next = prefillFailure == null ? events.take() : awaitDecodeVerdict();
+        outcome = on(next);
       }
       return outcome;
     } finally {
@@ -306,14 +318,45 @@ final class Exchange {
       send(a); // the request itself was refused: the client's answer, not a gateway failure
       return Outcome.BACKEND_ERROR;
     }
-    throw failed(prefill, "it answered " + a.status(), false);
+    return prefillFailed(failed(prefill, "it answered " + a.status(), false));
   }
 
   private Outcome onPrefillFailed(Failed f) {
     if (decodeStarted) {
       return null; // counted by the upstream; D fails on its own if the KV never comes
     }
-    throw failed(prefill, f.why(), f.kind() == FailureKind.TIMEOUT);
+    return prefillFailed(failed(prefill, f.why(), f.kind() == FailureKind.TIMEOUT));
+  }
+
+  /**
+   * P failed before D started. A decode engine that went away fails its prefill too (P cannot reach
+   * D's KV endpoint), and P's failure usually arrives first: so the answer waits up to {@link
+   * #DECODE_VERDICT_MS} for D's. If D fails meanwhile, the client's 502 names D, the cause;
+   * otherwise it names P, and D is cancelled.
+   */
+  private Outcome prefillFailed(ApiException failure) {
+    outcome = null; // not decided yet: see awaitDecodeVerdict
+    prefillFailure = failure;
+    verdictDeadlineNs = System.nanoTime() + DECODE_VERDICT_MS * 1_000_000L;
+    return null;
+  }
+
+  /** The next event while P's failure waits for D's verdict; throws P's failure when none came. */
+  private Event awaitDecodeVerdict() throws InterruptedException {
+    long left = verdictDeadlineNs - System.nanoTime();
+    Event next = left > 0 ? events.poll(left, TimeUnit.NANOSECONDS) : null;
+    if (next == null) {
+      outcome = Outcome.UPSTREAM_FAILED;
+      throw prefillFailure;
+    }
+    if (next instanceof Failed f && f.from() == decode) {
+      return next; // D failed too: onDecodeFailed names D
+    }
+    if (next instanceof Started || next instanceof Answered a && a.from() == decode) {
+      outcome = Outcome.UPSTREAM_FAILED; // D is alive: P's failure is the answer
+      throw prefillFailure;
+    }
+    return next; // the client's departure, or nothing that decides
   }
 
   private Outcome onDecodeFailed(Failed f) {

@@ -263,6 +263,34 @@ class RouterTest {
     assertTrue(rig.decode.getFirst().awaitCancellations(1, WAIT_MS), "decode was cancelled");
   }
 
+  /**
+   * A decode engine that goes away fails its prefill too (the prefill cannot reach its KV
+   * endpoint), and the prefill's failure often reaches the router first: the 502 names the decode
+   * backend, the cause, whichever failure came first. Both stubs fail once both have read their
+   * requests, so the two orders race; five rounds (each with fresh stubs and router) see either.
+   */
+  @Test
+  void shouldNameTheDecodeBackendWhenBothFailBeforeDecodeStarted() throws Exception {
+    for (int round = 0; round < 5; round++) {
+      if (rig != null) {
+        rig.close(); // a failed backend is chosen again only once a poll finds it ready
+      }
+      rig = new RouterRig(1, 1, 21 + round);
+      StubBackend p = rig.prefill.getFirst();
+      StubBackend d = rig.decode.getFirst();
+      p.script = new StubBackend.Answer(502, "{\"error\":{\"message\":\"no route to decode\"}}");
+      p.before = d.receivedOne;
+      d.script = new StubBackend.Drop();
+      d.before = p.receivedOne;
+      HttpResponse<String> res = rig.post("/v1/completions", completion(round % 2 == 0));
+      assertEquals(502, res.statusCode(), res.body());
+      String message = error(res).get("message").asText();
+      assertTrue(message.contains(d.url()), "round " + round + ": " + res.body());
+      assertTrue(message.contains("decode"), "round " + round + ": " + res.body());
+      assertFalse(message.contains(p.url()), "round " + round + ": " + res.body());
+    }
+  }
+
   @Test
   void shouldAnswer502AndCancelPrefillWhenDecodeFailsBeforeItStarts() throws Exception {
     rig = new RouterRig(1, 1, 18);
