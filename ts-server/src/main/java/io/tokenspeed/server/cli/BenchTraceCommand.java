@@ -195,6 +195,13 @@ final class BenchTraceCommand implements Callable<Integer> {
   private double sloTtftMs = 2000;
 
   @Option(
+      names = "--baseline-first",
+      description =
+          "With --serve: replay the slice with L3 off first, then with L3 (default: L3 first),"
+              + " so that two runs in opposite orders tell the order's effect from L3's.")
+  private boolean baselineFirst;
+
+  @Option(
       names = "--out",
       paramLabel = "FILE.md",
       description = "Also write the report here, and its figures as JSON beside it (FILE.json).")
@@ -594,7 +601,10 @@ final class BenchTraceCommand implements Callable<Integer> {
     }
   }
 
-  /** The slice with L3 over {@code models}' engines (one a model), then without. */
+  /**
+   * The slice with L3 over {@code models}' engines (one a model), then without; the other way round
+   * with {@code --baseline-first}.
+   */
   private void replayBoth(
       Slice slice,
       TracePrompts prompts,
@@ -609,7 +619,7 @@ final class BenchTraceCommand implements Callable<Integer> {
       List<Replay> replays,
       PrintWriter err)
       throws Exception {
-    for (boolean l3 : new boolean[] {true, false}) {
+    for (boolean l3 : baselineFirst ? new boolean[] {false, true} : new boolean[] {true, false}) {
       List<Engine> engines = new ArrayList<>();
       List<Serving> servers = new ArrayList<>();
       try {

@@ -159,6 +159,42 @@ class BenchTraceCommandTest {
     assertTrue(report.contains("From the replicas' own metrics"), report);
   }
 
+  /** {@code --baseline-first} replays without L3 first, then with it: both runs, in that order. */
+  @Test
+  void shouldReplayTheBaselineFirstWhenAsked() throws Exception {
+    List<TraceRequest> requests = fitting(5, 40, 6);
+    Path file = trace(requests);
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "trace",
+            "--trace",
+            file.toString(),
+            "--serve",
+            "1",
+            "--model",
+            model(),
+            "--sequential",
+            "--max-output",
+            "1",
+            "--baseline-first",
+            "--out",
+            dir.resolve("first.md").toString());
+    assertEquals(0, run.exitCode(), run::toString);
+    JsonNode runs = new ObjectMapper().readTree(dir.resolve("first.json").toFile()).get("runs");
+    assertEquals(2, runs.size(), runs::toString);
+    assertEquals("off", runs.get(0).get("label").asText());
+    assertEquals("l3", runs.get(1).get("label").asText());
+    assertTrue(runs.get(0).get("l3") == null, "no L3 figures without L3");
+    assertTrue(runs.get(1).get("l3") != null, "the L3 run's figures");
+    for (JsonNode r : runs) {
+      assertEquals(0, r.get("failed").asInt(), r::toString);
+      assertEquals((long) requests.size(), r.get("output_tokens").asLong(), r::toString);
+    }
+    String err = run.err();
+    assertTrue(err.indexOf("L3 off:") < err.indexOf("with L3:"), err);
+  }
+
   /**
    * Two replicas over a real Redis server, round robin: with L3 a request reuses at least what it
    * reuses without (its replica's own history, and the store's), never more than the bound; the
