@@ -33,9 +33,9 @@ final class CostReporter {
   static final double CHANGE = 0.05;
 
   /**
-   * A store bandwidth below this share of the one last sent is sent at once, whatever the interval:
-   * restores under way may now be losing to recomputation, and every round that waits for the
-   * figures is a round their requests wait on a read they may abandon.
+   * A store bandwidth at or below this share of the one last sent (halved, or worse) is sent at
+   * once, whatever the interval: restores under way may now be losing to recomputation, and every
+   * round that waits for the figures is a round their requests wait on a read they may abandon.
    */
   static final double SLOWDOWN = 0.5;
 
@@ -57,7 +57,7 @@ final class CostReporter {
   /**
    * The figures to agree on now, or null: the first that know anything, then whenever a figure
    * moved by more than {@link #CHANGE} and {@link #MIN_INTERVAL_NS} passed since the last, or at
-   * once when the store's bandwidth fell below {@link #SLOWDOWN} of the last sent.
+   * once when the store's bandwidth fell to {@link #SLOWDOWN} of the last sent or below.
    */
   CostFigures due(RestoreEstimate store, long nowNs) {
     if (fit.samples() != fittedSamples) {
@@ -87,6 +87,6 @@ final class CostReporter {
   private static boolean slowedDown(CostFigures now, CostFigures sent) {
     return now.storeKnown()
         && sent.storeKnown()
-        && now.storeBytesPerSecond() < SLOWDOWN * sent.storeBytesPerSecond();
+        && now.storeBytesPerSecond() <= SLOWDOWN * sent.storeBytesPerSecond();
   }
 }

@@ -13,7 +13,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * The leader's rule for agreeing on new cost figures: nothing before anything is measured, the
- * first measurement at once, then only a move of more than 5 % and not within 200 ms of the last.
+ * first measurement at once, then only a move of more than 5 % and not within 200 ms of the last,
+ * unless the store's bandwidth halved (or worse): that is sent at once.
  */
 class CostReporterTest {
   private static final long MS = 1_000_000L;
@@ -39,6 +40,34 @@ class CostReporterTest {
     CostFigures fourth = r.due(new RestoreEstimate(2e6, 0.5e8, 4, 2), 600 * MS);
     assertNotNull(fourth, "the store halved its rate");
     assertEquals(0.5e8, fourth.storeBytesPerSecond());
+  }
+
+  @Test
+  void shouldSendAHalvedBandwidthAtOnceButWaitTheIntervalForSmallerDrops() {
+    CostReporter r = new CostReporter();
+    r.onForward(CHUNK, 10 * MS);
+    CostFigures first = r.due(new RestoreEstimate(2e6, 1e8, 3, 1), 0);
+    assertNotNull(first);
+    assertEquals(1e8, first.storeBytesPerSecond());
+    assertNull(
+        r.due(new RestoreEstimate(2e6, 0.6e8, 4, 2), 50 * MS),
+        "a 40 % drop waits for the interval");
+    CostFigures halved = r.due(new RestoreEstimate(2e6, 0.5e8, 5, 3), 60 * MS);
+    assertNotNull(halved, "halved within the interval: sent at once");
+    assertEquals(0.5e8, halved.storeBytesPerSecond());
+    assertNull(
+        r.due(new RestoreEstimate(2e6, 0.3e8, 6, 4), 100 * MS),
+        "40 % below the halved figures: the interval runs from their send");
+    assertNull(
+        r.due(new RestoreEstimate(2e6, 2e8, 7, 5), 150 * MS),
+        "a faster store waits for the interval");
+    assertNull(r.due(RestoreEstimate.NONE, 170 * MS), "a store no longer known is no slowdown");
+    CostFigures quarter = r.due(new RestoreEstimate(2e6, 0.1e8, 8, 6), 180 * MS);
+    assertNotNull(quarter, "a fifth of the last: sent at once");
+    assertEquals(0.1e8, quarter.storeBytesPerSecond());
+    CostFigures later = r.due(new RestoreEstimate(2e6, 0.06e8, 9, 7), 380 * MS);
+    assertNotNull(later, "the 40 % drop, once the interval passed");
+    assertEquals(0.06e8, later.storeBytesPerSecond());
   }
 
   @Test

@@ -128,11 +128,21 @@ public final class L3Executor {
     /** The executor's clock when a worker took the job (the restore estimate's time base). */
     long startClockNs;
 
+    /** The executor's clock when a worker took each share (a job of several shares). */
+    long[] shareTakenClockNs;
+
     /**
-     * Bytes of the rows that shares of this job read in full so far (a GET of several shares; under
-     * the lock): how fast the store is reading it while it runs.
+     * How many leading shares are a GET's first wave of small shares ({@link
+     * L3Executor#shareCuts}), 0 when it has none; how many of them are still running; the bytes
+     * they read (every row in full, or the wave is not measured); the longest of their calls. Under
+     * the lock.
      */
-    long landedBytes;
+    int waveShares;
+
+    int waveLeft;
+    long waveBytes;
+    long waveCallNs;
+    boolean waveWhole = true;
 
     Throwable shareFailure; // the first exception, or an Error, of a share
     String shareConfigurationFailure;
@@ -360,6 +370,7 @@ public final class L3Executor {
   private Work takeLocked(KindState ks) {
     Share share = ks.shares.pollFirst(); // a running job's share comes first, closing or not
     if (share != null) {
+      share.entry().shareTakenClockNs[share.index()] = nanoClock.getAsLong();
       return new Work(share, null);
     }
     Entry e = ks.queue.pollFirst();
@@ -591,6 +602,12 @@ public final class L3Executor {
     e.startClockNs = nanoClock.getAsLong();
     int lead = ks.kind == StorageKind.GET ? config.getWorkers() : 0;
     int[] cuts = shareCuts(owned.length, n, lead);
+    if (n > 1) {
+      e.shareTakenClockNs = new long[n];
+      e.shareTakenClockNs[0] = e.startClockNs;
+      e.waveShares = waveShares(owned.length, n, lead);
+      e.waveLeft = e.waveShares;
+    }
     for (int i = 0; i < n; i++) {
       e.shareRows[i] = java.util.Arrays.copyOfRange(owned, cuts[i], cuts[i + 1]);
     }
@@ -611,13 +628,13 @@ public final class L3Executor {
    */
   static int[] shareCuts(int rows, int n, int lead) {
     int[] cuts = new int[n + 1];
-    int waveRows = Math.max(lead, rows / LEAD_DIVISOR);
-    if (lead < 1 || n <= lead || rows - waveRows < n - lead) {
+    if (waveShares(rows, n, lead) == 0) {
       for (int i = 0; i <= n; i++) {
         cuts[i] = (int) ((long) rows * i / n);
       }
       return cuts;
     }
+    int waveRows = Math.max(lead, rows / LEAD_DIVISOR);
     for (int i = 0; i <= lead; i++) {
       cuts[i] = (int) ((long) waveRows * i / lead);
     }
@@ -627,6 +644,15 @@ public final class L3Executor {
       cuts[lead + i] = waveRows + (int) ((long) rest * i / later);
     }
     return cuts;
+  }
+
+  /**
+   * How many leading shares of {@link #shareCuts}{@code (rows, n, lead)} are its first wave of
+   * small shares: {@code lead}, or 0 when the rows are cut evenly.
+   */
+  static int waveShares(int rows, int n, int lead) {
+    int waveRows = Math.max(lead, rows / LEAD_DIVISOR);
+    return lead < 1 || n <= lead || rows - waveRows < n - lead ? 0 : lead;
   }
 
   /** Runs one share's store call; the share that returns last completes the job. */
@@ -660,10 +686,16 @@ public final class L3Executor {
     }
     boolean last;
     long landed = landedBytes(e.job, e.shareRows[share.index()], result);
+    long returnedClockNs = nanoClock.getAsLong();
     lock.lock();
     try {
       e.shareResults[share.index()] = result;
-      e.landedBytes += landed;
+      if (share.index() < e.waveShares) {
+        e.waveBytes += landed;
+        e.waveWhole &= failure == null && landed == rowBytes(e.job, e.shareRows[share.index()]);
+        e.waveCallNs = Math.max(e.waveCallNs, returnedClockNs - e.shareTakenClockNs[share.index()]);
+        e.waveLeft--;
+      }
       if (failure != null && (e.shareFailure == null || failure instanceof Error)) {
         e.shareFailure = failure;
       }
@@ -696,6 +728,15 @@ public final class L3Executor {
       if (result.rows().get(i) instanceof RowResult.Ok ok && ok.bytes() == want) {
         bytes += want;
       }
+    }
+    return bytes;
+  }
+
+  /** The bytes of {@code rows} of {@code job}. */
+  private static long rowBytes(StorageJob job, int[] rows) {
+    long bytes = 0;
+    for (int row : rows) {
+      bytes += job.rows().get(row).range().lengthBytes();
     }
     return bytes;
   }
@@ -1046,28 +1087,42 @@ public final class L3Executor {
 
   /**
    * What the store costs to restore from, as measured over this executor's QUERY and GET calls
-   * ({@link RestoreEstimate}); one short lock, no store call. While GETs of several shares run, the
-   * bandwidth is at most the slowest one's rate so far (the bytes its finished shares read over the
-   * time since a worker took it), so a store that slowed down shows after a GET's first wave, not
-   * when its last share returns.
+   * ({@link RestoreEstimate}); one short lock, no store call. While GETs run whose first wave of
+   * small shares ({@link #LEAD_DIVISOR}) has returned, every row read in full, the bandwidth is at
+   * most the slowest wave's rate: its bytes over its longest call less the latency, as a finished
+   * GET's are measured. So a store that reads slower than its finished calls said shows after a
+   * GET's first wave, not when its last share returns.
+   *
+   * <p>Only the wave is measured, and only once all of it returned. A running GET's bytes land a
+   * share at a time, so the bytes of its returned shares over the time since it started would count
+   * the time of the shares still running but none of their bytes: between two landings that figure
+   * falls far below the rate of a store that reads steadily (a twentieth of it before the second
+   * wave of a GET of four shares per worker, a quarter after the first of four even shares), and
+   * the engine would agree on it at once ({@code CostReporter}) and abandon restores the store is
+   * serving at its usual speed. The wave's shares start together on idle workers; one that waited
+   * for a busy worker makes its call no longer, so a busy executor overstates the wave's rate (no
+   * cap) rather than understates it.
    */
   public RestoreEstimate restoreEstimate() {
     lock.lock();
     try {
-      long now = nanoClock.getAsLong();
+      double latencyNs = restoreEstimator.latencyNs();
       double slowest = 0;
       for (Entry e : live.values()) {
         if (e.phase != Phase.RUNNING
             || e.job.kind() != StorageKind.GET
             || e.probe
-            || e.landedBytes <= 0) {
+            || e.waveShares == 0
+            || e.waveLeft > 0
+            || !e.waveWhole
+            || e.waveBytes <= 0) {
           continue;
         }
-        long ns = now - e.startClockNs;
+        double ns = e.waveCallNs - latencyNs;
         if (ns <= 0) {
-          continue;
+          continue; // faster than the latency: nothing against the finished calls
         }
-        double rate = e.landedBytes * 1e9 / ns;
+        double rate = e.waveBytes * 1e9 / ns;
         slowest = slowest == 0 ? rate : Math.min(slowest, rate);
       }
       return restoreEstimator.snapshot(slowest);

@@ -47,10 +47,15 @@ final class RestoreEstimator {
     gets++;
   }
 
+  /** The latency estimate (0 before the first QUERY). */
+  double latencyNs() {
+    return latencyNs;
+  }
+
   /**
    * The estimate now. {@code inflightBytesPerSecond}, when above 0, is the rate a GET still running
-   * has read at so far: the bandwidth is at most that (the store is slower now than its finished
-   * calls said), and stands in for it before any GET finished.
+   * read its first wave at: the bandwidth is at most that (the store is slower now than its
+   * finished calls said), and stands in for it before any GET finished.
    */
   RestoreEstimate snapshot(double inflightBytesPerSecond) {
     double bw =

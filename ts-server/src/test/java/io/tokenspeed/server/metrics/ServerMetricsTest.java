@@ -82,6 +82,7 @@ class ServerMetricsTest {
             "tokenspeed:l3_refused_put_keys_total",
             "tokenspeed:l3_partial_restores_total",
             "tokenspeed:l3_cost_explorations_total",
+            "tokenspeed:l3_restores_abandoned_total",
             "tokenspeed:kv_events_published_total",
             "tokenspeed:kv_events_dropped_total")) {
       FAMILIES.put(c, Type.COUNTER);
