@@ -424,12 +424,14 @@ class EngineL3Test {
       EngineTest.assertSame(want, third, "and again");
     }
     assertTrue(r.broken.isEmpty(), () -> r.broken.toString());
-    // with early Device copies a GET is cut finer (up to four shares per worker, 1 MiB at least)
-    int share = early ? 64 : 128;
+    // with early Device copies a GET is cut finer (up to four shares per worker, 1 MiB at least:
+    // 8 shares) and starts with a first wave of one small share per worker, a 64th of its rows
+    // together (8 rows, 2 a share), the first four inside the store; without, in four of 128
+    int share = early ? 512 / 64 / 4 : 128;
     assertEquals(
         List.of(share, share, share, share),
         getSizes.subList(0, 4).stream().sorted().toList(),
-        "512 block objects (8 MiB) in shares of " + share + ", four inside the store at once");
+        "512 block objects (8 MiB), four shares of " + share + " inside the store at once");
 
     // and without the gate: a fresh reader restores the whole prefix through shares
     Run got =
