@@ -187,7 +187,11 @@ public final class StorageTransferManager {
     int[] candidates;
     int boundary;
 
-    /** The agreed tick of the round that issued the restore's query (its GET keeps it). */
+    /**
+     * The agreed tick of the round that issued the restore's query (its GET keeps it). On a replica
+     * of several ranks that tick is a round old, older after an idle gap: the time gone since
+     * counts a little more than passed, so the restore is abandoned later rather than sooner.
+     */
     long issuedNs;
 
     Set<CacheKey> exists;
@@ -518,6 +522,18 @@ public final class StorageTransferManager {
       int boundary = cache.matchAssuming(t.prompt, cands, exists::contains);
       if (boundary <= t.floor) {
         break;
+      }
+      if (costModel.decides()
+          && loses(
+              t.prompt,
+              t.floor,
+              boundary,
+              t.issuedNs,
+              1 + config.costModelMarginPercent() / 100.0)) {
+        // figures agreed while the query ran say the store has slowed: no GET is issued
+        counters.restoresAbandoned++;
+        wake(lease, Wakeup.Reason.SLOWER_THAN_COMPUTE);
+        return;
       }
       if (reserve(t, lease, boundary)) {
         return;
@@ -1390,18 +1406,26 @@ public final class StorageTransferManager {
           || !t.lease.live()) {
         continue;
       }
-      int n = t.prompt.numTokens();
-      double saved = costModel.prefillNs(t.floor, n) - costModel.prefillNs(t.boundary, n);
-      double left =
-          costModel.restoreNs(costModel.ownerBytes(t.floor, t.boundary))
-              - Math.max(0, nowNs - t.issuedNs);
-      if (left > saved * margin) {
+      if (loses(t.prompt, t.floor, t.boundary, t.issuedNs, margin)) {
         counters.restoresAbandoned++;
         StorageLease lease = t.lease;
         detach(t);
         wake(lease, Wakeup.Reason.SLOWER_THAN_COMPUTE);
       }
     }
+  }
+
+  /**
+   * Whether a restore of {@code prompt} from {@code floor} to {@code boundary}, issued at {@code
+   * issuedNs}, is now expected to need longer than the recomputation it saves, raised by {@code
+   * margin} (see {@link #abandonLosingRestores}).
+   */
+  private boolean loses(PromptKeys prompt, int floor, int boundary, long issuedNs, double margin) {
+    int n = prompt.numTokens();
+    double saved = costModel.prefillNs(floor, n) - costModel.prefillNs(boundary, n);
+    double left =
+        costModel.restoreNs(costModel.ownerBytes(floor, boundary)) - Math.max(0, nowNs - issuedNs);
+    return left > saved * margin;
   }
 
   /** The scheduler's token budget, the size of a prefill's chunks (the cost model's prefill). */

@@ -251,6 +251,48 @@ class StmAbandonTest {
     assertEquals(0, f.stm.hostCreditsInUse());
   }
 
+  /**
+   * Figures agreed while a query runs that make its restore lose: the query's answer issues no GET,
+   * the request computes instead, and the abandonment is counted; a query answered under figures by
+   * which the restore still wins issues its GET.
+   */
+  @Test
+  void shouldIssueNoGetForAQueryAnsweredAfterTheStoreSlowedDown() {
+    f = fixture(on(10));
+    PromptKeys p = f.prompt(300, 8);
+    PromptKeys kept = f.prompt(300, 9);
+    f.stm.onCostFigures(storeTaking(30, p));
+    f.stm.onTick(0);
+    StorageTransferManager.Preparation prep = f.stm.prepare(1, p, true);
+    StorageTransferManager.Preparation keptPrep = f.stm.prepare(2, kept, true);
+    List<StorageOp> queries = f.drain();
+    assertEquals(2, queries.size(), queries::toString);
+    f.stm.onTick(5 * MS);
+    f.stm.onCostFigures(storeTaking(3000, p)); // a query is not abandoned: nothing read yet
+    assertTrue(f.stm.drainWakeups().isEmpty());
+    f.stm.onCompletion(allOk((StorageOp.Query) queries.get(0)));
+    Wakeup w = only1(f.stm.drainWakeups());
+    assertEquals(1, w.requestId());
+    assertEquals(Wakeup.Reason.SLOWER_THAN_COMPUTE, w.reason());
+    assertFalse(prep.lease().live());
+    assertTrue(f.drain().isEmpty(), "no GET for it");
+    assertEquals(1, f.stm.counters().restoresAbandoned());
+    assertEquals(0, f.stm.counters().getsIssued());
+
+    f.stm.onCostFigures(storeTaking(30, p)); // the store reads fast again
+    f.stm.onCompletion(allOk((StorageOp.Query) queries.get(1)));
+    StorageOp.Get g = (StorageOp.Get) only(f.drain(), StorageOp.Get.class);
+    assertTrue(keptPrep.lease().live());
+    assertEquals(1, f.stm.counters().getsIssued());
+    f.stm.onCompletion(allOk(g));
+    Wakeup ready = only1(f.stm.drainWakeups());
+    assertEquals(Wakeup.Reason.READ_COMPLETE, ready.reason());
+    ready.ready().close();
+    assertEquals(1, f.stm.counters().restoresAbandoned());
+    assertEquals(0, f.stm.hostCreditsInUse());
+    assertEquals(0, f.stm.operationsInUse());
+  }
+
   @Test
   void shouldAbandonNothingWhileTheModelIsOff() {
     f = fixture(on(10).withCostModel(false));
