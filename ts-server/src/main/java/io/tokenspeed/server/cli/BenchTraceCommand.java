@@ -265,6 +265,17 @@ final class BenchTraceCommand implements Callable<Integer> {
       }
     }
 
+    /** These figures less {@code before}'s: what happened between two snapshots. */
+    L3Figures minus(L3Figures before) {
+      return new L3Figures(
+          getBytes - before.getBytes,
+          putBytes - before.putBytes,
+          getsIssued - before.getsIssued,
+          softTimeouts - before.softTimeouts,
+          readyExpirations - before.readyExpirations,
+          pressureBypasses - before.pressureBypasses);
+    }
+
     /**
      * The L3 fallbacks, as {@code bench serve} counts them: waits for L3 ended by their soft
      * deadline, Ready holds that expired before admission used them, and pressure bypasses. Each is
@@ -641,9 +652,13 @@ final class BenchTraceCommand implements Callable<Integer> {
                 .toList();
         err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
         err.flush();
+        warmUp(uris, vocab, client);
+        awaitQuiet(engines);
+        Optional<L3Figures> before = L3Figures.of(engines);
         Replay done = replay(l3 ? "l3" : "off", slice, prompts, uris, client);
         awaitQuiet(engines);
-        replays.add(done.with(L3Figures.of(engines)));
+        replays.add(
+            done.with(L3Figures.of(engines).map(after -> after.minus(before.orElseThrow()))));
         if (l3 && redisUri != null) {
           engines
               .getFirst()
@@ -652,6 +667,31 @@ final class BenchTraceCommand implements Callable<Integer> {
       } finally {
         servers.forEach(Serving::close);
         engines.forEach(Engine::close);
+      }
+    }
+  }
+
+  /** Tokens of the warm-up prompt each replica serves before a replay ({@link #warmUp}). */
+  static final int WARM_UP_TOKENS = 256;
+
+  /**
+   * One request to each replica before the replay, outside its figures: a fresh process's first
+   * requests pay for compiling the hot code and, on a GPU, for the kernels' first launches, which
+   * would otherwise fall on whichever run goes first. The prompt is {@link #WARM_UP_TOKENS} tokens
+   * of a generator of its own, which no trace prompt shares beyond chance, and asks for 2 tokens; a
+   * replica that fails it fails the run.
+   */
+  private static void warmUp(List<URI> uris, int vocab, StreamClient client)
+      throws InterruptedException {
+    java.util.SplittableRandom rnd = new java.util.SplittableRandom(0x5741524dL);
+    for (URI uri : uris) {
+      int[] prompt = new int[WARM_UP_TOKENS];
+      for (int i = 0; i < prompt.length; i++) {
+        prompt[i] = rnd.nextInt(vocab);
+      }
+      StreamClient.Completion c = client.complete(uri, prompt, 2);
+      if (c.error() != null) {
+        throw new IllegalStateException("the warm-up request to " + uri + " failed: " + c.error());
       }
     }
   }
@@ -891,7 +931,11 @@ final class BenchTraceCommand implements Callable<Integer> {
                   + " (`kind` get, put; the executor's payload bytes, every `tp_rank`); GETs:"
                   + " `tokenspeed:l3_operations_issued_total{kind=\"get\"}`."
               : "\nFrom the replicas' own metrics (the executor's payload bytes, summed over the"
-                  + " replicas), once they were quiet after the replay.");
+                  + " replicas): the difference between a snapshot once they were quiet after their"
+                  + " warm-up request (one each, "
+                  + WARM_UP_TOKENS
+                  + " tokens no trace prompt shares, before the replay and outside every figure)"
+                  + " and one once they were quiet after the replay.");
       b.append(
           " Pressure bypasses: requests that skipped L3 because its pressure gate was closed"
               + " (`reason=\"pressure\"`). Fallbacks: soft timeouts + Ready holds expired +"
