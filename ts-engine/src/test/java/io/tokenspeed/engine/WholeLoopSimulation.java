@@ -238,6 +238,8 @@ final class WholeLoopSimulation implements AutoCloseable {
   long requestsFinished;
   long requestsCancelled;
   long softTimeouts;
+  long restoresAbandoned;
+  private long abandonedBefore;
   long clears;
   long rotations;
   long weightUpdates;
@@ -613,6 +615,7 @@ final class WholeLoopSimulation implements AutoCloseable {
     last = leader;
     long cancelledBefore = requestsCancelled;
     long soft = manager(0).counters().softTimeouts() - softBefore;
+    restoresAbandoned += manager(0).counters().restoresAbandoned() - abandonedBefore;
     checkRound(now, soft);
     checkFrozen(leader, soft, cancelledBefore);
     boolean forward = last.forwardPlanned();
@@ -1018,6 +1021,7 @@ final class WholeLoopSimulation implements AutoCloseable {
   private long markRoundStart() {
     issuedBefore = issuedOperations();
     inFlightBefore = manager(0).inFlightOperations();
+    abandonedBefore = manager(0).counters().restoresAbandoned();
     return manager(0).counters().softTimeouts();
   }
 
@@ -1337,6 +1341,8 @@ final class WholeLoopSimulation implements AutoCloseable {
         + requestsCancelled
         + " softTimeouts="
         + softTimeouts
+        + " restoresAbandoned="
+        + restoresAbandoned
         + " clears="
         + clears
         + " rotations="

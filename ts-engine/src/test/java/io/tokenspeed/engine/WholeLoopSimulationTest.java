@@ -58,6 +58,7 @@ class WholeLoopSimulationTest {
   private static final AtomicLong FROZEN_SOFT_TIMEOUTS = new AtomicLong();
   private static final AtomicLong FROZEN_CANCELLATIONS = new AtomicLong();
   private static final AtomicLong COST_MODEL_SEEDS = new AtomicLong();
+  private static final AtomicLong ABANDONED = new AtomicLong();
   private static final AtomicLong EARLY_H2D_SEEDS = new AtomicLong();
   private static final AtomicLong EARLY_H2D_BLOCKS = new AtomicLong();
   private static final AtomicLong STAGED_LOAD_BYTES = new AtomicLong();
@@ -129,6 +130,7 @@ class WholeLoopSimulationTest {
       HOST_BLOCKS_CHECKED.addAndGet(sim.hostBlocksChecked);
       FROZEN_ROUNDS.addAndGet(sim.frozenRounds);
       COST_MODEL_SEEDS.addAndGet(sim.costModel() ? 1 : 0);
+      ABANDONED.addAndGet(sim.restoresAbandoned);
       EARLY_H2D_SEEDS.addAndGet(sim.earlyH2d() ? 1 : 0);
       EARLY_H2D_BLOCKS.addAndGet(sim.earlyH2dBlocks());
       STAGED_LOAD_BYTES.addAndGet(sim.stagedLoadedBytes());
@@ -281,7 +283,11 @@ class WholeLoopSimulationTest {
             + ", Device blocks they published "
             + EARLY_H2D_BLOCKS.get()
             + "; bytes loaded in stages of layers while the forward computed "
-            + STAGED_LOAD_BYTES.get());
+            + STAGED_LOAD_BYTES.get()
+            + "; seeds with the cost model "
+            + COST_MODEL_SEEDS.get()
+            + ", restores they abandoned as slower than computing "
+            + ABANDONED.get());
     long rounds = ROUNDS.get();
     if (VIOLATIONS.get() == 0 && rounds >= 500_000) {
       // a full run takes every path the faults open

@@ -827,6 +827,13 @@ final class BenchTtftCommand implements Callable<Integer> {
                         .append(e.getKey());
                   }
                 });
+        long abandoned = n.path("restores_abandoned").asLong();
+        if (abandoned > 0) {
+          reasons
+              .append(reasons.isEmpty() ? "" : ", ")
+              .append(abandoned)
+              .append(" abandoned while reading");
+        }
         String cohort = n.get("cohort").asText();
         String ratio = "";
         if (throttleMbps != null && cohort.equals("slow-l3")) {
@@ -864,7 +871,9 @@ final class BenchTtftCommand implements Callable<Integer> {
         "\nBypasses count each request once, by the reason its preparation sent it to ordinary"
             + " admission without asking L3 (slower_than_compute: the cost model expected"
             + " recomputing to beat any restore; local_hit, short_extension, nothing_to_ask: the"
-            + " fixed rules). The restore bandwidth and latency are the figures the model decided"
+            + " fixed rules); abandoned while reading: restores whose request stopped waiting on"
+            + " its GET and computed instead, the store reading slower than when they were"
+            + " chosen. The restore bandwidth and latency are the figures the model decided"
             + " with at the cohort's end (the TP leader's moving averages over its GETs and"
             + " QUERYs); the break-even is the bandwidth at which restoring the reference prefix"
             + " takes as long as recomputing it at the measured prefill rate. Blocks copied to"

@@ -570,6 +570,7 @@ final class BenchWorkerCommand implements Callable<Integer> {
     line.put("cost_model", c.enabled());
     line.put("partial_restores", c.partialRestores());
     line.put("explorations", c.explorations());
+    line.put("restores_abandoned", c.abandoned());
     line.put("restore_bytes_per_second", c.figures().storeBytesPerSecond());
     line.put("restore_latency_ms", c.figures().storeLatencyNs() / 1e6);
     line.put("break_even_bytes_per_second", c.breakEvenBytesPerSecond());
