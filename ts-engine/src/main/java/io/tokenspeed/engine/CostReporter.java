@@ -60,6 +60,24 @@ final class CostReporter {
    * once when the store's bandwidth fell to {@link #SLOWDOWN} of the last sent or below.
    */
   CostFigures due(RestoreEstimate store, long nowNs) {
+    CostFigures f = next(store, nowNs);
+    if (f != null) {
+      sent = f;
+      sentAtNs = nowNs;
+    }
+    return f;
+  }
+
+  /**
+   * Whether {@link #due} would send figures now, without sending them: the idle loop asks, so that
+   * figures that moved in a burst's last rounds, within the interval, are agreed once it passed
+   * rather than by the next request's round, which would decide on the older ones.
+   */
+  boolean pending(RestoreEstimate store, long nowNs) {
+    return next(store, nowNs) != null;
+  }
+
+  private CostFigures next(RestoreEstimate store, long nowNs) {
     if (fit.samples() != fittedSamples) {
       coefficients = fit.coefficients();
       fittedSamples = fit.samples();
@@ -79,8 +97,6 @@ final class CostReporter {
         && (nowNs - sentAtNs < MIN_INTERVAL_NS || !f.differsFrom(sent, CHANGE))) {
       return null;
     }
-    sent = f;
-    sentAtNs = nowNs;
     return f;
   }
 

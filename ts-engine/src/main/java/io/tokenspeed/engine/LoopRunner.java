@@ -16,7 +16,8 @@ import java.util.function.LongSupplier;
  *                 completion record or work wakes the loop
  *   idle          a wait until work arrives, at most the idle wait, at most a storage tick while L3
  *                 facts are still to come, until a refused backup's paced retry; on a replica's
- *                 leader a heartbeat round at least every {@link #HEARTBEAT_MS}
+ *                 leader a heartbeat round at least every {@link #HEARTBEAT_MS}, and a round when
+ *                 it holds cost figures to send
  *   follower      a replica's other ranks run a round after another: the leader paces them, as
  *                 the exchange waits for its report
  * </pre>
@@ -188,14 +189,15 @@ final class LoopRunner {
 
   /**
    * After {@code turn}'s idle wait, at {@code nowNs}: whether a round is due — L3 facts still to
-   * come (a round per event or tick), a backup retry due, a heartbeat due, or work arrived.
-   * Otherwise the metrics snapshot is refreshed when stale.
+   * come (a round per event or tick), a backup retry due, a heartbeat due, work arrived, or cost
+   * figures the leader would send (which the round sends). Otherwise the metrics snapshot is
+   * refreshed when stale.
    */
   boolean dueAfterIdle(Turn turn, long nowNs) {
     boolean retryDue = round.backupRetryInNs(nowNs) <= 0;
     boolean heartbeat =
         round.replicated() && nowNs - lastRoundNs >= TimeUnit.MILLISECONDS.toNanos(HEARTBEAT_MS);
-    if (turn.busy() || retryDue || heartbeat || round.workArrived()) {
+    if (turn.busy() || retryDue || heartbeat || round.workArrived() || round.costsPending(nowNs)) {
       return true;
     }
     round.refreshIdleMetrics(nowNs);

@@ -801,6 +801,14 @@ final class Round {
    * counts in agreed ticks, which follow the clock by one round, so a due retry takes a round or
    * two.
    */
+  /**
+   * Whether the leader holds cost figures it would send now ({@link CostReporter#pending}): the
+   * idle loop then runs a round, which sends them.
+   */
+  boolean costsPending(long nowNs) {
+    return costs != null && !stopped && costs.pending(storage.restoreEstimate(), nowNs);
+  }
+
   long backupRetryInNs(long nowNs) {
     if (stm == null || stm.quarantined()) {
       return Long.MAX_VALUE;

@@ -1,6 +1,7 @@
 package io.tokenspeed.engine;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -40,6 +41,27 @@ class CostReporterTest {
     CostFigures fourth = r.due(new RestoreEstimate(2e6, 0.5e8, 4, 2), 600 * MS);
     assertNotNull(fourth, "the store halved its rate");
     assertEquals(0.5e8, fourth.storeBytesPerSecond());
+  }
+
+  /**
+   * What the idle loop asks: {@code pending} says whether {@code due} would send, and changes
+   * nothing; figures held back by the interval are pending once it passed.
+   */
+  @Test
+  void shouldSayWhetherFiguresArePendingWithoutSendingThem() {
+    CostReporter r = new CostReporter();
+    assertFalse(r.pending(RestoreEstimate.NONE, 0), "nothing measured");
+    r.onForward(CHUNK, 10 * MS);
+    RestoreEstimate store = new RestoreEstimate(2e6, 1e8, 3, 1);
+    assertTrue(r.pending(store, 0));
+    assertTrue(r.pending(store, 0), "asking sent nothing");
+    assertNotNull(r.due(store, 0));
+    assertFalse(r.pending(store, 1 * MS), "sent: nothing moved");
+    RestoreEstimate slower = new RestoreEstimate(2e6, 0.7e8, 4, 2);
+    assertFalse(r.pending(slower, 100 * MS), "30 % slower, within the interval");
+    assertTrue(r.pending(slower, 200 * MS), "the interval passed");
+    assertEquals(0.7e8, r.due(slower, 200 * MS).storeBytesPerSecond());
+    assertFalse(r.pending(slower, 500 * MS));
   }
 
   @Test
