@@ -59,6 +59,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * round with a dead or stalled rank the clock moves only while every rank still in its round waits
  * on the hub ({@link LocalRelayHub#waiting()}), a round timeout at a time.
  *
+ * <p><b>The cost model</b> is on in a third of the clean seeds. At TP 1 their forwards cost
+ * simulated time (a fixed part and a part per token), which the engine measures and fits, so that
+ * the model decides; their store's GETs turn slow now and then for a spell, so that restores chosen
+ * under a fast store's figures are abandoned while they read.
+ *
  * <p><b>Faults.</b> In three seeds of four the store is hostile ({@link SimStore.Faults#HOSTILE}):
  * slow calls past the soft deadline (reordered completions), hung calls until a restart, refusal
  * spells, short reads, rotted objects, outages, restarts; one seed in eight also answers unretired
@@ -166,6 +171,11 @@ final class WholeLoopSimulation implements AutoCloseable {
   /** The ranks' faults (deaths and stalls), apart from {@link #rnd}: TP 1 seeds draw none. */
   private final SplittableRandom rankFaults;
 
+  /** The slow spells' generator and the next one's start ({@link #slowSpells}). */
+  private final SplittableRandom spells;
+
+  private long nextSlowSpellNs = Long.MAX_VALUE;
+
   private final AtomicLong clock = new AtomicLong(1_000 * MS);
   final SimStore store;
   private final ExecutorService rankThreads;
@@ -222,6 +232,21 @@ final class WholeLoopSimulation implements AutoCloseable {
   // the leader's runner, whose idle policy the simulation asks, and the last round it ran
   private LoopRunner runner;
   private RoundResult last = RoundResult.NONE;
+
+  /**
+   * With the cost model on, a bypassed store is asked again after this much agreed time: the slow
+   * spells end, and the seed's later restores are to be exercised too.
+   */
+  static final long COST_MODEL_EXPLORE_MS = 2_000;
+
+  /**
+   * What a forward costs in simulated time on a seed with the cost model at TP 1: a fixed part and
+   * a part per token, so that recomputing a prefix of a few hundred tokens costs tens of
+   * milliseconds, more than an ordinary restore (a few ms) and less than one in a slow spell.
+   */
+  static final long FORWARD_BASE_NS = 200_000;
+
+  static final long FORWARD_TOKEN_NS = 100_000;
 
   // the checks' state
   private final Map<String, Long> refusedAt = new HashMap<>();
@@ -294,6 +319,7 @@ final class WholeLoopSimulation implements AutoCloseable {
     this.planted = planted;
     this.rnd = new SplittableRandom(seed);
     this.rankFaults = new SplittableRandom(seed ^ 0x7A4B_D1E5_0C39_F286L);
+    this.spells = new SplittableRandom(seed ^ 0x51_0E5B_E11L);
     this.faulty = seed % 4 != 0;
     SimStore.Faults faults = faulty ? SimStore.Faults.HOSTILE : SimStore.Faults.NONE;
     if (faulty && seed % 8 == 1) {
@@ -331,7 +357,11 @@ final class WholeLoopSimulation implements AutoCloseable {
         StorageConfig.defaults()
             .withSoftDeadlineMs(SOFT_DEADLINE_MS)
             .withMinExtensionTokens(16)
-            .withCostModel(costModel)
+            .withCostModel(
+                costModel,
+                StorageConfig.DEFAULT_COST_MODEL_MARGIN_PERCENT,
+                COST_MODEL_EXPLORE_MS,
+                0)
             .withEarlyH2d(earlyH2d);
     L3ExecutorConfig executor = new L3ExecutorConfig(2, 2, 2, 64, 64, 64, 128, 1_000, 0);
     this.runtime = new StorageRuntimeConfig(scheduling, executor);
@@ -372,6 +402,11 @@ final class WholeLoopSimulation implements AutoCloseable {
     try {
       for (int r = 0; r < tp; r++) {
         SimModel model = new SimModel(VOCAB, 2, window, modelSeed, collectives[r], weightVersion);
+        if (costModel && tp == 1) {
+          // the forward costs simulated time, which the engine measures: its cost model fits a
+          // prefill and decides (at TP > 1 the ranks' threads would move the one clock each)
+          model.onForward(t -> clock.addAndGet(FORWARD_BASE_NS + FORWARD_TOKEN_NS * t));
+        }
         rank0 = rank0 == null ? model : rank0;
         Engine e =
             Engine.start(
@@ -508,6 +543,7 @@ final class WholeLoopSimulation implements AutoCloseable {
    */
   private void step() throws Exception {
     frontend();
+    slowSpells();
     LoopRunner.Turn turn = runner.nextTurn(last);
     long now = clock.get();
     if (turn.waitMs() > 0) {
@@ -620,6 +656,26 @@ final class WholeLoopSimulation implements AutoCloseable {
     checkFrozen(leader, soft, cancelledBefore);
     boolean forward = last.forwardPlanned();
     advanceTo(now + (forward ? 50_000 + rnd.nextLong(1_000_000) : 5_000 + rnd.nextLong(20_000)));
+  }
+
+  /**
+   * With the cost model on: every 2 to 12 s of simulated time the store's GETs turn slow for 0.5 to
+   * 3 s (50 to 500 ms more a call), so that restores chosen under the figures of a fast store are
+   * abandoned while they read, and queries answered meanwhile issue no GET. Its own generator: the
+   * seeds without the cost model run exactly as before.
+   */
+  private void slowSpells() {
+    if (!costModel) {
+      return;
+    }
+    long now = clock.get();
+    if (nextSlowSpellNs == Long.MAX_VALUE) {
+      nextSlowSpellNs = now + (2_000 + spells.nextLong(10_000)) * MS;
+    }
+    if (now - nextSlowSpellNs >= 0) {
+      store.slowGets((50 + spells.nextLong(450)) * MS, now + (500 + spells.nextLong(2_500)) * MS);
+      nextSlowSpellNs = now + (2_000 + spells.nextLong(10_000)) * MS;
+    }
   }
 
   /** Simulated time to the next rank's fault: 2 to 40 s. */
@@ -1343,6 +1399,14 @@ final class WholeLoopSimulation implements AutoCloseable {
         + softTimeouts
         + " restoresAbandoned="
         + restoresAbandoned
+        + (costModel
+            ? " slowSpellGets="
+                + store.slowSpellGets()
+                + " slowerThanCompute="
+                + manager(0).counters().bypasses(io.tokenspeed.scheduler.Bypass.SLOWER_THAN_COMPUTE)
+                + " figures="
+                + manager(0).costModel().figures()
+            : "")
         + " clears="
         + clears
         + " rotations="

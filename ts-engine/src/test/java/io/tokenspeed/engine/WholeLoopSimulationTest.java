@@ -298,6 +298,12 @@ class WholeLoopSimulationTest {
           COST_MODEL_SEEDS.get() > 0,
           "seeds run with the cost model on: " + COST_MODEL_SEEDS.get());
       assertTrue(
+          ABANDONED.get() > 0,
+          "restores abandoned in slow spells, over "
+              + COST_MODEL_SEEDS.get()
+              + " seeds with the cost model: "
+              + ABANDONED.get());
+      assertTrue(
           EARLY_H2D_BLOCKS.get() > 0,
           "Device blocks published by early copies in "
               + EARLY_H2D_SEEDS.get()

@@ -302,6 +302,18 @@ public final class SimModel implements DeviceModel {
     return new Bytes(tierBytes);
   }
 
+  /**
+   * Told the tokens of every forward, before it computes: a simulation that runs the engine on a
+   * simulated clock moves the clock by the forward's cost here, so that the engine measures a
+   * prefill that costs time (its cost model fits it). Null: none.
+   */
+  private volatile java.util.function.IntConsumer forwardTokens;
+
+  /** See {@link #forwardTokens}. */
+  public void onForward(java.util.function.IntConsumer tokens) {
+    this.forwardTokens = tokens;
+  }
+
   @Override
   public ForwardResult forward(ForwardBatch batch, DeviceBytes kv) {
     if (!(kv instanceof Bytes bytes) || blockGranularity == null) {
@@ -309,8 +321,14 @@ public final class SimModel implements DeviceModel {
     }
     MemorySegment m = bytes.segment;
     int numRows = 0;
+    int tokens = 0;
     for (ForwardRequest r : batch.requests()) {
       numRows += r.numLogitRows();
+      tokens += r.numTokens();
+    }
+    java.util.function.IntConsumer cost = forwardTokens;
+    if (cost != null) {
+      cost.accept(tokens);
     }
     long[] sums = new long[numRows];
     for (int l = 0; l < layers; l++) {

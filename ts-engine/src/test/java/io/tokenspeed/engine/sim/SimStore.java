@@ -267,6 +267,9 @@ public final class SimStore implements Store {
   private record Attached(int index, L3Executor executor, int[] workers, int[] running) {}
 
   private final SplittableRandom rnd;
+  private long slowGetsExtraNs;
+  private long slowGetsUntilNs = Long.MIN_VALUE;
+  private long slowSpellGets;
   private final LongSupplier nowNs;
   private final Faults faults;
   private final Map<String, StoredObject> objects = new HashMap<>();
@@ -438,6 +441,22 @@ public final class SimStore implements Store {
     }
   }
 
+  /**
+   * A slow spell until {@code untilNs}: every GET call taken meanwhile takes {@code extraNs} more
+   * (a store whose page cache was dropped, a server under other load). Counted by {@link
+   * #slowSpellGets}.
+   */
+  public synchronized void slowGets(long extraNs, long untilNs) {
+    slowGetsExtraNs = extraNs;
+    slowGetsUntilNs = untilNs;
+    log(nowNs.getAsLong() + " SLOW_GETS +" + extraNs + " until " + untilNs);
+  }
+
+  /** GET calls a slow spell ({@link #slowGets}) delayed. */
+  public synchronized long slowSpellGets() {
+    return slowSpellGets;
+  }
+
   /** Takes the store down until {@code untilNs}: every call meanwhile throws. */
   public synchronized void outage(long untilNs) {
     injected(Fault.OUTAGE);
@@ -530,6 +549,10 @@ public final class SimStore implements Store {
           long latency =
               faults.minLatencyNs() + rnd.nextLong(faults.maxLatencyNs() - faults.minLatencyNs());
           Call c = new Call(work, a, kind, takenSeq++, now + latency);
+          if (kind == StorageKind.GET && now - slowGetsUntilNs < 0) {
+            c.dueNs += slowGetsExtraNs;
+            slowSpellGets++;
+          }
           if (rnd.nextDouble() < faults.hangChance()) {
             c.hung = true;
             injected(Fault.HUNG);
