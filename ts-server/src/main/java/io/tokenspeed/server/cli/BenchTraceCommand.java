@@ -116,6 +116,14 @@ final class BenchTraceCommand implements Callable<Integer> {
   private String redisUri;
 
   @Option(
+      names = "--store-config",
+      paramLabel = "JSON",
+      description =
+          "With --serve: a JSON object of the store's settings added to those the command sets"
+              + " (for the file store, e.g. {\"fsync\": false}; docs/l3-configuration.md).")
+  private String storeConfig;
+
+  @Option(
       names = "--device-tokens",
       paramLabel = "N",
       description =
@@ -404,6 +412,16 @@ final class BenchTraceCommand implements Callable<Integer> {
     }
     if (!(hostRatio > 0) || Double.isInfinite(hostRatio)) {
       throw usage("--host-ratio=" + hostRatio + " must be a positive number");
+    }
+    if (storeConfig != null) {
+      if (serve == null) {
+        throw usage("--store-config is for the replicas --serve starts");
+      }
+      try {
+        store(Path.of("."));
+      } catch (IllegalArgumentException e) {
+        throw usage("--store-config: " + e.getMessage());
+      }
     }
   }
 
@@ -748,6 +766,27 @@ final class BenchTraceCommand implements Callable<Integer> {
       json.put("path", dir.toString());
     }
     json.putObject("async").put("min_extension_tokens", 64);
+    if (storeConfig != null) {
+      com.fasterxml.jackson.databind.JsonNode extra;
+      try {
+        extra = JSON.readTree(storeConfig);
+      } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+        throw new IllegalArgumentException("not JSON: " + e.getOriginalMessage());
+      }
+      if (extra == null || !extra.isObject()) {
+        throw new IllegalArgumentException("a JSON object is needed, got " + storeConfig);
+      }
+      extra
+          .properties()
+          .forEach(
+              e -> {
+                if (e.getKey().equals("path") || e.getKey().equals("uri")) {
+                  throw new IllegalArgumentException(
+                      e.getKey() + " is set by the command itself (--redis-uri, or a new folder)");
+                }
+                json.set(e.getKey(), e.getValue());
+              });
+    }
     return StorageExtraConfig.parse(backend, json.toString());
   }
 

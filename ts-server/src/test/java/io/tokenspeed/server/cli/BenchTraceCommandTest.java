@@ -159,7 +159,10 @@ class BenchTraceCommandTest {
     assertTrue(report.contains("From the replicas' own metrics"), report);
   }
 
-  /** {@code --baseline-first} replays without L3 first, then with it: both runs, in that order. */
+  /**
+   * {@code --baseline-first} replays without L3 first, then with it: both runs, in that order (over
+   * a file store whose settings {@code --store-config} adds to).
+   */
   @Test
   void shouldReplayTheBaselineFirstWhenAsked() throws Exception {
     List<TraceRequest> requests = fitting(5, 40, 6);
@@ -178,6 +181,8 @@ class BenchTraceCommandTest {
             "--max-output",
             "1",
             "--baseline-first",
+            "--store-config",
+            "{\"fsync\": false}",
             "--out",
             dir.resolve("first.md").toString());
     assertEquals(0, run.exitCode(), run::toString);
@@ -447,7 +452,13 @@ class BenchTraceCommandTest {
         "--serve=1 --rate=2 --sequential | --rate and --sequential exclude each other",
         "--serve=1 --speed=0 | --speed=0.0 must be a positive number",
         "--serve=0 | --serve=0 must be at least 1",
-        "--serve=1 --dtype=fp16 | --dtype=fp16 is not supported; allowed: f32, bf16"
+        "--serve=1 --dtype=fp16 | --dtype=fp16 is not supported; allowed: f32, bf16",
+        "--targets=http://127.0.0.1:1 --vocab-size=256 --store-config={} | --store-config is for"
+            + " the replicas --serve starts",
+        "--serve=1 --store-config=nope | --store-config: not JSON",
+        "--serve=1 --store-config=[1] | --store-config: a JSON object is needed",
+        "--serve=1 --store-config={\"path\":\"x\"} | --store-config: path is set by the command",
+        "--serve=1 --store-config={\"fsync\":\"no\"} | fsync"
       })
   void shouldRefuseOptionsThatDoNotFit(String options, String message) throws IOException {
     Path file = trace(TraceTestData.conversations(3, 4));
