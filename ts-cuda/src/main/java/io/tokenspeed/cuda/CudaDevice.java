@@ -205,6 +205,12 @@ public final class CudaDevice implements AutoCloseable {
    */
   public void launch(
       String name, int gridX, int gridY, int threads, int sharedBytes, Object... args) {
+    launchGrid3(name, gridX, gridY, 1, threads, sharedBytes, args);
+  }
+
+  /** {@link #launch} with a three-dimensional grid. */
+  public void launchGrid3(
+      String name, int gridX, int gridY, int gridZ, int threads, int sharedBytes, Object... args) {
     long f = function(name);
     if (sharedBytes > DEFAULT_SHARED_LIMIT && sharedLimits.getOrDefault(name, 0) < sharedBytes) {
       api.setMaxDynamicShared(f, sharedBytes, name);
@@ -212,7 +218,7 @@ public final class CudaDevice implements AutoCloseable {
     }
     synchronized (launchArgs) {
       api.launch(
-          f, gridX, gridY, 1, threads, sharedBytes, stream, launchArgs.pack(name, args), name);
+          f, gridX, gridY, gridZ, threads, sharedBytes, stream, launchArgs.pack(name, args), name);
     }
   }
 

@@ -1185,12 +1185,13 @@ __device__ __forceinline__ void fw_mma_rs_n64(float* d, const unsigned int* a, u
 // D = 64 or 128, STAGES the stages of K and V; TMA: the producer copies K and V by TMA from the
 // descriptors kMap and vMap instead of cp.async (see flash_attention_tma_d64/d128 below). See the
 // comment above.
-template <int D, int STAGES, bool TMA>
+template <int D, int STAGES, bool TMA, bool SPLIT>
 __device__ __forceinline__ void flash_attention_wgmma(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
-    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap) {
+    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap, int splitKeys, int maxSplits,
+    float* partM, float* partL, float* partAcc) {
   constexpr int PANELS = D / 64;            // 64-dimension panels of a row
   constexpr int PIECES = D / 8;             // 16-byte pieces of a key row
   constexpr int PASS_ROWS = 32 / PIECES;    // key rows a warp copies per pass
@@ -1219,6 +1220,18 @@ __device__ __forceinline__ void flash_attention_wgmma(
   int group = H / K;
   int maxPos = positions[row0 + count - 1];
   int keyTiles = maxPos / FW_KEYS + 1;
+  // the key tiles this block reads: all of them, or with SPLIT those of split blockIdx.z (keys
+  // z·splitKeys .. (z + 1)·splitKeys − 1); a split past the tile's last key has nothing to read
+  int tBegin = 0;
+  int tEnd = keyTiles;
+  if constexpr (SPLIT) {
+    tBegin = (int)blockIdx.z * (splitKeys / FW_KEYS);
+    tEnd = min(keyTiles, tBegin + splitKeys / FW_KEYS);
+    if (tBegin >= tEnd) {
+      return;  // the whole block alike, before any barrier
+    }
+  }
+  int nTiles = tEnd - tBegin;
   int consumers = 64 / group < count ? 2 : 1;  // the second's rows start at token 64 / group
   int warp = threadIdx.x / 32;
   int lane = threadIdx.x % 32;
@@ -1246,9 +1259,10 @@ __device__ __forceinline__ void flash_attention_wgmma(
       }
       const int box = min(blockTokens, FW_KEYS);
 #pragma unroll 1
-      for (int t = 0; t < keyTiles; t++) {
-        int st = t % STAGES;
-        unsigned int parity = ((t / STAGES) & 1) ^ 1;
+      for (int u = 0; u < nTiles; u++) {
+        int t = tBegin + u;
+        int st = u % STAGES;
+        unsigned int parity = ((u / STAGES) & 1) ^ 1;
         int k0 = t * FW_KEYS;
         int boxes = (min(FW_KEYS, maxPos + 1 - k0) + box - 1) / box;
         unsigned int bytes = (unsigned int)(boxes * box * 128 * PANELS);
@@ -1282,9 +1296,10 @@ __device__ __forceinline__ void flash_attention_wgmma(
     const char* vFrom = pool + vOffset + piece * 16;
     unsigned int pieceAt = (piece / 8) * PANEL;
 #pragma unroll 1
-    for (int t = 0; t < keyTiles; t++) {
-      int st = t % STAGES;
-      unsigned int parity = ((t / STAGES) & 1) ^ 1;  // the first use of a stage waits for none
+    for (int u = 0; u < nTiles; u++) {
+      int t = tBegin + u;
+      int st = u % STAGES;
+      unsigned int parity = ((u / STAGES) & 1) ^ 1;  // the first use of a stage waits for none
       long long at = -1;                                 // -1: past the block's last position
       int key = t * FW_KEYS + warp * 32 + lane;
       if (key <= maxPos) {
@@ -1494,21 +1509,22 @@ __device__ __forceinline__ void flash_attention_wgmma(
     fw_mma_fence();
     scores(0);
     fw_mma_commit();
-    if (turns && !(c == 1 && keyTiles == 1)) {
+    if (turns && !(c == 1 && nTiles == 1)) {
       fw_named_arrive(otherTurn, 256);
     }
     fw_mma_wait<0>();
     fw_fence_registers<NS>(s);
     release(emptyK(0));
-    softmax(0);
+    softmax(tBegin * FW_KEYS);
     pack();
 
 #pragma unroll 1
-    for (int t = 1; t < keyTiles; t++) {
-      int st = t % STAGES;
-      int prev = (t - 1) % STAGES;
-      fw_barrier_wait(fullK(st), (t / STAGES) & 1);
-      fw_barrier_wait(fullV(prev), ((t - 1) / STAGES) & 1);
+    for (int u = 1; u < nTiles; u++) {
+      int t = tBegin + u;
+      int st = u % STAGES;
+      int prev = (u - 1) % STAGES;
+      fw_barrier_wait(fullK(st), (u / STAGES) & 1);
+      fw_barrier_wait(fullV(prev), ((u - 1) / STAGES) & 1);
       if (!TMA) {
         fw_fence_proxy();
       }
@@ -1522,7 +1538,7 @@ __device__ __forceinline__ void flash_attention_wgmma(
         // o's rescale for tile t - 1's maximum while the tensor cores compute s, not after the
         // product with v: the same multiplications in the same order, off the path between one
         // turn's products and the next
-        if (t > 1) {
+        if (u > 1) {
           rescale();
           fw_fence_registers<NO>(o);
           fw_mma_fence();
@@ -1530,7 +1546,7 @@ __device__ __forceinline__ void flash_attention_wgmma(
       }
       values(prev);
       fw_mma_commit();
-      if (turns && !(c == 1 && t == keyTiles - 1)) {
+      if (turns && !(c == 1 && u == nTiles - 1)) {
         fw_named_arrive(otherTurn, 256);
       }
       fw_mma_wait<1>();  // the scores are in; the product with v may still run
@@ -1546,14 +1562,14 @@ __device__ __forceinline__ void flash_attention_wgmma(
       }
       pack();
     }
-    int last = (keyTiles - 1) % STAGES;
-    fw_barrier_wait(fullV(last), ((keyTiles - 1) / STAGES) & 1);
+    int last = (nTiles - 1) % STAGES;
+    fw_barrier_wait(fullV(last), ((nTiles - 1) / STAGES) & 1);
     if constexpr (TMA) {
       // The TMA copied whole boxes, so the last tile's positions past the block's last one hold
       // whatever the pool (or an earlier tile) left there, NaNs included; cp.async copied zeros.
       // Their scores are -inf and their p exactly 0, but 0 · NaN is NaN: zero those rows of V,
       // each consumer half of them, then fence and wait for both before either reads them.
-      int valid = maxPos + 1 - (keyTiles - 1) * FW_KEYS;
+      int valid = min(FW_KEYS, maxPos + 1 - (tEnd - 1) * FW_KEYS);  // a split's inner end: whole
       int pieces = (FW_KEYS - valid) * 8 * PANELS;  // 16-byte pieces past the last position
       unsigned int base = vShared + last * STAGE;
       for (int i = tid + 128 * c; i < pieces; i += 128 * consumers) {
@@ -1566,7 +1582,7 @@ __device__ __forceinline__ void flash_attention_wgmma(
       if (turns) {
         fw_named_sync(5, 256);
       }
-      if (keyTiles > 1) {
+      if (nTiles > 1) {
         rescale();  // for the last tile's maximum (see the loop)
         fw_fence_registers<NO>(o);
       }
@@ -1589,6 +1605,29 @@ __device__ __forceinline__ void flash_attention_wgmma(
       if (r / group >= count) {
         continue;
       }
+      if constexpr (SPLIT) {
+        // a token of one split is written here, in full; one of several leaves this split's
+        // partial (m in log2 units, l, the unnormalized o) for decode_attention_combine, and only
+        // for the splits its own keys reach (the combine reads no other)
+        int splits = (pos[i] + splitKeys) / splitKeys;
+        if (splits > 1) {
+          if ((int)blockIdx.z < splits) {
+            long long at =
+                ((long long)(row0 + r / group) * H + kvHead * group + r % group) * maxSplits +
+                blockIdx.z;
+            if (tq == 0) {
+              partM[at] = m[i] * scaleLog2;
+              partL[at] = sum;
+            }
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+              *(float2*)&partAcc[at * D + 8 * j + 2 * tq] =
+                  make_float2(o[4 * j + 2 * i], o[4 * j + 2 * i + 1]);
+            }
+          }
+          continue;
+        }
+      }
       float inv = 1.f / sum;
       unsigned int* row = (unsigned int*)(out + (long long)(row0 + r / group) * H * D +
                                           (kvHead * group + r % group) * D);
@@ -1607,12 +1646,13 @@ struct __align__(64) FwTensorMap {
   unsigned long long bits[16];
 };
 
-template <int D, int STAGES, bool TMA>
+template <int D, int STAGES, bool TMA, bool SPLIT>
 __device__ __forceinline__ void flash_attention_wgmma(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K, float scale,
-    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap) {
+    bf16_t* out, const FwTensorMap* kMap, const FwTensorMap* vMap, int splitKeys, int maxSplits,
+    float* partM, float* partL, float* partAcc) {
   __trap();
 }
 
@@ -1626,10 +1666,11 @@ __device__ __forceinline__ void flash_attention_wgmma(
       long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
       const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
       float scale, bf16_t* out) {                                                               \
-    flash_attention_wgmma<D, STAGES, false>(q, pool, bytesPerBlock, kOffset, vOffset,           \
-                                            blockTokens, positions, tokenRequest, tables,       \
-                                            tableStride, tiles, numTiles, H, K, scale, out,     \
-                                            nullptr, nullptr);                                  \
+    flash_attention_wgmma<D, STAGES, false, false>(q, pool, bytesPerBlock, kOffset, vOffset,    \
+                                                   blockTokens, positions, tokenRequest, tables, \
+                                                   tableStride, tiles, numTiles, H, K, scale,    \
+                                                   out, nullptr, nullptr, 0, 1, nullptr, nullptr,\
+                                                   nullptr);                                     \
   }
 
 FLASH_ATTENTION_WGMMA(64, 4, flash_attention_wgmma_d64)
@@ -1654,14 +1695,44 @@ FLASH_ATTENTION_WGMMA(128, 3, flash_attention_wgmma_d128)
       const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
       float scale, bf16_t* out, const __grid_constant__ FwTensorMap kMap,                       \
       const __grid_constant__ FwTensorMap vMap) {                                               \
-    flash_attention_wgmma<D, STAGES, true>(q, pool, bytesPerBlock, kOffset, vOffset,            \
-                                           blockTokens, positions, tokenRequest, tables,        \
-                                           tableStride, tiles, numTiles, H, K, scale, out,      \
-                                           &kMap, &vMap);                                       \
+    flash_attention_wgmma<D, STAGES, true, false>(q, pool, bytesPerBlock, kOffset, vOffset,     \
+                                                  blockTokens, positions, tokenRequest, tables,  \
+                                                  tableStride, tiles, numTiles, H, K, scale,     \
+                                                  out, &kMap, &vMap, 0, 1, nullptr, nullptr,     \
+                                                  nullptr);                                      \
   }
 
 FLASH_ATTENTION_TMA(64, 4, flash_attention_tma_d64)
 FLASH_ATTENTION_TMA(128, 3, flash_attention_tma_d128)
+
+// The two kernels above split over the keys (flash-decoding for prefill chunks): a third grid
+// dimension of maxSplits splits of splitKeys keys each (a multiple of FW_KEYS), block (tile, KV
+// head, z) reading only split z's key tiles. A token whose keys fit one split (position + 1 <=
+// splitKeys) is written to out in full by split 0, as by the unsplit kernel; another leaves one
+// partial per split its keys reach, in decode_attention_combine's layout (m [t][H][maxSplits], in
+// log2 units, then l, then acc [t][H][maxSplits][D]), and the combine (splitKeys, cap = maxSplits)
+// merges them into out. For a chunk of few tiles over a long context (a restored prefix's suffix),
+// whose unsplit grid is a block per (tile, KV head) streaming every key, a handful of the
+// multiprocessors. Not batch-invariant (the merge rounds differently): normal mode only.
+#define FLASH_ATTENTION_SPLIT(D, STAGES, TMA, NAME)                                             \
+  extern "C" __global__ void __launch_bounds__(FW_THREADS, 1) NAME(                             \
+      const float* q, const char* pool, long long bytesPerBlock, long long kOffset,             \
+      long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,        \
+      const int* tables, int tableStride, const int* tiles, int numTiles, int H, int K,         \
+      float scale, bf16_t* out, int splitKeys, int maxSplits, float* partM, float* partL,       \
+      float* partAcc, const __grid_constant__ FwTensorMap kMap,                                 \
+      const __grid_constant__ FwTensorMap vMap) {                                               \
+    flash_attention_wgmma<D, STAGES, TMA, true>(q, pool, bytesPerBlock, kOffset, vOffset,       \
+                                                blockTokens, positions, tokenRequest, tables,    \
+                                                tableStride, tiles, numTiles, H, K, scale, out,  \
+                                                &kMap, &vMap, splitKeys, maxSplits, partM,       \
+                                                partL, partAcc);                                 \
+  }
+
+FLASH_ATTENTION_SPLIT(64, 4, false, flash_attention_wgmma_split_d64)
+FLASH_ATTENTION_SPLIT(128, 3, false, flash_attention_wgmma_split_d128)
+FLASH_ATTENTION_SPLIT(64, 4, true, flash_attention_tma_split_d64)
+FLASH_ATTENTION_SPLIT(128, 3, true, flash_attention_tma_split_d128)
 
 // ---------------------------------------------------------------------------------- split-KV decode
 

@@ -8,6 +8,7 @@ import io.tokenspeed.core.Sharding;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
 import io.tokenspeed.cuda.Gemm;
+import io.tokenspeed.cuda.KernelArgs;
 import io.tokenspeed.cuda.KernelSwitch;
 import io.tokenspeed.cuda.PinnedHost;
 import io.tokenspeed.model.CausalLm;
@@ -65,8 +66,12 @@ import java.util.concurrent.ConcurrentHashMap;
  * {@code decode_attention_combine}), so that its contexts spread over the multiprocessors instead
  * of taking one block per (request, KV head). Only with the tensor-core attention and only when the
  * model is not deterministic: the split path rounds the softmax's probabilities differently from
- * the flash kernel, so a token's logits would depend on whether its batch took it. Any other value
- * is refused when the class loads.
+ * the flash kernel, so a token's logits would depend on whether its batch took it. With {@code on}
+ * too, on Hopper, a prefill or mixed batch whose flash grid would leave half the multiprocessors
+ * idle, as a restored prefix's short suffix over a long context does, runs the same kernel split
+ * over the keys ({@link #prefillSplitPlan}, {@code flash_attention_wgmma_split_d64/d128} or {@code
+ * _tma_split_}, then the same combine), in normal mode only. Any other value is refused when the
+ * class loads.
  *
  * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code on}, read once):
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
@@ -257,6 +262,9 @@ public final class CudaCausalLm implements AutoCloseable {
 
   /** Forward passes that took the split-KV attention. */
   private long splitForwards;
+
+  /** Forward passes whose prefill attention was split over the keys ({@link #prefillSplitPlan}). */
+  private long prefillSplitForwards;
 
   /** Whether decode steps replay CUDA graphs ({@link #GRAPHS_DEFAULT}, {@link #useGraphs}). */
   private boolean graphs = GRAPHS_DEFAULT;
@@ -765,6 +773,39 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
+   * Key tiles a split of the split prefill attention reads at least ({@link #prefillSplitPlan}).
+   */
+  static final int PREFILL_SPLIT_MIN_TILES = 4;
+
+  /**
+   * The split of a prefill (or mixed) batch's Hopper flash attention over the keys, or null for the
+   * unsplit kernel: a batch whose unsplit grid (a block per tile and KV head, one block a
+   * multiprocessor) leaves at least half of the {@code multiprocessors} idle, as a restored
+   * prefix's short suffix over a long context does, is split so that about twice the
+   * multiprocessors' blocks run, each reading at least {@link #PREFILL_SPLIT_MIN_TILES} key tiles
+   * ({@link #WGMMA_FLASH_KEYS} keys each), at most {@link #SPLIT_MAX} splits. The plan is in the
+   * combine's terms: splits of {@code splitKeys} keys, a cap of {@code maxSplits} (so that every
+   * token of the batch, its context at most {@code maxContext}, takes splits of exactly {@code
+   * splitKeys} keys) and {@code maxSplits} the grid's third dimension.
+   */
+  static SplitPlan prefillSplitPlan(
+      int numTiles, int kvHeads, int maxContext, int multiprocessors) {
+    long blocks = (long) numTiles * kvHeads;
+    if (blocks < 1 || 2 * blocks > multiprocessors) {
+      return null;
+    }
+    int keyTiles = Math.ceilDiv(maxContext, WGMMA_FLASH_KEYS);
+    long wanted = Math.ceilDiv(2L * multiprocessors, blocks);
+    int splits = (int) Math.min(Math.min(wanted, keyTiles / PREFILL_SPLIT_MIN_TILES), SPLIT_MAX);
+    if (splits < 2) {
+      return null;
+    }
+    int perSplit = Math.ceilDiv(keyTiles, splits);
+    int maxSplits = Math.ceilDiv(keyTiles, perSplit);
+    return new SplitPlan(perSplit * WGMMA_FLASH_KEYS, maxSplits, maxSplits);
+  }
+
+  /**
    * A bound on {@link #splitsOf} for every context up to {@code maxContext}: the splits do not grow
    * with the context (65 positions in units of 32 under a cap of 3 take three splits of 32, 97 take
    * two of 64), but they are at most the cap and at most the units of the context.
@@ -810,6 +851,11 @@ public final class CudaCausalLm implements AutoCloseable {
   /** Forward passes so far that took the split-KV attention. */
   long splitForwards() {
     return splitForwards;
+  }
+
+  /** Forward passes so far whose prefill attention was split over the keys. */
+  long prefillSplitForwards() {
+    return prefillSplitForwards;
   }
 
   /**
@@ -889,23 +935,92 @@ public final class CudaCausalLm implements AutoCloseable {
             out));
     if (plan.maxSplits() > 1) {
       // tokens of a single split were written by the split kernel; the combine skips them
-      device.launch(
-          "decode_attention_combine",
-          Math.multiplyExact(numTokens, heads),
-          1,
-          headDim,
-          0,
-          in.positions(),
-          heads,
-          headDim,
-          plan.splitKeys(),
-          plan.cap(),
-          plan.maxSplits(),
-          partM,
-          partL,
-          partAcc,
-          out);
+      launchCombine(device, plan, headDim, numTokens, heads, in, partials, out);
     }
+  }
+
+  /** Merges the partials of a split attention ({@code plan}) of its tokens of several splits. */
+  private static void launchCombine(
+      CudaDevice device,
+      SplitPlan plan,
+      int headDim,
+      int numTokens,
+      int heads,
+      AttentionInputs in,
+      long partials,
+      long out) {
+    long rows = (long) numTokens * heads * plan.maxSplits();
+    device.launch(
+        "decode_attention_combine",
+        Math.multiplyExact(numTokens, heads),
+        1,
+        headDim,
+        0,
+        in.positions(),
+        heads,
+        headDim,
+        plan.splitKeys(),
+        plan.cap(),
+        plan.maxSplits(),
+        partials,
+        partials + rows * Float.BYTES,
+        partials + 2 * rows * Float.BYTES,
+        out);
+  }
+
+  /** Zeroed descriptors for the split kernel that copies by cp.async (it never reads them). */
+  private static final byte[][] NO_TENSOR_MAPS = new byte[2][KernelArgs.BLOB_BYTES];
+
+  /**
+   * Launches the Hopper flash attention split over the keys ({@code flash_attention_wgmma_split} or
+   * {@code _tma_split}, {@link #prefillSplitPlan}): {@code numTiles} tiles, as {@link
+   * #launchFlash}, times {@code plan.maxSplits()} splits, their partials into {@code partials}
+   * ({@link #splitPartialBytes}), then the combine of the tokens of several splits into {@code
+   * out}.
+   */
+  static void launchFlashSplit(
+      CudaDevice device,
+      FlashKernel kernel,
+      SplitPlan plan,
+      int headDim,
+      int numTiles,
+      int numTokens,
+      int heads,
+      int kvHeads,
+      AttentionInputs in,
+      long tiles,
+      float scale,
+      long partials,
+      long out,
+      int poolBlocks) {
+    if (kernel == FlashKernel.MMA) {
+      throw new IllegalArgumentException("the split prefill attention runs the Hopper kernels");
+    }
+    boolean tma = kernel == FlashKernel.TMA && tmaTakes(in.blockTokens());
+    byte[][] maps = tma ? poolTensorMaps(device, in, headDim, kvHeads, poolBlocks) : NO_TENSOR_MAPS;
+    long rows = (long) numTokens * heads * plan.maxSplits();
+    device.launchGrid3(
+        (tma ? "flash_attention_tma_split_d" : "flash_attention_wgmma_split_d") + headDim,
+        numTiles,
+        kvHeads,
+        plan.maxSplits(),
+        FlashKernel.WGMMA.threads(),
+        FlashKernel.WGMMA.sharedBytes(headDim),
+        in.then(
+            tiles,
+            numTiles,
+            heads,
+            kvHeads,
+            scale,
+            out,
+            plan.splitKeys(),
+            plan.maxSplits(),
+            partials,
+            partials + rows * Float.BYTES,
+            partials + 2 * rows * Float.BYTES,
+            maps[0],
+            maps[1]));
+    launchCombine(device, plan, headDim, numTokens, heads, in, partials, out);
   }
 
   /**
@@ -1618,6 +1733,17 @@ public final class CudaCausalLm implements AutoCloseable {
         numTiles++;
       }
     }
+    // a prefill (or mixed) batch of few tiles over long contexts: the Hopper flash kernel split
+    // over the keys, in normal mode (the merge rounds differently from the unsplit kernel)
+    SplitPlan prefillSplit =
+        kernel == Attention.TENSOR_CORE
+                && !deterministic
+                && !pureDecode
+                && !graphed
+                && splitKv != SplitKv.OFF
+                && flash != FlashKernel.MMA
+            ? prefillSplitPlan(numTiles, d.numKvHeads(), maxContext, device.multiprocessors())
+            : null;
     Workspace ws = workspace(numTokens, tables.length, logitRows);
     long tileTable = ws.ints.pointer() + 4L * numTokens * 4;
     MemorySegment.copy(meta, 0, ws.intsHost, ValueLayout.JAVA_INT, 0, meta.length);
@@ -1646,10 +1772,16 @@ public final class CudaCausalLm implements AutoCloseable {
     long actF32 = bf ? 0L : act;
     long actBf16 = bf ? act : 0L;
     long pool = kv.base(0);
+    SplitPlan anySplit = split != null ? split : prefillSplit;
     long partials =
-        split == null ? 0L : splitPartials(splitPartialBytes(split, numTokens, heads, d.headDim()));
+        anySplit == null
+            ? 0L
+            : splitPartials(splitPartialBytes(anySplit, numTokens, heads, d.headDim()));
     if (split != null) {
       splitForwards++;
+    }
+    if (prefillSplit != null) {
+      prefillSplitForwards++;
     }
     GraphKey key =
         graphed ? new GraphKey(numTokens, numTiles, stride, ws, kv, kernel, split, partials) : null;
@@ -1739,6 +1871,22 @@ public final class CudaCausalLm implements AutoCloseable {
                 stride);
         if (split != null) {
           launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
+        } else if (prefillSplit != null) {
+          launchFlashSplit(
+              device,
+              flash,
+              prefillSplit,
+              hd,
+              numTiles,
+              numTokens,
+              heads,
+              kvHeads,
+              in,
+              tileTable,
+              scale,
+              partials,
+              act,
+              kv.numBlocks(0));
         } else if (kernel == Attention.TENSOR_CORE) {
           launchFlash(
               device,

@@ -193,6 +193,19 @@ class FlashAttentionGpuTest extends OnTheGpu {
 
   /** {@link #attend(Problem, int[], int[])} on {@code kernel}. */
   static short[] attend(CudaCausalLm.FlashKernel kernel, Problem p, int[] which, int[] tiles) {
+    return attend(kernel, null, p, which, tiles);
+  }
+
+  /**
+   * {@link #attend(Problem, int[], int[])} on {@code kernel}, split over the keys by {@code split}
+   * ({@link CudaCausalLm#launchFlashSplit}) unless it is null.
+   */
+  static short[] attend(
+      CudaCausalLm.FlashKernel kernel,
+      CudaCausalLm.SplitPlan split,
+      Problem p,
+      int[] which,
+      int[] tiles) {
     int tokens = 0;
     int stride = 1;
     for (int r : which) {
@@ -223,7 +236,12 @@ class FlashAttentionGpuTest extends OnTheGpu {
         DeviceBuffer dTokenRequest = device.allocate(tokens * 4L);
         DeviceBuffer dTables = device.allocate(tables.length * 4L);
         DeviceBuffer dTiles = device.allocate(tiles.length * 4L);
-        DeviceBuffer out = device.allocate(guarded.length * 2L)) {
+        DeviceBuffer out = device.allocate(guarded.length * 2L);
+        DeviceBuffer partials =
+            device.allocate(
+                split == null
+                    ? 16
+                    : CudaCausalLm.splitPartialBytes(split, tokens, p.heads, p.headDim))) {
       dq.write(0, q);
       dPositions.write(0, positions);
       dTokenRequest.write(0, tokenRequest);
@@ -243,18 +261,37 @@ class FlashAttentionGpuTest extends OnTheGpu {
               dTokenRequest.pointer(),
               dTables.pointer(),
               stride);
-      CudaCausalLm.launchFlash(
-          device,
-          kernel,
-          p.headDim,
-          tiles.length / 2,
-          p.heads,
-          p.kvHeads,
-          in,
-          dTiles.pointer(),
-          (float) (1.0 / Math.sqrt(p.headDim)),
-          out.pointer(),
-          p.numBlocks);
+      float scale = (float) (1.0 / Math.sqrt(p.headDim));
+      if (split == null) {
+        CudaCausalLm.launchFlash(
+            device,
+            kernel,
+            p.headDim,
+            tiles.length / 2,
+            p.heads,
+            p.kvHeads,
+            in,
+            dTiles.pointer(),
+            scale,
+            out.pointer(),
+            p.numBlocks);
+      } else {
+        CudaCausalLm.launchFlashSplit(
+            device,
+            kernel,
+            split,
+            p.headDim,
+            tiles.length / 2,
+            tokens,
+            p.heads,
+            p.kvHeads,
+            in,
+            dTiles.pointer(),
+            scale,
+            partials.pointer(),
+            out.pointer(),
+            p.numBlocks);
+      }
       device.synchronize();
       out.copyTo(0, host);
       short[] got = host.toArray(ValueLayout.JAVA_SHORT);

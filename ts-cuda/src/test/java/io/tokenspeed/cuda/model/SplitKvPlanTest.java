@@ -218,4 +218,75 @@ class SplitKvPlanTest {
         3L * 12 * 5 * (64 + 2) * 4,
         CudaCausalLm.splitPartialBytes(new SplitPlan(256, 5, 5), 3, 12, 64));
   }
+
+  // ------------------------------------------------------------------ the split prefill attention
+
+  @Test
+  void shouldSplitARestoredPrefixSuffixOverTheMultiprocessors() {
+    // 64 tokens of 4 query heads a KV head: two tiles of 32 tokens, 8 KV heads, 16 blocks; a
+    // context of 32,832 positions is 257 key tiles: 17 splits of 16 tiles, about 2 · 132 blocks
+    SplitPlan plan = CudaCausalLm.prefillSplitPlan(2, 8, 32832, SMS);
+    assertEquals(new SplitPlan(16 * 128, 17, 17), plan);
+    // a full prefill chunk fills the device by itself: unsplit
+    assertNull(CudaCausalLm.prefillSplitPlan(256, 8, 32832, SMS));
+    // 67 blocks are more than half of 132: unsplit; 66 are not
+    assertNull(CudaCausalLm.prefillSplitPlan(67, 1, 32832, SMS));
+    assertEquals(4, CudaCausalLm.prefillSplitPlan(66, 1, 32832, SMS).maxSplits());
+    // a short context: fewer than two splits of PREFILL_SPLIT_MIN_TILES tiles (7 key tiles)
+    assertNull(CudaCausalLm.prefillSplitPlan(1, 8, 7 * 128, SMS));
+    assertEquals(
+        new SplitPlan(4 * 128, 2, 2), CudaCausalLm.prefillSplitPlan(1, 8, 7 * 128 + 1, SMS));
+  }
+
+  /**
+   * Over random batches: a plan splits into whole key tiles of at least the minimum, at most {@link
+   * CudaCausalLm#SPLIT_MAX} splits that cover the longest context exactly (no split past it, none
+   * missing), and the combine's rule gives every context up to the longest splits of exactly {@code
+   * splitKeys} keys (the split kernel cuts by {@code splitKeys} alone); and the grid stays within
+   * about twice the multiprocessors' blocks.
+   */
+  @ParameterizedTest
+  @CsvSource({"1", "2", "3", "4", "5", "6", "7", "8"})
+  void shouldCutPrefillSplitsTheCombineReadsAlike(long seed) {
+    Random rnd = new Random(seed);
+    int planned = 0;
+    for (int i = 0; i < 2000; i++) {
+      int sms = 1 + rnd.nextInt(200);
+      int tiles = 1 + rnd.nextInt(64);
+      int kvHeads = 1 << rnd.nextInt(5);
+      int maxContext = 1 + rnd.nextInt(1 << (1 + rnd.nextInt(17)));
+      SplitPlan plan = CudaCausalLm.prefillSplitPlan(tiles, kvHeads, maxContext, sms);
+      long blocks = (long) tiles * kvHeads;
+      String what = tiles + " tiles, " + kvHeads + " KV heads, " + maxContext + ", " + sms;
+      if (2 * blocks > sms) {
+        assertNull(plan, what);
+        continue;
+      }
+      if (plan == null) {
+        // too short for two splits of the minimum, or too few wanted
+        int keyTiles = Math.ceilDiv(maxContext, 128);
+        assertTrue(
+            keyTiles / CudaCausalLm.PREFILL_SPLIT_MIN_TILES < 2
+                || Math.ceilDiv(2L * sms, blocks) < 2,
+            what);
+        continue;
+      }
+      planned++;
+      int keys = plan.splitKeys();
+      assertEquals(0, keys % CudaCausalLm.WGMMA_FLASH_KEYS, what);
+      assertTrue(keys >= CudaCausalLm.PREFILL_SPLIT_MIN_TILES * 128, what);
+      assertTrue(plan.maxSplits() >= 2 && plan.maxSplits() <= CudaCausalLm.SPLIT_MAX, what);
+      assertEquals(plan.maxSplits(), plan.cap(), what);
+      assertTrue((long) plan.maxSplits() * keys >= maxContext, what + ": keys left out");
+      assertTrue(
+          (long) (plan.maxSplits() - 1) * keys < Math.ceilDiv(maxContext, 128) * 128L,
+          what + ": a split past the last key tile");
+      assertTrue(blocks * plan.maxSplits() <= 2L * sms + blocks, what + ": " + plan);
+      for (int n = 1; n <= maxContext; n += 1 + rnd.nextInt(97)) {
+        assertEquals(keys, CudaCausalLm.splitSize(n, keys, plan.cap()), what + " at " + n);
+      }
+      assertEquals(keys, CudaCausalLm.splitSize(maxContext, keys, plan.cap()), what);
+    }
+    assertTrue(planned > 100, "only " + planned + " of 2000 batches were split");
+  }
 }
