@@ -5,6 +5,11 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.tokenspeed.engine.Engine;
 import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageBackend;
+import io.tokenspeed.l3.spi.ForwardingStore;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.store.memory.MemoryStore;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -29,6 +34,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
+import java.util.OptionalInt;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutorService;
@@ -44,11 +50,12 @@ import picocli.CommandLine.Spec;
 /**
  * {@code tokenspeed bench trace}: replays a request trace of the Mooncake FAST'25 format ({@link
  * Trace}) against running servers ({@code --targets}) or against replicas it starts itself over one
- * shared store ({@code --serve N}, then the same slice again with L3 off, as the baseline), and
- * reports what the workload got: the slice's infinite-cache hit rate ({@link CacheBound}) beside
- * the share of input tokens the servers reused from their Device, Host and L3 (the responses'
- * {@code cached_tokens_by_source}), TTFT and TPOT percentiles, output throughput and the requests
- * within a TTFT objective.
+ * shared store ({@code --serve N} over a file store, Redis or a memory store of this process:
+ * {@code --store}; then the same slice again with L3 off, as the baseline), and reports what the
+ * workload got: the slice's infinite-cache hit rate ({@link CacheBound}) beside the share of input
+ * tokens the servers reused from their Device, Host and L3 (the responses' {@code
+ * cached_tokens_by_source}), TTFT and TPOT percentiles, output throughput and the requests within a
+ * TTFT objective.
  *
  * <p>Each request's prompt is built from its hash ids ({@link TracePrompts}), so that requests
  * sharing ids share token prefixes on every replica; requests go out at their timestamps (divided
@@ -93,8 +100,8 @@ final class BenchTraceCommand implements Callable<Integer> {
       names = "--serve",
       paramLabel = "N",
       description =
-          "Start N replicas of --model over one store (--redis-uri, else a file store in a"
-              + " temporary folder), replay, then replay against N fresh replicas without L3.")
+          "Start N replicas of --model over one shared store (--store), replay, then replay"
+              + " against N fresh replicas without L3.")
   private Integer serve;
 
   @Option(
@@ -112,15 +119,43 @@ final class BenchTraceCommand implements Callable<Integer> {
   @Option(
       names = "--redis-uri",
       paramLabel = "URI",
-      description = "With --serve: the replicas' shared store is this Redis server.")
+      description =
+          "With --serve: the replicas' shared store is this Redis server (--store redis, which"
+              + " it implies when --store is not given).")
   private String redisUri;
+
+  /** The kinds of store {@code --store} names. */
+  static final List<String> STORE_KINDS = List.of("file", "redis", "memory");
+
+  /** The memory store's capacity unless {@code --memory-store-bytes} says: 16 GiB. */
+  static final long DEFAULT_MEMORY_STORE_BYTES = 16L << 30;
+
+  @Option(
+      names = "--store",
+      paramLabel = "file|redis|memory",
+      description =
+          "With --serve: the replicas' shared store. file (the default): a file store in a"
+              + " temporary folder, deleted at the end; redis: the Redis server of --redis-uri"
+              + " (--redis-uri alone selects it too), the run's objects deleted at its end;"
+              + " memory: one in-process memory store that every replica of the L3 run uses,"
+              + " of --memory-store-bytes.")
+  private String storeKind;
+
+  @Option(
+      names = "--memory-store-bytes",
+      paramLabel = "BYTES",
+      description =
+          "With --store memory: the store's capacity in payload bytes (default: 17179869184, 16"
+              + " GiB); a new object that does not fit is refused and offered again later.")
+  private Long memoryStoreBytes;
 
   @Option(
       names = "--store-config",
       paramLabel = "JSON",
       description =
           "With --serve: a JSON object of the store's settings added to those the command sets"
-              + " (for the file store, e.g. {\"fsync\": false}; docs/l3-configuration.md).")
+              + " (for the file store, e.g. {\"fsync\": false}; for the memory store,"
+              + " capacity_bytes instead of --memory-store-bytes; docs/l3-configuration.md).")
   private String storeConfig;
 
   @Option(
@@ -337,7 +372,9 @@ final class BenchTraceCommand implements Callable<Integer> {
             + " of the trace's "
             + all.size()
             + " requests"
-            + (serve != null ? " against " + serve + " replica(s) started here" : ""));
+            + (serve != null
+                ? " against " + serve + " replica(s) started here (store: " + storeKind() + ")"
+                : ""));
     err.flush();
     List<Replay> replays = new ArrayList<>();
     int vocab;
@@ -412,6 +449,29 @@ final class BenchTraceCommand implements Callable<Integer> {
     }
     if (!(hostRatio > 0) || Double.isInfinite(hostRatio)) {
       throw usage("--host-ratio=" + hostRatio + " must be a positive number");
+    }
+    if (storeKind != null) {
+      if (serve == null) {
+        throw usage("--store is for the replicas --serve starts");
+      }
+      if (!STORE_KINDS.contains(storeKind)) {
+        throw usage(
+            "--store=" + storeKind + " is not a store; allowed: " + String.join(", ", STORE_KINDS));
+      }
+      if (storeKind.equals("redis") && redisUri == null) {
+        throw usage("--store=redis needs --redis-uri");
+      }
+      if (!storeKind.equals("redis") && redisUri != null) {
+        throw usage("--store=" + storeKind + " and --redis-uri exclude each other");
+      }
+    }
+    if (memoryStoreBytes != null) {
+      if (!storeKind().equals("memory") || serve == null) {
+        throw usage("--memory-store-bytes is for --serve with --store memory");
+      }
+      if (memoryStoreBytes < 1) {
+        throw usage("--memory-store-bytes=" + memoryStoreBytes + " must be positive");
+      }
     }
     if (storeConfig != null) {
       if (serve == null) {
@@ -632,7 +692,9 @@ final class BenchTraceCommand implements Callable<Integer> {
 
   /**
    * The slice with L3 over {@code models}' engines (one a model), then without; the other way round
-   * with {@code --baseline-first}.
+   * with {@code --baseline-first}. With {@code --store memory} the L3 run opens one memory store,
+   * which every engine of the run uses through a {@link SharedStore} and which is closed once they
+   * are.
    */
   private void replayBoth(
       Slice slice,
@@ -651,13 +713,25 @@ final class BenchTraceCommand implements Callable<Integer> {
     for (boolean l3 : baselineFirst ? new boolean[] {false, true} : new boolean[] {true, false}) {
       List<Engine> engines = new ArrayList<>();
       List<Serving> servers = new ArrayList<>();
+      Optional<StorageExtraConfig.Resolved> storage =
+          l3 ? Optional.of(store(store)) : Optional.empty();
+      // in one process, the memory store is shared by being one: opened once for the run's engines
+      L3Settings shared =
+          l3 && storeKind().equals("memory") ? StorageOptions.openL3(storage.get()) : null;
       try {
         for (int s = 0; s < serve; s++) {
-          Optional<StorageExtraConfig.Resolved> storage =
-              l3 ? Optional.of(store(store)) : Optional.empty();
           Engine e =
-              StorageOptions.startEngine(
-                  models.get(s), config, tokenizer.specialTokens().eosId(), storage);
+              shared != null
+                  ? startEngine(
+                      models.get(s),
+                      config,
+                      tokenizer.specialTokens().eosId(),
+                      new L3Settings(
+                          new SharedStore(shared.store()),
+                          shared.runtime(),
+                          shared.attentionBackend()))
+                  : StorageOptions.startEngine(
+                      models.get(s), config, tokenizer.specialTokens().eosId(), storage);
           engines.add(e);
           if (l3 && redisUri != null) {
             e.rotateNamespace(namespace);
@@ -685,8 +759,50 @@ final class BenchTraceCommand implements Callable<Integer> {
       } finally {
         servers.forEach(Serving::close);
         engines.forEach(Engine::close);
+        if (shared != null) {
+          closeShared(shared.store(), err);
+        }
       }
     }
+  }
+
+  /**
+   * An engine over {@code model} with L3 over {@code l3}'s store, already open; one that cannot
+   * start is invalid input naming the store, as {@link StorageOptions#startEngine} says it.
+   */
+  private static Engine startEngine(
+      EngineModel model, EngineConfig config, OptionalInt eos, L3Settings l3) {
+    try {
+      return model.start(config, eos, l3);
+    } catch (IllegalStateException e) {
+      throw new IllegalArgumentException("--store=" + l3.store().name() + ": " + e.getMessage(), e);
+    }
+  }
+
+  /** Closes the run's shared memory store, once its engines are closed, and says what it held. */
+  private static void closeShared(Store store, PrintWriter err) throws Exception {
+    long held = store instanceof MemoryStore m ? m.usedBytes() : -1;
+    store.close();
+    err.println(
+        "with L3: the shared "
+            + store.name()
+            + " store, closed"
+            + (held >= 0 ? String.format(Locale.ROOT, ", held %.1f MB", held / 1e6) : ""));
+    err.flush();
+  }
+
+  /**
+   * The store one engine of several in this process is given: every call goes to the shared store
+   * but {@link #close()}, which leaves it open for the others (the engine closes the store it is
+   * given when it closes; the shared one is closed once they all are).
+   */
+  static final class SharedStore extends ForwardingStore {
+    SharedStore(Store shared) {
+      super(shared);
+    }
+
+    @Override
+    public void close() {}
   }
 
   /** Tokens of the warm-up prompt each replica serves before a replay ({@link #warmUp}). */
@@ -754,16 +870,33 @@ final class BenchTraceCommand implements Callable<Integer> {
     return s;
   }
 
-  /** The replicas' shared store: Redis when given, else the file store in {@code dir}. */
+  /** The kind of the replicas' store: {@code --store}, else redis with --redis-uri, else file. */
+  String storeKind() {
+    return storeKind != null ? storeKind : redisUri != null ? "redis" : "file";
+  }
+
+  /**
+   * The memory store's capacity: --memory-store-bytes, capacity_bytes of --store-config, or 16 GiB.
+   */
+  private long memoryCapacity() {
+    return ((StorageBackend.Memory) store(Path.of(".")).backend()).settings().capacityBytes();
+  }
+
+  /**
+   * The replicas' shared store as {@link #storeKind()} says: the Redis server of --redis-uri, the
+   * file store in {@code dir}, or a memory store of --memory-store-bytes; with the same
+   * asynchronous settings whichever it is.
+   */
   private StorageExtraConfig.Resolved store(Path dir) {
     ObjectNode json = JSON.createObjectNode();
-    String backend;
-    if (redisUri != null) {
-      backend = "redis";
-      json.put("uri", redisUri);
-    } else {
-      backend = "file";
-      json.put("path", dir.toString());
+    String backend = storeKind();
+    switch (backend) {
+      case "redis" -> json.put("uri", redisUri);
+      case "memory" ->
+          json.put(
+              "capacity_bytes",
+              memoryStoreBytes != null ? memoryStoreBytes : DEFAULT_MEMORY_STORE_BYTES);
+      default -> json.put("path", dir.toString());
     }
     json.putObject("async").put("min_extension_tokens", 64);
     if (storeConfig != null) {
@@ -780,9 +913,14 @@ final class BenchTraceCommand implements Callable<Integer> {
           .properties()
           .forEach(
               e -> {
-                if (e.getKey().equals("path") || e.getKey().equals("uri")) {
+                if (!backend.equals("memory")
+                    && (e.getKey().equals("path") || e.getKey().equals("uri"))) {
                   throw new IllegalArgumentException(
                       e.getKey() + " is set by the command itself (--redis-uri, or a new folder)");
+                }
+                if (e.getKey().equals("capacity_bytes") && memoryStoreBytes != null) {
+                  throw new IllegalArgumentException(
+                      "capacity_bytes and --memory-store-bytes exclude each other");
                 }
                 json.set(e.getKey(), e.getValue());
               });
@@ -895,6 +1033,26 @@ final class BenchTraceCommand implements Callable<Integer> {
             vocab,
             promptSeed,
             maxOutput));
+    if (serve != null) {
+      b.append(
+          String.format(
+              Locale.ROOT,
+              "%d replica(s) started here, with L3 over one shared store, **%s** (%s), and as many"
+                  + " fresh ones without L3 (the baseline%s).%n%n",
+              serve,
+              storeKind(),
+              switch (storeKind()) {
+                case "memory" ->
+                    String.format(
+                        Locale.ROOT,
+                        "one in-process memory store that the replicas use, capacity %d bytes",
+                        memoryCapacity());
+                case "redis" ->
+                    "the Redis server of --redis-uri, under a namespace of the run's own";
+                default -> "a file store in a temporary folder";
+              },
+              baselineFirst ? ", replayed first" : ""));
+    }
     b.append(
         String.format(
             Locale.ROOT,
@@ -1053,6 +1211,13 @@ final class BenchTraceCommand implements Callable<Integer> {
     root.put("trace", trace.toString());
     root.put("requests", rs.size());
     root.put("infinite_cache_hit_rate", CacheBound.hitRate(rs));
+    if (serve != null) {
+      root.put("replicas", serve);
+      root.put("store", storeKind());
+      if (storeKind().equals("memory")) {
+        root.put("memory_store_bytes", memoryCapacity());
+      }
+    }
     ArrayNode runs = root.putArray("runs");
     for (Replay r : replays) {
       Figures f = figures(slice, r);

@@ -186,7 +186,15 @@ class BenchTraceCommandTest {
             "--out",
             dir.resolve("first.md").toString());
     assertEquals(0, run.exitCode(), run::toString);
-    JsonNode runs = new ObjectMapper().readTree(dir.resolve("first.json").toFile()).get("runs");
+    JsonNode first = new ObjectMapper().readTree(dir.resolve("first.json").toFile());
+    assertEquals("file", first.get("store").asText(), "the default store");
+    assertEquals(1, first.get("replicas").asInt());
+    assertTrue(first.get("memory_store_bytes") == null, first::toString);
+    assertTrue(
+        Files.readString(dir.resolve("first.md"))
+            .contains("over one shared store, **file** (a file store in a temporary folder)"),
+        "the report names the store");
+    JsonNode runs = first.get("runs");
     assertEquals(2, runs.size(), runs::toString);
     assertEquals("off", runs.get(0).get("label").asText());
     assertEquals("l3", runs.get(1).get("label").asText());
@@ -230,6 +238,10 @@ class BenchTraceCommandTest {
               dir.resolve("redis.md").toString());
       assertEquals(0, run.exitCode(), run::toString);
       JsonNode json = new ObjectMapper().readTree(dir.resolve("redis.json").toFile());
+      assertEquals("redis", json.get("store").asText(), "--redis-uri alone selects redis");
+      assertTrue(
+          Files.readString(dir.resolve("redis.md")).contains("over one shared store, **redis** ("),
+          "the report names the store");
       long[] bound = CacheBound.hitTokens(requests);
       JsonNode l3 = json.get("runs").get(0).get("per_request");
       JsonNode off = json.get("runs").get(1).get("per_request");
@@ -246,6 +258,137 @@ class BenchTraceCommandTest {
       assertTrue(figures.get("put_bytes").asLong() > 0, "the replicas wrote through: " + figures);
       assertTrue(json.get("runs").get(1).get("l3") == null, "no L3 figures without L3");
       assertEquals(0L, ((Number) redis.command("DBSIZE")).longValue(), "the run's objects");
+    }
+  }
+
+  /**
+   * Two replicas over one memory store of the command's process, round robin, one request after
+   * another: each prefix is computed by one replica, and two requests later its extension goes to
+   * the other, which has never seen it, so whatever the extension reuses came from the shared store
+   * (without L3 nothing is reused at all); the store is closed once the run's replicas are.
+   */
+  @Test
+  void shouldShareOneMemoryStoreBetweenTwoReplicas() throws Exception {
+    List<TraceRequest> requests = new ArrayList<>();
+    long t = 0;
+    for (int group = 0; group < 2; group++) {
+      int[][] prefixes = new int[3][];
+      for (int j = 0; j < 3; j++) {
+        int id = 100 * (3 * group + j);
+        prefixes[j] = new int[] {id, id + 1};
+        requests.add(new TraceRequest(t++ * 1000, 1024, 2, prefixes[j]));
+      }
+      for (int j = 0; j < 3; j++) {
+        int[] longer = {prefixes[j][0], prefixes[j][1], prefixes[j][0] + 2};
+        requests.add(new TraceRequest(t++ * 1000, 1024 + 300, 2, longer));
+      }
+    }
+    // request i goes to replica i % 2: an extension (i + 3) to the other one than its prefix (i)
+    long[] bound = CacheBound.hitTokens(requests);
+    for (int i = 0; i < requests.size(); i++) {
+      assertEquals(i % 6 < 3 ? 0 : 1024, bound[i], "request " + i);
+    }
+    Path file = trace(requests);
+    CliRun run =
+        CliRun.of(
+            "bench",
+            "trace",
+            "--trace",
+            file.toString(),
+            "--serve",
+            "2",
+            "--store",
+            "memory",
+            "--memory-store-bytes",
+            "1073741824",
+            "--model",
+            model(),
+            "--sequential",
+            "--max-output",
+            "2",
+            "--out",
+            dir.resolve("memory.md").toString());
+    assertEquals(0, run.exitCode(), run::toString);
+    JsonNode json = JSON.readTree(dir.resolve("memory.json").toFile());
+    assertEquals("memory", json.get("store").asText());
+    assertEquals(2, json.get("replicas").asInt());
+    assertEquals(1L << 30, json.get("memory_store_bytes").asLong());
+    JsonNode l3Run = json.get("runs").get(0);
+    JsonNode offRun = json.get("runs").get(1);
+    assertEquals("l3", l3Run.get("label").asText());
+    assertEquals("off", offRun.get("label").asText());
+    int page = EngineConfig.defaults(2).prefixGranularity();
+    long reused = 0;
+    for (int i = 0; i < requests.size(); i++) {
+      long got = l3Run.get("per_request").get(i).get("reused_tokens").asLong();
+      assertTrue(got <= bound[i], "request " + i + ": " + got + " > " + bound[i]);
+      assertTrue(
+          bound[i] - got <= page,
+          "request " + i + ": reused " + got + " of the bound " + bound[i] + "\n" + run);
+      assertEquals(
+          0,
+          offRun.get("per_request").get(i).get("reused_tokens").asLong(),
+          "request " + i + " without L3: its prefix lives on the other replica only");
+      reused += got;
+    }
+    assertEquals(0, l3Run.get("failed").asInt(), l3Run::toString);
+    assertEquals(0, offRun.get("failed").asInt(), offRun::toString);
+    assertTrue(reused > 0, "reused with L3: " + reused);
+    assertEquals(reused, l3Run.get("reused_storage_tokens").asLong(), "all of it from L3");
+    JsonNode figures = l3Run.get("l3");
+    assertTrue(
+        figures.get("get_bytes").asLong() > 0 && figures.get("put_bytes").asLong() > 0,
+        "the replicas read what the other wrote: " + figures);
+    assertEquals(0, figures.get("fallbacks").asLong(), figures::toString);
+    assertTrue(offRun.get("l3") == null, "no L3 figures without L3");
+    java.util.regex.Matcher closed =
+        java.util.regex.Pattern.compile(
+                "with L3: the shared memory store, closed, held ([0-9.]+) MB")
+            .matcher(run.err());
+    assertTrue(closed.find(), run::toString);
+    assertTrue(Double.parseDouble(closed.group(1)) > 0, run::toString);
+    assertTrue(
+        run.err().indexOf("with L3: the shared memory store, closed")
+            < run.err().indexOf("L3 off:"),
+        "closed before the run without L3: " + run.err());
+    String report = Files.readString(dir.resolve("memory.md"));
+    assertTrue(
+        report.contains(
+            "2 replica(s) started here, with L3 over one shared store, **memory** (one in-process"
+                + " memory store that the replicas use, capacity 1073741824 bytes)"),
+        report);
+  }
+
+  /**
+   * A replica's store for the shared memory store: every call reaches the shared one, closing it
+   * leaves the shared one open for the other replicas, and closing the shared one ends it for all.
+   */
+  @Test
+  void shouldLeaveTheSharedStoreOpenWhenAReplicaClosesItsOwn() throws Exception {
+    io.tokenspeed.l3.store.memory.MemoryStore shared =
+        new io.tokenspeed.l3.store.memory.MemoryStore();
+    try (java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofConfined()) {
+      java.lang.foreign.MemorySegment bytes = arena.allocate(8);
+      bytes.fill((byte) 7);
+      BenchTraceCommand.SharedStore first = new BenchTraceCommand.SharedStore(shared);
+      BenchTraceCommand.SharedStore second = new BenchTraceCommand.SharedStore(shared);
+      assertEquals("memory", first.name());
+      assertEquals(shared.maxKeyBytes(), first.maxKeyBytes());
+      first.put(List.of("a_1"), List.of(bytes));
+      first.close();
+      assertEquals(8, shared.usedBytes(), "the object stays after a replica's store closes");
+      java.lang.foreign.MemorySegment into = arena.allocate(8);
+      assertTrue(
+          second.get(List.of("a_1"), List.of(into)).rows().getFirst()
+              instanceof io.tokenspeed.l3.spi.RowResult.Ok,
+          "the other replica reads it");
+      assertEquals((byte) 7, into.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 7));
+      assertEquals(1, second.deleteNamespace("a"));
+      shared.close();
+      IllegalStateException e =
+          org.junit.jupiter.api.Assertions.assertThrows(
+              IllegalStateException.class, () -> second.exists(List.of("a_1")));
+      assertTrue(e.getMessage().contains("closed"), e::toString);
     }
   }
 
@@ -458,7 +601,31 @@ class BenchTraceCommandTest {
         "--serve=1 --store-config=nope | --store-config: not JSON",
         "--serve=1 --store-config=[1] | --store-config: a JSON object is needed",
         "--serve=1 --store-config={\"path\":\"x\"} | --store-config: path is set by the command",
-        "--serve=1 --store-config={\"fsync\":\"no\"} | fsync"
+        "--serve=1 --store-config={\"fsync\":\"no\"} | fsync",
+        "--serve=1 --store=memory --redis-uri=redis://127.0.0.1:1 | --store=memory and"
+            + " --redis-uri exclude each other",
+        "--serve=1 --store=file --redis-uri=redis://127.0.0.1:1 | --store=file and --redis-uri"
+            + " exclude each other",
+        "--serve=1 --store=redis | --store=redis needs --redis-uri",
+        "--serve=1 --store=disk | --store=disk is not a store; allowed: file, redis, memory",
+        "--targets=http://127.0.0.1:1 --vocab-size=256 --store=memory | --store is for the"
+            + " replicas --serve starts",
+        "--serve=1 --store=memory --memory-store-bytes=0 | --memory-store-bytes=0 must be"
+            + " positive",
+        "--serve=1 --store=memory --memory-store-bytes=-1 | --memory-store-bytes=-1 must be"
+            + " positive",
+        "--serve=1 --memory-store-bytes=1024 | --memory-store-bytes is for --serve with --store"
+            + " memory",
+        "--serve=1 --store=file --memory-store-bytes=1024 | --memory-store-bytes is for --serve"
+            + " with --store memory",
+        "--targets=http://127.0.0.1:1 --vocab-size=256 --memory-store-bytes=1024 |"
+            + " --memory-store-bytes is for --serve with --store memory",
+        "--serve=1 --store=memory --memory-store-bytes=1024 --store-config={\"capacity_bytes\":2048}"
+            + " | --store-config: capacity_bytes and --memory-store-bytes exclude each other",
+        "--serve=1 --store=memory --store-config={\"fsync\":false} | --store-config: unknown"
+            + " field fsync for the memory backend",
+        "--serve=1 --store=memory --store-config={\"capacity_bytes\":0} | --store-config:"
+            + " capacity_bytes=0 must be"
       })
   void shouldRefuseOptionsThatDoNotFit(String options, String message) throws IOException {
     Path file = trace(TraceTestData.conversations(3, 4));
