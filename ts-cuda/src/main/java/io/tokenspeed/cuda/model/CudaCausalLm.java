@@ -70,8 +70,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * too, on Hopper, a prefill or mixed batch whose flash grid would leave half the multiprocessors
  * idle, as a restored prefix's short suffix over a long context does, runs the same kernel split
  * over the keys ({@link #prefillSplitPlan}, {@code flash_attention_wgmma_split_d64/d128} or {@code
- * _tma_split_}, then the same combine), in normal mode only. Any other value is refused when the
- * class loads.
+ * _tma_split_}, then the same combine), in normal mode only; {@value #PREFILL_SPLIT_PROPERTY} =
+ * {@code off} keeps the unsplit kernel for prefill alone. Any other value is refused when the class
+ * loads.
  *
  * <p>System property {@value #GRAPHS_PROPERTY} = {@code on|off} (default {@code on}, read once):
  * with {@code on}, a decode step whose products all run on the project's own kernels is recorded as
@@ -190,6 +191,17 @@ public final class CudaCausalLm implements AutoCloseable {
   static final boolean BF16_MLP =
       KernelSwitch.read(
           BF16_MLP_PROPERTY, System.getProperty(BF16_MLP_PROPERTY, "on"), "off", "on");
+
+  /**
+   * The system property that turns the split prefill attention ({@link #prefillSplitPlan}) on
+   * ({@code on}, the default) or off ({@code off}) where {@link #SPLIT_KV_PROPERTY} leaves it on.
+   */
+  static final String PREFILL_SPLIT_PROPERTY = "tokenspeed.cuda.prefillsplit";
+
+  /** Whether prefill batches may take the split attention: the property, read once. */
+  static final boolean PREFILL_SPLIT =
+      KernelSwitch.read(
+          PREFILL_SPLIT_PROPERTY, System.getProperty(PREFILL_SPLIT_PROPERTY, "on"), "off", "on");
 
   /** The system property that turns decode graphs on ({@code on}) or off ({@code off}). */
   static final String GRAPHS_PROPERTY = "tokenspeed.cuda.graphs";
@@ -1741,6 +1753,7 @@ public final class CudaCausalLm implements AutoCloseable {
                 && !pureDecode
                 && !graphed
                 && splitKv != SplitKv.OFF
+                && (PREFILL_SPLIT || splitKv == SplitKv.ALWAYS)
                 && flash != FlashKernel.MMA
             ? prefillSplitPlan(numTiles, d.numKvHeads(), maxContext, device.multiprocessors())
             : null;
