@@ -209,10 +209,10 @@ class PrefillSplitGpuTest extends OnTheGpu {
       double worst = 0;
       int same = 0;
       for (int i = 0; i < chunk; i++) {
-        worst = Math.max(worst, CudaCausalLmGpuTest.relative(split.logits(i), whole.logits(i)));
+        worst = Math.max(worst, CudaCausalLmGpuTest.relative(split.row(0, i), whole.row(0, i)));
         same +=
-            CudaCausalLmGpuTest.argmax(split.logits(i), 0, vocab)
-                    == CudaCausalLmGpuTest.argmax(whole.logits(i), 0, vocab)
+            CudaCausalLmGpuTest.argmax(split.row(0, i), 0, vocab)
+                    == CudaCausalLmGpuTest.argmax(whole.row(0, i), 0, vocab)
                 ? 1
                 : 0;
       }
