@@ -744,7 +744,7 @@ final class BenchTraceCommand implements Callable<Integer> {
                 .toList();
         err.println((l3 ? "with L3" : "L3 off") + ": " + serve + " replica(s)");
         err.flush();
-        warmUp(uris, vocab, client);
+        warmUp(uris, vocab, warmUpLongTokens(slice, engines.getFirst().maxRequestTokens()), client);
         awaitQuiet(engines);
         Optional<L3Figures> before = L3Figures.of(engines);
         Replay done = replay(l3 ? "l3" : "off", slice, prompts, uris, client);
@@ -805,27 +805,52 @@ final class BenchTraceCommand implements Callable<Integer> {
     public void close() {}
   }
 
-  /** Tokens of the warm-up prompt each replica serves before a replay ({@link #warmUp}). */
+  /** Tokens of the short warm-up prompt each replica serves before a replay ({@link #warmUp}). */
   static final int WARM_UP_TOKENS = 256;
 
+  /** The most tokens of the long warm-up prompt ({@link #warmUpLongTokens}). */
+  static final int WARM_UP_LONG_CAP = 8192;
+
   /**
-   * One request to each replica before the replay, outside its figures: a fresh process's first
-   * requests pay for compiling the hot code and, on a GPU, for the kernels' first launches, which
-   * would otherwise fall on whichever run goes first. The prompt is {@link #WARM_UP_TOKENS} tokens
-   * of a generator of its own, which no trace prompt shares beyond chance, and asks for 2 tokens; a
-   * replica that fails it fails the run.
+   * Tokens of the long warm-up prompt: the slice's median input length, at most {@link
+   * #WARM_UP_LONG_CAP} and what a request may hold less the 2 tokens it asks for; 0 (none) when
+   * that is not longer than the short one.
    */
-  private static void warmUp(List<URI> uris, int vocab, StreamClient client)
+  static int warmUpLongTokens(Slice slice, int maxRequestTokens) {
+    int[] lengths =
+        slice.requests().stream().mapToInt(TraceRequest::inputLength).sorted().toArray();
+    if (lengths.length == 0) {
+      return 0;
+    }
+    int n = Math.min(Math.min(lengths[lengths.length / 2], WARM_UP_LONG_CAP), maxRequestTokens - 2);
+    return n > WARM_UP_TOKENS ? n : 0;
+  }
+
+  /**
+   * Requests to each replica before the replay, outside its figures: a fresh process's first
+   * requests pay for compiling the hot code and, on a GPU, for the kernels' first launches, which
+   * would otherwise fall on whichever run goes first (measured on the CPU: a first replay up to 1.8
+   * times slower at p50 than the same replay second). A prompt of {@link #WARM_UP_TOKENS} tokens,
+   * then one of {@code longTokens} (none when 0), the length of the slice's median prompt, whose
+   * long attention loops and chunked prefill a short prompt never runs; each of a generator of its
+   * own, which no trace prompt (nor the other warm-up prompt) shares beyond chance, each asking for
+   * 2 tokens. A replica that fails one fails the run.
+   */
+  private static void warmUp(List<URI> uris, int vocab, int longTokens, StreamClient client)
       throws InterruptedException {
     java.util.SplittableRandom rnd = new java.util.SplittableRandom(0x5741524dL);
     for (URI uri : uris) {
-      int[] prompt = new int[WARM_UP_TOKENS];
-      for (int i = 0; i < prompt.length; i++) {
-        prompt[i] = rnd.nextInt(vocab);
-      }
-      StreamClient.Completion c = client.complete(uri, prompt, 2);
-      if (c.error() != null) {
-        throw new IllegalStateException("the warm-up request to " + uri + " failed: " + c.error());
+      for (int tokens :
+          longTokens > 0 ? new int[] {WARM_UP_TOKENS, longTokens} : new int[] {WARM_UP_TOKENS}) {
+        int[] prompt = new int[tokens];
+        for (int i = 0; i < prompt.length; i++) {
+          prompt[i] = rnd.nextInt(vocab);
+        }
+        StreamClient.Completion c = client.complete(uri, prompt, 2);
+        if (c.error() != null) {
+          throw new IllegalStateException(
+              "the warm-up request to " + uri + " (" + tokens + " tokens) failed: " + c.error());
+        }
       }
     }
   }
@@ -1129,9 +1154,12 @@ final class BenchTraceCommand implements Callable<Integer> {
                   + " `tokenspeed:l3_operations_issued_total{kind=\"get\"}`."
               : "\nFrom the replicas' own metrics (the executor's payload bytes, summed over the"
                   + " replicas): the difference between a snapshot once they were quiet after their"
-                  + " warm-up request (one each, "
+                  + " warm-up requests (each replica one of "
                   + WARM_UP_TOKENS
-                  + " tokens no trace prompt shares, before the replay and outside every figure)"
+                  + " tokens and, where the slice's median prompt is longer, one of its length up"
+                  + " to "
+                  + WARM_UP_LONG_CAP
+                  + ", prompts no trace prompt shares, before the replay and outside every figure)"
                   + " and one once they were quiet after the replay.");
       b.append(
           " Pressure bypasses: requests that skipped L3 because its pressure gate was closed"

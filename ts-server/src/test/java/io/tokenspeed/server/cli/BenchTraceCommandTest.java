@@ -650,4 +650,41 @@ class BenchTraceCommandTest {
     assertEquals(1, broken.exitCode(), broken::toString);
     assertTrue(broken.err().contains("bad.jsonl:1: hash_ids must be an array"), broken::toString);
   }
+
+  /** A request of {@code n} input tokens (its hash ids as many blocks as it needs). */
+  private static TraceRequest ofLength(int n) {
+    int[] ids = new int[Math.ceilDiv(n, 512)];
+    for (int k = 0; k < ids.length; k++) {
+      ids[k] = 1000 * n + k;
+    }
+    return new TraceRequest(0, n, 4, ids);
+  }
+
+  private static BenchTraceCommand.Slice sliceOf(int... lengths) {
+    List<TraceRequest> rs = new ArrayList<>();
+    for (int n : lengths) {
+      rs.add(ofLength(n));
+    }
+    return new BenchTraceCommand.Slice(rs, new long[lengths.length]);
+  }
+
+  @Test
+  void shouldWarmUpOnThePromptLengthOfTheSliceMedianWithinTheCapAndTheRequestLimit() {
+    // the median (the upper one of an even count), in any order
+    assertEquals(3000, BenchTraceCommand.warmUpLongTokens(sliceOf(9000, 100, 3000, 2000), 1 << 20));
+    assertEquals(2000, BenchTraceCommand.warmUpLongTokens(sliceOf(2000, 100, 9000), 1 << 20));
+    // capped
+    assertEquals(
+        BenchTraceCommand.WARM_UP_LONG_CAP,
+        BenchTraceCommand.warmUpLongTokens(sliceOf(30000, 40000, 50000), 1 << 20));
+    // what a request may hold, less the 2 tokens the warm-up asks for
+    assertEquals(998, BenchTraceCommand.warmUpLongTokens(sliceOf(30000), 1000));
+    // none when not longer than the short warm-up, or no request at all
+    assertEquals(
+        0,
+        BenchTraceCommand.warmUpLongTokens(
+            sliceOf(BenchTraceCommand.WARM_UP_TOKENS, 10, 5000), 1 << 20));
+    assertEquals(0, BenchTraceCommand.warmUpLongTokens(sliceOf(5000), 200));
+    assertEquals(0, BenchTraceCommand.warmUpLongTokens(sliceOf(), 1 << 20));
+  }
 }
