@@ -2,6 +2,7 @@ package io.tokenspeed.server.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.tokenspeed.l3.store.mooncake.MooncakeStoreSettings;
+import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -363,19 +364,45 @@ final class BenchTtftCommand implements Callable<Integer> {
     List<Reader> writers = new ArrayList<>(); // the memory role writes and reads in one process
     Path work = Files.createTempDirectory("tokenspeed-bench");
     long t0 = System.nanoTime();
+    String base =
+        name != null
+            ? name
+            : LocalDate.now(ZoneOffset.UTC)
+                + "-l3-ttft"
+                + (tp > 1 ? "-tp" + tp : "")
+                + (deviceOptions.gpu() ? "-cuda" : "");
+    // each reader's figures are written as it finishes, so that a run cut short (a device's time
+    // limit, say) leaves the stores it completed
+    java.util.function.Consumer<Reader> addReader =
+        r -> {
+          readers.add(r);
+          String partial =
+              "**Partial report:** the cohorts of "
+                  + readers.size()
+                  + " reader(s) so far; the run goes on (this file is replaced when it ends).\n\n";
+          try {
+            writeReport(
+                partial + report(readers, writers, runSeed, (System.nanoTime() - t0) / 1e9),
+                readers,
+                base);
+          } catch (IOException | RuntimeException e) {
+            err.println("the partial report could not be written: " + e);
+            err.flush();
+          }
+        };
     try {
       for (String store : stores) {
         switch (store) {
           case "memory" -> {
             String config = config("memory", "\"capacity_bytes\": 17179869184");
-            readers.add(run("memory", "memory", config, null, runSeed, err));
+            addReader.accept(run("memory", "memory", config, null, runSeed, err));
           }
           case "file" -> {
             Path dir = work.resolve("file-store");
             String config = config("file", "\"path\": " + quote(dir.toString()));
             writers.add(run("writer", "file-writer", config, null, runSeed, err));
-            readers.add(run("reader", "file-warm", config, null, runSeed + 1, err));
-            readers.add(run("reader", "file-cold", config, dir, runSeed + 2, err));
+            addReader.accept(run("reader", "file-warm", config, null, runSeed + 1, err));
+            addReader.accept(run("reader", "file-cold", config, dir, runSeed + 2, err));
           }
           case "redis" -> {
             String config =
@@ -386,7 +413,7 @@ final class BenchTtftCommand implements Callable<Integer> {
                             ? ""
                             : ", \"command_timeout_ms\": " + redisCommandTimeoutMs));
             writers.add(run("writer", "redis-writer", config, null, runSeed, err));
-            readers.add(run("reader", "redis", config, null, runSeed + 3, err));
+            addReader.accept(run("reader", "redis", config, null, runSeed + 3, err));
           }
           default -> {
             String config =
@@ -399,7 +426,7 @@ final class BenchTtftCommand implements Callable<Integer> {
                         + ", \"master_server_address\": "
                         + quote(mooncakeMaster));
             writers.add(run("writer", "mooncake-writer", config, null, runSeed, err));
-            readers.add(run("reader", "mooncake", config, null, runSeed + 4, err));
+            addReader.accept(run("reader", "mooncake", config, null, runSeed + 4, err));
           }
         }
       }
@@ -407,22 +434,20 @@ final class BenchTtftCommand implements Callable<Integer> {
       DemoCommand.deleteTree(work);
     }
     String report = report(readers, writers, runSeed, (System.nanoTime() - t0) / 1e9);
-    String base =
-        name != null
-            ? name
-            : LocalDate.now(ZoneOffset.UTC)
-                + "-l3-ttft"
-                + (tp > 1 ? "-tp" + tp : "")
-                + (deviceOptions.gpu() ? "-cuda" : "");
-    Files.createDirectories(out);
-    Files.writeString(
-        out.resolve(base + ".md"), report.replace("CHART", base + ".svg"), StandardCharsets.UTF_8);
-    Files.writeString(out.resolve(base + ".svg"), chart(readers), StandardCharsets.UTF_8);
+    writeReport(report, readers, base);
     PrintWriter o = spec.commandLine().getOut();
     o.print(report.replace("CHART", base + ".svg"));
     o.printf("wrote %s and %s%n", out.resolve(base + ".md"), out.resolve(base + ".svg"));
     o.flush();
     return 0;
+  }
+
+  /** Writes {@code report} (its chart's name for CHART) and the chart of {@code readers}. */
+  private void writeReport(String report, List<Reader> readers, String base) throws IOException {
+    Files.createDirectories(out); // not before a reader finished: a run that fails leaves none
+    Files.writeString(
+        out.resolve(base + ".md"), report.replace("CHART", base + ".svg"), StandardCharsets.UTF_8);
+    Files.writeString(out.resolve(base + ".svg"), chart(readers), StandardCharsets.UTF_8);
   }
 
   /**

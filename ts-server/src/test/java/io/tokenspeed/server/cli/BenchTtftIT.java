@@ -55,6 +55,9 @@ class BenchTtftIT {
     assertEquals(0, r.exitCode(), r::toString);
     String report = Files.readString(out.resolve("small.md"));
     assertTrue(Files.readString(out.resolve("small.svg")).startsWith("<svg"), "the chart");
+    // written after each reader, then replaced by the whole run's report
+    assertFalse(report.contains("Partial report"), report);
+    assertFalse(r.err().contains("the partial report could not be written"), r::err);
     assertTrue(r.out().contains("wrote " + out.resolve("small.md")), r::out);
     for (String store : List.of("memory", "file-warm", "file-cold")) {
       String[] l3 = JarProcess.row(report, store, "l3");
