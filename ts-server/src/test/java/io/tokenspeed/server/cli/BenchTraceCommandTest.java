@@ -89,21 +89,7 @@ class BenchTraceCommandTest {
     assertTrue(requests.size() >= 12, "a trace of " + requests.size());
     Path file = trace(requests);
     Path out = dir.resolve("report.md");
-    CliRun run =
-        CliRun.of(
-            "bench",
-            "trace",
-            "--trace",
-            file.toString(),
-            "--serve",
-            "1",
-            "--model",
-            model(),
-            "--sequential",
-            "--max-output",
-            "2",
-            "--out",
-            out.toString());
+    CliRun run = serveRun(file, 1, 2, out, List.of());
     assertEquals(0, run.exitCode(), run::toString);
     JsonNode json = new ObjectMapper().readTree(dir.resolve("report.json").toFile());
     assertEquals(requests.size(), json.get("requests").asInt());
@@ -168,23 +154,12 @@ class BenchTraceCommandTest {
     List<TraceRequest> requests = fitting(5, 40, 6);
     Path file = trace(requests);
     CliRun run =
-        CliRun.of(
-            "bench",
-            "trace",
-            "--trace",
-            file.toString(),
-            "--serve",
-            "1",
-            "--model",
-            model(),
-            "--sequential",
-            "--max-output",
-            "1",
-            "--baseline-first",
-            "--store-config",
-            "{\"fsync\": false}",
-            "--out",
-            dir.resolve("first.md").toString());
+        serveRun(
+            file,
+            1,
+            1,
+            dir.resolve("first.md"),
+            List.of("--baseline-first", "--store-config", "{\"fsync\": false}"));
     assertEquals(0, run.exitCode(), run::toString);
     JsonNode first = new ObjectMapper().readTree(dir.resolve("first.json").toFile());
     assertEquals("file", first.get("store").asText(), "the default store");
@@ -220,22 +195,7 @@ class BenchTraceCommandTest {
     try (io.tokenspeed.testkit.RedisServer redis =
         io.tokenspeed.testkit.RedisServers.startStandalone(dir.resolve("redis"))) {
       CliRun run =
-          CliRun.of(
-              "bench",
-              "trace",
-              "--trace",
-              file.toString(),
-              "--serve",
-              "2",
-              "--redis-uri",
-              redis.uri(),
-              "--model",
-              model(),
-              "--sequential",
-              "--max-output",
-              "2",
-              "--out",
-              dir.resolve("redis.md").toString());
+          serveRun(file, 2, 2, dir.resolve("redis.md"), List.of("--redis-uri", redis.uri()));
       assertEquals(0, run.exitCode(), run::toString);
       JsonNode json = new ObjectMapper().readTree(dir.resolve("redis.json").toFile());
       assertEquals("redis", json.get("store").asText(), "--redis-uri alone selects redis");
@@ -290,24 +250,12 @@ class BenchTraceCommandTest {
     }
     Path file = trace(requests);
     CliRun run =
-        CliRun.of(
-            "bench",
-            "trace",
-            "--trace",
-            file.toString(),
-            "--serve",
-            "2",
-            "--store",
-            "memory",
-            "--memory-store-bytes",
-            "1073741824",
-            "--model",
-            model(),
-            "--sequential",
-            "--max-output",
-            "2",
-            "--out",
-            dir.resolve("memory.md").toString());
+        serveRun(
+            file,
+            2,
+            2,
+            dir.resolve("memory.md"),
+            List.of("--store", "memory", "--memory-store-bytes", "1073741824"));
     assertEquals(0, run.exitCode(), run::toString);
     JsonNode json = JSON.readTree(dir.resolve("memory.json").toFile());
     assertEquals("memory", json.get("store").asText());
@@ -686,5 +634,32 @@ class BenchTraceCommandTest {
             sliceOf(BenchTraceCommand.WARM_UP_TOKENS, 10, 5000), 1 << 20));
     assertEquals(0, BenchTraceCommand.warmUpLongTokens(sliceOf(5000), 200));
     assertEquals(0, BenchTraceCommand.warmUpLongTokens(sliceOf(), 1 << 20));
+  }
+
+  /**
+   * {@code bench trace --serve REPLICAS} of {@code file} on the test's model, requests one after
+   * another, {@code maxOutput} tokens at most, the report to {@code out}, with {@code extra}
+   * options.
+   */
+  private CliRun serveRun(Path file, int replicas, int maxOutput, Path out, List<String> extra)
+      throws IOException {
+    List<String> args =
+        new ArrayList<>(
+            List.of(
+                "bench",
+                "trace",
+                "--trace",
+                file.toString(),
+                "--serve",
+                Integer.toString(replicas),
+                "--model",
+                model(),
+                "--sequential",
+                "--max-output",
+                Integer.toString(maxOutput),
+                "--out",
+                out.toString()));
+    args.addAll(extra);
+    return CliRun.of(args.toArray(String[]::new));
   }
 }
