@@ -8,7 +8,9 @@ import java.util.Optional;
  * @param requestId the engine's id
  * @param tokens every generated token id, in order
  * @param finishReason {@code stop}, {@code length}, {@code cancelled} or {@code error}
- * @param error the message of a rejected or failed request, else null
+ * @param error the message of a rejected or failed request; of a cancelled one that its own client
+ *     did not cancel, why (the engine closed; the other half of a disaggregated request was
+ *     cancelled by its client, docs/pd.md); else null
  * @param metrics the request's figures (null for a request rejected at intake)
  */
 public record GenerationResult(
@@ -18,7 +20,10 @@ public record GenerationResult(
     tokens = tokens.clone();
   }
 
-  /** The error, when the request was rejected or failed. */
+  /**
+   * The message, when the request was rejected or failed, or was cancelled other than by its own
+   * client (see {@code error}; {@link #finishReason} tells a failure from a cancellation).
+   */
   public Optional<String> failure() {
     return Optional.ofNullable(error);
   }

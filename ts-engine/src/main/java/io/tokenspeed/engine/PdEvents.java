@@ -40,11 +40,18 @@ final class PdEvents {
   enum Kind {
     /** Prefill: every pair of the request was acknowledged with the blocks it needs. */
     ACKED,
-    /** Either side: a pair failed, or the request cannot be served here; carries the reason. */
+    /**
+     * Either side: a pair failed, or the request cannot be served here; carries the reason. Flagged
+     * {@link Event#cancelled} when the pair ended because the peer's half was cancelled by its
+     * client: the request then ends cancelled, not with an error.
+     */
     FAILED,
     /** Prefill: the Device → Host copy the transfer sends from completed. */
     COPIED,
-    /** Prefill: every pair's fence stands; carries the first pair's error, if any. */
+    /**
+     * Prefill: every pair's fence stands; carries the first pair's error, if any, flagged {@link
+     * Event#cancelled} when that error is the decode half's client cancelling.
+     */
     FENCED,
     /** Decode: every pair landed and the Host → Device copy completed. */
     LANDED,
@@ -54,8 +61,18 @@ final class PdEvents {
     ENDPOINT
   }
 
-  /** One report: its kind, the request (or rank) it is about, and a text (or null). */
-  record Event(Kind kind, long id, String text) {}
+  /**
+   * One report: its kind, the request (or rank) it is about, a text (or null), and whether the text
+   * says that the peer's half of the request was cancelled by its client (FAILED, FENCED).
+   */
+  record Event(Kind kind, long id, String text, boolean cancelled) {
+    Event(Kind kind, long id, String text) {
+      this(kind, id, text, false);
+    }
+  }
+
+  /** The bit of an encoded event's kind byte that says {@link Event#cancelled}. */
+  private static final int CANCELLED_BIT = 0x80;
 
   /** The longest text an event carries, in UTF-8 bytes (a longer one is cut). */
   static final int MAX_TEXT_BYTES = 512;
@@ -76,10 +93,12 @@ final class PdEvents {
 
   private static final class Reports {
     final String[] texts;
+    final boolean[] cancelled;
     int count;
 
     Reports(int size) {
       texts = new String[size];
+      cancelled = new boolean[size];
     }
   }
 
@@ -90,7 +109,15 @@ final class PdEvents {
 
   /** Reports an event of this rank: applied now on a single rank, else sent with the next round. */
   void report(Kind kind, long id, String text) {
-    Event e = new Event(kind, id, cut(text));
+    report(kind, id, text, false);
+  }
+
+  /**
+   * Reports an event of this rank whose text, when {@code cancelled}, says that the peer's half was
+   * cancelled by its client (see {@link Event#cancelled}).
+   */
+  void report(Kind kind, long id, String text, boolean cancelled) {
+    Event e = new Event(kind, id, cut(text), cancelled);
     if (size == 1) {
       apply.accept(e);
     } else {
@@ -166,17 +193,20 @@ final class PdEvents {
         if (reports.texts[r] == null) {
           reports.count++;
           reports.texts[r] = e.text() == null ? "" : e.text();
+          reports.cancelled[r] = e.cancelled();
         }
         if (reports.count == size) {
           pending.remove(key);
           String text = null;
-          for (String t : reports.texts) {
-            if (!t.isEmpty()) {
-              text = t;
+          boolean cancelled = false;
+          for (int k = 0; k < size; k++) {
+            if (!reports.texts[k].isEmpty()) {
+              text = reports.texts[k];
+              cancelled = reports.cancelled[k];
               break;
             }
           }
-          apply.accept(new Event(e.kind(), e.id(), text));
+          apply.accept(new Event(e.kind(), e.id(), text, cancelled));
         }
       }
     }
@@ -201,7 +231,7 @@ final class PdEvents {
   private static byte[] encode(Event e) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream();
     try (DataOutputStream out = new DataOutputStream(bytes)) {
-      out.writeByte(e.kind().ordinal());
+      out.writeByte(e.kind().ordinal() | (e.cancelled() ? CANCELLED_BIT : 0));
       out.writeLong(e.id());
       byte[] text = e.text() == null ? null : e.text().getBytes(StandardCharsets.UTF_8);
       out.writeShort(text == null ? 0xFFFF : text.length);
@@ -223,7 +253,8 @@ final class PdEvents {
     try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(re.bytes()))) {
       int n = in.readUnsignedShort();
       for (int i = 0; i < n; i++) {
-        int kind = in.readUnsignedByte();
+        int kindByte = in.readUnsignedByte();
+        int kind = kindByte & ~CANCELLED_BIT;
         if (kind >= Kind.values().length) {
           throw new IllegalStateException(
               "a rank reported PD event kind " + kind + ", unknown here");
@@ -238,7 +269,7 @@ final class PdEvents {
           }
           text = new String(b, StandardCharsets.UTF_8);
         }
-        out.add(new Event(Kind.values()[kind], id, text));
+        out.add(new Event(Kind.values()[kind], id, text, (kindByte & CANCELLED_BIT) != 0));
       }
       if (in.available() != 0) {
         throw new IllegalStateException("a rank's PD events carry trailing bytes");

@@ -21,6 +21,7 @@ import io.tokenspeed.pd.KvReceiver;
 import io.tokenspeed.pd.KvSender;
 import io.tokenspeed.pd.Landed;
 import io.tokenspeed.pd.PdException;
+import io.tokenspeed.pd.PdFrameDescriptor;
 import io.tokenspeed.pd.PdMetrics;
 import io.tokenspeed.pd.Registration;
 import io.tokenspeed.pd.Transfer;
@@ -141,6 +142,7 @@ final class PdPort implements AutoCloseable {
     final List<PairSending> pairs;
     int acked; // pairs whose ACK reserved what the prompt needs
     String failure; // the first pair's failure before the ACK
+    boolean failureCancelled; // that failure is the decode half's client cancelling
     boolean reported; // ACKED or FAILED reported
     boolean failed; // ended with an error; the room waits for the cancellation
     int[][] hostBlocks; // set when sent; freed at the agreed fence
@@ -149,6 +151,7 @@ final class PdPort implements AutoCloseable {
     boolean ended; // the handle ended already (cancelled while the fence stands)
     int fenced; // pairs whose fence stands
     String fenceError;
+    boolean fenceCancelled; // that error is the decode half's client cancelling
 
     PrefillRoom(long id, List<PairSending> pairs) {
       this.id = id;
@@ -171,6 +174,8 @@ final class PdPort implements AutoCloseable {
     boolean reported; // LANDED or FAILED reported
     boolean releaseReported; // RELEASED reported
     boolean ended; // the request ended on every rank (cancelled, failed)
+    String failure; // a pair's failure, reported once the request is in (FAILED)
+    boolean failureCancelled; // that failure is the prefill half's client cancelling
 
     DecodeRoom(long id) {
       this.id = id;
@@ -489,6 +494,11 @@ final class PdPort implements AutoCloseable {
         reportAnswer(p); // the request was taken in after its answers came
       }
     }
+    for (DecodeRoom d : decodeRooms.values()) {
+      if (d.failure != null && !d.reported) {
+        reportFailure(d); // the request was taken in after its pair failed
+      }
+    }
     for (Runnable e; (e = inbox.poll()) != null; ) {
       if (e instanceof LoopEvent le) {
         le.run(this);
@@ -521,16 +531,24 @@ final class PdPort implements AutoCloseable {
    * After the plan: the round's cancellations of ticketed requests; the requests the round admitted
    * into Landing take their staging blocks and pin their Device blocks (the same round on every
    * rank); then the reservations that waited for that.
+   *
+   * @param closing whether the engine is closing (draining, the same round on every rank): its
+   *     cancellations are then its own, and the peers' halves fail; otherwise they are the clients'
+   *     ({@link io.tokenspeed.engine.RequestHandle#cancel}), and the peer's half ends cancelled too
    */
-  void afterPlan(List<Long> cancelled) {
+  void afterPlan(List<Long> cancelled, boolean closing) {
+    String why =
+        closing
+            ? "the " + role.wireName() + " engine is closing"
+            : PdFrameDescriptor.clientCancelled(null);
     for (long id : cancelled) {
       PrefillRoom p = prefillRooms.get(id);
       if (p != null) {
-        cancelPrefill(p, "the client cancelled the request");
+        cancelPrefill(p, why);
       }
       DecodeRoom d = decodeRooms.get(id);
       if (d != null && !d.ended) {
-        endDecode(d, "the client cancelled the request");
+        endDecode(d, why);
       }
     }
     for (long id : scheduler.landingsAdmitted()) {
@@ -624,18 +642,23 @@ final class PdPort implements AutoCloseable {
         PrefillRoom p = prefillRooms.get(e.id());
         ActiveRequest a = active.get(e.id());
         if (p != null && !p.failed && p.hostBlocks == null && a != null) {
-          failPrefill(p, a, e.text());
+          failPrefill(p, a, e.text(), e.cancelled());
         }
         DecodeRoom d = decodeRooms.get(e.id());
         if (d != null && !d.ended) {
           if (a != null) {
             active.remove(a.id);
-            ends.end(a, a.result("error", e.text()));
+            ends.end(a, a.result(e.cancelled() ? "cancelled" : "error", e.text()));
             if (leader) {
               ends.cancel(a.id);
             }
           }
-          endDecode(d, "the request failed");
+          endDecode(
+              d,
+              e.cancelled()
+                  ? PdFrameDescriptor.clientCancelled(
+                      "the prefill half of the request was cancelled by its client")
+                  : "the request failed");
         }
       }
       case COPIED -> {
@@ -645,7 +668,7 @@ final class PdPort implements AutoCloseable {
           p.pinned = null;
         }
       }
-      case FENCED -> fenced(e.id(), e.text());
+      case FENCED -> fenced(e.id(), e.text(), e.cancelled());
       case LANDED -> landedEverywhere(e.id());
       case RELEASED -> {
         DecodeRoom d = decodeRooms.get(e.id());
@@ -678,7 +701,11 @@ final class PdPort implements AutoCloseable {
     }
     if (ex != null) {
       if (p.failure == null) {
-        p.failure = "the decode engine at " + s.transfer().decode() + " " + describe(ex);
+        p.failureCancelled = peerClientCancelled(ex);
+        p.failure =
+            p.failureCancelled
+                ? decodeHalfCancelled(s)
+                : "the decode engine at " + s.transfer().decode() + " " + describe(ex);
       }
     } else {
       String mismatch = null;
@@ -716,7 +743,7 @@ final class PdPort implements AutoCloseable {
     }
     if (p.failure != null) {
       p.reported = true;
-      events.report(PdEvents.Kind.FAILED, p.id, p.failure);
+      events.report(PdEvents.Kind.FAILED, p.id, p.failure, p.failureCancelled);
     } else if (p.acked == p.pairs.size()) {
       p.reported = true;
       events.report(PdEvents.Kind.ACKED, p.id, null);
@@ -724,15 +751,21 @@ final class PdPort implements AutoCloseable {
   }
 
   /**
-   * Ends a prefill request whose transfer failed before its first token. Its room stays until the
-   * cancellation reaches the scheduler ({@link #afterPlan}), which then ends a request that waits
-   * for the ACK that will not come.
+   * Ends a prefill request whose transfer failed before its first token, or whose decode half was
+   * cancelled by its client ({@code cancelled}: the request ends cancelled, not with an error). Its
+   * room stays until the cancellation reaches the scheduler ({@link #afterPlan}), which then ends a
+   * request that waits for the ACK that will not come.
    */
-  private void failPrefill(PrefillRoom p, ActiveRequest a, String error) {
+  private void failPrefill(PrefillRoom p, ActiveRequest a, String error, boolean cancelled) {
     p.failed = true;
     active.remove(a.id);
-    ends.end(a, a.result("error", error));
-    p.pairs.forEach(s -> s.transfer().cancel(error));
+    ends.end(a, a.result(cancelled ? "cancelled" : "error", error));
+    String why =
+        cancelled
+            ? PdFrameDescriptor.clientCancelled(
+                "the decode half of the request was cancelled by its client")
+            : error;
+    p.pairs.forEach(s -> s.transfer().cancel(why));
     if (leader) {
       ends.cancel(a.id);
     }
@@ -895,15 +928,29 @@ final class PdPort implements AutoCloseable {
   /** One pair's fence: once every pair's stands, the rank reports it. */
   private void onPairFenced(PrefillRoom p, PairSending s, Throwable ex) {
     if (ex != null && p.fenceError == null) {
-      p.fenceError = "the KV transfer to " + s.transfer().decode() + " " + describe(ex);
+      p.fenceCancelled = peerClientCancelled(ex);
+      p.fenceError =
+          p.fenceCancelled
+              ? decodeHalfCancelled(s)
+              : "the KV transfer to " + s.transfer().decode() + " " + describe(ex);
     }
     if (++p.fenced == p.pairs.size()) {
-      events.report(PdEvents.Kind.FENCED, p.id, p.fenceError);
+      events.report(PdEvents.Kind.FENCED, p.id, p.fenceError, p.fenceCancelled);
     }
   }
 
-  /** Every rank's fences stand: the Host blocks go back, the handle ends. */
-  private void fenced(long id, String error) {
+  /** Why a prefill half ends whose decode half was cancelled by its client. */
+  private static String decodeHalfCancelled(PairSending s) {
+    return "the decode half of the request (at "
+        + s.transfer().decode()
+        + ") was cancelled by its client";
+  }
+
+  /**
+   * Every rank's fences stand: the Host blocks go back, the handle ends (cancelled when the error
+   * is the decode half's client cancelling).
+   */
+  private void fenced(long id, String error, boolean cancelled) {
     PrefillRoom p = prefillRooms.remove(id);
     if (p == null) {
       return;
@@ -915,7 +962,11 @@ final class PdPort implements AutoCloseable {
     if (!p.ended) {
       p.ended = true;
       ActiveRequest a = p.request;
-      ends.end(a, error == null ? a.result("length", null) : a.result("error", error));
+      ends.end(
+          a,
+          error == null
+              ? a.result("length", null)
+              : a.result(cancelled ? "cancelled" : "error", error));
     }
   }
 
@@ -1076,14 +1127,17 @@ final class PdPort implements AutoCloseable {
   private void onPairLanded(PairLanding pl, Landed landed, Throwable ex) {
     DecodeRoom d = pl.room;
     if (ex != null) {
-      if (!d.ended && !d.reported) {
-        d.reported = true;
-        events.report(
-            PdEvents.Kind.FAILED,
-            d.id,
-            timedOut(ex)
-                ? PdTicket.PREFILL_NEVER_CAME + ": " + describe(ex)
-                : "the KV transfer from the prefill engine failed: " + describe(ex));
+      if (!d.ended && !d.reported && d.failure == null) {
+        d.failureCancelled = peerClientCancelled(ex);
+        d.failure =
+            d.failureCancelled
+                ? "the prefill half of the request was cancelled by its client ("
+                    + message(ex)
+                    + ")"
+                : timedOut(ex)
+                    ? PdTicket.PREFILL_NEVER_CAME + ": " + describe(ex)
+                    : "the KV transfer from the prefill engine failed: " + describe(ex);
+        reportFailure(d);
       }
       maybeReleased(d);
       return;
@@ -1104,6 +1158,19 @@ final class PdPort implements AutoCloseable {
       d.copying = true;
       whenCopied(copies.submitBackground(loads), port -> port.loaded(d));
     }
+  }
+
+  /**
+   * Reports a pair's failure once the request is in (a pair may fail before the loop took the
+   * request in: a room the prefill side cancelled before the request came fails its registration at
+   * once); the request ends on every rank when the ranks agree ({@link #apply}).
+   */
+  private void reportFailure(DecodeRoom d) {
+    if (d.reported || d.ended || !active.containsKey(d.id)) {
+      return;
+    }
+    d.reported = true;
+    events.report(PdEvents.Kind.FAILED, d.id, d.failure, d.failureCancelled);
   }
 
   /**
@@ -1272,10 +1339,25 @@ final class PdPort implements AutoCloseable {
     }
   }
 
+  /**
+   * Whether the peer ended a pair's room because its half of the request was cancelled by its
+   * client (its CANCEL or REFUSE said so): nothing failed.
+   */
+  private static boolean peerClientCancelled(Throwable ex) {
+    Throwable t = ex instanceof CompletionException && ex.getCause() != null ? ex.getCause() : ex;
+    return t instanceof PdException p && p.peerClientCancelled();
+  }
+
   /** Whether a registration failed because its BOOTSTRAP never came. */
   private static boolean timedOut(Throwable ex) {
     Throwable t = ex instanceof CompletionException && ex.getCause() != null ? ex.getCause() : ex;
     return t instanceof PdException p && p.kind() == PdException.Kind.TIMEOUT;
+  }
+
+  /** The message of the {@link PdException} (or other cause) behind {@code ex}. */
+  private static String message(Throwable ex) {
+    Throwable t = ex instanceof CompletionException && ex.getCause() != null ? ex.getCause() : ex;
+    return t.getMessage() != null ? t.getMessage() : t.toString();
   }
 
   private static String describe(Throwable ex) {

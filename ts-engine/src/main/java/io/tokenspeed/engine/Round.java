@@ -260,7 +260,8 @@ final class Round {
             && ((storage != null && storageBusy()) || (pd != null && pd.waiting()));
     endCancelled(head.cancelled());
     if (pd != null) {
-      pd.afterPlan(head.cancelled());
+      // a closing engine's cancellations are its own (its peers' halves fail), else the clients'
+      pd.afterPlan(head.cancelled(), control.get().draining());
     }
     reuse.noteAdmissions(nowNs);
     Dispatched dispatched = dispatch(plan);

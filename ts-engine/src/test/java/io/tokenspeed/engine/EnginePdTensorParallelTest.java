@@ -2,6 +2,7 @@ package io.tokenspeed.engine;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -123,8 +124,10 @@ class EnginePdTensorParallelTest {
 
   /**
    * Halves cancelled at random moments (before the ACK, during the transfer, while decoding) on
-   * replicas of different splits: every handle ends, every uncancelled pair still gets the
-   * single-rank output, and afterwards no rank of either side holds a request, a room or a block.
+   * replicas of different splits: every handle ends, none with an error (the other half of a
+   * cancelled one ends cancelled, whichever rank's pair heard of it), every uncancelled pair still
+   * gets the single-rank output, and afterwards no rank of either side holds a request, a room or a
+   * block.
    */
   @ParameterizedTest(name = "seed={0}: prefill TP={1} -> decode TP={2}")
   @CsvSource({"31, 2, 1", "32, 1, 2", "33, 2, 2"})
@@ -181,6 +184,10 @@ class EnginePdTensorParallelTest {
       for (int i = 0; i < pairs.size(); i++) {
         GenerationResult pre = pairs.get(i)[0].result().get(60, TimeUnit.SECONDS);
         GenerationResult dec = pairs.get(i)[1].result().get(60, TimeUnit.SECONDS);
+        // a half whose other half's client cancelled ends cancelled (or finished), never failed
+        String what = "seed " + seed + " pair " + i + " (action " + actions.get(i) + ")";
+        assertNotEquals("error", pre.finishReason(), what + ", the prefill half: " + pre.error());
+        assertNotEquals("error", dec.finishReason(), what + ", the decode half: " + dec.error());
         if (actions.get(i) == 0) {
           assertNull(pre.error(), "uncancelled pair " + i + ": " + pre.error());
           assertNull(dec.error(), "uncancelled pair " + i + ": " + dec.error());

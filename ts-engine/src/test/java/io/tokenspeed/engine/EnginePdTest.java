@@ -2,6 +2,7 @@ package io.tokenspeed.engine;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -289,9 +290,10 @@ class EnginePdTest extends WithContextLlama {
 
   /**
    * Cancellations at random points of random pairs, either half or both, in flight together: every
-   * handle ends within the bound; an uncancelled pair whose halves both ended without error
-   * generated the fused output's length; afterwards neither engine holds a request, a reference or
-   * an open room, and the invariants held after every round.
+   * handle ends within the bound; no half ends with an error (a half whose other half's client
+   * cancelled ends cancelled, or finished if its part was done); an uncancelled pair whose halves
+   * both ended without error generated the fused output's length; afterwards neither engine holds a
+   * request, a reference or an open room, and the invariants held after every round.
    */
   @ParameterizedTest(name = "seed={0}")
   @ValueSource(longs = {11, 12, 13, 14})
@@ -339,6 +341,9 @@ class EnginePdTest extends WithContextLlama {
         GenerationResult pre = pairs.get(i)[0].result().get(30, TimeUnit.SECONDS);
         GenerationResult dec = pairs.get(i)[1].result().get(30, TimeUnit.SECONDS);
         assertNotNull(pre.finishReason());
+        String what = "seed " + seed + " pair " + i + " (action " + actions.get(i) + ")";
+        assertNotEquals("error", pre.finishReason(), what + ", the prefill half: " + pre.error());
+        assertNotEquals("error", dec.finishReason(), what + ", the decode half: " + dec.error());
         if (actions.get(i) == 0) {
           assertNull(pre.error(), "uncancelled pair " + i + ": " + pre.error());
           assertNull(dec.error(), "uncancelled pair " + i + ": " + dec.error());
@@ -378,9 +383,11 @@ class EnginePdTest extends WithContextLlama {
       int failed = 0;
       for (RequestHandle h : halves) {
         GenerationResult r = h.result().get(30, TimeUnit.SECONDS);
-        if (r.error() != null) {
+        if ("error".equals(r.finishReason())) {
           failed++;
         }
+        // the decode engine cancelled its requests as it closed: no prefill half ends cancelled
+        assertNotEquals("cancelled", r.finishReason(), r.error());
       }
       assertTrue(failed > 0, "no prefill half failed when its decode engine died");
       assertQuiet(p, pc);

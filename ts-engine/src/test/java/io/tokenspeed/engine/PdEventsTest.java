@@ -191,4 +191,35 @@ class PdEventsTest {
     assertEquals(200, events, "every event leaves, none twice");
     assertTrue(reports > 1, "200 events of 400 bytes take several reports");
   }
+
+  /**
+   * The flag that a FAILED or FENCED is the peer's client cancelling rides the exchange with its
+   * text, and an agreed FENCED carries the flag of the rank whose text it carries (the lowest rank
+   * that reported one).
+   */
+  @Test
+  void shouldCarryTheCancelledFlagWithTheTextItQualifies() {
+    List<List<PdEvents.Event>> applied = List.of(new ArrayList<>(), new ArrayList<>());
+    List<PdEvents> ranks =
+        List.of(new PdEvents(2, applied.get(0)::add), new PdEvents(2, applied.get(1)::add));
+    ranks.get(0).report(PdEvents.Kind.FENCED, 7, null);
+    ranks.get(1).report(PdEvents.Kind.FENCED, 7, "the decode half was cancelled", true);
+    ranks.get(1).report(PdEvents.Kind.FAILED, 8, "the prefill half was cancelled", true);
+    ranks.get(0).report(PdEvents.Kind.FAILED, 9, "the connection failed", false);
+    List<RankEvents> round = List.of(ranks.get(0).take(), ranks.get(1).take());
+    for (int r = 0; r < 2; r++) {
+      ranks.get(r).agreed(round);
+      assertEquals(
+          List.of(
+              new PdEvents.Event(PdEvents.Kind.FAILED, 9, "the connection failed", false),
+              new PdEvents.Event(PdEvents.Kind.FAILED, 8, "the prefill half was cancelled", true),
+              new PdEvents.Event(PdEvents.Kind.FENCED, 7, "the decode half was cancelled", true)),
+          applied.get(r),
+          "rank " + r);
+    }
+    assertTrue(PdEvents.decode(round.get(1)).stream().allMatch(PdEvents.Event::cancelled));
+    PdEvents solo = new PdEvents(1, applied.get(0)::add);
+    solo.report(PdEvents.Kind.FAILED, 10, "x", true);
+    assertTrue(applied.get(0).getLast().cancelled(), "a single rank applies the flag at once");
+  }
 }

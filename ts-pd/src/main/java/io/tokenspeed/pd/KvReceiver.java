@@ -45,7 +45,9 @@ import java.util.logging.Logger;
  *       most.
  *   <li>A BOOTSTRAP that no registration claims within {@code bootstrap_deadline_ms} is refused
  *       ({@code unknown room}); a registration that no BOOTSTRAP claims within it fails with {@link
- *       PdException.Kind#TIMEOUT}.
+ *       PdException.Kind#TIMEOUT}. A room the prefill side cancelled before any registration
+ *       claimed it is remembered for as long: a registration of it fails at once, with the CANCEL's
+ *       reason ({@link PdException.Kind#CANCELLED}).
  *   <li>Nothing unauthenticated is read beyond HELLO- and PROOF-sized frames, and nothing
  *       authenticated beyond the limits of {@link PdSettings}.
  * </ul>
@@ -80,8 +82,27 @@ public final class KvReceiver implements AutoCloseable {
   // Guarded by lock.
   private final Map<Long, ReceiverRoom> rooms = new HashMap<>();
   private final Map<Long, Registration> waiting = new HashMap<>();
-  private final Map<Long, Long> cancelledBeforeBootstrap = new HashMap<>();
+  private final Map<Long, Cancelled> cancelledBeforeBootstrap = new HashMap<>();
+
+  /** Unclaimed rooms the prefill side cancelled: a registration of one fails at once. */
+  private final Map<Long, Cancelled> cancelledUnclaimed = new HashMap<>();
+
   private boolean closed;
+
+  /**
+   * A room cancelled before the other side's claim on it came, remembered until {@code untilNs}
+   * (the bootstrap deadline): why, in words, and whether its half was cancelled by its client
+   * ({@link PdFrameDescriptor#isClientCancelled}).
+   */
+  private record Cancelled(long untilNs, String text, boolean byClient) {}
+
+  /** A room cancelled now with {@code reason}, said as {@code text}. */
+  private Cancelled cancelledNow(String text, String reason) {
+    return new Cancelled(
+        System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(settings.bootstrapDeadlineMs()),
+        text,
+        PdFrameDescriptor.isClientCancelled(reason));
+  }
 
   private KvReceiver(
       ServerSocketChannel server, PdSecret secret, PdSettings settings, Landing landing)
@@ -134,6 +155,7 @@ public final class KvReceiver implements AutoCloseable {
   public Registration expect(long room) {
     Registration reg = new Registration(room, this);
     ReceiverRoom start = null;
+    Cancelled gone;
     synchronized (lock) {
       if (closed) {
         throw new IllegalStateException("the KV receiver is closed");
@@ -143,11 +165,13 @@ public final class KvReceiver implements AutoCloseable {
         throw new IllegalStateException("room " + room + " is already expected");
       }
       cancelledBeforeBootstrap.remove(room);
+      gone = cancelledUnclaimed.remove(room);
       if (open != null && open.state == ReceiverRoom.State.UNCLAIMED) {
+        gone = null;
         open.deadline.cancel(false);
         claim(open, reg);
         start = open;
-      } else {
+      } else if (gone == null) {
         waiting.put(room, reg);
         counters.registrationsWaiting.incrementAndGet();
         reg.deadline = afterBootstrapDeadline(() -> onRegistrationDeadline(reg));
@@ -155,6 +179,16 @@ public final class KvReceiver implements AutoCloseable {
     }
     if (start != null) {
       reserve(start);
+    }
+    if (gone != null) {
+      reg.landed.completeExceptionally(
+          new PdException(
+              PdException.Kind.CANCELLED,
+              "the prefill side cancelled room "
+                  + room
+                  + " before this decode engine's request for it came: "
+                  + gone.text(),
+              gone.byClient()));
     }
     return reg;
   }
@@ -283,9 +317,11 @@ public final class KvReceiver implements AutoCloseable {
         l.tick(now);
       }
       synchronized (lock) {
-        for (Iterator<Long> it = cancelledBeforeBootstrap.values().iterator(); it.hasNext(); ) {
-          if (now - it.next() >= 0) {
-            it.remove();
+        for (Map<Long, Cancelled> m : List.of(cancelledBeforeBootstrap, cancelledUnclaimed)) {
+          for (Iterator<Cancelled> it = m.values().iterator(); it.hasNext(); ) {
+            if (now - it.next().untilNs() >= 0) {
+              it.remove();
+            }
           }
         }
       }
@@ -327,8 +363,15 @@ public final class KvReceiver implements AutoCloseable {
         refusal = "busy";
       } else if (rooms.containsKey(id)) {
         refusal = "duplicate room: room " + id + " is open on another connection";
-      } else if (cancelledBeforeBootstrap.remove(id) != null) {
-        refusal = "cancelled: the decode engine cancelled room " + id + " before its BOOTSTRAP";
+      } else {
+        Cancelled c = cancelledBeforeBootstrap.remove(id);
+        if (c != null) {
+          String why = "the decode engine cancelled room " + id + " before its BOOTSTRAP";
+          refusal =
+              c.byClient()
+                  ? PdFrameDescriptor.clientCancelled(why + " (its client cancelled the request)")
+                  : "cancelled: " + why;
+        }
       }
       if (refusal != null) {
         counters.roomEnded(Counters.End.REFUSED);
@@ -474,13 +517,19 @@ public final class KvReceiver implements AutoCloseable {
         after.add(releaseHeld(r));
         close(r, r.endAs);
       } else {
+        String reason = OneLine.of(f.reason());
+        if (r.state == ReceiverRoom.State.UNCLAIMED) {
+          // the engine's registration may still come: it fails at once, for this reason
+          cancelledUnclaimed.put(r.id, cancelledNow(link.peer() + " said " + reason, reason));
+        }
         after.add(releaseHeld(r));
         after.add(
             failRegistration(
                 r,
                 new PdException(
                     PdException.Kind.CANCELLED,
-                    link.peer() + " cancelled room " + r.id + ": " + OneLine.of(f.reason()))));
+                    link.peer() + " cancelled room " + r.id + ": " + reason,
+                    PdFrameDescriptor.isClientCancelled(reason))));
         close(r, Counters.End.CANCELLED);
         link.enqueue(PdFrameEncoder.cancel(r.id, "answering the prefill side's cancel"));
       }
@@ -504,9 +553,7 @@ public final class KvReceiver implements AutoCloseable {
         }
         counters.registrationsWaiting.decrementAndGet();
         reg.deadline.cancel(false);
-        cancelledBeforeBootstrap.put(
-            reg.room,
-            System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(settings.bootstrapDeadlineMs()));
+        cancelledBeforeBootstrap.put(reg.room, cancelledNow(reason, reason));
       } else {
         switch (r.state) {
           case RESERVING, RECEIVING, LANDED -> {

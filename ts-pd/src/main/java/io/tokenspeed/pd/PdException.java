@@ -15,7 +15,10 @@ public final class PdException extends RuntimeException {
     CONNECTION,
     /** The decode side refused the BOOTSTRAP (REFUSE, with its reason). */
     REFUSED,
-    /** The room was cancelled, by this side or by the peer (CANCEL, with its reason). */
+    /**
+     * The room was cancelled, by this side or by the peer (CANCEL, with its reason; see {@link
+     * #peerClientCancelled}).
+     */
     CANCELLED,
     /** A registration waited longer than the bootstrap deadline for its BOOTSTRAP. */
     TIMEOUT,
@@ -26,20 +29,40 @@ public final class PdException extends RuntimeException {
   }
 
   private final Kind kind;
+  private final boolean peerClientCancelled;
 
   public PdException(Kind kind, String message) {
+    this(kind, message, false);
+  }
+
+  /**
+   * @param peerClientCancelled the peer's REFUSE or CANCEL said that its half of the request was
+   *     cancelled by its client ({@link PdFrameDescriptor#isClientCancelled})
+   */
+  public PdException(Kind kind, String message, boolean peerClientCancelled) {
     super(message, null, false, false);
     this.kind = kind;
+    this.peerClientCancelled = peerClientCancelled;
   }
 
   public PdException(Kind kind, String message, Throwable cause) {
     super(message, cause, false, false);
     this.kind = kind;
+    this.peerClientCancelled = false;
   }
 
   /** What ended the room. */
   public Kind kind() {
     return kind;
+  }
+
+  /**
+   * Whether the peer ended the room ({@link Kind#CANCELLED} or {@link Kind#REFUSED}) because its
+   * half of the request was cancelled by its client: nothing failed, the request was given up.
+   * False for every failure, and for a room this side cancelled.
+   */
+  public boolean peerClientCancelled() {
+    return peerClientCancelled;
   }
 
   @Override

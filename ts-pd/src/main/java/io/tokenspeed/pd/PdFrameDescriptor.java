@@ -52,6 +52,13 @@ package io.tokenspeed.pd;
  * the other's last frame for it: REFUSE, RECEIVED, or (on both sides) CANCEL written and read.
  * CANCEL for a room the decode side no longer knows (it crossed a REFUSE or a RECEIVED) is ignored;
  * every other frame naming a room the reader does not hold open closes the connection.
+ *
+ * <p><b>Reasons.</b> REFUSE's and CANCEL's reason is free text for a log, except for one code: a
+ * reason that is {@value #CLIENT_CANCELLED}, or begins with it and {@code ": "}, says that the
+ * writer ended the room because its own half of the request was cancelled by its client, not
+ * because anything failed ({@link #isClientCancelled}; the reader's half ends as cancelled, not
+ * with an error). Any other reason is a failure. The code needs no new version: a reader that does
+ * not know it reads it as any reason, and a writer that does not know it never writes it.
  */
 public final class PdFrameDescriptor {
 
@@ -83,6 +90,32 @@ public final class PdFrameDescriptor {
 
   /** The longest reason a REFUSE or CANCEL carries, in UTF-8 bytes (longer ones are cut). */
   public static final int MAX_REASON_BYTES = 1024;
+
+  /**
+   * The reason code of a REFUSE or CANCEL written because the writer's half of the request was
+   * cancelled by its client (see the class comment).
+   */
+  public static final String CLIENT_CANCELLED = "client cancelled";
+
+  /**
+   * The reason of a REFUSE or CANCEL written because the writer's half of the request was cancelled
+   * by its client: {@value #CLIENT_CANCELLED}, then {@code ": "} and {@code detail} when there is
+   * one.
+   */
+  public static String clientCancelled(String detail) {
+    return detail == null || detail.isEmpty() ? CLIENT_CANCELLED : CLIENT_CANCELLED + ": " + detail;
+  }
+
+  /**
+   * Whether a REFUSE's or CANCEL's reason says that its writer's half of the request was cancelled
+   * by its client ({@link #clientCancelled}), rather than that something failed.
+   */
+  public static boolean isClientCancelled(String reason) {
+    return reason != null
+        && reason.startsWith(CLIENT_CANCELLED)
+        && (reason.length() == CLIENT_CANCELLED.length()
+            || reason.startsWith(": ", CLIENT_CANCELLED.length()));
+  }
 
   public static final int TYPE_HELLO = 1;
   public static final int TYPE_PROOF = 2;

@@ -33,8 +33,10 @@ public final class Registration {
    * Completes once the room's KV landed (see {@link Landed}); exceptionally with {@link
    * PdException}: {@link PdException.Kind#TIMEOUT} when no BOOTSTRAP came within the deadline,
    * {@link PdException.Kind#REFUSED} when the {@link Landing} refused it, {@link
-   * PdException.Kind#CANCELLED} when either side cancelled, {@link PdException.Kind#INTEGRITY} when
-   * DONE's checksum did not match or blocks were missing (nothing is handed over), {@link
+   * PdException.Kind#CANCELLED} when either side cancelled (at once when the prefill side cancelled
+   * the room before this registration came; {@link PdException#peerClientCancelled} when the
+   * prefill half's client cancelled it), {@link PdException.Kind#INTEGRITY} when DONE's checksum
+   * did not match or blocks were missing (nothing is handed over), {@link
    * PdException.Kind#CONNECTION} when the connection failed, {@link PdException.Kind#CLOSED} when
    * the receiver closed.
    */
@@ -44,9 +46,11 @@ public final class Registration {
 
   /**
    * Cancels the room: before its BOOTSTRAP, the room is forgotten (a BOOTSTRAP that arrives later
-   * is refused); after it, CANCEL goes to the prefill side, and the reserved destinations are
-   * released once no more bytes can land in them (unless they were handed over with {@link
-   * Landed}). {@link #landed} fails with {@link PdException.Kind#CANCELLED} if pending.
+   * is refused, with reason code {@link PdFrameDescriptor#CLIENT_CANCELLED} when {@code reason} has
+   * it, else {@code cancelled}); after it, CANCEL goes to the prefill side with {@code reason} (see
+   * {@link PdFrameDescriptor#clientCancelled}), and the reserved destinations are released once no
+   * more bytes can land in them (unless they were handed over with {@link Landed}). {@link #landed}
+   * fails with {@link PdException.Kind#CANCELLED} if pending.
    *
    * @return true when this call cancelled; false when the room had ended already
    */

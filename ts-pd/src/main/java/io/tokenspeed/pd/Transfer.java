@@ -93,8 +93,9 @@ public final class Transfer {
   /**
    * The transport completion fence (see the class comment): completes normally on RECEIVED, or when
    * this side's cancel has been answered; exceptionally on REFUSE, on the decode side's CANCEL
-   * ({@link PdException.Kind#CANCELLED} with its reason, for example a checksum mismatch), or when
-   * the connection fails.
+   * ({@link PdException.Kind#CANCELLED} with its reason, for example a checksum mismatch, or the
+   * decode half's client cancelling: {@link PdException#peerClientCancelled}), or when the
+   * connection fails.
    */
   public CompletionStage<Void> received() {
     return received.minimalCompletionStage();
@@ -194,9 +195,10 @@ public final class Transfer {
   }
 
   /**
-   * Cancels the room: queues CANCEL (blocks queued but not yet written are dropped) and fails
-   * {@link #acknowledged} if it is pending. {@link #received} completes when the decode side's
-   * answer arrives.
+   * Cancels the room: queues CANCEL with {@code reason} (blocks queued but not yet written are
+   * dropped; a reason of {@link PdFrameDescriptor#clientCancelled} tells the decode side that this
+   * half's client cancelled it, any other a failure) and fails {@link #acknowledged} if it is
+   * pending. {@link #received} completes when the decode side's answer arrives.
    *
    * @return true when this call cancelled; false when the room was cancelled or ended before
    */
@@ -256,7 +258,8 @@ public final class Transfer {
     PdException e =
         new PdException(
             PdException.Kind.REFUSED,
-            link.peer() + " refused room " + room + ": " + io.tokenspeed.core.OneLine.of(reason));
+            link.peer() + " refused room " + room + ": " + io.tokenspeed.core.OneLine.of(reason),
+            PdFrameDescriptor.isClientCancelled(reason));
     acknowledged.completeExceptionally(e);
     if (ownCancel) {
       received.complete(null);
@@ -341,7 +344,9 @@ public final class Transfer {
     }
     PdException e =
         new PdException(
-            PdException.Kind.CANCELLED, link.peer() + " cancelled room " + room + ": " + reason);
+            PdException.Kind.CANCELLED,
+            link.peer() + " cancelled room " + room + ": " + reason,
+            PdFrameDescriptor.isClientCancelled(reason));
     acknowledged.completeExceptionally(e);
     received.completeExceptionally(e);
   }

@@ -173,8 +173,9 @@ class PdFailureIT {
    * connection right after the request, before any token. The router notices (its client watch, or
    * the next write) and cancels both halves. How far each half got before that is a race the case
    * leaves open (the router may notice before a half reached its engine); what it checks is that
-   * whatever reached an engine ended there, none ran to its 1,000 tokens, every room opened ended,
-   * and nothing stays held.
+   * whatever reached an engine ended there as cancelled (a half that heard of the other half's
+   * cancellation from its peer first ends cancelled too, never failed), none ran to its 1,000
+   * tokens, every room opened ended, and nothing stays held.
    */
   @Test
   void shouldEndBothHalvesWhenTheClientLeavesBeforeTheFirstToken() throws Exception {
@@ -204,6 +205,8 @@ class PdFailureIT {
       Counts decodeAfter = Counts.of(decode).minus(decodeBefore);
       Counts prefillAfter = Counts.of(prefill).minus(prefillBefore);
       assertEquals(0, decodeAfter.completed(), decodeAfter::toString);
+      assertEquals(0, decodeAfter.errors(), decodeAfter::toString);
+      assertEquals(0, prefillAfter.errors(), prefillAfter::toString);
       assertTrue(decodeAfter.finished() <= 4, decodeAfter::toString);
       assertTrue(prefillAfter.finished() <= 4, prefillAfter::toString);
       assertEquals(decodeAfter.roomsOpened(), decodeAfter.roomsEnded(), decodeAfter::toString);

@@ -13,6 +13,7 @@ import io.tokenspeed.pd.PdSettings;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
+import java.net.Socket;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.util.List;
@@ -262,6 +263,140 @@ class PdServingTest {
     JsonNode error = events.getLast().get("error");
     assertEquals("upstream_error", error.get("type").asText(), r.body());
     assertEquals(504, error.get("code").asInt(), r.body());
+  }
+
+  /**
+   * The decode half's HTTP client leaves (the prefill engine frozen, so the prefill half waits):
+   * the decode server counts it cancelled, and the prefill server counts its half cancelled too,
+   * not failed, and answers it as cut, naming why; both serve on.
+   */
+  @Test
+  void shouldCountThePrefillHalfCancelledWhenTheDecodeHalfsClientLeaves() throws Exception {
+    String room = room();
+    String body = "{\"prompt\":\"the decode half's client leaves\",\"max_tokens\":8";
+    Map<String, Double> prefillBefore = finished(prefill);
+    Map<String, Double> decodeBefore = finished(decode);
+    long opened = decode.engine.pdMetrics().orElseThrow().roomsOpened();
+    prefill.engine.freeze().get(10, TimeUnit.SECONDS);
+    try {
+      CompletableFuture<HttpResponse<String>> pre;
+      try (Socket client = new Socket("127.0.0.1", decode.serving.port())) {
+        sendRaw(client, body + ",\"pd\":{\"room\":\"" + room + "\"}}");
+        awaitInFlight(decode);
+        pre =
+            CompletableFuture.supplyAsync(
+                () ->
+                    prefill.post(
+                        "/v1/completions",
+                        body
+                            + ",\"pd\":{\"room\":\""
+                            + room
+                            + "\",\"decode\":\""
+                            + kvEndpoint()
+                            + "\"}}"));
+        awaitTrue(
+            () -> decode.engine.pdMetrics().orElseThrow().roomsOpened() > opened,
+            "the BOOTSTRAP reached the decode engine");
+      } // the decode half's client leaves
+      awaitTrue(
+          () -> finished(decode).get("cancelled") == decodeBefore.get("cancelled") + 1,
+          "the decode server counts its half cancelled");
+      prefill.engine.unfreeze().get(10, TimeUnit.SECONDS);
+      HttpResponse<String> p = pre.get(60, TimeUnit.SECONDS);
+      assertEquals(503, p.statusCode(), p.body());
+      assertTrue(p.body().contains("cancelled by its client"), p.body());
+      awaitTrue(
+          () -> finished(prefill).get("cancelled") == prefillBefore.get("cancelled") + 1,
+          "the prefill server counts its half cancelled");
+      assertEquals(prefillBefore.get("error"), finished(prefill).get("error"), "no failure");
+      assertEquals(decodeBefore.get("error"), finished(decode).get("error"), "no failure");
+    } finally {
+      prefill.engine.unfreeze().get(10, TimeUnit.SECONDS);
+    }
+    assertEquals(200, prefill.get("/ready").statusCode());
+    assertEquals(200, disaggregated("/v1/completions", body + "}").statusCode(), "serves on");
+  }
+
+  /**
+   * The prefill half's HTTP client leaves before its first token (the prefill engine frozen): the
+   * decode server counts its half cancelled, not failed, and answers it as cut, naming why.
+   */
+  @Test
+  void shouldCountTheDecodeHalfCancelledWhenThePrefillHalfsClientLeaves() throws Exception {
+    String room = room();
+    String body = "{\"prompt\":\"the prefill half's client leaves\",\"max_tokens\":8";
+    Map<String, Double> prefillBefore = finished(prefill);
+    Map<String, Double> decodeBefore = finished(decode);
+    long opened = decode.engine.pdMetrics().orElseThrow().roomsOpened();
+    prefill.engine.freeze().get(10, TimeUnit.SECONDS);
+    try {
+      CompletableFuture<HttpResponse<String>> dec =
+          CompletableFuture.supplyAsync(
+              () -> decode.post("/v1/completions", body + ",\"pd\":{\"room\":\"" + room + "\"}}"));
+      awaitInFlight(decode);
+      try (Socket client = new Socket("127.0.0.1", prefill.serving.port())) {
+        sendRaw(
+            client,
+            body + ",\"pd\":{\"room\":\"" + room + "\",\"decode\":\"" + kvEndpoint() + "\"}}");
+        awaitInFlight(prefill);
+        awaitTrue(
+            () -> decode.engine.pdMetrics().orElseThrow().roomsOpened() > opened,
+            "the BOOTSTRAP reached the decode engine");
+      } // the prefill half's client leaves
+      HttpResponse<String> d = dec.get(60, TimeUnit.SECONDS);
+      assertEquals(503, d.statusCode(), d.body());
+      assertTrue(d.body().contains("cancelled by its client"), d.body());
+      awaitTrue(
+          () -> finished(prefill).get("cancelled") == prefillBefore.get("cancelled") + 1,
+          "the prefill server counts its half cancelled");
+      awaitTrue(
+          () -> finished(decode).get("cancelled") == decodeBefore.get("cancelled") + 1,
+          "the decode server counts its half cancelled");
+      assertEquals(prefillBefore.get("error"), finished(prefill).get("error"), "no failure");
+      assertEquals(decodeBefore.get("error"), finished(decode).get("error"), "no failure");
+    } finally {
+      prefill.engine.unfreeze().get(10, TimeUnit.SECONDS);
+    }
+    assertEquals(200, decode.get("/ready").statusCode());
+  }
+
+  /** A server's {@code tokenspeed:requests_finished_total} by finish reason. */
+  private static Map<String, Double> finished(TestServer s) {
+    Map<String, PrometheusText.Family> m = PrometheusText.parse(s.get("/metrics").body());
+    Map<String, Double> out = new java.util.HashMap<>();
+    for (String reason : List.of("stop", "length", "cancelled", "error")) {
+      out.put(
+          reason,
+          PrometheusText.value(m, "tokenspeed:requests_finished_total", "finish_reason", reason));
+    }
+    return out;
+  }
+
+  /** Sends a completion request over a raw socket (the caller closes it to leave). */
+  private static void sendRaw(Socket socket, String body) throws java.io.IOException {
+    byte[] bytes = body.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    java.io.OutputStream out = socket.getOutputStream();
+    out.write(
+        ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + "Content-Length: "
+                + bytes.length
+                + "\r\n\r\n")
+            .getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+    out.write(bytes);
+    out.flush();
+  }
+
+  private static void awaitInFlight(TestServer s) throws InterruptedException {
+    awaitTrue(() -> s.state.inFlight() >= 1, "the server holds the request");
+  }
+
+  private static void awaitTrue(java.util.function.BooleanSupplier done, String what)
+      throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (!done.getAsBoolean()) {
+      assertTrue(System.nanoTime() < deadline, "never: " + what);
+      Thread.sleep(10);
+    }
   }
 
   @Test
