@@ -860,6 +860,15 @@ public final class CudaCausalLm implements AutoCloseable {
     this.splitKv = on ? SplitKv.ALWAYS : SplitKv.OFF;
   }
 
+  /**
+   * Sets the split rule to {@code mode} ({@link SplitKv#AUTO} gives the default back after {@link
+   * #useSplitKv(boolean)}), with the same refusals.
+   */
+  void useSplitKv(SplitKv mode) {
+    useSplitKv(mode != SplitKv.OFF);
+    this.splitKv = mode;
+  }
+
   /** Forward passes so far that took the split-KV attention. */
   long splitForwards() {
     return splitForwards;

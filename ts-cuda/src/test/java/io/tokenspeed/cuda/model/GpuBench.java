@@ -43,6 +43,49 @@ public final class GpuBench {
 
   private GpuBench() {}
 
+  /** Tokens of a restored prefix's suffix ({@link #suffix}): what is left after an L3 restore. */
+  private static final int SUFFIX = 64;
+
+  /**
+   * The forward of the last {@link #SUFFIX} tokens of {@code ids} over the KV of the ones before
+   * them (the prefill just written it), as after an L3 restore: with the prefill attention unsplit
+   * and split over the keys (the default rule), best of {@link #REPEATS} after one pass each; then
+   * the default again.
+   */
+  private static void suffix(CudaCausalLm m, CudaKvCache kv, int[] ids, int[] table, String mode) {
+    int n = ids.length;
+    ForwardBatch batch =
+        ForwardBatch.of(
+            new ForwardRequest(
+                Arrays.copyOfRange(ids, n - SUFFIX, n), n - SUFFIX, new int[][] {table}, false));
+    double[] best = {Double.MAX_VALUE, Double.MAX_VALUE};
+    long splitBefore = m.prefillSplitForwards();
+    for (int k = 0; k < 2; k++) {
+      m.useSplitKv(k == 0 ? CudaCausalLm.SplitKv.OFF : CudaCausalLm.SplitKv.AUTO);
+      for (int r = 0; r <= REPEATS; r++) {
+        long s = System.nanoTime();
+        m.forward(batch, kv);
+        double ms = (System.nanoTime() - s) / 1e6;
+        if (r > 0) {
+          best[k] = Math.min(best[k], ms);
+        }
+      }
+    }
+    m.useSplitKv(CudaCausalLm.SplitKv.AUTO);
+    System.out.printf(
+        Locale.ROOT,
+        "ours %s suffix %d after %d: unsplit %.2f, split %.2f (unsplit / split %.2f; %d of %d"
+            + " passes split)%n",
+        mode,
+        SUFFIX,
+        n - SUFFIX,
+        best[0],
+        best[1],
+        best[0] / best[1],
+        m.prefillSplitForwards() - splitBefore,
+        REPEATS + 1);
+  }
+
   public static void main(String[] args) {
     String preset = args[0];
     Path dir = Path.of(args[1]);
@@ -125,6 +168,9 @@ public final class GpuBench {
                 }
               }
               System.out.printf(Locale.ROOT, "ours %s prefill %d %.2f%n", mode, n, best);
+              if (List.of("normal", "wgmma", "tma").contains(mode) && n >= 2 * SUFFIX) {
+                suffix(m, kv, ids, table, mode);
+              }
               float[] before = firstLogits.putIfAbsent(n, logits);
               if (before != null) {
                 double diff = 0;
