@@ -68,20 +68,15 @@ class EnginePdCancelTest extends WithContextLlama {
   @Test
   void shouldCancelThePrefillHalfWhenTheDecodeHalfWasCancelledBeforeItsBootstrap()
       throws Exception {
-    Checked pc = new Checked();
-    Checked dc = new Checked();
-    try (Engine p = prefill(pc);
-        Engine d = decode(dc)) {
-      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
-      int[] prompt = prompt(1, 24);
-      RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(101));
-      dec.cancel();
-      assertCancelledByItsClient(dec, "the decode half");
-      RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(101, kv));
-      assertCancelledByThePeer(pre, "the prefill half");
-      assertQuiet(p, pc);
-      assertQuiet(d, dc);
-    }
+    onAPair(
+        (p, d, kv) -> {
+          int[] prompt = prompt(1, 24);
+          RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(101));
+          dec.cancel();
+          assertCancelledByItsClient(dec, "the decode half");
+          RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(101, kv));
+          assertCancelledByThePeer(pre, "the prefill half");
+        });
   }
 
   /**
@@ -91,25 +86,20 @@ class EnginePdCancelTest extends WithContextLlama {
    */
   @Test
   void shouldCancelThePrefillHalfWhenTheDecodeHalfIsCancelledBeforeTheAck() throws Exception {
-    Checked pc = new Checked();
-    Checked dc = new Checked();
-    try (Engine p = prefill(pc);
-        Engine d = decode(dc)) {
-      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
-      d.freeze().get(10, TimeUnit.SECONDS);
-      int[] prompt = prompt(2, 40);
-      RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(102));
-      RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(102, kv));
-      waitFor(
-          () -> d.pdMetrics().orElseThrow().roomsOpen() == 1,
-          () -> "the BOOTSTRAP did not reach the decode engine: " + d.pdMetrics());
-      dec.cancel();
-      assertCancelledByItsClient(dec, "the decode half");
-      assertCancelledByThePeer(pre, "the prefill half");
-      d.unfreeze().get(10, TimeUnit.SECONDS);
-      assertQuiet(p, pc);
-      assertQuiet(d, dc);
-    }
+    onAPair(
+        (p, d, kv) -> {
+          d.freeze().get(10, TimeUnit.SECONDS);
+          int[] prompt = prompt(2, 40);
+          RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(102));
+          RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(102, kv));
+          waitFor(
+              () -> d.pdMetrics().orElseThrow().roomsOpen() == 1,
+              () -> "the BOOTSTRAP did not reach the decode engine: " + d.pdMetrics());
+          dec.cancel();
+          assertCancelledByItsClient(dec, "the decode half");
+          assertCancelledByThePeer(pre, "the prefill half");
+          d.unfreeze().get(10, TimeUnit.SECONDS);
+        });
   }
 
   /**
@@ -119,29 +109,24 @@ class EnginePdCancelTest extends WithContextLlama {
    */
   @Test
   void shouldCancelThePrefillHalfWhenTheDecodeHalfIsCancelledAfterTheAck() throws Exception {
-    Checked pc = new Checked();
-    Checked dc = new Checked();
-    try (Engine p = prefill(pc);
-        Engine d = decode(dc)) {
-      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
-      p.freeze().get(10, TimeUnit.SECONDS);
-      int[] prompt = prompt(3, 40);
-      RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(103));
-      RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(103, kv));
-      waitFor(
-          () -> d.pdHeldBlocks() == 1,
-          () -> "the decode engine did not take the landing's blocks: " + d.stats());
-      Thread.sleep(300); // the ACK, written with the reservation, reaches the prefill engine
-      dec.cancel();
-      assertCancelledByItsClient(dec, "the decode half");
-      waitFor(
-          () -> d.pdMetrics().orElseThrow().roomsOpen() == 0,
-          () -> "the decode engine's room stays open: " + d.pdMetrics());
-      p.unfreeze().get(10, TimeUnit.SECONDS);
-      assertCancelledByThePeer(pre, "the prefill half");
-      assertQuiet(p, pc);
-      assertQuiet(d, dc);
-    }
+    onAPair(
+        (p, d, kv) -> {
+          p.freeze().get(10, TimeUnit.SECONDS);
+          int[] prompt = prompt(3, 40);
+          RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(103));
+          RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(103, kv));
+          waitFor(
+              () -> d.pdHeldBlocks() == 1,
+              () -> "the decode engine did not take the landing's blocks: " + d.stats());
+          Thread.sleep(300); // the ACK, written with the reservation, reaches the prefill engine
+          dec.cancel();
+          assertCancelledByItsClient(dec, "the decode half");
+          waitFor(
+              () -> d.pdMetrics().orElseThrow().roomsOpen() == 0,
+              () -> "the decode engine's room stays open: " + d.pdMetrics());
+          p.unfreeze().get(10, TimeUnit.SECONDS);
+          assertCancelledByThePeer(pre, "the prefill half");
+        });
   }
 
   // ------------------------------------------------------------ the prefill half's client cancels
@@ -153,25 +138,20 @@ class EnginePdCancelTest extends WithContextLlama {
   @Test
   void shouldCancelTheDecodeHalfWhenThePrefillHalfIsCancelledBeforeItsFirstToken()
       throws Exception {
-    Checked pc = new Checked();
-    Checked dc = new Checked();
-    try (Engine p = prefill(pc);
-        Engine d = decode(dc)) {
-      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
-      p.freeze().get(10, TimeUnit.SECONDS);
-      int[] prompt = prompt(4, 40);
-      RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(104));
-      RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(104, kv));
-      waitFor(
-          () -> d.pdHeldBlocks() == 1,
-          () -> "the decode engine did not take the landing's blocks: " + d.stats());
-      pre.cancel();
-      assertCancelledByItsClient(pre, "the prefill half");
-      assertCancelledByThePeer(dec, "the decode half");
-      p.unfreeze().get(10, TimeUnit.SECONDS);
-      assertQuiet(p, pc);
-      assertQuiet(d, dc);
-    }
+    onAPair(
+        (p, d, kv) -> {
+          p.freeze().get(10, TimeUnit.SECONDS);
+          int[] prompt = prompt(4, 40);
+          RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(104));
+          RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(104, kv));
+          waitFor(
+              () -> d.pdHeldBlocks() == 1,
+              () -> "the decode engine did not take the landing's blocks: " + d.stats());
+          pre.cancel();
+          assertCancelledByItsClient(pre, "the prefill half");
+          assertCancelledByThePeer(dec, "the decode half");
+          p.unfreeze().get(10, TimeUnit.SECONDS);
+        });
   }
 
   /**
@@ -181,31 +161,26 @@ class EnginePdCancelTest extends WithContextLlama {
    */
   @Test
   void shouldCancelTheDecodeHalfWhenThePrefillHalfWasCancelledBeforeItArrived() throws Exception {
-    Checked pc = new Checked();
-    Checked dc = new Checked();
-    try (Engine p = prefill(pc);
-        Engine d = decode(dc)) {
-      InetSocketAddress kv = d.pdEndpoint().orElseThrow();
-      int[] prompt = prompt(5, 40);
-      p.freeze().get(10, TimeUnit.SECONDS);
-      RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(105, kv));
-      waitFor(
-          () -> d.pdMetrics().orElseThrow().roomsOpened() == 1,
-          () -> "the BOOTSTRAP did not reach the decode engine: " + d.pdMetrics());
-      pre.cancel();
-      assertCancelledByItsClient(pre, "the prefill half");
-      waitFor(
-          () -> d.pdMetrics().orElseThrow().roomsOpen() == 0,
-          () -> "the CANCEL did not end the unclaimed room: " + d.pdMetrics());
-      long submitted = System.nanoTime();
-      RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(105));
-      assertCancelledByThePeer(dec, "the decode half");
-      long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - submitted);
-      assertTrue(ms < BOOTSTRAP_DEADLINE_MS, "the decode half ended after " + ms + " ms");
-      p.unfreeze().get(10, TimeUnit.SECONDS);
-      assertQuiet(p, pc);
-      assertQuiet(d, dc);
-    }
+    onAPair(
+        (p, d, kv) -> {
+          int[] prompt = prompt(5, 40);
+          p.freeze().get(10, TimeUnit.SECONDS);
+          RequestHandle pre = p.submit(prompt, PARAMS, -1, new PdTicket.Prefill(105, kv));
+          waitFor(
+              () -> d.pdMetrics().orElseThrow().roomsOpened() == 1,
+              () -> "the BOOTSTRAP did not reach the decode engine: " + d.pdMetrics());
+          pre.cancel();
+          assertCancelledByItsClient(pre, "the prefill half");
+          waitFor(
+              () -> d.pdMetrics().orElseThrow().roomsOpen() == 0,
+              () -> "the CANCEL did not end the unclaimed room: " + d.pdMetrics());
+          long submitted = System.nanoTime();
+          RequestHandle dec = d.submit(prompt, PARAMS, -1, new PdTicket.Decode(105));
+          assertCancelledByThePeer(dec, "the decode half");
+          long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - submitted);
+          assertTrue(ms < BOOTSTRAP_DEADLINE_MS, "the decode half ended after " + ms + " ms");
+          p.unfreeze().get(10, TimeUnit.SECONDS);
+        });
   }
 
   // ------------------------------------------------------------ a peer that goes away still fails
@@ -280,6 +255,23 @@ class EnginePdCancelTest extends WithContextLlama {
   }
 
   // ------------------------------------------------------------ checks
+
+  /** What a test does with a prefill engine, a decode engine and the decode engine's endpoint. */
+  private interface PairBody {
+    void run(Engine p, Engine d, InetSocketAddress kv) throws Exception;
+  }
+
+  /** Runs {@code body} on a fresh pair of engines, then checks that both are quiet. */
+  private void onAPair(PairBody body) throws Exception {
+    Checked pc = new Checked();
+    Checked dc = new Checked();
+    try (Engine p = prefill(pc);
+        Engine d = decode(dc)) {
+      body.run(p, d, d.pdEndpoint().orElseThrow());
+      assertQuiet(p, pc);
+      assertQuiet(d, dc);
+    }
+  }
 
   private static void assertCancelledByItsClient(RequestHandle h, String what) throws Exception {
     GenerationResult r = h.result().get(30, TimeUnit.SECONDS);
