@@ -932,10 +932,9 @@ public final class CudaCausalLm implements AutoCloseable {
       float scale,
       long partials,
       long out) {
-    long rows = (long) numTokens * heads * plan.maxSplits();
     long partM = partials;
-    long partL = partials + rows * Float.BYTES;
-    long partAcc = partials + 2 * rows * Float.BYTES;
+    long partL = partialL(plan, numTokens, heads, partials);
+    long partAcc = partialAcc(plan, numTokens, heads, partials);
     int slices = Math.ceilDiv(heads / kvHeads, SPLIT_HEADS);
     device.launch(
         "decode_attention_split_d" + headDim,
@@ -970,7 +969,6 @@ public final class CudaCausalLm implements AutoCloseable {
       AttentionInputs in,
       long partials,
       long out) {
-    long rows = (long) numTokens * heads * plan.maxSplits();
     device.launch(
         "decode_attention_combine",
         Math.multiplyExact(numTokens, heads),
@@ -984,9 +982,19 @@ public final class CudaCausalLm implements AutoCloseable {
         plan.cap(),
         plan.maxSplits(),
         partials,
-        partials + rows * Float.BYTES,
-        partials + 2 * rows * Float.BYTES,
+        partialL(plan, numTokens, heads, partials),
+        partialAcc(plan, numTokens, heads, partials),
         out);
+  }
+
+  /** Where the partials' sums (l) start: after m's float per (token, head, split). */
+  private static long partialL(SplitPlan plan, int numTokens, int heads, long partials) {
+    return partials + (long) numTokens * heads * plan.maxSplits() * Float.BYTES;
+  }
+
+  /** Where the partials' outputs (acc) start: after m and l. */
+  private static long partialAcc(SplitPlan plan, int numTokens, int heads, long partials) {
+    return partials + 2L * numTokens * heads * plan.maxSplits() * Float.BYTES;
   }
 
   /** Zeroed descriptors for the split kernel that copies by cp.async (it never reads them). */
@@ -1019,7 +1027,6 @@ public final class CudaCausalLm implements AutoCloseable {
     }
     boolean tma = kernel == FlashKernel.TMA && tmaTakes(in.blockTokens());
     byte[][] maps = tma ? poolTensorMaps(device, in, headDim, kvHeads, poolBlocks) : NO_TENSOR_MAPS;
-    long rows = (long) numTokens * heads * plan.maxSplits();
     device.launchGrid3(
         (tma ? "flash_attention_tma_split_d" : "flash_attention_wgmma_split_d") + headDim,
         numTiles,
@@ -1037,8 +1044,8 @@ public final class CudaCausalLm implements AutoCloseable {
             plan.splitKeys(),
             plan.maxSplits(),
             partials,
-            partials + rows * Float.BYTES,
-            partials + 2 * rows * Float.BYTES,
+            partialL(plan, numTokens, heads, partials),
+            partialAcc(plan, numTokens, heads, partials),
             maps[0],
             maps[1]));
     launchCombine(device, plan, headDim, numTokens, heads, in, partials, out);
