@@ -185,7 +185,9 @@ final class BenchWorkerCommand implements Callable<Integer> {
           Callable<L3Settings> l3 =
               () ->
                   new L3Settings(
-                      throttled(unclosable(shared)), storage.runtime(), lm.attentionBackend());
+                      throttled(new BenchTraceCommand.SharedStore(shared)),
+                      storage.runtime(),
+                      lm.attentionBackend());
           write(l3.call(), p);
           read(p, l3, shared);
         }
@@ -823,13 +825,5 @@ final class BenchWorkerCommand implements Callable<Integer> {
     int[] o = java.util.Arrays.copyOf(a, a.length + b.length);
     System.arraycopy(b, 0, o, a.length, b.length);
     return o;
-  }
-
-  /** {@code store} for one engine of several: closing the engine leaves it open. */
-  private static Store unclosable(Store store) {
-    return new io.tokenspeed.l3.spi.ForwardingStore(store) {
-      @Override
-      public void close() {}
-    };
   }
 }
