@@ -260,10 +260,11 @@ extern "C" __global__ void qkv_rope_store(
 // sum by butterflies, rescales what it has, then every lane adds the chunk's values into its
 // dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row. Both
 // attention kernels run exactly this, so they compute the same bits.
+// With softcap > 0 each (already scaled) score becomes softcap · tanh(score / softcap) first.
 template <class Rows>
 __device__ __forceinline__ void attend_chunk(
-    const float* qw, int c0, int pos, int d, int lane, const Rows& rows, float& m, float& l,
-    float* acc) {
+    const float* qw, int c0, int pos, int d, int lane, const Rows& rows, float softcap, float& m,
+    float& l, float* acc) {
   int j = c0 + lane;
   float s = NEG_INF;
   if (j <= pos) {
@@ -272,7 +273,7 @@ __device__ __forceinline__ void attend_chunk(
     for (int e = 0; e < d; e++) {
       dot += qw[e] * k[e];
     }
-    s = dot;
+    s = softcap > 0.f ? softcap * tanhf(dot / softcap) : dot;
   }
   float mNew = fmaxf(m, warp_max(s));
   float p = j <= pos ? expf(s - mNew) : 0.f;
@@ -339,7 +340,8 @@ struct SharedRows {
 };
 
 // Causal attention of each (token, query head) over its request's positions 0 .. pos (the last
-// `window` positions when window > 0), reading K and V through the block table. One warp per
+// `window` positions when window > 0: rows of the table left of them are never read, so they may
+// be holes), reading K and V through the block table; scores soft-capped when softcap > 0. One warp per
 // (token, head); keys in chunks of 32, a lane per key for the scores, an online softmax per chunk,
 // then every lane accumulates its dimensions over the chunk's keys in position order. The order
 // of every sum depends only on the token's position, so the result does not depend on the batch.
@@ -349,7 +351,7 @@ extern "C" __global__ void paged_attention(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, int tokens, int H, int K, int d, float scale, int window,
-    float* out_f32, bf16_t* out_bf16) {
+    float softcap, float* out_f32, bf16_t* out_bf16) {
   extern __shared__ float qs[];
   int warp = threadIdx.x / 32;
   int lane = threadIdx.x % 32;
@@ -377,7 +379,7 @@ extern "C" __global__ void paged_attention(
   }
   for (int c0 = first; c0 <= pos; c0 += 32) {
     PoolRows rows{pool, table, bytesPerBlock, kOffset, vOffset, blockTokens, kvHead, d, c0};
-    attend_chunk(qw, c0, pos, d, lane, rows, m, l, acc);
+    attend_chunk(qw, c0, pos, d, lane, rows, softcap, m, l, acc);
   }
   attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
 }
@@ -388,7 +390,7 @@ extern "C" __global__ void paged_attention(
 // tiles[2·i+1] its count) and one KV head (blockIdx.y), a warp per (token, query head of that KV
 // head). Keys and values come into shared memory 32 positions at a time, once for all the warps,
 // and each warp does exactly the arithmetic of paged_attention, in the same order. Full history
-// only (no window). Grid: (tiles, K). Block: 32 · tileTokens · (H / K). Shared memory: (warps · d
+// only (no window, no soft-capping). Grid: (tiles, K). Block: 32 · tileTokens · (H / K). Shared memory: (warps · d
 // + 32 · (d + 1) + 32 · d) floats.
 extern "C" __global__ void paged_attention_tiled(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
@@ -442,7 +444,7 @@ extern "C" __global__ void paged_attention_tiled(
       continue;
     }
     SharedRows rows{ks, vs, d};
-    attend_chunk(qw, c0, pos, d, lane, rows, m, l, acc);
+    attend_chunk(qw, c0, pos, d, lane, rows, 0.f, m, l, acc);
   }
   if (active) {
     attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
@@ -2051,16 +2053,34 @@ extern "C" __global__ void decode_attention_combine(
 
 // ---------------------------------------------------------------------------------- MLP and misc
 
-// out[t][i] = silu(gu[t][i]) · gu[t][I + i] for the fused gate | up projection. Grid: (tokens,
-// ceil(I / SILU_SPAN)): a row spreads over several blocks, so that a decode step's few rows do not
-// leave a few blocks to stream the whole intermediate width. Block: SILU_SPAN / 4 threads, each
-// taking 4 consecutive values with 16-byte loads when I % 4 == 0 (else one value at a time).
+// out[t][i] = act(gu[t][i]) · gu[t][I + i] for the fused gate | up projection, act SiLU (silu_mul,
+// the Llama family) or GELU's tanh approximation (gelu_tanh_mul, Gemma), each value in float32.
+// Grid: (tokens, ceil(I / SILU_SPAN)): a row spreads over several blocks, so that a decode step's
+// few rows do not leave a few blocks to stream the whole intermediate width. Block: SILU_SPAN / 4
+// threads, each taking 4 consecutive values with 16-byte loads when I % 4 == 0 (else one value at a
+// time).
 #define SILU_SPAN 1024
+#define ACT_SILU 0
+#define ACT_GELU_TANH 1
+
+// 0.5·g·(1 + tanh(sqrt(2/π)·(g + 0.044715·g³))) · u, the CPU model's float expression.
+__device__ __forceinline__ float gelu_tanh_times(float g, float u) {
+  float inner = 0.7978845608028654f * (g + 0.044715f * (g * g * g));
+  return 0.5f * g * (1.f + tanhf(inner)) * u;
+}
+
 __device__ __forceinline__ float silu_times(float g, float u) {
   return g / (1.f + expf(-g)) * u;
 }
 
-extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16_t* out_bf16) {
+template <int ACT>
+__device__ __forceinline__ float act_times(float g, float u) {
+  return ACT == ACT_SILU ? silu_times(g, u) : gelu_tanh_times(g, u);
+}
+
+template <int ACT>
+__device__ __forceinline__ void gated_mul(const float* gu, int I, float* out_f32,
+                                          bf16_t* out_bf16) {
   long long t = blockIdx.x;
   const float* g = gu + t * 2 * I;
   const float* u = g + I;
@@ -2070,8 +2090,8 @@ extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16
     if (i < I) {
       float4 a = *(const float4*)(g + i);
       float4 b = *(const float4*)(u + i);
-      float4 y = make_float4(silu_times(a.x, b.x), silu_times(a.y, b.y), silu_times(a.z, b.z),
-                             silu_times(a.w, b.w));
+      float4 y = make_float4(act_times<ACT>(a.x, b.x), act_times<ACT>(a.y, b.y),
+                             act_times<ACT>(a.z, b.z), act_times<ACT>(a.w, b.w));
       if (out_bf16) {
         uint2 packed;
         packed.x = (unsigned int)float_to_bf16(y.x) | ((unsigned int)float_to_bf16(y.y) << 16);
@@ -2086,7 +2106,7 @@ extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16
   int end = min(I, first + SILU_SPAN);
 #pragma unroll 4
   for (int i = first + threadIdx.x; i < end; i += blockDim.x) {
-    float y = silu_times(g[i], u[i]);
+    float y = act_times<ACT>(g[i], u[i]);
     if (out_bf16) {
       out_bf16[t * I + i] = float_to_bf16(y);
     } else {
@@ -2095,16 +2115,27 @@ extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16
   }
 }
 
-// silu_mul over a gate | up product written as bf16 (normal mode's cuBLAS products at more rows
-// than gemv_bf16 takes, which round to bf16 in cuBLAS's epilogue, as PyTorch's bf16 linear layers
-// do): the same grid and block, 8-byte loads of 4 values when I % 4 == 0. Each value is computed in
-// float32 from the two rounded inputs; the output is bf16 (a bf16 model's next product reads bf16).
+extern "C" __global__ void silu_mul(const float* gu, int I, float* out_f32, bf16_t* out_bf16) {
+  gated_mul<ACT_SILU>(gu, I, out_f32, out_bf16);
+}
+
+extern "C" __global__ void gelu_tanh_mul(const float* gu, int I, float* out_f32,
+                                         bf16_t* out_bf16) {
+  gated_mul<ACT_GELU_TANH>(gu, I, out_f32, out_bf16);
+}
+
+// The gated activation over a gate | up product written as bf16 (normal mode's cuBLAS products at
+// more rows than gemv_bf16 takes, which round to bf16 in cuBLAS's epilogue, as PyTorch's bf16
+// linear layers do): the same grid and block, 8-byte loads of 4 values when I % 4 == 0. Each value
+// is computed in float32 from the two rounded inputs; the output is bf16 (a bf16 model's next
+// product reads bf16).
 // The bf16 in the low and the high half of a 32-bit word, as a float.
 __device__ __forceinline__ float bf16_low(unsigned int w) { return bf16_to_float((bf16_t)(w & 0xffffu)); }
 
 __device__ __forceinline__ float bf16_high(unsigned int w) { return bf16_to_float((bf16_t)(w >> 16)); }
 
-extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
+template <int ACT>
+__device__ __forceinline__ void gated_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
   long long t = blockIdx.x;
   const bf16_t* g = gu + t * 2 * I;
   const bf16_t* u = g + I;
@@ -2114,10 +2145,10 @@ extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
     if (i < I) {
       uint2 a = *(const uint2*)(g + i);
       uint2 b = *(const uint2*)(u + i);
-      float y0 = silu_times(bf16_low(a.x), bf16_low(b.x));
-      float y1 = silu_times(bf16_high(a.x), bf16_high(b.x));
-      float y2 = silu_times(bf16_low(a.y), bf16_low(b.y));
-      float y3 = silu_times(bf16_high(a.y), bf16_high(b.y));
+      float y0 = act_times<ACT>(bf16_low(a.x), bf16_low(b.x));
+      float y1 = act_times<ACT>(bf16_high(a.x), bf16_high(b.x));
+      float y2 = act_times<ACT>(bf16_low(a.y), bf16_low(b.y));
+      float y3 = act_times<ACT>(bf16_high(a.y), bf16_high(b.y));
       uint2 packed;
       packed.x = (unsigned int)float_to_bf16(y0) | ((unsigned int)float_to_bf16(y1) << 16);
       packed.y = (unsigned int)float_to_bf16(y2) | ((unsigned int)float_to_bf16(y3) << 16);
@@ -2127,7 +2158,43 @@ extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
   }
   int end = min(I, first + SILU_SPAN);
   for (int i = first + threadIdx.x; i < end; i += blockDim.x) {
-    out[t * I + i] = float_to_bf16(silu_times(bf16_to_float(g[i]), bf16_to_float(u[i])));
+    out[t * I + i] = float_to_bf16(act_times<ACT>(bf16_to_float(g[i]), bf16_to_float(u[i])));
+  }
+}
+
+extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
+  gated_mul_bf16<ACT_SILU>(gu, I, out);
+}
+
+extern "C" __global__ void gelu_tanh_mul_bf16(const bf16_t* gu, int I, bf16_t* out) {
+  gated_mul_bf16<ACT_GELU_TANH>(gu, I, out);
+}
+
+// x[r] += rmsnorm(y[r]) · w: a sublayer's output normalized before the residual add (the
+// "sandwich" blocks of Gemma, whose norms' 1 + w is folded into w at load). The sum of squares as
+// rmsnorm's non-quad path, in an order that depends on n only. Grid: rows. Block: a multiple of 32;
+// shared memory blockDim.x / 32 floats or more.
+extern "C" __global__ void rmsnorm_add(const float* y, const float* w, float* x, int n, float eps) {
+  extern __shared__ float scratch[];
+  long long r = blockIdx.x;
+  const float* in = y + r * n;
+  float* out = x + r * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    ss += in[i] * in[i];
+  }
+  float total = block_sum_by_warps(ss, scratch);
+  float inv = rsqrtf(total / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    out[i] += w[i] * (in[i] * inv);
+  }
+}
+
+// y[i] = cap · tanh(y[i] / cap) for i < n: logits soft-capped. Grid: ceil(n / blockDim.x).
+extern "C" __global__ void softcap_logits(float* y, long long n, float cap) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    y[i] = cap * tanhf(y[i] / cap);
   }
 }
 

@@ -24,6 +24,7 @@ import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
+import io.tokenspeed.model.config.Gemma3Config;
 import io.tokenspeed.model.config.LlamaConfig;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
@@ -220,6 +221,18 @@ public final class CudaCausalLm implements AutoCloseable {
   /** The most graphs a model keeps; past it, the least recently captured ones are destroyed. */
   static final int GRAPH_LIMIT = 64;
 
+  /**
+   * One decoder layer's weights and where its KV lives.
+   *
+   * @param postNorm the norm before the MLP ({@code post_attention_layernorm} of the Llama family,
+   *     {@code pre_feedforward_layernorm} of Gemma)
+   * @param attnOutNorm Gemma's norm of the attention's output before the residual add ({@code
+   *     post_attention_layernorm}), or null
+   * @param mlpOutNorm Gemma's norm of the MLP's output before the residual add, or null
+   * @param group the cache group holding the layer's K and V
+   * @param window the positions a query sees, its own included (a sliding-window layer), or 0
+   * @param invFreq the layer's RoPE inverse frequencies
+   */
   private record Layer(
       DeviceBuffer inputNorm,
       DeviceBuffer qkv,
@@ -230,7 +243,72 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer oBias,
       DeviceBuffer postNorm,
       DeviceBuffer gateUp,
-      DeviceBuffer down) {}
+      DeviceBuffer down,
+      DeviceBuffer attnOutNorm,
+      DeviceBuffer mlpOutNorm,
+      int group,
+      int window,
+      DeviceBuffer invFreq) {
+
+    /** Every weight of the layer (entries may be null), the RoPE table left out. */
+    List<DeviceBuffer> weights() {
+      return Arrays.asList(
+          inputNorm,
+          qkv,
+          qkvBias,
+          qNorm,
+          kNorm,
+          o,
+          oBias,
+          postNorm,
+          gateUp,
+          down,
+          attnOutNorm,
+          mlpOutNorm);
+    }
+  }
+
+  /**
+   * What a model family changes in the forward pass besides its weights: the Llama family's is
+   * {@link #LLAMA}; Gemma 3's scales the embeddings, normalizes each sublayer's output before the
+   * residual add ("sandwich" blocks), gates its MLP with GELU's tanh approximation, scales scores
+   * by {@code query_pre_attn_scalar^-1/2} and may soft-cap scores and logits.
+   *
+   * @param embedScale the factor of every embedding row
+   * @param attnScale the factor of the scores (applied to the queries)
+   * @param attnSoftcap the cap of the scores, or 0
+   * @param sandwich whether each sublayer's output is normalized before the residual add
+   * @param gelu whether the MLP's gate is GELU (tanh approximation) rather than SiLU
+   * @param logitSoftcap the cap of the logits, or 0
+   * @param perTokenAttention whether only the per-token float32 attention computes its layers
+   *     (sliding windows, soft-capped scores)
+   */
+  record Family(
+      float embedScale,
+      float attnScale,
+      float attnSoftcap,
+      boolean sandwich,
+      boolean gelu,
+      float logitSoftcap,
+      boolean perTokenAttention) {
+
+    static final Family LLAMA = new Family(1f, 0f, 0f, false, false, 0f, false);
+
+    /** The family of {@code config}; {@code attnScale} 0 means {@code 1/sqrt(head_dim)}. */
+    static Family of(ModelConfig config) {
+      if (config instanceof Gemma3Config g) {
+        return new Family(
+            (float) Math.sqrt(g.dims().hiddenSize()),
+            (float) (1.0 / Math.sqrt(g.queryPreAttnScalar())),
+            (float) g.attnLogitSoftcap(),
+            true,
+            true,
+            (float) g.finalLogitSoftcap(),
+            true);
+      }
+      return LLAMA;
+    }
+  }
 
   private final CudaDevice device;
   private final ModelConfig config;
@@ -240,7 +318,7 @@ public final class CudaCausalLm implements AutoCloseable {
   private final DeviceBuffer embed;
   private final DeviceBuffer lmHead;
   private final DeviceBuffer finalNorm;
-  private final DeviceBuffer invFreq;
+  private final Family family;
   private final List<Layer> layers;
   private final List<DeviceBuffer> owned;
   private final Gemm gemm;
@@ -314,7 +392,7 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer embed,
       DeviceBuffer lmHead,
       DeviceBuffer finalNorm,
-      DeviceBuffer invFreq,
+      Family family,
       List<Layer> layers,
       List<DeviceBuffer> owned,
       boolean deterministic,
@@ -330,7 +408,7 @@ public final class CudaCausalLm implements AutoCloseable {
     this.embed = embed;
     this.lmHead = lmHead;
     this.finalNorm = finalNorm;
-    this.invFreq = invFreq;
+    this.family = family;
     this.layers = layers;
     this.owned = owned;
     this.gemm = new Gemm(device, deterministic);
@@ -388,11 +466,12 @@ public final class CudaCausalLm implements AutoCloseable {
       }
       if (!(config instanceof LlamaConfig
           || config instanceof Qwen2Config
-          || config instanceof Qwen3Config)) {
+          || config instanceof Qwen3Config
+          || config instanceof Gemma3Config)) {
         throw new IllegalArgumentException(
             config.architecture()
                 + " does not run on the GPU yet; allowed: LlamaForCausalLM, MistralForCausalLM,"
-                + " Qwen2ForCausalLM, Qwen3ForCausalLM");
+                + " Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM");
       }
       if (config.dims().headDim() > ATTN_MAX_HEAD_DIM) {
         throw new IllegalArgumentException(
@@ -437,10 +516,22 @@ public final class CudaCausalLm implements AutoCloseable {
     Tensor embedT = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
     boolean bf16 = embedT.dtype() == DType.BF16;
     int type = bf16 ? Gemm.R_16BF : Gemm.R_32F;
+    Gemma3Config gemma = config instanceof Gemma3Config g ? g : null;
+    Family family = Family.of(config);
+    boolean perTokenOnly = family.perTokenAttention();
+    if (perTokenOnly && attention != null && attention != Attention.PER_TOKEN) {
+      throw new IllegalArgumentException(
+          config.architecture()
+              + " runs on the per-token float32 attention (sliding windows), not "
+              + attention);
+    }
     if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, d)) {
       throw new IllegalArgumentException(TENSOR_CORE_NEEDS);
     }
-    Attention chosen = attention != null ? attention : defaultAttention(type, d);
+    Attention chosen =
+        attention != null
+            ? attention
+            : perTokenOnly ? Attention.PER_TOKEN : defaultAttention(type, d);
     FlashKernel flash =
         chosen == Attention.TENSOR_CORE
             ? flashKernelFor(FLASH_DEFAULT, device.arch())
@@ -450,11 +541,18 @@ public final class CudaCausalLm implements AutoCloseable {
     FlashKernel decodeFlash = FLASH_DEFAULT == null && !deterministic ? FlashKernel.MMA : flash;
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
+    DeviceBuffer globalRope = up.floats(inverseFrequencies(d.ropeTheta(), hd));
+    DeviceBuffer localRope =
+        gemma == null ? globalRope : up.floats(inverseFrequencies(gemma.ropeLocalTheta(), hd));
+    // Gemma's norms scale by 1 + w: folded into the weights here, in float32 as the CPU model adds
+    Norms norms = new Norms(up, w, gemma != null);
     List<Layer> layers = new ArrayList<>();
+    List<Integer> groups = groupsOfLayers(config);
     for (int l = 0; l < d.numLayers(); l++) {
       String p = "model.layers." + l + ".";
       String a = p + "self_attn.";
-      DeviceBuffer inputNorm = up.floats(w.take(p + "input_layernorm.weight", hidden));
+      boolean sliding = gemma != null && gemma.isSliding(l);
+      DeviceBuffer inputNorm = norms.of(p + "input_layernorm.weight", hidden);
       DeviceBuffer qkv =
           up.stacked(
               w.take(a + "q_proj.weight", qWidth, hidden),
@@ -467,30 +565,47 @@ public final class CudaCausalLm implements AutoCloseable {
                   w.take(a + "k_proj.bias", kvWidth),
                   w.take(a + "v_proj.bias", kvWidth))
               : null;
-      DeviceBuffer qNorm = config.qkNorm() ? up.floats(w.take(a + "q_norm.weight", hd)) : null;
-      DeviceBuffer kNorm = config.qkNorm() ? up.floats(w.take(a + "k_norm.weight", hd)) : null;
+      DeviceBuffer qNorm = config.qkNorm() ? norms.of(a + "q_norm.weight", hd) : null;
+      DeviceBuffer kNorm = config.qkNorm() ? norms.of(a + "k_norm.weight", hd) : null;
       DeviceBuffer o = up.matrix(w.take(a + "o_proj.weight", hidden, qWidth));
       DeviceBuffer oBias =
           config.outputBias() ? up.floats(w.take(a + "o_proj.bias", hidden)) : null;
-      DeviceBuffer postNorm = up.floats(w.take(p + "post_attention_layernorm.weight", hidden));
+      DeviceBuffer attnOutNorm = null;
+      DeviceBuffer postNorm;
+      if (gemma != null) {
+        attnOutNorm = norms.of(p + "post_attention_layernorm.weight", hidden);
+        postNorm = norms.of(p + "pre_feedforward_layernorm.weight", hidden);
+      } else {
+        postNorm = norms.of(p + "post_attention_layernorm.weight", hidden);
+      }
       DeviceBuffer gateUp =
           up.stacked(
               w.take(p + "mlp.gate_proj.weight", inter, hidden),
               w.take(p + "mlp.up_proj.weight", inter, hidden));
       DeviceBuffer down = up.matrix(w.take(p + "mlp.down_proj.weight", hidden, inter));
+      DeviceBuffer mlpOutNorm =
+          gemma != null ? norms.of(p + "post_feedforward_layernorm.weight", hidden) : null;
       layers.add(
-          new Layer(inputNorm, qkv, qkvBias, qNorm, kNorm, o, oBias, postNorm, gateUp, down));
+          new Layer(
+              inputNorm,
+              qkv,
+              qkvBias,
+              qNorm,
+              kNorm,
+              o,
+              oBias,
+              postNorm,
+              gateUp,
+              down,
+              attnOutNorm,
+              mlpOutNorm,
+              groups.get(l),
+              sliding ? gemma.slidingWindow() : 0,
+              sliding ? localRope : globalRope));
     }
-    DeviceBuffer finalNorm = up.floats(w.take("model.norm.weight", hidden));
+    DeviceBuffer finalNorm = norms.of("model.norm.weight", hidden);
     DeviceBuffer lmHead =
         d.tieWordEmbeddings() ? embed : up.matrix(w.take("lm_head.weight", d.vocabSize(), hidden));
-    // the CPU model's inverse frequencies, float arithmetic included
-    float[] inv = new float[hd / 2];
-    for (int i = 0; i < inv.length; i++) {
-      float exponent = (float) (2 * i) / (float) hd;
-      inv[i] = 1.0f / (float) StrictMath.pow(d.ropeTheta(), exponent);
-    }
-    DeviceBuffer invFreq = up.floats(inv);
     ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
     return new CudaCausalLm(
         device,
@@ -500,13 +615,70 @@ public final class CudaCausalLm implements AutoCloseable {
         embed,
         lmHead,
         finalNorm,
-        invFreq,
+        family,
         layers,
         owned,
         deterministic,
         chosen,
         flash,
         decodeFlash);
+  }
+
+  /** The CPU model's RoPE inverse frequencies of base {@code theta}, float arithmetic included. */
+  static float[] inverseFrequencies(double theta, int headDim) {
+    float[] inv = new float[headDim / 2];
+    for (int i = 0; i < inv.length; i++) {
+      float exponent = (float) (2 * i) / (float) headDim;
+      inv[i] = 1.0f / (float) StrictMath.pow(theta, exponent);
+    }
+    return inv;
+  }
+
+  /**
+   * The cache group of each layer's K and V, as the CPU model numbers them: one group per distinct
+   * kind in order of first appearance (Gemma 3: its sliding-window layers' group and its global
+   * layers' group; the Llama family: one Full-history group).
+   */
+  static List<Integer> groupsOfLayers(ModelConfig config) {
+    List<GroupKind> kinds = groupKinds(config);
+    List<Integer> groups = new ArrayList<>();
+    for (int l = 0; l < config.dims().numLayers(); l++) {
+      groups.add(kinds.indexOf(kindOf(config, l)));
+    }
+    return groups;
+  }
+
+  /** The distinct group kinds of the layers of {@code config}, in order of first appearance. */
+  static List<GroupKind> groupKinds(ModelConfig config) {
+    List<GroupKind> kinds = new ArrayList<>();
+    for (int l = 0; l < config.dims().numLayers(); l++) {
+      GroupKind k = kindOf(config, l);
+      if (!kinds.contains(k)) {
+        kinds.add(k);
+      }
+    }
+    return kinds;
+  }
+
+  private static GroupKind kindOf(ModelConfig config, int layer) {
+    return config instanceof Gemma3Config g && g.isSliding(layer)
+        ? new GroupKind.SlidingWindow(g.slidingWindow())
+        : new GroupKind.FullHistory();
+  }
+
+  /**
+   * Norm weights uploaded as float32, with Gemma's {@code 1 + w} folded in when {@code onePlus}.
+   */
+  private record Norms(Uploader up, WeightSource w, boolean onePlus) {
+    DeviceBuffer of(String name, int width) {
+      float[] v = w.take(name, width).toFloatArray();
+      if (onePlus) {
+        for (int i = 0; i < v.length; i++) {
+          v[i] = 1f + v[i];
+        }
+      }
+      return up.floats(v);
+    }
   }
 
   /** Copies host tensors to device buffers it records in {@code owned}. */
@@ -619,19 +791,7 @@ public final class CudaCausalLm implements AutoCloseable {
   public long weightBytesPerStep() {
     long bytes = finalNorm.bytes() + lmHead.bytes();
     for (Layer l : layers) {
-      for (DeviceBuffer b :
-          new DeviceBuffer[] {
-            l.inputNorm(),
-            l.qkv(),
-            l.qkvBias(),
-            l.qNorm(),
-            l.kNorm(),
-            l.o(),
-            l.oBias(),
-            l.postNorm(),
-            l.gateUp(),
-            l.down()
-          }) {
+      for (DeviceBuffer b : l.weights()) {
         bytes += b == null ? 0 : b.bytes();
       }
     }
@@ -698,6 +858,10 @@ public final class CudaCausalLm implements AutoCloseable {
     if (kvBf16 || kernel == Attention.TENSOR_CORE) {
       throw new IllegalArgumentException(
           "the attention's KV element type is chosen at load: " + attention + " to " + kernel);
+    }
+    if (family.perTokenAttention() && kernel != Attention.PER_TOKEN) {
+      throw new IllegalArgumentException(
+          config.architecture() + " runs on the per-token attention alone, not " + kernel);
     }
     this.attention = kernel;
   }
@@ -1446,34 +1610,39 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   /**
-   * The cache layout of this model: one Full-history group whose blocks hold every layer's K and V;
-   * with float32 KV the CPU model's ({@link CausalLm#cacheLayout}) for one rank, with the
-   * tensor-core attention the same geometry in bf16 ({@link #KV_BF16}).
+   * The cache layout of this model: one Full-history group whose blocks hold every layer's K and V
+   * (Gemma 3: its sliding-window layers' group and its global layers' group); with float32 KV the
+   * CPU model's ({@link CausalLm#cacheLayout}) for one rank, with the tensor-core attention the
+   * same geometry in bf16 ({@link #KV_BF16}).
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
-    return cacheLayoutOf(d, prefixGranularity, blockGranularity, kvBf16);
+    return cacheLayoutOf(config, prefixGranularity, blockGranularity, kvBf16);
   }
 
   /** The {@link CacheLayout#dtype()} of a bf16 KV pool. */
   public static final String KV_BF16 = "bfloat16";
 
-  /** {@link #cacheLayout} of a Llama-family model of dimensions {@code d}. */
+  /** {@link #cacheLayout} of a model of {@code config}. */
   static CacheLayout cacheLayoutOf(
-      DecoderDims d, int prefixGranularity, int blockGranularity, boolean kvBf16) {
-    List<CacheField> fields = new ArrayList<>();
+      ModelConfig config, int prefixGranularity, int blockGranularity, boolean kvBf16) {
+    DecoderDims d = config.dims();
+    List<GroupKind> kinds = groupKinds(config);
+    List<Integer> groupOf = groupsOfLayers(config);
     long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * (kvBf16 ? 2 : 4);
-    for (int l = 0; l < d.numLayers(); l++) {
-      fields.add(new CacheField("layers." + l + ".k", bytes));
-      fields.add(new CacheField("layers." + l + ".v", bytes));
+    List<CacheGroupSpec> groups = new ArrayList<>();
+    for (int g = 0; g < kinds.size(); g++) {
+      List<CacheField> fields = new ArrayList<>();
+      for (int l = 0; l < d.numLayers(); l++) {
+        if (groupOf.get(l) == g) {
+          fields.add(new CacheField("layers." + l + ".k", bytes));
+          fields.add(new CacheField("layers." + l + ".v", bytes));
+        }
+      }
+      groups.add(
+          new CacheGroupSpec(
+              g, kinds.get(g), blockGranularity, fields, new Sharding.HeadPartitioned()));
     }
-    CacheGroupSpec group =
-        new CacheGroupSpec(
-            0,
-            new GroupKind.FullHistory(),
-            blockGranularity,
-            fields,
-            new Sharding.HeadPartitioned());
-    return new CacheLayout(prefixGranularity, kvBf16 ? KV_BF16 : CausalLm.KV_DTYPE, List.of(group));
+    return new CacheLayout(prefixGranularity, kvBf16 ? KV_BF16 : CausalLm.KV_DTYPE, groups);
   }
 
   /** Scratch memory of a forward pass, grown to the largest batch seen. */
@@ -1486,6 +1655,10 @@ public final class CudaCausalLm implements AutoCloseable {
     final DeviceBuffer qkv;
     final DeviceBuffer q;
     final DeviceBuffer gu;
+
+    /** A sublayer's output before its norm and residual add (sandwich blocks), else null. */
+    final DeviceBuffer y;
+
     final DeviceBuffer ints;
     final DeviceBuffer tables;
     final DeviceBuffer logits;
@@ -1522,6 +1695,7 @@ public final class CudaCausalLm implements AutoCloseable {
         qkv = keep(made, (long) tokens * qkvWidth * 4);
         q = keep(made, (long) tokens * d.numHeads() * d.headDim() * 4);
         gu = keep(made, (long) tokens * 2 * d.intermediateSize() * 4);
+        y = family.sandwich() ? keep(made, (long) tokens * hidden * 4) : null;
         ints = keep(made, (long) tokens * 6 * 4);
         tables = keep(made, (long) tableInts * 4);
         logits = keep(made, (long) logitRows * d.vocabSize() * 4);
@@ -1562,6 +1736,9 @@ public final class CudaCausalLm implements AutoCloseable {
     public void close() {
       for (DeviceBuffer b : List.of(x, act, qkv, q, gu, ints, tables, logits)) {
         b.close();
+      }
+      if (y != null) {
+        y.close();
       }
       logitsPinned.close();
       intsPinned.close();
@@ -1682,21 +1859,16 @@ public final class CudaCausalLm implements AutoCloseable {
    * compute stream, not waited for); returns how many logits rows it wrote.
    */
   private int runToLogits(ForwardBatch batch, CudaKvCache kv) {
-    if (kv.layout().numGroups() != 1
-        || !kv.layout()
-            .group(0)
-            .fields()
-            .equals(
-                cacheLayout(
-                        kv.layout().prefixGranularity(), kv.layout().group(0).blockGranularity())
-                    .group(0)
-                    .fields())) {
-      throw new IllegalArgumentException("kv cache layout " + kv.layout() + " is not this model's");
+    CacheLayout have = kv.layout();
+    if (!sameGroups(
+        have, cacheLayout(have.prefixGranularity(), have.group(0).blockGranularity()))) {
+      throw new IllegalArgumentException("kv cache layout " + have + " is not this model's");
     }
     device.bind();
     List<ForwardRequest> requests = batch.requests();
     int numTokens = batch.numTokens();
-    int bg = kv.layout().group(0).blockGranularity();
+    int numGroups = have.numGroups();
+    int bg = have.group(0).blockGranularity();
     int stride = 1;
     int logitRows = 0;
     boolean pureDecode = true;
@@ -1704,8 +1876,9 @@ public final class CudaCausalLm implements AutoCloseable {
     for (int r = 0; r < requests.size(); r++) {
       ForwardRequest req = requests.get(r);
       validate(r, req, kv);
-      stride =
-          Math.max(stride, kv.layout().group(0).rowsFor(req.startPosition() + req.numTokens()));
+      for (int g = 0; g < numGroups; g++) {
+        stride = Math.max(stride, have.group(g).rowsFor(req.startPosition() + req.numTokens()));
+      }
       logitRows += req.numLogitRows();
       pureDecode &= req.numTokens() == 1;
       maxContext = Math.max(maxContext, req.startPosition() + req.numTokens());
@@ -1738,13 +1911,18 @@ public final class CudaCausalLm implements AutoCloseable {
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
-    int[] tables = new int[requests.size() * stride];
+    // group g's tables at g · (requests · stride): a layer reads its group's
+    int groupTables = requests.size() * stride;
+    int[] tables = new int[numGroups * groupTables];
     int row = 0;
     int lr = 0;
     for (int r = 0; r < requests.size(); r++) {
       ForwardRequest req = requests.get(r);
-      int[] table = req.blockTables()[0];
-      System.arraycopy(table, 0, tables, r * stride, Math.min(stride, table.length));
+      for (int g = 0; g < numGroups; g++) {
+        int[] table = req.blockTables()[g];
+        System.arraycopy(
+            table, 0, tables, g * groupTables + r * stride, Math.min(stride, table.length));
+      }
       int first = req.allLogits() ? row : row + req.numTokens() - 1;
       for (int i = 0; i < req.numTokens(); i++) {
         meta[row] = req.tokenIds()[i];
@@ -1800,7 +1978,6 @@ public final class CudaCausalLm implements AutoCloseable {
     long act = ws.act.pointer();
     long actF32 = bf ? 0L : act;
     long actBf16 = bf ? act : 0L;
-    long pool = kv.base(0);
     SplitPlan anySplit = split != null ? split : prefillSplit;
     long partials =
         anySplit == null
@@ -1840,13 +2017,20 @@ public final class CudaCausalLm implements AutoCloseable {
           tokens,
           ws.x.pointer(),
           hidden,
-          1f);
+          family.embedScale());
       float eps = (float) d.rmsNormEps();
-      float scale = (float) (1.0 / Math.sqrt(hd));
+      float scale = family.attnScale() > 0 ? family.attnScale() : (float) (1.0 / Math.sqrt(hd));
       int ropeThreads = Integer.highestOneBit(Math.max(32, hd / 2 - 1) * 2);
       for (int l = 0; l < layers.size(); l++) {
         gate.awaitLayer(l); // its loads have run on the copy stream before its kernels are issued
         Layer layer = layers.get(l);
+        int g = layer.group();
+        long pool = kv.base(g);
+        long layerTables = ws.tables.pointer() + 4L * g * groupTables;
+        long kOff = kv.fieldOffset(g, "layers." + l + ".k");
+        long vOff = kv.fieldOffset(g, "layers." + l + ".v");
+        long bpb = have.group(g).bytesPerBlock();
+        int groupBg = have.group(g).blockGranularity();
         rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
         gemm.apply(
             act,
@@ -1868,24 +2052,21 @@ public final class CudaCausalLm implements AutoCloseable {
             ptr(layer.qNorm()),
             ptr(layer.kNorm()),
             eps,
-            invFreq.pointer(),
+            layer.invFreq().pointer(),
             positions,
             tokenRequest,
-            ws.tables.pointer(),
+            layerTables,
             stride,
             heads,
             kvHeads,
             hd,
             ws.q.pointer(),
             pool,
-            kv.layout().group(0).bytesPerBlock(),
-            kv.fieldOffset(0, "layers." + l + ".k"),
-            kv.fieldOffset(0, "layers." + l + ".v"),
-            bg,
+            bpb,
+            kOff,
+            vOff,
+            groupBg,
             kvBf16 ? 1 : 0);
-        long kOff = kv.fieldOffset(0, "layers." + l + ".k");
-        long vOff = kv.fieldOffset(0, "layers." + l + ".v");
-        long bpb = kv.layout().group(0).bytesPerBlock();
         AttentionInputs in =
             new AttentionInputs(
                 ws.q.pointer(),
@@ -1893,10 +2074,10 @@ public final class CudaCausalLm implements AutoCloseable {
                 bpb,
                 kOff,
                 vOff,
-                bg,
+                groupBg,
                 positions,
                 tokenRequest,
-                ws.tables.pointer(),
+                layerTables,
                 stride);
         if (split != null) {
           launchSplitDecode(device, split, hd, numTokens, heads, kvHeads, in, scale, partials, act);
@@ -1915,7 +2096,7 @@ public final class CudaCausalLm implements AutoCloseable {
               scale,
               partials,
               act,
-              kv.numBlocks(0));
+              kv.numBlocks(g));
         } else if (kernel == Attention.TENSOR_CORE) {
           launchFlash(
               device,
@@ -1928,7 +2109,7 @@ public final class CudaCausalLm implements AutoCloseable {
               tileTable,
               scale,
               act,
-              kv.numBlocks(0));
+              kv.numBlocks(g));
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
           device.launch(
@@ -1946,20 +2127,28 @@ public final class CudaCausalLm implements AutoCloseable {
               1,
               32 * ATTN_WARPS,
               ATTN_WARPS * hd * 4,
-              in.then(numTokens, heads, kvHeads, hd, scale, 0, actF32, actBf16));
+              in.then(
+                  numTokens,
+                  heads,
+                  kvHeads,
+                  hd,
+                  scale,
+                  layer.window(),
+                  family.attnSoftcap(),
+                  actF32,
+                  actBf16));
         }
+        // the Llama family adds each sublayer's output to x in its product; Gemma normalizes it
+        // first (in y), then adds
+        boolean sandwich = family.sandwich();
+        long out = sandwich ? ws.y.pointer() : ws.x.pointer();
         gemm.apply(
-            act,
-            layer.o().pointer(),
-            weightType,
-            ws.x.pointer(),
-            numTokens,
-            heads * hd,
-            hidden,
-            true);
+            act, layer.o().pointer(), weightType, out, numTokens, heads * hd, hidden, !sandwich);
         if (layer.oBias() != null) {
-          device.launch(
-              "add_bias", numTokens, 1, 256, 0, ws.x.pointer(), layer.oBias().pointer(), hidden);
+          device.launch("add_bias", numTokens, 1, 256, 0, out, layer.oBias().pointer(), hidden);
+        }
+        if (sandwich) {
+          normAdd(layer.attnOutNorm(), numTokens, hidden, eps);
         }
         rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
         long gateUp = layer.gateUp().pointer();
@@ -1969,8 +2158,9 @@ public final class CudaCausalLm implements AutoCloseable {
         } else {
           gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
         }
+        String gated = family.gelu() ? "gelu_tanh_mul" : "silu_mul";
         device.launch(
-            guBf16 ? "silu_mul_bf16" : "silu_mul",
+            guBf16 ? gated + "_bf16" : gated,
             numTokens,
             Math.ceilDiv(inter, SILU_SPAN),
             SILU_SPAN / 4,
@@ -1979,19 +2169,27 @@ public final class CudaCausalLm implements AutoCloseable {
                 ? new Object[] {ws.gu.pointer(), inter, actBf16}
                 : new Object[] {ws.gu.pointer(), inter, actF32, actBf16});
         gemm.apply(
-            act,
-            layer.down().pointer(),
-            weightType,
-            ws.x.pointer(),
-            numTokens,
-            inter,
-            hidden,
-            true);
+            act, layer.down().pointer(), weightType, out, numTokens, inter, hidden, !sandwich);
+        if (sandwich) {
+          normAdd(layer.mlpOutNorm(), numTokens, hidden, eps);
+        }
       }
       rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
       int vocab = d.vocabSize();
       gemm.apply(
           act, lmHead.pointer(), weightType, ws.logits.pointer(), logitRows, hidden, vocab, false);
+      if (family.logitSoftcap() > 0) {
+        long n = (long) logitRows * vocab;
+        device.launch(
+            "softcap_logits",
+            Math.toIntExact((n + 255) / 256),
+            1,
+            256,
+            0,
+            ws.logits.pointer(),
+            n,
+            family.logitSoftcap());
+      }
     } catch (RuntimeException | Error e) {
       if (key != null) {
         abandonCapture(stream);
@@ -2045,12 +2243,48 @@ public final class CudaCausalLm implements AutoCloseable {
         eps);
   }
 
+  /** x += rmsnorm(y) · w over the workspace's rows: a sandwich block's output norm and add. */
+  private void normAdd(DeviceBuffer w, int count, int n, float eps) {
+    device.launch(
+        "rmsnorm_add",
+        count,
+        1,
+        NORM_THREADS,
+        NORM_THREADS * 4,
+        workspace.y.pointer(),
+        w.pointer(),
+        workspace.x.pointer(),
+        n,
+        eps);
+  }
+
+  /** Whether {@code have} has {@code want}'s groups: their kinds, block sizes and fields. */
+  private static boolean sameGroups(CacheLayout have, CacheLayout want) {
+    if (have.numGroups() != want.numGroups()) {
+      return false;
+    }
+    for (int g = 0; g < have.numGroups(); g++) {
+      CacheGroupSpec h = have.group(g);
+      CacheGroupSpec w = want.group(g);
+      if (!h.kind().equals(w.kind())
+          || h.blockGranularity() != w.blockGranularity()
+          || !h.fields().equals(w.fields())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   private static long ptr(DeviceBuffer b) {
     return b == null ? 0L : b.pointer();
   }
 
   private void validate(int r, ForwardRequest req, CudaKvCache kv) {
-    ForwardChecks.check(r, req, config, kv.layout(), new int[] {kv.numBlocks(0)}, 1);
+    int[] numBlocks = new int[kv.layout().numGroups()];
+    for (int g = 0; g < numBlocks.length; g++) {
+      numBlocks[g] = kv.numBlocks(g);
+    }
+    ForwardChecks.check(r, req, config, kv.layout(), numBlocks, 1);
   }
 
   /** Frees the weights and scratch; the model must not be used afterwards. */

@@ -66,17 +66,32 @@ class CudaCausalLmGpuTest extends OnTheGpu {
 
   /** Prefills {@code ids} in chunks of {@code chunk}; returns every position's logits. */
   static float[] prefill(CudaCausalLm m, CudaKvCache kv, int[] ids, int[] table, int chunk) {
+    return prefill(m, kv, ids, new int[][] {table}, chunk);
+  }
+
+  /** {@link #prefill(CudaCausalLm, CudaKvCache, int[], int[], int)} with a table per group. */
+  static float[] prefill(CudaCausalLm m, CudaKvCache kv, int[] ids, int[][] tables, int chunk) {
     int vocab = m.vocabSize();
     float[] all = new float[ids.length * vocab];
     for (int start = 0; start < ids.length; start += chunk) {
       int n = Math.min(chunk, ids.length - start);
       int[] part = java.util.Arrays.copyOfRange(ids, start, start + n);
       ForwardResult r =
-          m.forward(
-              ForwardBatch.of(new ForwardRequest(part, start, new int[][] {table}, true)), kv);
+          m.forward(ForwardBatch.of(new ForwardRequest(part, start, tables, true)), kv);
       System.arraycopy(r.logits(0), 0, all, start * vocab, n * vocab);
     }
     return all;
+  }
+
+  /**
+   * A table of {@code rows} fresh blocks for every group of {@code kv}, shuffled by {@code seed}.
+   */
+  static int[][] tables(CudaKvCache kv, long seed, int rows) {
+    int[][] t = new int[kv.layout().numGroups()][];
+    for (int g = 0; g < t.length; g++) {
+      t[g] = new Blocks(kv.numBlocks(g), seed + 31L * g).table(rows);
+    }
+    return t;
   }
 
   static int argmax(float[] v, int from, int n) {
@@ -102,7 +117,7 @@ class CudaCausalLmGpuTest extends OnTheGpu {
   }
 
   @ParameterizedTest
-  @ValueSource(strings = {"llama", "qwen2"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3"})
   void shouldMatchTransformersOnTheSameGpuAndTheCpuReference(String name, @TempDir Path dir)
       throws Exception {
     String refDir = System.getProperty("gpu.reference");
@@ -117,9 +132,8 @@ class CudaCausalLmGpuTest extends OnTheGpu {
           new CpuReference(SafetensorsFile.open(folder.resolve("reference.safetensors"), arena));
       int vocab = m.vocabSize();
       for (int p = 0; p < Fixtures.PROMPTS; p++) {
-        Blocks blocks = new Blocks(kv.numBlocks(0), p);
         int[] ids = cpuRef.ids(p);
-        int[] table = blocks.table(Math.ceilDiv(ids.length + 16, 4));
+        int[][] table = tables(kv, p, Math.ceilDiv(ids.length + 16, 4));
         float[] logits = prefill(m, kv, ids, table, ids.length);
         double vsGpu = relative(logits, gpuRef.tensor("logits_" + p).toFloatArray());
         double vsCpu = relative(logits, cpuRef.logits(p));
@@ -143,8 +157,7 @@ class CudaCausalLmGpuTest extends OnTheGpu {
           ForwardResult r =
               m.forward(
                   ForwardBatch.of(
-                      new ForwardRequest(
-                          new int[] {next}, ids.length + s, new int[][] {table}, false)),
+                      new ForwardRequest(new int[] {next}, ids.length + s, table, false)),
                   kv);
           System.arraycopy(r.logits(0), 0, steps, s * vocab, vocab);
           next = argmax(r.logits(0), 0, vocab);

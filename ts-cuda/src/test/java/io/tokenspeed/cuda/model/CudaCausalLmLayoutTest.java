@@ -19,7 +19,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class CudaCausalLmLayoutTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"llama", "qwen2", "synthetic:llama-100m"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "synthetic:llama-100m"})
   void shouldUseTheCpuModelsCacheLayout(String name, @TempDir Path dir) {
     Path folder =
         name.startsWith("synthetic:")
@@ -30,7 +30,7 @@ class CudaCausalLmLayoutTest {
         for (int pages : new int[] {1, 4}) {
           assertEquals(
               cpu.cacheLayout(bg * pages, bg),
-              CudaCausalLm.cacheLayoutOf(cpu.config().dims(), bg * pages, bg, false),
+              CudaCausalLm.cacheLayoutOf(cpu.config(), bg * pages, bg, false),
               name + " bg=" + bg + " pages=" + pages);
         }
       }
@@ -48,8 +48,8 @@ class CudaCausalLmLayoutTest {
             ? SyntheticCheckpoints.materialize(name, 1, DType.BF16, dir)
             : Fixtures.extract(name, dir);
     try (CausalLm cpu = CausalLm.load(folder)) {
-      var f32 = CudaCausalLm.cacheLayoutOf(cpu.config().dims(), 64, 16, false);
-      var bf16 = CudaCausalLm.cacheLayoutOf(cpu.config().dims(), 64, 16, true);
+      var f32 = CudaCausalLm.cacheLayoutOf(cpu.config(), 64, 16, false);
+      var bf16 = CudaCausalLm.cacheLayoutOf(cpu.config(), 64, 16, true);
       assertEquals(CudaCausalLm.KV_BF16, bf16.dtype());
       assertEquals(f32.numGroups(), bf16.numGroups());
       assertEquals(f32.group(0).blockGranularity(), bf16.group(0).blockGranularity());
