@@ -1,0 +1,249 @@
+package io.tokenspeed.cuda.model;
+
+import static io.tokenspeed.cuda.model.EngineCudaL3GpuTest.assertBitIdentical;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.cuda.CudaDevice;
+import io.tokenspeed.cuda.model.EngineCudaL3GpuTest.Run;
+import io.tokenspeed.cuda.model.EngineCudaL3GpuTest.Shared;
+import io.tokenspeed.engine.Engine;
+import io.tokenspeed.engine.EngineConfig;
+import io.tokenspeed.engine.EngineSettings;
+import io.tokenspeed.engine.GenerationResult;
+import io.tokenspeed.engine.RequestHandle;
+import io.tokenspeed.engine.l3.L3Settings;
+import io.tokenspeed.engine.l3.StorageRuntimeConfig;
+import io.tokenspeed.l3.L3ExecutorConfig;
+import io.tokenspeed.l3.redis.RedisStore;
+import io.tokenspeed.l3.redis.RedisStoreSettings;
+import io.tokenspeed.l3.spi.Store;
+import io.tokenspeed.l3.store.file.FileStore;
+import io.tokenspeed.l3.store.file.FileStoreSettings;
+import io.tokenspeed.l3.store.memory.MemoryStore;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.device.DeviceModel;
+import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import io.tokenspeed.scheduler.StorageConfig;
+import io.tokenspeed.testkit.RedisServer;
+import io.tokenspeed.testkit.RedisServers;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.SplittableRandom;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Engines over the CUDA backend serving a hybrid model, Gemma 3 (its sliding-window layers' group
+ * beside its global layers'), in deterministic mode, with an untied output projection so that its
+ * outputs depend on the KV it attends over. A prompt that shares only a shorter prefix with one a
+ * writer served restores that prefix — the window before it, which the writer's write-through
+ * stored at an intermediate boundary — from the memory, file and Redis stores; a prompt that
+ * extends the written one restores all of it; and requests retracted from a tight Device come back
+ * to their exact images. Every output equals recomputation bit for bit.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class HybridEngineGpuTest {
+  private static final int P = 4;
+  private static final int TOP = 5;
+
+  /** Three layers (two sliding, windows of 16 tokens, one global), 64 wide, 256 tokens, untied. */
+  static final String GEMMA3 =
+      """
+      {
+        "architectures": ["Gemma3ForCausalLM"],
+        "head_dim": 16,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+        "max_position_embeddings": 1024,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 1,
+        "query_pre_attn_scalar": 16,
+        "rms_norm_eps": 1e-06,
+        "rope_local_base_freq": 10000.0,
+        "rope_theta": 1000000.0,
+        "sliding_window": 16,
+        "tie_word_embeddings": false,
+        "vocab_size": 256
+      }
+      """;
+
+  private CudaDevice device;
+  private CudaDeviceModel model;
+
+  @BeforeAll
+  void load(@TempDir Path dir) {
+    device = CudaDevice.open(0);
+    Path folder = SyntheticCheckpoints.materialize("untied-gemma3", GEMMA3, 13, DType.F32, dir);
+    model = new CudaDeviceModel(CudaCausalLm.load(device, folder, "gemma3", "test", true));
+  }
+
+  @AfterAll
+  void close() {
+    if (model != null) {
+      model.close();
+      model.model().close();
+    }
+    if (device != null) {
+      device.close();
+    }
+  }
+
+  static EngineConfig roomy() {
+    return new EngineConfig(P, 2, 256, 4.0, 64, 8, 2, 1, 64);
+  }
+
+  static L3Settings l3(Store store, DeviceModel m) {
+    StorageConfig scheduling =
+        StorageConfig.defaults().withMinExtensionTokens(P).withSoftDeadlineMs(5_000);
+    return new L3Settings(
+        store,
+        new StorageRuntimeConfig(scheduling, L3ExecutorConfig.defaults()),
+        m.attentionBackend());
+  }
+
+  static Run await(RequestHandle h) throws Exception {
+    GenerationResult r = h.result().get(120, TimeUnit.SECONDS);
+    assertNull(r.error(), "the request failed: " + r.error());
+    return new Run(r, h.logprobs());
+  }
+
+  static Run serveFresh(DeviceModel m, EngineConfig config, Store store, int[] prompt, int tokens)
+      throws Exception {
+    try (Engine e =
+        Engine.start(
+            EngineSettings.of(m, config).l3(store == null ? null : l3(store, m)).conclude())) {
+      return await(e.submit(prompt, SamplingParams.greedy(tokens), TOP));
+    }
+  }
+
+  /** A prompt sharing exactly {@code shared} leading tokens with {@code a}, {@code n} long. */
+  static int[] sharing(int[] a, int shared, int n, SplittableRandom rnd, int vocab) {
+    int[] b = Arrays.copyOf(a, n);
+    for (int i = shared; i < n; i++) {
+      do {
+        b[i] = rnd.nextInt(vocab);
+      } while (i < a.length && b[i] == a[i]);
+    }
+    return b;
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"memory", "file", "redis"})
+  void shouldRestoreShorterAndLongerSharedPrefixesWithRecomputationsBits(
+      String kind, @TempDir Path dir) throws Exception {
+    int vocab = model.vocabSize();
+    SplittableRandom rnd = new SplittableRandom(kind.hashCode());
+    int[] a = rnd.ints(12 * P + 1, 0, vocab).toArray();
+    int[] shorter = sharing(a, 2 * P, 2 * P + 13, rnd, vocab);
+    int[] longer = sharing(a, a.length, a.length + 20, rnd, vocab);
+    Run wantShorter = serveFresh(model, roomy(), null, shorter, 8);
+    Run wantLonger = serveFresh(model, roomy(), null, longer, 8);
+    RedisServer redis =
+        kind.equals("redis") ? RedisServers.startStandalone(dir.resolve("r")) : null;
+    try {
+      Shared store =
+          new Shared(
+              switch (kind) {
+                case "memory" -> new MemoryStore();
+                case "file" -> new FileStore(FileStoreSettings.of(dir.resolve("objects")));
+                default -> RedisStore.open(RedisStoreSettings.standalone(redis.uri()));
+              });
+      serveFresh(model, roomy(), store, a, 8);
+      assertTrue(store.puts.get() > 0, "the writer put its prompt");
+      Run gotShorter = serveFresh(model, roomy(), store, shorter, 8);
+      Run gotLonger = serveFresh(model, roomy(), store, longer, 8);
+      int restoredShorter = gotShorter.result().metrics().reusedStorageTokens();
+      int restoredLonger = gotLonger.result().metrics().reusedStorageTokens();
+      System.out.printf(
+          Locale.ROOT,
+          "gemma3 on the GPU, %s store: %d tokens restored of a prompt sharing %d, %d of one"
+              + " extending the %d written%n",
+          kind,
+          restoredShorter,
+          2 * P,
+          restoredLonger,
+          a.length);
+      assertTrue(restoredShorter >= 2 * P, "the shorter shared prefix came from L3");
+      assertEquals(12 * P, restoredLonger, "the whole written prefix came from L3");
+      assertBitIdentical(wantShorter, gotShorter, kind + ": shorter shared prefix");
+      assertBitIdentical(wantLonger, gotLonger, kind + ": the written prefix extended");
+    } finally {
+      if (redis != null) {
+        redis.close();
+      }
+    }
+  }
+
+  /**
+   * Requests whose prompts fit the Device at admission but whose outputs do not: as they decode
+   * they retract each other, their images saved to the Host and loaded back into GPU memory at
+   * readmission. Each output equals the request's alone run bit for bit.
+   */
+  @Test
+  void shouldGiveEveryRetractedRequestItsAloneOutput() throws Exception {
+    Retractions r = Retractions.run(model, 17);
+    System.out.printf(
+        Locale.ROOT,
+        "gemma3 on the GPU, Device of %d parents: %d retractions, %d of %d outputs equal alone%n",
+        Retractions.TIGHT_PARENTS,
+        r.retractions(),
+        r.requests() - r.differ().size(),
+        r.requests());
+    assertTrue(r.retractions() >= 1, "the Device retracted " + r.retractions() + " times");
+    assertTrue(r.differ().isEmpty(), () -> String.join("\n", r.differ()));
+  }
+
+  /** The retraction scenario on any device model (the CPU backend runs it in the build). */
+  record Retractions(long retractions, int requests, List<String> differ) {
+    static final int REQUESTS = 24;
+    static final int TIGHT_PARENTS = 64;
+
+    static Retractions run(DeviceModel m, long seed) throws Exception {
+      SplittableRandom rnd = new SplittableRandom(seed);
+      List<int[]> prompts = new ArrayList<>();
+      List<Integer> outputs = new ArrayList<>();
+      for (int i = 0; i < REQUESTS; i++) {
+        prompts.add(rnd.ints(6 + rnd.nextInt(20), 0, m.vocabSize()).toArray());
+        outputs.add(20 + rnd.nextInt(17));
+      }
+      List<Run> alone = new ArrayList<>();
+      for (int i = 0; i < REQUESTS; i++) {
+        alone.add(serveFresh(m, roomy(), null, prompts.get(i), outputs.get(i)));
+      }
+      EngineConfig tight = new EngineConfig(P, 2, TIGHT_PARENTS, 4.0, 4096, REQUESTS, 0, 1, 64);
+      List<String> differ = new ArrayList<>();
+      long retractions;
+      try (Engine e = Engine.start(EngineSettings.of(m, tight).conclude())) {
+        List<RequestHandle> handles = new ArrayList<>();
+        for (int i = 0; i < REQUESTS; i++) {
+          handles.add(e.submit(prompts.get(i), SamplingParams.greedy(outputs.get(i)), TOP));
+        }
+        for (int i = 0; i < REQUESTS; i++) {
+          try {
+            assertBitIdentical(alone.get(i), await(handles.get(i)), "request " + i);
+          } catch (AssertionError a) {
+            differ.add(a.getMessage());
+          }
+        }
+        retractions = e.stats().retractions();
+      }
+      return new Retractions(retractions, REQUESTS, differ);
+    }
+  }
+}
