@@ -11,12 +11,13 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 - "$kernels" "$work/mamba_body.inc" <<'PY'
 import sys
-s = open(sys.argv[1]).read()
-marker = "// ---------------------------------------------------------------------------------- Mamba\n"
+s = open(sys.argv[1], encoding="utf-8").read()
+marker = "// " + "-" * 82 + " Mamba\n"
 start = s.index(marker)
 end = s.find("\n// ------", start + len(marker))
-open(sys.argv[2], "w").write(s[start:] if end < 0 else s[start:end + 1])
+open(sys.argv[2], "w", encoding="utf-8").write(s[start:] if end < 0 else s[start:end + 1])
 PY
-g++ -std=c++17 -O2 -ffp-contract=off -fno-fast-math -fno-strict-aliasing -Wall -Wno-unknown-pragmas \
-  -I "$work" -o "$work/emulator" "$here/mamba_emulator.cpp"
+# no contraction into FMAs: the kernels' __fmul_rn and __fadd_rn round each operation, as Java does
+g++ -std=c++17 -O2 -ffp-contract=off -fno-fast-math -fno-strict-aliasing -Wall \
+  -Wno-unknown-pragmas -I "$work" -o "$work/emulator" "$here/mamba_emulator.cpp"
 "$work/emulator" "$@"

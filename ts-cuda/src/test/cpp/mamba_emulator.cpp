@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -329,7 +330,9 @@ static void kernels(const Dims& d, const Weights& m, const Batch& b, std::vector
   for (auto& t : b.tables) stride = std::max(stride, (int)t.size());
   stride += below(2);
   std::vector<int> tables((size_t)reqs * stride, 0);
-  for (int r = 0; r < reqs; r++) std::copy(b.tables[r].begin(), b.tables[r].end(), &tables[(size_t)r * stride]);
+  for (int r = 0; r < reqs; r++) {
+    std::copy(b.tables[r].begin(), b.tables[r].end(), &tables[(size_t)r * stride]);
+  }
   const float sentinel = std::nanf("0x123");
   u.assign((size_t)b.rows * d.di, sentinel);
   y.assign((size_t)b.rows * d.di, sentinel);
@@ -427,7 +430,6 @@ static void batchCase(int index) {
   int reqs = 1 + below(5);
   Batch b;
   int nextSlot = 1;
-  std::vector<int> extra;  // slots named past a table's working row: never written
   for (int r = 0; r < reqs; r++) {
     int start;
     switch (below(3)) {
@@ -448,8 +450,7 @@ static void batchCase(int index) {
       table[workingRow] = table[inputRow];  // resuming in place across rows
     }
     for (size_t i = workingRow + 1; i < table.size(); i++) {
-      table[i] = nextSlot++;
-      extra.push_back(table[i]);
+      table[i] = nextSlot++;  // past the working row: never written
     }
     b.start.push_back(start);
     b.numTokens.push_back(count);
@@ -462,7 +463,6 @@ static void batchCase(int index) {
   std::shuffle(phys.begin() + 1, phys.end(), rng);
   for (auto& t : b.tables)
     for (auto& s : t) s = phys[s];
-  for (auto& s : extra) s = phys[s];
   std::vector<int> order(reqs);
   for (int r = 0; r < reqs; r++) order[r] = r;
   std::shuffle(order.begin(), order.end(), rng);
@@ -477,7 +477,9 @@ static void batchCase(int index) {
   std::vector<bool> writable(slots, false);
   for (int r = 0; r < reqs; r++) {
     int s = b.start[r], e = s + b.numTokens[r];
-    for (int bnd = (s / d.page + 1) * d.page; bnd <= e; bnd += d.page) writable[b.tables[r][bnd / d.page - 1]] = true;
+    for (int bnd = (s / d.page + 1) * d.page; bnd <= e; bnd += d.page) {
+      writable[b.tables[r][bnd / d.page - 1]] = true;
+    }
     writable[b.tables[r][(e - 1) / d.page]] = true;
   }
   writable[0] = false;
@@ -497,7 +499,6 @@ static void batchCase(int index) {
       }
     }
   }
-  (void)extra;
 }
 
 // Prompts prefilled whole, then in chunks over rounds of mixed batches: the same bits.
@@ -586,7 +587,9 @@ static void chunkedCase(int index) {
   for (int round = 0;; round++) {
     parts.clear();
     for (int r = 0; r < reqs; r++) {
-      if (next[r] < (int)chunks[r].size() && below(10) < 7) parts.push_back({r, done[r], chunks[r][next[r]]});
+      if (next[r] < (int)chunks[r].size() && below(10) < 7) {
+        parts.push_back({r, done[r], chunks[r][next[r]]});
+      }
     }
     bool left = false;
     for (int r = 0; r < reqs; r++) left |= next[r] < (int)chunks[r].size();

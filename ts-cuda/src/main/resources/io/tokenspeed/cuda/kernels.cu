@@ -3754,9 +3754,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
 // ssm_offset, [channel][N]. The requests: first_row[r], num_tokens[r] (at least 1), start[r], and
 // the state tables, tables[r·table_stride + i] = the slot of checkpoint row i, the state after
 // token (i+1)·P - 1 (0: no checkpoint wanted; a request's entries past its own table are 0):
-//   input    = start == 0 ? none (zeros) : row ⌈start/P⌉ - 1       (aligned or the running state)
-//   crossed boundaries (i+1)·P in (start, end]  → row i               (skipped where the entry is 0)
-//   working  = row ⌈end/P⌉ - 1                                        ← the state after end - 1
+//   input    = start == 0 ? none (zeros) : row ⌈start/P⌉ - 1     (aligned, or the running state)
+//   crossed boundaries (i+1)·P in (start, end]  → row i             (skipped where the entry is 0)
+//   working  = row ⌈end/P⌉ - 1                                      ← the state after end - 1
 // A channel's state is read whole before any of it is written, so the working slot may be the
 // input slot (a decode step in place).
 //
