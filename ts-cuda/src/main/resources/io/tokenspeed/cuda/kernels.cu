@@ -3804,3 +3804,296 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
     out->n_top = n < 0 ? 0 : n;
   }
 }
+
+// ---------------------------------------------------------------------------------- Mamba
+
+// The recurrent half of a Mamba-1 mixer, float for float the CPU path's SelectiveScan:
+//
+//   one request, channel c, tokens at positions p = start .. end-1 (batch rows first .. ):
+//     window  = conv state of the input slot (the k-1 inputs before start, oldest first; zeros when
+//               start = 0 or the slot is 0)
+//     u_p     = silu(bias[c] + Σ_j w[c][j]·window_j + w[c][k-1]·x_p)        (j ascending)
+//     s_p[n]  = expf(A[c][n]·dt_p) · s_{p-1}[n] + (dt_p·B_p[n])·u_p          (n ascending)
+//     y_p     = (Σ_n s_p[n]·C_p[n] + u_p·D[c]) · silu(z_p)
+//
+// The State pool (CacheLayout, float32): slot s of the layer's group at pool + s·bytes_per_slot;
+// the layer's conv field at + conv_offset, [channel][k-1] (oldest input first), its ssm field at +
+// ssm_offset, [channel][N]. The requests: first_row[r], num_tokens[r] (at least 1), start[r], and
+// the state tables, tables[r·table_stride + i] = the slot of checkpoint row i, the state after
+// token (i+1)·P - 1 (0: no checkpoint wanted; a request's entries past its own table are 0):
+//   input    = start == 0 ? none (zeros) : row ⌈start/P⌉ - 1     (aligned, or the running state)
+//   crossed boundaries (i+1)·P in (start, end]  → row i             (skipped where the entry is 0)
+//   working  = row ⌈end/P⌉ - 1                                      ← the state after end - 1
+// A channel's state is read whole before any of it is written, so the working slot may be the
+// input slot (a decode step in place).
+//
+// Exactness: one thread computes a (request, channel) pair, in the CPU's order, every product and
+// sum rounded on its own (__fmul_rn, __fadd_rn: never contracted into an FMA, as Java's floats), so
+// a token's result depends on neither its batch nor the chunking of its prompt (a chunk resumes
+// exactly the state the previous one stored). The exponentials are expf (not __expf), which may
+// differ in the last ulp from the CPU's StrictMath.exp (the decay) and FastExp (silu): GPU results
+// equal the CPU's within a tolerance, and the GPU's own results bit for bit.
+//
+// Bounds (CudaMamba checks them): k <= MAMBA_MAX_CONV (the window and the taps live in registers);
+// mamba_scan_n16 takes N <= 16 (the state in registers), mamba_scan any N (the state kept in the
+// working slot's global memory, updated in place token by token); at most 65,535 requests (grid y).
+#define MAMBA_MAX_CONV 8
+
+__device__ __forceinline__ float mamba_silu(float x) {
+  return __fdiv_rn(x, __fadd_rn(1.f, expf(-x)));
+}
+
+// The slot of row ⌈position/P⌉ - 1 of a state table: a chunk's input slot at its start, its working
+// slot at its end; 0 (no state) at position 0.
+__device__ __forceinline__ int mamba_slot(const int* table, int position, int page) {
+  return position == 0 ? 0 : table[(position - 1) / page];
+}
+
+__device__ __forceinline__ float* mamba_field(
+    const unsigned char* pool, long long bytes_per_slot, long long offset, int slot, int c,
+    int width) {
+  return (float*)(pool + slot * bytes_per_slot + offset) + (long long)c * width;
+}
+
+// window[0 .. k-2] = channel c's conv state in slot (zeros for slot 0), the rest 0.
+__device__ __forceinline__ void mamba_load_window(
+    float* window, const unsigned char* pool, long long bytes_per_slot, long long conv_offset,
+    int slot, int c, int k) {
+  const float* src = mamba_field(pool, bytes_per_slot, conv_offset, slot, c, k - 1);
+#pragma unroll
+  for (int j = 0; j < MAMBA_MAX_CONV - 1; j++) {
+    window[j] = slot != 0 && j < k - 1 ? src[j] : 0.f;
+  }
+}
+
+__device__ __forceinline__ void mamba_store_window(
+    const float* window, unsigned char* pool, long long bytes_per_slot, long long conv_offset,
+    int slot, int c, int k) {
+  float* dst = mamba_field(pool, bytes_per_slot, conv_offset, slot, c, k - 1);
+#pragma unroll
+  for (int j = 0; j < MAMBA_MAX_CONV - 1; j++) {
+    if (j < k - 1) {
+      dst[j] = window[j];
+    }
+  }
+}
+
+// Drops the oldest input of the window and appends the newest (every index a constant once
+// unrolled: the window stays in registers).
+__device__ __forceinline__ void mamba_shift(float* window, int k, float newest) {
+#pragma unroll
+  for (int j = 0; j < MAMBA_MAX_CONV - 1; j++) {
+    if (j < k - 2) {
+      window[j] = window[j + 1];
+    } else if (j == k - 2) {
+      window[j] = newest;
+    }
+  }
+}
+
+// u[t][c] = silu(conv(x)[t][c]) over each request's rows in order, x[t][c] = xz[t·xz_width + c],
+// the window starting from the request's input slot; w the taps [di][k] (oldest input first),
+// bias [di] or null. Reads the pool only. Grid: (⌈di / blockDim.x⌉, requests). Block: any
+// (CudaMamba: 128); no shared memory.
+extern "C" __global__ void mamba_conv(
+    const int* first_row, const int* num_tokens, const int* start, const int* tables,
+    int table_stride, int page, const unsigned char* pool, long long bytes_per_slot,
+    long long conv_offset, int di, int k, const float* xz, int xz_width, const float* w,
+    const float* bias, float* u) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = blockIdx.y;
+  if (c >= di) {
+    return;
+  }
+  const int* table = tables + (long long)r * table_stride;
+  float window[MAMBA_MAX_CONV];
+  mamba_load_window(
+      window, pool, bytes_per_slot, conv_offset, mamba_slot(table, start[r], page), c, k);
+  const float* wc = w + (long long)c * k;
+  float taps[MAMBA_MAX_CONV];
+#pragma unroll
+  for (int j = 0; j < MAMBA_MAX_CONV - 1; j++) {
+    taps[j] = j < k - 1 ? wc[j] : 0.f;
+  }
+  float newest = wc[k - 1];
+  float b = bias ? bias[c] : 0.f;
+  long long first = first_row[r];
+  for (long long t = first; t < first + num_tokens[r]; t++) {
+    float x = xz[t * xz_width + c];
+    float acc = b;
+#pragma unroll
+    for (int j = 0; j < MAMBA_MAX_CONV - 1; j++) {
+      if (j < k - 1) {
+        acc = __fadd_rn(acc, __fmul_rn(taps[j], window[j]));
+      }
+    }
+    acc = __fadd_rn(acc, __fmul_rn(newest, x));
+    u[t * di + c] = mamba_silu(acc);
+    mamba_shift(window, k, x);
+  }
+}
+
+// One state element of one token: s = exp(a·dt)·s + (dt·b)·u, then acc += s·cm.
+__device__ __forceinline__ void mamba_step(
+    float& s, float& acc, float a, float dt, float b, float u, float cm) {
+  float decay = expf(__fmul_rn(a, dt));
+  s = __fadd_rn(__fmul_rn(decay, s), __fmul_rn(__fmul_rn(dt, b), u));
+  acc = __fadd_rn(acc, __fmul_rn(s, cm));
+}
+
+// The scan of one (request, channel) pair. REG_N > 0: the state in registers, N <= REG_N; 0: the
+// state in the working slot (copied there from the input slot first), any N.
+template <int REG_N>
+__device__ __forceinline__ void mamba_scan_channel(
+    const int* first_row, const int* num_tokens, const int* start, const int* tables,
+    int table_stride, int page, unsigned char* pool, long long bytes_per_slot,
+    long long conv_offset, long long ssm_offset, int di, int n, int k, const float* xz,
+    int xz_width, int gate_offset, const float* u, const float* dt, const float* B,
+    const float* C, int bc_stride, const float* A, const float* D, float* y) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = blockIdx.y;
+  int count = num_tokens[r];
+  if (c >= di || count < 1) {
+    return;
+  }
+  const int* table = tables + (long long)r * table_stride;
+  int pos = start[r];
+  int input = mamba_slot(table, pos, page);
+  int working = mamba_slot(table, pos + count, page);
+  float window[MAMBA_MAX_CONV];
+  mamba_load_window(window, pool, bytes_per_slot, conv_offset, input, c, k);
+  const float* in = mamba_field(pool, bytes_per_slot, ssm_offset, input, c, n);
+  float* work = mamba_field(pool, bytes_per_slot, ssm_offset, working, c, n);
+  const float* a = A + (long long)c * n;
+  float s[REG_N > 0 ? REG_N : 1];
+  float ar[REG_N > 0 ? REG_N : 1];
+  if constexpr (REG_N > 0) {
+#pragma unroll
+    for (int j = 0; j < REG_N; j++) {
+      s[j] = input != 0 && j < n ? in[j] : 0.f;
+      ar[j] = j < n ? a[j] : 0.f;
+    }
+  } else if (working != input) {
+    for (int j = 0; j < n; j++) {
+      work[j] = input != 0 ? in[j] : 0.f;
+    }
+  }
+  float d = D[c];
+  long long first = first_row[r];
+  for (long long t = first; t < first + count; t++, pos++) {
+    mamba_shift(window, k, xz[t * xz_width + c]);
+    float delta = dt[t * di + c];
+    float ut = u[t * di + c];
+    const float* bt = B + t * bc_stride;
+    const float* ct = C + t * bc_stride;
+    float acc = 0.f;
+    if constexpr (REG_N > 0) {
+#pragma unroll
+      for (int j = 0; j < REG_N; j++) {
+        if (j < n) {
+          mamba_step(s[j], acc, ar[j], delta, bt[j], ut, ct[j]);
+        }
+      }
+    } else {
+      for (int j = 0; j < n; j++) {
+        float v = work[j];
+        mamba_step(v, acc, a[j], delta, bt[j], ut, ct[j]);
+        work[j] = v;
+      }
+    }
+    float gate = xz[t * xz_width + gate_offset + c];
+    y[t * di + c] = __fmul_rn(__fadd_rn(acc, __fmul_rn(ut, d)), mamba_silu(gate));
+    if ((pos + 1) % page == 0) {
+      int row = (pos + 1) / page - 1;
+      int slot = row < table_stride ? table[row] : 0;
+      if (slot != 0 && slot != working) {
+        mamba_store_window(window, pool, bytes_per_slot, conv_offset, slot, c, k);
+        float* dst = mamba_field(pool, bytes_per_slot, ssm_offset, slot, c, n);
+        if constexpr (REG_N > 0) {
+#pragma unroll
+          for (int j = 0; j < REG_N; j++) {
+            if (j < n) {
+              dst[j] = s[j];
+            }
+          }
+        } else {
+          for (int j = 0; j < n; j++) {
+            dst[j] = work[j];
+          }
+        }
+      }
+    }
+  }
+  mamba_store_window(window, pool, bytes_per_slot, conv_offset, working, c, k);
+  if constexpr (REG_N > 0) {
+#pragma unroll
+    for (int j = 0; j < REG_N; j++) {
+      if (j < n) {
+        work[j] = s[j];
+      }
+    }
+  }
+}
+
+// y[t][c] for each request's rows, resuming from its input slot, storing the state at every
+// crossed page boundary (row (pos+1)/P - 1 where nonzero) and into its working slot. xz holds x
+// (column c) and the gate z (column gate_offset + c), rows xz_width apart; u and dt [T][di]; B
+// and C rows bc_stride apart (N values each); A [di][N] (-exp(A_log)); D [di]; y [T][di].
+// mamba_scan: any N (the state in the working slot's memory); mamba_scan_n16: N <= 16 (in
+// registers); the same bits. Grid: (⌈di / blockDim.x⌉, requests). Block: any (CudaMamba: 128); no
+// shared memory.
+extern "C" __global__ void mamba_scan(
+    const int* first_row, const int* num_tokens, const int* start, const int* tables,
+    int table_stride, int page, unsigned char* pool, long long bytes_per_slot,
+    long long conv_offset, long long ssm_offset, int di, int n, int k, const float* xz,
+    int xz_width, int gate_offset, const float* u, const float* dt, const float* B,
+    const float* C, int bc_stride, const float* A, const float* D, float* y) {
+  mamba_scan_channel<0>(
+      first_row, num_tokens, start, tables, table_stride, page, pool, bytes_per_slot, conv_offset,
+      ssm_offset, di, n, k, xz, xz_width, gate_offset, u, dt, B, C, bc_stride, A, D, y);
+}
+
+extern "C" __global__ void mamba_scan_n16(
+    const int* first_row, const int* num_tokens, const int* start, const int* tables,
+    int table_stride, int page, unsigned char* pool, long long bytes_per_slot,
+    long long conv_offset, long long ssm_offset, int di, int n, int k, const float* xz,
+    int xz_width, int gate_offset, const float* u, const float* dt, const float* B,
+    const float* C, int bc_stride, const float* A, const float* D, float* y) {
+  mamba_scan_channel<16>(
+      first_row, num_tokens, start, tables, table_stride, page, pool, bytes_per_slot, conv_offset,
+      ssm_offset, di, n, k, xz, xz_width, gate_offset, u, dt, B, C, bc_stride, A, D, y);
+}
+
+// dt[t][c] = softplus(dt[t][c] + bias[c]) (bias may be null) over rows·di values, softplus(v) = v
+// above 20, else log(1 + e^v) evaluated in double and rounded once, as the CPU's StrictMath form
+// (log1pf(expf(v)) would round twice). Grid: ⌈rows·di / blockDim.x⌉. Block: any.
+extern "C" __global__ void softplus_bias(float* dt, const float* bias, int rows, int di) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)rows * di) {
+    return;
+  }
+  float v = dt[i];
+  if (bias) {
+    v = __fadd_rn(v, bias[i % di]);
+  }
+  dt[i] = v > 20.f ? v : (float)log1p(exp((double)v));
+}
+
+// The x projection's rows proj [T][R + 2N] split into contiguous delta [T][R], B [T][N] and
+// C [T][N] (each then normalized on its own where the model asks). Grid: T. Block: any.
+extern "C" __global__ void mamba_split_proj(
+    const float* proj, int R, int N, float* delta, float* B, float* C) {
+  long long t = blockIdx.x;
+  int width = R + 2 * N;
+  const float* row = proj + t * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = row[i];
+    if (i < R) {
+      delta[t * R + i] = v;
+    } else if (i < R + N) {
+      B[t * N + (i - R)] = v;
+    } else {
+      C[t * N + (i - R - N)] = v;
+    }
+  }
+}
