@@ -2190,6 +2190,15 @@ extern "C" __global__ void rmsnorm_add(const float* y, const float* w, float* x,
   }
 }
 
+// y[i] = bf16(x[i]) for i < n: a float32 activation as the next bf16 product's input (the Mamba
+// mixer's u, δ and y). Grid: ceil(n / blockDim.x).
+extern "C" __global__ void to_bf16(const float* x, bf16_t* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    y[i] = float_to_bf16(x[i]);
+  }
+}
+
 // y[i] = cap · tanh(y[i] / cap) for i < n: logits soft-capped. Grid: ceil(n / blockDim.x).
 extern "C" __global__ void softcap_logits(float* y, long long n, float cap) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

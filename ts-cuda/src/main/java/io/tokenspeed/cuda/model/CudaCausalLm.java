@@ -25,11 +25,11 @@ import io.tokenspeed.model.checkpoint.Tensor;
 import io.tokenspeed.model.checkpoint.WeightSource;
 import io.tokenspeed.model.config.DecoderDims;
 import io.tokenspeed.model.config.Gemma3Config;
-import io.tokenspeed.model.config.LlamaConfig;
+import io.tokenspeed.model.config.JambaConfig;
+import io.tokenspeed.model.config.MambaConfig;
+import io.tokenspeed.model.config.MixerDims;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
-import io.tokenspeed.model.config.Qwen2Config;
-import io.tokenspeed.model.config.Qwen3Config;
 import io.tokenspeed.model.device.SampledForward;
 import io.tokenspeed.model.sampling.RowSampling;
 import io.tokenspeed.model.sampling.SampledRow;
@@ -248,24 +248,136 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer mlpOutNorm,
       int group,
       int window,
-      DeviceBuffer invFreq) {
+      DeviceBuffer invFreq,
+      MambaWeights mamba) {
+
+    /**
+     * A layer whose mixer is Mamba's: {@code norm} before it, then (Jamba) {@code preFf} and the
+     * MLP {@code gateUp}, {@code down}, or none of the three (Mamba).
+     */
+    static Layer mamba(
+        DeviceBuffer norm,
+        MambaWeights m,
+        DeviceBuffer preFf,
+        DeviceBuffer gateUp,
+        DeviceBuffer down,
+        int group) {
+      return new Layer(
+          norm, null, null, null, null, null, null, preFf, gateUp, down, null, null, group, 0, null,
+          m);
+    }
 
     /** Every weight of the layer (entries may be null), the RoPE table left out. */
     List<DeviceBuffer> weights() {
-      return Arrays.asList(
-          inputNorm,
-          qkv,
-          qkvBias,
-          qNorm,
-          kNorm,
-          o,
-          oBias,
-          postNorm,
-          gateUp,
-          down,
-          attnOutNorm,
-          mlpOutNorm);
+      List<DeviceBuffer> all =
+          new ArrayList<>(
+              Arrays.asList(
+                  inputNorm,
+                  qkv,
+                  qkvBias,
+                  qNorm,
+                  kNorm,
+                  o,
+                  oBias,
+                  postNorm,
+                  gateUp,
+                  down,
+                  attnOutNorm,
+                  mlpOutNorm));
+      if (mamba != null) {
+        all.addAll(mamba.weights());
+      }
+      return all;
     }
+  }
+
+  /**
+   * A Mamba-1 mixer's weights on the device (Mamba's layers, Jamba's Mamba layers): the four
+   * projections in the model's element type, the rest float32.
+   *
+   * @param convWeight the taps {@code [di][k]}
+   * @param convBias {@code [di]} or null
+   * @param dtNorm Jamba's RMSNorm of δ, or null (then {@code bNorm} and {@code cNorm} too)
+   * @param a {@code -exp(A_log)}, {@code [di][N]}
+   */
+  record MambaWeights(
+      MixerDims dims,
+      DeviceBuffer inProj,
+      DeviceBuffer convWeight,
+      DeviceBuffer convBias,
+      DeviceBuffer xProj,
+      DeviceBuffer dtNorm,
+      DeviceBuffer bNorm,
+      DeviceBuffer cNorm,
+      DeviceBuffer dtProj,
+      DeviceBuffer dtBias,
+      DeviceBuffer a,
+      DeviceBuffer d,
+      DeviceBuffer outProj) {
+
+    List<DeviceBuffer> weights() {
+      return Arrays.asList(
+          inProj, convWeight, convBias, xProj, dtNorm, bNorm, cNorm, dtProj, dtBias, a, d, outProj);
+    }
+  }
+
+  /** The weights of the Mamba mixer under {@code p} ({@code ...mixer.} or {@code ...mamba.}). */
+  private static MambaWeights mambaWeights(
+      Uploader up, Norms norms, WeightSource w, String p, MixerDims m, int hidden) {
+    int di = m.innerSize();
+    int n = m.stateSize();
+    int rank = m.timeStepRank();
+    float[] aLog = w.take(p + "A_log", di, n).toFloatArray();
+    float[] a = new float[aLog.length];
+    for (int i = 0; i < a.length; i++) {
+      a[i] = (float) -StrictMath.exp(aLog[i]); // as the CPU model computes it at load
+    }
+    return new MambaWeights(
+        m,
+        up.matrix(w.take(p + "in_proj.weight", 2 * di, hidden)),
+        up.floats(w.take(p + "conv1d.weight", di, 1, m.convKernel())),
+        m.convBias() ? up.floats(w.take(p + "conv1d.bias", di)) : null,
+        up.matrix(w.take(p + "x_proj.weight", rank + 2 * n, di)),
+        m.innerNorms() ? norms.of(p + "dt_layernorm.weight", rank) : null,
+        m.innerNorms() ? norms.of(p + "b_layernorm.weight", n) : null,
+        m.innerNorms() ? norms.of(p + "c_layernorm.weight", n) : null,
+        up.matrix(w.take(p + "dt_proj.weight", di, rank)),
+        up.floats(w.take(p + "dt_proj.bias", di)),
+        up.floats(a),
+        up.floats(w.take(p + "D", di)),
+        up.matrix(w.take(p + "out_proj.weight", hidden, di)));
+  }
+
+  /**
+   * The decoder dimensions the forward pass sizes itself by: the config's, or for Mamba, which has
+   * no attention, its residual width, vocabulary, layers and norm epsilon beside one nominal head
+   * of two values and an MLP width of 1 that no kernel reads (its workspace rows stay small).
+   */
+  static DecoderDims dimsOf(ModelConfig config) {
+    if (config instanceof MambaConfig m) {
+      return new DecoderDims(
+          m.vocabSize(),
+          m.hiddenSize(),
+          1,
+          m.numLayers(),
+          1,
+          1,
+          2,
+          m.normEps(),
+          10_000,
+          Integer.MAX_VALUE,
+          m.tieWordEmbeddings());
+    }
+    return config.dims();
+  }
+
+  /** The Mamba mixers' shape of {@code config}, or null for a model without them. */
+  static MixerDims mixerOf(ModelConfig config) {
+    return switch (config) {
+      case MambaConfig m -> m.mixer();
+      case JambaConfig j -> j.mixer();
+      default -> null;
+    };
   }
 
   /**
@@ -306,6 +418,10 @@ public final class CudaCausalLm implements AutoCloseable {
             (float) g.finalLogitSoftcap(),
             true);
       }
+      if (config instanceof MambaConfig || config instanceof JambaConfig) {
+        // float32 State checkpoints beside the KV: one element type for the whole layout
+        return new Family(1f, 0f, 0f, false, false, 0f, true);
+      }
       return LLAMA;
     }
   }
@@ -319,6 +435,10 @@ public final class CudaCausalLm implements AutoCloseable {
   private final DeviceBuffer lmHead;
   private final DeviceBuffer finalNorm;
   private final Family family;
+
+  /** Whether some layer's mixer is Mamba's: the forward then uploads the request arrays. */
+  private final boolean mixers;
+
   private final List<Layer> layers;
   private final List<DeviceBuffer> owned;
   private final Gemm gemm;
@@ -402,17 +522,18 @@ public final class CudaCausalLm implements AutoCloseable {
     this.device = device;
     this.deterministic = deterministic;
     this.config = config;
-    this.d = config.dims();
+    this.d = dimsOf(config);
     this.identity = identity;
     this.weightType = weightType;
     this.embed = embed;
     this.lmHead = lmHead;
     this.finalNorm = finalNorm;
     this.family = family;
+    this.mixers = layers.stream().anyMatch(l -> l.mamba() != null);
     this.layers = layers;
     this.owned = owned;
     this.gemm = new Gemm(device, deterministic);
-    reserveProducts(gemm, d);
+    reserveProducts(gemm, d, mixerOf(config));
     this.attention = attention;
     this.kvBf16 = attention == Attention.TENSOR_CORE;
     this.flash = flash;
@@ -464,21 +585,20 @@ public final class CudaCausalLm implements AutoCloseable {
         throw new CheckpointException(
             folder.resolve(Checkpoint.CONFIG_FILE) + ": " + e.getMessage(), e);
       }
-      if (!(config instanceof LlamaConfig
-          || config instanceof Qwen2Config
-          || config instanceof Qwen3Config
-          || config instanceof Gemma3Config)) {
-        throw new IllegalArgumentException(
-            config.architecture()
-                + " does not run on the GPU yet; allowed: LlamaForCausalLM, MistralForCausalLM,"
-                + " Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM");
-      }
-      if (config.dims().headDim() > ATTN_MAX_HEAD_DIM) {
+      if (dimsOf(config).headDim() > ATTN_MAX_HEAD_DIM) {
         throw new IllegalArgumentException(
             "head_dim="
-                + config.dims().headDim()
+                + dimsOf(config).headDim()
                 + " is above the GPU kernels' "
                 + ATTN_MAX_HEAD_DIM);
+      }
+      MixerDims mixer = mixerOf(config);
+      if (mixer != null && mixer.convKernel() > CudaMamba.MAX_CONV_KERNEL) {
+        throw new IllegalArgumentException(
+            "conv_kernel="
+                + mixer.convKernel()
+                + " is above the GPU kernels' "
+                + CudaMamba.MAX_CONV_KERNEL);
       }
       device.bind();
       List<DeviceBuffer> owned = new ArrayList<>();
@@ -507,13 +627,21 @@ public final class CudaCausalLm implements AutoCloseable {
       List<DeviceBuffer> owned,
       boolean deterministic,
       Attention attention) {
-    DecoderDims d = config.dims();
+    DecoderDims d = dimsOf(config);
     int hidden = d.hiddenSize();
     int hd = d.headDim();
     int qWidth = d.numHeads() * hd;
     int kvWidth = d.numKvHeads() * hd;
     int inter = d.intermediateSize();
-    Tensor embedT = w.take("model.embed_tokens.weight", d.vocabSize(), hidden);
+    MambaConfig mambaModel = config instanceof MambaConfig m ? m : null;
+    JambaConfig jamba = config instanceof JambaConfig j ? j : null;
+    MixerDims mixer = mixerOf(config);
+    String root = mambaModel != null ? "backbone." : "model.";
+    Tensor embedT =
+        w.take(
+            mambaModel != null ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
+            d.vocabSize(),
+            hidden);
     boolean bf16 = embedT.dtype() == DType.BF16;
     int type = bf16 ? Gemm.R_16BF : Gemm.R_32F;
     Gemma3Config gemma = config instanceof Gemma3Config g ? g : null;
@@ -549,8 +677,33 @@ public final class CudaCausalLm implements AutoCloseable {
     List<Layer> layers = new ArrayList<>();
     List<Integer> groups = groupsOfLayers(config);
     for (int l = 0; l < d.numLayers(); l++) {
-      String p = "model.layers." + l + ".";
+      String p = root + "layers." + l + ".";
+      if (mambaModel != null) {
+        // Mamba: x += mixer(norm(x)), no MLP
+        DeviceBuffer norm = norms.of(p + "norm.weight", hidden);
+        MambaWeights m = mambaWeights(up, norms, w, p + "mixer.", mixer, hidden);
+        layers.add(Layer.mamba(norm, m, null, null, null, groups.get(l)));
+        continue;
+      }
+      if (jamba != null && !jamba.attentionLayers().get(l)) {
+        DeviceBuffer norm = norms.of(p + "input_layernorm.weight", hidden);
+        MambaWeights m = mambaWeights(up, norms, w, p + "mamba.", mixer, hidden);
+        DeviceBuffer preFf = norms.of(p + "pre_ff_layernorm.weight", hidden);
+        String f = p + "feed_forward.";
+        layers.add(
+            Layer.mamba(
+                norm,
+                m,
+                preFf,
+                up.stacked(
+                    w.take(f + "gate_proj.weight", inter, hidden),
+                    w.take(f + "up_proj.weight", inter, hidden)),
+                up.matrix(w.take(f + "down_proj.weight", hidden, inter)),
+                groups.get(l)));
+        continue;
+      }
       String a = p + "self_attn.";
+      String mlp = jamba != null ? p + "feed_forward." : p + "mlp.";
       boolean sliding = gemma != null && gemma.isSliding(l);
       DeviceBuffer inputNorm = norms.of(p + "input_layernorm.weight", hidden);
       DeviceBuffer qkv =
@@ -575,14 +728,16 @@ public final class CudaCausalLm implements AutoCloseable {
       if (gemma != null) {
         attnOutNorm = norms.of(p + "post_attention_layernorm.weight", hidden);
         postNorm = norms.of(p + "pre_feedforward_layernorm.weight", hidden);
+      } else if (jamba != null) {
+        postNorm = norms.of(p + "pre_ff_layernorm.weight", hidden);
       } else {
         postNorm = norms.of(p + "post_attention_layernorm.weight", hidden);
       }
       DeviceBuffer gateUp =
           up.stacked(
-              w.take(p + "mlp.gate_proj.weight", inter, hidden),
-              w.take(p + "mlp.up_proj.weight", inter, hidden));
-      DeviceBuffer down = up.matrix(w.take(p + "mlp.down_proj.weight", hidden, inter));
+              w.take(mlp + "gate_proj.weight", inter, hidden),
+              w.take(mlp + "up_proj.weight", inter, hidden));
+      DeviceBuffer down = up.matrix(w.take(mlp + "down_proj.weight", hidden, inter));
       DeviceBuffer mlpOutNorm =
           gemma != null ? norms.of(p + "post_feedforward_layernorm.weight", hidden) : null;
       layers.add(
@@ -601,9 +756,15 @@ public final class CudaCausalLm implements AutoCloseable {
               mlpOutNorm,
               groups.get(l),
               sliding ? gemma.slidingWindow() : 0,
-              sliding ? localRope : globalRope));
+              jamba != null ? null : sliding ? localRope : globalRope,
+              null));
     }
-    DeviceBuffer finalNorm = norms.of("model.norm.weight", hidden);
+    DeviceBuffer finalNorm =
+        norms.of(
+            mambaModel != null
+                ? "backbone.norm_f.weight"
+                : jamba != null ? "model.final_layernorm.weight" : "model.norm.weight",
+            hidden);
     DeviceBuffer lmHead =
         d.tieWordEmbeddings() ? embed : up.matrix(w.take("lm_head.weight", d.vocabSize(), hidden));
     ModelIdentity identity = new ModelIdentity(modelId, ckpt.fingerprint(), weightVersion);
@@ -642,7 +803,7 @@ public final class CudaCausalLm implements AutoCloseable {
   static List<Integer> groupsOfLayers(ModelConfig config) {
     List<GroupKind> kinds = groupKinds(config);
     List<Integer> groups = new ArrayList<>();
-    for (int l = 0; l < config.dims().numLayers(); l++) {
+    for (int l = 0; l < dimsOf(config).numLayers(); l++) {
       groups.add(kinds.indexOf(kindOf(config, l)));
     }
     return groups;
@@ -651,7 +812,7 @@ public final class CudaCausalLm implements AutoCloseable {
   /** The distinct group kinds of the layers of {@code config}, in order of first appearance. */
   static List<GroupKind> groupKinds(ModelConfig config) {
     List<GroupKind> kinds = new ArrayList<>();
-    for (int l = 0; l < config.dims().numLayers(); l++) {
+    for (int l = 0; l < dimsOf(config).numLayers(); l++) {
       GroupKind k = kindOf(config, l);
       if (!kinds.contains(k)) {
         kinds.add(k);
@@ -661,9 +822,12 @@ public final class CudaCausalLm implements AutoCloseable {
   }
 
   private static GroupKind kindOf(ModelConfig config, int layer) {
-    return config instanceof Gemma3Config g && g.isSliding(layer)
-        ? new GroupKind.SlidingWindow(g.slidingWindow())
-        : new GroupKind.FullHistory();
+    return switch (config) {
+      case Gemma3Config g when g.isSliding(layer) -> new GroupKind.SlidingWindow(g.slidingWindow());
+      case MambaConfig m -> new GroupKind.StateCheckpoints();
+      case JambaConfig j when !j.attentionLayers().get(layer) -> new GroupKind.StateCheckpoints();
+      default -> new GroupKind.FullHistory();
+    };
   }
 
   /**
@@ -1389,11 +1553,11 @@ public final class CudaCausalLm implements AutoCloseable {
             && d.intermediateSize() % 8 == 0
             && lmHead.pointer() % 16 == 0;
     for (Layer l : layers) {
-      ok &=
-          l.qkv().pointer() % 16 == 0
-              && l.o().pointer() % 16 == 0
-              && l.gateUp().pointer() % 16 == 0
-              && l.down().pointer() % 16 == 0;
+      // a Mamba mixer's narrow products (its x and dt projections) are left to cuBLAS's rules
+      ok &= l.mamba() == null;
+      for (DeviceBuffer b : new DeviceBuffer[] {l.qkv(), l.o(), l.gateUp(), l.down()}) {
+        ok &= b == null || b.pointer() % 16 == 0;
+      }
     }
     return ok;
   }
@@ -1567,7 +1731,7 @@ public final class CudaCausalLm implements AutoCloseable {
    * Reserves every product's buffers on {@code gemm} once, at load ({@link Gemm#reserve}): qkv, o,
    * gate|up, down and the logits, so that no product allocates during a recorded decode step.
    */
-  private static void reserveProducts(Gemm gemm, DecoderDims d) {
+  private static void reserveProducts(Gemm gemm, DecoderDims d, MixerDims m) {
     int hidden = d.hiddenSize();
     int q = d.numHeads() * d.headDim();
     int kv = d.numKvHeads() * d.headDim();
@@ -1577,6 +1741,14 @@ public final class CudaCausalLm implements AutoCloseable {
     gemm.reserve(hidden, 2 * inter);
     gemm.reserve(inter, hidden);
     gemm.reserve(hidden, d.vocabSize());
+    if (m != null) {
+      int di = m.innerSize();
+      int rank = m.timeStepRank();
+      gemm.reserve(hidden, 2 * di);
+      gemm.reserve(di, rank + 2 * m.stateSize());
+      gemm.reserve(rank, di);
+      gemm.reserve(di, hidden);
+    }
   }
 
   /**
@@ -1625,22 +1797,35 @@ public final class CudaCausalLm implements AutoCloseable {
   /** {@link #cacheLayout} of a model of {@code config}. */
   static CacheLayout cacheLayoutOf(
       ModelConfig config, int prefixGranularity, int blockGranularity, boolean kvBf16) {
-    DecoderDims d = config.dims();
+    DecoderDims d = dimsOf(config);
+    MixerDims mixer = mixerOf(config);
     List<GroupKind> kinds = groupKinds(config);
     List<Integer> groupOf = groupsOfLayers(config);
     long bytes = (long) d.numKvHeads() * blockGranularity * d.headDim() * (kvBf16 ? 2 : 4);
     List<CacheGroupSpec> groups = new ArrayList<>();
     for (int g = 0; g < kinds.size(); g++) {
+      boolean state = kinds.get(g) instanceof GroupKind.StateCheckpoints;
       List<CacheField> fields = new ArrayList<>();
       for (int l = 0; l < d.numLayers(); l++) {
-        if (groupOf.get(l) == g) {
+        if (groupOf.get(l) != g) {
+          continue;
+        }
+        if (state) {
+          // one checkpoint slot a page, the CPU model's MambaMixer fields
+          fields.add(new CacheField("layers." + l + ".conv", mixer.convStateBytes()));
+          fields.add(new CacheField("layers." + l + ".ssm", mixer.ssmStateBytes()));
+        } else {
           fields.add(new CacheField("layers." + l + ".k", bytes));
           fields.add(new CacheField("layers." + l + ".v", bytes));
         }
       }
       groups.add(
           new CacheGroupSpec(
-              g, kinds.get(g), blockGranularity, fields, new Sharding.HeadPartitioned()));
+              g,
+              kinds.get(g),
+              state ? prefixGranularity : blockGranularity,
+              fields,
+              state ? new Sharding.Replicated() : new Sharding.HeadPartitioned()));
     }
     return new CacheLayout(prefixGranularity, kvBf16 ? KV_BF16 : CausalLm.KV_DTYPE, groups);
   }
@@ -1658,6 +1843,9 @@ public final class CudaCausalLm implements AutoCloseable {
 
     /** A sublayer's output before its norm and residual add (sandwich blocks), else null. */
     final DeviceBuffer y;
+
+    /** The Mamba mixers' scratch ({@link MambaScratch}), else null. */
+    final DeviceBuffer mamba;
 
     final DeviceBuffer ints;
     final DeviceBuffer tables;
@@ -1688,6 +1876,10 @@ public final class CudaCausalLm implements AutoCloseable {
       int hidden = d.hiddenSize();
       int qkvWidth = (d.numHeads() + 2 * d.numKvHeads()) * d.headDim();
       int actWidth = Math.max(hidden, Math.max(d.intermediateSize(), d.numHeads() * d.headDim()));
+      MixerDims mixer = mixerOf(config);
+      if (mixer != null) {
+        actWidth = Math.max(actWidth, Math.max(mixer.innerSize(), mixer.timeStepRank()));
+      }
       List<DeviceBuffer> made = new ArrayList<>();
       try {
         x = keep(made, (long) tokens * hidden * 4);
@@ -1696,7 +1888,11 @@ public final class CudaCausalLm implements AutoCloseable {
         q = keep(made, (long) tokens * d.numHeads() * d.headDim() * 4);
         gu = keep(made, (long) tokens * 2 * d.intermediateSize() * 4);
         y = family.sandwich() ? keep(made, (long) tokens * hidden * 4) : null;
-        ints = keep(made, (long) tokens * 6 * 4);
+        // per token: id, position, request, logit row; two ints of attention tiles; then three
+        // ints a request (at most one a token) for the Mamba kernels
+        ints = keep(made, (long) tokens * 9 * 4);
+        mamba =
+            mixer == null ? null : keep(made, (long) tokens * MambaScratch.floatsPerRow(mixer) * 4);
         tables = keep(made, (long) tableInts * 4);
         logits = keep(made, (long) logitRows * d.vocabSize() * 4);
       } catch (RuntimeException e) {
@@ -1739,6 +1935,9 @@ public final class CudaCausalLm implements AutoCloseable {
       }
       if (y != null) {
         y.close();
+      }
+      if (mamba != null) {
+        mamba.close();
       }
       logitsPinned.close();
       intsPinned.close();
@@ -1860,15 +2059,14 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   private int runToLogits(ForwardBatch batch, CudaKvCache kv) {
     CacheLayout have = kv.layout();
-    if (!sameGroups(
-        have, cacheLayout(have.prefixGranularity(), have.group(0).blockGranularity()))) {
+    int bg = attentionBlockTokens(have);
+    if (!sameGroups(have, cacheLayout(have.prefixGranularity(), bg))) {
       throw new IllegalArgumentException("kv cache layout " + have + " is not this model's");
     }
     device.bind();
     List<ForwardRequest> requests = batch.requests();
     int numTokens = batch.numTokens();
     int numGroups = have.numGroups();
-    int bg = have.group(0).blockGranularity();
     int stride = 1;
     int logitRows = 0;
     boolean pureDecode = true;
@@ -1911,6 +2109,9 @@ public final class CudaCausalLm implements AutoCloseable {
     int[] tiles = new int[2 * numTokens];
     int numTiles = 0;
     int[] meta = new int[numTokens * 3 + logitRows];
+    // per request: its first row, tokens and start (the Mamba kernels' request arrays)
+    int numRequests = requests.size();
+    int[] perRequest = mixers ? new int[3 * numRequests] : null;
     // group g's tables at g · (requests · stride): a layer reads its group's
     int groupTables = requests.size() * stride;
     int[] tables = new int[numGroups * groupTables];
@@ -1924,6 +2125,11 @@ public final class CudaCausalLm implements AutoCloseable {
             table, 0, tables, g * groupTables + r * stride, Math.min(stride, table.length));
       }
       int first = req.allLogits() ? row : row + req.numTokens() - 1;
+      if (perRequest != null) {
+        perRequest[r] = row;
+        perRequest[numRequests + r] = req.numTokens();
+        perRequest[2 * numRequests + r] = req.startPosition();
+      }
       for (int i = 0; i < req.numTokens(); i++) {
         meta[row] = req.tokenIds()[i];
         meta[numTokens + row] = req.startPosition() + i;
@@ -1964,6 +2170,18 @@ public final class CudaCausalLm implements AutoCloseable {
     device
         .api()
         .memcpyAsync(ws.tables.pointer(), ws.tablesHost.address(), 4L * tables.length, stream);
+    long requestArrays = ws.ints.pointer() + 24L * numTokens;
+    if (perRequest != null) {
+      MemorySegment.copy(
+          perRequest, 0, ws.intsHost, ValueLayout.JAVA_INT, 24L * numTokens, perRequest.length);
+      device
+          .api()
+          .memcpyAsync(
+              requestArrays,
+              ws.intsHost.address() + 24L * numTokens,
+              4L * perRequest.length,
+              stream);
+    }
     long tokens = ws.ints.pointer();
     long positions = tokens + (long) numTokens * 4;
     long tokenRequest = tokens + 2L * numTokens * 4;
@@ -2032,6 +2250,21 @@ public final class CudaCausalLm implements AutoCloseable {
         long bpb = have.group(g).bytesPerBlock();
         int groupBg = have.group(g).blockGranularity();
         rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
+        if (layer.mamba() != null) {
+          CudaMamba.DeviceRequests reqs =
+              new CudaMamba.DeviceRequests(
+                  numRequests,
+                  requestArrays,
+                  requestArrays + 4L * numRequests,
+                  requestArrays + 8L * numRequests,
+                  layerTables,
+                  stride);
+          mambaMixer(layer, l, kv, reqs, numTokens, eps);
+          if (layer.gateUp() != null) {
+            mlp(layer, numTokens, eps);
+          }
+          continue;
+        }
         gemm.apply(
             act,
             layer.qkv().pointer(),
@@ -2052,7 +2285,7 @@ public final class CudaCausalLm implements AutoCloseable {
             ptr(layer.qNorm()),
             ptr(layer.kNorm()),
             eps,
-            layer.invFreq().pointer(),
+            ptr(layer.invFreq()),
             positions,
             tokenRequest,
             layerTables,
@@ -2150,29 +2383,7 @@ public final class CudaCausalLm implements AutoCloseable {
         if (sandwich) {
           normAdd(layer.attnOutNorm(), numTokens, hidden, eps);
         }
-        rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
-        long gateUp = layer.gateUp().pointer();
-        boolean guBf16 = gateUpWritesBf16(act, gateUp, numTokens);
-        if (guBf16) {
-          gemm.applyBf16Output(act, gateUp, ws.gu.pointer(), numTokens, hidden, 2 * inter);
-        } else {
-          gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
-        }
-        String gated = family.gelu() ? "gelu_tanh_mul" : "silu_mul";
-        device.launch(
-            guBf16 ? gated + "_bf16" : gated,
-            numTokens,
-            Math.ceilDiv(inter, SILU_SPAN),
-            SILU_SPAN / 4,
-            0,
-            guBf16
-                ? new Object[] {ws.gu.pointer(), inter, actBf16}
-                : new Object[] {ws.gu.pointer(), inter, actF32, actBf16});
-        gemm.apply(
-            act, layer.down().pointer(), weightType, out, numTokens, inter, hidden, !sandwich);
-        if (sandwich) {
-          normAdd(layer.mlpOutNorm(), numTokens, hidden, eps);
-        }
+        mlp(layer, numTokens, eps);
       }
       rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
       int vocab = d.vocabSize();
@@ -2243,6 +2454,193 @@ public final class CudaCausalLm implements AutoCloseable {
         eps);
   }
 
+  /**
+   * The MLP sublayer of {@code layer} over the workspace's rows: its norm of x, the gate | up
+   * product, the gated activation and the down product, added to x (Gemma: normalized first).
+   */
+  private void mlp(Layer layer, int numTokens, float eps) {
+    Workspace ws = workspace;
+    int hidden = d.hiddenSize();
+    int inter = d.intermediateSize();
+    boolean bf = bf16();
+    long act = ws.act.pointer();
+    long actF32 = bf ? 0L : act;
+    long actBf16 = bf ? act : 0L;
+    boolean sandwich = family.sandwich();
+    long out = sandwich ? ws.y.pointer() : ws.x.pointer();
+    rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
+    long gateUp = layer.gateUp().pointer();
+    boolean guBf16 = gateUpWritesBf16(act, gateUp, numTokens);
+    if (guBf16) {
+      gemm.applyBf16Output(act, gateUp, ws.gu.pointer(), numTokens, hidden, 2 * inter);
+    } else {
+      gemm.apply(act, gateUp, weightType, ws.gu.pointer(), numTokens, hidden, 2 * inter, false);
+    }
+    String gated = family.gelu() ? "gelu_tanh_mul" : "silu_mul";
+    device.launch(
+        guBf16 ? gated + "_bf16" : gated,
+        numTokens,
+        Math.ceilDiv(inter, SILU_SPAN),
+        SILU_SPAN / 4,
+        0,
+        guBf16
+            ? new Object[] {ws.gu.pointer(), inter, actBf16}
+            : new Object[] {ws.gu.pointer(), inter, actF32, actBf16});
+    gemm.apply(act, layer.down().pointer(), weightType, out, numTokens, inter, hidden, !sandwich);
+    if (sandwich) {
+      normAdd(layer.mlpOutNorm(), numTokens, hidden, eps);
+    }
+  }
+
+  /**
+   * The Mamba mixer of layer {@code l} over the workspace's rows, its input (the layer's norm of x)
+   * in the activations, its output added to x; the conv and scan resume each request's state from
+   * the State group's input slot and store its checkpoints ({@link CudaMamba}).
+   *
+   * <pre>
+   *   xz = in_proj(h) → u = conv(x) → [δ|B|C] = x_proj(u) → (Jamba: norms) → dt = softplus(dt_proj(δ)
+   *   + b) → y = scan(u, dt, B, C) · silu(z) → x += out_proj(y)
+   * </pre>
+   *
+   * A bf16 model's products read bf16: u, δ and y are rounded into the activations' buffer first.
+   */
+  private void mambaMixer(
+      Layer layer, int l, CudaKvCache kv, CudaMamba.DeviceRequests reqs, int rows, float eps) {
+    MambaWeights w = layer.mamba();
+    MixerDims m = w.dims();
+    int di = m.innerSize();
+    int n = m.stateSize();
+    int rank = m.timeStepRank();
+    int g = layer.group();
+    Workspace ws = workspace;
+    long act = ws.act.pointer();
+    MambaScratch sc = new MambaScratch(ws.mamba.pointer(), rows, m);
+    CudaMamba.LayerState state =
+        new CudaMamba.LayerState(
+            kv.base(g),
+            kv.layout().group(g).bytesPerBlock(),
+            kv.fieldOffset(g, "layers." + l + ".conv"),
+            kv.fieldOffset(g, "layers." + l + ".ssm"),
+            di,
+            n,
+            m.convKernel(),
+            kv.layout().group(g).blockGranularity());
+    gemm.apply(act, w.inProj().pointer(), weightType, sc.xz(), rows, d.hiddenSize(), 2 * di, false);
+    CudaMamba.conv(
+        device, state, reqs, sc.xz(), 2 * di, w.convWeight().pointer(), ptr(w.convBias()), sc.u());
+    gemm.apply(
+        productInput(sc.u(), act, (long) rows * di),
+        w.xProj().pointer(),
+        weightType,
+        sc.proj(),
+        rows,
+        di,
+        rank + 2 * n,
+        false);
+    CudaMamba.splitProj(device, sc.proj(), rows, rank, n, sc.delta(), sc.b(), sc.c());
+    if (w.dtNorm() != null) {
+      rmsNorm(sc.delta(), 0L, w.dtNorm(), sc.delta(), 0L, rows, rank, eps);
+      rmsNorm(sc.b(), 0L, w.bNorm(), sc.b(), 0L, rows, n, eps);
+      rmsNorm(sc.c(), 0L, w.cNorm(), sc.c(), 0L, rows, n, eps);
+    }
+    gemm.apply(
+        productInput(sc.delta(), act, (long) rows * rank),
+        w.dtProj().pointer(),
+        weightType,
+        sc.dt(),
+        rows,
+        rank,
+        di,
+        false);
+    CudaMamba.softplusBias(device, sc.dt(), w.dtBias().pointer(), rows, di);
+    CudaMamba.scan(
+        device,
+        state,
+        reqs,
+        sc.xz(),
+        2 * di,
+        di,
+        sc.u(),
+        sc.dt(),
+        sc.b(),
+        sc.c(),
+        n,
+        w.a().pointer(),
+        w.d().pointer(),
+        sc.y());
+    gemm.apply(
+        productInput(sc.y(), act, (long) rows * di),
+        w.outProj().pointer(),
+        weightType,
+        ws.x.pointer(),
+        rows,
+        di,
+        d.hiddenSize(),
+        true);
+  }
+
+  /**
+   * What a product reads for the float32 values at {@code x}: {@code x} itself in a float32 model,
+   * else their bf16 rounding, written to {@code staging}.
+   */
+  private long productInput(long x, long staging, long count) {
+    if (!bf16()) {
+      return x;
+    }
+    device.launch("to_bf16", Math.toIntExact((count + 255) / 256), 1, 256, 0, x, staging, count);
+    return staging;
+  }
+
+  /**
+   * The Mamba mixer's float32 scratch of {@code rows} rows at {@code base}, one region after the
+   * other: xz {@code [2·di]}, u {@code [di]}, the x projection {@code [R + 2N]}, δ {@code [R]}, B
+   * and C {@code [N]}, dt {@code [di]} and y {@code [di]} a row.
+   */
+  record MambaScratch(long base, int rows, MixerDims m) {
+    static long floatsPerRow(MixerDims m) {
+      int di = m.innerSize();
+      int n = m.stateSize();
+      int r = m.timeStepRank();
+      return 2L * di + di + (r + 2L * n) + r + 2L * n + di + di;
+    }
+
+    private long at(long floatsBefore) {
+      return base + 4L * rows * floatsBefore;
+    }
+
+    long xz() {
+      return at(0);
+    }
+
+    long u() {
+      return at(2L * m.innerSize());
+    }
+
+    long proj() {
+      return at(3L * m.innerSize());
+    }
+
+    long delta() {
+      return at(3L * m.innerSize() + m.timeStepRank() + 2L * m.stateSize());
+    }
+
+    long b() {
+      return at(3L * m.innerSize() + 2L * m.timeStepRank() + 2L * m.stateSize());
+    }
+
+    long c() {
+      return at(3L * m.innerSize() + 2L * m.timeStepRank() + 3L * m.stateSize());
+    }
+
+    long dt() {
+      return at(3L * m.innerSize() + 2L * m.timeStepRank() + 4L * m.stateSize());
+    }
+
+    long y() {
+      return at(4L * m.innerSize() + 2L * m.timeStepRank() + 4L * m.stateSize());
+    }
+  }
+
   /** x += rmsnorm(y) · w over the workspace's rows: a sandwich block's output norm and add. */
   private void normAdd(DeviceBuffer w, int count, int n, float eps) {
     device.launch(
@@ -2256,6 +2654,19 @@ public final class CudaCausalLm implements AutoCloseable {
         workspace.x.pointer(),
         n,
         eps);
+  }
+
+  /**
+   * The tokens of a block of the attention groups of {@code layout} (a State group's slot covers a
+   * page instead), or the page for a model without attention.
+   */
+  private static int attentionBlockTokens(CacheLayout layout) {
+    for (CacheGroupSpec g : layout.groups()) {
+      if (!(g.kind() instanceof GroupKind.StateCheckpoints)) {
+        return g.blockGranularity();
+      }
+    }
+    return layout.prefixGranularity();
   }
 
   /** Whether {@code have} has {@code want}'s groups: their kinds, block sizes and fields. */

@@ -117,7 +117,7 @@ class CudaCausalLmGpuTest extends OnTheGpu {
   }
 
   @ParameterizedTest
-  @ValueSource(strings = {"llama", "qwen2", "gemma3"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba"})
   void shouldMatchTransformersOnTheSameGpuAndTheCpuReference(String name, @TempDir Path dir)
       throws Exception {
     String refDir = System.getProperty("gpu.reference");

@@ -19,7 +19,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class CudaCausalLmLayoutTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"llama", "qwen2", "gemma3", "synthetic:llama-100m"})
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba", "synthetic:llama-100m"})
   void shouldUseTheCpuModelsCacheLayout(String name, @TempDir Path dir) {
     Path folder =
         name.startsWith("synthetic:")
