@@ -22,6 +22,7 @@ import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.store.file.FileStore;
 import io.tokenspeed.l3.store.file.FileStoreSettings;
 import io.tokenspeed.l3.store.memory.MemoryStore;
+import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.device.DeviceModel;
 import io.tokenspeed.model.sampling.SamplingParams;
@@ -32,26 +33,32 @@ import io.tokenspeed.testkit.RedisServers;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Engines over the CUDA backend serving a hybrid model, Gemma 3 (its sliding-window layers' group
- * beside its global layers'), in deterministic mode, with an untied output projection so that its
- * outputs depend on the KV it attends over. A prompt that shares only a shorter prefix with one a
- * writer served restores that prefix — the window before it, which the writer's write-through
- * stored at an intermediate boundary — from the memory, file and Redis stores; a prompt that
- * extends the written one restores all of it; and requests retracted from a tight Device come back
- * to their exact images. Every output equals recomputation bit for bit.
+ * Engines over the CUDA backend serving the hybrid models in deterministic mode: Gemma 3 (its
+ * sliding-window layers' group beside its global layers'), Mamba (State checkpoints only) and Jamba
+ * (State checkpoints beside full-history KV), each with an untied output projection so that its
+ * outputs depend on what it attends over or resumes from. A prompt that shares only a shorter
+ * prefix with one a writer served restores that prefix — the window or the checkpoint at its end,
+ * which the writer's write-through stored at an intermediate boundary — from the memory, file and
+ * Redis stores; a prompt that extends the written one restores all of it; and requests retracted
+ * from a tight Device come back to their exact images. Every output equals recomputation bit for
+ * bit.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class HybridEngineGpuTest {
@@ -83,25 +90,63 @@ class HybridEngineGpuTest {
       }
       """;
 
+  /** Two Mamba layers, 64 wide, a state of 16, 256 tokens, untied. */
+  static final String MAMBA =
+      """
+      {
+        "architectures": ["MambaForCausalLM"],
+        "model_type": "mamba",
+        "conv_kernel": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "layer_norm_epsilon": 1e-05,
+        "num_hidden_layers": 2,
+        "state_size": 16,
+        "tie_word_embeddings": false,
+        "time_step_rank": 4,
+        "vocab_size": 256
+      }
+      """;
+
+  /** The hybrid models the tests serve, by name; the jamba fixture's projection is untied. */
+  static Path folder(String name, Path dir) {
+    return switch (name) {
+      case "gemma3" ->
+          SyntheticCheckpoints.materialize("untied-gemma3", GEMMA3, 13, DType.F32, dir);
+      case "mamba" -> SyntheticCheckpoints.materialize("untied-mamba", MAMBA, 13, DType.F32, dir);
+      case "jamba" -> Fixtures.extract("jamba", dir);
+      default -> throw new IllegalArgumentException(name);
+    };
+  }
+
   private CudaDevice device;
-  private CudaDeviceModel model;
+  private final Map<String, CudaDeviceModel> models = new HashMap<>();
 
   @BeforeAll
   void load(@TempDir Path dir) {
     device = CudaDevice.open(0);
-    Path folder = SyntheticCheckpoints.materialize("untied-gemma3", GEMMA3, 13, DType.F32, dir);
-    model = new CudaDeviceModel(CudaCausalLm.load(device, folder, "gemma3", "test", true));
+    for (String name : List.of("gemma3", "mamba", "jamba")) {
+      models.put(
+          name,
+          new CudaDeviceModel(
+              CudaCausalLm.load(device, folder(name, dir.resolve(name)), name, "test", true)));
+    }
   }
 
   @AfterAll
   void close() {
-    if (model != null) {
-      model.close();
-      model.model().close();
+    for (CudaDeviceModel m : models.values()) {
+      m.close();
+      m.model().close();
     }
     if (device != null) {
       device.close();
     }
+  }
+
+  static Stream<Arguments> modelsAndStores() {
+    return Stream.of("gemma3", "mamba", "jamba")
+        .flatMap(m -> Stream.of("memory", "file", "redis").map(s -> Arguments.of(m, s)));
   }
 
   static EngineConfig roomy() {
@@ -143,49 +188,65 @@ class HybridEngineGpuTest {
     return b;
   }
 
-  @ParameterizedTest
-  @ValueSource(strings = {"memory", "file", "redis"})
+  @ParameterizedTest(name = "{0}, {1} store")
+  @MethodSource("modelsAndStores")
   void shouldRestoreShorterAndLongerSharedPrefixesWithRecomputationsBits(
-      String kind, @TempDir Path dir) throws Exception {
-    int vocab = model.vocabSize();
-    SplittableRandom rnd = new SplittableRandom(kind.hashCode());
-    int[] a = rnd.ints(12 * P + 1, 0, vocab).toArray();
-    int[] shorter = sharing(a, 2 * P, 2 * P + 13, rnd, vocab);
-    int[] longer = sharing(a, a.length, a.length + 20, rnd, vocab);
-    Run wantShorter = serveFresh(model, roomy(), null, shorter, 8);
-    Run wantLonger = serveFresh(model, roomy(), null, longer, 8);
-    RedisServer redis =
-        kind.equals("redis") ? RedisServers.startStandalone(dir.resolve("r")) : null;
-    try {
-      Shared store =
-          new Shared(
-              switch (kind) {
-                case "memory" -> new MemoryStore();
-                case "file" -> new FileStore(FileStoreSettings.of(dir.resolve("objects")));
-                default -> RedisStore.open(RedisStoreSettings.standalone(redis.uri()));
-              });
-      serveFresh(model, roomy(), store, a, 8);
-      assertTrue(store.puts.get() > 0, "the writer put its prompt");
-      Run gotShorter = serveFresh(model, roomy(), store, shorter, 8);
-      Run gotLonger = serveFresh(model, roomy(), store, longer, 8);
-      int restoredShorter = gotShorter.result().metrics().reusedStorageTokens();
-      int restoredLonger = gotLonger.result().metrics().reusedStorageTokens();
-      System.out.printf(
-          Locale.ROOT,
-          "gemma3 on the GPU, %s store: %d tokens restored of a prompt sharing %d, %d of one"
-              + " extending the %d written%n",
-          kind,
-          restoredShorter,
-          2 * P,
-          restoredLonger,
-          a.length);
-      assertTrue(restoredShorter >= 2 * P, "the shorter shared prefix came from L3");
-      assertEquals(12 * P, restoredLonger, "the whole written prefix came from L3");
-      assertBitIdentical(wantShorter, gotShorter, kind + ": shorter shared prefix");
-      assertBitIdentical(wantLonger, gotLonger, kind + ": the written prefix extended");
-    } finally {
-      if (redis != null) {
-        redis.close();
+      String name, String kind, @TempDir Path dir) throws Exception {
+    Restores r = Restores.run(models.get(name), kind, dir);
+    System.out.printf(
+        Locale.ROOT,
+        "%s on the GPU, %s store: %d tokens restored of a prompt sharing %d, %d of one extending"
+            + " the %d written%n",
+        name,
+        kind,
+        r.shorter(),
+        2 * P,
+        r.longer(),
+        12 * P + 1);
+  }
+
+  /**
+   * The restore scenario on any device model (the CPU backend runs it in the build): a writer
+   * serves A, 12 pages and a token, and closes; a fresh engine serves a prompt sharing only A's
+   * first 2 pages, another one extending A. Returns the tokens each restored from L3; asserts they
+   * restored at least the 2 pages and exactly A's 12, with recomputation's bits.
+   */
+  record Restores(int shorter, int longer) {
+    static Restores run(DeviceModel model, String kind, Path dir) throws Exception {
+      int vocab = model.vocabSize();
+      SplittableRandom rnd = new SplittableRandom(kind.hashCode());
+      int[] a = rnd.ints(12 * P + 1, 0, vocab).toArray();
+      int[] shorter = sharing(a, 2 * P, 2 * P + 13, rnd, vocab);
+      int[] longer = sharing(a, a.length, a.length + 20, rnd, vocab);
+      Run wantShorter = serveFresh(model, roomy(), null, shorter, 8);
+      Run wantLonger = serveFresh(model, roomy(), null, longer, 8);
+      RedisServer redis =
+          kind.equals("redis") ? RedisServers.startStandalone(dir.resolve("r")) : null;
+      try {
+        Shared store =
+            new Shared(
+                switch (kind) {
+                  case "memory" -> new MemoryStore();
+                  case "file" -> new FileStore(FileStoreSettings.of(dir.resolve("objects")));
+                  default -> RedisStore.open(RedisStoreSettings.standalone(redis.uri()));
+                });
+        serveFresh(model, roomy(), store, a, 8);
+        assertTrue(store.puts.get() > 0, "the writer put its prompt");
+        Run gotShorter = serveFresh(model, roomy(), store, shorter, 8);
+        Run gotLonger = serveFresh(model, roomy(), store, longer, 8);
+        Restores r =
+            new Restores(
+                gotShorter.result().metrics().reusedStorageTokens(),
+                gotLonger.result().metrics().reusedStorageTokens());
+        assertTrue(r.shorter() >= 2 * P, "the shorter shared prefix came from L3: " + r);
+        assertEquals(12 * P, r.longer(), "the whole written prefix came from L3");
+        assertBitIdentical(wantShorter, gotShorter, kind + ": shorter shared prefix");
+        assertBitIdentical(wantLonger, gotLonger, kind + ": the written prefix extended");
+        return r;
+      } finally {
+        if (redis != null) {
+          redis.close();
+        }
       }
     }
   }
@@ -195,13 +256,15 @@ class HybridEngineGpuTest {
    * they retract each other, their images saved to the Host and loaded back into GPU memory at
    * readmission. Each output equals the request's alone run bit for bit.
    */
-  @Test
-  void shouldGiveEveryRetractedRequestItsAloneOutput() throws Exception {
-    Retractions r = Retractions.run(model, 17);
+  @ParameterizedTest
+  @ValueSource(strings = {"gemma3", "jamba"})
+  void shouldGiveEveryRetractedRequestItsAloneOutput(String name) throws Exception {
+    Retractions r = Retractions.run(models.get(name), 17, Retractions.tightParents(name));
     System.out.printf(
         Locale.ROOT,
-        "gemma3 on the GPU, Device of %d parents: %d retractions, %d of %d outputs equal alone%n",
-        Retractions.TIGHT_PARENTS,
+        "%s on the GPU, Device of %d parents: %d retractions, %d of %d outputs equal alone%n",
+        name,
+        Retractions.tightParents(name),
         r.retractions(),
         r.requests() - r.differ().size(),
         r.requests());
@@ -209,12 +272,24 @@ class HybridEngineGpuTest {
     assertTrue(r.differ().isEmpty(), () -> String.join("\n", r.differ()));
   }
 
-  /** The retraction scenario on any device model (the CPU backend runs it in the build). */
+  /**
+   * The retraction scenario on any device model (the CPU backend runs it in the build). Mamba is
+   * left out: a State group's blocks never grow (its two-slot contract), so a request the Device
+   * admits is never retracted by its own decoding.
+   */
   record Retractions(long retractions, int requests, List<String> differ) {
     static final int REQUESTS = 24;
-    static final int TIGHT_PARENTS = 64;
 
-    static Retractions run(DeviceModel m, long seed) throws Exception {
+    /** A Device that admits every prompt but retracts as they decode (measured on the CPU). */
+    static int tightParents(String model) {
+      return switch (model) {
+        case "gemma3" -> 64;
+        case "jamba" -> 8;
+        default -> throw new IllegalArgumentException(model + " has no retraction scenario");
+      };
+    }
+
+    static Retractions run(DeviceModel m, long seed, int parents) throws Exception {
       SplittableRandom rnd = new SplittableRandom(seed);
       List<int[]> prompts = new ArrayList<>();
       List<Integer> outputs = new ArrayList<>();
@@ -226,7 +301,7 @@ class HybridEngineGpuTest {
       for (int i = 0; i < REQUESTS; i++) {
         alone.add(serveFresh(m, roomy(), null, prompts.get(i), outputs.get(i)));
       }
-      EngineConfig tight = new EngineConfig(P, 2, TIGHT_PARENTS, 4.0, 4096, REQUESTS, 0, 1, 64);
+      EngineConfig tight = new EngineConfig(P, 2, parents, 4.0, 4096, REQUESTS, 0, 1, 64);
       List<String> differ = new ArrayList<>();
       long retractions;
       try (Engine e = Engine.start(EngineSettings.of(m, tight).conclude())) {

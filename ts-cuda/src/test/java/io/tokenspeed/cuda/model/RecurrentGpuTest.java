@@ -1,0 +1,227 @@
+package io.tokenspeed.cuda.model;
+
+import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.BF16_RELATIVE;
+import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.F32_RELATIVE;
+import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.argmax;
+import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.relative;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.tokenspeed.core.CacheLayout;
+import io.tokenspeed.core.GroupKind;
+import io.tokenspeed.cuda.OnTheGpu;
+import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ForwardBatch;
+import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
+import io.tokenspeed.model.PagedRunner;
+import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Locale;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Mamba and Jamba on the GPU against the CPU model on synthetic checkpoints (the fixtures against
+ * transformers are {@link CudaCausalLmGpuTest}'s): prompts prefilled in chunks that start and end
+ * off the page boundaries, each chunk resuming the State checkpoint the previous one stored, some
+ * checkpoints not asked for (table entries 0, as an engine leaves them), then decode steps in
+ * place; a state of 24 values a channel (the kernel that keeps it in memory) and of 16 (in
+ * registers). In deterministic mode one token's logits are bit-identical however its prompt is
+ * chunked and whatever shares its batch.
+ */
+class RecurrentGpuTest extends OnTheGpu {
+
+  /** Block and page sizes: a State slot covers a page of {@code PAGE} tokens. */
+  static final int BG = 4;
+
+  static final int PAGE = 16;
+
+  /** Mamba with a state of 24 values a channel (mamba_scan), untied. */
+  static final String MAMBA =
+      """
+      {
+        "architectures": ["MambaForCausalLM"],
+        "model_type": "mamba",
+        "conv_kernel": 4,
+        "expand": 2,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "layer_norm_epsilon": 1e-05,
+        "num_hidden_layers": 4,
+        "state_size": 24,
+        "tie_word_embeddings": false,
+        "time_step_rank": 8,
+        "use_bias": false,
+        "use_conv_bias": true,
+        "vocab_size": 1024
+      }
+      """;
+
+  static Path checkpoint(String name, DType type, Path dir) {
+    return name.equals("mamba")
+        ? SyntheticCheckpoints.materialize("mamba-gpu-test", MAMBA, 5, type, dir)
+        : SyntheticCheckpoints.materialize("synthetic:jamba-tiny", 5, type, dir);
+  }
+
+  static int[] prompt(int n, long seed, int vocab) {
+    return new java.util.Random(seed).ints(n, 0, vocab).toArray();
+  }
+
+  /** Every table of {@code layout} of fresh blocks, for a request of {@code tokens} tokens. */
+  static int[][] tables(CudaKvCache kv, long seed, int tokens) {
+    CacheLayout layout = kv.layout();
+    int[][] t = new int[layout.numGroups()][];
+    for (int g = 0; g < t.length; g++) {
+      int rows = Math.ceilDiv(tokens, layout.group(g).blockGranularity());
+      t[g] = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(g), seed + 31L * g).table(rows);
+    }
+    return t;
+  }
+
+  /**
+   * The tables of a chunk of positions {@code [start, end)}: every State row but the chunk's input
+   * and working rows and every third crossed one left 0 (no checkpoint wanted there).
+   */
+  static int[][] sparseCheckpoints(CacheLayout layout, int[][] tables, int start, int end) {
+    int[][] t = new int[tables.length][];
+    for (int g = 0; g < t.length; g++) {
+      t[g] = tables[g].clone();
+      if (!(layout.group(g).kind() instanceof GroupKind.StateCheckpoints)) {
+        continue;
+      }
+      int input = start == 0 ? -1 : (start - 1) / PAGE;
+      int working = (end - 1) / PAGE;
+      for (int row = 0; row < t[g].length; row++) {
+        if (row != input && row != working && row % 3 != 0) {
+          t[g][row] = 0;
+        }
+      }
+    }
+    return t;
+  }
+
+  @ParameterizedTest
+  @CsvSource({"mamba, F32", "mamba, BF16", "jamba, F32", "jamba, BF16"})
+  void shouldMatchTheCpuModelChunkAfterChunk(String name, String dtype, @TempDir Path dir) {
+    DType type = DType.valueOf(dtype);
+    Path folder = checkpoint(name, type, dir);
+    int steps = 12;
+    float[] cpu;
+    float[] cpuSteps;
+    int[] cpuIds = new int[steps];
+    int vocab;
+    int[] ids;
+    try (CausalLm model = CausalLm.load(folder);
+        PagedRunner runner = new PagedRunner(model, BG, 128, 1);
+        ComputePool pool = ComputePool.ofCores()) {
+      vocab = model.vocabSize();
+      ids = prompt(150, 3, vocab);
+      cpuSteps = new float[steps * vocab];
+      int[][] table = runner.table(runner.rowsFor(ids.length + steps));
+      cpu = runner.prefill(ids, table, 64, pool);
+      int next = argmax(cpu, (ids.length - 1) * vocab, vocab);
+      for (int s = 0; s < steps; s++) {
+        cpuIds[s] = next;
+        float[] row = runner.decode(next, ids.length + s, table, pool);
+        System.arraycopy(row, 0, cpuSteps, s * vocab, vocab);
+        next = PagedRunner.argmax(row);
+      }
+    }
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, name + "-test", "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(PAGE, BG), 128)) {
+      assertEquals(type == DType.BF16, m.bf16());
+      int[][] tables = tables(kv, 9, ids.length + steps);
+      float[] gpu = new float[ids.length * vocab];
+      int[] chunks = {23, 9, 40, 1, 33, 44};
+      int start = 0;
+      for (int c = 0; start < ids.length; c++) {
+        int end = Math.min(ids.length, start + chunks[c % chunks.length]);
+        ForwardResult r =
+            m.forward(
+                ForwardBatch.of(
+                    new ForwardRequest(
+                        Arrays.copyOfRange(ids, start, end),
+                        start,
+                        sparseCheckpoints(kv.layout(), tables, start, end),
+                        true)),
+                kv);
+        System.arraycopy(r.logits(0), 0, gpu, start * vocab, (end - start) * vocab);
+        start = end;
+      }
+      float[] gpuSteps = new float[steps * vocab];
+      int same = 0;
+      for (int s = 0; s < steps; s++) {
+        int pos = ids.length + s;
+        ForwardResult r =
+            m.forward(
+                ForwardBatch.of(
+                    new ForwardRequest(
+                        new int[] {cpuIds[s]},
+                        pos,
+                        sparseCheckpoints(kv.layout(), tables, pos, pos + 1),
+                        false)),
+                kv);
+        System.arraycopy(r.logits(0), 0, gpuSteps, s * vocab, vocab);
+        same += argmax(gpuSteps, s * vocab, vocab) == argmax(cpuSteps, s * vocab, vocab) ? 1 : 0;
+      }
+      double err = relative(gpu, cpu);
+      double stepErr = relative(gpuSteps, cpuSteps);
+      System.out.printf(
+          Locale.ROOT,
+          "synthetic %s %s: prefill in uneven chunks vs the CPU model %.2e, decode %.2e, next ids"
+              + " equal at %d of %d steps%n",
+          name,
+          dtype,
+          err,
+          stepErr,
+          same,
+          steps);
+      double bound = type == DType.BF16 ? BF16_RELATIVE : F32_RELATIVE;
+      assertTrue(err <= bound, name + " " + dtype + " prefill: " + err);
+      assertTrue(stepErr <= bound, name + " " + dtype + " decode: " + stepErr);
+      if (type == DType.F32) {
+        assertEquals(steps, same, "float32: the CPU model's greedy ids");
+      }
+    }
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"mamba", "jamba"})
+  void shouldGiveOneTokensBitsWhateverTheChunkingAndBatchInDeterministicMode(
+      String name, @TempDir Path dir) {
+    Path folder = checkpoint(name, DType.BF16, dir);
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, name + "-test", "test", true);
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(PAGE, BG), 256)) {
+      int vocab = m.vocabSize();
+      int[] a = prompt(150, 21, vocab);
+      int[] b = prompt(90, 22, vocab);
+      float[] whole = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 1, a.length), a.length);
+      float[] chunked = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 2, a.length), 17);
+      assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
+      int[][] ta = tables(kv, 3, a.length);
+      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
+      ForwardResult r =
+          m.forward(
+              ForwardBatch.of(
+                  new ForwardRequest(b, 0, tables(kv, 4, b.length), false),
+                  new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
+              kv);
+      assertArrayEquals(
+          Arrays.copyOfRange(whole, 120 * vocab, 150 * vocab),
+          r.logits(1),
+          "batched with another prompt's prefill");
+      System.out.printf(
+          Locale.ROOT,
+          "synthetic %s, deterministic: 150 positions bit-identical whole, in chunks of 17 and"
+              + " batched%n",
+          name);
+    }
+  }
+}
