@@ -45,16 +45,28 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3) computed on a
- * GPU: the weights in device memory in the checkpoint's own element type (bf16 or float32), the
- * residual stream and every reduction in float32, GEMMs through cuBLAS (bf16 inputs with float32
- * accumulation for bf16 weights), and the other steps as the project's kernels.
+ * A decoder of the Llama family (Llama, Mistral without sliding window, Qwen2, Qwen3), Gemma 3,
+ * Mamba or Jamba computed on a GPU: the weights in device memory in the checkpoint's own element
+ * type (bf16 or float32), the residual stream and every reduction in float32, GEMMs through cuBLAS
+ * (bf16 inputs with float32 accumulation for bf16 weights), and the other steps as the project's
+ * kernels.
  *
  * <pre>
  *   tokens → embed → [ RMSNorm → qkv GEMM → bias, QK-norm, RoPE, K/V → pool → paged attention
  *                      → o GEMM (+= x) → RMSNorm → gate|up GEMM → SiLU·mul → down GEMM (+= x) ] × L
  *          → rows that need logits → RMSNorm → LM head GEMM → float32 logits, copied to the host
+ *
+ *   Gemma 3: embeddings × sqrt(hidden); norms of 1 + w; each sublayer's output normalized before
+ *            its add (rmsnorm_add); GELU(tanh)·mul; sliding layers attend within their window
+ *            (their own cache group, their own RoPE base); scores and logits soft-capped if asked
+ *   Mamba:   [ RMSNorm → in_proj → conv → x_proj → dt_proj, softplus → scan → out_proj (+= x) ]
+ *            (CudaMamba), resuming and storing State checkpoints in the State group's slots
+ *   Jamba:   Mamba mixers and attention layers without RoPE, each followed by the SiLU MLP
  * </pre>
+ *
+ * <p>Gemma 3, Mamba and Jamba run on the per-token float32 attention ({@code paged_attention},
+ * whose window and soft-cap the other kernels do not take; float32 KV beside Mamba's float32 State
+ * checkpoints in one layout).
  *
  * <p>It reads and writes KV exactly where the CPU model does (the same {@link CacheLayout}, float32
  * values), so blocks restored from a store, or computed by a CPU replica, serve it unchanged. Like
@@ -650,7 +662,8 @@ public final class CudaCausalLm implements AutoCloseable {
     if (perTokenOnly && attention != null && attention != Attention.PER_TOKEN) {
       throw new IllegalArgumentException(
           config.architecture()
-              + " runs on the per-token float32 attention (sliding windows), not "
+              + " runs on the per-token float32 attention (sliding windows, soft-capped"
+              + " scores or float32 State checkpoints), not "
               + attention);
     }
     if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, d)) {
