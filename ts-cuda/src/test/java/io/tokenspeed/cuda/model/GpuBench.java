@@ -57,7 +57,7 @@ public final class GpuBench {
     ForwardBatch batch =
         ForwardBatch.of(
             new ForwardRequest(
-                Arrays.copyOfRange(ids, n - SUFFIX, n), n - SUFFIX, new int[][] {table}, false));
+                Arrays.copyOfRange(ids, n - SUFFIX, n), n - SUFFIX, everyGroup(kv, table), false));
     double[] best = {Double.MAX_VALUE, Double.MAX_VALUE};
     long splitBefore = m.prefillSplitForwards();
     for (int k = 0; k < 2; k++) {
@@ -159,7 +159,8 @@ public final class GpuBench {
                 long s = System.nanoTime();
                 logits =
                     m.forward(
-                            ForwardBatch.of(new ForwardRequest(ids, 0, new int[][] {table}, false)),
+                            ForwardBatch.of(
+                                new ForwardRequest(ids, 0, everyGroup(kv, table), false)),
                             kv)
                         .logits(0);
                 double ms = (System.nanoTime() - s) / 1e6;
@@ -203,7 +204,10 @@ public final class GpuBench {
                   m.forward(
                       ForwardBatch.of(
                           new ForwardRequest(
-                              Arrays.copyOfRange(ids, from, to), from, new int[][] {table}, false)),
+                              Arrays.copyOfRange(ids, from, to),
+                              from,
+                              everyGroup(kv, table),
+                              false)),
                       kv);
                 }
                 double ms = (System.nanoTime() - s) / 1e6;
@@ -235,7 +239,10 @@ public final class GpuBench {
                   m.forward(
                       ForwardBatch.of(
                           new ForwardRequest(
-                              Arrays.copyOfRange(ids, from, to), from, new int[][] {table}, false)),
+                              Arrays.copyOfRange(ids, from, to),
+                              from,
+                              everyGroup(kv, table),
+                              false)),
                       kv);
                 }
               }
@@ -252,7 +259,7 @@ public final class GpuBench {
                         new ForwardRequest(
                             new int[] {rnd.nextInt(m.vocabSize())},
                             context + step,
-                            new int[][] {tables.get(i)},
+                            everyGroup(kv, tables.get(i)),
                             false));
                   }
                   m.forward(new ForwardBatch(decode), kv);
@@ -324,6 +331,16 @@ public final class GpuBench {
       api.eventDestroy(start);
       api.eventDestroy(end);
     }
+  }
+
+  /**
+   * The same block ids for every cache group of {@code kv} (each group has a pool of its own, of
+   * the same number of blocks): a hybrid model's sliding-window or State group as its full one.
+   */
+  private static int[][] everyGroup(CudaKvCache kv, int[] table) {
+    int[][] t = new int[kv.layout().numGroups()][];
+    Arrays.fill(t, table);
+    return t;
   }
 
   private static int[] sequential(int first, int n) {
