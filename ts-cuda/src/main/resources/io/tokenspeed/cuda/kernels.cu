@@ -2215,6 +2215,15 @@ extern "C" __global__ void add_bias(float* y, const float* b, int n) {
   }
 }
 
+// x[r][i] += y[r][i]: a sublayer's output, summed over the tensor-parallel ranks, added to the
+// residual stream. Grid: rows.
+extern "C" __global__ void add_rows(float* x, const float* y, int n) {
+  long long r = blockIdx.x;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    x[r * n + i] += y[r * n + i];
+  }
+}
+
 // Copies n bytes from src to dst, 16 at a time where both are aligned (the gather and scatter of
 // KV blocks: one launch moves many blocks). Grid: blocks to copy. Block: any.
 extern "C" __global__ void copy_blocks(

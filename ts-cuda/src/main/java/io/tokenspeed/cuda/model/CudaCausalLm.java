@@ -7,6 +7,7 @@ import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.core.Sharding;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.DeviceBuffer;
+import io.tokenspeed.cuda.DeviceCollective;
 import io.tokenspeed.cuda.Gemm;
 import io.tokenspeed.cuda.KernelArgs;
 import io.tokenspeed.cuda.KernelSwitch;
@@ -31,6 +32,7 @@ import io.tokenspeed.model.config.MixerDims;
 import io.tokenspeed.model.config.ModelConfig;
 import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.device.SampledForward;
+import io.tokenspeed.model.parallel.Shard;
 import io.tokenspeed.model.sampling.RowSampling;
 import io.tokenspeed.model.sampling.SampledRow;
 import java.lang.foreign.Arena;
@@ -383,6 +385,125 @@ public final class CudaCausalLm implements AutoCloseable {
     return config.dims();
   }
 
+  /**
+   * The dimensions of {@code shard}'s share of a model of {@code config}: its query and KV heads
+   * and its columns of the MLP (Mamba, whose mixers every rank holds whole, keeps its own).
+   *
+   * @throws IllegalArgumentException when a dimension does not split over the ranks
+   */
+  static DecoderDims rankDims(ModelConfig config, Shard shard) {
+    DecoderDims d = dimsOf(config);
+    if (shard.size() == 1 || config instanceof MambaConfig) {
+      return d;
+    }
+    return new DecoderDims(
+        d.vocabSize(),
+        d.hiddenSize(),
+        shard.even("intermediate_size", d.intermediateSize()).count(),
+        d.numLayers(),
+        shard.queryHeads(d.numHeads()).count(),
+        shard.kvHeads(d.numKvHeads()).count(),
+        d.headDim(),
+        d.rmsNormEps(),
+        d.ropeTheta(),
+        d.maxPositionEmbeddings(),
+        d.tieWordEmbeddings());
+  }
+
+  /** Values {@code [from, from + n)} of the vector {@code t}. */
+  static float[] slice(Tensor t, int from, int n) {
+    return Arrays.copyOfRange(t.toFloatArray(), from, from + n);
+  }
+
+  /** The arrays one after the other. */
+  static float[] concat(float[]... parts) {
+    int n = 0;
+    for (float[] p : parts) {
+      n += p.length;
+    }
+    float[] all = new float[n];
+    int at = 0;
+    for (float[] p : parts) {
+      System.arraycopy(p, 0, all, at, p.length);
+      at += p.length;
+    }
+    return all;
+  }
+
+  /**
+   * A block of a weight matrix {@code t} ({@code [out][in]}): rows {@code [row, row + rows)},
+   * columns {@code [col, col + cols)}: a rank's share.
+   */
+  record Part(Tensor t, int row, int rows, int col, int cols) {
+    Part {
+      if (t.rank() != 2
+          || row < 0
+          || rows < 0
+          || col < 0
+          || cols < 0
+          || row + rows > t.dim(0)
+          || col + cols > t.dim(1)) {
+        throw new IllegalArgumentException(
+            "rows ["
+                + row
+                + ", "
+                + (row + rows)
+                + ") and columns ["
+                + col
+                + ", "
+                + (col + cols)
+                + ") are not inside "
+                + t);
+      }
+    }
+
+    /** The whole matrix. */
+    static Part of(Tensor t) {
+      return new Part(t, 0, t.dim(0), 0, t.dim(1));
+    }
+
+    static Part rows(Tensor t, int row, int rows) {
+      return new Part(t, row, rows, 0, t.dim(1));
+    }
+
+    static Part columns(Tensor t, int col, int cols) {
+      return new Part(t, 0, t.dim(0), col, cols);
+    }
+
+    long numElements() {
+      return (long) rows * cols;
+    }
+
+    /**
+     * Rows {@code [r0, r0 + n)} of the block, row after row, into {@code host} as the device holds
+     * them: float32, or bf16 rounded by {@link #toBf16} ({@code bf16}); the checkpoint's bytes
+     * where its element type is that one already.
+     */
+    void gather(boolean bf16, int r0, int n, MemorySegment host) {
+      int size = bf16 ? 2 : 4;
+      DType want = bf16 ? DType.BF16 : DType.F32;
+      long rowBytes = (long) cols * size;
+      long width = t.dim(1);
+      float[] values = t.dtype() == want ? null : new float[cols];
+      for (int r = 0; r < n; r++) {
+        long first = (row + r0 + r) * width + col;
+        if (values == null) {
+          MemorySegment.copy(t.data(), first * size, host, r * rowBytes, rowBytes);
+          continue;
+        }
+        t.readFloats(first, values, 0, cols);
+        for (int c = 0; c < cols; c++) {
+          long i = (long) r * cols + c;
+          if (bf16) {
+            host.setAtIndex(ValueLayout.JAVA_SHORT_UNALIGNED, i, toBf16(values[c]));
+          } else {
+            host.setAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, i, values[c]);
+          }
+        }
+      }
+    }
+  }
+
   /** The Mamba mixers' shape of {@code config}, or null for a model without them. */
   static MixerDims mixerOf(ModelConfig config) {
     return switch (config) {
@@ -447,6 +568,12 @@ public final class CudaCausalLm implements AutoCloseable {
   private final DeviceBuffer lmHead;
   private final DeviceBuffer finalNorm;
   private final Family family;
+
+  /** This rank's place in its tensor-parallel replica ({@link Shard#NONE} alone). */
+  private final Shard shard;
+
+  /** What this rank sums its partial products with ({@link DeviceCollective#single()} alone). */
+  private final DeviceCollective collective;
 
   /** Whether some layer's mixer is Mamba's: the forward then uploads the request arrays. */
   private final boolean mixers;
@@ -530,11 +657,15 @@ public final class CudaCausalLm implements AutoCloseable {
       boolean deterministic,
       Attention attention,
       FlashKernel flash,
-      FlashKernel decodeFlash) {
+      FlashKernel decodeFlash,
+      Shard shard,
+      DeviceCollective collective) {
     this.device = device;
+    this.shard = shard;
+    this.collective = collective;
     this.deterministic = deterministic;
     this.config = config;
-    this.d = dimsOf(config);
+    this.d = rankDims(config, shard);
     this.identity = identity;
     this.weightType = weightType;
     this.embed = embed;
@@ -589,6 +720,62 @@ public final class CudaCausalLm implements AutoCloseable {
       String weightVersion,
       boolean deterministic,
       Attention attention) {
+    return load(
+        device,
+        folder,
+        modelId,
+        weightVersion,
+        deterministic,
+        attention,
+        Shard.NONE,
+        DeviceCollective.single());
+  }
+
+  /**
+   * This rank's share of {@code folder} for a tensor-parallel replica over several GPUs, its
+   * partial products summed through {@code collective} (which stays the caller's): the attention
+   * heads and their KV, and the MLP's columns, split as the CPU model splits them ({@link Shard},
+   * the KV by heads); the embedding, the norms, Mamba mixers and the LM head whole on every rank
+   * (each rank computes every logit from the same summed hidden state, so no gather follows).
+   *
+   * @throws IllegalArgumentException when the dimensions do not split over the ranks, for a KV
+   *     split by pages, or when {@code collective} does not match {@code shard}
+   */
+  public static CudaCausalLm load(
+      CudaDevice device,
+      Path folder,
+      String modelId,
+      String weightVersion,
+      boolean deterministic,
+      Shard shard,
+      DeviceCollective collective) {
+    return load(device, folder, modelId, weightVersion, deterministic, null, shard, collective);
+  }
+
+  static CudaCausalLm load(
+      CudaDevice device,
+      Path folder,
+      String modelId,
+      String weightVersion,
+      boolean deterministic,
+      Attention attention,
+      Shard shard,
+      DeviceCollective collective) {
+    if (shard.rank() != collective.rank() || shard.size() != collective.size()) {
+      throw new IllegalArgumentException(
+          "shard rank "
+              + shard.rank()
+              + " of "
+              + shard.size()
+              + " but the device collective's rank "
+              + collective.rank()
+              + " of "
+              + collective.size());
+    }
+    if (shard.pagesSplit()) {
+      throw new IllegalArgumentException(
+          "the GPU splits KV over its ranks by heads; --tp-kv pages is for the CPU backend");
+    }
     try (Checkpoint ckpt = Checkpoint.open(folder)) {
       ModelConfig config;
       try {
@@ -616,7 +803,18 @@ public final class CudaCausalLm implements AutoCloseable {
       List<DeviceBuffer> owned = new ArrayList<>();
       try (WeightSource w = new WeightSource(ckpt, config.architecture())) {
         CudaCausalLm model =
-            build(device, config, w, ckpt, modelId, weightVersion, owned, deterministic, attention);
+            build(
+                device,
+                config,
+                w,
+                ckpt,
+                modelId,
+                weightVersion,
+                owned,
+                deterministic,
+                attention,
+                shard,
+                collective);
         w.requireAllTaken();
         device.synchronize();
         return model;
@@ -638,13 +836,23 @@ public final class CudaCausalLm implements AutoCloseable {
       String weightVersion,
       List<DeviceBuffer> owned,
       boolean deterministic,
-      Attention attention) {
+      Attention attention,
+      Shard shard,
+      DeviceCollective collective) {
     DecoderDims d = dimsOf(config);
     int hidden = d.hiddenSize();
     int hd = d.headDim();
     int qWidth = d.numHeads() * hd;
     int kvWidth = d.numKvHeads() * hd;
     int inter = d.intermediateSize();
+    DecoderDims local = rankDims(config, shard);
+    // this rank's rows of q and of k, v, its columns of the MLP
+    int q0 = shard.queryHeads(d.numHeads()).from() * hd;
+    int qn = local.numHeads() * hd;
+    int kv0 = shard.kvHeads(d.numKvHeads()).from() * hd;
+    int kvn = local.numKvHeads() * hd;
+    int i0 = config instanceof MambaConfig ? 0 : shard.even("intermediate_size", inter).from();
+    int in = local.intermediateSize();
     MambaConfig mambaModel = config instanceof MambaConfig m ? m : null;
     JambaConfig jamba = config instanceof JambaConfig j ? j : null;
     MixerDims mixer = mixerOf(config);
@@ -666,13 +874,13 @@ public final class CudaCausalLm implements AutoCloseable {
               + " scores or float32 State checkpoints), not "
               + attention);
     }
-    if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, d)) {
+    if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, local)) {
       throw new IllegalArgumentException(TENSOR_CORE_NEEDS);
     }
     Attention chosen =
         attention != null
             ? attention
-            : perTokenOnly ? Attention.PER_TOKEN : defaultAttention(type, d);
+            : perTokenOnly ? Attention.PER_TOKEN : defaultAttention(type, local);
     FlashKernel flash =
         chosen == Attention.TENSOR_CORE
             ? flashKernelFor(FLASH_DEFAULT, device.arch())
@@ -709,9 +917,9 @@ public final class CudaCausalLm implements AutoCloseable {
                 m,
                 preFf,
                 up.stacked(
-                    w.take(f + "gate_proj.weight", inter, hidden),
-                    w.take(f + "up_proj.weight", inter, hidden)),
-                up.matrix(w.take(f + "down_proj.weight", hidden, inter)),
+                    Part.rows(w.take(f + "gate_proj.weight", inter, hidden), i0, in),
+                    Part.rows(w.take(f + "up_proj.weight", inter, hidden), i0, in)),
+                up.stacked(Part.columns(w.take(f + "down_proj.weight", hidden, inter), i0, in)),
                 groups.get(l)));
         continue;
       }
@@ -721,19 +929,21 @@ public final class CudaCausalLm implements AutoCloseable {
       DeviceBuffer inputNorm = norms.of(p + "input_layernorm.weight", hidden);
       DeviceBuffer qkv =
           up.stacked(
-              w.take(a + "q_proj.weight", qWidth, hidden),
-              w.take(a + "k_proj.weight", kvWidth, hidden),
-              w.take(a + "v_proj.weight", kvWidth, hidden));
+              Part.rows(w.take(a + "q_proj.weight", qWidth, hidden), q0, qn),
+              Part.rows(w.take(a + "k_proj.weight", kvWidth, hidden), kv0, kvn),
+              Part.rows(w.take(a + "v_proj.weight", kvWidth, hidden), kv0, kvn));
       DeviceBuffer qkvBias =
           config.qkvBias()
               ? up.floats(
-                  w.take(a + "q_proj.bias", qWidth),
-                  w.take(a + "k_proj.bias", kvWidth),
-                  w.take(a + "v_proj.bias", kvWidth))
+                  concat(
+                      slice(w.take(a + "q_proj.bias", qWidth), q0, qn),
+                      slice(w.take(a + "k_proj.bias", kvWidth), kv0, kvn),
+                      slice(w.take(a + "v_proj.bias", kvWidth), kv0, kvn)))
               : null;
       DeviceBuffer qNorm = config.qkNorm() ? norms.of(a + "q_norm.weight", hd) : null;
       DeviceBuffer kNorm = config.qkNorm() ? norms.of(a + "k_norm.weight", hd) : null;
-      DeviceBuffer o = up.matrix(w.take(a + "o_proj.weight", hidden, qWidth));
+      DeviceBuffer o =
+          up.stacked(Part.columns(w.take(a + "o_proj.weight", hidden, qWidth), q0, qn));
       DeviceBuffer oBias =
           config.outputBias() ? up.floats(w.take(a + "o_proj.bias", hidden)) : null;
       DeviceBuffer attnOutNorm = null;
@@ -748,9 +958,10 @@ public final class CudaCausalLm implements AutoCloseable {
       }
       DeviceBuffer gateUp =
           up.stacked(
-              w.take(mlp + "gate_proj.weight", inter, hidden),
-              w.take(mlp + "up_proj.weight", inter, hidden));
-      DeviceBuffer down = up.matrix(w.take(mlp + "down_proj.weight", hidden, inter));
+              Part.rows(w.take(mlp + "gate_proj.weight", inter, hidden), i0, in),
+              Part.rows(w.take(mlp + "up_proj.weight", inter, hidden), i0, in));
+      DeviceBuffer down =
+          up.stacked(Part.columns(w.take(mlp + "down_proj.weight", hidden, inter), i0, in));
       DeviceBuffer mlpOutNorm =
           gemma != null ? norms.of(p + "post_feedforward_layernorm.weight", hidden) : null;
       layers.add(
@@ -795,7 +1006,9 @@ public final class CudaCausalLm implements AutoCloseable {
         deterministic,
         chosen,
         flash,
-        decodeFlash);
+        decodeFlash,
+        shard,
+        collective);
   }
 
   /** The CPU model's RoPE inverse frequencies of base {@code theta}, float arithmetic included. */
@@ -890,44 +1103,50 @@ public final class CudaCausalLm implements AutoCloseable {
 
     /** Matrices {@code [out_i][in]} stacked by rows into one {@code [Σ out_i][in]}. */
     DeviceBuffer stacked(Tensor... parts) {
+      Part[] whole = new Part[parts.length];
+      for (int i = 0; i < parts.length; i++) {
+        whole[i] = Part.of(parts[i]);
+      }
+      return stacked(whole);
+    }
+
+    /** Blocks of matrices stacked by rows: each block's rows, then the next block's. */
+    DeviceBuffer stacked(Part... parts) {
       int size = bf16 ? 2 : 4;
       long elements = 0;
-      for (Tensor t : parts) {
-        elements += t.numElements();
+      for (Part p : parts) {
+        elements += p.numElements();
       }
       DeviceBuffer b = keep(device.allocate(elements * size));
       long at = 0;
-      for (Tensor t : parts) {
-        upload(t, b, at);
-        at += t.numElements() * size;
+      for (Part p : parts) {
+        upload(p, b, at);
+        at += p.numElements() * size;
       }
       return b;
     }
 
-    private void upload(Tensor t, DeviceBuffer b, long offset) {
+    /** The block's rows, converted to the model's element type where the checkpoint's differs. */
+    private void upload(Part p, DeviceBuffer b, long offset) {
+      Tensor t = p.t();
       DType want = bf16 ? DType.BF16 : DType.F32;
-      if (t.dtype() == want) {
-        b.copyFrom(t.data(), offset);
+      int size = bf16 ? 2 : 4;
+      long width = t.dim(1);
+      if (t.dtype() == want && p.cols() == width) {
+        // whole rows: one copy of the checkpoint's bytes
+        b.copyFrom(t.data().asSlice(p.row() * width * size, p.numElements() * size), offset);
         return;
       }
-      // another element type: convert on the host, in slices
-      long n = t.numElements();
-      int slice = 1 << 20;
-      float[] buf = new float[slice];
+      // a column block or another element type: rows gathered on the host, 16 MiB at a time
+      int rowBytes = p.cols() * size;
+      int rowsAtOnce = Math.max(1, (16 << 20) / Math.max(1, rowBytes));
       try (Arena a = Arena.ofConfined()) {
-        MemorySegment host = a.allocate((long) slice * (bf16 ? 2 : 4), 64);
-        for (long from = 0; from < n; from += slice) {
-          int count = (int) Math.min(slice, n - from);
-          t.readFloats(from, buf, 0, count);
-          for (int i = 0; i < count; i++) {
-            if (bf16) {
-              host.setAtIndex(ValueLayout.JAVA_SHORT_UNALIGNED, i, toBf16(buf[i]));
-            } else {
-              host.setAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, i, buf[i]);
-            }
-          }
-          b.copyFrom(
-              host.asSlice(0, (long) count * (bf16 ? 2 : 4)), offset + from * (bf16 ? 2 : 4));
+        MemorySegment host =
+            a.allocate((long) Math.min(rowsAtOnce, Math.max(1, p.rows())) * rowBytes, 64);
+        for (int r0 = 0; r0 < p.rows(); r0 += rowsAtOnce) {
+          int n = Math.min(rowsAtOnce, p.rows() - r0);
+          p.gather(bf16, r0, n, host);
+          b.copyFrom(host.asSlice(0, (long) n * rowBytes), offset + (long) r0 * rowBytes);
         }
       }
     }
@@ -1549,6 +1768,7 @@ public final class CudaCausalLm implements AutoCloseable {
    */
   private boolean graphable(boolean pureDecode, int numTokens) {
     return graphs
+        && collective.size() == 1
         && pureDecode
         && gemm.ownKernels(numTokens, weightType)
         && (deterministic || weightsFitGemv);
@@ -1801,16 +2021,27 @@ public final class CudaCausalLm implements AutoCloseable {
    * same geometry in bf16 ({@link #KV_BF16}).
    */
   public CacheLayout cacheLayout(int prefixGranularity, int blockGranularity) {
-    return cacheLayoutOf(config, prefixGranularity, blockGranularity, kvBf16);
+    return cacheLayoutOf(config, d, prefixGranularity, blockGranularity, kvBf16);
   }
 
   /** The {@link CacheLayout#dtype()} of a bf16 KV pool. */
   public static final String KV_BF16 = "bfloat16";
 
-  /** {@link #cacheLayout} of a model of {@code config}. */
+  /** {@link #cacheLayout} of a model of {@code config}, one rank. */
   static CacheLayout cacheLayoutOf(
       ModelConfig config, int prefixGranularity, int blockGranularity, boolean kvBf16) {
-    DecoderDims d = dimsOf(config);
+    return cacheLayoutOf(config, dimsOf(config), prefixGranularity, blockGranularity, kvBf16);
+  }
+
+  /**
+   * {@link #cacheLayout} of the rank of a model of {@code config} whose dimensions are {@code d}.
+   */
+  static CacheLayout cacheLayoutOf(
+      ModelConfig config,
+      DecoderDims d,
+      int prefixGranularity,
+      int blockGranularity,
+      boolean kvBf16) {
     MixerDims mixer = mixerOf(config);
     List<GroupKind> kinds = groupKinds(config);
     List<Integer> groupOf = groupsOfLayers(config);
@@ -1854,7 +2085,10 @@ public final class CudaCausalLm implements AutoCloseable {
     final DeviceBuffer q;
     final DeviceBuffer gu;
 
-    /** A sublayer's output before its norm and residual add (sandwich blocks), else null. */
+    /**
+     * A sublayer's output before its sum over the ranks, its norm and its residual add (tensor
+     * parallelism, sandwich blocks), else null.
+     */
     final DeviceBuffer y;
 
     /** The Mamba mixers' scratch ({@link MambaScratch}), else null. */
@@ -1900,7 +2134,10 @@ public final class CudaCausalLm implements AutoCloseable {
         qkv = keep(made, (long) tokens * qkvWidth * 4);
         q = keep(made, (long) tokens * d.numHeads() * d.headDim() * 4);
         gu = keep(made, (long) tokens * 2 * d.intermediateSize() * 4);
-        y = family.sandwich() ? keep(made, (long) tokens * hidden * 4) : null;
+        y =
+            family.sandwich() || collective.size() > 1
+                ? keep(made, (long) tokens * hidden * 4)
+                : null;
         // per token: id, position, request, logit row; two ints of attention tiles; then three
         // ints a request (at most one a token) for the Mamba kernels
         ints = keep(made, (long) tokens * 9 * 4);
@@ -2386,16 +2623,16 @@ public final class CudaCausalLm implements AutoCloseable {
         }
         // the Llama family adds each sublayer's output to x in its product; Gemma normalizes it
         // first (in y), then adds
-        boolean sandwich = family.sandwich();
-        long out = sandwich ? ws.y.pointer() : ws.x.pointer();
         gemm.apply(
-            act, layer.o().pointer(), weightType, out, numTokens, heads * hd, hidden, !sandwich);
-        if (layer.oBias() != null) {
-          device.launch("add_bias", numTokens, 1, 256, 0, out, layer.oBias().pointer(), hidden);
-        }
-        if (sandwich) {
-          normAdd(layer.attnOutNorm(), numTokens, hidden, eps);
-        }
+            act,
+            layer.o().pointer(),
+            weightType,
+            sublayerOut(),
+            numTokens,
+            heads * hd,
+            hidden,
+            addsInProduct());
+        endSublayer(layer.oBias(), layer.attnOutNorm(), numTokens, eps);
         mlp(layer, numTokens, eps);
       }
       rmsNorm(ws.x.pointer(), logitIndex, finalNorm, actF32, actBf16, logitRows, hidden, eps);
@@ -2479,8 +2716,6 @@ public final class CudaCausalLm implements AutoCloseable {
     long act = ws.act.pointer();
     long actF32 = bf ? 0L : act;
     long actBf16 = bf ? act : 0L;
-    boolean sandwich = family.sandwich();
-    long out = sandwich ? ws.y.pointer() : ws.x.pointer();
     rmsNorm(ws.x.pointer(), 0L, layer.postNorm(), actF32, actBf16, numTokens, hidden, eps);
     long gateUp = layer.gateUp().pointer();
     boolean guBf16 = gateUpWritesBf16(act, gateUp, numTokens);
@@ -2499,9 +2734,51 @@ public final class CudaCausalLm implements AutoCloseable {
         guBf16
             ? new Object[] {ws.gu.pointer(), inter, actBf16}
             : new Object[] {ws.gu.pointer(), inter, actF32, actBf16});
-    gemm.apply(act, layer.down().pointer(), weightType, out, numTokens, inter, hidden, !sandwich);
-    if (sandwich) {
-      normAdd(layer.mlpOutNorm(), numTokens, hidden, eps);
+    gemm.apply(
+        act,
+        layer.down().pointer(),
+        weightType,
+        sublayerOut(),
+        numTokens,
+        inter,
+        hidden,
+        addsInProduct());
+    endSublayer(null, layer.mlpOutNorm(), numTokens, eps);
+  }
+
+  /**
+   * Whether a sharded sublayer's last product (o, down) adds into x itself: alone and without
+   * Gemma's output norm. Else it writes y, which {@link #endSublayer} sums over the ranks,
+   * normalizes where Gemma does and adds.
+   */
+  private boolean addsInProduct() {
+    return !family.sandwich() && collective.size() == 1;
+  }
+
+  /** Where a sharded sublayer's last product writes: x ({@link #addsInProduct}) or y. */
+  private long sublayerOut() {
+    return addsInProduct() ? workspace.x.pointer() : workspace.y.pointer();
+  }
+
+  /**
+   * The end of a sharded sublayer whose last product wrote {@link #sublayerOut}: the ranks' partial
+   * outputs summed (tensor parallelism), the bias added once (after the sum), Gemma's output norm,
+   * and the residual add where the product did not do it.
+   */
+  private void endSublayer(DeviceBuffer bias, DeviceBuffer outNorm, int rows, float eps) {
+    Workspace ws = workspace;
+    int hidden = d.hiddenSize();
+    long out = sublayerOut();
+    if (collective.size() > 1) {
+      collective.allReduceSum(out, (long) rows * hidden, device.stream());
+    }
+    if (bias != null) {
+      device.launch("add_bias", rows, 1, 256, 0, out, bias.pointer(), hidden);
+    }
+    if (family.sandwich()) {
+      normAdd(outNorm, rows, hidden, eps);
+    } else if (!addsInProduct()) {
+      device.launch("add_rows", rows, 1, 256, 0, ws.x.pointer(), out, hidden);
     }
   }
 
