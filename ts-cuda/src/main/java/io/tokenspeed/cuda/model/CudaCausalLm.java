@@ -1175,6 +1175,11 @@ public final class CudaCausalLm implements AutoCloseable {
     return identity;
   }
 
+  /** This rank's place in its tensor-parallel replica ({@link Shard#NONE} alone). */
+  public Shard shard() {
+    return shard;
+  }
+
   public CudaDevice device() {
     return device;
   }

@@ -41,6 +41,7 @@ public final class CudaDeviceModel implements DeviceModel {
   public static final String FIXED_ORDER = "-fixed-order";
 
   private final CudaCausalLm model;
+  private final Collective collective;
   private final CudaDevice device;
   private final CopyEngine copies;
   private final Map<MemorySegment, PinnedHost> pinned = new IdentityHashMap<>();
@@ -49,7 +50,26 @@ public final class CudaDeviceModel implements DeviceModel {
    * Binds {@code model} to its device, with a copy stream of its own. The model stays the caller's.
    */
   public CudaDeviceModel(CudaCausalLm model) {
+    this(model, Collective.single());
+  }
+
+  /**
+   * Binds {@code model}, one rank's share of a tensor-parallel replica ({@link
+   * CudaCausalLm#shard}), whose ranks agree on each round through {@code collective} (the replica's
+   * host collective, the caller's: the model sums its products through its own device collective).
+   */
+  public CudaDeviceModel(CudaCausalLm model, Collective collective) {
+    if (collective.size() != model.shard().size() || collective.rank() != model.shard().rank()) {
+      throw new IllegalArgumentException(
+          "collective rank "
+              + collective.rank()
+              + " of "
+              + collective.size()
+              + " but the model's shard "
+              + model.shard());
+    }
     this.model = model;
+    this.collective = collective;
     this.device = model.device();
     this.copies = new CopyEngine(device);
   }
@@ -99,12 +119,12 @@ public final class CudaDeviceModel implements DeviceModel {
 
   @Override
   public Collective collective() {
-    return Collective.single();
+    return collective;
   }
 
   @Override
   public Shard shard() {
-    return Shard.NONE;
+    return model.shard();
   }
 
   @Override

@@ -61,7 +61,16 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
    * binding first).
    */
   static EngineModel onDevice(DeviceModel model, List<AutoCloseable> owned) {
-    return new EngineModel(null, null, model, List.copyOf(owned));
+    return onDevice(model, owned, null);
+  }
+
+  /**
+   * {@code model} on its device, this process's rank of the replica {@code tp} names (null or a
+   * replica of one rank: alone); {@code owned} as above.
+   */
+  static EngineModel onDevice(
+      DeviceModel model, List<AutoCloseable> owned, TensorParallelOptions tp) {
+    return new EngineModel(null, tp, model, List.copyOf(owned));
   }
 
   /** Whether the model computes on a GPU. */
@@ -130,7 +139,7 @@ final class EngineModel implements AutoCloseable, WarmUp.Engines {
             : new L3Settings(l3.store(), l3.runtime(), attentionBackend());
     EngineSettings.Builder engine =
         device != null ? EngineSettings.of(device, config) : EngineSettings.of(cpu, config);
-    if (device == null && tp != null && tp.ranked()) {
+    if (tp != null && tp.ranked()) {
       engine.control(tp.control());
     }
     return Engine.start(

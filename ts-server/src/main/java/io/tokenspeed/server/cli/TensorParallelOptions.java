@@ -180,14 +180,7 @@ final class TensorParallelOptions {
         throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
       }
     }
-    Collective collective;
-    try {
-      collective =
-          SharedMemoryCollective.open(collectiveFile, rank, size, COLLECTIVE_MAX_FLOATS, timeout());
-    } catch (IOException e) {
-      throw new UncheckedIOException(
-          "rank " + rank + ": the collective " + collectiveFile + " cannot be opened: " + e, e);
-    }
+    Collective collective = openCollective();
     try {
       Path name = folder.toAbsolutePath().normalize().getFileName();
       return CausalLm.load(
@@ -204,6 +197,32 @@ final class TensorParallelOptions {
       throw new IllegalArgumentException(
           "--model=" + model + " at --tp=" + size + ": " + e.getMessage(), e);
     }
+  }
+
+  /** This rank's collective of the replica (shared memory between the ranks' processes). */
+  private Collective openCollective() {
+    try {
+      return SharedMemoryCollective.open(
+          collectiveFile, rank, size, COLLECTIVE_MAX_FLOATS, timeout());
+    } catch (IOException e) {
+      throw new UncheckedIOException(
+          "rank " + rank + ": the collective " + collectiveFile + " cannot be opened: " + e, e);
+    }
+  }
+
+  /**
+   * For a rank on a GPU: watches the launcher as {@link #load} does and opens this rank's host
+   * collective, which the caller closes (the engine's round agrees through it; the GPUs sum through
+   * their own).
+   *
+   * @throws IllegalStateException when this process is not a rank of a replica of several
+   */
+  Collective rankCollective() {
+    if (!ranked()) {
+      throw new IllegalStateException("not a rank of a tensor-parallel replica");
+    }
+    watchLauncher();
+    return openCollective();
   }
 
   /**
