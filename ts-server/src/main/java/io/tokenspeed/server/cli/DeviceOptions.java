@@ -3,11 +3,16 @@ package io.tokenspeed.server.cli;
 import io.tokenspeed.cuda.CudaApi;
 import io.tokenspeed.cuda.CudaDevice;
 import io.tokenspeed.cuda.CudaException;
+import io.tokenspeed.cuda.DeviceCollective;
+import io.tokenspeed.cuda.Nccl;
+import io.tokenspeed.cuda.NcclCommunicator;
 import io.tokenspeed.cuda.model.CudaCausalLm;
 import io.tokenspeed.cuda.model.CudaDeviceModel;
 import io.tokenspeed.engine.EngineSettings;
 import io.tokenspeed.model.ModelIdentity;
 import io.tokenspeed.model.checkpoint.CheckpointException;
+import io.tokenspeed.model.parallel.Collective;
+import io.tokenspeed.model.parallel.Shard;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -109,15 +114,45 @@ final class DeviceOptions {
     return args;
   }
 
-  /** A GPU runs one rank: {@code --tp} above 1 with a GPU is a usage error. */
+  /**
+   * For the commands whose replicas run one rank a process on a GPU of its own only under {@code
+   * serve} and {@code generate}: {@code --tp} above 1 with a GPU is a usage error.
+   */
   void checkTensorParallel(int tpSize) {
     if (gpu() && tpSize > 1) {
       throw usage(
           "--device="
               + device
-              + " runs one rank: --tp="
+              + " with --tp="
               + tpSize
-              + " is for the CPU backend (give --device cpu or leave --tp out)");
+              + " runs under serve and generate (a rank a GPU); here give --device cpu or leave"
+              + " --tp out");
+    }
+  }
+
+  /**
+   * For {@code serve} and {@code generate}: a replica of {@code --tp} ranks on GPUs takes the GPUs
+   * from {@code cuda:N} on, one a rank ({@code cuda:N+r} for rank r), with the KV split by heads;
+   * the launcher checks that they are there before it starts any rank (invalid input naming {@code
+   * --device} otherwise). Nothing on the CPU or for one rank.
+   */
+  void checkTensorParallel(TensorParallelOptions tp) {
+    if (!gpu() || tp.size() == 1) {
+      return;
+    }
+    if (tp.kvSplit() != Shard.KvSplit.HEADS) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--tp-kv="
+              + tp.kvSplit().label()
+              + " is for the CPU backend: the GPUs split KV by heads (--device="
+              + device
+              + ")",
+          spec.findOption("--device"),
+          device);
+    }
+    if (tp.launcher()) {
+      checkAvailable(tp.size());
     }
   }
 
@@ -128,10 +163,15 @@ final class DeviceOptions {
    * --device}, as invalid input. Nothing on the CPU.
    */
   void checkAvailable() {
+    checkAvailable(1);
+  }
+
+  /** {@link #checkAvailable()} for {@code ranks} GPUs from the one {@code --device} names on. */
+  void checkAvailable(int ranks) {
     if (!gpu()) {
       return;
     }
-    int n = ordinal();
+    int n = ordinal() + ranks - 1;
     try {
       CudaApi api = CudaApi.get();
       int count = api.deviceCount();
@@ -140,13 +180,16 @@ final class DeviceOptions {
         throw new IllegalArgumentException(
             "--device="
                 + device
+                + (ranks > 1 ? " with --tp=" + ranks : "")
                 + ": cuda:"
                 + n
                 + " is not a GPU of this machine: "
                 + (why != null ? why : count + " GPU(s), cuda:0 to cuda:" + (count - 1)));
       }
     } catch (CudaException e) {
-      throw new IllegalArgumentException("--device=" + device + ": " + e.getMessage(), e);
+      throw new IllegalArgumentException(
+          "--device=" + device + (ranks > 1 ? " with --tp=" + ranks : "") + ": " + e.getMessage(),
+          e);
     }
   }
 
@@ -168,9 +211,13 @@ final class DeviceOptions {
           spec.findOption("--load-stages"),
           Integer.toString(loadStages));
     }
-    checkTensorParallel(tp.size());
     if (!gpu()) {
+      checkTensorParallel(tp.size());
       return EngineModel.onCpu(tp.load(folder, model), tp).withLoadStages(loadStages);
+    }
+    checkTensorParallel(tp);
+    if (tp.ranked()) {
+      return loadRank(folder, model, tp);
     }
     CudaDevice gpu = open();
     CudaCausalLm lm = null;
@@ -187,10 +234,74 @@ final class DeviceOptions {
     }
   }
 
+  /**
+   * This process's rank r of a replica on GPUs: GPU {@code cuda:N+r}, the replica's host collective
+   * (the engine's round agrees through it), an NCCL communicator over the ranks' GPUs (its id
+   * agreed through the host collective) and the rank's share of the weights ({@link
+   * CudaCausalLm#load(CudaDevice, Path, String, String, boolean, Shard, DeviceCollective)}).
+   */
+  private EngineModel loadRank(Path folder, String model, TensorParallelOptions tp) {
+    int rank = tp.rank();
+    List<AutoCloseable> made = new ArrayList<>();
+    Collective host = tp.rankCollective();
+    made.add(host);
+    try {
+      CudaDevice gpu = open(ordinal() + rank);
+      made.add(gpu);
+      gpu.bind();
+      NcclCommunicator nccl;
+      try {
+        nccl = Nccl.open(Nccl.agreeOnId(host), rank, tp.size());
+      } catch (CudaException | IllegalStateException e) {
+        throw new IllegalArgumentException(
+            "--device=" + device + " rank " + rank + ": " + e.getMessage(), e);
+      }
+      made.add(nccl);
+      CudaCausalLm lm;
+      try {
+        lm =
+            CudaCausalLm.load(
+                gpu,
+                folder,
+                model,
+                ModelIdentity.DEFAULT_WEIGHT_VERSION,
+                deterministic,
+                new Shard(rank, tp.size()),
+                nccl);
+      } catch (CheckpointException e) {
+        throw new IllegalArgumentException("--model=" + model + ": " + e.getMessage(), e);
+      } catch (IllegalArgumentException | CudaException e) {
+        throw new IllegalArgumentException(
+            "--device=" + device + " at --tp=" + tp.size() + ": " + e.getMessage(), e);
+      }
+      made.add(lm);
+      CudaDeviceModel bound = new CudaDeviceModel(lm, host);
+      made.add(bound);
+      // closed binding first, the device last
+      List<AutoCloseable> owned = new ArrayList<>(made.reversed());
+      return EngineModel.onDevice(bound, owned, tp).withLoadStages(loadStages);
+    } catch (RuntimeException | Error e) {
+      host.abort("rank " + rank + ": " + e.getMessage());
+      for (AutoCloseable c : made.reversed()) {
+        try {
+          c.close();
+        } catch (Exception ignored) {
+          // the load's own failure is the one to report
+        }
+      }
+      throw e;
+    }
+  }
+
   /** Opens the GPU {@code --device} names; a machine without it is invalid input. */
   private CudaDevice open() {
+    return open(ordinal());
+  }
+
+  /** Opens GPU {@code cuda:n}; a machine without it is invalid input naming {@code --device}. */
+  private CudaDevice open(int n) {
     try {
-      return CudaDevice.open(ordinal());
+      return CudaDevice.open(n);
     } catch (CudaException e) {
       throw new IllegalArgumentException("--device=" + device + ": " + e.getMessage(), e);
     }

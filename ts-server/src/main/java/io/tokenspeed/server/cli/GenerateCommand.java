@@ -226,7 +226,7 @@ final class GenerateCommand implements Callable<Integer> {
     Optional<StorageExtraConfig.Resolved> storage = storageOptions.resolve();
     int[] ids = tokens == null ? null : modelOptions.parseTokens(tokens);
     modelOptions.requireVectorModule();
-    deviceOptions.checkTensorParallel(tp.size());
+    deviceOptions.checkTensorParallel(tp);
     Path folder = modelOptions.folder(weightType);
     if (tp.launcher()) {
       return tp.launch(); // every rank runs this command, rank 0 prints

@@ -235,7 +235,7 @@ final class ServeCommand implements Callable<Integer> {
     modelOptions.requireVectorModule();
     PrintWriter err = spec.commandLine().getErr();
     HELIDON_LOG.setLevel(Level.WARNING);
-    deviceOptions.checkTensorParallel(tp.size());
+    deviceOptions.checkTensorParallel(tp);
     Path folder = modelOptions.folder(weightType);
     if (tp.launcher()) {
       return tp.launch(); // rank 0 serves; the others compute with it

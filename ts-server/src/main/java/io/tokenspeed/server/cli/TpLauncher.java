@@ -1,6 +1,7 @@
 package io.tokenspeed.server.cli;
 
 import io.tokenspeed.control.ReplicaSecret;
+import io.tokenspeed.cuda.Nccl;
 import io.tokenspeed.model.parallel.SharedMemoryCollective;
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -85,6 +86,8 @@ final class TpLauncher {
         pb.environment().remove(ReplicaSecret.ENV);
         pb.environment().put(ReplicaSecret.FILE_ENV, secretFile.toString());
         pb.environment().put(LAUNCHER_PID_ENV, Long.toString(ProcessHandle.current().pid()));
+        // ranks on GPUs sum through NCCL, with NVLink multicast off
+        pb.environment().putAll(Nccl.REQUIRED_ENVIRONMENT);
         if (r == 0) {
           pb.inheritIO();
         } else {

@@ -16,6 +16,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -23,11 +24,12 @@ import picocli.CommandLine.Mixin;
 /**
  * {@code --device} on every command that runs a model (generate, serve, demo, bench ttft): a form
  * that is not {@code cpu}, {@code cuda} or {@code cuda:N} is a usage error listing them; a GPU with
- * {@code --tp} above 1 is a usage error; and on this machine, which has no GPU (the CPU suite runs
- * without one), {@code --device cuda} is invalid input naming {@code --device} and what CUDA said,
- * never a stack trace, and the multi-process commands say so before they start any process. The
- * CPU, the default, is the path the other tests of each command run; here the worker processes'
- * command lines are checked to be what they were without the flag.
+ * {@code --tp} above 1 is a usage error where only the CPU splits (demo, bench ttft) and checked
+ * before any rank starts where the GPUs split (serve, generate); and on this machine, which has no
+ * GPU (the CPU suite runs without one), {@code --device cuda} is invalid input naming {@code
+ * --device} and what CUDA said, never a stack trace, and the multi-process commands say so before
+ * they start any process. The CPU, the default, is the path the other tests of each command run;
+ * here the worker processes' command lines are checked to be what they were without the flag.
  */
 class DeviceFlagTest {
   @TempDir static Path tmp;
@@ -74,14 +76,41 @@ class DeviceFlagTest {
     }
   }
 
+  /**
+   * demo and bench ttft run their replicas one rank a process on the CPU only: a GPU with {@code
+   * --tp} above 1 is a usage error there.
+   */
   @ParameterizedTest(name = "{0}")
   @MethodSource("commands")
-  void shouldRefuseAGpuWithSeveralTensorParallelRanks(List<String> command) {
+  void shouldRefuseAGpuWithSeveralTensorParallelRanksWhereOnlyTheCpuSplits(List<String> command) {
+    if (command.getFirst().equals("generate") || command.getFirst().equals("serve")) {
+      return; // the next test's
+    }
     CliRun r = run(command, "--device", "cuda", "--tp", "2");
     assertEquals(2, r.exitCode(), r::toString);
     assertTrue(
-        r.err().startsWith("error: --device=cuda runs one rank: --tp=2 is for the CPU backend"),
+        r.err().startsWith("error: --device=cuda with --tp=2 runs under serve and generate"),
         r::toString);
+  }
+
+  /**
+   * serve and generate run a replica of {@code --tp} ranks on as many GPUs: on this machine, which
+   * has none, the launcher says so naming {@code --device} and {@code --tp} before it starts any
+   * rank; {@code --tp-kv pages} is the CPU's.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"generate", "serve"})
+  void shouldCheckTheGpusOfATensorParallelReplicaBeforeStartingItsRanks(String command) {
+    List<String> base = commands().filter(c -> c.getFirst().equals(command)).findFirst().get();
+    CliRun r = run(base, "--device", "cuda:1", "--tp", "2");
+    assertEquals(CliErrors.EXIT_INVALID_INPUT, r.exitCode(), r::toString);
+    assertTrue(r.err().startsWith("error: --device=cuda:1 with --tp=2: "), r::toString);
+    assertTrue(r.err().contains("not found"), r::toString);
+    assertEquals(1, r.err().lines().count(), "one line, no rank started: " + r);
+    CliRun pages = run(base, "--device", "cuda", "--tp", "2", "--tp-kv", "pages");
+    assertEquals(2, pages.exitCode(), pages::toString);
+    assertTrue(
+        pages.err().startsWith("error: --tp-kv=pages is for the CPU backend"), pages::toString);
   }
 
   @ParameterizedTest(name = "{0}")
