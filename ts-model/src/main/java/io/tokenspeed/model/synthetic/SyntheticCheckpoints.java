@@ -80,11 +80,19 @@ public final class SyntheticCheckpoints {
   public static final int FORMAT_VERSION = 2;
 
   /**
-   * The named presets: real configs (Qwen2-0.5B, Gemma 3 270M), small benchmark models, and the
-   * shapes of Llama 3.2 1B and Llama 3 8B (default RoPE, 128k positions) for the GPU benchmarks.
+   * The named presets: real configs (Qwen2-0.5B, Gemma 3 270M, Mamba 130M), small benchmark models,
+   * and the shapes of Llama 3.2 1B and Llama 3 8B (default RoPE, 128k positions) for the GPU
+   * benchmarks.
    */
   public static final List<String> PRESETS =
-      List.of("qwen2-0.5b", "gemma3-270m", "jamba-tiny", "llama-100m", "llama-1b", "llama-8b");
+      List.of(
+          "qwen2-0.5b",
+          "gemma3-270m",
+          "jamba-tiny",
+          "mamba-130m",
+          "llama-100m",
+          "llama-1b",
+          "llama-8b");
 
   /** Seed used when none is given. */
   public static final long DEFAULT_SEED = 0;
