@@ -306,6 +306,22 @@ public final class CudaMamba {
       throw new IllegalArgumentException(
           "xz_width=" + xzWidth + " is narrower than inner_size=" + state.innerSize());
     }
+    return then(
+        requestsAndSlots(state, reqs),
+        state.innerSize(),
+        state.convKernel(),
+        xz,
+        xzWidth,
+        w,
+        bias,
+        u);
+  }
+
+  /**
+   * The arguments both recurrent kernels start with: the request arrays, the page size and the
+   * State pool with this layer's conv field.
+   */
+  private static Object[] requestsAndSlots(LayerState state, DeviceRequests reqs) {
     return new Object[] {
       reqs.firstRow(),
       reqs.numTokens(),
@@ -315,15 +331,15 @@ public final class CudaMamba {
       state.pageTokens(),
       state.pool(),
       state.bytesPerSlot(),
-      state.convOffset(),
-      state.innerSize(),
-      state.convKernel(),
-      xz,
-      xzWidth,
-      w,
-      bias,
-      u
+      state.convOffset()
     };
+  }
+
+  /** {@code first}, then {@code rest}. */
+  private static Object[] then(Object[] first, Object... rest) {
+    Object[] all = java.util.Arrays.copyOf(first, first.length + rest.length);
+    System.arraycopy(rest, 0, all, first.length, rest.length);
+    return all;
   }
 
   /**
@@ -400,32 +416,23 @@ public final class CudaMamba {
       throw new IllegalArgumentException(
           "bc_stride=" + bcStride + " is less than state_size=" + state.stateSize());
     }
-    return new Object[] {
-      reqs.firstRow(),
-      reqs.numTokens(),
-      reqs.startPosition(),
-      reqs.tables(),
-      reqs.tableStride(),
-      state.pageTokens(),
-      state.pool(),
-      state.bytesPerSlot(),
-      state.convOffset(),
-      state.ssmOffset(),
-      di,
-      state.stateSize(),
-      state.convKernel(),
-      xz,
-      xzWidth,
-      gateOffset,
-      u,
-      dt,
-      b,
-      c,
-      bcStride,
-      a,
-      d,
-      y
-    };
+    return then(
+        requestsAndSlots(state, reqs),
+        state.ssmOffset(),
+        di,
+        state.stateSize(),
+        state.convKernel(),
+        xz,
+        xzWidth,
+        gateOffset,
+        u,
+        dt,
+        b,
+        c,
+        bcStride,
+        a,
+        d,
+        y);
   }
 
   /**

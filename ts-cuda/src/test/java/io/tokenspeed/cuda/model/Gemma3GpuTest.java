@@ -1,9 +1,5 @@
 package io.tokenspeed.cuda.model;
 
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.BF16_RELATIVE;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.F32_RELATIVE;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.argmax;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.relative;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -11,13 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.cuda.OnTheGpu;
-import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
-import io.tokenspeed.model.PagedRunner;
 import io.tokenspeed.model.checkpoint.DType;
-import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
 import java.util.Arrays;
@@ -106,22 +99,7 @@ class Gemma3GpuTest extends OnTheGpu {
     Path folder = checkpoint(dir, type);
     int[] ids = prompt(200, 11, 2048);
     int steps = 12;
-    float[] cpu;
-    float[] cpuSteps = new float[steps * 2048];
-    int[] cpuIds = new int[steps];
-    try (CausalLm model = CausalLm.load(folder);
-        PagedRunner runner = new PagedRunner(model, BG, 128, 1);
-        ComputePool pool = ComputePool.ofCores()) {
-      int[][] table = runner.table(runner.rowsFor(ids.length + steps));
-      cpu = runner.prefill(ids, table, 64, pool);
-      int next = argmax(cpu, (ids.length - 1) * 2048, 2048);
-      for (int s = 0; s < steps; s++) {
-        cpuIds[s] = next;
-        float[] row = runner.decode(next, ids.length + s, table, pool);
-        System.arraycopy(row, 0, cpuSteps, s * 2048, 2048);
-        next = PagedRunner.argmax(row);
-      }
-    }
+    AgainstCpu.CpuRun cpu = AgainstCpu.cpu(folder, ids, steps, BG);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "gemma3-test", "test");
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(4 * BG, BG), 128)) {
       assertEquals(type == DType.BF16, m.bf16());
@@ -129,54 +107,15 @@ class Gemma3GpuTest extends OnTheGpu {
       assertEquals(2, kv.layout().numGroups());
       int swa = kv.layout().group(0).kind() instanceof GroupKind.SlidingWindow ? 0 : 1;
       int[][] tables = CudaCausalLmGpuTest.tables(kv, 3, Math.ceilDiv(ids.length + steps, BG));
-      int vocab = m.vocabSize();
-      float[] gpu = new float[ids.length * vocab];
-      int chunk = 40;
-      for (int start = 0; start < ids.length; start += chunk) {
-        int n = Math.min(chunk, ids.length - start);
-        ForwardResult r =
-            m.forward(
-                ForwardBatch.of(
-                    new ForwardRequest(
-                        Arrays.copyOfRange(ids, start, start + n),
-                        start,
-                        withHoles(tables, swa, start),
-                        true)),
-                kv);
-        System.arraycopy(r.logits(0), 0, gpu, start * vocab, n * vocab);
-      }
-      double err = relative(gpu, cpu);
-      float[] gpuSteps = new float[steps * vocab];
-      int same = 0;
-      for (int s = 0; s < steps; s++) {
-        int pos = ids.length + s;
-        ForwardResult r =
-            m.forward(
-                ForwardBatch.of(
-                    new ForwardRequest(
-                        new int[] {cpuIds[s]}, pos, withHoles(tables, swa, pos), false)),
-                kv);
-        System.arraycopy(r.logits(0), 0, gpuSteps, s * vocab, vocab);
-        same += argmax(gpuSteps, s * vocab, vocab) == argmax(cpuSteps, s * vocab, vocab) ? 1 : 0;
-      }
-      double stepErr = relative(gpuSteps, cpuSteps);
-      System.out.printf(
-          Locale.ROOT,
-          "synthetic gemma3 %s, window %d: prefill (chunks of %d, holes) vs the CPU model %.2e,"
-              + " decode %.2e, next ids equal at %d of %d steps%n",
-          dtype,
-          WINDOW,
-          chunk,
-          err,
-          stepErr,
-          same,
-          steps);
-      double bound = type == DType.BF16 ? BF16_RELATIVE : F32_RELATIVE;
-      assertTrue(err <= bound, dtype + " prefill: " + err);
-      assertTrue(stepErr <= bound, dtype + " decode: " + stepErr);
-      if (type == DType.F32) {
-        assertEquals(steps, same, "float32: the CPU model's greedy ids");
-      }
+      AgainstCpu.compare(
+          "synthetic gemma3, window " + WINDOW + ", chunks of 40 with holes",
+          m,
+          kv,
+          ids,
+          cpu,
+          new int[] {40},
+          (start, end) -> withHoles(tables, swa, start),
+          type);
     }
   }
 

@@ -1,12 +1,7 @@
 package io.tokenspeed.cuda.model;
 
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.BF16_RELATIVE;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.F32_RELATIVE;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.argmax;
-import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.relative;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
@@ -15,9 +10,7 @@ import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
 import io.tokenspeed.model.ForwardResult;
-import io.tokenspeed.model.PagedRunner;
 import io.tokenspeed.model.checkpoint.DType;
-import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
 import java.util.Arrays;
@@ -113,82 +106,25 @@ class RecurrentGpuTest extends OnTheGpu {
     DType type = DType.valueOf(dtype);
     Path folder = checkpoint(name, type, dir);
     int steps = 12;
-    float[] cpu;
-    float[] cpuSteps;
-    int[] cpuIds = new int[steps];
     int vocab;
-    int[] ids;
-    try (CausalLm model = CausalLm.load(folder);
-        PagedRunner runner = new PagedRunner(model, BG, 128, 1);
-        ComputePool pool = ComputePool.ofCores()) {
+    try (CausalLm model = CausalLm.load(folder)) {
       vocab = model.vocabSize();
-      ids = prompt(150, 3, vocab);
-      cpuSteps = new float[steps * vocab];
-      int[][] table = runner.table(runner.rowsFor(ids.length + steps));
-      cpu = runner.prefill(ids, table, 64, pool);
-      int next = argmax(cpu, (ids.length - 1) * vocab, vocab);
-      for (int s = 0; s < steps; s++) {
-        cpuIds[s] = next;
-        float[] row = runner.decode(next, ids.length + s, table, pool);
-        System.arraycopy(row, 0, cpuSteps, s * vocab, vocab);
-        next = PagedRunner.argmax(row);
-      }
     }
+    int[] ids = prompt(150, 3, vocab);
+    AgainstCpu.CpuRun cpu = AgainstCpu.cpu(folder, ids, steps, BG);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, name + "-test", "test");
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(PAGE, BG), 128)) {
       assertEquals(type == DType.BF16, m.bf16());
       int[][] tables = tables(kv, 9, ids.length + steps);
-      float[] gpu = new float[ids.length * vocab];
-      int[] chunks = {23, 9, 40, 1, 33, 44};
-      int start = 0;
-      for (int c = 0; start < ids.length; c++) {
-        int end = Math.min(ids.length, start + chunks[c % chunks.length]);
-        ForwardResult r =
-            m.forward(
-                ForwardBatch.of(
-                    new ForwardRequest(
-                        Arrays.copyOfRange(ids, start, end),
-                        start,
-                        sparseCheckpoints(kv.layout(), tables, start, end),
-                        true)),
-                kv);
-        System.arraycopy(r.logits(0), 0, gpu, start * vocab, (end - start) * vocab);
-        start = end;
-      }
-      float[] gpuSteps = new float[steps * vocab];
-      int same = 0;
-      for (int s = 0; s < steps; s++) {
-        int pos = ids.length + s;
-        ForwardResult r =
-            m.forward(
-                ForwardBatch.of(
-                    new ForwardRequest(
-                        new int[] {cpuIds[s]},
-                        pos,
-                        sparseCheckpoints(kv.layout(), tables, pos, pos + 1),
-                        false)),
-                kv);
-        System.arraycopy(r.logits(0), 0, gpuSteps, s * vocab, vocab);
-        same += argmax(gpuSteps, s * vocab, vocab) == argmax(cpuSteps, s * vocab, vocab) ? 1 : 0;
-      }
-      double err = relative(gpu, cpu);
-      double stepErr = relative(gpuSteps, cpuSteps);
-      System.out.printf(
-          Locale.ROOT,
-          "synthetic %s %s: prefill in uneven chunks vs the CPU model %.2e, decode %.2e, next ids"
-              + " equal at %d of %d steps%n",
-          name,
-          dtype,
-          err,
-          stepErr,
-          same,
-          steps);
-      double bound = type == DType.BF16 ? BF16_RELATIVE : F32_RELATIVE;
-      assertTrue(err <= bound, name + " " + dtype + " prefill: " + err);
-      assertTrue(stepErr <= bound, name + " " + dtype + " decode: " + stepErr);
-      if (type == DType.F32) {
-        assertEquals(steps, same, "float32: the CPU model's greedy ids");
-      }
+      AgainstCpu.compare(
+          "synthetic " + name + ", uneven chunks, sparse checkpoints",
+          m,
+          kv,
+          ids,
+          cpu,
+          new int[] {23, 9, 40, 1, 33, 44},
+          (start, end) -> sparseCheckpoints(kv.layout(), tables, start, end),
+          type);
     }
   }
 
