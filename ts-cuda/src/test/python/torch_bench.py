@@ -2,26 +2,37 @@
 
 Loads the checkpoint folder with transformers (bf16, attn_implementation="sdpa") and prints, like
 GpuBench, `torch prefill <tokens> <ms>` (one forward over the prompt, best of 3 after a warm-up)
-and `torch decode <batch> <ms per step>` (32 steps over a context, with the KV cache). With
+and `torch decode <batch> <ms per step>` (32 steps over a context, with the model's own cache: KV,
+sliding windows, Mamba's state). With
 --sdpa it also times one layer's attention alone at each prefill length, as transformers calls it
 (K and V repeated to every query head, causal): `torch sdpa <backend> <tokens> <ms>` for PyTorch's
 flash kernel (SDPBackend.FLASH_ATTENTION) and for the backend PyTorch picks by itself.
 """
 
 import argparse
+import os
 import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
+
+# cuda on the GPU machine; TORCH_BENCH_DEVICE=cpu runs the same steps on a CPU (a check of this
+# script, not a figure)
+DEVICE = os.environ.get("TORCH_BENCH_DEVICE", "cuda")
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def timed(fn):
-    torch.cuda.synchronize()
+    sync()
     t = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - t) * 1e3
 
 
@@ -29,9 +40,9 @@ def sdpa(config, n, g):
     heads = config.num_attention_heads
     kv_heads = config.num_key_value_heads
     d = getattr(config, "head_dim", None) or config.hidden_size // heads
-    q = torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(1, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(1, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = torch.randn(1, heads, n, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(1, kv_heads, n, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(1, kv_heads, n, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
     k = k.repeat_interleave(heads // kv_heads, dim=1)
     v = v.repeat_interleave(heads // kv_heads, dim=1)
     flops = 4 * n * n / 2 * d * heads
@@ -56,28 +67,32 @@ def main():
     p.add_argument("--sdpa", action="store_true")
     a = p.parse_args()
     model = AutoModelForCausalLM.from_pretrained(
-        a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to("cuda").eval()
+        a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(DEVICE).eval()
     vocab = model.config.vocab_size
-    g = torch.Generator(device="cuda").manual_seed(1)
+    g = torch.Generator(device=DEVICE).manual_seed(1)
     with torch.no_grad():
         for n in [int(x) for x in a.prefill.split(",") if x]:
-            ids = torch.randint(0, vocab, (1, n), device="cuda", generator=g)
+            ids = torch.randint(0, vocab, (1, n), device=DEVICE, generator=g)
             times = [timed(lambda: model(ids, use_cache=False, logits_to_keep=1)) for _ in range(4)]
             print(f"torch prefill {n} {min(times[1:]):.2f}", flush=True)
             if a.sdpa:
                 sdpa(model.config, n, g)
         steps = 32
         for b in [int(x) for x in a.batches.split(",") if x]:
-            ctx = torch.randint(0, vocab, (b, a.context), device="cuda", generator=g)
+            ctx = torch.randint(0, vocab, (b, a.context), device=DEVICE, generator=g)
             best = float("inf")
             for r in range(4):
-                cache = DynamicCache()
-                model(ctx, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                nxt = torch.randint(0, vocab, (b, 1), device="cuda", generator=g)
+                out = model(ctx, use_cache=True, logits_to_keep=1)
+                # the cache the model made for itself: KV (past_key_values) or Mamba's state
+                # (cache_params), given back under its own name
+                key = "past_key_values" if out.get("past_key_values") is not None else "cache_params"
+                cache = out[key]
+                nxt = torch.randint(0, vocab, (b, 1), device=DEVICE, generator=g)
 
                 def run():
-                    for _ in range(steps):
-                        model(nxt, past_key_values=cache, use_cache=True)
+                    for s in range(steps):
+                        position = torch.tensor([a.context + s], device=DEVICE)
+                        model(nxt, use_cache=True, cache_position=position, **{key: cache})
 
                 ms = timed(run) / steps
                 if r > 0:
