@@ -14,6 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+# cuda on the GPU machine; HF_REFERENCE_DEVICE=cpu runs the same steps on a CPU (a check of this
+# script: the GPU suite reads references made on its own GPU)
+DEVICE = os.environ.get("HF_REFERENCE_DEVICE", "cuda")
+
 
 def main():
     p = argparse.ArgumentParser()
@@ -29,11 +33,11 @@ def main():
         ref = load_file(os.path.join(folder, "reference.safetensors"))
         model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=torch.float32, attn_implementation="eager"
-        ).to("cuda").eval()
+        ).to(DEVICE).eval()
         out = {}
         i = 0
         while f"ids_{i}" in ref:
-            ids = ref[f"ids_{i}"].to(torch.long).unsqueeze(0).to("cuda")
+            ids = ref[f"ids_{i}"].to(torch.long).unsqueeze(0).to(DEVICE)
             with torch.no_grad():
                 out[f"logits_{i}"] = model(ids).logits[0].float().cpu().contiguous()
                 # greedy by recomputing the whole sequence at each step (no cache: nothing
@@ -50,7 +54,7 @@ def main():
                     output_logits=True)
             greedy = seq[0, ids.shape[1]:]
             cached = gen.sequences[0, ids.shape[1]:]
-            cpu_steps = ref[f"steps_{i}"].to("cuda")
+            cpu_steps = ref[f"steps_{i}"].to(DEVICE)
             steps = torch.cat(steps)
             print(f"{name} prompt {i}: recomputed greedy {greedy.tolist()}, generate() "
                   f"{'the same' if torch.equal(greedy, cached) else cached.tolist()}, CPU "
@@ -61,7 +65,8 @@ def main():
             out[f"steps_{i}"] = steps.cpu().contiguous()
             i += 1
         save_file(out, os.path.join(a.out, name + ".safetensors"))
-        print(f"{name}: {i} prompts on {torch.cuda.get_device_name(0)}", flush=True)
+        where = torch.cuda.get_device_name(0) if DEVICE == "cuda" else DEVICE
+        print(f"{name}: {i} prompts on {where}", flush=True)
 
 
 if __name__ == "__main__":
