@@ -6,9 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import io.tokenspeed.model.sampling.SamplingParams;
-import io.tokenspeed.pd.PdSecret;
 import io.tokenspeed.pd.PdSettings;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
@@ -27,8 +25,7 @@ import org.junit.jupiter.api.Test;
  * freezes holding either side at the stage the case needs; afterwards neither engine holds a
  * request, a block, a room or a registration.
  */
-class EnginePdCancelTest extends WithContextLlama {
-  private static final PdSecret SECRET = PdSecret.generate();
+class EnginePdCancelTest extends WithPdEngines {
 
   /** The bootstrap deadline of {@link #settings}: a registration no BOOTSTRAP claims fails then. */
   private static final long BOOTSTRAP_DEADLINE_MS = 3_000;
@@ -37,20 +34,9 @@ class EnginePdCancelTest extends WithContextLlama {
     return PdSettings.defaults().withTimingsMs(2_000, BOOTSTRAP_DEADLINE_MS, 200, 3_000);
   }
 
-  private Engine start(PdOptions pd, Checked checks) {
-    return Engine.start(
-        EngineSettings.of(model, EngineTest.small(256)).observer(checks).pd(pd).conclude());
-  }
-
-  private Engine prefill(Checked checks) {
-    return start(PdOptions.prefill(SECRET, settings()), checks);
-  }
-
-  private Engine decode(Checked checks) {
-    return start(
-        PdOptions.decode(
-            SECRET, settings(), new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)),
-        checks);
+  @Override
+  protected PdSettings pdSettings() {
+    return settings();
   }
 
   private int[] prompt(int seed, int n) {

@@ -9,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import io.tokenspeed.model.sampling.SamplingParams;
-import io.tokenspeed.pd.PdSecret;
 import io.tokenspeed.pd.PdSettings;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -33,8 +32,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * time, and neither side keeps a reference, a room or a request afterwards. The owners' invariants
  * (the Host references the transfers hold among them) are checked after every round on both.
  */
-class EnginePdTest extends WithContextLlama {
-  private static final PdSecret SECRET = PdSecret.generate();
+class EnginePdTest extends WithPdEngines {
 
   /** The prefix granularity of {@link EngineTest#small}: shorter prompts reuse nothing. */
   private static final int PAGE = EngineTest.small(2).prefixGranularity();
@@ -43,20 +41,9 @@ class EnginePdTest extends WithContextLlama {
     return PdSettings.defaults().withTimingsMs(2_000, 3_000, 200, 3_000);
   }
 
-  private Engine start(PdOptions pd, Checked checks) {
-    return Engine.start(
-        EngineSettings.of(model, EngineTest.small(256)).observer(checks).pd(pd).conclude());
-  }
-
-  private Engine prefill(Checked checks) {
-    return start(PdOptions.prefill(SECRET, settings()), checks);
-  }
-
-  private Engine decode(Checked checks) {
-    return start(
-        PdOptions.decode(
-            SECRET, settings(), new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)),
-        checks);
+  @Override
+  protected PdSettings pdSettings() {
+    return settings();
   }
 
   /** One request's prompt and token limit. */
