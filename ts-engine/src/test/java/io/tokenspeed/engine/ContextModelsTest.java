@@ -4,6 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.engine.EngineTest.Run;
 import io.tokenspeed.model.CausalLm;
+import io.tokenspeed.model.ContextConfigs;
+import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.sampling.SamplingParams;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -18,7 +20,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * The untied models of {@link ContextModels} answer their context, not only their last token:
+ * The untied models of {@link ContextConfigs} answer their context, not only their last token:
  * prompts that end in the same token but differ before it give different greedy next tokens.
  * Without this, a test comparing a restored or resumed output with recomputation proves nothing
  * (the same Llama with tied embeddings gives token 17 back after all eight prompts).
@@ -31,6 +33,9 @@ class ContextModelsTest {
   void load(@TempDir Path dir) {
     models.put("llama", ContextModels.llama(dir));
     models.put("gemma3", ContextModels.gemma3(dir));
+    models.put("mamba", ContextModels.load(dir, "untied-mamba", ContextConfigs.MAMBA, 13));
+    // the fixture the GPU suite's hybrid engine tests serve (untied)
+    models.put("jamba", CausalLm.load(Fixtures.extract("jamba", dir.resolve("fixture"))));
   }
 
   @AfterAll
@@ -39,7 +44,7 @@ class ContextModelsTest {
   }
 
   @ParameterizedTest(name = "{0}")
-  @ValueSource(strings = {"llama", "gemma3"})
+  @ValueSource(strings = {"llama", "gemma3", "mamba", "jamba"})
   void shouldGiveDifferentNextTokensWhenOnlyTheContextBeforeTheLastTokenDiffers(String name)
       throws Exception {
     CausalLm model = models.get(name);

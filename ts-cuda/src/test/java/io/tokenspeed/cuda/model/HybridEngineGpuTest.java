@@ -22,6 +22,7 @@ import io.tokenspeed.l3.spi.Store;
 import io.tokenspeed.l3.store.file.FileStore;
 import io.tokenspeed.l3.store.file.FileStoreSettings;
 import io.tokenspeed.l3.store.memory.MemoryStore;
+import io.tokenspeed.model.ContextConfigs;
 import io.tokenspeed.model.Fixtures;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.device.DeviceModel;
@@ -65,55 +66,15 @@ class HybridEngineGpuTest {
   private static final int P = 4;
   private static final int TOP = 5;
 
-  /** Three layers (two sliding, windows of 16 tokens, one global), 64 wide, 256 tokens, untied. */
-  static final String GEMMA3 =
-      """
-      {
-        "architectures": ["Gemma3ForCausalLM"],
-        "head_dim": 16,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
-        "max_position_embeddings": 1024,
-        "model_type": "gemma3_text",
-        "num_attention_heads": 4,
-        "num_hidden_layers": 3,
-        "num_key_value_heads": 1,
-        "query_pre_attn_scalar": 16,
-        "rms_norm_eps": 1e-06,
-        "rope_local_base_freq": 10000.0,
-        "rope_theta": 1000000.0,
-        "sliding_window": 16,
-        "tie_word_embeddings": false,
-        "vocab_size": 256
-      }
-      """;
-
-  /** Two Mamba layers, 64 wide, a state of 16, 256 tokens, untied. */
-  static final String MAMBA =
-      """
-      {
-        "architectures": ["MambaForCausalLM"],
-        "model_type": "mamba",
-        "conv_kernel": 4,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "layer_norm_epsilon": 1e-05,
-        "num_hidden_layers": 2,
-        "state_size": 16,
-        "tie_word_embeddings": false,
-        "time_step_rank": 4,
-        "vocab_size": 256
-      }
-      """;
-
   /** The hybrid models the tests serve, by name; the jamba fixture's projection is untied. */
   static Path folder(String name, Path dir) {
     return switch (name) {
       case "gemma3" ->
-          SyntheticCheckpoints.materialize("untied-gemma3", GEMMA3, 13, DType.F32, dir);
-      case "mamba" -> SyntheticCheckpoints.materialize("untied-mamba", MAMBA, 13, DType.F32, dir);
+          SyntheticCheckpoints.materialize(
+              "untied-gemma3", ContextConfigs.GEMMA3, 13, DType.F32, dir);
+      case "mamba" ->
+          SyntheticCheckpoints.materialize(
+              "untied-mamba", ContextConfigs.MAMBA, 13, DType.F32, dir);
       case "jamba" -> Fixtures.extract("jamba", dir);
       default -> throw new IllegalArgumentException(name);
     };
