@@ -890,7 +890,11 @@ public final class CudaCausalLm implements AutoCloseable {
     FlashKernel decodeFlash = FLASH_DEFAULT == null && !deterministic ? FlashKernel.MMA : flash;
     Uploader up = new Uploader(device, bf16, owned);
     DeviceBuffer embed = up.matrix(embedT);
-    DeviceBuffer globalRope = up.floats(inverseFrequencies(d.ropeTheta(), hd));
+    // RoPE tables for the layers that rotate (Mamba has no attention, Jamba's attention no RoPE)
+    DeviceBuffer globalRope =
+        mambaModel != null || jamba != null
+            ? null
+            : up.floats(inverseFrequencies(d.ropeTheta(), hd));
     DeviceBuffer localRope =
         gemma == null ? globalRope : up.floats(inverseFrequencies(gemma.ropeLocalTheta(), hd));
     // Gemma's norms scale by 1 + w: folded into the weights here, in float32 as the CPU model adds
@@ -980,7 +984,7 @@ public final class CudaCausalLm implements AutoCloseable {
               mlpOutNorm,
               groups.get(l),
               sliding ? gemma.slidingWindow() : 0,
-              jamba != null ? null : sliding ? localRope : globalRope,
+              sliding ? localRope : globalRope,
               null));
     }
     DeviceBuffer finalNorm =
