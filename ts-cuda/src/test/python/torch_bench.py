@@ -7,6 +7,12 @@ sliding windows, Mamba's state). With
 --sdpa it also times one layer's attention alone at each prefill length, as transformers calls it
 (K and V repeated to every query head, causal): `torch sdpa <backend> <tokens> <ms>` for PyTorch's
 flash kernel (SDPBackend.FLASH_ATTENTION) and for the backend PyTorch picks by itself.
+
+Started by torchrun (`python3 -m torch.distributed.run --nproc_per_node T`, WORLD_SIZE > 1) it runs
+the model tensor-parallel over T GPUs instead (transformers' tp_plan="auto" over NCCL; gloo on a
+CPU), every rank on the same ids, and rank 0 prints `torch tp T prefill ...` and `torch tp T
+decode ...`; with --allreduce ROWS,... also `torch tp T allreduce <rows> x <hidden> <us>`: one
+torch.distributed.all_reduce of that many float32 values, best of five runs of 20 calls.
 """
 
 import argparse
@@ -14,6 +20,7 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModelForCausalLM
@@ -21,10 +28,19 @@ from transformers import AutoModelForCausalLM
 # cuda on the GPU machine; TORCH_BENCH_DEVICE=cpu runs the same steps on a CPU (a check of this
 # script, not a figure)
 DEVICE = os.environ.get("TORCH_BENCH_DEVICE", "cuda")
+# set by torchrun: ranks of a tensor-parallel run
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+RANK = int(os.environ.get("RANK", "0"))
+PREFIX = f"torch tp {WORLD}" if WORLD > 1 else "torch"
+
+
+def say(line):
+    if RANK == 0:
+        print(line, flush=True)
 
 
 def sync():
-    if DEVICE == "cuda":
+    if DEVICE.startswith("cuda"):
         torch.cuda.synchronize()
 
 
@@ -58,6 +74,22 @@ def sdpa(config, n, g):
               f" {heads} heads on {kv_heads} KV heads)", flush=True)
 
 
+def allreduce(rows, hidden):
+    calls = 20
+    for r in rows:
+        x = torch.zeros(r * hidden, dtype=torch.float32, device=DEVICE)
+        best = float("inf")
+        for run in range(6):
+            def many():
+                for _ in range(calls):
+                    dist.all_reduce(x)
+            us = timed(many) * 1e3 / calls
+            if run > 0:
+                best = min(best, us)
+        bus = 2 * (WORLD - 1) / WORLD * 4 * r * hidden / (best * 1e-6) / 1e9
+        say(f"{PREFIX} allreduce {r} x {hidden} {best:.1f} us (bus {bus:.1f} GB/s)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("folder")
@@ -65,17 +97,28 @@ def main():
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--sdpa", action="store_true")
+    p.add_argument("--allreduce", default="")
     a = p.parse_args()
-    model = AutoModelForCausalLM.from_pretrained(
-        a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(DEVICE).eval()
+    global DEVICE
+    if WORLD > 1:
+        if DEVICE == "cuda":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            DEVICE = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        dist.init_process_group("nccl" if DEVICE.startswith("cuda") else "gloo")
+        model = AutoModelForCausalLM.from_pretrained(
+            a.folder, dtype=torch.bfloat16, attn_implementation="sdpa", tp_plan="auto").eval()
+        allreduce([int(x) for x in a.allreduce.split(",") if x], model.config.hidden_size)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(
+            a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(DEVICE).eval()
     vocab = model.config.vocab_size
     g = torch.Generator(device=DEVICE).manual_seed(1)
     with torch.no_grad():
         for n in [int(x) for x in a.prefill.split(",") if x]:
             ids = torch.randint(0, vocab, (1, n), device=DEVICE, generator=g)
             times = [timed(lambda: model(ids, use_cache=False, logits_to_keep=1)) for _ in range(4)]
-            print(f"torch prefill {n} {min(times[1:]):.2f}", flush=True)
-            if a.sdpa:
+            say(f"{PREFIX} prefill {n} {min(times[1:]):.2f}")
+            if a.sdpa and WORLD == 1:
                 sdpa(model.config, n, g)
         steps = 32
         for b in [int(x) for x in a.batches.split(",") if x]:
@@ -97,8 +140,10 @@ def main():
                 ms = timed(run) / steps
                 if r > 0:
                     best = min(best, ms)
-            print(f"torch decode {b} {best:.3f}", flush=True)
+            say(f"{PREFIX} decode {b} {best:.3f}")
 
 
 if __name__ == "__main__":
     main()
+    if WORLD > 1:
+        dist.destroy_process_group()

@@ -1212,6 +1212,11 @@ public final class CudaCausalLm implements AutoCloseable {
     return d.vocabSize();
   }
 
+  /** The residual stream's width: the floats per token each tensor-parallel all-reduce sums. */
+  public int hiddenSize() {
+    return d.hiddenSize();
+  }
+
   /**
    * Whether every GEMM runs in a fixed reduction order (see {@link #load(CudaDevice, Path, String,
    * String, boolean)}).

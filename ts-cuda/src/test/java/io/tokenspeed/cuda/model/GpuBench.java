@@ -35,7 +35,7 @@ import java.util.SplittableRandom;
  * 2048,8192 1,16,64 512 normal,deterministic}.
  */
 public final class GpuBench {
-  private static final int BLOCK = 16;
+  static final int BLOCK = 16;
   private static final int STEPS = 32;
   private static final int REPEATS = 3;
   private static final int CHUNK = 512;
@@ -140,10 +140,7 @@ public final class GpuBench {
               mode,
               (System.nanoTime() - l0) / 1e9,
               m.attentionName());
-          int maxBatch = Arrays.stream(batches).max().orElse(0);
-          int maxTokens =
-              Math.max(Arrays.stream(prefills).max().orElse(0), maxBatch * (context + STEPS + 1));
-          int blocks = 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
+          int blocks = kvBlocks(prefills, batches, context);
           try (CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(BLOCK, BLOCK), blocks)) {
             SplittableRandom rnd = new SplittableRandom(1);
             // prefill batches never split: the split-kv and flash modes time decode only
@@ -153,21 +150,9 @@ public final class GpuBench {
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
               int[] table = sequential(1, Math.ceilDiv(n, BLOCK));
-              double best = Double.MAX_VALUE;
-              float[] logits = null;
-              for (int r = 0; r <= REPEATS; r++) {
-                long s = System.nanoTime();
-                logits =
-                    m.forward(
-                            ForwardBatch.of(
-                                new ForwardRequest(ids, 0, everyGroup(kv, table), false)),
-                            kv)
-                        .logits(0);
-                double ms = (System.nanoTime() - s) / 1e6;
-                if (r > 0) {
-                  best = Math.min(best, ms);
-                }
-              }
+              float[][] last = new float[1][];
+              double best = prefillMs(m, kv, ids, table, last);
+              float[] logits = last[0];
               System.out.printf(Locale.ROOT, "ours %s prefill %d %.2f%n", mode, n, best);
               if (List.of("normal", "wgmma", "tma").contains(mode) && n >= 2 * SUFFIX) {
                 suffix(m, kv, ids, table, mode);
@@ -227,49 +212,9 @@ public final class GpuBench {
                   first);
             }
             for (int b : batches) {
-              int rows = Math.ceilDiv(context + STEPS + 1, BLOCK);
-              List<int[]> tables = new ArrayList<>();
-              for (int i = 0; i < b; i++) {
-                int[] table = sequential(1 + i * rows, rows);
-                tables.add(table);
-                // one request at a time, in chunks: long contexts at large batches fit the scratch
-                int[] ids = rnd.ints(context, 0, m.vocabSize()).toArray();
-                for (int from = 0; from < context; from += CONTEXT_CHUNK) {
-                  int to = Math.min(context, from + CONTEXT_CHUNK);
-                  m.forward(
-                      ForwardBatch.of(
-                          new ForwardRequest(
-                              Arrays.copyOfRange(ids, from, to),
-                              from,
-                              everyGroup(kv, table),
-                              false)),
-                      kv);
-                }
-              }
-              double best = Double.MAX_VALUE;
-              double bestEnqueue = 0;
-              for (int r = 0; r <= REPEATS; r++) {
-                long s = System.nanoTime();
-                long e0 = m.enqueueNanos();
-                for (int step = 0; step < STEPS; step++) {
-                  List<ForwardRequest> decode = new ArrayList<>();
-                  for (int i = 0; i < b; i++) {
-                    // each repeat decodes the same positions again: same work every time
-                    decode.add(
-                        new ForwardRequest(
-                            new int[] {rnd.nextInt(m.vocabSize())},
-                            context + step,
-                            everyGroup(kv, tables.get(i)),
-                            false));
-                  }
-                  m.forward(new ForwardBatch(decode), kv);
-                }
-                double ms = (System.nanoTime() - s) / 1e6 / STEPS;
-                if (r > 0 && ms < best) {
-                  best = ms;
-                  bestEnqueue = (m.enqueueNanos() - e0) / 1e6 / STEPS;
-                }
-              }
+              double[] timed = decodeMs(m, kv, b, context, rnd);
+              double best = timed[0];
+              double bestEnqueue = timed[1];
               // the host's share: issuing the step's launches, while the GPU may already compute
               System.out.printf(
                   Locale.ROOT,
@@ -303,6 +248,83 @@ public final class GpuBench {
     }
   }
 
+  /**
+   * The best of {@link #REPEATS} forwards of {@code ids} as one prefill over blocks {@code table},
+   * after one untimed pass; {@code last[0]} receives the last pass's logits.
+   */
+  static double prefillMs(CudaCausalLm m, CudaKvCache kv, int[] ids, int[] table, float[][] last) {
+    double best = Double.MAX_VALUE;
+    for (int r = 0; r <= REPEATS; r++) {
+      long s = System.nanoTime();
+      last[0] =
+          m.forward(ForwardBatch.of(new ForwardRequest(ids, 0, everyGroup(kv, table), false)), kv)
+              .logits(0);
+      double ms = (System.nanoTime() - s) / 1e6;
+      if (r > 0) {
+        best = Math.min(best, ms);
+      }
+    }
+    return best;
+  }
+
+  /**
+   * A decode step of {@code batch} requests over {@code context} tokens each: fills the requests'
+   * KV (one request at a time, in chunks, so that long contexts at large batches fit the scratch),
+   * then times {@link #STEPS} steps, best of {@link #REPEATS} after one untimed pass. Returns the
+   * milliseconds per step and the host's share of them (issuing the step's launches).
+   */
+  static double[] decodeMs(
+      CudaCausalLm m, CudaKvCache kv, int batch, int context, SplittableRandom rnd) {
+    int rows = Math.ceilDiv(context + STEPS + 1, BLOCK);
+    List<int[]> tables = new ArrayList<>();
+    for (int i = 0; i < batch; i++) {
+      int[] table = sequential(1 + i * rows, rows);
+      tables.add(table);
+      int[] ids = rnd.ints(context, 0, m.vocabSize()).toArray();
+      for (int from = 0; from < context; from += CONTEXT_CHUNK) {
+        int to = Math.min(context, from + CONTEXT_CHUNK);
+        m.forward(
+            ForwardBatch.of(
+                new ForwardRequest(
+                    Arrays.copyOfRange(ids, from, to), from, everyGroup(kv, table), false)),
+            kv);
+      }
+    }
+    double best = Double.MAX_VALUE;
+    double bestEnqueue = 0;
+    for (int r = 0; r <= REPEATS; r++) {
+      long s = System.nanoTime();
+      long e0 = m.enqueueNanos();
+      for (int step = 0; step < STEPS; step++) {
+        List<ForwardRequest> decode = new ArrayList<>();
+        for (int i = 0; i < batch; i++) {
+          // each repeat decodes the same positions again: same work every time
+          decode.add(
+              new ForwardRequest(
+                  new int[] {rnd.nextInt(m.vocabSize())},
+                  context + step,
+                  everyGroup(kv, tables.get(i)),
+                  false));
+        }
+        m.forward(new ForwardBatch(decode), kv);
+      }
+      double ms = (System.nanoTime() - s) / 1e6 / STEPS;
+      if (r > 0 && ms < best) {
+        best = ms;
+        bestEnqueue = (m.enqueueNanos() - e0) / 1e6 / STEPS;
+      }
+    }
+    return new double[] {best, bestEnqueue};
+  }
+
+  /** KV blocks for the longest prefill and the largest decode batch, with room to spare. */
+  static int kvBlocks(int[] prefills, int[] batches, int context) {
+    int maxBatch = Arrays.stream(batches).max().orElse(0);
+    int maxTokens =
+        Math.max(Arrays.stream(prefills).max().orElse(0), maxBatch * (context + STEPS + 1));
+    return 2 + Math.ceilDiv(maxTokens, BLOCK) + 64;
+  }
+
   /** Bytes of the device-to-device copy that measures the bandwidth. */
   private static final long COPY_BYTES = 1L << 30;
 
@@ -310,7 +332,7 @@ public final class GpuBench {
    * The device's copy bandwidth: the best of five {@code cudaMemcpyAsync} device-to-device copies
    * of {@link #COPY_BYTES}, timed between events, counting the bytes read and written.
    */
-  private static double copyBandwidth(CudaDevice device) {
+  static double copyBandwidth(CudaDevice device) {
     CudaApi api = device.api();
     long start = api.eventCreate(0);
     long end = api.eventCreate(0);
@@ -337,13 +359,13 @@ public final class GpuBench {
    * The same block ids for every cache group of {@code kv} (each group has a pool of its own, of
    * the same number of blocks): a hybrid model's sliding-window or State group as its full one.
    */
-  private static int[][] everyGroup(CudaKvCache kv, int[] table) {
+  static int[][] everyGroup(CudaKvCache kv, int[] table) {
     int[][] t = new int[kv.layout().numGroups()][];
     Arrays.fill(t, table);
     return t;
   }
 
-  private static int[] sequential(int first, int n) {
+  static int[] sequential(int first, int n) {
     int[] t = new int[n];
     for (int i = 0; i < n; i++) {
       t[i] = first + i;
@@ -351,7 +373,7 @@ public final class GpuBench {
     return t;
   }
 
-  private static int[] ints(String csv) {
+  static int[] ints(String csv) {
     return Arrays.stream(csv.split(","))
         .filter(s -> !s.isBlank())
         .mapToInt(Integer::parseInt)
