@@ -9,6 +9,7 @@ import io.tokenspeed.engine.GenerationResult;
 import io.tokenspeed.engine.RequestHandle;
 import io.tokenspeed.engine.RequestMetrics;
 import io.tokenspeed.model.sampling.SamplingParams;
+import io.tokenspeed.model.sampling.TokenLogprobs;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
 import io.tokenspeed.model.tokenizer.StreamingDecoder;
 import io.tokenspeed.model.tokenizer.Tokenizer;
@@ -41,7 +42,7 @@ import picocli.CommandLine.Spec;
  *            generated 16 tokens (finish: length) | TTFT 41.2 ms | decode 212.5 tokens/s |
  *            reused prefix: device 0, host 0 of 5 prompt tokens
  *   --json   instead of the text, one object on stdout: tokens, text, finish_reason and the
- *            request's figures
+ *            request's figures (with --logprobs N also logprobs, and top_logprobs for N above 0)
  * </pre>
  *
  * <p>The engine's Device is sized for the request: enough parents that its single-request limit
@@ -57,7 +58,8 @@ import picocli.CommandLine.Spec;
       "tokenspeed generate --model=DIR|synthetic:NAME (--prompt=TEXT | --tokens=ID,ID,...)",
       "                           [--max-tokens=N] [--temperature=T] [--top-k=K] [--top-p=P]",
       "                           [--min-p=P] [--sampling-seed=N] [--stop-token-ids=ID,...]",
-      "                           [--ignore-eos] [--json] [--device-tokens=N] [--warm-up=N]",
+      "                           [--ignore-eos] [--json [--logprobs=N]] [--device-tokens=N]",
+      "                           [--warm-up=N]",
       "                           [--seed=N]",
       "                           [--dtype=f32|bf16] [--threads=N] [--tp=N]",
       "                           [--device=cpu|cuda[:N]] [--deterministic]",
@@ -180,6 +182,16 @@ final class GenerateCommand implements Callable<Integer> {
   private boolean json;
 
   @Option(
+      names = "--logprobs",
+      paramLabel = "N",
+      description =
+          "With --json: each generated token's log probability (\"logprobs\") and, for N above"
+              + " 0, the N most likely tokens of each step (\"top_logprobs\"); N in [0, "
+              + TokenLogprobs.MAX_TOP_LOGPROBS
+              + "] (default: none).")
+  private Integer logprobs;
+
+  @Option(
       names = "--device-tokens",
       paramLabel = "N",
       description =
@@ -216,6 +228,13 @@ final class GenerateCommand implements Callable<Integer> {
     }
     if (deviceTokens != null && deviceTokens < 1) {
       throw modelOptions.usage("--device-tokens=" + deviceTokens + " must be at least 1");
+    }
+    if (logprobs != null && !json) {
+      throw modelOptions.usage("--logprobs prints into the --json object: add --json");
+    }
+    if (logprobs != null && (logprobs < 0 || logprobs > TokenLogprobs.MAX_TOP_LOGPROBS)) {
+      throw modelOptions.usage(
+          "--logprobs=" + logprobs + " must be in [0, " + TokenLogprobs.MAX_TOP_LOGPROBS + "]");
     }
     if (warmUp < 0 || warmUp > 100) {
       throw modelOptions.usage("--warm-up=" + warmUp + " must be in [0, 100]");
@@ -356,7 +375,8 @@ final class GenerateCommand implements Callable<Integer> {
     PrintWriter out = spec.commandLine().getOut();
     PrintWriter err = spec.commandLine().getErr();
     StreamingDecoder decoder = printsText(tokenizer) ? tokenizer.newStreamingDecoder(false) : null;
-    RequestHandle handle = engine.submit(ids, params);
+    RequestHandle handle =
+        engine.submit(ids, params, logprobs == null ? TokenLogprobs.NO_LOGPROBS : logprobs);
     long startNs = System.nanoTime();
     boolean first = true;
     while (true) {
@@ -392,7 +412,7 @@ final class GenerateCommand implements Callable<Integer> {
       throw new IllegalStateException("generation failed: " + result.error());
     }
     if (json) {
-      out.println(json(result, tokenizer));
+      out.println(json(result, tokenizer, handle.logprobs()));
     } else {
       if (decoder != null) {
         out.print(decoder.flush());
@@ -413,12 +433,28 @@ final class GenerateCommand implements Callable<Integer> {
     out.flush();
   }
 
-  private String json(GenerationResult result, Tokenizer tokenizer) {
+  private String json(GenerationResult result, Tokenizer tokenizer, List<TokenLogprobs> steps) {
     RequestMetrics m = result.metrics();
     ObjectNode node = JSON.createObjectNode();
     ArrayNode ids = node.putArray("tokens");
     for (int id : result.tokens()) {
       ids.add(id);
+    }
+    if (logprobs != null) {
+      ArrayNode chosen = node.putArray("logprobs");
+      ArrayNode top = logprobs > 0 ? node.putArray("top_logprobs") : null;
+      for (TokenLogprobs step : steps) {
+        chosen.add(step.logprob());
+        if (top != null) {
+          ArrayNode alternatives = top.addArray();
+          for (int i = 0; i < step.topTokens().length; i++) {
+            alternatives
+                .addObject()
+                .put("token", step.topTokens()[i])
+                .put("logprob", step.topLogprobs()[i]);
+          }
+        }
+      }
     }
     node.put("text", tokenizer.decode(result.tokens()));
     node.put("finish_reason", result.finishReason());

@@ -19,6 +19,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
@@ -125,6 +126,63 @@ class GenerateCommandTest {
         node.get("prompt_tokens").asInt() + want.length - 1,
         node.get("computed_tokens").asLong(),
         "cold: the prompt, then one decode step per later token");
+  }
+
+  @ParameterizedTest(name = "{0} top {1}")
+  @CsvSource({"llama, 0", "qwen2, 3", "gemma3, 20"})
+  void shouldPrintEachTokensLogprobAsTransformersComputesIt(String name, int top) throws Exception {
+    Path fixture = ModelFixtures.extract(name, tmp);
+    int[] want = ModelFixtures.greedy(fixture, 0);
+    float[] steps = ModelFixtures.steps(fixture, 0);
+    int vocab = steps.length / want.length;
+    CliRun run = greedy(fixture, "--json", "--logprobs", Integer.toString(top), "--warm-up", "0");
+    assertEquals(0, run.exitCode(), run::toString);
+    JsonNode node = JSON.readTree(run.out());
+    JsonNode logprobs = node.get("logprobs");
+    assertEquals(want.length, logprobs.size(), run::out);
+    assertEquals(top > 0, node.has("top_logprobs"), run::out);
+    for (int k = 0; k < want.length; k++) {
+      // transformers' log-softmax of step k's logits, in double
+      double max = Double.NEGATIVE_INFINITY;
+      for (int v = 0; v < vocab; v++) {
+        max = Math.max(max, steps[k * vocab + v]);
+      }
+      double sum = 0;
+      for (int v = 0; v < vocab; v++) {
+        sum += Math.exp(steps[k * vocab + v] - max);
+      }
+      double logSum = max + Math.log(sum);
+      double expected = steps[k * vocab + want[k]] - logSum;
+      assertEquals(expected, logprobs.get(k).asDouble(), 1e-3, "step " + k + ": " + run.out());
+      if (top > 0) {
+        JsonNode alternatives = node.get("top_logprobs").get(k);
+        assertEquals(top, alternatives.size(), run::out);
+        assertEquals(want[k], alternatives.get(0).get("token").asInt(), "greedy: the most likely");
+        for (int i = 0; i < top; i++) {
+          JsonNode a = alternatives.get(i);
+          double lp = steps[k * vocab + a.get("token").asInt()] - logSum;
+          assertEquals(lp, a.get("logprob").asDouble(), 1e-3, "step " + k + " top " + i);
+          if (i > 0) {
+            assertTrue(
+                a.get("logprob").asDouble() <= alternatives.get(i - 1).get("logprob").asDouble(),
+                "most likely first: " + run.out());
+          }
+        }
+      }
+    }
+  }
+
+  @ParameterizedTest
+  @CsvSource({
+    "--logprobs=0, --logprobs prints into the --json object: add --json",
+    "'--json,--logprobs=21', --logprobs=21 must be in [0, 20]",
+    "'--json,--logprobs=-1', --logprobs=-1 must be in [0, 20]"
+  })
+  void shouldRefuseLogprobsWithoutJsonOrOutOfRange(String flags, String message) {
+    Path fixture = ModelFixtures.extract("llama", tmp);
+    CliRun run = greedy(fixture, flags.split(","));
+    assertEquals(2, run.exitCode(), run::toString);
+    assertTrue(run.err().startsWith("error: " + message), run::toString);
   }
 
   @Test

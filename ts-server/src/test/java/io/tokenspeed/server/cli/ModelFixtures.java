@@ -61,9 +61,21 @@ final class ModelFixtures {
 
   /** {@code logits_<prompt>} of an extracted fixture, flattened [positions][vocab]. */
   static float[] logits(Path fixture, int prompt) {
+    return floats(fixture, "logits_" + prompt);
+  }
+
+  /**
+   * {@code steps_<prompt>} of an extracted fixture, flattened [step][vocab]: the logits from which
+   * transformers chose each greedy id (step 0's are the prompt's last position's).
+   */
+  static float[] steps(Path fixture, int prompt) {
+    return floats(fixture, "steps_" + prompt);
+  }
+
+  private static float[] floats(Path fixture, String tensor) {
     try (Arena arena = Arena.ofConfined()) {
       return SafetensorsFile.open(fixture.resolve("reference.safetensors"), arena)
-          .tensor("logits_" + prompt)
+          .tensor(tensor)
           .toFloatArray();
     }
   }
