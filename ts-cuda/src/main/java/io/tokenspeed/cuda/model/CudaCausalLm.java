@@ -2509,8 +2509,6 @@ public final class CudaCausalLm implements AutoCloseable {
         int g = layer.group();
         long pool = kv.base(g);
         long layerTables = ws.tables.pointer() + 4L * g * groupTables;
-        long kOff = kv.fieldOffset(g, "layers." + l + ".k");
-        long vOff = kv.fieldOffset(g, "layers." + l + ".v");
         long bpb = have.group(g).bytesPerBlock();
         int groupBg = have.group(g).blockGranularity();
         rmsNorm(ws.x.pointer(), 0L, layer.inputNorm(), actF32, actBf16, numTokens, hidden, eps);
@@ -2529,6 +2527,9 @@ public final class CudaCausalLm implements AutoCloseable {
           }
           continue;
         }
+        // an attention layer's K and V in its group's blocks (a Mamba layer has its state instead)
+        long kOff = kv.fieldOffset(g, "layers." + l + ".k");
+        long vOff = kv.fieldOffset(g, "layers." + l + ".v");
         gemm.apply(
             act,
             layer.qkv().pointer(),

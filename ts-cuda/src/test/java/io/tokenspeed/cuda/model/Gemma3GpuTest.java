@@ -134,13 +134,14 @@ class Gemma3GpuTest extends OnTheGpu {
           CudaCausalLmGpuTest.prefill(m, kv, a, CudaCausalLmGpuTest.tables(kv, 2, rows), 17);
       assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
       // a's last 30 tokens batched with b's prefill, a's first 120 already in other blocks
-      int[][] ta = CudaCausalLmGpuTest.tables(kv, 3, rows);
+      // the two requests' blocks disjoint: b's prefill must not write a's rows
+      int[][][] disjoint = RecurrentGpuTest.disjointTables(kv, 3, a.length, b.length);
+      int[][] ta = disjoint[0];
       CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
       ForwardResult r =
           m.forward(
               ForwardBatch.of(
-                  new ForwardRequest(
-                      b, 0, CudaCausalLmGpuTest.tables(kv, 4, Math.ceilDiv(b.length, BG)), false),
+                  new ForwardRequest(b, 0, disjoint[1], false),
                   new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
               kv);
       assertArrayEquals(

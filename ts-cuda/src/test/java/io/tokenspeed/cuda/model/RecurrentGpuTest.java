@@ -69,11 +69,21 @@ class RecurrentGpuTest extends OnTheGpu {
 
   /** Every table of {@code layout} of fresh blocks, for a request of {@code tokens} tokens. */
   static int[][] tables(CudaKvCache kv, long seed, int tokens) {
+    return disjointTables(kv, seed, tokens)[0];
+  }
+
+  /**
+   * The tables of requests of {@code tokens[r]} tokens each, drawn from one shuffle per group, so
+   * that no two of them share a block: requests of one batch must not write each other's rows.
+   */
+  static int[][][] disjointTables(CudaKvCache kv, long seed, int... tokens) {
     CacheLayout layout = kv.layout();
-    int[][] t = new int[layout.numGroups()][];
-    for (int g = 0; g < t.length; g++) {
-      int rows = Math.ceilDiv(tokens, layout.group(g).blockGranularity());
-      t[g] = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(g), seed + 31L * g).table(rows);
+    int[][][] t = new int[tokens.length][layout.numGroups()][];
+    for (int g = 0; g < layout.numGroups(); g++) {
+      var blocks = new CudaCausalLmGpuTest.Blocks(kv.numBlocks(g), seed + 31L * g);
+      for (int r = 0; r < tokens.length; r++) {
+        t[r][g] = blocks.table(Math.ceilDiv(tokens[r], layout.group(g).blockGranularity()));
+      }
     }
     return t;
   }
@@ -141,12 +151,13 @@ class RecurrentGpuTest extends OnTheGpu {
       float[] whole = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 1, a.length), a.length);
       float[] chunked = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 2, a.length), 17);
       assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
-      int[][] ta = tables(kv, 3, a.length);
+      int[][][] disjoint = disjointTables(kv, 3, a.length, b.length);
+      int[][] ta = disjoint[0];
       CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
       ForwardResult r =
           m.forward(
               ForwardBatch.of(
-                  new ForwardRequest(b, 0, tables(kv, 4, b.length), false),
+                  new ForwardRequest(b, 0, disjoint[1], false),
                   new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
               kv);
       assertArrayEquals(
