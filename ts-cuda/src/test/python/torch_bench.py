@@ -109,8 +109,13 @@ def main():
             a.folder, dtype=torch.bfloat16, attn_implementation="sdpa", tp_plan="auto").eval()
         allreduce([int(x) for x in a.allreduce.split(",") if x], model.config.hidden_size)
     else:
-        model = AutoModelForCausalLM.from_pretrained(
-            a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(DEVICE).eval()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                a.folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(DEVICE).eval()
+        except ValueError:
+            # a model without attention layers (Mamba) has no sdpa implementation to pick
+            model = AutoModelForCausalLM.from_pretrained(
+                a.folder, dtype=torch.bfloat16, attn_implementation="eager").to(DEVICE).eval()
     vocab = model.config.vocab_size
     g = torch.Generator(device=DEVICE).manual_seed(1)
     with torch.no_grad():

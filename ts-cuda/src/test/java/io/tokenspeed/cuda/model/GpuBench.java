@@ -148,13 +148,25 @@ public final class GpuBench {
               if (!List.of("normal", "mma", "wgmma", "tma").contains(mode) && n > 8192) {
                 continue; // the slower modes' cost is clear at 8k; 32k would take minutes
               }
+              if (n > m.maxPositions()) {
+                System.out.printf(
+                    Locale.ROOT,
+                    "ours %s prefill %d skipped: beyond max_position_embeddings %d%n",
+                    mode,
+                    n,
+                    m.maxPositions());
+                continue;
+              }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
               int[] table = sequential(1, Math.ceilDiv(n, BLOCK));
               float[][] last = new float[1][];
               double best = prefillMs(m, kv, ids, table, last);
               float[] logits = last[0];
               System.out.printf(Locale.ROOT, "ours %s prefill %d %.2f%n", mode, n, best);
-              if (List.of("normal", "wgmma", "tma").contains(mode) && n >= 2 * SUFFIX) {
+              // the split applies to the tensor-core attention only (not to the hybrid models')
+              if (List.of("normal", "wgmma", "tma").contains(mode)
+                  && n >= 2 * SUFFIX
+                  && m.attentionName().startsWith("cuda-flash")) {
                 suffix(m, kv, ids, table, mode);
               }
               float[] before = firstLogits.putIfAbsent(n, logits);
@@ -175,7 +187,7 @@ public final class GpuBench {
             }
             // the engine's way: chunks of 512 tokens, each attending over the chunks before it
             for (int n : splitKv ? new int[0] : prefills) {
-              if (n > 8192) {
+              if (n > 8192 || n > m.maxPositions()) {
                 continue;
               }
               int[] ids = rnd.ints(n, 0, m.vocabSize()).toArray();
