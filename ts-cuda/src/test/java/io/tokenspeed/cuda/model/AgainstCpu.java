@@ -4,12 +4,14 @@ import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.BF16_RELATIVE;
 import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.F32_RELATIVE;
 import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.argmax;
 import static io.tokenspeed.cuda.model.CudaCausalLmGpuTest.relative;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
+import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.PagedRunner;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.kernel.ComputePool;
@@ -116,5 +118,39 @@ final class AgainstCpu {
     if (type == DType.F32) {
       assertEquals(steps, same, what + ", float32: the CPU model's greedy ids");
     }
+  }
+
+  /**
+   * In deterministic mode, one prompt's logits bit-identical whole, in chunks of 17, and with its
+   * last 30 tokens batched with another prompt's prefill (the two requests' blocks disjoint: the
+   * other's prefill must not write its rows).
+   */
+  static void assertBatchInvariant(String name, CudaCausalLm m, CudaKvCache kv) {
+    int vocab = m.vocabSize();
+    int[] a = RecurrentGpuTest.prompt(150, 21, vocab);
+    int[] b = RecurrentGpuTest.prompt(90, 22, vocab);
+    float[] whole =
+        CudaCausalLmGpuTest.prefill(m, kv, a, RecurrentGpuTest.tables(kv, 1, a.length), a.length);
+    float[] chunked =
+        CudaCausalLmGpuTest.prefill(m, kv, a, RecurrentGpuTest.tables(kv, 2, a.length), 17);
+    assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
+    // a's last 30 tokens batched with b's prefill, a's first 120 already in other blocks
+    int[][][] disjoint = RecurrentGpuTest.disjointTables(kv, 3, a.length, b.length);
+    int[][] ta = disjoint[0];
+    CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
+    ForwardResult r =
+        m.forward(
+            ForwardBatch.of(
+                new ForwardRequest(b, 0, disjoint[1], false),
+                new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
+            kv);
+    assertArrayEquals(
+        Arrays.copyOfRange(whole, 120 * vocab, 150 * vocab),
+        r.logits(1),
+        "batched with another prompt's prefill");
+    System.out.printf(
+        Locale.ROOT,
+        "%s, deterministic: 150 positions bit-identical whole, in chunks of 17 and batched%n",
+        name);
   }
 }

@@ -1,20 +1,15 @@
 package io.tokenspeed.cuda.model;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.cuda.OnTheGpu;
-import io.tokenspeed.model.ForwardBatch;
 import io.tokenspeed.model.ForwardRequest;
-import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
-import java.util.Arrays;
-import java.util.Locale;
 import java.util.Random;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -124,34 +119,7 @@ class Gemma3GpuTest extends OnTheGpu {
     Path folder = checkpoint(dir, DType.BF16);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, "gemma3-test", "test", true);
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(4 * BG, BG), 512)) {
-      int vocab = m.vocabSize();
-      int[] a = prompt(150, 21, vocab);
-      int[] b = prompt(90, 22, vocab);
-      int rows = Math.ceilDiv(a.length, BG);
-      float[] whole =
-          CudaCausalLmGpuTest.prefill(m, kv, a, CudaCausalLmGpuTest.tables(kv, 1, rows), a.length);
-      float[] chunked =
-          CudaCausalLmGpuTest.prefill(m, kv, a, CudaCausalLmGpuTest.tables(kv, 2, rows), 17);
-      assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
-      // a's last 30 tokens batched with b's prefill, a's first 120 already in other blocks
-      // the two requests' blocks disjoint: b's prefill must not write a's rows
-      int[][][] disjoint = RecurrentGpuTest.disjointTables(kv, 3, a.length, b.length);
-      int[][] ta = disjoint[0];
-      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
-      ForwardResult r =
-          m.forward(
-              ForwardBatch.of(
-                  new ForwardRequest(b, 0, disjoint[1], false),
-                  new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
-              kv);
-      assertArrayEquals(
-          Arrays.copyOfRange(whole, 120 * vocab, 150 * vocab),
-          r.logits(1),
-          "batched with another prompt's prefill");
-      System.out.printf(
-          Locale.ROOT,
-          "synthetic gemma3, deterministic: 150 positions bit-identical whole, in chunks of 17 and"
-              + " batched%n");
+      AgainstCpu.assertBatchInvariant("synthetic gemma3", m, kv);
     }
   }
 

@@ -1,20 +1,14 @@
 package io.tokenspeed.cuda.model;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import io.tokenspeed.core.CacheLayout;
 import io.tokenspeed.core.GroupKind;
 import io.tokenspeed.cuda.OnTheGpu;
 import io.tokenspeed.model.CausalLm;
-import io.tokenspeed.model.ForwardBatch;
-import io.tokenspeed.model.ForwardRequest;
-import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.nio.file.Path;
-import java.util.Arrays;
-import java.util.Locale;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -145,30 +139,7 @@ class RecurrentGpuTest extends OnTheGpu {
     Path folder = checkpoint(name, DType.BF16, dir);
     try (CudaCausalLm m = CudaCausalLm.load(device, folder, name + "-test", "test", true);
         CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(PAGE, BG), 256)) {
-      int vocab = m.vocabSize();
-      int[] a = prompt(150, 21, vocab);
-      int[] b = prompt(90, 22, vocab);
-      float[] whole = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 1, a.length), a.length);
-      float[] chunked = CudaCausalLmGpuTest.prefill(m, kv, a, tables(kv, 2, a.length), 17);
-      assertArrayEquals(whole, chunked, "chunks of 17 vs the whole prompt");
-      int[][][] disjoint = disjointTables(kv, 3, a.length, b.length);
-      int[][] ta = disjoint[0];
-      CudaCausalLmGpuTest.prefill(m, kv, Arrays.copyOf(a, 120), ta, 120);
-      ForwardResult r =
-          m.forward(
-              ForwardBatch.of(
-                  new ForwardRequest(b, 0, disjoint[1], false),
-                  new ForwardRequest(Arrays.copyOfRange(a, 120, 150), 120, ta, true)),
-              kv);
-      assertArrayEquals(
-          Arrays.copyOfRange(whole, 120 * vocab, 150 * vocab),
-          r.logits(1),
-          "batched with another prompt's prefill");
-      System.out.printf(
-          Locale.ROOT,
-          "synthetic %s, deterministic: 150 positions bit-identical whole, in chunks of 17 and"
-              + " batched%n",
-          name);
+      AgainstCpu.assertBatchInvariant("synthetic " + name, m, kv);
     }
   }
 }
