@@ -127,11 +127,13 @@ final class FakeRedisServer implements AutoCloseable {
         s.setTcpNoDelay(true);
         connections.add(s);
         int index = acceptedSoFar++;
+        // counted after the connection is listed, so dropConnections sees it, and before it is
+        // served, so a client that has its first reply sees it counted
+        accepted.incrementAndGet();
         Thread.ofPlatform()
             .daemon(true)
             .name("fake-redis-" + index)
             .start(() -> serve(s, index, new SplittableRandom(seed * 31 + index)));
-        accepted.incrementAndGet(); // after the connection is listed, so dropConnections sees it
       } catch (IOException e) {
         return; // closed
       }
