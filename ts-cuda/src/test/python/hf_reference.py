@@ -5,6 +5,9 @@ reference.safetensors whose prompts it reuses), writes OUT/NAME.safetensors with
   logits_i  float32 [n, vocab]  one forward over the whole prompt, float32, TF32 off
   greedy_i  int32   [16]        greedy continuation (the whole sequence recomputed per step)
   steps_i   float32 [16, vocab] the logits that chose each of those ids
+  bf16_logits_i float32 [n, vocab]  the same forward with the weights and activations in bfloat16
+                                    (the weights rounded to nearest even, as the project's bf16
+                                    checkpoints are)
 """
 
 import argparse
@@ -64,6 +67,18 @@ def main():
             out[f"greedy_{i}"] = greedy.to(torch.int32).cpu().contiguous()
             out[f"steps_{i}"] = steps.cpu().contiguous()
             i += 1
+        half = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.bfloat16, attn_implementation="eager"
+        ).to(DEVICE).eval()
+        for j in range(i):
+            ids = ref[f"ids_{j}"].to(torch.long).unsqueeze(0).to(DEVICE)
+            with torch.no_grad():
+                logits = half(ids).logits[0].float()
+            out[f"bf16_logits_{j}"] = logits.cpu().contiguous()
+            fp32 = out[f"logits_{j}"]
+            print(f"{name} prompt {j}: bf16 prefill logits vs float32 "
+                  f"{((logits.cpu() - fp32).abs().max() / fp32.abs().max()).item():.2e} relative",
+                  flush=True)
         save_file(out, os.path.join(a.out, name + ".safetensors"))
         where = torch.cuda.get_device_name(0) if DEVICE == "cuda" else DEVICE
         print(f"{name}: {i} prompts on {where}", flush=True)

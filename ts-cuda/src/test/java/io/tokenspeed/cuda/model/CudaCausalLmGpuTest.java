@@ -14,7 +14,9 @@ import io.tokenspeed.model.ForwardResult;
 import io.tokenspeed.model.PagedRunner;
 import io.tokenspeed.model.checkpoint.DType;
 import io.tokenspeed.model.checkpoint.SafetensorsFile;
+import io.tokenspeed.model.checkpoint.TensorShape;
 import io.tokenspeed.model.kernel.ComputePool;
+import io.tokenspeed.model.synthetic.SafetensorsWriter;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import java.lang.foreign.Arena;
 import java.nio.file.Path;
@@ -200,6 +202,81 @@ class CudaCausalLmGpuTest extends OnTheGpu {
         }
       }
     }
+  }
+
+  /**
+   * The fixtures with bf16 weights (each float32 weight rounded to nearest even, as transformers
+   * rounds when it loads them in bfloat16) against transformers in bfloat16 on the same GPU and
+   * against the float32 reference: both within the bf16 bound. The argmax of each prompt's last row
+   * is printed beside; bf16 may resolve a near tie of the tiny fixtures either way.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"llama", "qwen2", "gemma3", "mamba", "jamba"})
+  void shouldMatchTransformersInBf16OnTheSameGpu(String name, @TempDir Path dir) throws Exception {
+    String refDir = System.getProperty("gpu.reference");
+    assertNotNull(refDir, "-Dgpu.reference must name the folder hf_reference.py wrote");
+    Path folder = bf16Copy(Fixtures.extract(name, dir), dir.resolve(name + "-bf16"));
+    try (CudaCausalLm m = CudaCausalLm.load(device, folder, name, "test");
+        CudaKvCache kv = new CudaKvCache(device, m.cacheLayout(16, 4), 256);
+        Arena arena = Arena.ofConfined()) {
+      assertTrue(m.bf16(), "the copy's weights are bf16");
+      SafetensorsFile gpuRef =
+          SafetensorsFile.open(Path.of(refDir).resolve(name + ".safetensors"), arena);
+      int vocab = m.vocabSize();
+      for (int p = 0; gpuRef.tensors().containsKey("bf16_logits_" + p); p++) {
+        int[] ids = Fixtures.referenceInts(folder, "ids_" + p);
+        int[][] table = tables(kv, p, Math.ceilDiv(ids.length, 4));
+        float[] logits = prefill(m, kv, ids, table, ids.length);
+        float[] theirs = gpuRef.tensor("bf16_logits_" + p).toFloatArray();
+        float[] f32 = gpuRef.tensor("logits_" + p).toFloatArray();
+        double vsBf16 = relative(logits, theirs);
+        double vsF32 = relative(logits, f32);
+        int last = (ids.length - 1) * vocab;
+        System.out.printf(
+            Locale.ROOT,
+            "%s prompt %d bf16: prefill logits vs transformers bf16 on the GPU %.2e, vs its"
+                + " float32 %.2e (its bf16 vs its float32 %.2e); last row's argmax ours %d,"
+                + " transformers bf16 %d, float32 %d%n",
+            name,
+            p,
+            vsBf16,
+            vsF32,
+            relative(theirs, f32),
+            argmax(logits, last, vocab),
+            argmax(theirs, last, vocab),
+            argmax(f32, last, vocab));
+        assertTrue(vsBf16 <= BF16_RELATIVE, name + " prompt " + p + " vs bf16: " + vsBf16);
+        assertTrue(vsF32 <= BF16_RELATIVE, name + " prompt " + p + " vs float32: " + vsF32);
+      }
+    }
+  }
+
+  /** A copy of checkpoint {@code src} (config.json, reference.safetensors) with bf16 weights. */
+  static Path bf16Copy(Path src, Path dst) throws java.io.IOException {
+    java.nio.file.Files.createDirectories(dst);
+    for (String f : new String[] {"config.json", "reference.safetensors"}) {
+      java.nio.file.Files.copy(src.resolve(f), dst.resolve(f));
+    }
+    try (Arena arena = Arena.ofConfined()) {
+      SafetensorsFile weights = SafetensorsFile.open(src.resolve("model.safetensors"), arena);
+      List<TensorShape> shapes = new ArrayList<>();
+      for (var t : weights.tensors().values()) {
+        shapes.add(new TensorShape(t.name(), t.shape()));
+      }
+      SafetensorsWriter.write(
+          dst.resolve("model.safetensors"),
+          DType.BF16,
+          shapes,
+          shape -> {
+            float[] values = weights.tensor(shape.name()).toFloatArray();
+            int[] at = {0};
+            return (out, count) -> {
+              System.arraycopy(values, at[0], out, 0, count);
+              at[0] += count;
+            };
+          });
+    }
+    return dst;
   }
 
   /** The fixture's reference outputs (transformers on the CPU), from its extracted folder. */

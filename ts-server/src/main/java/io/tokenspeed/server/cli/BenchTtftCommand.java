@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
+import java.util.OptionalInt;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -332,6 +333,25 @@ final class BenchTtftCommand implements Callable<Integer> {
           spec.commandLine(),
           "--prompts >= 1, --prefix-tokens >= 128, --suffix-tokens >= 1, --max-tokens >= 1,"
               + " --decode-tokens >= 2, --pairs >= 1 and --decode-pairs >= 1 are required");
+    }
+    long longest = (long) prefixTokens + suffixTokens + maxTokens;
+    OptionalInt positions = ModelOptions.maxPositions(model);
+    if (positions.isPresent() && longest > positions.getAsInt()) {
+      throw new ParameterException(
+          spec.commandLine(),
+          "--prefix-tokens="
+              + prefixTokens
+              + " + --suffix-tokens="
+              + suffixTokens
+              + " + --max-tokens="
+              + maxTokens
+              + " = "
+              + longest
+              + " exceeds the max_position_embeddings of "
+              + model
+              + " ("
+              + positions.getAsInt()
+              + ")");
     }
     if (threads != null && threads < 1) {
       throw new ParameterException(

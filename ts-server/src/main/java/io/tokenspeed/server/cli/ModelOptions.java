@@ -3,6 +3,8 @@ package io.tokenspeed.server.cli;
 import io.tokenspeed.model.CausalLm;
 import io.tokenspeed.model.checkpoint.CheckpointException;
 import io.tokenspeed.model.checkpoint.DType;
+import io.tokenspeed.model.checkpoint.Json;
+import io.tokenspeed.model.config.ModelConfigs;
 import io.tokenspeed.model.kernel.ComputePool;
 import io.tokenspeed.model.synthetic.SyntheticCheckpoints;
 import io.tokenspeed.model.tokenizer.BpeTokenizer;
@@ -17,6 +19,7 @@ import java.nio.file.Files;
 import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.util.Locale;
+import java.util.OptionalInt;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
@@ -92,6 +95,29 @@ final class ModelOptions {
           throw new IllegalArgumentException(
               "--dtype=" + dtype + " is not supported; allowed: f32, bf16");
     };
+  }
+
+  /**
+   * The {@code max_position_embeddings} of {@code model}'s config (a synthetic preset, a synthetic
+   * config file, or a folder's config.json), read without loading weights; empty when the config
+   * cannot be read or parsed here, where loading the model reports it.
+   */
+  static OptionalInt maxPositions(String model) {
+    try {
+      String text;
+      if (SyntheticCheckpoints.isSynthetic(model)) {
+        String name = model.substring(SyntheticCheckpoints.PREFIX.length());
+        text =
+            SyntheticCheckpoints.PRESETS.contains(name)
+                ? SyntheticCheckpoints.presetConfig(name)
+                : Files.readString(Path.of(name), StandardCharsets.UTF_8);
+      } else {
+        text = Files.readString(Path.of(model).resolve("config.json"), StandardCharsets.UTF_8);
+      }
+      return OptionalInt.of(ModelConfigs.parse(Json.parseObject(text)).maxPositionEmbeddings());
+    } catch (IOException | RuntimeException e) {
+      return OptionalInt.empty();
+    }
   }
 
   /** The compute threads: {@code --threads}, or one per core. */

@@ -50,6 +50,9 @@ class BenchCommandTest {
         "bench ttft --prefix-tokens 64; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --pairs 0; --prompts >= 1, --prefix-tokens >= 128",
         "bench ttft --decode-pairs 0; --prompts >= 1, --prefix-tokens >= 128",
+        "bench ttft --model synthetic:jamba-tiny --prefix-tokens 4096; --prefix-tokens=4096 +"
+            + " --suffix-tokens=64 + --max-tokens=4 = 4164 exceeds the max_position_embeddings of"
+            + " synthetic:jamba-tiny (4096)",
         "bench ttft --threads 0; --threads=0 must be at least 1",
         "bench ttft --tp 0; --tp=0 must be in [1, 64]",
         "bench ttft --tp 65; --tp=65 must be in [1, 64]",
