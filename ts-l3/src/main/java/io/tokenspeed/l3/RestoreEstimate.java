@@ -14,6 +14,12 @@ package io.tokenspeed.l3;
  * @param gets GETs measured (finished)
  */
 public record RestoreEstimate(double latencyNs, double bytesPerSecond, long calls, long gets) {
+  /**
+   * The bandwidth of GETs that took no longer than the latency estimate: the model then costs a
+   * restore at its latency alone.
+   */
+  public static final double UNBOUNDED_BYTES_PER_SECOND = 1e12;
+
   /** Nothing measured. */
   public static final RestoreEstimate NONE = new RestoreEstimate(0, 0, 0, 0);
 

@@ -17,7 +17,7 @@ final class RestoreEstimator {
   static final double WEIGHT = 0.2;
 
   /** A GET faster than the latency estimate counts as this fast (bytes per second). */
-  static final double MAX_BYTES_PER_SECOND = 1e12;
+  static final double MAX_BYTES_PER_SECOND = RestoreEstimate.UNBOUNDED_BYTES_PER_SECOND;
 
   private double latencyNs;
   private long calls;

@@ -1,6 +1,7 @@
 package io.tokenspeed.server.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tokenspeed.l3.RestoreEstimate;
 import io.tokenspeed.l3.store.mooncake.MooncakeStoreSettings;
 import java.io.IOException;
 import java.io.PrintWriter;
@@ -897,13 +898,13 @@ final class BenchTtftCommand implements Callable<Integer> {
         b.append(
             String.format(
                 Locale.ROOT,
-                "| %s | %s | %s | %s | %d | %.1f (%.2f) | %.1f (%.2f) | %d (%d) |%s%n",
+                "| %s | %s | %s | %s | %d | %s (%.2f) | %.1f (%.2f) | %d (%d) |%s%n",
                 r.label(),
                 cohort,
                 n.get("cost_model").asBoolean() ? "on" : "off",
                 reasons.isEmpty() ? "none" : reasons.toString(),
                 n.get("partial_restores").asLong(),
-                n.get("restore_bytes_per_second").asDouble() / 1e6,
+                restoreMbps(n.get("restore_bytes_per_second").asDouble()),
                 n.get("restore_latency_ms").asDouble(),
                 n.get("break_even_bytes_per_second").asDouble() / 1e6,
                 n.get("reference_prefill_s").asDouble(),
@@ -925,7 +926,9 @@ final class BenchTtftCommand implements Callable<Integer> {
             + " the Device as they landed: restored blocks that async.early_h2d published on the"
             + " Device when their GET ended, so admission loaded nothing for them; GETs without"
             + " room: GETs that read into the Host only because early destinations would have"
-            + " held more of the Device than allowed."
+            + " held more of the Device than allowed. A bandwidth of \"within latency\": the"
+            + " GETs took no longer than the latency estimate (a QUERY's time, which grows with"
+            + " the keys it checks), so the model costs the restore at its latency alone."
             + (throttleMbps != null
                 ? String.format(
                     Locale.ROOT,
@@ -942,6 +945,13 @@ final class BenchTtftCommand implements Callable<Integer> {
                     throttleMbps)
                 : "")
             + "\n\n");
+  }
+
+  /** A restore bandwidth in MB/s, or "within latency" where the estimator found no transfer. */
+  static String restoreMbps(double bytesPerSecond) {
+    return bytesPerSecond >= RestoreEstimate.UNBOUNDED_BYTES_PER_SECOND
+        ? "within latency"
+        : String.format(Locale.ROOT, "%.1f", bytesPerSecond / 1e6);
   }
 
   /** The Host→Device bandwidth the restored blocks are compared with: one PCIe 5.0 x16 link. */

@@ -84,6 +84,12 @@ class BenchCommandTest {
         run::toString);
   }
 
+  @Test
+  void shouldReportABandwidthWithinTheLatencyAsSuchNotAsItsCap() {
+    assertEquals("within latency", BenchTtftCommand.restoreMbps(1e12));
+    assertEquals("2819.1", BenchTtftCommand.restoreMbps(2.8191e9));
+  }
+
   private static void assertUsageError(String args, String message) {
     CliRun run = CliRun.of(args.split(" "));
     assertEquals(2, run.exitCode(), run::toString);
