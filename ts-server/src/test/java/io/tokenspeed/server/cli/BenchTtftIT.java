@@ -213,6 +213,8 @@ class BenchTtftIT {
                 "redis",
                 "--redis-uri",
                 "redis://127.0.0.1:" + port,
+                "--prefix-tokens",
+                "256",
                 "--threads",
                 "1",
                 "--out",
