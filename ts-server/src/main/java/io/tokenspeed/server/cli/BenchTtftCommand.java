@@ -898,7 +898,7 @@ final class BenchTtftCommand implements Callable<Integer> {
         b.append(
             String.format(
                 Locale.ROOT,
-                "| %s | %s | %s | %s | %d | %s (%.2f) | %.1f (%.2f) | %d (%d) |%s%n",
+                "| %s | %s | %s | %s | %d | %s (%.2f) | %s | %d (%d) |%s%n",
                 r.label(),
                 cohort,
                 n.get("cost_model").asBoolean() ? "on" : "off",
@@ -906,8 +906,9 @@ final class BenchTtftCommand implements Callable<Integer> {
                 n.get("partial_restores").asLong(),
                 restoreMbps(n.get("restore_bytes_per_second").asDouble()),
                 n.get("restore_latency_ms").asDouble(),
-                n.get("break_even_bytes_per_second").asDouble() / 1e6,
-                n.get("reference_prefill_s").asDouble(),
+                breakEven(
+                    n.get("break_even_bytes_per_second").asDouble(),
+                    n.get("reference_prefill_s").asDouble()),
                 n.path("early_h2d_blocks").asLong(),
                 n.path("early_h2d_skipped").asLong(),
                 ratio));
@@ -945,6 +946,22 @@ final class BenchTtftCommand implements Callable<Integer> {
                     throttleMbps)
                 : "")
             + "\n\n");
+  }
+
+  /**
+   * The break-even cell: MB/s (the reference prefix's recompute s); "prefill not measured" before
+   * the engine fitted its prefill rate (the model then decides nothing against recomputation), and
+   * "none" where the store's latency alone exceeds recomputing.
+   */
+  static String breakEven(double bytesPerSecond, double prefillSeconds) {
+    if (Double.isNaN(bytesPerSecond)) {
+      return "prefill not measured";
+    }
+    String rate =
+        Double.isInfinite(bytesPerSecond)
+            ? "none"
+            : String.format(Locale.ROOT, "%.1f", bytesPerSecond / 1e6);
+    return String.format(Locale.ROOT, "%s (%.2f)", rate, prefillSeconds);
   }
 
   /** A restore bandwidth in MB/s, or "within latency" where the estimator found no transfer. */

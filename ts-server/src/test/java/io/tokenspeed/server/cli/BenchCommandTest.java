@@ -88,6 +88,9 @@ class BenchCommandTest {
   void shouldReportABandwidthWithinTheLatencyAsSuchNotAsItsCap() {
     assertEquals("within latency", BenchTtftCommand.restoreMbps(1e12));
     assertEquals("2819.1", BenchTtftCommand.restoreMbps(2.8191e9));
+    assertEquals("22.4 (2.95)", BenchTtftCommand.breakEven(22.4e6, 2.951));
+    assertEquals("prefill not measured", BenchTtftCommand.breakEven(Double.NaN, Double.NaN));
+    assertEquals("none (0.01)", BenchTtftCommand.breakEven(Double.POSITIVE_INFINITY, 0.01));
   }
 
   private static void assertUsageError(String args, String message) {
