@@ -2,6 +2,7 @@ package io.tokenspeed.engine;
 
 import io.tokenspeed.core.storage.CostFigures;
 import io.tokenspeed.l3.RestoreEstimate;
+import io.tokenspeed.scheduler.AttentionPairs;
 import io.tokenspeed.scheduler.ExecutionPlan;
 import io.tokenspeed.scheduler.PrefillFit;
 import java.util.List;
@@ -39,10 +40,20 @@ final class CostReporter {
    */
   static final double SLOWDOWN = 0.5;
 
-  private final PrefillFit fit = new PrefillFit();
+  private final PrefillFit fit;
 
   private CostFigures sent;
   private long sentAtNs;
+
+  /** A reporter whose prefill fit counts full-history attention pairs. */
+  CostReporter() {
+    this(AttentionPairs.FULL);
+  }
+
+  /** A reporter whose prefill fit counts pairs as {@code attention} does (the cost model's). */
+  CostReporter(AttentionPairs attention) {
+    this.fit = new PrefillFit(attention);
+  }
 
   /** The fit's coefficients as of {@link #fittedSamples} observations. */
   private double[] coefficients = new double[3];

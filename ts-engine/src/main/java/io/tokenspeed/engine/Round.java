@@ -236,7 +236,7 @@ final class Round {
     // with the cost model off nothing is sent: no command, no extra round, today's loop exactly
     this.costs =
         storage != null && replica.leader() && stm.costModel().enabled()
-            ? new CostReporter()
+            ? new CostReporter(stm.costModel().attentionPairs())
             : null;
   }
 

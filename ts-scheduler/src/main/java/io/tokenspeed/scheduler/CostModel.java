@@ -21,7 +21,10 @@ import io.tokenspeed.core.storage.CostFigures;
  *
  *   prefill(x, n) = forwardNs · ceil((n - x) / token_budget)
  *                 + tokenNs   · (n - x)
- *                 + pairNs    · ((n(n+1) - x(x+1)) / 2)      attention pairs of tokens x..n-1
+ *                 + pairNs    · pairs(x, n)                  attention pairs of tokens x..n-1
+ *
+ *   pairs(x, n): (n(n+1) - x(x+1)) / 2 for full-history attention; sliding windows and state
+ *   groups count fewer ({@link AttentionPairs})
  * </pre>
  *
  * <p>A restore is a QUERY then a GET: two store calls, each paying the fixed latency. {@code
@@ -52,6 +55,9 @@ public final class CostModel {
 
   private final CacheLayout layout;
 
+  /** The attention pairs of a span of tokens, as this model's groups compute them. */
+  private final AttentionPairs attention;
+
   /** Tokens one forward computes at most (the scheduler's chunk of a prefill). */
   private int tokenBudget = Integer.MAX_VALUE;
 
@@ -60,6 +66,7 @@ public final class CostModel {
   public CostModel(StorageConfig config, CacheLayout layout) {
     this.config = config;
     this.layout = layout;
+    this.attention = AttentionPairs.of(layout);
     this.ownerBytesPerRow = new double[layout.numGroups()];
     for (CacheGroupSpec g : layout.groups()) {
       ownerBytesPerRow[g.groupId()] = (double) g.bytesPerBlock() / g.sharding().shardCount();
@@ -118,8 +125,12 @@ public final class CostModel {
     CostFigures f = figures();
     long n = to - from;
     long chunks = (n + tokenBudget - 1) / tokenBudget;
-    double pairs = ((double) to * (to + 1) - (double) from * (from + 1)) / 2;
-    return f.forwardNs() * chunks + f.tokenNs() * n + f.pairNs() * pairs;
+    return f.forwardNs() * chunks + f.tokenNs() * n + f.pairNs() * attention.between(from, to);
+  }
+
+  /** How this model counts attention pairs: the prefill fit must count them the same way. */
+  public AttentionPairs attentionPairs() {
+    return attention;
   }
 
   /** Bytes one owner reads to restore from {@code local} to {@code boundary} (see the essay). */

@@ -1,13 +1,16 @@
 package io.tokenspeed.scheduler;
 
 import java.util.List;
+import java.util.Objects;
 
 /**
  * The prefill rate of the engine's forward pass, fitted to measured forward times: {@code ns =
  * forwardNs + tokenNs × N + pairNs × Q} for a forward computing {@code N} tokens with {@code Q}
  * attention pairs ({@link io.tokenspeed.core.storage.CostFigures}). Prefill grows superlinearly
  * with the context, and the pair term is what carries that: a chunk of {@code k} tokens at position
- * {@code s} has {@code k·s + k(k+1)/2} pairs.
+ * {@code s} has {@code k·s + k(k+1)/2} pairs under full-history attention, fewer under sliding
+ * windows and none in recurrent layers ({@link AttentionPairs}, the same count the cost model
+ * extrapolates with).
  *
  * <p>An exponentially weighted least-squares fit: every observation decays the earlier ones by
  * {@link #DECAY}, so the fit follows a machine whose speed changes (another process, a clock, a
@@ -47,6 +50,18 @@ public final class PrefillFit {
   /** How many times the largest forward's tokens must exceed the smallest's to fit the constant. */
   public static final double CONSTANT_SPAN = 2;
 
+  private final AttentionPairs attention;
+
+  /** A fit over full-history attention pairs. */
+  public PrefillFit() {
+    this(AttentionPairs.FULL);
+  }
+
+  /** A fit whose pairs are counted by {@code attention} (the model's cache groups). */
+  public PrefillFit(AttentionPairs attention) {
+    this.attention = Objects.requireNonNull(attention, "attention");
+  }
+
   /** The fewest and most tokens of an observed forward. */
   private double minTokens = Double.POSITIVE_INFINITY;
 
@@ -69,7 +84,7 @@ public final class PrefillFit {
       long k = f.numTokens();
       long s = f.startToken();
       tokens += k;
-      pairs += (double) k * s + (double) k * (k + 1) / 2;
+      pairs += attention.between(s, s + k);
       prefill |= !f.decode();
     }
     if (!prefill || ns <= 0) {

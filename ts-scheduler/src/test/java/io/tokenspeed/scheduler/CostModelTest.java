@@ -108,16 +108,35 @@ class CostModelTest {
   // ---------------------------------------------------------------- the brute-force reference
 
   /** The prefill of tokens [from, to), chunk by chunk and token by token. */
-  static double refPrefill(CostFigures f, int budget, int from, int to) {
+  static double refPrefill(CostFigures f, CacheLayout layout, int budget, int from, int to) {
     double ns = 0;
     for (int start = from; start < to; start += budget) {
       int end = Math.min(to, start + budget);
       ns += f.forwardNs();
       for (int i = start; i < end; i++) {
-        ns += f.tokenNs() + f.pairNs() * (i + 1); // token i attends to tokens 0..i
+        ns += f.tokenNs() + f.pairNs() * refPairs(layout, i);
       }
     }
     return ns;
+  }
+
+  /**
+   * The keys token {@code i} attends to, over the attention groups weighted by their bytes per
+   * token: 0..i in a full-history group, the last W of them in a window, none in a state group.
+   */
+  static double refPairs(CacheLayout layout, int i) {
+    double keys = 0;
+    double total = 0;
+    for (CacheGroupSpec g : layout.groups()) {
+      double w = (double) g.bytesPerBlock() / g.blockGranularity();
+      switch (g.kind()) {
+        case GroupKind.FullHistory f -> keys += w * (i + 1);
+        case GroupKind.SlidingWindow(int window) -> keys += w * Math.min(i + 1, window);
+        case GroupKind.StateCheckpoints c -> w = 0;
+      }
+      total += w;
+    }
+    return total == 0 ? 0 : keys / total;
   }
 
   /** One owner's bytes from local to b, row by row: the rows b needs that the local hit lacks. */
@@ -137,7 +156,7 @@ class CostModelTest {
 
   /** The expected time of restoring up to {@code b} ({@code b == local}: computing everything). */
   static double refCost(Situation s, CostFigures f, int margin, int b) {
-    double compute = refPrefill(f, s.tokenBudget(), b, s.promptTokens());
+    double compute = refPrefill(f, s.layout(), s.tokenBudget(), b, s.promptTokens());
     if (b == s.local()) {
       return compute;
     }
@@ -184,13 +203,13 @@ class CostModelTest {
     }
     CostFigures p = figures(rnd);
     double saved =
-        refPrefill(p, s.tokenBudget(), s.local(), s.promptTokens())
-            - refPrefill(p, s.tokenBudget(), top, s.promptTokens());
+        refPrefill(p, s.layout(), s.tokenBudget(), s.local(), s.promptTokens())
+            - refPrefill(p, s.layout(), s.tokenBudget(), top, s.promptTokens());
     if (saved <= 0) {
       p = new CostFigures(0, 0, 0, 1 + rnd.nextInt(1000), 0);
       saved =
-          refPrefill(p, s.tokenBudget(), s.local(), s.promptTokens())
-              - refPrefill(p, s.tokenBudget(), top, s.promptTokens());
+          refPrefill(p, s.layout(), s.tokenBudget(), s.local(), s.promptTokens())
+              - refPrefill(p, s.layout(), s.tokenBudget(), top, s.promptTokens());
     }
     // the whole restore at most a quarter of what it saves, margin included
     double bytes = refBytes(s.layout(), s.local(), top);
@@ -214,8 +233,8 @@ class CostModelTest {
     for (int b : s.candidates()) {
       if (b > s.local()) {
         double saved =
-            refPrefill(p, s.tokenBudget(), s.local(), s.promptTokens())
-                - refPrefill(p, s.tokenBudget(), b, s.promptTokens());
+            refPrefill(p, s.layout(), s.tokenBudget(), s.local(), s.promptTokens())
+                - refPrefill(p, s.layout(), s.tokenBudget(), b, s.promptTokens());
         nsPerByte = Math.max(nsPerByte, 2 * saved / refBytes(s.layout(), s.local(), b));
       }
     }
@@ -287,7 +306,8 @@ class CostModelTest {
     int budget = 1 << (4 + rnd.nextInt(9));
     Situation s = new Situation(layout, r + 1, 0, new int[] {0, r}, budget);
     double breakEven = model(s, p, 0).breakEvenBytesPerSecond(r);
-    double saved = refPrefill(p, budget, 0, r + 1) - refPrefill(p, budget, r, r + 1);
+    double saved =
+        refPrefill(p, layout, budget, 0, r + 1) - refPrefill(p, layout, budget, r, r + 1);
     if (saved <= 2 * p.storeLatencyNs()) {
       assertEquals(Double.POSITIVE_INFINITY, breakEven, "the latency alone costs more");
       return;
