@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the kernels of the Gemma 3, Jamba and tensor-parallel paths of kernels.cu on the host:
-# paged_attention (with its sliding window and soft-capped scores), qkv_rope_store (with and
+# paged_attention (with its sliding window and soft-capped scores) and paged_attention_tiled (its
+# bits against paged_attention's, windows and soft-caps included), qkv_rope_store (with and
 # without RoPE, norms and bias), rmsnorm_add, silu_mul / gelu_tanh_mul and their bf16 forms,
 # softcap_logits, to_bf16 and add_rows. Cuts those kernels and every helper they name (found by
 # their signatures, wherever they sit in the file) out of kernels.cu, builds them with g++ (C++17)
@@ -20,7 +21,7 @@ import re, sys
 
 path, work = sys.argv[1], sys.argv[2]
 src = open(path, encoding="utf-8").read()
-roots = ["paged_attention", "qkv_rope_store", "rmsnorm_add", "silu_mul", "gelu_tanh_mul",
+roots = ["paged_attention", "paged_attention_tiled", "qkv_rope_store", "rmsnorm_add", "silu_mul", "gelu_tanh_mul",
          "silu_mul_bf16", "gelu_tanh_mul_bf16", "softcap_logits", "to_bf16", "add_rows"]
 
 # The text with comments and the insides of literals blanked (same offsets), for finding code.

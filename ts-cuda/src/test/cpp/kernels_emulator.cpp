@@ -296,7 +296,9 @@ static void __syncthreads() {
 // ------------------------------------------------------------------ dynamic shared memory
 // Each `extern __shared__ T name[]` of the kernels (listed by kernels-emulator.sh) is an array of
 // this size; a launch gets the first `shared` bytes filled with NaNs, the rest is a canary.
-static const size_t EMU_SHARED_BYTES = 48 * 1024;
+// (96 KiB: paged_attention_tiled at head size 256 takes up to 82 KiB, which the backend allows
+// the launch past the 48 KiB default)
+static const size_t EMU_SHARED_BYTES = 96 * 1024;
 static const unsigned EMU_SHARED_FILL = 0x7fa5a5a5u, EMU_CANARY = 0x7fc0ffeeu;
 static std::vector<unsigned*> emu_shared_regions;
 struct EmuSharedRegion {
@@ -544,8 +546,8 @@ struct AttnCase {
   std::vector<AttnReq> reqs;
 };
 struct AttnTotals {
-  Stat bound, invariance, bf16;
-  long long cases = 0, tokenHeads = 0, keys = 0, holes = 0, launches = 0;
+  Stat bound, invariance, bf16, tiled;
+  long long cases = 0, tokenHeads = 0, keys = 0, holes = 0, launches = 0, tiles = 0;
   double worstRowRel = 0;  // largest error / largest |value| of its output row
   int seenD[4] = {}, seenG[3] = {}, seenBt[3] = {}, seenW[8] = {}, seenCap[3] = {};
 } attn;
@@ -686,6 +688,68 @@ static std::vector<uint32_t> attn_run(const AttnCase& c, const Pool& pool,
   return out;
 }
 
+// The same tokens through paged_attention_tiled: each request's queried tokens in tiles of up to
+// `tileTokens` consecutive ones (a tile never spans two requests), the tiles in a random order of
+// the grid's x. Output as attn_run's, in `toks` order (each request's tokens ascending).
+static std::vector<uint32_t> attn_run_tiled(const AttnCase& c, const Pool& pool,
+                                            const std::vector<int>& phys,
+                                            const std::vector<std::pair<int, int>>& toks,
+                                            const std::vector<int>& rowOf, int rows, int stride,
+                                            int tileTokens, const std::string& where) {
+  int T = (int)toks.size(), w = c.H * c.d, g = c.H / c.K;
+  std::vector<float> q((size_t)(T + 1) * w, NAN_FILL);
+  std::vector<int> positions(T), tokenRequest(T), tables((size_t)rows * stride, 0), tiles;
+  for (int r = 0; r < (int)c.reqs.size(); r++) {
+    const AttnReq& a = c.reqs[r];
+    for (size_t b = 0; b < a.logical.size(); b++)
+      tables[(size_t)rowOf[r] * stride + b] = a.logical[b] ? phys[a.logical[b]] : 0;
+  }
+  for (int t = 0; t < T; t++) {
+    const AttnReq& a = c.reqs[toks[t].first];
+    memcpy(&q[(size_t)t * w], &a.q[(size_t)toks[t].second * w], 4 * w);
+    positions[t] = a.start + toks[t].second;
+    tokenRequest[t] = rowOf[toks[t].first];
+    bool starts = t == 0 || toks[t].first != toks[t - 1].first ||
+                  t - tiles[tiles.size() - 2] == tileTokens;
+    if (starts) {
+      tiles.push_back(t);
+      tiles.push_back(0);
+    }
+    tiles.back()++;
+  }
+  // the tiles in a random order (the backend puts the longest first; the bits must not care)
+  int numTiles = (int)tiles.size() / 2;
+  std::vector<int> order(numTiles);
+  for (int i = 0; i < numTiles; i++) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int> shuffled(tiles.size());
+  for (int i = 0; i < numTiles; i++) {
+    shuffled[2 * i] = tiles[2 * order[i]];
+    shuffled[2 * i + 1] = tiles[2 * order[i] + 1];
+  }
+  const uint32_t sentinel = 0x7fbadbad;
+  std::vector<float> outF((size_t)(T + 1) * w, from_bits(sentinel));
+  int warps = tileTokens * g;
+  size_t shared = (size_t)(warps * c.d + 32 * (c.d + 1) + 32 * c.d) * 4;
+  launch(where.c_str(), {(unsigned)numTiles, (unsigned)c.K, 1}, 32 * warps, shared, [&] {
+    paged_attention_tiled(q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
+                          positions.data(), tokenRequest.data(), tables.data(), stride,
+                          shuffled.data(), c.H, c.K, c.d, c.scale, c.window, c.softcap,
+                          outF.data(), nullptr);
+  });
+  attn.launches++;
+  attn.tiles += numTiles;
+  std::vector<uint32_t> out((size_t)T * w);
+  for (size_t i = 0; i < out.size(); i++) {
+    out[i] = bits(outF[i]);
+    if (out[i] == sentinel) report_bits(where, "output never written", (long long)i, sentinel, 0);
+  }
+  for (size_t i = out.size(); i < outF.size(); i++)
+    if (bits(outF[i]) != sentinel)
+      report_bits(where, "written past the last token", (long long)i, bits(outF[i]), sentinel);
+  return out;
+}
+
 // The float64 reference of query t of request r, head h, with its bound per dimension:
 //   score s_j = Σ_e qw_e·k_je with qw = fl(q·scale), the kernel's float query (soft-capped:
 //   c·tanh(s_j / c)), then softmax over the keys first .. pos and o = Σ_j w_j·v_j.
@@ -703,7 +767,9 @@ static std::vector<uint32_t> attn_run(const AttnCase& c, const Pool& pool,
 static void attn_reference(const AttnCase& c, const AttnReq& a, int t, int h, double* o,
                            double* bound) {
   int d = c.d, pos = a.start + t, first = first_key(c, pos), n = pos - first + 1;
-  int kv = h / (c.H / c.K), chunks = (n + 31) / 32;
+  // the chunks start at multiples of 32 from position 0: the first one may begin left of first
+  int aligned = first / 32 * 32;
+  int kv = h / (c.H / c.K), chunks = (pos - aligned) / 32 + 1;
   std::vector<double> s(n), delta(n);
   std::vector<float> qw(d);
   for (int e = 0; e < d; e++) qw[e] = a.q[((size_t)t * c.H + h) * d + e] * c.scale;
@@ -732,7 +798,7 @@ static void attn_reference(const AttnCase& c, const AttnReq& a, int t, int h, do
   }
   for (int j = 0; j < n; j++) {
     w[j] /= L;
-    int later = chunks - 1 - j / 32;
+    int later = chunks - 1 - (first + j - aligned) / 32;
     double e = std::exp(delta[j] + 2 * EPS * (M - s[j] + 2 * dmax)) *
                std::pow(1 + 4 * EPS, 1 + later);
     phi[j] = e * (1 + gam(n + chunks + 1)) - 1;
@@ -817,6 +883,20 @@ static void attn_case(int seed, int i) {
       attn_run(c, poolB, physB, all, rowOf, rows, stride, false, where + " batched");
   std::vector<uint32_t> batchedBf16 =
       attn_run(c, poolB, physB, all, rowOf, rows, stride, true, where + " batched bf16");
+  // tiled: each request's tokens in order, in tiles of up to the backend's tile size
+  std::vector<std::pair<int, int>> inOrder;
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < c.reqs[r].nq; t++) inOrder.push_back({r, t});
+  int g = c.H / c.K, tileTokens = 1 + below(std::max(1, std::min(8, 16 / g)));
+  std::vector<uint32_t> tiled = attn_run_tiled(c, poolB, physB, inOrder, rowOf, rows, stride,
+                                               tileTokens, where + " tiled");
+  for (size_t k = 0; k < inOrder.size(); k++) {
+    int r = inOrder[k].first, t = inOrder[k].second;
+    for (int e = 0; e < w; e++)
+      same(attn.tiled, where + " tiled (" + std::to_string(tileTokens) + " a tile) vs alone, request " +
+                           std::to_string(r) + " query " + std::to_string(t),
+           "out", e, tiled[k * w + e], alone[r][(size_t)t * w + e]);
+  }
   pool_free(poolB);
   for (size_t k = 0; k < all.size(); k++) {
     int r = all[k].first, t = all[k].second;
@@ -1361,19 +1441,20 @@ int main(int argc, char** argv) {
   long long failures = totalFailures;
   printf("kernels emulator (seeds");
   for (int s : seeds) printf(" %d", s);
-  long long exact = attn.invariance.checked + attn.bf16.checked + qkv.exact.checked +
+  long long exact = attn.invariance.checked + attn.bf16.checked + attn.tiled.checked +
+                   qkv.exact.checked +
                     normAdd.exact.checked + gated.exact.checked + capped.exact.checked +
                     bf16Round.exact.checked + addRows.exact.checked;
   printf("): paged_attention %lld cases, %lld token-heads over %lld keys (%lld table holes), "
          "error/bound <= %.3f, error/row max <= %.2g, %lld differ alone and batched, %lld bf16 "
-         "not the f32 rounded | "
+         "not the f32 rounded, %lld tiles of paged_attention_tiled with %lld differing | "
          "qkv_rope_store %lld cases, %lld k/v stores (%lld skipped), error/bound <= %.3f | "
          "rmsnorm_add %lld cases, error/bound <= %.3f | silu/gelu_tanh_mul(_bf16) %lld cases, "
          "error/bound <= %.3f | softcap_logits error/bound <= %.3f | to_bf16, add_rows exact | "
          "%lld values bit for bit | %lld shuffles, %lld __syncthreads | %lld failures%s, "
          "%.1f s: %s\n",
          attn.cases, attn.tokenHeads, attn.keys, attn.holes, attn.bound.worst, attn.worstRowRel,
-         attn.invariance.failures, attn.bf16.failures, qkv.cases, qkv.stores, qkv.skipped,
+         attn.invariance.failures, attn.bf16.failures, attn.tiles, attn.tiled.failures, qkv.cases, qkv.stores, qkv.skipped,
          qkv.bound.worst, normAdd.cases, normAdd.bound.worst,
          gated.cases, gated.bound.worst, capped.bound.worst, exact, emu_shuffles, emu_barriers,
          failures, covered ? "" : ", NOT COVERED: some kind of case never ran", seconds,

@@ -255,19 +255,23 @@ extern "C" __global__ void qkv_rope_store(
 #define ATTN_WARPS 4
 #define ATTN_MAX_D 256
 
-// One warp's online-softmax step over the keys c0 .. c0+31 (those <= pos) of one query: lane j
-// scores key c0 + j (its dot product in dimension order), the warp takes the chunk's maximum and
-// sum by butterflies, rescales what it has, then every lane adds the chunk's values into its
-// dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row. Both
-// attention kernels run exactly this, so they compute the same bits.
+// One warp's online-softmax step over the keys c0 .. c0+31 (those in first .. pos) of one query:
+// lane j scores key c0 + j (its dot product in dimension order), the warp takes the chunk's
+// maximum and sum by butterflies, rescales what it has, then every lane adds the chunk's values
+// into its dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row;
+// keys outside first .. pos are never read (a window's table may hold holes left of first). The
+// chunks start at multiples of 32 from position 0, whatever the window, so that every token's
+// chunks are the same ones and a block can stage them once for all its tokens. Both attention
+// kernels run exactly this, so they compute the same bits.
 // With softcap > 0 each (already scaled) score becomes softcap · tanh(score / softcap) first.
 template <class Rows>
 __device__ __forceinline__ void attend_chunk(
-    const float* qw, int c0, int pos, int d, int lane, const Rows& rows, float softcap, float& m,
-    float& l, float* acc) {
+    const float* qw, int c0, int first, int pos, int d, int lane, const Rows& rows, float softcap,
+    float& m, float& l, float* acc) {
   int j = c0 + lane;
+  bool in = j >= first && j <= pos;
   float s = NEG_INF;
-  if (j <= pos) {
+  if (in) {
     const float* k = rows.key(lane);
     float dot = 0.f;
     for (int e = 0; e < d; e++) {
@@ -276,7 +280,7 @@ __device__ __forceinline__ void attend_chunk(
     s = softcap > 0.f ? softcap * tanhf(dot / softcap) : dot;
   }
   float mNew = fmaxf(m, warp_max(s));
-  float p = j <= pos ? expf(s - mNew) : 0.f;
+  float p = in ? expf(s - mNew) : 0.f;
   float correction = expf(m - mNew);
   l = l * correction + warp_sum(p);
 #pragma unroll
@@ -285,7 +289,7 @@ __device__ __forceinline__ void attend_chunk(
   }
   m = mNew;
   int n = min(32, pos - c0 + 1);
-  for (int jj = 0; jj < n; jj++) {
+  for (int jj = max(0, first - c0); jj < n; jj++) {
     float pj = __shfl_sync(0xffffffffu, p, jj);
     const float* v = rows.value(jj);
 #pragma unroll
@@ -377,9 +381,9 @@ extern "C" __global__ void paged_attention(
   for (int e = 0; e < ATTN_MAX_D / 32; e++) {
     acc[e] = 0.f;
   }
-  for (int c0 = first; c0 <= pos; c0 += 32) {
+  for (int c0 = first / 32 * 32; c0 <= pos; c0 += 32) {
     PoolRows rows{pool, table, bytesPerBlock, kOffset, vOffset, blockTokens, kvHead, d, c0};
-    attend_chunk(qw, c0, pos, d, lane, rows, softcap, m, l, acc);
+    attend_chunk(qw, c0, first, pos, d, lane, rows, softcap, m, l, acc);
   }
   attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
 }
@@ -389,14 +393,15 @@ extern "C" __global__ void paged_attention(
 // a tile of up to `tileTokens` consecutive tokens of one request (tiles[2·i] its first row,
 // tiles[2·i+1] its count) and one KV head (blockIdx.y), a warp per (token, query head of that KV
 // head). Keys and values come into shared memory 32 positions at a time, once for all the warps,
-// and each warp does exactly the arithmetic of paged_attention, in the same order. Full history
-// only (no window, no soft-capping). Grid: (tiles, K). Block: 32 · tileTokens · (H / K). Shared memory: (warps · d
-// + 32 · (d + 1) + 32 · d) floats.
+// and each warp does exactly the arithmetic of paged_attention, in the same order: the same
+// windows (a chunk is staged from the tile's first token's first key on: the tile's positions
+// ascend, so no token of it reads further left) and the same soft-capped scores. Grid: (tiles, K).
+// Block: 32 · tileTokens · (H / K). Shared memory: (warps · d + 32 · (d + 1) + 32 · d) floats.
 extern "C" __global__ void paged_attention_tiled(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
     const int* tables, int tableStride, const int* tiles, int H, int K, int d, float scale,
-    float* out_f32, bf16_t* out_bf16) {
+    int window, float softcap, float* out_f32, bf16_t* out_bf16) {
   extern __shared__ float smem[];
   int group = H / K;
   int warps = blockDim.x / 32;
@@ -418,7 +423,9 @@ extern "C" __global__ void paged_attention_tiled(
     }
   }
   int pos = positions[t];
+  int first = window > 0 ? max(0, pos - window + 1) : 0;
   int maxPos = positions[row0 + count - 1];
+  int minFirst = window > 0 ? max(0, positions[row0] - window + 1) : 0;
   const int* table = tables + (long long)tokenRequest[row0] * tableStride;
   float m = NEG_INF;
   float l = 0.f;
@@ -427,10 +434,11 @@ extern "C" __global__ void paged_attention_tiled(
   for (int e = 0; e < ATTN_MAX_D / 32; e++) {
     acc[e] = 0.f;
   }
-  for (int c0 = 0; c0 <= maxPos; c0 += 32) {
+  for (int c0 = minFirst / 32 * 32; c0 <= maxPos; c0 += 32) {
     __syncthreads();
+    int lo = max(0, minFirst - c0); // keys left of every token's window are not read
     int n = min(32, maxPos - c0 + 1);
-    for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
+    for (int i = lo * d + threadIdx.x; i < n * d; i += blockDim.x) {
       int j = i / d;
       int e = i % d;
       int key = c0 + j;
@@ -440,11 +448,11 @@ extern "C" __global__ void paged_attention_tiled(
       vs[j * d + e] = ((const float*)(block + vOffset))[at];
     }
     __syncthreads();
-    if (!active || c0 > pos) {
+    if (!active || c0 > pos || c0 + 31 < first) {
       continue;
     }
     SharedRows rows{ks, vs, d};
-    attend_chunk(qw, c0, pos, d, lane, rows, 0.f, m, l, acc);
+    attend_chunk(qw, c0, first, pos, d, lane, rows, softcap, m, l, acc);
   }
   if (active) {
     attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);

@@ -218,6 +218,24 @@ public final class CudaCausalLm implements AutoCloseable {
       KernelSwitch.read(
           PREFILL_SPLIT_PROPERTY, System.getProperty(PREFILL_SPLIT_PROPERTY, "on"), "off", "on");
 
+  /**
+   * The system property that puts the float32 attention of Gemma 3, Mamba and Jamba on the tiled
+   * kernel ({@code tiled}) instead of the per-token one ({@code per_token}, the default). Both
+   * compute the same bits, windows and soft-capped scores included (checked on the host by
+   * ts-cuda/src/test/cpp/kernels-emulator.sh, on a GPU by CudaCausalLmGpuTest); the tiled kernel
+   * stages each chunk of keys and values once for a tile of tokens instead of once per token. It
+   * stays opt-in until its speed on these models is measured on a GPU.
+   */
+  static final String HYBRID_ATTENTION_PROPERTY = "tokenspeed.cuda.hybridattention";
+
+  /** Whether the hybrid families take the tiled attention by default: the property, read once. */
+  static final boolean HYBRID_TILED =
+      KernelSwitch.read(
+          HYBRID_ATTENTION_PROPERTY,
+          System.getProperty(HYBRID_ATTENTION_PROPERTY, "per_token"),
+          "per_token",
+          "tiled");
+
   /** The system property that turns decode graphs on ({@code on}) or off ({@code off}). */
   static final String GRAPHS_PROPERTY = "tokenspeed.cuda.graphs";
 
@@ -525,8 +543,8 @@ public final class CudaCausalLm implements AutoCloseable {
    * @param sandwich whether each sublayer's output is normalized before the residual add
    * @param gelu whether the MLP's gate is GELU (tanh approximation) rather than SiLU
    * @param logitSoftcap the cap of the logits, or 0
-   * @param perTokenAttention whether only the per-token float32 attention computes its layers
-   *     (sliding windows, soft-capped scores)
+   * @param perTokenAttention whether only the float32 attention (the per-token or the tiled kernel)
+   *     computes its layers (sliding windows, soft-capped scores, float32 State)
    */
   record Family(
       float embedScale,
@@ -866,12 +884,12 @@ public final class CudaCausalLm implements AutoCloseable {
     int type = bf16 ? Gemm.R_16BF : Gemm.R_32F;
     Gemma3Config gemma = config instanceof Gemma3Config g ? g : null;
     Family family = Family.of(config);
-    boolean perTokenOnly = family.perTokenAttention();
-    if (perTokenOnly && attention != null && attention != Attention.PER_TOKEN) {
+    boolean floatOnly = family.perTokenAttention();
+    if (floatOnly && attention == Attention.TENSOR_CORE) {
       throw new IllegalArgumentException(
           config.architecture()
-              + " runs on the per-token float32 attention (sliding windows, soft-capped"
-              + " scores or float32 State checkpoints), not "
+              + " runs on the float32 attention (sliding windows, soft-capped scores or float32"
+              + " State checkpoints), not "
               + attention);
     }
     if (attention == Attention.TENSOR_CORE && !tensorCoreFits(type, local)) {
@@ -880,7 +898,9 @@ public final class CudaCausalLm implements AutoCloseable {
     Attention chosen =
         attention != null
             ? attention
-            : perTokenOnly ? Attention.PER_TOKEN : defaultAttention(type, local);
+            : floatOnly
+                ? (HYBRID_TILED ? Attention.TILED : Attention.PER_TOKEN)
+                : defaultAttention(type, local);
     FlashKernel flash =
         chosen == Attention.TENSOR_CORE
             ? flashKernelFor(FLASH_DEFAULT, device.arch())
@@ -1268,10 +1288,6 @@ public final class CudaCausalLm implements AutoCloseable {
     if (kvBf16 || kernel == Attention.TENSOR_CORE) {
       throw new IllegalArgumentException(
           "the attention's KV element type is chosen at load: " + attention + " to " + kernel);
-    }
-    if (family.perTokenAttention() && kernel != Attention.PER_TOKEN) {
-      throw new IllegalArgumentException(
-          config.architecture() + " runs on the per-token attention alone, not " + kernel);
     }
     this.attention = kernel;
   }
@@ -2616,7 +2632,16 @@ public final class CudaCausalLm implements AutoCloseable {
               kvHeads,
               32 * warps,
               (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
-              in.then(tileTable, heads, kvHeads, hd, scale, actF32, actBf16));
+              in.then(
+                  tileTable,
+                  heads,
+                  kvHeads,
+                  hd,
+                  scale,
+                  layer.window(),
+                  family.attnSoftcap(),
+                  actF32,
+                  actBf16));
         } else {
           long items = (long) numTokens * heads;
           device.launch(
