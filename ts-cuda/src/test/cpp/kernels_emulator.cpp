@@ -296,7 +296,7 @@ static void __syncthreads() {
 // ------------------------------------------------------------------ dynamic shared memory
 // Each `extern __shared__ T name[]` of the kernels (listed by kernels-emulator.sh) is an array of
 // this size; a launch gets the first `shared` bytes filled with NaNs, the rest is a canary.
-// (96 KiB: paged_attention_tiled at head size 256 takes up to 82 KiB, which the backend allows
+// (96 KiB: paged_attention_tiled at head size 256 takes up to 94 KiB, which the backend allows
 // the launch past the 48 KiB default)
 static const size_t EMU_SHARED_BYTES = 96 * 1024;
 static const unsigned EMU_SHARED_FILL = 0x7fa5a5a5u, EMU_CANARY = 0x7fc0ffeeu;
@@ -729,8 +729,8 @@ static std::vector<uint32_t> attn_run_tiled(const AttnCase& c, const Pool& pool,
   }
   const uint32_t sentinel = 0x7fbadbad;
   std::vector<float> outF((size_t)(T + 1) * w, from_bits(sentinel));
-  int warps = tileTokens * g;
-  size_t shared = (size_t)(warps * c.d + 32 * (c.d + 1) + 32 * c.d) * 4;
+  int warps = tileTokens * g, span = c.window > 0 ? 32 + tileTokens - 1 : 32;
+  size_t shared = (size_t)(warps * c.d + span * (c.d + 1) + span * c.d) * 4;
   launch(where.c_str(), {(unsigned)numTiles, (unsigned)c.K, 1}, 32 * warps, shared, [&] {
     paged_attention_tiled(q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
                           positions.data(), tokenRequest.data(), tables.data(), stride,
@@ -767,9 +767,7 @@ static std::vector<uint32_t> attn_run_tiled(const AttnCase& c, const Pool& pool,
 static void attn_reference(const AttnCase& c, const AttnReq& a, int t, int h, double* o,
                            double* bound) {
   int d = c.d, pos = a.start + t, first = first_key(c, pos), n = pos - first + 1;
-  // the chunks start at multiples of 32 from position 0: the first one may begin left of first
-  int aligned = first / 32 * 32;
-  int kv = h / (c.H / c.K), chunks = (pos - aligned) / 32 + 1;
+  int kv = h / (c.H / c.K), chunks = (n + 31) / 32;
   std::vector<double> s(n), delta(n);
   std::vector<float> qw(d);
   for (int e = 0; e < d; e++) qw[e] = a.q[((size_t)t * c.H + h) * d + e] * c.scale;
@@ -798,7 +796,7 @@ static void attn_reference(const AttnCase& c, const AttnReq& a, int t, int h, do
   }
   for (int j = 0; j < n; j++) {
     w[j] /= L;
-    int later = chunks - 1 - (first + j - aligned) / 32;
+    int later = chunks - 1 - j / 32;
     double e = std::exp(delta[j] + 2 * EPS * (M - s[j] + 2 * dmax)) *
                std::pow(1 + 4 * EPS, 1 + later);
     phi[j] = e * (1 + gam(n + chunks + 1)) - 1;

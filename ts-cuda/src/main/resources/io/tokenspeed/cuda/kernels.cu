@@ -255,23 +255,19 @@ extern "C" __global__ void qkv_rope_store(
 #define ATTN_WARPS 4
 #define ATTN_MAX_D 256
 
-// One warp's online-softmax step over the keys c0 .. c0+31 (those in first .. pos) of one query:
-// lane j scores key c0 + j (its dot product in dimension order), the warp takes the chunk's
-// maximum and sum by butterflies, rescales what it has, then every lane adds the chunk's values
-// into its dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row;
-// keys outside first .. pos are never read (a window's table may hold holes left of first). The
-// chunks start at multiples of 32 from position 0, whatever the window, so that every token's
-// chunks are the same ones and a block can stage them once for all its tokens. Both attention
-// kernels run exactly this, so they compute the same bits.
+// One warp's online-softmax step over the keys c0 .. c0+31 (those <= pos) of one query: lane j
+// scores key c0 + j (its dot product in dimension order), the warp takes the chunk's maximum and
+// sum by butterflies, rescales what it has, then every lane adds the chunk's values into its
+// dimensions (lane + 32·e) in position order. `rows` gives each key's and value's row. Both
+// attention kernels run exactly this, so they compute the same bits.
 // With softcap > 0 each (already scaled) score becomes softcap · tanh(score / softcap) first.
 template <class Rows>
 __device__ __forceinline__ void attend_chunk(
-    const float* qw, int c0, int first, int pos, int d, int lane, const Rows& rows, float softcap,
-    float& m, float& l, float* acc) {
+    const float* qw, int c0, int pos, int d, int lane, const Rows& rows, float softcap, float& m,
+    float& l, float* acc) {
   int j = c0 + lane;
-  bool in = j >= first && j <= pos;
   float s = NEG_INF;
-  if (in) {
+  if (j <= pos) {
     const float* k = rows.key(lane);
     float dot = 0.f;
     for (int e = 0; e < d; e++) {
@@ -280,7 +276,7 @@ __device__ __forceinline__ void attend_chunk(
     s = softcap > 0.f ? softcap * tanhf(dot / softcap) : dot;
   }
   float mNew = fmaxf(m, warp_max(s));
-  float p = in ? expf(s - mNew) : 0.f;
+  float p = j <= pos ? expf(s - mNew) : 0.f;
   float correction = expf(m - mNew);
   l = l * correction + warp_sum(p);
 #pragma unroll
@@ -289,7 +285,7 @@ __device__ __forceinline__ void attend_chunk(
   }
   m = mNew;
   int n = min(32, pos - c0 + 1);
-  for (int jj = max(0, first - c0); jj < n; jj++) {
+  for (int jj = 0; jj < n; jj++) {
     float pj = __shfl_sync(0xffffffffu, p, jj);
     const float* v = rows.value(jj);
 #pragma unroll
@@ -381,9 +377,9 @@ extern "C" __global__ void paged_attention(
   for (int e = 0; e < ATTN_MAX_D / 32; e++) {
     acc[e] = 0.f;
   }
-  for (int c0 = first / 32 * 32; c0 <= pos; c0 += 32) {
+  for (int c0 = first; c0 <= pos; c0 += 32) {
     PoolRows rows{pool, table, bytesPerBlock, kOffset, vOffset, blockTokens, kvHead, d, c0};
-    attend_chunk(qw, c0, first, pos, d, lane, rows, softcap, m, l, acc);
+    attend_chunk(qw, c0, pos, d, lane, rows, softcap, m, l, acc);
   }
   attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);
 }
@@ -392,11 +388,15 @@ extern "C" __global__ void paged_attention(
 // The same attention, with the keys and values shared between the warps of a block: a block takes
 // a tile of up to `tileTokens` consecutive tokens of one request (tiles[2·i] its first row,
 // tiles[2·i+1] its count) and one KV head (blockIdx.y), a warp per (token, query head of that KV
-// head). Keys and values come into shared memory 32 positions at a time, once for all the warps,
-// and each warp does exactly the arithmetic of paged_attention, in the same order: the same
-// windows (a chunk is staged from the tile's first token's first key on: the tile's positions
-// ascend, so no token of it reads further left) and the same soft-capped scores. Grid: (tiles, K).
-// Block: 32 · tileTokens · (H / K). Shared memory: (warps · d + 32 · (d + 1) + 32 · d) floats.
+// head), and each warp does exactly the arithmetic of paged_attention, in the same order, sliding
+// windows and soft-capped scores included. A token's chunks of 32 keys start at its own first key
+// (its window's first, else 0). The tile's tokens are consecutive, so their first keys lie within
+// tileTokens - 1 of the first token's: per step j the block stages, once for all its warps, the
+// keys from the first token's first key + 32·j on, 32 plus that spread of them, and each warp
+// reads its chunk at its own offset in them (without a window every offset is 0 and a step 32
+// keys). Keys left of the first token's window are never read (the table may hold holes there).
+// Grid: (tiles, K). Block: 32 · tileTokens · (H / K). Shared memory: (warps · d + span · (d + 1) +
+// span · d) floats, span = 32 + tileTokens - 1 with a window, else 32.
 extern "C" __global__ void paged_attention_tiled(
     const float* q, const char* pool, long long bytesPerBlock, long long kOffset,
     long long vOffset, int blockTokens, const int* positions, const int* tokenRequest,
@@ -407,6 +407,7 @@ extern "C" __global__ void paged_attention_tiled(
   int warps = blockDim.x / 32;
   int warp = threadIdx.x / 32;
   int lane = threadIdx.x % 32;
+  int span = window > 0 ? 32 + warps / group - 1 : 32;
   int kvHead = blockIdx.y;
   int row0 = tiles[2 * blockIdx.x];
   int count = tiles[2 * blockIdx.x + 1];
@@ -416,16 +417,20 @@ extern "C" __global__ void paged_attention_tiled(
   int h = kvHead * group + warp % group;
   float* qw = smem + warp * d;
   float* ks = smem + warps * d;
-  float* vs = ks + 32 * (d + 1);
+  float* vs = ks + span * (d + 1);
   if (active) {
     for (int e = lane; e < d; e += 32) {
       qw[e] = q[(long long)t * H * d + h * d + e] * scale;
     }
   }
   int pos = positions[t];
-  int first = window > 0 ? max(0, pos - window + 1) : 0;
   int maxPos = positions[row0 + count - 1];
-  int minFirst = window > 0 ? max(0, positions[row0] - window + 1) : 0;
+  int first = window > 0 ? max(0, pos - window + 1) : 0;
+  int first0 = window > 0 ? max(0, positions[row0] - window + 1) : 0;
+  int firstLast = window > 0 ? max(0, maxPos - window + 1) : 0;
+  int offset = first - first0; // this warp's chunk within the staged keys
+  // the last token has the most chunks: a token's keys, min(pos + 1, window), grow with pos
+  int steps = (maxPos - firstLast) / 32 + 1;
   const int* table = tables + (long long)tokenRequest[row0] * tableStride;
   float m = NEG_INF;
   float l = 0.f;
@@ -434,25 +439,26 @@ extern "C" __global__ void paged_attention_tiled(
   for (int e = 0; e < ATTN_MAX_D / 32; e++) {
     acc[e] = 0.f;
   }
-  for (int c0 = minFirst / 32 * 32; c0 <= maxPos; c0 += 32) {
+  for (int step = 0; step < steps; step++) {
+    int from = first0 + 32 * step;
     __syncthreads();
-    int lo = max(0, minFirst - c0); // keys left of every token's window are not read
-    int n = min(32, maxPos - c0 + 1);
-    for (int i = lo * d + threadIdx.x; i < n * d; i += blockDim.x) {
+    int n = min(32 + firstLast - first0, maxPos - from + 1);
+    for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
       int j = i / d;
       int e = i % d;
-      int key = c0 + j;
+      int key = from + j;
       const char* block = pool + (long long)table[key / blockTokens] * bytesPerBlock;
       long long at = ((long long)kvHead * blockTokens + key % blockTokens) * d + e;
       ks[j * (d + 1) + e] = ((const float*)(block + kOffset))[at];
       vs[j * d + e] = ((const float*)(block + vOffset))[at];
     }
     __syncthreads();
-    if (!active || c0 > pos || c0 + 31 < first) {
+    int c0 = first + 32 * step;
+    if (!active || c0 > pos) {
       continue;
     }
-    SharedRows rows{ks, vs, d};
-    attend_chunk(qw, c0, first, pos, d, lane, rows, softcap, m, l, acc);
+    SharedRows rows{ks + offset * (d + 1), vs + offset * d, d};
+    attend_chunk(qw, c0, pos, d, lane, rows, softcap, m, l, acc);
   }
   if (active) {
     attend_store(acc, l, (long long)t * H * d + h * d, d, lane, out_f32, out_bf16);

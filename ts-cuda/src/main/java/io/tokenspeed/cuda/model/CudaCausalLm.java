@@ -2626,12 +2626,15 @@ public final class CudaCausalLm implements AutoCloseable {
               kv.numBlocks(g));
         } else if (kernel == Attention.TILED) {
           int warps = tileTokens * group;
+          // a window's tokens start their chunks at their own first keys: a step stages 32 keys
+          // plus the spread of the tile's first keys
+          int span = layer.window() > 0 ? 32 + tileTokens - 1 : 32;
           device.launch(
               "paged_attention_tiled",
               numTiles,
               kvHeads,
               32 * warps,
-              (warps * hd + 32 * (hd + 1) + 32 * hd) * 4,
+              (warps * hd + span * (hd + 1) + span * hd) * 4,
               in.then(
                   tileTable,
                   heads,
