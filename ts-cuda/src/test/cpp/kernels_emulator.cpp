@@ -640,6 +640,34 @@ static std::vector<int> permutation(int n) {  // 1..n shuffled, at index 1..n; [
   return p;
 }
 
+// A launch's inputs for the tokens `toks` (request, query index), in that order: their queries
+// (a row of NaNs past the last), positions and table rows, the requests' tables in the rows
+// `rowOf` gives (request -> row, -1: none), `stride` wide.
+struct AttnInputs {
+  std::vector<float> q;
+  std::vector<int> positions, tokenRequest, tables;
+};
+static AttnInputs attn_inputs(const AttnCase& c, const std::vector<int>& phys,
+                              const std::vector<std::pair<int, int>>& toks,
+                              const std::vector<int>& rowOf, int rows, int stride) {
+  int T = (int)toks.size(), w = c.H * c.d;
+  AttnInputs in{std::vector<float>((size_t)(T + 1) * w, NAN_FILL), std::vector<int>(T),
+                std::vector<int>(T), std::vector<int>((size_t)rows * stride, 0)};
+  for (int r = 0; r < (int)c.reqs.size(); r++) {
+    if (rowOf[r] < 0) continue;
+    const AttnReq& a = c.reqs[r];
+    for (size_t b = 0; b < a.logical.size(); b++)
+      in.tables[(size_t)rowOf[r] * stride + b] = a.logical[b] ? phys[a.logical[b]] : 0;
+  }
+  for (int t = 0; t < T; t++) {
+    const AttnReq& a = c.reqs[toks[t].first];
+    memcpy(&in.q[(size_t)t * w], &a.q[(size_t)toks[t].second * w], 4 * w);
+    in.positions[t] = a.start + toks[t].second;
+    in.tokenRequest[t] = rowOf[toks[t].first];
+  }
+  return in;
+}
+
 // One launch over the tokens `toks` (request, query index), in that order; the requests' table
 // rows in the order `rowOf` gives (request -> row), `stride` wide. Output [tokens][H][d] as
 // floats (or bf16 bits in the low half when bf16).
@@ -649,29 +677,16 @@ static std::vector<uint32_t> attn_run(const AttnCase& c, const Pool& pool,
                                       const std::vector<int>& rowOf, int rows, int stride,
                                       bool bf16, const std::string& where) {
   int T = (int)toks.size(), w = c.H * c.d;
-  std::vector<float> q((size_t)(T + 1) * w, NAN_FILL);  // a row of NaNs past the last token
-  std::vector<int> positions(T), tokenRequest(T), tables((size_t)rows * stride, 0);
-  for (int r = 0; r < (int)c.reqs.size(); r++) {
-    if (rowOf[r] < 0) continue;
-    const AttnReq& a = c.reqs[r];
-    for (size_t b = 0; b < a.logical.size(); b++)
-      tables[(size_t)rowOf[r] * stride + b] = a.logical[b] ? phys[a.logical[b]] : 0;
-  }
-  for (int t = 0; t < T; t++) {
-    const AttnReq& a = c.reqs[toks[t].first];
-    memcpy(&q[(size_t)t * w], &a.q[(size_t)toks[t].second * w], 4 * w);
-    positions[t] = a.start + toks[t].second;
-    tokenRequest[t] = rowOf[toks[t].first];
-  }
+  AttnInputs in = attn_inputs(c, phys, toks, rowOf, rows, stride);
   const uint32_t sentinel = 0x7fbadbad;
   std::vector<float> outF((size_t)(T + 1) * w, from_bits(sentinel));
   std::vector<uint16_t> outB((size_t)(T + 1) * w, 0x7fbb);
   long long items = (long long)T * c.H;
   unsigned grid = (unsigned)((items + ATTN_WARPS - 1) / ATTN_WARPS);
   launch(where.c_str(), {grid, 1, 1}, 32 * ATTN_WARPS, ATTN_WARPS * c.d * 4, [&] {
-    paged_attention(q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
-                    positions.data(), tokenRequest.data(), tables.data(), stride, T, c.H, c.K,
-                    c.d, c.scale, c.window, c.softcap, bf16 ? nullptr : outF.data(),
+    paged_attention(in.q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
+                    in.positions.data(), in.tokenRequest.data(), in.tables.data(), stride, T, c.H,
+                    c.K, c.d, c.scale, c.window, c.softcap, bf16 ? nullptr : outF.data(),
                     bf16 ? outB.data() : nullptr);
   });
   attn.launches++;
@@ -697,18 +712,9 @@ static std::vector<uint32_t> attn_run_tiled(const AttnCase& c, const Pool& pool,
                                             const std::vector<int>& rowOf, int rows, int stride,
                                             int tileTokens, const std::string& where) {
   int T = (int)toks.size(), w = c.H * c.d, g = c.H / c.K;
-  std::vector<float> q((size_t)(T + 1) * w, NAN_FILL);
-  std::vector<int> positions(T), tokenRequest(T), tables((size_t)rows * stride, 0), tiles;
-  for (int r = 0; r < (int)c.reqs.size(); r++) {
-    const AttnReq& a = c.reqs[r];
-    for (size_t b = 0; b < a.logical.size(); b++)
-      tables[(size_t)rowOf[r] * stride + b] = a.logical[b] ? phys[a.logical[b]] : 0;
-  }
+  AttnInputs in = attn_inputs(c, phys, toks, rowOf, rows, stride);
+  std::vector<int> tiles;
   for (int t = 0; t < T; t++) {
-    const AttnReq& a = c.reqs[toks[t].first];
-    memcpy(&q[(size_t)t * w], &a.q[(size_t)toks[t].second * w], 4 * w);
-    positions[t] = a.start + toks[t].second;
-    tokenRequest[t] = rowOf[toks[t].first];
     bool starts = t == 0 || toks[t].first != toks[t - 1].first ||
                   t - tiles[tiles.size() - 2] == tileTokens;
     if (starts) {
@@ -732,8 +738,8 @@ static std::vector<uint32_t> attn_run_tiled(const AttnCase& c, const Pool& pool,
   int warps = tileTokens * g, span = c.window > 0 ? 32 + tileTokens - 1 : 32;
   size_t shared = (size_t)(warps * c.d + span * (c.d + 1) + span * c.d) * 4;
   launch(where.c_str(), {(unsigned)numTiles, (unsigned)c.K, 1}, 32 * warps, shared, [&] {
-    paged_attention_tiled(q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
-                          positions.data(), tokenRequest.data(), tables.data(), stride,
+    paged_attention_tiled(in.q.data(), (const char*)pool.base, c.bpb, c.kOff, c.vOff, c.bt,
+                          in.positions.data(), in.tokenRequest.data(), in.tables.data(), stride,
                           shuffled.data(), c.H, c.K, c.d, c.scale, c.window, c.softcap,
                           outF.data(), nullptr);
   });
