@@ -12,12 +12,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 - "$kernels" "$work/kernel_body.inc" <<'PY'
 import sys
-s = open(sys.argv[1]).read()
+s = open(sys.argv[1], encoding="utf-8").read()
 sec = s.index("// ---------------------------------------------------------------------------------- tensor cores, Hopper")
 defs = [l for l in s[sec:].split("\n") if l.startswith("#define FW_")]
 start = s.index("// D = 64 or 128, STAGES the stages of K and V", sec)
 end = s.index("#else", start)
-open(sys.argv[2], "w").write("\n".join(defs) + "\n\n" + s[start:end])
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(defs) + "\n\n" + s[start:end])
 PY
 g++ -std=c++17 -O2 -w -I "$work" -o "$work/emulator" "$here/wgmma_flash_emulator.cpp"
 "$work/emulator" "$@"

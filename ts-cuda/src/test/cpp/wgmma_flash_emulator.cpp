@@ -42,7 +42,7 @@ static void fail(const char* what) {
 }
 
 // ------------------------------------------------------------------ fibers
-struct Dim { unsigned x, y; };
+struct Dim { unsigned x, y, z; };
 struct Fiber {
   ucontext_t ctx;
   std::vector<char> stack;
@@ -141,6 +141,7 @@ static T __shfl_xor_sync(unsigned mask, T v, int x) {
 static void __trap() { fail("__trap"); }
 
 // ------------------------------------------------------------------ numbers
+struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 static float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
@@ -391,7 +392,7 @@ static void launch(int numTiles, int K, unsigned sharedBytes, const float* q, co
   smemLimit = sharedBytes;
   for (unsigned by = 0; by < (unsigned)K; by++) {
     for (unsigned bx = 0; bx < (unsigned)numTiles; bx++) {
-      blockIdx = {bx, by};
+      blockIdx = {bx, by, 0};
       memset(fw_shared, 0xA5, sizeof fw_shared);  // garbage
       mbars.clear();
       blockBar = Bar();
@@ -399,10 +400,12 @@ static void launch(int numTiles, int K, unsigned sharedBytes, const float* q, co
       for (auto& b : wgBar) b = Bar();
       for (auto& b : named) b = Bar();
       body = [&]() {
-        flash_attention_wgmma<D, STAGES, TMA>(q, pool, bytesPerBlock, kOffset, vOffset,
-                                              blockTokens, positions, tokenRequest, tables,
-                                              tableStride, tiles, numTiles, H, K, scale, out,
-                                              kMap, vMap);
+        // the whole key range in one block (the split form, SPLIT = true, is not emulated)
+        flash_attention_wgmma<D, STAGES, TMA, false>(q, pool, bytesPerBlock, kOffset, vOffset,
+                                                     blockTokens, positions, tokenRequest, tables,
+                                                     tableStride, tiles, numTiles, H, K, scale,
+                                                     out, kMap, vMap, 0, 1, nullptr, nullptr,
+                                                     nullptr);
       };
       static std::vector<Fiber> store(384);
       fibers.clear();
