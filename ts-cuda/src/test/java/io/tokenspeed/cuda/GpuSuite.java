@@ -20,9 +20,10 @@ import org.junit.platform.launcher.listeners.TestExecutionSummary;
  * Prints the summary and each failure; exits 0 only when tests ran and none failed or was skipped.
  *
  * <p>Arguments narrow the classes: a regular expression of class names to run (several: any of
- * them), or one starting with {@code !} for classes to leave out, so that a kernel still on trial
- * runs in a process of its own (a kernel that traps leaves its CUDA context unusable for the rest
- * of the process): {@code bin/test-gpu '!.*Wgmma.*'}, then {@code bin/test-gpu '.*Wgmma.*'}.
+ * them; each must match the whole name, package included: {@code '.*Gemma3.*'}), or one starting
+ * with {@code !} for classes to leave out, so that a kernel still on trial runs in a process of its
+ * own (a kernel that traps leaves its CUDA context unusable for the rest of the process): {@code
+ * bin/test-gpu '!.*Wgmma.*'}, then {@code bin/test-gpu '.*Wgmma.*'}.
  */
 public final class GpuSuite {
   private GpuSuite() {}
@@ -58,6 +59,12 @@ public final class GpuSuite {
         s.getTotalFailureCount(),
         s.getTestsSkippedCount(),
         s.getTestsAbortedCount());
+    if (s.getTestsFoundCount() == 0) {
+      out.printf(
+          "GPU suite: no test class matched %s; a pattern matches the whole class name, package"
+              + " included (e.g. '.*CudaCausalLmGpu.*', not 'CudaCausalLmGpu.*')%n",
+          String.join(" ", args));
+    }
     boolean ok =
         s.getTestsFoundCount() > 0
             && s.getTotalFailureCount() == 0
